@@ -1,0 +1,57 @@
+# The front door. `make demo` and `make test` are all a fresh clone needs; each installs what it uses.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test test-fast lint typecheck fmt bench bench-quick soak dist lite clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)  ## create or refresh .venv with the package and its dev tools
+
+demo: $(STAMP)  ## run the main job: a streaming query into the embedded lite server, read back
+	$(PY) -m s2_sink.demo
+
+test: $(STAMP)  ## run the whole suite (unit, lite conformance, Spark integration, faults, notebooks)
+	$(PY) -m pytest tests
+
+test-fast: $(STAMP)  ## unit and lite-server tests only (no Spark)
+	$(PY) -m pytest tests/unit tests/lite
+
+lint: $(STAMP)  ## ruff
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check s2_sink tests
+
+fmt: $(STAMP)  ## format with ruff
+	$(VENV)/bin/ruff format s2_sink tests benchmarks
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: $(STAMP)  ## mypy, strict on s2_sink/
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)  ## the benchmark harness: side-by-side ratios, results.json and a chart
+	$(PY) -m benchmarks.run
+
+bench-quick: $(STAMP)  ## the harness in its <= 60 s mode
+	$(PY) -m benchmarks.run --quick
+
+soak: $(STAMP)  ## exactly-once soak: random faults over >= 50 micro-batches
+	$(PY) -m tests.faults.soak
+
+dist: $(STAMP)  ## build the wheel and sdist into dist/
+	$(PY) -m build --outdir dist .
+
+lite: $(STAMP)  ## run the lite server on port 8080 in the foreground
+	$(PY) -m s2_sink.lite --port 8080
+
+clean:  ## remove build outputs and the venv
+	rm -rf $(VENV) dist build *.egg-info .pytest_cache .mypy_cache .ruff_cache

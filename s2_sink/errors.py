@@ -1,0 +1,52 @@
+"""The errors s2_sink raises.
+
+    S2SinkError                     root: catch this to catch everything s2_sink raises
+    ├── ConfigError                 bad option, column or argument; raised on the driver before any task runs
+    ├── EncodeError                 a row cannot become a record (null key, unknown op, record over 1 MiB)
+    ├── WriteError                  appends failed after retries; names stream, batch id and partition
+    │   └── FencedError             another writer holds the stream's fencing token
+    └── CommitError                 the exactly-once ledger could not be read or advanced
+        └── WriterConflictError     a second writer with the same identity, or batch ids that went backwards
+
+SDK errors are always chained (``raise ... from exc``), so ``status_code`` and ``code`` stay reachable.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitError",
+    "ConfigError",
+    "EncodeError",
+    "FencedError",
+    "S2SinkError",
+    "WriteError",
+    "WriterConflictError",
+]
+
+
+class S2SinkError(Exception):
+    """Root of every error s2_sink raises."""
+
+
+class ConfigError(S2SinkError, ValueError):
+    """An option, column or argument is invalid. Raised on the driver, naming the option and the bad value."""
+
+
+class EncodeError(S2SinkError, ValueError):
+    """A row cannot be turned into an S2 record."""
+
+
+class WriteError(S2SinkError):
+    """Appending to S2 failed after the configured retries."""
+
+
+class FencedError(WriteError):
+    """The stream is fenced by another writer, so this writer's appends are refused."""
+
+
+class CommitError(S2SinkError):
+    """The exactly-once ledger could not be read or advanced."""
+
+
+class WriterConflictError(CommitError):
+    """Two writers claim the same identity, or a writer's batch ids went backwards."""

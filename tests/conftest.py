@@ -1,0 +1,1 @@
+"""Shared fixtures. Per-area fixtures live in each folder's own conftest."""
