@@ -1,0 +1,395 @@
+"""Connection and batching settings for writing to S2.
+
+`S2Config` is one frozen, keyword-only dataclass of plain values: it pickles to Spark executors
+unchanged and is validated once, when it is built (on the driver). `S2Config.from_options` takes the
+option names of the Flink S2 connector's sink (plus a few of our own, prefixed like theirs);
+`S2Config.from_env` reads the SDK's variables.
+
+The access token never appears in `repr`, logs or error messages: it is excluded from the dataclass
+repr, and the pool keys sessions by a hash of it (`token_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+from s2_sink.errors import ConfigError
+
+__all__ = ["OPTION_KEYS", "S2Config"]
+
+ONE_MIB: Final = 1024 * 1024
+MAX_BATCH_RECORDS: Final = 1000
+CLOUD_ACCOUNT_ENDPOINT: Final = "https://a.s2.dev"
+CLOUD_BASIN_ENDPOINT: Final = "https://{basin}.b.s2.dev"
+
+AppendRetryPolicyName = Literal["ALL", "NO_SIDE_EFFECTS"]
+CompressionName = Literal["none", "zstd", "gzip"]
+
+_BASIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_DURATION_RE: Final = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds|min)?\s*$")
+_SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib)?\s*$", re.IGNORECASE)
+_TRUE: Final = frozenset({"true", "1", "yes", "on"})
+_FALSE: Final = frozenset({"false", "0", "no", "off"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class S2Config:
+    """Where and how to append to S2. Frozen plain values; validated on construction.
+
+    Example::
+
+        cfg = S2Config(basin="my-basin", stream="events", access_token=token)
+        cfg = S2Config.from_options({"s2.basin": "my-basin", "s2.stream": "events", "s2.auth-token": token})
+    """
+
+    basin: str
+    """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required (option ``s2.basin``)."""
+
+    stream: str | None = None
+    """Target stream, or the default/prefix for routed writes. Default ``None`` (then the writer must route
+    per row with ``stream_column`` or a template). Option ``s2.stream``."""
+
+    access_token: str = field(default="", repr=False)
+    """Bearer token. Default ``""`` (only accepted for loopback endpoints, e.g. the lite server, which
+    ignores it). Never shown in repr, logs or errors. Option ``s2.auth-token``."""
+
+    account_endpoint: str = CLOUD_ACCOUNT_ENDPOINT
+    """Account endpoint origin. Default ``https://a.s2.dev``. Option ``s2.endpoints.account``."""
+
+    basin_endpoint: str = CLOUD_BASIN_ENDPOINT
+    """Basin endpoint origin; may contain ``{basin}``. Default ``https://{basin}.b.s2.dev``.
+    Option ``s2.endpoints.basin``."""
+
+    append_retry_policy: AppendRetryPolicyName = "ALL"
+    """SDK append retry policy: ``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS`` (retries only what
+    cannot have been applied). Default ``ALL``. Exactly-once delivery switches its appends to
+    ``NO_SIDE_EFFECTS``. Option ``s2.append-retry-policy``."""
+
+    max_retries: int = 3
+    """Retries the SDK makes per request/session after the first attempt (0-100). Default 3.
+    Option ``s2.max-retries``."""
+
+    retry_delay_ms: int = 100
+    """Base delay of the exponential backoff (SDK and session-level retries), in ms (1-60000). Default 100.
+    Option ``s2.retry-delay-ms``."""
+
+    session_retries: int = 2
+    """Session-level retries on top of the SDK's: the writer reopens the append session and re-sends the
+    chunks that were not acknowledged, with exponential backoff and jitter (0-20). Default 2. Option
+    ``s2.session-retries``."""
+
+    batch_max_records: int = MAX_BATCH_RECORDS
+    """Records per append (1-1000). Default 1000. Option ``sink.batch.max-size``."""
+
+    flush_buffer_bytes: int = ONE_MIB
+    """Metered bytes per append (8 B - 1 MiB). Default 1 MiB. Option ``sink.flush-buffer.size``."""
+
+    flush_timeout_ms: int = 1000
+    """Accepted for compatibility with the Flink option. A Spark partition is finite and is streamed
+    straight through, so the last partial batch is flushed when the partition ends; chunking is by records
+    and bytes only (deterministic, which exactly-once relies on). Default 1000. Option
+    ``sink.flush-buffer.timeout``."""
+
+    max_buffered_requests: int = 64
+    """Partially filled batches one task may hold at once across routed streams (1-100000). When exceeded,
+    the fullest one is sent early. Default 64. Option ``sink.requests.max-buffered``."""
+
+    max_inflight_requests: int = 16
+    """Unacknowledged appends one task may have in flight across its streams (1-10000). Default 16.
+    Option ``sink.requests.max-inflight``."""
+
+    max_inflight_bytes: int = 16 * ONE_MIB
+    """Unacknowledged metered bytes one task may have in flight (>= 1 MiB); bounds executor memory.
+    Default 16 MiB. Option ``sink.requests.max-inflight-bytes``."""
+
+    request_timeout_ms: int = 10_000
+    """Per-request timeout, also the per-append ack deadline, in ms (100-600000). Default 10000.
+    Option ``s2.request-timeout-ms``."""
+
+    connect_timeout_ms: int = 3000
+    """TCP/TLS connect timeout in ms (100-600000). Default 3000. Option ``s2.connect-timeout-ms``."""
+
+    compression: CompressionName = "none"
+    """Compression of append frames: ``none``, ``zstd`` or ``gzip``. Default ``none``. Option
+    ``s2.compression``."""
+
+    allow_insecure_http: bool = False
+    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text). Default
+    ``False``; loopback hosts are always allowed. Option ``s2.allow-insecure-http``."""
+
+    create_streams: bool = False
+    """Create missing target streams (``ensure_stream``) before writing to them. Default ``False``: a
+    missing stream fails the batch. Option ``s2.create-streams``."""
+
+    session_idle_timeout_ms: int = 60_000
+    """An executor closes a pooled client and its sessions after this many idle ms (1000-3600000). Default
+    60000. Option ``sink.session.idle-timeout``."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def __str__(self) -> str:
+        return repr(self)
+
+    @property
+    def token_fingerprint(self) -> str:
+        """A short hash of the access token: identifies it in pool keys without revealing it."""
+        return hashlib.sha256(self.access_token.encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> S2Config:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, ignore: Iterable[str] = ()) -> S2Config:
+        """Build a config from Flink-style option names (values may be strings, as Spark options are).
+
+        Keys listed in `ignore` are skipped (e.g. the data source's own options); any other unknown key raises
+        ConfigError naming it. ``S2_ACCESS_TOKEN`` and the endpoint variables fill in options that are absent.
+        """
+        skip = set(ignore)
+        kwargs: dict[str, Any] = {}
+        for key, raw in options.items():
+            if key in skip:
+                continue
+            spec = _OPTIONS.get(key)
+            if spec is None:
+                known = ", ".join(sorted(_OPTIONS))
+                raise ConfigError(f"unknown option {key!r}; known options: {known}")
+            name, parse = spec
+            kwargs[name] = parse(key, raw)
+        env = _env_values()
+        for name, value in env.items():
+            kwargs.setdefault(name, value)
+        if "basin" not in kwargs:
+            raise ConfigError("option 's2.basin' is required")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_env(cls, *, basin: str, stream: str | None = None, **overrides: Any) -> S2Config:
+        """Build a config from ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT``.
+
+        Unset variables keep the defaults (the S2 cloud); `overrides` set any other field.
+        """
+        kwargs: dict[str, Any] = {**_env_values(), **overrides}
+        return cls(basin=basin, stream=stream, **kwargs)
+
+
+def _env_values() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for var, name in (
+        ("S2_ACCESS_TOKEN", "access_token"),
+        ("S2_ACCOUNT_ENDPOINT", "account_endpoint"),
+        ("S2_BASIN_ENDPOINT", "basin_endpoint"),
+    ):
+        value = os.environ.get(var)
+        if value:
+            out[name] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Option parsing
+
+
+def _str(key: str, raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ConfigError(f"option {key!r} must be a string, got {type(raw).__name__}")
+    return raw
+
+
+def _int(key: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        return int(raw.strip())
+    raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
+
+
+def _duration_ms(key: str, raw: Any) -> int:
+    """Milliseconds: an int, ``"250"``, ``"250ms"``, ``"5s"`` or ``"1min"``."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    m = _DURATION_RE.match(raw) if isinstance(raw, str) else None
+    if m is None:
+        raise ConfigError(f"option {key!r} must be a duration in ms (e.g. 500, '500ms', '5s'), got {raw!r}")
+    scale = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000}[m.group(2)]
+    return int(m.group(1)) * scale
+
+
+def _size_bytes(key: str, raw: Any) -> int:
+    """Bytes: an int, ``"65536"``, ``"64kb"`` or ``"1mib"`` (binary units)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    m = _SIZE_RE.match(raw) if isinstance(raw, str) else None
+    if m is None:
+        raise ConfigError(
+            f"option {key!r} must be a size in bytes (e.g. 1048576, '512kb', '1mib'), got {raw!r}"
+        )
+    unit = (m.group(2) or "b").lower()
+    scale = {"b": 1, "kb": 1024, "kib": 1024, "mb": ONE_MIB, "mib": ONE_MIB}[unit]
+    return int(m.group(1)) * scale
+
+
+def _bool(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+        return raw.strip().lower() in _TRUE
+    raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+
+
+def _policy(key: str, raw: Any) -> str:
+    value = _str(key, raw).strip().upper().replace("-", "_")
+    if value not in ("ALL", "NO_SIDE_EFFECTS"):
+        raise ConfigError(f"option {key!r} must be ALL or NO_SIDE_EFFECTS, got {raw!r}")
+    return value
+
+
+def _compression(key: str, raw: Any) -> str:
+    value = _str(key, raw).strip().lower()
+    if value not in ("none", "zstd", "gzip"):
+        raise ConfigError(f"option {key!r} must be none, zstd or gzip, got {raw!r}")
+    return value
+
+
+_Parser = Callable[[str, Any], Any]
+
+_OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
+    # The Flink S2 sink's option names.
+    "s2.basin": ("basin", _str),
+    "s2.stream": ("stream", _str),
+    "s2.auth-token": ("access_token", _str),
+    "s2.append-retry-policy": ("append_retry_policy", _policy),
+    "s2.endpoints.account": ("account_endpoint", _str),
+    "s2.endpoints.basin": ("basin_endpoint", _str),
+    "s2.max-retries": ("max_retries", _int),
+    "s2.retry-delay-ms": ("retry_delay_ms", _int),
+    "sink.batch.max-size": ("batch_max_records", _int),
+    "sink.flush-buffer.size": ("flush_buffer_bytes", _size_bytes),
+    "sink.flush-buffer.timeout": ("flush_timeout_ms", _duration_ms),
+    "sink.requests.max-buffered": ("max_buffered_requests", _int),
+    "sink.requests.max-inflight": ("max_inflight_requests", _int),
+    # Our own, for what the Flink connector lacks.
+    "s2.session-retries": ("session_retries", _int),
+    "s2.request-timeout-ms": ("request_timeout_ms", _duration_ms),
+    "s2.connect-timeout-ms": ("connect_timeout_ms", _duration_ms),
+    "s2.compression": ("compression", _compression),
+    "s2.allow-insecure-http": ("allow_insecure_http", _bool),
+    "s2.create-streams": ("create_streams", _bool),
+    "sink.requests.max-inflight-bytes": ("max_inflight_bytes", _size_bytes),
+    "sink.session.idle-timeout": ("session_idle_timeout_ms", _duration_ms),
+}
+
+OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}
+"""Option key -> S2Config field name, for every key `S2Config.from_options` accepts."""
+
+_FIELD_TO_KEY: Final[dict[str, str]] = {name: key for key, name in OPTION_KEYS.items()}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Validation
+
+
+def _bad(name: str, value: object, why: str) -> ConfigError:
+    return ConfigError(f"{name} ({_FIELD_TO_KEY.get(name, name)}) {why}, got {value!r}")
+
+
+def _check_range(cfg: S2Config, name: str, lo: int, hi: int | None) -> None:
+    value = getattr(cfg, name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad(name, value, "must be an integer")
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+        raise _bad(name, value, f"must be {bound}")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_endpoint(cfg: S2Config, name: str) -> str:
+    value = getattr(cfg, name)
+    if not isinstance(value, str) or not value:
+        raise _bad(name, value, "must be a URL such as https://a.s2.dev")
+    parts = urlsplit(value.replace("{basin}", "basin"))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _bad(name, value, "must be an http(s) origin such as https://a.s2.dev")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise _bad(name, value, "must be an origin without path or query")
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise _bad(name, value, "has an invalid port") from exc
+    if parts.scheme == "http" and not cfg.allow_insecure_http and not _is_loopback(parts.hostname):
+        raise _bad(
+            name,
+            value,
+            "uses plain http:// to a non-loopback host; use https:// or set allow_insecure_http=True "
+            "(s2.allow-insecure-http) to send the token unencrypted",
+        )
+    return parts.scheme
+
+
+def _validate(cfg: S2Config) -> None:
+    if not isinstance(cfg.basin, str) or not (8 <= len(cfg.basin) <= 48) or not _BASIN_RE.match(cfg.basin):
+        raise _bad(
+            "basin", cfg.basin, "must be 8-48 characters of [a-z0-9-], not starting or ending with '-'"
+        )
+    if cfg.stream is not None and (
+        not isinstance(cfg.stream, str) or not (1 <= len(cfg.stream.encode()) <= 512) or "\0" in cfg.stream
+    ):
+        raise _bad("stream", cfg.stream, "must be 1-512 bytes of UTF-8 without NUL")
+    if not isinstance(cfg.access_token, str):
+        # Never echo the value: it is a secret.
+        raise ConfigError("access_token (s2.auth-token) must be a string")
+    schemes = {_check_endpoint(cfg, "account_endpoint"), _check_endpoint(cfg, "basin_endpoint")}
+    if len(schemes) != 1:
+        raise ConfigError(
+            f"account_endpoint and basin_endpoint must use the same scheme, got "
+            f"{cfg.account_endpoint!r} and {cfg.basin_endpoint!r}"
+        )
+    if not cfg.access_token:
+        hosts = [
+            urlsplit(e.replace("{basin}", "basin")).hostname or ""
+            for e in (cfg.account_endpoint, cfg.basin_endpoint)
+        ]
+        if not all(_is_loopback(h) for h in hosts):
+            raise ConfigError(
+                "access_token (s2.auth-token) is required for non-loopback endpoints; "
+                "set it or the S2_ACCESS_TOKEN environment variable"
+            )
+    if cfg.append_retry_policy not in ("ALL", "NO_SIDE_EFFECTS"):
+        raise _bad("append_retry_policy", cfg.append_retry_policy, "must be 'ALL' or 'NO_SIDE_EFFECTS'")
+    if cfg.compression not in ("none", "zstd", "gzip"):
+        raise _bad("compression", cfg.compression, "must be 'none', 'zstd' or 'gzip'")
+    for name in ("allow_insecure_http", "create_streams"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise _bad(name, getattr(cfg, name), "must be a bool")
+    _check_range(cfg, "max_retries", 0, 100)
+    _check_range(cfg, "retry_delay_ms", 1, 60_000)
+    _check_range(cfg, "session_retries", 0, 20)
+    _check_range(cfg, "batch_max_records", 1, MAX_BATCH_RECORDS)
+    _check_range(cfg, "flush_buffer_bytes", 8, ONE_MIB)
+    _check_range(cfg, "flush_timeout_ms", 0, 3_600_000)
+    _check_range(cfg, "max_buffered_requests", 1, 100_000)
+    _check_range(cfg, "max_inflight_requests", 1, 10_000)
+    _check_range(cfg, "max_inflight_bytes", ONE_MIB, None)
+    _check_range(cfg, "request_timeout_ms", 100, 600_000)
+    _check_range(cfg, "connect_timeout_ms", 100, 600_000)
+    _check_range(cfg, "session_idle_timeout_ms", 1000, 3_600_000)
