@@ -1,0 +1,198 @@
+"""Targets, the printed table and the chart, all computed from the results dict (what results.json holds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["chart", "table", "targets"]
+
+Result = dict[str, Any]
+
+
+def _case(results: Result, key: str) -> Result | None:
+    for c in results["cases"]:
+        if c["key"] == key and c["status"] == "ok":
+            return c  # type: ignore[no-any-return]
+    return None
+
+
+def _target(
+    name: str, value: float | None, bound: str, ok: bool | None, unit: str, *, why: str = ""
+) -> Result:
+    status = "n/a" if value is None or ok is None else ("pass" if ok else "fail")
+    return {"name": name, "value": value, "unit": unit, "bound": bound, "status": status, "note": why}
+
+
+def targets(results: Result) -> list[Result]:
+    """The issue's targets, each pass / fail / n/a (n/a: the feature or measurement is not available)."""
+    w = _case(results, "s2writer")
+    eo = _case(results, "s2writer_eo")
+    naive = _case(results, "naive")
+    prod = _case(results, "producer")
+    out: list[Result] = []
+
+    v = w["rows_per_s"] / naive["rows_per_s"] if w and naive else None
+    out.append(_target("S2Writer vs naive foreachBatch", v, ">= 3.0x", v >= 3.0 if v else None, "x"))
+    v = w["rows_per_s"] / prod["rows_per_s"] if w and prod else None
+    out.append(_target("S2Writer vs per-row Producer", v, ">= 1.5x", v >= 1.5 if v else None, "x"))
+    v = w["py_cpu_us_per_rec"] if w else None
+    out.append(
+        _target(
+            "S2Writer Python CPU per record (insert)",
+            v,
+            "<= 3.0 us",
+            v <= 3.0 if v is not None else None,
+            "us",
+            why="Python workers + driver; JVM-side encoding shown separately",
+        )
+    )
+    v = eo["rows_per_s"] / w["rows_per_s"] if w and eo else None
+    out.append(_target("exactly-once / at-least-once throughput", v, ">= 0.90", v >= 0.9 if v else None, "x"))
+    sp = results.get("single_partition", {})
+    v = sp.get("worker_peak_rss_mib") if sp.get("status") == "ok" else None
+    out.append(
+        _target(
+            f"peak Python worker RSS, {sp.get('rows', 0):,}-row single partition",
+            v,
+            "<= 300 MiB",
+            v <= 300 if v is not None else None,
+            "MiB",
+        )
+    )
+    st = results.get("streaming", {})
+    beyond = st.get("beyond_noop", {}).get("s2writer")
+    v = beyond["median_ms"] if beyond else None
+    out.append(
+        _target(
+            "1k-row micro-batch sink latency beyond noop (median)",
+            v,
+            "<= 30 ms",
+            v <= 30 if v is not None else None,
+            "ms",
+            why=f"p99 beyond noop {beyond['p99_ms']:.1f} ms" if beyond else "",
+        )
+    )
+    return out
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(results: Result) -> str:
+    """The whole result as plain-text tables."""
+    m = results["meta"]
+    lines = [
+        f"s2_sink benchmark  {m['date']}  cores={m['cores']}  load(1m) start={m['load_start']:.2f} "
+        f"end={m['load_end']:.2f}  rows={m['rows']:,}  partitions={m['partitions']}  "
+        f"json bytes/row={m['json_bytes_per_row']:.1f}  mode={'quick' if m['quick'] else 'full'}",
+        "",
+    ]
+    head = (
+        f"{'case':<46} {'rows/s':>10} {'MB/s':>7} {'py us/rec':>9} {'jvm us':>7} {'lite us':>7} "
+        f"{'wkr MiB':>7} {'drv MiB':>7} {'x json':>6} {'x naive':>7}  read-back"
+    )
+    lines += [head, "-" * len(head)]
+    for c in results["cases"]:
+        label = f"({c['index']}) {c['label']}"
+        if c["status"] != "ok":
+            lines.append(f"{label:<46} {c['status'].upper()}: {c['reason']}")
+            continue
+        lines.append(
+            f"{label:<46} {c['rows_per_s']:>10,.0f} {c['mb_per_s']:>7.1f} {c['py_cpu_us_per_rec']:>9.2f} "
+            f"{c['jvm_cpu_us_per_rec']:>7.2f} {c['lite_cpu_us_per_rec']:>7.2f} "
+            f"{c['worker_peak_rss_mib']:>7.0f} {c['driver_peak_rss_mib']:>7.0f} "
+            f"{_fmt(c['vs_json'], '.2f'):>6} {_fmt(c['vs_naive'], '.2f'):>7}  {c['read_back']}"
+        )
+    st = results.get("streaming", {})
+    lines += ["", f"micro-batch sink latency ({st.get('rows_per_batch', 1000)} rows/batch, foreachBatch):"]
+    for key, s in st.get("sinks", {}).items():
+        if s.get("status") != "ok":
+            lines.append(f"  {key:<14} {s.get('status', '').upper()}: {s.get('reason', '')}")
+            continue
+        extra = st.get("beyond_noop", {}).get(key)
+        tail = (
+            f"   beyond noop: median {extra['median_ms']:.1f} ms, p99 {extra['p99_ms']:.1f} ms"
+            if extra
+            else ""
+        )
+        lines.append(
+            f"  {key:<14} median {s['median_ms']:7.1f} ms  p99 {s['p99_ms']:7.1f} ms  (n={int(s['n'])}){tail}"
+        )
+    sp = results.get("single_partition", {})
+    lines.append("")
+    if sp.get("status") == "ok":
+        lines.append(
+            f"single partition of {sp['rows']:,} rows via {sp['via']}: peak Python worker RSS "
+            f"{sp['worker_peak_rss_mib']:.0f} MiB, {sp['rows_per_s']:,.0f} rows/s"
+        )
+    else:
+        lines.append(f"single partition: {sp.get('status', 'n/a').upper()}: {sp.get('reason', '')}")
+    li = results.get("lite_ingest", {})
+    if li.get("status") == "ok":
+        lines.append(f"lite server ingest: {li['summary']}")
+    else:
+        lines.append(f"lite server ingest: {li.get('status', 'n/a').upper()}: {li.get('reason', '')}")
+    lines += ["", "targets:"]
+    for t in results["targets"]:
+        val = "-" if t["value"] is None else f"{t['value']:.2f} {t['unit']}"
+        note = f"  ({t['note']})" if t["note"] else ""
+        lines.append(f"  [{t['status'].upper():>4}] {t['name']}: {val} (target {t['bound']}){note}")
+    return "\n".join(lines)
+
+
+def chart(results: Result, path: str) -> None:
+    """Three panels over the cases: throughput, Python CPU per record, peak Python RSS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(reversed(results["cases"]))
+    labels = [f"({c['index']}) {c['label']}" for c in cases]
+    ok = [c["status"] == "ok" for c in cases]
+    ys = range(len(cases))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 0.5 * len(cases) + 2.2), sharey=True)
+    m = results["meta"]
+    fig.suptitle(
+        f"s2_sink vs Spark sinks and naive S2 writes — "
+        f"{m['rows']:,} rows x {m['json_bytes_per_row']:.0f} B JSON, "
+        f"{m['cores']} cores (shared, load {m['load_start']:.1f}-{m['load_end']:.1f}), {m['date']}",
+        fontsize=11,
+    )
+
+    def panel(ax: Any, values: list[float | None], title: str, fmt: str, color: str) -> None:
+        bars = [v if v is not None else 0.0 for v in values]
+        ax.barh(list(ys), bars, color=color)
+        top = max(bars) if any(bars) else 1.0
+        for y, v, good in zip(ys, values, ok, strict=True):
+            text = fmt.format(v) if good and v is not None else "not available"
+            ax.text((v or 0) + top * 0.01, y, text, va="center", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(0, top * 1.35)
+        ax.grid(axis="x", alpha=0.3)
+
+    def col(key: str) -> list[float | None]:
+        return [c.get(key) if c["status"] == "ok" else None for c in cases]
+
+    rps = col("rows_per_s")
+    thr = [v / 1000 if v is not None else None for v in rps]
+    panel(axes[0], thr, "throughput (k rows/s, higher is better)", "{:,.0f}k", "#3b7dd8")
+    for y, c in zip(ys, cases, strict=True):
+        if c["status"] == "ok" and c.get("vs_naive") and c["key"] not in ("naive",):
+            axes[0].text(0, y - 0.32, f" {c['vs_naive']:.1f}x naive", fontsize=7, color="#444")
+    panel(
+        axes[1], col("py_cpu_us_per_rec"), "Python CPU per record (us, lower is better)", "{:.2f}", "#e07b39"
+    )
+    rss = [
+        max(c["worker_peak_rss_mib"], c["driver_peak_rss_mib"] if c["key"] == "naive" else 0.0)
+        if c["status"] == "ok"
+        else None
+        for c in cases
+    ]
+    panel(axes[2], rss, "peak Python RSS (MiB; naive: driver)", "{:.0f}", "#5aa469")
+    axes[0].set_yticks(list(ys))
+    axes[0].set_yticklabels(labels, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
