@@ -1,0 +1,47 @@
+"""``spark.read.format("s2")``: read a bounded seq_num range of one or more streams."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from s2_sink.config import S2Config
+from s2_sink.datasource._offsets import plan_ranges
+from s2_sink.datasource._partition import S2Partition
+from s2_sink.datasource._planner import resolve_bound, resolve_streams
+from s2_sink.datasource._read_options import OPT_ENDING_POSITION, OPT_STARTING_POSITION, ReadOptions
+from s2_sink.datasource._read_task import read_partition
+
+__all__ = ["S2BatchReader"]
+
+log = logging.getLogger(__name__)
+
+
+class S2BatchReader(DataSourceReader):
+    """Plans one partition per stream range on the driver; each task reads its range with the SDK."""
+
+    def __init__(self, cfg: S2Config, opts: ReadOptions, schema: StructType) -> None:
+        self._cfg = cfg
+        self._opts = opts
+        self._schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        streams = resolve_streams(self._cfg, self._opts)
+        start = resolve_bound(self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION)
+        end = resolve_bound(self._cfg, self._opts.end, streams, option=OPT_ENDING_POSITION)
+        if self._opts.materialize:
+            # The latest row per key needs the key's whole history in one task: one partition per stream.
+            per_partition = max([end[s] - start.get(s, 0) for s in end] + [1])
+        else:
+            per_partition = self._opts.records_per_partition
+        ranges = plan_ranges(start, end, per_partition)
+        log.info("s2 source: batch read of %d streams in %d partitions", len(streams), len(ranges))
+        return [S2Partition(s, lo, hi, materialize=self._opts.materialize) for s, lo, hi in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, S2Partition)
+        return read_partition(self._cfg, self._opts.format, self._schema, partition)

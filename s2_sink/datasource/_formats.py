@@ -1,0 +1,255 @@
+"""Output schemas of the s2 source and the conversion of read records into Arrow batches.
+
+- ``raw``: ``stream, seq_num, timestamp, headers, body`` (a user schema may select a subset of these columns).
+- ``json``: the user schema, decoded from the record bodies; columns named ``_s2_stream``, ``_s2_seq_num`` and
+  ``_s2_timestamp`` are filled from the record's position instead of its body.
+- ``upsert``: ``stream, seq_num, timestamp, key, action, value`` (``@key`` / ``@action`` headers and the
+  body as text). With a user schema, the columns are decoded from the key JSON merged with the value JSON,
+  and a column named ``_s2_action`` receives ``u`` / ``d``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import s2_sdk
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from s2_sink.datasource._json import decode_bodies
+from s2_sink.datasource._read_options import ReadFormat
+from s2_sink.errors import ConfigError, S2SinkError
+
+__all__ = [
+    "META_COLUMNS",
+    "RAW_SCHEMA",
+    "UPSERT_SCHEMA",
+    "check_schema",
+    "default_schema",
+    "materialize",
+    "records_to_batch",
+]
+
+KEY_HEADER = b"@key"
+ACTION_HEADER = b"@action"
+
+_HEADERS_TYPE = ArrayType(
+    StructType([StructField("name", BinaryType(), False), StructField("value", BinaryType(), False)]), False
+)
+
+RAW_SCHEMA = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("seq_num", LongType(), False),
+        StructField("timestamp", TimestampType(), False),
+        StructField("headers", _HEADERS_TYPE, False),
+        StructField("body", BinaryType(), False),
+    ]
+)
+
+UPSERT_SCHEMA = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("seq_num", LongType(), False),
+        StructField("timestamp", TimestampType(), False),
+        StructField("key", StringType(), False),
+        StructField("action", StringType(), False),
+        StructField("value", StringType(), True),
+    ]
+)
+
+META_COLUMNS: dict[str, DataType] = {
+    "_s2_stream": StringType(),
+    "_s2_seq_num": LongType(),
+    "_s2_timestamp": TimestampType(),
+}
+_ACTION_COLUMN = "_s2_action"
+
+
+def default_schema(fmt: ReadFormat) -> StructType:
+    """The schema Spark shows when the user gives none (json has none: it needs a user schema)."""
+    if fmt == "raw":
+        return RAW_SCHEMA
+    if fmt == "upsert":
+        return UPSERT_SCHEMA
+    raise ConfigError(
+        "s2.format=json needs a schema: spark.read.format('s2').schema('id long, name string')..., "
+        "or read s2.format=raw and parse the body yourself"
+    )
+
+
+def _is_typed_upsert(schema: StructType) -> bool:
+    # A subset of the standard columns is a projection; anything else is a table schema to decode into.
+    return not _subset_of(schema, UPSERT_SCHEMA)
+
+
+def _subset_of(schema: StructType, full: StructType) -> bool:
+    known = {f.name: f.dataType for f in full.fields}
+    return all(f.name in known and known[f.name] == f.dataType for f in schema.fields)
+
+
+def check_schema(fmt: ReadFormat, schema: StructType) -> None:
+    """Reject a user schema the format cannot produce, naming the column."""
+    if not schema.fields:
+        raise ConfigError("the schema given to format('s2') has no columns")
+    if fmt == "raw":
+        known = {f.name: f.dataType for f in RAW_SCHEMA.fields}
+        for f in schema.fields:
+            if f.name not in known:
+                raise ConfigError(
+                    f"column {f.name!r} is not produced by s2.format=raw; columns are {list(known)}"
+                )
+            if known[f.name] != f.dataType:
+                raise ConfigError(
+                    f"column {f.name!r} of s2.format=raw has type {known[f.name].simpleString()}, "
+                    f"not {f.dataType.simpleString()}"
+                )
+        return
+    for f in schema.fields:
+        expected = META_COLUMNS.get(f.name) or (StringType() if f.name == _ACTION_COLUMN else None)
+        if expected is not None and f.dataType != expected:
+            raise ConfigError(f"column {f.name!r} must have type {expected.simpleString()}")
+        if f.name == _ACTION_COLUMN and fmt != "upsert":
+            raise ConfigError(f"column {_ACTION_COLUMN!r} exists only with s2.format=upsert")
+
+
+def _ts_array(records: Sequence[s2_sdk.SequencedRecord]) -> pa.Array:
+    return pa.array([r.timestamp * 1000 for r in records], type=pa.timestamp("us", tz="UTC"))
+
+
+def _meta_array(name: str, stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> pa.Array:
+    if name in ("stream", "_s2_stream"):
+        return pa.array([stream] * len(records), type=pa.string())
+    if name in ("seq_num", "_s2_seq_num"):
+        return pa.array([r.seq_num for r in records], type=pa.int64())
+    return _ts_array(records)
+
+
+def _header(record: s2_sdk.SequencedRecord, name: bytes) -> bytes | None:
+    for key, value in record.headers:
+        if key == name:
+            return value
+    return None
+
+
+def _upsert_parts(stream: str, record: s2_sdk.SequencedRecord) -> tuple[bytes, str]:
+    key = _header(record, KEY_HEADER)
+    action = _header(record, ACTION_HEADER)
+    if key is None or action not in (b"u", b"d"):
+        raise S2SinkError(
+            f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has no @key header or no "
+            f"@action header of 'u' or 'd' (headers {[k for k, _ in record.headers]!r})"
+        )
+    return key, action.decode()
+
+
+def materialize(stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> list[s2_sdk.SequencedRecord]:
+    """The latest update per key with deletes applied, in seq_num order of the surviving records."""
+    latest: dict[bytes, s2_sdk.SequencedRecord] = {}
+    for record in records:
+        key, action = _upsert_parts(stream, record)
+        latest.pop(key, None)
+        if action == "u":
+            latest[key] = record
+    return sorted(latest.values(), key=lambda r: r.seq_num)
+
+
+def _raw_columns(
+    schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
+) -> list[pa.Array]:
+    arrays: list[pa.Array] = []
+    for f in schema.fields:
+        if f.name == "headers":
+            arrays.append(pa.array([[{"name": k, "value": v} for k, v in r.headers] for r in records]))
+        elif f.name == "body":
+            arrays.append(pa.array([r.body for r in records], type=pa.binary()))
+        else:
+            arrays.append(_meta_array(f.name, stream, records))
+    return arrays
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="replace")
+
+
+def _upsert_columns(
+    schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
+) -> list[pa.Array]:
+    parts = [_upsert_parts(stream, r) for r in records]
+    arrays: list[pa.Array] = []
+    for f in schema.fields:
+        if f.name == "key":
+            arrays.append(pa.array([_text(k) for k, _ in parts], type=pa.string()))
+        elif f.name == "action":
+            arrays.append(pa.array([a for _, a in parts], type=pa.string()))
+        elif f.name == "value":
+            values = [None if a == "d" else _text(r.body) for r, (_, a) in zip(records, parts, strict=True)]
+            arrays.append(pa.array(values, type=pa.string()))
+        else:
+            arrays.append(_meta_array(f.name, stream, records))
+    return arrays
+
+
+def _merged_upsert_bodies(stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> list[bytes]:
+    bodies: list[bytes] = []
+    for record in records:
+        key, action = _upsert_parts(stream, record)
+        try:
+            merged: dict[str, Any] = dict(orjson.loads(key))
+            if action == "u" and record.body:
+                merged.update(orjson.loads(record.body))
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            raise S2SinkError(
+                f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has a key or value that is "
+                f"not a JSON object: {exc}"
+            ) from exc
+        bodies.append(orjson.dumps(merged))
+    return bodies
+
+
+def _decoded_columns(
+    fmt: ReadFormat, schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
+) -> list[pa.Array]:
+    special = {*META_COLUMNS, _ACTION_COLUMN}
+    data_schema = StructType([f for f in schema.fields if f.name not in special])
+    bodies = _merged_upsert_bodies(stream, records) if fmt == "upsert" else [r.body for r in records]
+    decoded = decode_bodies(bodies, data_schema, where=f"stream {stream!r}")
+    arrays: list[pa.Array] = []
+    for f in schema.fields:
+        if f.name == _ACTION_COLUMN:
+            arrays.append(pa.array([_upsert_parts(stream, r)[1] for r in records], type=pa.string()))
+        elif f.name in META_COLUMNS:
+            arrays.append(_meta_array(f.name, stream, records))
+        else:
+            arrays.append(decoded.column(f.name))
+    return arrays
+
+
+def records_to_batch(
+    fmt: ReadFormat, schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
+) -> pa.RecordBatch:
+    """One Arrow batch in exactly ``schema``'s Arrow types (Spark checks names and then reads the types)."""
+    if fmt == "raw":
+        arrays = _raw_columns(schema, stream, records)
+    elif fmt == "upsert" and not _is_typed_upsert(schema):
+        arrays = _upsert_columns(schema, stream, records)
+    else:
+        arrays = _decoded_columns(fmt, schema, stream, records)
+    target: pa.Schema = to_arrow_schema(schema)
+    cast = [
+        arr.cast(field.type) if arr.type != field.type else arr
+        for arr, field in zip(arrays, target, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(cast, schema=target)

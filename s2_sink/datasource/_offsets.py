@@ -1,0 +1,68 @@
+"""Offsets of the s2 source: a JSON dict ``{stream name: next seq_num to read}``.
+
+Pure functions (no I/O) so the planning rules are testable without Spark or a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["Offsets", "advance", "cap_total", "max_merge", "plan_ranges"]
+
+Offsets = dict[str, int]
+
+
+def max_merge(a: Mapping[str, int], b: Mapping[str, int]) -> Offsets:
+    """Per-stream maximum of two offsets (positions only move forward)."""
+    out = dict(a)
+    for stream, seq in b.items():
+        out[stream] = max(out.get(stream, 0), seq)
+    return out
+
+
+def advance(frontier: Mapping[str, int], tails: Mapping[str, int]) -> Offsets:
+    """The uncapped next end: every stream at its tail, never behind the frontier.
+
+    A stream the frontier does not know yet (discovered under a prefix) starts at 0, so nothing it holds is
+    skipped. A stream that vanished from the listing keeps its frontier position: offsets never go backwards.
+    """
+    out = dict(frontier)
+    for stream, tail in tails.items():
+        out[stream] = max(frontier.get(stream, 0), tail)
+    return out
+
+
+def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int | None) -> Offsets:
+    """Move from ``frontier`` towards ``target`` by at most ``limit`` records in total.
+
+    The budget is shared fairly (water-filling): streams with little new data take all of it, the rest
+    split what is left evenly. Deterministic, so replanning gives the same answer.
+    """
+    if limit is None:
+        return max_merge(frontier, target)
+    out = {s: frontier.get(s, 0) for s in {*frontier, *target}}
+    pending = {s: seq - out[s] for s, seq in target.items() if seq > out[s]}
+    budget = limit
+    # Smallest demand first: whatever a stream does not use rolls over to the larger ones after it.
+    order = sorted(pending, key=lambda s: (pending[s], s))
+    for index, stream in enumerate(order):
+        share = budget // (len(order) - index)
+        take = min(pending[stream], share if index < len(order) - 1 else budget)
+        out[stream] += take
+        budget -= take
+    return out
+
+
+def plan_ranges(
+    start: Mapping[str, int], end: Mapping[str, int], per_partition: int
+) -> list[tuple[str, int, int]]:
+    """Split ``[start, end)`` of every stream into ``(stream, first, stop)`` ranges of <= per_partition."""
+    ranges: list[tuple[str, int, int]] = []
+    for stream in sorted(end):
+        lo = start.get(stream, 0)
+        hi = end[stream]
+        while lo < hi:
+            stop = min(hi, lo + per_partition)
+            ranges.append((stream, lo, stop))
+            lo = stop
+    return ranges

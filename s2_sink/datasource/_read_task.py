@@ -1,0 +1,33 @@
+"""Executor side of the s2 source: read one partition's range and yield Arrow batches in the output schema."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from s2_sink.config import S2Config
+from s2_sink.datasource import _s2io
+from s2_sink.datasource._formats import materialize, records_to_batch
+from s2_sink.datasource._partition import S2Partition
+from s2_sink.datasource._read_options import ReadFormat
+
+__all__ = ["read_partition"]
+
+
+def read_partition(
+    cfg: S2Config, fmt: ReadFormat, schema: StructType, partition: S2Partition
+) -> Iterator[pa.RecordBatch]:
+    """Every data record of the range (command records such as fences and trims are skipped)."""
+    ranges = _s2io.read_range(cfg, partition.stream, partition.first, partition.stop)
+    if partition.materialize:
+        records = [r for batch in ranges for r in batch if not r.is_command_record()]
+        latest = materialize(partition.stream, records)
+        for i in range(0, len(latest), 1000):
+            yield records_to_batch(fmt, schema, partition.stream, latest[i : i + 1000])
+        return
+    for batch in ranges:
+        data = [r for r in batch if not r.is_command_record()]
+        if data:
+            yield records_to_batch(fmt, schema, partition.stream, data)

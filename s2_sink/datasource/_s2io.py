@@ -1,0 +1,149 @@
+"""S2 calls of the s2 source: stream listing and position lookups (driver) and range reads (executors).
+
+The SDK is async-only. Driver lookups run one ``asyncio.run`` per planning call; an executor read drives one
+event loop for the whole partition, with the client created inside it (no loop-bound object outlives its
+loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import TypeVar
+
+import s2_sdk
+
+from s2_sink.config import S2Config
+from s2_sink.errors import S2SinkError
+
+__all__ = ["list_streams", "read_range", "resolve_timestamp", "tails"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def _client(cfg: S2Config) -> s2_sdk.S2:
+    client: s2_sdk.S2 = s2_sdk.S2(
+        cfg.access_token,
+        endpoints=s2_sdk.Endpoints(account=cfg.account_endpoint, basin=cfg.basin_endpoint),
+        timeout=s2_sdk.Timeout(
+            request=timedelta(milliseconds=cfg.request_timeout_ms),
+            connection=timedelta(milliseconds=cfg.connect_timeout_ms),
+        ),
+        retry=s2_sdk.Retry(
+            max_attempts=cfg.max_retries + 1,
+            min_base_delay=timedelta(milliseconds=cfg.retry_delay_ms),
+        ),
+    )
+    return client
+
+
+def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
+    async def main() -> _T:
+        client = _client(cfg)
+        try:
+            return await op(client.basin(cfg.basin))
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except s2_sdk.S2Error as exc:
+        raise S2SinkError(f"s2 source: {what} in basin {cfg.basin!r} failed: {exc}") from exc
+
+
+async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
+    return int((await basin.stream(stream).check_tail()).seq_num)
+
+
+def list_streams(cfg: S2Config, prefix: str) -> list[str]:
+    """Names of the live streams whose name starts with ``prefix``, sorted."""
+
+    async def op(basin: s2_sdk.S2Basin) -> list[str]:
+        names: list[str] = []
+        start_after = ""
+        while True:
+            page = await basin.list_streams(prefix=prefix, start_after=start_after)
+            names.extend(info.name for info in page.items if info.deleted_at is None)
+            if not page.has_more or not page.items:
+                return sorted(names)
+            start_after = page.items[-1].name
+
+    return _run(cfg, f"listing streams with prefix {prefix!r}", op)
+
+
+def tails(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
+    """The tail (next seq_num to be assigned) of every stream, looked up concurrently."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_tail_of(basin, s) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"checking the tail of {list(streams)!r}", op)
+
+
+async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
+    handle = basin.stream(stream)
+    try:
+        batch = await handle.read(start=s2_sdk.Timestamp(timestamp), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError as exc:
+        # Nothing at or after the timestamp yet: the position is the tail.
+        return int(exc.tail.seq_num)
+    if batch.records:
+        return int(batch.records[0].seq_num)
+    return int((await handle.check_tail()).seq_num)
+
+
+def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> dict[str, int]:
+    """Per stream, the seq_num of the first record whose timestamp is >= ``timestamp`` (or the tail)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_seq_at(basin, s, timestamp) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)
+
+
+async def _range_batches(
+    cfg: S2Config, stream: str, first: int, stop: int
+) -> AsyncGenerator[list[s2_sdk.SequencedRecord], None]:
+    async with _client(cfg) as client:
+        handle = client.basin(cfg.basin).stream(stream)
+        # A bounded session ends at the count or at the tail, so it never waits for new records.
+        session = handle.read_session(start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first))
+        async for batch in session:
+            # Trimmed records shift what the count covers: keep only [first, stop).
+            records = [r for r in batch.records if r.seq_num < stop]
+            if records:
+                yield records
+            if batch.records and batch.records[-1].seq_num >= stop - 1:
+                return
+
+
+def read_range(cfg: S2Config, stream: str, first: int, stop: int) -> Iterator[list[s2_sdk.SequencedRecord]]:
+    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches.
+
+    Synchronous for Spark's ``read()``: the generator steps its own event loop, so records flow to Spark
+    while the session is still reading, and the loop is closed however the caller stops iterating.
+    """
+    loop = asyncio.new_event_loop()
+    batches = _range_batches(cfg, stream, first, stop)
+    try:
+        while True:
+            try:
+                batch = loop.run_until_complete(anext(batches))
+            except StopAsyncIteration:
+                return
+            yield batch
+    except s2_sdk.S2Error as exc:
+        raise S2SinkError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: {exc}"
+        ) from exc
+    finally:
+        try:
+            loop.run_until_complete(batches.aclose())
+        finally:
+            loop.close()

@@ -1,0 +1,89 @@
+"""``S2DataSource``: the ``format("s2")`` Python data source (batch and streaming; read and write)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+)
+from pyspark.sql.types import StructType
+
+from s2_sink.config import S2Config
+from s2_sink.datasource import _read_options as ro
+from s2_sink.datasource._batch_reader import S2BatchReader
+from s2_sink.datasource._formats import check_schema, default_schema
+from s2_sink.datasource._stream_reader import S2StreamReader
+from s2_sink.errors import ConfigError
+
+__all__ = ["S2DataSource"]
+
+# Options the reader parses itself; every other key must be a connection option of S2Config.from_options.
+READ_KEYS = frozenset(
+    {
+        ro.OPT_STREAM,
+        ro.OPT_STREAMS,
+        ro.OPT_STREAM_PREFIX,
+        ro.OPT_STARTING_POSITION,
+        ro.OPT_STARTING_TIMESTAMP,
+        ro.OPT_ENDING_POSITION,
+        ro.OPT_ENDING_TIMESTAMP,
+        ro.OPT_FORMAT,
+        ro.OPT_MATERIALIZE,
+        ro.OPT_MAX_RECORDS_PER_TRIGGER,
+        ro.OPT_RECORDS_PER_PARTITION,
+    }
+)
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        lowered = key.lower()
+        if lowered in out:
+            raise ConfigError(f"option {key!r} is given twice (option names are case-insensitive)")
+        out[lowered] = value
+    return out
+
+
+def read_config(options: Mapping[str, str]) -> S2Config:
+    """The connection settings of a read: validated by S2Config, reader-only keys skipped."""
+    return S2Config.from_options(options, ignore=READ_KEYS)
+
+
+class S2DataSource(DataSource):
+    """Read S2 streams into DataFrames and write DataFrames to S2 streams, as ``format("s2")``.
+
+    Register once per session: ``spark.dataSource.register(S2DataSource)`` or ``s2_sink.register(spark)``.
+    Options are validated on the driver, before any task runs; errors name the option and the bad value.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._opts = _lower(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "s2"
+
+    def schema(self) -> StructType:
+        fmt = (self._opts.get(ro.OPT_FORMAT) or "raw").strip().lower()
+        if fmt not in ("raw", "json", "upsert"):
+            raise ConfigError(f"option {ro.OPT_FORMAT}={fmt!r} must be one of raw | json | upsert")
+        return default_schema(fmt)  # type: ignore[arg-type]  # checked just above
+
+    def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
+        opts = ro.parse_read_options(self._opts, streaming=streaming)
+        cfg = read_config(self._opts)
+        check_schema(opts.format, schema)
+        return cfg, opts
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        cfg, opts = self._reader_parts(schema, streaming=False)
+        return S2BatchReader(cfg, opts, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        cfg, opts = self._reader_parts(schema, streaming=True)
+        return S2StreamReader(cfg, opts, schema)
