@@ -1,0 +1,172 @@
+"""Driver side of exactly-once delivery: one `Coordinator` per `S2Writer`, two calls per micro-batch.
+
+``begin_batch(batch_id)`` returns either "skip: already committed" (a replay of a batch the ledger
+already has) or the `BatchPlan` to write it with; ``commit_batch(batch_id, ends)`` records it in the
+ledger once every task succeeded. Happy path I/O: one conditional ledger append per micro-batch; a run
+additionally reads the ledger tail once, appends its ``open`` record and fences the static target
+streams once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from s2_sdk import S2ServerError
+
+from s2_sink import _runtime
+from s2_sink._exactly_once import _crashpoints
+from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
+from s2_sink._exactly_once._ledger import Ledger, LedgerState
+from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
+from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
+from s2_sink._session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import WriterConflictError
+
+__all__ = ["TAG_RESERVE_BYTES", "BatchPlan", "Coordinator"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """How to write one micro-batch exactly-once (the pieces go into the `WritePlan`)."""
+
+    batch_id: int
+    token: str
+    tagger: Tagger
+    keeper: TokenKeeper
+    dedupe: Dedupe
+    recovery: bool
+    """Replay after a driver restart: repartition the record frame by record content before writing."""
+    epoch: int
+
+
+class Coordinator:
+    """Ledger and fencing for one writer identity, on the driver."""
+
+    def __init__(
+        self,
+        cfg: S2Config,
+        writer_id: str,
+        *,
+        query_id: str | None = None,
+        static_streams: Sequence[str] = (),
+    ) -> None:
+        self.cfg = cfg
+        self.writer_id = writer_id
+        self.writer = writer_hash(writer_id)
+        self.query_id = query_id
+        self.static_streams = list(static_streams)
+        self.run_id = uuid.uuid4().hex
+        self._ledger: Ledger | None = None
+        self._token: Token | None = None
+
+    @property
+    def state(self) -> LedgerState:
+        return self._ledger.state if self._ledger is not None else LedgerState()
+
+    def begin_batch(self, batch_id: int) -> BatchPlan | None:
+        """The plan for `batch_id`, or ``None`` when the ledger already has it (write nothing)."""
+        return _runtime.run(self._begin(batch_id))
+
+    def commit_batch(self, batch_id: int, ends: Mapping[str, int]) -> None:
+        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks."""
+        _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
+        _runtime.run(self._commit(batch_id, ends))
+        _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
+
+    async def _begin(self, batch_id: int) -> BatchPlan | None:
+        recovery = False
+        if self._token is None:
+            ledger = self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
+            state = await ledger.load()
+            self._check_identity(state, batch_id)
+            if batch_id <= state.committed:
+                log.info(
+                    "exactly-once: batch %s of writer %s already committed (ledger at %s); writing nothing",
+                    batch_id,
+                    self.writer_id,
+                    state.committed,
+                )
+                return None
+            # A previous run may have written part of this batch before dying: replay it in recovery mode.
+            recovery = state.kind != "none"
+            await ledger.append(ledger.opened(self.run_id, self.query_id))
+            self._token = Token(epoch=ledger.state.epoch, gen=0, writer=self.writer)
+            await self._fence_static()
+            log.info(
+                "exactly-once: writer %s opened run %s epoch %s at batch %s (recovery=%s)",
+                self.writer_id,
+                self.run_id,
+                ledger.state.epoch,
+                batch_id,
+                recovery,
+            )
+        assert self._ledger is not None
+        assert self._token is not None
+        state = self._ledger.state
+        if batch_id <= state.committed:
+            return None
+        token = self._token.encode()
+        return BatchPlan(
+            batch_id=batch_id,
+            token=token,
+            tagger=Tagger(self.writer, self._token.epoch),
+            keeper=TokenKeeper(self.cfg, token),
+            dedupe=Dedupe(
+                cfg=self.cfg,
+                token=token,
+                writer=self.writer,
+                epoch=self._token.epoch,
+                recovery=recovery,
+                starts=dict(state.ends),
+            ),
+            recovery=recovery,
+            epoch=self._token.epoch,
+        )
+
+    def _check_identity(self, state: LedgerState, batch_id: int) -> None:
+        if state.kind == "none":
+            return
+        hint = (
+            "The checkpoint was probably deleted or replaced (batch ids restart at 0): give the writer a "
+            "new writer_id (or drop the explicit writer_id to use the new query id)"
+        )
+        if batch_id < state.committed:
+            raise WriterConflictError(
+                f"writer_id {self.writer_id!r}: micro-batch {batch_id} is older than the last committed "
+                f"batch {state.committed} in the ledger: batch ids went backwards. {hint}"
+            )
+        if (
+            self.query_id is not None
+            and state.query_id is not None
+            and state.query_id != self.query_id
+            and batch_id <= state.committed
+        ):
+            raise WriterConflictError(
+                f"writer_id {self.writer_id!r}: the ledger was written by streaming query "
+                f"{state.query_id!r} up to batch {state.committed}, and query {self.query_id!r} now "
+                f"starts at batch {batch_id}. {hint}"
+            )
+
+    async def _fence_static(self) -> None:
+        assert self._token is not None
+        basin = get_pool().client(self.cfg).basin(self.cfg.basin)
+        for name in self.static_streams:
+            if self.cfg.create_streams:
+                await get_pool().ensure_stream(self.cfg, name)
+            try:
+                await fence_if_older(basin.stream(name), self._token)
+            except S2ServerError as exc:
+                if exc.status_code == 404:
+                    continue  # the tasks report the missing stream with the writer's own hint
+                raise
+
+    async def _commit(self, batch_id: int, ends: Mapping[str, int]) -> None:
+        assert self._ledger is not None
+        await self._ledger.append(self._ledger.committed(batch_id, dict(ends)))
+        log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)

@@ -1,0 +1,181 @@
+"""The ledger: one S2 stream per writer identity recording its runs and committed micro-batches.
+
+Stream ``_s2sink/ledger/<writer_id>`` in the target basin. Every record is a JSON snapshot of the whole
+state, so reading only the last record recovers it (O(1) I/O per micro-batch)::
+
+    {"v": 1, "kind": "open"|"commit", "epoch": 3, "run": "<uuid>", "query_id": "<spark query id>"|null,
+     "committed": 41, "ends": {"<stream>": <seq_num after our last committed write>, ...}}
+
+- ``open``: a driver run starts; ``epoch`` = previous + 1 (the fencing epoch of that run).
+- ``commit``: micro-batch ``committed`` is fully written; ``ends`` are lower bounds for where the next
+  batch's records can start (read-back starts there on the recovery path).
+
+Every append carries ``match_seq_num`` = the tail this driver last saw, so a second driver using the same
+identity makes one of them fail with WriterConflictError instead of interleaving.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+import orjson
+from s2_sdk import (
+    AppendInput,
+    ReadLimit,
+    Record,
+    S2Basin,
+    S2Error,
+    S2ServerError,
+    S2Stream,
+    SeqNum,
+    SeqNumMismatchError,
+    StreamConfig,
+)
+
+from s2_sink.errors import CommitError, WriterConflictError
+
+__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
+
+log = logging.getLogger(__name__)
+
+LEDGER_PREFIX: Final = "_s2sink/ledger/"
+_VERSION: Final = 1
+
+
+def ledger_stream_name(writer_id: str) -> str:
+    """The ledger stream of a writer identity."""
+    return LEDGER_PREFIX + writer_id
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """The state after the ledger's last record (or the empty state of a new writer)."""
+
+    kind: Literal["none", "open", "commit"] = "none"
+    epoch: int = 0
+    run: str = ""
+    query_id: str | None = None
+    committed: int = -1
+    ends: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "v": _VERSION,
+            "kind": self.kind,
+            "epoch": self.epoch,
+            "run": self.run,
+            "query_id": self.query_id,
+            "committed": self.committed,
+            "ends": self.ends,
+        }
+        return orjson.dumps(doc)
+
+    @classmethod
+    def from_json(cls, body: bytes, where: str) -> LedgerState:
+        try:
+            doc = orjson.loads(body)
+            if doc.get("v") != _VERSION or doc["kind"] not in ("open", "commit"):
+                raise ValueError(f"unknown ledger record version/kind: {doc.get('v')!r}/{doc.get('kind')!r}")
+            return cls(
+                kind=doc["kind"],
+                epoch=int(doc["epoch"]),
+                run=str(doc["run"]),
+                query_id=doc.get("query_id"),
+                committed=int(doc["committed"]),
+                ends={str(k): int(v) for k, v in doc["ends"].items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CommitError(f"ledger {where!r} has an unreadable last record: {exc}") from exc
+
+
+class Ledger:
+    """Reads and conditionally appends the ledger stream of one writer identity (driver side)."""
+
+    def __init__(self, basin: S2Basin, writer_id: str) -> None:
+        self.name = ledger_stream_name(writer_id)
+        self.writer_id = writer_id
+        self._basin = basin
+        self._stream: S2Stream = basin.stream(self.name)
+        self.state = LedgerState()
+        self.tail: int | None = None  # next seq_num, as last observed by this driver
+
+    async def load(self) -> LedgerState:
+        """Create the ledger stream if needed, then read its last record."""
+        try:
+            # Infinite retention: losing the last record would restart epochs below the streams' fences.
+            await self._basin.ensure_stream(self.name, config=StreamConfig(retention_policy="infinite"))
+            tail = (await self._stream.check_tail()).seq_num
+            state = LedgerState()
+            if tail > 0:
+                batch = await self._stream.read(
+                    start=SeqNum(tail - 1), limit=ReadLimit(count=1), ignore_command_records=True
+                )
+                if batch.records:
+                    state = LedgerState.from_json(batch.records[-1].body, self.name)
+        except S2Error as exc:
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+        self.state, self.tail = state, tail
+        return state
+
+    async def append(self, state: LedgerState) -> None:
+        """Append `state` if nobody else appended since we last looked; else WriterConflictError."""
+        if self.tail is None:
+            raise CommitError("ledger not loaded")  # a programming error, not a user one
+        try:
+            ack = await self._stream.append(
+                AppendInput(records=[Record(body=state.to_json())], match_seq_num=self.tail)
+            )
+        except SeqNumMismatchError as exc:
+            await self._resolve_conflict(state, exc)
+            return
+        except S2ServerError as exc:
+            raise CommitError(f"cannot append to the exactly-once ledger {self.name!r}: {exc}") from exc
+        except S2Error as exc:
+            # Ambiguous (transport): find out whether our record landed.
+            await self._resolve_conflict(state, exc)
+            return
+        self.state, self.tail = state, ack.end.seq_num
+
+    async def _resolve_conflict(self, wanted: LedgerState, exc: Exception) -> None:
+        mine_run = wanted.run
+        previous_tail = self.tail
+        try:
+            found = await self.load()
+        except CommitError as read_exc:
+            raise CommitError(
+                f"ledger {self.name!r}: the append failed ({exc}) and re-reading it failed too"
+            ) from read_exc
+        if found == wanted:
+            log.info("ledger %s: our record landed despite %s", self.name, type(exc).__name__)
+            return
+        if previous_tail is not None and self.tail == previous_tail:
+            # Nothing new: the failure was definite and nobody interfered; one more conditional try.
+            try:
+                ack = await self._stream.append(
+                    AppendInput(records=[Record(body=wanted.to_json())], match_seq_num=self.tail)
+                )
+            except S2Error as retry_exc:
+                raise CommitError(
+                    f"cannot append to the exactly-once ledger {self.name!r}: {retry_exc}"
+                ) from (retry_exc)
+            self.state, self.tail = wanted, ack.end.seq_num
+            return
+        raise WriterConflictError(
+            f"writer_id {self.writer_id!r}: another driver appended to the ledger {self.name!r} "
+            f"(its last record is a {found.kind!r} of run {found.run!r}, epoch {found.epoch}; this run is "
+            f"{mine_run!r}). Two queries cannot share a writer identity: stop the other one or give each "
+            "its own writer_id"
+        ) from exc
+
+    def opened(self, run: str, query_id: str | None) -> LedgerState:
+        """The `open` record of a new run on top of the current state."""
+        return replace(self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=query_id)
+
+    def committed(self, batch_id: int, ends: dict[str, int]) -> LedgerState:
+        """The `commit` record of `batch_id` on top of the current state."""
+        merged = dict(self.state.ends)
+        for stream, end in ends.items():
+            merged[stream] = max(end, merged.get(stream, 0))
+        return replace(self.state, kind="commit", committed=batch_id, ends=merged)

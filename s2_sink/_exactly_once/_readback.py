@@ -1,0 +1,94 @@
+"""Read-back: what an exactly-once writer already put into a stream range (recovery path only).
+
+Reads ``[start, tail)`` of one stream, finds the chunks this writer tagged (``@s2sink`` header on a
+chunk's first record, with the chunk's record count) and returns the multiset of fingerprints of the
+records of the chunks that match a predicate — e.g. "micro-batch 7, partition 3, run 2" for a task
+retry, or "micro-batch 7, any run, any partition" for a replay after a driver restart. Records of other
+writers (untagged, or tagged by another writer hash) are skipped; a chunk is contiguous because S2
+appends batches atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from s2_sdk import ReadLimit, ReadUnwrittenError, S2Stream, SeqNum
+
+from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
+from s2_sink._exactly_once._tags import ChunkTag, find_tag
+
+__all__ = ["ReadBack", "read_back"]
+
+log = logging.getLogger(__name__)
+
+_PAGE: Final = 1000
+
+
+@dataclass(slots=True)
+class ReadBack:
+    """The matching chunks found in ``[start, end)`` of a stream."""
+
+    stream: str
+    start: int
+    end: int
+    fingerprints: Fingerprints = field(default_factory=Counter)
+    chunks: list[ChunkTag] = field(default_factory=list)
+    records_scanned: int = 0
+
+
+async def read_back(
+    stream: S2Stream, *, writer: str, start: int, match: Callable[[ChunkTag], bool], end: int | None = None
+) -> ReadBack:
+    """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``.
+
+    `end` defaults to the tail at call time; call this after a fencing barrier so nothing older can still
+    land past it. `start` is clamped to the stream's first retained record.
+    """
+    name = stream.name
+    if end is None:
+        end = (await stream.check_tail()).seq_num
+    out = ReadBack(name, start, end)
+    pos = start
+    remaining = 0  # records left in the current chunk (including ones not yet read)
+    collecting = False
+    while pos < end:
+        try:
+            batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
+        except ReadUnwrittenError:
+            break
+        if not batch.records:
+            break
+        for rec in batch.records:
+            if rec.seq_num >= end:
+                pos = end
+                break
+            if rec.seq_num > pos and remaining:
+                # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
+                remaining, collecting = 0, False
+            pos = rec.seq_num + 1
+            out.records_scanned += 1
+            if remaining == 0:
+                tag = find_tag(rec.headers)
+                if tag is None or tag.writer != writer:
+                    continue
+                remaining = tag.count
+                collecting = match(tag)
+                if collecting:
+                    out.chunks.append(tag)
+            remaining -= 1
+            if collecting:
+                out.fingerprints[fingerprint(name, rec.headers, rec.body)] += 1
+    log.debug(
+        "read back stream=%s range=[%s,%s) scanned=%s chunks=%s records=%s",
+        name,
+        start,
+        end,
+        out.records_scanned,
+        len(out.chunks),
+        sum(out.fingerprints.values()),
+    )
+    return out

@@ -1,0 +1,81 @@
+"""Chunk tags: the ``@s2sink`` header on the first record of every append batch written exactly-once.
+
+An append batch is atomic and contiguous in S2, so one tag on its first record, carrying the batch's
+record count, identifies every record of that chunk when the stream is read back. The tag names the
+writer (a hash of its identity), the run (epoch), the micro-batch, the Spark partition, the task attempt
+and the chunk's index within that attempt. It is the last header of the record so positional readers of
+the other headers (``@key``/``@action`` first, as in the Flink upsert format) are undisturbed.
+
+Value format (ASCII, stable, readable by any S2 client)::
+
+    1 <writer-hash8> <epoch> <batch> <partition> <attempt> <chunk> <count>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["TAG_HEADER", "TAG_RESERVE_BYTES", "ChunkTag", "find_tag", "strip_tag"]
+
+TAG_HEADER: Final = b"@s2sink"
+"""Header name of a chunk tag."""
+
+_VERSION: Final = b"1"
+
+TAG_RESERVE_BYTES: Final = 128
+"""Metered bytes a chunk must leave free for its tag (2 + name + the longest value, rounded up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTag:
+    """Identity of one atomic append batch (a chunk) written by an exactly-once writer."""
+
+    writer: str
+    """8 hex chars: hash of the writer identity."""
+    epoch: int
+    """Run number of the writer (a new driver run gets a higher one)."""
+    batch: int
+    """Spark micro-batch id."""
+    partition: int
+    """Spark partition id (in recovery mode: the content-hash partition)."""
+    attempt: int
+    """Spark task attempt number."""
+    chunk: int
+    """Index of the chunk within this task attempt's appends to this stream."""
+    count: int
+    """Records in the chunk, this one included."""
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """The header ``(name, value)`` to append to the chunk's first record."""
+        fields = (self.epoch, self.batch, self.partition, self.attempt, self.chunk, self.count)
+        value = b" ".join((_VERSION, self.writer.encode(), *(str(f).encode() for f in fields)))
+        return (TAG_HEADER, value)
+
+    @classmethod
+    def decode(cls, value: bytes) -> ChunkTag | None:
+        """Parse a tag value; ``None`` if it is not a tag this version understands."""
+        parts = value.split(b" ")
+        if len(parts) != 8 or parts[0] != _VERSION:
+            return None
+        try:
+            nums = [int(p) for p in parts[2:]]
+            writer = parts[1].decode("ascii")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if len(writer) != 8 or any(n < 0 for n in nums) or nums[5] < 1:
+            return None
+        return cls(writer, nums[0], nums[1], nums[2], nums[3], nums[4], nums[5])
+
+
+def find_tag(headers: list[tuple[bytes, bytes]]) -> ChunkTag | None:
+    """The chunk tag among a record's headers, if any (the last ``@s2sink`` header wins)."""
+    for name, value in reversed(headers):
+        if name == TAG_HEADER:
+            return ChunkTag.decode(value)
+    return None
+
+
+def strip_tag(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers without chunk tags: what the user's encoder produced."""
+    return [(n, v) for n, v in headers if n != TAG_HEADER]

@@ -1,0 +1,173 @@
+"""Executor side of exactly-once delivery: chunk tags, token adoption and retry/replay subtraction.
+
+Three picklable objects travel in the `WritePlan` to every task of a micro-batch:
+
+- `Tagger` puts the ``@s2sink`` tag on the first record of each append.
+- `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this run may take
+  over the stream (empty token or an older run of ours: conditional fence, then re-send — a 412 means
+  nothing was applied), adopt it (a newer generation of this run, set by a retrying sibling task), or
+  must stop (`FencedError`: a newer run, or another writer).
+- `Dedupe` (the writer's recovery hook) is inert on the happy path (first attempt, normal batch). For a
+  task retry (attempt > 0) or a replay after a driver restart (``recovery=True``), on the first chunk for
+  each stream it (1) puts a barrier on the stream — a conditional fence to a newer generation (retry) or
+  to this run's epoch (replay), so appends still in flight from the failed attempt or the old run can no
+  longer land after it; (2) reads the stream back from the last committed position; (3) drops from
+  what it writes the multiset of fingerprints already there: those of this partition's earlier attempts
+  (retry: same partitioning within a run) or of every earlier write of this micro-batch (replay: the
+  batch was repartitioned by record content, so all copies of a record are in this one task).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from s2_sdk import Record
+
+from s2_sink import _runtime
+from s2_sink._exactly_once import _crashpoints
+from s2_sink._exactly_once._fencing import Token, fence_if_older, judge_current_token
+from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
+from s2_sink._exactly_once._readback import read_back
+from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES, ChunkTag
+from s2_sink._session_pool import get_pool
+from s2_sink.errors import WriteError
+
+if TYPE_CHECKING:
+    from s2_sink._partition_writer import ChunkInfo, PartitionContext, RecordFilter, WritePlan
+    from s2_sink.config import S2Config
+
+__all__ = ["TAG_RESERVE_BYTES", "Dedupe", "Tagger", "TokenKeeper"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Tagger:
+    """`ChunkTagger`: the ``@s2sink`` header of a chunk."""
+
+    writer: str
+    epoch: int
+
+    def __call__(self, ctx: PartitionContext, chunk: ChunkInfo) -> tuple[bytes, bytes]:
+        _crashpoints.hit("before_append", batch=ctx.batch_id, partition=ctx.partition_id, chunk=chunk.index)
+        tag = ChunkTag(
+            self.writer,
+            self.epoch,
+            ctx.batch_id,
+            ctx.partition_id,
+            ctx.attempt_number,
+            chunk.index,
+            chunk.record_count,
+        )
+        return tag.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenKeeper:
+    """Decides what to do when an append's fencing token is refused (see module docstring)."""
+
+    cfg: S2Config
+    token: str
+
+    async def __call__(self, stream: str, current: str) -> str:
+        mine = Token.parse(self.token)
+        assert mine is not None
+        adopt = judge_current_token(stream, current, mine)  # raises FencedError when we must stop
+        if adopt is not None:
+            return str(adopt)
+        s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        result = await fence_if_older(s2_stream, mine, current=current)
+        return str(result.token)
+
+
+@dataclass(slots=True)
+class _Filter:
+    """`RecordFilter` for one task: per stream, the fingerprints still to subtract (filled lazily)."""
+
+    hook: Dedupe
+    ctx: PartitionContext
+    pending: dict[str, Fingerprints] = field(default_factory=dict)
+    skipped: int = 0
+
+    def __call__(self, stream: str, records: list[Record]) -> list[Record]:
+        left = self.pending.get(stream)
+        if left is None:
+            left = self.pending[stream] = _runtime.run(self.hook.written_before(stream, self.ctx))
+        if not left:
+            return records
+        kept: list[Record] = []
+        for rec in records:
+            fp = fingerprint(stream, rec.headers, rec.body)
+            if left[fp] > 0:
+                left[fp] -= 1
+                self.skipped += 1
+            else:
+                kept.append(rec)
+        if len(kept) != len(records):
+            log.info(
+                "exactly-once: skipped %s already-written records stream=%s batch=%s partition=%s attempt=%s",
+                len(records) - len(kept),
+                stream,
+                self.ctx.batch_id,
+                self.ctx.partition_id,
+                self.ctx.attempt_number,
+            )
+        return kept
+
+
+@dataclass(frozen=True, slots=True)
+class Dedupe:
+    """`RecoveryHook` of an exactly-once micro-batch (see module docstring)."""
+
+    cfg: S2Config
+    token: str
+    writer: str
+    epoch: int
+    recovery: bool
+    """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
+    starts: dict[str, int]
+    """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
+
+    def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
+        _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
+        if ctx.attempt_number == 0 and not self.recovery:
+            return None
+        return _Filter(self, ctx)
+
+    async def written_before(self, stream: str, ctx: PartitionContext) -> Fingerprints:
+        """Barrier, then read back: the fingerprints of this micro-batch already in `stream`."""
+        mine = Token.parse(self.token)
+        assert mine is not None
+        s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        try:
+            fenced = await fence_if_older(s2_stream, mine, bump=ctx.attempt_number > 0)
+        except WriteError:
+            raise
+        batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
+
+        def match(tag: ChunkTag) -> bool:
+            if tag.batch != batch:
+                return False
+            if recovery:
+                return True
+            return tag.epoch == mine.epoch and tag.partition == partition
+
+        found = await read_back(s2_stream, writer=self.writer, start=self.starts.get(stream, 0), match=match)
+        log.info(
+            "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
+            "range=[%s,%s) found=%s records in %s chunks",
+            stream,
+            batch,
+            partition,
+            ctx.attempt_number,
+            recovery,
+            fenced.token,
+            found.start,
+            found.end,
+            sum(found.fingerprints.values()),
+            len(found.chunks),
+        )
+        return Counter(found.fingerprints)
