@@ -1,0 +1,155 @@
+"""Exactly-once building blocks against the lite server through the real SDK: ledger, fencing, read-back,
+coordinator. No Spark."""
+
+from __future__ import annotations
+
+import pytest
+from s2_sdk import AppendInput, FencingTokenMismatchError, Record
+
+from s2_sink import _runtime
+from s2_sink._exactly_once._coordinator import Coordinator
+from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
+from s2_sink._exactly_once._fingerprint import fingerprint
+from s2_sink._exactly_once._ledger import Ledger, ledger_stream_name
+from s2_sink._exactly_once._readback import read_back
+from s2_sink._exactly_once._tags import ChunkTag
+from s2_sink._session_pool import get_pool
+from s2_sink.errors import FencedError, WriterConflictError
+from s2_sink.lite import LiteServer
+from tests.faults._support import cfg_for, make_basin, read_all, run
+
+
+def _stream(cfg, name):  # type: ignore[no-untyped-def]
+    return get_pool().client(cfg).basin(cfg.basin).stream(name)
+
+
+def test_ledger_open_commit_and_reload(eo_server: LiteServer) -> None:
+    """A new ledger is empty; open/commit records carry the whole state, so a reload reads only the tail
+    record and gets epoch, committed batch and stream ends back."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "w1")
+        st = await led.load()
+        assert (st.kind, st.epoch, st.committed) == ("none", 0, -1)
+        await led.append(led.opened("run-a", "q1"))
+        await led.append(led.committed(0, {"events": 10}))
+        await led.append(led.committed(1, {"events": 25, "other": 3}))
+        again = Ledger(basin, "w1")
+        st2 = await again.load()
+        assert (st2.kind, st2.epoch, st2.committed, st2.query_id) == ("commit", 1, 1, "q1")
+        assert st2.ends == {"events": 25, "other": 3}
+
+    _runtime.run(go())
+    assert len(run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w1")))) == 3
+
+
+def test_ledger_second_driver_gets_writer_conflict(eo_server: LiteServer) -> None:
+    """Two drivers with the same writer identity: the one whose view of the ledger is stale fails with
+    WriterConflictError on its next (conditional) append instead of interleaving records."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        a, b = Ledger(basin, "w"), Ledger(basin, "w")
+        await a.load()
+        await a.append(a.opened("run-a", None))
+        await b.load()
+        await b.append(b.opened("run-b", None))
+        with pytest.raises(WriterConflictError, match="another driver"):
+            await a.append(a.committed(0, {}))
+
+    _runtime.run(go())
+
+
+def test_fence_if_older_rules(eo_server: LiteServer) -> None:
+    """Fencing: an empty token is taken over; an older run of ours is fenced over and its appends get 412;
+    a retry bumps the generation; a newer run or a foreign token is a FencedError and is left in place."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["s"]))
+    w = writer_hash("w")
+
+    async def go() -> None:
+        s = _stream(cfg, "s")
+        r1 = await fence_if_older(s, Token(1, 0, w))
+        assert r1.token == Token(1, 0, w)
+        assert r1.position is not None
+        r2 = await fence_if_older(s, Token(2, 0, w))
+        assert r2.token == Token(2, 0, w)
+        with pytest.raises(FencingTokenMismatchError):  # the old run is now a zombie
+            await s.append(AppendInput(records=[Record(b"x")], fencing_token=str(Token(1, 0, w))))
+        r3 = await fence_if_older(s, Token(2, 0, w), bump=True)
+        assert r3.token == Token(2, 1, w)
+        r4 = await fence_if_older(s, Token(2, 0, w))  # same run: adopt the newer generation, no append
+        assert r4.token == Token(2, 1, w)
+        assert r4.position is None
+        with pytest.raises(FencedError, match="newer run"):
+            await fence_if_older(s, Token(1, 0, w))
+        other = Token(9, 0, writer_hash("other"))
+        await fence_if_older(s, Token(3, 0, w))
+        await s.append(AppendInput(records=[Record(b"")], fencing_token=str(Token(3, 0, w))))
+        from s2_sdk import CommandRecord
+
+        await s.append(AppendInput(records=[CommandRecord.fence(str(other))]))
+        with pytest.raises(FencedError, match="not this writer"):
+            await fence_if_older(s, Token(4, 0, w))
+
+    _runtime.run(go())
+
+
+def test_read_back_collects_only_matching_chunks(eo_server: LiteServer) -> None:
+    """Read-back finds this writer's chunks by their tag and record count, ignores other writers' records
+    (even interleaved between chunks) and returns the fingerprint multiset of the matching chunks only."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["s"]))
+    w, other = writer_hash("w"), writer_hash("x")
+
+    def chunk(tag: ChunkTag, bodies: list[bytes]) -> AppendInput:
+        recs = [Record(b, [(b"h", b"v")]) for b in bodies]
+        recs[0] = Record(recs[0].body, [tag.encode(), *recs[0].headers])
+        return AppendInput(records=recs)
+
+    async def go() -> None:
+        s = _stream(cfg, "s")
+        await s.append(AppendInput(records=[Record(b"before")]))
+        start = (await s.check_tail()).seq_num
+        await s.append(chunk(ChunkTag(w, 1, 7, 0, 0, 0, 3), [b"a", b"b", b"a"]))
+        await s.append(AppendInput(records=[Record(b"plain-1"), Record(b"plain-2")]))
+        await s.append(chunk(ChunkTag(w, 1, 7, 1, 0, 0, 2), [b"c", b"d"]))
+        await s.append(chunk(ChunkTag(other, 1, 7, 0, 0, 0, 2), [b"e", b"f"]))
+        await s.append(chunk(ChunkTag(w, 1, 8, 0, 0, 0, 1), [b"g"]))
+        got = await read_back(s, writer=w, start=start, match=lambda t: t.batch == 7 and t.partition == 0)
+        fp = lambda b: fingerprint("s", [(b"h", b"v")], b)  # noqa: E731
+        assert dict(got.fingerprints) == {fp(b"a"): 2, fp(b"b"): 1}
+        all7 = await read_back(s, writer=w, start=start, match=lambda t: t.batch == 7)
+        assert sum(all7.fingerprints.values()) == 5
+        assert len(all7.chunks) == 2
+
+    _runtime.run(go())
+
+
+def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: LiteServer) -> None:
+    """The coordinator plans new batches, returns None for a batch the ledger already committed (a replay
+    after Spark lost its commit), flags the first batch of a restarted run as recovery, and refuses batch
+    ids that went backwards (a deleted checkpoint) with a WriterConflictError asking for a new writer_id."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    c1 = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
+    p0 = c1.begin_batch(0)
+    assert p0 is not None
+    assert not p0.recovery
+    assert p0.epoch == 1
+    c1.commit_batch(0, {"events": 5})
+    p1 = c1.begin_batch(1)
+    assert p1 is not None
+    c1.commit_batch(1, {"events": 9})
+
+    c2 = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])  # driver restart
+    assert c2.begin_batch(1) is None  # ledger has it: write nothing
+    p2 = c2.begin_batch(2)
+    assert p2 is not None
+    assert p2.recovery  # the old run may have written part of batch 2
+    assert p2.epoch == 2
+    assert p2.dedupe.starts == {"events": 9}
+
+    c3 = Coordinator(cfg, "wid", query_id="q-new", static_streams=["events"])  # checkpoint deleted
+    with pytest.raises(WriterConflictError, match="new writer_id"):
+        c3.begin_batch(0)
