@@ -220,6 +220,9 @@ class H2Protocol(asyncio.Protocol):
                 sc.ENABLE_CONNECT_PROTOCOL: 0,
             },
         )
+        # Replacing local_settings (rather than update_settings) sends them in the preface; the frame-size
+        # limit that h2 enforces is only derived from an ack of an update, so set it to match.
+        self.h2.max_inbound_frame_size = _MAX_FRAME
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(_WINDOW)
         self.flush()

@@ -31,7 +31,8 @@ def test_unary_append_then_read_back(lite: LiteServer, basin: str) -> None:
 
 
 def test_pipelined_session_and_producer_ack_in_order(lite: LiteServer, basin: str) -> None:
-    """An append session acks each pipelined batch in order; a producer with match_seq_num continues after it."""
+    """
+    An append session acks each pipelined batch in order; a producer with match_seq_num continues after it."""
 
     async def main() -> None:
         async with client(lite) as s2:
