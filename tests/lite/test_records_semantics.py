@@ -1,0 +1,282 @@
+"""Record semantics through the official SDK: reads, 416, fencing, match_seq_num, commands, timestamps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from s2_sdk import (
+    AppendInput,
+    BasinConfig,
+    CommandRecord,
+    FencingTokenMismatchError,
+    ReadLimit,
+    ReadUnwrittenError,
+    Record,
+    S2ServerError,
+    SeqNum,
+    SeqNumMismatchError,
+    StreamConfig,
+    TailOffset,
+    Timestamp,
+    Timestamping,
+    TimestampingMode,
+)
+
+from s2_sink.lite import LiteServer
+from s2_sink.testing import fresh_basin
+from tests.lite._sdk import client, run
+
+
+def _recs(n: int, prefix: bytes = b"r", ts: int | None = None) -> list[Record]:
+    return [Record(prefix + b"%d" % i, timestamp=ts) for i in range(n)]
+
+
+def test_read_starts_by_seq_num_timestamp_and_tail_offset(lite: LiteServer, basin: str) -> None:
+    """seq_num, timestamp and tail_offset starts resolve to the right first record."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=[Record(b"a", timestamp=10), Record(b"b", timestamp=20)]))
+            await st.append(AppendInput(records=[Record(b"c", timestamp=30)]))
+            assert [r.body for r in (await st.read(start=SeqNum(1))).records] == [b"b", b"c"]
+            assert [r.body for r in (await st.read(start=Timestamp(15))).records] == [b"b", b"c"]
+            assert [r.body for r in (await st.read(start=Timestamp(30))).records] == [b"c"]
+            assert [r.body for r in (await st.read(start=TailOffset(2))).records] == [b"b", b"c"]
+            assert [r.body for r in (await st.read(start=TailOffset(99))).records] == [b"a", b"b", b"c"]
+            assert [r.timestamp for r in (await st.read(start=SeqNum(0))).records] == [10, 20, 30]
+
+    run(main())
+
+
+def test_read_limits_count_bytes_until(lite: LiteServer, basin: str) -> None:
+    """count and (metered) bytes limits and the exclusive until timestamp bound a unary read."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=[Record(b"x" * 92, timestamp=t) for t in range(1, 11)]))
+            assert len((await st.read(start=SeqNum(0), limit=ReadLimit(count=3))).records) == 3
+            # Each record meters 8 + 92 = 100 bytes.
+            assert len((await st.read(start=SeqNum(0), limit=ReadLimit(bytes=350))).records) == 3
+            got = await st.read(start=SeqNum(0), until_timestamp=5)
+            assert [r.timestamp for r in got.records] == [1, 2, 3, 4]
+            got = await st.read(start=SeqNum(8), limit=ReadLimit(count=100))
+            assert [r.seq_num for r in got.records] == [8, 9]
+            assert got.tail is not None
+            assert got.tail.seq_num == 10
+
+    run(main())
+
+
+def test_unary_read_caps_at_1000_records(lite: LiteServer, basin: str) -> None:
+    """A unary read returns at most 1000 records even when more are asked for."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            for _ in range(3):
+                await st.append(AppendInput(records=_recs(1000)))
+            got = await st.read(start=SeqNum(500), limit=ReadLimit(count=5000))
+            assert [r.seq_num for r in got.records] == list(range(500, 1500))
+
+    run(main())
+
+
+def test_416_rules(lite: LiteServer, basin: str) -> None:
+    """Beyond the tail is 416 unless clamped; at the tail a read that cannot wait is 416, clamped or not."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=_recs(3)))
+            with pytest.raises(ReadUnwrittenError) as beyond:
+                await st.read(start=SeqNum(10))
+            assert beyond.value.tail.seq_num == 3
+            with pytest.raises(ReadUnwrittenError):
+                await st.read(start=SeqNum(3))
+            with pytest.raises(ReadUnwrittenError):
+                await st.read(start=SeqNum(10), clamp_to_tail=True)
+            with pytest.raises(ReadUnwrittenError):
+                await st.read(start=TailOffset(0))
+            t0 = time.monotonic()
+            empty = await st.read(start=SeqNum(10), clamp_to_tail=True, wait=1)
+            assert empty.records == []
+            assert time.monotonic() - t0 >= 0.9
+
+    run(main())
+
+
+def test_long_poll_returns_when_records_arrive(lite: LiteServer, basin: str) -> None:
+    """A unary read at the tail with wait returns as soon as an append lands."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=_recs(1)))
+
+            async def later() -> None:
+                await asyncio.sleep(0.3)
+                await st.append(AppendInput(records=[Record(b"late")]))
+
+            task = asyncio.create_task(later())
+            t0 = time.monotonic()
+            got = await st.read(start=SeqNum(1), wait=4)
+            await task
+            assert [r.body for r in got.records] == [b"late"]
+            assert time.monotonic() - t0 < 3
+
+    run(main())
+
+
+def test_match_seq_num_and_fencing_tokens(lite: LiteServer, basin: str) -> None:
+    """match_seq_num must equal the tail (412 SeqNumMismatchError); fence records set the token that appends
+    must carry (412 FencingTokenMismatchError), appends without a token pass, an empty fence clears it."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=_recs(2), match_seq_num=0))
+            with pytest.raises(SeqNumMismatchError) as sm:
+                await st.append(AppendInput(records=_recs(1), match_seq_num=0))
+            assert sm.value.expected_seq_num == 2
+            await st.append(AppendInput(records=[CommandRecord.fence("tok-1")]))
+            with pytest.raises(FencingTokenMismatchError) as fm:
+                await st.append(AppendInput(records=_recs(1), fencing_token="other"))
+            assert fm.value.expected_fencing_token == "tok-1"
+            ack = await st.append(AppendInput(records=_recs(1), fencing_token="tok-1"))
+            assert ack.start.seq_num == 3
+            await st.append(AppendInput(records=_recs(1)))
+            # A fence takes effect at its own position: records after it in the same batch are already fenced.
+            await st.append(
+                AppendInput(records=[CommandRecord.fence("tok-2"), Record(b"x")], fencing_token="tok-1")
+            )
+            with pytest.raises(FencingTokenMismatchError):
+                await st.append(AppendInput(records=_recs(1), fencing_token="tok-1"))
+            await st.append(AppendInput(records=[CommandRecord.fence("")], fencing_token="tok-2"))
+            await st.append(AppendInput(records=_recs(1), fencing_token=""))
+            assert (await st.check_tail()).seq_num == 9
+            got = await st.read(start=SeqNum(0), ignore_command_records=True)
+            assert len(got.records) == 6
+            assert all(not r.is_command_record() for r in got.records)
+
+    run(main())
+
+
+def test_trim_hides_earlier_records(lite: LiteServer, basin: str) -> None:
+    """A trim command record makes records before its target unreadable; reads start at the trim point."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=_recs(5)))
+            await st.append(AppendInput(records=[CommandRecord.trim(3)]))
+            got = await st.read(start=SeqNum(0))
+            assert [r.seq_num for r in got.records] == [3, 4, 5]
+            assert got.records[-1].is_command_record()
+            # A trim point beyond the trim record itself is capped just after it.
+            await st.append(AppendInput(records=[CommandRecord.trim(1000)]))
+            got = await st.read(start=SeqNum(0), clamp_to_tail=True, wait=1)
+            assert [r.seq_num for r in got.records] == []
+
+    run(main())
+
+
+def test_invalid_command_records_are_422(lite: LiteServer, basin: str) -> None:
+    """Unknown commands, over-long fencing tokens and empty header names mixed with others are 422 invalid."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            bad = [
+                Record(b"", headers=[(b"", b"nope")]),
+                Record(b"x" * 37, headers=[(b"", b"fence")]),
+                Record(b"1234", headers=[(b"", b"trim")]),
+                Record(b"x", headers=[(b"", b"fence"), (b"k", b"v")]),
+                Record(b"x", headers=[(b"", b"v"), (b"", b"v")]),
+            ]
+            for rec in bad:
+                with pytest.raises(S2ServerError) as err:
+                    await st.append(AppendInput(records=[Record(b"ok"), rec]))
+                assert (err.value.status_code, err.value.code) == (422, "invalid")
+            # Nothing of the rejected batches was applied.
+            assert (await st.check_tail()).seq_num == 0
+
+    run(main())
+
+
+def test_timestamps_client_prefer_capped_and_monotonic(lite: LiteServer, basin: str) -> None:
+    """client-prefer: missing timestamps get arrival time, future ones are capped at arrival, and timestamps
+    never decrease."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            before = int(time.time() * 1000)
+            ack = await st.append(AppendInput(records=[Record(b"a"), Record(b"b", timestamp=2**50)]))
+            after = int(time.time() * 1000)
+            got = (await st.read(start=SeqNum(0))).records
+            assert before <= got[0].timestamp <= after
+            assert before <= got[1].timestamp <= after
+            await st.append(AppendInput(records=[Record(b"c", timestamp=5)]))
+            got = (await st.read(start=SeqNum(0))).records
+            assert got[2].timestamp == got[1].timestamp == ack.end.timestamp
+
+    run(main())
+
+
+def test_timestamps_uncapped_client_require_and_arrival(lite: LiteServer) -> None:
+    """uncapped keeps future client timestamps; client-require rejects a missing one (422); arrival ignores
+    client timestamps."""
+    name = fresh_basin(lite.endpoint)
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            b = s2.basin(name)
+            await b.create_stream(
+                "unc",
+                config=StreamConfig(
+                    timestamping=Timestamping(mode=TimestampingMode.CLIENT_PREFER, uncapped=True)
+                ),
+            )
+            await b.create_stream(
+                "req", config=StreamConfig(timestamping=Timestamping(mode=TimestampingMode.CLIENT_REQUIRE))
+            )
+            await b.create_stream(
+                "arr", config=StreamConfig(timestamping=Timestamping(mode=TimestampingMode.ARRIVAL))
+            )
+            await b.stream("unc").append(AppendInput(records=[Record(b"a", timestamp=2**50)]))
+            assert (await b.stream("unc").read(start=SeqNum(0))).records[0].timestamp == 2**50
+            with pytest.raises(S2ServerError) as err:
+                await b.stream("req").append(AppendInput(records=[Record(b"a", timestamp=1), Record(b"b")]))
+            assert (err.value.status_code, err.value.code) == (422, "invalid")
+            await b.stream("req").append(AppendInput(records=[Record(b"a", timestamp=7)]))
+            assert (await b.stream("req").read(start=SeqNum(0))).records[0].timestamp == 7
+            await b.stream("arr").append(AppendInput(records=[Record(b"a", timestamp=7)]))
+            assert (await b.stream("arr").read(start=SeqNum(0))).records[0].timestamp > 10**12
+
+    run(main())
+
+
+def test_create_stream_on_append_and_on_read(lite: LiteServer) -> None:
+    """Without auto-create an append to a missing stream is 404; create_stream_on_append/on_read create it."""
+    plain = fresh_basin(lite.endpoint, create_stream_on_append=False)
+    on_read = fresh_basin(lite.endpoint, create_stream_on_append=False, create_stream_on_read=True)
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            with pytest.raises(S2ServerError) as err:
+                await s2.basin(plain).stream("s").append(AppendInput(records=_recs(1)))
+            assert (err.value.status_code, err.value.code) == (404, "stream_not_found")
+            with pytest.raises(S2ServerError):
+                await s2.basin(plain).stream("s").check_tail()
+            tail = await s2.basin(on_read).stream("r").check_tail()
+            assert tail.seq_num == 0
+            assert [s.name for s in (await s2.basin(on_read).list_streams()).items] == ["r"]
+            await s2.reconfigure_basin(plain, config=BasinConfig(create_stream_on_append=True))
+            ack = await s2.basin(plain).stream("s").append(AppendInput(records=_recs(2)))
+            assert ack.end.seq_num == 2
+
+    run(main())
