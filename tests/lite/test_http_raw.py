@@ -1,0 +1,149 @@
+"""Raw HTTP/2 against the lite server (httpx, h2c prior knowledge): JSON, limits, auth, routing, errors."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from s2_sdk import AppendInput, Record, S2ServerError, SeqNum
+from s2_sdk._generated.s2.v1 import s2_pb2 as pb
+
+from s2_sink.lite import LiteServer
+from tests.lite._sdk import client, run
+
+
+@pytest.fixture
+def http(lite: LiteServer) -> Iterator[httpx.Client]:
+    """A prior-knowledge HTTP/2 client for the session server."""
+    with httpx.Client(http1=False, http2=True, base_url=lite.endpoint, timeout=10.0) as c:
+        yield c
+
+
+def test_ping_and_health(http: httpx.Client) -> None:
+    """GET /ping and GET /health answer 200 OK over HTTP/2."""
+    for path in ("/ping", "/health"):
+        resp = http.get(path)
+        assert (resp.status_code, resp.text, resp.http_version) == (200, "OK", "HTTP/2")
+
+
+def test_json_append_and_read_raw_and_base64(http: httpx.Client, basin: str) -> None:
+    """JSON appends and reads work in both s2-format raw (UTF-8 text) and base64 (binary)."""
+    h = {"s2-basin": basin}
+    resp = http.post(
+        "/v1/streams/j%2Fson/records",
+        headers=h,
+        json={"records": [{"body": "héllo", "headers": [["k", "v"]], "timestamp": 5}]},
+    )
+    assert resp.status_code == 200, resp.text
+    ack = resp.json()
+    assert ack["start"]["seq_num"] == 0
+    assert ack["end"]["seq_num"] == 1
+    assert ack["tail"]["seq_num"] == 1
+    binary = bytes(range(256))
+    resp = http.post(
+        "/v1/streams/j%2Fson/records",
+        headers={**h, "s2-format": "base64"},
+        json={"records": [{"body": base64.b64encode(binary).decode()}], "match_seq_num": 1},
+    )
+    assert resp.status_code == 200, resp.text
+    got = http.get("/v1/streams/j%2Fson/records", params={"seq_num": 0}, headers=h).json()
+    assert got["records"][0] == {"seq_num": 0, "timestamp": 5, "headers": [["k", "v"]], "body": "héllo"}
+    got = http.get(
+        "/v1/streams/j%2Fson/records", params={"seq_num": 1}, headers={**h, "s2-format": "base64"}
+    ).json()
+    assert base64.b64decode(got["records"][0]["body"]) == binary
+    assert got["tail"]["seq_num"] == 2
+    resp = http.post(
+        "/v1/streams/j%2Fson/records", headers=h, json={"records": [{"body": "x"}], "match_seq_num": 0}
+    )
+    assert (resp.status_code, resp.json()) == (412, {"seq_num_mismatch": 2})
+    tail = http.get("/v1/streams/j%2Fson/records/tail", headers=h).json()
+    assert tail["tail"]["seq_num"] == 2
+
+
+def test_percent_encoded_slash_is_part_of_the_stream_name(http: httpx.Client, basin: str) -> None:
+    """%2F in a path segment is a character of the stream name, never a separator."""
+    h = {"s2-basin": basin}
+    assert (
+        http.post("/v1/streams/a%2Fb/records", headers=h, json={"records": [{"body": "1"}]}).status_code
+        == 200
+    )
+    streams = http.get("/v1/streams", headers=h).json()["streams"]
+    assert [s["name"] for s in streams] == ["a/b"]
+    assert http.get("/v1/streams/a/b", headers=h).status_code == 404
+
+
+def _proto_append(http: httpx.Client, basin: str, inp: pb.AppendInput) -> httpx.Response:
+    return http.post(
+        "/v1/streams/limits/records",
+        headers={
+            "s2-basin": basin,
+            "content-type": "application/x-protobuf",
+            "accept": "application/x-protobuf",
+        },
+        content=inp.SerializeToString(),
+    )
+
+
+def test_batch_and_record_limits_are_422(http: httpx.Client, basin: str) -> None:
+    """0 or 1001 records, more than 1 MiB metered per batch or per record, and empty header names are 422."""
+    too_many = pb.AppendInput(records=[pb.AppendRecord(body=b"x") for _ in range(1001)])
+    too_big = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * 600_000) for _ in range(2)])
+    big_record = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * (1024 * 1024))])
+    empty_name = pb.AppendInput(
+        records=[pb.AppendRecord(body=b"x", headers=[pb.Header(name=b"", value=b"v")] * 2)]
+    )
+    for inp in (pb.AppendInput(), too_many, too_big, big_record, empty_name):
+        resp = _proto_append(http, basin, inp)
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["code"] == "invalid"
+    exactly = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * (1024 * 1024 - 8))])
+    resp = _proto_append(http, basin, exactly)
+    assert resp.status_code == 200, resp.text
+    assert pb.AppendAck.FromString(resp.content).end.seq_num == 1
+
+
+def test_malformed_requests_are_400(http: httpx.Client, basin: str) -> None:
+    """A missing s2-basin header, junk protobuf, junk JSON and a bad query are 400 with the matching code."""
+    assert http.get("/v1/streams").json()["code"] == "bad_header"
+    resp = http.post(
+        "/v1/streams/x/records",
+        headers={"s2-basin": basin, "content-type": "application/x-protobuf"},
+        content=b"\xff\xff\xff",
+    )
+    assert (resp.status_code, resp.json()["code"]) == (400, "bad_proto")
+    resp = http.post("/v1/basins", content=b"{nope", headers={"content-type": "application/json"})
+    assert (resp.status_code, resp.json()["code"]) == (400, "bad_json")
+    resp = http.get("/v1/streams/x/records", params={"seq_num": "abc"}, headers={"s2-basin": basin})
+    assert (resp.status_code, resp.json()["code"]) == (400, "bad_query")
+
+
+def test_unsupported_resources_are_501(http: httpx.Client) -> None:
+    """Access tokens, metrics and locations answer 501 not_implemented, like s2-lite."""
+    for path in ("/v1/access-tokens", "/v1/metrics", "/v1/locations"):
+        resp = http.get(path)
+        assert (resp.status_code, resp.json()["code"]) == (501, "not_implemented")
+
+
+def test_token_protected_server_rejects_other_tokens_with_401() -> None:
+    """With a token configured, the SDK with a different token gets 401 authn; the right token works."""
+    with LiteServer(token="secret-1") as srv:
+
+        async def main() -> None:
+            async with client(srv, token="wrong") as s2:
+                with pytest.raises(S2ServerError) as err:
+                    await s2.list_basins()
+                assert (err.value.status_code, err.value.code) == (401, "authn")
+            async with client(srv, token="secret-1") as s2:
+                await s2.create_basin("auth-basin-1")
+                st = s2.basin("auth-basin-1").stream("s")
+                await s2.basin("auth-basin-1").create_stream("s")
+                await st.append(AppendInput(records=[Record(b"ok")]))
+                assert (await st.read(start=SeqNum(0))).records[0].body == b"ok"
+
+        run(main())
+        with httpx.Client(http1=False, http2=True, base_url=srv.endpoint) as c:
+            assert c.get("/ping").status_code == 200
+            assert c.get("/v1/basins").status_code == 401
