@@ -1,0 +1,316 @@
+"""`S2Writer`: the ``foreachBatch`` sink that appends each micro-batch to S2, partition-parallel.
+
+Per micro-batch, on the driver:
+
+1. the encoder projects the batch into the record frame (JVM-side, Spark Connect compatible), the
+   routing rule adds the target-stream column, and ``on_error="dlq"`` adds the original payload of
+   rows that cannot be encoded;
+2. the delivery mode turns the batch into a `WritePlan` (exactly-once adds fencing, chunk tags and a
+   recovery hook, and may skip or repartition a batch);
+3. one ``mapInArrow`` job appends every partition through the executors' pooled sessions and returns
+   small result rows — the batch DataFrame is evaluated exactly once;
+4. the delivery mode commits, and the metrics are aggregated, kept, logged and passed to ``on_metrics``.
+
+The writer is a plain picklable object: under Spark Connect ``foreachBatch`` pickles it to the
+server's Python worker, so ``last_metrics``/``history`` live there (use ``on_metrics`` or the log).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from s2_sink import _runtime
+from s2_sink._metrics import BatchMetrics, aggregate
+from s2_sink._partition_writer import (
+    BODY,
+    ERROR,
+    HEADERS,
+    KEY,
+    RESULT_DDL,
+    TIMESTAMP,
+    OnError,
+    WritePlan,
+    map_partition,
+)
+from s2_sink._routing import STREAM_COLUMN, Routing
+from s2_sink._session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
+
+if TYPE_CHECKING:
+    from s2_sink.encoders import Encoder
+
+__all__ = ["Delivery", "S2Writer"]
+
+log = logging.getLogger(__name__)
+
+Delivery = Literal["exactly-once", "at-least-once"]
+
+PAYLOAD_COLUMN = "_s2_payload"
+"""Frame column with a bad row's original payload (JSON of the input row), only under ``on_error="dlq"``."""
+
+_FRAME_TYPES = {
+    HEADERS: "array<struct<name:binary,value:binary>>",
+    TIMESTAMP: "bigint",
+    KEY: "binary",
+    ERROR: "string",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchJob:
+    """One micro-batch as the delivery mode sees it: the frame to write and the plan to write it with."""
+
+    batch_id: int
+    frame: DataFrame
+    plan: WritePlan
+
+
+class DeliveryMode(Protocol):
+    """How a micro-batch is planned and committed (at-least-once here; exactly-once in ``_exactly_once``).
+
+    ``prepare`` runs on the driver before the write job and returns the job to run (possibly with a
+    changed plan or a repartitioned frame), or ``None`` when the batch must not be written again
+    (already committed). ``commit`` runs after every task succeeded, with the aggregated metrics.
+    Both may raise `S2SinkError` subclasses; they run in the ``foreachBatch`` caller's process.
+    """
+
+    name: str
+
+    def prepare(self, writer: S2Writer, job: BatchJob) -> BatchJob | None: ...
+
+    def commit(self, writer: S2Writer, job: BatchJob, metrics: BatchMetrics) -> None: ...
+
+
+class AtLeastOnce:
+    """Every row is appended at least once; session and task retries may duplicate records."""
+
+    name = "at-least-once"
+
+    def prepare(self, writer: S2Writer, job: BatchJob) -> BatchJob | None:
+        """The job unchanged."""
+        return job
+
+    def commit(self, writer: S2Writer, job: BatchJob, metrics: BatchMetrics) -> None:
+        """Nothing to record."""
+
+
+class S2Writer:
+    """``foreachBatch`` sink appending each micro-batch to S2. A picklable callable ``(batch_df, batch_id)``.
+
+    Example::
+
+        cfg = S2Config(basin="my-basin", stream="events", access_token=token)
+        query = df.writeStream.foreachBatch(S2Writer(cfg, delivery="at-least-once")).start()
+
+    Args:
+        cfg: where and how to append (validated already).
+        encoder: turns rows into records (``InsertEncoder``/``UpsertEncoder``); default ``InsertEncoder()``
+            (JSON rows). A batch that already is a record frame (has ``_s2_body``) may pass
+            ``encoder=None`` and is written as is.
+        stream_column: route each row to the stream named by this column, or by a template over
+            columns such as ``"events/{region}"``. Default: every row to ``cfg.stream``.
+        shards: route by a stable hash of the record key to ``{cfg.stream}/0`` .. ``/{shards-1}``.
+        partition_by_key: repartition the batch by (target stream, key) first, so each key is written
+            by one task and keeps its order within the batch.
+        on_error: bad rows (cannot be encoded, null target, over 1 MiB): ``"fail"`` the batch (default),
+            ``"skip"`` them (counted) or send them to ``dlq_stream`` (``"dlq"``, counted).
+        dlq_stream: the dead-letter stream for ``on_error="dlq"``.
+        delivery: ``"exactly-once"`` (default) or ``"at-least-once"``.
+        writer_id: identity of an exactly-once writer (default: the streaming query id).
+        on_metrics: called with each batch's `BatchMetrics` after it is written.
+        create_streams: create missing target streams; default ``cfg.create_streams``.
+        history_size: how many `BatchMetrics` ``history`` keeps.
+    """
+
+    def __init__(
+        self,
+        cfg: S2Config,
+        encoder: Encoder | None = None,
+        *,
+        stream_column: str | None = None,
+        shards: int | None = None,
+        partition_by_key: bool = False,
+        on_error: OnError = "fail",
+        dlq_stream: str | None = None,
+        delivery: Delivery = "exactly-once",
+        writer_id: str | None = None,
+        on_metrics: Callable[[BatchMetrics], Any] | None = None,
+        create_streams: bool | None = None,
+        history_size: int = 100,
+    ) -> None:
+        if not isinstance(cfg, S2Config):
+            raise ConfigError(f"cfg must be an S2Config, got {type(cfg).__name__}")
+        if create_streams is not None:
+            if not isinstance(create_streams, bool):
+                raise ConfigError(f"create_streams must be a bool, got {create_streams!r}")
+            cfg = cfg.replace(create_streams=create_streams)
+        if on_error not in ("fail", "skip", "dlq"):
+            raise ConfigError(f"on_error must be 'fail', 'skip' or 'dlq', got {on_error!r}")
+        if on_error == "dlq" and not dlq_stream:
+            raise ConfigError("on_error='dlq' needs dlq_stream, the dead-letter stream name")
+        if dlq_stream is not None and on_error != "dlq":
+            raise ConfigError(f"dlq_stream={dlq_stream!r} is only used with on_error='dlq', got {on_error!r}")
+        if dlq_stream is not None and (
+            not isinstance(dlq_stream, str) or not 1 <= len(dlq_stream.encode()) <= 512
+        ):
+            raise ConfigError(f"dlq_stream must be a stream name of 1-512 bytes, got {dlq_stream!r}")
+        if not isinstance(partition_by_key, bool):
+            raise ConfigError(f"partition_by_key must be a bool, got {partition_by_key!r}")
+        if on_metrics is not None and not callable(on_metrics):
+            raise ConfigError(f"on_metrics must be callable, got {on_metrics!r}")
+        if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 1:
+            raise ConfigError(f"history_size must be a positive integer, got {history_size!r}")
+        self.cfg = cfg
+        self.encoder = encoder
+        self.routing = Routing.build(stream=cfg.stream, stream_column=stream_column, shards=shards)
+        self.partition_by_key = partition_by_key
+        self.on_error: OnError = on_error
+        self.dlq_stream = dlq_stream
+        self.writer_id = writer_id
+        self.on_metrics = on_metrics
+        self.delivery = delivery
+        self.mode: DeliveryMode = self._delivery_mode(delivery)
+        self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
+        self.last_metrics: BatchMetrics | None = None
+
+    def _delivery_mode(self, delivery: str) -> DeliveryMode:
+        if delivery == "at-least-once":
+            return AtLeastOnce()
+        if delivery == "exactly-once":
+            raise ConfigError(
+                "delivery='exactly-once' is not available in this build yet; pass delivery='at-least-once'"
+            )
+        raise ConfigError(f"delivery must be 'exactly-once' or 'at-least-once', got {delivery!r}")
+
+    def __repr__(self) -> str:
+        return (
+            f"S2Writer(cfg={self.cfg!r}, encoder={self.encoder!r}, routing={self.routing!r}, "
+            f"on_error={self.on_error!r}, dlq_stream={self.dlq_stream!r}, delivery={self.delivery!r})"
+        )
+
+    # -- driver side -----------------------------------------------------------------------------------
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        """Write one micro-batch (the ``foreachBatch`` entry point)."""
+        started = time.monotonic()
+        frame = self.frame(batch_df)
+        job = self.mode.prepare(self, BatchJob(batch_id, frame, self.plan(batch_id)))
+        if job is None:
+            log.info("s2 batch=%s already committed; nothing written", batch_id)
+            return
+        self._create_known_streams()
+        out = job.frame
+        if self.partition_by_key:
+            out = out.repartition(STREAM_COLUMN, KEY) if self.routing.routed else out.repartition(KEY)
+        try:
+            rows = out.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()
+        except S2SinkError:
+            raise
+        except Exception as exc:
+            raise _translate(exc) from exc
+        metrics = aggregate(
+            batch_id, [r.asDict() for r in rows], time.monotonic() - started, delivery=self.mode.name
+        )
+        self.mode.commit(self, job, metrics)
+        self._publish(metrics)
+
+    def frame(self, batch_df: DataFrame) -> DataFrame:
+        """The record frame to write for `batch_df`: frame columns, plus the target stream when routed
+        and the original payload under ``on_error="dlq"``. Validates the schema (ConfigError)."""
+        schema: StructType = batch_df.schema
+        self.routing.validate(schema)
+        names = schema.fieldNames()
+        keep = list(self.routing.source_columns())
+        if self.on_error == "dlq":
+            keep += [c for c in names if c not in keep]
+        if self.encoder is None and BODY in names:
+            frame = batch_df
+            for col, ddl in _FRAME_TYPES.items():
+                if col not in names:
+                    frame = frame.withColumn(col, F.lit(None).cast(ddl))
+        else:
+            encoder = self.encoder if self.encoder is not None else _default_encoder()
+            frame = encoder.project(batch_df, keep=keep, exclude=self.routing.body_exclusions())
+        cols = [F.col(BODY), F.col(HEADERS), F.col(TIMESTAMP), F.col(KEY), F.col(ERROR)]
+        if self.routing.routed:
+            cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
+        if self.on_error == "dlq":
+            row_json = F.to_json(F.struct(*[F.col(_quote(c)) for c in names])).cast("binary")
+            cols.append(F.when(F.col(ERROR).isNotNull(), row_json).alias(PAYLOAD_COLUMN))
+        return frame.select(*cols)
+
+    def plan(self, batch_id: int) -> WritePlan:
+        """The at-least-once plan of micro-batch `batch_id` (delivery modes may extend it)."""
+        return WritePlan(
+            cfg=self.cfg,
+            batch_id=batch_id,
+            stream=None if self.routing.routed else self.routing.stream,
+            stream_column=STREAM_COLUMN if self.routing.routed else None,
+            on_error=self.on_error,
+            dlq_stream=self.dlq_stream,
+            payload_column=PAYLOAD_COLUMN if self.on_error == "dlq" else None,
+        )
+
+    def _create_known_streams(self) -> None:
+        if not self.cfg.create_streams:
+            return
+        streams = list(self.routing.known_streams() or [])
+        if self.dlq_stream is not None:
+            streams.append(self.dlq_stream)
+        if streams:
+            _runtime.run(_ensure_streams(self.cfg, streams))
+
+    def _publish(self, metrics: BatchMetrics) -> None:
+        self.last_metrics = metrics
+        self.history.append(metrics)
+        log.info("%s", metrics.log_line())
+        if self.on_metrics is not None:
+            self.on_metrics(metrics)
+
+
+async def _ensure_streams(cfg: S2Config, streams: list[str]) -> None:
+    pool = get_pool()
+    for stream in streams:
+        await pool.ensure_stream(cfg, stream)
+
+
+def _default_encoder() -> Encoder:
+    from s2_sink.encoders import InsertEncoder  # noqa: PLC0415 - encoders import Spark helpers lazily
+
+    return InsertEncoder()
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+_ERROR_CLASSES: dict[str, type[S2SinkError]] = {
+    "FencedError": FencedError,
+    "WriteError": WriteError,
+    "EncodeError": EncodeError,
+    "CommitError": CommitError,
+    "ConfigError": ConfigError,
+}
+_ERROR_RE = re.compile(
+    r"(?:s2_sink\.errors\.)?\b(FencedError|WriteError|EncodeError|CommitError|ConfigError): ([^\n]+)"
+)
+
+
+def _translate(exc: Exception) -> Exception:
+    """Turn a Spark job failure caused by one of our executor-side errors back into that error type."""
+    match = _ERROR_RE.search(str(exc))
+    if match is None:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return WriteError(f"the write job failed: {type(exc).__name__}: {first_line}")
+    return _ERROR_CLASSES[match.group(1)](match.group(2).strip())
