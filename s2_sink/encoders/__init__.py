@@ -1,0 +1,41 @@
+"""Where rows become S2 records: columnar encoders (JVM-side ``project`` and Arrow-side ``encode_arrow``),
+the matching decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
+"""
+
+from __future__ import annotations
+
+from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._frame import (
+    BODY,
+    ERROR,
+    FRAME_COLUMNS,
+    FRAME_DDL,
+    HEADERS,
+    KEY,
+    MAX_RECORD_BYTES,
+    TIMESTAMP,
+    raise_for_errors,
+)
+from s2_sink.encoders._insert import InsertEncoder
+from s2_sink.encoders._jvm import JSON_OPTIONS
+from s2_sink.encoders._metered import metered_bytes
+from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER, UpsertEncoder
+
+__all__ = [
+    "ACTION_HEADER",
+    "BODY",
+    "ERROR",
+    "FRAME_COLUMNS",
+    "FRAME_DDL",
+    "HEADERS",
+    "JSON_OPTIONS",
+    "KEY",
+    "KEY_HEADER",
+    "MAX_RECORD_BYTES",
+    "TIMESTAMP",
+    "Encoder",
+    "InsertEncoder",
+    "UpsertEncoder",
+    "metered_bytes",
+    "raise_for_errors",
+]

@@ -1,0 +1,88 @@
+"""Arrow twins of ``_jvm``'s metadata expressions: headers, timestamps, metered size, errors."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s2_sink.encoders import _messages as msg
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, MAX_RECORD_BYTES
+from s2_sink.encoders._lists import list_parts, per_row_sum
+from s2_sink.encoders._metered import metered_bytes
+
+__all__ = ["first_error", "headers", "nulls", "oversize_errors", "timestamp"]
+
+
+def nulls(n: int, dtype: pa.DataType) -> pa.Array:
+    """An all-null array."""
+    return pa.nulls(n, dtype)
+
+
+def first_error(n: int, *errors: pa.Array | None) -> pa.Array:
+    """Row-wise first non-null message."""
+    present = [e for e in errors if e is not None and e.null_count != len(e)]
+    if not present:
+        return nulls(n, pa.string())
+    return present[0] if len(present) == 1 else pc.coalesce(*present)
+
+
+def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
+    """(``_s2_headers`` from a Kafka-shaped headers column, error array or None)."""
+    n = len(batch)
+    if column is None:
+        return nulls(n, HEADERS_ARROW_TYPE), None
+    col = batch.column(column)
+    offsets, entries = list_parts(col)
+    index = entries.type.get_field_index
+    children = entries.flatten()  # merges a null entry's null into its key and value
+    names = pc.cast(children[index("key")], pa.binary())
+    values = pc.fill_null(pc.cast(children[index("value")], pa.binary()), b"")
+    structs = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
+    mask = col.is_null() if col.null_count else None
+    out = pa.ListArray.from_arrays(offsets, structs, type=HEADERS_ARROW_TYPE, mask=mask)
+    bad = pc.fill_null(pc.equal(pc.binary_length(names), 0), True)
+    if not pc.any(bad).as_py():
+        return out, None
+    per_row = per_row_sum(offsets, pc.cast(bad, pa.int64()))
+    bad_row = pc.and_(pc.greater(per_row, 0), pc.is_valid(col))
+    return out, pc.if_else(bad_row, msg.empty_header_name(column), pa.scalar(None, pa.string()))
+
+
+def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
+    """(``_s2_timestamp`` in ms from an integral-ms or timestamp column, error array or None)."""
+    n = len(batch)
+    if column is None:
+        return nulls(n, pa.int64()), None
+    col = batch.column(column)
+    if pa.types.is_timestamp(col.type):
+        micros = pc.cast(pc.cast(col, pa.timestamp("us", col.type.tz), safe=False), pa.int64())
+        # floor division like Spark's unix_millis (Arrow's integer divide truncates toward zero)
+        millis = pc.divide(pc.subtract(micros, pc.if_else(pc.less(micros, 0), 999, 0)), 1000)
+    else:
+        millis = pc.cast(col, pa.int64())
+    negative = pc.less(millis, 0)
+    if not pc.any(negative).as_py():
+        return millis, None
+    text = pc.binary_join_element_wise(
+        msg.negative_timestamp_prefix(column), pc.cast(millis, pa.string()), ""
+    )
+    return millis, pc.if_else(negative, text, pa.scalar(None, pa.string()))
+
+
+def oversize_errors(body: pa.Array, headers: pa.Array, key_text: pa.Array | None) -> pa.Array | None:
+    """Messages for records over 1 MiB metered (naming the key), or None when every record fits."""
+    sizes = metered_bytes(body, headers)
+    over = pc.greater(sizes, MAX_RECORD_BYTES)
+    if not pc.any(over).as_py():
+        return None
+    keys = [_text(k) for k in key_text.to_pylist()] if key_text is not None else [None] * len(body)
+    texts = [
+        msg.oversize(size, key) if o else None
+        for size, key, o in zip(sizes.to_pylist(), keys, over.to_pylist(), strict=True)
+    ]
+    return pa.array(texts, pa.string())
+
+
+def _text(key: str | bytes | None) -> str | None:
+    """A key for an error message; invalid UTF-8 replaced, as the JVM's cast to string does."""
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else key

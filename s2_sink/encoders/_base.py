@@ -1,0 +1,171 @@
+"""What every encoder shares: metadata columns, driver-side validation and the two entry points.
+
+An encoder turns rows into the record frame (see ``_frame``) in one of two places:
+
+- ``project(df)``: Spark expressions, evaluated in the JVM (what the streaming writer uses);
+- ``encode_arrow(batch)``: Arrow kernels in Python (``format("s2")`` writes, tests, tools without Spark).
+
+Both produce the same bytes for the same rows wherever docs/encoding.md says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import DataType, StructType
+
+from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, TIMESTAMP, frame_arrow_schema, raise_for_errors
+from s2_sink.encoders._options import check_headers_column, check_timestamp_column
+from s2_sink.encoders._types import require_column
+from s2_sink.errors import ConfigError
+
+__all__ = ["Encoder", "ErrorMode"]
+
+ErrorMode = Literal["raise", "column"]
+
+
+class Encoder:
+    """Base of InsertEncoder and UpsertEncoder: plain data only, so it pickles to executors."""
+
+    headers_column: str | None
+    timestamp_column: str | None
+    exclude_columns: tuple[str, ...]
+
+    def __init__(
+        self,
+        *,
+        headers_column: str | None,
+        timestamp_column: str | None,
+        exclude_columns: Sequence[str],
+    ) -> None:
+        if isinstance(exclude_columns, str):
+            raise ConfigError(
+                f"exclude_columns must be a list of column names, got the string {exclude_columns!r}"
+            )
+        self.headers_column = headers_column
+        self.timestamp_column = timestamp_column
+        self.exclude_columns = tuple(exclude_columns)
+
+    # -- what subclasses define --------------------------------------------------------------
+    def _metadata_columns(self) -> tuple[str, ...]:
+        """Columns that configure the record rather than form its body."""
+        return tuple(c for c in (self.headers_column, self.timestamp_column) if c is not None)
+
+    def _validate(self, schema: StructType, data_columns: list[str]) -> None:
+        raise NotImplementedError
+
+    def _project(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        """(source df, body, headers, timestamp, key, error); the df may be filtered or reordered."""
+        raise NotImplementedError
+
+    def _encode(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType,
+        data_columns: list[str],
+        headers: pa.Array,
+        timestamp: pa.Array,
+        error: pa.Array,
+    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+        """(source batch, body, headers, timestamp, key, error); the batch filtered like the arrays."""
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------------
+    def data_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
+        """The columns that form the body, in schema order."""
+        skip = {*self._metadata_columns(), *self.exclude_columns, *exclude}
+        return [c for c in schema.fieldNames() if c not in skip]
+
+    def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
+        """Check ``schema`` on the driver; ConfigError names the column and its type.
+
+        ``keep`` are columns the caller wants carried into the frame; ``exclude`` are columns (e.g. the stream
+        routing column) that must not be part of the body.
+        """
+        for name in (*keep, *exclude, *self.exclude_columns):
+            require_column(schema, name, "kept" if name in keep else "excluded")
+        if self.headers_column is not None:
+            check_headers_column(schema, self.headers_column)
+        if self.timestamp_column is not None:
+            check_timestamp_column(schema, self.timestamp_column)
+        self._validate(schema, self.data_columns(schema, exclude))
+
+    def project(self, df: DataFrame, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> DataFrame:
+        """The record frame of ``df`` computed by Spark (pure DataFrame API, Spark Connect compatible)."""
+        schema = df.schema
+        self.validate(schema, keep=keep, exclude=exclude)
+        headers, headers_error = _jvm.headers_expr(df, self.headers_column)
+        ts_type: DataType | None = schema[self.timestamp_column].dataType if self.timestamp_column else None
+        timestamp, ts_error = _jvm.timestamp_expr(df, self.timestamp_column, ts_type)
+        src, body, headers, timestamp, key, error = self._project(
+            df,
+            data_columns=self.data_columns(schema, exclude),
+            headers=headers,
+            timestamp=timestamp,
+            errors=[headers_error, ts_error],
+        )
+        return src.select(
+            body.alias(BODY),
+            headers.alias(HEADERS),
+            timestamp.alias(TIMESTAMP),
+            key.alias(KEY),
+            error.alias(ERROR),
+            *[src[c] for c in keep],
+        )
+
+    def encode_arrow(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType | None = None,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        errors: ErrorMode = "raise",
+        stream: str | None = None,
+    ) -> pa.RecordBatch:
+        """The record frame of an Arrow batch, computed in Python with Arrow kernels.
+
+        ``schema`` is the batch's Spark schema (needed to tell day-time interval fields apart; derived from
+        the Arrow types when omitted). ``errors="raise"`` raises EncodeError (naming ``stream`` when given)
+        if any row cannot be encoded; ``errors="column"`` leaves the reasons in ``_s2_error``.
+        """
+        if schema is None:
+            schema = from_arrow_schema(batch.schema, prefer_timestamp_ntz=True)
+        self.validate(schema, keep=keep, exclude=exclude)
+        headers, headers_error = _arrow_meta.headers(batch, self.headers_column)
+        timestamp, ts_error = _arrow_meta.timestamp(batch, self.timestamp_column)
+        error = _arrow_meta.first_error(len(batch), headers_error, ts_error)
+        src, body, headers, timestamp, key, error = self._encode(
+            batch,
+            schema=schema,
+            data_columns=self.data_columns(schema, exclude),
+            headers=headers,
+            timestamp=timestamp,
+            error=error,
+        )
+        kept = [src.column(c) for c in keep]
+        frame = pa.RecordBatch.from_arrays(
+            [body, headers, timestamp, key, error, *kept],
+            schema=frame_arrow_schema(pa.schema([src.schema.field(c) for c in keep])),
+        )
+        if errors == "raise":
+            raise_for_errors(frame, stream=stream)
+        return frame
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"

@@ -1,0 +1,78 @@
+"""The record frame: the columnar shape every encoder produces and the writer consumes.
+
+One row of the frame is one S2 record (or one row that cannot become a record, see ``_s2_error``):
+
+    _s2_body       binary, not null                        the record body
+    _s2_headers    array<struct<name:binary,value:binary>> null = no headers
+    _s2_timestamp  long, ms since the epoch                null = let S2 assign it
+    _s2_key        binary                                  routing key (upsert ``@key`` JSON, raw ``key``)
+    _s2_error      string                                  non-null = this row cannot be encoded, and why
+
+plus any columns the caller asked to keep (e.g. the column that names the target stream).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s2_sink.errors import EncodeError
+
+__all__ = [
+    "BODY",
+    "ERROR",
+    "FRAME_COLUMNS",
+    "FRAME_DDL",
+    "HEADERS",
+    "HEADERS_ARROW_TYPE",
+    "HEADERS_DDL",
+    "KEY",
+    "MAX_RECORD_BYTES",
+    "TIMESTAMP",
+    "frame_arrow_schema",
+    "raise_for_errors",
+]
+
+BODY = "_s2_body"
+HEADERS = "_s2_headers"
+TIMESTAMP = "_s2_timestamp"
+KEY = "_s2_key"
+ERROR = "_s2_error"
+FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)
+
+#: S2 refuses records over 1 MiB metered (and batches over 1 MiB / 1000 records).
+MAX_RECORD_BYTES = 1024 * 1024
+
+HEADERS_DDL = "array<struct<name:binary,value:binary>>"
+FRAME_DDL = f"{BODY} binary, {HEADERS} {HEADERS_DDL}, {TIMESTAMP} bigint, {KEY} binary, {ERROR} string"
+
+HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
+
+
+def frame_arrow_schema(kept: pa.Schema | None = None) -> pa.Schema:
+    """The Arrow schema of a record frame, followed by the kept columns' fields."""
+    fields = [
+        pa.field(BODY, pa.binary(), nullable=False),
+        pa.field(HEADERS, HEADERS_ARROW_TYPE),
+        pa.field(TIMESTAMP, pa.int64()),
+        pa.field(KEY, pa.binary()),
+        pa.field(ERROR, pa.string()),
+    ]
+    if kept is not None:
+        fields.extend(kept)
+    return pa.schema(fields)
+
+
+def raise_for_errors(frame: pa.RecordBatch | pa.Table, *, stream: str | None = None) -> None:
+    """Raise EncodeError if any row of ``frame`` carries an ``_s2_error``.
+
+    The message names the stream (when known), how many rows failed and the first row's reason.
+    """
+    errors = frame.column(ERROR)
+    failed = errors.null_count != len(errors) and pc.sum(pc.is_valid(errors)).as_py()
+    if not failed:
+        return
+    first = pc.drop_null(errors)[0].as_py()
+    where = f"stream {stream!r}: " if stream is not None else ""
+    more = f" (and {failed - 1} more rows)" if failed > 1 else ""
+    raise EncodeError(f"{where}{first}{more}")

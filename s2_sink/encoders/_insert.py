@@ -1,0 +1,154 @@
+"""InsertEncoder: one record per row; body = JSON object of the data columns, or a raw ``value`` column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
+
+from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders import _messages as msg
+from s2_sink.encoders._arrow_json import json_fragments, json_object
+from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._types import check_json_type, column_type
+from s2_sink.errors import ConfigError
+
+__all__ = ["InsertEncoder"]
+
+Format = Literal["json", "raw"]
+
+
+class InsertEncoder(Encoder):
+    """One S2 record per row.
+
+    - ``format="json"`` (default): the body is the JSON object of every data column (all columns except the
+      headers and timestamp columns, ``exclude_columns`` and the routing columns the writer excludes).
+      The type mapping is in docs/encoding.md. ``key_column`` (string, binary or integral) also becomes the
+      routing key; it stays in the body.
+    - ``format="raw"``: the body is ``value_column`` (binary, or string as UTF-8) as is, the shape Spark's
+      Kafka sink uses; ``key_column`` (optional) is the routing key. Other columns are not written.
+
+    ``headers_column``: ``array<struct<key:string,value:binary>>`` → record headers (not part of the body).
+    ``timestamp_column``: epoch milliseconds (integral) or ``timestamp`` → the record timestamp.
+    """
+
+    format: Format
+    key_column: str | None
+    value_column: str
+
+    def __init__(
+        self,
+        format: Format = "json",
+        *,
+        headers_column: str | None = None,
+        timestamp_column: str | None = None,
+        key_column: str | None = None,
+        value_column: str = "value",
+        exclude_columns: Sequence[str] = (),
+    ) -> None:
+        if format not in ("json", "raw"):
+            raise ConfigError(f"format must be 'json' or 'raw', got {format!r}")
+        super().__init__(
+            headers_column=headers_column, timestamp_column=timestamp_column, exclude_columns=exclude_columns
+        )
+        self.format = format
+        self.key_column = key_column
+        self.value_column = value_column
+
+    def _metadata_columns(self) -> tuple[str, ...]:
+        extra = (
+            (self.value_column, *([self.key_column] if self.key_column else []))
+            if self.format == "raw"
+            else ()
+        )
+        return (*super()._metadata_columns(), *extra)
+
+    def _validate(self, schema: StructType, data_columns: list[str]) -> None:
+        if self.key_column is not None:
+            ktype = column_type(schema, self.key_column, "key")
+            if not isinstance(ktype, StringType | BinaryType | IntegralType):
+                raise ConfigError(
+                    f"key column {self.key_column!r} has type {ktype.simpleString()}; expected string, "
+                    "binary or an integral type"
+                )
+        if self.format == "raw":
+            vtype = column_type(schema, self.value_column, "value")
+            if not isinstance(vtype, StringType | BinaryType):
+                raise ConfigError(
+                    f"value column {self.value_column!r} has type {vtype.simpleString()}; format='raw' needs "
+                    "binary or string (use format='json' to encode other columns)"
+                )
+            return
+        for name in data_columns:
+            check_json_type(schema[name].dataType, name)
+
+    # -- JVM --------------------------------------------------------------------------------
+    def _key_jvm(self, df: DataFrame) -> tuple[Column, Column | None]:
+        if self.key_column is None:
+            return F.lit(None).cast("binary"), None
+        col = df[self.key_column]
+        text = col.cast("string")
+        return (col if isinstance(df.schema[self.key_column].dataType, BinaryType) else text).cast(
+            "binary"
+        ), text
+
+    def _project(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        key, key_text = self._key_jvm(df)
+        if self.format == "raw":
+            value = df[self.value_column]
+            body = F.coalesce(value.cast("binary"), F.lit(b""))
+            errors = [*errors, F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))]
+        else:
+            body = _jvm.json_body(df, data_columns)
+        size = _jvm.metered_expr(body, headers)
+        error = _jvm.first_error(*errors, _jvm.oversize_error(size, key_text))
+        return df, body, headers, timestamp, key, error
+
+    # -- Arrow --------------------------------------------------------------------------------
+    def _encode(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType,
+        data_columns: list[str],
+        headers: pa.Array,
+        timestamp: pa.Array,
+        error: pa.Array,
+    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+        n = len(batch)
+        key_text: pa.Array | None = None
+        key = pa.nulls(n, pa.binary())
+        if self.key_column is not None:
+            col = batch.column(self.key_column)
+            if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+                key = pc.cast(col, pa.binary())
+                key_text = key
+            else:
+                key_text = pc.cast(col, pa.string())
+                key = pc.cast(key_text, pa.binary())
+        null_value = None
+        if self.format == "raw":
+            value = batch.column(self.value_column)
+            body = pc.fill_null(pc.cast(value, pa.binary()), b"")
+            if value.null_count:
+                text = msg.null_column("value", self.value_column)
+                null_value = pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
+        else:
+            frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
+            body = pc.cast(json_object(data_columns, frags, n), pa.binary())
+        oversize = _arrow_meta.oversize_errors(body, headers, key_text)
+        error = _arrow_meta.first_error(n, error, null_value, oversize)
+        return batch, body, headers, timestamp, key, error

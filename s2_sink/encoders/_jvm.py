@@ -1,0 +1,105 @@
+"""Spark Column expressions for the encoders' ``project()``: pure DataFrame API, so Spark Connect works.
+
+Everything here runs inside the JVM; no Python UDF touches a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, IntegralType, StringType, TimestampType
+
+from s2_sink.encoders import _messages as msg
+from s2_sink.encoders._frame import HEADERS_DDL, MAX_RECORD_BYTES
+
+__all__ = [
+    "JSON_OPTIONS",
+    "first_error",
+    "headers_expr",
+    "json_body",
+    "metered_expr",
+    "oversize_error",
+    "timestamp_expr",
+]
+
+#: Options that pin ``to_json`` output regardless of session settings (see docs/encoding.md).
+JSON_OPTIONS = {
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+    "dateFormat": "yyyy-MM-dd",
+    "timeZone": "UTC",
+    "ignoreNullFields": "false",
+}
+
+
+def json_body(df: DataFrame, columns: Sequence[str]) -> Column:
+    """The JSON object of ``columns`` as UTF-8 bytes (``{}`` when there are none)."""
+    if not columns:
+        return F.lit("{}").cast("binary")
+    return F.to_json(F.struct(*[df[c] for c in columns]), JSON_OPTIONS).cast("binary")
+
+
+def headers_expr(df: DataFrame, column: str | None) -> tuple[Column, Column]:
+    """(``_s2_headers`` from a Kafka-shaped ``array<struct<key,value>>`` column, its error or null)."""
+    if column is None:
+        return F.lit(None).cast(HEADERS_DDL), F.lit(None).cast("string")
+    col = df[column]
+    headers = F.transform(
+        col,
+        lambda h: F.struct(
+            h["key"].cast("binary").alias("name"),
+            F.coalesce(h["value"].cast("binary"), F.lit(b"")).alias("value"),
+        ),
+    )
+    bad = F.exists(col, lambda h: h["key"].isNull() | (F.length(h["key"]) == 0))
+    return headers, F.when(bad, F.lit(msg.empty_header_name(column)))
+
+
+def timestamp_expr(df: DataFrame, column: str | None, dtype: DataType | None) -> tuple[Column, Column]:
+    """(``_s2_timestamp`` in ms from a long-ms or timestamp column, its error or null)."""
+    if column is None:
+        return F.lit(None).cast("bigint"), F.lit(None).cast("string")
+    col = df[column]
+    millis = F.unix_millis(col) if isinstance(dtype, TimestampType) else col.cast("bigint")
+    error = F.when(millis < 0, F.concat(F.lit(msg.negative_timestamp_prefix(column)), millis.cast("string")))
+    return millis, error
+
+
+def metered_expr(body: Column, headers: Column) -> Column:
+    """S2's metered size: 8 + 2*len(headers) + sum(len(name) + len(value)) + len(body)."""
+    header_bytes = F.aggregate(
+        F.coalesce(headers, F.array().cast(HEADERS_DDL)),
+        F.lit(0).cast("bigint"),
+        lambda acc, h: acc + F.octet_length(h["name"]) + F.octet_length(h["value"]) + 2,
+    )
+    return F.lit(8) + header_bytes + F.octet_length(body)
+
+
+def oversize_error(size: Column, key_text: Column | None) -> Column:
+    """The over-1-MiB message for rows whose metered ``size`` exceeds the limit, naming the key if any."""
+    text = F.concat(F.lit(msg.OVERSIZE_PREFIX), size.cast("string"), F.lit(msg.OVERSIZE_SUFFIX))
+    if key_text is not None:
+        text = F.concat(
+            text,
+            F.when(
+                key_text.isNotNull(), F.concat(F.lit(" (key "), F.substring(key_text, 1, 200), F.lit(")"))
+            ).otherwise(F.lit("")),
+        )
+    return F.when(size > MAX_RECORD_BYTES, text)
+
+
+def first_error(*errors: Column) -> Column:
+    """The first non-null error message, in the order given."""
+    return F.coalesce(*errors) if len(errors) > 1 else errors[0]
+
+
+def is_text_or_bytes(dtype: DataType) -> bool:
+    """Whether a column can be used as bytes as is (string as UTF-8)."""
+    return isinstance(dtype, StringType) or dtype.typeName() == "binary"
+
+
+def is_millis(dtype: DataType) -> bool:
+    """Whether a timestamp column holds epoch milliseconds as an integer."""
+    return isinstance(dtype, IntegralType)

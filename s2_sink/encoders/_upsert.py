@@ -1,0 +1,294 @@
+"""UpsertEncoder: the flink-connector-s2 upsert changelog format.
+
+Every record carries two headers, in this order: ``@key`` = JSON object of the key columns, ``@action`` =
+``u`` (insert or update) or ``d`` (delete). A ``u`` body is the JSON object of the non-key columns; a ``d``
+body is empty. Extra headers (``headers_column``) follow those two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructType
+
+from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders import _messages as msg
+from s2_sink.encoders._arrow_json import json_fragments, json_object
+from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._frame import (
+    BODY,
+    ERROR,
+    FRAME_COLUMNS,
+    HEADERS,
+    HEADERS_ARROW_TYPE,
+    HEADERS_DDL,
+    KEY,
+    TIMESTAMP,
+)
+from s2_sink.encoders._lists import list_parts
+from s2_sink.encoders._ops import DELETE, DROP, UPSERT
+from s2_sink.encoders._types import check_json_type, column_type, require_column
+from s2_sink.errors import ConfigError
+
+__all__ = ["ACTION_HEADER", "KEY_HEADER", "UpsertEncoder"]
+
+KEY_HEADER = b"@key"
+ACTION_HEADER = b"@action"
+_SEQ = "_s2_seq"
+_RANK = "_s2_rank"
+_DROP = "-"
+
+
+class UpsertEncoder(Encoder):
+    """Changelog records readable by the Flink S2 connector's ``s2-upsert`` table source (and vice versa).
+
+    ``key_columns``: the primary key, serialized in the order given (a null key column is an error).
+    ``op_column``: a string column with the change kind (Delta CDF ``_change_type``, Flink row kinds, or
+    ``u``/``d``; see ``_ops``); without it every row is an upsert.
+    ``compact``: keep only the last change per key within a micro-batch (``project``) or Arrow batch
+    (``encode_arrow``); see docs/encoding.md for what "last" and "order" mean.
+    """
+
+    key_columns: tuple[str, ...]
+    op_column: str | None
+    compact: bool
+
+    def __init__(
+        self,
+        key_columns: Sequence[str],
+        *,
+        op_column: str | None = None,
+        compact: bool = False,
+        headers_column: str | None = None,
+        timestamp_column: str | None = None,
+        exclude_columns: Sequence[str] = (),
+    ) -> None:
+        if isinstance(key_columns, str) or not key_columns:
+            raise ConfigError(f"key_columns must be a non-empty list of column names, got {key_columns!r}")
+        super().__init__(
+            headers_column=headers_column, timestamp_column=timestamp_column, exclude_columns=exclude_columns
+        )
+        self.key_columns = tuple(key_columns)
+        self.op_column = op_column
+        self.compact = compact
+
+    def _metadata_columns(self) -> tuple[str, ...]:
+        op = (self.op_column,) if self.op_column else ()
+        return (*super()._metadata_columns(), *op, *self.key_columns)
+
+    def _validate(self, schema: StructType, data_columns: list[str]) -> None:
+        for name in self.key_columns:
+            require_column(schema, name, "upsert key")
+            check_json_type(schema[name].dataType, name)
+        if self.op_column is not None:
+            otype = column_type(schema, self.op_column, "op")
+            if not isinstance(otype, StringType):
+                raise ConfigError(
+                    f"op column {self.op_column!r} has type {otype.simpleString()}; expected string "
+                    "(Delta _change_type, Flink row kind +I/+U/-U/-D, or u/d)"
+                )
+        for name in data_columns:
+            check_json_type(schema[name].dataType, name)
+        if self.compact:
+            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, _SEQ, _RANK)]
+            if clash:
+                raise ConfigError(f"compact=True needs the column names {clash} free; rename those columns")
+
+    # -- JVM --------------------------------------------------------------------------------
+    def _action_jvm(self, df: DataFrame) -> tuple[Column, Column | None]:
+        if self.op_column is None:
+            return F.lit("u"), None
+        op = df[self.op_column]
+        action = (
+            F.when(op.isin(*UPSERT), F.lit("u"))
+            .when(op.isin(*DELETE), F.lit("d"))
+            .when(op.isin(*DROP), F.lit(_DROP))
+        )
+        unknown = F.concat(F.lit(msg.unknown_op_prefix(self.op_column)), op, F.lit(msg.unknown_op_suffix()))
+        error = F.when(op.isNull(), F.lit(msg.null_op(self.op_column))).when(action.isNull(), unknown)
+        return action, error
+
+    def _project(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        key_json = _jvm.json_body(df, list(self.key_columns))
+        action, op_error = self._action_jvm(df)
+        null_keys = [F.when(df[c].isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
+        body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(df, data_columns))
+        changelog = F.array(
+            F.struct(F.lit(KEY_HEADER).alias("name"), key_json.alias("value")),
+            F.struct(
+                F.lit(ACTION_HEADER).alias("name"),
+                F.coalesce(action, F.lit("")).cast("binary").alias("value"),
+            ),
+        )
+        if self.headers_column is not None:
+            changelog = F.concat(changelog, F.coalesce(headers, F.array().cast(HEADERS_DDL)))
+        size = _jvm.metered_expr(body, changelog)
+        oversize = _jvm.oversize_error(size, key_json.cast("string"))
+        error = _jvm.first_error(*errors, *null_keys, *([op_error] if op_error is not None else []), oversize)
+        src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
+        if not self.compact:
+            return src, body, changelog, timestamp, key_json, error
+        return self._compact_jvm(
+            src, body=body, headers=changelog, timestamp=timestamp, key=key_json, error=error
+        )
+
+    @staticmethod
+    def _compact_jvm(
+        df: DataFrame, *, body: Column, headers: Column, timestamp: Column, key: Column, error: Column
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
+        framed = df.select(
+            F.col("*"),
+            body.alias(BODY),
+            headers.alias(HEADERS),
+            timestamp.alias(TIMESTAMP),
+            key.alias(KEY),
+            error.alias(ERROR),
+            F.monotonically_increasing_id().alias(_SEQ),
+        )
+        rank = F.row_number().over(Window.partitionBy(KEY).orderBy(F.col(_SEQ).desc()))
+        ranked = framed.withColumn(_RANK, rank)
+        survivors = ranked.filter((F.col(_RANK) == 1) | F.col(ERROR).isNotNull())
+        # put each input partition's survivors back together, in input order
+        ordered = survivors.repartition(F.shiftright(F.col(_SEQ), 33)).sortWithinPartitions(_SEQ)
+        return (
+            ordered,
+            ordered[BODY],
+            ordered[HEADERS],
+            ordered[TIMESTAMP],
+            ordered[KEY],
+            ordered[ERROR],
+        )
+
+    # -- Arrow --------------------------------------------------------------------------------
+    def _action_arrow(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array | None]:
+        n = len(batch)
+        if self.op_column is None:
+            return pa.array(["u"] * n, pa.string()), None
+        op = pc.cast(batch.column(self.op_column), pa.string())
+        action = pc.if_else(
+            pc.is_in(op, pa.array(UPSERT)),
+            "u",
+            pc.if_else(
+                pc.is_in(op, pa.array(DELETE)),
+                "d",
+                pc.if_else(pc.is_in(op, pa.array(DROP)), _DROP, pa.scalar(None, pa.string())),
+            ),
+        )
+        if action.null_count == 0:
+            return action, None
+        unknown = pc.binary_join_element_wise(
+            msg.unknown_op_prefix(self.op_column), op, msg.unknown_op_suffix(), ""
+        )
+        error = pc.if_else(
+            pc.is_null(op), msg.null_op(self.op_column), pc.if_else(pc.is_null(action), unknown, None)
+        )
+        return action, error
+
+    def _encode(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType,
+        data_columns: list[str],
+        headers: pa.Array,
+        timestamp: pa.Array,
+        error: pa.Array,
+    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+        action, op_error = self._action_arrow(batch)
+        if self.op_column is not None:  # drop update pre-images before anything else
+            keep = pc.fill_null(pc.not_equal(action, _DROP), True)
+            if not pc.all(keep).as_py():
+                batch, action, headers, timestamp, error = (
+                    batch.filter(keep),
+                    action.filter(keep),
+                    headers.filter(keep),
+                    timestamp.filter(keep),
+                    error.filter(keep),
+                )
+                op_error = op_error.filter(keep) if op_error is not None else None
+        n = len(batch)
+        keys = list(self.key_columns)
+        key_frags = [json_fragments(batch.column(c), schema[c].dataType) for c in keys]
+        key_json = json_object(keys, key_frags, n)
+        null_keys = [
+            pc.if_else(pc.is_null(batch.column(c)), msg.null_key_column(c), pa.scalar(None, pa.string()))
+            for c in keys
+            if batch.column(c).null_count
+        ]
+        frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
+        values = pc.cast(json_object(data_columns, frags, n), pa.binary())
+        body = pc.if_else(pc.equal(action, "d"), pa.scalar(b""), values)
+        body = pc.fill_null(body, b"")
+        changelog = _changelog_headers(
+            pc.cast(key_json, pa.binary()), pc.cast(pc.fill_null(action, ""), pa.binary()), headers
+        )
+        oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
+        error = _arrow_meta.first_error(n, error, *null_keys, op_error, oversize)
+        key = pc.cast(key_json, pa.binary())
+        if self.compact:
+            survive = _last_per_key(key, error)
+            if not pc.all(survive).as_py():
+                batch, body, changelog, timestamp, key, error = (
+                    a.filter(survive) for a in (batch, body, changelog, timestamp, key, error)
+                )
+        return batch, body, changelog, timestamp, key, error
+
+
+def _changelog_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
+    """``[(@key, key_json), (@action, action), *user headers]`` per row, built with Arrow kernels."""
+    n = len(key_json)
+    fixed_names = pa.array([KEY_HEADER, ACTION_HEADER] * n, pa.binary()) if n else pa.array([], pa.binary())
+    # interleave key_json and action: row i -> positions 2i, 2i+1
+    positions = pa.array(range(2 * n), pa.int64())
+    row = pc.shift_right(positions, 1)
+    take = pc.add(row, pc.multiply(pc.bit_wise_and(positions, 1), n))
+    fixed_values = pc.take(pa.concat_arrays([key_json, action]), take)
+    if user.null_count == len(user):
+        offsets = pa.array(range(0, 2 * n + 1, 2), pa.int32())
+        entries = pa.StructArray.from_arrays(
+            [fixed_names, fixed_values], fields=list(HEADERS_ARROW_TYPE.value_type)
+        )
+        return pa.ListArray.from_arrays(offsets, entries, type=HEADERS_ARROW_TYPE)
+    user_offsets, user_entries = list_parts(user)
+    user_offsets = pc.cast(user_offsets, pa.int64())
+    lengths = pc.subtract(user_offsets.slice(1), user_offsets.slice(0, n))
+    lengths = pc.if_else(pc.is_valid(user), lengths, 0)  # a null headers list adds nothing
+    out_offsets = pc.add(pc.multiply(pa.array(range(n + 1), pa.int64()), 2), _prefix_sum(lengths))
+    total = out_offsets[-1].as_py()
+    parent = pc.list_parent_indices(pa.ListArray.from_arrays(out_offsets, pa.nulls(total, pa.int8())))
+    local = pc.subtract(pa.array(range(total), pa.int64()), pc.take(out_offsets, parent))
+    user_index = pc.add(pc.take(user_offsets, parent), pc.subtract(local, 2))
+    from_fixed = pc.less(local, 2)
+    index = pc.if_else(from_fixed, pc.add(pc.multiply(parent, 2), local), pc.add(user_index, 2 * n))
+    name, value = user_entries.flatten()
+    names = pc.take(pa.concat_arrays([fixed_names, name]), index)
+    values = pc.take(pa.concat_arrays([fixed_values, pc.cast(value, pa.binary())]), index)
+    entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
+    return pa.ListArray.from_arrays(pc.cast(out_offsets, pa.int32()), entries, type=HEADERS_ARROW_TYPE)
+
+
+def _prefix_sum(lengths: pa.Array) -> pa.Array:
+    """[0, l0, l0+l1, ...] (int64)."""
+    return pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(lengths, pa.int64()))])
+
+
+def _last_per_key(key: pa.Array, error: pa.Array) -> pa.Array:
+    """True for the last row of each key (and every error row), so compaction keeps batch order."""
+    index = pa.array(range(len(key)), pa.int64())
+    ok = pc.is_null(error)
+    rows = pa.table({"key": key.filter(ok), "i": index.filter(ok)})
+    last = rows.group_by("key").aggregate([("i", "max")]).column("i_max")
+    return pc.or_(pc.is_in(index, value_set=last), pc.invert(ok))
