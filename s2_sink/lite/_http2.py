@@ -189,8 +189,8 @@ class Request:
             cb()
 
     def abort_connection(self) -> None:
-        """Drop the whole TCP connection at once, without GOAWAY (fault injection)."""
-        self.conn.abort()
+        """Drop the whole TCP connection without GOAWAY (fault injection), after writing what is queued."""
+        self.conn.drop()
 
 
 class H2Protocol(asyncio.Protocol):
@@ -204,6 +204,7 @@ class H2Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.requests: dict[int, Request] = {}
         self._flush_scheduled = False
+        self._dropped = False
         self._on_close = on_close
         self._loop = asyncio.get_running_loop()
 
@@ -232,6 +233,21 @@ class H2Protocol(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def drop(self) -> None:
+        """Cut the connection as a crash would, but keep what was already sent deliverable.
+
+        Closing a socket whose receive queue holds unread bytes (pipelined frames) sends a TCP RST, and a RST
+        can make the peer's kernel discard acks it has received but not yet handed to the client. So: write
+        what is queued, half-close (FIN), ignore everything the peer still sends, and abort a little later.
+        """
+        if self._dropped or self.transport is None:
+            return
+        self.flush()
+        self._dropped = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._loop.call_later(2.0, self.abort)
+
     def schedule_flush(self) -> None:
         """Write pending h2 output at the end of this loop iteration (coalescing many small frames)."""
         if not self._flush_scheduled:
@@ -241,6 +257,8 @@ class H2Protocol(asyncio.Protocol):
     def flush(self) -> None:
         """Write pending h2 output now."""
         self._flush_scheduled = False
+        if self._dropped:
+            return
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)

@@ -162,6 +162,21 @@ async def unary_append(app: LiteApp, req: Request, stream: Stream, payload: byte
     return ack_for(stream, batch)
 
 
+class _Slot:
+    """One input's place in the ack queue: an ack, a terminal frame, or a fault-injected connection drop."""
+
+    __slots__ = ("frame", "kind", "ready")
+
+    ACK = 0
+    TERMINAL = 1
+    DROP = 2
+
+    def __init__(self, kind: int, frame: bytes = b"", ready: bool = False) -> None:
+        self.kind = kind
+        self.frame = frame
+        self.ready = ready
+
+
 class AppendSession:
     """An S2S append session on one request stream."""
 
@@ -170,8 +185,7 @@ class AppendSession:
         self.req = req
         self.stream = stream
         self.reader = FrameReader()
-        # Each entry: [frame bytes or None while waiting, is_terminal].
-        self.pending: deque[list[object]] = deque()
+        self.pending: deque[_Slot] = deque()
         self.poisoned = False
         self.input_ended = False
         req.on_data = self.on_data
@@ -206,38 +220,37 @@ class AppendSession:
                 self.fail(ApiError(status, "unavailable" if status == 503 else "other", "injected fault"))
                 return
             if action == _faults.DROP_BEFORE:
+                # Drop only after the acks of earlier inputs are out, so nothing but this input is in doubt.
                 self.poisoned = True
-                self.req.abort_connection()
+                self.pending.append(_Slot(_Slot.DROP, ready=True))
+                self.flush()
                 return
         try:
             batch = stream.sequence(payload, now_ms())
         except ApiError as exc:
             self.fail(exc)
             return
-        entry: list[object] = [None, False]
-        self.pending.append(entry)
         if action == _faults.DROP_AFTER_DURABLE:
             self.poisoned = True
-
-            def durable_then_drop() -> None:
-                self.req.abort_connection()
-
-            commit_batch(self.app, stream, batch, durable_then_drop)
-            return
+            slot = _Slot(_Slot.DROP)
+        else:
+            slot = _Slot(_Slot.ACK)
+        self.pending.append(slot)
 
         def durable() -> None:
-            entry[0] = encode_frame(ack_for(stream, batch))
-            delay = faults.ack_delay() if faults.active else 0.0
-            if delay:
-                entry[0], frame = None, entry[0]
-                asyncio.get_running_loop().call_later(delay, self._release, entry, frame)
-            else:
-                self.flush()
+            if slot.kind == _Slot.ACK:
+                slot.frame = encode_frame(ack_for(stream, batch))
+                delay = faults.ack_delay() if faults.active else 0.0
+                if delay:
+                    asyncio.get_running_loop().call_later(delay, self._release, slot)
+                    return
+            slot.ready = True
+            self.flush()
 
         commit_batch(self.app, stream, batch, durable)
 
-    def _release(self, entry: list[object], frame: object) -> None:
-        entry[0] = frame
+    def _release(self, slot: _Slot) -> None:
+        slot.ready = True
         self.flush()
 
     def fail(self, exc: ApiError) -> None:
@@ -245,7 +258,7 @@ class AppendSession:
         if self.poisoned:
             return
         self.poisoned = True
-        self.pending.append([encode_terminal(exc), True])
+        self.pending.append(_Slot(_Slot.TERMINAL, encode_terminal(exc), ready=True))
         self.flush()
 
     def on_end(self) -> None:
@@ -256,17 +269,20 @@ class AppendSession:
         self.flush()
 
     def flush(self) -> None:
-        """Send ready acks in input order."""
+        """Send ready acks in input order; a terminal frame ends the response, a drop slot the connection."""
         req = self.req
         pending = self.pending
-        while pending and pending[0][0] is not None:
-            frame, terminal = pending.popleft()
-            assert isinstance(frame, bytes)
-            if terminal:
-                req.send(frame, end=True)
-                pending.clear()
-                return
-            req.send(frame)
+        while pending and pending[0].ready:
+            slot = pending.popleft()
+            if slot.kind == _Slot.ACK:
+                req.send(slot.frame)
+                continue
+            pending.clear()
+            if slot.kind == _Slot.TERMINAL:
+                req.send(slot.frame, end=True)
+            else:
+                req.abort_connection()
+            return
         if not pending and self.input_ended and not self.poisoned:
             req.end()
 
