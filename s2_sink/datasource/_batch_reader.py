@@ -42,6 +42,9 @@ class S2BatchReader(DataSourceReader):
         log.info("s2 source: batch read of %d streams in %d partitions", len(streams), len(ranges))
         return [S2Partition(s, lo, hi, materialize=self._opts.materialize) for s, lo, hi in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if partition is None:
+            # Spark plans one partition of None when there are no ranges to read.
+            return iter(())
         assert isinstance(partition, S2Partition)
         return read_partition(self._cfg, self._opts.format, self._schema, partition)

@@ -70,7 +70,10 @@ class S2StreamReader(DataSourceStreamReader):
         ranges = plan_ranges(begin, stop, self._opts.records_per_partition)
         return [S2Partition(s, lo, hi) for s, lo, hi in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        if partition is None:
+            # Spark plans one partition of None when there are no ranges to read.
+            return iter(())
         assert isinstance(partition, S2Partition)
         return read_partition(self._cfg, self._opts.format, self._schema, partition)
 

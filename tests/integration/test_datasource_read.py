@@ -1,0 +1,347 @@
+"""format("s2") reads, batch and streaming, against the lite server with a real local Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import s2_sdk
+from pyspark.sql import SparkSession
+
+from s2_sink.datasource import register
+
+pytestmark = [pytest.mark.spark]
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _client(endpoint: str) -> s2_sdk.S2:
+    return s2_sdk.S2("test", endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
+
+
+def new_basin(endpoint: str, *streams: str) -> str:
+    """A fresh basin with the given streams."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+
+    async def go() -> None:
+        async with _client(endpoint) as s2:
+            await s2.create_basin(name)
+            basin = s2.basin(name)
+            for stream in streams:
+                await basin.create_stream(stream)
+
+    asyncio.run(go())
+    return name
+
+
+def create_stream(endpoint: str, basin: str, stream: str) -> None:
+    """Create one stream in an existing basin."""
+
+    async def go() -> None:
+        async with _client(endpoint) as s2:
+            await s2.basin(basin).create_stream(stream)
+
+    asyncio.run(go())
+
+
+def append(endpoint: str, basin: str, stream: str, records: list[s2_sdk.Record]) -> list[int]:
+    """Append records in one batch; returns their seq_nums."""
+
+    async def go() -> list[int]:
+        async with _client(endpoint) as s2:
+            ack = await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=records))
+            return list(range(ack.start.seq_num, ack.end.seq_num))
+
+    return asyncio.run(go())
+
+
+def bodies(*texts: str) -> list[s2_sdk.Record]:
+    """Plain records with UTF-8 bodies."""
+    return [s2_sdk.Record(body=t.encode()) for t in texts]
+
+
+def upsert(key: dict[str, Any], value: dict[str, Any] | None) -> s2_sdk.Record:
+    """An upsert changelog record (the @key/@action header layout of the Flink connector)."""
+    headers = [(b"@key", json.dumps(key).encode()), (b"@action", b"u" if value is not None else b"d")]
+    return s2_sdk.Record(body=json.dumps(value).encode() if value is not None else b"", headers=headers)
+
+
+def opts(endpoint: str, basin: str, **extra: str) -> dict[str, str]:
+    """Reader options pointing at the lite server."""
+    return {
+        "s2.basin": basin,
+        "s2.endpoints.account": endpoint,
+        "s2.endpoints.basin": endpoint,
+        **{k.replace("_", "-"): v for k, v in extra.items()},
+    }
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    """A local Spark session (module-local until the shared integration fixture exists)."""
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+
+
+@pytest.fixture(scope="module")
+def sp(spark: SparkSession) -> SparkSession:
+    """The shared Spark session with format("s2") registered."""
+    register(spark)
+    return spark
+
+
+@pytest.fixture
+def endpoint(lite: Any) -> str:
+    """The lite server's endpoint."""
+    return str(lite.endpoint)
+
+
+def wait_for(cond: Any, timeout: float = 30.0) -> None:
+    """Poll until cond() is true."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------------------------
+# batch
+
+
+def test_batch_raw_reads_data_records_of_named_streams(sp: SparkSession, endpoint: str) -> None:
+    """A batch read returns every data record of the named streams with stream, seq_num, headers and body,
+    and skips command records (a fence in the middle of a stream)."""
+    basin = new_basin(endpoint, "a", "b")
+    append(endpoint, basin, "a", [s2_sdk.Record(body=b"a0", headers=[(b"h", b"1")]), *bodies("a1", "a2")])
+    append(endpoint, basin, "a", [s2_sdk.CommandRecord.fence("tok")])
+    append(endpoint, basin, "a", bodies("a4"))
+    append(endpoint, basin, "b", bodies("b0", "b1"))
+
+    df = sp.read.format("s2").options(**opts(endpoint, basin, **{"s2.streams": "a, b"})).load()
+    rows = sorted(
+        (r.stream, r.seq_num, bytes(r.body), [(bytes(h.name), bytes(h.value)) for h in r.headers])
+        for r in df.collect()
+    )
+    assert rows == [
+        ("a", 0, b"a0", [(b"h", b"1")]),
+        ("a", 1, b"a1", []),
+        ("a", 2, b"a2", []),
+        ("a", 4, b"a4", []),
+        ("b", 0, b"b0", []),
+        ("b", 1, b"b1", []),
+    ]
+    assert df.schema.fieldNames() == ["stream", "seq_num", "timestamp", "headers", "body"]
+    assert all(r.timestamp.year >= 2024 for r in df.collect())
+
+
+def test_batch_bounds_select_ranges(sp: SparkSession, endpoint: str) -> None:
+    """Starting/ending positions by seq_num and by timestamp bound what a batch read returns; a user schema
+    that selects a subset of the raw columns is honoured; small partitions split one stream's range."""
+    basin = new_basin(endpoint, "s")
+    records = [s2_sdk.Record(body=f"r{i}".encode(), timestamp=1_000 * (i + 1)) for i in range(6)]
+    append(endpoint, basin, "s", records)
+    base = opts(endpoint, basin, **{"s2.stream": "s"})
+
+    def seqs(**extra: str) -> list[int]:
+        df = sp.read.format("s2").schema("seq_num long").options(**base, **extra).load()
+        return sorted(r.seq_num for r in df.collect())
+
+    assert seqs() == [0, 1, 2, 3, 4, 5]
+    assert seqs(**{"s2.starting-position": '{"s": 2}', "s2.ending-position": '{"s": 4}'}) == [2, 3]
+    assert seqs(**{"s2.starting-position": "latest"}) == []
+    assert seqs(**{"s2.starting-timestamp": "3000"}) == [2, 3, 4, 5]
+    assert seqs(**{"s2.starting-timestamp": "2500", "s2.ending-timestamp": "5000"}) == [2, 3]
+    split = sp.read.format("s2").options(**base, **{"s2.records-per-partition": "2"}).load()
+    assert split.rdd.getNumPartitions() == 3
+    assert sorted(r.seq_num for r in split.collect()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_upsert_changelog_and_materialization(sp: SparkSession, endpoint: str) -> None:
+    """format upsert shows the changelog (key, action, value); s2.upsert-materialize=true keeps only the
+    latest update per key, with deleted keys gone."""
+    basin = new_basin(endpoint, "t")
+    append(
+        endpoint,
+        basin,
+        "t",
+        [
+            upsert({"id": 1}, {"name": "a", "qty": 1}),
+            upsert({"id": 2}, {"name": "b", "qty": 2}),
+            upsert({"id": 1}, {"name": "a2", "qty": 10}),
+            upsert({"id": 3}, {"name": "c", "qty": 3}),
+            upsert({"id": 2}, None),
+            upsert({"id": 4}, {"name": "d", "qty": 4}),
+            upsert({"id": 4}, None),
+            upsert({"id": 4}, {"name": "d2", "qty": 40}),
+        ],
+    )
+    base = opts(endpoint, basin, **{"s2.stream": "t", "s2.format": "upsert"})
+
+    log = sp.read.format("s2").options(**base).load().orderBy("seq_num").collect()
+    assert [(r.key, r.action) for r in log][:5] == [
+        ('{"id": 1}', "u"),
+        ('{"id": 2}', "u"),
+        ('{"id": 1}', "u"),
+        ('{"id": 3}', "u"),
+        ('{"id": 2}', "d"),
+    ]
+    assert log[4].value is None
+    assert json.loads(log[0].value) == {"name": "a", "qty": 1}
+
+    untyped = sp.read.format("s2").options(**base, **{"s2.upsert-materialize": "true"}).load()
+    assert sorted(r.key for r in untyped.collect()) == ['{"id": 1}', '{"id": 3}', '{"id": 4}']
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "need one of s2.stream, s2.streams or s2.stream-prefix"),
+        ({"s2.stream": "s", "s2.stream-prefix": "p"}, "mutually exclusive"),
+        ({"s2.stream": "s", "s2.starting-position": "bogus"}, "s2.starting-position='bogus'"),
+        ({"s2.stream": "s", "s2.starting-position": '{"s": -1}'}, "seq_num -1 of stream 's'"),
+        ({"s2.stream": "s", "s2.starting-timestamp": "yesterday"}, "s2.starting-timestamp='yesterday'"),
+        ({"s2.stream": "s", "s2.format": "avro"}, "s2.format='avro'"),
+        ({"s2.stream": "s", "s2.upsert-materialize": "true"}, "needs s2.format=upsert"),
+        ({"s2.stream": "s", "s2.max-records-per-trigger": "10"}, "applies to readStream only"),
+        ({"s2.stream": "s", "s2.records-per-partition": "0"}, "s2.records-per-partition='0'"),
+        ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option 's2.no-such-option'"),
+        ({"s2.stream": "s", "s2.format": "json"}, "s2.format=json needs a schema"),
+    ],
+)
+def test_bad_options_fail_on_the_driver(
+    sp: SparkSession, endpoint: str, extra: dict[str, str], message: str
+) -> None:
+    """Invalid reader options fail when the read is planned, with a message naming the option and value."""
+    options = opts(endpoint, "bad-basin-unused", **extra)
+    with pytest.raises(Exception, match="ConfigError") as info:
+        sp.read.format("s2").options(**options).load().collect()
+    assert message in str(info.value)
+
+
+def test_bad_basin_name_names_the_option(sp: SparkSession, endpoint: str) -> None:
+    """A malformed basin is reported with the option name before anything is read."""
+    options = opts(endpoint, "Bad_Basin", **{"s2.stream": "s"})
+    with pytest.raises(Exception, match=r"s2\.basin"):
+        sp.read.format("s2").options(**options).load().collect()
+
+
+# ------------------------------------------------------------------------------------------------
+# streaming
+
+
+def _rows(sp: SparkSession, path: Path) -> list[tuple[str, int, bytes]]:
+    if not any(path.glob("*.parquet")):
+        return []
+    return sorted((r.stream, r.seq_num, bytes(r.body)) for r in sp.read.parquet(str(path)).collect())
+
+
+def _start(sp: SparkSession, options: dict[str, str], out: Path, checkpoint: Path) -> Any:
+    df = sp.readStream.format("s2").options(**options).load().select("stream", "seq_num", "body")
+    return (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+@pytest.fixture
+def stopper() -> Iterator[list[Any]]:
+    """Stops every query a test started, even when it fails."""
+    queries: list[Any] = []
+    yield queries
+    for q in queries:
+        q.stop()
+
+
+def test_stream_follows_appends_and_restarts_without_loss_or_repeat(
+    sp: SparkSession, endpoint: str, tmp_path: Path, stopper: list[Any]
+) -> None:
+    """A streaming read picks up new appends across micro-batches; each trigger takes at most
+    s2.max-records-per-trigger records; after stop and restart from the checkpoint every record has been
+    written to the (exactly-once) file sink once: no loss, no repeat."""
+    basin = new_basin(endpoint, "x", "y")
+    append(endpoint, basin, "x", bodies(*(f"x{i}" for i in range(5))))
+    append(endpoint, basin, "y", bodies("y0", "y1"))
+    options = opts(endpoint, basin, **{"s2.streams": "x,y", "s2.max-records-per-trigger": "4"})
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    q = _start(sp, options, out, ckpt)
+    stopper.append(q)
+    q.processAllAvailable()
+    assert len(_rows(sp, out)) == 7
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert max(sizes) <= 4
+    assert sum(sizes) == 7
+
+    append(endpoint, basin, "x", bodies("x5", "x6"))
+    q.processAllAvailable()
+    assert len(_rows(sp, out)) == 9
+    q.stop()
+
+    append(endpoint, basin, "y", bodies("y2"))
+    append(endpoint, basin, "x", [s2_sdk.CommandRecord.fence("zz")])
+    append(endpoint, basin, "x", bodies("x8", "x9", "x10", "x11"))
+    q2 = _start(sp, options, out, ckpt)
+    stopper.append(q2)
+    q2.processAllAvailable()
+    expected = sorted(
+        [("x", i, f"x{i}".encode()) for i in (0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11)]
+        + [("y", i, f"y{i}".encode()) for i in range(3)]
+    )
+    assert _rows(sp, out) == expected
+    # The cap still holds after the restart (the frontier came back from the offset log).
+    after = [p["numInputRows"] for p in q2.recentProgress if p["numInputRows"]]
+    assert max(after) <= 4
+
+
+def test_stream_discovers_new_streams_under_prefix(
+    sp: SparkSession, endpoint: str, tmp_path: Path, stopper: list[Any]
+) -> None:
+    """With s2.stream-prefix, streams created after the query started are read from their first record,
+    and streams outside the prefix are not read."""
+    basin = new_basin(endpoint, "orders/0", "other")
+    append(endpoint, basin, "orders/0", bodies("o0"))
+    append(endpoint, basin, "other", bodies("no"))
+    options = opts(endpoint, basin, **{"s2.stream-prefix": "orders/", "s2.starting-position": "earliest"})
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    q = _start(sp, options, out, ckpt)
+    stopper.append(q)
+    q.processAllAvailable()
+    assert _rows(sp, out) == [("orders/0", 0, b"o0")]
+
+    create_stream(endpoint, basin, "orders/1")
+    append(endpoint, basin, "orders/1", bodies("n0", "n1"))
+    q.processAllAvailable()
+    assert _rows(sp, out) == [("orders/0", 0, b"o0"), ("orders/1", 0, b"n0"), ("orders/1", 1, b"n1")]
+
+
+def test_stream_rejects_batch_only_options(sp: SparkSession, endpoint: str, tmp_path: Path) -> None:
+    """Batch-only options on readStream fail the query at start with the option named."""
+    options = opts(endpoint, "stream-bad-opts", **{"s2.stream": "s", "s2.ending-position": "latest"})
+    df = sp.readStream.format("s2").options(**options).load()
+    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
+    try:
+        with pytest.raises(Exception, match=r"s2\.ending-position") as info:
+            query.awaitTermination(60)
+    finally:
+        query.stop()
+    assert "batch reads only" in str(info.value)
