@@ -78,7 +78,7 @@ def _encoder(kind: str) -> Any:
     cls = getattr(encoders, "UpsertEncoder", None)
     if cls is None:
         raise NotAvailable("s2_sink.encoders.UpsertEncoder not available")
-    return cls(key=["id"])
+    return cls(["id"])
 
 
 def _config(ctx: Ctx, stream: str, **extra: Any) -> Any:
@@ -109,6 +109,11 @@ def _writer(ctx: Ctx, stream: str, encoder: Any, delivery: str) -> Any:
         return S2Writer(cfg, **kwargs)
     except TypeError as exc:
         raise NotAvailable(f"S2Writer does not take {sorted(kwargs)} yet ({exc})") from exc
+    except Exception as exc:
+        # The writer says so itself when a delivery mode is not built yet; anything else is a real error.
+        if "not available" in str(exc):
+            raise NotAvailable(str(exc)) from exc
+        raise
 
 
 def encoding_projection(df: DataFrame) -> tuple[DataFrame, str]:
@@ -176,6 +181,8 @@ def _datasource(ctx: Ctx) -> Prepared:
     cls = getattr(datasource, "S2DataSource", None)
     if cls is None:
         raise NotAvailable("s2_sink.datasource.S2DataSource not available")
+    if "writer" not in vars(cls):
+        raise NotAvailable("S2DataSource has no writer yet (format('s2') reads only)")
     ctx.spark.dataSource.register(cls)
     stream = _stream("ds")
     writer = (

@@ -1,18 +1,16 @@
-"""The lite S2 server in its own process: its CPU shares no GIL with the driver and is measured apart."""
+"""The lite S2 server in its own process (its CPU shares no GIL with the driver and is measured apart), and
+its ingest rate, measured with the lite package's own measurement client."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import socket
-import subprocess
-import sys
-import tempfile
-import time
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import Any
 
-__all__ = ["LiteProcess", "lite_process"]
+__all__ = ["LiteProcess", "ingest_rate", "lite_process"]
 
 
 @dataclass(frozen=True)
@@ -21,44 +19,44 @@ class LiteProcess:
     pid: int
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: IO[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            tail = log.read()[-2000:].decode(errors="replace")
-            raise RuntimeError(f"lite server exited with {proc.returncode} before listening:\n{tail}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"lite server did not listen on port {port} within {timeout:.0f}s")
-
-
 @contextlib.contextmanager
-def lite_process(timeout: float = 30.0) -> Iterator[LiteProcess]:
-    """``python -m s2_sink.lite --port <free port>`` for the duration of the block."""
-    port = _free_port()
-    # A file, not a pipe: a chatty server must never block on a full pipe mid-benchmark.
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below, after the server stops
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "s2_sink.lite", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+def lite_process() -> Iterator[LiteProcess]:
+    """``LiteServer(subprocess=True)`` (in memory, no faults) for the duration of the block."""
+    from s2_sink.lite import LiteServer
+
+    with LiteServer(subprocess=True) as srv:
+        assert srv.process is not None
+        yield LiteProcess(endpoint=srv.endpoint, pid=srv.process.pid)
+
+
+def _cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ingest_rate(lite: LiteProcess, records: int, record_bytes: int = 150) -> dict[str, Any]:
+    """Records/s the server ingests over one S2S session of 1000-record batches, for two clients:
+    ``raw`` (frames encoded before the clock starts: the server is the bottleneck) and ``sdk`` (the official
+    SDK's AppendSession: its per-record Python encoding adds to the client side)."""
+    from s2_sink.lite import _bench
+    from s2_sink.testing import fresh_basin
+
+    out: dict[str, Any] = {"records": records, "record_bytes": record_bytes, "batch": 1000}
+    for client, fn in (("raw", _bench._ingest_raw), ("sdk", _bench._ingest)):
+        basin = fresh_basin(lite.endpoint)
+        cpu0 = _cpu(lite.pid)
+        wall = asyncio.run(fn(lite.endpoint, basin, records, 1000, record_bytes))
+        cpu = _cpu(lite.pid) - cpu0
+        out[client] = {
+            "records_per_s": records / wall,
+            "mib_per_s": records * record_bytes / wall / 2**20,
+            "server_cpu_us_per_rec": cpu / records * 1e6,
+        }
+    out["summary"] = (
+        f"{out['raw']['records_per_s']:,.0f} records/s with pre-encoded frames "
+        f"(server CPU {out['raw']['server_cpu_us_per_rec']:.2f} us/record), "
+        f"{out['sdk']['records_per_s']:,.0f} records/s through the SDK's AppendSession "
+        f"({records:,} x {record_bytes} B records, 1000 per batch)"
     )
-    try:
-        _wait_listening(port, proc, log, timeout)
-        yield LiteProcess(endpoint=f"http://127.0.0.1:{port}", pid=proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    return out

@@ -19,14 +19,13 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks import _s2
 from benchmarks._cases import CASES, Case, Ctx, NotAvailable, encoding_projection
 from benchmarks._data import dataset, json_body
-from benchmarks._lite import LiteProcess, lite_process
+from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
 from benchmarks._report import chart, table, targets
 from benchmarks._streaming import Sink, latency, summarize
@@ -34,8 +33,20 @@ from benchmarks._streaming import Sink, latency, summarize
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 
-FULL = {"rows": 2_000_000, "big_rows": 5_000_000, "stream_batches": 100, "stream_warmup": 5}
-QUICK = {"rows": 20_000, "big_rows": 50_000, "stream_batches": 12, "stream_warmup": 3}
+FULL = {
+    "rows": 2_000_000,
+    "big_rows": 5_000_000,
+    "stream_batches": 100,
+    "stream_warmup": 5,
+    "ingest_records": 1_000_000,
+}
+QUICK = {
+    "rows": 10_000,
+    "big_rows": 20_000,
+    "stream_batches": 5,
+    "stream_warmup": 2,
+    "ingest_records": 20_000,
+}
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -80,6 +91,15 @@ def _git_commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def _reason(exc: BaseException) -> str:
+    """One line: the exception's type and first line, plus the last line when it wraps a traceback."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()] or [""]
+    text = f"{type(exc).__name__}: {lines[0][:200]}"
+    if len(lines) > 1:
+        text += f" ... {lines[-1][:200]}"
+    return text
 
 
 def _measure(meter: ProcessMeter, ctx: Ctx, case: Case) -> dict[str, Any]:
@@ -139,7 +159,7 @@ def _run_cases(
             except NotAvailable as exc:
                 res = {"status": "not available", "reason": str(exc)}
             except Exception as exc:
-                res = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]}
+                res = {"status": "error", "reason": _reason(exc)}
             if prior is None or res.get("rows_per_s", 0) > prior.get("rows_per_s", 0):
                 best[case.key] = res
     out = []
@@ -157,63 +177,52 @@ def _run_cases(
 
 
 def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
-    sinks: dict[str, Callable[[], Sink]] = {}
+    from benchmarks._cases import _encoder, _writer
 
-    def noop() -> Sink:
-        def sink(df: Any, _bid: int) -> None:
-            encoding_projection(df)[0].write.format("noop").mode("overwrite").save()
+    def noop(df: Any, _bid: int) -> None:
+        encoding_projection(df)[0].write.format("noop").mode("overwrite").save()
 
-        return sink
+    stream = f"lat-naive-{uuid.uuid4().hex[:8]}"
+    _s2.ensure(ctx.endpoint, ctx.basin, [stream])
+    naive_write = _s2.naive_foreach_batch(ctx.endpoint, ctx.basin, stream)
 
-    def naive() -> Sink:
-        stream = f"lat-naive-{uuid.uuid4().hex[:8]}"
-        _s2.ensure(ctx.endpoint, ctx.basin, [stream])
-        write = _s2.naive_foreach_batch(ctx.endpoint, ctx.basin, stream)
-        return lambda df, bid: write(json_body(df), bid)
+    def naive(df: Any, bid: int) -> None:
+        naive_write(json_body(df), bid)
 
-    def writer(delivery: str) -> Callable[[], Sink]:
-        def make() -> Sink:
-            from benchmarks._cases import _encoder, _writer
-
-            stream = f"lat-{delivery[:5]}-{uuid.uuid4().hex[:8]}"
-            sink: Sink = _writer(ctx, stream, _encoder("insert"), delivery)
-            return sink
-
-        return make
-
-    sinks = {
-        "noop": noop,
-        "naive": naive,
-        "s2writer": writer("at-least-once"),
-        "s2writer_eo": writer("exactly-once"),
-    }
+    sinks: dict[str, Sink] = {"noop": noop, "naive": naive}
     out: dict[str, Any] = {}
-    for key, make in sinks.items():
-        print(f"  streaming {key} ...", flush=True)
+    for key, delivery in (("s2writer", "at-least-once"), ("s2writer_eo", "exactly-once")):
         try:
-            durations = latency(
-                spark,
-                make(),
-                batches=sizes["stream_batches"],
-                warmup=sizes["stream_warmup"],
-                rows_per_batch=1000,
-                tmp=ctx.tmp,
-            )
-            out[key] = {"status": "ok", **summarize(durations)}
+            sinks[key] = _writer(ctx, f"lat-{key}-{uuid.uuid4().hex[:8]}", _encoder("insert"), delivery)
         except NotAvailable as exc:
             out[key] = {"status": "not available", "reason": str(exc)}
-        except Exception as exc:
-            out[key] = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]}
+    print(f"  streaming: {', '.join(sinks)} on the same 1k-row micro-batches ...", flush=True)
+    try:
+        durations, errors = latency(
+            spark,
+            sinks,
+            batches=sizes["stream_batches"],
+            warmup=sizes["stream_warmup"],
+            rows_per_batch=1000,
+            tmp=ctx.tmp,
+        )
+    except Exception as exc:
+        reason = _reason(exc)
+        return {"rows_per_batch": 1000, "sinks": {k: {"status": "error", "reason": reason} for k in sinks}}
+    for key in sinks:
+        if key in errors:
+            out[key] = {"status": "error", "reason": errors[key]}
+        else:
+            out[key] = summarize(durations[key])
+    # Per batch, the sink's time minus noop's time on the same batch; then median and p99 of those.
     beyond: dict[str, Any] = {}
-    base = out.get("noop", {})
-    if base.get("status") == "ok":
+    if out["noop"]["status"] == "ok":
         for key, s in out.items():
-            if key != "noop" and s.get("status") == "ok":
-                beyond[key] = {
-                    "median_ms": s["median_ms"] - base["median_ms"],
-                    "p99_ms": s["p99_ms"] - base["p99_ms"],
-                }
-    return {"rows_per_batch": 1000, "sinks": out, "beyond_noop": beyond}
+            if key != "noop" and s["status"] == "ok":
+                diff = summarize([a - b for a, b in zip(durations[key], durations["noop"], strict=True)])
+                beyond[key] = {"median_ms": diff["median_ms"], "p99_ms": diff["p99_ms"]}
+    order = ["noop", "naive", "s2writer", "s2writer_eo"]
+    return {"rows_per_batch": 1000, "sinks": {k: out[k] for k in order}, "beyond_noop": beyond}
 
 
 def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> dict[str, Any]:
@@ -231,7 +240,7 @@ def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> d
         w(big, 0)
     except Exception as exc:
         meter.stop()
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300], "rows": rows}
+        return {"status": "error", "reason": _reason(exc), "rows": rows}
     usage = meter.stop()
     held = _s2.tail(ctx.endpoint, ctx.basin, [stream])
     return {
@@ -246,17 +255,13 @@ def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> d
     }
 
 
-def _lite_ingest(lite: LiteProcess, quick: bool) -> dict[str, Any]:
-    """The lite server's own ingest rate, measured with the lite package's measurement helper."""
+def _lite_ingest(lite: LiteProcess, records: int) -> dict[str, Any]:
     try:
-        from s2_sink.lite import _ingest_bench  # type: ignore[attr-defined]
+        return {"status": "ok", **ingest_rate(lite, records)}
     except ImportError as exc:
         return {"status": "not available", "reason": f"lite ingest measurement not available ({exc})"}
-    try:
-        res = _ingest_bench.measure(lite.endpoint, quick=quick)
     except Exception as exc:
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]}
-    return {"status": "ok", **res}
+        return {"status": "error", "reason": _reason(exc)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  single partition of {sizes['big_rows']:,} rows ...", flush=True)
             single = _single_partition(spark, meter, ctx, sizes["big_rows"])
             print("  lite ingest ...", flush=True)
-            ingest = _lite_ingest(lite, args.quick)
+            ingest = _lite_ingest(lite, sizes["ingest_records"])
             spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

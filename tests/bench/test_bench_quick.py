@@ -1,0 +1,91 @@
+"""The benchmark harness runs end to end in quick mode and reports every row (speed is not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CASE_KEYS = ["noop", "json", "naive", "producer", "s2writer", "s2writer_eo", "s2writer_upsert", "datasource"]
+STATUSES = {"ok", "not available"}
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@dataclass(frozen=True)
+class QuickRun:
+    proc: subprocess.CompletedProcess[str]
+    out: Path
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
+    out = tmp_path_factory.mktemp("bench")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    return QuickRun(proc, out, time.monotonic() - t0)
+
+
+def test_quick_run_succeeds_and_writes_both_files(quick_run: QuickRun) -> None:
+    """`python -m benchmarks.run --quick` exits 0 and leaves results.json and a non-empty PNG chart."""
+    proc = quick_run.proc
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (quick_run.out / "results.json").is_file()
+    png = (quick_run.out / "results.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    assert len(png) > 10_000
+
+
+def test_results_hold_every_row(quick_run: QuickRun) -> None:
+    """results.json holds every case (measured, or saying why not: never an error), the baselines measured,
+    the streaming latencies, the single-partition memory case, the lite ingest rate and all six targets."""
+    assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
+    res = json.loads((quick_run.out / "results.json").read_text())
+    assert [c["key"] for c in res["cases"]] == CASE_KEYS
+    for c in res["cases"]:
+        assert c["status"] in STATUSES, c
+        if c["status"] == "ok":
+            for field in ("rows_per_s", "mb_per_s", "py_cpu_us_per_rec", "worker_peak_rss_mib", "vs_json"):
+                assert c[field] is not None, (c["key"], field)
+                assert c[field] >= 0, (c["key"], field)
+        else:
+            assert c["reason"], c
+    for baseline in ("noop", "json", "naive", "producer"):
+        assert next(c for c in res["cases"] if c["key"] == baseline)["status"] == "ok", baseline
+    sinks = res["streaming"]["sinks"]
+    assert sinks["noop"]["status"] == "ok"
+    assert sinks["noop"]["median_ms"] > 0
+    assert set(sinks) >= {"noop", "naive", "s2writer", "s2writer_eo"}
+    assert all(s["status"] in STATUSES for s in sinks.values()), sinks
+    assert res["single_partition"]["status"] in STATUSES
+    assert res["lite_ingest"]["status"] in STATUSES
+    assert len(res["targets"]) == 6
+    assert all(t["status"] in {"pass", "fail", "n/a"} for t in res["targets"])
+
+
+def test_printed_table_names_every_case(quick_run: QuickRun) -> None:
+    """The printed table has a line for each of the eight cases and one per target."""
+    out = quick_run.proc.stdout
+    for i in range(1, 9):
+        assert f"({i}) " in out
+    assert out.count("(target ") == 6
+
+
+def test_quick_mode_is_quick(quick_run: QuickRun) -> None:
+    """Quick mode stays within its budget of about a minute (with slack: the machine is shared)."""
+    assert quick_run.proc.returncode == 0
+    assert quick_run.seconds < 150, f"quick mode took {quick_run.seconds:.0f}s"
