@@ -128,7 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record-bytes", type=int, default=150)
     ap.add_argument("--client", choices=("raw", "sdk"), default="raw")
     ap.add_argument("--data-dir", default=None, help="durable mode: log + fsync in this directory")
+    ap.add_argument(
+        "--endpoint", default=None, help="measure a server that is already running (e.g. profiled)"
+    )
     args = ap.parse_args(argv)
+    ingest = _ingest_raw if args.client == "raw" else _ingest
+    if args.endpoint:
+        basin = fresh_basin(args.endpoint)
+        wall = asyncio.run(ingest(args.endpoint, basin, args.records, args.batch, args.record_bytes))
+        print(f"{args.records / wall:,.0f} records/s")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = (
             None if args.data_dir is None else (Path(args.data_dir) if args.data_dir != "tmp" else Path(tmp))
@@ -138,7 +147,6 @@ def main(argv: list[str] | None = None) -> None:
             pid = srv.process.pid
             basin = fresh_basin(srv.endpoint)
             cpu0 = _cpu_seconds(pid)
-            ingest = _ingest_raw if args.client == "raw" else _ingest
             wall = asyncio.run(ingest(srv.endpoint, basin, args.records, args.batch, args.record_bytes))
             cpu = _cpu_seconds(pid) - cpu0
     n = (args.records // args.batch) * args.batch

@@ -55,7 +55,7 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
     basin = stream.basin.encode()
     name = stream.name.encode()
     token = stream.fencing_token.encode()
-    has_ts = batch.ts_list is not None
+    flags = (1 if batch.ts_list is not None else 0) | (2 if batch.plain else 0)
     head = _APPEND_HEAD.pack(
         len(basin),
         len(name),
@@ -63,7 +63,7 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
         batch.ts0,
         batch.last_ts,
         batch.end - batch.start,
-        1 if has_ts else 0,
+        flags,
         stream.trim_point,
     )
     parts = [head, basin, name, bytes((len(token),)), token]
@@ -72,12 +72,12 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
         if ts.itemsize != 8:  # pragma: no cover - every supported platform has 8-byte "Q"
             raise RuntimeError("array('Q') is not 64-bit here")
         parts.append(ts.tobytes())
-    parts.append(RawList(items=batch.tails).SerializeToString())
+    parts.append(RawList(items=batch.records).SerializeToString())
     return _entry(_KIND_APPEND, b"".join(parts))
 
 
 def _apply_append(store: Store, payload: memoryview) -> None:
-    blen, slen, start, ts0, last_ts, n, has_ts, trim = _APPEND_HEAD.unpack_from(payload, 0)
+    blen, slen, start, ts0, last_ts, n, flags, trim = _APPEND_HEAD.unpack_from(payload, 0)
     pos = _APPEND_HEAD.size
     basin = bytes(payload[pos : pos + blen]).decode()
     pos += blen
@@ -87,12 +87,12 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     token = bytes(payload[pos + 1 : pos + 1 + tlen]).decode()
     pos += 1 + tlen
     ts_list: list[int] | None = None
-    if has_ts:
+    if flags & 1:
         arr = array("Q")
         arr.frombytes(payload[pos : pos + 8 * n])
         ts_list = arr.tolist()
         pos += 8 * n
-    tails = list(RawList.FromString(bytes(payload[pos:])).items)
+    records = list(RawList.FromString(bytes(payload[pos:])).items)
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
     if s is None:
@@ -100,7 +100,7 @@ def _apply_append(store: Store, payload: memoryview) -> None:
         return
     s.fencing_token = token
     s.trim_point = trim
-    s.add_batch(Batch(start, start + n, tails, ts0, ts_list, last_ts))
+    s.add_batch(Batch(start, start + n, records, ts0, ts_list, last_ts, bool(flags & 2)))
     s.make_visible(start + n, last_ts)
 
 

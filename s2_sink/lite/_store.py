@@ -26,7 +26,7 @@ from s2_sink.lite._errors import (
     not_found,
     seq_num_mismatch,
 )
-from s2_sink.lite._wire import RawList, pb, sequenced
+from s2_sink.lite._wire import PlainProbe, RawList, pb, sequenced, sequenced_plain
 
 __all__ = ["Basin", "Batch", "ReadResult", "Store", "Stream", "now_ms", "rfc3339"]
 
@@ -60,6 +60,106 @@ def validate_stream_name(name: str) -> None:
         raise invalid(f"stream name must be 1-512 bytes without NUL, got {name!r}")
 
 
+@dataclass(slots=True)
+class ParsedInput:
+    """A validated ``AppendInput``: records plus what sequencing needs to know about them."""
+
+    records: list[bytes]
+    #: Every record is body-only and ``records`` holds their ``AppendRecord`` encodings.
+    plain: bool
+    #: (record index, command op, body) for each command record.
+    commands: list[tuple[int, bytes, bytes]]
+    #: record index -> client timestamp, for records that carry one.
+    client_ts: dict[int, int]
+    match_seq_num: int | None
+    fencing_token: str | None
+
+
+def parse_input(data: bytes) -> ParsedInput:
+    """Decode and validate an encoded ``AppendInput`` (400 ``bad_proto``, 422 ``invalid``)."""
+    try:
+        probe = PlainProbe.FromString(data)
+    except Exception as exc:  # upb raises DecodeError; anything else is malformed input too
+        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    n = len(probe.records)
+    if not 1 <= n <= MAX_BATCH_RECORDS:
+        raise invalid(f"a batch must have 1 to 1000 records, got {n}")
+    msn = probe.match_seq_num if probe.HasField("match_seq_num") else None
+    token = probe.fencing_token if probe.HasField("fencing_token") else None
+    # PlainProbe knows only record bodies: if dropping what it does not know changes nothing, every record is
+    # body-only, and the whole batch is validated without touching records one by one in Python.
+    probe.DiscardUnknownFields()
+    if probe.ByteSize() == len(data):
+        if len(data) + 8 * n > ONE_MIB:  # cheap bound first; exact metering only near the limit
+            metered = 8 * n + sum(len(r.body) for r in probe.records)
+            if metered > ONE_MIB:
+                raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+        return ParsedInput(list(RawList.FromString(data).items), True, [], {}, msn, token)
+    try:
+        raw = RawList.FromString(data).items
+        pb.AppendInput.FromString(data)  # full validation of the structure
+    except Exception as exc:
+        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    tails: list[bytes] = []
+    complex_idx: list[int] = []
+    metered = 8 * n
+    for rec in raw:
+        # Body-only records become ``22 <len> <body>`` by renumbering one tag.
+        ln = len(rec)
+        if ln >= 2 and rec[0] == 0x1A:
+            b1 = rec[1]
+            if b1 < 0x80:
+                if ln == 2 + b1:
+                    tails.append(b"\x22" + rec[1:])
+                    metered += b1
+                    continue
+            elif ln >= 3 and rec[2] < 0x80 and ln == 3 + ((b1 & 0x7F) | (rec[2] << 7)):
+                tails.append(b"\x22" + rec[1:])
+                metered += ln - 3
+                continue
+        elif ln == 0:
+            tails.append(b"")
+            continue
+        complex_idx.append(len(tails))
+        tails.append(rec)
+    commands: list[tuple[int, bytes, bytes]] = []
+    client_ts: dict[int, int] = {}
+    for i in complex_idx:
+        rec = pb.AppendRecord.FromString(tails[i])
+        hdrs = rec.headers
+        size = 8 + len(rec.body)
+        for h in hdrs:
+            size += 2 + len(h.name) + len(h.value)
+            if not h.name:
+                if len(hdrs) != 1:
+                    raise invalid("header name must not be empty (command records have exactly one header)")
+                commands.append((i, h.value, rec.body))
+        if size > ONE_MIB:
+            raise invalid(f"record {i} is {size} metered bytes, more than 1 MiB")
+        metered += size - 8
+        if rec.HasField("timestamp"):
+            client_ts[i] = rec.timestamp
+        tails[i] = pb.SequencedRecord(headers=hdrs, body=rec.body).SerializeToString()
+    if metered > ONE_MIB:
+        raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+    for _, op, body in commands:
+        if op == b"fence":
+            if len(body) > MAX_FENCING_TOKEN:
+                raise invalid(f"fencing token must be at most 36 bytes, got {len(body)}")
+            try:
+                body.decode()
+            except UnicodeDecodeError as exc:
+                raise invalid("fencing token must be UTF-8") from exc
+        elif op == b"trim":
+            if len(body) != 8:
+                raise invalid(
+                    f"trim command body must be an 8-byte big-endian seq_num, got {len(body)} bytes"
+                )
+        else:
+            raise invalid(f"unknown command record {op!r}")
+    return ParsedInput(tails, False, commands, client_ts, msn, token)
+
+
 def _metered_of_tail(tail: bytes) -> int:
     """Metered size (8 + 2*headers + names + values + body) of a stored headers-and-body part."""
     n = len(tail)
@@ -75,17 +175,33 @@ def _metered_of_tail(tail: bytes) -> int:
     return 8 + len(rec.body) + sum(2 + len(h.name) + len(h.value) for h in rec.headers)
 
 
+def _metered_of_plain(rec: bytes) -> int:
+    """Metered size of a body-only ``AppendRecord`` encoding (``1a <len> <body>``)."""
+    n = len(rec)
+    if n == 0:
+        return 8
+    i = 1
+    while rec[i] & 0x80:  # skip the length varint
+        i += 1
+    return 8 + n - (i + 1)
+
+
 @dataclass(slots=True)
 class Batch:
-    """One appended batch, atomic: records ``[start, end)``, stored as headers-and-body parts."""
+    """One appended batch, atomic: records ``[start, end)``.
+
+    ``plain`` batches (every record body-only, the common case) keep the records as their ``AppendRecord``
+    encodings, converted when read; others keep headers-and-body parts of ``SequencedRecord``.
+    """
 
     start: int
     end: int
-    tails: list[bytes]
+    records: list[bytes]
     ts0: int
     #: Per-record timestamps; None when every record got ``ts0``.
     ts_list: list[int] | None
     last_ts: int
+    plain: bool = False
     _metered: list[int] | None = None
 
     def ts(self, i: int) -> int:
@@ -95,7 +211,8 @@ class Batch:
     def metered(self) -> list[int]:
         """Per-record metered sizes, computed once on first use (only byte-limited reads need them)."""
         if self._metered is None:
-            self._metered = [_metered_of_tail(t) for t in self.tails]
+            f = _metered_of_plain if self.plain else _metered_of_tail
+            self._metered = [f(t) for t in self.records]
         return self._metered
 
 
@@ -166,85 +283,20 @@ class Stream:
 
         Raises ApiError 400/412/422. Checks happen before any state changes, so a failed append has no effect.
         """
-        try:
-            inp = pb.AppendInput.FromString(data)
-            raw = RawList.FromString(data).items
-        except Exception as exc:  # upb raises DecodeError; anything else is malformed input too
-            raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
-        n = len(raw)
-        if not 1 <= n <= MAX_BATCH_RECORDS:
-            raise invalid(f"a batch must have 1 to 1000 records, got {n}")
+        p = parse_input(data)
+        n = len(p.records)
         ts_cfg = self.config["timestamping"]
         mode = ts_cfg["mode"]
         uncapped = bool(ts_cfg.get("uncapped"))
-        tails: list[bytes] = []
+        client_ts = p.client_ts
+        commands = p.commands
         ts_list: list[int] | None = None
-        complex_idx: list[int] = []
-        plain_metered = 0
-        for rec in raw:
-            # Fast path: the record is exactly ``1a <len> <body>``: no timestamp, no headers.
-            ln = len(rec)
-            if ln >= 2 and rec[0] == 0x1A:
-                b1 = rec[1]
-                if b1 < 0x80:
-                    if ln == 2 + b1:
-                        tails.append(b"\x22" + rec[1:])
-                        plain_metered += b1
-                        continue
-                elif ln >= 3 and rec[2] < 0x80 and ln == 3 + ((b1 & 0x7F) | (rec[2] << 7)):
-                    tails.append(b"\x22" + rec[1:])
-                    plain_metered += ln - 3
-                    continue
-            elif ln == 0:
-                tails.append(b"")
-                continue
-            complex_idx.append(len(tails))
-            tails.append(rec)
-        metered = plain_metered + 8 * n
-        commands: list[tuple[int, bytes, bytes]] = []
-        client_ts: dict[int, int] = {}
-        for i in complex_idx:
-            rec = pb.AppendRecord.FromString(tails[i])
-            hdrs = rec.headers
-            size = 8 + len(rec.body)
-            for h in hdrs:
-                size += 2 + len(h.name) + len(h.value)
-                if not h.name:
-                    if len(hdrs) != 1:
-                        raise invalid(
-                            "header name must not be empty (command records have exactly one header)"
-                        )
-                    commands.append((i, h.value, rec.body))
-            if size > ONE_MIB:
-                raise invalid(f"record {i} is {size} metered bytes, more than 1 MiB")
-            metered += size - 8
-            if rec.HasField("timestamp"):
-                client_ts[i] = rec.timestamp
-            out = pb.SequencedRecord(headers=hdrs, body=rec.body)
-            tails[i] = out.SerializeToString()
-        if metered > ONE_MIB:
-            raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
-        for _, op, body in commands:
-            if op == b"fence":
-                if len(body) > MAX_FENCING_TOKEN:
-                    raise invalid(f"fencing token must be at most 36 bytes, got {len(body)}")
-                try:
-                    body.decode()
-                except UnicodeDecodeError as exc:
-                    raise invalid("fencing token must be UTF-8") from exc
-            elif op == b"trim":
-                if len(body) != 8:
-                    raise invalid(
-                        f"trim command body must be an 8-byte big-endian seq_num, got {len(body)} bytes"
-                    )
-            else:
-                raise invalid(f"unknown command record {op!r}")
         if mode == "client-require" and len(client_ts) != n:
             raise invalid("timestamping mode client-require needs a timestamp on every record")
         # Append conditions are checked against the state before this batch.
-        if inp.HasField("fencing_token") and inp.fencing_token != self.fencing_token:
+        if p.fencing_token is not None and p.fencing_token != self.fencing_token:
             raise fencing_token_mismatch(self.fencing_token)
-        if inp.HasField("match_seq_num") and inp.match_seq_num != self.next_seq:
+        if p.match_seq_num is not None and p.match_seq_num != self.next_seq:
             raise seq_num_mismatch(self.next_seq)
         prev = self.last_ts
         if not client_ts or mode == "arrival":
@@ -262,7 +314,7 @@ class Stream:
             ts0 = ts_list[0]
             last_ts = cur
         start = self.next_seq
-        batch = Batch(start, start + n, tails, ts0, ts_list, last_ts)
+        batch = Batch(start, start + n, p.records, ts0, ts_list, last_ts, p.plain)
         for i, op, body in commands:
             if op == b"fence":
                 self.fencing_token = body.decode()
@@ -345,13 +397,14 @@ class Stream:
                 if jj < j:
                     j = jj
                     max_count = len(out) + (j - i)  # the byte budget is spent: stop after these
-            tails = b.tails
+            recs = b.records
+            enc = sequenced_plain if b.plain else sequenced
             if b.ts_list is None:
                 ts = b.ts0
-                out.extend([sequenced(b.start + x, ts, tails[x]) for x in range(i, j)])
+                out.extend([enc(b.start + x, ts, recs[x]) for x in range(i, j)])
             else:
                 tl = b.ts_list
-                out.extend([sequenced(b.start + x, tl[x], tails[x]) for x in range(i, j)])
+                out.extend([enc(b.start + x, tl[x], recs[x]) for x in range(i, j)])
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break

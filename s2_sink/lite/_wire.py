@@ -19,12 +19,14 @@ from google.protobuf import (  # type: ignore[import-untyped]  # no stubs shippe
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
 __all__ = [
+    "PlainProbe",
     "RawList",
     "append_ack",
     "pb",
     "position",
     "read_batch",
     "sequenced",
+    "sequenced_plain",
     "varint",
 ]
 
@@ -45,8 +47,41 @@ def _raw_list_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("s2_sink_lite.RawList"))
 
 
-# : ``message RawList { repeated bytes items = 1; }``: field 1 of AppendInput (records) and of ReadBatch
-# (records).
+def _plain_probe_class() -> Any:
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="s2_sink_lite_probe.proto", package="s2_sink_lite_probe", syntax="proto3"
+    )
+    rec = fdp.message_type.add(name="BodyOnly")
+    rec.field.add(name="body", number=3, type=f.TYPE_BYTES, label=f.LABEL_OPTIONAL)
+    inp = fdp.message_type.add(name="PlainProbe")
+    inp.field.add(
+        name="records",
+        number=1,
+        type=f.TYPE_MESSAGE,
+        label=f.LABEL_REPEATED,
+        type_name=".s2_sink_lite_probe.BodyOnly",
+    )
+    optionals = (("match_seq_num", 2, f.TYPE_UINT64), ("fencing_token", 3, f.TYPE_STRING))
+    for idx, (name, number, ftype) in enumerate(optionals):
+        inp.oneof_decl.add(name=f"_{name}")
+        inp.field.add(
+            name=name,
+            number=number,
+            type=ftype,
+            label=f.LABEL_OPTIONAL,
+            proto3_optional=True,
+            oneof_index=idx,
+        )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("s2_sink_lite_probe.PlainProbe"))
+
+
+#: ``AppendInput`` as if records had only a body: their timestamps and headers parse as unknown fields.
+PlainProbe: Any = _plain_probe_class()
+
+#: ``message RawList { repeated bytes items = 1; }``: the records field of AppendInput and of ReadBatch.
 RawList: Any = _raw_list_class()
 
 _SMALL = [bytes((i,)) for i in range(128)]
@@ -83,6 +118,13 @@ def append_ack(start: tuple[int, int], end: tuple[int, int], tail: tuple[int, in
 def sequenced(seq_num: int, timestamp: int, tail: bytes) -> bytes:
     """Encoded ``SequencedRecord`` from a stored headers-and-body part."""
     return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp) + tail
+
+
+def sequenced_plain(seq_num: int, timestamp: int, rec: bytes) -> bytes:
+    """Encoded ``SequencedRecord`` from a body-only ``AppendRecord`` encoding (``1a`` -> ``22``)."""
+    if not rec:
+        return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp)
+    return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp) + b"\x22" + rec[1:]
 
 
 def read_batch(records: list[bytes], tail: tuple[int, int] | None) -> bytes:
