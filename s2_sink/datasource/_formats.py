@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-import orjson
 import pyarrow as pa
 import s2_sdk
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -46,7 +44,7 @@ KEY_HEADER = b"@key"
 ACTION_HEADER = b"@action"
 
 _HEADERS_TYPE = ArrayType(
-    StructType([StructField("name", BinaryType(), False), StructField("value", BinaryType(), False)]), False
+    StructType([StructField("key", BinaryType(), False), StructField("value", BinaryType(), False)]), False
 )
 
 RAW_SCHEMA = StructType(
@@ -172,7 +170,7 @@ def _raw_columns(
     arrays: list[pa.Array] = []
     for f in schema.fields:
         if f.name == "headers":
-            arrays.append(pa.array([[{"name": k, "value": v} for k, v in r.headers] for r in records]))
+            arrays.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records]))
         elif f.name == "body":
             arrays.append(pa.array([r.body for r in records], type=pa.binary()))
         else:
@@ -202,20 +200,28 @@ def _upsert_columns(
     return arrays
 
 
+def _splice(key: bytes, value: bytes) -> bytes | None:
+    """``{key fields}`` + ``{value fields}`` as one JSON object, spliced as text (numbers keep digits)."""
+    k, v = key.strip(), value.strip()
+    if not (k.startswith(b"{") and k.endswith(b"}") and v.startswith(b"{") and v.endswith(b"}")):
+        return None
+    k_inner, v_inner = k[1:-1].strip(), v[1:-1].strip()
+    if not k_inner or not v_inner:
+        return b"{" + (k_inner or v_inner) + b"}"
+    return b"{" + k_inner + b"," + v_inner + b"}"
+
+
 def _merged_upsert_bodies(stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> list[bytes]:
     bodies: list[bytes] = []
     for record in records:
         key, action = _upsert_parts(stream, record)
-        try:
-            merged: dict[str, Any] = dict(orjson.loads(key))
-            if action == "u" and record.body:
-                merged.update(orjson.loads(record.body))
-        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        merged = _splice(key, record.body if action == "u" and record.body else b"{}")
+        if merged is None:
             raise S2SinkError(
                 f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has a key or value that is "
-                f"not a JSON object: {exc}"
-            ) from exc
-        bodies.append(orjson.dumps(merged))
+                "not a JSON object"
+            )
+        bodies.append(merged)
     return bodies
 
 

@@ -136,7 +136,7 @@ def test_batch_raw_reads_data_records_of_named_streams(sp: SparkSession, endpoin
 
     df = sp.read.format("s2").options(**opts(endpoint, basin, **{"s2.streams": "a, b"})).load()
     rows = sorted(
-        (r.stream, r.seq_num, bytes(r.body), [(bytes(h.name), bytes(h.value)) for h in r.headers])
+        (r.stream, r.seq_num, bytes(r.body), [(bytes(h.key), bytes(h.value)) for h in r.headers])
         for r in df.collect()
     )
     assert rows == [

@@ -1,0 +1,152 @@
+"""Writer options of ``format("s2")``: the encoder, the routing rule and bad-row handling.
+
+Connection and batching options are those of ``S2Config.from_options``; this module parses the rest,
+on the driver, and raises ConfigError naming the option and the bad value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from s2_sink._partition_writer import OnError
+from s2_sink._routing import Routing
+from s2_sink.encoders import Encoder, InsertEncoder, UpsertEncoder
+from s2_sink.errors import ConfigError
+
+__all__ = ["WRITE_KEYS", "WriteOptions", "parse_write_options"]
+
+OPT_FORMAT = "s2.format"
+OPT_KEY_COLUMN = "s2.key-column"
+OPT_VALUE_COLUMN = "s2.value-column"
+OPT_KEY_COLUMNS = "s2.key-columns"
+OPT_OP_COLUMN = "s2.op-column"
+OPT_COMPACT = "s2.compact"
+OPT_HEADERS_COLUMN = "s2.headers-column"
+OPT_TIMESTAMP_COLUMN = "s2.timestamp-column"
+OPT_EXCLUDE_COLUMNS = "s2.exclude-columns"
+OPT_STREAM_COLUMN = "s2.stream-column"
+OPT_ON_ERROR = "s2.on-error"
+OPT_DLQ_STREAM = "s2.dlq-stream"
+OPT_DELIVERY = "s2.delivery"
+
+WRITE_KEYS = frozenset(
+    {
+        OPT_FORMAT,
+        OPT_KEY_COLUMN,
+        OPT_VALUE_COLUMN,
+        OPT_KEY_COLUMNS,
+        OPT_OP_COLUMN,
+        OPT_COMPACT,
+        OPT_HEADERS_COLUMN,
+        OPT_TIMESTAMP_COLUMN,
+        OPT_EXCLUDE_COLUMNS,
+        OPT_STREAM_COLUMN,
+        OPT_ON_ERROR,
+        OPT_DLQ_STREAM,
+        OPT_DELIVERY,
+        # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
+        # pipeline only to the reader, but users often keep one option dict).
+    }
+)
+
+_INSERT_ONLY = (OPT_KEY_COLUMN, OPT_VALUE_COLUMN)
+_UPSERT_ONLY = (OPT_KEY_COLUMNS, OPT_OP_COLUMN, OPT_COMPACT)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Validated writer options (plain data; pickles to executors)."""
+
+    encoder: Encoder
+    routing: Routing
+    on_error: OnError
+    dlq_stream: str | None
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    value = options.get(name)
+    return None if value is None else str(value).strip()
+
+
+def _names(option: str, raw: str) -> list[str]:
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"option {option}={raw!r} names no column")
+    return names
+
+
+def _encoder(options: Mapping[str, str]) -> Encoder:
+    fmt_raw = _get(options, OPT_FORMAT)
+    fmt = (fmt_raw or "json").lower()
+    headers = _get(options, OPT_HEADERS_COLUMN) or None
+    timestamp = _get(options, OPT_TIMESTAMP_COLUMN) or None
+    exclude_raw = _get(options, OPT_EXCLUDE_COLUMNS)
+    exclude = _names(OPT_EXCLUDE_COLUMNS, exclude_raw) if exclude_raw is not None else []
+    if fmt in ("json", "raw"):
+        for name in _UPSERT_ONLY:
+            if _get(options, name) is not None:
+                raise ConfigError(f"option {name} applies to {OPT_FORMAT}=upsert, not {fmt!r}")
+        return InsertEncoder(
+            fmt,  # type: ignore[arg-type]  # narrowed by the membership test above
+            headers_column=headers,
+            timestamp_column=timestamp,
+            key_column=_get(options, OPT_KEY_COLUMN) or None,
+            value_column=_get(options, OPT_VALUE_COLUMN) or "value",
+            exclude_columns=exclude,
+        )
+    if fmt == "upsert":
+        for name in _INSERT_ONLY:
+            if _get(options, name) is not None:
+                raise ConfigError(
+                    f"option {name} applies to {OPT_FORMAT}=json|raw; upsert keys are {OPT_KEY_COLUMNS}"
+                )
+        keys_raw = _get(options, OPT_KEY_COLUMNS)
+        if keys_raw is None:
+            raise ConfigError(f"{OPT_FORMAT}=upsert needs {OPT_KEY_COLUMNS}, e.g. 'id' or 'tenant,id'")
+        compact_raw = (_get(options, OPT_COMPACT) or "false").lower()
+        if compact_raw not in ("true", "false"):
+            raise ConfigError(f"option {OPT_COMPACT}={compact_raw!r} must be true or false")
+        return UpsertEncoder(
+            _names(OPT_KEY_COLUMNS, keys_raw),
+            op_column=_get(options, OPT_OP_COLUMN) or None,
+            compact=compact_raw == "true",
+            headers_column=headers,
+            timestamp_column=timestamp,
+            exclude_columns=exclude,
+        )
+    raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert")
+
+
+def parse_write_options(options: Mapping[str, str], *, stream: str | None) -> WriteOptions:
+    """Validate the writer options (``stream`` is the config's ``s2.stream``)."""
+    encoder = _encoder(options)
+    stream_column = _get(options, OPT_STREAM_COLUMN) or None
+    if stream_column is not None and stream is not None:
+        raise ConfigError(
+            f"options s2.stream={stream!r} and {OPT_STREAM_COLUMN}={stream_column!r} are mutually exclusive"
+        )
+    routing = Routing.build(stream=stream, stream_column=stream_column, shards=None)
+
+    on_error_raw = _get(options, OPT_ON_ERROR)
+    on_error = (on_error_raw or "fail").lower()
+    if on_error not in ("fail", "skip", "dlq"):
+        raise ConfigError(f"option {OPT_ON_ERROR}={on_error_raw!r} must be fail | skip | dlq")
+    dlq = _get(options, OPT_DLQ_STREAM) or None
+    if on_error == "dlq" and dlq is None:
+        raise ConfigError(f"option {OPT_ON_ERROR}=dlq needs {OPT_DLQ_STREAM}, the dead-letter stream")
+    if dlq is not None and on_error != "dlq":
+        raise ConfigError(f"option {OPT_DLQ_STREAM}={dlq!r} is used only with {OPT_ON_ERROR}=dlq")
+
+    delivery = _get(options, OPT_DELIVERY)
+    if delivery is not None and delivery.lower() != "at-least-once":
+        raise ConfigError(
+            f"option {OPT_DELIVERY}={delivery!r}: format('s2') writes are at-least-once; for exactly-once "
+            "use df.writeStream.foreachBatch(S2Writer(cfg))"
+        )
+    return WriteOptions(
+        encoder=encoder,
+        routing=routing,
+        on_error=on_error,  # type: ignore[arg-type]  # narrowed by the membership test above
+        dlq_stream=dlq,
+    )
