@@ -197,7 +197,9 @@ class LiteApp:
                 doc = self._body_json(req, body)
                 if not isinstance(doc, dict) or not isinstance(doc.get("stream"), str):
                     raise bad("bad_json", "create stream needs {'stream': name}")
-                s = store.create_stream(basin.name, doc["stream"], doc.get("config"))
+                s = store.create_stream(
+                    basin.name, doc["stream"], doc.get("config"), req.headers.get("s2-request-token")
+                )
                 await self.durable()
                 return _json(201, s.info())
         elif len(rest) == 2 and rest[0] == "streams":

@@ -242,6 +242,8 @@ class Stream:
     visible_ts: int = 0
     fencing_token: str = ""
     trim_point: int = 0
+    #: The ``s2-request-token`` of the create call, so a retried create is answered as a success.
+    request_token: str | None = None
     deleted: bool = False
     batches: list[Batch] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
@@ -532,14 +534,19 @@ class Store:
         self._log({"op": "stream", "basin": basin, "name": name, "config": config, "created_at": created_at})
         return s
 
-    def create_stream(self, basin: str, name: str, patch: Any) -> Stream:
-        """POST semantics: 409 if it exists."""
+    def create_stream(self, basin: str, name: str, patch: Any, request_token: str | None = None) -> Stream:
+        """POST semantics: 409 if it exists, unless this is a retry carrying the same request token."""
         b = self.basin(basin)
         validate_stream_name(name)
-        if name in b.streams:
+        existing = b.streams.get(name)
+        if existing is not None:
+            if request_token is not None and existing.request_token == request_token:
+                return existing
             raise conflict("resource_already_exists", f"stream {name!r} already exists")
         config = apply_stream_config(b.config["default_stream_config"], patch)
-        return self.put_stream(basin, name, config, time.time())
+        s = self.put_stream(basin, name, config, time.time())
+        s.request_token = request_token
+        return s
 
     def ensure_stream(self, basin: str, name: str, patch: Any) -> tuple[Stream, str]:
         """PUT semantics: (stream, ``created|updated|noop``)."""

@@ -147,3 +147,76 @@ def test_token_protected_server_rejects_other_tokens_with_401() -> None:
         with httpx.Client(http1=False, http2=True, base_url=srv.endpoint) as c:
             assert c.get("/ping").status_code == 200
             assert c.get("/v1/basins").status_code == 401
+
+
+def test_create_with_a_replayed_request_token_is_not_a_conflict(http: httpx.Client, basin: str) -> None:
+    """A create retried with the same s2-request-token succeeds (noop); another token gets 409."""
+    name = f"rt-{basin[2:]}"
+    first = http.post("/v1/basins", json={"basin": name}, headers={"s2-request-token": "tok-a"})
+    assert (first.status_code, first.headers["s2-provision-result"]) == (201, "created")
+    again = http.post("/v1/basins", json={"basin": name}, headers={"s2-request-token": "tok-a"})
+    assert (again.status_code, again.headers["s2-provision-result"]) == (200, "noop")
+    assert (
+        http.post("/v1/basins", json={"basin": name}, headers={"s2-request-token": "tok-b"}).status_code
+        == 409
+    )
+    h = {"s2-basin": name}
+    assert (
+        http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "x"}).status_code
+        == 201
+    )
+    assert (
+        http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "x"}).status_code
+        == 201
+    )
+    resp = http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "y"})
+    assert (resp.status_code, resp.json()["code"]) == (409, "resource_already_exists")
+    assert http.delete(f"/v1/basins/{name}").status_code == 202
+
+
+def _frames(data: bytes) -> list[tuple[int, bytes]]:
+    out = []
+    while data:
+        n = int.from_bytes(data[:3], "big")
+        out.append((data[3], data[4 : 3 + n]))
+        data = data[3 + n :]
+    return out
+
+
+def _session(http: httpx.Client, basin: str, **params: int) -> list[pb.ReadBatch]:
+    h = {"s2-basin": basin, "content-type": "s2s/proto"}
+    with http.stream("GET", "/v1/streams/hb/records", params=params, headers=h) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "s2s/proto"
+        frames = _frames(resp.read())
+    assert all(flag == 0 for flag, _ in frames), "a clean end has no terminal frame"
+    return [pb.ReadBatch.FromString(body) for _, body in frames]
+
+
+def test_read_session_heartbeats_at_the_tail_and_ends_after_wait(http: httpx.Client, basin: str) -> None:
+    """An S2S read session delivers records with the tail; started at the tail it sends a heartbeat (no
+    records, tail set) and, with `wait`, ends cleanly once that long passes without records."""
+    http.post(
+        "/v1/streams/hb/records",
+        headers={"s2-basin": basin},
+        json={"records": [{"body": "a"}, {"body": "b"}]},
+    )
+    batches = _session(http, basin, seq_num=0, count=10, wait=1)
+    assert [r.body for r in batches[0].records] == [b"a", b"b"]
+    assert batches[0].tail.seq_num == 2
+    batches = _session(http, basin, seq_num=2, wait=1)
+    assert len(batches) == 1
+    assert not batches[0].records
+    assert batches[0].HasField("tail")
+    assert batches[0].tail.seq_num == 2
+
+
+def test_read_session_preflight_errors_are_plain_json_responses(http: httpx.Client, basin: str) -> None:
+    """A session that cannot start (416 beyond the tail) is answered with a normal JSON error, no frames."""
+    h = {"s2-basin": basin, "content-type": "s2s/proto"}
+    http.post("/v1/streams/pf/records", headers={"s2-basin": basin}, json={"records": [{"body": "a"}]})
+    resp = http.get("/v1/streams/pf/records", params={"seq_num": 5}, headers=h)
+    assert (resp.status_code, resp.json()) == (
+        416,
+        {"tail": {"seq_num": 1, "timestamp": resp.json()["tail"]["timestamp"]}},
+    )

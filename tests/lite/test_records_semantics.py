@@ -280,3 +280,17 @@ def test_create_stream_on_append_and_on_read(lite: LiteServer) -> None:
             assert ack.end.seq_num == 2
 
     run(main())
+
+
+def test_stream_config_header_configures_an_auto_created_stream(lite: LiteServer, basin: str) -> None:
+    """The s2-stream-config header an SDK append carries configures a stream that the append auto-creates."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("configured")
+            cfg = StreamConfig(retention_policy="infinite")
+            await st.append(AppendInput(records=[Record(b"a")], stream_config=cfg))
+            got = await s2.basin(basin).get_stream_config("configured")
+            assert got.retention_policy == "infinite"
+
+    run(main())
