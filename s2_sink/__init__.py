@@ -5,7 +5,11 @@ The public API is what ``__all__`` lists; every other module is private.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from s2_sink._metrics import BatchMetrics, StreamMetrics
 from s2_sink._version import __version__
+from s2_sink.config import S2Config
 from s2_sink.errors import (
     CommitError,
     ConfigError,
@@ -16,13 +20,29 @@ from s2_sink.errors import (
     WriterConflictError,
 )
 
+if TYPE_CHECKING:
+    from s2_sink.writer import S2Writer
+
 __all__ = [
+    "BatchMetrics",
     "CommitError",
     "ConfigError",
     "EncodeError",
     "FencedError",
+    "S2Config",
     "S2SinkError",
+    "S2Writer",
+    "StreamMetrics",
     "WriteError",
     "WriterConflictError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The writer imports pyspark; load it on first use so `import s2_sink` stays light (lite server, CLI).
+    if name == "S2Writer":
+        from s2_sink.writer import S2Writer  # noqa: PLC0415
+
+        return S2Writer
+    raise AttributeError(f"module 's2_sink' has no attribute {name!r}")

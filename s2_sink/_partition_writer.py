@@ -18,12 +18,12 @@ Memory stays bounded: the partition is streamed one Arrow batch at a time; at mo
 acknowledged, and a task never has more than ``max_inflight_requests`` appends or
 ``max_inflight_bytes`` metered bytes unacknowledged.
 
-Retries are layered: the SDK retries each request and re-sends a session's unacknowledged appends
-itself (``max_retries``, ``append_retry_policy``); when a session still fails, this module drops it,
-waits (exponential backoff with full jitter, from the ``backoff`` package) and re-sends the stream's
-unacknowledged chunks, in order, on a fresh session — at most ``session_retries`` times without
-progress. Then the task fails with a `WriteError` naming the stream, batch, partition and cause.
-Errors that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once.
+Retries: append sessions are opened without SDK retries (see `_session_pool` for why); when a
+session fails, this module drops it, waits (exponential backoff with full jitter, from the ``backoff``
+package) and re-sends the stream's unacknowledged chunks, in order, on a fresh session — at most
+``max_retries + session_retries`` times without progress. Then the task fails with a `WriteError`
+naming the stream, batch, partition and cause. Errors that retrying cannot fix (auth, missing
+stream, fencing, append conditions) fail at once.
 
 Seams for exactly-once delivery (all ``None``/neutral in at-least-once mode), on `WritePlan`:
 ``fencing_token`` (sent with every append) and ``fence_keeper`` (on a 412), ``chunk_tagger`` +
@@ -303,10 +303,10 @@ class _PartitionWriter:
         self.skipped = 0
         self.dead_lettered = 0
         self.filter: RecordFilter | None = None
-        # Worst case of the SDK's own retries of one append: every attempt times out, plus backoff.
-        self.ack_deadline_s = (cfg.request_timeout_ms / 1000 + 1 + cfg.retry_delay_ms / 500) * (
-            cfg.max_retries + 1
-        )
+        # The SDK's ack deadline is request_timeout_ms; this watchdog only catches a stuck session.
+        self.ack_deadline_s = cfg.request_timeout_ms / 1000 * 2 + 1
+        # Append sessions are not retried by the SDK (see _session_pool): both budgets apply here.
+        self.retry_budget = cfg.max_retries + cfg.session_retries
         self.rng = random.Random()
         self.pool = get_pool()
 
@@ -571,8 +571,8 @@ class _PartitionWriter:
                     continue
             self._check_retryable(st, exc)
             st.failures += 1
-            if st.failures > self.cfg.session_retries:
-                raise self._error(st, exc, f"after {self.cfg.session_retries} session retries") from exc
+            if st.failures > self.retry_budget:
+                raise self._error(st, exc, f"after {self.retry_budget} session retries") from exc
             st.retries += 1
             if st.waits is None:
                 st.waits = backoff.expo(factor=self.cfg.retry_delay_ms / 1000, max_value=30)

@@ -9,6 +9,12 @@ returns it to the idle list; any error drops it, because a failed append poisons
 (a 412 from a fencing token or ``match_seq_num`` ends it, and nothing after it becomes durable).
 Idle sessions and clients are closed after ``S2Config.session_idle_timeout_ms``.
 
+Append sessions come from a client whose SDK retries are off: the writer retries them itself, from
+its own list of unacknowledged chunks, on a fresh session. (SDK 0.13's in-session retry can lose an
+input submitted while it reconnects -- the input is taken from the queue by a send loop that is being
+cancelled -- and then pairs the following acks with the wrong batches; a failed session without
+retries fails every pending batch instead, so nothing is misattributed.)
+
 Shutdown order of one session (`_close_session`): it is already drained by the writer (every ticket
 awaited), so ``close()`` half-closes the S2S stream and returns once the server ends it; a poisoned
 session re-raises its error from ``close()``, which is logged and swallowed. A client is closed
@@ -86,6 +92,9 @@ class _SessionKey:
 @dataclass(slots=True)
 class _ClientEntry:
     client: S2
+    """For unary calls (stream creation, reads, ledger appends): the SDK retries them."""
+    session_client: S2
+    """For append sessions: the SDK does not retry them; the writer does (see module docstring)."""
     idle_timeout_s: float
     last_used: float
     leased: int = 0
@@ -102,8 +111,8 @@ class PooledSession:
     last_used: float
 
 
-def make_client(cfg: S2Config) -> S2:
-    """A new SDK client for `cfg` (call on the loop). The SDK retries each request/session itself."""
+def make_client(cfg: S2Config, *, sdk_retries: bool = True) -> S2:
+    """A new SDK client for `cfg` (call on the loop); with `sdk_retries`, the SDK retries requests."""
     client: S2 = S2(
         cfg.access_token,
         endpoints=Endpoints(account=cfg.account_endpoint, basin=cfg.basin_endpoint),
@@ -112,7 +121,7 @@ def make_client(cfg: S2Config) -> S2:
             connection=timedelta(milliseconds=cfg.connect_timeout_ms),
         ),
         retry=Retry(
-            max_attempts=cfg.max_retries + 1,
+            max_attempts=cfg.max_retries + 1 if sdk_retries else 1,
             min_base_delay=timedelta(milliseconds=cfg.retry_delay_ms),
             max_base_delay=timedelta(milliseconds=max(cfg.retry_delay_ms * 8, 1000)),
             append_retry_policy=_POLICY[cfg.append_retry_policy],
@@ -141,7 +150,9 @@ class SessionPool:
         entry = self._clients.get(key)
         now = time.monotonic()
         if entry is None:
-            entry = _ClientEntry(make_client(cfg), cfg.session_idle_timeout_ms / 1000, now)
+            entry = _ClientEntry(
+                make_client(cfg), make_client(cfg, sdk_retries=False), cfg.session_idle_timeout_ms / 1000, now
+            )
             self._clients[key] = entry
             self._start_reaper()
         entry.last_used = now
@@ -173,7 +184,7 @@ class SessionPool:
             pooled = idle.pop()
             pooled.last_used = time.monotonic()
             return pooled
-        s2_stream = entry.client.basin(cfg.basin).stream(stream)
+        s2_stream = entry.session_client.basin(cfg.basin).stream(stream)
         try:
             session = s2_stream.append_session(
                 max_unacked_bytes=key.max_unacked_bytes, max_unacked_batches=key.max_unacked_batches
@@ -230,6 +241,7 @@ class SessionPool:
             if ckey not in busy and entry.leased == 0 and now - entry.last_used >= entry.idle_timeout_s:
                 del self._clients[ckey]
                 await _close_client(entry.client)
+                await _close_client(entry.session_client)
                 closed += 1
         return closed
 
@@ -241,6 +253,7 @@ class SessionPool:
         self._idle.clear()
         for entry in self._clients.values():
             await _close_client(entry.client)
+            await _close_client(entry.session_client)
         self._clients.clear()
         if self._reaper is not None:
             self._reaper.cancel()

@@ -74,17 +74,18 @@ class S2Config:
     ``NO_SIDE_EFFECTS``. Option ``s2.append-retry-policy``."""
 
     max_retries: int = 3
-    """Retries the SDK makes per request/session after the first attempt (0-100). Default 3.
+    """Retries after the first attempt (0-100): the SDK's, for requests such as stream creation and
+    reads; for append sessions, the writer's own re-sends (with ``session_retries`` on top). Default 3.
     Option ``s2.max-retries``."""
 
     retry_delay_ms: int = 100
-    """Base delay of the exponential backoff (SDK and session-level retries), in ms (1-60000). Default 100.
+    """Base delay of the exponential backoff with jitter, in ms (1-60000). Default 100.
     Option ``s2.retry-delay-ms``."""
 
     session_retries: int = 2
-    """Session-level retries on top of the SDK's: the writer reopens the append session and re-sends the
-    chunks that were not acknowledged, with exponential backoff and jitter (0-20). Default 2. Option
-    ``s2.session-retries``."""
+    """Extra re-sends of a failed append session, on top of ``max_retries``: the writer reopens the
+    session and re-sends the chunks not yet acknowledged, in order (0-20). Default 2.
+    Option ``s2.session-retries``."""
 
     batch_max_records: int = MAX_BATCH_RECORDS
     """Records per append (1-1000). Default 1000. Option ``sink.batch.max-size``."""
