@@ -59,6 +59,7 @@ from s2_sdk import (
 )
 
 from s2_sink import _runtime
+from s2_sink._exactly_once import _crashpoints
 from s2_sink._session_pool import PooledSession, get_pool
 from s2_sink.config import ONE_MIB, S2Config
 from s2_sink.errors import EncodeError, FencedError, WriteError
@@ -478,6 +479,8 @@ class _PartitionWriter:
             first = records[0]  # the tag goes last: positional readers of @key/@action stay undisturbed
             records = [Record(first.body, [*first.headers, (name, value)], first.timestamp), *records[1:]]
             nbytes += tag_size
+        # Fault-suite crash points (inert unless S2SINK_CRASH_PLAN is set): tests/faults.
+        _crashpoints.hit("before_append", **self._where(index))
         _runtime.run(self._submit(_Chunk(st.name, index, records, nbytes)))
 
     async def _submit(self, chunk: _Chunk) -> None:
@@ -499,6 +502,16 @@ class _PartitionWriter:
             chunk.ticket = _future(await st.session.session.submit(self._input(chunk)))
         except Exception as exc:
             await self._recover(st, exc)
+        _crashpoints.hit("mid_session", **self._where(chunk.index))
+
+    def _where(self, chunk: int) -> dict[str, int]:
+        ctx = self.ctx
+        return {
+            "batch": ctx.batch_id,
+            "partition": ctx.partition_id,
+            "attempt": ctx.attempt_number,
+            "chunk": chunk,
+        }
 
     def _input(self, chunk: _Chunk) -> AppendInput:
         return AppendInput(records=chunk.records, fencing_token=self.streams[chunk.stream].token)
@@ -530,6 +543,7 @@ class _PartitionWriter:
             st.unacked.popleft()
         st.failures = 0
         st.waits = None
+        _crashpoints.hit("after_append_before_ack", **self._where(chunk.index))
         self._record_ack(st, chunk, ack)
 
     def _record_ack(self, st: _StreamState, chunk: _Chunk, ack: AppendAck) -> None:
@@ -787,6 +801,8 @@ def write_partition(
         for batch in batches:
             writer.consume(batch)
         writer.finish()
+        where = {"batch": ctx.batch_id, "partition": ctx.partition_id, "attempt": ctx.attempt_number}
+        _crashpoints.hit("after_ack_before_task_end", **where)
         healthy = True
     finally:
         _runtime.run(writer._release_all(healthy))

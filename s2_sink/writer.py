@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from s2_sink import _runtime
+from s2_sink._exactly_once._identity import validate_writer_id
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import (
     BODY,
@@ -188,9 +189,12 @@ class S2Writer:
         if delivery == "at-least-once":
             return AtLeastOnce()
         if delivery == "exactly-once":
-            raise ConfigError(
-                "delivery='exactly-once' is not available in this build yet; pass delivery='at-least-once'"
-            )
+            # Ledger, fencing, chunk tags and retry/replay subtraction: see docs/exactly-once.md.
+            from s2_sink._exactly_once._mode import ExactlyOnce  # noqa: PLC0415 - imports pyspark.functions
+
+            if self.writer_id is not None:
+                validate_writer_id(self.writer_id)
+            return ExactlyOnce()
         raise ConfigError(f"delivery must be 'exactly-once' or 'at-least-once', got {delivery!r}")
 
     def __repr__(self) -> str:

@@ -52,7 +52,6 @@ class Tagger:
     epoch: int
 
     def __call__(self, ctx: PartitionContext, chunk: ChunkInfo) -> tuple[bytes, bytes]:
-        _crashpoints.hit("before_append", batch=ctx.batch_id, partition=ctx.partition_id, chunk=chunk.index)
         tag = ChunkTag(
             self.writer,
             self.epoch,
