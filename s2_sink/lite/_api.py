@@ -22,7 +22,14 @@ from s2_sink.lite._faults import Faults, FaultsDisabledError
 from s2_sink.lite._framing import COMPRESS_GZIP, COMPRESS_ZSTD, decompress
 from s2_sink.lite._http2 import Request
 from s2_sink.lite._jsonfmt import ack_to_json, append_input_from_json, read_batch_to_json
-from s2_sink.lite._records import AppendSession, ReadParams, read_session, unary_append, unary_read
+from s2_sink.lite._records import (
+    AppendSession,
+    ConnectionDropped,
+    ReadParams,
+    read_session,
+    unary_append,
+    unary_read,
+)
 from s2_sink.lite._store import Store, Stream
 
 __all__ = ["LiteApp"]
@@ -71,11 +78,16 @@ class LiteApp:
 
     # -- plumbing --------------------------------------------------------------------------------------------
 
-    def spawn(self, coro: Awaitable[None]) -> None:
-        """Run a request handler as a task the server can cancel on shutdown."""
+    def spawn(self, req: Request, coro: Awaitable[None]) -> None:
+        """Run a request handler as a task, cancelled if the client resets the stream or on shutdown."""
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+        def cancel() -> None:
+            task.cancel()
+
+        req.on_reset = cancel
 
     async def durable(self) -> None:
         """Wait until metadata changes so far are on disk."""
@@ -121,7 +133,7 @@ class LiteApp:
                 status, headers, body = await handler(bytes(req.body))
             except ApiError as exc:
                 status, headers, body = exc.status, _JSON, exc.body()
-            except asyncio.CancelledError:
+            except ConnectionDropped:
                 return
             except Exception:
                 log.exception("handler failed for %s %s", req.method, req.path)
@@ -129,9 +141,9 @@ class LiteApp:
             req.respond(status, headers, body)
 
         if req.ended:
-            self.spawn(run())
+            self.spawn(req, run())
         else:
-            req.on_end = lambda: self.spawn(run())
+            req.on_end = lambda: self.spawn(req, run())
 
     def _body_json(self, req: Request, body: bytes) -> Any:
         if not body:
@@ -259,7 +271,7 @@ class LiteApp:
                 params = ReadParams.parse(query)
                 stream = self._stream_for(req, name, "read")
                 if s2s:
-                    self.spawn(read_session(req, stream, params))
+                    self.spawn(req, read_session(req, stream, params))
                     return
                 self._unary(req, lambda body: self._unary_read(req, stream, params))
                 return

@@ -29,12 +29,16 @@ from s2_sink.lite._wire import append_ack, read_batch
 if TYPE_CHECKING:
     from s2_sink.lite._api import LiteApp
 
-__all__ = ["AppendSession", "ReadParams", "read_session", "unary_append", "unary_read"]
+__all__ = ["AppendSession", "ConnectionDropped", "ReadParams", "read_session", "unary_append", "unary_read"]
 
 log = logging.getLogger(__name__)
 
 S2S = [("content-type", "s2s/proto")]
 _MAX_UNARY_WAIT = 60
+
+
+class ConnectionDropped(Exception):
+    """The connection was cut by a fault hook: there is no response to send."""
 
 
 @dataclass(slots=True)
@@ -143,7 +147,7 @@ async def unary_append(app: LiteApp, req: Request, stream: Stream, payload: byte
             )
         if action == _faults.DROP_BEFORE:
             req.abort_connection()
-            raise asyncio.CancelledError
+            raise ConnectionDropped
     batch = stream.sequence(payload, now_ms())
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -155,7 +159,7 @@ async def unary_append(app: LiteApp, req: Request, stream: Stream, payload: byte
     await done
     if action == _faults.DROP_AFTER_DURABLE:
         req.abort_connection()
-        raise asyncio.CancelledError
+        raise ConnectionDropped
     delay = app.faults.ack_delay() if app.faults.active else 0.0
     if delay:
         await asyncio.sleep(delay)
