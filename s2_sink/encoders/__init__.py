@@ -4,7 +4,8 @@ the matching decoders, and S2's metered-size accounting. The type mapping is in 
 
 from __future__ import annotations
 
-from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._base import Encoder, ErrorMode
+from s2_sink.encoders._decode import UpsertChange, decode_json, decode_upsert
 from s2_sink.encoders._frame import (
     BODY,
     ERROR,
@@ -34,8 +35,12 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "TIMESTAMP",
     "Encoder",
+    "ErrorMode",
     "InsertEncoder",
+    "UpsertChange",
     "UpsertEncoder",
+    "decode_json",
+    "decode_upsert",
     "metered_bytes",
     "raise_for_errors",
 ]

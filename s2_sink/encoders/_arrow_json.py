@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders._java_text import java_decimal, java_double, java_float, java_interval
+from s2_sink.encoders._lists import list_parts
 from s2_sink.encoders._types import INTEGRAL_TYPES
 
 __all__ = ["json_fragments", "json_object", "json_string"]
@@ -141,13 +142,15 @@ def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
         start, end = dtype.startField, dtype.endField
         return _per_value(micros, lambda v: json_string(java_interval(v, start, end)))
     if isinstance(dtype, ArrayType):
-        values = json_fragments(arr.values, dtype.elementType)
-        return _join_lists(arr.offsets, values, arr, "[", "]")
+        offsets, items = list_parts(arr)
+        return _join_lists(offsets, json_fragments(items, dtype.elementType), arr, "[", "]")
     if isinstance(dtype, MapType):
-        keys = _map_keys(arr.keys, dtype.keyType)
-        values = json_fragments(arr.items, dtype.valueType)
-        pairs = pc.binary_join_element_wise(keys, values, ":")
-        return _join_lists(arr.offsets, pairs, arr, "{", "}")
+        offsets, entries = list_parts(arr)
+        keys, items = entries.flatten()
+        pairs = pc.binary_join_element_wise(
+            _map_keys(keys, dtype.keyType), json_fragments(items, dtype.valueType), ":"
+        )
+        return _join_lists(offsets, pairs, arr, "{", "}")
     if isinstance(dtype, StructType):
         children = arr.flatten()
         frags = [json_fragments(c, f.dataType) for c, f in zip(children, dtype.fields, strict=True)]

@@ -13,7 +13,7 @@ def list_parts(col: pa.ListArray) -> tuple[pa.Array, pa.Array]:
     offsets = col.offsets
     start = offsets[0].as_py()
     end = offsets[-1].as_py()
-    if start:
+    if start or offsets.offset:  # from_arrays refuses sliced offsets together with a null mask
         offsets = pc.subtract(offsets, start)
     return offsets, col.values.slice(start, end - start)
 
