@@ -1,0 +1,157 @@
+"""``make demo``: a streaming query into the embedded lite server through `S2Writer`, then read back.
+
+Starts a lite S2 server on a free local port, runs a rate-source query (a few derived columns) for a
+few micro-batches with ``foreachBatch(S2Writer(...))``, reads the stream back with the SDK and prints
+a short summary: batches, records, throughput and a few decoded records.
+
+    python -m s2_sink.demo [--batches 4] [--rows-per-second 50000] [--trigger-seconds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import orjson
+from s2_sdk import S2, Endpoints, ReadLimit, SeqNum
+
+from s2_sink import BatchMetrics, ConfigError, S2Config
+from s2_sink.lite import LiteServer
+from s2_sink.testing import fresh_basin
+
+STREAM = "demo/orders"
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m s2_sink.demo", description=__doc__.splitlines()[0])
+    p.add_argument("--batches", type=int, default=4, help="non-empty micro-batches to write (default 4)")
+    p.add_argument("--rows-per-second", type=int, default=50_000, help="rate source speed (default 50000)")
+    p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval (default 2)")
+    p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
+    return p.parse_args(argv)
+
+
+async def _read_back(endpoint: str, basin: str) -> tuple[int, list[bytes]]:
+    count, sample = 0, list[bytes]()
+    async with S2("demo", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+        stream = s2.basin(basin).stream(STREAM)
+        tail = (await stream.check_tail()).seq_num
+        pos = 0
+        while pos < tail:
+            batch = await stream.read(
+                start=SeqNum(pos), limit=ReadLimit(count=1000), ignore_command_records=True
+            )
+            if not batch.records:
+                break
+            count += len(batch.records)
+            if len(sample) < 3:
+                sample.extend(r.body for r in batch.records[: 3 - len(sample)])
+            pos = batch.records[-1].seq_num + 1
+    return count, sample
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; returns the process exit code."""
+    args = _args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - keep `--help` fast
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from s2_sink import S2Writer  # noqa: PLC0415
+    from s2_sink.encoders import InsertEncoder  # noqa: PLC0415
+
+    started = time.monotonic()
+    with LiteServer() as srv:
+        basin = fresh_basin(srv.endpoint, name=None)
+        print(f"lite server at {srv.endpoint}, basin {basin!r}, stream {STREAM!r}")
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("s2-sink-demo")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        cfg = S2Config(
+            basin=basin,
+            stream=STREAM,
+            access_token="demo",
+            account_endpoint=srv.endpoint,
+            basin_endpoint=srv.endpoint,
+        )
+        written: list[BatchMetrics] = []
+        try:
+            writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append)
+        except ConfigError:
+            writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append, delivery="at-least-once")
+        orders = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", args.rows_per_second)
+            .option("numPartitions", 2)
+            .load()
+            .select(
+                F.col("value").alias("order_id"),
+                F.col("timestamp").alias("ts"),
+                F.element_at(
+                    F.array(*(F.lit(r) for r in ("eu", "us", "ap"))), (F.col("value") % 3 + 1).cast("int")
+                ).alias("region"),
+                (F.col("value") % 997 / 10).alias("amount"),
+                F.concat(F.lit("customer-"), (F.col("value") % 1000).cast("string")).alias("customer"),
+            )
+        )
+        query = (
+            orders.writeStream.foreachBatch(writer)
+            .trigger(processingTime=f"{args.trigger_seconds} seconds")
+            .option("checkpointLocation", os.path.join(_tmpdir(), "checkpoint"))
+            .start()
+        )
+        print(f"streaming query started ({writer.delivery}); writing {args.batches} micro-batches ...")
+        deadline = time.monotonic() + args.timeout
+        while sum(1 for m in written if m.rows_in) < args.batches and time.monotonic() < deadline:
+            if query.exception() is not None:
+                break
+            time.sleep(0.2)
+        query.stop()
+        error = query.exception()
+        spark.stop()
+        if error is not None:
+            print(f"the query failed: {error}")
+            return 1
+        count, sample = asyncio.run(_read_back(srv.endpoint, basin))
+    batches = [m for m in written if m.rows_in]
+    records = sum(m.records for m in batches)
+    busy = sum(m.duration_s for m in batches)
+    print()
+    print(f"micro-batches written : {len(batches)} (+{len(written) - len(batches)} empty)")
+    for m in batches:
+        p50 = f"{m.ack_latency_p50_ms:.1f}" if m.ack_latency_p50_ms is not None else "-"
+        print(
+            f"  batch {m.batch_id}: {m.rows_in} rows -> {m.records} records in {m.appends} appends, "
+            f"{m.duration_s:.2f}s ({m.records_per_s:,.0f} records/s), ack p50 {p50} ms"
+        )
+    print(f"records appended      : {records} ({records / busy if busy else 0:,.0f} records/s while writing)")
+    print(f"records read back     : {count}")
+    print("first records         :")
+    for body in sample:
+        print(f"  {orjson.loads(body)}")
+    print(f"total demo time       : {time.monotonic() - started:.1f}s")
+    return 0 if count >= records > 0 else 1
+
+
+def _tmpdir() -> str:
+    import tempfile  # noqa: PLC0415
+
+    return tempfile.mkdtemp(prefix="s2-sink-demo-")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
