@@ -72,7 +72,10 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
         if ts.itemsize != 8:  # pragma: no cover - every supported platform has 8-byte "Q"
             raise RuntimeError("array('Q') is not 64-bit here")
         parts.append(ts.tobytes())
-    parts.append(RawList(items=batch.records).SerializeToString())
+    # A plain batch's AppendInput encoding already reads as a RawList of its records.
+    parts.append(
+        batch.payload if batch.payload is not None else RawList(items=batch.records).SerializeToString()
+    )
     return _entry(_KIND_APPEND, b"".join(parts))
 
 
@@ -92,7 +95,9 @@ def _apply_append(store: Store, payload: memoryview) -> None:
         arr.frombytes(payload[pos : pos + 8 * n])
         ts_list = arr.tolist()
         pos += 8 * n
-    records = list(RawList.FromString(bytes(payload[pos:])).items)
+    body = bytes(payload[pos:])
+    plain = bool(flags & 2)
+    records = None if plain else list(RawList.FromString(body).items)
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
     if s is None:
@@ -100,7 +105,17 @@ def _apply_append(store: Store, payload: memoryview) -> None:
         return
     s.fencing_token = token
     s.trim_point = trim
-    s.add_batch(Batch(start, start + n, records, ts0, ts_list, last_ts, bool(flags & 2)))
+    s.add_batch(
+        Batch(
+            start,
+            start + n,
+            records=records,
+            payload=body if plain else None,
+            ts0=ts0,
+            ts_list=ts_list,
+            last_ts=last_ts,
+        )
+    )
     s.make_visible(start + n, last_ts)
 
 

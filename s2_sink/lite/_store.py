@@ -64,9 +64,12 @@ def validate_stream_name(name: str) -> None:
 class ParsedInput:
     """A validated ``AppendInput``: records plus what sequencing needs to know about them."""
 
-    records: list[bytes]
-    #: Every record is body-only and ``records`` holds their ``AppendRecord`` encodings.
-    plain: bool
+    n: int
+    #: Headers-and-body parts of ``SequencedRecord`` (None for a plain input).
+    records: list[bytes] | None
+    #: Plain input (every record body-only): the ``AppendInput`` encoding itself, whose records field
+    #: ``RawList`` reads as the ``AppendRecord`` encodings (None otherwise).
+    payload: bytes | None
     #: (record index, command op, body) for each command record.
     commands: list[tuple[int, bytes, bytes]]
     #: record index -> client timestamp, for records that carry one.
@@ -94,7 +97,7 @@ def parse_input(data: bytes) -> ParsedInput:
             metered = 8 * n + sum(len(r.body) for r in probe.records)
             if metered > ONE_MIB:
                 raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
-        return ParsedInput(list(RawList.FromString(data).items), True, [], {}, msn, token)
+        return ParsedInput(n, None, data, [], {}, msn, token)
     try:
         raw = RawList.FromString(data).items
         pb.AppendInput.FromString(data)  # full validation of the structure
@@ -157,7 +160,7 @@ def parse_input(data: bytes) -> ParsedInput:
                 )
         else:
             raise invalid(f"unknown command record {op!r}")
-    return ParsedInput(tails, False, commands, client_ts, msn, token)
+    return ParsedInput(n, tails, None, commands, client_ts, msn, token)
 
 
 def _metered_of_tail(tail: bytes) -> int:
@@ -186,23 +189,48 @@ def _metered_of_plain(rec: bytes) -> int:
     return 8 + n - (i + 1)
 
 
-@dataclass(slots=True)
 class Batch:
     """One appended batch, atomic: records ``[start, end)``.
 
-    ``plain`` batches (every record body-only, the common case) keep the records as their ``AppendRecord``
-    encodings, converted when read; others keep headers-and-body parts of ``SequencedRecord``.
+    A plain batch (every record body-only, the common case) keeps just the ``AppendInput`` encoding it came
+    in; the per-record ``AppendRecord`` encodings are cut out of it (in C) on the first read. Other batches
+    keep headers-and-body parts of ``SequencedRecord`` per record.
     """
 
-    start: int
-    end: int
-    records: list[bytes]
-    ts0: int
-    #: Per-record timestamps; None when every record got ``ts0``.
-    ts_list: list[int] | None
-    last_ts: int
-    plain: bool = False
-    _metered: list[int] | None = None
+    __slots__ = ("_metered", "_records", "end", "last_ts", "payload", "plain", "start", "ts0", "ts_list")
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        *,
+        records: list[bytes] | None,
+        payload: bytes | None,
+        ts0: int,
+        ts_list: list[int] | None,
+        last_ts: int,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self._records = records
+        #: The AppendInput encoding of a plain batch until its records are first read (the log writes it).
+        self.payload = payload
+        #: Records are ``AppendRecord`` encodings of body-only records.
+        self.plain = records is None
+        self.ts0 = ts0
+        #: Per-record timestamps; None when every record got ``ts0``.
+        self.ts_list = ts_list
+        self.last_ts = last_ts
+        self._metered: list[int] | None = None
+
+    @property
+    def records(self) -> list[bytes]:
+        """Per-record encodings (see ``plain``)."""
+        if self._records is None:
+            assert self.payload is not None
+            self._records = list(RawList.FromString(self.payload).items)
+            self.payload = None
+        return self._records
 
     def ts(self, i: int) -> int:
         """Timestamp of the i-th record of the batch."""
@@ -286,7 +314,7 @@ class Stream:
         Raises ApiError 400/412/422. Checks happen before any state changes, so a failed append has no effect.
         """
         p = parse_input(data)
-        n = len(p.records)
+        n = p.n
         ts_cfg = self.config["timestamping"]
         mode = ts_cfg["mode"]
         uncapped = bool(ts_cfg.get("uncapped"))
@@ -316,7 +344,9 @@ class Stream:
             ts0 = ts_list[0]
             last_ts = cur
         start = self.next_seq
-        batch = Batch(start, start + n, p.records, ts0, ts_list, last_ts, p.plain)
+        batch = Batch(
+            start, start + n, records=p.records, payload=p.payload, ts0=ts0, ts_list=ts_list, last_ts=last_ts
+        )
         for i, op, body in commands:
             if op == b"fence":
                 self.fencing_token = body.decode()
