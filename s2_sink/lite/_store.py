@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from s2_sink.lite._errors import (
     not_found,
     seq_num_mismatch,
 )
-from s2_sink.lite._wire import PlainProbe, RawList, pb, sequenced, sequenced_plain
+from s2_sink.lite._wire import PlainProbe, RawList, pb, sequenced, sequenced_plain, varint
 
 __all__ = ["Basin", "Batch", "ReadResult", "Store", "Stream", "now_ms", "rfc3339"]
 
@@ -178,17 +179,6 @@ def _metered_of_tail(tail: bytes) -> int:
     return 8 + len(rec.body) + sum(2 + len(h.name) + len(h.value) for h in rec.headers)
 
 
-def _metered_of_plain(rec: bytes) -> int:
-    """Metered size of a body-only ``AppendRecord`` encoding (``1a <len> <body>``)."""
-    n = len(rec)
-    if n == 0:
-        return 8
-    i = 1
-    while rec[i] & 0x80:  # skip the length varint
-        i += 1
-    return 8 + n - (i + 1)
-
-
 class Batch:
     """One appended batch, atomic: records ``[start, end)``.
 
@@ -236,11 +226,18 @@ class Batch:
         """Timestamp of the i-th record of the batch."""
         return self.ts0 if self.ts_list is None else self.ts_list[i]
 
-    def metered(self) -> list[int]:
-        """Per-record metered sizes, computed once on first use (only byte-limited reads need them)."""
+    def cumulative_metered(self) -> list[int]:
+        """Running totals of the records' metered sizes, computed once on first use."""
         if self._metered is None:
-            f = _metered_of_plain if self.plain else _metered_of_tail
-            self._metered = [f(t) for t in self.records]
+            if self.plain:
+                # ``1a <varint len> <body>``: a 1-byte varint up to 129 bytes, 2 bytes up to 16386, else 3.
+                sizes = [
+                    8 if n == 0 else n + 6 if n <= 129 else n + 5 if n <= 16386 else n + 4
+                    for n in map(len, self.records)
+                ]
+            else:
+                sizes = [_metered_of_tail(t) for t in self.records]
+            self._metered = list(itertools.accumulate(sizes))
         return self._metered
 
 
@@ -421,22 +418,29 @@ class Stream:
                     j = jj
                     until_reached = True
             if max_bytes < (1 << 62):
-                mets = b.metered()
-                jj = i
-                while jj < j and nbytes + mets[jj] <= max_bytes:
-                    nbytes += mets[jj]
-                    jj += 1
-                if jj < j:
-                    j = jj
-                    max_count = len(out) + (j - i)  # the byte budget is spent: stop after these
+                cum = b.cumulative_metered()
+                base = cum[i - 1] if i else 0
+                if cum[j - 1] - base + nbytes > max_bytes:
+                    # The byte budget runs out inside this batch: stop after the last record that fits.
+                    j = bisect.bisect_right(cum, max_bytes - nbytes + base, i, j)
+                    max_count = len(out) + (j - i)
+                nbytes += (cum[j - 1] - base) if j > i else 0
             recs = b.records
-            enc = sequenced_plain if b.plain else sequenced
-            if b.ts_list is None:
-                ts = b.ts0
-                out.extend([enc(b.start + x, ts, recs[x]) for x in range(i, j)])
+            if b.plain and b.ts_list is None:
+                # The common case, inlined: ``08 <seq> 10 <ts> 22`` + the record's bytes after its ``1a`` tag.
+                mid = b"\x10" + varint(b.ts0) + b"\x22"
+                s0 = b.start
+                out.extend(
+                    [
+                        b"\x08" + varint(s0 + x) + mid + recs[x][1:]
+                        if recs[x]
+                        else sequenced_plain(s0 + x, b.ts0, b"")
+                        for x in range(i, j)
+                    ]
+                )
             else:
-                tl = b.ts_list
-                out.extend([enc(b.start + x, tl[x], recs[x]) for x in range(i, j)])
+                enc = sequenced_plain if b.plain else sequenced
+                out.extend([enc(b.start + x, b.ts(x), recs[x]) for x in range(i, j)])
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break
