@@ -184,11 +184,20 @@ class DurableLog:
         self._busy = False
         self._closed = False
         self.fsyncs = 0
+        # Entries written so far, and how many of them are known to be on disk.
+        self._written = 0
+        self._synced = 0
         _fsync_dir(directory)
 
     def write(self, entry: bytes) -> None:
         """Queue an entry; it is durable once a later ``commit`` callback runs."""
         self._buf.append(entry)
+        self._written += 1
+
+    @property
+    def clean(self) -> bool:
+        """Every entry written so far is on disk."""
+        return self._synced == self._written
 
     def commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the loop once everything written so far is on disk."""
@@ -212,10 +221,11 @@ class DurableLog:
         self._busy = True
         data = b"".join(self._buf)
         waiters = self._waiters
+        upto = self._written
         self._buf = []
         self._waiters = []
         fut = self._loop.run_in_executor(self._pool, self._write_sync, data)
-        fut.add_done_callback(lambda f: self._done(f, waiters))
+        fut.add_done_callback(lambda f: self._done(f, waiters, upto))
 
     def _write_sync(self, data: bytes) -> None:
         view = memoryview(data)
@@ -224,7 +234,7 @@ class DurableLog:
             view = view[n:]
         os.fsync(self._fd)
 
-    def _done(self, fut: asyncio.Future[None], waiters: list[Callable[[], None]]) -> None:
+    def _done(self, fut: asyncio.Future[None], waiters: list[Callable[[], None]], upto: int) -> None:
         self._busy = False
         exc = fut.exception() if not fut.cancelled() else None
         if exc is not None:
@@ -233,6 +243,7 @@ class DurableLog:
             self._closed = True
             return
         self.fsyncs += 1
+        self._synced = upto
         for cb in waiters:
             cb()
         self._kick()
