@@ -1,8 +1,7 @@
 """Request routing and the control plane (basins, streams, configs), plus health and fault endpoints.
 
 Routing works on the raw ``:path``: it is split on ``/`` first and each segment is percent-decoded afterwards,
-so an
-encoded ``%2F`` inside a stream name never acts as a separator.
+so an encoded ``%2F`` inside a stream name never acts as a separator.
 """
 
 from __future__ import annotations
@@ -100,17 +99,13 @@ class LiteApp:
         if path in ("/ping", "/health"):
             req.respond(200, [("content-type", "text/plain")], b"OK")
             return
+        if self.token is not None and req.headers.get("authorization") != f"Bearer {self.token}":
+            self._error(req, ApiError(401, "authn", "invalid or missing access token"))
+            return
         try:
-            if self.token is not None and req.headers.get("authorization") != f"Bearer {self.token}":
-                raise ApiError(401, "authn", "invalid or missing access token")
             parts = [unquote(s, errors="strict") for s in path.split("/")[1:]]
-        except (ApiError, UnicodeDecodeError) as exc:
-            err = (
-                exc
-                if isinstance(exc, ApiError)
-                else bad("bad_path", "path is not valid percent-encoded UTF-8")
-            )
-            self._error(req, err)
+        except UnicodeDecodeError:
+            self._error(req, bad("bad_path", "path is not valid percent-encoded UTF-8"))
             return
         if parts[:1] == ["_lite"] and parts[1:] == ["faults"]:
             self._unary(req, lambda body: self._faults(req, body))
@@ -119,7 +114,7 @@ class LiteApp:
             self._error(req, ApiError(404, "not_found", f"no route for {path}"))
             return
         rest = parts[1:]
-        if rest[:1] == ["streams"] and len(rest) >= 3 and rest[2] == "records" and len(rest) == 3:
+        if len(rest) == 3 and rest[0] == "streams" and rest[2] == "records":
             self._records(req, rest[1], query)
             return
         self._unary(req, lambda body: self._control(req, rest, query, body))
@@ -260,9 +255,8 @@ class LiteApp:
             if req.method == "POST":
                 stream = self._stream_for(req, name, "append")
                 if s2s:
-                    # An auto-created stream's metadata entry precedes the session's appends in the log, so it
-                    # is
-                    # durable before any of their acks.
+                    # An auto-created stream's metadata entry precedes the session's appends in the log, so
+                    # it is durable before any of their acks.
                     AppendSession(self, req, stream)
                     return
                 self._unary(req, lambda body: self._unary_append(req, stream, ctype, body))

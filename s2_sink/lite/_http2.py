@@ -331,17 +331,13 @@ class H2Protocol(asyncio.Protocol):
         req = Request(self, ev.stream_id, headers.get(":method", ""), headers.get(":path", "/"), headers)
         self.requests[ev.stream_id] = req
         if ev.stream_ended is not None:
+            # Headers carried END_STREAM (no body); the StreamEnded event that follows runs ``on_end``.
             req.ended = True
         try:
             self.app.on_request(req)
         except Exception:
             log.exception("request handler failed")
             req.respond(500, [("content-type", "application/json")], b'{"code":"other","message":"internal"}')
-        if req.ended and req.on_end is not None and ev.stream_ended is not None:
-            # Headers carried END_STREAM: there is no body to wait for. StreamEnded follows in this same batch
-            # of
-            # events, so the handler runs from there; nothing to do here.
-            pass
 
     def _on_data(self, ev: h2.events.DataReceived) -> None:
         sid = ev.stream_id

@@ -1,10 +1,8 @@
 """The records API: unary append/read and S2S append/read sessions.
 
 Append sessions are handled synchronously as DATA arrives: each frame is sequenced at once, and its ack is
-queued in
-input order and released when the batch is durable. The first failure poisons the session: acks before it are
-still
-sent, then one terminal frame, and nothing after it is applied.
+queued in input order and released when the batch is durable. The first failure poisons the session: acks
+before it are still sent, then one terminal frame, and nothing after it is applied.
 """
 
 from __future__ import annotations
