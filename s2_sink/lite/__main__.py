@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     def ready(endpoint: str) -> None:
         # The first stdout line is the endpoint alone: LiteServer(subprocess=True) and scripts parse it.
         print(endpoint, flush=True)
-        token = args.token or "ignored"
+        # Never echo a configured token: it is a secret.
+        token = "<the --token value>" if args.token else "ignored"
         print(
             f"S2_ACCOUNT_ENDPOINT={endpoint} S2_BASIN_ENDPOINT={endpoint} S2_ACCESS_TOKEN={token}",
             file=sys.stderr,
