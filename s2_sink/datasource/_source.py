@@ -52,9 +52,17 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+# Spark adds options of its own (checkpointLocation, path, ...); only these namespaces are ours to validate.
+_OUR_PREFIXES = ("s2.", "sink.")
+
+
+def _ours(options: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in options.items() if k.startswith(_OUR_PREFIXES)}
+
+
 def read_config(options: Mapping[str, str]) -> S2Config:
     """The connection settings of a read: validated by S2Config, reader-only keys skipped."""
-    return S2Config.from_options(options, ignore=READ_KEYS)
+    return S2Config.from_options(_ours(options), ignore=READ_KEYS)
 
 
 class S2DataSource(DataSource):
@@ -94,7 +102,7 @@ class S2DataSource(DataSource):
 
     def _writer_parts(self, schema: StructType, overwrite: bool) -> tuple[S2Config, WriteOptions]:
         check_overwrite(overwrite)
-        cfg = S2Config.from_options(self._opts, ignore=WRITE_KEYS)
+        cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
         opts = parse_write_options(self._opts, stream=cfg.stream)
         opts.routing.validate(schema)
         opts.encoder.validate(

@@ -1,0 +1,244 @@
+"""format("s2") writes and write -> read round trips, against the lite server with a real local Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StringType, StructField, StructType
+
+from s2_sink.config import S2Config
+from s2_sink.datasource import register
+from s2_sink.encoders import InsertEncoder, UpsertEncoder
+from s2_sink.writer import S2Writer
+from tests.integration.test_datasource_read import append, bodies, new_basin, opts
+
+pytestmark = [pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    """A local Spark session (module-local until the shared integration fixture exists)."""
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+
+
+@pytest.fixture(scope="module")
+def sp(spark: SparkSession) -> SparkSession:
+    """The shared Spark session with format("s2") registered."""
+    register(spark)
+    return spark
+
+
+@pytest.fixture
+def endpoint(lite: Any) -> str:
+    """The lite server's endpoint."""
+    return str(lite.endpoint)
+
+
+def same_rows(a: DataFrame, b: DataFrame) -> None:
+    """Assert two DataFrames hold the same multiset of rows with the same schema."""
+    assert a.schema.simpleString() == b.schema.simpleString()
+    assert sorted(map(repr, a.collect())) == sorted(map(repr, b.collect()))
+
+
+def _table(sp: SparkSession) -> DataFrame:
+    rows = [
+        (
+            i,
+            f"name-{i}",
+            i * 1.5,
+            i % 2 == 0,
+            Decimal(f"{i}.25"),
+            dt.datetime(2024, 1, 1, 0, 0, i, tzinfo=dt.UTC),
+            [i, i + 1],
+            "eu" if i % 3 else "us",
+        )
+        for i in range(12)
+    ]
+    ddl = (
+        "id long, name string, score double, even boolean, price decimal(10,2), at timestamp, "
+        "tags array<long>, region string"
+    )
+    return sp.createDataFrame(rows, ddl)
+
+
+def test_s2writer_then_format_read_gives_equal_dataframe(sp: SparkSession, endpoint: str) -> None:
+    """Rows written by S2Writer (JSON encoder) read back with format("s2") and the table's schema equal the
+    original DataFrame, across several column types."""
+    basin = new_basin(endpoint, "tbl")
+    df = _table(sp)
+    cfg = S2Config(basin=basin, stream="tbl", account_endpoint=endpoint, basin_endpoint=endpoint)
+    S2Writer(cfg, InsertEncoder(), delivery="at-least-once")(df, 0)
+
+    back = (
+        sp.read.format("s2")
+        .schema(df.schema)
+        .options(**opts(endpoint, basin, **{"s2.stream": "tbl", "s2.format": "json"}))
+        .load()
+    )
+    same_rows(back, df)
+
+
+def test_format_write_routes_by_template_and_reads_back(sp: SparkSession, endpoint: str) -> None:
+    """df.write.format("s2") with a stream template appends each row to its stream; reading the prefix
+    returns the same rows, each from the stream its template names."""
+    basin = new_basin(endpoint)
+    df = _table(sp)
+    w = opts(endpoint, basin, **{"s2.stream-column": "events/{region}", "s2.create-streams": "true"})
+    df.write.format("s2").options(**w).mode("append").save()
+
+    schema = StructType([*df.schema.fields, StructField("_s2_stream", StringType())])
+    r = opts(endpoint, basin, **{"s2.stream-prefix": "events/", "s2.format": "json"})
+    back = sp.read.format("s2").schema(schema).options(**r).load()
+    assert {(row.region, row._s2_stream) for row in back.collect()} == {
+        ("eu", "events/eu"),
+        ("us", "events/us"),
+    }
+    same_rows(back.drop("_s2_stream"), df)
+
+
+def test_raw_write_keeps_body_headers_and_timestamp(sp: SparkSession, endpoint: str) -> None:
+    """s2.format=raw writes the value column as the body, with headers and timestamps; a raw read returns
+    them unchanged (the Kafka-shaped headers column round-trips)."""
+    basin = new_basin(endpoint, "raw")
+    rows = [(f"v{i}".encode(), [(b"h", f"{i}".encode())], 1_700_000_000_000 + i) for i in range(5)]
+    df = sp.createDataFrame(rows, "value binary, headers array<struct<key:binary,value:binary>>, ts long")
+    w = opts(
+        endpoint,
+        basin,
+        **{
+            "s2.stream": "raw",
+            "s2.format": "raw",
+            "s2.headers-column": "headers",
+            "s2.timestamp-column": "ts",
+        },
+    )
+    df.coalesce(1).write.format("s2").options(**w).mode("append").save()
+
+    back = (
+        sp.read.format("s2")
+        .options(**opts(endpoint, basin, **{"s2.stream": "raw"}))
+        .load()
+        .orderBy("seq_num")
+    )
+    got = [
+        (
+            bytes(r.body),
+            [(bytes(h.key), bytes(h.value)) for h in r.headers],
+            int(r.timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000),
+        )
+        for r in back.collect()
+    ]
+    assert got == rows
+
+
+def test_upsert_materialization_equals_final_table(sp: SparkSession, endpoint: str) -> None:
+    """A changelog written in several batches (inserts, updates, deletes, a re-insert) and read with
+    s2.upsert-materialize=true equals the expected final table."""
+    basin = new_basin(endpoint, "cdc")
+    w = opts(
+        endpoint,
+        basin,
+        **{"s2.stream": "cdc", "s2.format": "upsert", "s2.key-columns": "id", "s2.op-column": "op"},
+    )
+    ddl = "id long, name string, qty long, op string"
+    batches = [
+        [(1, "a", 1, "u"), (2, "b", 2, "u"), (3, "c", 3, "u")],
+        [(1, "a", 10, "u"), (2, None, None, "d"), (4, "d", 4, "u")],
+        [(2, "b2", 20, "u"), (3, None, None, "d"), (5, "e", 5, "u"), (5, None, None, "d")],
+    ]
+    for rows in batches:
+        sp.createDataFrame(rows, ddl).coalesce(1).write.format("s2").options(**w).mode("append").save()
+
+    r = opts(endpoint, basin, **{"s2.stream": "cdc", "s2.format": "upsert", "s2.upsert-materialize": "true"})
+    table = sp.read.format("s2").schema("id long, name string, qty long").options(**r).load()
+    expected = sp.createDataFrame(
+        [(1, "a", 10), (2, "b2", 20), (4, "d", 4)], "id long, name string, qty long"
+    )
+    same_rows(table, expected)
+
+
+def test_upsert_written_by_s2writer_materializes(sp: SparkSession, endpoint: str) -> None:
+    """Changelog records from S2Writer's UpsertEncoder (the Flink connector layout) materialize too."""
+    basin = new_basin(endpoint, "u")
+    cfg = S2Config(basin=basin, stream="u", account_endpoint=endpoint, basin_endpoint=endpoint)
+    writer = S2Writer(cfg, UpsertEncoder(["k"], op_column="op"), delivery="at-least-once")
+    writer(sp.createDataFrame([("x", 1, "u"), ("y", 2, "u")], "k string, v long, op string").coalesce(1), 0)
+    writer(
+        sp.createDataFrame([("x", None, "d"), ("y", 3, "u")], "k string, v long, op string").coalesce(1), 1
+    )
+
+    r = opts(endpoint, basin, **{"s2.stream": "u", "s2.format": "upsert", "s2.upsert-materialize": "true"})
+    table = sp.read.format("s2").schema("k string, v long").options(**r).load()
+    assert [tuple(row) for row in table.collect()] == [("y", 3)]
+
+
+def test_stream_to_stream_pipeline(sp: SparkSession, endpoint: str, tmp_path: Path) -> None:
+    """readStream.format("s2") -> writeStream.format("s2") copies every record of a stream, across
+    micro-batches, in order."""
+    basin = new_basin(endpoint, "in", "out")
+    append(endpoint, basin, "in", bodies("a", "b", "c"))
+    src = sp.readStream.format("s2").options(**opts(endpoint, basin, **{"s2.stream": "in"})).load()
+    w = opts(endpoint, basin, **{"s2.stream": "out", "s2.format": "raw", "s2.value-column": "body"})
+    q = (
+        src.select("body")
+        .writeStream.format("s2")
+        .options(**w)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+        append(endpoint, basin, "in", bodies("d", "e"))
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    back = (
+        sp.read.format("s2")
+        .options(**opts(endpoint, basin, **{"s2.stream": "out"}))
+        .load()
+        .orderBy("seq_num")
+    )
+    assert [bytes(r.body) for r in back.collect()] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "mode", "message"),
+    [
+        ({"s2.stream": "s"}, "overwrite", "only appends"),
+        ({"s2.stream": "s", "s2.format": "avro"}, "append", "s2.format='avro'"),
+        ({"s2.stream": "s", "s2.format": "upsert"}, "append", "needs s2.key-columns"),
+        ({"s2.stream": "s", "s2.format": "upsert", "s2.key-columns": "nope"}, "append", "'nope'"),
+        ({"s2.stream-column": "missing"}, "append", "'missing'"),
+        ({}, "append", "no target stream"),
+        ({"s2.stream": "s", "s2.on-error": "dlq"}, "append", "needs s2.dlq-stream"),
+        ({"s2.stream": "s", "s2.delivery": "exactly-once"}, "append", "at-least-once"),
+        (
+            {"s2.stream": "s", "s2.starting-position": "earliest"},
+            "append",
+            "unknown option 's2.starting-position'",
+        ),
+    ],
+)
+def test_bad_write_options_fail_on_the_driver(
+    sp: SparkSession, endpoint: str, extra: dict[str, str], mode: str, message: str
+) -> None:
+    """Invalid writer options fail before any task runs, naming the option or column and the value."""
+    df = sp.createDataFrame([(1, "a")], "id long, name string")
+    with pytest.raises(Exception, match="ConfigError") as info:
+        df.write.format("s2").options(**opts(endpoint, "unused-basin", **extra)).mode(mode).save()
+    assert message in str(info.value)
