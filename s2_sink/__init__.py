@@ -21,6 +21,7 @@ from s2_sink.errors import (
 )
 
 if TYPE_CHECKING:
+    from s2_sink.datasource import S2DataSource, register
     from s2_sink.writer import S2Writer
 
 __all__ = [
@@ -30,12 +31,14 @@ __all__ = [
     "EncodeError",
     "FencedError",
     "S2Config",
+    "S2DataSource",
     "S2SinkError",
     "S2Writer",
     "StreamMetrics",
     "WriteError",
     "WriterConflictError",
     "__version__",
+    "register",
 ]
 
 
@@ -45,4 +48,8 @@ def __getattr__(name: str) -> Any:
         from s2_sink.writer import S2Writer  # noqa: PLC0415
 
         return S2Writer
+    if name in ("S2DataSource", "register"):
+        from s2_sink import datasource  # noqa: PLC0415 - format("s2") imports pyspark and pyarrow
+
+        return getattr(datasource, name)
     raise AttributeError(f"module 's2_sink' has no attribute {name!r}")
