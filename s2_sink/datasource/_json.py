@@ -7,12 +7,15 @@ from collections.abc import Sequence
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
+from s2_sink.encoders import decode_json
+from s2_sink.errors import EncodeError, S2SinkError
+
 __all__ = ["decode_bodies"]
 
 
 def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) -> pa.RecordBatch:
     """Decode JSON object bodies into a batch with one column per field of ``schema``."""
-    # Imported late: the decoder module is optional until a json read happens.
-    from s2_sink.encoders import decode_json  # noqa: PLC0415
-
-    return decode_json(bodies, schema)
+    try:
+        return decode_json(bodies, schema)
+    except EncodeError as exc:
+        raise S2SinkError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc

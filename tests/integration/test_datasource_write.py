@@ -21,21 +21,6 @@ pytestmark = [pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    """A local Spark session (module-local until the shared integration fixture exists)."""
-    import os
-    import sys
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-
-
-@pytest.fixture(scope="module")
 def sp(spark: SparkSession) -> SparkSession:
     """The shared Spark session with format("s2") registered."""
     register(spark)
