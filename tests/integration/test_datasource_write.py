@@ -117,13 +117,14 @@ def test_raw_write_keeps_body_headers_and_timestamp(sp: SparkSession, endpoint: 
         sp.read.format("s2")
         .options(**opts(endpoint, basin, **{"s2.stream": "raw"}))
         .load()
-        .orderBy("seq_num")
+        .selectExpr("body", "headers", "unix_millis(timestamp) AS ms")
+        .orderBy("ms")
     )
     got = [
         (
             bytes(r.body),
             [(bytes(h.key), bytes(h.value)) for h in r.headers],
-            int(r.timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000),
+            r.ms,
         )
         for r in back.collect()
     ]

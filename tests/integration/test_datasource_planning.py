@@ -1,0 +1,108 @@
+"""format("s2") planning rules without Spark or a server: reader options, offset capping and range splits."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from s2_sink.datasource._offsets import advance, cap_total, max_merge, plan_ranges
+from s2_sink.datasource._read_options import Bound, parse_read_options
+from s2_sink.errors import ConfigError
+
+offsets = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 10_000), max_size=4)
+
+
+def test_defaults_read_raw_from_earliest_to_latest() -> None:
+    """Without position options a read starts at seq_num 0 and ends at the tail, in raw format."""
+    o = parse_read_options({"s2.stream": "s"}, streaming=False)
+    assert o.streams == ("s",)
+    assert o.start == Bound(kind="earliest")
+    assert o.end == Bound(kind="latest")
+    assert o.format == "raw"
+
+
+def test_json_positions_and_lists_parse() -> None:
+    """A stream list, per-stream JSON start positions and a timestamp end parse into plain values."""
+    o = parse_read_options(
+        {"s2.streams": "a, b", "s2.starting-position": '{"b": 7}', "s2.ending-timestamp": "123"},
+        streaming=False,
+    )
+    assert o.streams == ("a", "b")
+    assert o.start.seq_num_map() == {"b": 7}
+    assert o.start.default == "earliest"
+    assert o.end == Bound(kind="timestamp", timestamp=123)
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"s2.streams": "a,a"}, False, "names a stream twice"),
+        ({"s2.streams": " , "}, False, "names no stream"),
+        ({"s2.stream": "s", "s2.starting-position": "[1]"}, False, "s2.starting-position='[1]'"),
+        ({"s2.stream": "s", "s2.starting-position": "{bad"}, False, "is not valid JSON"),
+        ({"s2.stream": "s", "s2.starting-position": '{"s": true}'}, False, "seq_num True"),
+        ({"s2.stream": "s", "s2.ending-position": "earliest"}, False, "s2.ending-position='earliest'"),
+        ({"s2.stream": "s", "s2.ending-timestamp": "5"}, True, "batch reads only"),
+        ({"s2.stream": "s", "s2.max-records-per-trigger": "-3"}, True, "s2.max-records-per-trigger='-3'"),
+        ({"s2.stream": "s", "s2.format": "upsert", "s2.upsert-materialize": "yes"}, False, "true or false"),
+        (
+            {"s2.stream": "s", "s2.format": "upsert", "s2.upsert-materialize": "true"},
+            True,
+            "batch reads only",
+        ),
+        (
+            {"s2.stream": "s", "s2.starting-position": "latest", "s2.starting-timestamp": "1"},
+            False,
+            "exclusive",
+        ),
+    ],
+)
+def test_bad_reader_options_name_option_and_value(
+    options: dict[str, str], streaming: bool, message: str
+) -> None:
+    """Every rejected reader option raises ConfigError with the option and the offending value."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_read_options(options, streaming=streaming)
+
+
+def test_cap_shares_the_budget_fairly() -> None:
+    """Streams with little new data take all of it; the rest split what remains of the budget."""
+    end = cap_total({"a": 0, "b": 0}, {"a": 100, "b": 5, "c": 50}, 30)
+    assert end == {"a": 13, "b": 5, "c": 12}
+
+
+@given(frontier=offsets, target=offsets, limit=st.one_of(st.none(), st.integers(1, 5000)))
+def test_cap_never_goes_backwards_nor_past_target_nor_over_budget(
+    frontier: dict[str, int], target: dict[str, int], limit: int | None
+) -> None:
+    """The capped end is between the frontier and the (uncapped) target for every stream, and moves at
+    most ``limit`` records in total; with room to spare it reaches the target."""
+    goal = advance(frontier, target)
+    end = cap_total(frontier, goal, limit)
+    moved = 0
+    for stream, seq in end.items():
+        assert frontier.get(stream, 0) <= seq <= goal.get(stream, frontier.get(stream, 0))
+        moved += seq - frontier.get(stream, 0)
+    available = sum(goal[s] - frontier.get(s, 0) for s in goal)
+    if limit is None or available <= limit:
+        assert end == max_merge(frontier, goal)
+    else:
+        assert moved == limit
+
+
+@given(start=offsets, end=offsets, per=st.integers(1, 3000))
+def test_ranges_tile_each_stream_exactly(start: dict[str, int], end: dict[str, int], per: int) -> None:
+    """Planned ranges cover [start, end) of every stream exactly once, each at most ``per`` long."""
+    covered: dict[str, int] = {}
+    for stream, lo, hi in plan_ranges(start, end, per):
+        assert 0 < hi - lo <= per
+        assert covered.get(stream, start.get(stream, 0)) == lo
+        covered[stream] = hi
+    for stream, hi in end.items():
+        if hi > start.get(stream, 0):
+            assert covered[stream] == hi
+        else:
+            assert stream not in covered
