@@ -12,6 +12,7 @@ from s2_sdk import (
     ReadLimit,
     ReadUnwrittenError,
     Record,
+    S2ServerError,
     SeqNum,
     SeqNumMismatchError,
     TailOffset,
@@ -174,5 +175,39 @@ def test_first_failure_poisons_the_session(lite: LiteServer, basin: str) -> None
             assert [a.end.seq_num for a in acks] in ([], [1])
             got = await st.read(start=SeqNum(0))
             assert [r.body for r in got.records] == [b"a"]
+
+    run(main())
+
+
+def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: str) -> None:
+    """A read session following a stream, and an append session writing to it, fail with stream_not_found
+    once the stream is deleted."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            b = s2.basin(basin)
+            st = b.stream("doomed")
+            await st.append(AppendInput(records=[Record(b"a")]))
+            session = st.read_session(start=SeqNum(0))
+
+            async def follow() -> None:
+                async for _ in session:
+                    pass
+
+            task = asyncio.create_task(follow())
+            await asyncio.wait_for(session.caught_up(), 5)
+
+            async def append_across_the_delete() -> None:
+                async with st.append_session() as sess:
+                    await (await sess.submit(AppendInput(records=[Record(b"b")])))
+                    await b.delete_stream("doomed")
+                    await (await sess.submit(AppendInput(records=[Record(b"c")])))
+
+            with pytest.raises(S2ServerError) as appended:
+                await append_across_the_delete()
+            assert (appended.value.status_code, appended.value.code) == (404, "stream_not_found")
+            with pytest.raises(S2ServerError) as followed:
+                await asyncio.wait_for(task, 5)
+            assert followed.value.status_code == 404
 
     run(main())
