@@ -116,7 +116,7 @@ class Coordinator:
             batch_id=batch_id,
             token=token,
             tagger=Tagger(self.writer, self._token.epoch),
-            keeper=TokenKeeper(self.cfg, token),
+            keeper=TokenKeeper(self.cfg, token, frozenset(state.ends)),
             dedupe=Dedupe(
                 cfg=self.cfg,
                 token=token,
@@ -155,12 +155,14 @@ class Coordinator:
 
     async def _fence_static(self) -> None:
         assert self._token is not None
+        assert self._ledger is not None
+        written = self._ledger.state.ends
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
         for name in self.static_streams:
             if self.cfg.create_streams:
                 await get_pool().ensure_stream(self.cfg, name)
             try:
-                await fence_if_older(basin.stream(name), self._token)
+                await fence_if_older(basin.stream(name), self._token, may_take_over=name not in written)
             except S2ServerError as exc:
                 if exc.status_code == 404:
                     continue  # the tasks report the missing stream with the writer's own hint

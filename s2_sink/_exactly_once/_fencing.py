@@ -79,22 +79,33 @@ class Token:
         return Token(epoch=self.epoch, gen=self.gen + 1, writer=self.writer)
 
 
-def judge_current_token(stream: str, current: str, mine: Token) -> Token | None:
+def judge_current_token(
+    stream: str, current: str, mine: Token, *, may_take_over: bool = False
+) -> Token | None:
     """What to do about the token a 412 reported on `stream`.
 
     Returns the token to adopt as-is (ours, same run, a newer generation), or ``None`` when this run may
-    fence over it (empty, or ours from an older run). Raises FencedError when it must not.
+    fence over it (empty, ours from an older run, or — with `may_take_over`, i.e. this writer never
+    committed a write to the stream — another s2_sink writer's). Raises FencedError when it must not.
     """
     if current == "":
         return None
     theirs = Token.parse(current)
+    if theirs is not None and theirs.writer != mine.writer and may_take_over:
+        # A new writer (e.g. the same pipeline after its checkpoint was deleted) takes the stream over; a
+        # still-running previous owner gets a FencedError on its next append and refuses to take it back.
+        log.warning(
+            "stream %s: taking over from exactly-once writer %s (token %r)", stream, theirs.writer, current
+        )
+        return None
     if theirs is None or theirs.writer != mine.writer:
         raise FencedError(
             f"stream {stream!r} is fenced with token {current!r}, which is not this writer's "
-            f"({mine.writer}); another exactly-once writer (or a tool) owns it. Two exactly-once writers "
-            "cannot share a stream: use delivery='at-least-once' for the second one, write to another "
-            "stream, or, if the other writer is gone for good, clear the fence (append a fence command "
-            "record with an empty token, e.g. `s2 fence` with an empty token) and restart"
+            f"({mine.writer}); another exactly-once writer (or a tool) took it over after this writer "
+            "last wrote to it. Two exactly-once writers cannot share a stream: use "
+            "delivery='at-least-once' for one of them or write to another stream; if the other writer is "
+            "gone for good, clear the fence (append a fence command record with an empty token, e.g. "
+            "`s2 fence` with an empty token) and restart"
         )
     if theirs.epoch > mine.epoch:
         raise FencedError(
@@ -115,19 +126,25 @@ class FenceResult:
 
 
 async def fence_if_older(
-    stream: S2Stream, mine: Token, *, current: str | None = None, bump: bool = False
+    stream: S2Stream,
+    mine: Token,
+    *,
+    current: str | None = None,
+    bump: bool = False,
+    may_take_over: bool = False,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
     `current` is the token a 412 just reported, if known (saves a probe). With ``bump=True`` the
     generation is raised past whatever this run has on the stream: a barrier against the stream's earlier
     appends that used the older generation. Every fence append is conditional on the token we saw, so
-    concurrent fencers serialize; a foreign or newer token raises FencedError.
+    concurrent fencers serialize; a newer token of ours, a non-s2_sink token or (unless `may_take_over`)
+    another s2_sink writer's token raises FencedError.
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
     for _ in range(_MAX_ROUNDS):
-        adopt = judge_current_token(name, seen, mine)
+        adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
         if adopt is not None and bump:

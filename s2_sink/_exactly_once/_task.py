@@ -33,7 +33,6 @@ from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
 from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES, ChunkTag
 from s2_sink._session_pool import get_pool
-from s2_sink.errors import WriteError
 
 if TYPE_CHECKING:
     from s2_sink._partition_writer import ChunkInfo, PartitionContext, RecordFilter, WritePlan
@@ -70,15 +69,19 @@ class TokenKeeper:
 
     cfg: S2Config
     token: str
+    written: frozenset[str] = frozenset()
+    """Streams this writer committed writes to (a foreign s2_sink token there means it was displaced)."""
 
     async def __call__(self, stream: str, current: str) -> str:
         mine = Token.parse(self.token)
         assert mine is not None
-        adopt = judge_current_token(stream, current, mine)  # raises FencedError when we must stop
+        take_over = stream not in self.written
+        # Raises FencedError when we must stop.
+        adopt = judge_current_token(stream, current, mine, may_take_over=take_over)
         if adopt is not None:
             return str(adopt)
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
-        result = await fence_if_older(s2_stream, mine, current=current)
+        result = await fence_if_older(s2_stream, mine, current=current, may_take_over=take_over)
         return str(result.token)
 
 
@@ -141,10 +144,9 @@ class Dedupe:
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
-        try:
-            fenced = await fence_if_older(s2_stream, mine, bump=ctx.attempt_number > 0)
-        except WriteError:
-            raise
+        fenced = await fence_if_older(
+            s2_stream, mine, bump=ctx.attempt_number > 0, may_take_over=stream not in self.starts
+        )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
 
         def match(tag: ChunkTag) -> bool:

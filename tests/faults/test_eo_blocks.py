@@ -153,3 +153,32 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: 
     c3 = Coordinator(cfg, "wid", query_id="q-new", static_streams=["events"])  # checkpoint deleted
     with pytest.raises(WriterConflictError, match="new writer_id"):
         c3.begin_batch(0)
+
+
+def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(eo_server: LiteServer) -> None:
+    """A second exactly-once writer (another writer_id, e.g. the pipeline restarted on a new checkpoint)
+    on a stream the first one writes: it takes the stream over; the first writer's next append is refused
+    and its token keeper raises FencedError instead of fencing back, and a restart of the first writer
+    fails the same way. Nothing is silently interleaved or fought over."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    first = Coordinator(cfg, "first", static_streams=["events"])
+    plan_a = first.begin_batch(0)
+    assert plan_a is not None
+
+    async def append_a() -> None:
+        await _stream(cfg, "events").append(AppendInput(records=[Record(b"a")], fencing_token=plan_a.token))
+
+    _runtime.run(append_a())
+    first.commit_batch(0, {"events": 2})
+    plan_a1 = first.begin_batch(1)
+    assert plan_a1 is not None
+
+    second = Coordinator(cfg, "second", static_streams=["events"])
+    assert second.begin_batch(0) is not None  # takes the stream over
+
+    with pytest.raises(FencingTokenMismatchError) as refused:
+        _runtime.run(append_a())
+    with pytest.raises(FencedError, match="not this writer"):
+        _runtime.run(plan_a1.keeper("events", refused.value.expected_fencing_token))
+    with pytest.raises(FencedError, match="not this writer"):
+        Coordinator(cfg, "first", static_streams=["events"]).begin_batch(1)

@@ -66,7 +66,7 @@ def test_token_format_parse_and_length() -> None:
 
 def test_judge_current_token_rules() -> None:
     """Empty or older-run tokens may be fenced over; same-run newer generations are adopted;
-    a newer run or another writer's token is a FencedError naming the stream."""
+    a newer run or (by default) another writer's token is a FencedError naming the stream."""
     w = writer_hash("q")
     mine = Token(epoch=5, gen=0, writer=w)
     assert judge_current_token("s", "", mine) is None
@@ -78,3 +78,16 @@ def test_judge_current_token_rules() -> None:
         judge_current_token("s", str(Token(1, 0, writer_hash("other"))), mine)
     with pytest.raises(FencedError, match="not this writer"):
         judge_current_token("s", "user-token", mine)
+
+
+def test_judge_takes_over_a_foreign_s2sink_token_only_on_streams_it_never_wrote() -> None:
+    """A writer that never committed to a stream may take it over from another s2_sink writer (e.g. the
+    same pipeline after its checkpoint was deleted); a stream it did write to, or a non-s2_sink token,
+    stays a FencedError (a displaced writer must not fight back)."""
+    mine = Token(epoch=1, gen=0, writer=writer_hash("new"))
+    old = str(Token(epoch=7, gen=2, writer=writer_hash("old")))
+    assert judge_current_token("s", old, mine, may_take_over=True) is None
+    with pytest.raises(FencedError):
+        judge_current_token("s", old, mine, may_take_over=False)
+    with pytest.raises(FencedError):
+        judge_current_token("s", "user-token", mine, may_take_over=True)
