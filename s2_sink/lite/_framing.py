@@ -92,37 +92,47 @@ class FrameReader:
         """Bytes buffered towards an incomplete frame."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Add a chunk; return the payloads of every frame it completes. Raises ApiError(bad_frame)."""
+    def feed(self, data: bytes) -> tuple[list[bytes], ApiError | None]:
+        """Add a chunk; return the payloads of the frames it completes and, if a frame is malformed, the
+        ``bad_frame`` error that ends the input there (the payloads before it are still valid)."""
         buf = self._buf
         if not buf and len(data) >= 4:
-            # Fast path: the chunk starts at a frame boundary (the SDK writes whole frames).
+            # Fast path: the chunk is exactly one uncompressed frame (the SDK writes whole frames).
             n = (data[0] << 16) | (data[1] << 8) | data[2]
-            if len(data) == n + 3 and data[3] == 0 and n > 0:
-                return [data[4:]]
+            if len(data) == n + 3 and data[3] == 0 and 0 < n <= MAX_FRAME_BYTES:
+                return [data[4:]], None
         buf += data
         out: list[bytes] = []
         pos = 0
         size = len(buf)
+        err: ApiError | None = None
         while size - pos >= 4:
             n = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
             if n == 0:
-                raise bad("bad_frame", "empty frame")
+                err = bad("bad_frame", "empty frame")
+                break
             if n > MAX_FRAME_BYTES:
-                raise bad("bad_frame", f"frame of {n} bytes exceeds 2 MiB")
+                err = bad("bad_frame", f"frame of {n} bytes exceeds 2 MiB")
+                break
             if size - pos < n + 3:
                 break
             flag = buf[pos + 3]
             payload = bytes(buf[pos + 4 : pos + 3 + n])
             pos += n + 3
-            if flag & _TERMINAL:
-                raise bad("bad_frame", "Unexpected terminal frame as input")
             cc = (flag >> 5) & 0x3
-            if cc == 3:
-                raise bad("bad_frame", "invalid compression bits in frame")
-            if flag & 0x0F:
-                raise bad("bad_frame", "reserved flag bits set")
-            out.append(decompress(payload, cc) if cc else payload)
+            if flag & _TERMINAL:
+                err = bad("bad_frame", "Unexpected terminal frame as input")
+            elif cc == 3:
+                err = bad("bad_frame", "invalid compression bits in frame")
+            elif flag & 0x0F:
+                err = bad("bad_frame", "reserved flag bits set")
+            else:
+                try:
+                    out.append(decompress(payload, cc) if cc else payload)
+                except ApiError as exc:
+                    err = exc
+            if err is not None:
+                break
         if pos:
             del buf[:pos]
-        return out
+        return out, err

@@ -198,15 +198,13 @@ class AppendSession:
         """Sequence every complete frame in this chunk."""
         if self.poisoned or self.req.closed:
             return
-        try:
-            payloads = self.reader.feed(data)
-        except ApiError as exc:
-            self.fail(exc)
-            return
+        payloads, err = self.reader.feed(data)
         for payload in payloads:
             self.on_input(payload)
             if self.poisoned:
                 return
+        if err is not None:
+            self.fail(err)
 
     def on_input(self, payload: bytes) -> None:
         """One AppendInput."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -220,3 +221,29 @@ def test_read_session_preflight_errors_are_plain_json_responses(http: httpx.Clie
         416,
         {"tail": {"seq_num": 1, "timestamp": resp.json()["tail"]["timestamp"]}},
     )
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        (b"\x00\x00\x03\x80\x01\x90", "a terminal frame sent by the client"),
+        (b"\x00\x00\x04\x60abc", "compression bits 11"),
+        (b"\x00\x00\x05\x20junk", "a zstd frame that does not decompress"),
+        (b"\x00\x00\x00", "an empty frame"),
+    ],
+)
+def test_malformed_s2s_input_ends_the_session_with_bad_frame(
+    http: httpx.Client, basin: str, frame: bytes, why: str
+) -> None:
+    """An append session answers a malformed input frame with a terminal frame: status 400, code bad_frame."""
+    good = pb.AppendInput(records=[pb.AppendRecord(body=b"ok")]).SerializeToString()
+    body = (len(good) + 1).to_bytes(3, "big") + b"\x00" + good + frame
+    h = {"s2-basin": basin, "content-type": "s2s/proto"}
+    resp = http.post("/v1/streams/frames/records", headers=h, content=body)
+    assert resp.status_code == 200, why
+    frames = _frames(resp.content)
+    assert pb.AppendAck.FromString(frames[0][1]).end.seq_num >= 1
+    flag, terminal = frames[-1]
+    assert flag & 0x80, why
+    assert int.from_bytes(terminal[:2], "big") == 400
+    assert json.loads(terminal[2:])["code"] == "bad_frame"
