@@ -11,7 +11,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["ApiError", "fencing_token_mismatch", "read_unwritten", "seq_num_mismatch"]
+__all__ = [
+    "ApiError",
+    "bad",
+    "conflict",
+    "fencing_token_mismatch",
+    "invalid",
+    "not_found",
+    "read_unwritten",
+    "seq_num_mismatch",
+]
 
 
 class ApiError(Exception):
