@@ -93,8 +93,9 @@ class _SessionKey:
 class _ClientEntry:
     client: S2
     """For unary calls (stream creation, reads, ledger appends): the SDK retries them."""
-    session_client: S2
-    """For append sessions: the SDK does not retry them; the writer does (see module docstring)."""
+    session_client: S2 | None
+    """For append sessions: the SDK does not retry them; the writer does (see module docstring).
+    Created on first use; closed when idle."""
     idle_timeout_s: float
     last_used: float
     leased: int = 0
@@ -142,7 +143,8 @@ class SessionPool:
     # -- clients -------------------------------------------------------------------------------------
 
     def client(self, cfg: S2Config) -> S2:
-        """The shared client for `cfg`'s endpoints and token (created on first use)."""
+        """The shared client for `cfg`'s endpoints and token (created on first use; never closed by
+        eviction, so callers may keep it), for unary calls retried by the SDK."""
         return self._client_entry(cfg).client
 
     def _client_entry(self, cfg: S2Config) -> _ClientEntry:
@@ -150,12 +152,10 @@ class SessionPool:
         entry = self._clients.get(key)
         now = time.monotonic()
         if entry is None:
-            entry = _ClientEntry(
-                make_client(cfg), make_client(cfg, sdk_retries=False), cfg.session_idle_timeout_ms / 1000, now
-            )
+            entry = _ClientEntry(make_client(cfg), None, cfg.session_idle_timeout_ms / 1000, now)
             self._clients[key] = entry
-            self._start_reaper()
         entry.last_used = now
+        self._start_reaper()
         return entry
 
     async def ensure_stream(self, cfg: S2Config, stream: str) -> None:
@@ -184,6 +184,8 @@ class SessionPool:
             pooled = idle.pop()
             pooled.last_used = time.monotonic()
             return pooled
+        if entry.session_client is None:
+            entry.session_client = make_client(cfg, sdk_retries=False)
         s2_stream = entry.session_client.basin(cfg.basin).stream(stream)
         try:
             session = s2_stream.append_session(
@@ -211,10 +213,14 @@ class SessionPool:
 
     def _start_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called off the loop (e.g. `client()` from a driver thread): next time
+                return
+            self._reaper = loop.create_task(self._reap_forever())
 
     async def _reap_forever(self) -> None:
-        while self._clients:
+        while any(e.session_client is not None for e in self._clients.values()) or self._idle:
             interval = min(e.idle_timeout_s for e in self._clients.values())
             await asyncio.sleep(max(0.5, interval / 2))
             await self.evict_idle()
@@ -237,11 +243,17 @@ class SessionPool:
             else:
                 del self._idle[key]
         busy = {k.client for k in self._idle}
-        for ckey, entry in list(self._clients.items()):
-            if ckey not in busy and entry.leased == 0 and now - entry.last_used >= entry.idle_timeout_s:
-                del self._clients[ckey]
-                await _close_client(entry.client)
+        for ckey, entry in self._clients.items():
+            if (
+                entry.session_client is not None
+                and ckey not in busy
+                and entry.leased == 0
+                and now - entry.last_used >= entry.idle_timeout_s
+            ):
+                # The unary client stays: callers of `client()` may hold it (the SDK reaps its idle
+                # connections itself); only the session client and its connection go.
                 await _close_client(entry.session_client)
+                entry.session_client = None
                 closed += 1
         return closed
 
@@ -253,7 +265,8 @@ class SessionPool:
         self._idle.clear()
         for entry in self._clients.values():
             await _close_client(entry.client)
-            await _close_client(entry.session_client)
+            if entry.session_client is not None:
+                await _close_client(entry.session_client)
         self._clients.clear()
         if self._reaper is not None:
             self._reaper.cancel()

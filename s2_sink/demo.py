@@ -4,7 +4,7 @@ Starts a lite S2 server on a free local port, runs a rate-source query (a few de
 few micro-batches with ``foreachBatch(S2Writer(...))``, reads the stream back with the SDK and prints
 a short summary: batches, records, throughput and a few decoded records.
 
-    python -m s2_sink.demo [--batches 4] [--rows-per-second 50000] [--trigger-seconds 2]
+    python -m s2_sink.demo [--batches 4] [--rows-per-batch 50000]
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ STREAM = "demo/orders"
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m s2_sink.demo", description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=4, help="non-empty micro-batches to write (default 4)")
-    p.add_argument("--rows-per-second", type=int, default=50_000, help="rate source speed (default 50000)")
-    p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval (default 2)")
+    p.add_argument("--rows-per-batch", type=int, default=50_000, help="rows per micro-batch (default 50000)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
     return p.parse_args(argv)
 
@@ -60,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - keep `--help` fast
+    from pyspark.sql import DataFrame, SparkSession  # noqa: PLC0415 - keep `--help` fast
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     from s2_sink import S2Writer  # noqa: PLC0415
@@ -93,9 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append)
         except ConfigError:
             writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append, delivery="at-least-once")
+
+        def sink(batch_df: DataFrame, batch_id: int) -> None:
+            # Once enough batches are written, later ones are left alone so stopping never cuts one short.
+            if len(written) < args.batches:
+                writer(batch_df, batch_id)
+
         orders = (
-            spark.readStream.format("rate")
-            .option("rowsPerSecond", args.rows_per_second)
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", args.rows_per_batch)
             .option("numPartitions", 2)
             .load()
             .select(
@@ -109,14 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         query = (
-            orders.writeStream.foreachBatch(writer)
-            .trigger(processingTime=f"{args.trigger_seconds} seconds")
+            orders.writeStream.foreachBatch(sink)
             .option("checkpointLocation", os.path.join(_tmpdir(), "checkpoint"))
             .start()
         )
         print(f"streaming query started ({writer.delivery}); writing {args.batches} micro-batches ...")
         deadline = time.monotonic() + args.timeout
-        while sum(1 for m in written if m.rows_in) < args.batches and time.monotonic() < deadline:
+        while len(written) < args.batches and time.monotonic() < deadline:
             if query.exception() is not None:
                 break
             time.sleep(0.2)
@@ -127,18 +131,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"the query failed: {error}")
             return 1
         count, sample = asyncio.run(_read_back(srv.endpoint, basin))
-    batches = [m for m in written if m.rows_in]
+    batches = written
     records = sum(m.records for m in batches)
+    rows = sum(m.rows_in for m in batches)
     busy = sum(m.duration_s for m in batches)
     print()
-    print(f"micro-batches written : {len(batches)} (+{len(written) - len(batches)} empty)")
+    print(f"micro-batches written : {len(batches)}")
     for m in batches:
         p50 = f"{m.ack_latency_p50_ms:.1f}" if m.ack_latency_p50_ms is not None else "-"
         print(
             f"  batch {m.batch_id}: {m.rows_in} rows -> {m.records} records in {m.appends} appends, "
             f"{m.duration_s:.2f}s ({m.records_per_s:,.0f} records/s), ack p50 {p50} ms"
         )
-    print(f"records appended      : {records} ({records / busy if busy else 0:,.0f} records/s while writing)")
+    print(
+        f"rows in / records out : {rows} / {records} ({rows / busy if busy else 0:,.0f} rows/s while writing)"
+    )
     print(f"records read back     : {count}")
     print("first records         :")
     for body in sample:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -245,3 +246,25 @@ def test_empty_partition_writes_nothing(lite: LiteServer, basin: str) -> None:
     result = stream_rows(write_partition(plan, [frame([])], ctx()))
     assert list(result) == [None]
     assert result[None]["rows_in"] == 0
+
+
+def test_idle_sessions_are_evicted_but_unary_client_survives(lite: LiteServer, basin: str) -> None:
+    """Idle sessions close after the idle timeout; the shared unary client stays usable, writes resume."""
+    cfg = config(lite, basin, session_idle_timeout_ms=1000)
+    plan = WritePlan(cfg=cfg, batch_id=0, stream="idle")
+    write_partition(plan, [frame([b"a"])], ctx())
+
+    async def evict() -> tuple[int, Any]:
+        pool = get_pool()
+        unary = pool.client(cfg)
+        await pool.evict_idle(now=time.monotonic() + 10_000)  # (the background reaper may be first)
+        idle = pool.stats()["idle_sessions"]
+        tail = await pool.client(cfg).basin(basin).stream("idle").check_tail()
+        assert pool.client(cfg) is unary
+        return idle, tail.seq_num
+
+    idle, tail = _runtime.run(evict())
+    assert idle == 0
+    assert tail == 1
+    write_partition(plan, [frame([b"b"])], ctx())
+    assert [r.body for r in read_stream(lite.endpoint, basin, "idle")] == [b"a", b"b"]
