@@ -21,6 +21,7 @@ from s2_sink.lite._faults import Faults, FaultsDisabledError
 from s2_sink.lite._framing import COMPRESS_GZIP, COMPRESS_ZSTD, decompress
 from s2_sink.lite._http2 import Request
 from s2_sink.lite._jsonfmt import ack_to_json, append_input_from_json, read_batch_to_json
+from s2_sink.lite._read_out import S2SOut, SSEOut
 from s2_sink.lite._records import (
     AppendSession,
     ConnectionDropped,
@@ -265,7 +266,12 @@ class LiteApp:
                 params = ReadParams.parse(query)
                 stream = self._stream_for(req, name, "read")
                 if s2s:
-                    self.spawn(req, read_session(req, stream, params))
+                    self.spawn(
+                        req, read_session(req, stream, params, S2SOut(req.headers.get("accept-encoding")))
+                    )
+                    return
+                if req.headers.get("accept", "").split(",")[0].strip() == "text/event-stream":
+                    self.spawn(req, read_session(req, stream, params, SSEOut(self._fmt(req))))
                     return
                 self._unary(req, lambda body: self._unary_read(req, stream, params))
                 return

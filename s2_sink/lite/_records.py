@@ -19,8 +19,9 @@ from urllib.parse import parse_qsl
 from s2_sink.lite import _faults
 from s2_sink.lite._durability import encode_append
 from s2_sink.lite._errors import ApiError, bad, invalid, not_found, read_unwritten
-from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal, pick_compression
+from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._http2 import Request
+from s2_sink.lite._read_out import ReadOut
 from s2_sink.lite._store import ONE_MIB, Batch, Stream, now_ms
 from s2_sink.lite._wire import append_ack, read_batch
 
@@ -320,9 +321,8 @@ async def unary_read(stream: Stream, p: ReadParams) -> bytes:
         await _wait_change(stream, remaining)
 
 
-async def read_session(req: Request, stream: Stream, p: ReadParams) -> None:
-    """Stream ReadBatch frames until a bound is met, ``wait`` expires, or the client goes away."""
-    compression = pick_compression(req.headers.get("accept-encoding"))
+async def read_session(req: Request, stream: Stream, p: ReadParams, out: ReadOut) -> None:
+    """Stream batches until a bound is met, ``wait`` expires, or the client goes away."""
     wait: float | None = p.wait if p.wait is not None else (0 if p.bounded else None)
     can_follow = not p.bounded or bool(p.wait)
     try:
@@ -330,17 +330,17 @@ async def read_session(req: Request, stream: Stream, p: ReadParams) -> None:
     except ApiError as exc:
         req.respond(exc.status, [("content-type", "application/json")], exc.body())
         return
-    req.start(200, S2S)
+    req.start(200, [("content-type", out.content_type)])
     remaining_count = p.count
     remaining_bytes = p.nbytes
+    total_count = total_bytes = 0
     loop = asyncio.get_running_loop()
     following = False
     last_delivery = loop.time()
     while not req.closed:
         if stream.deleted:
             req.send(
-                encode_terminal(not_found("stream_not_found", f"stream {stream.name!r} was deleted")),
-                end=True,
+                out.error(not_found("stream_not_found", f"stream {stream.name!r} was deleted")), end=True
             )
             return
         res = stream.collect(
@@ -351,8 +351,11 @@ async def read_session(req: Request, stream: Stream, p: ReadParams) -> None:
         )
         if res.count:
             caught_up = res.next_seq >= stream.visible_seq
-            req.send(encode_frame(read_batch(res.records, stream.tail() if caught_up else None), compression))
             seq = res.next_seq
+            total_count += res.count
+            total_bytes += res.nbytes
+            tail = stream.tail() if caught_up else None
+            req.send(out.batch(res.records, tail, (seq, total_count, total_bytes)))
             last_delivery = loop.time()
             if remaining_count is not None:
                 remaining_count -= res.count
@@ -374,7 +377,7 @@ async def read_session(req: Request, stream: Stream, p: ReadParams) -> None:
             return
         if not following:
             following = True
-            req.send(encode_frame(read_batch([], stream.tail()), compression))
+            req.send(out.heartbeat(stream.tail()))
         heartbeat = random.uniform(5.0, 10.0)
         timeout = heartbeat
         if wait is not None:
@@ -387,4 +390,4 @@ async def read_session(req: Request, stream: Stream, p: ReadParams) -> None:
             if wait is not None and loop.time() >= last_delivery + wait:
                 req.end()
                 return
-            req.send(encode_frame(read_batch([], stream.tail()), compression))
+            req.send(out.heartbeat(stream.tail()))

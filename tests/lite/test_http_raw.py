@@ -247,3 +247,39 @@ def test_malformed_s2s_input_ends_the_session_with_bad_frame(
     assert flag & 0x80, why
     assert int.from_bytes(terminal[:2], "big") == 400
     assert json.loads(terminal[2:])["code"] == "bad_frame"
+
+
+def test_sse_read_session_sends_batch_and_ping_events(http: httpx.Client, basin: str) -> None:
+    """Accept: text/event-stream reads as server-sent events: `batch` events with JSON ReadBatches and a
+    `seq,count,bytes` id, a `ping` when following the tail, and a clean end once `wait` passes."""
+    h = {"s2-basin": basin}
+    http.post("/v1/streams/sse/records", headers=h, json={"records": [{"body": "a"}, {"body": "b"}]})
+    with http.stream(
+        "GET",
+        "/v1/streams/sse/records",
+        params={"seq_num": 0, "wait": 1},
+        headers={**h, "accept": "text/event-stream"},
+    ) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "text/event-stream"
+        text = resp.read().decode()
+    events = [
+        dict(line.split(": ", 1) for line in block.splitlines()) for block in text.strip().split("\n\n")
+    ]
+    assert events[0]["event"] == "batch"
+    batch = json.loads(events[0]["data"])
+    assert [r["body"] for r in batch["records"]] == ["a", "b"]
+    assert events[0]["id"] == "2,2,18"
+    assert all(e["event"] in ("batch", "ping") for e in events)
+    with http.stream(
+        "GET",
+        "/v1/streams/sse/records",
+        params={"seq_num": 2, "wait": 1},
+        headers={**h, "accept": "text/event-stream"},
+    ) as resp:
+        text = resp.read().decode()
+    events = [
+        dict(line.split(": ", 1) for line in block.splitlines()) for block in text.strip().split("\n\n")
+    ]
+    assert [e["event"] for e in events] == ["ping"]
+    assert json.loads(events[0]["data"])["timestamp"] > 0

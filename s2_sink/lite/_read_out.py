@@ -1,0 +1,86 @@
+"""How a read session is written out, behind one small interface: S2S frames (``content-type: s2s/proto``)
+or server-sent events (``accept: text/event-stream``).
+
+SSE events follow the API's ``ReadEvent``: ``batch`` (a JSON ReadBatch, with ``id: <next seq_num>,<records so
+far>,<metered bytes so far>``), ``ping`` (``{"timestamp": <ms>}``, the heartbeat) and ``error`` (the JSON
+error body, as a string).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import orjson
+
+from s2_sink.lite._errors import ApiError
+from s2_sink.lite._framing import encode_frame, encode_terminal, pick_compression
+from s2_sink.lite._jsonfmt import read_batch_to_json
+from s2_sink.lite._store import now_ms
+from s2_sink.lite._wire import read_batch
+
+__all__ = ["ReadOut", "S2SOut", "SSEOut"]
+
+
+class ReadOut(Protocol):
+    """Encodes the messages of a read session."""
+
+    content_type: str
+
+    def batch(
+        self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
+    ) -> bytes:
+        """Encoded SequencedRecords, the tail if caught up, and (next seq_num, count, bytes) so far."""
+
+    def heartbeat(self, tail: tuple[int, int]) -> bytes:
+        """A keep-alive while following the tail."""
+
+    def error(self, exc: ApiError) -> bytes:
+        """The last message of a session that fails after it started."""
+
+
+class S2SOut:
+    """S2S frames of ReadBatch protobufs; a heartbeat is an empty batch with the tail; errors are terminal."""
+
+    content_type = "s2s/proto"
+
+    def __init__(self, accept_encoding: str | None) -> None:
+        self._compression = pick_compression(accept_encoding)
+
+    def batch(
+        self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
+    ) -> bytes:
+        """A frame with the batch."""
+        return encode_frame(read_batch(records, tail), self._compression)
+
+    def heartbeat(self, tail: tuple[int, int]) -> bytes:
+        """A frame with an empty batch and the tail."""
+        return encode_frame(read_batch([], tail), self._compression)
+
+    def error(self, exc: ApiError) -> bytes:
+        """A terminal frame."""
+        return encode_terminal(exc)
+
+
+class SSEOut:
+    """Server-sent events with JSON bodies in the request's ``s2-format``."""
+
+    content_type = "text/event-stream"
+
+    def __init__(self, fmt: str) -> None:
+        self._fmt = fmt
+
+    def batch(
+        self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
+    ) -> bytes:
+        """An ``event: batch``."""
+        data = orjson.dumps(read_batch_to_json(read_batch(records, tail), self._fmt))
+        seq, count, nbytes = progress
+        return b"event: batch\ndata: " + data + f"\nid: {seq},{count},{nbytes}\n\n".encode()
+
+    def heartbeat(self, tail: tuple[int, int]) -> bytes:
+        """An ``event: ping``."""
+        return b"event: ping\ndata: " + orjson.dumps({"timestamp": now_ms()}) + b"\n\n"
+
+    def error(self, exc: ApiError) -> bytes:
+        """An ``event: error``."""
+        return b"event: error\ndata: " + orjson.dumps(exc.body().decode()) + b"\n\n"
