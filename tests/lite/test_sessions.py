@@ -15,6 +15,7 @@ from s2_sdk import (
     S2ServerError,
     SeqNum,
     SeqNumMismatchError,
+    StreamConfig,
     TailOffset,
 )
 
@@ -130,12 +131,16 @@ def test_bounded_read_sessions_end_cleanly(lite: LiteServer, basin: str) -> None
 
 @pytest.mark.parametrize("compression", [Compression.ZSTD, Compression.GZIP])
 def test_compressed_sessions_and_unary_calls(lite: LiteServer, basin: str, compression: Compression) -> None:
-    """With zstd or gzip the SDK compresses frames and bodies of >= 1 KiB; the server decodes them and
-    compresses its read frames in kind."""
+    """With zstd or gzip the SDK compresses session frames of >= 1 KiB and every unary body (control plane
+    included); the server decodes them and compresses its read frames in kind."""
 
     async def main() -> None:
         async with client(lite, compression=compression) as s2:
-            st = s2.basin(basin).stream(f"c-{compression.value}")
+            name = f"c-{compression.value}"
+            await s2.basin(basin).create_stream(name, config=StreamConfig(retention_policy="infinite"))
+            cfg = await s2.basin(basin).reconfigure_stream(name, config=StreamConfig(retention_policy=3600))
+            assert cfg.retention_policy == 3600
+            st = s2.basin(basin).stream(name)
             records = [Record(b"compressible " * 20 + b"%d" % i) for i in range(500)]
             async with st.append_session() as sess:
                 t1 = await sess.submit(AppendInput(records=records))
