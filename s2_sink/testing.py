@@ -1,7 +1,7 @@
 """Test helpers shared by the project's tests and by users' own tests.
 
-``fresh_basin(srv.endpoint)`` creates a uniquely named basin (``create_stream_on_append=True``) on a lite server
-(or any S2 endpoint) without needing an event loop; ``unique_basin_name()`` only makes up the name.
+``fresh_basin(srv.endpoint)`` creates a uniquely named basin (``create_stream_on_append=True``) on a lite
+server (or any S2 endpoint) without needing an event loop; ``unique_basin_name()`` only makes up the name.
 """
 
 from __future__ import annotations
