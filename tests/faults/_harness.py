@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from s2_sink._exactly_once._tags import find_tag
 from tests.faults._support import list_streams, make_basin, read_all, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,16 @@ class Outcome:
     exits: list[int] = field(default_factory=list)
     fired: int = 0
     seconds: float = 0.0
+    origins: Counter[tuple[int, int, int]] = field(default_factory=Counter)
+    """Records per (batch, epoch, attempt) according to their chunk tags (exactly-once writes only)."""
+
+    def epochs_of(self, batch: int) -> set[int]:
+        """The runs (epochs) whose appends hold records of micro-batch `batch`."""
+        return {e for (b, e, _), n in self.origins.items() if b == batch and n}
+
+    def attempts_of(self, batch: int) -> set[int]:
+        """The task attempts whose appends hold records of micro-batch `batch`."""
+        return {a for (b, _, a), n in self.origins.items() if b == batch and n}
 
     @property
     def duplicates(self) -> int:
@@ -69,12 +80,22 @@ def write_inputs(directory: Path, files: int, rows: int) -> Counter[int]:
     return ids
 
 
-def _ids_in(endpoint: str, basin: str, streams: list[str]) -> Counter[int]:
+def _ids_in(
+    endpoint: str, basin: str, streams: list[str]
+) -> tuple[Counter[int], Counter[tuple[int, int, int]]]:
     found: Counter[int] = Counter()
+    origins: Counter[tuple[int, int, int]] = Counter()
     for stream in streams:
+        origin, left = (-1, -1, -1), 0
         for rec in run(read_all(endpoint, basin, stream)):
             found[int(orjson.loads(rec.body)["id"])] += 1
-    return found
+            tag = find_tag(rec.headers)
+            if left == 0 and tag is not None:
+                origin, left = (tag.batch, tag.epoch, tag.attempt), tag.count
+            if left:
+                origins[origin] += 1
+                left -= 1
+    return found, origins
 
 
 def target_streams(endpoint: str, basin: str) -> list[str]:
@@ -166,5 +187,5 @@ def run_scenario(
         if proc.returncode == 0:
             break
     fired = len(list(tmp.glob("crash-plan.json.fired.*")))
-    found = _ids_in(endpoint, basin, target_streams(endpoint, basin))
-    return Outcome(expected, found, exits, fired, time.monotonic() - started)
+    found, origins = _ids_in(endpoint, basin, target_streams(endpoint, basin))
+    return Outcome(expected, found, exits, fired, time.monotonic() - started, origins)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -22,3 +23,13 @@ def _no_leftover_faults(eo_server: LiteServer) -> Iterator[None]:
     eo_server.faults.clear()
     yield
     eo_server.faults.clear()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy fault scenarios (marked ``slow``) run only when asked: ``-m slow`` or ``S2SINK_SLOW=1``."""
+    if config.getoption("-m") or os.environ.get("S2SINK_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow fault scenario: run with -m slow or S2SINK_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords and "tests/faults" in str(item.fspath):
+            item.add_marker(skip)

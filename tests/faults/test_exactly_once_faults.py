@@ -66,6 +66,8 @@ def test_executor_crashes_upsert_sharded_exactly_once(tmp: Path, eo_server: Lite
     assert out.fired == len(EXECUTOR_CRASHES)
     assert out.exits == [0]
     assert out.exactly_once(), out.summary()
+    # The crashes really split batches between a dead attempt and its retry.
+    assert any(len(out.attempts_of(b)) > 1 for b in range(4)), out.origins
 
 
 @pytest.mark.timeout(900)
@@ -85,6 +87,8 @@ def test_driver_killed_mid_batch_exactly_once(tmp: Path, eo_server: LiteServer) 
     print(out.summary())
     assert out.exits == [-9, 0]
     assert out.exactly_once(), out.summary()
+    # Batch 1 was really written partly by the killed run and completed by the restarted one.
+    assert out.epochs_of(1) == {1, 2}, out.origins
 
 
 @pytest.mark.slow
