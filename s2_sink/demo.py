@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from s2_sink.encoders import InsertEncoder  # noqa: PLC0415
 
     started = time.monotonic()
-    with LiteServer() as srv:
+    with LiteServer(subprocess=True) as srv:  # its own process: no GIL shared with the driver
         basin = fresh_basin(srv.endpoint, name=None)
         print(f"lite server at {srv.endpoint}, basin {basin!r}, stream {STREAM!r}")
         spark = (
