@@ -76,7 +76,9 @@ def _writer_batch(endpoint: str) -> int:
     )
     try:
         cfg = s2_sink.S2Config(basin=basin, stream="rows", account_endpoint=endpoint, basin_endpoint=endpoint)
-        writer = s2_sink.S2Writer(cfg, encoder=s2_sink.InsertEncoder())
+        from s2_sink.encoders import InsertEncoder
+
+        writer = s2_sink.S2Writer(cfg, encoder=InsertEncoder())
         writer(spark.range(50).selectExpr("id", "cast(id * 2 as string) as v"), 0)
     finally:
         spark.stop()
