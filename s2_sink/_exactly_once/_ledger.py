@@ -16,6 +16,7 @@ identity makes one of them fail with WriterConflictError instead of interleaving
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
@@ -42,6 +43,11 @@ log = logging.getLogger(__name__)
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
 _VERSION: Final = 1
+_ATTEMPTS: Final = 8
+
+
+def _transient(exc: S2ServerError) -> bool:
+    return exc.status_code in (408, 429, 499) or exc.status_code >= 500
 
 
 def ledger_stream_name(writer_id: str) -> str:
@@ -120,54 +126,51 @@ class Ledger:
         return state
 
     async def append(self, state: LedgerState) -> None:
-        """Append `state` if nobody else appended since we last looked; else WriterConflictError."""
+        """Append `state` if nobody else appended since we last looked; else WriterConflictError.
+
+        Transient failures (5xx, 408, 429, transport errors) are retried: after each, the ledger is re-read
+        — our record may have landed — and the append is repeated only if the tail has not moved. The
+        condition (``match_seq_num``) makes a repeated append impossible to apply twice.
+        """
         if self.tail is None:
             raise CommitError("ledger not loaded")  # a programming error, not a user one
-        try:
-            ack = await self._stream.append(
-                AppendInput(records=[Record(body=state.to_json())], match_seq_num=self.tail)
-            )
-        except SeqNumMismatchError as exc:
-            await self._resolve_conflict(state, exc)
-            return
-        except S2ServerError as exc:
-            raise CommitError(f"cannot append to the exactly-once ledger {self.name!r}: {exc}") from exc
-        except S2Error as exc:
-            # Ambiguous (transport): find out whether our record landed.
-            await self._resolve_conflict(state, exc)
-            return
-        self.state, self.tail = state, ack.end.seq_num
-
-    async def _resolve_conflict(self, wanted: LedgerState, exc: Exception) -> None:
-        mine_run = wanted.run
-        previous_tail = self.tail
-        try:
-            found = await self.load()
-        except CommitError as read_exc:
-            raise CommitError(
-                f"ledger {self.name!r}: the append failed ({exc}) and re-reading it failed too"
-            ) from read_exc
-        if found == wanted:
-            log.info("ledger %s: our record landed despite %s", self.name, type(exc).__name__)
-            return
-        if previous_tail is not None and self.tail == previous_tail:
-            # Nothing new: the failure was definite and nobody interfered; one more conditional try.
+        expected = self.tail
+        delay = 0.1
+        last: Exception | None = None
+        for _ in range(_ATTEMPTS):
             try:
                 ack = await self._stream.append(
-                    AppendInput(records=[Record(body=wanted.to_json())], match_seq_num=self.tail)
+                    AppendInput(records=[Record(body=state.to_json())], match_seq_num=expected)
                 )
-            except S2Error as retry_exc:
-                raise CommitError(
-                    f"cannot append to the exactly-once ledger {self.name!r}: {retry_exc}"
-                ) from (retry_exc)
-            self.state, self.tail = wanted, ack.end.seq_num
-            return
-        raise WriterConflictError(
-            f"writer_id {self.writer_id!r}: another driver appended to the ledger {self.name!r} "
-            f"(its last record is a {found.kind!r} of run {found.run!r}, epoch {found.epoch}; this run is "
-            f"{mine_run!r}). Two queries cannot share a writer identity: stop the other one or give each "
-            "its own writer_id"
-        ) from exc
+            except SeqNumMismatchError as exc:
+                last = exc
+            except S2ServerError as exc:
+                if not _transient(exc):
+                    raise CommitError(
+                        f"cannot append to the exactly-once ledger {self.name!r}: {exc}"
+                    ) from exc
+                last = exc
+            except S2Error as exc:  # transport: the append may or may not have landed
+                last = exc
+            else:
+                self.state, self.tail = state, ack.end.seq_num
+                return
+            found = await self.load()
+            if found == state:
+                log.info("ledger %s: our record landed despite %s", self.name, type(last).__name__)
+                return
+            if self.tail != expected:
+                raise WriterConflictError(
+                    f"writer_id {self.writer_id!r}: another driver appended to the ledger {self.name!r} "
+                    f"(its last record is a {found.kind!r} of run {found.run!r}, epoch {found.epoch}; this "
+                    f"run is {state.run!r}). Two queries cannot share a writer identity: stop the other one "
+                    "or give each its own writer_id"
+                ) from last
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise CommitError(
+            f"cannot append to the exactly-once ledger {self.name!r} after {_ATTEMPTS} attempts: {last}"
+        ) from last
 
     def opened(self, run: str, query_id: str | None) -> LedgerState:
         """The `open` record of a new run on top of the current state."""

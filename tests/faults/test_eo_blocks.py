@@ -182,3 +182,25 @@ def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(eo_se
         _runtime.run(plan_a1.keeper("events", refused.value.expected_fencing_token))
     with pytest.raises(FencedError, match="not this writer"):
         Coordinator(cfg, "first", static_streams=["events"]).begin_batch(1)
+
+
+def test_ledger_append_survives_503s_and_an_ambiguous_drop(eo_server: LiteServer) -> None:
+    """Ledger appends retry through 503s and through a connection dropped after the append was applied but
+    before its ack: the conditional append never lands twice and the state reads back right."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "w")
+        await led.load()
+        eo_server.faults.fail_next_appends(4, status=503)
+        await led.append(led.opened("run", None))
+        eo_server.faults.drop_connections(after_appends=0, ambiguous=True)
+        await led.append(led.committed(0, {"events": 3}))
+        eo_server.faults.clear()
+        await led.append(led.committed(1, {"events": 7}))
+        st = await Ledger(basin, "w").load()
+        assert (st.kind, st.committed, st.ends) == ("commit", 1, {"events": 7})
+
+    _runtime.run(go())
+    assert len(run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w")))) == 3
