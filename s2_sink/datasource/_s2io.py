@@ -75,12 +75,28 @@ def list_streams(cfg: S2Config, prefix: str) -> list[str]:
     return _run(cfg, f"listing streams with prefix {prefix!r}", op)
 
 
-def tails(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
-    """The tail (next seq_num to be assigned) of every stream, looked up concurrently."""
+async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
+    try:
+        return await _tail_of(basin, stream)
+    except s2_sdk.S2ServerError as exc:
+        if exc.status_code == 404:
+            return None
+        raise
+
+
+def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) -> dict[str, int]:
+    """The tail (next seq_num to be assigned) of every stream, looked up concurrently.
+
+    ``missing_ok``: leave out streams that no longer exist (deleted between listing and lookup) instead
+    of failing.
+    """
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
-        found = await asyncio.gather(*(_tail_of(basin, s) for s in streams))
-        return dict(zip(streams, found, strict=True))
+        if not missing_ok:
+            found = await asyncio.gather(*(_tail_of(basin, s) for s in streams))
+            return dict(zip(streams, found, strict=True))
+        maybe = await asyncio.gather(*(_tail_or_none(basin, s) for s in streams))
+        return {s: t for s, t in zip(streams, maybe, strict=True) if t is not None}
 
     return _run(cfg, f"checking the tail of {list(streams)!r}", op)
 
