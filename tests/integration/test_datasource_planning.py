@@ -7,7 +7,10 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from s2_sink.datasource import S2DataSource
+from s2_sink.datasource._formats import RAW_SCHEMA
 from s2_sink.datasource._offsets import advance, cap_total, max_merge, plan_ranges
 from s2_sink.datasource._read_options import Bound, parse_read_options
 from s2_sink.errors import ConfigError
@@ -106,3 +109,102 @@ def test_ranges_tile_each_stream_exactly(start: dict[str, int], end: dict[str, i
             assert covered[stream] == hi
         else:
             assert stream not in covered
+
+
+# The data source's driver-side entry points, called directly (Spark calls them while planning).
+_BASE = {
+    "s2.basin": "unused-basin",
+    "s2.endpoints.account": "http://127.0.0.1:9",
+    "s2.endpoints.basin": "http://127.0.0.1:9",
+}
+_TWO_COLS = StructType([StructField("id", LongType()), StructField("name", StringType())])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "need one of s2.stream, s2.streams or s2.stream-prefix"),
+        ({"s2.stream": "s", "s2.stream-prefix": "p"}, "mutually exclusive"),
+        ({"s2.stream": "s", "s2.starting-position": '{"s": -1}'}, "seq_num -1 of stream 's'"),
+        ({"s2.stream": "s", "s2.starting-timestamp": "yesterday"}, "s2.starting-timestamp='yesterday'"),
+        ({"s2.stream": "s", "s2.format": "avro"}, "s2.format='avro'"),
+        ({"s2.stream": "s", "s2.upsert-materialize": "true"}, "needs s2.format=upsert"),
+        ({"s2.stream": "s", "s2.max-records-per-trigger": "10"}, "applies to readStream only"),
+        ({"s2.stream": "s", "s2.records-per-partition": "0"}, "s2.records-per-partition='0'"),
+        ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option 's2.no-such-option'"),
+        ({"s2.stream": "s", "S2.Format": "raw", "s2.format": "json"}, "given twice"),
+    ],
+)
+def test_batch_reader_rejects_bad_options(extra: dict[str, str], message: str) -> None:
+    """reader() validates every reader option before planning, naming the option and the value."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        S2DataSource({**_BASE, **extra}).reader(RAW_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("schema", "fmt", "message"),
+    [
+        (
+            StructType([StructField("nope", StringType())]),
+            "raw",
+            "column 'nope' is not produced by s2.format=raw",
+        ),
+        (StructType([StructField("seq_num", StringType())]), "raw", "has type bigint, not string"),
+        (
+            StructType([StructField("_s2_seq_num", StringType())]),
+            "json",
+            "'_s2_seq_num' must have type bigint",
+        ),
+        (StructType([StructField("_s2_action", StringType())]), "json", "only with s2.format=upsert"),
+    ],
+)
+def test_reader_rejects_schemas_the_format_cannot_fill(schema: StructType, fmt: str, message: str) -> None:
+    """A user schema the chosen format cannot produce is rejected with the column named."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        S2DataSource({**_BASE, "s2.stream": "s", "s2.format": fmt}).reader(schema)
+
+
+@pytest.mark.parametrize(
+    ("extra", "overwrite", "message"),
+    [
+        ({"s2.stream": "s", "s2.format": "avro"}, False, "s2.format='avro'"),
+        ({"s2.stream": "s", "s2.format": "upsert"}, False, "needs s2.key-columns"),
+        (
+            {"s2.stream": "s", "s2.format": "json", "s2.key-columns": "id"},
+            False,
+            "applies to s2.format=upsert",
+        ),
+        (
+            {"s2.stream": "s", "s2.format": "upsert", "s2.key-columns": "id", "s2.key-column": "id"},
+            False,
+            "upsert keys are s2.key-columns",
+        ),
+        ({}, False, "no target stream"),
+        ({"s2.stream": "s", "s2.stream-column": "name"}, False, "mutually exclusive"),
+        ({"s2.stream": "s", "s2.on-error": "dlq"}, False, "needs s2.dlq-stream"),
+        ({"s2.stream": "s", "s2.on-error": "maybe"}, False, "s2.on-error='maybe'"),
+        ({"s2.stream": "s", "s2.dlq-stream": "d"}, False, "only with s2.on-error=dlq"),
+        ({"s2.stream": "s", "s2.delivery": "exactly-once"}, False, "S2Writer"),
+        (
+            {"s2.stream": "s", "s2.starting-position": "earliest"},
+            False,
+            "unknown option 's2.starting-position'",
+        ),
+        ({"s2.stream": "s", "s2.format": "raw"}, False, "value column 'value'"),
+        ({"s2.stream": "s"}, True, "only appends"),
+    ],
+)
+def test_writer_rejects_bad_options(extra: dict[str, str], overwrite: bool, message: str) -> None:
+    """writer() and streamWriter() validate options and the input schema before any task runs."""
+    source = S2DataSource({**_BASE, **extra})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        source.writer(_TWO_COLS, overwrite)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        source.streamWriter(_TWO_COLS, overwrite)
+
+
+def test_spark_options_outside_our_namespaces_are_ignored() -> None:
+    """Options Spark adds itself (checkpointLocation, path) do not trip the unknown-option check."""
+    source = S2DataSource({**_BASE, "s2.stream": "s", "checkpointLocation": "/tmp/x", "path": "p"})
+    assert source.writer(_TWO_COLS, False) is not None
+    assert source.reader(RAW_SCHEMA) is not None

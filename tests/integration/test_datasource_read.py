@@ -197,15 +197,7 @@ def test_upsert_changelog_and_materialization(sp: SparkSession, endpoint: str) -
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({}, "need one of s2.stream, s2.streams or s2.stream-prefix"),
-        ({"s2.stream": "s", "s2.stream-prefix": "p"}, "mutually exclusive"),
         ({"s2.stream": "s", "s2.starting-position": "bogus"}, "s2.starting-position='bogus'"),
-        ({"s2.stream": "s", "s2.starting-position": '{"s": -1}'}, "seq_num -1 of stream 's'"),
-        ({"s2.stream": "s", "s2.starting-timestamp": "yesterday"}, "s2.starting-timestamp='yesterday'"),
-        ({"s2.stream": "s", "s2.format": "avro"}, "s2.format='avro'"),
-        ({"s2.stream": "s", "s2.upsert-materialize": "true"}, "needs s2.format=upsert"),
-        ({"s2.stream": "s", "s2.max-records-per-trigger": "10"}, "applies to readStream only"),
-        ({"s2.stream": "s", "s2.records-per-partition": "0"}, "s2.records-per-partition='0'"),
         ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option 's2.no-such-option'"),
         ({"s2.stream": "s", "s2.format": "json"}, "s2.format=json needs a schema"),
     ],

@@ -206,18 +206,8 @@ def test_stream_to_stream_pipeline(sp: SparkSession, endpoint: str, tmp_path: Pa
     ("extra", "mode", "message"),
     [
         ({"s2.stream": "s"}, "overwrite", "only appends"),
-        ({"s2.stream": "s", "s2.format": "avro"}, "append", "s2.format='avro'"),
-        ({"s2.stream": "s", "s2.format": "upsert"}, "append", "needs s2.key-columns"),
         ({"s2.stream": "s", "s2.format": "upsert", "s2.key-columns": "nope"}, "append", "'nope'"),
         ({"s2.stream-column": "missing"}, "append", "'missing'"),
-        ({}, "append", "no target stream"),
-        ({"s2.stream": "s", "s2.on-error": "dlq"}, "append", "needs s2.dlq-stream"),
-        ({"s2.stream": "s", "s2.delivery": "exactly-once"}, "append", "at-least-once"),
-        (
-            {"s2.stream": "s", "s2.starting-position": "earliest"},
-            "append",
-            "unknown option 's2.starting-position'",
-        ),
     ],
 )
 def test_bad_write_options_fail_on_the_driver(
