@@ -69,10 +69,23 @@ def targets(results: Result) -> list[Result]:
             "<= 30 ms",
             v <= 30 if v is not None else None,
             "ms",
-            why=f"p99 beyond noop {beyond['p99_ms']:.1f} ms" if beyond else "",
+            why=_latency_note(st),
         )
     )
     return out
+
+
+def _latency_note(st: Result) -> str:
+    beyond = st.get("beyond_noop", {}).get("s2writer")
+    if not beyond:
+        return ""
+    note = f"p99 beyond noop {beyond['p99_ms']:.1f} ms"
+    floor = st.get("beyond_python_noop", {}).get("s2writer")
+    if floor:
+        note += (
+            f"; beyond a no-op Python task: median {floor['median_ms']:.1f} ms, p99 {floor['p99_ms']:.1f} ms"
+        )
+    return note
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -133,6 +146,14 @@ def table(results: Result) -> str:
         lines.append(f"lite server ingest: {li['summary']}")
     else:
         lines.append(f"lite server ingest: {li.get('status', 'n/a').upper()}: {li.get('reason', '')}")
+    diag = results.get("diagnostics", {}).get("s2writer_no_null_headers", {})
+    if diag.get("status") == "ok":
+        w = _case(results, "s2writer")
+        ratio = f" = {diag['rows_per_s'] / w['rows_per_s']:.2f}x row (5)" if w else ""
+        lines.append(
+            f"diagnostic: {diag['label']}: {diag['rows_per_s']:,.0f} rows/s{ratio}, "
+            f"Python {diag['py_cpu_us_per_rec']:.2f} us/rec, JVM {diag['jvm_cpu_us_per_rec']:.2f} us/rec"
+        )
     lines += ["", "targets:"]
     for t in results["targets"]:
         val = "-" if t["value"] is None else f"{t['value']:.2f} {t['unit']}"

@@ -14,7 +14,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-__all__ = ["TOKEN", "ensure", "naive_foreach_batch", "producer_per_partition", "tail"]
+__all__ = [
+    "TOKEN",
+    "count_rows",
+    "data_records",
+    "ensure",
+    "naive_foreach_batch",
+    "producer_per_partition",
+    "tail",
+]
 
 TOKEN = "bench"  # the lite server ignores the token
 
@@ -51,6 +59,34 @@ def tail(endpoint: str, basin: str, streams: Sequence[str]) -> int:
             return total
 
     return asyncio.run(go())
+
+
+def data_records(endpoint: str, basin: str, streams: Sequence[str]) -> int:
+    """Records the streams hold, less the command records (an exactly-once writer's fence) at their heads:
+    the first 64 records of each stream are read back to tell them apart."""
+    from s2_sdk import ReadLimit, SeqNum
+
+    async def go() -> int:
+        async with _client(endpoint) as s2:
+            b = s2.basin(basin)
+            total = 0
+            for name in streams:
+                st = b.stream(name)
+                held = (await st.check_tail()).seq_num
+                total += held
+                # Writers fence before their first append, so commands sit at the head.
+                head = min(held, 64)
+                if head:
+                    batch = await st.read(start=SeqNum(0), limit=ReadLimit(count=head))
+                    total -= sum(1 for r in batch.records if _is_command(r.headers))
+            return total
+
+    return asyncio.run(go())
+
+
+def _is_command(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    # S2 command records carry exactly one header whose name is empty (its value names the command).
+    return len(headers) == 1 and headers[0][0] == b""
 
 
 def list_streams(endpoint: str, basin: str, prefix: str) -> list[str]:
@@ -112,3 +148,11 @@ def producer_per_partition(
         yield pa.RecordBatch.from_pydict({"n": [written]})
 
     return write
+
+
+def count_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` function that writes nothing: the cost floor of a Python task."""
+    import pyarrow as pa
+
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pydict({"n": [n]})
