@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["chart", "table", "targets"]
@@ -162,8 +163,13 @@ def table(results: Result) -> str:
     return "\n".join(lines)
 
 
+def _k(v: float) -> str:
+    return f"{v:,.0f}k" if v >= 100 else f"{v:.1f}k"
+
+
 def chart(results: Result, path: str) -> None:
-    """Three panels over the cases: throughput, Python CPU per record, peak Python RSS."""
+    """Top: throughput, Python CPU per record and peak Python RSS of every case. Bottom: micro-batch sink
+    latency per streaming sink, and the targets."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,23 +177,28 @@ def chart(results: Result, path: str) -> None:
 
     cases = list(reversed(results["cases"]))
     labels = [f"({c['index']}) {c['label']}" for c in cases]
-    ok = [c["status"] == "ok" for c in cases]
-    ys = range(len(cases))
-    fig, axes = plt.subplots(1, 3, figsize=(16, 0.5 * len(cases) + 2.2), sharey=True)
+    status = [c["status"] for c in cases]
+    ys = list(range(len(cases)))
+    fig = plt.figure(figsize=(17, 0.5 * len(cases) + 6.2))
+    grid = fig.add_gridspec(2, 3, height_ratios=[0.5 * len(cases) + 1, 3.6])
+    axes = [fig.add_subplot(grid[0, 0])]
+    axes += [fig.add_subplot(grid[0, i], sharey=axes[0]) for i in (1, 2)]
     m = results["meta"]
     fig.suptitle(
         f"s2_sink vs Spark sinks and naive S2 writes — "
-        f"{m['rows']:,} rows x {m['json_bytes_per_row']:.0f} B JSON, "
-        f"{m['cores']} cores (shared, load {m['load_start']:.1f}-{m['load_end']:.1f}), {m['date']}",
+        f"{m['rows']:,} rows x {m['json_bytes_per_row']:.0f} B JSON, {m['spark']}, "
+        f"{m['cores']} cores shared (load {m['load_start']:.1f}-{m['load_end']:.1f}), {m['date']}",
         fontsize=11,
     )
 
-    def panel(ax: Any, values: list[float | None], title: str, fmt: str, color: str) -> None:
+    def panel(
+        ax: Any, values: list[float | None], title: str, fmt: Callable[[float], str], color: str
+    ) -> None:
         bars = [v if v is not None else 0.0 for v in values]
-        ax.barh(list(ys), bars, color=color)
+        ax.barh(ys, bars, color=color)
         top = max(bars) if any(bars) else 1.0
-        for y, v, good in zip(ys, values, ok, strict=True):
-            text = fmt.format(v) if good and v is not None else "not available"
+        for y, v, st in zip(ys, values, status, strict=True):
+            text = fmt(v) if st == "ok" and v is not None else st
             ax.text((v or 0) + top * 0.01, y, text, va="center", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.set_xlim(0, top * 1.35)
@@ -196,24 +207,53 @@ def chart(results: Result, path: str) -> None:
     def col(key: str) -> list[float | None]:
         return [c.get(key) if c["status"] == "ok" else None for c in cases]
 
-    rps = col("rows_per_s")
-    thr = [v / 1000 if v is not None else None for v in rps]
-    panel(axes[0], thr, "throughput (k rows/s, higher is better)", "{:,.0f}k", "#3b7dd8")
+    thr = [v / 1000 if v is not None else None for v in col("rows_per_s")]
+    panel(axes[0], thr, "throughput (k rows/s, higher is better)", _k, "#3b7dd8")
     for y, c in zip(ys, cases, strict=True):
-        if c["status"] == "ok" and c.get("vs_naive") and c["key"] not in ("naive",):
-            axes[0].text(0, y - 0.32, f" {c['vs_naive']:.1f}x naive", fontsize=7, color="#444")
-    panel(
-        axes[1], col("py_cpu_us_per_rec"), "Python CPU per record (us, lower is better)", "{:.2f}", "#e07b39"
-    )
+        if c["status"] == "ok" and c.get("vs_naive") and c["key"] != "naive":
+            axes[0].text(0, y - 0.32, f" {c['vs_naive']:.2f}x naive", fontsize=7, color="#333")
+    cpu = col("py_cpu_us_per_rec")
+    panel(axes[1], cpu, "Python CPU per record (us, lower is better)", lambda v: f"{v:.2f}", "#e07b39")
     rss = [
         max(c["worker_peak_rss_mib"], c["driver_peak_rss_mib"] if c["key"] == "naive" else 0.0)
         if c["status"] == "ok"
         else None
         for c in cases
     ]
-    panel(axes[2], rss, "peak Python RSS (MiB; naive: driver)", "{:.0f}", "#5aa469")
-    axes[0].set_yticks(list(ys))
+    panel(axes[2], rss, "peak Python RSS (MiB; naive: the driver)", lambda v: f"{v:.0f}", "#5aa469")
+    axes[0].set_yticks(ys)
     axes[0].set_yticklabels(labels, fontsize=9)
+    for ax in axes[1:]:
+        ax.tick_params(labelleft=False)
+
+    lat = fig.add_subplot(grid[1, :2])
+    sinks = results.get("streaming", {}).get("sinks", {})
+    names = list(sinks)
+    xs = range(len(names))
+    med = [sinks[n].get("median_ms", 0.0) for n in names]
+    p99 = [sinks[n].get("p99_ms", 0.0) for n in names]
+    lat.bar([x - 0.2 for x in xs], med, width=0.4, label="median", color="#3b7dd8")
+    lat.bar([x + 0.2 for x in xs], p99, width=0.4, label="p99", color="#9bbbe8")
+    for x, n in zip(xs, names, strict=True):
+        if sinks[n].get("status") != "ok":
+            lat.text(x, 0, sinks[n].get("status", ""), ha="center", va="bottom", fontsize=8)
+        else:
+            lat.text(x - 0.2, med[x], f"{med[x]:.0f}", ha="center", va="bottom", fontsize=8)
+            lat.text(x + 0.2, p99[x], f"{p99[x]:.0f}", ha="center", va="bottom", fontsize=8)
+    lat.set_xticks(list(xs))
+    lat.set_xticklabels(names, fontsize=9)
+    lat.set_ylabel("ms per micro-batch")
+    lat.set_title("sink latency of a 1k-row micro-batch (same batches, foreachBatch)", fontsize=10)
+    lat.legend(fontsize=8)
+    lat.grid(axis="y", alpha=0.3)
+
+    txt = fig.add_subplot(grid[1, 2])
+    txt.axis("off")
+    lines = ["targets"]
+    for t in results.get("targets", []):
+        val = "-" if t["value"] is None else f"{t['value']:.2f} {t['unit']}"
+        lines.append(f"[{t['status'].upper()}] {t['name']}\n        {val}  (target {t['bound']})")
+    txt.text(0, 1, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
