@@ -17,13 +17,21 @@ the same stream cannot both win.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
 from dataclasses import dataclass
 from typing import Final
 
-from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
+from s2_sdk import (
+    AppendInput,
+    CommandRecord,
+    FencingTokenMismatchError,
+    S2ClientError,
+    S2ServerError,
+    S2Stream,
+)
 
 from s2_sink.errors import FencedError
 
@@ -33,6 +41,7 @@ __all__ = [
     "Token",
     "fence_if_older",
     "judge_current_token",
+    "transient",
     "writer_hash",
 ]
 
@@ -42,6 +51,12 @@ MAX_TOKEN_BYTES: Final = 36
 _PREFIX: Final = "s2sink"
 _TOKEN_RE: Final = re.compile(r"^s2sink:([0-9a-f]{8}):(\d+)\.(\d+)$")
 _MAX_ROUNDS: Final = 20
+_MAX_TRANSIENT: Final = 6
+
+
+def transient(exc: S2ServerError) -> bool:
+    """Server errors worth retrying (the request was not, or may not have been, applied)."""
+    return exc.status_code in (408, 429, 499) or exc.status_code >= 500
 
 
 def writer_hash(writer_id: str) -> str:
@@ -143,7 +158,8 @@ async def fence_if_older(
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
-    for _ in range(_MAX_ROUNDS):
+    transient_failures = 0
+    for _ in range(_MAX_ROUNDS + _MAX_TRANSIENT):
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
@@ -159,6 +175,16 @@ async def fence_if_older(
             )
         except FencingTokenMismatchError as exc:
             seen = exc.expected_fencing_token
+            continue
+        except (S2ClientError, S2ServerError) as exc:
+            # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
+            # it landed, the next try gets a 412 that shows our token).
+            if isinstance(exc, S2ServerError) and not transient(exc):
+                raise
+            transient_failures += 1
+            if transient_failures > _MAX_TRANSIENT:
+                raise
+            await asyncio.sleep(min(0.05 * 2**transient_failures, 2.0))
             continue
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)

@@ -35,6 +35,7 @@ from s2_sdk import (
     StreamConfig,
 )
 
+from s2_sink._exactly_once._fencing import transient
 from s2_sink.errors import CommitError, WriterConflictError
 
 __all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
@@ -44,10 +45,6 @@ log = logging.getLogger(__name__)
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
 _VERSION: Final = 1
 _ATTEMPTS: Final = 8
-
-
-def _transient(exc: S2ServerError) -> bool:
-    return exc.status_code in (408, 429, 499) or exc.status_code >= 500
 
 
 def ledger_stream_name(writer_id: str) -> str:
@@ -145,7 +142,7 @@ class Ledger:
             except SeqNumMismatchError as exc:
                 last = exc
             except S2ServerError as exc:
-                if not _transient(exc):
+                if not transient(exc):
                     raise CommitError(
                         f"cannot append to the exactly-once ledger {self.name!r}: {exc}"
                     ) from exc

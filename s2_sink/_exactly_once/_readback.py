@@ -10,14 +10,16 @@ appends batches atomically.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from s2_sdk import ReadLimit, ReadUnwrittenError, S2Stream, SeqNum
+from s2_sdk import ReadLimit, ReadUnwrittenError, S2ClientError, S2ServerError, S2Stream, SeqNum
 
+from s2_sink._exactly_once._fencing import transient
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._tags import ChunkTag, find_tag
 
@@ -26,6 +28,7 @@ __all__ = ["ReadBack", "read_back"]
 log = logging.getLogger(__name__)
 
 _PAGE: Final = 1000
+_MAX_FAILURES: Final = 6
 
 
 @dataclass(slots=True)
@@ -49,6 +52,7 @@ async def read_back(
     land past it. `start` is clamped to the stream's first retained record.
     """
     name = stream.name
+    failures = 0
     if end is None:
         end = (await stream.check_tail()).seq_num
     out = ReadBack(name, start, end)
@@ -60,6 +64,12 @@ async def read_back(
             batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
         except ReadUnwrittenError:
             break
+        except (S2ClientError, S2ServerError) as exc:  # reads are idempotent: retry transient failures
+            if (isinstance(exc, S2ServerError) and not transient(exc)) or failures >= _MAX_FAILURES:
+                raise
+            failures += 1
+            await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+            continue
         if not batch.records:
             break
         for rec in batch.records:
