@@ -103,8 +103,12 @@ class _Filter:
         kept: list[Record] = []
         for rec in records:
             fp = fingerprint(stream, rec.headers, rec.body)
-            if left[fp] > 0:
-                left[fp] -= 1
+            n = left.get(fp, 0)
+            if n > 0:
+                if n == 1:
+                    del left[fp]  # an empty multiset turns the filter off for this stream
+                else:
+                    left[fp] = n - 1
                 self.skipped += 1
             else:
                 kept.append(rec)
