@@ -268,3 +268,12 @@ def test_idle_sessions_are_evicted_but_unary_client_survives(lite: LiteServer, b
     assert tail == 1
     write_partition(plan, [frame([b"b"])], ctx())
     assert [r.body for r in read_stream(lite.endpoint, basin, "idle")] == [b"a", b"b"]
+
+
+def test_tight_inflight_limits_keep_order(lite: LiteServer, basin: str) -> None:
+    """With one append in flight and a 1 MiB in-flight cap, everything still arrives, in order."""
+    cfg = config(lite, basin, max_inflight_requests=1, max_inflight_bytes=1024 * 1024, batch_max_records=250)
+    plan = WritePlan(cfg=cfg, batch_id=0, stream="tight")
+    result = stream_rows(write_partition(plan, [frame([str(i).encode() for i in range(5000)])], ctx()))
+    assert result["tight"]["appends"] == 20
+    assert [int(r.body) for r in read_stream(lite.endpoint, basin, "tight")] == list(range(5000))

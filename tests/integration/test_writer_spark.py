@@ -53,27 +53,17 @@ def bodies(lite: LiteServer, basin: str, stream: str) -> list[dict[str, Any]]:
     return [orjson.loads(r.body) for r in read_stream(lite.endpoint, basin, stream)]
 
 
-def test_streaming_query_insert_encoder(
-    spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
-) -> None:
-    """A file-source streaming query writes every row once per micro-batch, with per-batch metrics."""
+def run_stream(spark: SparkSession, batches: list[DataFrame], writer: S2Writer, tmp_path: Path) -> None:
+    """Write each DataFrame as one parquet file and stream them through `writer`, one file per micro-batch."""
     src = tmp_path / "src"
-    for i in range(3):
-        rows_df(spark, 100).withColumn("id", F.col("id") + i * 100).coalesce(1).write.parquet(
-            str(src / f"b{i}")
-        )
-    files = sorted(str(p) for p in src.glob("b*/*.parquet"))
-    flat = tmp_path / "flat"
-    flat.mkdir()
-    for i, f in enumerate(files):
-        Path(f).rename(flat / f"part-{i}.parquet")
-    seen: list[BatchMetrics] = []
-    writer = S2Writer(cfg_for(lite, basin), InsertEncoder(), delivery="at-least-once", on_metrics=seen.append)
-    schema = spark.read.parquet(str(flat)).schema
+    src.mkdir()
+    for i, df in enumerate(batches):
+        df.coalesce(1).write.parquet(str(tmp_path / f"stage{i}"))
+        (next((tmp_path / f"stage{i}").glob("*.parquet"))).rename(src / f"part-{i:04d}.parquet")
     query = (
-        spark.readStream.schema(schema)
+        spark.readStream.schema(batches[0].schema)
         .option("maxFilesPerTrigger", 1)
-        .parquet(str(flat))
+        .parquet(str(src))
         .writeStream.foreachBatch(writer)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)
@@ -81,6 +71,20 @@ def test_streaming_query_insert_encoder(
     )
     query.awaitTermination(240)
     assert query.exception() is None
+
+
+def test_streaming_query_insert_encoder(
+    spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
+) -> None:
+    """A file-source streaming query writes every row once per micro-batch, with per-batch metrics."""
+    seen: list[BatchMetrics] = []
+    writer = S2Writer(cfg_for(lite, basin), InsertEncoder(), delivery="at-least-once", on_metrics=seen.append)
+    run_stream(
+        spark,
+        [rows_df(spark, 100).withColumn("id", F.col("id") + i * 100) for i in range(3)],
+        writer,
+        tmp_path,
+    )
     got = bodies(lite, basin, "events")
     assert sorted(b["id"] for b in got) == list(range(300))
     assert got[0].keys() == {"id", "region", "amount", "name"}
@@ -94,12 +98,14 @@ def test_streaming_query_insert_encoder(
     assert last.ack_latency_p99_ms is not None
 
 
-def test_upsert_encoder_writes_key_and_action_headers(
-    spark: SparkSession, lite: LiteServer, basin: str
+def test_streaming_query_upsert_encoder(
+    spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
 ) -> None:
     """UpsertEncoder records carry @key and @action headers and the non-key columns as body."""
     writer = S2Writer(cfg_for(lite, basin), UpsertEncoder(key_columns=["id"]), delivery="at-least-once")
-    writer(rows_df(spark, 50), 0)
+    run_stream(
+        spark, [rows_df(spark, 25), rows_df(spark, 25).withColumn("amount", F.lit(-1))], writer, tmp_path
+    )
     records = read_stream(lite.endpoint, basin, "events")
     assert len(records) == 50
     first = records[0]
@@ -107,6 +113,8 @@ def test_upsert_encoder_writes_key_and_action_headers(
     assert names[:2] == [b"@key", b"@action"]
     assert dict(first.headers)[b"@action"] == b"u"
     assert "id" not in orjson.loads(first.body)
+    assert [orjson.loads(r.body)["amount"] for r in records[25:]] == [-1] * 25
+    assert len(writer.history) == 2
 
 
 def test_route_by_stream_column(spark: SparkSession, lite: LiteServer, basin: str) -> None:
