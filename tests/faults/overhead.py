@@ -10,6 +10,7 @@ per micro-batch; one tag header per append).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=2)
     args = ap.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors need this venv's packages
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
