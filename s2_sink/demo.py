@@ -4,7 +4,7 @@ Starts a lite S2 server on a free local port, runs a rate-source query (a few de
 few micro-batches with ``foreachBatch(S2Writer(...))``, reads the stream back with the SDK and prints
 a short summary: batches, records, throughput and a few decoded records.
 
-    python -m s2_sink.demo [--batches 4] [--rows-per-batch 50000]
+    python -m s2_sink.demo [--batches 4] [--rows-per-batch 50000] [--delivery exactly-once|at-least-once]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import orjson
 from s2_sdk import S2, Endpoints, ReadLimit, SeqNum
 
-from s2_sink import BatchMetrics, ConfigError, S2Config
+from s2_sink import BatchMetrics, S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 
@@ -31,6 +31,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m s2_sink.demo", description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=4, help="non-empty micro-batches to write (default 4)")
     p.add_argument("--rows-per-batch", type=int, default=50_000, help="rows per micro-batch (default 50000)")
+    p.add_argument(
+        "--delivery", choices=("exactly-once", "at-least-once"), default="exactly-once", help="delivery mode"
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
     return p.parse_args(argv)
 
@@ -88,10 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             basin_endpoint=srv.endpoint,
         )
         written: list[BatchMetrics] = []
-        try:
-            writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append)
-        except ConfigError:
-            writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append, delivery="at-least-once")
+        writer = S2Writer(cfg, InsertEncoder(), on_metrics=written.append, delivery=args.delivery)
 
         def sink(batch_df: DataFrame, batch_id: int) -> None:
             # Once enough batches are written, later ones are left alone so stopping never cuts one short.
