@@ -54,7 +54,7 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-def run_connect_job(module: str, *args: str, timeout: float = 400) -> dict[str, Any]:
+def run_connect_job(module: str, *args: str, timeout: float = 540) -> dict[str, Any]:
     """Run ``python -m <module> <args>`` in a child process that uses ``SparkSession.builder.remote``;
     the job prints one JSON object on its last stdout line, returned here. Fails the test on error."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}

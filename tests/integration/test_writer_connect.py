@@ -11,7 +11,8 @@ from s2_sink.lite import LiteServer
 from tests.integration._s2read import read_stream
 from tests.integration.conftest import run_connect_job
 
-pytestmark = [pytest.mark.connect, pytest.mark.slow]
+# A Spark Connect server starts in the child: allow more than the default per-test timeout.
+pytestmark = [pytest.mark.connect, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_pipeline_under_spark_connect(lite: LiteServer, basin: str, tmp_path: Path) -> None:
