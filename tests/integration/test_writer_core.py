@@ -122,7 +122,7 @@ def test_chunking_is_deterministic_and_within_limits(lite: LiteServer, basin: st
 
 def test_routing_by_stream_column_keeps_order(lite: LiteServer, basin: str) -> None:
     """Each row goes to the stream its column names; each stream keeps the rows' order."""
-    n = 3000
+    n = 900
     streams = [f"route/{i % 3}" for i in range(n)]
     plan = WritePlan(cfg=config(lite, basin, max_buffered_requests=2), batch_id=0, stream_column="_s2_stream")
     result = stream_rows(
