@@ -11,6 +11,7 @@
 
 # %%
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -165,3 +166,4 @@ assert first_rows == written, "rows of a finished micro-batch are missing"
 spark.stop()
 if lite is not None:
     lite.stop()
+shutil.rmtree(checkpoint, ignore_errors=True)

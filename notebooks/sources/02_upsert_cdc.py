@@ -14,6 +14,7 @@
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -112,9 +113,10 @@ encoder = UpsertEncoder(
     key_columns=["id"], op_column="_change_type", exclude_columns=["_commit_version", "_commit_timestamp"]
 )
 writer = S2Writer(cfg, encoder=encoder, partition_by_key=True)
+checkpoint = tempfile.mkdtemp(prefix="s2-cdc-")
 query = (
     feed.writeStream.foreachBatch(writer)
-    .option("checkpointLocation", tempfile.mkdtemp(prefix="s2-cdc-"))
+    .option("checkpointLocation", checkpoint)
     .trigger(availableNow=True)  # drain the feed, then stop
     .start()
 )
@@ -163,3 +165,5 @@ assert got == expected, "the materialized table differs from the source table"
 spark.stop()
 if lite is not None:
     lite.stop()
+for path in (feed_dir, checkpoint):
+    shutil.rmtree(path, ignore_errors=True)

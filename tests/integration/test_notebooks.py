@@ -85,3 +85,21 @@ def test_notebook_runs(
     client.execute(env=kernel_env, cwd=str(tmp_path))
     elapsed = time.monotonic() - started
     print(f"{path.name}: {elapsed:.1f}s")
+
+
+def test_databricks_job_runs_locally(kernel_env: dict[str, str], tmp_path: Path) -> None:
+    """The Databricks job, run as a plain script off Databricks, writes to an embedded lite server."""
+    job = NOTEBOOK_DIR / "04_databricks_job.py"
+    # This first line makes a Databricks workspace import the file as a notebook.
+    assert job.read_text().startswith("# Databricks notebook source\n")
+    proc = subprocess.run(
+        [sys.executable, str(job), "--rows", "1500", "--checkpoint", str(tmp_path / "checkpoint")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=kernel_env,
+        timeout=CELL_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "micro-batches: 1, records appended: 1500" in proc.stdout, proc.stdout[-3000:]
