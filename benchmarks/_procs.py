@@ -124,6 +124,15 @@ class ProcessMeter:
     def python_workers(self) -> list[int]:
         return [p for p in _descendants(self._jvm) if _is_python(p)]
 
+    def total_cpu(self) -> float:
+        """CPU seconds of the JVM, the Python workers, the driver and the lite server since they started."""
+        return (
+            self._worker_cpu()
+            + _cpu_seconds(self._jvm, children=False)
+            + _cpu_seconds(self._me, children=False)
+            + (_cpu_seconds(self._lite, children=True) if self._lite else 0.0)
+        )
+
     def _worker_cpu(self) -> float:
         return sum(_cpu_seconds(p, children=True) for p in self.python_workers())
 

@@ -43,8 +43,8 @@ FULL = {
 QUICK = {
     "rows": 10_000,
     "big_rows": 20_000,
-    "stream_batches": 5,
-    "stream_warmup": 2,
+    "stream_batches": 3,
+    "stream_warmup": 1,
     "ingest_records": 20_000,
 }
 
@@ -91,6 +91,14 @@ def _git_commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+_CLOCK = {"t0": time.monotonic()}
+
+
+def _log(msg: str) -> None:
+    """Progress line with the seconds since the run started (shows where a slow run spends its time)."""
+    print(f"[{time.monotonic() - _CLOCK['t0']:6.1f}s] {msg}", flush=True)
 
 
 def _reason(exc: BaseException) -> str:
@@ -153,7 +161,7 @@ def _run_cases(
             prior = best.get(case.key)
             if prior is not None and prior["status"] != "ok":
                 continue
-            print(f"  [{rnd + 1}/{repeat}] {case.key} ...", flush=True)
+            _log(f"  [{rnd + 1}/{repeat}] {case.key} ...")
             try:
                 res = _measure(meter, ctx, case)
             except NotAvailable as exc:
@@ -200,7 +208,7 @@ def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
             sinks[key] = _writer(ctx, f"lat-{key}-{uuid.uuid4().hex[:8]}", _encoder("insert"), delivery)
         except NotAvailable as exc:
             out[key] = {"status": "not available", "reason": str(exc)}
-    print(f"  streaming: {', '.join(sinks)} on the same 1k-row micro-batches ...", flush=True)
+    _log(f"  streaming: {', '.join(sinks)} on the same 1k-row micro-batches ...")
     try:
         durations, errors = latency(
             spark,
@@ -325,17 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(",")) if args.only else None
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started = _CLOCK["t0"] = time.monotonic()
     load_start = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="s2bench-")
     try:
         with lite_process() as lite:
-            print(f"lite server pid {lite.pid} at {lite.endpoint}; starting Spark ...", flush=True)
+            _log(f"lite server pid {lite.pid} at {lite.endpoint}; starting Spark ...")
             spark = _spark()
             jvm_pid = spark.sparkContext._gateway.proc.pid
             meter = ProcessMeter(jvm_pid, lite.pid)
             from pyspark.sql import functions as F
 
+            _log("Spark up; caching the dataset ...")
             df = dataset(spark, sizes["rows"], args.partitions).cache()
             body = json_body(df)
             agg = body.agg(F.count("*").alias("n"), F.avg(F.octet_length("value")).alias("b")).collect()[0]
@@ -345,15 +354,18 @@ def main(argv: list[str] | None = None) -> int:
             basin = f"bench-{uuid.uuid4().hex[:12]}"
             _s2.ensure(lite.endpoint, basin, [])
             ctx = Ctx(spark=spark, df=df, rows=sizes["rows"], endpoint=lite.endpoint, basin=basin, tmp=tmp)
-            print(f"{sizes['rows']:,} rows cached ({bytes_per_row:.1f} JSON bytes/row); cases:", flush=True)
+            _log(f"{sizes['rows']:,} rows cached ({bytes_per_row:.1f} JSON bytes/row); cases:")
             cases = _run_cases(meter, ctx, bytes_per_row, args.repeat, only)
             streaming = _streaming(spark, ctx, sizes)
-            print(f"  single partition of {sizes['big_rows']:,} rows ...", flush=True)
+            _log(f"  single partition of {sizes['big_rows']:,} rows ...")
             single = _single_partition(spark, meter, ctx, sizes["big_rows"])
-            print("  diagnostics ...", flush=True)
-            diagnostics = {"s2writer_no_null_headers": _diagnostics(meter, ctx)}
-            print("  lite ingest ...", flush=True)
+            diagnostics: dict[str, Any] = {}
+            if not args.quick:
+                _log("  diagnostics ...")
+                diagnostics["s2writer_no_null_headers"] = _diagnostics(meter, ctx)
+            _log("  lite ingest ...")
             ingest = _lite_ingest(lite, sizes["ingest_records"])
+            run_cpu_s = meter.total_cpu()
             spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -371,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "repeat": args.repeat,
             "elapsed_s": time.monotonic() - started,
+            # CPU of the whole run (JVM, Python workers, driver, lite server): on an idle machine the run
+            # takes at least this divided by the cores; on a loaded one, much longer.
+            "run_cpu_s": run_cpu_s,
             "spark": f"pyspark {pyspark.__version__}, classic, local[2]",
             "s2_sdk": importlib.metadata.version("s2-sdk"),
             "python": platform.python_version(),
