@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 FULL = {
     "rows": 2_000_000,
     "big_rows": 5_000_000,
-    "stream_batches": 100,
+    "stream_batches": 60,
     "stream_warmup": 5,
     "ingest_records": 1_000_000,
 }
