@@ -41,6 +41,7 @@ __all__ = ["json_fragments", "json_object", "json_string"]
 
 _NULL = pa.scalar("null")
 _CONTROL = "[\x00-\x1f]"
+_SPECIAL = '[\x00-\x1f"\\\\]'
 # Jackson's escapes: short forms for these five, \u00XX (upper-case hex) for the other control characters.
 _ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
     8: "\\b",
@@ -74,6 +75,9 @@ def _finish(text: pa.Array, arr: pa.Array) -> pa.Array:
 
 def _strings(arr: pa.Array) -> pa.Array:
     arr = arr.cast(pa.string()) if not pa.types.is_string(arr.type) else arr
+    special = pc.match_substring_regex(arr, _SPECIAL)
+    if not pc.any(special).as_py():  # the common case: nothing to escape
+        return _finish(pc.binary_join_element_wise('"', arr, '"', ""), arr)
     escaped = pc.replace_substring(pc.replace_substring(arr, "\\", "\\\\"), '"', '\\"')
     quoted = pc.binary_join_element_wise('"', escaped, '"', "")
     has_control = pc.match_substring_regex(arr, _CONTROL)
@@ -87,6 +91,18 @@ def _strings(arr: pa.Array) -> pa.Array:
         )
         quoted = pc.if_else(pc.fill_null(has_control, False), fixed, quoted)
     return _finish(quoted, arr)
+
+
+def _floats(arr: pa.Array, fallback: Callable[[Any], str]) -> pa.Array:
+    """Arrow's shortest text equals Java's for 1e-3 <= |x| < 1e7 (plus Java's ".0"); others go per value."""
+    magnitude = pc.abs(arr)
+    plain = pc.fill_null(pc.and_(pc.greater_equal(magnitude, 1e-3), pc.less(magnitude, 1e7)), True)
+    text = pc.cast(arr, pa.string())
+    text = pc.if_else(pc.match_substring(text, "."), text, pc.binary_join_element_wise(text, ".0", ""))
+    if not pc.all(plain).as_py():
+        others = _per_value(pc.if_else(plain, pa.scalar(None, arr.type), arr), fallback)
+        text = pc.if_else(plain, text, others)
+    return _finish(text, arr)
 
 
 def _decimals(arr: pa.Array, scale: int) -> pa.Array:
@@ -126,9 +142,9 @@ def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
     if isinstance(dtype, BooleanType):
         return _finish(pc.if_else(arr, "true", "false"), arr)
     if isinstance(dtype, DoubleType):
-        return _per_value(arr, java_double)
+        return _floats(arr, java_double)
     if isinstance(dtype, FloatType):
-        return _per_value(arr, java_float)
+        return _floats(arr, java_float)
     if isinstance(dtype, DecimalType):
         return _decimals(arr, dtype.scale)
     if isinstance(dtype, BinaryType):
@@ -146,13 +162,13 @@ def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
         return _join_lists(offsets, json_fragments(items, dtype.elementType), arr, "[", "]")
     if isinstance(dtype, MapType):
         offsets, entries = list_parts(arr)
-        keys, items = entries.flatten()
+        keys, items = entries.field(0), entries.field(1)
         pairs = pc.binary_join_element_wise(
             _map_keys(keys, dtype.keyType), json_fragments(items, dtype.valueType), ":"
         )
         return _join_lists(offsets, pairs, arr, "{", "}")
     if isinstance(dtype, StructType):
-        children = arr.flatten()
+        children = [arr.field(i) for i in range(arr.type.num_fields)]  # parent nulls handled below
         frags = [json_fragments(c, f.dataType) for c, f in zip(children, dtype.fields, strict=True)]
         obj = json_object(dtype.names, frags, len(arr))
         return _finish(obj, arr)
@@ -160,11 +176,12 @@ def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
 
 
 def _timestamps(arr: pa.Array, *, utc: bool) -> pa.Array:
-    if arr.type.unit != "us":  # Spark has microseconds; truncate finer units the way Spark would
-        arr = pc.cast(arr, pa.timestamp("us", arr.type.tz), safe=False)
-    if utc:  # instants: render the UTC wall clock whatever zone the Arrow type carries
-        arr = pc.cast(arr, pa.timestamp("us", "UTC"))
-    text = pc.strftime(arr, "%Y-%m-%dT%H:%M:%S")  # %S carries the 6 fraction digits for microseconds
+    # Arrow keeps instants in UTC: dropping the zone leaves the UTC wall clock, which a cast prints as
+    # "YYYY-MM-DD HH:MM:SS.ffffff" for microseconds (far cheaper than strftime)
+    if utc:
+        arr = pc.cast(arr, pa.timestamp("us", "UTC"), safe=False)
+    arr = pc.cast(arr, pa.timestamp("us"), safe=False)
+    text = pc.replace_substring(pc.cast(arr, pa.string()), " ", "T", max_replacements=1)
     return _finish(pc.binary_join_element_wise('"', text, 'Z"' if utc else '"', ""), arr)
 
 

@@ -34,9 +34,10 @@ def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Arr
     col = batch.column(column)
     offsets, entries = list_parts(col)
     index = entries.type.get_field_index
-    children = entries.flatten()  # merges a null entry's null into its key and value
-    names = pc.cast(children[index("key")], pa.binary())
-    values = pc.fill_null(pc.cast(children[index("value")], pa.binary()), b"")
+    names = pc.cast(entries.field(index("key")), pa.binary())
+    values = pc.fill_null(pc.cast(entries.field(index("value")), pa.binary()), b"")
+    if entries.null_count:  # a null entry counts as an entry with a null key
+        names = pc.if_else(entries.is_valid(), names, pa.scalar(None, pa.binary()))
     structs = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
     mask = col.is_null() if col.null_count else None
     out = pa.ListArray.from_arrays(offsets, structs, type=HEADERS_ARROW_TYPE, mask=mask)

@@ -108,9 +108,9 @@ class Encoder:
         """The record frame of ``df`` computed by Spark (pure DataFrame API, Spark Connect compatible)."""
         schema = df.schema
         self.validate(schema, keep=keep, exclude=exclude)
-        headers, headers_error = _jvm.headers_expr(df, self.headers_column)
+        headers, headers_error = _jvm.headers_expr(self.headers_column)
         ts_type: DataType | None = schema[self.timestamp_column].dataType if self.timestamp_column else None
-        timestamp, ts_error = _jvm.timestamp_expr(df, self.timestamp_column, ts_type)
+        timestamp, ts_error = _jvm.timestamp_expr(self.timestamp_column, ts_type)
         src, body, headers, timestamp, key, error = self._project(
             df,
             data_columns=self.data_columns(schema, exclude),
@@ -124,7 +124,7 @@ class Encoder:
             timestamp.alias(TIMESTAMP),
             key.alias(KEY),
             error.alias(ERROR),
-            *[src[c] for c in keep],
+            *[_jvm.col(c) for c in keep],
         )
 
     def encode_arrow(

@@ -91,7 +91,7 @@ class InsertEncoder(Encoder):
     def _key_jvm(self, df: DataFrame) -> tuple[Column, Column | None]:
         if self.key_column is None:
             return F.lit(None).cast("binary"), None
-        col = df[self.key_column]
+        col = _jvm.col(self.key_column)
         text = col.cast("string")
         return (col if isinstance(df.schema[self.key_column].dataType, BinaryType) else text).cast(
             "binary"
@@ -108,11 +108,11 @@ class InsertEncoder(Encoder):
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
         key, key_text = self._key_jvm(df)
         if self.format == "raw":
-            value = df[self.value_column]
+            value = _jvm.col(self.value_column)
             body = F.coalesce(value.cast("binary"), F.lit(b""))
             errors = [*errors, F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))]
         else:
-            body = _jvm.json_body(df, data_columns)
+            body = _jvm.json_body(data_columns)
         size = _jvm.metered_expr(body, headers)
         error = _jvm.first_error(*errors, _jvm.oversize_error(size, key_text))
         return df, body, headers, timestamp, key, error

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegralType, StringType, TimestampType
 
@@ -16,6 +16,7 @@ from s2_sink.encoders._frame import HEADERS_DDL, MAX_RECORD_BYTES
 
 __all__ = [
     "JSON_OPTIONS",
+    "col",
     "first_error",
     "headers_expr",
     "json_body",
@@ -34,35 +35,40 @@ JSON_OPTIONS = {
 }
 
 
-def json_body(df: DataFrame, columns: Sequence[str]) -> Column:
+def col(name: str) -> Column:
+    """A top-level column by its exact name (dots and backticks in names are not paths)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def json_body(columns: Sequence[str]) -> Column:
     """The JSON object of ``columns`` as UTF-8 bytes (``{}`` when there are none)."""
     if not columns:
         return F.lit("{}").cast("binary")
-    return F.to_json(F.struct(*[df[c] for c in columns]), JSON_OPTIONS).cast("binary")
+    return F.to_json(F.struct(*[col(c) for c in columns]), JSON_OPTIONS).cast("binary")
 
 
-def headers_expr(df: DataFrame, column: str | None) -> tuple[Column, Column]:
+def headers_expr(column: str | None) -> tuple[Column, Column]:
     """(``_s2_headers`` from a Kafka-shaped ``array<struct<key,value>>`` column, its error or null)."""
     if column is None:
         return F.lit(None).cast(HEADERS_DDL), F.lit(None).cast("string")
-    col = df[column]
+    headers_col = col(column)
     headers = F.transform(
-        col,
+        headers_col,
         lambda h: F.struct(
             h["key"].cast("binary").alias("name"),
             F.coalesce(h["value"].cast("binary"), F.lit(b"")).alias("value"),
         ),
     )
-    bad = F.exists(col, lambda h: h["key"].isNull() | (F.length(h["key"]) == 0))
+    bad = F.exists(headers_col, lambda h: h["key"].isNull() | (F.length(h["key"]) == 0))
     return headers, F.when(bad, F.lit(msg.empty_header_name(column)))
 
 
-def timestamp_expr(df: DataFrame, column: str | None, dtype: DataType | None) -> tuple[Column, Column]:
+def timestamp_expr(column: str | None, dtype: DataType | None) -> tuple[Column, Column]:
     """(``_s2_timestamp`` in ms from a long-ms or timestamp column, its error or null)."""
     if column is None:
         return F.lit(None).cast("bigint"), F.lit(None).cast("string")
-    col = df[column]
-    millis = F.unix_millis(col) if isinstance(dtype, TimestampType) else col.cast("bigint")
+    ts = col(column)
+    millis = F.unix_millis(ts) if isinstance(dtype, TimestampType) else ts.cast("bigint")
     error = F.when(millis < 0, F.concat(F.lit(msg.negative_timestamp_prefix(column)), millis.cast("string")))
     return millis, error
 

@@ -20,7 +20,7 @@ def metered_bytes(body: pa.Array, headers: pa.Array | None = None) -> pa.Array:
     if headers is None or headers.null_count == len(headers):
         return size
     offsets, entries = list_parts(headers)
-    name, value = entries.flatten()
+    name, value = entries.field(0), entries.field(1)
     entry_size = pc.add(
         pc.add(pc.cast(pc.binary_length(name), pa.int64()), pc.cast(pc.binary_length(value), pa.int64())), 2
     )

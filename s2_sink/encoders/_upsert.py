@@ -102,7 +102,7 @@ class UpsertEncoder(Encoder):
     def _action_jvm(self, df: DataFrame) -> tuple[Column, Column | None]:
         if self.op_column is None:
             return F.lit("u"), None
-        op = df[self.op_column]
+        op = _jvm.col(self.op_column)
         action = (
             F.when(op.isin(*UPSERT), F.lit("u"))
             .when(op.isin(*DELETE), F.lit("d"))
@@ -121,10 +121,10 @@ class UpsertEncoder(Encoder):
         timestamp: Column,
         errors: list[Column],
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
-        key_json = _jvm.json_body(df, list(self.key_columns))
+        key_json = _jvm.json_body(list(self.key_columns))
         action, op_error = self._action_jvm(df)
-        null_keys = [F.when(df[c].isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
-        body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(df, data_columns))
+        null_keys = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
+        body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(data_columns))
         changelog = F.array(
             F.struct(F.lit(KEY_HEADER).alias("name"), key_json.alias("value")),
             F.struct(
@@ -230,8 +230,8 @@ class UpsertEncoder(Encoder):
         ]
         frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
         values = pc.cast(json_object(data_columns, frags, n), pa.binary())
-        body = pc.if_else(pc.equal(action, "d"), pa.scalar(b""), values)
-        body = pc.fill_null(body, b"")
+        # as in the JVM: only a known delete has an empty body (an unknown op keeps its row's JSON for a DLQ)
+        body = pc.if_else(pc.fill_null(pc.equal(action, "d"), False), pa.scalar(b""), values)
         changelog = _changelog_headers(
             pc.cast(key_json, pa.binary()), pc.cast(pc.fill_null(action, ""), pa.binary()), headers
         )
@@ -273,7 +273,7 @@ def _changelog_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> 
     user_index = pc.add(pc.take(user_offsets, parent), pc.subtract(local, 2))
     from_fixed = pc.less(local, 2)
     index = pc.if_else(from_fixed, pc.add(pc.multiply(parent, 2), local), pc.add(user_index, 2 * n))
-    name, value = user_entries.flatten()
+    name, value = user_entries.field(0), user_entries.field(1)
     names = pc.take(pa.concat_arrays([fixed_names, name]), index)
     values = pc.take(pa.concat_arrays([fixed_values, pc.cast(value, pa.binary())]), index)
     entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
