@@ -57,7 +57,7 @@ def _jvm(rows: int, partitions: int) -> dict[str, float]:
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.sql(_ROW_SQL.format(rows=rows, partitions=partitions))
     body_len = InsertEncoder().project(df.limit(1000)).selectExpr("avg(length(_s2_body))").first()
-    cases = {
+    cases: dict[str, Callable[[], None]] = {
         "jvm_baseline_noop": lambda: df.write.format("noop").mode("overwrite").save(),
         "jvm_noop": lambda: InsertEncoder().project(df).write.format("noop").mode("overwrite").save(),
         "jvm_upsert_noop": lambda: (
