@@ -59,6 +59,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="runs per case, interleaved; the fastest is kept")
     p.add_argument("--only", help="comma-separated case keys to run (others are reported as skipped)")
     p.add_argument("--out", default=str(HERE), help="directory for results.json and results.png")
+    p.add_argument(
+        "--render",
+        metavar="RESULTS_JSON",
+        help="measure nothing: recompute the targets of a results.json, print its table, redraw its PNG",
+    )
     return p.parse_args(argv)
 
 
@@ -321,8 +326,19 @@ def _lite_ingest(lite: LiteProcess, records: int) -> dict[str, Any]:
         return {"status": "error", "reason": _reason(exc)}
 
 
+def _render(path: Path) -> int:
+    results = json.loads(path.read_text())
+    results["targets"] = targets(results)
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    chart(results, str(path.with_suffix(".png")))
+    print(table(results))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
+    if args.render:
+        return _render(Path(args.render))
     sizes = dict(QUICK if args.quick else FULL)
     if args.rows:
         sizes["rows"] = args.rows
