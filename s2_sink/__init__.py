@@ -22,6 +22,7 @@ from s2_sink.errors import (
 
 if TYPE_CHECKING:
     from s2_sink.datasource import S2DataSource, register
+    from s2_sink.encoders import InsertEncoder, UpsertChange, UpsertEncoder, decode_json, decode_upsert
     from s2_sink.writer import S2Writer
 
 __all__ = [
@@ -30,16 +31,23 @@ __all__ = [
     "ConfigError",
     "EncodeError",
     "FencedError",
+    "InsertEncoder",
     "S2Config",
     "S2DataSource",
     "S2SinkError",
     "S2Writer",
     "StreamMetrics",
+    "UpsertChange",
+    "UpsertEncoder",
     "WriteError",
     "WriterConflictError",
     "__version__",
+    "decode_json",
+    "decode_upsert",
     "register",
 ]
+
+_ENCODERS = ("InsertEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
 
 
 def __getattr__(name: str) -> Any:
@@ -52,4 +60,8 @@ def __getattr__(name: str) -> Any:
         from s2_sink import datasource  # noqa: PLC0415 - format("s2") imports pyspark and pyarrow
 
         return getattr(datasource, name)
+    if name in _ENCODERS:
+        from s2_sink import encoders  # noqa: PLC0415 - encoders import pyspark and pyarrow
+
+        return getattr(encoders, name)
     raise AttributeError(f"module 's2_sink' has no attribute {name!r}")

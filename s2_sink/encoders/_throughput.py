@@ -34,7 +34,7 @@ select id,
        cast(id as double) / 7 as score,
        timestamp_seconds(1700000000 + id) as ts,
        concat('cat', cast(id % 10 as string)) as category
-from range({rows}, numPartitions => {partitions})
+from range(0, {rows}, 1, {partitions})
 """
 
 
