@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import importlib.util
 import json
+import os
 import pkgutil
 import sys
 import uuid
@@ -68,6 +69,7 @@ def _writer_batch(endpoint: str) -> int:
             await s2.basin(basin).ensure_stream("rows")
 
     asyncio.run(ensure())
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # Spark's Python workers: this venv's interpreter
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
@@ -78,7 +80,8 @@ def _writer_batch(endpoint: str) -> int:
         cfg = s2_sink.S2Config(basin=basin, stream="rows", account_endpoint=endpoint, basin_endpoint=endpoint)
         from s2_sink.encoders import InsertEncoder
 
-        writer = s2_sink.S2Writer(cfg, encoder=InsertEncoder())
+        # Called directly (not from foreachBatch), exactly-once needs an explicit identity.
+        writer = s2_sink.S2Writer(cfg, encoder=InsertEncoder(), writer_id="wheel-smoke")
         writer(spark.range(50).selectExpr("id", "cast(id * 2 as string) as v"), 0)
     finally:
         spark.stop()
