@@ -76,9 +76,9 @@ def test_executor_crashes_upsert_sharded_exactly_once(tmp: Path, eo_server: Lite
     assert out.fired == len(EXECUTOR_CRASHES)
     assert out.exits == [0]
     assert out.exactly_once(), out.summary()
-    # The crashes really split batches between a dead attempt and its retry.
+    # The crashes really split batch 0 between dead attempts and their retries (in batch 1 the dead attempts
+    # may have written everything before dying: then the retries' subtraction leaves nothing to write).
     assert out.attempts_of(0) == {0, 1}, out.origins
-    assert out.attempts_of(1) == {0, 1}, out.origins
 
 
 @pytest.mark.timeout(900)
