@@ -113,7 +113,7 @@ class InsertEncoder(Encoder):
             errors = [*errors, F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))]
         else:
             body = _jvm.json_body(data_columns)
-        size = _jvm.metered_expr(body, headers)
+        size = _jvm.metered_expr(body, headers if self.headers_column is not None else None)
         error = _jvm.first_error(*errors, _jvm.oversize_error(size, key_text))
         return df, body, headers, timestamp, key, error
 

@@ -73,14 +73,22 @@ def timestamp_expr(column: str | None, dtype: DataType | None) -> tuple[Column, 
     return millis, error
 
 
-def metered_expr(body: Column, headers: Column) -> Column:
-    """S2's metered size: 8 + 2*len(headers) + sum(len(name) + len(value)) + len(body)."""
+def metered_expr(body: Column, headers: Column | None, fixed: Column | int = 0) -> Column:
+    """S2's metered size: 8 + 2*len(headers) + sum(len(name) + len(value)) + len(body).
+
+    ``headers`` is a headers column whose size is only known per row (summed with ``aggregate``, which
+    leaves whole-stage codegen, so it is skipped when there is none); ``fixed`` is the size of headers the
+    caller knows statically (the upsert ``@key``/``@action`` pair).
+    """
+    size = F.lit(8).cast("bigint") + F.octet_length(body) + fixed
+    if headers is None:
+        return size
     header_bytes = F.aggregate(
         F.coalesce(headers, F.array().cast(HEADERS_DDL)),
         F.lit(0).cast("bigint"),
         lambda acc, h: acc + F.octet_length(h["name"]) + F.octet_length(h["value"]) + 2,
     )
-    return F.lit(8) + header_bytes + F.octet_length(body)
+    return size + header_bytes
 
 
 def oversize_error(size: Column, key_text: Column | None) -> Column:

@@ -134,7 +134,16 @@ class UpsertEncoder(Encoder):
         )
         if self.headers_column is not None:
             changelog = F.concat(changelog, F.coalesce(headers, F.array().cast(HEADERS_DDL)))
-        size = _jvm.metered_expr(body, changelog)
+        # @key and @action: 2 bytes each of overhead, the names, the key JSON and the 1-byte action
+        fixed = (
+            4
+            + len(KEY_HEADER)
+            + len(ACTION_HEADER)
+            + F.octet_length(key_json)
+            + F.octet_length(F.coalesce(action, F.lit("")))
+        )
+        user = headers if self.headers_column is not None else None
+        size = _jvm.metered_expr(body, user, fixed)
         oversize = _jvm.oversize_error(size, key_json.cast("string"))
         error = _jvm.first_error(*errors, *null_keys, *([op_error] if op_error is not None else []), oversize)
         src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
