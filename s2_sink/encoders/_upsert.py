@@ -185,7 +185,7 @@ class UpsertEncoder(Encoder):
     def _action_arrow(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array | None]:
         n = len(batch)
         if self.op_column is None:
-            return pa.array(["u"] * n, pa.string()), None
+            return pa.repeat(pa.scalar("u"), n), None
         op = pc.cast(batch.column(self.op_column), pa.string())
         action = pc.if_else(
             pc.is_in(op, pa.array(UPSERT)),
@@ -259,11 +259,11 @@ class UpsertEncoder(Encoder):
 def _changelog_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
     """``[(@key, key_json), (@action, action), *user headers]`` per row, built with Arrow kernels."""
     n = len(key_json)
-    fixed_names = pa.array([KEY_HEADER, ACTION_HEADER] * n, pa.binary()) if n else pa.array([], pa.binary())
     # interleave key_json and action: row i -> positions 2i, 2i+1
     positions = pa.array(range(2 * n), pa.int64())
-    row = pc.shift_right(positions, 1)
-    take = pc.add(row, pc.multiply(pc.bit_wise_and(positions, 1), n))
+    parity = pc.bit_wise_and(positions, 1)
+    fixed_names = pc.take(pa.array([KEY_HEADER, ACTION_HEADER], pa.binary()), parity)
+    take = pc.add(pc.shift_right(positions, 1), pc.multiply(parity, n))
     fixed_values = pc.take(pa.concat_arrays([key_json, action]), take)
     if user.null_count == len(user):
         offsets = pa.array(range(0, 2 * n + 1, 2), pa.int32())
