@@ -90,7 +90,7 @@ checkpoint = tempfile.mkdtemp(prefix="s2-quickstart-")
 query = (
     orders.writeStream.foreachBatch(writer)
     .option("checkpointLocation", checkpoint)
-    .trigger(processingTime="3 seconds")
+    .trigger(processingTime="2 seconds")
     .start()
 )
 

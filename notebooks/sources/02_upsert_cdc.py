@@ -46,7 +46,7 @@ fresh_basin(cfg.account_endpoint, BASIN, token=cfg.access_token or "local")
 
 # %% [markdown]
 # ## 1. A change feed
-# Six commits to an `accounts` table: inserts, updates (a `update_preimage` row with the old values and a
+# Five commits to an `accounts` table: inserts, updates (a `update_preimage` row with the old values and a
 # `update_postimage` row with the new ones), deletes, and keys deleted and inserted again. We keep the table's state
 # in a dict as we go: that is the expected result. Each commit is one JSON file, so a streaming file source
 # replays the feed one commit per micro-batch (on Databricks: `spark.readStream.option("readChangeFeed", "true")
@@ -58,7 +58,7 @@ feed_dir = Path(tempfile.mkdtemp(prefix="cdf-"))
 table: dict[int, dict] = {}
 t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-for version in range(1, 7):
+for version in range(1, 6):
     ts = (t0 + timedelta(minutes=version)).isoformat()
     changes = []
     for key in rng.sample(range(1, 301), 120):

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exactly once: kill a streaming query mid-batch, restart it, count
 #
-# A streaming query writes 12,000 rows (ids 0 .. 11,999) to an S2 stream, one input file per micro-batch. We kill
+# A streaming query writes 9,000 rows (ids 0 .. 8,999) to an S2 stream, one input file per micro-batch. We kill
 # its whole process tree (driver, JVM, Python workers) with `SIGKILL` in the middle of a micro-batch (some of the batch's appends acknowledged,
 # the rest not sent; Spark has not recorded the batch as done), restart it from its checkpoint, and let it finish.
 # Spark replays the interrupted micro-batch. `S2Writer`'s exactly-once delivery (the default) makes the replay
@@ -33,7 +33,7 @@ from s2_sink.testing import fresh_basin, unique_basin_name
 
 BASIN = os.environ.get("S2_BASIN") or unique_basin_name("eo")
 STREAM = "eo/events"
-ROWS_PER_FILE, FILES = 1_500, 8
+ROWS_PER_FILE, FILES = 1_500, 6
 work = Path(tempfile.mkdtemp(prefix="s2-eo-"))
 
 if os.environ.get("S2_ACCESS_TOKEN"):
@@ -50,7 +50,7 @@ else:
 fresh_basin(account, BASIN, token=token)
 
 # %% [markdown]
-# ## 1. The input: 8 files of 1,500 rows
+# ## 1. The input: 6 files of 1,500 rows
 
 # %%
 src = work / "input"
