@@ -158,7 +158,8 @@ back.orderBy("_s2_seq_num").show(5, truncate=False)
 written = sum(m.records for m in writer.history)
 n, ids = back.agg(F.count("*"), F.countDistinct("order_id")).first()
 first_rows = back.filter(F.col("order_id") < written).count()
-print(f"appended {written} records in {len(batches)} micro-batches; read back {n} records, {ids} distinct ids")
+print(f"appended {written} records in {len(batches)} micro-batches")
+print(f"read back {n} records, {ids} distinct ids")
 assert n == ids, "duplicates in the stream"
 assert first_rows == written, "rows of a finished micro-batch are missing"
 

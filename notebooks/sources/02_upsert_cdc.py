@@ -17,8 +17,7 @@ import random
 import shutil
 import sys
 import tempfile
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -40,7 +39,11 @@ else:
 
     lite = LiteServer().start()
     cfg = S2Config(
-        basin=BASIN, stream=STREAM, account_endpoint=lite.endpoint, basin_endpoint=lite.endpoint, create_streams=True
+        basin=BASIN,
+        stream=STREAM,
+        account_endpoint=lite.endpoint,
+        basin_endpoint=lite.endpoint,
+        create_streams=True,
     )
 fresh_basin(cfg.account_endpoint, BASIN, token=cfg.access_token or "local")
 
@@ -56,7 +59,7 @@ fresh_basin(cfg.account_endpoint, BASIN, token=cfg.access_token or "local")
 rng = random.Random(42)
 feed_dir = Path(tempfile.mkdtemp(prefix="cdf-"))
 table: dict[int, dict] = {}
-t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+t0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 for version in range(1, 6):
     ts = (t0 + timedelta(minutes=version)).isoformat()
@@ -64,24 +67,27 @@ for version in range(1, 6):
     for key in rng.sample(range(1, 301), 120):
         old = table.get(key)
         if old is None:
-            new = {"id": key, "owner": f"user-{key}", "balance": round(rng.uniform(0, 1000), 2), "tier": "basic"}
+            balance = round(rng.uniform(0, 1000), 2)
+            new = {"id": key, "owner": f"user-{key}", "balance": balance, "tier": "basic"}
             changes.append({**new, "_change_type": "insert"})
             table[key] = new
         elif rng.random() < 0.25:
             changes.append({**old, "_change_type": "delete"})
             del table[key]
         else:
-            new = {**old, "balance": round(old["balance"] + rng.uniform(-100, 100), 2), "tier": rng.choice(["basic", "gold"])}
+            balance = round(old["balance"] + rng.uniform(-100, 100), 2)
+            new = {**old, "balance": balance, "tier": rng.choice(["basic", "gold"])}
             changes.append({**old, "_change_type": "update_preimage"})
             changes.append({**new, "_change_type": "update_postimage"})
             table[key] = new
     path = feed_dir / f"{version:05d}.json"
-    path.write_text("".join(json.dumps({**c, "_commit_version": version, "_commit_timestamp": ts}) + "\n" for c in changes))
+    rows = [{**c, "_commit_version": version, "_commit_timestamp": ts} for c in changes]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     os.utime(path, (version, version))  # the file source takes the oldest file first
 
 expected = sorted(table.values(), key=lambda r: r["id"])
-print(f"{len(list(feed_dir.iterdir()))} commits, {sum(1 for p in feed_dir.iterdir() for _ in p.open())} change rows; "
-      f"final table: {len(expected)} rows")
+n_rows = sum(len(p.read_text().splitlines()) for p in feed_dir.iterdir())
+print(f"{len(list(feed_dir.iterdir()))} commits, {n_rows} change rows; final table: {len(expected)} rows")
 
 # %% [markdown]
 # ## 2. Stream the feed into S2 with `UpsertEncoder`

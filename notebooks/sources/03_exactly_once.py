@@ -70,7 +70,8 @@ expected = set(range(FILES * ROWS_PER_FILE))
 
 # %%
 job = work / "job.py"
-job.write_text(textwrap.dedent('''
+job.write_text(
+    textwrap.dedent("""
     import sys
     from pyspark.sql import SparkSession
     from s2_sink import S2Config, S2Writer
@@ -78,7 +79,8 @@ job.write_text(textwrap.dedent('''
 
     basin, stream, src, checkpoint = sys.argv[1:5]
     spark = (SparkSession.builder.master("local[2]").appName("s2-eo-job")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     # Appends of 250 records, one in flight at a time: several appends per micro-batch, one after the other.
     cfg = S2Config.from_env(
@@ -89,7 +91,8 @@ job.write_text(textwrap.dedent('''
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()
     print("job finished")
-'''))
+""")
+)
 checkpoint = work / "checkpoint"
 env = {
     **os.environ,
@@ -116,7 +119,8 @@ def kill_tree(pid: int) -> None:
     a process group of their own, so killing the driver's group would leave them appending for a while)."""
 
     def tree(p: int) -> list[int]:
-        kids = subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True).stdout.split()
+        found = subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True, check=False)
+        kids = found.stdout.split()
         return [p, *(q for k in kids for q in tree(int(k)))]
 
     for p in reversed(tree(pid)):  # the workers first
@@ -177,8 +181,10 @@ committed = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.
 planned = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
 in_stream = await stream_records()
 print(f"micro-batches planned (offsets/): {planned}; committed (commits/): {committed}")
-print(f"records in the stream after the kill: {len(in_stream)} "
-      f"(= {len(in_stream) / ROWS_PER_FILE:.2f} micro-batches of {ROWS_PER_FILE})")
+print(
+    f"records in the stream after the kill: {len(in_stream)} "
+    f"(= {len(in_stream) / ROWS_PER_FILE:.2f} micro-batches of {ROWS_PER_FILE})"
+)
 assert len(in_stream) < len(expected), "the job finished before the kill"
 assert planned[-1] not in committed, "the kill did not interrupt a micro-batch"
 
