@@ -45,6 +45,7 @@ def test_fail_next_appends_gives_503_and_changes_nothing(
     lite: LiteServer, basin: str, lite_faults: Faults
 ) -> None:
     """Armed failures answer 503 unavailable without applying; the SDK's retries then succeed exactly once."""
+    before = lite_faults.counters()
     lite_faults.fail_next_appends(1)
 
     async def main() -> None:
@@ -59,7 +60,7 @@ def test_fail_next_appends_gives_503_and_changes_nothing(
 
     run(main())
     assert run(_bodies(lite, basin, "f")) == [b"b"]
-    assert lite_faults.counters().failed_appends == 3
+    assert lite_faults.counters().failed_appends - before.failed_appends == 3
 
 
 def test_session_recovers_from_injected_failures_and_drops(
@@ -67,6 +68,7 @@ def test_session_recovers_from_injected_failures_and_drops(
 ) -> None:
     """A pipelined session hit by a 503 terminal frame and then a dropped connection (before apply) is
     re-established by the SDK and every batch lands exactly once, in order."""
+    before = lite_faults.counters()
 
     async def main() -> None:
         async with client(lite, retry=RETRY) as s2:
@@ -85,8 +87,8 @@ def test_session_recovers_from_injected_failures_and_drops(
     run(main())
     assert run(_bodies(lite, basin, "s")) == [b"%d" % b for b in range(30)]
     counters = lite_faults.counters()
-    assert counters.failed_appends >= 1
-    assert counters.dropped_connections == 1
+    assert counters.failed_appends - before.failed_appends >= 1
+    assert counters.dropped_connections - before.dropped_connections == 1
 
 
 def test_ambiguous_drop_applies_the_append_but_loses_its_ack(
@@ -94,6 +96,7 @@ def test_ambiguous_drop_applies_the_append_but_loses_its_ack(
 ) -> None:
     """drop_connections(ambiguous=True) makes the append durable, then cuts the connection before the ack:
     a blind retry duplicates it, and a retry guarded by match_seq_num fails instead of duplicating."""
+    before = lite_faults.counters()
     lite_faults.drop_connections(after_appends=0, ambiguous=True)
 
     async def main() -> None:
@@ -106,7 +109,7 @@ def test_ambiguous_drop_applies_the_append_but_loses_its_ack(
 
     run(main())
     assert run(_bodies(lite, basin, "amb")) == [b"x", b"x", b"y"]
-    assert lite_faults.counters().ambiguous_drops == 2
+    assert lite_faults.counters().ambiguous_drops - before.ambiguous_drops == 2
 
 
 def test_no_side_effects_policy_does_not_retry_ambiguous_session_failures(
@@ -135,6 +138,7 @@ def test_no_side_effects_policy_does_not_retry_ambiguous_session_failures(
 
 def test_delay_acks_holds_acks_back(lite: LiteServer, basin: str, lite_faults: Faults) -> None:
     """delay_acks(ms) delays unary append responses and session acks by at least that long."""
+    before = lite_faults.counters()
     lite_faults.delay_acks(300)
 
     async def main() -> None:
@@ -147,7 +151,7 @@ def test_delay_acks_holds_acks_back(lite: LiteServer, basin: str, lite_faults: F
             assert time.monotonic() - t0 >= 0.6
 
     run(main())
-    assert lite_faults.counters().delayed_acks >= 2
+    assert lite_faults.counters().delayed_acks - before.delayed_acks >= 2
 
 
 def test_faults_over_http_drive_a_subprocess_server(tmp_path: object) -> None:
