@@ -243,10 +243,20 @@ class S2Writer:
             for col, ddl in _FRAME_TYPES.items():
                 if col not in names:
                     frame = frame.withColumn(col, F.lit(None).cast(ddl))
+            with_headers = HEADERS in names
         else:
             encoder = self.encoder if self.encoder is not None else _default_encoder()
             frame = encoder.project(batch_df, keep=keep, exclude=self.routing.body_exclusions())
-        cols = [F.col(BODY), F.col(HEADERS), F.col(TIMESTAMP), F.col(KEY), F.col(ERROR)]
+            with_headers = encoder.emits_headers
+        # A frame without the headers column means "no headers" to the partition writer; shipping a null
+        # array<struct> column through Arrow costs the JVM more than the body itself (see README Performance).
+        cols = [
+            F.col(BODY),
+            *([F.col(HEADERS)] if with_headers else []),
+            F.col(TIMESTAMP),
+            F.col(KEY),
+            F.col(ERROR),
+        ]
         if self.routing.routed:
             cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
         if self.on_error == "dlq":

@@ -51,6 +51,13 @@ class Encoder:
         self.timestamp_column = timestamp_column
         self.exclude_columns = tuple(exclude_columns)
 
+    @property
+    def emits_headers(self) -> bool:
+        """Whether any record can carry headers. When not, the writer leaves the (always null) headers column
+        out of the frame it ships to Python: Arrow conversion of even a null ``array<struct>`` column costs
+        the JVM several times the body's conversion."""
+        return self.headers_column is not None
+
     # -- what subclasses define --------------------------------------------------------------
     def _metadata_columns(self) -> tuple[str, ...]:
         """Columns that configure the record rather than form its body."""

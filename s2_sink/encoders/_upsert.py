@@ -53,6 +53,11 @@ class UpsertEncoder(Encoder):
     (``encode_arrow``); see docs/encoding.md for what "last" and "order" mean.
     """
 
+    @property
+    def emits_headers(self) -> bool:
+        """Upsert records always carry ``@key`` and ``@action``."""
+        return True
+
     key_columns: tuple[str, ...]
     op_column: str | None
     compact: bool
