@@ -35,25 +35,30 @@ def _shortest(text: str) -> tuple[bool, str, int]:
     return bool(sign), ds, len(digits) + int(exp)
 
 
-def java_double(x: float) -> str:
-    """``Double.toString(x)`` as Jackson writes it into JSON (NaN and infinities quoted)."""
+def _special(x: float) -> str | None:
+    """The JSON text of NaN, the infinities and signed zeros (the same for float and double), else None."""
     if math.isnan(x):
         return '"NaN"'
     if x in _NON_FINITE:
         return _NON_FINITE[x]
     if x == 0.0:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    return None
+
+
+def java_double(x: float) -> str:
+    """``Double.toString(x)`` as Jackson writes it into JSON (NaN and infinities quoted)."""
+    special = _special(x)
+    if special is not None:
+        return special
     return _layout(*_shortest(repr(x)))
 
 
 def java_float(x: float) -> str:
     """``Float.toString(x)`` for a float32 value widened to a Python float."""
-    if math.isnan(x):
-        return '"NaN"'
-    if x in _NON_FINITE:
-        return _NON_FINITE[x]
-    if x == 0.0:
-        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    special = _special(x)
+    if special is not None:
+        return special
     packed = struct.pack("<f", x)
     for decimals in range(9):  # the shortest text that reads back as the same float32
         text = f"{x:.{decimals}e}"
