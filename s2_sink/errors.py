@@ -4,7 +4,8 @@
     ├── ConfigError                 bad option, column or argument; raised on the driver before any task runs
     ├── EncodeError                 a row cannot become a record (null key, unknown op, record over 1 MiB)
     ├── WriteError                  appends failed after retries; names stream, batch id and partition
-    │   └── FencedError             another writer holds the stream's fencing token
+    │   ├── FencedError             another writer holds the stream's fencing token
+    │   └── ReplayMismatchError     a format("s2") replay is partitioned differently from the run it repairs
     └── CommitError                 the exactly-once ledger could not be read or advanced
         └── WriterConflictError     a second writer with the same identity, or batch ids that went backwards
 
@@ -18,6 +19,7 @@ __all__ = [
     "ConfigError",
     "EncodeError",
     "FencedError",
+    "ReplayMismatchError",
     "S2SinkError",
     "WriteError",
     "WriterConflictError",
@@ -42,6 +44,11 @@ class WriteError(S2SinkError):
 
 class FencedError(WriteError):
     """The stream is fenced by another writer, so this writer's appends are refused."""
+
+
+class ReplayMismatchError(WriteError):
+    """A replayed micro-batch is partitioned differently from the run that partly wrote it, so a
+    ``format("s2")`` task cannot tell which copies are its own; it stops before writing a duplicate."""
 
 
 class CommitError(S2SinkError):

@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from s2_sdk import S2ServerError
 
@@ -26,7 +27,7 @@ from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import WriterConflictError
 
-__all__ = ["TAG_RESERVE_BYTES", "BatchPlan", "Coordinator"]
+__all__ = ["TAG_RESERVE_BYTES", "BatchPlan", "Coordinator", "check_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,8 @@ class Coordinator:
     async def _begin(self, batch_id: int) -> BatchPlan | None:
         recovery = False
         if self._token is None:
-            ledger = self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
-            state = await ledger.load()
-            self._check_identity(state, batch_id)
+            state = await self.load()
+            check_identity(state, self.writer_id, self.query_id, batch_id)
             if batch_id <= state.committed:
                 log.info(
                     "exactly-once: batch %s of writer %s already committed (ledger at %s); writing nothing",
@@ -94,15 +94,13 @@ class Coordinator:
                 )
                 return None
             # A previous run may have written part of this batch before dying: replay it in recovery mode.
-            recovery = state.kind != "none"
-            await ledger.append(ledger.opened(self.run_id, self.query_id))
-            self._token = Token(epoch=ledger.state.epoch, gen=0, writer=self.writer)
-            await self._fence_static()
+            recovery = state.may_have_written_next
+            await self.open_run("run")
             log.info(
                 "exactly-once: writer %s opened run %s epoch %s at batch %s (recovery=%s)",
                 self.writer_id,
                 self.run_id,
-                ledger.state.epoch,
+                self.state.epoch,
                 batch_id,
                 recovery,
             )
@@ -129,29 +127,18 @@ class Coordinator:
             epoch=self._token.epoch,
         )
 
-    def _check_identity(self, state: LedgerState, batch_id: int) -> None:
-        if state.kind == "none":
-            return
-        hint = (
-            "The checkpoint was probably deleted or replaced (batch ids restart at 0): give the writer a "
-            "new writer_id (or drop the explicit writer_id to use the new query id)"
-        )
-        if batch_id < state.committed:
-            raise WriterConflictError(
-                f"writer_id {self.writer_id!r}: micro-batch {batch_id} is older than the last committed "
-                f"batch {state.committed} in the ledger: batch ids went backwards. {hint}"
-            )
-        if (
-            self.query_id is not None
-            and state.query_id is not None
-            and state.query_id != self.query_id
-            and batch_id <= state.committed
-        ):
-            raise WriterConflictError(
-                f"writer_id {self.writer_id!r}: the ledger was written by streaming query "
-                f"{state.query_id!r} up to batch {state.committed}, and query {self.query_id!r} now "
-                f"starts at batch {batch_id}. {hint}"
-            )
+    async def load(self) -> LedgerState:
+        """Read the ledger's last record (creating the ledger stream if needed)."""
+        self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
+        return await self._ledger.load()
+
+    async def open_run(self, scope: Literal["run", "batch"]) -> Token:
+        """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it."""
+        assert self._ledger is not None
+        await self._ledger.append(self._ledger.opened(self.run_id, self.query_id, scope))
+        self._token = Token(epoch=self._ledger.state.epoch, gen=0, writer=self.writer)
+        await self._fence_static()
+        return self._token
 
     async def _fence_static(self) -> None:
         assert self._token is not None
@@ -172,3 +159,29 @@ class Coordinator:
         assert self._ledger is not None
         await self._ledger.append(self._ledger.committed(batch_id, dict(ends)))
         log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)
+
+
+def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:
+    """Refuse a micro-batch id the ledger shows cannot belong to this query (WriterConflictError)."""
+    if state.kind == "none":
+        return
+    hint = (
+        "The checkpoint was probably deleted or replaced (batch ids restart at 0): give the writer a "
+        "new writer_id (or drop the explicit writer_id to use the new query id)"
+    )
+    if batch_id < state.committed:
+        raise WriterConflictError(
+            f"writer_id {writer_id!r}: micro-batch {batch_id} is older than the last committed "
+            f"batch {state.committed} in the ledger: batch ids went backwards. {hint}"
+        )
+    if (
+        query_id is not None
+        and state.query_id is not None
+        and state.query_id != query_id
+        and batch_id <= state.committed
+    ):
+        raise WriterConflictError(
+            f"writer_id {writer_id!r}: the ledger was written by streaming query "
+            f"{state.query_id!r} up to batch {state.committed}, and query {query_id!r} now "
+            f"starts at batch {batch_id}. {hint}"
+        )

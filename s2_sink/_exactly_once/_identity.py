@@ -4,17 +4,22 @@ The identity defaults to the streaming query id (``sql.streaming.queryId`` local
 on the thread that runs ``foreachBatch``; stable across restarts because it comes from the checkpoint's
 ``metadata``), like Delta's ``txnAppId``. ``writer_id`` overrides it. Under Spark Connect the function
 runs without a SparkContext; there the query id is looked up the same way when the server-side session
-exposes it, and otherwise an explicit ``writer_id`` is required.
+exposes it, and otherwise an explicit ``writer_id`` is required. The ``format("s2")`` sink's driver step
+runs in a Python worker without Spark's properties: it reads the query id from the checkpoint's
+``metadata`` file when the checkpoint is on a file system the driver's Python can open.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Any, Final
+from urllib.parse import urlparse
 
 from s2_sink.errors import ConfigError
 
-__all__ = ["check_no_speculation", "resolve_identity", "validate_writer_id"]
+__all__ = ["check_no_speculation", "query_id_from_checkpoint", "resolve_identity", "validate_writer_id"]
 
 _QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
@@ -67,3 +72,29 @@ def check_no_speculation(spark: Any) -> None:
             "a speculative copy of a task appends the same records concurrently with the original. Set "
             "spark.speculation=false for this query, or use delivery='at-least-once'"
         )
+
+
+def _local_dir(location: str) -> str | None:
+    """The local directory of a checkpoint location, or None for a remote file system (s3://, abfss://...)."""
+    url = urlparse(location)
+    if url.scheme == "" or len(url.scheme) == 1:  # a plain path (or a Windows drive letter)
+        return os.path.abspath(location)
+    if url.scheme == "file":
+        return url.path
+    if url.scheme == "dbfs" and os.path.isdir("/dbfs"):  # Databricks mounts DBFS at /dbfs on the driver
+        return "/dbfs" + url.path
+    return None
+
+
+def query_id_from_checkpoint(location: str) -> str | None:
+    """The streaming query id stored in ``<location>/metadata``, if the driver's Python can read it."""
+    directory = _local_dir(location)
+    if directory is None:
+        return None
+    try:
+        with open(os.path.join(directory, "metadata"), encoding="utf-8") as fh:
+            doc = json.loads(fh.readline())
+    except (OSError, ValueError):
+        return None
+    value = doc.get("id") if isinstance(doc, dict) else None
+    return str(value) if value else None

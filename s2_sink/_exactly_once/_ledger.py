@@ -4,9 +4,11 @@ Stream ``_s2sink/ledger/<writer_id>`` in the target basin. Every record is a JSO
 state, so reading only the last record recovers it (O(1) I/O per micro-batch)::
 
     {"v": 1, "kind": "open"|"commit", "epoch": 3, "run": "<uuid>", "query_id": "<spark query id>"|null,
-     "committed": 41, "ends": {"<stream>": <seq_num after our last committed write>, ...}}
+     "committed": 41, "ends": {"<stream>": <seq_num after our last committed write>, ...}, "scope": "run"}
 
-- ``open``: a driver run starts; ``epoch`` = previous + 1 (the fencing epoch of that run).
+- ``open``: a driver run starts; ``epoch`` = previous + 1 (the fencing epoch of that run). ``scope`` says
+  what the epoch may write: ``run`` (`S2Writer`: every micro-batch of a driver run) or ``batch``
+  (``format("s2")``: one execution of one micro-batch). Records without ``scope`` are ``run``.
 - ``commit``: micro-batch ``committed`` is fully written; ``ends`` are lower bounds for where the next
   batch's records can start (read-back starts there on the recovery path).
 
@@ -62,6 +64,16 @@ class LedgerState:
     query_id: str | None = None
     committed: int = -1
     ends: dict[str, int] = field(default_factory=dict)
+    scope: Literal["run", "batch"] = "run"
+
+    @property
+    def may_have_written_next(self) -> bool:
+        """Whether the epoch of this state may have written part of the micro-batch after `committed`.
+
+        An uncommitted ``open`` may have; so may a ``run``-scoped epoch after its last commit (it goes on to
+        the next micro-batch); a ``batch``-scoped epoch ends with its one commit.
+        """
+        return self.kind == "open" or (self.kind == "commit" and self.scope == "run")
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -72,6 +84,7 @@ class LedgerState:
             "query_id": self.query_id,
             "committed": self.committed,
             "ends": self.ends,
+            "scope": self.scope,
         }
         return orjson.dumps(doc)
 
@@ -88,6 +101,7 @@ class LedgerState:
                 query_id=doc.get("query_id"),
                 committed=int(doc["committed"]),
                 ends={str(k): int(v) for k, v in doc["ends"].items()},
+                scope="batch" if doc.get("scope") == "batch" else "run",
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CommitError(f"ledger {where!r} has an unreadable last record: {exc}") from exc
@@ -169,9 +183,11 @@ class Ledger:
             f"cannot append to the exactly-once ledger {self.name!r} after {_ATTEMPTS} attempts: {last}"
         ) from last
 
-    def opened(self, run: str, query_id: str | None) -> LedgerState:
+    def opened(self, run: str, query_id: str | None, scope: Literal["run", "batch"] = "run") -> LedgerState:
         """The `open` record of a new run on top of the current state."""
-        return replace(self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=query_id)
+        return replace(
+            self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=query_id, scope=scope
+        )
 
     def committed(self, batch_id: int, ends: dict[str, int]) -> LedgerState:
         """The `commit` record of `batch_id` on top of the current state."""

@@ -40,13 +40,22 @@ class ReadBack:
     end: int
     fingerprints: Fingerprints = field(default_factory=Counter)
     chunks: list[ChunkTag] = field(default_factory=list)
+    elsewhere: Fingerprints = field(default_factory=Counter)
+    """Fingerprints of the chunks matching the optional second predicate (``elsewhere=``)."""
     records_scanned: int = 0
 
 
 async def read_back(
-    stream: S2Stream, *, writer: str, start: int, match: Callable[[ChunkTag], bool], end: int | None = None
+    stream: S2Stream,
+    *,
+    writer: str,
+    start: int,
+    match: Callable[[ChunkTag], bool],
+    elsewhere: Callable[[ChunkTag], bool] | None = None,
+    end: int | None = None,
 ) -> ReadBack:
-    """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``.
+    """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``
+    (and, separately, of those matching `elsewhere` but not `match`).
 
     `end` defaults to the tail at call time; call this after a fencing barrier so nothing older can still
     land past it. `start` is clamped to the stream's first retained record.
@@ -58,7 +67,7 @@ async def read_back(
     out = ReadBack(name, start, end)
     pos = start
     remaining = 0  # records left in the current chunk (including ones not yet read)
-    collecting = False
+    into: Fingerprints | None = None  # where the current chunk's fingerprints go, if anywhere
     while pos < end:
         try:
             batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
@@ -78,7 +87,7 @@ async def read_back(
                 break
             if rec.seq_num > pos and remaining:
                 # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
-                remaining, collecting = 0, False
+                remaining, into = 0, None
             pos = rec.seq_num + 1
             out.records_scanned += 1
             if remaining == 0:
@@ -86,12 +95,15 @@ async def read_back(
                 if tag is None or tag.writer != writer:
                     continue
                 remaining = tag.count
-                collecting = match(tag)
-                if collecting:
+                into = None
+                if match(tag):
+                    into = out.fingerprints
                     out.chunks.append(tag)
+                elif elsewhere is not None and elsewhere(tag):
+                    into = out.elsewhere
             remaining -= 1
-            if collecting:
-                out.fingerprints[fingerprint(name, rec.headers, rec.body)] += 1
+            if into is not None:
+                into[fingerprint(name, rec.headers, rec.body)] += 1
     log.debug(
         "read back stream=%s range=[%s,%s) scanned=%s chunks=%s records=%s",
         name,

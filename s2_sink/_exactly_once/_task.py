@@ -15,6 +15,13 @@ Three picklable objects travel in the `WritePlan` to every task of a micro-batch
   what it writes the multiset of fingerprints already there: those of this partition's earlier attempts
   (retry: same partitioning within a run) or of every earlier write of this micro-batch (replay: the
   batch was repartitioned by record content, so all copies of a record are in this one task).
+
+  A replay that could not be repartitioned (the ``format("s2")`` sink) subtracts what earlier executions
+  wrote under this task's partition id. With ``replay="partition-checked"`` it refuses
+  (`ReplayMismatchError`) a record it still has to write that an earlier execution wrote under another
+  partition id: either the replay is partitioned differently (SPARK-28650) or the record is duplicated
+  across partitions, and no single task can tell which copy is whose. ``replay="partition"`` trusts the
+  partitioning to be the same (the user says so) and writes it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from s2_sdk import Record
 
@@ -33,6 +40,7 @@ from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
 from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES, ChunkTag
 from s2_sink._session_pool import get_pool
+from s2_sink.errors import ReplayMismatchError
 
 if TYPE_CHECKING:
     from s2_sink._partition_writer import ChunkInfo, PartitionContext, RecordFilter, WritePlan
@@ -92,13 +100,16 @@ class _Filter:
     hook: Dedupe
     ctx: PartitionContext
     pending: dict[str, Fingerprints] = field(default_factory=dict)
+    foreign: dict[str, Fingerprints] = field(default_factory=dict)
     skipped: int = 0
 
     def __call__(self, stream: str, records: list[Record]) -> list[Record]:
         left = self.pending.get(stream)
         if left is None:
-            left = self.pending[stream] = _runtime.run(self.hook.written_before(stream, self.ctx))
-        if not left:
+            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx))
+            self.pending[stream] = left
+        foreign = self.foreign[stream]
+        if not left and not foreign:
             return records
         kept: list[Record] = []
         for rec in records:
@@ -110,6 +121,19 @@ class _Filter:
                 else:
                     left[fp] = n - 1
                 self.skipped += 1
+            elif fp in foreign:
+                raise ReplayMismatchError(
+                    f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
+                    f"partly wrote, and a record partition {self.ctx.partition_id} still has to write to "
+                    f"stream {stream!r} was written by that run from another partition. Either the replay "
+                    "is partitioned differently (SPARK-28650) or identical records are spread over several "
+                    "partitions: no single task can tell whether this copy is new, so the task stops "
+                    "before writing it (nothing was duplicated). If this query's partitioning does not "
+                    "change between runs (same source partitions, input splits and "
+                    "spark.sql.shuffle.partitions), restart with option s2.replay-partitioning=same; "
+                    "otherwise write with foreachBatch(S2Writer(...)), which repartitions replays by "
+                    "record content"
+                )
             else:
                 kept.append(rec)
         if len(kept) != len(records):
@@ -136,6 +160,9 @@ class Dedupe:
     """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
     starts: dict[str, int]
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
+    replay: Literal["content", "partition", "partition-checked"] = "content"
+    """How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
+    (partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
@@ -143,8 +170,9 @@ class Dedupe:
             return None
         return _Filter(self, ctx)
 
-    async def written_before(self, stream: str, ctx: PartitionContext) -> Fingerprints:
-        """Barrier, then read back: the fingerprints of this micro-batch already in `stream`."""
+    async def written_before(self, stream: str, ctx: PartitionContext) -> tuple[Fingerprints, Fingerprints]:
+        """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
+        task must subtract, and (partition replays) those earlier executions wrote from other partitions."""
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
@@ -152,15 +180,28 @@ class Dedupe:
             s2_stream, mine, bump=ctx.attempt_number > 0, may_take_over=stream not in self.starts
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
+        by_partition = self.replay != "content"
 
         def match(tag: ChunkTag) -> bool:
             if tag.batch != batch:
                 return False
+            if recovery and by_partition:
+                return tag.partition == partition
             if recovery:
                 return True
             return tag.epoch == mine.epoch and tag.partition == partition
 
-        found = await read_back(s2_stream, writer=self.writer, start=self.starts.get(stream, 0), match=match)
+        def elsewhere(tag: ChunkTag) -> bool:
+            # Earlier executions only: this execution's other tasks are writing their own records right now.
+            return tag.batch == batch and tag.epoch < mine.epoch and tag.partition != partition
+
+        found = await read_back(
+            s2_stream,
+            writer=self.writer,
+            start=self.starts.get(stream, 0),
+            match=match,
+            elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
+        )
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
             "range=[%s,%s) found=%s records in %s chunks",
@@ -175,4 +216,4 @@ class Dedupe:
             sum(found.fingerprints.values()),
             len(found.chunks),
         )
-        return Counter(found.fingerprints)
+        return Counter(found.fingerprints), Counter(found.elsewhere)

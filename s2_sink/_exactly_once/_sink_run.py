@@ -1,0 +1,160 @@
+"""Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per micro-batch execution.
+
+A Python streaming sink gets no driver step that knows the micro-batch id before its tasks run: for every
+micro-batch Spark creates the writer on the driver, pickles it to the tasks, and later calls
+``commit(messages, batch_id)`` on a writer it creates again in another process. So the steps of
+`S2Writer`'s design (docs/exactly-once.md) are placed differently:
+
+- driver, when the writer is pickled for the tasks (`open_sink_run`): read the ledger, append an ``open``
+  record with the next epoch (scope ``batch``) and fence the static target streams to it;
+- executors (`SinkRun.plan`): each task learns its micro-batch id; a batch the ledger already has is
+  written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe hook;
+- driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open``.
+
+Recovery differs: the sink cannot repartition a replay by record content, so after a driver restart each
+task subtracts what earlier executions wrote under its own partition id, and (unless the user vouches for
+the partitioning with ``s2.replay-partitioning=same``) refuses, with `ReplayMismatchError`, a record it
+still has to write that an earlier execution wrote under another partition id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from s2_sink import _runtime
+from s2_sink._exactly_once import _crashpoints
+from s2_sink._exactly_once._coordinator import Coordinator, check_identity
+from s2_sink._exactly_once._fencing import Token, writer_hash
+from s2_sink._exactly_once._ledger import Ledger, LedgerState
+from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
+from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
+from s2_sink._partition_writer import WritePlan
+from s2_sink._session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import CommitError, WriterConflictError
+
+__all__ = ["SinkRun", "commit_sink_run", "open_sink_run"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkRun:
+    """One micro-batch execution's exactly-once context, opened on the driver; pickles to the tasks."""
+
+    cfg: S2Config
+    writer_id: str
+    query_id: str | None
+    """The streaming query id the identity was read from (None with an explicit ``s2.writer-id``)."""
+    run: str
+    epoch: int
+    before: LedgerState
+    """The ledger as this execution found it: its last commit, and whether an epoch since may have written."""
+    trust_partitioning: bool = False
+    """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
+
+    @property
+    def recovery(self) -> bool:
+        """An earlier execution may have written part of the micro-batch after the last commit."""
+        return self.before.may_have_written_next
+
+    def plan(self, plan: WritePlan, query_id: str | None) -> WritePlan | None:
+        """The exactly-once plan of a task's micro-batch, or None when the ledger already has the batch.
+
+        `query_id` is the streaming query id the task sees (the ``sql.streaming.queryId`` property).
+        """
+        if self.query_id is not None and query_id is not None and query_id != self.query_id:
+            raise CommitError(
+                f"exactly-once: the driver read query id {self.query_id!r} from the checkpoint, but the "
+                f"task runs for query {query_id!r}; set option s2.writer-id to name the writer explicitly"
+            )
+        batch_id = plan.batch_id
+        check_identity(self.before, self.writer_id, query_id, batch_id)
+        if batch_id <= self.before.committed:
+            log.info(
+                "exactly-once: batch %s of writer %s already committed (ledger at %s); writing nothing",
+                batch_id,
+                self.writer_id,
+                self.before.committed,
+            )
+            return None
+        writer = writer_hash(self.writer_id)
+        token = Token(epoch=self.epoch, gen=0, writer=writer).encode()
+        cfg = plan.cfg.replace(append_retry_policy="NO_SIDE_EFFECTS")
+        starts = dict(self.before.ends)
+        return dataclasses.replace(
+            plan,
+            cfg=cfg,
+            fencing_token=token,
+            chunk_tagger=Tagger(writer, self.epoch),
+            chunk_tag_reserve=TAG_RESERVE_BYTES,
+            recovery=Dedupe(
+                cfg=cfg,
+                token=token,
+                writer=writer,
+                epoch=self.epoch,
+                recovery=self.recovery,
+                starts=starts,
+                replay="partition" if self.trust_partitioning else "partition-checked",
+            ),
+            resend_ambiguous=False,
+            fence_keeper=TokenKeeper(cfg, token, frozenset(starts)),
+        )
+
+
+def open_sink_run(
+    cfg: S2Config,
+    writer_id: str,
+    query_id: str | None,
+    static_streams: Sequence[str],
+    *,
+    trust_partitioning: bool = False,
+) -> SinkRun:
+    """Open the epoch of one micro-batch execution: ledger ``open`` record, static streams fenced."""
+    coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
+
+    async def go() -> SinkRun:
+        before = await coord.load()
+        token = await coord.open_run("batch")
+        return SinkRun(cfg, writer_id, query_id, coord.run_id, token.epoch, before, trust_partitioning)
+
+    run = _runtime.run(go())
+    log.info(
+        "exactly-once: writer %s opened execution %s epoch %s after batch %s (recovery=%s)",
+        writer_id,
+        run.run,
+        run.epoch,
+        run.before.committed,
+        run.recovery,
+    )
+    return run
+
+
+def commit_sink_run(
+    cfg: S2Config, writer_id: str, run: str | None, batch_id: int, ends: Mapping[str, int]
+) -> None:
+    """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported)."""
+    _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
+    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends))
+    _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
+
+
+async def _commit(
+    cfg: S2Config, writer_id: str, run: str | None, batch_id: int, ends: Mapping[str, int]
+) -> None:
+    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id)
+    state = await ledger.load()
+    if run is not None and state.run != run:
+        raise WriterConflictError(
+            f"writer_id {writer_id!r}: micro-batch {batch_id} was written by execution {run!r}, but the "
+            f"ledger's last record is a {state.kind!r} of {state.run!r} (epoch {state.epoch}): another "
+            "driver uses this writer identity. Stop the other query, or give each its own s2.writer-id"
+        )
+    if state.kind == "commit" and state.committed >= batch_id:
+        return  # already recorded
+    # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
+    await ledger.append(ledger.committed(max(batch_id, state.committed), dict(ends)))
+    log.info("exactly-once: writer %s committed batch %s (execution %s)", writer_id, batch_id, run)
