@@ -19,7 +19,7 @@ from s2_sink.datasource._batch_reader import S2BatchReader
 from s2_sink.datasource._formats import check_schema, default_schema
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.datasource._write_options import WRITE_KEYS, WriteOptions, parse_write_options
-from s2_sink.datasource._writer import S2BatchWriter, S2StreamWriter, check_overwrite
+from s2_sink.datasource._writer import S2BatchWriter, S2StreamWriter, check_overwrite, sink_identity
 from s2_sink.errors import ConfigError
 
 __all__ = ["S2DataSource"]
@@ -100,10 +100,12 @@ class S2DataSource(DataSource):
         cfg, opts = self._reader_parts(schema, streaming=True)
         return S2StreamReader(cfg, opts, schema)
 
-    def _writer_parts(self, schema: StructType, overwrite: bool) -> tuple[S2Config, WriteOptions]:
+    def _writer_parts(
+        self, schema: StructType, overwrite: bool, *, streaming: bool
+    ) -> tuple[S2Config, WriteOptions]:
         check_overwrite(overwrite)
         cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
-        opts = parse_write_options(self._opts, stream=cfg.stream)
+        opts = parse_write_options(self._opts, stream=cfg.stream, streaming=streaming)
         opts.routing.validate(schema)
         opts.encoder.validate(
             schema, keep=opts.routing.source_columns(), exclude=opts.routing.body_exclusions()
@@ -111,9 +113,12 @@ class S2DataSource(DataSource):
         return cfg, opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        cfg, opts = self._writer_parts(schema, overwrite)
+        cfg, opts = self._writer_parts(schema, overwrite, streaming=False)
         return S2BatchWriter(cfg, opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        cfg, opts = self._writer_parts(schema, overwrite)
-        return S2StreamWriter(cfg, opts, schema)
+        cfg, opts = self._writer_parts(schema, overwrite, streaming=True)
+        identity = None
+        if opts.delivery == "exactly-once":
+            identity = sink_identity(opts, self._opts.get("checkpointlocation"))
+        return S2StreamWriter(cfg, opts, schema, identity)

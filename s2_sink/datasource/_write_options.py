@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from s2_sink._partition_writer import OnError
 from s2_sink._routing import Routing
@@ -29,6 +30,8 @@ OPT_STREAM_COLUMN = "s2.stream-column"
 OPT_ON_ERROR = "s2.on-error"
 OPT_DLQ_STREAM = "s2.dlq-stream"
 OPT_DELIVERY = "s2.delivery"
+OPT_WRITER_ID = "s2.writer-id"
+OPT_REPLAY_PARTITIONING = "s2.replay-partitioning"
 
 WRITE_KEYS = frozenset(
     {
@@ -45,10 +48,14 @@ WRITE_KEYS = frozenset(
         OPT_ON_ERROR,
         OPT_DLQ_STREAM,
         OPT_DELIVERY,
+        OPT_WRITER_ID,
+        OPT_REPLAY_PARTITIONING,
         # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
         # pipeline only to the reader, but users often keep one option dict).
     }
 )
+
+Delivery = Literal["exactly-once", "at-least-once"]
 
 _INSERT_ONLY = (OPT_KEY_COLUMN, OPT_VALUE_COLUMN)
 _UPSERT_ONLY = (OPT_KEY_COLUMNS, OPT_OP_COLUMN, OPT_COMPACT)
@@ -62,6 +69,10 @@ class WriteOptions:
     routing: Routing
     on_error: OnError
     dlq_stream: str | None
+    delivery: Delivery = "at-least-once"
+    writer_id: str | None = None
+    trust_partitioning: bool = False
+    """``s2.replay-partitioning=same``: a replay keeps the partitioning of the run it repairs."""
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -118,7 +129,25 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
     raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert")
 
 
-def parse_write_options(options: Mapping[str, str], *, stream: str | None) -> WriteOptions:
+def _delivery(options: Mapping[str, str], *, streaming: bool) -> tuple[Delivery, str | None]:
+    raw = _get(options, OPT_DELIVERY)
+    delivery = (raw or ("exactly-once" if streaming else "at-least-once")).lower()
+    if delivery not in ("exactly-once", "at-least-once"):
+        raise ConfigError(f"option {OPT_DELIVERY}={raw!r} must be exactly-once | at-least-once")
+    if delivery == "exactly-once" and not streaming:
+        raise ConfigError(
+            f"option {OPT_DELIVERY}=exactly-once applies to df.writeStream.format('s2'): a one-off "
+            "df.write has no micro-batch id to record, so its writes are at-least-once (drop the option)"
+        )
+    writer_id = _get(options, OPT_WRITER_ID) or None
+    if writer_id is not None and delivery != "exactly-once":
+        raise ConfigError(
+            f"option {OPT_WRITER_ID}={writer_id!r} is used only with {OPT_DELIVERY}=exactly-once"
+        )
+    return delivery, writer_id  # type: ignore[return-value]  # narrowed by the membership test above
+
+
+def parse_write_options(options: Mapping[str, str], *, stream: str | None, streaming: bool) -> WriteOptions:
     """Validate the writer options (``stream`` is the config's ``s2.stream``)."""
     encoder = _encoder(options)
     stream_column = _get(options, OPT_STREAM_COLUMN) or None
@@ -138,15 +167,21 @@ def parse_write_options(options: Mapping[str, str], *, stream: str | None) -> Wr
     if dlq is not None and on_error != "dlq":
         raise ConfigError(f"option {OPT_DLQ_STREAM}={dlq!r} is used only with {OPT_ON_ERROR}=dlq")
 
-    delivery = _get(options, OPT_DELIVERY)
-    if delivery is not None and delivery.lower() != "at-least-once":
+    delivery, writer_id = _delivery(options, streaming=streaming)
+    replay_raw = _get(options, OPT_REPLAY_PARTITIONING)
+    replay = (replay_raw or "check").lower()
+    if replay not in ("check", "same"):
+        raise ConfigError(f"option {OPT_REPLAY_PARTITIONING}={replay_raw!r} must be check | same")
+    if replay_raw is not None and delivery != "exactly-once":
         raise ConfigError(
-            f"option {OPT_DELIVERY}={delivery!r}: format('s2') writes are at-least-once; for exactly-once "
-            "use df.writeStream.foreachBatch(S2Writer(cfg))"
+            f"option {OPT_REPLAY_PARTITIONING}={replay_raw!r} is used only with {OPT_DELIVERY}=exactly-once"
         )
     return WriteOptions(
         encoder=encoder,
         routing=routing,
         on_error=on_error,  # type: ignore[arg-type]  # narrowed by the membership test above
         dlq_stream=dlq,
+        delivery=delivery,
+        writer_id=writer_id,
+        trust_partitioning=replay == "same",
     )

@@ -5,10 +5,10 @@ Each task encodes its Arrow batches with the configured encoder's ``encode_arrow
 hands the record frame to ``_partition_writer.write_partition``: the same chunking, pooled sessions and
 retries as ``S2Writer``. The driver's ``commit`` aggregates the tasks' result rows into ``BatchMetrics``.
 
-Delivery is at-least-once: a retried task or a replayed micro-batch may append records again. A Python
-streaming sink's driver side is re-created for every micro-batch (SPARK-48330) and its executors learn the
-batch id only from a task-local property, so exactly-once delivery (ledger, fencing, read-back) is offered
-by ``S2Writer`` through ``foreachBatch``, not here.
+Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once._sink_run`:
+an epoch per micro-batch execution, opened on the driver when Spark pickles the writer for the tasks; the
+tasks read the batch id from a task-local property; ``commit`` records the batch in the ledger).
+``df.write.format("s2")`` is a one-off job without a micro-batch identity: at-least-once.
 """
 
 from __future__ import annotations
@@ -29,26 +29,31 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from s2_sink._exactly_once._identity import query_id_from_checkpoint, validate_writer_id
+from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import WritePlan, write_partition
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink.config import S2Config
-from s2_sink.datasource._write_options import WriteOptions
-from s2_sink.errors import ConfigError
+from s2_sink.datasource._write_options import OPT_DELIVERY, OPT_WRITER_ID, WriteOptions
+from s2_sink.errors import CommitError, ConfigError
 
-__all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite"]
+__all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity"]
 
 log = logging.getLogger(__name__)
 
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 class S2CommitMessage(WriterCommitMessage):
-    """One task's result rows (``_partition_writer.RESULT_SCHEMA`` as dicts) and its wall time."""
+    """One task's result rows (``_partition_writer.RESULT_SCHEMA`` as dicts), its wall time and, when
+    exactly-once, the micro-batch execution it wrote for."""
 
-    def __init__(self, rows: list[dict[str, Any]], duration_s: float) -> None:
+    def __init__(self, rows: list[dict[str, Any]], duration_s: float, run: str | None = None) -> None:
         self.rows = rows
         self.duration_s = duration_s
+        self.run = run
 
 
 def check_overwrite(overwrite: bool) -> None:
@@ -104,21 +109,49 @@ def _plan(cfg: S2Config, opts: WriteOptions, batch_id: int) -> WritePlan:
 
 
 def _write(
-    cfg: S2Config, opts: WriteOptions, schema: StructType, batch_id: int, batches: Iterator[pa.RecordBatch]
+    plan: WritePlan,
+    opts: WriteOptions,
+    schema: StructType,
+    batches: Iterator[pa.RecordBatch],
+    run: str | None,
 ) -> S2CommitMessage:
     started = time.monotonic()
-    result = write_partition(_plan(cfg, opts, batch_id), _frames(batches, schema, opts))
-    return S2CommitMessage(result.to_pylist(), time.monotonic() - started)
+    result = write_partition(plan, _frames(batches, schema, opts))
+    return S2CommitMessage(result.to_pylist(), time.monotonic() - started, run)
 
 
-def _metrics(batch_id: int, messages: list[WriterCommitMessage | None]) -> BatchMetrics:
+def _metrics(batch_id: int, messages: list[WriterCommitMessage | None], delivery: str) -> BatchMetrics:
     rows: list[dict[str, Any]] = []
     duration = 0.0
     for message in messages:
         if isinstance(message, S2CommitMessage):
             rows.extend(message.rows)
             duration = max(duration, message.duration_s)
-    return aggregate(batch_id, rows, duration, delivery="at-least-once")
+    return aggregate(batch_id, rows, duration, delivery=delivery)
+
+
+def sink_identity(opts: WriteOptions, checkpoint_location: str | None) -> tuple[str, str | None]:
+    """``(writer_id, query_id)`` of an exactly-once streaming write, resolved on the driver.
+
+    ``s2.writer-id`` if given; else the streaming query id from the checkpoint's ``metadata`` file (the
+    identity `S2Writer` uses by default), which the driver's Python can read on a local file system or DBFS.
+    """
+    if opts.writer_id is not None:
+        return validate_writer_id(opts.writer_id), None
+    query_id = query_id_from_checkpoint(checkpoint_location) if checkpoint_location else None
+    if query_id is None:
+        where = (
+            f"checkpointLocation {checkpoint_location!r} is not readable from the driver's Python"
+            if checkpoint_location
+            else "no checkpointLocation option was given to this writer"
+        )
+        raise ConfigError(
+            f"option {OPT_DELIVERY}=exactly-once (the default of writeStream.format('s2')) needs a stable "
+            f"writer identity: set option {OPT_WRITER_ID} to a name unique to this query and kept across "
+            f"restarts. By default it is the streaming query id, read from the checkpoint, but {where}. "
+            f"Or set {OPT_DELIVERY}=at-least-once"
+        )
+    return query_id, query_id
 
 
 class S2BatchWriter(DataSourceArrowWriter):
@@ -130,10 +163,10 @@ class S2BatchWriter(DataSourceArrowWriter):
         self._schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> S2CommitMessage:
-        return _write(self._cfg, self._opts, self._schema, 0, iterator)
+        return _write(_plan(self._cfg, self._opts, 0), self._opts, self._schema, iterator, None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.info("%s", _metrics(0, messages).log_line())
+        log.info("%s", _metrics(0, messages, "at-least-once").log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         done = sum(1 for m in messages if m is not None)
@@ -144,27 +177,78 @@ class S2BatchWriter(DataSourceArrowWriter):
 
 
 class S2StreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("s2")``: each micro-batch appended by its tasks, at-least-once."""
+    """``df.writeStream.format("s2")``: each micro-batch appended by its tasks, exactly-once by default.
 
-    def __init__(self, cfg: S2Config, opts: WriteOptions, schema: StructType) -> None:
+    `identity` is ``(writer_id, query_id)`` from `sink_identity` for exactly-once, None for at-least-once.
+    """
+
+    def __init__(
+        self, cfg: S2Config, opts: WriteOptions, schema: StructType, identity: tuple[str, str | None] | None
+    ) -> None:
         self._cfg = cfg
         self._opts = opts
         self._schema = schema
+        self._identity = identity
+        self._run: SinkRun | None = None
+
+    @property
+    def _delivery(self) -> str:
+        return "at-least-once" if self._identity is None else "exactly-once"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the writer on the driver once per micro-batch execution, to ship it to the tasks,
+        # before any of them runs: the only driver step of a Python streaming sink that precedes the
+        # writes. Exactly-once opens the execution's epoch here; commit() runs on a writer Spark creates
+        # anew, which is never pickled and so never opens one.
+        if self._identity is not None and self._run is None:
+            writer_id, query_id = self._identity
+            self._run = open_sink_run(
+                self._cfg, writer_id, query_id, self._opts.routing.known_streams() or []
+            )
+        return dict(self.__dict__)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> S2CommitMessage:
         tc = TaskContext.get()
         raw = tc.getLocalProperty(_BATCH_ID_PROPERTY) if tc is not None else None
-        batch_id = int(raw) if raw is not None else 0
-        return _write(self._cfg, self._opts, self._schema, batch_id, iterator)
+        plan = _plan(self._cfg, self._opts, int(raw) if raw is not None else 0)
+        if self._run is None:
+            return _write(plan, self._opts, self._schema, iterator, None)
+        if raw is None:
+            raise CommitError(
+                f"exactly-once: the task has no micro-batch id (task property {_BATCH_ID_PROPERTY!r}); "
+                f"this Spark cannot run format('s2') exactly-once: set {OPT_DELIVERY}=at-least-once"
+            )
+        query_id = tc.getLocalProperty(_QUERY_ID_PROPERTY) if tc is not None else None
+        eo_plan = self._run.plan(plan, query_id)
+        if eo_plan is None:
+            for _ in iterator:  # the ledger has this batch: consume the input, write nothing
+                pass
+            return S2CommitMessage([], 0.0, self._run.run)
+        return _write(eo_plan, self._opts, self._schema, iterator, self._run.run)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.info("%s", _metrics(batchId, messages).log_line())
+        metrics = _metrics(batchId, messages, self._delivery)
+        if self._identity is not None:
+            runs = {m.run for m in messages if isinstance(m, S2CommitMessage) and m.run is not None}
+            if len(runs) > 1:
+                raise CommitError(
+                    f"exactly-once: the tasks of batch {batchId} report several executions {runs}"
+                )
+            commit_sink_run(
+                self._cfg, self._identity[0], next(iter(runs), None), batchId, metrics.end_positions()
+            )
+        log.info("%s", metrics.log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         done = sum(1 for m in messages if m is not None)
+        then = (
+            "the replay subtracts them (exactly-once)"
+            if self._identity is not None
+            else "the batch is retried by Spark (at-least-once)"
+        )
         log.warning(
-            "s2 batch=%s aborted: records appended by the %d tasks that finished stay in S2; the batch is "
-            "retried by Spark (at-least-once)",
+            "s2 batch=%s aborted: records appended by the %d tasks that finished stay in S2; %s",
             batchId,
             done,
+            then,
         )

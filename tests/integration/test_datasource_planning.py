@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,8 @@ from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._formats import RAW_SCHEMA
 from s2_sink.datasource._offsets import advance, cap_total, max_merge, plan_ranges
 from s2_sink.datasource._read_options import Bound, parse_read_options
+from s2_sink.datasource._write_options import parse_write_options
+from s2_sink.datasource._writer import sink_identity
 from s2_sink.errors import ConfigError
 
 offsets = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 10_000), max_size=4)
@@ -184,7 +187,13 @@ def test_reader_rejects_schemas_the_format_cannot_fill(schema: StructType, fmt: 
         ({"s2.stream": "s", "s2.on-error": "dlq"}, False, "needs s2.dlq-stream"),
         ({"s2.stream": "s", "s2.on-error": "maybe"}, False, "s2.on-error='maybe'"),
         ({"s2.stream": "s", "s2.dlq-stream": "d"}, False, "only with s2.on-error=dlq"),
-        ({"s2.stream": "s", "s2.delivery": "exactly-once"}, False, "S2Writer"),
+        ({"s2.stream": "s", "s2.delivery": "maybe"}, False, "s2.delivery='maybe'"),
+        (
+            {"s2.stream": "s", "s2.delivery": "at-least-once", "s2.writer-id": "w"},
+            False,
+            "only with s2.delivery=exactly-once",
+        ),
+        ({"s2.stream": "s", "s2.replay-partitioning": "maybe"}, False, "must be check | same"),
         (
             {"s2.stream": "s", "s2.starting-position": "earliest"},
             False,
@@ -208,3 +217,30 @@ def test_spark_options_outside_our_namespaces_are_ignored() -> None:
     source = S2DataSource({**_BASE, "s2.stream": "s", "checkpointLocation": "/tmp/x", "path": "p"})
     assert source.writer(_TWO_COLS, False) is not None
     assert source.reader(RAW_SCHEMA) is not None
+
+
+def test_exactly_once_write_options_and_identity(tmp_path: Path) -> None:
+    """Streaming writes are exactly-once by default, with the query id read from the checkpoint's metadata
+    (or s2.writer-id) as the writer identity; a batch write refuses exactly-once; an identity that cannot
+    be resolved on the driver fails there, naming the option to set."""
+    eo = {**_BASE, "s2.stream": "s"}
+    with pytest.raises(ConfigError, match=r"one-off df\.write"):
+        S2DataSource({**eo, "s2.delivery": "exactly-once"}).writer(_TWO_COLS, False)
+    with pytest.raises(ConfigError, match="no checkpointLocation") as info:
+        S2DataSource(eo).streamWriter(_TWO_COLS, False)
+    assert "s2.writer-id" in str(info.value)
+    with pytest.raises(ConfigError, match="not readable from the driver"):
+        S2DataSource({**eo, "checkpointLocation": "s3a://bucket/ck"}).streamWriter(_TWO_COLS, False)
+    with pytest.raises(ConfigError, match="writer_id must be"):
+        S2DataSource({**eo, "s2.writer-id": "not ok!"}).streamWriter(_TWO_COLS, False)
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "metadata").write_text('{"id":"8d1a6f6e-query"}\n')
+    opts = parse_write_options({"s2.stream": "s"}, stream="s", streaming=True)
+    assert opts.delivery == "exactly-once"
+    assert sink_identity(opts, ck.as_uri()) == ("8d1a6f6e-query", "8d1a6f6e-query")
+    assert sink_identity(opts, str(ck)) == ("8d1a6f6e-query", "8d1a6f6e-query")
+    named = parse_write_options({"s2.writer-id": "orders-v2"}, stream="s", streaming=True)
+    assert sink_identity(named, None) == ("orders-v2", None)
+    assert parse_write_options({}, stream="s", streaming=False).delivery == "at-least-once"

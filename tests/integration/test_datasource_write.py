@@ -7,14 +7,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
+from s2_sink._exactly_once._tags import find_tag
 from s2_sink.config import S2Config
 from s2_sink.datasource import register
 from s2_sink.encoders import InsertEncoder, UpsertEncoder
 from s2_sink.writer import S2Writer
+from tests.integration._s2read import read_stream
 from tests.integration.test_datasource_read import append, bodies, new_basin, opts
 
 pytestmark = [pytest.mark.spark]
@@ -200,6 +203,66 @@ def test_stream_to_stream_pipeline(sp: SparkSession, endpoint: str, tmp_path: Pa
         .orderBy("seq_num")
     )
     assert [bytes(r.body) for r in back.collect()] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def _copy_query(sp: SparkSession, endpoint: str, basin: str, checkpoint: Path, **extra: str) -> Any:
+    """readStream "in" -> writeStream.format("s2") "out" (bodies copied), one micro-batch per trigger."""
+    src = sp.readStream.format("s2").options(**opts(endpoint, basin, **{"s2.stream": "in"})).load()
+    w = opts(endpoint, basin, **{"s2.stream": "out", "s2.format": "raw", "s2.value-column": "body"}, **extra)
+    return (
+        src.select("body")
+        .writeStream.format("s2")
+        .options(**w)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+@pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
+def test_streaming_write_replay_of_a_written_batch(
+    sp: SparkSession, endpoint: str, tmp_path: Path, delivery: str
+) -> None:
+    """Spark loses its commit of micro-batch 1 (its checkpoint's commits/1 is deleted, as when the driver
+    dies after the sink's commit) and replays the batch on restart: exactly-once (the default) writes
+    nothing twice and the ledger, named after the query id, records the batches; at-least-once appends
+    the batch again, so this test tells the two apart."""
+    basin = new_basin(endpoint, "in", "out")
+    ck = tmp_path / "ck"
+    extra = {} if delivery == "exactly-once" else {"s2.delivery": delivery}
+    append(endpoint, basin, "in", bodies("a", "b", "c"))
+    q = _copy_query(sp, endpoint, basin, ck, **extra)
+    try:
+        q.processAllAvailable()
+        append(endpoint, basin, "in", bodies("d", "e"))
+        q.processAllAvailable()
+        assert q.lastProgress["batchId"] == 1
+    finally:
+        q.stop()
+    for name in ("1", ".1.crc"):
+        (ck / "commits" / name).unlink()
+    q2 = _copy_query(sp, endpoint, basin, ck, **extra)
+    try:
+        q2.processAllAvailable()
+    finally:
+        q2.stop()
+    out = read_stream(endpoint, basin, "out")
+    got = sorted(bytes(r.body) for r in out)
+    if delivery == "at-least-once":
+        assert got == [b"a", b"b", b"c", b"d", b"d", b"e", b"e"]
+        return
+    assert got == [b"a", b"b", b"c", b"d", b"e"]
+    assert all(find_tag(r.headers) is not None for r in out[:1])  # chunks are tagged
+    ledger = [orjson.loads(r.body) for r in read_stream(endpoint, basin, f"_s2sink/ledger/{q.id}")]
+    assert [(r["kind"], r["committed"], r["scope"]) for r in ledger] == [
+        ("open", -1, "batch"),
+        ("commit", 0, "batch"),
+        ("open", 0, "batch"),
+        ("commit", 1, "batch"),
+        ("open", 1, "batch"),  # the replay of batch 1 after the restart: the ledger has it, nothing written
+        ("commit", 1, "batch"),
+    ]
+    assert [r["epoch"] for r in ledger] == [1, 1, 2, 2, 3, 3]
 
 
 @pytest.mark.parametrize(
