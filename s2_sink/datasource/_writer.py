@@ -203,7 +203,11 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
         if self._identity is not None and self._run is None:
             writer_id, query_id = self._identity
             self._run = open_sink_run(
-                self._cfg, writer_id, query_id, self._opts.routing.known_streams() or []
+                self._cfg,
+                writer_id,
+                query_id,
+                self._opts.routing.known_streams() or [],
+                trust_partitioning=self._opts.trust_partitioning,
             )
         return dict(self.__dict__)
 

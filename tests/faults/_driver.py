@@ -1,8 +1,9 @@
 """A streaming query in its own process for the fault suite: ``python -m tests.faults._driver scn.json``.
 
 It reads the scenario's JSON input files (a replayable, deterministic file source with a unique ``id``
-column), writes them through `S2Writer` with ``trigger(availableNow=True)`` (one file per micro-batch
-unless told otherwise) and exits 0 when every file was processed. Crash points (``S2SINK_CRASH_PLAN``)
+column), writes them through `S2Writer` in ``foreachBatch`` (or, with ``"sink": "format"``, through
+``writeStream.format("s2")``) with ``trigger(availableNow=True)`` (one file per micro-batch unless told
+otherwise) and exits 0 when every file was processed. Crash points (``S2SINK_CRASH_PLAN``)
 may kill it, or its executors' Python workers, at any moment; the harness then restarts it from the same
 checkpoint.
 """
@@ -31,6 +32,7 @@ def main(path: str) -> int:
     logging.getLogger("s2_sink").setLevel(logging.INFO)
 
     from s2_sink.config import S2Config
+    from s2_sink.datasource import register
     from s2_sink.encoders import InsertEncoder, UpsertEncoder
     from s2_sink.writer import S2Writer
 
@@ -46,6 +48,7 @@ def main(path: str) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
     if plan:
         jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
         with open(plan + ".jvm_pid", "w", encoding="utf-8") as fh:
@@ -85,15 +88,35 @@ def main(path: str) -> int:
         .option("maxFilesPerTrigger", scn.get("files_per_trigger", 1))
         .json(scn["input_dir"])
     )
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", scn["checkpoint"])
-        .trigger(availableNow=True)
-        .start()
-    )
+    stream_writer = df.writeStream.foreachBatch(sink)
+    if scn.get("sink") == "format":
+        stream_writer = df.writeStream.format("s2").options(**_format_options(scn))
+    query = stream_writer.option("checkpointLocation", scn["checkpoint"]).trigger(availableNow=True).start()
     query.awaitTermination()
     spark.stop()
     return 0
+
+
+def _format_options(scn: dict[str, Any]) -> dict[str, str]:
+    """The scenario's writer settings as ``format("s2")`` options."""
+    options = {
+        "s2.basin": scn["basin"],
+        "s2.stream": scn["stream"],
+        "s2.auth-token": "test-token",
+        "s2.endpoints.account": scn["endpoint"],
+        "s2.endpoints.basin": scn["endpoint"],
+        "s2.request-timeout-ms": str(scn.get("request_timeout_ms", 5000)),
+        "s2.max-retries": str(scn.get("max_retries", 2)),
+        "s2.retry-delay-ms": "20",
+        "sink.batch.max-size": str(scn.get("batch_max_records", 50)),
+        "s2.create-streams": "true",
+        "s2.delivery": scn["delivery"],
+    }
+    if scn["encoder"] == "upsert":
+        options |= {"s2.format": "upsert", "s2.key-columns": "k"}
+    if scn.get("replay_partitioning"):
+        options["s2.replay-partitioning"] = scn["replay_partitioning"]
+    return options
 
 
 if __name__ == "__main__":

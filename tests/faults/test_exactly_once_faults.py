@@ -211,3 +211,53 @@ def test_driver_kills_upsert_sharded_exactly_once(tmp: Path, eo_server: LiteServ
     print(out.summary())
     assert out.exits == [-9, -9, -9, 0]
     assert out.exactly_once(), out.summary()
+
+
+@pytest.mark.timeout(900)
+def test_format_sink_task_retries_and_driver_kill_exactly_once(tmp: Path, eo_server: LiteServer) -> None:
+    """writeStream.format("s2"): executor Python workers die in micro-batch 0 (Spark retries the tasks),
+    then the driver is SIGKILLed while batch 1 is being appended and restarts from its checkpoint with the
+    same partitioning; the replay subtracts per partition what the dead execution wrote: every row once."""
+    rules = [*EXECUTOR_CRASHES[:2], DRIVER_KILLS[2] | {"batch": 1}]
+    out = run_scenario(
+        tmp, eo_server.endpoint, sink="format", files=2, rows=150, rules=rules, batch_max_records=10
+    )
+    print(out.summary())
+    assert out.fired == len(rules)
+    assert out.exits == [-9, 0]
+    assert out.exactly_once(), out.summary()
+    assert out.attempts_of(0) == {0, 1}, out.origins
+    # One epoch per execution: batch 0 had epoch 1, the killed execution of batch 1 epoch 2, the replay 3.
+    assert out.epochs_of(1) == {2, 3}, out.origins
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("replay_partitioning", ["check", pytest.param("same", marks=pytest.mark.slow)])
+def test_format_sink_replay_partitioned_differently(
+    tmp: Path, eo_server: LiteServer, replay_partitioning: str
+) -> None:
+    """The driver is SIGKILLed after partition 1 of micro-batch 1 wrote all its rows, and the restart splits
+    the input differently: rows the dead execution wrote from partition 1 now belong to another partition,
+    which cannot tell whose copy is in the stream. By default the replay fails with ReplayMismatchError
+    instead of guessing, and nothing is duplicated; with s2.replay-partitioning=same (the user vouching,
+    wrongly, for the partitioning) the run completes with duplicates: what the check prevents."""
+    out = run_scenario(
+        tmp,
+        eo_server.endpoint,
+        sink="format",
+        files=2,
+        rows=150,
+        rules=[{"point": "after_ack_before_task_end", "batch": 1, "partition": 1, "action": "kill_driver"}],
+        restart_overrides=REPARTITION_ON_RESTART | {"replay_partitioning": replay_partitioning},
+        batch_max_records=10,
+        max_runs=2,
+    )
+    print(out.summary())
+    assert out.exits[0] == -9
+    if replay_partitioning == "same":
+        assert out.exits[1] == 0
+        assert out.duplicates > 0, out.summary()
+        return
+    assert out.exits[1] not in (0, -9)
+    assert out.duplicates == 0, out.summary()
+    assert "ReplayMismatchError" in (tmp / "driver-1.log").read_text()
