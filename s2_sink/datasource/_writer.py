@@ -215,8 +215,15 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
         tc = TaskContext.get()
         raw = tc.getLocalProperty(_BATCH_ID_PROPERTY) if tc is not None else None
         plan = _plan(self._cfg, self._opts, int(raw) if raw is not None else 0)
-        if self._run is None:
+        if self._identity is None:
             return _write(plan, self._opts, self._schema, iterator, None)
+        if self._run is None:
+            # Never silently at-least-once: this Spark shipped the writer without pickling it on the driver.
+            raise CommitError(
+                "exactly-once: the writer reached the task without an opened epoch (this Spark version ships "
+                f"the streaming writer differently); set {OPT_DELIVERY}=at-least-once, or write with "
+                "foreachBatch(S2Writer(...))"
+            )
         if raw is None:
             raise CommitError(
                 f"exactly-once: the task has no micro-batch id (task property {_BATCH_ID_PROPERTY!r}); "

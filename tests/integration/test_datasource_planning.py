@@ -16,7 +16,7 @@ from s2_sink.datasource._offsets import advance, cap_total, max_merge, plan_rang
 from s2_sink.datasource._read_options import Bound, parse_read_options
 from s2_sink.datasource._write_options import parse_write_options
 from s2_sink.datasource._writer import sink_identity
-from s2_sink.errors import ConfigError
+from s2_sink.errors import CommitError, ConfigError
 
 offsets = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 10_000), max_size=4)
 
@@ -244,3 +244,12 @@ def test_exactly_once_write_options_and_identity(tmp_path: Path) -> None:
     named = parse_write_options({"s2.writer-id": "orders-v2"}, stream="s", streaming=True)
     assert sink_identity(named, None) == ("orders-v2", None)
     assert parse_write_options({}, stream="s", streaming=False).delivery == "at-least-once"
+
+
+def test_exactly_once_writer_never_falls_back_to_at_least_once() -> None:
+    """A streaming writer that reaches a task without the epoch its driver-side pickling opens (a runtime
+    that ships the writer differently) refuses to write instead of writing at-least-once."""
+    source = S2DataSource({**_BASE, "s2.stream": "s", "s2.writer-id": "w"})
+    writer = source.streamWriter(_TWO_COLS, False)
+    with pytest.raises(CommitError, match="without an opened epoch"):
+        writer.write(iter([]))  # type: ignore[arg-type]
