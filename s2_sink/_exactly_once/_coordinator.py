@@ -132,6 +132,12 @@ class Coordinator:
         self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
         return await self._ledger.load()
 
+    def ledger_position(self) -> tuple[LedgerState, int]:
+        """The ledger state this driver last appended or read, and the ledger's tail after it."""
+        assert self._ledger is not None
+        assert self._ledger.tail is not None
+        return self._ledger.state, self._ledger.tail
+
     async def open_run(self, scope: Literal["run", "batch"]) -> Token:
         """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it."""
         assert self._ledger is not None

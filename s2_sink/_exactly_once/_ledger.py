@@ -48,6 +48,10 @@ LEDGER_PREFIX: Final = "_s2sink/ledger/"
 _VERSION: Final = 1
 _ATTEMPTS: Final = 8
 
+# Ledgers this process already created or found, as (basin, stream): a format("s2") driver loads its ledger
+# once per micro-batch from a long-lived Python worker, and needs the create-if-missing call only once.
+_ensured: set[tuple[str, str]] = set()
+
 
 def ledger_stream_name(writer_id: str) -> str:
     """The ledger stream of a writer identity."""
@@ -121,8 +125,11 @@ class Ledger:
     async def load(self) -> LedgerState:
         """Create the ledger stream if needed, then read its last record."""
         try:
-            # Infinite retention: losing the last record would restart epochs below the streams' fences.
-            await self._basin.ensure_stream(self.name, config=StreamConfig(retention_policy="infinite"))
+            key = (self._basin.name, self.name)
+            if key not in _ensured:
+                # Infinite retention: losing the last record would restart epochs below the streams' fences.
+                await self._basin.ensure_stream(self.name, config=StreamConfig(retention_policy="infinite"))
+                _ensured.add(key)
             tail = (await self._stream.check_tail()).seq_num
             state = LedgerState()
             if tail > 0:
@@ -182,6 +189,11 @@ class Ledger:
         raise CommitError(
             f"cannot append to the exactly-once ledger {self.name!r} after {_ATTEMPTS} attempts: {last}"
         ) from last
+
+    def resume(self, state: LedgerState, tail: int) -> None:
+        """Continue from a state this writer appended itself (at `tail`) without reading the ledger again;
+        a stale view is caught by the next conditional append."""
+        self.state, self.tail = state, tail
 
     def opened(self, run: str, query_id: str | None, scope: Literal["run", "batch"] = "run") -> LedgerState:
         """The `open` record of a new run on top of the current state."""

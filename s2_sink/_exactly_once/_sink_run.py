@@ -34,7 +34,7 @@ from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
 from s2_sink._partition_writer import WritePlan
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
-from s2_sink.errors import CommitError, WriterConflictError
+from s2_sink.errors import CommitError
 
 __all__ = ["SinkRun", "commit_sink_run", "open_sink_run"]
 
@@ -53,6 +53,9 @@ class SinkRun:
     epoch: int
     before: LedgerState
     """The ledger as this execution found it: its last commit, and whether an epoch since may have written."""
+    opened: LedgerState | None = None
+    """This execution's ``open`` record, and the ledger's tail after it: commit appends on top of them."""
+    opened_tail: int = 0
     trust_partitioning: bool = False
     """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
 
@@ -119,7 +122,18 @@ def open_sink_run(
     async def go() -> SinkRun:
         before = await coord.load()
         token = await coord.open_run("batch")
-        return SinkRun(cfg, writer_id, query_id, coord.run_id, token.epoch, before, trust_partitioning)
+        opened, tail = coord.ledger_position()
+        return SinkRun(
+            cfg,
+            writer_id,
+            query_id,
+            coord.run_id,
+            token.epoch,
+            before,
+            opened=opened,
+            opened_tail=tail,
+            trust_partitioning=trust_partitioning,
+        )
 
     run = _runtime.run(go())
     log.info(
@@ -134,7 +148,7 @@ def open_sink_run(
 
 
 def commit_sink_run(
-    cfg: S2Config, writer_id: str, run: str | None, batch_id: int, ends: Mapping[str, int]
+    cfg: S2Config, writer_id: str, run: SinkRun | None, batch_id: int, ends: Mapping[str, int]
 ) -> None:
     """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported)."""
     _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
@@ -143,18 +157,19 @@ def commit_sink_run(
 
 
 async def _commit(
-    cfg: S2Config, writer_id: str, run: str | None, batch_id: int, ends: Mapping[str, int]
+    cfg: S2Config, writer_id: str, run: SinkRun | None, batch_id: int, ends: Mapping[str, int]
 ) -> None:
     ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id)
-    state = await ledger.load()
-    if run is not None and state.run != run:
-        raise WriterConflictError(
-            f"writer_id {writer_id!r}: micro-batch {batch_id} was written by execution {run!r}, but the "
-            f"ledger's last record is a {state.kind!r} of {state.run!r} (epoch {state.epoch}): another "
-            "driver uses this writer identity. Stop the other query, or give each its own s2.writer-id"
-        )
-    if state.kind == "commit" and state.committed >= batch_id:
-        return  # already recorded
+    if run is not None and run.opened is not None:
+        # Happy path: one conditional append on top of our own open record. If anybody appended since,
+        # the append fails and Ledger.append names the other run (WriterConflictError).
+        ledger.resume(run.opened, run.opened_tail)
+        committed = max(batch_id, run.before.committed)
+    else:
+        state = await ledger.load()  # no task reported: commit on top of whatever opened this batch
+        if state.kind == "commit" and state.committed >= batch_id:
+            return
+        committed = max(batch_id, state.committed)
     # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
-    await ledger.append(ledger.committed(max(batch_id, state.committed), dict(ends)))
-    log.info("exactly-once: writer %s committed batch %s (execution %s)", writer_id, batch_id, run)
+    await ledger.append(ledger.committed(committed, dict(ends)))
+    log.info("exactly-once: writer %s committed batch %s (%s)", writer_id, batch_id, run.run if run else "-")

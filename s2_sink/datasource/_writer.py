@@ -50,7 +50,7 @@ class S2CommitMessage(WriterCommitMessage):
     """One task's result rows (``_partition_writer.RESULT_SCHEMA`` as dicts), its wall time and, when
     exactly-once, the micro-batch execution it wrote for."""
 
-    def __init__(self, rows: list[dict[str, Any]], duration_s: float, run: str | None = None) -> None:
+    def __init__(self, rows: list[dict[str, Any]], duration_s: float, run: SinkRun | None = None) -> None:
         self.rows = rows
         self.duration_s = duration_s
         self.run = run
@@ -113,7 +113,7 @@ def _write(
     opts: WriteOptions,
     schema: StructType,
     batches: Iterator[pa.RecordBatch],
-    run: str | None,
+    run: SinkRun | None,
 ) -> S2CommitMessage:
     started = time.monotonic()
     result = write_partition(plan, _frames(batches, schema, opts))
@@ -234,20 +234,20 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
         if eo_plan is None:
             for _ in iterator:  # the ledger has this batch: consume the input, write nothing
                 pass
-            return S2CommitMessage([], 0.0, self._run.run)
-        return _write(eo_plan, self._opts, self._schema, iterator, self._run.run)
+            return S2CommitMessage([], 0.0, self._run)
+        return _write(eo_plan, self._opts, self._schema, iterator, self._run)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         metrics = _metrics(batchId, messages, self._delivery)
         if self._identity is not None:
-            runs = {m.run for m in messages if isinstance(m, S2CommitMessage) and m.run is not None}
-            if len(runs) > 1:
+            runs = [m.run for m in messages if isinstance(m, S2CommitMessage) and m.run is not None]
+            if len({r.run for r in runs}) > 1:
+                ids = sorted({r.run for r in runs})
                 raise CommitError(
-                    f"exactly-once: the tasks of batch {batchId} report several executions {runs}"
+                    f"exactly-once: the tasks of batch {batchId} report several executions {ids}"
                 )
-            commit_sink_run(
-                self._cfg, self._identity[0], next(iter(runs), None), batchId, metrics.end_positions()
-            )
+            run = runs[0] if runs else None
+            commit_sink_run(self._cfg, self._identity[0], run, batchId, metrics.end_positions())
         log.info("%s", metrics.log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

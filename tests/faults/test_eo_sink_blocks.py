@@ -45,7 +45,7 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteSer
     assert plan.fencing_token is not None
     assert plan.fencing_token.endswith(":1.0")
     _write(plan, 0, [b"a", b"b"])
-    commit_sink_run(cfg, "w", r1.run, 0, {"events": 3})
+    commit_sink_run(cfg, "w", r1, 0, {"events": 3})
 
     r2 = open_sink_run(cfg, "w", "q", ["events"])
     assert (r2.epoch, r2.recovery, r2.before.committed) == (2, False, 0)
@@ -55,13 +55,15 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteSer
     r3 = open_sink_run(cfg, "w", "q", ["events"])
     assert (r3.epoch, r3.recovery) == (3, True)
     with pytest.raises(WriterConflictError, match="another driver"):
-        commit_sink_run(cfg, "w", r2.run, 1, {})
+        commit_sink_run(cfg, "w", r2, 1, {})
     with pytest.raises(WriterConflictError, match="went backwards"):
         r3.plan(WritePlan(cfg=cfg, batch_id=-1, stream="events"), "q")
     with pytest.raises(CommitError, match=r"s2\.writer-id"):
         r3.plan(WritePlan(cfg=cfg, batch_id=1, stream="events"), "another-query")
-    commit_sink_run(cfg, "w", r3.run, 1, {})
+    commit_sink_run(cfg, "w", r3, 1, {})
     assert open_sink_run(cfg, "w", "q", ["events"]).recovery is False
+    commit_sink_run(cfg, "w", None, 2, {})  # no task reported: committed on top of the open it finds
+    assert open_sink_run(cfg, "w", "q", ["events"]).before.committed == 2
 
 
 @pytest.mark.parametrize(
@@ -88,7 +90,7 @@ def test_replay_with_the_same_partitioning_writes_each_missing_record_once(
     assert replay.recovery
     for partition, bodies in enumerate((p0, p1)):
         _write(_plan(replay, cfg, 0, None), partition, bodies)
-    commit_sink_run(cfg, "w", replay.run, 0, {})
+    commit_sink_run(cfg, "w", replay, 0, {})
     assert _bodies(eo_server.endpoint, basin) == Counter(p0 + p1)
     records = run(read_all(eo_server.endpoint, basin, "events"))
     epochs = {tag.epoch for r in records if (tag := find_tag(r.headers))}
