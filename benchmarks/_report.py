@@ -149,6 +149,18 @@ def table(results: Result) -> str:
         lines.append(
             f"  {key:<14} median {s['median_ms']:7.1f} ms  p99 {s['p99_ms']:7.1f} ms  (n={int(s['n'])}){tail}"
         )
+    for fs in results.get("format_streaming", []):
+        head = f"writeStream.format('s2'), {fs['rows_per_batch']:,} rows/batch, addBatch per micro-batch:"
+        if fs.get("status") == "error":
+            lines += ["", f"{head} ERROR: {fs.get('reason', '')}"]
+            continue
+        lines += ["", head]
+        for mode, m in fs["modes"].items():
+            lines.append(f"  {mode:<14} median {m['median_ms']:7.1f} ms  mean {m['mean_ms']:7.1f} ms")
+        lines.append(
+            f"  exactly-once / at-least-once: {fs['eo_vs_alo_ratio']:.2f}x "
+            f"({fs['eo_over_alo_ms']:+.1f} ms median)"
+        )
     sp = results.get("single_partition", {})
     lines.append("")
     if sp.get("status") == "ok":

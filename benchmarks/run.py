@@ -25,6 +25,7 @@ from typing import Any
 from benchmarks import _s2
 from benchmarks._cases import CASES, Case, Ctx, NotAvailable, encoding_projection
 from benchmarks._data import dataset, json_body
+from benchmarks._format_sink import format_sink
 from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
 from benchmarks._report import chart, table, targets
@@ -340,6 +341,29 @@ def _render(path: Path) -> int:
     return 0
 
 
+def _format_streaming(spark: Any, ctx: Ctx, sizes: dict[str, int], *, quick: bool) -> list[dict[str, Any]]:
+    """writeStream.format("s2"), exactly-once vs at-least-once: 1k-row batches (latency), 100k (volume)."""
+    out: list[dict[str, Any]] = []
+    for rows in (1000,) if quick else (1000, 100_000):
+        batches = sizes["stream_batches"] if rows == 1000 else max(3, sizes["stream_batches"] // 4)
+        _log(f"  writeStream.format('s2'), {rows:,}-row micro-batches, both deliveries (ABBA) ...")
+        try:
+            out.append(
+                format_sink(
+                    spark,
+                    ctx.endpoint,
+                    ctx.basin,
+                    rows_per_batch=rows,
+                    batches=batches,
+                    warmup=sizes["stream_warmup"],
+                    tmp=ctx.tmp,
+                )
+            )
+        except Exception as exc:
+            out.append({"rows_per_batch": rows, "status": "error", "reason": _reason(exc)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     if args.render:
@@ -379,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"{sizes['rows']:,} rows cached ({bytes_per_row:.1f} JSON bytes/row); cases:")
             cases = _run_cases(meter, ctx, bytes_per_row, repeat, only)
             streaming = _streaming(spark, ctx, sizes)
+            format_streaming = _format_streaming(spark, ctx, sizes, quick=args.quick)
             _log(f"  single partition of {sizes['big_rows']:,} rows ...")
             single = _single_partition(spark, meter, ctx, sizes["big_rows"])
             diagnostics: dict[str, Any] = {}
@@ -417,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "cases": cases,
         "streaming": streaming,
+        "format_streaming": format_streaming,
         "single_partition": single,
         "lite_ingest": ingest,
         "diagnostics": diagnostics,
