@@ -82,10 +82,12 @@ def format_sink(
     batches: int,
     warmup: int,
     tmp: str,
+    abba: bool = True,
 ) -> dict[str, Any]:
-    """Per mode: median and mean addBatch ms over the measured batches of its faster round; and the ratios."""
+    """Per mode: median and mean addBatch ms over the measured batches of its faster round; and the ratios.
+    ``abba=False`` runs each mode once (the quick run)."""
     rounds: dict[str, list[list[float]]] = {m: [] for m in MODES}
-    for delivery in (*MODES, *reversed(MODES)):
+    for delivery in (*MODES, *reversed(MODES)) if abba else MODES:
         ms = _round(
             spark, endpoint, basin, delivery, rows_per_batch=rows_per_batch, batches=warmup + batches, tmp=tmp
         )[warmup:]

@@ -357,6 +357,7 @@ def _format_streaming(spark: Any, ctx: Ctx, sizes: dict[str, int], *, quick: boo
                     batches=batches,
                     warmup=sizes["stream_warmup"],
                     tmp=ctx.tmp,
+                    abba=not quick,
                 )
             )
         except Exception as exc:

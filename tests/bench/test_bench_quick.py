@@ -51,7 +51,8 @@ def test_quick_run_succeeds_and_writes_both_files(quick_run: QuickRun) -> None:
 
 def test_results_hold_every_row(quick_run: QuickRun) -> None:
     """results.json holds every case (measured, or saying why not: never an error), the baselines measured,
-    the streaming latencies, the single-partition memory case, the lite ingest rate and all six targets."""
+    the streaming latencies (foreachBatch sinks, and format("s2") in both delivery modes), the
+    single-partition memory case, the lite ingest rate and all six targets."""
     assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
     res = json.loads((quick_run.out / "results.json").read_text())
     assert [c["key"] for c in res["cases"]] == CASE_KEYS
@@ -70,6 +71,9 @@ def test_results_hold_every_row(quick_run: QuickRun) -> None:
     assert sinks["noop"]["median_ms"] > 0
     assert set(sinks) >= {"noop", "naive", "s2writer", "s2writer_eo"}
     assert all(s["status"] in STATUSES for s in sinks.values()), sinks
+    [fmt] = res["format_streaming"]  # writeStream.format("s2"), both deliveries, 1k-row batches
+    assert set(fmt["modes"]) == {"at-least-once", "exactly-once"}, fmt
+    assert all(m["median_ms"] > 0 for m in fmt["modes"].values()), fmt
     assert res["single_partition"]["status"] in STATUSES
     assert res["lite_ingest"]["status"] in STATUSES
     assert len(res["targets"]) == 6
