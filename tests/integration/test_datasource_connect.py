@@ -58,10 +58,13 @@ def main(endpoint: str, basin: str, workdir: str) -> dict[str, Any]:
     query.awaitTermination(300)
     exc = query.exception()
     copied = spark.read.format("s2").options(**conn).option("s2.stream", "cx/out").load().count()
+    # The streaming write is exactly-once by default: its ledger is named after the query id.
+    ledger = spark.read.format("s2").options(**conn).option("s2.stream", f"_s2sink/ledger/{query.id}").load()
     out = {
         "session": type(spark).__module__,
         "ids": ids == list(range(100)),
         "copied": copied,
+        "ledger": [json.loads(bytes(r.body))["kind"] for r in ledger.orderBy("seq_num").collect()],
         "query_exception": None if exc is None else str(exc)[:2000],
     }
     spark.stop()
@@ -70,7 +73,7 @@ def main(endpoint: str, basin: str, workdir: str) -> dict[str, Any]:
 
 def test_format_s2_under_spark_connect(lite: Any, tmp_path: Path) -> None:
     """Through a Connect session, format("s2") registers, writes, reads back the same rows, and runs a
-    streaming s2 -> s2 query (no rdd or SparkContext needed)."""
+    streaming s2 -> s2 query, exactly-once with its ledger (no rdd or SparkContext needed)."""
     from tests.integration.test_datasource_read import new_basin
 
     basin = new_basin(lite.endpoint, "cx/in", "cx/out")
@@ -79,6 +82,8 @@ def test_format_s2_under_spark_connect(lite: Any, tmp_path: Path) -> None:
     assert result["query_exception"] is None
     assert result["ids"] is True
     assert result["copied"] == 100
+    assert result["ledger"][:2] == ["open", "commit"], result["ledger"]
+    assert result["ledger"][-1] == "commit", result["ledger"]
 
 
 if __name__ == "__main__":
