@@ -231,6 +231,22 @@ def test_format_sink_task_retries_and_driver_kill_exactly_once(tmp: Path, eo_ser
     assert out.epochs_of(1) == {2, 3}, out.origins
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_format_sink_driver_kills_at_the_commit_points_exactly_once(tmp: Path, eo_server: LiteServer) -> None:
+    """writeStream.format("s2"): the driver is SIGKILLed from the sink's commit, once after every task of
+    batch 0 succeeded but before the ledger commit (the replay subtracts what is there) and once after the
+    ledger commit of batch 1 but before Spark's (the replay writes nothing): every row exactly once."""
+    rules = [DRIVER_KILLS[0] | {"batch": 0}, DRIVER_KILLS[1] | {"batch": 1}]
+    out = run_scenario(
+        tmp, eo_server.endpoint, sink="format", files=3, rows=100, rules=rules, batch_max_records=10
+    )
+    print(out.summary())
+    assert out.fired == len(rules)
+    assert out.exits == [-9, -9, 0]
+    assert out.exactly_once(), out.summary()
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("replay_partitioning", ["check", pytest.param("same", marks=pytest.mark.slow)])
 def test_format_sink_replay_partitioned_differently(
