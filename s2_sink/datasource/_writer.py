@@ -241,10 +241,10 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
         metrics = _metrics(batchId, messages, self._delivery)
         if self._identity is not None:
             runs = [m.run for m in messages if isinstance(m, S2CommitMessage) and m.run is not None]
-            if len({r.run for r in runs}) > 1:
-                ids = sorted({r.run for r in runs})
+            executions = {r.run for r in runs}
+            if len(executions) > 1:
                 raise CommitError(
-                    f"exactly-once: the tasks of batch {batchId} report several executions {ids}"
+                    f"exactly-once: the tasks of batch {batchId} report executions {sorted(executions)}"
                 )
             run = runs[0] if runs else None
             commit_sink_run(self._cfg, self._identity[0], run, batchId, metrics.end_positions())
