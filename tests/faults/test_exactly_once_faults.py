@@ -216,9 +216,11 @@ def test_driver_kills_upsert_sharded_exactly_once(tmp: Path, eo_server: LiteServ
 @pytest.mark.timeout(900)
 def test_format_sink_task_retries_and_driver_kill_exactly_once(tmp: Path, eo_server: LiteServer) -> None:
     """writeStream.format("s2"): executor Python workers die in micro-batch 0 (Spark retries the tasks),
-    then the driver is SIGKILLed while batch 1 is being appended and restarts from its checkpoint with the
-    same partitioning; the replay subtracts per partition what the dead execution wrote: every row once."""
-    rules = [*EXECUTOR_CRASHES[:2], DRIVER_KILLS[2] | {"batch": 1}]
+    then the driver and its JVM are SIGKILLed while batch 1 is being appended and the query restarts from its
+    checkpoint with the same partitioning; the replay subtracts per partition what the dead execution wrote
+    and writes the rest: every row once."""
+    # The JVM dies with the driver; the Python workers already writing may go on as zombies until fenced.
+    rules = [*EXECUTOR_CRASHES[:2], DRIVER_KILLS[2] | {"batch": 1, "action": "kill_driver_jvm"}]
     out = run_scenario(
         tmp, eo_server.endpoint, sink="format", files=2, rows=150, rules=rules, batch_max_records=10
     )
@@ -228,7 +230,10 @@ def test_format_sink_task_retries_and_driver_kill_exactly_once(tmp: Path, eo_ser
     assert out.exactly_once(), out.summary()
     assert out.attempts_of(0) == {0, 1}, out.origins
     # One epoch per execution: batch 0 had epoch 1, the killed execution of batch 1 epoch 2, the replay 3.
-    assert out.epochs_of(1) == {2, 3}, out.origins
+    # The killed execution wrote part of batch 1 (in 1 of 8 runs, all of it: its Python workers outlived
+    # the kill; the replay then subtracted everything). test_eo_sink_blocks covers the completion itself.
+    assert 2 in out.epochs_of(1), out.origins
+    assert out.epochs_of(1) <= {2, 3}, out.origins
 
 
 @pytest.mark.slow
@@ -237,7 +242,8 @@ def test_format_sink_driver_kills_at_the_commit_points_exactly_once(tmp: Path, e
     """writeStream.format("s2"): the driver is SIGKILLed from the sink's commit, once after every task of
     batch 0 succeeded but before the ledger commit (the replay subtracts what is there) and once after the
     ledger commit of batch 1 but before Spark's (the replay writes nothing): every row exactly once."""
-    rules = [DRIVER_KILLS[0] | {"batch": 0}, DRIVER_KILLS[1] | {"batch": 1}]
+    # The sink's commit runs in a Python worker: take the JVM and that worker down with the driver.
+    rules = [DRIVER_KILLS[i] | {"batch": i, "action": "kill_driver_jvm"} for i in (0, 1)]
     out = run_scenario(
         tmp, eo_server.endpoint, sink="format", files=3, rows=100, rules=rules, batch_max_records=10
     )
@@ -252,18 +258,20 @@ def test_format_sink_driver_kills_at_the_commit_points_exactly_once(tmp: Path, e
 def test_format_sink_replay_partitioned_differently(
     tmp: Path, eo_server: LiteServer, replay_partitioning: str
 ) -> None:
-    """The driver is SIGKILLed after partition 1 of micro-batch 1 wrote all its rows, and the restart splits
-    the input differently: rows the dead execution wrote from partition 1 now belong to another partition,
-    which cannot tell whose copy is in the stream. By default the replay fails with ReplayMismatchError
-    instead of guessing, and nothing is duplicated; with s2.replay-partitioning=same (the user vouching,
-    wrongly, for the partitioning) the run completes with duplicates: what the check prevents."""
+    """The driver and its JVM are SIGKILLed after partition 1 of micro-batch 1 wrote all its rows, and the
+    restart splits the input differently: rows the dead execution wrote from partition 1 now belong to
+    another partition, which cannot tell whose copy is in the stream. By default the replay fails with
+    ReplayMismatchError instead of guessing, and nothing is duplicated; with s2.replay-partitioning=same (the
+    user vouching, wrongly, for the partitioning) the run ends with duplicates: what the check prevents."""
     out = run_scenario(
         tmp,
         eo_server.endpoint,
         sink="format",
         files=2,
         rows=150,
-        rules=[{"point": "after_ack_before_task_end", "batch": 1, "partition": 1, "action": "kill_driver"}],
+        rules=[
+            {"point": "after_ack_before_task_end", "batch": 1, "partition": 1, "action": "kill_driver_jvm"}
+        ],
         restart_overrides=REPARTITION_ON_RESTART | {"replay_partitioning": replay_partitioning},
         batch_max_records=10,
         max_runs=2,
