@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["KINDS", "dataset", "json_body", "shape"]
+__all__ = ["KINDS", "dataset", "json_body", "micro_batches", "shape"]
 
 KINDS = ("view", "click", "purchase", "refund", "search")
 
@@ -35,6 +35,17 @@ def shape(ids: DataFrame, id_col: str = "id") -> DataFrame:
 def dataset(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
     """`rows` rows of `shape` in `partitions` partitions."""
     return shape(spark.range(0, rows, numPartitions=partitions))
+
+
+def micro_batches(spark: SparkSession, rows_per_batch: int, partitions: int) -> DataFrame:
+    """A streaming `shape` DataFrame of exactly `rows_per_batch` rows per micro-batch (rate-micro-batch)."""
+    src = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .option("numPartitions", partitions)
+        .load()
+    )
+    return shape(src, "value")
 
 
 def json_body(df: DataFrame) -> DataFrame:

@@ -17,7 +17,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import _s2
-from benchmarks._data import shape
+from benchmarks._data import micro_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,14 +40,8 @@ def _round(
     """addBatch milliseconds of `batches` micro-batches written with `delivery`, in batch order."""
     stream = f"fmt-{delivery[:5]}-{uuid.uuid4().hex[:8]}"
     _s2.ensure(endpoint, basin, [stream])
-    src = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", rows_per_batch)
-        .option("numPartitions", 2)
-        .load()
-    )
     query = (
-        shape(src, "value")
+        micro_batches(spark, rows_per_batch, partitions=2)
         .writeStream.format("s2")
         .option("s2.basin", basin)
         .option("s2.stream", stream)

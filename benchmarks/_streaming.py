@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from benchmarks._data import shape
+from benchmarks._data import micro_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,14 +63,8 @@ def latency(
         if seen >= warmup + batches:
             enough.set()
 
-    src = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", rows_per_batch)
-        .option("numPartitions", 1)
-        .load()
-    )
     query = (
-        shape(src, "value")
+        micro_batches(spark, rows_per_batch, partitions=1)
         .writeStream.foreachBatch(body)
         .option("checkpointLocation", tempfile.mkdtemp(prefix="ckpt-", dir=tmp))
         .trigger(processingTime="0 seconds")
