@@ -3,6 +3,7 @@
     S2SinkError                     root: catch this to catch everything s2_sink raises
     ├── ConfigError                 bad option, column or argument; raised on the driver before any task runs
     ├── EncodeError                 a row cannot become a record (null key, unknown op, record over 1 MiB)
+    ├── ReadError                   format("s2") could not list, locate or read streams; names basin, stream
     ├── WriteError                  appends failed after retries; names stream, batch id and partition
     │   ├── FencedError             another writer holds the stream's fencing token
     │   └── ReplayMismatchError     a format("s2") replay is partitioned differently from the run it repairs
@@ -19,6 +20,7 @@ __all__ = [
     "ConfigError",
     "EncodeError",
     "FencedError",
+    "ReadError",
     "ReplayMismatchError",
     "S2SinkError",
     "WriteError",
@@ -36,6 +38,11 @@ class ConfigError(S2SinkError, ValueError):
 
 class EncodeError(S2SinkError, ValueError):
     """A row cannot be turned into an S2 record."""
+
+
+class ReadError(S2SinkError):
+    """Reading S2 for ``format("s2")`` failed after the configured retries (listing streams, looking up
+    positions, reading a range), or a record read does not fit the requested format."""
 
 
 class WriteError(S2SinkError):
