@@ -8,7 +8,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from s2_sink.encoders import decode_json
-from s2_sink.errors import EncodeError, S2SinkError
+from s2_sink.errors import EncodeError, ReadError
 
 __all__ = ["decode_bodies"]
 
@@ -18,4 +18,4 @@ def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) ->
     try:
         return decode_json(bodies, schema)
     except EncodeError as exc:
-        raise S2SinkError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc
+        raise ReadError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc

@@ -1,8 +1,9 @@
 """S2 calls of the s2 source: stream listing and position lookups (driver) and range reads (executors).
 
-The SDK is async-only. Driver lookups run one ``asyncio.run`` per planning call; an executor read drives one
-event loop for the whole partition, with the client created inside it (no loop-bound object outlives its
-loop).
+The SDK is async-only. Every call runs on the process-wide loop of ``s2_sink._runtime`` with the shared
+client of ``s2_sink._session_pool``, like the writer's: reads honour the same timeouts, retries and
+compression, and a reused Python worker keeps its connections warm from one task or planning call to the
+next. SDK failures surface as ``ReadError`` naming the basin and the streams, with the SDK error chained.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
-from datetime import timedelta
 from typing import TypeVar
 
 import s2_sdk
 
+from s2_sink import _runtime
+from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
-from s2_sink.errors import S2SinkError
+from s2_sink.errors import ReadError
 
 __all__ = ["list_streams", "read_range", "resolve_timestamp", "tails"]
 
@@ -25,34 +27,15 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-def _client(cfg: S2Config) -> s2_sdk.S2:
-    client: s2_sdk.S2 = s2_sdk.S2(
-        cfg.access_token,
-        endpoints=s2_sdk.Endpoints(account=cfg.account_endpoint, basin=cfg.basin_endpoint),
-        timeout=s2_sdk.Timeout(
-            request=timedelta(milliseconds=cfg.request_timeout_ms),
-            connection=timedelta(milliseconds=cfg.connect_timeout_ms),
-        ),
-        retry=s2_sdk.Retry(
-            max_attempts=cfg.max_retries + 1,
-            min_base_delay=timedelta(milliseconds=cfg.retry_delay_ms),
-        ),
-    )
-    return client
-
-
 def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
     async def main() -> _T:
-        client = _client(cfg)
-        try:
-            return await op(client.basin(cfg.basin))
-        finally:
-            await client.close()
+        # The pool is touched only from the loop, so the client is looked up there.
+        return await op(get_pool().client(cfg).basin(cfg.basin))
 
     try:
-        return asyncio.run(main())
+        return _runtime.run(main())
     except s2_sdk.S2Error as exc:
-        raise S2SinkError(f"s2 source: {what} in basin {cfg.basin!r} failed: {exc}") from exc
+        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {exc}") from exc
 
 
 async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
@@ -126,10 +109,12 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
 async def _range_batches(
     cfg: S2Config, stream: str, first: int, stop: int
 ) -> AsyncGenerator[list[s2_sdk.SequencedRecord], None]:
-    async with _client(cfg) as client:
-        handle = client.basin(cfg.basin).stream(stream)
-        # A bounded session ends at the count or at the tail, so it never waits for new records.
-        session = handle.read_session(start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first))
+    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    # A bounded session ends at the count or at the tail, so it never waits for new records. Leaving the
+    # block closes it however iteration stops; the shared client and its connections stay.
+    async with handle.read_session(
+        start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first)
+    ) as session:
         async for batch in session:
             # Trimmed records shift what the count covers: keep only [first, stop).
             records = [r for r in batch.records if r.seq_num < stop]
@@ -139,27 +124,34 @@ async def _range_batches(
                 return
 
 
+async def _next(batches: AsyncGenerator[_T, None]) -> _T:
+    return await anext(batches)
+
+
+async def _close(batches: AsyncGenerator[_T, None]) -> None:
+    await batches.aclose()
+
+
 def read_range(cfg: S2Config, stream: str, first: int, stop: int) -> Iterator[list[s2_sdk.SequencedRecord]]:
     """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches.
 
-    Synchronous for Spark's ``read()``: the generator steps its own event loop, so records flow to Spark
-    while the session is still reading, and the loop is closed however the caller stops iterating.
+    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
+    the session is still reading, and the session is closed however the caller stops iterating.
     """
-    loop = asyncio.new_event_loop()
     batches = _range_batches(cfg, stream, first, stop)
     try:
         while True:
             try:
-                batch = loop.run_until_complete(anext(batches))
+                batch = _runtime.run(_next(batches))
             except StopAsyncIteration:
                 return
             yield batch
     except s2_sdk.S2Error as exc:
-        raise S2SinkError(
+        raise ReadError(
             f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: {exc}"
         ) from exc
     finally:
-        try:
-            loop.run_until_complete(batches.aclose())
-        finally:
-            loop.close()
+        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
+        # async-generator hook closes ``batches`` once it is collected too.
+        if not _runtime.in_loop_thread():
+            _runtime.run(_close(batches))

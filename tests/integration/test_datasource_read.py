@@ -219,6 +219,27 @@ def test_bad_basin_name_names_the_option(sp: SparkSession, endpoint: str) -> Non
         sp.read.format("s2").options(**options).load().collect()
 
 
+@pytest.mark.parametrize(
+    ("extra", "where"),
+    [
+        # Planning looks up the tail of the stream on the driver.
+        ({}, "checking the tail of ['ghost']"),
+        # An explicit end skips the lookup, so the executor's range read meets the missing stream.
+        ({"s2.ending-position": '{"ghost": 5}'}, "reading 'ghost' seq_nums [0, 5)"),
+    ],
+)
+def test_reading_a_missing_stream_raises_read_error(
+    sp: SparkSession, endpoint: str, extra: dict[str, str], where: str
+) -> None:
+    """A read of a stream that does not exist fails with ReadError naming the stream and the basin, whether
+    the driver's planning or an executor's range read finds it missing."""
+    basin = new_basin(endpoint)
+    options = opts(endpoint, basin, **{"s2.stream": "ghost", **extra})
+    with pytest.raises(Exception, match="ReadError") as info:
+        sp.read.format("s2").options(**options).load().collect()
+    assert f"{where} in basin {basin!r} failed" in str(info.value)
+
+
 # ------------------------------------------------------------------------------------------------
 # streaming
 

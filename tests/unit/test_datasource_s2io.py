@@ -1,0 +1,92 @@
+"""The s2 source's S2 calls against the lite server, without Spark: shared client, ReadError."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import s2_sdk
+
+from s2_sink import ReadError, S2SinkError, _runtime
+from s2_sink._session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.datasource import _s2io
+from s2_sink.lite import LiteServer
+from s2_sink.testing import fresh_basin
+
+
+def _cfg(endpoint: str, basin: str, **extra: Any) -> S2Config:
+    return S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, **extra)
+
+
+def _append(endpoint: str, basin: str, stream: str, *texts: str) -> None:
+    """Append plain records over the REST API (the basin creates the stream on append)."""
+    with httpx.Client(http1=False, http2=True, timeout=10.0) as client:
+        resp = client.post(
+            f"{endpoint}/v1/streams/{stream}/records",
+            json={"records": [{"body": t} for t in texts]},
+            headers={"authorization": "Bearer test", "s2-basin": basin},
+        )
+    resp.raise_for_status()
+
+
+async def _client_count() -> int:
+    return int(get_pool().stats()["clients"])
+
+
+@pytest.fixture
+def guarded() -> Iterator[LiteServer]:
+    """A lite server that accepts only the bearer token ``right-token``."""
+    with LiteServer(token="right-token") as srv:
+        yield srv
+
+
+def test_reads_use_the_pools_client_for_the_config(lite: LiteServer, basin: str) -> None:
+    """Listing, tail lookups and range reads with one config share one client of the session pool
+    (the writer's), so they get its timeouts, retries and compression; the records come back in order."""
+    _append(lite.endpoint, basin, "s", "r0", "r1", "r2")
+    # A token no other test uses gives the config a client of its own in the process-wide pool.
+    cfg = _cfg(lite.endpoint, basin, access_token=f"tok-{uuid.uuid4().hex}", compression="zstd")
+    before = _runtime.run(_client_count())
+
+    assert _s2io.list_streams(cfg, "") == ["s"]
+    assert _s2io.tails(cfg, ["s"]) == {"s": 3}
+    batches = list(_s2io.read_range(cfg, "s", 1, 3))
+
+    assert [r.body for batch in batches for r in batch] == [b"r1", b"r2"]
+    assert _runtime.run(_client_count()) == before + 1
+
+
+def test_tail_of_a_missing_stream_raises_read_error(lite: LiteServer, basin: str) -> None:
+    """Looking up the tail of a stream that does not exist raises ReadError naming the stream and the
+    basin, with the SDK's 404 chained."""
+    cfg = _cfg(lite.endpoint, basin)
+    with pytest.raises(ReadError, match=rf"'no-such-stream'.*basin '{basin}'") as info:
+        _s2io.tails(cfg, ["no-such-stream"])
+    assert isinstance(info.value, S2SinkError)
+    assert isinstance(info.value.__cause__, s2_sdk.S2ServerError)
+    assert info.value.__cause__.status_code == 404
+
+
+def test_reading_a_missing_stream_raises_read_error(lite: LiteServer, basin: str) -> None:
+    """Reading a range of a stream that does not exist raises ReadError naming the stream, the range and
+    the basin, with the SDK error chained."""
+    cfg = _cfg(lite.endpoint, basin)
+    with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
+        list(_s2io.read_range(cfg, "gone", 0, 5))
+    assert isinstance(info.value.__cause__, s2_sdk.S2Error)
+
+
+def test_a_bad_token_raises_read_error(guarded: LiteServer) -> None:
+    """A token the server refuses makes listing raise ReadError naming the basin, with the SDK's 401
+    chained; the token itself appears nowhere in the message."""
+    basin = fresh_basin(guarded.endpoint, token="right-token")
+    cfg = _cfg(guarded.endpoint, basin, access_token="wrong-token", max_retries=0)
+    with pytest.raises(ReadError, match=rf"listing streams with prefix '' in basin '{basin}'") as info:
+        _s2io.list_streams(cfg, "")
+    assert isinstance(info.value.__cause__, s2_sdk.S2ServerError)
+    assert info.value.__cause__.status_code == 401
+    assert "wrong-token" not in str(info.value)
