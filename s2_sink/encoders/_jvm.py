@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, IntegralType, StringType, TimestampType
+from pyspark.sql.types import DataType, TimestampType
 
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._frame import HEADERS_DDL, MAX_RECORD_BYTES
@@ -107,13 +107,3 @@ def oversize_error(size: Column, key_text: Column | None) -> Column:
 def first_error(*errors: Column) -> Column:
     """The first non-null error message, in the order given."""
     return F.coalesce(*errors) if len(errors) > 1 else errors[0]
-
-
-def is_text_or_bytes(dtype: DataType) -> bool:
-    """Whether a column can be used as bytes as is (string as UTF-8)."""
-    return isinstance(dtype, StringType) or dtype.typeName() == "binary"
-
-
-def is_millis(dtype: DataType) -> bool:
-    """Whether a timestamp column holds epoch milliseconds as an integer."""
-    return isinstance(dtype, IntegralType)
