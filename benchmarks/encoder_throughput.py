@@ -1,6 +1,6 @@
 """Encoder throughput: rows/s of a 5-column, ~150-byte row through each encoding path.
 
-    python -m s2_sink.encoders._throughput [--rows 2000000] [--arrow-rows 500000] [--partitions 2]
+    python -m benchmarks.encoder_throughput [--rows 2000000] [--arrow-rows 500000] [--partitions 2]
 
 Paths measured (one line each, JSON on the last line of output):
 
@@ -15,6 +15,7 @@ The JVM numbers are for ``--partitions`` cores; divide by it for a per-core figu
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 import time
@@ -22,8 +23,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from s2_sink.encoders._insert import InsertEncoder
-from s2_sink.encoders._upsert import UpsertEncoder
+from s2_sink.encoders import InsertEncoder, UpsertEncoder
 
 __all__ = ["main"]
 
@@ -45,7 +45,7 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _jvm(rows: int, partitions: int) -> dict[str, float]:
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - only this measurement needs a session
+    from pyspark.sql import SparkSession  # only this measurement needs a session (and a JVM)
 
     spark = (
         SparkSession.builder.master(f"local[{partitions}]")
@@ -73,8 +73,6 @@ def _jvm(rows: int, partitions: int) -> dict[str, float]:
 
 
 def _arrow_batch(rows: int) -> pa.RecordBatch:
-    import datetime as dt  # noqa: PLC0415
-
     ids = list(range(rows))
     return pa.RecordBatch.from_pydict(
         {
