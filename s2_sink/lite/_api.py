@@ -30,7 +30,8 @@ from s2_sink.lite._records import (
     unary_append,
     unary_read,
 )
-from s2_sink.lite._store import Store, Stream
+from s2_sink.lite._store import Store
+from s2_sink.lite._stream import Stream
 
 __all__ = ["LiteApp"]
 

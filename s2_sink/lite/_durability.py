@@ -25,8 +25,10 @@ from pathlib import Path
 
 import orjson
 
+from s2_sink.lite._batch import Batch
 from s2_sink.lite._configs import Json
-from s2_sink.lite._store import Batch, Store, Stream
+from s2_sink.lite._store import Store
+from s2_sink.lite._stream import Stream
 from s2_sink.lite._wire import RawList
 
 __all__ = ["DurableLog", "encode_append", "encode_meta", "replay"]

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from s2_sink.lite import _faults
+from s2_sink.lite._append_input import ONE_MIB
+from s2_sink.lite._batch import Batch
+from s2_sink.lite._clock import now_ms
 from s2_sink.lite._durability import encode_append
 from s2_sink.lite._errors import ApiError, bad, invalid, not_found, read_unwritten
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._http2 import Request
 from s2_sink.lite._read_out import ReadOut
-from s2_sink.lite._store import ONE_MIB, Batch, Stream, now_ms
+from s2_sink.lite._stream import Stream
 from s2_sink.lite._wire import append_ack, read_batch
 
 if TYPE_CHECKING:

@@ -1,0 +1,117 @@
+"""Decoding and validating one ``AppendInput``: record limits, metered sizes and command records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from s2_sink.lite._errors import ApiError, invalid
+from s2_sink.lite._wire import PlainProbe, RawList, pb
+
+__all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
+
+ONE_MIB = 1024 * 1024
+MAX_BATCH_RECORDS = 1000
+MAX_FENCING_TOKEN = 36
+
+
+@dataclass(slots=True)
+class ParsedInput:
+    """A validated ``AppendInput``: records plus what sequencing needs to know about them."""
+
+    n: int
+    #: Headers-and-body parts of ``SequencedRecord`` (None for a plain input).
+    records: list[bytes] | None
+    #: Plain input (every record body-only): the ``AppendInput`` encoding itself, whose records field
+    #: ``RawList`` reads as the ``AppendRecord`` encodings (None otherwise).
+    payload: bytes | None
+    #: (record index, command op, body) for each command record.
+    commands: list[tuple[int, bytes, bytes]]
+    #: record index -> client timestamp, for records that carry one.
+    client_ts: dict[int, int]
+    match_seq_num: int | None
+    fencing_token: str | None
+
+
+def parse_input(data: bytes) -> ParsedInput:
+    """Decode and validate an encoded ``AppendInput`` (400 ``bad_proto``, 422 ``invalid``)."""
+    try:
+        probe = PlainProbe.FromString(data)
+    except Exception as exc:  # upb raises DecodeError; anything else is malformed input too
+        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    n = len(probe.records)
+    if not 1 <= n <= MAX_BATCH_RECORDS:
+        raise invalid(f"a batch must have 1 to 1000 records, got {n}")
+    msn = probe.match_seq_num if probe.HasField("match_seq_num") else None
+    token = probe.fencing_token if probe.HasField("fencing_token") else None
+    # PlainProbe knows only record bodies: if dropping what it does not know changes nothing, every record is
+    # body-only, and the whole batch is validated without touching records one by one in Python.
+    probe.DiscardUnknownFields()
+    if probe.ByteSize() == len(data):
+        if len(data) + 8 * n > ONE_MIB:  # cheap bound first; exact metering only near the limit
+            metered = 8 * n + sum(len(r.body) for r in probe.records)
+            if metered > ONE_MIB:
+                raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+        return ParsedInput(n, None, data, [], {}, msn, token)
+    try:
+        raw = RawList.FromString(data).items
+        pb.AppendInput.FromString(data)  # full validation of the structure
+    except Exception as exc:
+        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    tails: list[bytes] = []
+    complex_idx: list[int] = []
+    metered = 8 * n
+    for rec in raw:
+        # Body-only records become ``22 <len> <body>`` by renumbering one tag.
+        ln = len(rec)
+        if ln >= 2 and rec[0] == 0x1A:
+            b1 = rec[1]
+            if b1 < 0x80:
+                if ln == 2 + b1:
+                    tails.append(b"\x22" + rec[1:])
+                    metered += b1
+                    continue
+            elif ln >= 3 and rec[2] < 0x80 and ln == 3 + ((b1 & 0x7F) | (rec[2] << 7)):
+                tails.append(b"\x22" + rec[1:])
+                metered += ln - 3
+                continue
+        elif ln == 0:
+            tails.append(b"")
+            continue
+        complex_idx.append(len(tails))
+        tails.append(rec)
+    commands: list[tuple[int, bytes, bytes]] = []
+    client_ts: dict[int, int] = {}
+    for i in complex_idx:
+        rec = pb.AppendRecord.FromString(tails[i])
+        hdrs = rec.headers
+        size = 8 + len(rec.body)
+        for h in hdrs:
+            size += 2 + len(h.name) + len(h.value)
+            if not h.name:
+                if len(hdrs) != 1:
+                    raise invalid("header name must not be empty (command records have exactly one header)")
+                commands.append((i, h.value, rec.body))
+        if size > ONE_MIB:
+            raise invalid(f"record {i} is {size} metered bytes, more than 1 MiB")
+        metered += size - 8
+        if rec.HasField("timestamp"):
+            client_ts[i] = rec.timestamp
+        tails[i] = pb.SequencedRecord(headers=hdrs, body=rec.body).SerializeToString()
+    if metered > ONE_MIB:
+        raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+    for _, op, body in commands:
+        if op == b"fence":
+            if len(body) > MAX_FENCING_TOKEN:
+                raise invalid(f"fencing token must be at most 36 bytes, got {len(body)}")
+            try:
+                body.decode()
+            except UnicodeDecodeError as exc:
+                raise invalid("fencing token must be UTF-8") from exc
+        elif op == b"trim":
+            if len(body) != 8:
+                raise invalid(
+                    f"trim command body must be an 8-byte big-endian seq_num, got {len(body)} bytes"
+                )
+        else:
+            raise invalid(f"unknown command record {op!r}")
+    return ParsedInput(n, tails, None, commands, client_ts, msn, token)

@@ -1,0 +1,227 @@
+"""A stream's state and the two things done to it: sequencing appends and collecting records for reads.
+
+Appends are sequenced immediately (so pipelined appends and ``match_seq_num`` see in-flight batches) but
+become *visible* to reads and ``check_tail`` only once durable; with no data directory that is at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from dataclasses import dataclass, field
+
+from s2_sink.lite._append_input import parse_input
+from s2_sink.lite._batch import Batch
+from s2_sink.lite._clock import rfc3339
+from s2_sink.lite._configs import Json
+from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
+from s2_sink.lite._wire import sequenced, sequenced_plain, varint
+
+__all__ = ["ReadResult", "Stream"]
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Records gathered by ``Stream.collect``."""
+
+    records: list[bytes]
+    next_seq: int
+    count: int
+    nbytes: int
+    #: The ``until`` bound was met: no later record can qualify.
+    until_reached: bool
+
+
+@dataclass(eq=False)
+class Stream:
+    """A stream's state: sequencing tail, visible (durable) tail, fencing token, trim point and batches."""
+
+    basin: str
+    name: str
+    config: Json
+    created_at: float
+    next_seq: int = 0
+    last_ts: int = 0
+    visible_seq: int = 0
+    visible_ts: int = 0
+    fencing_token: str = ""
+    trim_point: int = 0
+    #: The ``s2-request-token`` of the create call, so a retried create is answered as a success.
+    request_token: str | None = None
+    deleted: bool = False
+    batches: list[Batch] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    last_ts_list: list[int] = field(default_factory=list)
+    _changed: asyncio.Event | None = None
+
+    def info(self) -> Json:
+        """StreamInfo JSON."""
+        return {"name": self.name, "created_at": rfc3339(self.created_at), "deleted_at": None, "cipher": None}
+
+    def tail(self) -> tuple[int, int]:
+        """The visible tail: next seq_num and the last record's timestamp."""
+        return self.visible_seq, self.visible_ts
+
+    def changed(self) -> asyncio.Event:
+        """An event set the next time the visible tail moves (or the stream is deleted)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def notify(self) -> None:
+        """Wake readers waiting on ``changed``."""
+        ev = self._changed
+        if ev is not None:
+            self._changed = None
+            ev.set()
+
+    def make_visible(self, end: int, last_ts: int) -> None:
+        """Expose records up to ``end`` to readers (called once they are durable)."""
+        if end > self.visible_seq:
+            self.visible_seq = end
+            self.visible_ts = max(self.visible_ts, last_ts)
+            self.notify()
+
+    # -- appends ---------------------------------------------------------------------------------------------
+
+    def sequence(self, data: bytes, arrival: int) -> Batch:
+        """Validate and sequence one encoded ``AppendInput``; returns the (not yet visible) batch.
+
+        Raises ApiError 400/412/422. Checks happen before any state changes, so a failed append has no effect.
+        """
+        p = parse_input(data)
+        n = p.n
+        ts_cfg = self.config["timestamping"]
+        mode = ts_cfg["mode"]
+        uncapped = bool(ts_cfg.get("uncapped"))
+        client_ts = p.client_ts
+        commands = p.commands
+        ts_list: list[int] | None = None
+        if mode == "client-require" and len(client_ts) != n:
+            raise invalid("timestamping mode client-require needs a timestamp on every record")
+        # Append conditions are checked against the state before this batch.
+        if p.fencing_token is not None and p.fencing_token != self.fencing_token:
+            raise fencing_token_mismatch(self.fencing_token)
+        if p.match_seq_num is not None and p.match_seq_num != self.next_seq:
+            raise seq_num_mismatch(self.next_seq)
+        prev = self.last_ts
+        if not client_ts or mode == "arrival":
+            ts0 = max(arrival, prev)
+            last_ts = ts0
+        else:
+            ts_list = []
+            cur = prev
+            for i in range(n):
+                t = client_ts.get(i, arrival)
+                if not uncapped and t > arrival:
+                    t = arrival
+                cur = max(cur, t)
+                ts_list.append(cur)
+            ts0 = ts_list[0]
+            last_ts = cur
+        start = self.next_seq
+        batch = Batch(
+            start, start + n, records=p.records, payload=p.payload, ts0=ts0, ts_list=ts_list, last_ts=last_ts
+        )
+        for i, op, body in commands:
+            if op == b"fence":
+                self.fencing_token = body.decode()
+            else:
+                desired = int.from_bytes(body, "big")
+                self.trim_point = max(self.trim_point, min(desired, start + i + 1))
+        self.add_batch(batch)
+        return batch
+
+    def add_batch(self, batch: Batch) -> None:
+        """Record a sequenced batch (also used by log replay)."""
+        self.batches.append(batch)
+        self.starts.append(batch.start)
+        self.last_ts_list.append(batch.last_ts)
+        self.next_seq = batch.end
+        self.last_ts = batch.last_ts
+        self._drop_trimmed()
+
+    def _drop_trimmed(self) -> None:
+        k = 0
+        while k < len(self.batches) - 1 and self.batches[k].end <= self.trim_point:
+            k += 1
+        if k:
+            del self.batches[:k], self.starts[:k], self.last_ts_list[:k]
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    def seq_for_timestamp(self, ts: int) -> int:
+        """The first visible seq_num whose timestamp is >= ``ts`` (the visible tail if none)."""
+        k = bisect.bisect_left(self.last_ts_list, ts)
+        while k < len(self.batches):
+            b = self.batches[k]
+            if b.start >= self.visible_seq:
+                break
+            for i in range(b.end - b.start):
+                if b.ts(i) >= ts:
+                    return max(b.start + i, self.trim_point)
+            k += 1
+        return self.visible_seq
+
+    def first_seq(self) -> int:
+        """The first readable seq_num (after trimming)."""
+        if self.batches:
+            return max(self.trim_point, self.batches[0].start)
+        return self.next_seq
+
+    def collect(self, start: int, max_count: int, max_bytes: int, until: int | None) -> ReadResult:
+        """Visible records from ``start``: at most ``max_count`` records and ``max_bytes`` metered bytes."""
+        start = max(start, self.first_seq())
+        out: list[bytes] = []
+        nbytes = 0
+        seq = start
+        limit = self.visible_seq
+        until_reached = False
+        k = bisect.bisect_right(self.starts, seq) - 1
+        k = max(k, 0)
+        batches = self.batches
+        while seq < limit and len(out) < max_count and k < len(batches):
+            b = batches[k]
+            i = seq - b.start
+            if i < 0:
+                i = 0
+                seq = b.start
+            stop = min(b.end, limit, seq + (max_count - len(out)))
+            j = stop - b.start
+            if until is not None and b.last_ts >= until:
+                # Cut at the first record at or past ``until``.
+                jj = i
+                while jj < j and b.ts(jj) < until:
+                    jj += 1
+                if jj < j:
+                    j = jj
+                    until_reached = True
+            if max_bytes < (1 << 62):
+                cum = b.cumulative_metered()
+                base = cum[i - 1] if i else 0
+                if cum[j - 1] - base + nbytes > max_bytes:
+                    # The byte budget runs out inside this batch: stop after the last record that fits.
+                    j = bisect.bisect_right(cum, max_bytes - nbytes + base, i, j)
+                    max_count = len(out) + (j - i)
+                nbytes += (cum[j - 1] - base) if j > i else 0
+            recs = b.records
+            if b.plain and b.ts_list is None:
+                # The common case, inlined: ``08 <seq> 10 <ts> 22`` + the record's bytes after its ``1a`` tag.
+                mid = b"\x10" + varint(b.ts0) + b"\x22"
+                s0 = b.start
+                out.extend(
+                    [
+                        b"\x08" + varint(s0 + x) + mid + recs[x][1:]
+                        if recs[x]
+                        else sequenced_plain(s0 + x, b.ts0, b"")
+                        for x in range(i, j)
+                    ]
+                )
+            else:
+                enc = sequenced_plain if b.plain else sequenced
+                out.extend([enc(b.start + x, b.ts(x), recs[x]) for x in range(i, j)])
+            seq = b.start + j
+            if until_reached or j < (stop - b.start):
+                break
+            k += 1
+        return ReadResult(out, seq, len(out), nbytes, until_reached)
