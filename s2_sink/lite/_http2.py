@@ -1,11 +1,11 @@
 """HTTP/2 (h2c, prior knowledge) connection plumbing on the pure-Python ``h2`` state machine.
 
-One ``H2Protocol`` per TCP connection. Incoming requests become ``Request`` objects handed to the
-application's ``on_request``; the application either lets the body accumulate and acts on ``on_end`` (unary
-calls) or consumes it chunk by chunk through ``on_data`` (S2S sessions, handled synchronously inside
-``data_received`` for throughput). Outgoing DATA respects the peer's flow-control windows: what does not fit
-waits in a per-stream queue until a WINDOW_UPDATE arrives. Bytes for the socket are coalesced and written once
-per loop iteration.
+One ``H2Protocol`` per TCP connection. Incoming requests become ``H2Request`` objects (a
+``_request.Request``) handed to the application's ``on_request``; the application either lets the body
+accumulate and acts on ``on_end`` (unary calls) or consumes it chunk by chunk through ``on_data`` (S2S
+sessions, handled synchronously inside ``data_received`` for throughput). Outgoing DATA respects the peer's
+flow-control windows: what does not fit waits in a per-stream queue until a WINDOW_UPDATE arrives. Bytes for
+the socket are coalesced and written once per loop iteration.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 import h2.config
 import h2.connection
@@ -24,7 +23,9 @@ import h2.exceptions
 import h2.settings
 import hyperframe.frame
 
-__all__ = ["App", "H2Protocol", "Request"]
+from s2_sink.lite._request import App
+
+__all__ = ["H2Protocol", "H2Request"]
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,7 @@ _MAX_FRAME = 4 * 1024 * 1024 - 1
 _DRAIN_THRESHOLD = 4 * 1024 * 1024
 
 
-class App(Protocol):
-    """What the connection needs from the application."""
-
-    def on_request(self, req: Request) -> None:
-        """A request's headers arrived; set ``req.on_data``/``req.on_end`` or respond."""
-
-
-class Request:
+class H2Request:
     """One HTTP/2 stream: the request as received and the response being sent."""
 
     __slots__ = (
@@ -217,7 +211,7 @@ class H2Protocol(asyncio.Protocol):
             config=h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
         )
         self.transport: asyncio.Transport | None = None
-        self.requests: dict[int, Request] = {}
+        self.requests: dict[int, H2Request] = {}
         self._flush_scheduled = False
         self._dropped = False
         self._on_close = on_close
@@ -278,7 +272,7 @@ class H2Protocol(asyncio.Protocol):
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
-    def finished(self, req: Request) -> None:
+    def finished(self, req: H2Request) -> None:
         """Forget a stream once both directions are done."""
         if req.ended and req.response_done and self.requests.get(req.stream_id) is req:
             del self.requests[req.stream_id]
@@ -328,7 +322,7 @@ class H2Protocol(asyncio.Protocol):
         headers: dict[str, str] = {}
         for name, value in ev.headers or ():
             headers[str(name)] = str(value)
-        req = Request(self, ev.stream_id, headers.get(":method", ""), headers.get(":path", "/"), headers)
+        req = H2Request(self, ev.stream_id, headers.get(":method", ""), headers.get(":path", "/"), headers)
         self.requests[ev.stream_id] = req
         if ev.stream_ended is not None:
             # Headers carried END_STREAM (no body); the StreamEnded event that follows runs ``on_end``.
