@@ -39,11 +39,11 @@ def ingest_rate(lite: LiteProcess, records: int, record_bytes: int = 150) -> dic
     """Records/s the server ingests over one S2S session of 1000-record batches, for two clients:
     ``raw`` (frames encoded before the clock starts: the server is the bottleneck) and ``sdk`` (the official
     SDK's AppendSession: its per-record Python encoding adds to the client side)."""
-    from s2_sink.lite import _bench
+    from benchmarks import lite_ingest
     from s2_sink.testing import fresh_basin
 
     out: dict[str, Any] = {"records": records, "record_bytes": record_bytes, "batch": 1000}
-    for client, fn in (("raw", _bench._ingest_raw), ("sdk", _bench._ingest)):
+    for client, fn in (("raw", lite_ingest._ingest_raw), ("sdk", lite_ingest._ingest)):
         basin = fresh_basin(lite.endpoint)
         cpu0 = _cpu(lite.pid)
         wall = asyncio.run(fn(lite.endpoint, basin, records, 1000, record_bytes))

@@ -1,6 +1,6 @@
 """Ingest rate of the lite server: 150-byte records through one S2S append session.
 
-    python -m s2_sink.lite._bench [--records 1000000] [--batch 1000] [--record-bytes 150] [--data-dir DIR]
+    python -m benchmarks.lite_ingest [--records 1000000] [--batch 1000] [--record-bytes 150] [--data-dir DIR]
 
 The server runs in its own process (``LiteServer(subprocess=True)``; single-threaded, so at most one core,
 plus the fsync thread with ``--data-dir``). Two clients: ``--client raw`` (default) sends frames encoded
