@@ -205,7 +205,7 @@ class H2Request:
 class H2Protocol(asyncio.Protocol):
     """The server side of one HTTP/2 connection."""
 
-    def __init__(self, app: App, on_close: Callable[[H2Protocol], None] | None = None) -> None:
+    def __init__(self, app: App, on_close: Callable[[], None] | None = None) -> None:
         self.app = app
         self.h2 = h2.connection.H2Connection(
             config=h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
@@ -352,4 +352,4 @@ class H2Protocol(asyncio.Protocol):
         for req in reqs:
             req.close()
         if self._on_close is not None:
-            self._on_close(self)
+            self._on_close()

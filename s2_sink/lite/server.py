@@ -19,7 +19,7 @@ import httpx
 from s2_sink.lite._api import LiteApp
 from s2_sink.lite._durability import LOG_NAME, DurableLog, replay
 from s2_sink.lite._faults import FaultCounters, Faults
-from s2_sink.lite._http2 import H2Protocol
+from s2_sink.lite._listener import SniffingProtocol
 from s2_sink.lite._store import Store
 
 __all__ = ["LiteServer", "RemoteFaults", "serve"]
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class _Running:
     """A started server inside its event loop."""
 
-    def __init__(self, app: LiteApp, server: asyncio.Server, conns: set[H2Protocol]) -> None:
+    def __init__(self, app: LiteApp, server: asyncio.Server, conns: set[asyncio.Transport]) -> None:
         self.app = app
         self.server = server
         self.conns = conns
@@ -43,8 +43,8 @@ class _Running:
 
     async def close(self) -> None:
         self.server.close()
-        for conn in list(self.conns):
-            conn.abort()
+        for transport in list(self.conns):
+            transport.abort()
         for task in list(self.app.tasks):
             task.cancel()
         await asyncio.gather(*self.app.tasks, return_exceptions=True)
@@ -65,14 +65,8 @@ async def start_server(
         log.info("replayed %d log entries from %s", n, data_dir)
         durable_log = DurableLog(data_dir, loop)
     app = LiteApp(store, durable_log, faults, token)
-    conns: set[H2Protocol] = set()
-
-    def factory() -> H2Protocol:
-        proto = H2Protocol(app, on_close=conns.discard)
-        conns.add(proto)
-        return proto
-
-    server = await loop.create_server(factory, host, port, reuse_address=True)
+    conns: set[asyncio.Transport] = set()
+    server = await loop.create_server(lambda: SniffingProtocol(app, conns), host, port, reuse_address=True)
     return _Running(app, server, conns)
 
 
