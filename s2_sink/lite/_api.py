@@ -146,7 +146,9 @@ class LiteApp:
             self.spawn(req, read_session(req, stream, read, S2SOut(req.headers.get("accept-encoding"))))
             return
         if req.headers.get("accept", "").split(",")[0].strip() == "text/event-stream":
-            self.spawn(req, read_session(req, stream, read, SSEOut(s2_format(req))))
+            last_event_id = req.headers.get("last-event-id")
+            delivered = read.resume(last_event_id) if last_event_id else (0, 0)
+            self.spawn(req, read_session(req, stream, read, SSEOut(s2_format(req)), delivered))
             return
         self._unary(req, lambda body: self._unary_read(req, stream, read))
 

@@ -2,8 +2,8 @@
 or server-sent events (``accept: text/event-stream``).
 
 SSE events follow the API's ``ReadEvent``: ``batch`` (a JSON ReadBatch, with ``id: <next seq_num>,<records so
-far>,<metered bytes so far>``), ``ping`` (``{"timestamp": <ms>}``, the heartbeat) and ``error`` (the JSON
-error body, as a string).
+far>,<metered bytes so far>``, which a client sends back as ``last-event-id`` to resume), ``ping``
+(``{"timestamp": <ms>}``, the heartbeat) and ``error`` (the ErrorInfo JSON as text; always last).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ __all__ = ["ReadOut", "S2SOut", "SSEOut"]
 class ReadOut(Protocol):
     """Encodes the messages of a read session."""
 
-    content_type: str
+    #: Response headers of the session.
+    headers: list[tuple[str, str]]
 
     def batch(
         self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
@@ -41,7 +42,7 @@ class ReadOut(Protocol):
 class S2SOut:
     """S2S frames of ReadBatch protobufs; a heartbeat is an empty batch with the tail; errors are terminal."""
 
-    content_type = "s2s/proto"
+    headers = [("content-type", "s2s/proto")]
 
     def __init__(self, accept_encoding: str | None) -> None:
         self._compression = pick_compression(accept_encoding)
@@ -64,7 +65,8 @@ class S2SOut:
 class SSEOut:
     """Server-sent events with JSON bodies in the request's ``s2-format``."""
 
-    content_type = "text/event-stream"
+    # No caching or buffering by proxies: events must reach the client as they are written.
+    headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 
     def __init__(self, fmt: str) -> None:
         self._fmt = fmt
@@ -83,4 +85,4 @@ class SSEOut:
 
     def error(self, exc: ApiError) -> bytes:
         """An ``event: error``."""
-        return b"event: error\ndata: " + orjson.dumps(exc.body().decode()) + b"\n\n"
+        return b"event: error\ndata: " + exc.body() + b"\n\n"

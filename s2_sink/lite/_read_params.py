@@ -61,6 +61,28 @@ class ReadParams:
             raise invalid(f"start timestamp {p.timestamp} must be less than until {p.until}")
         return p
 
+    def resume(self, last_event_id: str) -> tuple[int, int]:
+        """Continue an SSE session from the ``id`` of the last batch the client saw (``seq,count,bytes``).
+
+        The read restarts at that seq_num with the ``count``/``bytes`` bounds reduced by what was delivered;
+        returns (records, metered bytes) delivered so far, from which later ids keep counting.
+        """
+        parts = last_event_id.split(",")
+        if len(parts) != 3 or not all(x.isdigit() for x in parts):
+            raise bad("bad_header", f"last-event-id must be <seq_num>,<count>,<bytes>, got {last_event_id!r}")
+        seq, count, nbytes = map(int, parts)
+        self.seq_num, self.timestamp, self.tail_offset = seq, None, None
+        if self.count is not None:
+            self.count = max(self.count - count, 0)
+        if self.nbytes is not None:
+            self.nbytes = max(self.nbytes - nbytes, 0)
+        return count, nbytes
+
+    @property
+    def exhausted(self) -> bool:
+        """A resumed read whose count or bytes bound was already met: nothing more to send."""
+        return self.count == 0 or self.nbytes == 0
+
     def resolve_start(self, stream: Stream, can_follow: bool) -> int:
         """The first seq_num to read, applying the 416 rules."""
         tail_seq, tail_ts = stream.tail()

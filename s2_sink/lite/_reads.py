@@ -48,8 +48,16 @@ async def unary_read(stream: Stream, p: ReadParams) -> bytes:
         await _wait_change(stream, remaining)
 
 
-async def read_session(req: Request, stream: Stream, p: ReadParams, out: ReadOut) -> None:
-    """Stream batches until a bound is met, ``wait`` expires, or the client goes away."""
+async def read_session(
+    req: Request, stream: Stream, p: ReadParams, out: ReadOut, delivered: tuple[int, int] = (0, 0)
+) -> None:
+    """Stream batches until a bound is met, ``wait`` expires, or the client goes away.
+
+    ``delivered`` is (records, metered bytes) sent before a resumed session started (SSE ``last-event-id``).
+    """
+    if p.exhausted:
+        req.start(200, out.headers, end=True)
+        return
     wait: float | None = p.wait if p.wait is not None else (0 if p.bounded else None)
     can_follow = not p.bounded or bool(p.wait)
     try:
@@ -57,10 +65,10 @@ async def read_session(req: Request, stream: Stream, p: ReadParams, out: ReadOut
     except ApiError as exc:
         req.respond(exc.status, [("content-type", "application/json")], exc.body())
         return
-    req.start(200, [("content-type", out.content_type)])
+    req.start(200, out.headers)
     remaining_count = p.count
     remaining_bytes = p.nbytes
-    total_count = total_bytes = 0
+    total_count, total_bytes = delivered
     loop = asyncio.get_running_loop()
     following = False
     last_delivery = loop.time()

@@ -1,0 +1,145 @@
+"""Read sessions over server-sent events (HTTP/1.1 and HTTP/2): resumable batch ids, pings, errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from s2_sink.lite import LiteServer
+
+SSE = {"accept": "text/event-stream"}
+
+
+@dataclass
+class Event:
+    """One server-sent event."""
+
+    event: str
+    data: str
+    id: str | None
+
+    def json(self) -> Any:
+        """The data parsed as JSON."""
+        return json.loads(self.data)
+
+
+def events(resp: httpx.Response) -> Iterator[Event]:
+    """The events of an SSE response, as they arrive."""
+    fields: dict[str, list[str]] = {}
+    for line in resp.iter_lines():
+        if line == "":
+            if fields:
+                ev = fields.get("event", ["message"])[0]
+                yield Event(ev, "\n".join(fields.get("data", [])), fields.get("id", [None])[0])
+            fields = {}
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name, []).append(value.removeprefix(" "))
+
+
+@pytest.fixture(params=["HTTP/1.1", "HTTP/2"])
+def http(request: pytest.FixtureRequest, lite: LiteServer) -> Iterator[httpx.Client]:
+    """A client for the session server speaking one protocol (each test runs over both)."""
+    h2 = request.param == "HTTP/2"
+    with httpx.Client(http1=not h2, http2=h2, base_url=lite.endpoint, timeout=15.0) as c:
+        yield c
+
+
+def _append(http: httpx.Client, basin: str, stream: str, bodies: list[str], **hdrs: str) -> None:
+    resp = http.post(
+        f"/v1/streams/{stream}/records",
+        headers={"s2-basin": basin, **hdrs},
+        json={"records": [{"body": b} for b in bodies]},
+    )
+    assert resp.status_code == 200, resp.text
+
+
+def test_bounded_read_in_raw_and_base64(http: httpx.Client, basin: str) -> None:
+    """A bounded SSE read sends batch events in the requested s2-format, each with a seq,count,bytes id."""
+    _append(http, basin, "b", ["héllo", "wörld", "third"])
+    binary = base64.b64encode(b"\x00\xff").decode()
+    _append(http, basin, "b", [binary], **{"s2-format": "base64"})
+    h = {"s2-basin": basin, **SSE}
+    with http.stream("GET", "/v1/streams/b/records", params={"seq_num": 0, "count": 4}, headers=h) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "text/event-stream"
+        assert resp.http_version == http.get("/ping").http_version
+        got = list(events(resp))
+    assert [e.event for e in got] == ["batch"]
+    batch = got[0].json()
+    assert [r["body"] for r in batch["records"]][:3] == ["héllo", "wörld", "third"]
+    assert batch["tail"]["seq_num"] == 4
+    metered = sum(8 + len(r["body"].encode()) for r in batch["records"][:3]) + 8 + 2
+    assert got[0].id == f"4,4,{metered}"
+    params = {"seq_num": 3, "count": 1}
+    with http.stream(
+        "GET", "/v1/streams/b/records", params=params, headers={**h, "s2-format": "base64"}
+    ) as resp:
+        (only,) = list(events(resp))
+    assert base64.b64decode(only.json()["records"][0]["body"]) == b"\x00\xff"
+
+
+def test_resume_from_last_event_id(http: httpx.Client, basin: str) -> None:
+    """A batch id sent back as last-event-id resumes after that batch; the count bound and ids carry on."""
+    _append(http, basin, "r", [f"r{i}" for i in range(6)])
+    h = {"s2-basin": basin, **SSE}
+    with http.stream("GET", "/v1/streams/r/records", params={"seq_num": 0}, headers=h) as resp:
+        first = next(events(resp))
+    assert (first.event, first.id) == ("batch", "6,6,60")
+    _append(http, basin, "r", [f"r{i}" for i in range(6, 10)])
+    params = {"seq_num": 0, "count": 8}
+    resumed = {**h, "last-event-id": first.id}
+    with http.stream("GET", "/v1/streams/r/records", params=params, headers=resumed) as resp:
+        rest = list(events(resp))
+    assert [r["body"] for r in rest[0].json()["records"]] == ["r6", "r7"]
+    assert [e.id for e in rest] == ["8,8,80"]
+    done = {**h, "last-event-id": "8,8,80"}
+    with http.stream("GET", "/v1/streams/r/records", params=params, headers=done) as resp:
+        assert resp.status_code == 200
+        assert list(events(resp)) == []
+    bad = http.get("/v1/streams/r/records", headers={**h, "last-event-id": "nope"})
+    assert (bad.status_code, bad.json()["code"]) == (400, "bad_header")
+
+
+def test_session_follows_the_tail_with_pings(http: httpx.Client, basin: str) -> None:
+    """At the tail a session pings at once, delivers new records as they land, and pings again when idle."""
+    _append(http, basin, "f", ["old"])
+    h = {"s2-basin": basin, **SSE}
+    with http.stream("GET", "/v1/streams/f/records", params={"seq_num": 1}, headers=h) as resp:
+        stream = events(resp)
+        ping = next(stream)
+        assert ping.event == "ping"
+        assert ping.json()["timestamp"] >= 0
+        _append(http, basin, "f", ["new"])
+        batch = next(stream)
+        assert [r["body"] for r in batch.json()["records"]] == ["new"]
+        assert batch.id == "2,1,11"
+        idle_since = time.monotonic()
+        assert next(stream).event == "ping"
+        # Heartbeats come every 5-10 s while idle, well inside the SDKs' 20-25 s liveness timeouts.
+        assert 4.5 <= time.monotonic() - idle_since <= 11
+
+
+def test_errors_before_and_during_a_session(http: httpx.Client, basin: str) -> None:
+    """A start past the tail is a 416 JSON answer; deleting the stream ends a session with an error event."""
+    _append(http, basin, "e", ["x"])
+    h = {"s2-basin": basin, **SSE}
+    resp = http.get("/v1/streams/e/records", params={"seq_num": 5, "count": 1}, headers=h)
+    assert (resp.status_code, resp.json()) == (
+        416,
+        {"tail": {"seq_num": 1, "timestamp": resp.json()["tail"]["timestamp"]}},
+    )
+    with http.stream("GET", "/v1/streams/e/records", params={"seq_num": 1}, headers=h) as resp:
+        stream = events(resp)
+        assert next(stream).event == "ping"
+        assert http.delete("/v1/streams/e", headers={"s2-basin": basin}).status_code == 202
+        rest = list(stream)
+    assert [e.event for e in rest] == ["error"]
+    assert rest[0].json()["code"] == "stream_not_found"
