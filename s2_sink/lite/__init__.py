@@ -1,4 +1,4 @@
-"""``s2_sink.lite``: a local S2-compatible server (HTTP/2 cleartext) that the official ``s2-sdk`` talks to.
+"""``s2_sink.lite``: a local S2-compatible server (h2c and HTTP/1.1 on one port) for any S2 client.
 
     from s2_sink.lite import LiteServer
 
@@ -10,9 +10,21 @@
 Fault hooks (only with ``faults=True`` / ``--allow-faults``): ``srv.faults.fail_next_appends(n, status=503)``,
 ``srv.faults.drop_connections(after_appends=n, ambiguous=False)``, ``srv.faults.delay_acks(ms)``,
 ``srv.faults.clear()``, ``srv.faults.counters()``; over HTTP: ``POST /_lite/faults`` / ``GET /_lite/faults``.
+
+``LiteServer(throttle=True)`` (``--throttle``) answers 429 over S2's per-stream append limits;
+``LiteServer(clock=ManualClock())`` lets a test move the server's time (throttling windows, retention).
 """
 
+from s2_sink.lite._clock import Clock, ManualClock
 from s2_sink.lite._faults import FaultCounters, Faults, FaultsDisabledError
 from s2_sink.lite.server import LiteServer, RemoteFaults
 
-__all__ = ["FaultCounters", "Faults", "FaultsDisabledError", "LiteServer", "RemoteFaults"]
+__all__ = [
+    "Clock",
+    "FaultCounters",
+    "Faults",
+    "FaultsDisabledError",
+    "LiteServer",
+    "ManualClock",
+    "RemoteFaults",
+]

@@ -1,5 +1,5 @@
 """``python -m s2_sink.lite --port 8080 [--host 127.0.0.1] [--data-dir DIR] [--token TOKEN]
-[--allow-faults]``."""
+[--allow-faults] [--throttle]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="make it durable: append-only log in DIR")
     parser.add_argument("--token", default=None, help="accept only this bearer token (others get 401 authn)")
     parser.add_argument("--allow-faults", action="store_true", help="enable the fault hooks at /_lite/faults")
+    parser.add_argument(
+        "--throttle",
+        action="store_true",
+        help="enforce S2's per-stream append limits (200 batches/s per connection, 100 MiB/s) with 429s",
+    )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
             data_dir=args.data_dir,
             token=args.token,
             faults=args.allow_faults,
+            throttle=args.throttle,
             ready=ready,
         )
     )

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from s2_sink.lite._appends import Appender, AppendSession, ConnectionDropped
+from s2_sink.lite._clock import Clock
 from s2_sink.lite._configs import Json, parse_json
 from s2_sink.lite._control import ControlPlane, UnaryHandler
 from s2_sink.lite._durability import DurableLog, encode_meta
@@ -35,6 +36,7 @@ from s2_sink.lite._request import Request
 from s2_sink.lite._router import Router
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
+from s2_sink.lite._throttle import Throttle
 
 __all__ = ["LiteApp"]
 
@@ -50,12 +52,23 @@ _INTERNAL = b'{"code":"other","message":"internal server error"}'
 class LiteApp:
     """The application behind every connection of one server."""
 
-    def __init__(self, store: Store, log_: DurableLog | None, faults: Faults, token: str | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        log_: DurableLog | None,
+        faults: Faults,
+        token: str | None,
+        *,
+        clock: Clock | None = None,
+        throttle: bool = False,
+    ) -> None:
         self.store = store
         self.log = log_
         self.faults = faults
         self.token = token
-        self.appender = Appender(log_, faults)
+        self.clock = clock or Clock()
+        self.throttle = Throttle(self.clock) if throttle else None
+        self.appender = Appender(log_, faults, self.clock, self.throttle)
         self.tasks: set[asyncio.Task[None]] = set()
         if log_ is not None:
             store.on_meta = lambda doc: log_.write(encode_meta(doc))
@@ -96,7 +109,7 @@ class LiteApp:
             match = self.router.route(req.method, path)
             match.handler(req, match.params, query)
         except ApiError as exc:
-            req.respond(exc.status, JSON, exc.body())
+            req.respond(exc.status, [*JSON, *exc.headers], exc.body())
 
     def _unary_route(self, handler: UnaryHandler) -> RouteHandler:
         def route(req: Request, params: dict[str, str], query: str) -> None:
@@ -109,7 +122,7 @@ class LiteApp:
             try:
                 status, headers, body = await handler(bytes(req.body))
             except ApiError as exc:
-                status, headers, body = exc.status, JSON, exc.body()
+                status, headers, body = exc.status, [*JSON, *exc.headers], exc.body()
             except ConnectionDropped:
                 return
             except Exception:

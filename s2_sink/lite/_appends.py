@@ -13,13 +13,14 @@ from collections.abc import Callable
 
 from s2_sink.lite import _faults
 from s2_sink.lite._batch import Batch
-from s2_sink.lite._clock import now_ms
+from s2_sink.lite._clock import Clock
 from s2_sink.lite._durability import DurableLog, encode_append
 from s2_sink.lite._errors import ApiError, bad, not_found
 from s2_sink.lite._faults import Faults
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._request import Request
 from s2_sink.lite._stream import Stream
+from s2_sink.lite._throttle import Throttle
 from s2_sink.lite._wire import append_ack
 
 __all__ = ["AppendSession", "Appender", "ConnectionDropped"]
@@ -32,13 +33,24 @@ class ConnectionDropped(Exception):
 
 
 class Appender:
-    """What every append goes through: the durable log (if any) and the fault hooks."""
+    """What every append goes through: the clock, the throttle (if on), the durable log (if any) and the fault
+    hooks."""
 
-    __slots__ = ("faults", "log")
+    __slots__ = ("clock", "faults", "log", "throttle")
 
-    def __init__(self, log: DurableLog | None, faults: Faults) -> None:
+    def __init__(
+        self, log: DurableLog | None, faults: Faults, clock: Clock, throttle: Throttle | None = None
+    ) -> None:
         self.log = log
         self.faults = faults
+        self.clock = clock
+        self.throttle = throttle
+
+    def sequence(self, req: Request, stream: Stream, payload: bytes) -> Batch:
+        """Admit (throttling) and sequence one encoded AppendInput; raises ApiError without applying it."""
+        if self.throttle is not None:
+            self.throttle.admit(req.conn, stream, len(payload))
+        return stream.sequence(payload, self.clock.now_ms())
 
     def commit(self, stream: Stream, batch: Batch, on_durable: Callable[[], None]) -> None:
         """Make a batch durable (log + fsync when there is a data dir), then visible, then call back."""
@@ -66,7 +78,7 @@ class Appender:
             if action == _faults.DROP_BEFORE:
                 req.abort_connection()
                 raise ConnectionDropped
-        batch = stream.sequence(payload, now_ms())
+        batch = self.sequence(req, stream, payload)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def resolve() -> None:
@@ -151,7 +163,7 @@ class AppendSession:
                 self.flush()
                 return
         try:
-            batch = stream.sequence(payload, now_ms())
+            batch = self.appender.sequence(self.req, stream, payload)
         except ApiError as exc:
             self.fail(exc)
             return

@@ -26,12 +26,22 @@ __all__ = [
 class ApiError(Exception):
     """An error answered to the client as ``status`` with a JSON ``body``."""
 
-    def __init__(self, status: int, code: str, message: str, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        body: dict[str, Any] | None = None,
+        *,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self._body = body
+        #: Extra response headers (``retry-after-ms`` on 429).
+        self.headers = headers or []
 
     def body(self) -> bytes:
         """The JSON error body."""

@@ -29,6 +29,10 @@ class Request(Protocol):
     on_end: Callable[[], None] | None
     on_reset: Callable[[], None] | None
 
+    @property
+    def conn(self) -> object:
+        """The connection the request came on (per-connection limits key on it)."""
+
     def start(self, status: int, headers: list[tuple[str, str]] | None = None, *, end: bool = False) -> None:
         """Send the response headers (``end`` = no body)."""
 

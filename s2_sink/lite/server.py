@@ -17,6 +17,7 @@ from typing import Any, Self
 import httpx
 
 from s2_sink.lite._api import LiteApp
+from s2_sink.lite._clock import Clock
 from s2_sink.lite._durability import LOG_NAME, DurableLog, replay
 from s2_sink.lite._faults import FaultCounters, Faults
 from s2_sink.lite._listener import SniffingProtocol
@@ -53,7 +54,14 @@ class _Running:
 
 
 async def start_server(
-    host: str, port: int, data_dir: Path | None, token: str | None, faults: Faults
+    host: str,
+    port: int,
+    data_dir: Path | None,
+    token: str | None,
+    faults: Faults,
+    *,
+    throttle: bool = False,
+    clock: Clock | None = None,
 ) -> _Running:
     """Replay the log (if any) and start listening."""
     loop = asyncio.get_running_loop()
@@ -64,7 +72,7 @@ async def start_server(
         n = replay(data_dir / LOG_NAME, store)
         log.info("replayed %d log entries from %s", n, data_dir)
         durable_log = DurableLog(data_dir, loop)
-    app = LiteApp(store, durable_log, faults, token)
+    app = LiteApp(store, durable_log, faults, token, clock=clock, throttle=throttle)
     conns: set[asyncio.Transport] = set()
     server = await loop.create_server(lambda: SniffingProtocol(app, conns), host, port, reuse_address=True)
     return _Running(app, server, conns)
@@ -77,10 +85,11 @@ async def serve(
     data_dir: Path | None = None,
     token: str | None = None,
     faults: bool = False,
+    throttle: bool = False,
     ready: Any = None,
 ) -> None:
     """Run until SIGINT/SIGTERM; ``ready(endpoint)`` is called once listening."""
-    running = await start_server(host, port, data_dir, token, Faults(faults))
+    running = await start_server(host, port, data_dir, token, Faults(faults), throttle=throttle)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -142,7 +151,8 @@ class LiteServer:
     of the SDK. ``subprocess=True`` runs it as ``python -m s2_sink.lite`` in a child process instead
     (``kill()`` sends SIGKILL). ``data_dir`` makes it durable (append-only log, fsync before ack, replay on
     start); ``token`` makes it answer 401 to any other bearer token; ``faults=True`` arms nothing but allows
-    ``srv.faults`` to inject faults.
+    ``srv.faults`` to inject faults. ``throttle=True`` enforces S2's per-stream append limits with 429s.
+    ``clock`` (in-process servers only) replaces the real clock, e.g. with a ``ManualClock`` a test advances.
     """
 
     def __init__(
@@ -153,13 +163,19 @@ class LiteServer:
         data_dir: str | os.PathLike[str] | None = None,
         token: str | None = None,
         faults: bool = False,
+        throttle: bool = False,
+        clock: Clock | None = None,
         subprocess: bool = False,
     ) -> None:
+        if clock is not None and subprocess:
+            raise ValueError("clock= needs an in-process server: it cannot be passed to a subprocess")
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.token = token
         self.allow_faults = faults
+        self.throttle = throttle
+        self.clock = clock
         self.subprocess = subprocess
         self.endpoint = ""
         self.faults: Faults | RemoteFaults = Faults(faults)
@@ -193,7 +209,15 @@ class LiteServer:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             try:
-                self._running = await start_server(self.host, self.port, self.data_dir, self.token, faults)
+                self._running = await start_server(
+                    self.host,
+                    self.port,
+                    self.data_dir,
+                    self.token,
+                    faults,
+                    throttle=self.throttle,
+                    clock=self.clock,
+                )
             except BaseException as exc:
                 error.append(exc)
                 ready.set()
@@ -220,6 +244,8 @@ class LiteServer:
             cmd += ["--token", self.token]
         if self.allow_faults:
             cmd.append("--allow-faults")
+        if self.throttle:
+            cmd.append("--throttle")
         self.process = sp.Popen(cmd, stdout=sp.PIPE, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()
