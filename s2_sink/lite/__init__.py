@@ -15,9 +15,18 @@ Fault hooks (only with ``faults=True`` / ``--allow-faults``): ``srv.faults.fail_
 ``LiteServer(clock=ManualClock())`` lets a test move the server's time (throttling windows, retention).
 """
 
-from s2_sink.lite._clock import Clock, ManualClock
-from s2_sink.lite._faults import FaultCounters, Faults, FaultsDisabledError
-from s2_sink.lite.server import LiteServer, RemoteFaults
+import importlib.util
+
+# The server's own dependencies come with the ``lite`` extra; say so instead of failing deep in an import.
+_missing = [name for name in ("h2", "h11", "zstandard") if importlib.util.find_spec(name) is None]
+if _missing:
+    raise ImportError(
+        f"s2_sink.lite needs {', '.join(_missing)}, from the 'lite' extra: pip install 's2-sink[lite]'"
+    )
+
+from s2_sink.lite._clock import Clock, ManualClock  # noqa: E402
+from s2_sink.lite._faults import FaultCounters, Faults, FaultsDisabledError  # noqa: E402
+from s2_sink.lite.server import LiteServer, RemoteFaults  # noqa: E402
 
 __all__ = [
     "Clock",
