@@ -32,7 +32,18 @@ class Batch:
     keep headers-and-body parts of ``SequencedRecord`` per record.
     """
 
-    __slots__ = ("_metered", "_records", "end", "last_ts", "payload", "plain", "start", "ts0", "ts_list")
+    __slots__ = (
+        "_metered",
+        "_records",
+        "arrival",
+        "end",
+        "last_ts",
+        "payload",
+        "plain",
+        "start",
+        "ts0",
+        "ts_list",
+    )
 
     def __init__(
         self,
@@ -44,6 +55,7 @@ class Batch:
         ts0: int,
         ts_list: list[int] | None,
         last_ts: int,
+        arrival: int = 0,
     ) -> None:
         self.start = start
         self.end = end
@@ -56,6 +68,8 @@ class Batch:
         #: Per-record timestamps; None when every record got ``ts0``.
         self.ts_list = ts_list
         self.last_ts = last_ts
+        #: When the batch arrived (ms since the epoch): retention ages count from here.
+        self.arrival = arrival
         self._metered: list[int] | None = None
 
     @property

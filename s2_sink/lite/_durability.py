@@ -116,6 +116,8 @@ def _apply_append(store: Store, payload: memoryview) -> None:
             ts0=ts0,
             ts_list=ts_list,
             last_ts=last_ts,
+            # Arrival times are not logged: retention counts replayed records from the restart.
+            arrival=store.clock.now_ms(),
         )
     )
     s.make_visible(start + n, last_ts)

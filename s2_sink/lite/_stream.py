@@ -48,7 +48,10 @@ class Stream:
     trim_point: int = 0
     #: The ``s2-request-token`` of the create call, so a retried create is answered as a success.
     request_token: str | None = None
+    #: Deleted or being deleted: sessions on it end, new requests get 409 ``stream_deletion_pending``.
     deleted: bool = False
+    #: When the deletion was asked for (epoch seconds); the stream is gone once it completes.
+    deleted_at: float | None = None
     batches: list[Batch] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     last_ts_list: list[int] = field(default_factory=list)
@@ -56,7 +59,13 @@ class Stream:
 
     def info(self) -> Json:
         """StreamInfo JSON."""
-        return {"name": self.name, "created_at": rfc3339(self.created_at), "deleted_at": None, "cipher": None}
+        deleted_at = rfc3339(self.deleted_at) if self.deleted_at is not None else None
+        return {
+            "name": self.name,
+            "created_at": rfc3339(self.created_at),
+            "deleted_at": deleted_at,
+            "cipher": None,
+        }
 
     def tail(self) -> tuple[int, int]:
         """The visible tail: next seq_num and the last record's timestamp."""
@@ -121,7 +130,14 @@ class Stream:
             last_ts = cur
         start = self.next_seq
         batch = Batch(
-            start, start + n, records=p.records, payload=p.payload, ts0=ts0, ts_list=ts_list, last_ts=last_ts
+            start,
+            start + n,
+            records=p.records,
+            payload=p.payload,
+            ts0=ts0,
+            ts_list=ts_list,
+            last_ts=last_ts,
+            arrival=arrival,
         )
         for i, op, body in commands:
             if op == b"fence":
@@ -147,6 +163,30 @@ class Stream:
             k += 1
         if k:
             del self.batches[:k], self.starts[:k], self.last_ts_list[:k]
+
+    # -- retention -------------------------------------------------------------------------------------------
+
+    def expire(self, cutoff_ms: int) -> bool:
+        """Trim the durable batches that arrived before ``cutoff_ms`` (whole batches, like S2, which may keep
+        expired records readable for a while); True if the trim point moved."""
+        new = self.trim_point
+        for b in self.batches:
+            if b.arrival >= cutoff_ms or b.start >= self.visible_seq:
+                break
+            new = max(new, min(b.end, self.visible_seq))
+        if new <= self.trim_point:
+            return False
+        self.trim_point = new
+        self._drop_trimmed()
+        return True
+
+    def is_empty(self) -> bool:
+        """No record is retained (never written, or all trimmed) and none is on its way."""
+        return self.first_seq() >= self.next_seq
+
+    def last_write_s(self) -> float:
+        """When the newest batch arrived (the creation time if there is none), in epoch seconds."""
+        return self.batches[-1].arrival / 1000 if self.batches else self.created_at
 
     # -- reads -----------------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from s2_sink.lite._api import LiteApp
 from s2_sink.lite._clock import Clock
 from s2_sink.lite._durability import LOG_NAME, DurableLog, replay
 from s2_sink.lite._faults import FaultCounters, Faults
+from s2_sink.lite._janitor import Janitor
 from s2_sink.lite._listener import SniffingProtocol
 from s2_sink.lite._store import Store
 
@@ -31,10 +32,17 @@ log = logging.getLogger(__name__)
 class _Running:
     """A started server inside its event loop."""
 
-    def __init__(self, app: LiteApp, server: asyncio.Server, conns: set[asyncio.Transport]) -> None:
+    def __init__(
+        self,
+        app: LiteApp,
+        server: asyncio.Server,
+        conns: set[asyncio.Transport],
+        janitor: asyncio.Task[None],
+    ) -> None:
         self.app = app
         self.server = server
         self.conns = conns
+        self.janitor = janitor
 
     @property
     def port(self) -> int:
@@ -44,11 +52,12 @@ class _Running:
 
     async def close(self) -> None:
         self.server.close()
+        self.janitor.cancel()
         for transport in list(self.conns):
             transport.abort()
         for task in list(self.app.tasks):
             task.cancel()
-        await asyncio.gather(*self.app.tasks, return_exceptions=True)
+        await asyncio.gather(self.janitor, *self.app.tasks, return_exceptions=True)
         if self.app.log is not None:
             self.app.log.close()
 
@@ -65,17 +74,18 @@ async def start_server(
 ) -> _Running:
     """Replay the log (if any) and start listening."""
     loop = asyncio.get_running_loop()
-    store = Store()
+    store = Store(clock)
     durable_log: DurableLog | None = None
     if data_dir is not None:
         # Startup work before listening: blocking file I/O is fine here.
         n = replay(data_dir / LOG_NAME, store)
         log.info("replayed %d log entries from %s", n, data_dir)
         durable_log = DurableLog(data_dir, loop)
-    app = LiteApp(store, durable_log, faults, token, clock=clock, throttle=throttle)
+    app = LiteApp(store, durable_log, faults, token, clock=store.clock, throttle=throttle)
     conns: set[asyncio.Transport] = set()
     server = await loop.create_server(lambda: SniffingProtocol(app, conns), host, port, reuse_address=True)
-    return _Running(app, server, conns)
+    janitor = asyncio.ensure_future(Janitor(store).run())
+    return _Running(app, server, conns, janitor)
 
 
 async def serve(

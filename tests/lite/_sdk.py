@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from s2_sdk import S2, Endpoints, Retry, Timeout
+from s2_sdk import S2, Endpoints, Retry, S2ServerError, Timeout
 
 from s2_sink.lite import LiteServer
 
@@ -29,3 +30,23 @@ def client(srv: LiteServer | str, *, token: str = "test", request_s: float = 10.
         timeout=Timeout(request=timedelta(seconds=request_s), connection=timedelta(seconds=3)),
         **kw,
     )
+
+
+async def deletion_completes(
+    lookup: Callable[[], Awaitable[object]], timeout_s: float = 10.0
+) -> S2ServerError:
+    """Call ``lookup`` until it fails with 404 (the asynchronous deletion finished); until then it must fail
+    with 409 ``*_deletion_pending``. Returns the 404 error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await lookup()
+        except S2ServerError as exc:
+            if exc.status_code == 404:
+                return exc
+            if exc.status_code != 409 or not exc.code.endswith("_deletion_pending"):
+                raise AssertionError(f"expected 409 *_deletion_pending while deleting, got {exc!r}") from exc
+        else:
+            raise AssertionError("a resource being deleted answered as if it were not")
+        assert time.monotonic() < deadline, "the deletion did not complete in time"
+        await asyncio.sleep(0.05)

@@ -16,11 +16,12 @@ from s2_sdk import (
 
 from s2_sink.lite import LiteServer
 from s2_sink.testing import unique_basin_name
-from tests.lite._sdk import client, run
+from tests.lite._sdk import client, deletion_completes, run
 
 
 def test_basin_lifecycle_and_provision_results(lite: LiteServer) -> None:
-    """create/ensure report created/updated/unchanged; get/reconfigure round-trip; delete then 404."""
+    """create/ensure report created/updated/unchanged; get/reconfigure round-trip; delete gives 409
+    basin_deletion_pending while it runs, then 404."""
     name = unique_basin_name("cp")
 
     async def main() -> None:
@@ -41,9 +42,11 @@ def test_basin_lifecycle_and_provision_results(lite: LiteServer) -> None:
             assert cfg.create_stream_on_read is False
             assert cfg.create_stream_on_append is True
             await s2.delete_basin(name)
-            with pytest.raises(S2ServerError) as gone:
+            with pytest.raises(S2ServerError) as pending:
                 await s2.get_basin_config(name)
-            assert (gone.value.status_code, gone.value.code) == (404, "basin_not_found")
+            assert (pending.value.status_code, pending.value.code) == (409, "basin_deletion_pending")
+            gone = await deletion_completes(lambda: s2.get_basin_config(name))
+            assert gone.code == "basin_not_found"
             await s2.delete_basin(name, ignore_not_found=True)
             created = await s2.ensure_basin(name)
             assert created.status == EnsureStatus.CREATED
@@ -107,10 +110,14 @@ def test_stream_lifecycle_with_slash_and_space_names(lite: LiteServer, basin: st
             assert got.timestamping is not None
             assert got.timestamping.mode == TimestampingMode.ARRIVAL
             await b.delete_stream("a/b%2Fc")
+            # Listed with deleted_at while the deletion runs, like S2; gone once it completes.
+            deleting = {s.name: s.deleted_at for s in (await b.list_streams()).items}
+            assert sorted(deleting) == ["a/b c", "a/b%2Fc", "plain"]
+            assert deleting["a/b%2Fc"] is not None
+            assert deleting["plain"] is None
+            gone = await deletion_completes(lambda: b.get_stream_config("a/b%2Fc"))
+            assert gone.code == "stream_not_found"
             assert sorted(s.name for s in (await b.list_streams()).items) == ["a/b c", "plain"]
-            with pytest.raises(S2ServerError) as gone:
-                await b.get_stream_config("a/b%2Fc")
-            assert (gone.value.status_code, gone.value.code) == (404, "stream_not_found")
             await b.delete_stream("a/b%2Fc", ignore_not_found=True)
 
     run(main())
