@@ -50,8 +50,8 @@ soak: $(STAMP)  ## exactly-once soak: random faults over >= 50 micro-batches
 dist: $(STAMP)  ## build the wheel and sdist into dist/
 	$(PY) -m build --outdir dist .
 
-lite: $(STAMP)  ## run the lite server on port 8080 in the foreground
-	$(PY) -m s2_sink.lite --port 8080
+lite: $(STAMP)  ## run the lite server on port 8080 in the foreground (extra flags: LITE_ARGS=--throttle)
+	$(PY) -m s2_sink.lite --port 8080 $(LITE_ARGS)
 
 clean:  ## remove build outputs and the venv
 	rm -rf $(VENV) dist build *.egg-info .pytest_cache .mypy_cache .ruff_cache
