@@ -15,7 +15,8 @@ from s2_sink.lite.server import serve
 def main(argv: list[str] | None = None) -> None:
     """Run the server in the foreground; print the endpoint on stdout once it accepts connections."""
     parser = argparse.ArgumentParser(
-        prog="python -m s2_sink.lite", description="Local S2-compatible server (h2c)."
+        prog="python -m s2_sink.lite",
+        description="Local S2-compatible server (h2c and HTTP/1.1 on one port).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (0 = any free port; default 8080)")
