@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from http import HTTPStatus
 
 import h11
 
@@ -24,6 +25,13 @@ log = logging.getLogger(__name__)
 
 _NO_BODY_STATUSES = (204, 304)
 _BAD_REQUEST = b'{"code":"bad_request","message":"malformed HTTP/1.1 request"}'
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:  # a status the standard library does not name (499)
+        return b""
 
 
 class H1Request:
@@ -66,7 +74,7 @@ class H1Request:
         hdrs = list(headers or [])
         if end and status not in _NO_BODY_STATUSES:
             hdrs.append(("content-length", "0"))
-        if not self.conn.send(h11.Response(status_code=status, headers=hdrs)):
+        if not self.conn.send(h11.Response(status_code=status, headers=hdrs, reason=_reason(status))):
             return
         if end:
             self._finish()
