@@ -136,6 +136,7 @@ class H1Protocol(asyncio.Protocol):
         self._dropped = False
         self._writable: asyncio.Future[None] | None = None
         self._paused = False
+        self._receiving = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -170,8 +171,10 @@ class H1Protocol(asyncio.Protocol):
         if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
             self.current = None
             self.h11.start_next_cycle()
-            # Pipelined bytes already buffered inside h11 are processed now.
-            self.data_received(b"")
+            # Pipelined bytes already buffered inside h11: the running input loop takes them, or start one
+            # (iterating rather than recursing, however many requests one packet carries).
+            if not self._receiving:
+                self.data_received(b"")
 
     async def writable(self) -> None:
         """Return once the transport is not paused (or the connection is gone)."""
@@ -213,6 +216,13 @@ class H1Protocol(asyncio.Protocol):
             return
         if data:
             self.h11.receive_data(data)
+        self._receiving = True
+        try:
+            self._process_events()
+        finally:
+            self._receiving = False
+
+    def _process_events(self) -> None:
         while True:
             try:
                 ev = self.h11.next_event()

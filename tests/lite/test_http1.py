@@ -135,10 +135,22 @@ def test_keep_alive_and_pipelined_requests_share_one_connection(lite: LiteServer
         assert first.endswith(b"OK")
         assert second.startswith(b"404")
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        tail = _recv_until(sock, b"OK")
+        tail = _recv_until(sock, b"\r\n\r\nOK")
         assert tail.startswith(b"HTTP/1.1 200")
         assert tail.endswith(b"OK")
         assert sock.recv(10) == b""  # closed after the answer, as asked
+
+
+def test_many_pipelined_requests_in_one_write(lite: LiteServer) -> None:
+    """A thousand requests written at once are all answered, in order, on the same connection."""
+    n = 1000
+    with socket.create_connection((lite.host, lite.port), timeout=10) as sock:
+        sock.sendall(b"GET /ping HTTP/1.1\r\nhost: x\r\n\r\n" * (n - 1))
+        sock.sendall(b"GET /ping HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    assert got.count(b"HTTP/1.1 200 OK\r\n") == n
 
 
 def test_expect_100_continue_and_malformed_requests(lite: LiteServer, basin: str) -> None:
