@@ -1,8 +1,9 @@
 """Which stream each row goes to: one stream, a column, a template over columns, or key-hash shards.
 
-The target stream is computed by Spark on the driver-built plan (a string column of the record frame,
-`STREAM_COLUMN`), so executors only read it. A null target (a null routing column) is a bad row, handled
-by ``on_error``.
+Each rule has two twins that must agree row for row: `Routing.expr`, the Spark expression `S2Writer`
+adds to the driver-built plan (so executors only read `STREAM_COLUMN`), and `Routing.arrow_targets`, the
+same rule over an Arrow batch for ``format("s2")``, whose tasks get rows without a driver-side plan.
+A null target (a null routing column) is a bad row, handled by ``on_error``.
 
 Shards use Spark's ``xxhash64`` of the record key (``_s2_key``; the body when the key is null), which is
 stable across Spark versions and runs, so a key always lands on the same shard ``<stream>/<n>``.
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from s2_sink.encoders import _jvm
 from s2_sink.errors import ConfigError
 
 __all__ = ["STREAM_COLUMN", "Routing"]
@@ -26,10 +30,6 @@ STREAM_COLUMN: Final = "_s2_stream"
 """The frame column holding each row's target stream when rows are routed."""
 
 _MAX_SHARDS: Final = 100_000
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ class Routing:
             return F.lit(self.stream)
         if self.kind == "column":
             assert self.column is not None
-            return F.col(_quote(self.column)).cast("string")
+            return _jvm.col(self.column).cast("string")
         if self.kind == "template":
             assert self.template is not None
             parts: list[Column] = []
@@ -115,12 +115,33 @@ class Routing:
                 if literal:
                     parts.append(F.lit(literal))
                 if field_name is not None:
-                    parts.append(F.col(_quote(field_name)).cast("string"))
+                    parts.append(_jvm.col(field_name).cast("string"))
             return F.concat(*parts)
         assert self.shards is not None
         assert self.stream is not None
         shard = F.pmod(F.xxhash64(F.coalesce(F.col(key_column), F.col(body_column))), F.lit(self.shards))
         return F.concat(F.lit(self.stream + "/"), shard.cast("string"))
+
+    def arrow_targets(self, frame: pa.RecordBatch) -> pa.Array:
+        """Each row's target stream over an Arrow batch holding the source columns: `expr`'s twin for
+        column and template rules (null = bad row). Single-stream and shard rules need no per-row target
+        (single) or Spark's own hash (shards), so they have no twin."""
+        if self.kind == "column":
+            assert self.column is not None
+            return pc.cast(frame.column(self.column), pa.string())
+        if self.kind != "template":
+            raise ValueError(f"a {self.kind!r} routing rule has no per-row Arrow targets")
+        assert self.template is not None
+        parts: list[Any] = []
+        for literal, field_name, _spec, _conv in string.Formatter().parse(self.template):
+            if literal:
+                parts.append(literal)
+            if field_name is not None:
+                parts.append(pc.cast(frame.column(field_name), pa.string()))
+        if len(parts) == 1 and isinstance(parts[0], pa.Array):
+            return parts[0]
+        # Like Spark's concat, a null part makes the whole target null.
+        return pc.binary_join_element_wise(*parts, "")
 
     def known_streams(self) -> list[str] | None:
         """Every stream the rule can target, when that set is fixed (single stream, shards)."""

@@ -22,15 +22,15 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from s2_sink import _runtime
-from s2_sink._exactly_once._identity import validate_writer_id
+from s2_sink._delivery import AtLeastOnce, DeliveryMode
+from s2_sink._exactly_once._mode import ExactlyOnce
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import (
     BODY,
@@ -45,7 +45,9 @@ from s2_sink._partition_writer import (
 )
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink._session_pool import get_pool
+from s2_sink._write_spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
 from s2_sink.config import S2Config
+from s2_sink.encoders import _jvm
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
@@ -55,55 +57,12 @@ __all__ = ["Delivery", "S2Writer"]
 
 log = logging.getLogger(__name__)
 
-Delivery = Literal["exactly-once", "at-least-once"]
-
-PAYLOAD_COLUMN = "_s2_payload"
-"""Frame column with a bad row's original payload (JSON of the input row), only under ``on_error="dlq"``."""
-
 _FRAME_TYPES = {
     HEADERS: "array<struct<name:binary,value:binary>>",
     TIMESTAMP: "bigint",
     KEY: "binary",
     ERROR: "string",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class BatchJob:
-    """One micro-batch as the delivery mode sees it: the frame to write and the plan to write it with."""
-
-    batch_id: int
-    frame: DataFrame
-    plan: WritePlan
-
-
-class DeliveryMode(Protocol):
-    """How a micro-batch is planned and committed (at-least-once here; exactly-once in ``_exactly_once``).
-
-    ``prepare`` runs on the driver before the write job and returns the job to run (possibly with a
-    changed plan or a repartitioned frame), or ``None`` when the batch must not be written again
-    (already committed). ``commit`` runs after every task succeeded, with the aggregated metrics.
-    Both may raise `S2SinkError` subclasses; they run in the ``foreachBatch`` caller's process.
-    """
-
-    name: str
-
-    def prepare(self, writer: S2Writer, job: BatchJob) -> BatchJob | None: ...
-
-    def commit(self, writer: S2Writer, job: BatchJob, metrics: BatchMetrics) -> None: ...
-
-
-class AtLeastOnce:
-    """Every row is appended at least once; session and task retries may duplicate records."""
-
-    name = "at-least-once"
-
-    def prepare(self, writer: S2Writer, job: BatchJob) -> BatchJob | None:
-        """The job unchanged."""
-        return job
-
-    def commit(self, writer: S2Writer, job: BatchJob, metrics: BatchMetrics) -> None:
-        """Nothing to record."""
 
 
 class S2Writer:
@@ -156,46 +115,53 @@ class S2Writer:
             if not isinstance(create_streams, bool):
                 raise ConfigError(f"create_streams must be a bool, got {create_streams!r}")
             cfg = cfg.replace(create_streams=create_streams)
-        if on_error not in ("fail", "skip", "dlq"):
-            raise ConfigError(f"on_error must be 'fail', 'skip' or 'dlq', got {on_error!r}")
-        if on_error == "dlq" and not dlq_stream:
-            raise ConfigError("on_error='dlq' needs dlq_stream, the dead-letter stream name")
-        if dlq_stream is not None and on_error != "dlq":
-            raise ConfigError(f"dlq_stream={dlq_stream!r} is only used with on_error='dlq', got {on_error!r}")
-        if dlq_stream is not None and (
-            not isinstance(dlq_stream, str) or not 1 <= len(dlq_stream.encode()) <= 512
-        ):
-            raise ConfigError(f"dlq_stream must be a stream name of 1-512 bytes, got {dlq_stream!r}")
         if not isinstance(partition_by_key, bool):
             raise ConfigError(f"partition_by_key must be a bool, got {partition_by_key!r}")
         if on_metrics is not None and not callable(on_metrics):
             raise ConfigError(f"on_metrics must be callable, got {on_metrics!r}")
         if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 1:
             raise ConfigError(f"history_size must be a positive integer, got {history_size!r}")
-        self.cfg = cfg
+        self.spec = WriteSpec.build(
+            cfg,
+            Routing.build(stream=cfg.stream, stream_column=stream_column, shards=shards),
+            on_error=on_error,
+            dlq_stream=dlq_stream,
+            delivery=delivery,
+            writer_id=writer_id,
+            dlq_payload=True,
+            spelling=KEYWORDS,
+        )
         self.encoder = encoder
-        self.routing = Routing.build(stream=cfg.stream, stream_column=stream_column, shards=shards)
         self.partition_by_key = partition_by_key
-        self.on_error: OnError = on_error
-        self.dlq_stream = dlq_stream
-        self.writer_id = writer_id
         self.on_metrics = on_metrics
-        self.delivery = delivery
-        self.mode: DeliveryMode = self._delivery_mode(delivery)
+        # Ledger, fencing, chunk tags and retry/replay subtraction: see docs/exactly-once.md.
+        self.mode: DeliveryMode = ExactlyOnce(self.spec) if self.spec.exactly_once else AtLeastOnce(self.spec)
         self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
         self.last_metrics: BatchMetrics | None = None
 
-    def _delivery_mode(self, delivery: str) -> DeliveryMode:
-        if delivery == "at-least-once":
-            return AtLeastOnce()
-        if delivery == "exactly-once":
-            # Ledger, fencing, chunk tags and retry/replay subtraction: see docs/exactly-once.md.
-            from s2_sink._exactly_once._mode import ExactlyOnce  # noqa: PLC0415 - imports pyspark.functions
+    @property
+    def cfg(self) -> S2Config:
+        return self.spec.cfg
 
-            if self.writer_id is not None:
-                validate_writer_id(self.writer_id)
-            return ExactlyOnce()
-        raise ConfigError(f"delivery must be 'exactly-once' or 'at-least-once', got {delivery!r}")
+    @property
+    def routing(self) -> Routing:
+        return self.spec.routing
+
+    @property
+    def on_error(self) -> OnError:
+        return self.spec.on_error
+
+    @property
+    def dlq_stream(self) -> str | None:
+        return self.spec.dlq_stream
+
+    @property
+    def delivery(self) -> Delivery:
+        return self.spec.delivery
+
+    @property
+    def writer_id(self) -> str | None:
+        return self.spec.writer_id
 
     def __repr__(self) -> str:
         return (
@@ -208,10 +174,8 @@ class S2Writer:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (the ``foreachBatch`` entry point)."""
         started = time.monotonic()
-        frame = self.frame(batch_df)
-        job = self.mode.prepare(self, BatchJob(batch_id, frame, self.plan(batch_id)))
-        if job is None:
-            log.info("s2 batch=%s already committed; nothing written", batch_id)
+        job = self.mode.prepare(batch_id, self.frame(batch_df))
+        if job is None:  # the ledger has this batch (logged there)
             return
         self._create_known_streams()
         out = job.frame
@@ -226,7 +190,7 @@ class S2Writer:
         metrics = aggregate(
             batch_id, [r.asDict() for r in rows], time.monotonic() - started, delivery=self.mode.name
         )
-        self.mode.commit(self, job, metrics)
+        self.mode.commit(job, metrics)
         self._publish(metrics)
 
     def frame(self, batch_df: DataFrame) -> DataFrame:
@@ -260,28 +224,18 @@ class S2Writer:
         if self.routing.routed:
             cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
         if self.on_error == "dlq":
-            row_json = F.to_json(F.struct(*[F.col(_quote(c)) for c in names])).cast("binary")
+            row_json = F.to_json(F.struct(*[_jvm.col(c) for c in names])).cast("binary")
             cols.append(F.when(F.col(ERROR).isNotNull(), row_json).alias(PAYLOAD_COLUMN))
         return frame.select(*cols)
 
     def plan(self, batch_id: int) -> WritePlan:
-        """The at-least-once plan of micro-batch `batch_id` (delivery modes may extend it)."""
-        return WritePlan(
-            cfg=self.cfg,
-            batch_id=batch_id,
-            stream=None if self.routing.routed else self.routing.stream,
-            stream_column=STREAM_COLUMN if self.routing.routed else None,
-            on_error=self.on_error,
-            dlq_stream=self.dlq_stream,
-            payload_column=PAYLOAD_COLUMN if self.on_error == "dlq" else None,
-        )
+        """The at-least-once plan of micro-batch `batch_id` (exactly-once plans it under its epoch)."""
+        return self.spec.plan(batch_id)
 
     def _create_known_streams(self) -> None:
         if not self.cfg.create_streams:
             return
-        streams = list(self.routing.known_streams() or [])
-        if self.dlq_stream is not None:
-            streams.append(self.dlq_stream)
+        streams = self.spec.streams_to_create()
         if streams:
             _runtime.run(_ensure_streams(self.cfg, streams))
 
@@ -303,10 +257,6 @@ def _default_encoder() -> Encoder:
     from s2_sink.encoders import InsertEncoder  # noqa: PLC0415 - encoders import Spark helpers lazily
 
     return InsertEncoder()
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 _ERROR_CLASSES: dict[str, type[S2SinkError]] = {

@@ -8,6 +8,10 @@ See docs/exactly-once.md for the mechanism and the argument for why it is correc
 - `_fingerprint`: the content hash of a record that retries and replays subtract.
 - `_readback`: collect what a writer already wrote into a stream range.
 - `_task`: the executor-side pieces (tagger, token keeper, dedupe hook) shipped in the write plan.
-- `_coordinator`: the driver side, one `begin_batch`/`commit_batch` pair per micro-batch.
+- `_plan`: those pieces for one micro-batch under one epoch, built in one place for both front doors.
+- `_identity`: the writer identity (``writer_id`` or the streaming query id) and the Spark settings refused.
+- `_coordinator`: the driver side of `S2Writer`, one `begin_batch`/`commit_batch` pair per micro-batch.
+- `_mode`: `S2Writer`'s exactly-once delivery mode, on top of the coordinator.
+- `_sink_run`: the ``format("s2")`` sink's epoch per micro-batch execution.
 - `_crashpoints`: named crash points for the fault-injection suite (inert without an env var).
 """

@@ -1,7 +1,7 @@
 """Driver side of exactly-once delivery: one `Coordinator` per `S2Writer`, two calls per micro-batch.
 
 ``begin_batch(batch_id)`` returns either "skip: already committed" (a replay of a batch the ledger
-already has) or the `BatchPlan` to write it with; ``commit_batch(batch_id, ends)`` records it in the
+already has) or the `EpochPlan` to write it with; ``commit_batch(batch_id, ends)`` records it in the
 ledger once every task succeeded. Happy path I/O: one conditional ledger append per micro-batch; a run
 additionally reads the ledger tail once, appends its ``open`` record and fences the static target
 streams once.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from s2_sdk import S2ServerError
@@ -21,29 +20,14 @@ from s2_sink import _runtime
 from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once._ledger import Ledger, LedgerState
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
-from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
+from s2_sink._exactly_once._plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import WriterConflictError
 
-__all__ = ["TAG_RESERVE_BYTES", "BatchPlan", "Coordinator", "check_identity"]
+__all__ = ["Coordinator", "check_identity"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPlan:
-    """How to write one micro-batch exactly-once (the pieces go into the `WritePlan`)."""
-
-    batch_id: int
-    token: str
-    tagger: Tagger
-    keeper: TokenKeeper
-    dedupe: Dedupe
-    recovery: bool
-    """Replay after a driver restart: repartition the record frame by record content before writing."""
-    epoch: int
 
 
 class Coordinator:
@@ -70,7 +54,7 @@ class Coordinator:
     def state(self) -> LedgerState:
         return self._ledger.state if self._ledger is not None else LedgerState()
 
-    def begin_batch(self, batch_id: int) -> BatchPlan | None:
+    def begin_batch(self, batch_id: int) -> EpochPlan | None:
         """The plan for `batch_id`, or ``None`` when the ledger already has it (write nothing)."""
         return _runtime.run(self._begin(batch_id))
 
@@ -80,18 +64,12 @@ class Coordinator:
         _runtime.run(self._commit(batch_id, ends))
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
-    async def _begin(self, batch_id: int) -> BatchPlan | None:
+    async def _begin(self, batch_id: int) -> EpochPlan | None:
         recovery = False
         if self._token is None:
             state = await self.load()
             check_identity(state, self.writer_id, self.query_id, batch_id)
-            if batch_id <= state.committed:
-                log.info(
-                    "exactly-once: batch %s of writer %s already committed (ledger at %s); writing nothing",
-                    batch_id,
-                    self.writer_id,
-                    state.committed,
-                )
+            if already_committed(state, self.writer_id, batch_id):
                 return None
             # A previous run may have written part of this batch before dying: replay it in recovery mode.
             recovery = state.may_have_written_next
@@ -107,25 +85,9 @@ class Coordinator:
         assert self._ledger is not None
         assert self._token is not None
         state = self._ledger.state
-        if batch_id <= state.committed:
+        if already_committed(state, self.writer_id, batch_id):
             return None
-        token = self._token.encode()
-        return BatchPlan(
-            batch_id=batch_id,
-            token=token,
-            tagger=Tagger(self.writer, self._token.epoch),
-            keeper=TokenKeeper(self.cfg, token, frozenset(state.ends)),
-            dedupe=Dedupe(
-                cfg=self.cfg,
-                token=token,
-                writer=self.writer,
-                epoch=self._token.epoch,
-                recovery=recovery,
-                starts=dict(state.ends),
-            ),
-            recovery=recovery,
-            epoch=self._token.epoch,
-        )
+        return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery)
 
     async def load(self) -> LedgerState:
         """Read the ledger's last record (creating the ledger stream if needed)."""

@@ -19,9 +19,16 @@ from urllib.parse import urlparse
 
 from s2_sink.errors import ConfigError
 
-__all__ = ["check_no_speculation", "query_id_from_checkpoint", "resolve_identity", "validate_writer_id"]
+__all__ = [
+    "QUERY_ID_PROPERTY",
+    "check_no_speculation",
+    "query_id_from_checkpoint",
+    "resolve_identity",
+    "validate_writer_id",
+]
 
-_QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+"""The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 
 
@@ -40,7 +47,7 @@ def _query_id(spark: Any) -> str | None:
     except Exception:  # Spark Connect: no SparkContext
         return None
     try:
-        value = sc.getLocalProperty(_QUERY_ID_PROPERTY)
+        value = sc.getLocalProperty(QUERY_ID_PROPERTY)
     except Exception:
         return None
     return str(value) if value else None

@@ -7,8 +7,9 @@ micro-batch Spark creates the writer on the driver, pickles it to the tasks, and
 
 - driver, when the writer is pickled for the tasks (`open_sink_run`): read the ledger, append an ``open``
   record with the next epoch (scope ``batch``) and fence the static target streams to it;
-- executors (`SinkRun.plan`): each task learns its micro-batch id; a batch the ledger already has is
-  written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe hook;
+- executors (`SinkRun.plan_batch`): each task learns its micro-batch id; a batch the ledger already has
+  is written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe
+  hook;
 - driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open``.
 
 Recovery differs: the sink cannot repartition a replay by record content, so after a driver restart each
@@ -19,7 +20,6 @@ still has to write that an earlier execution wrote under another partition id.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from s2_sink import _runtime
 from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._coordinator import Coordinator, check_identity
-from s2_sink._exactly_once._fencing import Token, writer_hash
+from s2_sink._exactly_once._fencing import writer_hash
 from s2_sink._exactly_once._ledger import Ledger, LedgerState
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
-from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
-from s2_sink._partition_writer import WritePlan
+from s2_sink._exactly_once._plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
@@ -64,8 +62,9 @@ class SinkRun:
         """An earlier execution may have written part of the micro-batch after the last commit."""
         return self.before.may_have_written_next
 
-    def plan(self, plan: WritePlan, query_id: str | None) -> WritePlan | None:
-        """The exactly-once plan of a task's micro-batch, or None when the ledger already has the batch.
+    def plan_batch(self, batch_id: int, query_id: str | None) -> EpochPlan | None:
+        """How a task writes micro-batch `batch_id` in this execution's epoch, or None when the ledger
+        already has the batch.
 
         `query_id` is the streaming query id the task sees (the ``sql.streaming.queryId`` property).
         """
@@ -74,37 +73,16 @@ class SinkRun:
                 f"exactly-once: the driver read query id {self.query_id!r} from the checkpoint, but the "
                 f"task runs for query {query_id!r}; set option s2.writer-id to name the writer explicitly"
             )
-        batch_id = plan.batch_id
         check_identity(self.before, self.writer_id, query_id, batch_id)
-        if batch_id <= self.before.committed:
-            log.info(
-                "exactly-once: batch %s of writer %s already committed (ledger at %s); writing nothing",
-                batch_id,
-                self.writer_id,
-                self.before.committed,
-            )
+        if already_committed(self.before, self.writer_id, batch_id):
             return None
-        writer = writer_hash(self.writer_id)
-        token = Token(epoch=self.epoch, gen=0, writer=writer).encode()
-        cfg = plan.cfg.replace(append_retry_policy="NO_SIDE_EFFECTS")
-        starts = dict(self.before.ends)
-        return dataclasses.replace(
-            plan,
-            cfg=cfg,
-            fencing_token=token,
-            chunk_tagger=Tagger(writer, self.epoch),
-            chunk_tag_reserve=TAG_RESERVE_BYTES,
-            recovery=Dedupe(
-                cfg=cfg,
-                token=token,
-                writer=writer,
-                epoch=self.epoch,
-                recovery=self.recovery,
-                starts=starts,
-                replay="partition" if self.trust_partitioning else "partition-checked",
-            ),
-            resend_ambiguous=False,
-            fence_keeper=TokenKeeper(cfg, token, frozenset(starts)),
+        return epoch_plan(
+            self.cfg,
+            writer_hash(self.writer_id),
+            self.epoch,
+            self.before.ends,
+            recovery=self.recovery,
+            replay="partition" if self.trust_partitioning else "partition-checked",
         )
 
 

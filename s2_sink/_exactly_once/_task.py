@@ -38,7 +38,7 @@ from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._fencing import Token, fence_if_older, judge_current_token
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES, ChunkTag
+from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
 from s2_sink.errors import ReplayMismatchError
 
@@ -46,9 +46,13 @@ if TYPE_CHECKING:
     from s2_sink._partition_writer import ChunkInfo, PartitionContext, RecordFilter, WritePlan
     from s2_sink.config import S2Config
 
-__all__ = ["TAG_RESERVE_BYTES", "Dedupe", "Tagger", "TokenKeeper"]
+__all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper"]
 
 log = logging.getLogger(__name__)
+
+Replay = Literal["content", "partition", "partition-checked"]
+"""How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
+(partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +164,7 @@ class Dedupe:
     """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
     starts: dict[str, int]
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
-    replay: Literal["content", "partition", "partition-checked"] = "content"
-    """How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
-    (partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
+    replay: Replay = "content"
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)

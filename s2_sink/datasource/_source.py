@@ -100,25 +100,22 @@ class S2DataSource(DataSource):
         cfg, opts = self._reader_parts(schema, streaming=True)
         return S2StreamReader(cfg, opts, schema)
 
-    def _writer_parts(
-        self, schema: StructType, overwrite: bool, *, streaming: bool
-    ) -> tuple[S2Config, WriteOptions]:
+    def _writer_options(self, schema: StructType, overwrite: bool, *, streaming: bool) -> WriteOptions:
         check_overwrite(overwrite)
         cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
-        opts = parse_write_options(self._opts, stream=cfg.stream, streaming=streaming)
-        opts.routing.validate(schema)
-        opts.encoder.validate(
-            schema, keep=opts.routing.source_columns(), exclude=opts.routing.body_exclusions()
-        )
-        return cfg, opts
+        opts = parse_write_options(self._opts, cfg=cfg, streaming=streaming)
+        routing = opts.spec.routing
+        routing.validate(schema)
+        opts.encoder.validate(schema, keep=routing.source_columns(), exclude=routing.body_exclusions())
+        return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        cfg, opts = self._writer_parts(schema, overwrite, streaming=False)
-        return S2BatchWriter(cfg, opts, schema)
+        opts = self._writer_options(schema, overwrite, streaming=False)
+        return S2BatchWriter(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        cfg, opts = self._writer_parts(schema, overwrite, streaming=True)
+        opts = self._writer_options(schema, overwrite, streaming=True)
         identity = None
-        if opts.delivery == "exactly-once":
+        if opts.spec.exactly_once:
             identity = sink_identity(opts, self._opts.get("checkpointlocation"))
-        return S2StreamWriter(cfg, opts, schema, identity)
+        return S2StreamWriter(opts, schema, identity)

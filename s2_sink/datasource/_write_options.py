@@ -1,17 +1,19 @@
-"""Writer options of ``format("s2")``: the encoder, the routing rule and bad-row handling.
+"""Writer options of ``format("s2")``: the encoder, and the `WriteSpec` both front doors share.
 
 Connection and batching options are those of ``S2Config.from_options``; this module parses the rest,
-on the driver, and raises ConfigError naming the option and the bad value.
+on the driver, and raises ConfigError naming the option and the bad value. The rules on routing, bad rows
+and delivery are `WriteSpec.build`'s; what is checked here is only what is particular to options: an
+option that does not apply to this write is refused rather than ignored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
-from s2_sink._partition_writer import OnError
 from s2_sink._routing import Routing
+from s2_sink._write_spec import OPTIONS, WriteSpec
+from s2_sink.config import S2Config
 from s2_sink.encoders import Encoder, InsertEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError
 
@@ -55,8 +57,6 @@ WRITE_KEYS = frozenset(
     }
 )
 
-Delivery = Literal["exactly-once", "at-least-once"]
-
 _INSERT_ONLY = (OPT_KEY_COLUMN, OPT_VALUE_COLUMN)
 _UPSERT_ONLY = (OPT_KEY_COLUMNS, OPT_OP_COLUMN, OPT_COMPACT)
 
@@ -66,13 +66,7 @@ class WriteOptions:
     """Validated writer options (plain data; pickles to executors)."""
 
     encoder: Encoder
-    routing: Routing
-    on_error: OnError
-    dlq_stream: str | None
-    delivery: Delivery = "at-least-once"
-    writer_id: str | None = None
-    trust_partitioning: bool = False
-    """``s2.replay-partitioning=same``: a replay keeps the partitioning of the run it repairs."""
+    spec: WriteSpec
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -129,59 +123,49 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
     raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert")
 
 
-def _delivery(options: Mapping[str, str], *, streaming: bool) -> tuple[Delivery, str | None]:
+def _delivery(options: Mapping[str, str], *, streaming: bool) -> str:
     raw = _get(options, OPT_DELIVERY)
     delivery = (raw or ("exactly-once" if streaming else "at-least-once")).lower()
-    if delivery not in ("exactly-once", "at-least-once"):
-        raise ConfigError(f"option {OPT_DELIVERY}={raw!r} must be exactly-once | at-least-once")
     if delivery == "exactly-once" and not streaming:
         raise ConfigError(
             f"option {OPT_DELIVERY}=exactly-once applies to df.writeStream.format('s2'): a one-off "
             "df.write has no micro-batch id to record, so its writes are at-least-once (drop the option)"
         )
-    writer_id = _get(options, OPT_WRITER_ID) or None
-    if writer_id is not None and delivery != "exactly-once":
-        raise ConfigError(
-            f"option {OPT_WRITER_ID}={writer_id!r} is used only with {OPT_DELIVERY}=exactly-once"
-        )
-    return delivery, writer_id  # type: ignore[return-value]  # narrowed by the membership test above
+    return delivery
 
 
-def parse_write_options(options: Mapping[str, str], *, stream: str | None, streaming: bool) -> WriteOptions:
-    """Validate the writer options (``stream`` is the config's ``s2.stream``)."""
+def _only_with_exactly_once(name: str, raw: str | None, delivery: str) -> None:
+    if raw is not None and delivery != "exactly-once":
+        raise ConfigError(f"option {name}={raw!r} is used only with {OPT_DELIVERY}=exactly-once")
+
+
+def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming: bool) -> WriteOptions:
+    """Validate the writer options against `cfg`, the connection settings (``s2.stream`` among them)."""
     encoder = _encoder(options)
     stream_column = _get(options, OPT_STREAM_COLUMN) or None
-    if stream_column is not None and stream is not None:
+    # S2Writer lets stream_column override the config's stream; options name one or the other.
+    if stream_column is not None and cfg.stream is not None:
         raise ConfigError(
-            f"options s2.stream={stream!r} and {OPT_STREAM_COLUMN}={stream_column!r} are mutually exclusive"
+            f"options s2.stream={cfg.stream!r} and {OPT_STREAM_COLUMN}={stream_column!r} "
+            "are mutually exclusive"
         )
-    routing = Routing.build(stream=stream, stream_column=stream_column, shards=None)
-
-    on_error_raw = _get(options, OPT_ON_ERROR)
-    on_error = (on_error_raw or "fail").lower()
-    if on_error not in ("fail", "skip", "dlq"):
-        raise ConfigError(f"option {OPT_ON_ERROR}={on_error_raw!r} must be fail | skip | dlq")
-    dlq = _get(options, OPT_DLQ_STREAM) or None
-    if on_error == "dlq" and dlq is None:
-        raise ConfigError(f"option {OPT_ON_ERROR}=dlq needs {OPT_DLQ_STREAM}, the dead-letter stream")
-    if dlq is not None and on_error != "dlq":
-        raise ConfigError(f"option {OPT_DLQ_STREAM}={dlq!r} is used only with {OPT_ON_ERROR}=dlq")
-
-    delivery, writer_id = _delivery(options, streaming=streaming)
+    routing = Routing.build(stream=cfg.stream, stream_column=stream_column, shards=None)
+    delivery = _delivery(options, streaming=streaming)
+    writer_id = _get(options, OPT_WRITER_ID) or None
+    _only_with_exactly_once(OPT_WRITER_ID, writer_id, delivery)
     replay_raw = _get(options, OPT_REPLAY_PARTITIONING)
     replay = (replay_raw or "check").lower()
     if replay not in ("check", "same"):
         raise ConfigError(f"option {OPT_REPLAY_PARTITIONING}={replay_raw!r} must be check | same")
-    if replay_raw is not None and delivery != "exactly-once":
-        raise ConfigError(
-            f"option {OPT_REPLAY_PARTITIONING}={replay_raw!r} is used only with {OPT_DELIVERY}=exactly-once"
-        )
-    return WriteOptions(
-        encoder=encoder,
-        routing=routing,
-        on_error=on_error,  # type: ignore[arg-type]  # narrowed by the membership test above
-        dlq_stream=dlq,
+    _only_with_exactly_once(OPT_REPLAY_PARTITIONING, replay_raw, delivery)
+    spec = WriteSpec.build(
+        cfg,
+        routing,
+        on_error=(_get(options, OPT_ON_ERROR) or "fail").lower(),
+        dlq_stream=_get(options, OPT_DLQ_STREAM) or None,
         delivery=delivery,
         writer_id=writer_id,
         trust_partitioning=replay == "same",
+        spelling=OPTIONS,
     )
+    return WriteOptions(encoder=encoder, spec=spec)

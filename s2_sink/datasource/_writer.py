@@ -14,13 +14,11 @@ tasks read the batch id from a task-local property; ``commit`` records the batch
 from __future__ import annotations
 
 import logging
-import string
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -29,12 +27,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from s2_sink._exactly_once._identity import query_id_from_checkpoint, validate_writer_id
+from s2_sink._exactly_once._identity import QUERY_ID_PROPERTY, query_id_from_checkpoint
 from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import WritePlan, write_partition
-from s2_sink._routing import STREAM_COLUMN, Routing
-from s2_sink.config import S2Config
+from s2_sink._routing import STREAM_COLUMN
 from s2_sink.datasource._write_options import OPT_DELIVERY, OPT_WRITER_ID, WriteOptions
 from s2_sink.errors import CommitError, ConfigError
 
@@ -43,7 +40,6 @@ __all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity"
 log = logging.getLogger(__name__)
 
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
-_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 class S2CommitMessage(WriterCommitMessage):
@@ -65,47 +61,19 @@ def check_overwrite(overwrite: bool) -> None:
         )
 
 
-def _targets(frame: pa.RecordBatch, routing: Routing) -> pa.Array:
-    """Each row's target stream, as the routing rule's JVM expression would compute it (null = bad row)."""
-    if routing.kind == "column":
-        assert routing.column is not None
-        return pc.cast(frame.column(routing.column), pa.string())
-    assert routing.template is not None
-    parts: list[Any] = []
-    for literal, name, _spec, _conv in string.Formatter().parse(routing.template):
-        if literal:
-            parts.append(literal)
-        if name is not None:
-            parts.append(pc.cast(frame.column(name), pa.string()))
-    if len(parts) == 1 and isinstance(parts[0], pa.Array):
-        return parts[0]
-    return pc.binary_join_element_wise(*parts, "")
-
-
 def _frames(
     batches: Iterator[pa.RecordBatch], schema: StructType, opts: WriteOptions
 ) -> Iterator[pa.RecordBatch]:
-    keep = opts.routing.source_columns()
-    exclude = opts.routing.body_exclusions()
+    routing = opts.spec.routing
+    keep = routing.source_columns()
+    exclude = routing.body_exclusions()
     for batch in batches:
         if batch.num_rows == 0:
             continue
         frame = opts.encoder.encode_arrow(batch, schema=schema, keep=keep, exclude=exclude, errors="column")
-        if opts.routing.routed:
-            frame = frame.append_column(STREAM_COLUMN, _targets(frame, opts.routing))
+        if routing.routed:
+            frame = frame.append_column(STREAM_COLUMN, routing.arrow_targets(frame))
         yield frame
-
-
-def _plan(cfg: S2Config, opts: WriteOptions, batch_id: int) -> WritePlan:
-    routed = opts.routing.routed
-    return WritePlan(
-        cfg=cfg,
-        batch_id=batch_id,
-        stream=None if routed else opts.routing.stream,
-        stream_column=STREAM_COLUMN if routed else None,
-        on_error=opts.on_error,
-        dlq_stream=opts.dlq_stream,
-    )
 
 
 def _write(
@@ -136,8 +104,8 @@ def sink_identity(opts: WriteOptions, checkpoint_location: str | None) -> tuple[
     ``s2.writer-id`` if given; else the streaming query id from the checkpoint's ``metadata`` file (the
     identity `S2Writer` uses by default), which the driver's Python can read on a local file system or DBFS.
     """
-    if opts.writer_id is not None:
-        return validate_writer_id(opts.writer_id), None
+    if opts.spec.writer_id is not None:  # validated with the options
+        return opts.spec.writer_id, None
     query_id = query_id_from_checkpoint(checkpoint_location) if checkpoint_location else None
     if query_id is None:
         where = (
@@ -157,13 +125,12 @@ def sink_identity(opts: WriteOptions, checkpoint_location: str | None) -> tuple[
 class S2BatchWriter(DataSourceArrowWriter):
     """``df.write.format("s2")``: every partition appended by its task; the driver logs the totals."""
 
-    def __init__(self, cfg: S2Config, opts: WriteOptions, schema: StructType) -> None:
-        self._cfg = cfg
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self._opts = opts
         self._schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> S2CommitMessage:
-        return _write(_plan(self._cfg, self._opts, 0), self._opts, self._schema, iterator, None)
+        return _write(self._opts.spec.plan(0), self._opts, self._schema, iterator, None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("%s", _metrics(0, messages, "at-least-once").log_line())
@@ -183,9 +150,8 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
     """
 
     def __init__(
-        self, cfg: S2Config, opts: WriteOptions, schema: StructType, identity: tuple[str, str | None] | None
+        self, opts: WriteOptions, schema: StructType, identity: tuple[str, str | None] | None
     ) -> None:
-        self._cfg = cfg
         self._opts = opts
         self._schema = schema
         self._identity = identity
@@ -202,21 +168,22 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
         # anew, which is never pickled and so never opens one.
         if self._identity is not None and self._run is None:
             writer_id, query_id = self._identity
+            spec = self._opts.spec
             self._run = open_sink_run(
-                self._cfg,
+                spec.cfg,
                 writer_id,
                 query_id,
-                self._opts.routing.known_streams() or [],
-                trust_partitioning=self._opts.trust_partitioning,
+                spec.static_streams(),
+                trust_partitioning=spec.trust_partitioning,
             )
         return dict(self.__dict__)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> S2CommitMessage:
         tc = TaskContext.get()
         raw = tc.getLocalProperty(_BATCH_ID_PROPERTY) if tc is not None else None
-        plan = _plan(self._cfg, self._opts, int(raw) if raw is not None else 0)
+        batch_id = int(raw) if raw is not None else 0
         if self._identity is None:
-            return _write(plan, self._opts, self._schema, iterator, None)
+            return _write(self._opts.spec.plan(batch_id), self._opts, self._schema, iterator, None)
         if self._run is None:
             # Never silently at-least-once: this Spark shipped the writer without pickling it on the driver.
             raise CommitError(
@@ -229,13 +196,13 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
                 f"exactly-once: the task has no micro-batch id (task property {_BATCH_ID_PROPERTY!r}); "
                 f"this Spark cannot run format('s2') exactly-once: set {OPT_DELIVERY}=at-least-once"
             )
-        query_id = tc.getLocalProperty(_QUERY_ID_PROPERTY) if tc is not None else None
-        eo_plan = self._run.plan(plan, query_id)
-        if eo_plan is None:
+        query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) if tc is not None else None
+        epoch = self._run.plan_batch(batch_id, query_id)
+        if epoch is None:
             for _ in iterator:  # the ledger has this batch: consume the input, write nothing
                 pass
             return S2CommitMessage([], 0.0, self._run)
-        return _write(eo_plan, self._opts, self._schema, iterator, self._run)
+        return _write(self._opts.spec.plan(batch_id, epoch), self._opts, self._schema, iterator, self._run)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         metrics = _metrics(batchId, messages, self._delivery)
@@ -247,7 +214,7 @@ class S2StreamWriter(DataSourceStreamArrowWriter):
                     f"exactly-once: the tasks of batch {batchId} report executions {sorted(executions)}"
                 )
             run = runs[0] if runs else None
-            commit_sink_run(self._cfg, self._identity[0], run, batchId, metrics.end_positions())
+            commit_sink_run(self._opts.spec.cfg, self._identity[0], run, batchId, metrics.end_positions())
         log.info("%s", metrics.log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -12,6 +12,8 @@ import pytest
 from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once._tags import find_tag
 from s2_sink._partition_writer import PartitionContext, WritePlan, write_partition
+from s2_sink._routing import Routing
+from s2_sink._write_spec import WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, ReplayMismatchError, WriterConflictError
 from s2_sink.lite import LiteServer
@@ -19,9 +21,10 @@ from tests.faults._support import cfg_for, make_basin, read_all, run
 
 
 def _plan(run_: SinkRun, cfg: S2Config, batch: int, query_id: str | None = "q") -> WritePlan:
-    plan = run_.plan(WritePlan(cfg=cfg, batch_id=batch, stream="events"), query_id)
-    assert plan is not None
-    return plan
+    epoch = run_.plan_batch(batch, query_id)
+    assert epoch is not None
+    spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
+    return spec.plan(batch, epoch)
 
 
 def _write(plan: WritePlan, partition: int, bodies: list[bytes], attempt: int = 0) -> None:
@@ -49,7 +52,7 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteSer
 
     r2 = open_sink_run(cfg, "w", "q", ["events"])
     assert (r2.epoch, r2.recovery, r2.before.committed) == (2, False, 0)
-    assert r2.plan(WritePlan(cfg=cfg, batch_id=0, stream="events"), "q") is None  # the ledger has it
+    assert r2.plan_batch(0, "q") is None  # the ledger has it
     _plan(r2, cfg, 1)  # planned, then the driver dies before the commit
 
     r3 = open_sink_run(cfg, "w", "q", ["events"])
@@ -57,9 +60,9 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteSer
     with pytest.raises(WriterConflictError, match="another driver"):
         commit_sink_run(cfg, "w", r2, 1, {})
     with pytest.raises(WriterConflictError, match="went backwards"):
-        r3.plan(WritePlan(cfg=cfg, batch_id=-1, stream="events"), "q")
+        r3.plan_batch(-1, "q")
     with pytest.raises(CommitError, match=r"s2\.writer-id"):
-        r3.plan(WritePlan(cfg=cfg, batch_id=1, stream="events"), "another-query")
+        r3.plan_batch(1, "another-query")
     commit_sink_run(cfg, "w", r3, 1, {})
     assert open_sink_run(cfg, "w", "q", ["events"]).recovery is False
     commit_sink_run(cfg, "w", None, 2, {})  # no task reported: committed on top of the open it finds

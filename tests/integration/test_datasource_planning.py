@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._formats import RAW_SCHEMA
 from s2_sink.datasource._offsets import advance, cap_total, max_merge, plan_ranges
@@ -237,13 +238,14 @@ def test_exactly_once_write_options_and_identity(tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "metadata").write_text('{"id":"8d1a6f6e-query"}\n')
-    opts = parse_write_options({"s2.stream": "s"}, stream="s", streaming=True)
-    assert opts.delivery == "exactly-once"
+    cfg = S2Config.from_options({**_BASE, "s2.stream": "s"})
+    opts = parse_write_options({"s2.stream": "s"}, cfg=cfg, streaming=True)
+    assert opts.spec.delivery == "exactly-once"
     assert sink_identity(opts, ck.as_uri()) == ("8d1a6f6e-query", "8d1a6f6e-query")
     assert sink_identity(opts, str(ck)) == ("8d1a6f6e-query", "8d1a6f6e-query")
-    named = parse_write_options({"s2.writer-id": "orders-v2"}, stream="s", streaming=True)
+    named = parse_write_options({"s2.writer-id": "orders-v2"}, cfg=cfg, streaming=True)
     assert sink_identity(named, None) == ("orders-v2", None)
-    assert parse_write_options({}, stream="s", streaming=False).delivery == "at-least-once"
+    assert parse_write_options({}, cfg=cfg, streaming=False).spec.delivery == "at-least-once"
 
 
 def test_exactly_once_writer_never_falls_back_to_at_least_once() -> None:
