@@ -17,6 +17,8 @@ import re
 from typing import Any, Final
 from urllib.parse import urlparse
 
+from pyspark.errors import PySparkException
+
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -26,6 +28,19 @@ __all__ = [
     "resolve_identity",
     "validate_writer_id",
 ]
+
+
+def _spark_errors() -> tuple[type[Exception], ...]:
+    """What a failed call into Spark raises: PySpark's errors (Spark Connect, captured JVM errors), and
+    py4j's when classic PySpark cannot reach its JVM (a Connect-only install has no py4j)."""
+    try:
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
+    except ImportError:
+        return (PySparkException,)
+    return (PySparkException, Py4JError)
+
+
+_SPARK_ERRORS: Final = _spark_errors()
 
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""
@@ -42,22 +57,33 @@ def validate_writer_id(writer_id: str) -> str:
 
 
 def _query_id(spark: Any) -> str | None:
+    """The streaming query id of the calling thread; None where Spark has no SparkContext (Spark Connect).
+
+    Any other failure to read it is a `ConfigError`: the identity and the check that the ledger belongs to
+    this query rest on it, so exactly-once refuses rather than guessing.
+    """
     try:
         sc = spark.sparkContext
-    except Exception:  # Spark Connect: no SparkContext
+    except (AttributeError, NotImplementedError):  # Spark Connect: 4.x raises the one, 3.5 the other
         return None
     try:
         value = sc.getLocalProperty(QUERY_ID_PROPERTY)
-    except Exception:
-        return None
+    except _SPARK_ERRORS as exc:
+        raise ConfigError(
+            f"delivery='exactly-once' could not read the streaming query id (Spark local property "
+            f"{QUERY_ID_PROPERTY}): {type(exc).__name__}: {exc}. Pass writer_id='<a name unique to this "
+            "query, kept across restarts>' to S2Writer, or use delivery='at-least-once'"
+        ) from exc
     return str(value) if value else None
 
 
 def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:
     """``(writer_id, query_id)``: the explicit id or the streaming query id; ConfigError if neither."""
+    if explicit is not None:
+        validate_writer_id(explicit)
     query_id = _query_id(spark)
     if explicit is not None:
-        return validate_writer_id(explicit), query_id
+        return explicit, query_id
     if query_id is None:
         raise ConfigError(
             "delivery='exactly-once' needs a stable writer identity: the streaming query id is not "
@@ -68,11 +94,19 @@ def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]
 
 
 def check_no_speculation(spark: Any) -> None:
-    """Refuse speculative execution: two live attempts of one task would race on the same records."""
+    """Refuse speculative execution: two live attempts of one task would race on the same records.
+
+    A setting that cannot be read is refused too: exactly-once cannot tell that speculation is off.
+    """
     try:
         value = str(spark.conf.get("spark.speculation", "false")).strip().lower()
-    except Exception:
-        return
+    except _SPARK_ERRORS as exc:
+        raise ConfigError(
+            "delivery='exactly-once' could not read spark.speculation to check that speculative execution "
+            f"is off ({type(exc).__name__}: {exc}); a speculative copy of a task would append the same "
+            "records concurrently with the original. Fix the session's connection to Spark, or use "
+            "delivery='at-least-once'"
+        ) from exc
     if value == "true":
         raise ConfigError(
             "delivery='exactly-once' does not support speculative execution (spark.speculation=true): "

@@ -1,12 +1,16 @@
 """Exactly-once configuration rules that need no running query: speculation refused, identity required
-where the query id is unavailable, writer_id validated. Spark is stood in for by a tiny object exposing
-only what the checks read (``conf.get``); our own code runs for real."""
+where the query id is unavailable, writer_id validated, and a check that cannot run refuses too. Spark is
+stood in for by tiny objects exposing only what the checks read (``conf.get``, ``sparkContext``) and
+raising the errors Spark raises; our own code runs for real."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from py4j.protocol import Py4JNetworkError
+from pyspark.errors import PySparkAttributeError
+from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
 from s2_sink._exactly_once._identity import check_no_speculation, resolve_identity
 from s2_sink.errors import ConfigError
@@ -15,22 +19,42 @@ from tests.faults._support import cfg_for
 
 
 class _Conf:
-    def __init__(self, values: dict[str, str]) -> None:
+    def __init__(self, values: dict[str, str], error: Exception | None = None) -> None:
         self.values = values
+        self.error = error
 
     def get(self, key: str, default: str | None = None) -> str | None:
+        if self.error is not None:
+            raise self.error
         return self.values.get(key, default)
 
 
 class _ConnectLikeSession:
-    """Like a Spark Connect session: a conf, but no SparkContext."""
+    """Like a Spark Connect session: a conf, but no SparkContext (the same error Spark Connect raises)."""
 
-    def __init__(self, **conf: str) -> None:
-        self.conf = _Conf(conf)
+    def __init__(self, conf_error: Exception | None = None, **conf: str) -> None:
+        self.conf = _Conf(conf, conf_error)
 
     @property
     def sparkContext(self) -> Any:
-        raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] sparkContext is not supported in Spark Connect")
+        raise PySparkAttributeError(
+            errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED", messageParameters={"attr_name": "sparkContext"}
+        )
+
+
+class _Context:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def getLocalProperty(self, key: str) -> str | None:
+        raise self.error
+
+
+class _ClassicLikeSession:
+    """Like a classic session whose JVM cannot be reached: reading a local property fails."""
+
+    def __init__(self, error: Exception) -> None:
+        self.sparkContext = _Context(error)
 
 
 def test_speculation_is_refused_with_a_clear_error() -> None:
@@ -56,3 +80,32 @@ def test_writer_id_is_validated_when_the_writer_is_built() -> None:
         S2Writer(cfg, writer_id="has spaces and ?")
     S2Writer(cfg, writer_id="orders-v2")
     S2Writer(cfg, delivery="at-least-once")
+
+
+def test_speculation_that_cannot_be_read_is_refused() -> None:
+    """If spark.speculation cannot be read, exactly-once refuses (it cannot tell speculation is off),
+    naming the setting and the way out, with Spark's error chained."""
+    lost = SparkConnectGrpcException("connection to the Spark Connect server lost")
+    with pytest.raises(ConfigError, match=r"could not read spark\.speculation.*at-least-once") as info:
+        check_no_speculation(_ConnectLikeSession(conf_error=lost))
+    assert info.value.__cause__ is lost
+
+
+def test_query_id_that_cannot_be_read_is_refused() -> None:
+    """If the streaming query id cannot be read (the JVM is unreachable), exactly-once refuses, naming
+    writer_id, instead of carrying on without the identity check; with an explicit writer_id as well,
+    since the ledger's query check rests on the same id."""
+    gone = Py4JNetworkError("An error occurred while trying to connect to the Java server")
+    with pytest.raises(ConfigError, match=r"could not read the streaming query id.*writer_id") as info:
+        resolve_identity(None, _ClassicLikeSession(gone))
+    assert info.value.__cause__ is gone
+    with pytest.raises(ConfigError, match="could not read the streaming query id"):
+        resolve_identity("orders-to-s2", _ClassicLikeSession(gone))
+
+
+def test_unexpected_errors_in_the_checks_are_not_swallowed() -> None:
+    """An error that is not Spark's (a bug, a wrong object) propagates from both checks as it is."""
+    with pytest.raises(TypeError, match="not a session"):
+        check_no_speculation(_ConnectLikeSession(conf_error=TypeError("not a session")))
+    with pytest.raises(TypeError, match="not a session"):
+        resolve_identity(None, _ClassicLikeSession(TypeError("not a session")))
