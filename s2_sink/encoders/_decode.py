@@ -192,7 +192,7 @@ def _first_bad_row(rows: list[dict[str, Any]], name: str, conv: Convert, atype: 
     for i, row in enumerate(rows):
         try:
             pa.array([conv(row.get(name))], atype)
-        except Exception:
+        except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):  # as the caller catches
             return i
     return "?"
 
