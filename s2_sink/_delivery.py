@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from s2_sink._partition_writer import WritePlan
-from s2_sink._write_spec import WriteSpec
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from s2_sink._metrics import BatchMetrics
+    from s2_sink._partition_writer import WritePlan
+    from s2_sink._write_spec import WriteSpec
 
 __all__ = ["AtLeastOnce", "BatchJob", "DeliveryMode"]
 

@@ -40,7 +40,6 @@ from s2_sink._partition_writer import (
     RESULT_DDL,
     TIMESTAMP,
     OnError,
-    WritePlan,
     map_partition,
 )
 from s2_sink._routing import STREAM_COLUMN, Routing
@@ -227,10 +226,6 @@ class S2Writer:
             row_json = F.to_json(F.struct(*[_jvm.col(c) for c in names])).cast("binary")
             cols.append(F.when(F.col(ERROR).isNotNull(), row_json).alias(PAYLOAD_COLUMN))
         return frame.select(*cols)
-
-    def plan(self, batch_id: int) -> WritePlan:
-        """The at-least-once plan of micro-batch `batch_id` (exactly-once plans it under its epoch)."""
-        return self.spec.plan(batch_id)
 
     def _create_known_streams(self) -> None:
         if not self.cfg.create_streams:
