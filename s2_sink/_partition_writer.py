@@ -44,7 +44,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
-import backoff
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -54,12 +53,12 @@ from s2_sdk import (
     AppendInput,
     FencingTokenMismatchError,
     Record,
-    S2ClientError,
     S2ServerError,
 )
 
 from s2_sink import _runtime
 from s2_sink._exactly_once import _crashpoints
+from s2_sink._retry import Backoff, no_side_effects, retryable
 from s2_sink._session_pool import PooledSession, get_pool
 from s2_sink.config import ONE_MIB, S2Config
 from s2_sink.errors import EncodeError, FencedError, WriteError
@@ -278,10 +277,6 @@ class _StreamState:
     seen_acks: int = 0
 
 
-class _Retryable(Exception):
-    """Internal: a session failure that the session-level retry may handle."""
-
-
 class _PartitionWriter:
     def __init__(self, plan: WritePlan, ctx: PartitionContext) -> None:
         cfg = plan.cfg
@@ -306,8 +301,7 @@ class _PartitionWriter:
         self.filter: RecordFilter | None = None
         # The SDK's ack deadline is request_timeout_ms; this watchdog only catches a stuck session.
         self.ack_deadline_s = cfg.request_timeout_ms / 1000 * 2 + 1
-        # Append sessions are not retried by the SDK (see _session_pool): both budgets apply here.
-        self.retry_budget = cfg.max_retries + cfg.session_retries
+        self.backoff = Backoff.for_sessions(cfg)
         self.rng = random.Random()
         self.pool = get_pool()
 
@@ -584,14 +578,13 @@ class _PartitionWriter:
                     exc = again
                     continue
             self._check_retryable(st, exc)
-            st.failures += 1
-            if st.failures > self.retry_budget:
-                raise self._error(st, exc, f"after {self.retry_budget} session retries") from exc
-            st.retries += 1
             if st.waits is None:
-                st.waits = backoff.expo(factor=self.cfg.retry_delay_ms / 1000, max_value=30)
-                next(st.waits)  # prime the generator (its first value is None)
-            delay = backoff.full_jitter(next(st.waits))
+                st.waits = self.backoff.delays()
+            delay = next(st.waits, None)
+            if delay is None:
+                raise self._error(st, exc, f"after {self.backoff.retries} session retries") from exc
+            st.failures += 1
+            st.retries += 1
             log.warning(
                 "append session failed, retrying stream=%s batch=%s partition=%s retry=%s delay=%.3fs: %s",
                 st.name,
@@ -637,13 +630,11 @@ class _PartitionWriter:
             if status == 404:
                 hint = "" if self.cfg.create_streams else "; set create_streams=True (s2.create-streams)"
                 raise self._error(st, exc, f"basin or stream not found{hint}") from exc
-            if not (status in (408, 429, 499) or status >= 500 or exc.code == "transaction_conflict"):
+            if not retryable(exc):
                 raise self._error(st, exc, "request rejected") from exc
-        elif not isinstance(exc, S2ClientError | OSError | TimeoutError):
+        elif not retryable(exc):
             raise self._error(st, exc, "unexpected error") from exc
-        elif isinstance(exc, S2ClientError) and str(exc).startswith("Invalid append input"):
-            raise self._error(st, exc, "the SDK refused the append") from exc
-        if not self.plan.resend_ambiguous and st.unacked and not _no_side_effects(exc):
+        if not self.plan.resend_ambiguous and st.unacked and not no_side_effects(exc):
             raise self._error(
                 st, exc, "possibly applied appends are not re-sent in this delivery mode"
             ) from exc
@@ -748,20 +739,6 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
 def _acked(chunk: _Chunk) -> bool:
     t = chunk.ticket
     return t is not None and t.done() and not t.cancelled() and t.exception() is None
-
-
-def _no_side_effects(exc: BaseException) -> bool:
-    """Errors after which nothing of the failed attempt can have been applied."""
-    if isinstance(exc, S2ServerError):
-        return (exc.status_code == 429 and exc.code == "rate_limited") or (
-            exc.status_code == 502 and exc.code == "hot_server"
-        )
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return True
-        cause = cause.__cause__
-    return False
 
 
 def _describe(exc: BaseException) -> str:
