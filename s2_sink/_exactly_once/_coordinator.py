@@ -21,13 +21,12 @@ from s2_sink import _runtime
 from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once._ledger import Ledger, LedgerState
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
 from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import WriterConflictError
 
-__all__ = ["TAG_RESERVE_BYTES", "BatchPlan", "Coordinator", "check_identity"]
+__all__ = ["BatchPlan", "Coordinator", "check_identity"]
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._fencing import Token, fence_if_older, judge_current_token
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES, ChunkTag
+from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
 from s2_sink.errors import ReplayMismatchError
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from s2_sink._partition_writer import ChunkInfo, PartitionContext, RecordFilter, WritePlan
     from s2_sink.config import S2Config
 
-__all__ = ["TAG_RESERVE_BYTES", "Dedupe", "Tagger", "TokenKeeper"]
+__all__ = ["Dedupe", "Tagger", "TokenKeeper"]
 
 log = logging.getLogger(__name__)
 
