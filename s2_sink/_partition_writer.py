@@ -40,7 +40,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
@@ -61,16 +61,13 @@ from s2_sink._exactly_once import _crashpoints
 from s2_sink._retry import Backoff, no_side_effects, retryable
 from s2_sink._session_pool import PooledSession, get_pool
 from s2_sink.config import ONE_MIB, S2Config
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, TIMESTAMP
+from s2_sink.encoders._metered import header_size, metered_bytes, metered_size
 from s2_sink.errors import EncodeError, FencedError, WriteError
 
 __all__ = [
-    "BODY",
-    "ERROR",
-    "HEADERS",
-    "KEY",
     "RESULT_DDL",
     "RESULT_SCHEMA",
-    "TIMESTAMP",
     "ChunkInfo",
     "ChunkTagger",
     "FenceKeeper",
@@ -78,17 +75,10 @@ __all__ = [
     "RecordFilter",
     "RecoveryHook",
     "WritePlan",
-    "metered_size",
     "write_partition",
 ]
 
 log = logging.getLogger(__name__)
-
-BODY: Final = "_s2_body"
-HEADERS: Final = "_s2_headers"
-TIMESTAMP: Final = "_s2_timestamp"
-KEY: Final = "_s2_key"
-ERROR: Final = "_s2_error"
 
 OnError = Literal["fail", "skip", "dlq"]
 
@@ -236,11 +226,6 @@ RESULT_DDL: Final = (
 )
 
 
-def metered_size(body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> int:
-    """S2's metered size of one record (``s2_sdk.metered_bytes`` for a single record)."""
-    return 8 + len(body) + sum(2 + len(n) + len(v) for n, v in headers)
-
-
 # ---------------------------------------------------------------------------------------------------
 # Pipeline state
 
@@ -314,14 +299,12 @@ class _PartitionWriter:
         first_row = self.rows_in
         self.rows_in += n
         names = batch.schema.names
-        bodies: list[bytes | None] = batch.column(BODY).to_pylist()
-        sizes: list[int] = pc.add(pc.fill_null(pc.binary_length(batch.column(BODY)), 0), 8).to_pylist()
-        headers = _headers(batch.column(HEADERS)) if HEADERS in names else None
-        if headers is not None:
-            sizes = [
-                s + sum(2 + len(k) + len(v) for k, v in h) if h else s
-                for s, h in zip(sizes, headers, strict=True)
-            ]
+        body_col = batch.column(BODY)
+        bodies: list[bytes | None] = body_col.to_pylist()
+        header_col = batch.column(HEADERS) if HEADERS in names else None
+        headers = _headers(header_col) if header_col is not None else None
+        # A null body is a bad row: its size is never used.
+        sizes: list[int] = pc.fill_null(metered_bytes(body_col, header_col), 0).to_pylist()
         stamps: list[int | None] | None = None
         if TIMESTAMP in names and batch.column(TIMESTAMP).null_count < n:
             stamps = batch.column(TIMESTAMP).to_pylist()
@@ -433,7 +416,7 @@ class _PartitionWriter:
             (DLQ_PARTITION, str(self.ctx.partition_id).encode()),
             (DLQ_TARGET, (target or "").encode()),
         ]
-        room = self.max_record - metered_size(b"", headers) - (2 + len(DLQ_TRUNCATED) + 4)
+        room = self.max_record - metered_size(b"", headers) - header_size(DLQ_TRUNCATED, b"true")
         if len(payload) > room:
             payload = payload[:room]
             headers.append((DLQ_TRUNCATED, b"true"))
@@ -465,7 +448,7 @@ class _PartitionWriter:
                 return
         if self.plan.chunk_tagger is not None:
             name, value = self.plan.chunk_tagger(self.ctx, ChunkInfo(st.name, index, len(records), nbytes))
-            tag_size = 2 + len(name) + len(value)
+            tag_size = header_size(name, value)
             if tag_size > self.plan.chunk_tag_reserve:
                 raise WriteError(
                     f"chunk tag of {tag_size} bytes exceeds its {self.plan.chunk_tag_reserve}-byte reserve"

@@ -33,12 +33,7 @@ from s2_sink import _runtime
 from s2_sink._exactly_once._identity import validate_writer_id
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import (
-    BODY,
-    ERROR,
-    HEADERS,
-    KEY,
     RESULT_DDL,
-    TIMESTAMP,
     OnError,
     WritePlan,
     map_partition,
@@ -46,6 +41,7 @@ from s2_sink._partition_writer import (
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, PAYLOAD, TIMESTAMP, TYPE_DDL
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
@@ -57,15 +53,10 @@ log = logging.getLogger(__name__)
 
 Delivery = Literal["exactly-once", "at-least-once"]
 
-PAYLOAD_COLUMN = "_s2_payload"
+PAYLOAD_COLUMN = PAYLOAD
 """Frame column with a bad row's original payload (JSON of the input row), only under ``on_error="dlq"``."""
 
-_FRAME_TYPES = {
-    HEADERS: "array<struct<name:binary,value:binary>>",
-    TIMESTAMP: "bigint",
-    KEY: "binary",
-    ERROR: "string",
-}
+_FRAME_TYPES = {col: ddl for col, ddl in TYPE_DDL.items() if col != BODY}
 
 
 @dataclass(frozen=True, slots=True)
