@@ -32,14 +32,11 @@ from pyspark.sql.types import StructType
 from s2_sink import _runtime
 from s2_sink._exactly_once._identity import validate_writer_id
 from s2_sink._metrics import BatchMetrics, aggregate
-from s2_sink._partition_writer import (
-    RESULT_DDL,
-    OnError,
-    WritePlan,
-    map_partition,
-)
+from s2_sink._partition_writer import map_partition
+from s2_sink._results import RESULT_DDL
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink._session_pool import get_pool
+from s2_sink._write_plan import OnError, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, PAYLOAD, TIMESTAMP, TYPE_DDL
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError

@@ -31,8 +31,8 @@ from s2_sink._exactly_once._fencing import Token, writer_hash
 from s2_sink._exactly_once._ledger import Ledger, LedgerState
 from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
 from s2_sink._exactly_once._task import Dedupe, Tagger, TokenKeeper
-from s2_sink._partition_writer import WritePlan
 from s2_sink._session_pool import get_pool
+from s2_sink._write_plan import WritePlan
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from s2_sink._partition_writer import OnError
 from s2_sink._routing import Routing
+from s2_sink._write_plan import OnError
 from s2_sink.encoders import Encoder, InsertEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError
 
