@@ -83,12 +83,12 @@ class Chunker(Generic[T]):
                 start = i
                 self._close(stream, buf)
                 count, nbytes = 0, 0
+            if not count:
+                self._opened(stream)
             count += 1
             nbytes += size
         buf.items.extend(items[start:])
         buf.nbytes = nbytes
-        if buf.items:
-            self._open.add(stream)
         if count >= max_records:
             self._close(stream, buf)
 
