@@ -34,8 +34,8 @@ from s2_sink._exactly_once import _crashpoints
 from s2_sink._frame_input import FrameInput
 from s2_sink._results import StreamTotals, result_rows
 from s2_sink._write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
-from s2_sink.config import ONE_MIB
-from s2_sink.encoders._metered import header_size, metered_size
+from s2_sink.encoders._frame import MAX_RECORD_BYTES
+from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
 from s2_sink.errors import WriteError
 
 __all__ = ["map_partition", "task_context", "write_partition"]
@@ -49,8 +49,8 @@ class _PartitionWriter:
         self.plan = plan
         self.ctx = ctx
         max_bytes = cfg.flush_buffer_bytes - plan.chunk_tag_reserve
-        max_record = ONE_MIB - plan.chunk_tag_reserve
-        if max_bytes < 8:
+        max_record = MAX_RECORD_BYTES - plan.chunk_tag_reserve
+        if max_bytes < RECORD_OVERHEAD:  # not even an empty record would fit
             raise WriteError(
                 f"flush_buffer_bytes ({cfg.flush_buffer_bytes}) leaves no room after the "
                 f"{plan.chunk_tag_reserve}-byte chunk tag"
