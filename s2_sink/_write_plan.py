@@ -54,7 +54,7 @@ class PartitionContext:
 @dataclass(frozen=True, slots=True)
 class ChunkInfo:
     """One append about to be sent: its stream, its 0-based index among this task's appends to that
-    stream (deterministic, see the module docstring), and its size after any recovery filtering."""
+    stream (deterministic, see `s2_sink._chunker`), and its size after any recovery filtering."""
 
     stream: str
     index: int
