@@ -11,15 +11,19 @@ from s2_sdk import (
     AppendAck,
     AppendInput,
     FencingTokenMismatchError,
+    ReadBatch,
     S2ClientError,
     S2ServerError,
     StreamPosition,
 )
 
-from s2_sink._exactly_once import _fencing
+from s2_sink._exactly_once import _fencing, _ledger, _readback
 from s2_sink._exactly_once._fencing import Token, fence_if_older
+from s2_sink._exactly_once._ledger import Ledger
+from s2_sink._exactly_once._readback import read_back
 from s2_sink._retry import SESSION_MAX_DELAY_S, Backoff, no_side_effects, retryable
 from s2_sink.config import S2Config
+from s2_sink.errors import CommitError
 
 
 def server_error(status: int, code: str = "x") -> S2ServerError:
@@ -104,11 +108,15 @@ def test_session_backoff_comes_from_the_config() -> None:
 
 @dataclass
 class _FlakyStream:
-    """An SDK stream whose fence appends fail with `errors`, in order, then succeed."""
+    """An SDK stream whose appends and reads fail with `errors`, in order, then succeed (reads find
+    nothing; the tail stays where it is)."""
 
     errors: list[Exception]
     name: str = "events"
     appends: list[AppendInput] = field(default_factory=list)
+
+    reads: int = 0
+    tail: int = 5
 
     async def append(self, inp: AppendInput) -> AppendAck:
         self.appends.append(inp)
@@ -116,15 +124,40 @@ class _FlakyStream:
             raise self.errors.pop(0)
         return AppendAck(StreamPosition(0, 0), StreamPosition(1, 0), StreamPosition(1, 0))
 
+    async def check_tail(self) -> StreamPosition:
+        return StreamPosition(self.tail, 0)
+
+    async def read(self, **_: object) -> ReadBatch:
+        self.reads += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return ReadBatch(records=[])
+
+
+@dataclass
+class _Basin:
+    """An SDK basin holding one `_FlakyStream`."""
+
+    held: _FlakyStream
+    name: str = "test-basin"
+
+    def stream(self, name: str) -> _FlakyStream:
+        return self.held
+
+    async def ensure_stream(self, name: str, **_: object) -> None:
+        return None
+
 
 def _patch_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Replaces the fencing loop's sleep; returns the list the requested waits are recorded in."""
+    """Replaces asyncio's sleep (for this test) with one recording the requested waits."""
     slept: list[float] = []
 
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
-    monkeypatch.setattr(_fencing.asyncio, "sleep", sleep)
+    for module in (_fencing, _readback, _ledger):
+        assert module.asyncio is asyncio
+    monkeypatch.setattr(asyncio, "sleep", sleep)
     return slept
 
 
@@ -164,3 +197,39 @@ def test_fence_does_not_retry_a_final_error(monkeypatch: pytest.MonkeyPatch) -> 
         _fence(stream)
     assert failed.value.status_code == 403
     assert slept == []
+
+
+def test_read_back_retries_six_times_then_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read-back repeats a failed read after 0.1 s doubling to 2 s, six times, then raises the seventh
+    failure; a final error (403) is raised at once."""
+    slept = _patch_sleep(monkeypatch)
+    stream = _FlakyStream([server_error(503), S2ClientError("reset")])
+    found = asyncio.run(read_back(stream, writer="abcdef12", start=0, match=lambda _: True))  # type: ignore[arg-type]
+    assert (slept, stream.reads, found.records_scanned) == (pytest.approx([0.1, 0.2]), 3, 0)
+    slept.clear()
+    stream = _FlakyStream([server_error(500) for _ in range(7)])
+    with pytest.raises(S2ServerError):
+        asyncio.run(read_back(stream, writer="abcdef12", start=0, match=lambda _: True))  # type: ignore[arg-type]
+    assert slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0])
+    assert stream.reads == 7
+    slept.clear()
+    with pytest.raises(S2ServerError):
+        asyncio.run(read_back(_FlakyStream([server_error(403)]), writer="w", start=0, match=lambda _: True))  # type: ignore[arg-type]
+    assert slept == []
+
+
+def test_ledger_append_makes_eight_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ledger append failing with 503s is attempted eight times, 0.1 s doubling to 2 s apart, then
+    fails with a CommitError naming the attempts."""
+    slept = _patch_sleep(monkeypatch)
+    stream = _FlakyStream([server_error(503) for _ in range(8)], tail=0)
+
+    async def go() -> None:
+        ledger = Ledger(_Basin(stream), "w")  # type: ignore[arg-type]
+        await ledger.load()
+        await ledger.append(ledger.opened("run", None))
+
+    with pytest.raises(CommitError, match="after 8 attempts"):
+        asyncio.run(go())
+    assert len(stream.appends) == 8
+    assert slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
