@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from s2_sink._metrics import BatchMetrics
-    from s2_sink._partition_writer import WritePlan
+    from s2_sink._write_plan import WritePlan
     from s2_sink._write_spec import WriteSpec
 
 __all__ = ["AtLeastOnce", "BatchJob", "DeliveryMode"]

@@ -100,7 +100,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 def aggregate(
     batch_id: int, rows: Iterable[Mapping[str, Any]], duration_s: float, *, delivery: str = "at-least-once"
 ) -> BatchMetrics:
-    """Fold the tasks' result rows (``_partition_writer.RESULT_SCHEMA``) into one `BatchMetrics`."""
+    """Fold the tasks' result rows (``_results.RESULT_SCHEMA``) into one `BatchMetrics`."""
     rows_in = skipped = dead = 0
     partitions: set[int] = set()
     per: dict[str, dict[str, Any]] = {}

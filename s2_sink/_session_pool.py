@@ -9,8 +9,9 @@ returns it to the idle list; any error drops it, because a failed append poisons
 (a 412 from a fencing token or ``match_seq_num`` ends it, and nothing after it becomes durable).
 Idle sessions and clients are closed after ``S2Config.session_idle_timeout_ms``.
 
-Append sessions come from a client whose SDK retries are off: the writer retries them itself, from
-its own list of unacknowledged chunks, on a fresh session. (SDK 0.13's in-session retry can lose an
+Append sessions come from a client whose SDK retries are off: the partition writer's appender
+(`s2_sink._appender`, policy in `s2_sink._retry`) retries them itself, from its own list of
+unacknowledged chunks, on a fresh session. (SDK 0.13's in-session retry can lose an
 input submitted while it reconnects -- the input is taken from the queue by a send loop that is being
 cancelled -- and then pairs the following acks with the wrong batches; a failed session without
 retries fails every pending batch instead, so nothing is misattributed.)
@@ -94,7 +95,7 @@ class _ClientEntry:
     client: S2
     """For unary calls (stream creation, reads, ledger appends): the SDK retries them."""
     session_client: S2 | None
-    """For append sessions: the SDK does not retry them; the writer does (see module docstring).
+    """For append sessions: the SDK does not retry them; `s2_sink._appender` does (see module docstring).
     Created on first use; closed when idle."""
     idle_timeout_s: float
     last_used: float

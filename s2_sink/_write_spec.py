@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 from s2_sink._exactly_once._identity import validate_writer_id
-from s2_sink._partition_writer import OnError, WritePlan
 from s2_sink._routing import STREAM_COLUMN, Routing
+from s2_sink._write_plan import OnError, WritePlan
 from s2_sink.config import S2Config
+from s2_sink.encoders._frame import PAYLOAD
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ __all__ = ["KEYWORDS", "OPTIONS", "PAYLOAD_COLUMN", "Delivery", "Spelling", "Wri
 
 Delivery = Literal["exactly-once", "at-least-once"]
 
-PAYLOAD_COLUMN: Final = "_s2_payload"
+PAYLOAD_COLUMN: Final = PAYLOAD
 """Frame column with a bad row's original payload (JSON of the input row), only under ``on_error="dlq"``."""
 
 _MAX_STREAM_NAME_BYTES: Final = 512

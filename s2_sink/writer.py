@@ -32,21 +32,15 @@ from s2_sink import _runtime
 from s2_sink._delivery import AtLeastOnce, DeliveryMode
 from s2_sink._exactly_once._mode import ExactlyOnce
 from s2_sink._metrics import BatchMetrics, aggregate
-from s2_sink._partition_writer import (
-    BODY,
-    ERROR,
-    HEADERS,
-    KEY,
-    RESULT_DDL,
-    TIMESTAMP,
-    OnError,
-    map_partition,
-)
+from s2_sink._partition_writer import map_partition
+from s2_sink._results import RESULT_DDL
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink._session_pool import get_pool
+from s2_sink._write_plan import OnError
 from s2_sink._write_spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.encoders import _jvm
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, TIMESTAMP, TYPE_DDL
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
@@ -56,12 +50,7 @@ __all__ = ["Delivery", "S2Writer"]
 
 log = logging.getLogger(__name__)
 
-_FRAME_TYPES = {
-    HEADERS: "array<struct<name:binary,value:binary>>",
-    TIMESTAMP: "bigint",
-    KEY: "binary",
-    ERROR: "string",
-}
+_FRAME_TYPES = {col: ddl for col, ddl in TYPE_DDL.items() if col != BODY}
 
 
 class S2Writer:

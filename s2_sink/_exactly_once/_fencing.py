@@ -33,6 +33,7 @@ from s2_sdk import (
     S2Stream,
 )
 
+from s2_sink._retry import Backoff, retryable
 from s2_sink.errors import FencedError
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "Token",
     "fence_if_older",
     "judge_current_token",
-    "transient",
     "writer_hash",
 ]
 
@@ -51,12 +51,8 @@ MAX_TOKEN_BYTES: Final = 36
 _PREFIX: Final = "s2sink"
 _TOKEN_RE: Final = re.compile(r"^s2sink:([0-9a-f]{8}):(\d+)\.(\d+)$")
 _MAX_ROUNDS: Final = 20
-_MAX_TRANSIENT: Final = 6
-
-
-def transient(exc: S2ServerError) -> bool:
-    """Server errors worth retrying (the request was not, or may not have been, applied)."""
-    return exc.status_code in (408, 429, 499) or exc.status_code >= 500
+# Waits after a failed fence that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
+_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
 
 
 def writer_hash(writer_id: str) -> str:
@@ -158,17 +154,13 @@ async def fence_if_older(
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
-    transient_failures = 0
-    for _ in range(_MAX_ROUNDS + _MAX_TRANSIENT):
+    waits = _BACKOFF.delays()
+    for _ in range(_MAX_ROUNDS + _BACKOFF.retries):
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
-        if adopt is not None and bump:
-            target = adopt.next_gen()
-        elif adopt is not None:  # seen == mine: probe with a redundant fence (proves the token is ours)
-            target = mine
-        else:
-            target = mine
+        # Otherwise fence with ours; when seen == mine, that is a redundant fence proving the token is ours.
+        target = adopt.next_gen() if adopt is not None and bump else mine
         try:
             ack = await stream.append(
                 AppendInput(records=[CommandRecord.fence(target.encode())], fencing_token=seen)
@@ -179,12 +171,10 @@ async def fence_if_older(
         except (S2ClientError, S2ServerError) as exc:
             # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
             # it landed, the next try gets a 412 that shows our token).
-            if isinstance(exc, S2ServerError) and not transient(exc):
+            delay = next(waits, None) if retryable(exc) else None
+            if delay is None:
                 raise
-            transient_failures += 1
-            if transient_failures > _MAX_TRANSIENT:
-                raise
-            await asyncio.sleep(min(0.05 * 2**transient_failures, 2.0))
+            await asyncio.sleep(delay)
             continue
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)

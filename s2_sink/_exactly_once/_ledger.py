@@ -37,7 +37,7 @@ from s2_sdk import (
     StreamConfig,
 )
 
-from s2_sink._exactly_once._fencing import transient
+from s2_sink._retry import Backoff, retryable
 from s2_sink.errors import CommitError, WriterConflictError
 
 __all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
 _VERSION: Final = 1
-_ATTEMPTS: Final = 8
+# Waits between ledger append attempts (eight in all): 0.1 s doubling to 2 s.
+_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=7, jitter=False)
 
 # Ledgers this process already created or found, as (basin, stream): a format("s2") driver loads its ledger
 # once per micro-batch from a long-lived Python worker, and needs the create-if-missing call only once.
@@ -153,9 +154,9 @@ class Ledger:
         if self.tail is None:
             raise CommitError("ledger not loaded")  # a programming error, not a user one
         expected = self.tail
-        delay = 0.1
+        waits = _BACKOFF.delays()
         last: Exception | None = None
-        for _ in range(_ATTEMPTS):
+        while True:
             try:
                 ack = await self._stream.append(
                     AppendInput(records=[Record(body=state.to_json())], match_seq_num=expected)
@@ -163,7 +164,7 @@ class Ledger:
             except SeqNumMismatchError as exc:
                 last = exc
             except S2ServerError as exc:
-                if not transient(exc):
+                if not retryable(exc):
                     raise CommitError(
                         f"cannot append to the exactly-once ledger {self.name!r}: {exc}"
                     ) from exc
@@ -184,11 +185,13 @@ class Ledger:
                     f"run is {state.run!r}). Two queries cannot share a writer identity: stop the other one "
                     "or give each its own writer_id"
                 ) from last
+            delay = next(waits, None)
+            if delay is None:
+                raise CommitError(
+                    f"cannot append to the exactly-once ledger {self.name!r} after "
+                    f"{_BACKOFF.retries + 1} attempts: {last}"
+                ) from last
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        raise CommitError(
-            f"cannot append to the exactly-once ledger {self.name!r} after {_ATTEMPTS} attempts: {last}"
-        ) from last
 
     def resume(self, state: LedgerState, tail: int) -> None:
         """Continue from a state this writer appended itself (at `tail`) without reading the ledger again;

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from s2_sink._delivery import BatchJob
 from s2_sink._exactly_once._coordinator import Coordinator
 from s2_sink._exactly_once._identity import check_no_speculation, resolve_identity
+from s2_sink.encoders._frame import BODY, HEADERS, KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # Frame columns that make up a record's content (the stream is a function of them, or of columns the
 # content was derived from deterministically): identical records hash to the same partition.
-_CONTENT = ("_s2_key", "_s2_body", "_s2_headers")
+_CONTENT = (KEY, BODY, HEADERS)
 
 
 class ExactlyOnce:

@@ -19,16 +19,17 @@ from typing import Final
 
 from s2_sdk import ReadLimit, ReadUnwrittenError, S2ClientError, S2ServerError, S2Stream, SeqNum
 
-from s2_sink._exactly_once._fencing import transient
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._tags import ChunkTag, find_tag
+from s2_sink._retry import Backoff, retryable
 
 __all__ = ["ReadBack", "read_back"]
 
 log = logging.getLogger(__name__)
 
 _PAGE: Final = 1000
-_MAX_FAILURES: Final = 6
+# Waits after a failed read that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
+_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
 
 
 @dataclass(slots=True)
@@ -61,7 +62,7 @@ async def read_back(
     land past it. `start` is clamped to the stream's first retained record.
     """
     name = stream.name
-    failures = 0
+    waits = _BACKOFF.delays()
     if end is None:
         end = (await stream.check_tail()).seq_num
     out = ReadBack(name, start, end)
@@ -74,10 +75,10 @@ async def read_back(
         except ReadUnwrittenError:
             break
         except (S2ClientError, S2ServerError) as exc:  # reads are idempotent: retry transient failures
-            if (isinstance(exc, S2ServerError) and not transient(exc)) or failures >= _MAX_FAILURES:
+            delay = next(waits, None) if retryable(exc) else None
+            if delay is None:
                 raise
-            failures += 1
-            await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+            await asyncio.sleep(delay)
             continue
         if not batch.records:
             break

@@ -43,7 +43,7 @@ from s2_sink._session_pool import get_pool
 from s2_sink.errors import ReplayMismatchError
 
 if TYPE_CHECKING:
-    from s2_sink._partition_writer import ChunkInfo, PartitionContext, RecordFilter, WritePlan
+    from s2_sink._write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
     from s2_sink.config import S2Config
 
 __all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper"]

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._read_options import ReadFormat
+from s2_sink.encoders._frame import TIMESTAMP
 from s2_sink.errors import ConfigError, S2SinkError
 
 __all__ = [
@@ -71,7 +72,7 @@ UPSERT_SCHEMA = StructType(
 META_COLUMNS: dict[str, DataType] = {
     "_s2_stream": StringType(),
     "_s2_seq_num": LongType(),
-    "_s2_timestamp": TimestampType(),
+    TIMESTAMP: TimestampType(),  # named as the record frame's timestamp column (`encoders._frame`)
 }
 _ACTION_COLUMN = "_s2_action"
 

@@ -30,8 +30,9 @@ from pyspark.sql.types import StructType
 from s2_sink._exactly_once._identity import QUERY_ID_PROPERTY, query_id_from_checkpoint
 from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._metrics import BatchMetrics, aggregate
-from s2_sink._partition_writer import WritePlan, write_partition
+from s2_sink._partition_writer import write_partition
 from s2_sink._routing import STREAM_COLUMN
+from s2_sink._write_plan import WritePlan
 from s2_sink.datasource._write_options import OPT_DELIVERY, OPT_WRITER_ID, WriteOptions
 from s2_sink.errors import CommitError, ConfigError
 
@@ -43,7 +44,7 @@ _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class S2CommitMessage(WriterCommitMessage):
-    """One task's result rows (``_partition_writer.RESULT_SCHEMA`` as dicts), its wall time and, when
+    """One task's result rows (``_results.RESULT_SCHEMA`` as dicts), its wall time and, when
     exactly-once, the micro-batch execution it wrote for."""
 
     def __init__(self, rows: list[dict[str, Any]], duration_s: float, run: SinkRun | None = None) -> None:

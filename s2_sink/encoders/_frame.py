@@ -8,7 +8,8 @@ One row of the frame is one S2 record (or one row that cannot become a record, s
     _s2_key        binary                                  routing key (upsert ``@key`` JSON, raw ``key``)
     _s2_error      string                                  non-null = this row cannot be encoded, and why
 
-plus any columns the caller asked to keep (e.g. the column that names the target stream).
+plus any columns the caller asked to keep (e.g. the column that names the target stream), and, under
+``on_error="dlq"``, ``_s2_payload`` (binary: a bad row's original input, the dead letter's body).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = [
     "HEADERS_DDL",
     "KEY",
     "MAX_RECORD_BYTES",
+    "PAYLOAD",
     "TIMESTAMP",
+    "TYPE_DDL",
     "frame_arrow_schema",
     "raise_for_errors",
 ]
@@ -39,12 +42,15 @@ TIMESTAMP = "_s2_timestamp"
 KEY = "_s2_key"
 ERROR = "_s2_error"
 FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)
+PAYLOAD = "_s2_payload"
 
 #: S2 refuses records over 1 MiB metered (and batches over 1 MiB / 1000 records).
 MAX_RECORD_BYTES = 1024 * 1024
 
 HEADERS_DDL = "array<struct<name:binary,value:binary>>"
-FRAME_DDL = f"{BODY} binary, {HEADERS} {HEADERS_DDL}, {TIMESTAMP} bigint, {KEY} binary, {ERROR} string"
+TYPE_DDL = {BODY: "binary", HEADERS: HEADERS_DDL, TIMESTAMP: "bigint", KEY: "binary", ERROR: "string"}
+"""Each frame column's Spark SQL type."""
+FRAME_DDL = ", ".join(f"{name} {ddl}" for name, ddl in TYPE_DDL.items())
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
 

@@ -13,6 +13,7 @@ from pyspark.sql.types import DataType, TimestampType
 
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._frame import HEADERS_DDL, MAX_RECORD_BYTES
+from s2_sink.encoders._metered import HEADER_OVERHEAD, RECORD_OVERHEAD
 
 __all__ = [
     "JSON_OPTIONS",
@@ -74,19 +75,19 @@ def timestamp_expr(column: str | None, dtype: DataType | None) -> tuple[Column, 
 
 
 def metered_expr(body: Column, headers: Column | None, fixed: Column | int = 0) -> Column:
-    """S2's metered size: 8 + 2*len(headers) + sum(len(name) + len(value)) + len(body).
+    """S2's metered size (see `_metered`): 8 + 2*len(headers) + sum(len(name) + len(value)) + len(body).
 
     ``headers`` is a headers column whose size is only known per row (summed with ``aggregate``, which
     leaves whole-stage codegen, so it is skipped when there is none); ``fixed`` is the size of headers the
     caller knows statically (the upsert ``@key``/``@action`` pair).
     """
-    size = F.lit(8).cast("bigint") + F.octet_length(body) + fixed
+    size = F.lit(RECORD_OVERHEAD).cast("bigint") + F.octet_length(body) + fixed
     if headers is None:
         return size
     header_bytes = F.aggregate(
         F.coalesce(headers, F.array().cast(HEADERS_DDL)),
         F.lit(0).cast("bigint"),
-        lambda acc, h: acc + F.octet_length(h["name"]) + F.octet_length(h["value"]) + 2,
+        lambda acc, h: acc + F.octet_length(h["name"]) + F.octet_length(h["value"]) + HEADER_OVERHEAD,
     )
     return size + header_bytes
 

@@ -11,8 +11,9 @@ import pytest
 
 from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once._tags import find_tag
-from s2_sink._partition_writer import PartitionContext, WritePlan, write_partition
+from s2_sink._partition_writer import write_partition
 from s2_sink._routing import Routing
+from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink._write_spec import WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, ReplayMismatchError, WriterConflictError

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from s2_sink import _runtime
-from s2_sink._partition_writer import ChunkInfo, PartitionContext, WritePlan, write_partition
+from s2_sink._partition_writer import write_partition
 from s2_sink._session_pool import get_pool
+from s2_sink._write_plan import ChunkInfo, PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.errors import EncodeError, WriteError
 from s2_sink.lite import LiteServer

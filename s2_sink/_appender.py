@@ -1,0 +1,284 @@
+"""Where chunks meet the network: one task's appends pipelined over pooled append sessions.
+
+Runs on the process's background loop (`s2_sink._runtime`). A task never has more than
+``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes unacknowledged; acks are
+collected oldest first, and a sent chunk is kept (for re-sending) only until it is acknowledged.
+
+Retries: append sessions are opened without SDK retries (see `s2_sink._session_pool` for why). When a
+session fails, the appender drops it, waits (`s2_sink._retry.Backoff.for_sessions`) and re-sends the
+stream's unacknowledged chunks, in order, on a fresh session: at most ``max_retries + session_retries``
+times without progress. Then the task fails with a `WriteError` naming the stream, batch, partition and
+cause. Errors that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once.
+A ``412 fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
+applied, so switching tokens and re-sending is safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from s2_sdk import (
+    AppendAck,
+    AppendConditionError,
+    AppendInput,
+    FencingTokenMismatchError,
+    Record,
+    S2ServerError,
+)
+
+from s2_sink._exactly_once import _crashpoints
+from s2_sink._results import StreamTotals
+from s2_sink._retry import Backoff, no_side_effects, retryable
+from s2_sink._session_pool import PooledSession, get_pool
+from s2_sink._write_plan import PartitionContext, WritePlan
+from s2_sink.errors import FencedError, WriteError
+
+__all__ = ["Appender", "Chunk"]
+
+log = logging.getLogger(__name__)
+
+_MAX_TOKEN_CHANGES: Final = 16
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    """One append: its records (tagged, if tagging), their metered size and, once sent, its ack ticket."""
+
+    stream: str
+    index: int
+    records: list[Record]
+    nbytes: int
+    ticket: asyncio.Future[AppendAck] | None = None
+    submitted_at: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _StreamAppends:
+    """The session and retry state of one stream's appends."""
+
+    name: str
+    token: str | None
+    """The fencing token appends go out with."""
+    totals: StreamTotals
+    session: PooledSession | None = None
+    unacked: deque[Chunk] = field(default_factory=deque)
+    failures: int = 0
+    """Session failures since the last acknowledgement."""
+    waits: Iterator[float] | None = None
+    """The backoff of the current run of failures."""
+    token_changes: int = 0
+
+
+class Appender:
+    """Sends one task's chunks and awaits their acknowledgements (use on the runtime loop)."""
+
+    def __init__(self, plan: WritePlan, ctx: PartitionContext) -> None:
+        self.plan = plan
+        self.cfg = plan.cfg
+        self.ctx = ctx
+        self.streams: dict[str, _StreamAppends] = {}
+        self.inflight: deque[Chunk] = deque()
+        self.inflight_bytes = 0
+        # The SDK's ack deadline is request_timeout_ms; this watchdog only catches a stuck session.
+        self.ack_deadline_s = self.cfg.request_timeout_ms / 1000 * 2 + 1
+        self.backoff = Backoff.for_sessions(self.cfg)
+        self.pool = get_pool()
+
+    def totals(self, stream: str) -> StreamTotals | None:
+        """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
+        st = self.streams.get(stream)
+        return st.totals if st is not None else None
+
+    async def submit(self, chunk: Chunk) -> None:
+        """Send `chunk` once the in-flight limits allow (awaiting the oldest acks until they do)."""
+        cfg = self.cfg
+        while self.inflight and (
+            len(self.inflight) >= cfg.max_inflight_requests
+            or self.inflight_bytes + chunk.nbytes > cfg.max_inflight_bytes
+        ):
+            await self._await_oldest()
+        st = self._stream(chunk.stream)
+        st.unacked.append(chunk)
+        self.inflight.append(chunk)
+        self.inflight_bytes += chunk.nbytes
+        try:
+            if st.session is None:
+                await self._open(st)
+            assert st.session is not None
+            chunk.submitted_at = time.monotonic()
+            chunk.ticket = _future(await st.session.session.submit(self._input(chunk)))
+        except Exception as exc:
+            await self._recover(st, exc)
+        _crashpoints.hit("mid_session", **self.ctx.where(chunk.index))
+
+    async def drain(self) -> None:
+        """Await every acknowledgement."""
+        while self.inflight:
+            await self._await_oldest()
+
+    async def release_all(self, healthy: bool) -> None:
+        """Return the sessions to the pool; a session with unacknowledged appends is dropped."""
+        for st in self.streams.values():
+            if st.session is not None:
+                await self.pool.release(st.session, healthy=healthy and not st.unacked)
+                st.session = None
+
+    def _stream(self, name: str) -> _StreamAppends:
+        st = self.streams.get(name)
+        if st is None:
+            totals = StreamTotals(latency_sample=self.plan.latency_sample)
+            st = self.streams[name] = _StreamAppends(name, token=self.plan.fencing_token, totals=totals)
+        return st
+
+    def _input(self, chunk: Chunk) -> AppendInput:
+        return AppendInput(records=chunk.records, fencing_token=self.streams[chunk.stream].token)
+
+    async def _open(self, st: _StreamAppends) -> None:
+        if self.cfg.create_streams:
+            await self.pool.ensure_stream(self.cfg, st.name)
+        st.session = await self.pool.acquire(self.cfg, st.name)
+
+    async def _await_oldest(self) -> None:
+        chunk = self.inflight[0]
+        st = self.streams[chunk.stream]
+        while True:
+            assert chunk.ticket is not None
+            wait = chunk.submitted_at + self.ack_deadline_s - time.monotonic()
+            try:
+                ack = await asyncio.wait_for(asyncio.shield(chunk.ticket), timeout=max(wait, 0.001))
+                break
+            except TimeoutError:
+                # The SDK bounds each attempt by request_timeout_ms; this watchdog covers a session
+                # that stops making progress altogether (it is then dropped and its chunks re-sent).
+                err = TimeoutError(f"no acknowledgement within {self.ack_deadline_s:.1f}s")
+                await self._recover(st, err)
+            except Exception as exc:
+                await self._recover(st, exc)
+        self.inflight.popleft()
+        self.inflight_bytes -= chunk.nbytes
+        if st.unacked and st.unacked[0] is chunk:
+            st.unacked.popleft()
+        st.failures = 0
+        st.waits = None
+        _crashpoints.hit("after_append_before_ack", **self.ctx.where(chunk.index))
+        latency_ms = (time.monotonic() - chunk.submitted_at) * 1000
+        st.totals.acked(len(chunk.records), chunk.nbytes, ack, latency_ms)
+
+    async def _recover(self, st: _StreamAppends, exc: Exception) -> None:
+        """Reopen `st`'s session and re-send its unacknowledged chunks, or raise when it cannot."""
+        while True:
+            if st.session is not None:
+                await self.pool.release(st.session, healthy=False)
+                st.session = None
+            if (
+                isinstance(exc, FencingTokenMismatchError)
+                and self.plan.fence_keeper is not None
+                and st.token_changes < _MAX_TOKEN_CHANGES
+            ):
+                # Nothing refused by a 412 was applied: switch tokens and re-send without backoff.
+                st.token = await self.plan.fence_keeper(st.name, exc.expected_fencing_token)
+                st.token_changes += 1
+                try:
+                    await self._resend(st)
+                    return
+                except Exception as again:
+                    exc = again
+                    continue
+            self._check_retryable(st, exc)
+            if st.waits is None:
+                st.waits = self.backoff.delays()
+            delay = next(st.waits, None)
+            if delay is None:
+                raise self._error(st, exc, f"after {self.backoff.retries} session retries") from exc
+            st.failures += 1
+            st.totals.retries += 1
+            log.warning(
+                "append session failed, retrying stream=%s batch=%s partition=%s retry=%s delay=%.3fs: %s",
+                st.name,
+                self.plan.batch_id,
+                self.ctx.partition_id,
+                st.failures,
+                delay,
+                _describe(exc),
+            )
+            await asyncio.sleep(delay)
+            try:
+                await self._resend(st)
+                return
+            except Exception as again:
+                exc = again
+
+    async def _resend(self, st: _StreamAppends) -> None:
+        """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged."""
+        await self._open(st)
+        assert st.session is not None
+        for chunk in st.unacked:
+            if _acked(chunk):
+                continue  # acknowledged before the session failed; _await_oldest collects it
+            if chunk.ticket is not None:
+                chunk.ticket.cancel()  # the dropped session's ticket will never resolve now
+            chunk.submitted_at = time.monotonic()
+            chunk.ticket = _future(await st.session.session.submit(self._input(chunk)))
+
+    def _check_retryable(self, st: _StreamAppends, exc: Exception) -> None:
+        if isinstance(exc, FencingTokenMismatchError):
+            raise FencedError(
+                f"stream {st.name!r} is fenced by another writer (token {exc.expected_fencing_token!r}); "
+                f"batch {self.plan.batch_id}, partition {self.ctx.partition_id}"
+            ) from exc
+        if isinstance(exc, AppendConditionError):
+            raise self._error(st, exc, "append condition failed") from exc
+        if isinstance(exc, S2ServerError):
+            status = exc.status_code
+            if status in (401, 403):
+                raise self._error(
+                    st, exc, "not authorized: check access_token (s2.auth-token) and its permissions"
+                ) from exc
+            if status == 404:
+                hint = "" if self.cfg.create_streams else "; set create_streams=True (s2.create-streams)"
+                raise self._error(st, exc, f"basin or stream not found{hint}") from exc
+            if not retryable(exc):
+                raise self._error(st, exc, "request rejected") from exc
+        elif not retryable(exc):
+            raise self._error(st, exc, "unexpected error") from exc
+        if not self.plan.resend_ambiguous and st.unacked and not no_side_effects(exc):
+            raise self._error(
+                st, exc, "possibly applied appends are not re-sent in this delivery mode"
+            ) from exc
+
+    def _error(self, st: _StreamAppends, exc: BaseException, why: str) -> WriteError:
+        return WriteError(
+            f"append to stream {st.name!r} in basin {self.cfg.basin!r} failed: {why} "
+            f"(batch {self.plan.batch_id}, partition {self.ctx.partition_id}, "
+            f"attempt {self.ctx.attempt_number}): {_describe(exc)}"
+        )
+
+
+def _future(ticket: Awaitable[AppendAck]) -> asyncio.Future[AppendAck]:
+    """The ticket as a future whose failure is always marked retrieved (stale tickets of a dropped
+    session are replaced, never awaited)."""
+    fut = asyncio.ensure_future(ticket)
+    fut.add_done_callback(_retrieve)
+    return fut
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _acked(chunk: Chunk) -> bool:
+    t = chunk.ticket
+    return t is not None and t.done() and not t.cancelled() and t.exception() is None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, S2ServerError):
+        return f"{type(exc).__name__} {exc.status_code} {exc.code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"

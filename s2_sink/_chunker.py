@@ -1,0 +1,121 @@
+"""Deterministic chunking: records in row order, cut into appends. Pure: sizes in, chunks out.
+
+For each target stream, records are taken in row order and cut greedily at ``max_records`` records or
+``max_bytes`` metered bytes, whichever comes first (a record larger than ``max_bytes`` on its own makes a
+chunk of one). With many streams, when more than ``max_open`` partial chunks are open, the fullest other
+one (by bytes, then by stream name) is emitted early. Every decision depends only on the sequence of
+``(stream, size)`` given, never on how it was split into calls, so the same rows in the same order always
+produce the same chunks: exactly-once delivery relies on that (a retried task re-creates, and recognises,
+the chunks an earlier attempt sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+__all__ = ["Chunker", "Emit"]
+
+T = TypeVar("T")
+
+Emit = Callable[[str, int, list[T], int], None]
+"""Receives each chunk as it is closed: stream, the chunk's 0-based index among that stream's chunks,
+its items and their total metered size."""
+
+
+@dataclass(slots=True, eq=False)
+class _Buffer(Generic[T]):
+    """The open (partial) chunk of one stream."""
+
+    items: list[T] = field(default_factory=list)
+    nbytes: int = 0
+    emitted: int = 0
+    """Chunks of this stream emitted so far (the next chunk's index)."""
+
+
+class Chunker(Generic[T]):
+    """Cuts each stream's items into chunks and hands every chunk, once closed, to ``emit``.
+
+    Holds at most ``max_open`` partial chunks (``max_open + 1`` for an instant, while the fullest other is
+    being emitted). Items are opaque: only their metered sizes decide.
+    """
+
+    __slots__ = ("_buffers", "_emit", "_open", "max_bytes", "max_open", "max_records")
+
+    def __init__(self, *, max_records: int, max_bytes: int, max_open: int, emit: Emit[T]) -> None:
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.max_open = max_open
+        self._emit = emit
+        self._buffers: dict[str, _Buffer[T]] = {}
+        self._open: set[str] = set()
+
+    @property
+    def streams(self) -> list[str]:
+        """Every stream given an item so far, in the order of their first item."""
+        return list(self._buffers)
+
+    def add(self, stream: str, item: T, size: int) -> None:
+        """One item of `size` metered bytes for `stream`."""
+        buf = self._buffer(stream)
+        if buf.items and (len(buf.items) >= self.max_records or buf.nbytes + size > self.max_bytes):
+            self._close(stream, buf)
+        if not buf.items:
+            self._opened(stream)
+        buf.items.append(item)
+        buf.nbytes += size
+        if len(buf.items) >= self.max_records:
+            self._close(stream, buf)
+
+    def add_run(self, stream: str, items: Sequence[T], sizes: Sequence[int]) -> None:
+        """Consecutive items for one stream: the same cuts as `add` item by item, without its per-item
+        bookkeeping (the single-stream fast path)."""
+        buf = self._buffer(stream)
+        start = 0
+        count = len(buf.items)
+        nbytes = buf.nbytes
+        max_records, max_bytes = self.max_records, self.max_bytes
+        for i, size in enumerate(sizes):
+            if count and (count >= max_records or nbytes + size > max_bytes):
+                buf.items.extend(items[start:i])
+                buf.nbytes = nbytes
+                start = i
+                self._close(stream, buf)
+                count, nbytes = 0, 0
+            if not count:
+                self._opened(stream)
+            count += 1
+            nbytes += size
+        buf.items.extend(items[start:])
+        buf.nbytes = nbytes
+        if count >= max_records:
+            self._close(stream, buf)
+
+    def flush(self) -> None:
+        """Emit every partial chunk (at the end of the input)."""
+        for stream in sorted(self._open):
+            self._close(stream, self._buffers[stream])
+
+    def _buffer(self, stream: str) -> _Buffer[T]:
+        buf = self._buffers.get(stream)
+        if buf is None:
+            buf = self._buffers[stream] = _Buffer()
+        return buf
+
+    def _opened(self, stream: str) -> None:
+        """`stream` starts a partial chunk: past ``max_open``, the fullest other one is emitted early."""
+        self._open.add(stream)
+        if len(self._open) > self.max_open:
+            fullest = max((s for s in self._open if s != stream), key=lambda s: (self._buffers[s].nbytes, s))
+            self._close(fullest, self._buffers[fullest])
+
+    def _close(self, stream: str, buf: _Buffer[T]) -> None:
+        items, nbytes = buf.items, buf.nbytes
+        buf.items, buf.nbytes = [], 0
+        self._open.discard(stream)
+        if not items:
+            return
+        index = buf.emitted
+        buf.emitted += 1
+        self._emit(stream, index, items, nbytes)
