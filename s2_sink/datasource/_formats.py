@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._read_options import ReadFormat
 from s2_sink.encoders._frame import TIMESTAMP
-from s2_sink.errors import ConfigError, S2SinkError
+from s2_sink.errors import ConfigError, ReadError
 
 __all__ = [
     "META_COLUMNS",
@@ -147,7 +147,7 @@ def _upsert_parts(stream: str, record: s2_sdk.SequencedRecord) -> tuple[bytes, s
     key = _header(record, KEY_HEADER)
     action = _header(record, ACTION_HEADER)
     if key is None or action not in (b"u", b"d"):
-        raise S2SinkError(
+        raise ReadError(
             f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has no @key header or no "
             f"@action header of 'u' or 'd' (headers {[k for k, _ in record.headers]!r})"
         )
@@ -218,7 +218,7 @@ def _merged_upsert_bodies(stream: str, records: Sequence[s2_sdk.SequencedRecord]
         key, action = _upsert_parts(stream, record)
         merged = _splice(key, record.body if action == "u" and record.body else b"{}")
         if merged is None:
-            raise S2SinkError(
+            raise ReadError(
                 f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has a key or value that is "
                 "not a JSON object"
             )
