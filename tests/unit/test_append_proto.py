@@ -1,0 +1,321 @@
+"""Bulk ``AppendInput`` encoding: byte for byte what the SDK sends for the same records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from s2_sdk import AppendInput, Record
+from s2_sdk._generated.s2.v1 import s2_pb2 as pb
+from s2_sdk._mappers import append_input_to_proto
+
+from s2_sink._wire import encode_append_inputs
+from s2_sink._wire._layout import put_runs, put_varints, varint_sizes
+from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
+from s2_sink.errors import EncodeError
+
+Header = tuple[bytes, bytes]
+Row = tuple[bytes, list[Header] | None, int | None]
+
+HEADER_TYPE = pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())])
+
+# Lengths either side of the 1-, 2- and 3-byte varint limits, and records near S2's 1 MiB cap.
+EDGE_SIZES = (127, 128, 16383, 16384, MAX_RECORD_BYTES - 64, MAX_RECORD_BYTES)
+
+small_blobs = st.one_of(
+    st.binary(max_size=24),
+    st.text(max_size=8).map(str.encode),  # non-ASCII UTF-8
+)
+sized_blobs = st.builds(
+    lambda size, seed: (seed * (size // len(seed) + 1))[:size],
+    st.sampled_from(EDGE_SIZES),
+    st.binary(min_size=1, max_size=7),
+)
+headers_lists = st.one_of(st.none(), st.lists(st.tuples(small_blobs, small_blobs), max_size=5))
+# Cases carry near-1 MiB values on purpose.
+BIG_DATA = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+timestamps = st.one_of(st.none(), st.integers(0, 2**63 - 1), st.integers(0, 300))
+
+
+@dataclass(frozen=True)
+class Case:
+    """A frame (as rows and as the Arrow columns built from them) and how to cut it into appends."""
+
+    rows: list[Row]
+    body: pa.Array
+    headers: pa.Array | None
+    timestamp: pa.Array | None
+    bounds: list[int]
+    fencing_token: str | None
+    match_seq_nums: list[int | None] | None
+    first_record_headers: list[list[Header]] | None
+
+
+def list_array(entries: list[list[Header]], nulls: list[bool], large: bool) -> pa.Array:
+    """``list<struct<name, value>>`` from per-row entries; null rows keep their (junk) entries behind them."""
+    offsets = np.cumsum([0, *(len(e) for e in entries)])
+    flat = [pair for row in entries for pair in row]
+    values = pa.StructArray.from_arrays(
+        [pa.array([n for n, _ in flat], pa.binary()), pa.array([v for _, v in flat], pa.binary())],
+        fields=list(HEADER_TYPE),
+    )
+    cls = pa.LargeListArray if large else pa.ListArray
+    return cls.from_arrays(
+        pa.array(offsets, pa.int64() if large else pa.int32()), values, mask=pa.array(nulls, pa.bool_())
+    )
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    """Frames with empty and near-1 MiB bodies, many and binary headers, timestamps, sliced Arrow
+    arrays (rows before and after the encoded range, a non-zero array offset), null header rows
+    backed by entries, and any cut into appends."""
+    n = draw(st.integers(0, 12))
+    bodies = draw(st.lists(small_blobs, min_size=n, max_size=n))
+    headers = draw(st.lists(headers_lists, min_size=n, max_size=n))
+    stamps = draw(st.lists(timestamps, min_size=n, max_size=n))
+    if n and draw(st.booleans()):  # one big body or header value, sometimes
+        at = draw(st.integers(0, n - 1))
+        if draw(st.booleans()):
+            bodies[at] = draw(sized_blobs)
+        else:
+            headers[at] = [*(headers[at] or []), (draw(small_blobs), draw(sized_blobs))]
+    if n and draw(st.booleans()):  # one row with many headers
+        headers[draw(st.integers(0, n - 1))] = draw(
+            st.lists(st.tuples(small_blobs, small_blobs), min_size=100, max_size=300)
+        )
+    with_headers, with_stamps = draw(st.booleans()), draw(st.booleans())
+    if not with_headers:
+        headers = [None] * n
+    if not with_stamps:
+        stamps = [None] * n
+
+    lead, trail = draw(st.integers(0, 3)), draw(st.integers(0, 2))
+    pad = lead + trail
+    junk = draw(st.lists(st.tuples(small_blobs, small_blobs), min_size=pad, max_size=pad))
+    junk_rows = [(b, [(b, b)], 1) for b, _ in junk]
+    all_rows = junk_rows[:lead] + list(zip(bodies, headers, stamps, strict=True)) + junk_rows[lead:]
+    large_body, large_list = draw(st.booleans()), draw(st.booleans())
+    body = pa.array([r[0] for r in all_rows], pa.large_binary() if large_body else pa.binary())
+    behind_nulls = draw(st.lists(st.tuples(small_blobs, small_blobs), max_size=2))
+    header_col = list_array(
+        [r[1] if r[1] is not None else behind_nulls for r in all_rows],
+        [r[1] is None for r in all_rows],
+        large_list,
+    )
+    stamp_col = pa.array([r[2] for r in all_rows], pa.int64())
+    total = len(all_rows)
+    body, header_col, stamp_col = (c.slice(lead, total - lead) for c in (body, header_col, stamp_col))
+    # The encoded range may leave rows out at either end (after the slice above).
+    rows_after = n + trail
+    start = draw(st.integers(0, n))
+    stop = draw(st.integers(start, n))
+    inner = draw(st.sets(st.integers(start + 1, stop - 1))) if stop - start > 1 else set()
+    bounds = [start, *sorted(inner), stop] if stop > start else [start]
+    chunks = len(bounds) - 1
+    assert len(body) == rows_after
+    return Case(
+        rows=list(zip(bodies, headers, stamps, strict=True)),
+        body=body,
+        headers=header_col if with_headers else None,
+        timestamp=stamp_col if with_stamps else None,
+        bounds=bounds,
+        fencing_token=draw(st.one_of(st.none(), st.text(max_size=12))),
+        match_seq_nums=draw(
+            st.one_of(
+                st.none(),
+                st.lists(st.one_of(st.none(), st.integers(0, 2**64 - 1)), min_size=chunks, max_size=chunks),
+            )
+        ),
+        first_record_headers=draw(
+            st.one_of(
+                st.none(),
+                st.lists(
+                    st.lists(st.tuples(small_blobs, small_blobs), max_size=2),
+                    min_size=chunks,
+                    max_size=chunks,
+                ),
+            )
+        ),
+    )
+
+
+def sdk_inputs(case: Case) -> list[AppendInput]:
+    """The SDK inputs the current writer builds for the same rows: one ``Record`` per row, the extra
+    headers appended after the first record's own (as ``_partition_writer`` tags a chunk)."""
+    inputs = []
+    for c, (lo, hi) in enumerate(zip(case.bounds, case.bounds[1:], strict=False)):
+        records = [Record(body, headers or [], stamp) for body, headers, stamp in case.rows[lo:hi]]
+        if case.first_record_headers is not None:
+            first = records[0]
+            extra = case.first_record_headers[c]
+            records[0] = Record(first.body, [*first.headers, *extra], first.timestamp)
+        match = case.match_seq_nums[c] if case.match_seq_nums is not None else None
+        inputs.append(AppendInput(records, match_seq_num=match, fencing_token=case.fencing_token))
+    return inputs
+
+
+def encode(case: Case) -> list[bytes]:
+    return encode_append_inputs(
+        case.body,
+        case.headers,
+        case.timestamp,
+        np.array(case.bounds, dtype=np.int64),
+        fencing_token=case.fencing_token,
+        match_seq_nums=case.match_seq_nums,
+        first_record_headers=case.first_record_headers,
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=BIG_DATA)
+@given(cases())
+def test_bytes_equal_the_sdk_serialization(case: Case) -> None:
+    """Every chunk's bytes equal the SDK's own serialization of the ``AppendInput`` it would send
+    for those rows, and parse with the SDK's generated classes into that same message."""
+    ours = encode(case)
+    expected = [append_input_to_proto(inp) for inp in sdk_inputs(case)]
+    assert len(ours) == len(expected)
+    for got, want in zip(ours, expected, strict=True):
+        assert pb.AppendInput.FromString(got) == want
+        assert got == want.SerializeToString()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=BIG_DATA)
+@given(cases())
+def test_parsed_records_are_the_rows(case: Case) -> None:
+    """Read field by field (not through the SDK's mapping), each chunk holds its rows' bodies,
+    headers (extra ones last on the first record) and timestamps, the token and the match."""
+    for c, data in enumerate(encode(case)):
+        msg = pb.AppendInput.FromString(data)
+        lo, hi = case.bounds[c], case.bounds[c + 1]
+        assert len(msg.records) == hi - lo
+        for k, (rec, (body, headers, stamp)) in enumerate(zip(msg.records, case.rows[lo:hi], strict=True)):
+            extra = case.first_record_headers[c] if case.first_record_headers and k == 0 else []
+            assert rec.body == body
+            assert [(h.name, h.value) for h in rec.headers] == [*(headers or []), *extra]
+            assert rec.HasField("timestamp") == (stamp is not None)
+            assert rec.timestamp == (stamp or 0)
+        assert msg.HasField("fencing_token") == (case.fencing_token is not None)
+        assert msg.fencing_token == (case.fencing_token or "")
+        match = case.match_seq_nums[c] if case.match_seq_nums is not None else None
+        assert msg.HasField("match_seq_num") == (match is not None)
+
+
+def test_golden_bytes() -> None:
+    """A two-chunk frame encodes to hand-checked protobuf bytes (independent of the SDK)."""
+    headers = pa.array([[(b"k", b"v")], None], pa.list_(HEADER_TYPE))
+    got = encode_append_inputs(
+        pa.array([b"ab", b""]),
+        headers,
+        pa.array([5, None]),
+        [0, 1, 2],
+        fencing_token="tök",
+        match_seq_nums=[300, None],
+        first_record_headers=[[(b"@s2sink", b"1")], []],
+    )
+    record = (
+        b"\x08\x05"  # timestamp 5
+        b"\x12\x06\x0a\x01k\x12\x01v"  # header k=v
+        b"\x12\x0c\x0a\x07@s2sink\x12\x011"  # the extra header, last
+        b"\x1a\x02ab"  # body
+    )
+    token = b"\x1a\x04t\xc3\xb6k"
+    assert got == [
+        b"\x0a" + bytes([len(record)]) + record + b"\x10\xac\x02" + token,
+        b"\x0a\x00" + token,  # an empty record is an empty message
+    ]
+
+
+def test_near_one_mib_record_matches_the_sdk() -> None:
+    """A record at S2's 1 MiB cap (3-byte varint lengths) encodes as the SDK does."""
+    body = bytes(range(256)) * (MAX_RECORD_BYTES // 256 - 1)
+    got = encode_append_inputs(pa.array([body, b"x"]), None, None, [0, 2], fencing_token=None)
+    want = append_input_to_proto(AppendInput([Record(body), Record(b"x")])).SerializeToString()
+    assert got == [want]
+
+
+def test_negative_timestamp_is_refused_like_the_sdk() -> None:
+    """The SDK refuses a negative timestamp (uint64 on the wire); so does the encoder, naming the row."""
+    with pytest.raises(ValueError, match="out of range"):
+        append_input_to_proto(AppendInput([Record(b"x", [], -1)]))
+    with pytest.raises(EncodeError, match=rf"{TIMESTAMP} is -1 in row 1"):
+        encode_append_inputs(pa.array([b"a", b"b"]), None, pa.array([0, -1]), [0, 2], fencing_token=None)
+
+
+def test_null_timestamps_mask_negative_junk() -> None:
+    """Values behind a null timestamp are never read as timestamps."""
+    stamps = pa.Array.from_buffers(
+        pa.int64(), 2, [pa.py_buffer(np.array([0b01], np.uint8)), pa.py_buffer(np.array([7, -1], np.int64))]
+    )
+    got = encode_append_inputs(pa.array([b"a", b"b"]), None, stamps, [0, 2], fencing_token=None)
+    want = append_input_to_proto(AppendInput([Record(b"a", [], 7), Record(b"b")])).SerializeToString()
+    assert got == [want]
+
+
+def test_null_body_is_an_encode_error() -> None:
+    """A null body names the column and the row."""
+    with pytest.raises(EncodeError, match=rf"{BODY} is null in row 2"):
+        encode_append_inputs(pa.array([b"a", b"b", None]), None, None, [0, 3], fencing_token=None)
+
+
+def test_null_header_value_is_an_encode_error() -> None:
+    """A null header name or value names the column and the row."""
+    headers = pa.array([[(b"k", b"v")], None, [(b"k", b"v"), (b"k", None)]], pa.list_(HEADER_TYPE))
+    with pytest.raises(EncodeError, match=rf"{HEADERS} has a null header value in row 2"):
+        encode_append_inputs(pa.array([b"a", b"b", b"c"]), headers, None, [0, 3], fencing_token=None)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "match"),
+    [
+        ([0, 2, 2], "increase strictly"),
+        ([1, 0], "increase strictly"),
+        ([0, 4], r"within \[0, 3\]"),
+        ([-1, 2], r"within \[0, 3\]"),
+        ([[0, 3]], "1-D"),
+        ([0.0, 3.0], "1-D"),
+    ],
+)
+def test_bad_bounds_are_refused(bounds: object, match: str) -> None:
+    """Bounds outside the frame, empty chunks and non-integer bounds raise ValueError."""
+    with pytest.raises(ValueError, match=match):
+        encode_append_inputs(pa.array([b"a", b"b", b"c"]), None, None, bounds, fencing_token=None)  # type: ignore[arg-type]
+
+
+def test_per_chunk_arguments_must_match_the_chunks() -> None:
+    """``match_seq_nums`` and ``first_record_headers`` need one entry per chunk."""
+    body = pa.array([b"a", b"b"])
+    with pytest.raises(ValueError, match="one entry per chunk"):
+        encode_append_inputs(body, None, None, [0, 1, 2], fencing_token=None, match_seq_nums=[1])
+    with pytest.raises(ValueError, match="one entry per chunk"):
+        encode_append_inputs(body, None, None, [0, 2], fencing_token=None, first_record_headers=[[], []])
+    with pytest.raises(ValueError, match="unsigned 64-bit"):
+        encode_append_inputs(body, None, None, [0, 2], fencing_token=None, match_seq_nums=[2**64])
+
+
+@pytest.mark.parametrize("out_size", [12, 4096], ids=["mask", "gather"])
+def test_put_runs_places_each_run(out_size: int) -> None:
+    """Runs land where asked, in order, whichever copy strategy the density picks; other bytes stay."""
+    out = np.zeros(out_size, np.uint8)
+    starts = np.array([1, 3, 3, 4, 9], np.int64)
+    lengths = np.array([2, 0, 1, 3, 2], np.int64)  # adjacent runs (1-2, 3, 4-6) and an empty one
+    put_runs(out, starts, lengths, np.arange(1, 9, dtype=np.uint8))
+    assert out[:12].tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 0, 7, 8, 0]
+    assert not out[12:].any()
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=20))
+def test_varints_match_protobuf(values: list[int]) -> None:
+    """Varint sizes and bytes agree with protobuf's own encoding of uint64 values."""
+    arr = np.array(values, dtype=np.uint64)
+    sizes = varint_sizes(arr)
+    out = np.zeros(int(sizes.sum()), np.uint8)
+    put_varints(out, np.cumsum(sizes) - sizes, arr, sizes)
+    # AppendRecord.timestamp is an optional uint64, so even 0 is written: skip its 1-byte key.
+    want = b"".join(pb.AppendRecord(timestamp=v).SerializeToString()[1:] for v in values)
+    assert out.tobytes() == want
