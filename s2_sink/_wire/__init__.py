@@ -1,7 +1,7 @@
 """Where records become bytes on the wire: S2's protobuf messages written in bulk from Arrow columns.
 
-- `_layout`: vectorised byte-layout primitives (varint sizes and writes, run copies) over numpy.
-- `_arrow_views`: numpy views of the Arrow buffers the encoder reads (offsets, data, validity).
+- `_layout`: vectorised protobuf field layout over numpy (varint sizes, key + varint fields per row).
+- `_arrow_views`: numpy views of Arrow binary arrays, and arrays over numpy buffers.
 - `_append_proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
 """
 

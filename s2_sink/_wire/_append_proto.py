@@ -2,9 +2,7 @@
 
 The record frame's columns (see `s2_sink.encoders._frame`) become the exact bytes the SDK would send
 for the same records (``s2_sdk._mappers.append_input_to_proto(...).SerializeToString()``), without a
-Python object per record: every field's size is computed with numpy over whole columns, each record's
-position follows from prefix sums, and tags, varints and the Arrow buffers' bytes are written into one
-preallocated buffer. The messages::
+Python object per record. The messages::
 
     AppendInput  = { AppendRecord records = 1 (repeated); uint64 match_seq_num = 2 (optional);
                      string fencing_token = 3 (optional) }
@@ -14,19 +12,28 @@ preallocated buffer. The messages::
 Fields are written in field-number order, as protobuf serializers do; proto3 ``bytes`` fields without
 presence (body, header name and value) are omitted when empty, ``optional`` ones are written whenever
 set (a timestamp of 0, an empty fencing token).
+
+How: numpy computes every field's size over whole columns and packs the small parts (keys and
+varints) row by row; Arrow's ``binary_join_element_wise`` then concatenates, row by row, those parts
+with the Arrow buffers' own bytes (names, values, bodies) in C++. Header entries are joined first;
+a record's headers are then a contiguous run of the joined entries, taken as one value by offsets
+alone. The records come out back to back in one buffer, each chunk's trailer (match_seq_num, fencing
+token) joined after its last record, so a chunk is one slice of that buffer.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from s2_sink._wire._arrow_views import BinaryView, binary_view, validity
-from s2_sink._wire._layout import Bytes, Ints, put_runs, put_varints, varint_sizes
+from s2_sink._wire._arrow_views import as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire._layout import Bools, Ints, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, HEADERS, TIMESTAMP
 from s2_sink.errors import EncodeError
 
@@ -43,6 +50,12 @@ _HEADER_NAME: Final = 0x0A
 _HEADER_VALUE: Final = 0x12
 
 _U64_LIMIT: Final = 1 << 64
+_NO_SEPARATOR: Final = pa.scalar(b"", pa.large_binary())
+
+# Block size: temporaries of a few hundred KiB stay in cache and in memory the allocator reuses
+# (fresh pages cost more than the encoding itself on some virtual machines).
+_BLOCK_ROWS: Final = 16_384
+_BLOCK_BYTES: Final = 4 * 1024 * 1024
 
 Header = tuple[bytes, bytes]
 
@@ -77,100 +90,83 @@ def encode_append_inputs(
         return []
     _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
     _check_per_chunk(first_record_headers, chunks, "first_record_headers")
+    extras = [_headers_bytes(chunk) for chunk in first_record_headers] if first_record_headers else None
+    trailers = _trailers(match_seq_nums, fencing_token, chunks)
+    out: list[bytes] = []
+    for lo, hi in _blocks(body, cuts):
+        block_extras = extras[lo:hi] if extras is not None else None
+        out += _encode_block(
+            body, headers, timestamp, cuts=cuts[lo : hi + 1], extras=block_extras, trailers=trailers[lo:hi]
+        )
+    return out
+
+
+def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
+    """Runs of whole chunks, ``[lo, hi)``, of at most `_BLOCK_ROWS` rows or `_BLOCK_BYTES` body bytes
+    (or one chunk): working on a block at a time keeps the temporaries small and their memory reused."""
+    offsets = binary_view(body).offsets if len(body) else np.zeros(1, dtype=np.int64)
+    rows = np.diff(cuts).tolist()
+    nbytes = np.diff(offsets[cuts]).tolist()
+    blocks = []
+    lo, block_rows, block_bytes = 0, 0, 0
+    for i, (r, b) in enumerate(zip(rows, nbytes, strict=True)):
+        if i > lo and (block_rows + r > _BLOCK_ROWS or block_bytes + b > _BLOCK_BYTES):
+            blocks.append((lo, i))
+            lo, block_rows, block_bytes = i, 0, 0
+        block_rows += r
+        block_bytes += b
+    blocks.append((lo, len(rows)))
+    return blocks
+
+
+def _encode_block(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    *,
+    cuts: Ints,
+    extras: Sequence[bytes] | None,
+    trailers: Sequence[bytes],
+) -> list[bytes]:
+    """`encode_append_inputs` for the chunks between ``cuts`` (absolute rows), with each chunk's
+    serialized extra headers and trailer."""
     first, stop = int(cuts[0]), int(cuts[-1])
     cuts = cuts - first
     n = stop - first
-
-    bodies = _bodies(body.slice(first, n), first)
+    bodies = _bodies(body, first, n)
     stamped, stamps = _timestamps(timestamp, len(body), first, n)
-    own_count, names, values = _headers(headers, len(body), first, n)
-    extra_count, extra_pairs = _extras(first_record_headers, cuts, n)
+    own_headers = _own_headers(headers, len(body), first, n)
+    extra_headers = _per_row(n, cuts[:-1], extras or ())
+    trailer = _per_row(n, cuts[1:] - 1, trailers)
 
-    # Header entries of every record, own ones first, then (first records only) the extra ones.
-    count = own_count + extra_count
-    entry_first = np.cumsum(count) - count
-    entry_record = np.repeat(np.arange(n, dtype=np.int64), count)
-    own_first = np.cumsum(own_count) - own_count
-    own_slot = entry_first[np.repeat(np.arange(n, dtype=np.int64), own_count)] + (
-        np.arange(len(names.offsets) - 1, dtype=np.int64) - np.repeat(own_first, own_count)
-    )
-    extra_slot = np.repeat(entry_first + own_count, extra_count) + _ranks(extra_count)
-    name_len = np.empty(len(entry_record), dtype=np.int64)
-    value_len = np.empty(len(entry_record), dtype=np.int64)
-    name_len[own_slot] = names.lengths
-    value_len[own_slot] = values.lengths
-    name_len[extra_slot] = [len(name) for name, _ in extra_pairs]
-    value_len[extra_slot] = [len(value) for _, value in extra_pairs]
-
-    # Sizes, innermost first: header fields, headers, records, chunks.
-    name_size, value_size = varint_sizes(name_len), varint_sizes(value_len)
-    name_field = np.where(name_len > 0, 1 + name_size + name_len, 0)
-    value_field = np.where(value_len > 0, 1 + value_size + value_len, 0)
-    header_len = name_field + value_field
-    header_size = varint_sizes(header_len)
-    header_field = 1 + header_size + header_len
-    header_end = np.concatenate(([0], np.cumsum(header_field)))
-    headers_len = header_end[entry_first + count] - header_end[entry_first]
-
-    stamp_size = varint_sizes(stamps)
-    stamp_field = np.where(stamped, 1 + stamp_size, 0)
-    body_len = bodies.lengths
+    body_len = binary_view(bodies).lengths
     body_size = varint_sizes(body_len)
-    body_field = np.where(body_len > 0, 1 + body_size + body_len, 0)
-    record_len = stamp_field + headers_len + body_field
-    record_size = varint_sizes(record_len)
-    record_end = np.concatenate(([0], np.cumsum(1 + record_size + record_len)))
+    stamp_size = varint_sizes(stamps)
+    record_len = (
+        np.where(stamped, 1 + stamp_size, 0)
+        + binary_view(own_headers).lengths
+        + binary_view(extra_headers).lengths
+        + np.where(body_len > 0, 1 + body_size + body_len, 0)
+    )
+    record_key = (None, _INPUT_RECORDS, record_len, varint_sizes(record_len))
+    stamp = (stamped, _RECORD_TIMESTAMP, stamps, stamp_size)
+    body_key = (body_len > 0, _RECORD_BODY, body_len, body_size)
+    records = _join(
+        large_binary(pack_fields(n, [record_key, stamp])),
+        own_headers,
+        extra_headers,
+        large_binary(pack_fields(n, [body_key])),
+        bodies,
+        trailer,
+    )
+    data = records.buffers()[2]
+    ends = binary_view(records).offsets[cuts].tolist()
+    return [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
 
-    token = b"" if fencing_token is None else fencing_token.encode()
-    token_field = 0 if fencing_token is None else 1 + _varint_len(len(token)) + len(token)
-    matched, match_values = _matches(match_seq_nums, chunks)
-    match_size = varint_sizes(match_values)
-    records_len = record_end[cuts[1:]] - record_end[cuts[:-1]]
-    input_len = records_len + np.where(matched, 1 + match_size, 0) + token_field
-    input_end = np.cumsum(input_len)
-    input_start = input_end - input_len
 
-    # Positions, outermost first, then the bytes.
-    out: Bytes = np.empty(int(input_end[-1]), dtype=np.uint8)
-    chunk_of = np.repeat(np.arange(chunks, dtype=np.int64), np.diff(cuts))
-    record_at = input_start[chunk_of] + record_end[:-1] - record_end[cuts[:-1]][chunk_of]
-    out[record_at] = _INPUT_RECORDS
-    put_varints(out, record_at + 1, record_len, record_size)
-    stamp_at = record_at + 1 + record_size
-    _put_optional(out, stamp_at, stamped, key=_RECORD_TIMESTAMP, values=stamps, sizes=stamp_size)
-
-    headers_at = stamp_at + stamp_field
-    header_at = headers_at[entry_record] + header_end[:-1] - header_end[entry_first][entry_record]
-    out[header_at] = _RECORD_HEADERS
-    put_varints(out, header_at + 1, header_len, header_size)
-    name_at = header_at + 1 + header_size
-    _put_optional(out, name_at, name_len > 0, key=_HEADER_NAME, values=name_len, sizes=name_size)
-    value_at = name_at + name_field
-    _put_optional(out, value_at, value_len > 0, key=_HEADER_VALUE, values=value_len, sizes=value_size)
-    name_data_at = name_at + 1 + name_size
-    value_data_at = value_at + 1 + value_size
-    put_runs(out, name_data_at[own_slot], names.lengths, names.joined)
-    put_runs(out, value_data_at[own_slot], values.lengths, values.joined)
-    for slot, (name, value) in zip(extra_slot.tolist(), extra_pairs, strict=True):
-        out[name_data_at[slot] : name_data_at[slot] + len(name)] = np.frombuffer(name, dtype=np.uint8)
-        out[value_data_at[slot] : value_data_at[slot] + len(value)] = np.frombuffer(value, dtype=np.uint8)
-
-    body_at = headers_at + headers_len
-    _put_optional(out, body_at, body_len > 0, key=_RECORD_BODY, values=body_len, sizes=body_size)
-    put_runs(out, body_at + 1 + body_size, body_len, bodies.joined)
-
-    match_at = input_start + records_len
-    _put_optional(out, match_at, matched, key=_INPUT_MATCH_SEQ_NUM, values=match_values, sizes=match_size)
-    if fencing_token is not None:
-        token_at = match_at + np.where(matched, 1 + match_size, 0)
-        out[token_at] = _INPUT_FENCING_TOKEN
-        token_len = np.full(chunks, len(token), dtype=np.int64)
-        put_varints(out, token_at + 1, token_len, varint_sizes(token_len))
-        token_bytes = np.tile(np.frombuffer(token, dtype=np.uint8), chunks)
-        put_runs(out, token_at + 1 + _varint_len(len(token)), token_len, token_bytes)
-
-    ends = input_end.tolist()
-    return [out[start:end].tobytes() for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+def _join(*columns: pa.Array) -> pa.Array:
+    """Row ``i`` of every column, concatenated (in C++)."""
+    return pc.binary_join_element_wise(*columns, _NO_SEPARATOR)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,32 +195,19 @@ def _check_per_chunk(given: Sequence[object] | None, chunks: int, what: str) -> 
         raise ValueError(f"{what} must have one entry per chunk ({chunks}), got {len(given)}")
 
 
-def _matches(
-    match_seq_nums: Sequence[int | None] | None, chunks: int
-) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
-    """Which chunks carry a ``match_seq_num``, and the values (0 where unset)."""
-    if match_seq_nums is None:
-        return np.zeros(chunks, dtype=np.bool_), np.zeros(chunks, dtype=np.uint64)
-    for i, m in enumerate(match_seq_nums):
-        if m is not None and not 0 <= m < _U64_LIMIT:
-            raise ValueError(f"match_seq_nums[{i}] is {m}: a sequence number is an unsigned 64-bit integer")
-    matched = np.array([m is not None for m in match_seq_nums], dtype=np.bool_)
-    values = np.array([m or 0 for m in match_seq_nums], dtype=np.uint64)
-    return matched, values
-
-
-def _bodies(body: pa.Array, first: int) -> BinaryView:
-    if body.null_count:
-        row = first + int(np.argmin(validity(body)))
+def _bodies(body: pa.Array, first: int, n: int) -> pa.Array:
+    column = as_large_binary(body.slice(first, n), BODY)
+    if column.null_count:
+        row = first + int(np.argmin(validity(column)))
         raise EncodeError(
             f"{BODY} is null in row {row}: every record needs a body (use b'' for an empty one)"
         )
-    return binary_view(body, BODY)
+    return column
 
 
 def _timestamps(
     timestamp: pa.Array | None, rows: int, first: int, n: int
-) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+) -> tuple[Bools, npt.NDArray[np.uint64]]:
     """Which rows carry a timestamp, and the timestamps (0 where unset)."""
     if timestamp is None or pa.types.is_null(timestamp.type) or timestamp.null_count == len(timestamp):
         return np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.uint64)
@@ -244,11 +227,10 @@ def _timestamps(
     return stamped, stamps.astype(np.uint64)
 
 
-def _headers(headers: pa.Array | None, rows: int, first: int, n: int) -> tuple[Ints, BinaryView, BinaryView]:
-    """Header count of every row, then the names and values of all their headers, in row order."""
-    empty = BinaryView(np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.uint8))
+def _own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.Array:
+    """Every row's own ``headers`` fields, serialized, as one large_binary value per row."""
     if headers is None or pa.types.is_null(headers.type):
-        return np.zeros(n, dtype=np.int64), empty, empty
+        return _per_row(n, np.zeros(0, dtype=np.int64), [])
     _check_length(headers, rows, HEADERS)
     typ = headers.type
     if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
@@ -257,13 +239,11 @@ def _headers(headers: pa.Array | None, rows: int, first: int, n: int) -> tuple[I
     if "name" not in fields or "value" not in fields:
         raise TypeError(f"{HEADERS} entries must have fields 'name' and 'value', got {typ.value_type}")
     column = headers.slice(first, n)
+    count = column.value_lengths().fill_null(0).to_numpy().astype(np.int64)
     # flatten() keeps only the entries of non-null rows, from the slice's offset on; the struct's own
     # flatten() applies its offset and null bitmap to the children.
-    entries = column.flatten()
-    children = entries.flatten()
-    name = children[fields.index("name")]
-    value = children[fields.index("value")]
-    count = column.value_lengths().fill_null(0).to_numpy().astype(np.int64)
+    children = column.flatten().flatten()
+    name, value = children[fields.index("name")], children[fields.index("value")]
     for child, what in ((name, "name"), (value, "value")):
         if child.null_count:
             entry = int(np.argmin(validity(child)))
@@ -272,16 +252,72 @@ def _headers(headers: pa.Array | None, rows: int, first: int, n: int) -> tuple[I
                 f"{HEADERS} has a null header {what} in row {row}: header names and values are "
                 f"bytes (use b'' for an empty one)"
             )
-    return count, binary_view(name, f"{HEADERS}.name"), binary_view(value, f"{HEADERS}.value")
+    if len(name) == 0:
+        return _per_row(n, np.zeros(0, dtype=np.int64), [])
+    names = as_large_binary(name, f"{HEADERS}.name")
+    values = as_large_binary(value, f"{HEADERS}.value")
+    name_len, value_len = binary_view(names).lengths, binary_view(values).lengths
+    name_size, value_size = varint_sizes(name_len), varint_sizes(value_len)
+    header_len = np.where(name_len > 0, 1 + name_size + name_len, 0) + np.where(
+        value_len > 0, 1 + value_size + value_len, 0
+    )
+    entries = len(names)
+    header_key = (None, _RECORD_HEADERS, header_len, varint_sizes(header_len))
+    name_key = (name_len > 0, _HEADER_NAME, name_len, name_size)
+    value_key = (value_len > 0, _HEADER_VALUE, value_len, value_size)
+    fields_bytes = _join(
+        large_binary(pack_fields(entries, [header_key, name_key])),
+        names,
+        large_binary(pack_fields(entries, [value_key])),
+        values,
+    )
+    # A row's header fields are consecutive entries: one value spanning them, by offsets alone.
+    first_entry = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=first_entry[1:])
+    offsets = binary_view(fields_bytes).offsets[first_entry]
+    data = fields_bytes.buffers()[2]
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), data])
 
 
-def _extras(extras: Sequence[Sequence[Header]] | None, cuts: Ints, n: int) -> tuple[Ints, list[Header]]:
-    """Extra header count of every row (non-zero only on chunks' first rows), and the headers in order."""
-    count = np.zeros(n, dtype=np.int64)
-    if extras is None:
-        return count, []
-    count[cuts[:-1]] = [len(chunk) for chunk in extras]
-    return count, [(bytes(name), bytes(value)) for chunk in extras for name, value in chunk]
+def _per_row(n: int, rows: Ints, values: Sequence[bytes]) -> pa.Array:
+    """A large_binary column of ``n`` rows holding ``values[i]`` in row ``rows[i]`` and b"" elsewhere."""
+    lengths = np.zeros(n, dtype=np.int64)
+    if values:
+        lengths[rows] = [len(v) for v in values]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return large_binary((offsets, np.frombuffer(b"".join(values), dtype=np.uint8)))
+
+
+def _headers_bytes(headers: Sequence[Header]) -> bytes:
+    """``headers`` as serialized ``AppendRecord.headers`` fields (a few per chunk: plain Python)."""
+    out = bytearray()
+    for name, value in headers:
+        header = (_field(_HEADER_NAME, name) if name else b"") + (
+            _field(_HEADER_VALUE, value) if value else b""
+        )
+        out += _field(_RECORD_HEADERS, header)
+    return bytes(out)
+
+
+def _trailers(
+    match_seq_nums: Sequence[int | None] | None, fencing_token: str | None, chunks: int
+) -> list[bytes]:
+    """Each chunk's fields after its records: ``match_seq_num`` (when set), ``fencing_token`` (when set)."""
+    token = b"" if fencing_token is None else _field(_INPUT_FENCING_TOKEN, fencing_token.encode())
+    if match_seq_nums is None:
+        return [token] * chunks
+    out = []
+    for i, match in enumerate(match_seq_nums):
+        if match is None:
+            out.append(token)
+            continue
+        if not 0 <= match < _U64_LIMIT:
+            raise ValueError(
+                f"match_seq_nums[{i}] is {match}: a sequence number is an unsigned 64-bit integer"
+            )
+        out.append(bytes([_INPUT_MATCH_SEQ_NUM]) + _varint(match) + token)
+    return out
 
 
 def _check_length(column: pa.Array, rows: int, what: str) -> None:
@@ -289,33 +325,14 @@ def _check_length(column: pa.Array, rows: int, what: str) -> None:
         raise ValueError(f"{what} has {len(column)} rows but {BODY} has {rows}")
 
 
-# ---------------------------------------------------------------------------------------------------
-# Small helpers
+def _field(key: int, payload: bytes) -> bytes:
+    return bytes([key]) + _varint(len(payload)) + payload
 
 
-def _put_optional(
-    out: Bytes,
-    at: Ints,
-    present: npt.NDArray[np.bool_],
-    *,
-    key: int,
-    values: npt.NDArray[np.int64] | npt.NDArray[np.uint64],
-    sizes: Ints,
-) -> None:
-    """Write ``key`` then ``values[i]`` as a varint at ``at[i]``, where ``present[i]``."""
-    if not present.any():
-        return
-    if not present.all():
-        at, values, sizes = at[present], values[present], sizes[present]
-    out[at] = key
-    put_varints(out, at + 1, values, sizes)
-
-
-def _ranks(count: Ints) -> Ints:
-    """0, 1, ... count[i] - 1 for every i, back to back."""
-    total = int(count.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-
-
-def _varint_len(value: int) -> int:
-    return max(1, (value.bit_length() + 6) // 7)
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -1,7 +1,7 @@
-"""Numpy views of the Arrow buffers the wire encoder reads, sliced arrays (non-zero offset) included.
+"""Numpy views of Arrow binary arrays and back: the buffers the wire encoder reads and writes.
 
-Offsets come back as int64 and absolute into the data buffer, so a run of values ``[a, b)`` is the
-contiguous bytes ``data[offsets[a]:offsets[b]]`` whatever the array's offset or offset width.
+Offsets come back as int64 and absolute into the data buffer, so values ``[a, b)`` are the contiguous
+bytes ``data[offsets[a]:offsets[b]]`` whatever the array's offset (a slice) or offset width.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from s2_sink._wire._layout import Bytes, Ints
+from s2_sink._wire._layout import Bools, Bytes, Ints, Packed
 
-__all__ = ["BinaryView", "binary_view", "validity"]
+__all__ = ["BinaryView", "as_large_binary", "binary_view", "large_binary", "validity"]
 
 _EMPTY_BYTES: Bytes = np.empty(0, dtype=np.uint8)
 
@@ -29,36 +29,36 @@ class BinaryView(NamedTuple):
         """Byte length of every value."""
         return np.diff(self.offsets)
 
-    @property
-    def joined(self) -> Bytes:
-        """All values' bytes, back to back (a view, no copy)."""
-        return self.data[self.offsets[0] : self.offsets[-1]]
 
-
-def binary_view(arr: pa.Array, what: str) -> BinaryView:
-    """The offsets and data of a binary, large_binary, string or large_string array (nulls read as empty).
-
-    Raises TypeError naming ``what`` for any other type.
-    """
-    typ = arr.type
-    if pa.types.is_binary(typ) or pa.types.is_string(typ):
-        width: type[np.int32] | type[np.int64] = np.int32
-    elif pa.types.is_large_binary(typ) or pa.types.is_large_string(typ):
-        width = np.int64
-    else:
-        raise TypeError(f"{what} must be binary or large_binary, got {typ}")
-    n = len(arr)
+def binary_view(arr: pa.Array) -> BinaryView:
+    """The offsets and data of a binary or large_binary array (nulls read as empty)."""
+    width: type[np.int32] | type[np.int64] = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
     buffers = arr.buffers()
     if buffers[1] is None:  # a zero-length array may have no offsets buffer at all
         return BinaryView(np.zeros(1, dtype=np.int64), _EMPTY_BYTES)
-    offsets = np.frombuffer(buffers[1], dtype=width, count=n + 1, offset=arr.offset * width().itemsize)
+    offsets = np.frombuffer(buffers[1], dtype=width, count=len(arr) + 1, offset=arr.offset * width().itemsize)
     data = _EMPTY_BYTES if buffers[2] is None else np.frombuffer(buffers[2], dtype=np.uint8)
     return BinaryView(offsets.astype(np.int64), data)
 
 
-def validity(arr: pa.Array) -> np.ndarray[tuple[int], np.dtype[np.bool_]]:
+def as_large_binary(arr: pa.Array, what: str) -> pa.Array:
+    """``arr`` as large_binary (shares its data buffer); TypeError naming ``what`` unless it is binary."""
+    typ = arr.type
+    if not (pa.types.is_binary(typ) or pa.types.is_large_binary(typ)):
+        raise TypeError(f"{what} must be binary or large_binary, got {typ}")
+    return arr if pa.types.is_large_binary(typ) else arr.cast(pa.large_binary())
+
+
+def large_binary(packed: Packed) -> pa.Array:
+    """A large_binary array over packed (offsets, data), without copying either."""
+    offsets, data = packed
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, buffers)
+
+
+def validity(arr: pa.Array) -> Bools:
     """True where ``arr`` holds a value."""
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=np.bool_)
-    mask: np.ndarray[tuple[int], np.dtype[np.bool_]] = arr.is_valid().to_numpy(zero_copy_only=False)
+    mask: Bools = arr.is_valid().to_numpy(zero_copy_only=False)
     return mask

@@ -1,30 +1,36 @@
-"""Vectorised byte-layout primitives: protobuf varints and run copies written into one preallocated buffer.
+"""Vectorised protobuf field layout: varint sizes, and key + varint fields packed row by row, over numpy.
 
-Each function takes whole arrays of positions and values and costs a fixed number of numpy passes
-(one per varint byte, or one per copied source), never one Python step per item.
+Each function takes whole arrays and costs a fixed number of numpy passes (one per varint byte or
+per field), never one Python step per row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Bytes", "Ints", "put_runs", "put_varints", "varint_sizes"]
+__all__ = ["Bools", "Bytes", "Ints", "Packed", "VarintField", "pack_fields", "put_varints", "varint_sizes"]
 
+Bools = npt.NDArray[np.bool_]
 Bytes = npt.NDArray[np.uint8]
 Ints = npt.NDArray[np.int64]
+Values = npt.NDArray[np.int64] | npt.NDArray[np.uint64]
 
 # Smallest value needing 2, 3, ... 10 varint bytes.
 _THRESHOLDS: Final = tuple(1 << (7 * k) for k in range(1, 10))
 
-# Bytes copied per output byte above which a run copy uses a byte mask (1 byte per output byte)
-# rather than a gather index (8 bytes per copied byte).
-_DENSE_RATIO: Final = 8
+VarintField = tuple[Bools | None, int, Values, Ints]
+"""One varint field of every row: (present, or ``None`` for every row; the field key byte; the values;
+their `varint_sizes`)."""
+
+Packed = tuple[Ints, Bytes]
+"""Variable-length rows as (offsets, data): row ``i`` is ``data[offsets[i]:offsets[i + 1]]``."""
 
 
-def varint_sizes(values: npt.NDArray[np.int64] | npt.NDArray[np.uint64]) -> Ints:
+def varint_sizes(values: Values) -> Ints:
     """Bytes of each value's base-128 varint (1 to 10); values must be non-negative."""
     sizes = np.ones(len(values), dtype=np.int64)
     if len(values) == 0:
@@ -37,9 +43,7 @@ def varint_sizes(values: npt.NDArray[np.int64] | npt.NDArray[np.uint64]) -> Ints
     return sizes
 
 
-def put_varints(
-    out: Bytes, pos: Ints, values: npt.NDArray[np.int64] | npt.NDArray[np.uint64], sizes: Ints
-) -> None:
+def put_varints(out: Bytes, pos: Ints, values: Values, sizes: Ints) -> None:
     """Write ``values[i]`` as a varint of ``sizes[i]`` bytes (from `varint_sizes`) at ``out[pos[i]:]``."""
     if len(values) == 0:
         return
@@ -56,22 +60,21 @@ def put_varints(
         rest >>= 7
 
 
-def put_runs(out: Bytes, starts: Ints, lengths: Ints, src: Bytes) -> None:
-    """Copy ``src`` into ``out`` run by run: run ``i`` takes the next ``lengths[i]`` bytes of ``src`` to
-    ``out[starts[i]:]``. Runs must be in increasing, non-overlapping order and ``len(src)`` their total."""
-    if len(src) == 0:
-        return
-    if len(src) * _DENSE_RATIO >= len(out):
-        # Mark each run's first byte +1 and the byte after it -1; the running sum is the run mask.
-        # Adjacent runs share an edge (+1 -1 = 0), which keeps the mask set across it, as it should.
-        keep = lengths > 0
-        starts, lengths = starts[keep], lengths[keep]
-        edges = np.zeros(len(out) + 1, dtype=np.int8)
-        edges[starts] = 1
-        edges[starts + lengths] -= 1
-        mask = np.cumsum(edges[:-1], dtype=np.int8).view(np.bool_)
-        out[mask] = src
-    else:
-        src_starts = np.cumsum(lengths) - lengths
-        index = np.repeat(starts - src_starts, lengths) + np.arange(len(src), dtype=np.int64)
-        out[index] = src
+def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
+    """Row ``i`` holds, in order, the key byte and varint value of each field present in row ``i``."""
+    lengths = [
+        1 + sizes if present is None else np.where(present, 1 + sizes, 0) for present, _, _, sizes in fields
+    ]
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(sum(lengths, np.zeros(rows, dtype=np.int64)), out=offsets[1:])
+    out: Bytes = np.empty(int(offsets[-1]), dtype=np.uint8)
+    at = offsets[:-1].copy()
+    for (present, key, values, sizes), length in zip(fields, lengths, strict=True):
+        pos = at if present is None else at[present]
+        out[pos] = key
+        if present is None:
+            put_varints(out, pos + 1, values, sizes)
+        else:
+            put_varints(out, pos + 1, values[present], sizes[present])
+        at += length
+    return offsets, out

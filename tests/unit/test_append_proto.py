@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+from contextlib import ExitStack
 from dataclasses import dataclass
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -13,8 +16,9 @@ from s2_sdk import AppendInput, Record
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto
 
+from s2_sink._wire import _append_proto as append_proto
 from s2_sink._wire import encode_append_inputs
-from s2_sink._wire._layout import put_runs, put_varints, varint_sizes
+from s2_sink._wire._layout import put_varints, varint_sizes
 from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
 from s2_sink.errors import EncodeError
 
@@ -149,7 +153,7 @@ def sdk_inputs(case: Case) -> list[AppendInput]:
     """The SDK inputs the current writer builds for the same rows: one ``Record`` per row, the extra
     headers appended after the first record's own (as ``_partition_writer`` tags a chunk)."""
     inputs = []
-    for c, (lo, hi) in enumerate(zip(case.bounds, case.bounds[1:], strict=False)):
+    for c, (lo, hi) in enumerate(itertools.pairwise(case.bounds)):
         records = [Record(body, headers or [], stamp) for body, headers, stamp in case.rows[lo:hi]]
         if case.first_record_headers is not None:
             first = records[0]
@@ -173,11 +177,19 @@ def encode(case: Case) -> list[bytes]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=BIG_DATA)
-@given(cases())
-def test_bytes_equal_the_sdk_serialization(case: Case) -> None:
+@given(cases(), st.sampled_from([None, 1, 3]), st.sampled_from([None, 1, 100]))
+def test_bytes_equal_the_sdk_serialization(
+    case: Case, block_rows: int | None, block_bytes: int | None
+) -> None:
     """Every chunk's bytes equal the SDK's own serialization of the ``AppendInput`` it would send
-    for those rows, and parse with the SDK's generated classes into that same message."""
-    ours = encode(case)
+    for those rows, and parse with the SDK's generated classes into that same message, however the
+    chunks are grouped into encoding blocks."""
+    with ExitStack() as limits:
+        if block_rows is not None:
+            limits.enter_context(patch.object(append_proto, "_BLOCK_ROWS", block_rows))
+        if block_bytes is not None:
+            limits.enter_context(patch.object(append_proto, "_BLOCK_BYTES", block_bytes))
+        ours = encode(case)
     expected = [append_input_to_proto(inp) for inp in sdk_inputs(case)]
     assert len(ours) == len(expected)
     for got, want in zip(ours, expected, strict=True):
@@ -239,6 +251,42 @@ def test_near_one_mib_record_matches_the_sdk() -> None:
     assert got == [want]
 
 
+def test_large_frame_in_many_blocks_matches_the_sdk() -> None:
+    """A frame spanning many encoding blocks (by rows, and by bytes around 1 MiB bodies) encodes
+    chunk for chunk as the SDK does."""
+    rng = np.random.default_rng(7)
+    rows = 40_000
+    sizes = rng.integers(0, 200, rows)
+    sizes[[5, 20_000, 20_001, 39_999]] = MAX_RECORD_BYTES - 100
+    bodies = [bytes([i % 251]) * int(s) for i, s in enumerate(sizes)]
+    headers = [[(b"@key", str(i).encode()), (b"@action", b"u")] if i % 3 else None for i in range(rows)]
+    stamps = [int(t) if t % 5 else None for t in rng.integers(0, 2**41, rows)]
+    bounds = np.unique(np.concatenate(([0, rows], rng.integers(1, rows, 60), [5, 6, 20_000, 20_001])))
+    chunks = len(bounds) - 1
+    matches = [i * 1000 if i % 2 else None for i in range(chunks)]
+    tags = [[(b"@s2sink", f"1 abcdef01 1 2 3 0 {i} 9".encode())] for i in range(chunks)]
+    got = encode_append_inputs(
+        pa.array(bodies),
+        pa.array(headers, pa.list_(HEADER_TYPE)),
+        pa.array(stamps, pa.int64()),
+        bounds,
+        fencing_token="t",
+        match_seq_nums=matches,
+        first_record_headers=tags,
+    )
+    want = []
+    for c, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
+        records = [
+            Record(b, h or [], t)
+            for b, h, t in zip(bodies[lo:hi], headers[lo:hi], stamps[lo:hi], strict=True)
+        ]
+        records[0] = Record(records[0].body, [*records[0].headers, *tags[c]], records[0].timestamp)
+        inp = AppendInput(records, match_seq_num=matches[c], fencing_token="t")
+        want.append(append_input_to_proto(inp).SerializeToString())
+    assert len(got) == len(want)
+    assert all(g == w for g, w in zip(got, want, strict=True))
+
+
 def test_negative_timestamp_is_refused_like_the_sdk() -> None:
     """The SDK refuses a negative timestamp (uint64 on the wire); so does the encoder, naming the row."""
     with pytest.raises(ValueError, match="out of range"):
@@ -296,17 +344,6 @@ def test_per_chunk_arguments_must_match_the_chunks() -> None:
         encode_append_inputs(body, None, None, [0, 2], fencing_token=None, first_record_headers=[[], []])
     with pytest.raises(ValueError, match="unsigned 64-bit"):
         encode_append_inputs(body, None, None, [0, 2], fencing_token=None, match_seq_nums=[2**64])
-
-
-@pytest.mark.parametrize("out_size", [12, 4096], ids=["mask", "gather"])
-def test_put_runs_places_each_run(out_size: int) -> None:
-    """Runs land where asked, in order, whichever copy strategy the density picks; other bytes stay."""
-    out = np.zeros(out_size, np.uint8)
-    starts = np.array([1, 3, 3, 4, 9], np.int64)
-    lengths = np.array([2, 0, 1, 3, 2], np.int64)  # adjacent runs (1-2, 3, 4-6) and an empty one
-    put_runs(out, starts, lengths, np.arange(1, 9, dtype=np.uint8))
-    assert out[:12].tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 0, 7, 8, 0]
-    assert not out[12:].any()
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=20))
