@@ -84,6 +84,7 @@ def encode_append_inputs(
     Raises EncodeError for a row S2 cannot take (null body, null header name or value, negative
     timestamp) and ValueError for arguments that do not fit together.
     """
+    body = as_large_binary(body, BODY)  # shares the data buffer
     cuts = _check_bounds(bounds, len(body))
     chunks = len(cuts) - 1
     if chunks <= 0:
@@ -196,7 +197,7 @@ def _check_per_chunk(given: Sequence[object] | None, chunks: int, what: str) -> 
 
 
 def _bodies(body: pa.Array, first: int, n: int) -> pa.Array:
-    column = as_large_binary(body.slice(first, n), BODY)
+    column = body.slice(first, n)
     if column.null_count:
         row = first + int(np.argmin(validity(column)))
         raise EncodeError(
@@ -209,9 +210,10 @@ def _timestamps(
     timestamp: pa.Array | None, rows: int, first: int, n: int
 ) -> tuple[Bools, npt.NDArray[np.uint64]]:
     """Which rows carry a timestamp, and the timestamps (0 where unset)."""
+    if timestamp is not None:
+        _check_length(timestamp, rows, TIMESTAMP)
     if timestamp is None or pa.types.is_null(timestamp.type) or timestamp.null_count == len(timestamp):
         return np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.uint64)
-    _check_length(timestamp, rows, TIMESTAMP)
     if not pa.types.is_integer(timestamp.type):
         raise TypeError(f"{TIMESTAMP} must be an integer column (ms since the epoch), got {timestamp.type}")
     column = timestamp.slice(first, n).cast(pa.int64())
@@ -229,9 +231,10 @@ def _timestamps(
 
 def _own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.Array:
     """Every row's own ``headers`` fields, serialized, as one large_binary value per row."""
+    if headers is not None:
+        _check_length(headers, rows, HEADERS)
     if headers is None or pa.types.is_null(headers.type):
         return _per_row(n, np.zeros(0, dtype=np.int64), [])
-    _check_length(headers, rows, HEADERS)
     typ = headers.type
     if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
         raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")

@@ -335,6 +335,28 @@ def test_bad_bounds_are_refused(bounds: object, match: str) -> None:
         encode_append_inputs(pa.array([b"a", b"b", b"c"]), None, None, bounds, fencing_token=None)  # type: ignore[arg-type]
 
 
+def test_columns_of_the_wrong_type_or_length_are_refused() -> None:
+    """Columns that are not the frame's types, or not as long as the body column, raise naming them."""
+    body = pa.array([b"a", b"b"])
+    with pytest.raises(TypeError, match=rf"{BODY} must be binary"):
+        encode_append_inputs(pa.array([1, 2]), None, None, [0, 2], fencing_token=None)
+    with pytest.raises(TypeError, match=rf"{HEADERS} must be list<struct"):
+        encode_append_inputs(body, pa.array([[b"x"], []]), None, [0, 2], fencing_token=None)
+    with pytest.raises(TypeError, match=rf"{TIMESTAMP} must be an integer"):
+        encode_append_inputs(body, None, pa.array([1.5, 2.5]), [0, 2], fencing_token=None)
+    with pytest.raises(ValueError, match=rf"{HEADERS} has 1 rows but {BODY} has 2"):
+        encode_append_inputs(body, pa.array([None], pa.list_(HEADER_TYPE)), None, [0, 2], fencing_token=None)
+    with pytest.raises(ValueError, match=rf"{TIMESTAMP} has 3 rows but {BODY} has 2"):
+        encode_append_inputs(body, None, pa.array([None] * 3, pa.int64()), [0, 2], fencing_token=None)
+
+
+def test_null_typed_columns_mean_none_set() -> None:
+    """Headers and timestamp columns of Arrow's null type (all rows null) add nothing to the records."""
+    nulls = pa.nulls(2)
+    got = encode_append_inputs(pa.array([b"a", b""]), nulls, nulls, [0, 2], fencing_token=None)
+    assert got == [append_input_to_proto(AppendInput([Record(b"a"), Record(b"")])).SerializeToString()]
+
+
 def test_per_chunk_arguments_must_match_the_chunks() -> None:
     """``match_seq_nums`` and ``first_record_headers`` need one entry per chunk."""
     body = pa.array([b"a", b"b"])
