@@ -1,0 +1,10 @@
+"""``python -m s2_sink``: the ``s2-sink`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from s2_sink.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""``s2-sink fences clear STREAM...``: remove the fencing token of streams.
+
+A fence command record with an empty token clears the fence. It is appended conditionally on the token
+found on the stream, so what the command reports having cleared is exactly what it cleared. Clearing
+never breaks a running exactly-once writer: its next append is refused (412), and it fences the stream
+to its own token again (`s2_sink._exactly_once._fencing.judge_current_token`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Final
+
+from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
+
+from s2_sink._exactly_once._fencing import Token
+from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._failures import CliFailure
+
+__all__ = ["HELP", "clear"]
+
+HELP: Final = (
+    "Remove the fencing token of each STREAM (S2 accepts appends without a token either way; appends "
+    "that carry a token must match it). Use it when a FencedError names a token whose writer is gone for "
+    "good, or after deleting a ledger. A running exactly-once writer is not harmed: it fences the stream "
+    "again on its next append."
+)
+
+# A token no writer uses: the first conditional clear is refused and the 412 shows the current token.
+_PROBE: Final = "s2-sink-cli:probe"
+_ATTEMPTS: Final = 5
+
+
+async def clear_fence(stream: S2Stream) -> str:
+    """Clear the stream's fence; returns the token that was on it (``""``: there was none)."""
+    await stream.check_tail()  # a missing stream is an error, even in a basin that creates streams on append
+    seen = _PROBE
+    for _ in range(_ATTEMPTS):
+        try:
+            await stream.append(AppendInput(records=[CommandRecord.fence("")], fencing_token=seen))
+        except FencingTokenMismatchError as exc:
+            seen = exc.expected_fencing_token
+            if seen == "":
+                return ""
+            continue
+        return seen
+    raise CliFailure(f"stream {stream.name!r}: its fencing token kept changing (last seen {seen!r}); retry")
+
+
+def describe(token: str) -> str:
+    """Who a token belongs to, in words."""
+    ours = Token.parse(token)
+    if ours is None:
+        return f"{token!r} (not an s2_sink token)"
+    return f"{token!r} (exactly-once writer {ours.writer}, epoch {ours.epoch}, generation {ours.gen})"
+
+
+def clear(args: argparse.Namespace) -> int:
+    """Clear every named stream's fence, in order; stop at the first stream that fails."""
+    cfg = config_from(args)
+    for name in args.streams:
+
+        async def go(name: str = name) -> str:
+            async with open_basin(cfg) as basin:
+                return await clear_fence(basin.stream(name))
+
+        was = run_io(cfg, name, go())
+        if was:
+            print(f"stream {name!r}: cleared fencing token {describe(was)}")
+        else:
+            print(f"stream {name!r}: had no fencing token")
+    return 0

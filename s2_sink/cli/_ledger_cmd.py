@@ -1,0 +1,188 @@
+"""``s2-sink ledger show|reset WRITER_ID``: the exactly-once ledger of a writer, decoded or reset.
+
+The records are decoded by the library's `LedgerState` and the reset record is appended through its
+`Ledger`, conditionally (``match_seq_num``), so a writer still running under this identity fails with
+`WriterConflictError` instead of interleaving with the reset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+from s2_sdk import ReadLimit, S2Basin, SeqNum
+
+from s2_sink._exactly_once._ledger import Ledger, LedgerState, ledger_stream_name
+from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
+from s2_sink.errors import CommitError
+
+__all__ = ["RESET_HELP", "reset", "show"]
+
+_PAGE: Final = 1000
+
+RESET_HELP: Final = (
+    "Make the ledger forget which micro-batches were committed: appends a record that keeps the epoch "
+    "(so the fences on the target streams stay valid) and the stream positions, with no committed batch. "
+    "The next run under this writer id starts from any batch id, e.g. 0 after its checkpoint was deleted. "
+    "What that costs: exactly-once no longer covers batches from before the reset. A batch that was "
+    "committed before it is written again if Spark replays it, and a batch an earlier run left half "
+    "written is not read back, so its records can appear twice. Stop the query first (a running one "
+    "fails with WriterConflictError); to start with a clean slate instead, use a new writer id."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One ledger record: its position and decoded state, or why it cannot be decoded."""
+
+    seq_num: int
+    state: LedgerState | None
+    error: str | None = None
+
+
+async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int]:
+    """Every record of the ledger, oldest first, and the ledger's tail."""
+    name = ledger_stream_name(writer_id)
+    stream = basin.stream(name)
+    tail = (await stream.check_tail()).seq_num
+    entries: list[Entry] = []
+    pos = 0
+    while pos < tail:
+        batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, tail - pos)))
+        if not batch.records:
+            break
+        for record in batch.records:
+            if record.is_command_record():
+                continue
+            try:
+                entries.append(Entry(record.seq_num, LedgerState.from_json(record.body, name)))
+            except CommitError as exc:
+                entries.append(Entry(record.seq_num, None, str(exc)))
+        pos = batch.records[-1].seq_num + 1
+    return entries, tail
+
+
+def _as_doc(entry: Entry) -> dict[str, Any]:
+    if entry.state is None:
+        return {"seq_num": entry.seq_num, "error": entry.error}
+    st = entry.state
+    return {
+        "seq_num": entry.seq_num,
+        "kind": st.kind,
+        "epoch": st.epoch,
+        "batch": st.committed,
+        "scope": st.scope,
+        "run": st.run,
+        "query_id": st.query_id,
+        "ends": st.ends,
+    }
+
+
+def _as_line(entry: Entry) -> str:
+    if entry.state is None:
+        return f"{entry.seq_num:>6}  unreadable: {entry.error}"
+    st = entry.state
+    ends = ", ".join(f"{s}={n}" for s, n in sorted(st.ends.items())) or "-"
+    return (
+        f"{entry.seq_num:>6}  {st.kind:<6}  epoch={st.epoch}  batch={st.committed}  scope={st.scope}  "
+        f"run={st.run}  query={st.query_id or '-'}  ends: {ends}"
+    )
+
+
+def _summary(writer_id: str, last: LedgerState) -> str:
+    if last.kind == "commit" and last.committed < 0:
+        done = "no committed batch (reset)"
+    elif last.kind == "commit":
+        done = f"batch {last.committed} committed"
+    else:
+        done = f"epoch {last.epoch} opened after batch {last.committed}, not committed yet"
+    nxt = "recovers (reads back) the next batch" if last.may_have_written_next else "writes the next batch"
+    return f"writer {writer_id!r}: {done}; the next run opens epoch {last.epoch + 1} and {nxt}"
+
+
+def show(args: argparse.Namespace) -> int:
+    """Print every ledger record decoded (or as JSON lines with ``--json``), then the resulting state."""
+    cfg = config_from(args)
+    name = ledger_stream_name(args.writer_id)
+
+    async def go() -> tuple[list[Entry], int]:
+        async with open_basin(cfg) as basin:
+            return await read_history(basin, args.writer_id)
+
+    try:
+        entries, tail = run_io(cfg, name, go())
+    except CliFailure as exc:
+        if exc.missing == "stream":
+            raise CliFailure(
+                f"writer {args.writer_id!r} has no ledger in basin {cfg.basin!r} (stream {name!r} does not "
+                "exist): it never ran exactly-once here, or it runs under another writer id "
+                "(the streaming query id unless s2.writer-id / writer_id is set)",
+                NOT_FOUND,
+            ) from exc
+        raise
+    if args.json:
+        for entry in entries:
+            sys.stdout.write(orjson.dumps(_as_doc(entry)).decode() + "\n")
+        return 0
+    print(f"ledger {name!r} in basin {cfg.basin!r}: {len(entries)} records, tail {tail}")
+    for entry in entries:
+        print(_as_line(entry))
+    last = entries[-1].state if entries else None
+    if last is not None:
+        print(_summary(args.writer_id, last))
+    return 0
+
+
+def reset(args: argparse.Namespace) -> int:
+    """Append the reset record (see `RESET_HELP`) after printing the state it replaces."""
+    cfg = config_from(args)
+    name = ledger_stream_name(args.writer_id)
+
+    async def go() -> LedgerState | None:
+        async with open_basin(cfg) as basin:
+            await basin.stream(name).check_tail()  # a missing ledger is an error, not something to create
+            ledger = Ledger(basin, args.writer_id)
+            before = await ledger.load()
+            if before.kind == "none" or not args.yes:
+                return before
+            await ledger.append(
+                dataclasses.replace(
+                    before,
+                    kind="commit",
+                    committed=-1,
+                    run=f"reset-{uuid.uuid4().hex}",
+                    query_id=None,
+                    scope="batch",
+                )
+            )
+            return None
+
+    try:
+        before = run_io(cfg, name, go())
+    except CliFailure as exc:
+        if exc.missing == "stream":
+            raise CliFailure(
+                f"writer {args.writer_id!r} has no ledger in basin {cfg.basin!r} (stream {name!r} does not "
+                "exist): there is nothing to reset",
+                NOT_FOUND,
+            ) from exc
+        raise
+    if before is None:
+        print(
+            f"ledger {name!r} reset: the next run under writer id {args.writer_id!r} may start at any batch"
+        )
+        return 0
+    if before.kind == "none":
+        print(f"ledger {name!r} is empty: there is nothing to reset")
+        return 0
+    raise CliFailure(
+        f"not resetting the ledger of writer {args.writer_id!r} (last record: {before.kind} of batch "
+        f"{before.committed}, epoch {before.epoch}) without --yes. {RESET_HELP}",
+        USAGE,
+    )

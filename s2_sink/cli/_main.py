@@ -1,0 +1,135 @@
+"""The ``s2-sink`` argument parser and the one place where failures become messages and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from s2_sink.cli._connect import add_connection_flags
+from s2_sink.cli._failures import EXIT_CODES, FAILED, INTERRUPTED, CliFailure
+from s2_sink.errors import S2SinkError
+
+__all__ = ["build_parser", "main"]
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _exit_codes() -> str:
+    return "exit codes:\n" + "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
+
+
+def _ledger_show(args: argparse.Namespace) -> int:
+    from s2_sink.cli._ledger_cmd import show  # noqa: PLC0415 - each command imports only what it needs
+
+    return show(args)
+
+
+def _ledger_reset(args: argparse.Namespace) -> int:
+    from s2_sink.cli._ledger_cmd import reset  # noqa: PLC0415
+
+    return reset(args)
+
+
+def _fences_clear(args: argparse.Namespace) -> int:
+    from s2_sink.cli._fences_cmd import clear  # noqa: PLC0415
+
+    return clear(args)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from s2_sink.cli._tail_cmd import tail  # noqa: PLC0415 - the decoders import pyspark
+
+    return tail(args)
+
+
+def _lite(lite_args: list[str]) -> int:
+    from s2_sink.lite.__main__ import main as lite_main  # noqa: PLC0415 - needs the [lite] extra
+
+    lite_main(lite_args, prog="s2-sink lite")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; each leaf parser sets ``run`` to its command."""
+    from s2_sink.cli._fences_cmd import HELP as FENCES_HELP  # noqa: PLC0415
+    from s2_sink.cli._ledger_cmd import RESET_HELP  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog="s2-sink",
+        description="Look at and repair the state exactly-once delivery keeps in S2, read streams, run the "
+        "lite server. Connection settings as in the library: S2_ACCESS_TOKEN, S2_ACCOUNT_ENDPOINT and "
+        "S2_BASIN_ENDPOINT, or --endpoint; the basin with --basin.",
+        epilog=_exit_codes(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ledger = commands.add_parser("ledger", help="show or reset the exactly-once ledger of a writer")
+    ledger_commands = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = ledger_commands.add_parser(
+        "show", help="print every ledger record decoded: kind, epoch, batch, scope, run, stream ends"
+    )
+    show.add_argument(
+        "writer_id", metavar="WRITER_ID", help="the writer id (the streaming query id by default)"
+    )
+    show.add_argument("--json", action="store_true", help="one JSON object per record instead of text")
+    add_connection_flags(show)
+    show.set_defaults(run=_ledger_show)
+    reset = ledger_commands.add_parser("reset", help="forget the committed batches", description=RESET_HELP)
+    reset.add_argument("writer_id", metavar="WRITER_ID")
+    reset.add_argument(
+        "--yes", action="store_true", help="confirm: reset the ledger (see above for what it means)"
+    )
+    add_connection_flags(reset)
+    reset.set_defaults(run=_ledger_reset)
+
+    fences = commands.add_parser("fences", help="clear fencing tokens")
+    fences_commands = fences.add_subparsers(dest="action", required=True, metavar="ACTION")
+    clear = fences_commands.add_parser(
+        "clear", help="remove the fencing token of streams", description=FENCES_HELP
+    )
+    clear.add_argument("streams", nargs="+", metavar="STREAM")
+    add_connection_flags(clear)
+    clear.set_defaults(run=_fences_clear)
+
+    tail = commands.add_parser("tail", help="print a stream's last records decoded, one JSON object per line")
+    tail.add_argument("stream", metavar="STREAM")
+    tail.add_argument(
+        "--format",
+        choices=("insert", "upsert"),
+        default="insert",
+        help="insert: body (JSON, text or base64), headers; upsert: key, action, value (default insert)",
+    )
+    tail.add_argument("-n", type=int, default=10, help="start this many records before the tail (default 10)")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C")
+    add_connection_flags(tail)
+    tail.set_defaults(run=_tail)
+
+    lite = commands.add_parser(
+        "lite",
+        help="run the lite S2 server (same as s2-lite; `s2-sink lite --help` for its flags)",
+        add_help=False,
+    )
+    # Never parsed here: `main` hands everything after "lite" to the lite server's own parser.
+    lite.add_argument("lite_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; expected failures print one line on stderr and return their exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lite"]:  # argparse cannot pass "--port ..." through a subcommand untouched
+        return _lite(argv[1:])
+    args = build_parser().parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except CliFailure as exc:
+        print(f"s2-sink: {exc}", file=sys.stderr)
+        return exc.code
+    except S2SinkError as exc:  # the library's own errors already say what went wrong and the fix
+        print(f"s2-sink: {exc}", file=sys.stderr)
+        return FAILED
+    except KeyboardInterrupt:
+        return INTERRUPTED

@@ -1,0 +1,100 @@
+"""``s2-sink tail STREAM``: print a stream's last records decoded, one JSON object per line.
+
+``--format insert`` (the default): the body as JSON when it is JSON (what `InsertEncoder` writes), else as
+text, else as base64, with the headers. ``--format upsert``: the Flink S2 connector's changelog decoded
+by `s2_sink.encoders.decode_upsert` into key, action and value. Command records (fences, trims) are not
+printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from typing import Any, Final
+
+import orjson
+from s2_sdk import ReadLimit, S2Stream, SeqNum, SequencedRecord
+
+from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._failures import USAGE, CliFailure
+from s2_sink.encoders import decode_upsert
+from s2_sink.errors import EncodeError
+
+__all__ = ["tail"]
+
+_TEXT: Final = "text"
+
+
+def _text_or_b64(data: bytes) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode()
+
+
+def _insert_doc(record: SequencedRecord) -> dict[str, Any]:
+    doc: dict[str, Any] = {"seq_num": record.seq_num, "timestamp": record.timestamp}
+    try:
+        doc["value"] = orjson.loads(record.body)
+    except orjson.JSONDecodeError:
+        doc[_TEXT] = _text_or_b64(record.body)
+    if record.headers:
+        doc["headers"] = [[_text_or_b64(k), _text_or_b64(v)] for k, v in record.headers]
+    return doc
+
+
+def _upsert_doc(record: SequencedRecord) -> dict[str, Any]:
+    try:
+        (change,) = decode_upsert([record])
+    except EncodeError as exc:
+        raise CliFailure(
+            f"record {record.seq_num} is not an upsert record ({exc}); print it with --format insert"
+        ) from exc
+    return {
+        "seq_num": record.seq_num,
+        "timestamp": record.timestamp,
+        "action": change.action,
+        "key": change.key,
+        "value": change.value,
+    }
+
+
+def _emit(records: list[SequencedRecord], fmt: str) -> None:
+    to_doc = _upsert_doc if fmt == "upsert" else _insert_doc
+    for record in records:
+        if record.is_command_record():
+            continue
+        sys.stdout.write(orjson.dumps(to_doc(record), default=str).decode() + "\n")
+    sys.stdout.flush()
+
+
+async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool) -> None:
+    end = (await stream.check_tail()).seq_num
+    start = max(0, end - count)
+    pos = start
+    while pos < end:  # the last `count` positions, then (with --follow) everything after them
+        batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(1000, end - pos)))
+        if not batch.records:
+            break
+        _emit(batch.records, fmt)
+        pos = batch.records[-1].seq_num + 1
+    if not follow:
+        return
+    async with stream.read_session(start=SeqNum(max(pos, end))) as session:
+        async for batch in session:
+            _emit(batch.records, fmt)
+
+
+def tail(args: argparse.Namespace) -> int:
+    """Print the last ``-n`` records of the stream, then (``--follow``) new ones until interrupted."""
+    if args.n < 0:
+        raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
+    cfg = config_from(args)
+
+    async def go() -> None:
+        async with open_basin(cfg) as basin:
+            await _print_tail(basin.stream(args.stream), args.n, args.format, args.follow)
+
+    run_io(cfg, args.stream, go())
+    return 0
