@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="insert",
         help="insert: body (JSON, text or base64), headers; upsert: key, action, value (default insert)",
     )
-    tail.add_argument("-n", type=int, default=10, help="start this many records before the tail (default 10)")
+    tail.add_argument(
+        "-n", type=int, default=10, help="print the last N records (default 10); command records do not count"
+    )
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C")
     add_connection_flags(tail)
     tail.set_defaults(run=_tail)

@@ -24,6 +24,7 @@ from s2_sink.errors import EncodeError
 __all__ = ["tail"]
 
 _TEXT: Final = "text"
+_PAGE: Final = 1000
 
 
 def _text_or_b64(data: bytes) -> str:
@@ -63,25 +64,40 @@ def _upsert_doc(record: SequencedRecord) -> dict[str, Any]:
 def _emit(records: list[SequencedRecord], fmt: str) -> None:
     to_doc = _upsert_doc if fmt == "upsert" else _insert_doc
     for record in records:
-        if record.is_command_record():
-            continue
         sys.stdout.write(orjson.dumps(to_doc(record), default=str).decode() + "\n")
     sys.stdout.flush()
 
 
-async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool) -> None:
-    end = (await stream.check_tail()).seq_num
-    start = max(0, end - count)
+async def _read_range(stream: S2Stream, start: int, end: int) -> list[SequencedRecord]:
+    """The records in ``[start, end)`` that are not command records."""
+    out: list[SequencedRecord] = []
     pos = start
-    while pos < end:  # the last `count` positions, then (with --follow) everything after them
-        batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(1000, end - pos)))
+    while pos < end:
+        batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
         if not batch.records:
             break
-        _emit(batch.records, fmt)
+        out.extend(r for r in batch.records if not r.is_command_record())
         pos = batch.records[-1].seq_num + 1
+    return out
+
+
+async def _last_records(stream: S2Stream, count: int, end: int) -> list[SequencedRecord]:
+    """The last `count` records before `end`, stepping further back past command records (fences)."""
+    found: list[SequencedRecord] = []
+    start = end
+    while len(found) < count and start > 0:
+        earlier = max(0, start - (count - len(found)))
+        found = await _read_range(stream, earlier, start) + found
+        start = earlier
+    return found[-count:] if count else []
+
+
+async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool) -> None:
+    end = (await stream.check_tail()).seq_num
+    _emit(await _last_records(stream, count, end), fmt)
     if not follow:
         return
-    async with stream.read_session(start=SeqNum(max(pos, end))) as session:
+    async with stream.read_session(start=SeqNum(end), ignore_command_records=True) as session:
         async for batch in session:
             _emit(batch.records, fmt)
 

@@ -266,8 +266,8 @@ def test_fences_clear_of_a_missing_stream_fails_without_creating_it(lite: LiteSe
 
 
 def test_tail_prints_the_last_records_decoded_as_insert(lite: LiteServer, basin: str) -> None:
-    """`tail -n` prints the last records as JSON lines: JSON bodies decoded, text and binary bodies kept,
-    headers shown, command records left out."""
+    """`tail -n 3` prints the last three records as JSON lines: JSON bodies decoded, text and binary bodies
+    kept, headers shown; a command record in between is left out and does not count."""
     append(
         lite,
         basin,
@@ -279,7 +279,7 @@ def test_tail_prints_the_last_records_decoded_as_insert(lite: LiteServer, basin:
             AppendInput(records=[Record(b"plain text"), Record(b"\xff\x00")]),
         ],
     )
-    out = cli(lite.endpoint, "tail", "events", "-n", "4", "--basin", basin)
+    out = cli(lite.endpoint, "tail", "events", "-n", "3", "--basin", basin)
     assert out.returncode == 0, out.stderr
     rows = json_lines(out.stdout)
     assert [r["seq_num"] for r in rows] == [1, 3, 4]
