@@ -455,3 +455,30 @@ def test_ledger_show_does_not_create_the_ledger(lite: LiteServer, basin: str) ->
             return bool(page.items)
 
     assert not asyncio.run(exists())
+
+
+def test_ledger_show_reports_an_unreadable_record_and_goes_on(lite: LiteServer, basin: str) -> None:
+    """A ledger record that is not a ledger snapshot is shown as unreadable with the reason; the records
+    around it are still decoded."""
+    cfg = config(lite, basin)
+    write_exactly_once(cfg, "mixed", [[b"x"]])
+    append(lite, basin, ledger_stream_name("mixed"), [AppendInput(records=[Record(b"not json")])])
+    out = cli(lite.endpoint, "ledger", "show", "mixed", "--basin", basin, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json_lines(out.stdout)
+    assert [r.get("kind") for r in rows] == ["open", "commit", None]
+    assert rows[2]["seq_num"] == 2
+    assert "unreadable last record" in rows[2]["error"]
+
+
+def test_lite_exports_never_echo_a_configured_token() -> None:
+    """With --token the export line leaves the token out and says to export it; without, any value works."""
+    from s2_sink.lite.__main__ import exports
+
+    with_token = exports("http://127.0.0.1:8080", "s3cret")
+    assert "s3cret" not in with_token
+    assert with_token.splitlines() == [
+        "export S2_ACCOUNT_ENDPOINT=http://127.0.0.1:8080 S2_BASIN_ENDPOINT=http://127.0.0.1:8080",
+        "# and export S2_ACCESS_TOKEN set to the --token value",
+    ]
+    assert exports("http://127.0.0.1:8080", None).endswith(" S2_ACCESS_TOKEN=ignored")
