@@ -21,7 +21,8 @@ from s2_sink._exactly_once._coordinator import Coordinator
 from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once._ledger import ledger_stream_name
 from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
-from s2_sink._partition_writer import PartitionContext, WritePlan, write_partition
+from s2_sink._partition_writer import write_partition
+from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink.cli import EXIT_CODES
 from s2_sink.config import S2Config
 from s2_sink.encoders import ACTION_HEADER, KEY_HEADER
@@ -190,7 +191,7 @@ def test_ledger_reset_needs_yes_then_lets_a_new_query_start_at_batch_zero(
     fresh = Coordinator(cfg, "job", query_id="query-2", static_streams=["events"])
     plan = fresh.begin_batch(0)
     assert plan is not None
-    assert plan.epoch == 2
+    assert plan.tagger.epoch == 2
     assert not plan.recovery
 
 
