@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast lint typecheck fmt bench bench-quick soak dist lite clean
+.PHONY: help venv demo test test-fast test-compat lint typecheck fmt bench bench-quick soak dist lite clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ test: $(STAMP)  ## run the whole suite (unit, lite conformance, Spark integratio
 
 test-fast: $(STAMP)  ## unit and lite-server tests only (no Spark)
 	$(PY) -m pytest tests/unit tests/lite
+
+test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and smoke each
+	$(PYTHON) tests/compat/matrix.py
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import s2_sdk
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -26,6 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink._arrow_types import to_arrow_schema
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._read_options import ReadFormat
 from s2_sink.encoders._frame import TIMESTAMP

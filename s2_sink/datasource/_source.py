@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 from s2_sink.config import S2Config
 from s2_sink.datasource import _read_options as ro
 from s2_sink.datasource._batch_reader import S2BatchReader
+from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._formats import check_schema, default_schema
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.datasource._write_options import WRITE_KEYS, WriteOptions, parse_write_options
@@ -114,6 +115,7 @@ class S2DataSource(DataSource):
         return S2BatchWriter(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        require_stream_arrow_writer()  # pyspark 4.0: refused here, on the driver, before options are read
         opts = self._writer_options(schema, overwrite, streaming=True)
         identity = None
         if opts.spec.exactly_once:

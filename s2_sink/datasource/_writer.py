@@ -20,11 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from s2_sink._exactly_once._identity import QUERY_ID_PROPERTY, query_id_from_checkpoint
@@ -33,6 +29,7 @@ from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import write_partition
 from s2_sink._routing import STREAM_COLUMN
 from s2_sink._write_plan import WritePlan
+from s2_sink.datasource._compat import StreamArrowWriterBase
 from s2_sink.datasource._write_options import OPT_DELIVERY, OPT_WRITER_ID, WriteOptions
 from s2_sink.errors import CommitError, ConfigError
 
@@ -144,7 +141,7 @@ class S2BatchWriter(DataSourceArrowWriter):
         )
 
 
-class S2StreamWriter(DataSourceStreamArrowWriter):
+class S2StreamWriter(StreamArrowWriterBase):
     """``df.writeStream.format("s2")``: each micro-batch appended by its tasks, exactly-once by default.
 
     `identity` is ``(writer_id, query_id)`` from `sink_identity` for exactly-once, None for at-least-once.

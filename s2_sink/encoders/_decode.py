@@ -20,7 +20,6 @@ from typing import Any, Literal, Protocol
 
 import orjson
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -37,6 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink._arrow_types import to_arrow_schema
 from s2_sink.encoders._types import INTEGRAL_TYPES, check_json_type
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER
 from s2_sink.errors import EncodeError

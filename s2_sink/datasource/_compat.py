@@ -1,0 +1,78 @@
+"""What the installed pyspark's Python Data Source API offers ``format("s2")``, decided in one place.
+
+- pyspark 3.5: no ``pyspark.sql.datasource`` at all. ``S2Writer``, the encoders and the lite server work;
+  ``format("s2")`` does not, and `register` says so.
+- pyspark 4.0: readers, batch writers (``DataSourceArrowWriter``) and streaming readers: ``format("s2")``
+  reads and ``df.write.format("s2")`` work. Its streaming writers are row-based only, so
+  ``df.writeStream.format("s2")`` is refused on the driver (`require_stream_arrow_writer`): the Arrow path is
+  the one whose encoding is tested against ``S2Writer``'s, and ``foreachBatch(S2Writer)`` already writes
+  streams exactly-once there.
+- pyspark 4.1+: ``DataSourceStreamArrowWriter``, which ``df.writeStream.format("s2")`` is built on.
+
+Features are detected, not inferred from the version (Databricks backports the API to its 3.5-based
+runtimes); the version only appears in the messages.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import pyspark
+
+from s2_sink.errors import S2SinkError
+
+__all__ = [
+    "HAS_DATASOURCE_API",
+    "HAS_STREAM_ARROW_WRITER",
+    "PYSPARK_VERSION",
+    "StreamArrowWriterBase",
+    "require_datasource_api",
+    "require_stream_arrow_writer",
+]
+
+PYSPARK_VERSION: str = pyspark.__version__
+
+
+def _datasource_module() -> ModuleType | None:
+    try:
+        return importlib.import_module("pyspark.sql.datasource")
+    except ImportError:
+        return None
+
+
+_DATASOURCE = _datasource_module()
+HAS_DATASOURCE_API = _DATASOURCE is not None
+HAS_STREAM_ARROW_WRITER = hasattr(_DATASOURCE, "DataSourceStreamArrowWriter")
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as StreamArrowWriterBase
+elif HAS_STREAM_ARROW_WRITER:
+    StreamArrowWriterBase = _DATASOURCE.DataSourceStreamArrowWriter
+elif HAS_DATASOURCE_API:
+    # pyspark 4.0: a base to define the class on; it is never instantiated (require_stream_arrow_writer).
+    StreamArrowWriterBase = _DATASOURCE.DataSourceStreamWriter
+
+
+def require_datasource_api() -> None:
+    """Raise S2SinkError, naming the installed pyspark and the alternative, when it has no data source API."""
+    if not HAS_DATASOURCE_API:
+        raise S2SinkError(
+            f"format('s2') needs pyspark 4.0 or later (the Python Data Source API, pyspark.sql.datasource); "
+            f"the installed pyspark is {PYSPARK_VERSION}. On this pyspark write streams with "
+            "df.writeStream.foreachBatch(S2Writer(...)) (exactly-once); reading S2 streams into Spark needs "
+            "pyspark 4.0+ (Databricks Runtime 15.3+)"
+        )
+
+
+def require_stream_arrow_writer() -> None:
+    """Raise S2SinkError on the driver when ``df.writeStream.format("s2")`` cannot run on this pyspark."""
+    require_datasource_api()
+    if not HAS_STREAM_ARROW_WRITER:
+        raise S2SinkError(
+            "df.writeStream.format('s2') needs pyspark 4.1 or later (its Arrow streaming writer, "
+            f"DataSourceStreamArrowWriter); the installed pyspark is {PYSPARK_VERSION}. Write the stream "
+            "with df.writeStream.foreachBatch(S2Writer(...)) (exactly-once on every supported pyspark) or "
+            "upgrade pyspark; format('s2') reads and batch df.write.format('s2') work on this pyspark"
+        )

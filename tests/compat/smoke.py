@@ -1,0 +1,302 @@
+"""One compatibility leg's smoke: run with the python of a fresh virtualenv holding the installed package.
+
+``matrix.py`` installs ``s2-sink`` and one pyspark into a fresh virtualenv and runs this script there, from
+outside the checkout, so it exercises what users get. Against an in-process lite server and a local Spark:
+
+- ``foreachBatch(S2Writer)``: a streaming query of three micro-batches (exactly-once, the default), read back
+  with the SDK: the same rows, each once.
+- where the pyspark has the Python Data Source API: ``df.write.format("s2")``, then a batch read and a
+  streaming read (``availableNow``) of that stream, each giving back exactly the rows written; elsewhere
+  ``register`` must raise the error naming the installed version and ``foreachBatch(S2Writer)``.
+- where the pyspark has the Arrow streaming writer: ``df.writeStream.format("s2")`` read back exactly;
+  elsewhere starting that query must fail with the error naming the version and the alternative.
+
+It prints progress on stderr and, last on stdout, one JSON object: the versions and each check's outcome.
+It exits 1 when any check failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROWS_PER_FILE = 1000
+FILES = 3
+SCHEMA_DDL = "id long, name string, score double"
+
+
+def _log(message: str) -> None:
+    print(f"[smoke] {message}", file=sys.stderr, flush=True)
+
+
+def expected_rows() -> list[dict[str, Any]]:
+    """The rows every surface writes: distinct ids, so a lost or duplicated record shows."""
+    return [{"id": i, "name": f"row-{i}", "score": i * 0.5} for i in range(ROWS_PER_FILE * FILES)]
+
+
+def _write_source(folder: Path) -> None:
+    rows = expected_rows()
+    folder.mkdir(parents=True)
+    for n in range(FILES):
+        part = rows[n * ROWS_PER_FILE : (n + 1) * ROWS_PER_FILE]
+        (folder / f"part-{n}.json").write_text("".join(json.dumps(r) + "\n" for r in part))
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _same_rows(what: str, got: list[dict[str, Any]]) -> str:
+    """Raise unless ``got`` holds exactly the expected rows once each; return a one-line summary."""
+    want = expected_rows()
+    if len(got) != len(want):
+        raise AssertionError(f"{what}: {len(got)} rows, expected {len(want)}")
+    got_sorted = _sorted(got)
+    if got_sorted != want:
+        bad = next(i for i, (g, w) in enumerate(zip(got_sorted, want, strict=True)) if g != w)
+        raise AssertionError(f"{what}: row {bad} is {got_sorted[bad]!r}, expected {want[bad]!r}")
+    return f"{len(got)}/{len(want)} rows, content equal"
+
+
+def read_bodies(endpoint: str, basin: str, stream: str) -> list[dict[str, Any]]:
+    """Every data record of ``stream``, JSON-decoded, read with the SDK up to the tail."""
+    from s2_sdk import S2, Endpoints, ReadLimit, SeqNum
+
+    async def main() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        async with S2("test", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+            handle = s2.basin(basin).stream(stream)
+            tail = (await handle.check_tail()).seq_num
+            pos = 0
+            while pos < tail:
+                batch = await handle.read(start=SeqNum(pos), limit=ReadLimit(count=1000))
+                if not batch.records:
+                    break
+                out.extend(json.loads(r.body) for r in batch.records if not r.is_command_record())
+                pos = batch.records[-1].seq_num + 1
+        return out
+
+    return asyncio.run(main())
+
+
+class Smoke:
+    """The checks of one leg, sharing one lite server, one Spark session and one basin."""
+
+    def __init__(self, spark: Any, endpoint: str, basin: str, work: Path) -> None:
+        self.spark = spark
+        self.endpoint = endpoint
+        self.basin = basin
+        self.work = work
+        self.source = work / "source"
+        _write_source(self.source)
+
+    def options(self, **extra: str) -> dict[str, str]:
+        """format("s2") options pointing at the lite server's basin."""
+        return {
+            "s2.basin": self.basin,
+            "s2.endpoints.account": self.endpoint,
+            "s2.endpoints.basin": self.endpoint,
+            **extra,
+        }
+
+    def stream_of_files(self) -> Any:
+        """A streaming DataFrame over the source folder: one micro-batch per file."""
+        return self.spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", 1).json(str(self.source))
+
+    def _run(self, query: Any) -> None:
+        query.awaitTermination(300)
+        if query.isActive:
+            query.stop()
+            raise AssertionError("the availableNow query did not finish within 300 s")
+        if query.exception() is not None:
+            raise AssertionError(f"the query failed: {query.exception()}")
+
+    def foreach_batch_s2writer(self) -> str:
+        import s2_sink
+        from s2_sink.encoders import InsertEncoder
+
+        cfg = s2_sink.S2Config(
+            basin=self.basin,
+            stream="fb",
+            account_endpoint=self.endpoint,
+            basin_endpoint=self.endpoint,
+        )
+        writer = s2_sink.S2Writer(cfg, InsertEncoder())  # exactly-once: the default
+        query = (
+            self.stream_of_files()
+            .writeStream.foreachBatch(writer)
+            .option("checkpointLocation", str(self.work / "ckpt-fb"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        self._run(query)
+        return _same_rows("foreachBatch(S2Writer)", read_bodies(self.endpoint, self.basin, "fb"))
+
+    def register_refused(self) -> str:
+        import s2_sink
+
+        try:
+            s2_sink.register(self.spark)
+        except s2_sink.S2SinkError as exc:
+            return _expect_words(str(exc), [_pyspark_version(), "foreachBatch(S2Writer"])
+        raise AssertionError("s2_sink.register succeeded on a pyspark without the data source API")
+
+    def format_batch_write(self) -> str:
+        df = self.spark.read.schema(SCHEMA_DDL).json(str(self.source))
+        df.write.format("s2").mode("append").options(**self.options(**{"s2.stream": "ds"})).save()
+        return _same_rows("df.write.format('s2')", read_bodies(self.endpoint, self.basin, "ds"))
+
+    def format_batch_read(self) -> str:
+        opts = self.options(**{"s2.stream": "ds", "s2.format": "json"})
+        df = self.spark.read.format("s2").schema(SCHEMA_DDL).options(**opts).load()
+        return _same_rows("spark.read.format('s2')", [r.asDict() for r in df.collect()])
+
+    def format_stream_read(self) -> str:
+        opts = self.options(**{"s2.stream": "ds", "s2.format": "json"})
+        query = (
+            self.spark.readStream.format("s2")
+            .schema(SCHEMA_DDL)
+            .options(**opts)
+            .load()
+            .writeStream.format("memory")
+            .queryName("s2_stream_read")
+            .option("checkpointLocation", str(self.work / "ckpt-read"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        self._run(query)
+        rows = [r.asDict() for r in self.spark.table("s2_stream_read").collect()]
+        return _same_rows("spark.readStream.format('s2')", rows)
+
+    def _stream_write_query(self) -> Any:
+        return (
+            self.stream_of_files()
+            .writeStream.format("s2")
+            .options(**self.options(**{"s2.stream": "dss"}))
+            .option("checkpointLocation", str(self.work / "ckpt-dss"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    def format_stream_write(self) -> str:
+        self._run(self._stream_write_query())
+        return _same_rows("writeStream.format('s2')", read_bodies(self.endpoint, self.basin, "dss"))
+
+    def format_stream_write_refused(self) -> str:
+        try:
+            query = self._stream_write_query()
+            query.awaitTermination(300)
+            error = query.exception()
+        except Exception as exc:  # Spark wraps the driver-side Python error in its own exception types
+            error = exc
+        if error is None:
+            raise AssertionError("writeStream.format('s2') ran on a pyspark without the Arrow stream writer")
+        return _expect_words(str(error), ["needs pyspark 4.1", _pyspark_version(), "foreachBatch(S2Writer"])
+
+
+def _expect_words(message: str, words: list[str]) -> str:
+    missing = [w for w in words if w not in message]
+    if missing:
+        raise AssertionError(f"the error does not say {missing}: {message[:600]}")
+    return f"refused with a clear error: {message.splitlines()[0][:160]}"
+
+
+def _pyspark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for dist in ("pyspark", "s2-sink", "s2-sdk", "pyarrow", "numpy", "pandas"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "-"
+    return out
+
+
+def _session() -> Any:
+    from pyspark.sql import SparkSession
+
+    # Executors must run this virtualenv's interpreter, not whatever python is on PATH.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder.master("local[2]").appName("s2-sink-compat")
+    for key, value in {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+    }.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
+    """The checks this pyspark supports, plus the refusals it must make clearly."""
+    from s2_sink.datasource._compat import HAS_DATASOURCE_API, HAS_STREAM_ARROW_WRITER
+
+    checks: list[tuple[str, Callable[[], str]]] = [("foreachBatch(S2Writer)", smoke.foreach_batch_s2writer)]
+    if not HAS_DATASOURCE_API:
+        return [*checks, ("register refused", smoke.register_refused)]
+    import s2_sink
+
+    s2_sink.register(smoke.spark)
+    checks += [
+        ("format batch write", smoke.format_batch_write),
+        ("format batch read", smoke.format_batch_read),
+        ("format stream read", smoke.format_stream_read),
+    ]
+    if HAS_STREAM_ARROW_WRITER:
+        checks.append(("format stream write", smoke.format_stream_write))
+    else:
+        checks.append(("format stream write refused", smoke.format_stream_write_refused))
+    return checks
+
+
+def main() -> int:
+    import s2_sink
+    from s2_sink.lite import LiteServer
+    from s2_sink.testing import fresh_basin
+
+    report: dict[str, Any] = {"versions": _versions(), "package": s2_sink.__file__, "checks": []}
+    if not s2_sink.__file__ or not s2_sink.__file__.startswith(sys.prefix):
+        raise SystemExit(f"s2_sink was imported from {s2_sink.__file__}, not from this virtualenv")
+    with tempfile.TemporaryDirectory(prefix="s2-compat-") as tmp, LiteServer() as srv:
+        spark = _session()
+        try:
+            smoke = Smoke(spark, srv.endpoint, fresh_basin(srv.endpoint), Path(tmp))
+            for name, check in _plan(smoke):
+                started = time.monotonic()
+                _log(f"{name} ...")
+                try:
+                    detail, ok = check(), True
+                except Exception as exc:
+                    detail, ok = f"{type(exc).__name__}: {exc}"[:2000], False
+                    traceback.print_exc(file=sys.stderr)
+                seconds = round(time.monotonic() - started, 1)
+                _log(f"{name}: {'ok' if ok else 'FAILED'} ({seconds} s) {detail[:300]}")
+                report["checks"].append({"name": name, "ok": ok, "seconds": seconds, "detail": detail})
+        finally:
+            spark.stop()
+    print(json.dumps(report))
+    return 0 if all(c["ok"] for c in report["checks"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

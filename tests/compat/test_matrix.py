@@ -1,0 +1,45 @@
+"""The compatibility driver's own rules: which interpreter a leg gets, and which legs there are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.compat import matrix
+
+THIS_MINOR = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def test_override_variable_names_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S2_COMPAT_PYTHON_<minor> wins over every other place an interpreter may be found."""
+    monkeypatch.setenv(f"S2_COMPAT_PYTHON_{THIS_MINOR.replace('.', '_')}", sys.executable)
+    assert matrix.find_python(THIS_MINOR) == sys.executable
+
+
+def test_another_minor_is_not_taken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A candidate must report the leg's minor version itself: a wrong one is skipped, and with none left the
+    leg has no interpreter (so it is SKIPPED, not run on the wrong Python)."""
+    monkeypatch.setenv("S2_COMPAT_PYTHON_3_99", sys.executable)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert matrix.candidates("3.99")[0] == sys.executable
+    assert matrix.find_python("3.99") is None
+
+
+def test_pyenv_versions_are_found_newest_patch_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Under a pyenv root, 3.12.10 comes before 3.12.9 and 3.120.x is not a 3.12."""
+    for name in ("3.12.9", "3.12.10", "3.120.1", "3.12-dev"):
+        (tmp_path / "versions" / name / "bin").mkdir(parents=True)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    found = [c for c in matrix.candidates("3.12") if c.startswith(str(tmp_path))]
+    assert found == [str(tmp_path / "versions" / v / "bin" / "python") for v in ("3.12.10", "3.12.9")]
+
+
+def test_legs_cover_every_pyspark_line_and_every_python() -> None:
+    """Each supported pyspark line runs at least once and each supported Python at least once."""
+    assert {leg.pyspark.rsplit(".", 1)[0] for leg in matrix.LEGS} >= {"3.5", "4.0", "4.1", "4.3"}
+    assert {leg.python for leg in matrix.LEGS} >= {"3.11", "3.12", "3.13"}
