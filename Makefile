@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-compat lint typecheck fmt bench bench-quick soak dist lite clean
+.PHONY: help venv demo test test-fast test-compat test-cluster lint typecheck fmt bench bench-quick soak dist lite clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ test-fast: $(STAMP)  ## unit and lite-server tests only (no Spark)
 
 test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and smoke each
 	$(PYTHON) tests/compat/matrix.py
+
+test-cluster: $(STAMP)  ## faults on a local Spark standalone cluster (master + 2 workers), about 15 min
+	S2SINK_CLUSTER=1 $(PY) -m pytest -m cluster tests/cluster
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
