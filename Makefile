@@ -30,8 +30,8 @@ test-fast: $(STAMP)  ## unit and lite-server tests only (no Spark)
 test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and smoke each
 	$(PYTHON) tests/compat/matrix.py
 
-test-cluster: $(STAMP)  ## faults on a local Spark standalone cluster (master + 2 workers), about 15 min
-	S2SINK_CLUSTER=1 $(PY) -m pytest -m cluster tests/cluster
+test-cluster: $(STAMP)  ## faults on a local Spark standalone cluster (master + 2 workers), about 10 min
+	S2SINK_CLUSTER=1 $(PY) -m pytest -m cluster -rA tests/cluster
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .

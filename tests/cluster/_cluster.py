@@ -76,6 +76,13 @@ class StandaloneCluster:
     def start(self, timeout: float = 120.0) -> None:
         """Start the master and the workers; return once every worker registered ALIVE with the master."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start(timeout)
+        except BaseException:  # an interrupt too: never leave JVMs behind
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> None:
         master = ["--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)]
         self._spawn("master", "org.apache.spark.deploy.master.Master", master)
         for n in range(self.workers):
@@ -116,7 +123,6 @@ class StandaloneCluster:
         while self.alive_workers() < self.workers:
             dead = [p.args for p in self.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                self.stop()
                 why = f"exited: {dead}" if dead else f"not all ALIVE after {timeout:.0f}s"
                 raise RuntimeError(f"standalone cluster did not start ({why}); logs in {self.directory}")
             time.sleep(0.5)

@@ -117,8 +117,16 @@ def _rest_evidence(ui: str, app_id: str) -> dict[str, Any]:
     """Stage attempts (with their tasks) and executors of the application, from Spark's REST API."""
 
     def get(path: str) -> Any:
-        with urllib.request.urlopen(f"{ui}/api/v1/applications/{app_id}/{path}", timeout=10) as resp:
-            return json.load(resp)
+        # This machine's cores are shared: the UI can be slow to answer, so wait long and try again.
+        for attempt in range(3):
+            try:
+                with urllib.request.urlopen(f"{ui}/api/v1/applications/{app_id}/{path}", timeout=60) as resp:
+                    return json.load(resp)
+            except OSError:
+                if attempt == 2:
+                    raise
+                time.sleep(2)
+        raise AssertionError("unreachable")
 
     stages = [
         {

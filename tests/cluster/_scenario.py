@@ -17,6 +17,9 @@ from tests.cluster._procs import alive, executor_pids, kill_group
 from tests.faults._harness import Outcome, _ids_in, target_streams, write_inputs
 from tests.faults._support import make_basin
 
+RESULTS: list[str] = []
+"""One line per scenario run in this session, for the end-of-run report (expected failures included)."""
+
 
 class NotExactlyOnceError(AssertionError):
     """The stream does not hold every row exactly once (its own type, so an expected failure can name it
@@ -48,6 +51,15 @@ class ClusterOutcome:
     def assert_exactly_once(self) -> None:
         if not self.counts.exactly_once():
             raise NotExactlyOnceError(self.summary())
+
+    def brief(self) -> str:
+        c = self.counts
+        return (
+            f"rows={sum(c.expected.values())} found={sum(c.found.values())} duplicates={c.duplicates} "
+            f"missing={c.missing} exit={self.exit_code} fired={self.fired} "
+            f"stage retries={self.stage_retries()} lost executors={len(self.lost_executors())} "
+            f"in {c.seconds:.0f}s"
+        )
 
     def summary(self) -> str:
         return (
@@ -116,11 +128,13 @@ def run_on_cluster(
     evidence = json.loads((tmp / "evidence.json").read_text()) if (tmp / "evidence.json").exists() else {}
     _wait_executors_gone(evidence.get("app_id"))
     found, origins = _ids_in(endpoint, basin, target_streams(endpoint, basin))
-    counts = Outcome(expected, found, [code], 0, time.monotonic() - started, origins)
+    fired = len(list(tmp.glob("crash-plan.json.fired.*")))
+    counts = Outcome(expected, found, [code], fired, time.monotonic() - started, origins)
     armed_file = shared / "armed"
     armed = json.loads(armed_file.read_text()) if armed_file.exists() else None
-    fired = len(list(tmp.glob("crash-plan.json.fired.*")))
-    return ClusterOutcome(counts, code, evidence, armed, fired, log_path)
+    out = ClusterOutcome(counts, code, evidence, armed, fired, log_path)
+    RESULTS.append(f"{name}: {out.brief()}")
+    return out
 
 
 def _wait_executors_gone(app_id: str | None, timeout: float = 60.0) -> None:

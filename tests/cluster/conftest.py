@@ -11,6 +11,7 @@ import pytest
 
 from s2_sink.lite import LiteServer
 from tests.cluster._cluster import StandaloneCluster
+from tests.cluster._scenario import RESULTS
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +43,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("cluster") is not None:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The counts of every cluster scenario, expected failures included (their output is not shown)."""
+    if RESULTS:
+        terminalreporter.section("cluster scenarios")
+        for line in RESULTS:
+            terminalreporter.write_line(line)
