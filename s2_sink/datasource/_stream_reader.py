@@ -8,6 +8,15 @@ neither the start offset nor a read limit), so ``s2.max-records-per-trigger`` ca
 ``latestOffset`` relative to a frontier the reader tracks: the last end it planned or was told about. After a
 restart Spark calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``),
 which restores the frontier.
+
+Data loss: a position in the offset log can point below the first record still stored once retention or a
+trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
+``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
+discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
+are not counted as lost.
+
+Lag: pyspark 4.1.1's stream reader has no hook to report custom metrics to ``StreamingQueryProgress``, so
+every planned batch logs the records between its end offset and the tail (``lag_records``) at INFO.
 """
 
 from __future__ import annotations
@@ -21,11 +30,13 @@ from pyspark.sql.types import StructType
 
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
+from s2_sink.datasource._data_loss import LossPolicy
 from s2_sink.datasource._offsets import Offsets, advance, cap_total, max_merge, plan_ranges
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._planner import resolve_bound, resolve_streams, sorted_offsets
 from s2_sink.datasource._read_options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink.datasource._read_task import read_partition
+from s2_sink.datasource._reader_lag import lag_by_stream, lag_records
 
 __all__ = ["S2StreamReader"]
 
@@ -46,12 +57,17 @@ class S2StreamReader(DataSourceStreamReader):
         # Driver-only planning state (lives as long as the query run; rebuilt from the offset log on restart).
         self._initial: Offsets | None = None
         self._frontier: Offsets | None = None
+        # First stored seq_num of streams that joined after the start (prefix reads); see partitions().
+        self._joined: Offsets = {}
+        self._last_lag: int | None = None
 
     def initialOffset(self) -> dict[str, int]:
         # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
         if self._initial is None:
             streams = resolve_streams(self._cfg, self._opts)
-            self._initial = resolve_bound(self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION)
+            self._initial = resolve_bound(
+                self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION, stored_earliest=True
+            )
             log.info("s2 source: initial offsets %s", self._initial)
         self._frontier = max_merge(self._frontier or {}, self._initial)
         return dict(self._initial)
@@ -61,14 +77,42 @@ class S2StreamReader(DataSourceStreamReader):
         streams = resolve_streams(self._cfg, self._opts)
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
         found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        joined = [s for s in found if s not in frontier]
+        if joined:
+            # A stream new to the query is read from its first stored record: earlier ones are not a loss.
+            self._joined.update(_s2io.first_seqs(self._cfg, joined))
+            frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
         target = advance(frontier, found)
         end = sorted_offsets(cap_total(frontier, target, self._opts.max_records_per_trigger))
         self._frontier = end
+        self._log_lag(frontier, end, found)
         return end
+
+    def _log_lag(self, frontier: Offsets, end: Offsets, found: dict[str, int]) -> None:
+        planned = sum(end[s] - frontier.get(s, 0) for s in end)
+        lag = lag_records(end, found)
+        # An idle query asks every trigger: log when a batch is planned or the lag moved, not on every poll.
+        if planned or lag != self._last_lag:
+            log.info(
+                "s2 source: planned batch batch_records=%d lag_records=%d streams=%d lag_by_stream=%s",
+                planned,
+                lag,
+                len(found),
+                {s: n for s, n in lag_by_stream(end, found).items() if n},
+            )
+        self._last_lag = lag
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
         begin, stop = _as_offsets(start), _as_offsets(end)
         self._frontier = max_merge(self._frontier or {}, stop)
+        joined = [s for s in stop if s not in begin]
+        if joined:
+            # The previous end does not name a stream that joined in this batch: start it where latestOffset
+            # found its first stored record (looked up again after a restart).
+            unknown = [s for s in joined if s not in self._joined]
+            if unknown:
+                self._joined.update(_s2io.first_seqs(self._cfg, unknown))
+            begin = {**{s: min(self._joined[s], stop[s]) for s in joined}, **begin}
         ranges = plan_ranges(begin, stop, self._opts.records_per_partition)
         return [S2Partition(s, lo, hi) for s, lo, hi in ranges]
 
@@ -77,7 +121,8 @@ class S2StreamReader(DataSourceStreamReader):
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
-        return read_partition(self._cfg, self._opts.format, self._schema, partition)
+        policy: LossPolicy = "fail" if self._opts.fail_on_data_loss else "warn"
+        return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss=policy)
 
     def commit(self, end: dict[str, object]) -> None:
         # Nothing to release: S2 keeps records by retention, not by consumer acknowledgement.
