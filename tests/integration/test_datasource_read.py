@@ -343,3 +343,35 @@ def test_stream_rejects_batch_only_options(sp: SparkSession, endpoint: str, tmp_
     finally:
         query.stop()
     assert "batch reads only" in str(info.value)
+
+
+def test_stream_fails_on_data_loss_unless_told_to_go_on(
+    sp: SparkSession, endpoint: str, tmp_path: Path, stopper: list[Any]
+) -> None:
+    """Records trimmed between two runs of a query are data loss: the restarted query fails naming how many
+    records of which stream were lost and s2.fail-on-data-loss; restarted with the option false it goes on
+    from the trim point on the same checkpoint, and the file sink holds every record that was kept."""
+    basin = new_basin(endpoint, "x")
+    append(endpoint, basin, "x", bodies(*(f"x{i}" for i in range(5))))
+    options = opts(endpoint, basin, **{"s2.stream": "x"})
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    q = _start(sp, options, out, ckpt)
+    stopper.append(q)
+    q.processAllAvailable()
+    q.stop()
+    assert len(_rows(sp, out)) == 5
+
+    append(endpoint, basin, "x", bodies(*(f"x{i}" for i in range(5, 10))))
+    append(endpoint, basin, "x", [s2_sdk.CommandRecord.trim(8)])  # seq_nums 5, 6 and 7 are gone
+    q2 = _start(sp, options, out, ckpt)
+    stopper.append(q2)
+    with pytest.raises(Exception, match="were trimmed or expired") as info:
+        q2.awaitTermination(120)
+    assert f"3 records of stream 'x' in basin '{basin}' (seq_nums [5, 8))" in str(info.value)
+    assert "s2.fail-on-data-loss=false" in str(info.value)
+
+    q3 = _start(sp, {**options, "s2.fail-on-data-loss": "false"}, out, ckpt)
+    stopper.append(q3)
+    q3.processAllAvailable()
+    expected = [("x", i, f"x{i}".encode()) for i in (0, 1, 2, 3, 4, 8, 9)]
+    assert _rows(sp, out) == expected
