@@ -20,6 +20,7 @@ __all__ = [
     "OPT_FAIL_ON_DATA_LOSS",
     "OPT_FORMAT",
     "OPT_MATERIALIZE",
+    "OPT_MAX_BYTES_PER_TRIGGER",
     "OPT_MAX_RECORDS_PER_TRIGGER",
     "OPT_RECORDS_PER_PARTITION",
     "OPT_STARTING_POSITION",
@@ -43,6 +44,7 @@ OPT_ENDING_TIMESTAMP = "s2.ending-timestamp"
 OPT_FORMAT = "s2.format"
 OPT_MATERIALIZE = "s2.upsert-materialize"
 OPT_MAX_RECORDS_PER_TRIGGER = "s2.max-records-per-trigger"
+OPT_MAX_BYTES_PER_TRIGGER = "s2.max-bytes-per-trigger"
 OPT_RECORDS_PER_PARTITION = "s2.records-per-partition"
 OPT_FAIL_ON_DATA_LOSS = "s2.fail-on-data-loss"
 
@@ -80,6 +82,8 @@ class ReadOptions:
     format: ReadFormat = "raw"
     materialize: bool = False
     max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    """Streaming reads: metered bytes per micro-batch (at least one record, so the query always moves)."""
     records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION
     fail_on_data_loss: bool = True
     """Streaming reads: fail when the next records were trimmed or expired (else skip them with a warning)."""
@@ -252,6 +256,16 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             )
         limit = _positive_int(OPT_MAX_RECORDS_PER_TRIGGER, limit_raw)
 
+    bytes_raw = _get(options, OPT_MAX_BYTES_PER_TRIGGER)
+    byte_limit: int | None = None
+    if bytes_raw is not None:
+        if not streaming:
+            raise ConfigError(
+                f"option {OPT_MAX_BYTES_PER_TRIGGER}={bytes_raw!r} applies to readStream only; "
+                f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
+            )
+        byte_limit = _positive_int(OPT_MAX_BYTES_PER_TRIGGER, bytes_raw)
+
     per_part_raw = _get(options, OPT_RECORDS_PER_PARTITION)
     per_part = (
         _positive_int(OPT_RECORDS_PER_PARTITION, per_part_raw)
@@ -277,6 +291,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         format=fmt,  # checked against _FORMATS above
         materialize=materialize,
         max_records_per_trigger=limit,
+        max_bytes_per_trigger=byte_limit,
         records_per_partition=per_part,
         fail_on_data_loss=fail_on_data_loss,
     )

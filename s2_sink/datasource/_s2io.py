@@ -20,7 +20,7 @@ from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
-__all__ = ["first_seqs", "list_streams", "read_range", "resolve_timestamp", "tails"]
+__all__ = ["first_seqs", "list_streams", "measure_range", "read_range", "resolve_timestamp", "tails"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,33 @@ def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
         return dict(zip(streams, found, strict=True))
 
     return _run(cfg, f"finding the first stored record of {list(streams)!r}", op)
+
+
+def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
+    """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
+    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
+        end, used = first, 0
+        # The server applies the byte limit (whole records only), so only what fits is transferred.
+        async with basin.stream(stream).read_session(
+            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
+        ) as session:
+            async for batch in session:
+                for record in batch.records:
+                    # Trimmed records cost nothing here: the batch spans them and its tasks report the loss.
+                    if record.seq_num >= stop:
+                        return stop, used
+                    end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        return end, used
+
+    try:
+        return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
+    except ReadError as exc:
+        if isinstance(exc.__cause__, s2_sdk.ReadUnwrittenError):
+            # Everything from ``first`` on was trimmed: span it, the tasks report the loss.
+            return stop, 0
+        raise
 
 
 async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:

@@ -7,7 +7,8 @@ Per-trigger limit: pyspark 4.1.1's Python stream reader has no admission control
 neither the start offset nor a read limit), so ``s2.max-records-per-trigger`` caps the end offset inside
 ``latestOffset`` relative to a frontier the reader tracks: the last end it planned or was told about. After a
 restart Spark calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``),
-which restores the frontier.
+which restores the frontier. ``s2.max-bytes-per-trigger`` caps the same end by metered bytes
+(see ``_byte_cap``).
 
 Data loss: a position in the offset log can point below the first record still stored once retention or a
 trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
@@ -30,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
+from s2_sink.datasource._byte_cap import cap_bytes
 from s2_sink.datasource._data_loss import LossPolicy
 from s2_sink.datasource._offsets import Offsets, advance, cap_total, max_merge, plan_ranges
 from s2_sink.datasource._partition import S2Partition
@@ -83,7 +85,11 @@ class S2StreamReader(DataSourceStreamReader):
             self._joined.update(_s2io.first_seqs(self._cfg, joined))
             frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
         target = advance(frontier, found)
-        end = sorted_offsets(cap_total(frontier, target, self._opts.max_records_per_trigger))
+        end = cap_total(frontier, target, self._opts.max_records_per_trigger)
+        if self._opts.max_bytes_per_trigger is not None:
+            # Whichever cap comes first: measure bytes only within what the record cap allows.
+            end = cap_bytes(self._cfg, frontier, end, self._opts.max_bytes_per_trigger)
+        end = sorted_offsets(end)
         self._frontier = end
         self._log_lag(frontier, end, found)
         return end

@@ -375,3 +375,19 @@ def test_stream_fails_on_data_loss_unless_told_to_go_on(
     q3.processAllAvailable()
     expected = [("x", i, f"x{i}".encode()) for i in (0, 1, 2, 3, 4, 8, 9)]
     assert _rows(sp, out) == expected
+
+
+def test_stream_caps_batches_by_metered_bytes(
+    sp: SparkSession, endpoint: str, tmp_path: Path, stopper: list[Any]
+) -> None:
+    """s2.max-bytes-per-trigger ends each micro-batch after the last record that fits (100-byte records,
+    250 bytes: batches of 2, 2 and 1), and every record is read once."""
+    basin = new_basin(endpoint, "x")
+    append(endpoint, basin, "x", [s2_sdk.Record(body=f"{i}".encode() * 92) for i in range(5)])
+    options = opts(endpoint, basin, **{"s2.stream": "x", "s2.max-bytes-per-trigger": "250"})
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    q = _start(sp, options, out, ckpt)
+    stopper.append(q)
+    q.processAllAvailable()
+    assert [seq for _, seq, _ in _rows(sp, out)] == [0, 1, 2, 3, 4]
+    assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [2, 2, 1]
