@@ -3,12 +3,17 @@
 Offsets are ``{stream: next seq_num}``; the offset log in the checkpoint makes reading exactly-once: a
 restarted query replays a planned batch with the same offsets and continues after the last committed one.
 
-Per-trigger limit: pyspark 4.1.1's Python stream reader has no admission control (``latestOffset()`` gets
-neither the start offset nor a read limit), so ``s2.max-records-per-trigger`` caps the end offset inside
-``latestOffset`` relative to a frontier the reader tracks: the last end it planned or was told about. After a
-restart Spark calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``),
-which restores the frontier. ``s2.max-bytes-per-trigger`` caps the same end by metered bytes
-(see ``_byte_cap``).
+Per-trigger limits, two Spark APIs:
+
+- pyspark 4.1 has no admission control: ``latestOffset()`` gets neither the start offset nor a read limit, so
+  ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap the end offset inside ``latestOffset``
+  relative to a frontier the reader tracks: the last end it planned or was told about. After a restart Spark
+  calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``), which restores
+  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run, so a capped run reads one batch.
+- pyspark 4.2+ calls ``latestOffset(start, limit)`` (it inspects the signature) with the limit of
+  ``getDefaultReadLimit()``, or ``ReadAllAvailable`` when the trigger wants everything; and, because the
+  reader is a ``SupportsTriggerAvailableNow``, ``prepareForTriggerAvailableNow()`` fixes the tails an
+  AvailableNow run drains, in capped batches. ``reportLatestOffset()`` puts the tails into the query progress.
 
 Data loss: a position in the offset log can point below the first record still stored once retention or a
 trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
@@ -22,6 +27,7 @@ every planned batch logs the records between its end offset and the tail (``lag_
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Iterator
 
@@ -45,11 +51,27 @@ __all__ = ["S2StreamReader"]
 log = logging.getLogger(__name__)
 
 
+def _available_now_mixin() -> type:
+    """pyspark 4.2+'s ``SupportsTriggerAvailableNow`` (Spark checks it with isinstance); ``object`` before."""
+    try:
+        module = importlib.import_module("pyspark.sql.streaming.datasource")
+    except ImportError:
+        return object
+    mixin: type = getattr(module, "SupportsTriggerAvailableNow", object)
+    return mixin
+
+
+def _read_limit(name: str, **fields: int) -> object:
+    """An instance of pyspark 4.2+'s ReadLimit class ``name`` (only asked for by a pyspark that has them)."""
+    module = importlib.import_module("pyspark.sql.streaming.datasource")
+    return getattr(module, name)(**fields)
+
+
 def _as_offsets(raw: dict[str, object]) -> Offsets:
     return {str(k): int(v) for k, v in raw.items()}  # type: ignore[call-overload]  # JSON values are ints
 
 
-class S2StreamReader(DataSourceStreamReader):
+class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: ignore[misc]
     """Driver-side planner of micro-batches; ``read`` runs on executors."""
 
     def __init__(self, cfg: S2Config, opts: ReadOptions, schema: StructType) -> None:
@@ -62,6 +84,8 @@ class S2StreamReader(DataSourceStreamReader):
         # First stored seq_num of streams that joined after the start (prefix reads); see partitions().
         self._joined: Offsets = {}
         self._last_lag: int | None = None
+        self._tails: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
+        self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
 
     def initialOffset(self) -> dict[str, int]:
         # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
@@ -74,25 +98,62 @@ class S2StreamReader(DataSourceStreamReader):
         self._frontier = max_merge(self._frontier or {}, self._initial)
         return dict(self._initial)
 
-    def latestOffset(self) -> dict[str, int]:
-        frontier = self._frontier if self._frontier is not None else self.initialOffset()
+    def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, int]:
+        if start is None:
+            # pyspark 4.1: no start offset, so caps apply from the tracked frontier.
+            frontier = self._frontier if self._frontier is not None else self.initialOffset()
+        else:
+            frontier = _as_offsets(start)
+        max_records, max_bytes = self._caps(limit)
         streams = resolve_streams(self._cfg, self._opts)
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
         found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        self._tails = sorted_offsets(found)
+        if self._available_now is not None:
+            # An AvailableNow run reads up to the tails it started with, and no stream created since.
+            found = {s: min(t, self._available_now[s]) for s, t in found.items() if s in self._available_now}
         joined = [s for s in found if s not in frontier]
         if joined:
             # A stream new to the query is read from its first stored record: earlier ones are not a loss.
             self._joined.update(_s2io.first_seqs(self._cfg, joined))
             frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
         target = advance(frontier, found)
-        end = cap_total(frontier, target, self._opts.max_records_per_trigger)
-        if self._opts.max_bytes_per_trigger is not None:
+        end = cap_total(frontier, target, max_records)
+        if max_bytes is not None:
             # Whichever cap comes first: measure bytes only within what the record cap allows.
-            end = cap_bytes(self._cfg, frontier, end, self._opts.max_bytes_per_trigger)
+            end = cap_bytes(self._cfg, frontier, end, max_bytes)
         end = sorted_offsets(end)
-        self._frontier = end
+        self._frontier = max_merge(self._frontier or {}, end)
         self._log_lag(frontier, end, found)
         return end
+
+    def _caps(self, limit: object) -> tuple[int | None, int | None]:
+        """(records, bytes) caps for a batch: the options', unless Spark asks for everything."""
+        if type(limit).__name__ == "ReadAllAvailable":
+            # Trigger.Once and the like: the engine wants all of it, whatever the options say.
+            return None, None
+        records = getattr(limit, "max_rows", None) or self._opts.max_records_per_trigger
+        byte_cap = getattr(limit, "max_bytes", None) or self._opts.max_bytes_per_trigger
+        return records, byte_cap
+
+    def getDefaultReadLimit(self) -> object:
+        """pyspark 4.2+: the limit Spark passes to ``latestOffset`` for ordinary triggers."""
+        if self._opts.max_records_per_trigger is not None:
+            # With both caps set the byte cap comes from the options (one ReadLimit per call).
+            return _read_limit("ReadMaxRows", max_rows=self._opts.max_records_per_trigger)
+        if self._opts.max_bytes_per_trigger is not None:
+            return _read_limit("ReadMaxBytes", max_bytes=self._opts.max_bytes_per_trigger)
+        return _read_limit("ReadAllAvailable")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """pyspark 4.2+, Trigger.AvailableNow: drain up to today's tails, in batches of the caps."""
+        streams = resolve_streams(self._cfg, self._opts)
+        self._available_now = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        log.info("s2 source: AvailableNow run reads up to %s", self._available_now)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """pyspark 4.2+: the tails seen last, shown as the source's latest offset in the query progress."""
+        return dict(self._tails) if self._tails is not None else None
 
     def _log_lag(self, frontier: Offsets, end: Offsets, found: dict[str, int]) -> None:
         planned = sum(end[s] - frontier.get(s, 0) for s in end)
