@@ -47,4 +47,5 @@ class S2BatchReader(DataSourceReader):
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
-        return read_partition(self._cfg, self._opts.format, self._schema, partition)
+        # A batch read takes what is retained between its bounds: records trimmed before it are not a loss.
+        return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss="ignore")

@@ -30,11 +30,19 @@ def resolve_streams(cfg: S2Config, opts: ReadOptions) -> list[str]:
     return found
 
 
-def resolve_bound(cfg: S2Config, bound: Bound, streams: Sequence[str], *, option: str) -> Offsets:
-    """Turn a start/end bound into per-stream seq_nums."""
+def resolve_bound(
+    cfg: S2Config, bound: Bound, streams: Sequence[str], *, option: str, stored_earliest: bool = False
+) -> Offsets:
+    """Turn a start/end bound into per-stream seq_nums.
+
+    ``stored_earliest``: ``earliest`` is the first record still stored rather than seq_num 0, so that a
+    streaming read checking for data loss does not count records trimmed before it started.
+    """
     if not streams:
         return {}
     if bound.kind == "earliest":
+        if stored_earliest:
+            return sorted_offsets(_s2io.first_seqs(cfg, streams))
         return sorted_offsets(dict.fromkeys(streams, 0))
     if bound.kind == "latest":
         return sorted_offsets(_s2io.tails(cfg, streams))
@@ -48,5 +56,7 @@ def resolve_bound(cfg: S2Config, bound: Bound, streams: Sequence[str], *, option
             f"option {option} names streams that are not read: {unknown!r} (reading {list(streams)!r})"
         )
     rest = [s for s in streams if s not in given]
-    defaults = resolve_bound(cfg, Bound(kind=bound.default), rest, option=option)
+    defaults = resolve_bound(
+        cfg, Bound(kind=bound.default), rest, option=option, stored_earliest=stored_earliest
+    )
     return sorted_offsets({**defaults, **{s: given[s] for s in streams if s in given}})

@@ -17,8 +17,10 @@ from s2_sink.errors import ConfigError
 __all__ = [
     "OPT_ENDING_POSITION",
     "OPT_ENDING_TIMESTAMP",
+    "OPT_FAIL_ON_DATA_LOSS",
     "OPT_FORMAT",
     "OPT_MATERIALIZE",
+    "OPT_MAX_BYTES_PER_TRIGGER",
     "OPT_MAX_RECORDS_PER_TRIGGER",
     "OPT_RECORDS_PER_PARTITION",
     "OPT_STARTING_POSITION",
@@ -42,7 +44,9 @@ OPT_ENDING_TIMESTAMP = "s2.ending-timestamp"
 OPT_FORMAT = "s2.format"
 OPT_MATERIALIZE = "s2.upsert-materialize"
 OPT_MAX_RECORDS_PER_TRIGGER = "s2.max-records-per-trigger"
+OPT_MAX_BYTES_PER_TRIGGER = "s2.max-bytes-per-trigger"
 OPT_RECORDS_PER_PARTITION = "s2.records-per-partition"
+OPT_FAIL_ON_DATA_LOSS = "s2.fail-on-data-loss"
 
 ReadFormat = Literal["raw", "json", "upsert"]
 _FORMATS: tuple[ReadFormat, ...] = ("raw", "json", "upsert")
@@ -78,7 +82,11 @@ class ReadOptions:
     format: ReadFormat = "raw"
     materialize: bool = False
     max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    """Streaming reads: metered bytes per micro-batch (at least one record, so the query always moves)."""
     records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION
+    fail_on_data_loss: bool = True
+    """Streaming reads: fail when the next records were trimmed or expired (else skip them with a warning)."""
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -99,6 +107,13 @@ def _positive_int(name: str, raw: str) -> int:
     if value <= 0:
         raise ConfigError(f"option {name}={raw!r} must be a positive integer")
     return value
+
+
+def _boolean(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"option {name}={raw!r} must be true or false")
+    return lowered == "true"
 
 
 def _timestamp(name: str, raw: str) -> int:
@@ -225,10 +240,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     materialize = False
     mat_raw = _get(options, OPT_MATERIALIZE)
     if mat_raw is not None:
-        lowered = mat_raw.strip().lower()
-        if lowered not in ("true", "false"):
-            raise ConfigError(f"option {OPT_MATERIALIZE}={mat_raw!r} must be true or false")
-        materialize = lowered == "true"
+        materialize = _boolean(OPT_MATERIALIZE, mat_raw)
         if materialize and fmt != "upsert":
             raise ConfigError(f"option {OPT_MATERIALIZE}=true needs {OPT_FORMAT}=upsert, not {fmt!r}")
         if materialize and streaming:
@@ -244,12 +256,32 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             )
         limit = _positive_int(OPT_MAX_RECORDS_PER_TRIGGER, limit_raw)
 
+    bytes_raw = _get(options, OPT_MAX_BYTES_PER_TRIGGER)
+    byte_limit: int | None = None
+    if bytes_raw is not None:
+        if not streaming:
+            raise ConfigError(
+                f"option {OPT_MAX_BYTES_PER_TRIGGER}={bytes_raw!r} applies to readStream only; "
+                f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
+            )
+        byte_limit = _positive_int(OPT_MAX_BYTES_PER_TRIGGER, bytes_raw)
+
     per_part_raw = _get(options, OPT_RECORDS_PER_PARTITION)
     per_part = (
         _positive_int(OPT_RECORDS_PER_PARTITION, per_part_raw)
         if per_part_raw is not None
         else DEFAULT_RECORDS_PER_PARTITION
     )
+
+    fail_raw = _get(options, OPT_FAIL_ON_DATA_LOSS)
+    fail_on_data_loss = True
+    if fail_raw is not None:
+        if not streaming:
+            raise ConfigError(
+                f"option {OPT_FAIL_ON_DATA_LOSS}={fail_raw!r} applies to readStream only; a batch read "
+                "(spark.read) reads what is retained between its bounds"
+            )
+        fail_on_data_loss = _boolean(OPT_FAIL_ON_DATA_LOSS, fail_raw)
 
     return ReadOptions(
         streams=streams,
@@ -259,5 +291,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         format=fmt,  # checked against _FORMATS above
         materialize=materialize,
         max_records_per_trigger=limit,
+        max_bytes_per_trigger=byte_limit,
         records_per_partition=per_part,
+        fail_on_data_loss=fail_on_data_loss,
     )

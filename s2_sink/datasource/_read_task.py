@@ -9,6 +9,7 @@ from pyspark.sql.types import StructType
 
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
+from s2_sink.datasource._data_loss import LossPolicy, gap_handler
 from s2_sink.datasource._formats import materialize, records_to_batch
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._read_options import ReadFormat
@@ -17,10 +18,12 @@ __all__ = ["read_partition"]
 
 
 def read_partition(
-    cfg: S2Config, fmt: ReadFormat, schema: StructType, partition: S2Partition
+    cfg: S2Config, fmt: ReadFormat, schema: StructType, partition: S2Partition, *, on_loss: LossPolicy
 ) -> Iterator[pa.RecordBatch]:
-    """Every data record of the range (command records such as fences and trims are skipped)."""
-    ranges = _s2io.read_range(cfg, partition.stream, partition.first, partition.stop)
+    """Every data record of the range (command records such as fences and trims are skipped); records of
+    the range that were trimmed or expired are handled by ``on_loss``."""
+    on_gap = gap_handler(cfg.basin, partition.stream, on_loss)
+    ranges = _s2io.read_range(cfg, partition.stream, partition.first, partition.stop, on_gap)
     if partition.materialize:
         records = [r for batch in ranges for r in batch if not r.is_command_record()]
         latest = materialize(partition.stream, records)

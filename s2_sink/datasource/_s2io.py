@@ -20,7 +20,7 @@ from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
-__all__ = ["list_streams", "read_range", "resolve_timestamp", "tails"]
+__all__ = ["first_seqs", "list_streams", "measure_range", "read_range", "resolve_timestamp", "tails"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,54 @@ def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) ->
     return _run(cfg, f"checking the tail of {list(streams)!r}", op)
 
 
+async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:
+    try:
+        batch = await basin.stream(stream).read(start=s2_sdk.SeqNum(0), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError as exc:
+        # Nothing stored (empty, or everything trimmed): the first position is the tail.
+        return int(exc.tail.seq_num)
+    if batch.records:
+        return int(batch.records[0].seq_num)
+    return int((await basin.stream(stream).check_tail()).seq_num)
+
+
+def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
+    """Per stream, the first seq_num still stored (after trims and retention), or the tail if none is."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_first_seq(basin, s) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"finding the first stored record of {list(streams)!r}", op)
+
+
+def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
+    """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
+    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
+        end, used = first, 0
+        # The server applies the byte limit (whole records only), so only what fits is transferred.
+        async with basin.stream(stream).read_session(
+            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
+        ) as session:
+            async for batch in session:
+                for record in batch.records:
+                    # Trimmed records cost nothing here: the batch spans them and its tasks report the loss.
+                    if record.seq_num >= stop:
+                        return stop, used
+                    end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        return end, used
+
+    try:
+        return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
+    except ReadError as exc:
+        if isinstance(exc.__cause__, s2_sdk.ReadUnwrittenError):
+            # Everything from ``first`` on was trimmed: span it, the tasks report the loss.
+            return stop, 0
+        raise
+
+
 async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
     handle = basin.stream(stream)
     try:
@@ -107,21 +155,35 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
 
 
 async def _range_batches(
-    cfg: S2Config, stream: str, first: int, stop: int
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
 ) -> AsyncGenerator[list[s2_sdk.SequencedRecord], None]:
     handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
-    # A bounded session ends at the count or at the tail, so it never waits for new records. Leaving the
-    # block closes it however iteration stops; the shared client and its connections stay.
-    async with handle.read_session(
-        start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first)
-    ) as session:
-        async for batch in session:
-            # Trimmed records shift what the count covers: keep only [first, stop).
-            records = [r for r in batch.records if r.seq_num < stop]
-            if records:
-                yield records
-            if batch.records and batch.records[-1].seq_num >= stop - 1:
-                return
+    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
+    expected = first
+    try:
+        # A bounded session ends at the count or at the tail, so it never waits for new records. Leaving the
+        # block closes it however iteration stops; the shared client and its connections stay.
+        async with handle.read_session(
+            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first)
+        ) as session:
+            async for batch in session:
+                if not batch.records:
+                    continue
+                head = batch.records[0].seq_num
+                if head > expected:
+                    on_gap(expected, min(head, stop))
+                expected = batch.records[-1].seq_num + 1
+                # Trimmed records shift what the count covers: keep only [first, stop).
+                records = [r for r in batch.records if r.seq_num < stop]
+                if records:
+                    yield records
+                if expected >= stop:
+                    return
+    except s2_sdk.ReadUnwrittenError:
+        # The start resolved to the tail: everything from ``expected`` on was trimmed.
+        pass
+    if expected < stop:
+        on_gap(expected, stop)
 
 
 async def _next(batches: AsyncGenerator[_T, None]) -> _T:
@@ -132,13 +194,18 @@ async def _close(batches: AsyncGenerator[_T, None]) -> None:
     await batches.aclose()
 
 
-def read_range(cfg: S2Config, stream: str, first: int, stop: int) -> Iterator[list[s2_sdk.SequencedRecord]]:
+def read_range(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
+) -> Iterator[list[s2_sdk.SequencedRecord]]:
     """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches.
+
+    ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
+    expired); it may raise to stop the read.
 
     Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
     the session is still reading, and the session is closed however the caller stops iterating.
     """
-    batches = _range_batches(cfg, stream, first, stop)
+    batches = _range_batches(cfg, stream, first, stop, on_gap)
     try:
         while True:
             try:

@@ -38,7 +38,9 @@ READ_KEYS = frozenset(
         ro.OPT_FORMAT,
         ro.OPT_MATERIALIZE,
         ro.OPT_MAX_RECORDS_PER_TRIGGER,
+        ro.OPT_MAX_BYTES_PER_TRIGGER,
         ro.OPT_RECORDS_PER_PARTITION,
+        ro.OPT_FAIL_ON_DATA_LOSS,
     }
 )
 

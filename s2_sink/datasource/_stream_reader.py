@@ -3,15 +3,31 @@
 Offsets are ``{stream: next seq_num}``; the offset log in the checkpoint makes reading exactly-once: a
 restarted query replays a planned batch with the same offsets and continues after the last committed one.
 
-Per-trigger limit: pyspark 4.1.1's Python stream reader has no admission control (``latestOffset()`` gets
-neither the start offset nor a read limit), so ``s2.max-records-per-trigger`` caps the end offset inside
-``latestOffset`` relative to a frontier the reader tracks: the last end it planned or was told about. After a
-restart Spark calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``),
-which restores the frontier.
+Per-trigger limits, two Spark APIs:
+
+- pyspark 4.1 has no admission control: ``latestOffset()`` gets neither the start offset nor a read limit, so
+  ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap the end offset inside ``latestOffset``
+  relative to a frontier the reader tracks: the last end it planned or was told about. After a restart Spark
+  calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``), which restores
+  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run, so a capped run reads one batch.
+- pyspark 4.2+ calls ``latestOffset(start, limit)`` (it inspects the signature) with the limit of
+  ``getDefaultReadLimit()``, or ``ReadAllAvailable`` when the trigger wants everything; and, because the
+  reader is a ``SupportsTriggerAvailableNow``, ``prepareForTriggerAvailableNow()`` fixes the tails an
+  AvailableNow run drains, in capped batches. ``reportLatestOffset()`` puts the tails into the query progress.
+
+Data loss: a position in the offset log can point below the first record still stored once retention or a
+trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
+``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
+discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
+are not counted as lost.
+
+Lag: pyspark 4.1.1's stream reader has no hook to report custom metrics to ``StreamingQueryProgress``, so
+every planned batch logs the records between its end offset and the tail (``lag_records``) at INFO.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Iterator
 
@@ -21,22 +37,41 @@ from pyspark.sql.types import StructType
 
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
+from s2_sink.datasource._byte_cap import cap_bytes
+from s2_sink.datasource._data_loss import LossPolicy
 from s2_sink.datasource._offsets import Offsets, advance, cap_total, max_merge, plan_ranges
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._planner import resolve_bound, resolve_streams, sorted_offsets
 from s2_sink.datasource._read_options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink.datasource._read_task import read_partition
+from s2_sink.datasource._reader_lag import lag_by_stream, lag_records
 
 __all__ = ["S2StreamReader"]
 
 log = logging.getLogger(__name__)
 
 
+def _available_now_mixin() -> type:
+    """pyspark 4.2+'s ``SupportsTriggerAvailableNow`` (Spark checks it with isinstance); ``object`` before."""
+    try:
+        module = importlib.import_module("pyspark.sql.streaming.datasource")
+    except ImportError:
+        return object
+    mixin: type = getattr(module, "SupportsTriggerAvailableNow", object)
+    return mixin
+
+
+def _read_limit(name: str, **fields: int) -> object:
+    """An instance of pyspark 4.2+'s ReadLimit class ``name`` (only asked for by a pyspark that has them)."""
+    module = importlib.import_module("pyspark.sql.streaming.datasource")
+    return getattr(module, name)(**fields)
+
+
 def _as_offsets(raw: dict[str, object]) -> Offsets:
     return {str(k): int(v) for k, v in raw.items()}  # type: ignore[call-overload]  # JSON values are ints
 
 
-class S2StreamReader(DataSourceStreamReader):
+class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: ignore[misc]
     """Driver-side planner of micro-batches; ``read`` runs on executors."""
 
     def __init__(self, cfg: S2Config, opts: ReadOptions, schema: StructType) -> None:
@@ -46,29 +81,105 @@ class S2StreamReader(DataSourceStreamReader):
         # Driver-only planning state (lives as long as the query run; rebuilt from the offset log on restart).
         self._initial: Offsets | None = None
         self._frontier: Offsets | None = None
+        # First stored seq_num of streams that joined after the start (prefix reads); see partitions().
+        self._joined: Offsets = {}
+        self._last_lag: int | None = None
+        self._tails: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
+        self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
 
     def initialOffset(self) -> dict[str, int]:
         # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
         if self._initial is None:
             streams = resolve_streams(self._cfg, self._opts)
-            self._initial = resolve_bound(self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION)
+            self._initial = resolve_bound(
+                self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION, stored_earliest=True
+            )
             log.info("s2 source: initial offsets %s", self._initial)
         self._frontier = max_merge(self._frontier or {}, self._initial)
         return dict(self._initial)
 
-    def latestOffset(self) -> dict[str, int]:
-        frontier = self._frontier if self._frontier is not None else self.initialOffset()
+    def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, int]:
+        if start is None:
+            # pyspark 4.1: no start offset, so caps apply from the tracked frontier.
+            frontier = self._frontier if self._frontier is not None else self.initialOffset()
+        else:
+            frontier = _as_offsets(start)
+        max_records, max_bytes = self._caps(limit)
         streams = resolve_streams(self._cfg, self._opts)
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
         found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        self._tails = sorted_offsets(found)
+        if self._available_now is not None:
+            # An AvailableNow run reads up to the tails it started with, and no stream created since.
+            found = {s: min(t, self._available_now[s]) for s, t in found.items() if s in self._available_now}
+        joined = [s for s in found if s not in frontier]
+        if joined:
+            # A stream new to the query is read from its first stored record: earlier ones are not a loss.
+            self._joined.update(_s2io.first_seqs(self._cfg, joined))
+            frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
         target = advance(frontier, found)
-        end = sorted_offsets(cap_total(frontier, target, self._opts.max_records_per_trigger))
-        self._frontier = end
+        end = cap_total(frontier, target, max_records)
+        if max_bytes is not None:
+            # Whichever cap comes first: measure bytes only within what the record cap allows.
+            end = cap_bytes(self._cfg, frontier, end, max_bytes)
+        end = sorted_offsets(end)
+        self._frontier = max_merge(self._frontier or {}, end)
+        self._log_lag(frontier, end, found)
         return end
+
+    def _caps(self, limit: object) -> tuple[int | None, int | None]:
+        """(records, bytes) caps for a batch: the options', unless Spark asks for everything."""
+        if type(limit).__name__ == "ReadAllAvailable":
+            # Trigger.Once and the like: the engine wants all of it, whatever the options say.
+            return None, None
+        records = getattr(limit, "max_rows", None) or self._opts.max_records_per_trigger
+        byte_cap = getattr(limit, "max_bytes", None) or self._opts.max_bytes_per_trigger
+        return records, byte_cap
+
+    def getDefaultReadLimit(self) -> object:
+        """pyspark 4.2+: the limit Spark passes to ``latestOffset`` for ordinary triggers."""
+        if self._opts.max_records_per_trigger is not None:
+            # With both caps set the byte cap comes from the options (one ReadLimit per call).
+            return _read_limit("ReadMaxRows", max_rows=self._opts.max_records_per_trigger)
+        if self._opts.max_bytes_per_trigger is not None:
+            return _read_limit("ReadMaxBytes", max_bytes=self._opts.max_bytes_per_trigger)
+        return _read_limit("ReadAllAvailable")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """pyspark 4.2+, Trigger.AvailableNow: drain up to today's tails, in batches of the caps."""
+        streams = resolve_streams(self._cfg, self._opts)
+        self._available_now = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        log.info("s2 source: AvailableNow run reads up to %s", self._available_now)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """pyspark 4.2+: the tails seen last, shown as the source's latest offset in the query progress."""
+        return dict(self._tails) if self._tails is not None else None
+
+    def _log_lag(self, frontier: Offsets, end: Offsets, found: dict[str, int]) -> None:
+        planned = sum(end[s] - frontier.get(s, 0) for s in end)
+        lag = lag_records(end, found)
+        # An idle query asks every trigger: log when a batch is planned or the lag moved, not on every poll.
+        if planned or lag != self._last_lag:
+            log.info(
+                "s2 source: planned batch batch_records=%d lag_records=%d streams=%d lag_by_stream=%s",
+                planned,
+                lag,
+                len(found),
+                {s: n for s, n in lag_by_stream(end, found).items() if n},
+            )
+        self._last_lag = lag
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
         begin, stop = _as_offsets(start), _as_offsets(end)
         self._frontier = max_merge(self._frontier or {}, stop)
+        joined = [s for s in stop if s not in begin]
+        if joined:
+            # The previous end does not name a stream that joined in this batch: start it where latestOffset
+            # found its first stored record (looked up again after a restart).
+            unknown = [s for s in joined if s not in self._joined]
+            if unknown:
+                self._joined.update(_s2io.first_seqs(self._cfg, unknown))
+            begin = {**{s: min(self._joined[s], stop[s]) for s in joined}, **begin}
         ranges = plan_ranges(begin, stop, self._opts.records_per_partition)
         return [S2Partition(s, lo, hi) for s, lo, hi in ranges]
 
@@ -77,7 +188,8 @@ class S2StreamReader(DataSourceStreamReader):
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
-        return read_partition(self._cfg, self._opts.format, self._schema, partition)
+        policy: LossPolicy = "fail" if self._opts.fail_on_data_loss else "warn"
+        return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss=policy)
 
     def commit(self, end: dict[str, object]) -> None:
         # Nothing to release: S2 keeps records by retention, not by consumer acknowledgement.

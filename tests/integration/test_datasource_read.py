@@ -343,3 +343,90 @@ def test_stream_rejects_batch_only_options(sp: SparkSession, endpoint: str, tmp_
     finally:
         query.stop()
     assert "batch reads only" in str(info.value)
+
+
+def test_stream_fails_on_data_loss_unless_told_to_go_on(
+    sp: SparkSession, endpoint: str, tmp_path: Path, stopper: list[Any]
+) -> None:
+    """Records trimmed between two runs of a query are data loss: the restarted query fails naming how many
+    records of which stream were lost and s2.fail-on-data-loss; restarted with the option false it goes on
+    from the trim point on the same checkpoint, and the file sink holds every record that was kept."""
+    basin = new_basin(endpoint, "x")
+    append(endpoint, basin, "x", bodies(*(f"x{i}" for i in range(5))))
+    options = opts(endpoint, basin, **{"s2.stream": "x"})
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    q = _start(sp, options, out, ckpt)
+    stopper.append(q)
+    q.processAllAvailable()
+    q.stop()
+    assert len(_rows(sp, out)) == 5
+
+    append(endpoint, basin, "x", bodies(*(f"x{i}" for i in range(5, 10))))
+    append(endpoint, basin, "x", [s2_sdk.CommandRecord.trim(8)])  # seq_nums 5, 6 and 7 are gone
+    q2 = _start(sp, options, out, ckpt)
+    stopper.append(q2)
+    with pytest.raises(Exception, match="were trimmed or expired") as info:
+        q2.awaitTermination(120)
+    assert f"3 records of stream 'x' in basin '{basin}' (seq_nums [5, 8))" in str(info.value)
+    assert "s2.fail-on-data-loss=false" in str(info.value)
+
+    q3 = _start(sp, {**options, "s2.fail-on-data-loss": "false"}, out, ckpt)
+    stopper.append(q3)
+    q3.processAllAvailable()
+    expected = [("x", i, f"x{i}".encode()) for i in (0, 1, 2, 3, 4, 8, 9)]
+    assert _rows(sp, out) == expected
+
+
+def test_stream_caps_batches_by_metered_bytes(
+    sp: SparkSession, endpoint: str, tmp_path: Path, stopper: list[Any]
+) -> None:
+    """s2.max-bytes-per-trigger ends each micro-batch after the last record that fits (100-byte records,
+    250 bytes: batches of 2, 2 and 1), and every record is read once."""
+    basin = new_basin(endpoint, "x")
+    append(endpoint, basin, "x", [s2_sdk.Record(body=f"{i}".encode() * 92) for i in range(5)])
+    options = opts(endpoint, basin, **{"s2.stream": "x", "s2.max-bytes-per-trigger": "250"})
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    q = _start(sp, options, out, ckpt)
+    stopper.append(q)
+    q.processAllAvailable()
+    assert [seq for _, seq, _ in _rows(sp, out)] == [0, 1, 2, 3, 4]
+    assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [2, 2, 1]
+
+
+def _available_now(sp: SparkSession, options: dict[str, str], out: Path, checkpoint: Path) -> list[int]:
+    """Run one Trigger.AvailableNow query to its end; the sizes of its non-empty batches."""
+    df = sp.readStream.format("s2").options(**options).load().select("stream", "seq_num", "body")
+    q = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert q.awaitTermination(120), "the AvailableNow query did not end"
+    finally:
+        q.stop()
+    return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+
+def test_available_now_on_pyspark_4_1_plans_one_batch_per_run(
+    sp: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    """pyspark 4.1's Python Data Source API asks a source for its end offset once per Trigger.AvailableNow
+    run (the source cannot see the trigger), so: without a cap a run drains the backlog in one batch and
+    ends; with s2.max-records-per-trigger a run reads one capped batch and the next run goes on from there,
+    with nothing lost or repeated (the behaviour the README documents)."""
+    basin = new_basin(endpoint, "x", "y")
+    append(endpoint, basin, "x", bodies(*(f"x{i}" for i in range(5))))
+    uncapped = opts(endpoint, basin, **{"s2.stream": "x"})
+    assert _available_now(sp, uncapped, tmp_path / "o1", tmp_path / "c1") == [5]
+    assert len(_rows(sp, tmp_path / "o1")) == 5
+
+    append(endpoint, basin, "y", bodies(*(f"y{i}" for i in range(5))))
+    capped = opts(endpoint, basin, **{"s2.stream": "y", "s2.max-records-per-trigger": "2"})
+    out, ckpt = tmp_path / "o2", tmp_path / "c2"
+    assert _available_now(sp, capped, out, ckpt) == [2]
+    assert _available_now(sp, capped, out, ckpt) == [2]
+    assert _available_now(sp, capped, out, ckpt) == [1]
+    assert [seq for _, seq, _ in _rows(sp, out)] == [0, 1, 2, 3, 4]
