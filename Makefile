@@ -24,8 +24,8 @@ demo: $(STAMP)  ## run the main job: a streaming query into the embedded lite se
 test: $(STAMP)  ## run the whole suite (unit, lite conformance, Spark integration, faults, notebooks)
 	$(PY) -m pytest tests
 
-test-fast: $(STAMP)  ## unit and lite-server tests only (no Spark)
-	$(PY) -m pytest tests/unit tests/lite
+test-fast: $(STAMP)  ## unit, lite-server and CLI tests only (no Spark)
+	$(PY) -m pytest -m "not spark and not connect and not slow" tests/unit tests/lite tests/cli
 
 test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and smoke each
 	$(PYTHON) tests/compat/matrix.py
