@@ -15,7 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["Chunker", "Emit"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Chunker", "Emit", "cut_points", "prefix_sums"]
 
 T = TypeVar("T")
 
@@ -68,28 +71,33 @@ class Chunker(Generic[T]):
         if len(buf.items) >= self.max_records:
             self._close(stream, buf)
 
-    def add_run(self, stream: str, items: Sequence[T], sizes: Sequence[int]) -> None:
-        """Consecutive items for one stream: the same cuts as `add` item by item, without its per-item
-        bookkeeping (the single-stream fast path)."""
+    def add_run(self, stream: str, items: Sequence[T], sizes: npt.ArrayLike) -> None:
+        """Consecutive items for one stream: the same cuts as `add` item by item, found over the whole
+        column of sizes (`cut_points`) rather than item by item (the single-stream fast path)."""
+        prefix = prefix_sums(sizes)
+        n = len(prefix) - 1
+        if n == 0:
+            return
         buf = self._buffer(stream)
+        cuts = cut_points(
+            prefix,
+            max_records=self.max_records,
+            max_bytes=self.max_bytes,
+            count=len(buf.items),
+            nbytes=buf.nbytes,
+        )
+        if not buf.items:
+            self._opened(stream)
         start = 0
-        count = len(buf.items)
-        nbytes = buf.nbytes
-        max_records, max_bytes = self.max_records, self.max_bytes
-        for i, size in enumerate(sizes):
-            if count and (count >= max_records or nbytes + size > max_bytes):
-                buf.items.extend(items[start:i])
-                buf.nbytes = nbytes
-                start = i
-                self._close(stream, buf)
-                count, nbytes = 0, 0
-            if not count:
-                self._opened(stream)
-            count += 1
-            nbytes += size
+        for cut in cuts:
+            buf.items.extend(items[start:cut])
+            buf.nbytes += int(prefix[cut] - prefix[start])
+            self._close(stream, buf)
+            self._opened(stream)  # item `cut` starts the next chunk
+            start = cut
         buf.items.extend(items[start:])
-        buf.nbytes = nbytes
-        if count >= max_records:
+        buf.nbytes += int(prefix[n] - prefix[start])
+        if len(buf.items) >= self.max_records:
             self._close(stream, buf)
 
     def flush(self) -> None:
@@ -119,3 +127,36 @@ class Chunker(Generic[T]):
         index = buf.emitted
         buf.emitted += 1
         self._emit(stream, index, items, nbytes)
+
+
+def prefix_sums(sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """``[0, s0, s0 + s1, ...]``: the running metered size of a run of items (``len(sizes) + 1`` values)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    prefix = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=prefix[1:])
+    return prefix
+
+
+def cut_points(
+    prefix: npt.NDArray[np.int64], *, max_records: int, max_bytes: int, count: int = 0, nbytes: int = 0
+) -> list[int]:
+    """Where the greedy rule closes chunks inside a run of items, given the run's `prefix_sums` and the
+    open chunk before it (`count` items, `nbytes` bytes; ``count < max_records``).
+
+    Each cut ``e`` closes the open chunk just before item ``e`` (``0 <= e < n``; a cut at 0 closes only
+    the earlier items). The caller closes a final chunk that reached ``max_records``. Sizes are never
+    negative, so the running size only grows: one binary search per chunk finds its last item, instead of
+    a step per item.
+    """
+    n = len(prefix) - 1
+    cuts: list[int] = []
+    start = 0
+    while start < n:
+        # The first item whose addition would pass max_bytes (an empty chunk takes any item).
+        over = int(np.searchsorted(prefix, max_bytes - nbytes + prefix[start], side="right")) - 1
+        end = min(max(over, start if count else start + 1), start + max_records - count)
+        if end >= n:
+            break
+        cuts.append(end)
+        start, count, nbytes = end, 0, 0
+    return cuts

@@ -50,7 +50,7 @@ class FrameInput:
         header_col = batch.column(HEADERS) if HEADERS in names else None
         headers = _headers(header_col) if header_col is not None else None
         # A null body is a bad row: its size is never used.
-        sizes: list[int] = pc.fill_null(metered_bytes(body_col, header_col), 0).to_pylist()
+        sizes_col = pc.fill_null(metered_bytes(body_col, header_col), 0).to_numpy(zero_copy_only=False)
         stamps: list[int | None] | None = None
         if TIMESTAMP in names and batch.column(TIMESTAMP).null_count < n:
             stamps = batch.column(TIMESTAMP).to_pylist()
@@ -74,11 +74,13 @@ class FrameInput:
             errors is None
             and targets is None
             and self.plan.stream is not None
-            and all(s <= self.max_record for s in sizes)
+            and int(sizes_col.max()) <= self.max_record
             and None not in bodies
         ):
-            self.chunker.add_run(self.plan.stream, records, sizes)  # type: ignore[arg-type]
+            self.chunker.add_run(self.plan.stream, records, sizes_col)  # type: ignore[arg-type]
             return
+
+        sizes: list[int] = sizes_col.tolist()
 
         fixed = self.plan.stream
         for i in range(n):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from s2_sdk import Record
 
-from s2_sink._chunker import Chunker
+from s2_sink._chunker import Chunker, cut_points, prefix_sums
 from s2_sink._dead_letters import BadRows
 from s2_sink._frame_input import FrameInput
 from s2_sink._write_plan import OnError, PartitionContext, WritePlan
@@ -224,3 +224,61 @@ def test_a_run_and_single_adds_cut_alike() -> None:
     one.flush()
     assert by_run == by_one
     assert [c[2] for c in by_run] == [["r0", "r1", "r2"], ["r3"], ["r4"], ["r5", "r6", "r7"], ["r8"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 120), max_size=80),
+    st.lists(st.integers(0, 80), max_size=5),
+    st.integers(1, 7),
+    st.integers(8, 200),
+    st.integers(1, 3),
+)
+def test_columnar_cuts_equal_the_item_by_item_chunker(
+    sizes: list[int], splits: list[int], max_records: int, max_bytes: int, max_open: int
+) -> None:
+    """The cuts found over whole columns of sizes (`add_run`, split into runs anywhere, interleaved
+    with another stream's items) are exactly those of `add`, item by item, on the same items."""
+    by_run: list[tuple[str, int, list[int], int]] = []
+    by_one: list[tuple[str, int, list[int], int]] = []
+    run: Chunker[int] = Chunker(
+        max_records=max_records, max_bytes=max_bytes, max_open=max_open, emit=lambda *c: by_run.append(c)
+    )
+    one: Chunker[int] = Chunker(
+        max_records=max_records, max_bytes=max_bytes, max_open=max_open, emit=lambda *c: by_one.append(c)
+    )
+    bounds = sorted({0, len(sizes), *(c % (len(sizes) + 1) for c in splits)})
+    for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        items = list(range(lo, hi))
+        run.add_run("s", items, sizes[lo:hi])
+        for i in items:
+            one.add("s", i, sizes[i])
+        run.add(f"other{k % 2}", -k, k)  # another stream's partial chunk competes under max_open
+        one.add(f"other{k % 2}", -k, k)
+    run.flush()
+    one.flush()
+    assert by_run == by_one
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 120), max_size=60), st.integers(1, 7), st.integers(8, 200), st.data())
+def test_cut_points_close_every_chunk_where_the_caps_say(
+    sizes: list[int], max_records: int, max_bytes: int, data: st.DataObject
+) -> None:
+    """From any open chunk, every chunk between cuts respects both caps, and one more item would have
+    broken one of them (greedy): the cuts are the rule itself, not only consistent with `add`."""
+    count = data.draw(st.integers(0, max_records - 1))
+    nbytes = data.draw(st.integers(0, max_bytes)) if count else 0
+    prefix = prefix_sums(sizes)
+    cuts = cut_points(prefix, max_records=max_records, max_bytes=max_bytes, count=count, nbytes=nbytes)
+    starts = [0, *cuts]
+    assert cuts == sorted(set(cuts))
+    assert all(0 <= c < len(sizes) for c in cuts)
+    for k, (lo, hi) in enumerate(itertools.pairwise([*starts, len(sizes)])):
+        n0, b0 = (count, nbytes) if k == 0 else (0, 0)
+        records, total = n0 + hi - lo, b0 + sum(sizes[lo:hi])
+        assert records <= max_records
+        assert total <= max_bytes or records == 1
+        if hi < len(sizes):  # closed by a cut: the next item did not fit
+            assert records >= 1
+            assert records == max_records or total + sizes[hi] > max_bytes
