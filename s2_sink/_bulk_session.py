@@ -1,0 +1,161 @@
+"""An S2S append session fed with already serialized ``AppendInput`` messages (see `s2_sink._wire`).
+
+The SDK's ``AppendSession`` takes ``AppendInput`` objects and serializes each record itself; the bulk
+path has the bytes already. This session drives the SDK's own HTTP/2 transport
+(``HttpClient.streaming_request``: connection pooling, flow control, TLS and auth stay the SDK's) with
+the S2S framing of ``s2_sdk._s2s._protocol``: ``POST /v1/streams/{stream}/records`` with
+``content-type: s2s/proto``; each message is framed as a 3-byte big-endian length of flag + body, one
+flag byte and the body, compressed per ``s2.compression`` from 1 KiB on, as the SDK does.
+
+Acks are ``AppendAck`` messages, matched to in-flight messages oldest first and checked against each
+message's record count. A terminal frame or a non-200 answer fails every pending ticket with the SDK's
+own error types (``parse_error_info``), so `s2_sink._retry` judges them as it judges the SDK's. The
+session has no retries of its own: `s2_sink._appender` re-sends unacknowledged chunks on a fresh session.
+
+When the server advises a reconnect, the session stops taking new messages (`accepting` turns false),
+half-closes once what it carries is sent, and its connection is retired; acks still pending arrive as
+usual. The caller opens a fresh session for what comes next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Final
+
+import s2_sdk._generated.s2.v1.s2_pb2 as pb
+from s2_sdk import S2, AppendAck, Compression, S2ClientError
+from s2_sdk._client import HttpClient
+from s2_sdk._mappers import append_ack_from_proto
+from s2_sdk._s2s import _stream_records_path
+from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
+
+__all__ = ["BulkAppendSession", "SessionClosedError", "basin_transport"]
+
+_HEADERS: Final = {"content-type": "s2s/proto", "accept": "s2s/proto"}
+
+
+class SessionClosedError(S2ClientError):
+    """The session takes no more messages (closed, failed, or reconnect advised): use a fresh one.
+    Nothing submitted after this point was sent, so re-sending elsewhere has no side effects."""
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    records: int
+    ticket: asyncio.Future[AppendAck]
+
+
+class BulkAppendSession:
+    """One S2S append session on the runtime loop: `submit` pre-encoded messages, await their tickets."""
+
+    def __init__(self, client: HttpClient, stream: str, compression: Compression = Compression.NONE) -> None:
+        self.stream = stream
+        self._client = client
+        self._compression = compression
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._pending: deque[_Pending] = deque()
+        self._error: BaseException | None = None
+        self._closing = False
+        self.reconnect_advised = False
+        self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def accepting(self) -> bool:
+        """Whether `submit` still sends (not closed, not failed, no reconnect advised)."""
+        return not (self._closing or self.reconnect_advised or self._error is not None or self._runner.done())
+
+    def submit(self, message: bytes, records: int) -> asyncio.Future[AppendAck]:
+        """Send one serialized ``AppendInput`` of `records` records; the ticket resolves with its ack.
+
+        Raises `SessionClosedError` when the session takes no more messages (nothing was sent).
+        """
+        if not self.accepting:
+            raise SessionClosedError(
+                f"append session to {self.stream!r} takes no more appends"
+            ) from self._error
+        ticket: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(records, ticket))
+        self._outbox.put_nowait(self._frame(message))
+        return ticket
+
+    async def close(self) -> None:
+        """Half-close after what was submitted, wait for the server to end the session; re-raises the
+        session's error, if it failed."""
+        if not self._closing:
+            self._closing = True
+            self._outbox.put_nowait(None)
+        await asyncio.shield(self._runner)
+        if self._error is not None:
+            raise self._error
+
+    def _frame(self, message: bytes) -> bytes:
+        body, compression = maybe_compress(message, self._compression)
+        return frame_message(Message(body, terminal=False, compression=compression))
+
+    async def _outgoing(self) -> AsyncGenerator[bytes]:
+        while True:
+            frame = await self._outbox.get()
+            if frame is None:
+                return
+            yield frame
+
+    async def _run(self) -> None:
+        try:
+            async with self._client.streaming_request(
+                "POST", _stream_records_path(self.stream), headers=dict(_HEADERS), content=self._outgoing()
+            ) as response:
+                if response.status_code != 200:
+                    raise parse_error_info(await response.aread(), response.status_code)
+                async for message in read_messages(response.aiter_bytes()):
+                    self._acked(message)
+                    if message.reconnect_advised and not self.reconnect_advised:
+                        self.reconnect_advised = True
+                        response.retire_connection()
+                        self._outbox.put_nowait(None)  # half-close: send nothing more on this session
+                if self._pending:
+                    raise S2ClientError(
+                        f"append session ended with {len(self._pending)} unacknowledged appends"
+                    )
+        except BaseException as exc:
+            self._fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._closing = True
+
+    def _acked(self, message: Message) -> None:
+        ack = pb.AppendAck()
+        ack.ParseFromString(message.body)
+        if not self._pending:
+            raise S2ClientError("invalid ack: no append in flight")
+        pending = self._pending[0]  # stays pending (and is failed with the session) if the ack is wrong
+        count = ack.end.seq_num - ack.start.seq_num
+        if count != pending.records:
+            raise S2ClientError(
+                f"invalid ack: {count} records acknowledged for an append of {pending.records}"
+            )
+        self._pending.popleft()
+        if not pending.ticket.done():
+            pending.ticket.set_result(append_ack_from_proto(ack))
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        while self._pending:
+            ticket = self._pending.popleft().ticket
+            if not ticket.done():
+                ticket.set_exception(exc)
+                ticket.add_done_callback(_retrieve)
+
+
+def _retrieve(fut: asyncio.Future[AppendAck]) -> None:
+    with contextlib.suppress(BaseException):
+        fut.exception()
+
+
+def basin_transport(client: S2, basin: str) -> HttpClient:
+    """The SDK client's own HTTP/2 transport for `basin` (shared with its unary calls and sessions)."""
+    return client._get_basin_client(basin)
