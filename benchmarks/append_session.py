@@ -1,0 +1,115 @@
+"""Append sessions side by side: Arrow frame to acknowledged records, SDK session vs pre-encoded messages.
+
+    python -m benchmarks.append_session [--rows 200000] [--chunk 1000]
+
+A lite server runs in its own process (its CPU is measured apart). The same ~100-byte JSON bodies go,
+in appends of ``--chunk`` records, over one pipelined session per path:
+
+- ``sdk``: the columns become ``Record`` objects, each append an ``AppendInput`` on the SDK's
+  ``AppendSession`` (which maps and serializes every record);
+- ``bulk``: ``s2_sink._wire.encode_append_inputs`` writes the messages from the columns, and
+  ``s2_sink._bulk_session.BulkAppendSession`` sends them over the SDK's transport.
+
+Reported per path: client CPU (this process) and server CPU in microseconds per record, and wall-clock
+records/s. The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+from s2_sdk import S2, AppendInput, Endpoints, Record, Retry, Timeout
+
+from benchmarks._lite import LiteProcess, _cpu, lite_process
+from benchmarks.append_proto import _frame
+from s2_sink._bulk_session import BulkAppendSession, basin_transport
+from s2_sink._wire import encode_append_inputs
+from s2_sink.testing import fresh_basin
+
+__all__ = ["main"]
+
+
+def _client(lite: LiteProcess) -> S2:
+    client: S2 = S2(
+        "bench",
+        endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint),
+        timeout=Timeout(request=timedelta(seconds=30), connection=timedelta(seconds=5)),
+        retry=Retry(max_attempts=1),
+    )
+    return client
+
+
+async def _sdk(client: S2, basin: str, body: pa.Array, chunk: int) -> None:
+    records = [Record(b) for b in body.to_pylist()]
+    session = client.basin(basin).stream("sdk").append_session()
+    tickets = [
+        await session.submit(AppendInput(records=records[lo : lo + chunk]))
+        for lo in range(0, len(records), chunk)
+    ]
+    for ticket in tickets:
+        await ticket
+    await session.close()
+
+
+async def _bulk(client: S2, basin: str, body: pa.Array, chunk: int) -> None:
+    bounds = [*range(0, len(body), chunk), len(body)]
+    messages = encode_append_inputs(body, None, None, bounds, fencing_token=None)
+    session = BulkAppendSession(basin_transport(client, basin), "bulk")
+    tickets = [session.submit(m, hi - lo) for m, lo, hi in zip(messages, bounds, bounds[1:], strict=False)]
+    for ticket in tickets:
+        await ticket
+    await session.close()
+
+
+Path = Callable[[S2, str, pa.Array, int], Awaitable[None]]
+
+
+def _measure(lite: LiteProcess, path: Path, body: pa.Array, chunk: int) -> dict[str, Any]:
+    basin = fresh_basin(lite.endpoint, token="bench")
+
+    async def go() -> tuple[float, float, float]:
+        client = _client(lite)
+        async with client:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            server, wall = _cpu(lite.pid), time.perf_counter()
+            await path(client, basin, body, chunk)
+            wall = time.perf_counter() - wall
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            server = _cpu(lite.pid) - server
+        client_cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+        return client_cpu, server, wall
+
+    client_cpu, server_cpu, wall = asyncio.run(go())
+    n = len(body)
+    return {
+        "client_us_per_record": round(client_cpu / n * 1e6, 3),
+        "server_us_per_record": round(server_cpu / n * 1e6, 3),
+        "records_per_s": round(n / wall),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--chunk", type=int, default=1000)
+    args = parser.parse_args(argv)
+    body, _ = _frame(args.rows, with_headers=False)
+    out: dict[str, Any] = {"rows": args.rows, "chunk": args.chunk}
+    with lite_process() as lite:
+        for name, path in (("sdk", _sdk), ("bulk", _bulk)):
+            out[name] = _measure(lite, path, body, args.chunk)
+            print(f"{name:>5}: {out[name]}")
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
