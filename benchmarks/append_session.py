@@ -1,9 +1,10 @@
 """Append sessions side by side: Arrow frame to acknowledged records, SDK session vs pre-encoded messages.
 
-    python -m benchmarks.append_session [--rows 200000] [--chunk 1000]
+    python -m benchmarks.append_session [--rows 200000] [--chunk 1000] [--headers]
 
 A lite server runs in its own process (its CPU is measured apart). The same ~100-byte JSON bodies go,
-in appends of ``--chunk`` records, over one pipelined session per path:
+in appends of ``--chunk`` records (with ``--headers``, each with ``@key``/``@action`` headers as the upsert
+encoder writes them), over one pipelined session per path:
 
 - ``sdk``: the columns become ``Record`` objects, each append an ``AppendInput`` on the SDK's
   ``AppendSession`` (which maps and serializes every record);
@@ -47,8 +48,10 @@ def _client(lite: LiteProcess) -> S2:
     return client
 
 
-async def _sdk(client: S2, basin: str, body: pa.Array, chunk: int) -> None:
-    records = [Record(b) for b in body.to_pylist()]
+async def _sdk(client: S2, basin: str, body: pa.Array, headers: pa.Array | None, chunk: int) -> None:
+    records = [
+        Record(b, hs) for b, hs in zip(body.to_pylist(), _header_lists(headers, len(body)), strict=True)
+    ]
     session = client.basin(basin).stream("sdk").append_session()
     tickets = [
         await session.submit(AppendInput(records=records[lo : lo + chunk]))
@@ -59,9 +62,9 @@ async def _sdk(client: S2, basin: str, body: pa.Array, chunk: int) -> None:
     await session.close()
 
 
-async def _bulk(client: S2, basin: str, body: pa.Array, chunk: int) -> None:
+async def _bulk(client: S2, basin: str, body: pa.Array, headers: pa.Array | None, chunk: int) -> None:
     bounds = [*range(0, len(body), chunk), len(body)]
-    messages = encode_append_inputs(body, None, None, bounds, fencing_token=None)
+    messages = encode_append_inputs(body, headers, None, bounds, fencing_token=None)
     session = BulkAppendSession(basin_transport(client, basin), "bulk")
     tickets = [session.submit(m, hi - lo) for m, lo, hi in zip(messages, bounds, bounds[1:], strict=False)]
     for ticket in tickets:
@@ -69,10 +72,18 @@ async def _bulk(client: S2, basin: str, body: pa.Array, chunk: int) -> None:
     await session.close()
 
 
-Path = Callable[[S2, str, pa.Array, int], Awaitable[None]]
+def _header_lists(headers: pa.Array | None, n: int) -> list[list[tuple[bytes, bytes]]]:
+    if headers is None:
+        return [[] for _ in range(n)]
+    return [[(h["name"], h["value"]) for h in row] for row in headers.to_pylist()]
 
 
-def _measure(lite: LiteProcess, path: Path, body: pa.Array, chunk: int) -> dict[str, Any]:
+Path = Callable[[S2, str, pa.Array, pa.Array | None, int], Awaitable[None]]
+
+
+def _measure(
+    lite: LiteProcess, path: Path, body: pa.Array, headers: pa.Array | None, chunk: int
+) -> dict[str, Any]:
     basin = fresh_basin(lite.endpoint, token="bench")
 
     async def go() -> tuple[float, float, float]:
@@ -80,7 +91,7 @@ def _measure(lite: LiteProcess, path: Path, body: pa.Array, chunk: int) -> dict[
         async with client:
             usage = resource.getrusage(resource.RUSAGE_SELF)
             server, wall = _cpu(lite.pid), time.perf_counter()
-            await path(client, basin, body, chunk)
+            await path(client, basin, body, headers, chunk)
             wall = time.perf_counter() - wall
             after = resource.getrusage(resource.RUSAGE_SELF)
             server = _cpu(lite.pid) - server
@@ -100,12 +111,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--chunk", type=int, default=1000)
+    parser.add_argument("--headers", action="store_true", help="two headers per record (@key, @action)")
     args = parser.parse_args(argv)
-    body, _ = _frame(args.rows, with_headers=False)
-    out: dict[str, Any] = {"rows": args.rows, "chunk": args.chunk}
+    body, headers = _frame(args.rows, with_headers=args.headers)
+    out: dict[str, Any] = {"rows": args.rows, "chunk": args.chunk, "headers": args.headers}
     with lite_process() as lite:
         for name, path in (("sdk", _sdk), ("bulk", _bulk)):
-            out[name] = _measure(lite, path, body, args.chunk)
+            out[name] = _measure(lite, path, body, headers, args.chunk)
             print(f"{name:>5}: {out[name]}")
     print(json.dumps(out))
     return out
