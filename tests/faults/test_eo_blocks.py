@@ -155,6 +155,37 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: 
         c3.begin_batch(0)
 
 
+def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(eo_server: LiteServer) -> None:
+    """The same coordinator (the same S2Writer object) after the query is started again in the same
+    process: a new Spark run id, or without one a batch that began and was never committed or a batch id
+    that repeats, reloads the ledger and opens a new epoch in recovery mode; an ordinary next batch of
+    the same start stays in the epoch."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    c = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
+    p0 = c.begin_batch(0, "run-a")
+    assert p0 is not None
+    assert (Token.parse(p0.token).epoch, p0.recovery) == (1, False)
+    # batch 0 fails after some tasks wrote: no commit; the query is started again (run-b)
+    again = c.begin_batch(0, "run-b")
+    assert again is not None
+    assert (Token.parse(again.token).epoch, again.recovery) == (2, True)
+    c.commit_batch(0, {"events": 4})
+    p1 = c.begin_batch(1, "run-b")
+    assert p1 is not None
+    assert (Token.parse(p1.token).epoch, p1.recovery) == (2, False)
+    # no run id readable (Spark Connect): an uncommitted batch begun again is a new start
+    q1 = c.begin_batch(1, None)
+    assert q1 is not None
+    assert (Token.parse(q1.token).epoch, q1.recovery) == (3, True)
+    c.commit_batch(1, {"events": 8})
+    # ... and so is a committed batch id seen again: the ledger has it, nothing is written
+    assert c.begin_batch(1, None) is None
+    p2 = c.begin_batch(2, None)
+    assert p2 is not None
+    assert (Token.parse(p2.token).epoch, p2.recovery) == (4, True)
+    assert p2.dedupe.starts == {"events": 8}
+
+
 def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(eo_server: LiteServer) -> None:
     """A second exactly-once writer (another writer_id, e.g. the pipeline restarted on a new checkpoint)
     on a stream the first one writes: it takes the stream over; the first writer's next append is refused
