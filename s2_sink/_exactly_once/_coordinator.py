@@ -171,26 +171,28 @@ class Coordinator:
 
 
 def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:
-    """Refuse a micro-batch id the ledger shows cannot belong to this query (WriterConflictError)."""
+    """Refuse a micro-batch the ledger shows cannot belong to this query (WriterConflictError).
+
+    The ledger records the streaming query id its writer serves: another query under the same writer id
+    is refused whatever its batch ids, so a reset checkpoint (a new query id, batch 0 again) is never
+    taken for a replay of the old query's batches. Where either side has no query id (Spark Connect
+    without one, ledgers of older versions), batch ids that go backwards are the remaining sign.
+    """
     if state.kind == "none":
         return
     hint = (
-        "The checkpoint was probably deleted or replaced (batch ids restart at 0): give the writer a "
-        "new writer_id (or drop the explicit writer_id to use the new query id)"
+        "If the checkpoint was deleted or replaced (batch ids restart at 0), give the new query a new "
+        "writer_id (option s2.writer-id for format('s2')), or drop the explicit writer_id to use the new "
+        "query id; if two queries run at once, give each its own writer_id"
     )
+    if query_id is not None and state.query_id is not None and state.query_id != query_id:
+        raise WriterConflictError(
+            f"writer_id {writer_id!r} belongs to streaming query {state.query_id!r} (its ledger has "
+            f"batches up to {state.committed}), but query {query_id!r} now writes batch {batch_id} "
+            f"under it. {hint}"
+        )
     if batch_id < state.committed:
         raise WriterConflictError(
             f"writer_id {writer_id!r}: micro-batch {batch_id} is older than the last committed "
             f"batch {state.committed} in the ledger: batch ids went backwards. {hint}"
-        )
-    if (
-        query_id is not None
-        and state.query_id is not None
-        and state.query_id != query_id
-        and batch_id <= state.committed
-    ):
-        raise WriterConflictError(
-            f"writer_id {writer_id!r}: the ledger was written by streaming query "
-            f"{state.query_id!r} up to batch {state.committed}, and query {query_id!r} now "
-            f"starts at batch {batch_id}. {hint}"
         )

@@ -60,7 +60,7 @@ def validate_writer_id(writer_id: str) -> str:
     return writer_id
 
 
-def _local_property(spark: Any, name: str) -> str | None:
+def _local_property(spark: Any, name: str, what: str) -> str | None:
     """A streaming local property of the calling thread; None where Spark has no SparkContext (Connect).
 
     Any other failure to read it is a `ConfigError`: the identity, the check that the ledger belongs to
@@ -75,7 +75,7 @@ def _local_property(spark: Any, name: str) -> str | None:
         value = sc.getLocalProperty(name)
     except _SPARK_ERRORS as exc:
         raise ConfigError(
-            f"delivery='exactly-once' could not read the Spark local property {name}: "
+            f"delivery='exactly-once' could not read {what} (Spark local property {name}): "
             f"{type(exc).__name__}: {exc}. Pass writer_id='<a name unique to this query, kept across "
             "restarts>' to S2Writer, or use delivery='at-least-once'"
         ) from exc
@@ -83,13 +83,13 @@ def _local_property(spark: Any, name: str) -> str | None:
 
 
 def _query_id(spark: Any) -> str | None:
-    return _local_property(spark, QUERY_ID_PROPERTY)
+    return _local_property(spark, QUERY_ID_PROPERTY, "the streaming query id")
 
 
 def query_run_id(spark: Any) -> str | None:
     """The id of this start of the streaming query (None under Spark Connect): it changes when the query
     is started again, in a new process or in the same one."""
-    return _local_property(spark, RUN_ID_PROPERTY)
+    return _local_property(spark, RUN_ID_PROPERTY, "the streaming query's run id")
 
 
 def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:

@@ -199,14 +199,21 @@ class Ledger:
         self.state, self.tail = state, tail
 
     def opened(self, run: str, query_id: str | None, scope: Literal["run", "batch"] = "run") -> LedgerState:
-        """The `open` record of a new run on top of the current state."""
+        """The `open` record of a new run on top of the current state.
+
+        The query id, once recorded, stays: the ledger belongs to that query (`check_identity`), and an
+        open record must not make another query's batches look like its own.
+        """
+        recorded = self.state.query_id if self.state.query_id is not None else query_id
         return replace(
-            self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=query_id, scope=scope
+            self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
         )
 
-    def committed(self, batch_id: int, ends: dict[str, int]) -> LedgerState:
-        """The `commit` record of `batch_id` on top of the current state."""
+    def committed(self, batch_id: int, ends: dict[str, int], query_id: str | None = None) -> LedgerState:
+        """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
+        tasks saw, is recorded when the ``open`` record could not know it."""
         merged = dict(self.state.ends)
         for stream, end in ends.items():
             merged[stream] = max(end, merged.get(stream, 0))
-        return replace(self.state, kind="commit", committed=batch_id, ends=merged)
+        seen = self.state.query_id if self.state.query_id is not None else query_id
+        return replace(self.state, kind="commit", committed=batch_id, ends=merged, query_id=seen)

@@ -153,6 +153,12 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: 
     c3 = Coordinator(cfg, "wid", query_id="q-new", static_streams=["events"])  # checkpoint deleted
     with pytest.raises(WriterConflictError, match="new writer_id"):
         c3.begin_batch(0)
+    c4 = Coordinator(cfg, "wid", query_id="q-other", static_streams=["events"])  # another query, any batch
+    with pytest.raises(WriterConflictError, match=r"'q1'.*'q-other'"):
+        c4.begin_batch(7)
+    c5 = Coordinator(cfg, "wid", query_id=None, static_streams=["events"])  # no query id: batch ids decide
+    with pytest.raises(WriterConflictError, match="went backwards"):
+        c5.begin_batch(0)
 
 
 def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(eo_server: LiteServer) -> None:
