@@ -47,7 +47,8 @@ _SPARK_ERRORS: Final = _spark_errors()
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""
 RUN_ID_PROPERTY: Final = "sql.streaming.runId"
-"""The local property Spark sets to the id of this start of the query (a new one at every ``start()``)."""
+"""Spark's name for the id of one start of the query (a new one at every ``start()``). pyspark 4.1 sets only
+the query id as a local property, so this one is read where a runtime sets it and is None otherwise."""
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 
 
