@@ -131,7 +131,7 @@ class Coordinator:
         return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery)
 
     async def load(self) -> LedgerState:
-        """Read the ledger's last record (creating the ledger stream if needed)."""
+        """Load the ledger's state (creating the ledger stream if needed)."""
         self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
         return await self._ledger.load()
 
