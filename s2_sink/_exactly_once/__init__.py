@@ -3,6 +3,7 @@
 See docs/exactly-once.md for the mechanism and the argument for why it is correct. The modules:
 
 - `_ledger`: the per-writer ledger stream (runs and committed micro-batches, conditional appends).
+- `_ledger_records`: its record format (state records, stream ends as deltas and snapshots, pieces).
 - `_fencing`: fencing tokens per run/generation and the conditional "fence if older" step.
 - `_tags`: the ``@s2sink`` chunk tag on the first record of every append.
 - `_fingerprint`: the content hash of a record that retries and replays subtract.

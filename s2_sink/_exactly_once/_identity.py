@@ -23,8 +23,10 @@ from s2_sink.errors import ConfigError
 
 __all__ = [
     "QUERY_ID_PROPERTY",
+    "RUN_ID_PROPERTY",
     "check_no_speculation",
     "query_id_from_checkpoint",
+    "query_run_id",
     "resolve_identity",
     "validate_writer_id",
 ]
@@ -44,6 +46,9 @@ _SPARK_ERRORS: Final = _spark_errors()
 
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""
+RUN_ID_PROPERTY: Final = "sql.streaming.runId"
+"""Spark's name for the id of one start of the query (a new one at every ``start()``). pyspark 4.1 sets only
+the query id as a local property, so this one is read where a runtime sets it and is None otherwise."""
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 
 
@@ -56,25 +61,36 @@ def validate_writer_id(writer_id: str) -> str:
     return writer_id
 
 
-def _query_id(spark: Any) -> str | None:
-    """The streaming query id of the calling thread; None where Spark has no SparkContext (Spark Connect).
+def _local_property(spark: Any, name: str, what: str) -> str | None:
+    """A streaming local property of the calling thread; None where Spark has no SparkContext (Connect).
 
-    Any other failure to read it is a `ConfigError`: the identity and the check that the ledger belongs to
-    this query rest on it, so exactly-once refuses rather than guessing.
+    Any other failure to read it is a `ConfigError`: the identity, the check that the ledger belongs to
+    this query and the detection of a restarted query rest on it, so exactly-once refuses rather than
+    guessing.
     """
     try:
         sc = spark.sparkContext
     except (AttributeError, NotImplementedError):  # Spark Connect: 4.x raises the one, 3.5 the other
         return None
     try:
-        value = sc.getLocalProperty(QUERY_ID_PROPERTY)
+        value = sc.getLocalProperty(name)
     except _SPARK_ERRORS as exc:
         raise ConfigError(
-            f"delivery='exactly-once' could not read the streaming query id (Spark local property "
-            f"{QUERY_ID_PROPERTY}): {type(exc).__name__}: {exc}. Pass writer_id='<a name unique to this "
-            "query, kept across restarts>' to S2Writer, or use delivery='at-least-once'"
+            f"delivery='exactly-once' could not read {what} (Spark local property {name}): "
+            f"{type(exc).__name__}: {exc}. Pass writer_id='<a name unique to this query, kept across "
+            "restarts>' to S2Writer, or use delivery='at-least-once'"
         ) from exc
     return str(value) if value else None
+
+
+def _query_id(spark: Any) -> str | None:
+    return _local_property(spark, QUERY_ID_PROPERTY, "the streaming query id")
+
+
+def query_run_id(spark: Any) -> str | None:
+    """The id of this start of the streaming query (None under Spark Connect): it changes when the query
+    is started again, in a new process or in the same one."""
+    return _local_property(spark, RUN_ID_PROPERTY, "the streaming query's run id")
 
 
 def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from s2_sink._delivery import BatchJob
 from s2_sink._exactly_once._coordinator import Coordinator
-from s2_sink._exactly_once._identity import check_no_speculation, resolve_identity
+from s2_sink._exactly_once._identity import check_no_speculation, query_run_id, resolve_identity
 from s2_sink.encoders._frame import BODY, HEADERS, KEY
 
 if TYPE_CHECKING:
@@ -59,15 +59,16 @@ class ExactlyOnce:
         """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it."""
         spark = frame.sparkSession
         check_no_speculation(spark)
-        if self._coord is None:
-            writer_id, query_id = resolve_identity(self.spec.writer_id, spark)
+        writer_id, query_id = resolve_identity(self.spec.writer_id, spark)
+        if self._coord is None or (self._coord.writer_id, self._coord.query_id) != (writer_id, query_id):
+            # First batch, or the same writer object now serves another query (a new checkpoint).
             self._coord = Coordinator(
                 self.spec.cfg,
                 writer_id,
                 query_id=query_id,
                 static_streams=self.spec.static_streams(),
             )
-        epoch = self._coord.begin_batch(batch_id)
+        epoch = self._coord.begin_batch(batch_id, query_run_id(spark))
         if epoch is None:
             return None
         if epoch.recovery:

@@ -46,7 +46,7 @@ class SinkRun:
     cfg: S2Config
     writer_id: str
     query_id: str | None
-    """The streaming query id the identity was read from (None with an explicit ``s2.writer-id``)."""
+    """The streaming query id the driver read from the checkpoint (None where it cannot read it)."""
     run: str
     epoch: int
     before: LedgerState
@@ -71,9 +71,21 @@ class SinkRun:
         if self.query_id is not None and query_id is not None and query_id != self.query_id:
             raise CommitError(
                 f"exactly-once: the driver read query id {self.query_id!r} from the checkpoint, but the "
-                f"task runs for query {query_id!r}; set option s2.writer-id to name the writer explicitly"
+                f"task runs for query {query_id!r}: the checkpointLocation option does not name this "
+                "query's checkpoint; set option s2.writer-id to name the writer explicitly"
             )
         check_identity(self.before, self.writer_id, query_id, batch_id)
+        if self.before.kind != "none" and batch_id > self.before.committed + 1:
+            # Each execution's epoch is opened (when Spark pickles the writer) for the batch after the
+            # ledger's last commit; a task of a later batch means the writer was shipped without a new
+            # pickling, and its epoch and read-back starts belong to an earlier batch.
+            raise CommitError(
+                f"exactly-once: the task writes micro-batch {batch_id} under epoch {self.epoch}, opened "
+                f"for batch {self.before.committed + 1} (writer_id {self.writer_id!r}): this Spark ships "
+                "the streaming writer without pickling it for every micro-batch, or the ledger's batches "
+                "do not follow the checkpoint's (a checkpoint from elsewhere: set a new s2.writer-id). "
+                "Set s2.delivery=at-least-once, or write with foreachBatch(S2Writer(...))"
+            )
         if already_committed(self.before, self.writer_id, batch_id):
             return None
         return epoch_plan(
@@ -99,6 +111,9 @@ def open_sink_run(
 
     async def go() -> SinkRun:
         before = await coord.load()
+        if query_id is not None and before.query_id not in (None, query_id):
+            # Refused on the driver when it knows the query; the tasks check it too (check_identity).
+            check_identity(before, writer_id, query_id, before.committed + 1)
         token = await coord.open_run("batch")
         opened, tail = coord.ledger_position()
         return SinkRun(
@@ -126,16 +141,29 @@ def open_sink_run(
 
 
 def commit_sink_run(
-    cfg: S2Config, writer_id: str, run: SinkRun | None, batch_id: int, ends: Mapping[str, int]
+    cfg: S2Config,
+    writer_id: str,
+    run: SinkRun | None,
+    batch_id: int,
+    ends: Mapping[str, int],
+    *,
+    query_id: str | None = None,
 ) -> None:
-    """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported)."""
+    """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported);
+    `query_id` is the streaming query id the tasks saw."""
     _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends))
+    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends, query_id=query_id))
     _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
 
 async def _commit(
-    cfg: S2Config, writer_id: str, run: SinkRun | None, batch_id: int, ends: Mapping[str, int]
+    cfg: S2Config,
+    writer_id: str,
+    run: SinkRun | None,
+    batch_id: int,
+    ends: Mapping[str, int],
+    *,
+    query_id: str | None,
 ) -> None:
     ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id)
     if run is not None and run.opened is not None:
@@ -149,5 +177,5 @@ async def _commit(
             return
         committed = max(batch_id, state.committed)
     # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
-    await ledger.append(ledger.committed(committed, dict(ends)))
+    await ledger.append(ledger.committed(committed, dict(ends), query_id))
     log.info("exactly-once: writer %s committed batch %s (%s)", writer_id, batch_id, run.run if run else "-")

@@ -18,6 +18,7 @@ import orjson
 from s2_sdk import ReadLimit, S2Basin, SeqNum
 
 from s2_sink._exactly_once._ledger import Ledger, LedgerState, ledger_stream_name
+from s2_sink._exactly_once._ledger_records import EndsFold, parse_record, record_base, state_of
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
 from s2_sink.errors import CommitError
@@ -47,21 +48,30 @@ class Entry:
 
 
 async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int]:
-    """Every record of the ledger, oldest first, and the ledger's tail."""
+    """Every state record of the ledger, oldest first, each with the stream ends folded up to it, and the
+    ledger's tail. Pieces of a split map (``ends`` records) are folded into the record that claims them."""
     name = ledger_stream_name(writer_id)
     stream = basin.stream(name)
     tail = (await stream.check_tail()).seq_num
     entries: list[Entry] = []
+    fold = EndsFold()
     pos = 0
     while pos < tail:
-        batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, tail - pos)))
+        batch = await stream.read(
+            start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, tail - pos)), clamp_to_tail=True
+        )
         if not batch.records:
             break
         for record in batch.records:
             if record.is_command_record():
                 continue
             try:
-                entries.append(Entry(record.seq_num, LedgerState.from_json(record.body, name)))
+                doc = parse_record(record.body, name)
+                fold.add(doc)
+                if doc["kind"] == "ends":
+                    continue
+                base = record_base(doc, record.seq_num)
+                entries.append(Entry(record.seq_num, state_of(doc, dict(fold.ends), base, fold.since, name)))
             except CommitError as exc:
                 entries.append(Entry(record.seq_num, None, str(exc)))
         pos = batch.records[-1].seq_num + 1

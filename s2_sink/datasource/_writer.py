@@ -44,10 +44,18 @@ class S2CommitMessage(WriterCommitMessage):
     """One task's result rows (``_results.RESULT_SCHEMA`` as dicts), its wall time and, when
     exactly-once, the micro-batch execution it wrote for."""
 
-    def __init__(self, rows: list[dict[str, Any]], duration_s: float, run: SinkRun | None = None) -> None:
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        duration_s: float,
+        run: SinkRun | None = None,
+        query_id: str | None = None,
+    ) -> None:
         self.rows = rows
         self.duration_s = duration_s
         self.run = run
+        self.query_id = query_id
+        """The streaming query id the task saw (recorded in the ledger's commit)."""
 
 
 def check_overwrite(overwrite: bool) -> None:
@@ -80,10 +88,12 @@ def _write(
     schema: StructType,
     batches: Iterator[pa.RecordBatch],
     run: SinkRun | None,
+    *,
+    query_id: str | None = None,
 ) -> S2CommitMessage:
     started = time.monotonic()
     result = write_partition(plan, _frames(batches, schema, opts))
-    return S2CommitMessage(result.to_pylist(), time.monotonic() - started, run)
+    return S2CommitMessage(result.to_pylist(), time.monotonic() - started, run, query_id)
 
 
 def _metrics(batch_id: int, messages: list[WriterCommitMessage | None], delivery: str) -> BatchMetrics:
@@ -101,10 +111,12 @@ def sink_identity(opts: WriteOptions, checkpoint_location: str | None) -> tuple[
 
     ``s2.writer-id`` if given; else the streaming query id from the checkpoint's ``metadata`` file (the
     identity `S2Writer` uses by default), which the driver's Python can read on a local file system or DBFS.
+    The query id is returned with an explicit writer id too, where readable: the ledger records it, so a
+    reset checkpoint under the same writer id is told apart from a replay.
     """
-    if opts.spec.writer_id is not None:  # validated with the options
-        return opts.spec.writer_id, None
     query_id = query_id_from_checkpoint(checkpoint_location) if checkpoint_location else None
+    if opts.spec.writer_id is not None:  # validated with the options
+        return opts.spec.writer_id, query_id
     if query_id is None:
         where = (
             f"checkpointLocation {checkpoint_location!r} is not readable from the driver's Python"
@@ -199,8 +211,9 @@ class S2StreamWriter(StreamArrowWriterBase):
         if epoch is None:
             for _ in iterator:  # the ledger has this batch: consume the input, write nothing
                 pass
-            return S2CommitMessage([], 0.0, self._run)
-        return _write(self._opts.spec.plan(batch_id, epoch), self._opts, self._schema, iterator, self._run)
+            return S2CommitMessage([], 0.0, self._run, query_id)
+        plan = self._opts.spec.plan(batch_id, epoch)
+        return _write(plan, self._opts, self._schema, iterator, self._run, query_id=query_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         metrics = _metrics(batchId, messages, self._delivery)
@@ -212,7 +225,15 @@ class S2StreamWriter(StreamArrowWriterBase):
                     f"exactly-once: the tasks of batch {batchId} report executions {sorted(executions)}"
                 )
             run = runs[0] if runs else None
-            commit_sink_run(self._opts.spec.cfg, self._identity[0], run, batchId, metrics.end_positions())
+            seen = {m.query_id for m in messages if isinstance(m, S2CommitMessage) and m.query_id}
+            commit_sink_run(
+                self._opts.spec.cfg,
+                self._identity[0],
+                run,
+                batchId,
+                metrics.end_positions(),
+                query_id=min(seen) if len(seen) == 1 else None,
+            )
         log.info("%s", metrics.log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -469,7 +469,7 @@ def test_ledger_show_reports_an_unreadable_record_and_goes_on(lite: LiteServer, 
     rows = json_lines(out.stdout)
     assert [r.get("kind") for r in rows] == ["open", "commit", None]
     assert rows[2]["seq_num"] == 2
-    assert "unreadable last record" in rows[2]["error"]
+    assert "has an unreadable record" in rows[2]["error"]
 
 
 def test_lite_exports_never_echo_a_configured_token() -> None:

@@ -3,18 +3,22 @@ coordinator. No Spark."""
 
 from __future__ import annotations
 
+import asyncio
+
+import orjson
 import pytest
-from s2_sdk import AppendInput, FencingTokenMismatchError, Record
+from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, Record
 
 from s2_sink import _runtime
 from s2_sink._exactly_once._coordinator import Coordinator
 from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once._fingerprint import fingerprint
 from s2_sink._exactly_once._ledger import Ledger, ledger_stream_name
+from s2_sink._exactly_once._ledger_records import SNAPSHOT_EVERY
 from s2_sink._exactly_once._readback import read_back
 from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
-from s2_sink.errors import FencedError, WriterConflictError
+from s2_sink.errors import CommitError, FencedError, WriterConflictError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
@@ -43,6 +47,99 @@ def test_ledger_open_commit_and_reload(eo_server: LiteServer) -> None:
 
     _runtime.run(go())
     assert len(run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w1")))) == 3
+
+
+def test_ledger_stays_bounded_trims_behind_snapshots_and_reloads_the_same_state(
+    eo_server: LiteServer,
+) -> None:
+    """Many commits over many routed streams (one batch moves 30k of them, split over several appends):
+    commits carry deltas, every SNAPSHOT_EVERY-th a snapshot, and the ledger is trimmed behind it. A
+    reload after every stage gives the same state, also when the last record is a trim or a user's fence
+    (command records), and the records kept stay few."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "w")
+        await led.load()
+        await led.append(led.opened("run-a", "q1"))
+        await led.append(led.committed(0, {f"events/c-{i:05d}": i + 1 for i in range(30_000)}))
+        for batch in range(1, 2 * SNAPSHOT_EVERY + 10):
+            moved = {f"events/c-{(batch * 7 + k) % 30_000:05d}": 100_000 + batch for k in range(3)}
+            await led.append(led.committed(batch, moved))
+            if batch % 40 == 0 or batch == 2 * SNAPSHOT_EVERY - 1:
+                again = await Ledger(basin, "w").load()
+                assert again == led.state
+        stream = basin.stream(ledger_stream_name("w"))
+        await stream.append(AppendInput(records=[CommandRecord.fence("someone")]))
+        again = Ledger(basin, "w")
+        assert await again.load() == led.state
+        await stream.append(AppendInput(records=[CommandRecord.fence("")]))
+        await again.load()
+        await again.append(again.committed(again.state.committed + 1, {"events/c-00000": 7_000_000}))
+        assert (await Ledger(basin, "w").load()) == again.state
+
+    _runtime.run(go())
+    kept = run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w")))
+    assert len(kept) < SNAPSHOT_EVERY + 30  # trimmed: the last snapshot's pieces and the deltas after it
+    assert max(len(r.body) for r in kept) < 100_000
+
+
+def test_ledger_of_the_previous_format_loads_and_continues(eo_server: LiteServer) -> None:
+    """A ledger whose records are version 1 (every record the full state) loads, and new records on top
+    of it reload to the same state."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    old = {
+        "v": 1,
+        "kind": "commit",
+        "epoch": 4,
+        "run": "r",
+        "query_id": "q",
+        "committed": 9,
+        "ends": {"a": 5},
+    }
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        await basin.ensure_stream(ledger_stream_name("w"))
+        stream = basin.stream(ledger_stream_name("w"))
+        await stream.append(AppendInput(records=[Record(orjson.dumps({**old, "kind": "open"}))]))
+        await stream.append(AppendInput(records=[Record(orjson.dumps(old))]))
+        led = Ledger(basin, "w")
+        st = await led.load()
+        assert (st.kind, st.epoch, st.committed, st.query_id, st.ends) == ("commit", 4, 9, "q", {"a": 5})
+        await led.append(led.opened("run-b", "q"))
+        await led.append(led.committed(10, {"b": 2}))
+        st2 = await Ledger(basin, "w").load()
+        assert (st2.epoch, st2.committed, st2.ends) == (5, 10, {"a": 5, "b": 2})
+
+    _runtime.run(go())
+
+
+def test_ledger_with_no_state_left_refuses(eo_server: LiteServer) -> None:
+    """A ledger trimmed past its last state record (only command records left) is not read as a new
+    writer (epoch 1, below the streams' fences): it is a CommitError naming the way out."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "w")
+        await led.load()
+        await led.append(led.opened("run-a", "q1"))
+        stream = basin.stream(ledger_stream_name("w"))
+        await stream.append(AppendInput(records=[CommandRecord.trim(1)]))
+        refused: CommitError | None = None
+        for _ in range(40):  # the trim is applied in the background
+            try:
+                await Ledger(basin, "w").load()
+            except CommitError as exc:
+                refused = exc
+                break
+            await asyncio.sleep(0.1)
+        assert refused is not None, "the trimmed ledger still loaded a state"
+        assert "new writer_id" in str(refused)
+
+    _runtime.run(go())
 
 
 def test_ledger_second_driver_gets_writer_conflict(eo_server: LiteServer) -> None:
@@ -153,6 +250,43 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: 
     c3 = Coordinator(cfg, "wid", query_id="q-new", static_streams=["events"])  # checkpoint deleted
     with pytest.raises(WriterConflictError, match="new writer_id"):
         c3.begin_batch(0)
+    c4 = Coordinator(cfg, "wid", query_id="q-other", static_streams=["events"])  # another query, any batch
+    with pytest.raises(WriterConflictError, match=r"'q1'.*'q-other'"):
+        c4.begin_batch(7)
+    c5 = Coordinator(cfg, "wid", query_id=None, static_streams=["events"])  # no query id: batch ids decide
+    with pytest.raises(WriterConflictError, match="went backwards"):
+        c5.begin_batch(0)
+
+
+def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(eo_server: LiteServer) -> None:
+    """The same coordinator (the same S2Writer object) after the query is started again in the same
+    process: a new Spark run id, or without one a batch that began and was never committed or a batch id
+    that repeats, reloads the ledger and opens a new epoch in recovery mode; an ordinary next batch of
+    the same start stays in the epoch."""
+    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    c = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
+    p0 = c.begin_batch(0, "run-a")
+    assert p0 is not None
+    assert (Token.parse(p0.token).epoch, p0.recovery) == (1, False)
+    # batch 0 fails after some tasks wrote: no commit; the query is started again (run-b)
+    again = c.begin_batch(0, "run-b")
+    assert again is not None
+    assert (Token.parse(again.token).epoch, again.recovery) == (2, True)
+    c.commit_batch(0, {"events": 4})
+    p1 = c.begin_batch(1, "run-b")
+    assert p1 is not None
+    assert (Token.parse(p1.token).epoch, p1.recovery) == (2, False)
+    # no run id readable (Spark Connect): an uncommitted batch begun again is a new start
+    q1 = c.begin_batch(1, None)
+    assert q1 is not None
+    assert (Token.parse(q1.token).epoch, q1.recovery) == (3, True)
+    c.commit_batch(1, {"events": 8})
+    # ... and so is a committed batch id seen again: the ledger has it, nothing is written
+    assert c.begin_batch(1, None) is None
+    p2 = c.begin_batch(2, None)
+    assert p2 is not None
+    assert (Token.parse(p2.token).epoch, p2.recovery) == (4, True)
+    assert p2.dedupe.starts == {"events": 8}
 
 
 def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(eo_server: LiteServer) -> None:

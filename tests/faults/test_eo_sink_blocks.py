@@ -70,6 +70,47 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteSer
     assert open_sink_run(cfg, "w", "q", ["events"]).before.committed == 2
 
 
+def test_reset_checkpoint_under_an_explicit_writer_id_is_a_conflict_not_a_skip(eo_server: LiteServer) -> None:
+    """An explicit s2.writer-id whose driver cannot read the query id: the commit records the query id
+    the tasks saw, so after a checkpoint reset (a new query id, batch 0 again) batch 0 is refused with a
+    WriterConflictError naming both queries, never skipped as already committed."""
+    basin = make_basin(eo_server.endpoint, ["events"])
+    cfg = cfg_for(eo_server.endpoint, basin)
+    r1 = open_sink_run(cfg, "orders", None, ["events"])
+    _write(_plan(r1, cfg, 0, "q-old"), 0, [b"a"])
+    commit_sink_run(cfg, "orders", r1, 0, {}, query_id="q-old")
+    r2 = open_sink_run(cfg, "orders", None, ["events"])
+    assert r2.before.query_id == "q-old"
+    with pytest.raises(WriterConflictError, match=r"q-old.*q-new.*new writer_id") as info:
+        r2.plan_batch(0, "q-new")
+    assert "s2.writer-id" in str(info.value)
+    assert r2.plan_batch(0, "q-old") is None  # the old query's replay of batch 0 is still a skip
+    # a driver that reads the new query id from the checkpoint refuses before opening an epoch
+    with pytest.raises(WriterConflictError, match="q-old"):
+        open_sink_run(cfg, "orders", "q-new", ["events"])
+    # the open record keeps the ledger's query: the next execution's tasks refuse the new query again
+    r4 = open_sink_run(cfg, "orders", None, ["events"])
+    assert r4.before.query_id == "q-old"
+    with pytest.raises(WriterConflictError, match="q-new"):
+        r4.plan_batch(0, "q-new")
+    assert _bodies(eo_server.endpoint, basin) == Counter([b"a"])
+
+
+def test_task_refuses_an_epoch_opened_for_an_earlier_batch(eo_server: LiteServer) -> None:
+    """Each execution's epoch is opened for the batch after the ledger's last commit: a task of a later
+    batch under it (a writer shipped without being pickled again) fails with CommitError before writing."""
+    basin = make_basin(eo_server.endpoint, ["events"])
+    cfg = cfg_for(eo_server.endpoint, basin)
+    r1 = open_sink_run(cfg, "w", "q", ["events"])
+    _write(_plan(r1, cfg, 0), 0, [b"a"])
+    commit_sink_run(cfg, "w", r1, 0, {})
+    r2 = open_sink_run(cfg, "w", "q", ["events"])
+    assert r2.plan_batch(1, "q") is not None
+    with pytest.raises(CommitError, match="opened for batch 1"):
+        r2.plan_batch(2, "q")
+    assert _bodies(eo_server.endpoint, basin) == Counter([b"a"])
+
+
 @pytest.mark.parametrize(
     ("p1", "trust"),
     [

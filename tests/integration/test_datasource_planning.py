@@ -245,6 +245,7 @@ def test_exactly_once_write_options_and_identity(tmp_path: Path) -> None:
     assert sink_identity(opts, str(ck)) == ("8d1a6f6e-query", "8d1a6f6e-query")
     named = parse_write_options({"s2.writer-id": "orders-v2"}, cfg=cfg, streaming=True)
     assert sink_identity(named, None) == ("orders-v2", None)
+    assert sink_identity(named, str(ck)) == ("orders-v2", "8d1a6f6e-query")  # recorded in the ledger
     assert parse_write_options({}, cfg=cfg, streaming=False).spec.delivery == "at-least-once"
 
 

@@ -302,3 +302,87 @@ def test_writer_pickles(lite: LiteServer) -> None:
     back = pickle.loads(pickle.dumps(writer))
     assert back.cfg == writer.cfg
     assert back.routing == writer.routing
+
+
+def _restart_in_process(
+    spark: SparkSession, writer: S2Writer, tmp_path: Path, marker: Path, between: Any
+) -> tuple[Exception | None, Exception | None]:
+    """Run one micro-batch of 4,000 rows (ids split over two range partitions) through `writer`; while
+    `marker` exists the partition holding ids >= 3000 fails once the other one has written (the target
+    stream's tail stops moving). Then remove the marker and ``start()`` the same query again in this
+    process with the same writer object."""
+    src = tmp_path / "src"
+    spark.range(4000).coalesce(1).write.parquet(str(src))
+    flag, cfg = str(marker), writer.cfg
+
+    @F.udf("long")
+    def fail_late(value: int) -> int:
+        import asyncio  # imported in the executor's Python worker
+        import os
+        import time
+
+        from s2_sdk import S2, Endpoints, S2Error
+
+        async def tail() -> int:
+            async with S2(
+                "test", endpoints=Endpoints(account=cfg.account_endpoint, basin=cfg.basin_endpoint)
+            ) as s2:
+                try:
+                    return (await s2.basin(cfg.basin).stream("events").check_tail()).seq_num
+                except S2Error:
+                    return 0
+
+        if value >= 3000 and os.path.exists(flag):
+            seen, deadline = -1, time.monotonic() + 90
+            while time.monotonic() < deadline:
+                now = asyncio.run(tail())
+                if now > 1 and now == seen:  # more than the run's fence, and no longer moving
+                    break
+                seen = now
+                time.sleep(1.5)
+            raise RuntimeError("injected failure in micro-batch 0")
+        return value
+
+    def body(df: DataFrame, batch_id: int) -> None:  # the same writer object in every start
+        writer(df.repartitionByRange(2, "id").withColumn("id", fail_late("id")), batch_id)
+
+    errors: list[Exception | None] = []
+    for _ in range(2):
+        query = (
+            spark.readStream.schema("id long")
+            .parquet(str(src))
+            .writeStream.foreachBatch(body)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(240)
+        except Exception as exc:  # noqa: BLE001 - the first start fails by design
+            errors.append(exc)
+        else:
+            errors.append(None)
+        if marker.exists():
+            marker.unlink()
+            between()
+    return errors[0], errors[1]
+
+
+def test_restart_in_the_same_process_with_the_same_writer_is_exactly_once(
+    spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
+) -> None:
+    """A notebook restart: micro-batch 0 fails after one partition wrote, and the query is started again
+    in the same Python process with the same S2Writer. The new start is seen (a new Spark run id) and
+    recovers: every row exactly once."""
+    writer = S2Writer(cfg_for(lite, basin, create_streams=True))
+    marker = tmp_path / "fail"
+    marker.touch()
+    written: list[int] = []
+    between = lambda: written.append(len(bodies(lite, basin, "events")))  # noqa: E731
+    first, second = _restart_in_process(spark, writer, tmp_path, marker, between)
+    assert first is not None  # the fault fired ...
+    assert 0 < written[0] < 4000  # ... after one partition wrote
+    assert second is None
+    ids = [b["id"] for b in bodies(lite, basin, "events")]
+    assert sorted(set(ids)) == list(range(4000))
+    assert len(ids) == 4000, f"{len(ids) - 4000} duplicates"

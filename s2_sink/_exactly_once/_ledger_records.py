@@ -1,0 +1,176 @@
+"""The ledger's record format: a state record per run and micro-batch, stream ends as deltas and snapshots.
+
+Every state record (``open`` or ``commit``) carries the small state — epoch, run, query id, last committed
+batch, scope — in full, so the last one gives it back. The stream ends (``{stream: seq_num}``, a lower bound
+for where the next batch's records start) are too big to repeat in every record at many routed streams, so a
+``commit`` carries only the ends its batch moved (a delta), and every `SNAPSHOT_EVERY` commits one carries the
+whole map (a snapshot, ``"full": true``). Each state record names ``base``, where the latest snapshot starts:
+the ends are the snapshot plus the deltas after it, and the ledger is trimmed to ``base`` behind a snapshot.
+
+A map too big for one record (S2 records are at most 1 MiB) is split into ``ends`` records of at most
+`PIECE_BYTES` each, written just before the state record that claims them (``"parts": n``, the n ``ends``
+records right before it). Pieces of a group that never got its state record (a crash between appends) are
+claimed by nobody and ignored.
+
+Records of version 1 (every record a full snapshot, no ``base``) still load: such a record is its own base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+import orjson
+
+from s2_sink.errors import CommitError
+
+__all__ = [
+    "PIECE_BYTES",
+    "SNAPSHOT_EVERY",
+    "EndsFold",
+    "LedgerState",
+    "encode_state",
+    "parse_record",
+    "record_base",
+    "state_of",
+]
+
+VERSION: Final = 2
+SNAPSHOT_EVERY: Final = 64
+"""Commits between snapshots: loading reads one snapshot and fewer than this many deltas."""
+PIECE_BYTES: Final = 64 * 1024
+"""JSON bytes of stream ends per record, far below S2's 1 MiB record limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """The state after the ledger's last state record (or the empty state of a new writer)."""
+
+    kind: Literal["none", "open", "commit"] = "none"
+    epoch: int = 0
+    run: str = ""
+    query_id: str | None = None
+    committed: int = -1
+    ends: dict[str, int] = field(default_factory=dict)
+    scope: Literal["run", "batch"] = "run"
+    base: int = field(default=0, compare=False)
+    """Where the latest snapshot starts in the ledger stream (loading folds from there)."""
+    since: int = field(default=0, compare=False)
+    """Commits since that snapshot."""
+
+    @property
+    def may_have_written_next(self) -> bool:
+        """Whether the epoch of this state may have written part of the micro-batch after `committed`.
+
+        An uncommitted ``open`` may have; so may a ``run``-scoped epoch after its last commit (it goes on to
+        the next micro-batch); a ``batch``-scoped epoch ends with its one commit.
+        """
+        return self.kind == "open" or (self.kind == "commit" and self.scope == "run")
+
+
+def _header(state: LedgerState) -> dict[str, Any]:
+    return {
+        "v": VERSION,
+        "kind": state.kind,
+        "epoch": state.epoch,
+        "run": state.run,
+        "query_id": state.query_id,
+        "committed": state.committed,
+        "scope": state.scope,
+    }
+
+
+def _pieces(ends: dict[str, int]) -> list[dict[str, int]]:
+    """`ends` split into maps of at most `PIECE_BYTES` of JSON each (at least one, maybe empty)."""
+    out: list[dict[str, int]] = [{}]
+    size = 2
+    for stream, end in ends.items():
+        entry = len(orjson.dumps(stream)) + len(str(end)) + 2
+        if size + entry > PIECE_BYTES and out[-1]:
+            out.append({})
+            size = 2
+        out[-1][stream] = end
+        size += entry
+    return out
+
+
+def encode_state(prev: LedgerState, state: LedgerState, at: int) -> tuple[list[bytes], LedgerState, bool]:
+    """The record bodies that append `state` on top of `prev` at seq_num `at`.
+
+    Returns the bodies, `state` with its ledger position (``base``, ``since``), and whether the last body
+    is a snapshot (the ledger can then be trimmed to the new ``base``).
+    """
+    snapshot = state.kind == "commit" and prev.since + 1 >= SNAPSHOT_EVERY
+    if snapshot:
+        ends, base, since = state.ends, at, 0
+    else:
+        moved = {s: e for s, e in state.ends.items() if prev.ends.get(s) != e}
+        ends, base, since = moved, prev.base, prev.since + (state.kind == "commit")
+    pieces = _pieces(ends)
+    bodies = [orjson.dumps({"v": VERSION, "kind": "ends", "ends": p}) for p in pieces[:-1]]
+    last = {**_header(state), "base": base, "full": snapshot, "parts": len(pieces) - 1, "ends": pieces[-1]}
+    bodies.append(orjson.dumps(last))
+    return bodies, replace(state, base=base, since=since), snapshot
+
+
+def parse_record(body: bytes, where: str) -> dict[str, Any]:
+    """A ledger record's document (version 1 or 2), checked enough to fold; CommitError otherwise."""
+    try:
+        doc = orjson.loads(body)
+        kinds = ("open", "commit", "ends") if doc.get("v") == VERSION else ("open", "commit")
+        if doc.get("v") not in (1, VERSION) or doc.get("kind") not in kinds:
+            raise ValueError(f"unknown ledger record version/kind: {doc.get('v')!r}/{doc.get('kind')!r}")
+        if not isinstance(doc.get("ends"), dict):
+            raise ValueError("no 'ends' map")
+        return dict(doc)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise CommitError(f"ledger {where!r} has an unreadable record: {exc}") from exc
+
+
+def state_of(doc: dict[str, Any], ends: dict[str, int], base: int, since: int, where: str) -> LedgerState:
+    """The state a state record describes, with the ends folded up to it."""
+    try:
+        return LedgerState(
+            kind=doc["kind"],
+            epoch=int(doc["epoch"]),
+            run=str(doc["run"]),
+            query_id=doc.get("query_id"),
+            committed=int(doc["committed"]),
+            ends=ends,
+            scope="batch" if doc.get("scope") == "batch" else "run",
+            base=base,
+            since=since,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CommitError(f"ledger {where!r} has an unreadable state record: {exc}") from exc
+
+
+def record_base(doc: dict[str, Any], seq_num: int) -> int:
+    """Where loading folds from for the state record `doc` at `seq_num` (a version 1 record: itself)."""
+    return int(doc["base"]) if doc.get("v") == VERSION else seq_num
+
+
+class EndsFold:
+    """Folds the records from a ``base`` on into the stream ends: snapshot, then deltas (max per stream)."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, int] = {}
+        self.since = 0
+        self._pending: list[dict[str, Any]] = []
+
+    def add(self, doc: dict[str, Any]) -> None:
+        if doc["kind"] == "ends":
+            self._pending.append(doc["ends"])
+            return
+        parts = int(doc.get("parts", 0))
+        claimed = self._pending[len(self._pending) - parts :] if parts else []
+        if len(claimed) != parts:
+            raise CommitError(f"ledger state record claims {parts} ends records, found {len(claimed)}")
+        for piece in [*claimed, doc["ends"]]:
+            for stream, end in piece.items():
+                self.ends[str(stream)] = max(int(end), self.ends.get(str(stream), 0))
+        self._pending.clear()
+        if doc.get("v") != VERSION or doc.get("full"):
+            self.since = 0
+        elif doc["kind"] == "commit":
+            self.since += 1
