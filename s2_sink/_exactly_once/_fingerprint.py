@@ -1,9 +1,13 @@
 """Record fingerprints: a canonical hash of what a reader sees of a record, minus our chunk tag.
 
 Retries and replays subtract the multiset of fingerprints already in the stream from what they are about
-to write. The fingerprint covers the stream name, the headers (in order, without the ``@s2sink`` tag) and
-the body. It leaves out the timestamp: S2 may raise or cap client timestamps, so the stored value can
-differ from the one sent. Two records that differ only in timestamp count as the same content.
+to write. The fingerprint covers the stream name, the headers (in order) and the body. It leaves out:
+
+- the timestamp: S2 may raise or cap client timestamps, so the stored value can differ from the one sent
+  (two records that differ only in timestamp count as the same content);
+- headers that say where a record was written from, not what it is, and so differ between a run and its
+  replay: the ``@s2sink`` chunk tag, and a dead letter's ``s2sink-partition`` (the Spark partition of the
+  bad row, which a replay laid out by content gives another task).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Final
 
+from s2_sink._dead_letters import DLQ_PARTITION
 from s2_sink._exactly_once._tags import TAG_HEADER
 
 __all__ = ["Fingerprints", "fingerprint"]
@@ -26,11 +32,15 @@ def _frame(h: hashlib.blake2b, data: bytes) -> None:
     h.update(data)
 
 
+_PLACEMENT_HEADERS: Final = frozenset((TAG_HEADER, DLQ_PARTITION))
+"""Headers naming where a record was written from (see module docstring)."""
+
+
 def fingerprint(stream: str, headers: Iterable[tuple[bytes, bytes]] | None, body: bytes) -> bytes:
-    """16-byte BLAKE2b of (stream, headers without the tag, body)."""
+    """16-byte BLAKE2b of (stream, headers without the placement headers, body)."""
     h = hashlib.blake2b(digest_size=16)
     _frame(h, stream.encode())
-    kept: Sequence[tuple[bytes, bytes]] = [(n, v) for n, v in (headers or ()) if n != TAG_HEADER]
+    kept: Sequence[tuple[bytes, bytes]] = [(n, v) for n, v in (headers or ()) if n not in _PLACEMENT_HEADERS]
     h.update(len(kept).to_bytes(4, "big"))
     for name, value in kept:
         _frame(h, name)

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from s2_sdk import Record
@@ -38,6 +39,7 @@ from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._fencing import Token, fence_if_older, judge_current_token
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
+from s2_sink._exactly_once._recovery_layout import RecoveryLayout
 from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
 from s2_sink.errors import ReplayMismatchError
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from s2_sink._write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
     from s2_sink.config import S2Config
 
-__all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper"]
+__all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper", "plan_with_layout"]
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +105,18 @@ class _Filter:
 
     hook: Dedupe
     ctx: PartitionContext
+    dlq_stream: str | None = None
     pending: dict[str, Fingerprints] = field(default_factory=dict)
     foreign: dict[str, Fingerprints] = field(default_factory=dict)
     skipped: int = 0
 
     def __call__(self, stream: str, records: list[Record]) -> list[Record]:
+        layout = self.hook.layout if stream != self.dlq_stream else None
+        if layout is not None:
+            self._check_layout(layout, stream, records)
         left = self.pending.get(stream)
         if left is None:
-            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx))
+            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx, layout))
             self.pending[stream] = left
         foreign = self.foreign[stream]
         if not left and not foreign:
@@ -151,6 +157,23 @@ class _Filter:
             )
         return kept
 
+    def _check_layout(self, layout: RecoveryLayout, stream: str, records: list[Record]) -> None:
+        """Fail closed unless every record is this task's under the content layout: a replay laid out
+        otherwise (repartitioned again after it, or coalesced) could have one record in two tasks that
+        would both subtract the same earlier copy, losing one."""
+        mine = self.ctx.partition_id
+        for rec in records:
+            owner = layout.partition_of(stream, rec.headers, rec.body)
+            if owner != mine:
+                raise ReplayMismatchError(
+                    f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
+                    f"partly wrote and must be laid out by record content ({layout.partitions} hash "
+                    f"partitions), but partition {mine} holds a record of stream {stream!r} that belongs "
+                    f"to partition {owner}: the replay was repartitioned or coalesced after the writer "
+                    "laid it out. The task stops before writing anything it cannot account for; write "
+                    "the replay's frame as the delivery mode returns it (WritePlan.fixed_layout)"
+                )
+
 
 @dataclass(frozen=True, slots=True)
 class Dedupe:
@@ -165,16 +188,22 @@ class Dedupe:
     starts: dict[str, int]
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
     replay: Replay = "content"
+    layout: RecoveryLayout | None = None
+    """How a content replay was repartitioned (`repartition_for_recovery`); tasks check ownership by it."""
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
         if ctx.attempt_number == 0 and not self.recovery:
             return None
-        return _Filter(self, ctx)
+        return _Filter(self, ctx, plan.dlq_stream if self.recovery else None)
 
-    async def written_before(self, stream: str, ctx: PartitionContext) -> tuple[Fingerprints, Fingerprints]:
+    async def written_before(
+        self, stream: str, ctx: PartitionContext, layout: RecoveryLayout | None = None
+    ) -> tuple[Fingerprints, Fingerprints]:
         """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
-        task must subtract, and (partition replays) those earlier executions wrote from other partitions."""
+        task must subtract, and (partition replays) those earlier executions wrote from other partitions.
+        With a content `layout`, only records whose content this task owns count: another task writes
+        (and subtracts) the others."""
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
@@ -203,10 +232,11 @@ class Dedupe:
             start=self.starts.get(stream, 0),
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
+            owns=None if layout is None or not recovery else _owner_check(layout, stream, partition),
         )
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
-            "range=[%s,%s) found=%s records in %s chunks",
+            "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",
             stream,
             batch,
             partition,
@@ -217,5 +247,23 @@ class Dedupe:
             found.end,
             sum(found.fingerprints.values()),
             len(found.chunks),
+            found.not_owned,
         )
         return Counter(found.fingerprints), Counter(found.elsewhere)
+
+
+def _owner_check(
+    layout: RecoveryLayout, stream: str, partition: int
+) -> Callable[[list[tuple[bytes, bytes]], bytes], bool]:
+    def owns(headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        return layout.partition_of(stream, headers, body) == partition
+
+    return owns
+
+
+def plan_with_layout(plan: WritePlan, layout: RecoveryLayout) -> WritePlan:
+    """`plan` whose recovery hook checks record ownership under the replay's content `layout`."""
+    hook = plan.recovery
+    if not isinstance(hook, Dedupe):
+        raise TypeError(f"an exactly-once replay needs the Dedupe recovery hook, got {hook!r}")
+    return replace(plan, recovery=replace(hook, layout=layout), fixed_layout=True)
