@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -36,13 +37,19 @@ from s2_sdk import Record
 
 from s2_sink import _runtime
 from s2_sink._exactly_once import _crashpoints
-from s2_sink._exactly_once._fencing import Token, fence_if_older, judge_current_token
+from s2_sink._exactly_once._fencing import (
+    TaskAttempt,
+    Token,
+    fence_if_older,
+    judge_current_token,
+    refuse_if_superseded,
+)
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout
 from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
-from s2_sink.errors import ReplayMismatchError
+from s2_sink.errors import FencedError, ReplayMismatchError
 
 if TYPE_CHECKING:
     from s2_sink._write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
@@ -55,6 +62,23 @@ log = logging.getLogger(__name__)
 Replay = Literal["content", "partition", "partition-checked"]
 """How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
 (partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """The task attempt running on this thread and the micro-batch's start positions (for the 412 path)."""
+
+    attempt: TaskAttempt
+    starts: dict[str, int]
+
+
+_current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
+"""Set by `Dedupe` on the task thread before any append; the appender's coroutines, started from that
+thread, inherit it, so `TokenKeeper` (called without the task's identity) knows which attempt it serves."""
+
+
+def _attempt(ctx: PartitionContext) -> TaskAttempt:
+    return TaskAttempt(ctx.partition_id, ctx.task_attempt_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +116,27 @@ class TokenKeeper:
         take_over = stream not in self.written
         # Raises FencedError when we must stop.
         adopt = judge_current_token(stream, current, mine, may_take_over=take_over)
-        if adopt is not None:
-            return str(adopt)
+        task = _current_task.get()
+        if adopt is not None and adopt.by is not None and task is None:
+            raise FencedError(
+                f"stream {stream!r}: fencing token {current!r} is a task retry's barrier, and this task "
+                "cannot tell whether a later attempt of its own set it (its recovery hook did not run), so "
+                "it stops rather than risk writing as a superseded attempt"
+            )
+        since = task.starts.get(stream, 0) if task is not None else 0
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
-        result = await fence_if_older(s2_stream, mine, current=current, may_take_over=take_over)
+        if adopt is not None:
+            if adopt.by is not None and task is not None:  # a retry's barrier: not if our partition's
+                await refuse_if_superseded(s2_stream, task.attempt, adopt, since)
+            return str(adopt)
+        result = await fence_if_older(
+            s2_stream,
+            mine,
+            current=current,
+            may_take_over=take_over,
+            me=task.attempt if task is not None else None,
+            since=since,
+        )
         return str(result.token)
 
 
@@ -193,6 +234,7 @@ class Dedupe:
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
+        _current_task.set(_Task(_attempt(ctx), self.starts))
         if ctx.attempt_number == 0 and not self.recovery:
             return None
         return _Filter(self, ctx, plan.dlq_stream if self.recovery else None)
@@ -207,8 +249,14 @@ class Dedupe:
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        me = _attempt(ctx)
         fenced = await fence_if_older(
-            s2_stream, mine, bump=ctx.attempt_number > 0, may_take_over=stream not in self.starts
+            s2_stream,
+            mine,
+            bump=ctx.attempt_number > 0,
+            may_take_over=stream not in self.starts,
+            me=me,
+            since=self.starts.get(stream, 0),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
