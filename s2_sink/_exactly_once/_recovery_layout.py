@@ -92,14 +92,16 @@ def _xxh64(data: bytes, seed: int) -> int:
     return h ^ (h >> 32)
 
 
-def spark_xxhash64(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int:
-    """Spark's ``xxhash64(_s2_stream, _s2_body, _s2_headers)`` of a record, as a signed 64-bit value
-    (``stream=None`` leaves the stream column out). Each value is hashed with the previous hash as seed;
-    an empty headers array adds nothing, like a null one, so both agree with the fingerprint."""
+def spark_xxhash64(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> int:
+    """Spark's ``xxhash64(_s2_stream, _s2_body, _s2_headers)`` of a row, as a signed 64-bit value
+    (``stream=None`` leaves the stream column out, or stands for a null one, as does ``body=None``). Each
+    value is hashed with the previous hash as seed; an empty headers array adds nothing, like a null one,
+    so both agree with the fingerprint."""
     h = _SEED
     if stream is not None:
         h = _xxh64(stream.encode(), h)
-    h = _xxh64(body, h)
+    if body is not None:
+        h = _xxh64(body, h)
     for name, value in headers:
         if name == TAG_HEADER:
             continue
@@ -142,7 +144,10 @@ class RecoveryLayout:
 
     def partition_of(self, stream: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int:
         """The task (partition id) that writes a record with this content in the replay."""
-        content = spark_xxhash64(stream if self.routed else None, headers, body)
+        return self.partition_of_hash(spark_xxhash64(stream if self.routed else None, headers, body))
+
+    def partition_of_hash(self, content: int) -> int:
+        """The task (partition id) that holds a row whose `spark_xxhash64` is `content`."""
         return _murmur3_long(content, _SEED) % self.partitions  # Python's % is Spark's pmod
 
 

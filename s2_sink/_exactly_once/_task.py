@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Literal
 from s2_sdk import Record
 
 from s2_sink import _runtime
+from s2_sink._dead_letters import DLQ_ROW_HASH
 from s2_sink._exactly_once import _crashpoints
 from s2_sink._exactly_once._fencing import (
     TaskAttempt,
@@ -152,12 +153,13 @@ class _Filter:
     skipped: int = 0
 
     def __call__(self, stream: str, records: list[Record]) -> list[Record]:
-        layout = self.hook.layout if stream != self.dlq_stream else None
-        if layout is not None:
-            self._check_layout(layout, stream, records)
+        layout = self.hook.layout
+        owner = None if layout is None else _Owner(layout, stream, dead_letters=stream == self.dlq_stream)
+        if owner is not None:
+            self._check_layout(owner, records)
         left = self.pending.get(stream)
         if left is None:
-            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx, layout))
+            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx, owner))
             self.pending[stream] = left
         foreign = self.foreign[stream]
         if not left and not foreign:
@@ -198,19 +200,19 @@ class _Filter:
             )
         return kept
 
-    def _check_layout(self, layout: RecoveryLayout, stream: str, records: list[Record]) -> None:
+    def _check_layout(self, owner: _Owner, records: list[Record]) -> None:
         """Fail closed unless every record is this task's under the content layout: a replay laid out
         otherwise (repartitioned again after it, or coalesced) could have one record in two tasks that
         would both subtract the same earlier copy, losing one."""
-        mine = self.ctx.partition_id
+        mine, stream, layout = self.ctx.partition_id, owner.stream, owner.layout
         for rec in records:
-            owner = layout.partition_of(stream, rec.headers, rec.body)
-            if owner != mine:
+            theirs = owner.partition(rec.headers, rec.body)
+            if theirs != mine:
                 raise ReplayMismatchError(
                     f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
                     f"partly wrote and must be laid out by record content ({layout.partitions} hash "
                     f"partitions), but partition {mine} holds a record of stream {stream!r} that belongs "
-                    f"to partition {owner}: the replay was repartitioned or coalesced after the writer "
+                    f"to partition {theirs}: the replay was repartitioned or coalesced after the writer "
                     "laid it out. The task stops before writing anything it cannot account for; write "
                     "the replay's frame as the delivery mode returns it (WritePlan.fixed_layout)"
                 )
@@ -240,7 +242,7 @@ class Dedupe:
         return _Filter(self, ctx, plan.dlq_stream if self.recovery else None)
 
     async def written_before(
-        self, stream: str, ctx: PartitionContext, layout: RecoveryLayout | None = None
+        self, stream: str, ctx: PartitionContext, owner: _Owner | None = None
     ) -> tuple[Fingerprints, Fingerprints]:
         """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
         task must subtract, and (partition replays) those earlier executions wrote from other partitions.
@@ -280,7 +282,7 @@ class Dedupe:
             start=self.starts.get(stream, 0),
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
-            owns=None if layout is None or not recovery else _owner_check(layout, stream, partition),
+            owns=None if owner is None or not recovery else owner.check(partition),
         )
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
@@ -300,13 +302,32 @@ class Dedupe:
         return Counter(found.fingerprints), Counter(found.elsewhere)
 
 
-def _owner_check(
-    layout: RecoveryLayout, stream: str, partition: int
-) -> Callable[[list[tuple[bytes, bytes]], bytes], bool]:
-    def owns(headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
-        return layout.partition_of(stream, headers, body) == partition
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    """Which replay task owns a record of `stream` under `layout`: a data record by its content, a dead
+    letter by its bad row's content hash (``s2sink-row-hash``; a dead letter without one is nobody's)."""
 
-    return owns
+    layout: RecoveryLayout
+    stream: str
+    dead_letters: bool
+
+    def partition(self, headers: list[tuple[bytes, bytes]], body: bytes) -> int | None:
+        if not self.dead_letters:
+            return self.layout.partition_of(self.stream, headers, body)
+        for name, value in headers:
+            if name == DLQ_ROW_HASH:
+                try:
+                    content = int(value, 16)
+                except ValueError:
+                    return None
+                return self.layout.partition_of_hash(content - (1 << 64) if content >> 63 else content)
+        return None
+
+    def check(self, partition: int) -> Callable[[list[tuple[bytes, bytes]], bytes], bool]:
+        def owns(headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+            return self.partition(headers, body) == partition
+
+        return owns
 
 
 def plan_with_layout(plan: WritePlan, layout: RecoveryLayout) -> WritePlan:

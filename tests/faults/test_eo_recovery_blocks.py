@@ -140,3 +140,39 @@ def test_dead_letters_of_a_replay_are_written_once(eo_server: LiteServer) -> Non
     assert Counter(bytes(r.body) for r in letters) == Counter(bodies[i] for i in range(24) if errors[i])
     assert {dict(r.headers)[b"s2sink-partition"] for r in letters} - {b"0"}  # the replay wrote some
     assert _bodies(eo_server.endpoint, basin) == Counter(bodies[i] for i in range(24) if not errors[i])
+
+
+def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(eo_server: LiteServer) -> None:
+    """Eight bad rows that differ only in a header make the same payload, error and target: without the
+    row's content hash in the dead letter they would be identical dead letters spread over the replay's
+    tasks, each subtracting the dead run's copies (dead letters lost). With it, each is written once, and
+    every replay task holds only dead letters whose row it owns."""
+    basin = make_basin(eo_server.endpoint, ["events", "dlq"])
+    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    spec = WriteSpec.build(
+        cfg, Routing.build(stream="events", stream_column=None, shards=None), on_error="dlq", dlq_stream="dlq"
+    )
+    headers_type = pa.list_(pa.struct([("name", pa.binary()), ("value", pa.binary())]))
+    headers = [[{"name": b"h", "value": b"%d" % i}] for i in range(8)]
+    layout = RecoveryLayout(partitions=4, routed=False)
+    owners = [layout.partition_of("events", [(b"h", b"%d" % i)], b"same") for i in range(8)]
+    assert len(set(owners)) > 1
+
+    def frame(rows: list[int]) -> pa.RecordBatch:
+        return pa.record_batch(
+            {
+                "_s2_body": pa.array([b"same"] * len(rows), pa.binary()),
+                "_s2_headers": pa.array([headers[i] for i in rows], headers_type),
+                "_s2_error": pa.array(["unparseable"] * len(rows), pa.string()),
+            }
+        )
+
+    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False))
+    write_partition(dead, [frame([0, 1, 2, 3])], PartitionContext(0, 0, 0, 0, 0))
+    replay = plan_with_layout(spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True)), layout)
+    for task in range(4):
+        rows = [i for i in range(8) if owners[i] == task]
+        write_partition(replay, [frame(rows)], PartitionContext(0, task, 0, 0, 0))
+    letters = run(read_all(eo_server.endpoint, basin, "dlq"))
+    assert len(letters) == 8
+    assert len({dict(r.headers)[b"s2sink-row-hash"] for r in letters}) == 8
