@@ -6,15 +6,18 @@ Three picklable objects travel in the `WritePlan` to every task of a micro-batch
 - `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this run may take
   over the stream (empty token or an older run of ours: conditional fence, then re-send — a 412 means
   nothing was applied), adopt it (a newer generation of this run, set by a retrying sibling task), or
-  must stop (`FencedError`: a newer run, or another writer).
+  must stop (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition
+  put a barrier up since the batch started — this attempt is a zombie). It learns which attempt it serves
+  from a context variable `Dedupe` sets on the task thread (the appender calls it without one).
 - `Dedupe` (the writer's recovery hook) is inert on the happy path (first attempt, normal batch). For a
   task retry (attempt > 0) or a replay after a driver restart (``recovery=True``), on the first chunk for
   each stream it (1) puts a barrier on the stream — a conditional fence to a newer generation (retry) or
   to this run's epoch (replay), so appends still in flight from the failed attempt or the old run can no
   longer land after it; (2) reads the stream back from the last committed position; (3) drops from
   what it writes the multiset of fingerprints already there: those of this partition's earlier attempts
-  (retry: same partitioning within a run) or of every earlier write of this micro-batch (replay: the
-  batch was repartitioned by record content, so all copies of a record are in this one task).
+  (retry: same partitioning within a run) or of every earlier write of this micro-batch that this task
+  owns (replay: the batch was repartitioned by exactly what the fingerprint covers, so all copies of a
+  record are in one task; see `_recovery_layout`). A replay task refuses a record it does not own.
 
   A replay that could not be repartitioned (the ``format("s2")`` sink) subtracts what earlier executions
   wrote under this task's partition id. With ``replay="partition-checked"`` it refuses
