@@ -107,6 +107,10 @@ def test_fingerprint_leaves_out_a_dead_letters_partition_but_not_its_row_hash() 
     p0 = fingerprint("dlq", [*base, (b"s2sink-partition", b"0")], b"x")
     p5 = fingerprint("dlq", [*base, (b"s2sink-partition", b"5")], b"x")
     assert p0 == p5
+    # Without s2sink-error it is not a dead letter, and the header is the user's content.
+    assert fingerprint("s", [(b"s2sink-partition", b"0")], b"x") != fingerprint(
+        "s", [(b"s2sink-partition", b"5")], b"x"
+    )
     assert fingerprint("dlq", [*base, (b"s2sink-row-hash", b"01")], b"x") != fingerprint(
         "dlq", [*base, (b"s2sink-row-hash", b"02")], b"x"
     )
