@@ -13,12 +13,16 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
+from s2_sink import _runtime
 from s2_sink._exactly_once._fencing import writer_hash
+from s2_sink._exactly_once._fingerprint import fingerprint
 from s2_sink._exactly_once._plan import epoch_plan
+from s2_sink._exactly_once._readback import ReadBack, read_back
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout
 from s2_sink._exactly_once._task import plan_with_layout
 from s2_sink._partition_writer import write_partition
 from s2_sink._routing import Routing
+from s2_sink._session_pool import get_pool
 from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink._write_spec import WriteSpec
 from s2_sink.config import S2Config
@@ -176,3 +180,29 @@ def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(eo_
     letters = run(read_all(eo_server.endpoint, basin, "dlq"))
     assert len(letters) == 8
     assert len({dict(r.headers)[b"s2sink-row-hash"] for r in letters}) == 8
+
+
+def test_read_back_counts_only_the_records_a_task_owns(eo_server: LiteServer) -> None:
+    """A replay task subtracts only fingerprints it owns: read back with an ownership predicate, the dead
+    run's records of other tasks are counted as not owned, not as copies to subtract."""
+    basin = make_basin(eo_server.endpoint, ["events"])
+    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    _dead_run_wrote_key_a(cfg)
+    layout = RecoveryLayout(partitions=4, routed=False)
+    values = [v for k, v in _ROWS if k == b"a"]
+
+    async def go(task: int) -> ReadBack:
+        stream = get_pool().client(cfg).basin(cfg.basin).stream("events")
+        return await read_back(
+            stream,
+            writer=writer_hash("w"),
+            start=0,
+            match=lambda tag: tag.batch == 0,
+            owns=lambda headers, body: layout.partition_of("events", headers, body) == task,
+        )
+
+    for task in range(4):
+        found = _runtime.run(go(task))
+        mine = [v for v in values if layout.partition_of("events", [], v) == task]
+        assert found.fingerprints == Counter(fingerprint("events", [], v) for v in mine)
+        assert found.not_owned == len(values) - len(mine)
