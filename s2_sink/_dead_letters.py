@@ -6,6 +6,11 @@ A dead letter's body is the row's original payload (``payload_column``, else its
 empty), truncated to fit a record; its headers say why and where from (``s2sink-error``,
 ``s2sink-batch-id``, ``s2sink-partition``, ``s2sink-target-stream``, and ``s2sink-truncated: true`` when
 the payload was cut).
+
+Under exactly-once a dead letter also carries ``s2sink-row-hash``: the bad row's content hash (Spark's
+``xxhash64`` of its stream, body and headers, 16 hex digits). A replay's tasks subtract dead letters by
+fingerprint like data, so identical dead letters must come from one task: with the hash in them they do
+(identical hash, identical recovery partition), and a task can tell which dead letters are its own.
 """
 
 from __future__ import annotations
@@ -16,12 +21,22 @@ from typing import Final
 import pyarrow as pa
 from s2_sdk import Record
 
+from s2_sink._exactly_once._recovery_layout import spark_xxhash64
 from s2_sink._write_plan import PartitionContext, WritePlan
-from s2_sink.encoders._frame import BODY
+from s2_sink.encoders._frame import BODY, HEADERS
 from s2_sink.encoders._metered import header_size, metered_size
 from s2_sink.errors import EncodeError
 
-__all__ = ["DLQ_BATCH", "DLQ_ERROR", "DLQ_PARTITION", "DLQ_TARGET", "DLQ_TRUNCATED", "BadRows"]
+__all__ = [
+    "DLQ_BATCH",
+    "DLQ_ERROR",
+    "DLQ_PARTITION",
+    "DLQ_ROW_HASH",
+    "DLQ_TARGET",
+    "DLQ_TRUNCATED",
+    "BadRows",
+    "row_hash",
+]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +45,7 @@ DLQ_BATCH: Final = b"s2sink-batch-id"
 DLQ_PARTITION: Final = b"s2sink-partition"
 DLQ_TARGET: Final = b"s2sink-target-stream"
 DLQ_TRUNCATED: Final = b"s2sink-truncated"
+DLQ_ROW_HASH: Final = b"s2sink-row-hash"
 
 _MAX_ERROR_BYTES: Final = 4096
 _LOGGED_SKIPS: Final = 3
@@ -74,9 +90,22 @@ class BadRows:
             (DLQ_PARTITION, str(self.ctx.partition_id).encode()),
             (DLQ_TARGET, (target or "").encode()),
         ]
+        if self.plan.chunk_tagger is not None:  # exactly-once (see module docstring)
+            headers.append((DLQ_ROW_HASH, b"%016x" % (row_hash(self.plan, batch, i) & (2**64 - 1))))
         room = self.max_record - metered_size(b"", headers) - header_size(DLQ_TRUNCATED, b"true")
         if len(payload) > room:
             payload = payload[:room]
             headers.append((DLQ_TRUNCATED, b"true"))
         self.dead_lettered += 1
         return Record(payload, headers), metered_size(payload, headers)
+
+
+def row_hash(plan: WritePlan, batch: pa.RecordBatch, i: int) -> int:
+    """Spark's ``xxhash64`` of row `i`'s stream (routed rows), body and headers, as the recovery layout
+    hashes it."""
+    names = batch.schema.names
+    stream = batch.column(plan.stream_column)[i].as_py() if plan.stream_column in names else None
+    body = batch.column(BODY)[i].as_py() if BODY in names else None
+    raw = batch.column(HEADERS)[i].as_py() if HEADERS in names else None
+    headers = [(h["name"], h["value"]) for h in raw or ()]
+    return spark_xxhash64(stream, headers, body)

@@ -136,6 +136,10 @@ class WritePlan:
     recovery: RecoveryHook | None = None
     """Per-task recovery hook (exactly-once task retries and replays); ``None`` = none."""
 
+    fixed_layout: bool = False
+    """The delivery mode laid the frame out and tasks check it (an exactly-once replay by record content):
+    the writer must not repartition it again (``partition_by_key`` is not applied to that batch)."""
+
     resend_ambiguous: bool = True
     """Whether the session-level retry may re-send chunks that might already be applied (duplicates
     possible). Exactly-once sets ``False``: such failures then fail the task, and the task retry's

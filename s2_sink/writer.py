@@ -167,7 +167,7 @@ class S2Writer:
             return
         self._create_known_streams()
         out = job.frame
-        if self.partition_by_key:
+        if self.partition_by_key and not job.plan.fixed_layout:  # a replay's content layout wins
             out = out.repartition(STREAM_COLUMN, KEY) if self.routing.routed else out.repartition(KEY)
         try:
             rows = out.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()

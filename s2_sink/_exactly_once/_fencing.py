@@ -1,11 +1,22 @@
 """Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
 
-A token is ``s2sink:<writer-hash8>:<epoch>.<gen>`` (at most 36 bytes, S2's limit). ``epoch`` is the
-writer's run number from the ledger: a restarted driver gets a higher one, so tasks of an older run
-(zombies) get ``412 fencing_token_mismatch`` once the new run has fenced a stream. ``gen`` is bumped by a
-task *retry* before it reads the stream back: the bump is a barrier after which nothing the failed
-attempt still had in flight can land. Live sibling tasks of the same run adopt the newer generation
-(a 412 means their append was not applied, so re-sending it is safe).
+A token is ``s2sink:<writer-hash8>:<epoch>.<gen>``, and a generation bump also names the task attempt
+that made it: ``s2sink:<writer-hash8>:<epoch>.<gen>~<partition>.<task-id>``, all four numbers in base 36
+so it fits S2's 36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes). ``epoch`` is the writer's
+run number from the ledger: a restarted driver gets a higher one, so tasks of an older run (zombies) get
+``412 fencing_token_mismatch`` once the new run has fenced a stream. ``gen`` is bumped by a task
+*retry* before it reads the stream back: the bump is a barrier after which nothing an earlier attempt
+still had in flight can land.
+
+Attempts of one partition are ordered by Spark's task id (``taskAttemptId``), not by attempt number: task
+ids come from one counter per SparkContext in launch order, so a later attempt always has a higher one,
+also across stage retries, which restart attempt numbers at 0 (SPARK-24552). On a 412, a task adopts a
+newer generation of its epoch only if no fence since the micro-batch's start was made by a later attempt
+of its own partition (the fence records stay in the stream, so the check reads them back): live siblings
+adopt (a 412 means their append was not applied, so re-sending it is safe); an earlier attempt of a
+partition that was retried — a zombie — gets `FencedError` and never writes again. Every adoption is
+itself conditional: a bump after the check changes the token, the next append gets a 412, and the check
+runs again.
 
 Fencing tokens are one per stream and cooperative: appends without a token are always accepted, so
 at-least-once writers and other tools can share a stream. A token that is not ours, or ours from a newer
@@ -21,16 +32,19 @@ import asyncio
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from s2_sdk import (
     AppendInput,
     CommandRecord,
     FencingTokenMismatchError,
+    ReadLimit,
+    ReadUnwrittenError,
     S2ClientError,
     S2ServerError,
     S2Stream,
+    SeqNum,
 )
 
 from s2_sink._retry import Backoff, retryable
@@ -39,6 +53,7 @@ from s2_sink.errors import FencedError
 __all__ = [
     "MAX_TOKEN_BYTES",
     "FenceResult",
+    "TaskAttempt",
     "Token",
     "fence_if_older",
     "judge_current_token",
@@ -49,7 +64,12 @@ log = logging.getLogger(__name__)
 
 MAX_TOKEN_BYTES: Final = 36
 _PREFIX: Final = "s2sink"
-_TOKEN_RE: Final = re.compile(r"^s2sink:([0-9a-f]{8}):(\d+)\.(\d+)$")
+# writer, epoch, generation, and (bumps only) the attempt that made it: partition, task id.
+_TOKEN_RE: Final = re.compile(
+    r"^s2sink:([0-9a-f]{8}):([0-9a-z]+)\.([0-9a-z]+)(?:~([0-9a-z]+)\.([0-9a-z]+))?$"
+)
+_B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
+_PAGE: Final = 1000
 _MAX_ROUNDS: Final = 20
 # Waits after a failed fence that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
 _BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
@@ -60,6 +80,27 @@ def writer_hash(writer_id: str) -> str:
     return hashlib.sha256(writer_id.encode()).hexdigest()[:8]
 
 
+def _b36(n: int) -> str:
+    out = ""
+    while True:
+        n, digit = divmod(n, 36)
+        out = _B36[digit] + out
+        if n == 0:
+            return out
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """One attempt of one Spark task: its partition and Spark's task id (later attempts have higher ids)."""
+
+    partition: int
+    task_id: int
+
+    def superseded_by(self, other: TaskAttempt | None) -> bool:
+        """`other` is a later attempt of this partition (this one is then a zombie)."""
+        return other is not None and other.partition == self.partition and other.task_id > self.task_id
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Token:
     """A parsed fencing token of an exactly-once writer. Orders by (epoch, gen) within one writer."""
@@ -67,9 +108,17 @@ class Token:
     epoch: int
     gen: int
     writer: str
+    by: TaskAttempt | None = field(default=None, compare=False)
+    """The task attempt whose retry barrier set this generation (``None`` for generation 0)."""
 
     def __str__(self) -> str:
-        return f"{_PREFIX}:{self.writer}:{self.epoch}.{self.gen}"
+        text = f"{_PREFIX}:{self.writer}:{self.epoch}.{self.gen}"
+        if self.by is None:
+            return text
+        # A bump token is all base 36, so a long run's retry still fits 36 bytes.
+        by = self.by
+        run = f"{_b36(self.epoch)}.{_b36(self.gen)}"
+        return f"{_PREFIX}:{self.writer}:{run}~{_b36(by.partition)}.{_b36(by.task_id)}"
 
     def encode(self) -> str:
         """The wire form; raises ValueError if it would exceed S2's 36-byte limit."""
@@ -84,10 +133,15 @@ class Token:
         m = _TOKEN_RE.match(text)
         if m is None:
             return None
-        return cls(epoch=int(m.group(2)), gen=int(m.group(3)), writer=m.group(1))
+        if m.group(4) is None:
+            if not (m.group(2).isdigit() and m.group(3).isdigit()):
+                return None
+            return cls(epoch=int(m.group(2)), gen=int(m.group(3)), writer=m.group(1))
+        by = TaskAttempt(int(m.group(4), 36), int(m.group(5), 36))
+        return cls(epoch=int(m.group(2), 36), gen=int(m.group(3), 36), writer=m.group(1), by=by)
 
-    def next_gen(self) -> Token:
-        return Token(epoch=self.epoch, gen=self.gen + 1, writer=self.writer)
+    def next_gen(self, by: TaskAttempt | None = None) -> Token:
+        return Token(epoch=self.epoch, gen=self.gen + 1, writer=self.writer, by=by)
 
 
 def judge_current_token(
@@ -143,6 +197,8 @@ async def fence_if_older(
     current: str | None = None,
     bump: bool = False,
     may_take_over: bool = False,
+    me: TaskAttempt | None = None,
+    since: int = 0,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
@@ -150,17 +206,23 @@ async def fence_if_older(
     generation is raised past whatever this run has on the stream: a barrier against the stream's earlier
     appends that used the older generation. Every fence append is conditional on the token we saw, so
     concurrent fencers serialize; a newer token of ours, a non-s2_sink token or (unless `may_take_over`)
-    another s2_sink writer's token raises FencedError.
+    another s2_sink writer's token raises FencedError. With `me` (the calling task attempt), a bump is
+    made in its name, and a later attempt of its partition having fenced the stream at or after `since`
+    (the micro-batch's start) raises FencedError instead of adopting or bumping over it.
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
     waits = _BACKOFF.delays()
+    checked: str | None = None
     for _ in range(_MAX_ROUNDS + _BACKOFF.retries):
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
+        if me is not None and adopt is not None and adopt.by is not None and seen != checked:
+            await refuse_if_superseded(stream, me, adopt, since)
+            checked = seen
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
         # Otherwise fence with ours; when seen == mine, that is a redundant fence proving the token is ours.
-        target = adopt.next_gen() if adopt is not None and bump else mine
+        target = adopt.next_gen(by=me) if adopt is not None and bump else mine
         try:
             ack = await stream.append(
                 AppendInput(records=[CommandRecord.fence(target.encode())], fencing_token=seen)
@@ -179,3 +241,51 @@ async def fence_if_older(
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
+
+
+async def refuse_if_superseded(stream: S2Stream, me: TaskAttempt, current: Token, since: int) -> None:
+    """Raise FencedError if a later attempt of `me`'s partition fenced `stream` (in `current`'s run) at or
+    after `since`.
+
+    The current token names only the last bump; earlier bumps (a later attempt of this partition, then a
+    sibling's) are found among the fence command records of ``[since, tail)``. Only tokens of the same
+    writer and epoch count: task ids restart with a new driver.
+    """
+    if me.superseded_by(current.by):
+        _raise_superseded(stream.name, me, current)
+    if current.by == me:
+        return
+    waits = _BACKOFF.delays()
+    end = (await stream.check_tail()).seq_num
+    pos = since
+    while pos < end:
+        try:
+            batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
+        except ReadUnwrittenError:
+            return
+        except (S2ClientError, S2ServerError) as exc:  # reads are idempotent: retry transient failures
+            delay = next(waits, None) if retryable(exc) else None
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+            continue
+        if not batch.records:
+            return
+        for rec in batch.records:
+            pos = rec.seq_num + 1
+            if rec.headers == [(b"", CommandRecord.FENCE)]:
+                token = Token.parse(bytes(rec.body).decode("utf-8", "replace"))
+                if (
+                    token is not None
+                    and (token.writer, token.epoch) == (current.writer, current.epoch)
+                    and me.superseded_by(token.by)
+                ):
+                    _raise_superseded(stream.name, me, token)
+
+
+def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:
+    raise FencedError(
+        f"stream {stream!r}: this task attempt (partition {me.partition}, task id {me.task_id}) was "
+        f"superseded by a later attempt of the same partition (fence {token}); it stops without writing "
+        "again (Spark keeps the later attempt's result)"
+    )

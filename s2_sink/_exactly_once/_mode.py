@@ -16,12 +16,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-
 from s2_sink._delivery import BatchJob
 from s2_sink._exactly_once._coordinator import Coordinator
 from s2_sink._exactly_once._identity import check_no_speculation, query_run_id, resolve_identity
-from s2_sink.encoders._frame import BODY, HEADERS, KEY
+from s2_sink._exactly_once._recovery_layout import repartition_for_recovery
+from s2_sink._exactly_once._task import plan_with_layout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,10 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["ExactlyOnce"]
 
 log = logging.getLogger(__name__)
-
-# Frame columns that make up a record's content (the stream is a function of them, or of columns the
-# content was derived from deterministically): identical records hash to the same partition.
-_CONTENT = (KEY, BODY, HEADERS)
 
 
 class ExactlyOnce:
@@ -71,15 +66,17 @@ class ExactlyOnce:
         epoch = self._coord.begin_batch(batch_id, query_run_id(spark))
         if epoch is None:
             return None
+        plan = self.spec.plan(batch_id, epoch)
         if epoch.recovery:
             log.warning(
                 "exactly-once: batch %s replays after a driver restart; writing it in recovery mode "
                 "(repartitioned by record content, read back and subtracted)",
                 batch_id,
             )
-            present = set(frame.columns)  # the writer leaves out the headers column when nothing has headers
-            frame = frame.repartition(F.xxhash64(*(F.col(c) for c in _CONTENT if c in present)))
-        return BatchJob(batch_id, frame, self.spec.plan(batch_id, epoch))
+            # By exactly what the fingerprint covers, so all copies of a record are in one task.
+            frame, layout = repartition_for_recovery(frame)
+            plan = plan_with_layout(plan, layout)
+        return BatchJob(batch_id, frame, plan)
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None:
         """Record the batch in the ledger (one conditional append)."""

@@ -44,6 +44,8 @@ class ReadBack:
     elsewhere: Fingerprints = field(default_factory=Counter)
     """Fingerprints of the chunks matching the optional second predicate (``elsewhere=``)."""
     records_scanned: int = 0
+    not_owned: int = 0
+    """Records of matching chunks left out because another task owns their content."""
 
 
 async def read_back(
@@ -54,10 +56,13 @@ async def read_back(
     match: Callable[[ChunkTag], bool],
     elsewhere: Callable[[ChunkTag], bool] | None = None,
     end: int | None = None,
+    owns: Callable[[list[tuple[bytes, bytes]], bytes], bool] | None = None,
 ) -> ReadBack:
     """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``
     (and, separately, of those matching `elsewhere` but not `match`).
 
+    `owns` (headers, body), when given, keeps only the matching chunks' records it accepts (counted in
+    ``not_owned`` otherwise): in a content replay, another task writes and subtracts the rest.
     `end` defaults to the tail at call time; call this after a fencing barrier so nothing older can still
     land past it. `start` is clamped to the stream's first retained record.
     """
@@ -103,8 +108,12 @@ async def read_back(
                 elif elsewhere is not None and elsewhere(tag):
                     into = out.elsewhere
             remaining -= 1
-            if into is not None:
-                into[fingerprint(name, rec.headers, rec.body)] += 1
+            if into is None:
+                continue
+            if owns is not None and into is out.fingerprints and not owns(rec.headers, rec.body):
+                out.not_owned += 1
+                continue
+            into[fingerprint(name, rec.headers, rec.body)] += 1
     log.debug(
         "read back stream=%s range=[%s,%s) scanned=%s chunks=%s records=%s",
         name,

@@ -6,15 +6,18 @@ Three picklable objects travel in the `WritePlan` to every task of a micro-batch
 - `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this run may take
   over the stream (empty token or an older run of ours: conditional fence, then re-send — a 412 means
   nothing was applied), adopt it (a newer generation of this run, set by a retrying sibling task), or
-  must stop (`FencedError`: a newer run, or another writer).
+  must stop (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition
+  put a barrier up since the batch started — this attempt is a zombie). It learns which attempt it serves
+  from a context variable `Dedupe` sets on the task thread (the appender calls it without one).
 - `Dedupe` (the writer's recovery hook) is inert on the happy path (first attempt, normal batch). For a
   task retry (attempt > 0) or a replay after a driver restart (``recovery=True``), on the first chunk for
   each stream it (1) puts a barrier on the stream — a conditional fence to a newer generation (retry) or
   to this run's epoch (replay), so appends still in flight from the failed attempt or the old run can no
   longer land after it; (2) reads the stream back from the last committed position; (3) drops from
   what it writes the multiset of fingerprints already there: those of this partition's earlier attempts
-  (retry: same partitioning within a run) or of every earlier write of this micro-batch (replay: the
-  batch was repartitioned by record content, so all copies of a record are in this one task).
+  (retry: same partitioning within a run) or of every earlier write of this micro-batch that this task
+  owns (replay: the batch was repartitioned by exactly what the fingerprint covers, so all copies of a
+  record are in one task; see `_recovery_layout`). A replay task refuses a record it does not own.
 
   A replay that could not be repartitioned (the ``format("s2")`` sink) subtracts what earlier executions
   wrote under this task's partition id. With ``replay="partition-checked"`` it refuses
@@ -28,31 +31,58 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from s2_sdk import Record
 
 from s2_sink import _runtime
+from s2_sink._dead_letters import DLQ_ROW_HASH
 from s2_sink._exactly_once import _crashpoints
-from s2_sink._exactly_once._fencing import Token, fence_if_older, judge_current_token
+from s2_sink._exactly_once._fencing import (
+    TaskAttempt,
+    Token,
+    fence_if_older,
+    judge_current_token,
+    refuse_if_superseded,
+)
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
+from s2_sink._exactly_once._recovery_layout import RecoveryLayout
 from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
-from s2_sink.errors import ReplayMismatchError
+from s2_sink.errors import FencedError, ReplayMismatchError
 
 if TYPE_CHECKING:
     from s2_sink._write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
     from s2_sink.config import S2Config
 
-__all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper"]
+__all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper", "plan_with_layout"]
 
 log = logging.getLogger(__name__)
 
 Replay = Literal["content", "partition", "partition-checked"]
 """How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
 (partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """The task attempt running on this thread and the micro-batch's start positions (for the 412 path)."""
+
+    attempt: TaskAttempt
+    starts: dict[str, int]
+
+
+_current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
+"""Set by `Dedupe` on the task thread before any append; the appender's coroutines, started from that
+thread, inherit it, so `TokenKeeper` (called without the task's identity) knows which attempt it serves."""
+
+
+def _attempt(ctx: PartitionContext) -> TaskAttempt:
+    return TaskAttempt(ctx.partition_id, ctx.task_attempt_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +120,27 @@ class TokenKeeper:
         take_over = stream not in self.written
         # Raises FencedError when we must stop.
         adopt = judge_current_token(stream, current, mine, may_take_over=take_over)
-        if adopt is not None:
-            return str(adopt)
+        task = _current_task.get()
+        if adopt is not None and adopt.by is not None and task is None:
+            raise FencedError(
+                f"stream {stream!r}: fencing token {current!r} is a task retry's barrier, and this task "
+                "cannot tell whether a later attempt of its own set it (its recovery hook did not run), so "
+                "it stops rather than risk writing as a superseded attempt"
+            )
+        since = task.starts.get(stream, 0) if task is not None else 0
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
-        result = await fence_if_older(s2_stream, mine, current=current, may_take_over=take_over)
+        if adopt is not None:
+            if adopt.by is not None and task is not None:  # a retry's barrier: not if our partition's
+                await refuse_if_superseded(s2_stream, task.attempt, adopt, since)
+            return str(adopt)
+        result = await fence_if_older(
+            s2_stream,
+            mine,
+            current=current,
+            may_take_over=take_over,
+            me=task.attempt if task is not None else None,
+            since=since,
+        )
         return str(result.token)
 
 
@@ -103,14 +150,19 @@ class _Filter:
 
     hook: Dedupe
     ctx: PartitionContext
+    dlq_stream: str | None = None
     pending: dict[str, Fingerprints] = field(default_factory=dict)
     foreign: dict[str, Fingerprints] = field(default_factory=dict)
     skipped: int = 0
 
     def __call__(self, stream: str, records: list[Record]) -> list[Record]:
+        layout = self.hook.layout
+        owner = None if layout is None else _Owner(layout, stream, dead_letters=stream == self.dlq_stream)
+        if owner is not None:
+            self._check_layout(owner, records)
         left = self.pending.get(stream)
         if left is None:
-            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx))
+            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx, owner))
             self.pending[stream] = left
         foreign = self.foreign[stream]
         if not left and not foreign:
@@ -151,6 +203,23 @@ class _Filter:
             )
         return kept
 
+    def _check_layout(self, owner: _Owner, records: list[Record]) -> None:
+        """Fail closed unless every record is this task's under the content layout: a replay laid out
+        otherwise (repartitioned again after it, or coalesced) could have one record in two tasks that
+        would both subtract the same earlier copy, losing one."""
+        mine, stream, layout = self.ctx.partition_id, owner.stream, owner.layout
+        for rec in records:
+            theirs = owner.partition(rec.headers, rec.body)
+            if theirs != mine:
+                raise ReplayMismatchError(
+                    f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
+                    f"partly wrote and must be laid out by record content ({layout.partitions} hash "
+                    f"partitions), but partition {mine} holds a record of stream {stream!r} that belongs "
+                    f"to partition {theirs}: the replay was repartitioned or coalesced after the writer "
+                    "laid it out. The task stops before writing anything it cannot account for; write "
+                    "the replay's frame as the delivery mode returns it (WritePlan.fixed_layout)"
+                )
+
 
 @dataclass(frozen=True, slots=True)
 class Dedupe:
@@ -165,21 +234,34 @@ class Dedupe:
     starts: dict[str, int]
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
     replay: Replay = "content"
+    layout: RecoveryLayout | None = None
+    """How a content replay was repartitioned (`repartition_for_recovery`); tasks check ownership by it."""
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
+        _current_task.set(_Task(_attempt(ctx), self.starts))
         if ctx.attempt_number == 0 and not self.recovery:
             return None
-        return _Filter(self, ctx)
+        return _Filter(self, ctx, plan.dlq_stream if self.recovery else None)
 
-    async def written_before(self, stream: str, ctx: PartitionContext) -> tuple[Fingerprints, Fingerprints]:
+    async def written_before(
+        self, stream: str, ctx: PartitionContext, owner: _Owner | None = None
+    ) -> tuple[Fingerprints, Fingerprints]:
         """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
-        task must subtract, and (partition replays) those earlier executions wrote from other partitions."""
+        task must subtract, and (partition replays) those earlier executions wrote from other partitions.
+        With a content `layout`, only records whose content this task owns count: another task writes
+        (and subtracts) the others."""
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        me = _attempt(ctx)
         fenced = await fence_if_older(
-            s2_stream, mine, bump=ctx.attempt_number > 0, may_take_over=stream not in self.starts
+            s2_stream,
+            mine,
+            bump=ctx.attempt_number > 0,
+            may_take_over=stream not in self.starts,
+            me=me,
+            since=self.starts.get(stream, 0),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
@@ -203,10 +285,11 @@ class Dedupe:
             start=self.starts.get(stream, 0),
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
+            owns=None if owner is None or not recovery else owner.check(partition),
         )
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
-            "range=[%s,%s) found=%s records in %s chunks",
+            "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",
             stream,
             batch,
             partition,
@@ -217,5 +300,42 @@ class Dedupe:
             found.end,
             sum(found.fingerprints.values()),
             len(found.chunks),
+            found.not_owned,
         )
         return Counter(found.fingerprints), Counter(found.elsewhere)
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    """Which replay task owns a record of `stream` under `layout`: a data record by its content, a dead
+    letter by its bad row's content hash (``s2sink-row-hash``; a dead letter without one is nobody's)."""
+
+    layout: RecoveryLayout
+    stream: str
+    dead_letters: bool
+
+    def partition(self, headers: list[tuple[bytes, bytes]], body: bytes) -> int | None:
+        if not self.dead_letters:
+            return self.layout.partition_of(self.stream, headers, body)
+        for name, value in headers:
+            if name == DLQ_ROW_HASH:
+                try:
+                    content = int(value, 16)
+                except ValueError:
+                    return None
+                return self.layout.partition_of_hash(content - (1 << 64) if content >> 63 else content)
+        return None
+
+    def check(self, partition: int) -> Callable[[list[tuple[bytes, bytes]], bytes], bool]:
+        def owns(headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+            return self.partition(headers, body) == partition
+
+        return owns
+
+
+def plan_with_layout(plan: WritePlan, layout: RecoveryLayout) -> WritePlan:
+    """`plan` whose recovery hook checks record ownership under the replay's content `layout`."""
+    hook = plan.recovery
+    if not isinstance(hook, Dedupe):
+        raise TypeError(f"an exactly-once replay needs the Dedupe recovery hook, got {hook!r}")
+    return replace(plan, recovery=replace(hook, layout=layout), fixed_layout=True)

@@ -91,3 +91,46 @@ def test_judge_takes_over_a_foreign_s2sink_token_only_on_streams_it_never_wrote(
         judge_current_token("s", old, mine, may_take_over=False)
     with pytest.raises(FencedError):
         judge_current_token("s", "user-token", mine, may_take_over=True)
+
+
+def test_xxh64_matches_the_reference_vectors() -> None:
+    """The recovery layout's XXH64 is the reference algorithm (Spark's `XXH64.hashUnsafeBytes`), all
+    length paths: empty, under 4/8/32 bytes, stripes plus tails."""
+    from s2_sink._exactly_once._recovery_layout import _xxh64
+
+    assert _xxh64(b"", 0) == 0xEF46DB3751D8E999
+    assert _xxh64(b"abc", 0) == 0x44BC2CF5AD770999
+
+
+def test_fingerprint_leaves_out_a_dead_letters_partition_but_not_its_row_hash() -> None:
+    base = [(b"s2sink-error", b"bad"), (b"s2sink-batch-id", b"3")]
+    p0 = fingerprint("dlq", [*base, (b"s2sink-partition", b"0")], b"x")
+    p5 = fingerprint("dlq", [*base, (b"s2sink-partition", b"5")], b"x")
+    assert p0 == p5
+    # Without s2sink-error it is not a dead letter, and the header is the user's content.
+    assert fingerprint("s", [(b"s2sink-partition", b"0")], b"x") != fingerprint(
+        "s", [(b"s2sink-partition", b"5")], b"x"
+    )
+    assert fingerprint("dlq", [*base, (b"s2sink-row-hash", b"01")], b"x") != fingerprint(
+        "dlq", [*base, (b"s2sink-row-hash", b"02")], b"x"
+    )
+
+
+@given(
+    epoch=st.integers(0, 1_600_000),
+    gen=st.integers(0, 1295),
+    partition=st.integers(0, 46_655),
+    task_id=st.integers(0, 2**31),
+)
+def test_bump_tokens_round_trip_within_36_bytes(epoch: int, gen: int, partition: int, task_id: int) -> None:
+    from s2_sink._exactly_once._fencing import TaskAttempt
+
+    token = Token(epoch, gen, "0123abcd").next_gen(TaskAttempt(partition, task_id))
+    assert len(token.encode()) <= MAX_TOKEN_BYTES
+    back = Token.parse(token.encode())
+    assert back == token
+    assert back is not None
+    assert back.by == TaskAttempt(partition, task_id)
+    assert TaskAttempt(partition, task_id).superseded_by(TaskAttempt(partition, task_id + 1))
+    assert not TaskAttempt(partition, task_id + 1).superseded_by(TaskAttempt(partition, task_id))
+    assert not TaskAttempt(partition, task_id).superseded_by(TaskAttempt(partition + 1, task_id + 1))

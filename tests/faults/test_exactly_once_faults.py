@@ -207,6 +207,9 @@ def test_driver_kills_upsert_sharded_exactly_once(tmp: Path, eo_server: LiteServ
         rows=150,
         rules=DRIVER_KILLS,
         restart_overrides=REPARTITION_ON_RESTART,
+        # Small chunks, so partition 0 of the replayed batch 3 (laid out by content over all 3 shuffle
+        # partitions) still has a chunk 1 per shard stream for the mid-batch kill to fire at.
+        batch_max_records=10,
     )
     print(out.summary())
     assert out.exits == [-9, -9, -9, 0]

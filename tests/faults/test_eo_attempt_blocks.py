@@ -1,0 +1,110 @@
+"""Task attempts under one epoch, block by block against the lite server (no Spark): a retry's barrier
+is never adopted by an earlier attempt of the same partition (a zombie), attempts are ordered by Spark's
+task id (a stage retry restarts attempt numbers, SPARK-24552), and live siblings still adopt it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+
+from s2_sink._exactly_once._fencing import Token, writer_hash
+from s2_sink._exactly_once._plan import epoch_plan
+from s2_sink._partition_writer import write_partition
+from s2_sink._routing import Routing
+from s2_sink._write_plan import PartitionContext, WritePlan
+from s2_sink._write_spec import WriteSpec
+from s2_sink.config import S2Config
+from s2_sink.errors import FencedError
+from s2_sink.lite import LiteServer
+from tests.faults._support import cfg_for, make_basin, read_all, run
+
+P0 = [b"p0-%d" % i for i in range(10)]
+P1 = [b"p1-%d" % i for i in range(10)]
+
+
+def _plan(cfg: S2Config) -> WritePlan:
+    spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False))
+
+
+def _write(plan: WritePlan, bodies: list[bytes], *, partition: int, attempt: int, task_id: int) -> None:
+    frame = pa.record_batch({"_s2_body": pa.array(bodies, pa.binary())})
+    write_partition(plan, [frame], PartitionContext(0, partition, attempt, task_id, 7))
+
+
+def _bodies(endpoint: str, basin: str) -> Counter[bytes]:
+    return Counter(bytes(r.body) for r in run(read_all(endpoint, basin, "events")))
+
+
+def _fence_tokens(endpoint: str, basin: str) -> list[Token | None]:
+    records = run(read_all(endpoint, basin, "events", commands=True))
+    return [Token.parse(bytes(r.body).decode()) for r in records if r.headers == [(b"", b"fence")]]
+
+
+@pytest.mark.parametrize(
+    ("zombie_attempt", "zombie_task", "retry_attempt", "retry_task"),
+    [
+        (0, 10, 1, 20),  # a task retry; the first attempt lives on
+        (2, 15, 1, 30),  # a stage retry restarted attempt numbers: the later attempt has the lower number
+    ],
+)
+def test_zombie_attempt_never_adopts_a_later_attempts_barrier(
+    eo_server: LiteServer, zombie_attempt: int, zombie_task: int, retry_attempt: int, retry_task: int
+) -> None:
+    """The earlier attempt wrote its partition; the later one fenced, read it back and wrote nothing new;
+    the earlier one keeps appending (its 412 names a newer generation of its own run): it stops with
+    FencedError instead of adopting the barrier, and nothing is duplicated. A live sibling that started
+    before the barrier adopts it and writes its partition."""
+    basin = make_basin(eo_server.endpoint, ["events"])
+    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    plan = _plan(cfg)
+    _write(plan, P0, partition=0, attempt=zombie_attempt, task_id=zombie_task)
+    _write(plan, P0, partition=0, attempt=retry_attempt, task_id=retry_task)
+    assert _bodies(eo_server.endpoint, basin) == Counter(P0)
+    barrier = _fence_tokens(eo_server.endpoint, basin)[-1]
+    assert barrier is not None
+    assert barrier.gen == 1
+    assert barrier.by is not None
+    assert (barrier.by.partition, barrier.by.task_id) == (0, retry_task)
+
+    with pytest.raises(FencedError, match="superseded by a later attempt"):
+        _write(plan, P0[5:], partition=0, attempt=zombie_attempt, task_id=zombie_task)
+    _write(plan, P1, partition=1, attempt=0, task_id=zombie_task + 1)  # a sibling: adopts and writes
+    assert _bodies(eo_server.endpoint, basin) == Counter(P0 + P1)
+
+
+def test_zombie_is_refused_after_a_siblings_later_barrier_hides_its_own(eo_server: LiteServer) -> None:
+    """The token names only the last bump: partition 0 was retried, then partition 1. The zombie of
+    partition 0 sees partition 1's barrier, finds partition 0's among the stream's fence records, and
+    stops; its own retry barrier (a zombie that is itself a retry) is refused the same way."""
+    basin = make_basin(eo_server.endpoint, ["events"])
+    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    plan = _plan(cfg)
+    _write(plan, P0, partition=0, attempt=0, task_id=10)
+    _write(plan, P1, partition=1, attempt=0, task_id=11)
+    _write(plan, P0, partition=0, attempt=1, task_id=20)
+    _write(plan, P1, partition=1, attempt=1, task_id=21)
+    last = _fence_tokens(eo_server.endpoint, basin)[-1]
+    assert last is not None
+    assert last.by is not None
+    assert last.by.partition == 1
+    with pytest.raises(FencedError, match="superseded"):
+        _write(plan, P0, partition=0, attempt=0, task_id=10)
+    with pytest.raises(FencedError, match="superseded"):
+        _write(plan, P0, partition=0, attempt=1, task_id=19)  # a retry launched before task 20
+    assert _bodies(eo_server.endpoint, basin) == Counter(P0 + P1)
+
+
+def test_bump_tokens_fit_s2s_limit() -> None:
+    """A barrier token names the attempt, all in base 36, within 36 bytes for long runs and big jobs; the
+    plain token keeps its decimal form."""
+    from s2_sink._exactly_once._fencing import MAX_TOKEN_BYTES, TaskAttempt
+
+    assert str(Token(epoch=12, gen=0, writer="abcdef01")) == "s2sink:abcdef01:12.0"
+    assert Token.parse("s2sink:abcdef01:1z.0") is None
+    token = Token(epoch=1_600_000, gen=1000, writer="abcdef01").next_gen(TaskAttempt(46_655, 2_000_000_000))
+    assert len(token.encode()) <= MAX_TOKEN_BYTES
+    assert Token.parse(token.encode()) == token
+    assert Token.parse(token.encode()).by == TaskAttempt(46_655, 2_000_000_000)  # type: ignore[union-attr]

@@ -1,0 +1,63 @@
+"""The recovery layout's Python twin agrees with Spark: a task recomputes in Python the partition Spark
+put each record in, so it can check its rows are its own and subtract only fingerprints it owns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from s2_sink._exactly_once._recovery_layout import repartition_for_recovery, spark_xxhash64
+from s2_sink._routing import STREAM_COLUMN
+from s2_sink.encoders._frame import BODY, HEADERS, HEADERS_DDL
+
+_BODIES = [
+    b"",
+    b"a",
+    b"abc",
+    b"abcd",
+    b"abcdefg",
+    b"abcdefgh",
+    b"x" * 31,
+    b"y" * 32,
+    b"z" * 33,
+    bytes(range(200)),
+]
+
+
+def test_python_partition_of_matches_spark_repartition(spark: SparkSession) -> None:
+    rows = []
+    for i, body in enumerate(_BODIES * 3):
+        headers = None if i % 3 == 0 else [] if i % 3 == 1 else [(b"@key", b"k%d" % i), (b"h", body[:5])]
+        rows.append((f"stream-{i % 4}-é", body, headers))
+    schema = f"{STREAM_COLUMN} string, {BODY} binary, {HEADERS} {HEADERS_DDL}"
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "7")  # enough partitions to tell a wrong mapping
+    try:
+        _check_layouts(spark, rows, schema)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before or "2")
+
+
+def _check_layouts(spark: SparkSession, rows: Sequence[tuple[str, bytes, object]], schema: str) -> None:
+    for columns in ([STREAM_COLUMN, BODY, HEADERS], [BODY, HEADERS], [BODY]):
+        frame = spark.createDataFrame(rows, schema).select(*columns)
+        laid, layout = repartition_for_recovery(frame)
+        got = laid.select(
+            *columns,
+            F.spark_partition_id().alias("pid"),
+            F.xxhash64(*columns).alias("xx"),
+        ).collect()
+        assert len(got) == len(rows)
+        assert layout.partitions == 7
+        assert layout.routed == (STREAM_COLUMN in columns)
+        for r in got:
+            stream = r[STREAM_COLUMN] if STREAM_COLUMN in columns else "events"
+            headers = (
+                [(bytes(h["name"]), bytes(h["value"])) for h in (r[HEADERS] or [])]
+                if HEADERS in columns
+                else []
+            )
+            assert spark_xxhash64(stream if layout.routed else None, headers, bytes(r[BODY])) == r["xx"]
+            assert layout.partition_of(stream, headers, bytes(r[BODY])) == r["pid"]
