@@ -85,7 +85,9 @@ def test_executor_killed_mid_write_exactly_once(
 
 
 @pytest.mark.xfail(
-    raises=NotExactlyOnceError, strict=True, reason="issue 13 item 3: stage retries reset attempt numbers"
+    raises=NotExactlyOnceError,
+    strict=True,
+    reason="issue 13 item 3: a stage retry's first attempt of a partition cannot tell it is a retry",
 )
 def test_fetch_failed_stage_retry_exactly_once(
     cluster: StandaloneCluster, cluster_server: LiteServer, scenario_dir: Path
@@ -112,11 +114,6 @@ def test_fetch_failed_stage_retry_exactly_once(
     out.assert_exactly_once()
 
 
-@pytest.mark.xfail(
-    raises=NotExactlyOnceError,
-    strict=True,
-    reason="issue 13 item 1: a restart with the same writer object does not recover",
-)
 def test_same_process_same_writer_restart_exactly_once(
     cluster: StandaloneCluster, cluster_server: LiteServer, scenario_dir: Path
 ) -> None:
