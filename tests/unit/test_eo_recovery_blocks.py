@@ -68,54 +68,54 @@ def _bodies(endpoint: str, basin: str) -> Counter[bytes]:
     return Counter(bytes(r.body) for r in run(read_all(endpoint, basin, "events")))
 
 
-def test_replay_laid_out_by_content_writes_every_row_once(eo_server: LiteServer) -> None:
+def test_replay_laid_out_by_content_writes_every_row_once(lite: LiteServer) -> None:
     """Several recovery tasks, identical values under different keys: with the replay laid out by what the
     fingerprint covers, every copy of a value is in one task, which subtracts the dead run's copies once."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     _dead_run_wrote_key_a(cfg)
     layout = RecoveryLayout(partitions=4, routed=False)
     assert len({layout.partition_of("events", [], v) for _, v in _ROWS}) > 1  # really several tasks
     replay = plan_with_layout(_plan(cfg, 2, recovery=True), layout)
     _write_tasks(replay, 4, lambda row: layout.partition_of("events", [], row[1]))
-    assert _bodies(eo_server.endpoint, basin) == Counter(v for _, v in _ROWS)
+    assert _bodies(lite.endpoint, basin) == Counter(v for _, v in _ROWS)
 
 
-def test_replay_laid_out_by_key_loses_rows_without_the_ownership_check(eo_server: LiteServer) -> None:
+def test_replay_laid_out_by_key_loses_rows_without_the_ownership_check(lite: LiteServer) -> None:
     """The failure the layout prevents: laid out by key (what the recovery shuffle used to include), both
     keys' tasks subtract the same earlier copies, and the values of key "b" are lost."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     _dead_run_wrote_key_a(cfg)
     _write_tasks(_plan(cfg, 2, recovery=True), 2, lambda row: 0 if row[0] == b"a" else 1)
-    written = _bodies(eo_server.endpoint, basin)
+    written = _bodies(lite.endpoint, basin)
     assert sum(written.values()) == len(_ROWS) // 2  # half the rows lost
 
 
-def test_task_holding_rows_it_does_not_own_refuses_before_writing(eo_server: LiteServer) -> None:
+def test_task_holding_rows_it_does_not_own_refuses_before_writing(lite: LiteServer) -> None:
     """The same key layout under the ownership check: the first task whose rows are not all its own under
     the content layout refuses with ReplayMismatchError before writing anything, so nothing is lost or
     duplicated, and a replay laid out by content then completes the batch."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     _dead_run_wrote_key_a(cfg)
     layout = RecoveryLayout(partitions=2, routed=False)
     replay = plan_with_layout(_plan(cfg, 2, recovery=True), layout)
     with pytest.raises(ReplayMismatchError, match="belongs to partition"):
         _write_tasks(replay, 2, lambda row: 0 if row[0] == b"a" else 1)
-    assert sum(_bodies(eo_server.endpoint, basin).values()) == len(_ROWS) // 2  # only the dead run's
+    assert sum(_bodies(lite.endpoint, basin).values()) == len(_ROWS) // 2  # only the dead run's
     again = plan_with_layout(_plan(cfg, 3, recovery=True), layout)
     _write_tasks(again, 2, lambda row: layout.partition_of("events", [], row[1]))
-    assert _bodies(eo_server.endpoint, basin) == Counter(v for _, v in _ROWS)
+    assert _bodies(lite.endpoint, basin) == Counter(v for _, v in _ROWS)
 
 
-def test_dead_letters_of_a_replay_are_written_once(eo_server: LiteServer) -> None:
+def test_dead_letters_of_a_replay_are_written_once(lite: LiteServer) -> None:
     """Dead letters are exactly-once like data: the dead run wrote half the batch from partition 0, bad rows
     dead-lettered; the replay, laid out by content, holds those bad rows in other tasks, which subtract
     the earlier dead letters anyway (the partition header is where a dead letter came from, not what it
     is), and dead-letters the other half's bad rows once."""
-    basin = make_basin(eo_server.endpoint, ["events", "dlq"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events", "dlq"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     spec = WriteSpec.build(
         cfg, Routing.build(stream="events", stream_column=None, shards=None), on_error="dlq", dlq_stream="dlq"
     )
@@ -140,19 +140,19 @@ def test_dead_letters_of_a_replay_are_written_once(eo_server: LiteServer) -> Non
     for task in range(4):
         rows = [i for i in range(24) if layout.partition_of("events", [], bodies[i]) == task]
         write_partition(replay, [frame(rows)], PartitionContext(0, task, 0, 0, 0))
-    letters = run(read_all(eo_server.endpoint, basin, "dlq"))
+    letters = run(read_all(lite.endpoint, basin, "dlq"))
     assert Counter(bytes(r.body) for r in letters) == Counter(bodies[i] for i in range(24) if errors[i])
     assert {dict(r.headers)[b"s2sink-partition"] for r in letters} - {b"0"}  # the replay wrote some
-    assert _bodies(eo_server.endpoint, basin) == Counter(bodies[i] for i in range(24) if not errors[i])
+    assert _bodies(lite.endpoint, basin) == Counter(bodies[i] for i in range(24) if not errors[i])
 
 
-def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(eo_server: LiteServer) -> None:
+def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(lite: LiteServer) -> None:
     """Eight bad rows that differ only in a header make the same payload, error and target: without the
     row's content hash in the dead letter they would be identical dead letters spread over the replay's
     tasks, each subtracting the dead run's copies (dead letters lost). With it, each is written once, and
     every replay task holds only dead letters whose row it owns."""
-    basin = make_basin(eo_server.endpoint, ["events", "dlq"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events", "dlq"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     spec = WriteSpec.build(
         cfg, Routing.build(stream="events", stream_column=None, shards=None), on_error="dlq", dlq_stream="dlq"
     )
@@ -177,16 +177,16 @@ def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(eo_
     for task in range(4):
         rows = [i for i in range(8) if owners[i] == task]
         write_partition(replay, [frame(rows)], PartitionContext(0, task, 0, 0, 0))
-    letters = run(read_all(eo_server.endpoint, basin, "dlq"))
+    letters = run(read_all(lite.endpoint, basin, "dlq"))
     assert len(letters) == 8
     assert len({dict(r.headers)[b"s2sink-row-hash"] for r in letters}) == 8
 
 
-def test_read_back_counts_only_the_records_a_task_owns(eo_server: LiteServer) -> None:
+def test_read_back_counts_only_the_records_a_task_owns(lite: LiteServer) -> None:
     """A replay task subtracts only fingerprints it owns: read back with an ownership predicate, the dead
     run's records of other tasks are counted as not owned, not as copies to subtract."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     _dead_run_wrote_key_a(cfg)
     layout = RecoveryLayout(partitions=4, routed=False)
     values = [v for k, v in _ROWS if k == b"a"]

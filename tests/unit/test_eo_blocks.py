@@ -27,10 +27,10 @@ def _stream(cfg, name):  # type: ignore[no-untyped-def]
     return get_pool().client(cfg).basin(cfg.basin).stream(name)
 
 
-def test_ledger_open_commit_and_reload(eo_server: LiteServer) -> None:
+def test_ledger_open_commit_and_reload(lite: LiteServer) -> None:
     """A new ledger is empty; open/commit records carry the whole state, so a reload reads only the tail
     record and gets epoch, committed batch and stream ends back."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
 
     async def go() -> None:
         basin = get_pool().client(cfg).basin(cfg.basin)
@@ -46,17 +46,17 @@ def test_ledger_open_commit_and_reload(eo_server: LiteServer) -> None:
         assert st2.ends == {"events": 25, "other": 3}
 
     _runtime.run(go())
-    assert len(run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w1")))) == 3
+    assert len(run(read_all(lite.endpoint, cfg.basin, ledger_stream_name("w1")))) == 3
 
 
 def test_ledger_stays_bounded_trims_behind_snapshots_and_reloads_the_same_state(
-    eo_server: LiteServer,
+    lite: LiteServer,
 ) -> None:
     """Many commits over many routed streams (one batch moves 30k of them, split over several appends):
     commits carry deltas, every SNAPSHOT_EVERY-th a snapshot, and the ledger is trimmed behind it. A
     reload after every stage gives the same state, also when the last record is a trim or a user's fence
     (command records), and the records kept stay few."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
 
     async def go() -> None:
         basin = get_pool().client(cfg).basin(cfg.basin)
@@ -80,15 +80,15 @@ def test_ledger_stays_bounded_trims_behind_snapshots_and_reloads_the_same_state(
         assert (await Ledger(basin, "w").load()) == again.state
 
     _runtime.run(go())
-    kept = run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w")))
+    kept = run(read_all(lite.endpoint, cfg.basin, ledger_stream_name("w")))
     assert len(kept) < SNAPSHOT_EVERY + 30  # trimmed: the last snapshot's pieces and the deltas after it
     assert max(len(r.body) for r in kept) < 100_000
 
 
-def test_ledger_of_the_previous_format_loads_and_continues(eo_server: LiteServer) -> None:
+def test_ledger_of_the_previous_format_loads_and_continues(lite: LiteServer) -> None:
     """A ledger whose records are version 1 (every record the full state) loads, and new records on top
     of it reload to the same state."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
     old = {
         "v": 1,
         "kind": "commit",
@@ -116,10 +116,10 @@ def test_ledger_of_the_previous_format_loads_and_continues(eo_server: LiteServer
     _runtime.run(go())
 
 
-def test_ledger_with_no_state_left_refuses(eo_server: LiteServer) -> None:
+def test_ledger_with_no_state_left_refuses(lite: LiteServer) -> None:
     """A ledger trimmed past its last state record (only command records left) is not read as a new
     writer (epoch 1, below the streams' fences): it is a CommitError naming the way out."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
 
     async def go() -> None:
         basin = get_pool().client(cfg).basin(cfg.basin)
@@ -142,10 +142,10 @@ def test_ledger_with_no_state_left_refuses(eo_server: LiteServer) -> None:
     _runtime.run(go())
 
 
-def test_ledger_second_driver_gets_writer_conflict(eo_server: LiteServer) -> None:
+def test_ledger_second_driver_gets_writer_conflict(lite: LiteServer) -> None:
     """Two drivers with the same writer identity: the one whose view of the ledger is stale fails with
     WriterConflictError on its next (conditional) append instead of interleaving records."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
 
     async def go() -> None:
         basin = get_pool().client(cfg).basin(cfg.basin)
@@ -160,10 +160,10 @@ def test_ledger_second_driver_gets_writer_conflict(eo_server: LiteServer) -> Non
     _runtime.run(go())
 
 
-def test_fence_if_older_rules(eo_server: LiteServer) -> None:
+def test_fence_if_older_rules(lite: LiteServer) -> None:
     """Fencing: an empty token is taken over; an older run of ours is fenced over and its appends get 412;
     a retry bumps the generation; a newer run or a foreign token is a FencedError and is left in place."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["s"]))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["s"]))
     w = writer_hash("w")
 
     async def go() -> None:
@@ -194,10 +194,10 @@ def test_fence_if_older_rules(eo_server: LiteServer) -> None:
     _runtime.run(go())
 
 
-def test_read_back_collects_only_matching_chunks(eo_server: LiteServer) -> None:
+def test_read_back_collects_only_matching_chunks(lite: LiteServer) -> None:
     """Read-back finds this writer's chunks by their tag and record count, ignores other writers' records
     (even interleaved between chunks) and returns the fingerprint multiset of the matching chunks only."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["s"]))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["s"]))
     w, other = writer_hash("w"), writer_hash("x")
 
     def chunk(tag: ChunkTag, bodies: list[bytes]) -> AppendInput:
@@ -224,11 +224,11 @@ def test_read_back_collects_only_matching_chunks(eo_server: LiteServer) -> None:
     _runtime.run(go())
 
 
-def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: LiteServer) -> None:
+def test_coordinator_skips_committed_and_detects_backwards_batch_ids(lite: LiteServer) -> None:
     """The coordinator plans new batches, returns None for a batch the ledger already committed (a replay
     after Spark lost its commit), flags the first batch of a restarted run as recovery, and refuses batch
     ids that went backwards (a deleted checkpoint) with a WriterConflictError asking for a new writer_id."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
     c1 = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
     p0 = c1.begin_batch(0)
     assert p0 is not None
@@ -258,12 +258,12 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(eo_server: 
         c5.begin_batch(0)
 
 
-def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(eo_server: LiteServer) -> None:
+def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(lite: LiteServer) -> None:
     """The same coordinator (the same S2Writer object) after the query is started again in the same
     process: a new Spark run id, or without one a batch that began and was never committed or a batch id
     that repeats, reloads the ledger and opens a new epoch in recovery mode; an ordinary next batch of
     the same start stays in the epoch."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
     c = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
     p0 = c.begin_batch(0, "run-a")
     assert p0 is not None
@@ -289,12 +289,12 @@ def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(eo_server
     assert p2.dedupe.starts == {"events": 8}
 
 
-def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(eo_server: LiteServer) -> None:
+def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(lite: LiteServer) -> None:
     """A second exactly-once writer (another writer_id, e.g. the pipeline restarted on a new checkpoint)
     on a stream the first one writes: it takes the stream over; the first writer's next append is refused
     and its token keeper raises FencedError instead of fencing back, and a restart of the first writer
     fails the same way. Nothing is silently interleaved or fought over."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
     first = Coordinator(cfg, "first", static_streams=["events"])
     plan_a = first.begin_batch(0)
     assert plan_a is not None
@@ -318,23 +318,23 @@ def test_second_exactly_once_writer_displaces_the_first_with_a_clear_error(eo_se
         Coordinator(cfg, "first", static_streams=["events"]).begin_batch(1)
 
 
-def test_ledger_append_survives_503s_and_an_ambiguous_drop(eo_server: LiteServer) -> None:
+def test_ledger_append_survives_503s_and_an_ambiguous_drop(lite: LiteServer) -> None:
     """Ledger appends retry through 503s and through a connection dropped after the append was applied but
     before its ack: the conditional append never lands twice and the state reads back right."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
 
     async def go() -> None:
         basin = get_pool().client(cfg).basin(cfg.basin)
         led = Ledger(basin, "w")
         await led.load()
-        eo_server.faults.fail_next_appends(4, status=503)
+        lite.faults.fail_next_appends(4, status=503)
         await led.append(led.opened("run", None))
-        eo_server.faults.drop_connections(after_appends=0, ambiguous=True)
+        lite.faults.drop_connections(after_appends=0, ambiguous=True)
         await led.append(led.committed(0, {"events": 3}))
-        eo_server.faults.clear()
+        lite.faults.clear()
         await led.append(led.committed(1, {"events": 7}))
         st = await Ledger(basin, "w").load()
         assert (st.kind, st.committed, st.ends) == ("commit", 1, {"events": 7})
 
     _runtime.run(go())
-    assert len(run(read_all(eo_server.endpoint, cfg.basin, ledger_stream_name("w")))) == 3
+    assert len(run(read_all(lite.endpoint, cfg.basin, ledger_stream_name("w")))) == 3

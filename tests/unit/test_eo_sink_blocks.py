@@ -37,12 +37,12 @@ def _bodies(endpoint: str, basin: str) -> Counter[bytes]:
     return Counter(bytes(r.body) for r in run(read_all(endpoint, basin, "events")))
 
 
-def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteServer) -> None:
+def test_one_epoch_per_execution_skip_committed_and_conflicts(lite: LiteServer) -> None:
     """Each execution opens the next epoch; after a committed execution the next one is not a recovery,
     after an uncommitted one it is; a batch the ledger has is planned as "write nothing"; a commit by an
     execution that is no longer the ledger's last one, batch ids going backwards, and a task of another
     query all fail with clear errors."""
-    cfg = cfg_for(eo_server.endpoint, make_basin(eo_server.endpoint, ["events"]))
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
     r1 = open_sink_run(cfg, "w", "q", ["events"])
     assert (r1.epoch, r1.recovery) == (1, False)
     plan = _plan(r1, cfg, 0)
@@ -70,12 +70,12 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(eo_server: LiteSer
     assert open_sink_run(cfg, "w", "q", ["events"]).before.committed == 2
 
 
-def test_reset_checkpoint_under_an_explicit_writer_id_is_a_conflict_not_a_skip(eo_server: LiteServer) -> None:
+def test_reset_checkpoint_under_an_explicit_writer_id_is_a_conflict_not_a_skip(lite: LiteServer) -> None:
     """An explicit s2.writer-id whose driver cannot read the query id: the commit records the query id
     the tasks saw, so after a checkpoint reset (a new query id, batch 0 again) batch 0 is refused with a
     WriterConflictError naming both queries, never skipped as already committed."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin)
     r1 = open_sink_run(cfg, "orders", None, ["events"])
     _write(_plan(r1, cfg, 0, "q-old"), 0, [b"a"])
     commit_sink_run(cfg, "orders", r1, 0, {}, query_id="q-old")
@@ -93,14 +93,14 @@ def test_reset_checkpoint_under_an_explicit_writer_id_is_a_conflict_not_a_skip(e
     assert r4.before.query_id == "q-old"
     with pytest.raises(WriterConflictError, match="q-new"):
         r4.plan_batch(0, "q-new")
-    assert _bodies(eo_server.endpoint, basin) == Counter([b"a"])
+    assert _bodies(lite.endpoint, basin) == Counter([b"a"])
 
 
-def test_task_refuses_an_epoch_opened_for_an_earlier_batch(eo_server: LiteServer) -> None:
+def test_task_refuses_an_epoch_opened_for_an_earlier_batch(lite: LiteServer) -> None:
     """Each execution's epoch is opened for the batch after the ledger's last commit: a task of a later
     batch under it (a writer shipped without being pickled again) fails with CommitError before writing."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin)
     r1 = open_sink_run(cfg, "w", "q", ["events"])
     _write(_plan(r1, cfg, 0), 0, [b"a"])
     commit_sink_run(cfg, "w", r1, 0, {})
@@ -108,7 +108,7 @@ def test_task_refuses_an_epoch_opened_for_an_earlier_batch(eo_server: LiteServer
     assert r2.plan_batch(1, "q") is not None
     with pytest.raises(CommitError, match="opened for batch 1"):
         r2.plan_batch(2, "q")
-    assert _bodies(eo_server.endpoint, basin) == Counter([b"a"])
+    assert _bodies(lite.endpoint, basin) == Counter([b"a"])
 
 
 @pytest.mark.parametrize(
@@ -119,13 +119,13 @@ def test_task_refuses_an_epoch_opened_for_an_earlier_batch(eo_server: LiteServer
     ],
 )
 def test_replay_with_the_same_partitioning_writes_each_missing_record_once(
-    eo_server: LiteServer, p1: list[bytes], trust: bool
+    lite: LiteServer, p1: list[bytes], trust: bool
 ) -> None:
     """An execution dies after partition 0 wrote everything and partition 1 wrote part (a chunk of 2 of its
     4 records); the replay, partitioned the same, subtracts per partition and completes the batch: every
     record exactly once, identical input records included."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=2)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=2)
     p0 = [b"a", b"b", b"b"]
     dead = open_sink_run(cfg, "w", None, ["events"])
     _write(_plan(dead, cfg, 0, None), 0, p0)
@@ -136,18 +136,18 @@ def test_replay_with_the_same_partitioning_writes_each_missing_record_once(
     for partition, bodies in enumerate((p0, p1)):
         _write(_plan(replay, cfg, 0, None), partition, bodies)
     commit_sink_run(cfg, "w", replay, 0, {})
-    assert _bodies(eo_server.endpoint, basin) == Counter(p0 + p1)
-    records = run(read_all(eo_server.endpoint, basin, "events"))
+    assert _bodies(lite.endpoint, basin) == Counter(p0 + p1)
+    records = run(read_all(lite.endpoint, basin, "events"))
     epochs = {tag.epoch for r in records if (tag := find_tag(r.headers))}
     assert epochs == {1, 2}  # the batch really was split between the dead execution and the replay
 
 
-def test_replay_with_another_partitioning_refuses_before_writing_a_duplicate(eo_server: LiteServer) -> None:
+def test_replay_with_another_partitioning_refuses_before_writing_a_duplicate(lite: LiteServer) -> None:
     """The replay moves a record the dead execution wrote from partition 0 to partition 1: partition 1
     cannot tell whether its copy is new, refuses with ReplayMismatchError naming the way out, and nothing
     is duplicated."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin)
     dead = open_sink_run(cfg, "w", None, ["events"])
     _write(_plan(dead, cfg, 0, None), 0, [b"a", b"b"])
 
@@ -155,4 +155,4 @@ def test_replay_with_another_partitioning_refuses_before_writing_a_duplicate(eo_
     _write(_plan(replay, cfg, 0, None), 0, [b"a"])  # its own earlier copy: subtracted
     with pytest.raises(ReplayMismatchError, match=r"s2\.replay-partitioning=same"):
         _write(_plan(replay, cfg, 0, None), 1, [b"c", b"b"])
-    assert max(_bodies(eo_server.endpoint, basin).values()) == 1
+    assert max(_bodies(lite.endpoint, basin).values()) == 1

@@ -51,19 +51,19 @@ def _fence_tokens(endpoint: str, basin: str) -> list[Token | None]:
     ],
 )
 def test_zombie_attempt_never_adopts_a_later_attempts_barrier(
-    eo_server: LiteServer, zombie_attempt: int, zombie_task: int, retry_attempt: int, retry_task: int
+    lite: LiteServer, zombie_attempt: int, zombie_task: int, retry_attempt: int, retry_task: int
 ) -> None:
     """The earlier attempt wrote its partition; the later one fenced, read it back and wrote nothing new;
     the earlier one keeps appending (its 412 names a newer generation of its own run): it stops with
     FencedError instead of adopting the barrier, and nothing is duplicated. A live sibling that started
     before the barrier adopts it and writes its partition."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     plan = _plan(cfg)
     _write(plan, P0, partition=0, attempt=zombie_attempt, task_id=zombie_task)
     _write(plan, P0, partition=0, attempt=retry_attempt, task_id=retry_task)
-    assert _bodies(eo_server.endpoint, basin) == Counter(P0)
-    barrier = _fence_tokens(eo_server.endpoint, basin)[-1]
+    assert _bodies(lite.endpoint, basin) == Counter(P0)
+    barrier = _fence_tokens(lite.endpoint, basin)[-1]
     assert barrier is not None
     assert barrier.gen == 1
     assert barrier.by is not None
@@ -72,21 +72,21 @@ def test_zombie_attempt_never_adopts_a_later_attempts_barrier(
     with pytest.raises(FencedError, match="superseded by a later attempt"):
         _write(plan, P0[5:], partition=0, attempt=zombie_attempt, task_id=zombie_task)
     _write(plan, P1, partition=1, attempt=0, task_id=zombie_task + 1)  # a sibling: adopts and writes
-    assert _bodies(eo_server.endpoint, basin) == Counter(P0 + P1)
+    assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)
 
 
-def test_zombie_is_refused_after_a_siblings_later_barrier_hides_its_own(eo_server: LiteServer) -> None:
+def test_zombie_is_refused_after_a_siblings_later_barrier_hides_its_own(lite: LiteServer) -> None:
     """The token names only the last bump: partition 0 was retried, then partition 1. The zombie of
     partition 0 sees partition 1's barrier, finds partition 0's among the stream's fence records, and
     stops; its own retry barrier (a zombie that is itself a retry) is refused the same way."""
-    basin = make_basin(eo_server.endpoint, ["events"])
-    cfg = cfg_for(eo_server.endpoint, basin, batch_max_records=4)
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     plan = _plan(cfg)
     _write(plan, P0, partition=0, attempt=0, task_id=10)
     _write(plan, P1, partition=1, attempt=0, task_id=11)
     _write(plan, P0, partition=0, attempt=1, task_id=20)
     _write(plan, P1, partition=1, attempt=1, task_id=21)
-    last = _fence_tokens(eo_server.endpoint, basin)[-1]
+    last = _fence_tokens(lite.endpoint, basin)[-1]
     assert last is not None
     assert last.by is not None
     assert last.by.partition == 1
@@ -94,7 +94,7 @@ def test_zombie_is_refused_after_a_siblings_later_barrier_hides_its_own(eo_serve
         _write(plan, P0, partition=0, attempt=0, task_id=10)
     with pytest.raises(FencedError, match="superseded"):
         _write(plan, P0, partition=0, attempt=1, task_id=19)  # a retry launched before task 20
-    assert _bodies(eo_server.endpoint, basin) == Counter(P0 + P1)
+    assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)
 
 
 def test_bump_tokens_fit_s2s_limit() -> None:
