@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BooleanType, IntegralType, StringType, StructType
 
 from s2_sink.encoders import _jvm
 from s2_sink.errors import ConfigError
@@ -99,6 +99,25 @@ class Routing:
                 raise ConfigError(
                     f"{what} refers to column {col!r}, which is not in the batch: {sorted(names)}"
                 )
+
+    def validate_arrow(self, schema: StructType) -> None:
+        """Check on the driver that `arrow_targets` gives the targets `expr` would: Arrow's text of a string,
+        integer or boolean equals Spark's cast; of a double, timestamp or decimal it does not (``1.0`` is
+        ``'1.0'`` in Spark and ``'1'`` in Arrow), so such a column would route rows elsewhere than
+        ``foreachBatch(S2Writer)`` does. Refused rather than routed differently."""
+        types = {f.name: f.dataType for f in schema.fields}
+        for col in self.source_columns():
+            kind = types.get(col)
+            if kind is None or isinstance(kind, (StringType, IntegralType, BooleanType)):
+                continue
+            raise ConfigError(
+                f"format('s2') routes by the text of column {col!r}, which is {kind.simpleString()}: "
+                "its text in Arrow differs from Spark's cast (a double 1.0 is '1' in one and '1.0' in the "
+                "other), so s2.stream-column and stream templates take string, integer and boolean columns "
+                "here. Cast "
+                f"it first (df.withColumn({col!r}, F.col({col!r}).cast('string'))), or write with "
+                "foreachBatch(S2Writer), which routes in the JVM"
+            )
 
     def expr(self, key_column: str, body_column: str) -> Column:
         """The target-stream expression over the record frame (with the source columns kept)."""

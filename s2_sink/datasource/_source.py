@@ -109,6 +109,7 @@ class S2DataSource(DataSource):
         opts = parse_write_options(self._opts, cfg=cfg, streaming=streaming)
         routing = opts.spec.routing
         routing.validate(schema)
+        routing.validate_arrow(schema)
         opts.encoder.validate(schema, keep=routing.source_columns(), exclude=routing.body_exclusions())
         return opts
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from s2_sink._routing import Routing
+from s2_sink.errors import ConfigError
 
 pytestmark = pytest.mark.spark
 
@@ -56,11 +58,13 @@ def test_expression_and_arrow_targets_are_equal(rows: DataFrame, stream_column: 
     assert arrow == jvm
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Spark casts double 1.0 to '1.0', Arrow to '1': format('s2') routes such rows differently",
-)
-def test_double_columns_route_alike(spark: SparkSession) -> None:
-    """A double routing column gives the same targets in Spark and in Arrow."""
+def test_double_columns_differ_so_format_s2_refuses_them(spark: SparkSession) -> None:
+    """A double routing column's text differs between Spark ('1.0') and Arrow ('1'); format("s2"), which
+    routes in Arrow, refuses such a column on the driver, naming it, its type and the cast that fixes it."""
     jvm, arrow = _both(spark.createDataFrame([(1.0,), (2.5,), (None,)], "d double"), "d")
-    assert arrow == jvm
+    assert jvm != arrow
+    routing = Routing.build(stream=None, stream_column="d", shards=None)
+    with pytest.raises(ConfigError, match=r"column 'd', which is double.*cast\('string'\)"):
+        routing.validate_arrow(StructType([StructField("d", DoubleType())]))
+    for kind in (StringType(), LongType(), BooleanType()):
+        routing.validate_arrow(StructType([StructField("d", kind)]))
