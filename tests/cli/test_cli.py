@@ -323,8 +323,14 @@ def test_tail_follow_prints_new_records_until_interrupted(lite: LiteServer, basi
     """`tail --follow` prints records appended after it started and exits 130 on Ctrl-C (SIGINT)."""
     append(lite, basin, "live", [AppendInput(records=[Record(b'{"n":0}')])])
     env = {**os.environ, "S2_ACCOUNT_ENDPOINT": lite.endpoint, "S2_BASIN_ENDPOINT": lite.endpoint}
+    # A test run started in the background of a non-interactive shell hands SIGINT down ignored, and Python
+    # keeps an ignored SIGINT ignored: restore Ctrl-C's default in the child, as a terminal would have it.
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 's2-sink'; runpy.run_module('s2_sink', run_name='__main__')"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "s2_sink", "tail", "live", "--follow", "--basin", basin],
+        [sys.executable, "-c", start, "tail", "live", "--follow", "--basin", basin],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
