@@ -39,14 +39,12 @@ from s2_sdk import (
     AppendInput,
     CommandRecord,
     FencingTokenMismatchError,
-    ReadLimit,
-    ReadUnwrittenError,
     S2ClientError,
     S2ServerError,
     S2Stream,
-    SeqNum,
 )
 
+from s2_sink._exactly_once._readback import read_span
 from s2_sink._retry import Backoff, retryable
 from s2_sink.errors import FencedError
 
@@ -69,7 +67,6 @@ _TOKEN_RE: Final = re.compile(
     r"^s2sink:([0-9a-f]{8}):([0-9a-z]+)\.([0-9a-z]+)(?:~([0-9a-z]+)\.([0-9a-z]+))?$"
 )
 _B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
-_PAGE: Final = 1000
 _MAX_ROUNDS: Final = 20
 # Waits after a failed fence that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
 _BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
@@ -255,32 +252,16 @@ async def refuse_if_superseded(stream: S2Stream, me: TaskAttempt, current: Token
         _raise_superseded(stream.name, me, current)
     if current.by == me:
         return
-    waits = _BACKOFF.delays()
     end = (await stream.check_tail()).seq_num
-    pos = since
-    while pos < end:
-        try:
-            batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
-        except ReadUnwrittenError:
-            return
-        except (S2ClientError, S2ServerError) as exc:  # reads are idempotent: retry transient failures
-            delay = next(waits, None) if retryable(exc) else None
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
-            continue
-        if not batch.records:
-            return
-        for rec in batch.records:
-            pos = rec.seq_num + 1
-            if rec.headers == [(b"", CommandRecord.FENCE)]:
-                token = Token.parse(bytes(rec.body).decode("utf-8", "replace"))
-                if (
-                    token is not None
-                    and (token.writer, token.epoch) == (current.writer, current.epoch)
-                    and me.superseded_by(token.by)
-                ):
-                    _raise_superseded(stream.name, me, token)
+    async for rec in read_span(stream, since, end):
+        if rec.headers == [(b"", CommandRecord.FENCE)]:
+            token = Token.parse(bytes(rec.body).decode("utf-8", "replace"))
+            if (
+                token is not None
+                and (token.writer, token.epoch) == (current.writer, current.epoch)
+                and me.superseded_by(token.by)
+            ):
+                _raise_superseded(stream.name, me, token)
 
 
 def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:

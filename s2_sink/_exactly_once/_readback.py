@@ -13,11 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from s2_sdk import ReadLimit, ReadUnwrittenError, S2ClientError, S2ServerError, S2Stream, SeqNum
+from s2_sdk import (
+    ReadLimit,
+    ReadUnwrittenError,
+    S2ClientError,
+    S2ServerError,
+    S2Stream,
+    SeqNum,
+    SequencedRecord,
+)
 
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._tags import ChunkTag, find_tag
@@ -67,53 +75,36 @@ async def read_back(
     land past it. `start` is clamped to the stream's first retained record.
     """
     name = stream.name
-    waits = _BACKOFF.delays()
     if end is None:
         end = (await stream.check_tail()).seq_num
     out = ReadBack(name, start, end)
     pos = start
     remaining = 0  # records left in the current chunk (including ones not yet read)
     into: Fingerprints | None = None  # where the current chunk's fingerprints go, if anywhere
-    while pos < end:
-        try:
-            batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
-        except ReadUnwrittenError:
-            break
-        except (S2ClientError, S2ServerError) as exc:  # reads are idempotent: retry transient failures
-            delay = next(waits, None) if retryable(exc) else None
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
+    async for rec in read_span(stream, start, end):
+        if rec.seq_num > pos and remaining:
+            # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
+            remaining, into = 0, None
+        pos = rec.seq_num + 1
+        out.records_scanned += 1
+        if remaining == 0:
+            tag = find_tag(rec.headers)
+            if tag is None or tag.writer != writer:
+                continue
+            remaining = tag.count
+            into = None
+            if match(tag):
+                into = out.fingerprints
+                out.chunks.append(tag)
+            elif elsewhere is not None and elsewhere(tag):
+                into = out.elsewhere
+        remaining -= 1
+        if into is None:
             continue
-        if not batch.records:
-            break
-        for rec in batch.records:
-            if rec.seq_num >= end:
-                pos = end
-                break
-            if rec.seq_num > pos and remaining:
-                # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
-                remaining, into = 0, None
-            pos = rec.seq_num + 1
-            out.records_scanned += 1
-            if remaining == 0:
-                tag = find_tag(rec.headers)
-                if tag is None or tag.writer != writer:
-                    continue
-                remaining = tag.count
-                into = None
-                if match(tag):
-                    into = out.fingerprints
-                    out.chunks.append(tag)
-                elif elsewhere is not None and elsewhere(tag):
-                    into = out.elsewhere
-            remaining -= 1
-            if into is None:
-                continue
-            if owns is not None and into is out.fingerprints and not owns(rec.headers, rec.body):
-                out.not_owned += 1
-                continue
-            into[fingerprint(name, rec.headers, rec.body)] += 1
+        if owns is not None and into is out.fingerprints and not owns(rec.headers, rec.body):
+            out.not_owned += 1
+            continue
+        into[fingerprint(name, rec.headers, rec.body)] += 1
     log.debug(
         "read back stream=%s range=[%s,%s) scanned=%s chunks=%s records=%s",
         name,
@@ -124,3 +115,28 @@ async def read_back(
         sum(out.fingerprints.values()),
     )
     return out
+
+
+async def read_span(stream: S2Stream, start: int, end: int) -> AsyncIterator[SequencedRecord]:
+    """The records of ``[start, end)`` in order (a start below the trim point reads from the first record
+    kept; nothing past what was written). Reads are idempotent, so transient failures are retried."""
+    waits = _BACKOFF.delays()
+    pos = start
+    while pos < end:
+        try:
+            batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
+        except ReadUnwrittenError:
+            return
+        except (S2ClientError, S2ServerError) as exc:
+            delay = next(waits, None) if retryable(exc) else None
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+            continue
+        if not batch.records:
+            return
+        for rec in batch.records:
+            if rec.seq_num >= end:
+                return
+            yield rec
+        pos = batch.records[-1].seq_num + 1
