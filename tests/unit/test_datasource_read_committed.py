@@ -202,3 +202,20 @@ def test_planning_stops_at_the_latest_commit_until_the_next_one(lite: LiteServer
     assert [(p.stream, p.first, p.stop) for p in planned if isinstance(p, S2Partition)] == [
         ("events", done, end["events"])
     ]
+
+
+def test_a_replay_that_appends_nothing_still_commits_the_end_of_what_it_read_back(lite: LiteServer) -> None:
+    """The dead run wrote all of batch 1 before its driver died; the replay subtracts every record and
+    appends nothing, yet its commit's end covers the dead run's records, so read-committed shows them."""
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin)
+    r1 = open_execution(cfg, "w")
+    commit(r1, cfg, 0, write_partitions(r1, cfg, 0, {0: [b"a"]}))
+    r2 = open_execution(cfg, "w")
+    write_partitions(r2, cfg, 1, {0: [b"b"]})  # all of batch 1; the driver dies before the commit
+    r3 = open_execution(cfg, "w")
+    ends = write_partitions(r3, cfg, 1, {0: [b"b"]})
+    commit(r3, cfg, 1, ends)
+    stored = run(read_all(lite.endpoint, basin, "events"))
+    assert [bytes(r.body) for r in stored] == [b"a", b"b"]  # written once
+    assert CommittedEnds(cfg, "w").fetch()["events"] > stored[-1].seq_num
