@@ -23,7 +23,8 @@ are not counted as lost.
 
 Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
 AvailableNow run's target are capped by the ends of the writer's latest commit (`_committed`), so a
-micro-batch of that writer is read whole, once it is committed, and never in part.
+micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
+latest offset reported to the progress count up to those ends, not the tails.
 
 Lag: pyspark 4.1.1's stream reader has no hook to report custom metrics to ``StreamingQueryProgress``, so
 every planned batch logs the records between its end offset and the tail (``lag_records``) at INFO.
