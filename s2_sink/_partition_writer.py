@@ -96,8 +96,12 @@ class _PartitionWriter:
 
     def results(self, duration_ms: float) -> pa.RecordBatch:
         streams: list[tuple[str, StreamTotals]] = []
+        read_ends = self.filter.read_ends if self.filter is not None else {}
         for name in self.chunker.streams:
             totals = self.appender.totals(name)
+            if name in read_ends:
+                totals = totals if totals is not None else StreamTotals(latency_sample=0)
+                totals.covers(read_ends[name])
             if totals is not None:
                 streams.append((name, totals))
         return result_rows(

@@ -60,6 +60,11 @@ class StreamTotals:
     seen_acks: int = 0
     rng: random.Random = field(default_factory=random.Random)
 
+    def covers(self, end: int) -> None:
+        """This micro-batch's records on the stream reach at least `end` (a retry or replay read back
+        records it dropped from its own appends): the committed end must not stop before them."""
+        self.end_seq = end if self.end_seq is None else max(self.end_seq, end)
+
     def acked(self, records: int, nbytes: int, ack: AppendAck, latency_ms: float) -> None:
         """Count one acknowledged append of `records` records and `nbytes` metered bytes."""
         self.records += records
@@ -107,7 +112,7 @@ def result_rows(
         }
     ]
     for name, st in streams:
-        if st.appends == 0 and st.retries == 0:
+        if st.appends == 0 and st.retries == 0 and st.end_seq is None:
             continue
         rows.append(
             {

@@ -74,6 +74,10 @@ class RecordFilter(Protocol):
     """Given one chunk's records (before tagging), returns the ones to append (e.g. minus those an
     earlier task attempt already wrote). Called on the task thread; returning ``[]`` skips the append."""
 
+    read_ends: dict[str, int]
+    """Per stream, the end of what the filter read back: the records it dropped lie before it, so the
+    micro-batch's committed stream end must reach it even when this task appends nothing there."""
+
     def __call__(self, stream: str, records: list[Record]) -> list[Record]: ...
 
 

@@ -103,6 +103,22 @@ class Ledger:
         self.state, self.tail, self._state_at = state, tail, at
         return state
 
+    async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
+        """The ledger's tail and state for a reader: never creates the stream (None when it does not exist);
+        `seen`, an earlier answer, is returned again while the tail has not moved (one request)."""
+        try:
+            tail = (await self._stream.check_tail()).seq_num
+            if seen is not None and seen[0] == tail:
+                return seen
+            state = (await self._read_state(tail))[0] if tail > 0 else LedgerState()
+        except S2ServerError as exc:
+            if exc.code == "stream_not_found":
+                return None
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+        except S2Error as exc:
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+        return tail, state
+
     async def _read_state(self, tail: int) -> tuple[LedgerState, int]:
         window = _FIRST_WINDOW
         while True:

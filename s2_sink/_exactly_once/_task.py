@@ -153,6 +153,7 @@ class _Filter:
     dlq_stream: str | None = None
     pending: dict[str, Fingerprints] = field(default_factory=dict)
     foreign: dict[str, Fingerprints] = field(default_factory=dict)
+    read_ends: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
 
     def __call__(self, stream: str, records: list[Record]) -> list[Record]:
@@ -162,7 +163,9 @@ class _Filter:
             self._check_layout(owner, records)
         left = self.pending.get(stream)
         if left is None:
-            left, self.foreign[stream] = _runtime.run(self.hook.written_before(stream, self.ctx, owner))
+            left, self.foreign[stream], self.read_ends[stream] = _runtime.run(
+                self.hook.written_before(stream, self.ctx, owner)
+            )
             self.pending[stream] = left
         foreign = self.foreign[stream]
         if not left and not foreign:
@@ -246,9 +249,10 @@ class Dedupe:
 
     async def written_before(
         self, stream: str, ctx: PartitionContext, owner: _Owner | None = None
-    ) -> tuple[Fingerprints, Fingerprints]:
+    ) -> tuple[Fingerprints, Fingerprints, int]:
         """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
-        task must subtract, and (partition replays) those earlier executions wrote from other partitions.
+        task must subtract, (partition replays) those earlier executions wrote from other partitions, and
+        the end of the range read.
         With a content `layout`, only records whose content this task owns count: another task writes
         (and subtracts) the others."""
         mine = Token.parse(self.token)
@@ -302,7 +306,7 @@ class Dedupe:
             len(found.chunks),
             found.not_owned,
         )
-        return Counter(found.fingerprints), Counter(found.elsewhere)
+        return Counter(found.fingerprints), Counter(found.elsewhere), found.end
 
 
 @dataclass(frozen=True, slots=True)

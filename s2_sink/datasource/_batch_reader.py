@@ -10,7 +10,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from s2_sink.config import S2Config
-from s2_sink.datasource._offsets import plan_ranges
+from s2_sink.datasource._committed import CommittedEnds
+from s2_sink.datasource._offsets import cap_committed, plan_ranges
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._planner import resolve_bound, resolve_streams
 from s2_sink.datasource._read_options import OPT_ENDING_POSITION, OPT_STARTING_POSITION, ReadOptions
@@ -31,8 +32,13 @@ class S2BatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         streams = resolve_streams(self._cfg, self._opts)
-        start = resolve_bound(self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION)
-        end = resolve_bound(self._cfg, self._opts.end, streams, option=OPT_ENDING_POSITION)
+        # Read-committed: the committed ends first, then the tails (see _committed).
+        by = self._opts.committed_by
+        committed = CommittedEnds(self._cfg, by).fetch() if by is not None else None
+        cfg, opts = self._cfg, self._opts
+        start = resolve_bound(cfg, opts.start, streams, option=OPT_STARTING_POSITION, committed=committed)
+        end = resolve_bound(cfg, opts.end, streams, option=OPT_ENDING_POSITION, committed=committed)
+        end = cap_committed(end, committed)  # explicit seq_num and timestamp ends too
         if self._opts.materialize:
             # The latest row per key needs the key's whole history in one task: one partition per stream.
             per_partition = max([end[s] - start.get(s, 0) for s in end] + [1])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["Offsets", "advance", "cap_total", "max_merge", "plan_ranges"]
+__all__ = ["Offsets", "advance", "cap_committed", "cap_total", "max_merge", "plan_ranges"]
 
 Offsets = dict[str, int]
 
@@ -30,6 +30,16 @@ def advance(frontier: Mapping[str, int], tails: Mapping[str, int]) -> Offsets:
     for stream, tail in tails.items():
         out[stream] = max(frontier.get(stream, 0), tail)
     return out
+
+
+def cap_committed(positions: Mapping[str, int], committed: Mapping[str, int] | None) -> Offsets:
+    """``positions`` no further than a writer's committed ends (read-committed); unchanged without them.
+
+    A stream the writer never committed to is capped at 0: none of its records is known to be committed.
+    """
+    if committed is None:
+        return dict(positions)
+    return {stream: min(seq, committed.get(stream, 0)) for stream, seq in positions.items()}
 
 
 def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int | None) -> Offsets:

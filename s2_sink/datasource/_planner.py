@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
-from s2_sink.datasource._offsets import Offsets
+from s2_sink.datasource._offsets import Offsets, cap_committed
 from s2_sink.datasource._read_options import Bound, ReadOptions
 from s2_sink.errors import ConfigError
 
@@ -31,12 +31,20 @@ def resolve_streams(cfg: S2Config, opts: ReadOptions) -> list[str]:
 
 
 def resolve_bound(
-    cfg: S2Config, bound: Bound, streams: Sequence[str], *, option: str, stored_earliest: bool = False
+    cfg: S2Config,
+    bound: Bound,
+    streams: Sequence[str],
+    *,
+    option: str,
+    stored_earliest: bool = False,
+    committed: Mapping[str, int] | None = None,
 ) -> Offsets:
     """Turn a start/end bound into per-stream seq_nums.
 
     ``stored_earliest``: ``earliest`` is the first record still stored rather than seq_num 0, so that a
     streaming read checking for data loss does not count records trimmed before it started.
+    ``committed``: a read-committed read's committed ends, where ``latest`` stops (Kafka's last stable
+    offset): a read starting there sees the micro-batch in flight only once it commits, and whole.
     """
     if not streams:
         return {}
@@ -45,7 +53,7 @@ def resolve_bound(
             return sorted_offsets(_s2io.first_seqs(cfg, streams))
         return sorted_offsets(dict.fromkeys(streams, 0))
     if bound.kind == "latest":
-        return sorted_offsets(_s2io.tails(cfg, streams))
+        return sorted_offsets(cap_committed(_s2io.tails(cfg, streams), committed))
     if bound.kind == "timestamp":
         assert bound.timestamp is not None
         return sorted_offsets(_s2io.resolve_timestamp(cfg, streams, bound.timestamp))
@@ -57,6 +65,11 @@ def resolve_bound(
         )
     rest = [s for s in streams if s not in given]
     defaults = resolve_bound(
-        cfg, Bound(kind=bound.default), rest, option=option, stored_earliest=stored_earliest
+        cfg,
+        Bound(kind=bound.default),
+        rest,
+        option=option,
+        stored_earliest=stored_earliest,
+        committed=committed,
     )
     return sorted_offsets({**defaults, **{s: given[s] for s in streams if s in given}})

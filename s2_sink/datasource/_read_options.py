@@ -1,8 +1,8 @@
 """Reader options of ``format("s2")``: parsed and validated on the driver, before any task runs.
 
 Connection options (basin, token, endpoints, timeouts) belong to ``S2Config.from_options``; this module
-parses only what is specific to reading: which streams, where to start and end, the output format and the
-per-trigger limit.
+parses only what is specific to reading: which streams, where to start and end, the output format, the
+per-trigger limit and the isolation level.
 """
 
 from __future__ import annotations
@@ -12,13 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from s2_sink._exactly_once._identity import validate_writer_id
+from s2_sink._exactly_once._ledger import LEDGER_PREFIX
 from s2_sink.errors import ConfigError
 
 __all__ = [
+    "OPT_COMMITTED_BY",
     "OPT_ENDING_POSITION",
     "OPT_ENDING_TIMESTAMP",
     "OPT_FAIL_ON_DATA_LOSS",
     "OPT_FORMAT",
+    "OPT_ISOLATION",
     "OPT_MATERIALIZE",
     "OPT_MAX_BYTES_PER_TRIGGER",
     "OPT_MAX_RECORDS_PER_TRIGGER",
@@ -47,6 +51,8 @@ OPT_MAX_RECORDS_PER_TRIGGER = "s2.max-records-per-trigger"
 OPT_MAX_BYTES_PER_TRIGGER = "s2.max-bytes-per-trigger"
 OPT_RECORDS_PER_PARTITION = "s2.records-per-partition"
 OPT_FAIL_ON_DATA_LOSS = "s2.fail-on-data-loss"
+OPT_ISOLATION = "s2.isolation"
+OPT_COMMITTED_BY = "s2.committed-by"
 
 ReadFormat = Literal["raw", "json", "upsert"]
 _FORMATS: tuple[ReadFormat, ...] = ("raw", "json", "upsert")
@@ -87,6 +93,9 @@ class ReadOptions:
     records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION
     fail_on_data_loss: bool = True
     """Streaming reads: fail when the next records were trimmed or expired (else skip them with a warning)."""
+    committed_by: str | None = None
+    """``s2.isolation=read-committed``: the exactly-once writer id whose latest commit bounds every read
+    (None: read-uncommitted, up to the tails)."""
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -196,6 +205,36 @@ def _parse_position(
     return Bound(kind="seq_nums", seq_nums=tuple(pairs), default=default)
 
 
+def _parse_isolation(options: Mapping[str, str]) -> str | None:
+    """The writer id of a read-committed read, None for read-uncommitted."""
+    raw = _get(options, OPT_ISOLATION)
+    level = (raw or "read-uncommitted").strip().lower()
+    if level not in ("read-uncommitted", "read-committed"):
+        raise ConfigError(
+            f"option {OPT_ISOLATION}={raw!r} must be read-uncommitted (the default) or read-committed"
+        )
+    by = _get(options, OPT_COMMITTED_BY)
+    if level == "read-uncommitted":
+        if by is not None:
+            raise ConfigError(
+                f"option {OPT_COMMITTED_BY}={by!r} applies only with {OPT_ISOLATION}=read-committed: "
+                f"set that too, or drop {OPT_COMMITTED_BY}"
+            )
+        return None
+    if by is None or not by.strip():
+        raise ConfigError(
+            f"option {OPT_ISOLATION}=read-committed needs {OPT_COMMITTED_BY}=<writer id>: the writer_id "
+            "of the exactly-once writer whose commits bound the read (S2Writer(writer_id=...) or "
+            "s2.writer-id; by default the writing query's streaming query id)"
+        )
+    # The ledger stream's name is accepted too: it is what a stream listing shows.
+    writer_id = by.strip().removeprefix(LEDGER_PREFIX)
+    try:
+        return validate_writer_id(writer_id)
+    except ConfigError as exc:
+        raise ConfigError(f"option {OPT_COMMITTED_BY}={by!r}: {exc}") from None
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Validate the reader options; raise ConfigError naming the option and the bad value."""
     streams, prefix = _parse_streams(options)
@@ -294,4 +333,5 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_bytes_per_trigger=byte_limit,
         records_per_partition=per_part,
         fail_on_data_loss=fail_on_data_loss,
+        committed_by=_parse_isolation(options),
     )

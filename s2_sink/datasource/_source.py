@@ -41,6 +41,8 @@ READ_KEYS = frozenset(
         ro.OPT_MAX_BYTES_PER_TRIGGER,
         ro.OPT_RECORDS_PER_PARTITION,
         ro.OPT_FAIL_ON_DATA_LOSS,
+        ro.OPT_ISOLATION,
+        ro.OPT_COMMITTED_BY,
     }
 )
 

@@ -21,6 +21,11 @@ trim command removed records. Tasks detect the gap (seq_nums are contiguous) and
 discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
 are not counted as lost.
 
+Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
+AvailableNow run's target are capped by the ends of the writer's latest commit (`_committed`), so a
+micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
+latest offset reported to the progress count up to those ends, not the tails.
+
 Lag: pyspark 4.1.1's stream reader has no hook to report custom metrics to ``StreamingQueryProgress``, so
 every planned batch logs the records between its end offset and the tail (``lag_records``) at INFO.
 """
@@ -38,8 +43,16 @@ from pyspark.sql.types import StructType
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
 from s2_sink.datasource._byte_cap import cap_bytes
+from s2_sink.datasource._committed import CommittedEnds
 from s2_sink.datasource._data_loss import LossPolicy
-from s2_sink.datasource._offsets import Offsets, advance, cap_total, max_merge, plan_ranges
+from s2_sink.datasource._offsets import (
+    Offsets,
+    advance,
+    cap_committed,
+    cap_total,
+    max_merge,
+    plan_ranges,
+)
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._planner import resolve_bound, resolve_streams, sorted_offsets
 from s2_sink.datasource._read_options import OPT_STARTING_POSITION, ReadOptions
@@ -86,13 +99,24 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._last_lag: int | None = None
         self._tails: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
         self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
+        by = opts.committed_by
+        self._committed = CommittedEnds(cfg, by) if by is not None else None
+
+    def _committed_ends(self) -> Offsets | None:
+        """Read-committed: the writer's committed ends, taken before the tails they cap (see _committed)."""
+        return self._committed.fetch() if self._committed is not None else None
 
     def initialOffset(self) -> dict[str, int]:
         # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
         if self._initial is None:
             streams = resolve_streams(self._cfg, self._opts)
             self._initial = resolve_bound(
-                self._cfg, self._opts.start, streams, option=OPT_STARTING_POSITION, stored_earliest=True
+                self._cfg,
+                self._opts.start,
+                streams,
+                option=OPT_STARTING_POSITION,
+                stored_earliest=True,
+                committed=self._committed_ends(),
             )
             log.info("s2 source: initial offsets %s", self._initial)
         self._frontier = max_merge(self._frontier or {}, self._initial)
@@ -106,8 +130,10 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
             frontier = _as_offsets(start)
         max_records, max_bytes = self._caps(limit)
         streams = resolve_streams(self._cfg, self._opts)
+        committed = self._committed_ends()
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
         found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        found = cap_committed(found, committed)
         self._tails = sorted_offsets(found)
         if self._available_now is not None:
             # An AvailableNow run reads up to the tails it started with, and no stream created since.
@@ -148,7 +174,9 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
     def prepareForTriggerAvailableNow(self) -> None:
         """pyspark 4.2+, Trigger.AvailableNow: drain up to today's tails, in batches of the caps."""
         streams = resolve_streams(self._cfg, self._opts)
-        self._available_now = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        committed = self._committed_ends()
+        tails = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        self._available_now = cap_committed(tails, committed)
         log.info("s2 source: AvailableNow run reads up to %s", self._available_now)
 
     def reportLatestOffset(self) -> dict[str, int] | None:

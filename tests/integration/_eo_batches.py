@@ -1,0 +1,48 @@
+"""Micro-batches written with the exactly-once protocol's own blocks (no Spark): an execution's epoch, its
+tasks' partitions and its ledger commit are separate calls, so a test can stop an execution between them
+the way a dead driver would."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
+from s2_sink._metrics import aggregate
+from s2_sink._partition_writer import write_partition
+from s2_sink._routing import Routing
+from s2_sink._write_plan import PartitionContext
+from s2_sink._write_spec import WriteSpec
+from s2_sink.config import S2Config
+
+__all__ = ["commit", "open_execution", "write_partitions"]
+
+QUERY_ID = "query-1"
+
+
+def open_execution(cfg: S2Config, writer_id: str) -> SinkRun:
+    """The driver opens the epoch of one micro-batch execution (ledger ``open``, stream fenced)."""
+    assert cfg.stream is not None
+    return open_sink_run(cfg, writer_id, QUERY_ID, [cfg.stream])
+
+
+def write_partitions(
+    run: SinkRun, cfg: S2Config, batch: int, partitions: dict[int, list[bytes]]
+) -> dict[str, int]:
+    """The tasks of `batch` write their partitions (bodies to ``cfg.stream``) under `run`'s epoch; the
+    stream ends their acknowledgements reported, as the driver aggregates them for the commit."""
+    epoch = run.plan_batch(batch, QUERY_ID)
+    assert epoch is not None, f"batch {batch} is already committed"
+    plan = WriteSpec.build(cfg, Routing.build(stream=cfg.stream, stream_column=None, shards=None)).plan(
+        batch, epoch
+    )
+    rows = []
+    for partition, bodies in partitions.items():
+        frame = pa.record_batch({"_s2_body": pa.array(bodies, pa.binary())})
+        result = write_partition(plan, [frame], PartitionContext(batch, partition, 0, 0, 0))
+        rows.extend(result.to_pylist())
+    return aggregate(batch, rows, 0.0, delivery="exactly-once").end_positions()
+
+
+def commit(run: SinkRun, cfg: S2Config, batch: int, ends: dict[str, int]) -> None:
+    """The driver commits `batch` in the ledger on top of `run`'s ``open``."""
+    commit_sink_run(cfg, run.writer_id, run, batch, ends, query_id=QUERY_ID)
