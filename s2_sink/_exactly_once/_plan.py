@@ -15,6 +15,7 @@ from typing import Final
 
 from s2_sink._exactly_once._fencing import Token
 from s2_sink._exactly_once._ledger import LedgerState
+from s2_sink._exactly_once._roll_call import RollCall
 from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
 from s2_sink._exactly_once._task import Dedupe, Replay, Tagger, TokenKeeper
 from s2_sink.config import S2Config
@@ -58,9 +59,11 @@ def epoch_plan(
     starts: Mapping[str, int],
     *,
     recovery: bool,
+    roll: RollCall,
     replay: Replay = "content",
 ) -> EpochPlan:
-    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends."""
+    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends, `roll`
+    where the micro-batch's task attempts sign in."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
     token = Token(epoch=epoch, gen=0, writer=writer).encode()
     return EpochPlan(
@@ -75,6 +78,7 @@ def epoch_plan(
             epoch=epoch,
             recovery=recovery,
             starts=dict(starts),
+            roll=roll,
             replay=replay,
         ),
     )

@@ -30,6 +30,7 @@ from s2_sink._exactly_once._coordinator import Coordinator, check_identity
 from s2_sink._exactly_once._fencing import writer_hash
 from s2_sink._exactly_once._ledger import Ledger, LedgerState
 from s2_sink._exactly_once._plan import EpochPlan, already_committed, epoch_plan
+from s2_sink._exactly_once._roll_call import RollCall
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
@@ -54,6 +55,8 @@ class SinkRun:
     opened: LedgerState | None = None
     """This execution's ``open`` record, and the ledger's tail after it: commit appends on top of them."""
     opened_tail: int = 0
+    roll: RollCall | None = None
+    """Where the execution's task attempts sign in (`_roll_call`); opened with the epoch."""
     trust_partitioning: bool = False
     """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
 
@@ -88,12 +91,18 @@ class SinkRun:
             )
         if already_committed(self.before, self.writer_id, batch_id):
             return None
+        if self.roll is None:
+            raise CommitError(
+                f"exactly-once: the epoch of writer_id {self.writer_id!r} was opened without a roll call "
+                "for its task attempts; reopen it with open_sink_run"
+            )
         return epoch_plan(
             self.cfg,
             writer_hash(self.writer_id),
             self.epoch,
             self.before.ends,
             recovery=self.recovery,
+            roll=self.roll,
             replay="partition" if self.trust_partitioning else "partition-checked",
         )
 
@@ -116,6 +125,7 @@ def open_sink_run(
             check_identity(before, writer_id, query_id, before.committed + 1)
         token = await coord.open_run("batch")
         opened, tail = coord.ledger_position()
+        roll = await coord.roll_call()
         return SinkRun(
             cfg,
             writer_id,
@@ -125,6 +135,7 @@ def open_sink_run(
             before,
             opened=opened,
             opened_tail=tail,
+            roll=roll,
             trust_partitioning=trust_partitioning,
         )
 

@@ -9,15 +9,17 @@ Three picklable objects travel in the `WritePlan` to every task of a micro-batch
   must stop (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition
   put a barrier up since the batch started — this attempt is a zombie). It learns which attempt it serves
   from a context variable `Dedupe` sets on the task thread (the appender calls it without one).
-- `Dedupe` (the writer's recovery hook) is inert on the happy path (first attempt, normal batch). For a
-  task retry (attempt > 0) or a replay after a driver restart (``recovery=True``), on the first chunk for
-  each stream it (1) puts a barrier on the stream — a conditional fence to a newer generation (retry) or
-  to this run's epoch (replay), so appends still in flight from the failed attempt or the old run can no
-  longer land after it; (2) reads the stream back from the last committed position; (3) drops from
-  what it writes the multiset of fingerprints already there: those of this partition's earlier attempts
-  (retry: same partitioning within a run) or of every earlier write of this micro-batch that this task
-  owns (replay: the batch was repartitioned by exactly what the fingerprint covers, so all copies of a
-  record are in one task; see `_recovery_layout`). A replay task refuses a record it does not own.
+- `Dedupe` (the writer's recovery hook) signs each task attempt in (`_roll_call`) and is otherwise
+  inert on the happy path (first attempt, normal batch). For a retry (an earlier attempt of the
+  partition signed in, whatever the attempt number) or a replay after a driver restart
+  (``recovery=True``), on the first chunk for each stream it (1) puts a barrier on the stream — a
+  conditional fence to a newer generation (retry) or to this run's epoch (replay), so appends still in
+  flight from the failed attempt or the old run can no longer land after it; (2) reads the stream back
+  from the last committed position; (3) drops from what it writes the multiset of fingerprints already
+  there: those of this partition's earlier attempts (retry: same partitioning within a run) or of every
+  earlier write of this micro-batch that this task owns (replay: the batch was repartitioned by exactly
+  what the fingerprint covers, so all copies of a record are in one task; see `_recovery_layout`). A
+  replay task refuses a record it does not own.
 
   A replay that could not be repartitioned (the ``format("s2")`` sink) subtracts what earlier executions
   wrote under this task's partition id. With ``replay="partition-checked"`` it refuses
@@ -51,6 +53,7 @@ from s2_sink._exactly_once._fencing import (
 from s2_sink._exactly_once._fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once._readback import read_back
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout
+from s2_sink._exactly_once._roll_call import RollCall, SignIn, sign_in
 from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._session_pool import get_pool
 from s2_sink.errors import FencedError, ReplayMismatchError
@@ -150,6 +153,8 @@ class _Filter:
 
     hook: Dedupe
     ctx: PartitionContext
+    retry: bool
+    """An earlier attempt of this partition may have written (in this epoch): put up a barrier first."""
     dlq_stream: str | None = None
     pending: dict[str, Fingerprints] = field(default_factory=dict)
     foreign: dict[str, Fingerprints] = field(default_factory=dict)
@@ -164,7 +169,7 @@ class _Filter:
         left = self.pending.get(stream)
         if left is None:
             left, self.foreign[stream], self.read_ends[stream] = _runtime.run(
-                self.hook.written_before(stream, self.ctx, owner)
+                self.hook.written_before(stream, self.ctx, owner, retry=self.retry)
             )
             self.pending[stream] = left
         foreign = self.foreign[stream]
@@ -236,19 +241,27 @@ class Dedupe:
     """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
     starts: dict[str, int]
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
+    roll: RollCall
+    """Where the micro-batch's task attempts sign in (`_roll_call`)."""
     replay: Replay = "content"
     layout: RecoveryLayout | None = None
     """How a content replay was repartitioned (`repartition_for_recovery`); tasks check ownership by it."""
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
-        _current_task.set(_Task(_attempt(ctx), self.starts))
-        if ctx.attempt_number == 0 and not self.recovery:
+        me = _attempt(ctx)
+        # A stage retry restarts attempt numbers at 0: the roll call, not the number, says whether an
+        # earlier attempt of this partition may have written (and stops a late zombie before it writes).
+        basin = get_pool().client(self.cfg).basin(self.cfg.basin)
+        earlier = _runtime.run(sign_in(basin, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)))
+        retry = earlier or ctx.attempt_number > 0
+        _current_task.set(_Task(me, self.starts))
+        if not retry and not self.recovery:
             return None
-        return _Filter(self, ctx, plan.dlq_stream if self.recovery else None)
+        return _Filter(self, ctx, retry, plan.dlq_stream if self.recovery else None)
 
     async def written_before(
-        self, stream: str, ctx: PartitionContext, owner: _Owner | None = None
+        self, stream: str, ctx: PartitionContext, owner: _Owner | None = None, *, retry: bool
     ) -> tuple[Fingerprints, Fingerprints, int]:
         """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
         task must subtract, (partition replays) those earlier executions wrote from other partitions, and
@@ -262,7 +275,7 @@ class Dedupe:
         fenced = await fence_if_older(
             s2_stream,
             mine,
-            bump=ctx.attempt_number > 0,
+            bump=retry,
             may_take_over=stream not in self.starts,
             me=me,
             since=self.starts.get(stream, 0),

@@ -11,6 +11,7 @@ import pytest
 
 from s2_sink._exactly_once._fencing import Token, writer_hash
 from s2_sink._exactly_once._plan import epoch_plan
+from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
 from s2_sink._partition_writer import write_partition
 from s2_sink._routing import Routing
 from s2_sink._write_plan import PartitionContext, WritePlan
@@ -20,13 +21,16 @@ from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
+ROLL = RollCall(roll_stream_name("w"), 0)
+"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
+
 P0 = [b"p0-%d" % i for i in range(10)]
 P1 = [b"p1-%d" % i for i in range(10)]
 
 
 def _plan(cfg: S2Config) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=ROLL))
 
 
 def _write(plan: WritePlan, bodies: list[bytes], *, partition: int, attempt: int, task_id: int) -> None:
@@ -108,3 +112,59 @@ def test_bump_tokens_fit_s2s_limit() -> None:
     assert len(token.encode()) <= MAX_TOKEN_BYTES
     assert Token.parse(token.encode()) == token
     assert Token.parse(token.encode()).by == TaskAttempt(46_655, 2_000_000_000)  # type: ignore[union-attr]
+
+
+def test_stage_retry_with_attempt_number_zero_reads_back(lite: LiteServer) -> None:
+    """A stage retry (FetchFailed) restarts attempt numbers at 0: the retry's attempt of partition 0 has
+    attempt number 0 like the first one, which wrote half the partition before it failed. The roll call
+    tells the retry an earlier attempt signed in, so it reads back and writes only the other half; a
+    sibling partition that ran once is untouched."""
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
+    plan = _plan(cfg)
+    _write(plan, P0[:5], partition=0, attempt=0, task_id=10)  # the first stage attempt, cut short
+    _write(plan, P1, partition=1, attempt=0, task_id=11)
+    _write(plan, P0, partition=0, attempt=0, task_id=30)  # the stage retry's first attempt
+    assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)
+    barrier = _fence_tokens(lite.endpoint, basin)[-1]
+    assert barrier is not None
+    assert barrier.by is not None
+    assert (barrier.by.partition, barrier.by.task_id) == (0, 30)
+
+
+def test_attempt_that_signs_in_after_a_later_one_writes_nothing(lite: LiteServer) -> None:
+    """A zombie of the first stage attempt that only starts after the retry's attempt signed in stops at
+    its own sign-in, before writing anything."""
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
+    plan = _plan(cfg)
+    _write(plan, P0, partition=0, attempt=0, task_id=30)
+    with pytest.raises(FencedError, match=r"superseded by a later attempt .* before it started writing"):
+        _write(plan, P0, partition=0, attempt=0, task_id=10)
+    assert _bodies(lite.endpoint, basin) == Counter(P0)
+
+
+def test_attempt_of_a_batch_whose_sign_ins_were_trimmed_writes_nothing(lite: LiteServer) -> None:
+    """The driver trims sign-ins of earlier micro-batches; an attempt that finds its micro-batch's
+    sign-ins trimmed belongs to a batch the query moved past, and stops before writing."""
+    from s2_sdk import AppendInput, CommandRecord
+
+    from s2_sink._exactly_once._roll_call import open_roll
+    from s2_sink._session_pool import get_pool
+
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
+    plan = _plan(cfg)
+    _write(plan, P0, partition=0, attempt=0, task_id=10)
+    _write(plan, P1, partition=1, attempt=0, task_id=11)
+
+    async def trim() -> None:
+        s2_basin = get_pool().client(cfg).basin(basin)
+        roll = await open_roll(s2_basin, "w")
+        assert roll.start == 2  # both sign-ins, none trimmed yet (fewer than the trim threshold)
+        await s2_basin.stream(roll.stream).append(AppendInput(records=[CommandRecord.trim(roll.start)]))
+
+    run(trim())
+    with pytest.raises(FencedError, match="moved past this micro-batch"):
+        _write(plan, P0, partition=0, attempt=1, task_id=20)
+    assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)

@@ -19,6 +19,7 @@ from s2_sink._exactly_once._fingerprint import fingerprint
 from s2_sink._exactly_once._plan import epoch_plan
 from s2_sink._exactly_once._readback import ReadBack, read_back
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout
+from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
 from s2_sink._exactly_once._task import plan_with_layout
 from s2_sink._partition_writer import write_partition
 from s2_sink._routing import Routing
@@ -30,6 +31,9 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
+ROLL = RollCall(roll_stream_name("w"), 0)
+"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
+
 Row = tuple[bytes, bytes]  # (key, value)
 _ROWS: list[Row] = [(key, b"value-%d" % (i % 5)) for i in range(30) for key in (b"a", b"b")]
 """60 rows: each value 12 times, under both keys."""
@@ -37,7 +41,7 @@ _ROWS: list[Row] = [(key, b"value-%d" % (i % 5)) for i in range(30) for key in (
 
 def _plan(cfg: S2Config, epoch: int, *, recovery: bool) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery, roll=ROLL))
 
 
 def _write_tasks(plan: WritePlan, tasks: int, place: Callable[[Row], int]) -> None:
@@ -131,12 +135,14 @@ def test_dead_letters_of_a_replay_are_written_once(lite: LiteServer) -> None:
             }
         )
 
-    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False))
+    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=ROLL))
     write_partition(dead, [frame(list(range(12)))], PartitionContext(0, 0, 0, 0, 0))
     owners = {layout.partition_of("events", [], bodies[i]) for i in range(12) if errors[i]}
     assert owners - {0}  # some of the dead run's bad rows are in another task in the replay
 
-    replay = plan_with_layout(spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True)), layout)
+    replay = plan_with_layout(
+        spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, roll=ROLL)), layout
+    )
     for task in range(4):
         rows = [i for i in range(24) if layout.partition_of("events", [], bodies[i]) == task]
         write_partition(replay, [frame(rows)], PartitionContext(0, task, 0, 0, 0))
@@ -171,9 +177,11 @@ def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(lit
             }
         )
 
-    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False))
+    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=ROLL))
     write_partition(dead, [frame([0, 1, 2, 3])], PartitionContext(0, 0, 0, 0, 0))
-    replay = plan_with_layout(spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True)), layout)
+    replay = plan_with_layout(
+        spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, roll=ROLL)), layout
+    )
     for task in range(4):
         rows = [i for i in range(8) if owners[i] == task]
         write_partition(replay, [frame(rows)], PartitionContext(0, task, 0, 0, 0))

@@ -9,6 +9,7 @@ import pytest
 
 from s2_sink._exactly_once._fencing import Token, writer_hash
 from s2_sink._exactly_once._plan import epoch_plan
+from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
 from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink._write_spec import KEYWORDS, OPTIONS, PAYLOAD_COLUMN, WriteSpec
@@ -16,6 +17,9 @@ from s2_sink.config import S2Config
 from s2_sink.datasource._write_options import parse_write_options
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
+
+ROLL = RollCall(roll_stream_name("w"), 0)
+"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
 
 _CONN = {
     "s2.basin": "unused-basin",
@@ -99,7 +103,7 @@ def test_at_least_once_plan() -> None:
 def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
     """Under an epoch the plan carries that epoch's token, tagger, token keeper and dedupe hook, all on
     one config whose append retries are NO_SIDE_EFFECTS; ambiguous chunks are not re-sent blindly."""
-    epoch = epoch_plan(CFG, writer_hash("w"), 4, {"events": 12}, recovery=True)
+    epoch = epoch_plan(CFG, writer_hash("w"), 4, {"events": 12}, recovery=True, roll=ROLL)
     plan = WriteSpec.build(CFG, SINGLE, delivery="exactly-once").plan(3, epoch)
     assert Token.parse(plan.fencing_token or "") == Token(epoch=4, gen=0, writer=writer_hash("w"))
     assert plan.cfg == CFG.replace(append_retry_policy="NO_SIDE_EFFECTS")
