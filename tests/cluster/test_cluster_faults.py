@@ -17,7 +17,7 @@ import pytest
 
 from s2_sink.lite import LiteServer
 from tests.cluster._cluster import StandaloneCluster
-from tests.cluster._scenario import ClusterOutcome, NotExactlyOnceError, run_on_cluster
+from tests.cluster._scenario import ClusterOutcome, run_on_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.timeout(900)]
 
@@ -84,18 +84,13 @@ def test_executor_killed_mid_write_exactly_once(
     out.assert_exactly_once()
 
 
-@pytest.mark.xfail(
-    raises=NotExactlyOnceError,
-    strict=True,
-    reason="issue 13 item 3: a stage retry's first attempt of a partition cannot tell it is a retry",
-)
 def test_fetch_failed_stage_retry_exactly_once(
     cluster: StandaloneCluster, cluster_server: LiteServer, scenario_dir: Path
 ) -> None:
     """The executor holding the shuffle output the writing stage reads is SIGKILLed after chunk 1 of its
     partition was acknowledged: the partition's retry hits FetchFailed, Spark reruns the map stage and
-    retries the writing stage, whose tasks start again at attempt 0. Exactly once still: no duplicates,
-    no losses."""
+    retries the writing stage, whose tasks start again at attempt 0. The retry's attempt of the partition
+    finds the earlier attempt's sign-in, reads back and subtracts: no duplicates, no losses."""
     out = run_on_cluster(
         cluster,
         scenario_dir,
