@@ -10,6 +10,10 @@ outside the checkout, so it exercises what users get. Against an in-process lite
   ``register`` must raise the error naming the installed version and ``foreachBatch(S2Writer)``.
 - where the pyspark has the Arrow streaming writer: ``df.writeStream.format("s2")`` read back exactly;
   elsewhere starting that query must fail with the error naming the version and the alternative.
+- exactly-once under a fault, on every surface that writes a stream: the Python worker writing micro-batch 1
+  is killed (``os._exit``) after its third append was sent and before its ack; Spark retries the task, which
+  reads back and subtracts, and the stream still holds every row once (the check fails if the crash did not
+  fire).
 
 It prints progress on stderr and, last on stdout, one JSON object: the versions and each check's outcome.
 It exits 1 when any check failed.
@@ -18,6 +22,7 @@ It exits 1 when any check failed.
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
 import sys
@@ -88,16 +93,62 @@ def read_bodies(endpoint: str, basin: str, stream: str) -> list[dict[str, Any]]:
     return asyncio.run(main())
 
 
+class CrashPlan:
+    """The leg's crash plan file (``S2SINK_CRASH_PLAN``, set before Spark starts its Python workers), armed
+    with one rule at a time. Each rule gets a new index, so a marker left by an earlier one cannot hold it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.used = 0
+        self.disarm()
+
+    def arm(self, rule: dict[str, Any]) -> int:
+        index = self.used
+        self.used += 1
+        rules = [{"point": "unused"}] * index + [rule]
+        self.path.write_text(json.dumps({"rules": rules}))
+        return index
+
+    def disarm(self) -> None:
+        self.path.write_text(json.dumps({"rules": []}))
+
+    def fired(self, index: int) -> bool:
+        return bool(glob.glob(f"{self.path}.fired.{index}.*"))
+
+
+# Micro-batch 1 (the second file, one partition of 1,000 rows in appends of 100): the worker dies after its
+# third append went out and before the ack, so that append most likely landed and the retry must subtract it.
+KILL_WORKER_MID_BATCH: dict[str, Any] = {
+    "point": "after_append_before_ack",
+    "batch": 1,
+    "partition": 0,
+    "chunk": 2,
+    "action": "exit",
+}
+
+
 class Smoke:
     """The checks of one leg, sharing one lite server, one Spark session and one basin."""
 
-    def __init__(self, spark: Any, endpoint: str, basin: str, work: Path) -> None:
+    def __init__(self, spark: Any, endpoint: str, basin: str, work: Path, crashes: CrashPlan) -> None:
         self.spark = spark
         self.endpoint = endpoint
         self.basin = basin
         self.work = work
+        self.crashes = crashes
         self.source = work / "source"
         _write_source(self.source)
+
+    def _with_worker_killed(self, what: str, stream: str, run: Callable[[], None]) -> str:
+        index = self.crashes.arm(KILL_WORKER_MID_BATCH)
+        try:
+            run()
+        finally:
+            self.crashes.disarm()
+        if not self.crashes.fired(index):
+            raise AssertionError(f"{what}: the crash point did not fire, so the check proves nothing")
+        verdict = _same_rows(what, read_bodies(self.endpoint, self.basin, stream))
+        return f"{verdict}, after its Python worker was killed mid-batch and the task retried"
 
     def options(self, **extra: str) -> dict[str, str]:
         """format("s2") options pointing at the lite server's basin."""
@@ -120,26 +171,36 @@ class Smoke:
         if query.exception() is not None:
             raise AssertionError(f"the query failed: {query.exception()}")
 
-    def foreach_batch_s2writer(self) -> str:
+    def _foreach_batch_query(self, stream: str, **cfg_extra: Any) -> None:
         import s2_sink
         from s2_sink.encoders import InsertEncoder
 
         cfg = s2_sink.S2Config(
             basin=self.basin,
-            stream="fb",
+            stream=stream,
             account_endpoint=self.endpoint,
             basin_endpoint=self.endpoint,
+            **cfg_extra,
         )
         writer = s2_sink.S2Writer(cfg, InsertEncoder())  # exactly-once: the default
         query = (
             self.stream_of_files()
             .writeStream.foreachBatch(writer)
-            .option("checkpointLocation", str(self.work / "ckpt-fb"))
+            .option("checkpointLocation", str(self.work / f"ckpt-{stream}"))
             .trigger(availableNow=True)
             .start()
         )
         self._run(query)
+
+    def foreach_batch_s2writer(self) -> str:
+        self._foreach_batch_query("fb")
         return _same_rows("foreachBatch(S2Writer)", read_bodies(self.endpoint, self.basin, "fb"))
+
+    def foreach_batch_s2writer_worker_killed(self) -> str:
+        def run() -> None:
+            self._foreach_batch_query("fb-retry", batch_max_records=100)
+
+        return self._with_worker_killed("foreachBatch(S2Writer)", "fb-retry", run)
 
     def register_refused(self) -> str:
         import s2_sink
@@ -177,12 +238,12 @@ class Smoke:
         rows = [r.asDict() for r in self.spark.table("s2_stream_read").collect()]
         return _same_rows("spark.readStream.format('s2')", rows)
 
-    def _stream_write_query(self) -> Any:
+    def _stream_write_query(self, stream: str = "dss", **extra: str) -> Any:
         return (
             self.stream_of_files()
             .writeStream.format("s2")
-            .options(**self.options(**{"s2.stream": "dss"}))
-            .option("checkpointLocation", str(self.work / "ckpt-dss"))
+            .options(**self.options(**{"s2.stream": stream, **extra}))
+            .option("checkpointLocation", str(self.work / f"ckpt-{stream}"))
             .trigger(availableNow=True)
             .start()
         )
@@ -190,6 +251,12 @@ class Smoke:
     def format_stream_write(self) -> str:
         self._run(self._stream_write_query())
         return _same_rows("writeStream.format('s2')", read_bodies(self.endpoint, self.basin, "dss"))
+
+    def format_stream_write_worker_killed(self) -> str:
+        def run() -> None:
+            self._run(self._stream_write_query("dss-retry", **{"sink.batch.max-size": "100"}))
+
+        return self._with_worker_killed("writeStream.format('s2')", "dss-retry", run)
 
     def format_stream_write_refused(self) -> str:
         try:
@@ -232,7 +299,8 @@ def _session() -> Any:
     # Executors must run this virtualenv's interpreter, not whatever python is on PATH.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    builder = SparkSession.builder.master("local[2]").appName("s2-sink-compat")
+    # local[2,4]: two threads, and a failed task is retried (up to 4 attempts) as on a cluster.
+    builder = SparkSession.builder.master("local[2,4]").appName("s2-sink-compat")
     for key, value in {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -251,7 +319,10 @@ def _plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
     """The checks this pyspark supports, plus the refusals it must make clearly."""
     from s2_sink.datasource._compat import HAS_DATASOURCE_API, HAS_STREAM_ARROW_WRITER
 
-    checks: list[tuple[str, Callable[[], str]]] = [("foreachBatch(S2Writer)", smoke.foreach_batch_s2writer)]
+    checks: list[tuple[str, Callable[[], str]]] = [
+        ("foreachBatch(S2Writer)", smoke.foreach_batch_s2writer),
+        ("foreachBatch(S2Writer), worker killed", smoke.foreach_batch_s2writer_worker_killed),
+    ]
     if not HAS_DATASOURCE_API:
         return [*checks, ("register refused", smoke.register_refused)]
     import s2_sink
@@ -264,6 +335,7 @@ def _plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
     ]
     if HAS_STREAM_ARROW_WRITER:
         checks.append(("format stream write", smoke.format_stream_write))
+        checks.append(("format stream write, worker killed", smoke.format_stream_write_worker_killed))
     else:
         checks.append(("format stream write refused", smoke.format_stream_write_refused))
     return checks
@@ -278,9 +350,11 @@ def main() -> int:
     if not s2_sink.__file__ or not s2_sink.__file__.startswith(sys.prefix):
         raise SystemExit(f"s2_sink was imported from {s2_sink.__file__}, not from this virtualenv")
     with tempfile.TemporaryDirectory(prefix="s2-compat-") as tmp, LiteServer() as srv:
+        crashes = CrashPlan(Path(tmp) / "crash-plan.json")
+        os.environ["S2SINK_CRASH_PLAN"] = str(crashes.path)  # before Spark starts its Python workers
         spark = _session()
         try:
-            smoke = Smoke(spark, srv.endpoint, fresh_basin(srv.endpoint), Path(tmp))
+            smoke = Smoke(spark, srv.endpoint, fresh_basin(srv.endpoint), Path(tmp), crashes)
             for name, check in _plan(smoke):
                 started = time.monotonic()
                 _log(f"{name} ...")
