@@ -14,6 +14,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from s2_sink._options import OptionMap
+from s2_sink._preflight import OPT_PREFLIGHT, preflight_read, preflight_write
+from s2_sink._preflight import enabled as preflight_enabled
 from s2_sink.config import S2Config
 from s2_sink.datasource import _read_options as ro
 from s2_sink.datasource._batch_reader import S2BatchReader
@@ -43,6 +45,7 @@ READ_KEYS = frozenset(
         ro.OPT_MAX_BYTES_PER_TRIGGER,
         ro.OPT_RECORDS_PER_PARTITION,
         ro.OPT_FAIL_ON_DATA_LOSS,
+        OPT_PREFLIGHT,
     }
 )
 
@@ -83,6 +86,8 @@ class S2DataSource(DataSource):
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)
+        if preflight_enabled(self._opts):
+            preflight_read(cfg, opts.streams, what="format('s2') read")
         return cfg, opts
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -102,6 +107,8 @@ class S2DataSource(DataSource):
         routing.validate(schema)
         routing.validate_arrow(schema)
         opts.encoder.validate(schema, keep=routing.source_columns(), exclude=routing.body_exclusions())
+        if preflight_enabled(self._opts):
+            preflight_write(cfg, opts.spec.streams_to_create(), what="format('s2') write")
         return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from s2_sink._options import OptionMap
+from s2_sink._preflight import OPT_PREFLIGHT
 from s2_sink._routing import Routing
 from s2_sink._write_spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
@@ -53,6 +54,7 @@ WRITE_KEYS = frozenset(
         OPT_DELIVERY,
         OPT_WRITER_ID,
         OPT_REPLAY_PARTITIONING,
+        OPT_PREFLIGHT,
         # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
         # pipeline only to the reader, but users often keep one option dict).
     }

@@ -117,6 +117,7 @@ def test_ranges_tile_each_stream_exactly(start: dict[str, int], end: dict[str, i
 
 # The data source's driver-side entry points, called directly (Spark calls them while planning).
 _BASE = {
+    "s2.preflight": "false",  # no server here: the driver's preflight is tested in test_preflight.py
     "s2.basin": "unused-basin",
     "s2.endpoints.account": "http://127.0.0.1:9",
     "s2.endpoints.basin": "http://127.0.0.1:9",
@@ -218,6 +219,7 @@ def test_option_names_are_case_insensitive_on_both_sides() -> None:
     """Any spelling of an option name is that option, for reads and writes alike (connection options too)."""
     source = S2DataSource(
         {
+            "S2.PreFlight": "False",
             "S2.Basin": _BASE["s2.basin"],
             "S2.ENDPOINTS.ACCOUNT": _BASE["s2.endpoints.account"],
             "s2.Endpoints.Basin": _BASE["s2.endpoints.basin"],
@@ -306,7 +308,7 @@ def test_exactly_once_write_options_and_identity(tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "metadata").write_text('{"id":"8d1a6f6e-query"}\n')
-    cfg = S2Config.from_options({**_BASE, "s2.stream": "s"})
+    cfg = S2Config.from_options({**_BASE, "s2.stream": "s"}, ignore=["s2.preflight"])
     opts = parse_write_options({"s2.stream": "s"}, cfg=cfg, streaming=True)
     assert opts.spec.delivery == "exactly-once"
     assert sink_identity(opts, ck.as_uri()) == ("8d1a6f6e-query", "8d1a6f6e-query")
