@@ -10,8 +10,10 @@ stream it looks at, at most `MAX_PROBED_STREAMS`, and runs once per `S2Writer` o
 What it asks S2, and why these requests:
 
 - writes: a one-entry ``list_streams`` page at each known target's name, which tells whether the stream exists
-  without creating it (a ``check_tail`` would create it in a basin with ``create_stream_on_read``); a routed
-  write whose streams are known only from the rows lists one page of the basin;
+  without creating it (a ``check_tail`` would create it in a basin with ``create_stream_on_read``); only if it
+  does not, and ``create_streams`` is off, the basin's config, whose ``create_stream_on_append`` may create
+  it on the first append; a routed write whose streams are known only from the rows lists one page of the
+  basin;
 - reads: ``check_tail`` of the streams to read, the request planning makes next anyway.
 
 A 403 means the token works but may not make this request (a minimal append-only token, say): the
@@ -25,7 +27,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from s2_sdk import S2Basin, S2Error, S2ServerError
+from s2_sdk import S2, S2Basin, S2Error, S2ServerError
 
 from s2_sink import _runtime
 from s2_sink._explain import explain
@@ -63,14 +65,27 @@ class _Missing(Exception):
         self.stream = stream
 
 
-async def _write_probe(basin: S2Basin, streams: Sequence[str], create_streams: bool) -> None:
+async def _appends_create(client: S2, basin: str) -> bool:
+    """Whether appends to a missing stream create it (the basin's ``create_stream_on_append``); a token that
+    may not read the basin's config cannot tell, so the append is given the benefit of the doubt."""
+    try:
+        config = await client.get_basin_config(basin)
+    except S2ServerError as exc:
+        if exc.status_code == 403:
+            return True
+        raise
+    return bool(config.create_stream_on_append)
+
+
+async def _write_probe(client: S2, basin_name: str, streams: Sequence[str], create_streams: bool) -> None:
+    basin = client.basin(basin_name)
     if not streams:
         await basin.list_streams(limit=1)
         return
     for stream in streams[:MAX_PROBED_STREAMS]:
         page = await basin.list_streams(prefix=stream, limit=1)
         found = any(i.name == stream and i.deleted_at is None for i in page.items)
-        if not found and not create_streams:
+        if not found and not create_streams and not await _appends_create(client, basin_name):
             raise _Missing(stream)
 
 
@@ -86,11 +101,11 @@ async def _read_probe(basin: S2Basin, streams: Sequence[str]) -> None:
 
 def _run(cfg: S2Config, what: str, probe: str, streams: Sequence[str], create_streams: bool) -> None:
     async def main() -> None:
-        basin = get_pool().client(cfg).basin(cfg.basin)  # the pool is touched only on the loop
+        client = get_pool().client(cfg)  # the pool is touched only on the loop
         if probe == "write":
-            await _write_probe(basin, streams, create_streams)
+            await _write_probe(client, cfg.basin, streams, create_streams)
         else:
-            await _read_probe(basin, streams)
+            await _read_probe(client.basin(cfg.basin), streams)
 
     first = streams[0] if streams else None
     fix_stream = (

@@ -46,8 +46,10 @@ def guarded() -> Iterator[LiteServer]:
 
 
 def test_a_good_setup_passes_and_creates_nothing(lite: LiteServer) -> None:
-    """Existing basin and stream: the write and read preflights pass; a missing stream with create_streams
-    passes too, and the preflight itself creates no stream."""
+    """The write preflight passes for a routed write, for a missing stream that create_streams or the basin's
+    create_stream_on_append will create, and the preflight itself creates no stream."""
+    auto = fresh_basin(lite.endpoint, create_stream_on_append=True)
+    preflight_write(_cfg(lite.endpoint, auto), ["made-by-the-first-append"], what="S2Writer")
     basin = fresh_basin(lite.endpoint, create_stream_on_append=False)
     cfg = _cfg(lite.endpoint, basin)
     preflight_write(cfg, [], what="S2Writer")
