@@ -145,7 +145,7 @@ def test_a_silent_endpoint_fails_within_the_timeout_bound(retries: int, session_
         with pytest.raises(ReadError) as read:
             _s2io.tails(cfg, ["events"])
         read_s = time.monotonic() - started
-    slack = 1.5  # scheduling on a loaded machine, and the short backoff waits
+    slack = 3.0  # scheduling on a loaded machine, and the short backoff waits
     assert write_s <= (retries + session_retries + 1) * per_attempt + slack
     assert read_s <= (retries + 1) * per_attempt + slack
     for err in (write.value, read.value):

@@ -109,7 +109,7 @@ def test_not_s2_and_silent_endpoints_fail_fast() -> None:
         started = time.monotonic()
         with pytest.raises(PreflightError, match=f"cannot reach S2 at {endpoint}: no answer"):
             preflight_write(cfg, ["events"], what="S2Writer")
-        assert time.monotonic() - started < 0.5 + 1.5
+        assert time.monotonic() - started < 0.5 + 3.0  # one attempt, and a loaded machine's scheduling
 
 
 def test_format_s2_plans_with_the_preflight(lite: LiteServer) -> None:
