@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from s2_sink._logging import configure_from_env, configure_logging
 from s2_sink._metrics import BatchMetrics, StreamMetrics
 from s2_sink._version import __version__
 from s2_sink.config import S2Config
@@ -15,6 +16,7 @@ from s2_sink.errors import (
     ConfigError,
     EncodeError,
     FencedError,
+    PreflightError,
     ReadError,
     ReplayMismatchError,
     S2SinkError,
@@ -34,6 +36,7 @@ __all__ = [
     "EncodeError",
     "FencedError",
     "InsertEncoder",
+    "PreflightError",
     "ReadError",
     "ReplayMismatchError",
     "S2Config",
@@ -46,10 +49,14 @@ __all__ = [
     "WriteError",
     "WriterConflictError",
     "__version__",
+    "configure_logging",
     "decode_json",
     "decode_upsert",
     "register",
 ]
+
+# S2_SINK_LOG_FORMAT=json|text in the environment (e.g. spark.executorEnv.*) attaches a handler at import.
+configure_from_env()
 
 _ENCODERS = ("InsertEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
 

@@ -33,6 +33,7 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once import _crashpoints
+from s2_sink._explain import explain
 from s2_sink._results import StreamTotals
 from s2_sink._retry import Backoff, no_side_effects, retryable
 from s2_sink._session_pool import PooledSession, get_pool
@@ -195,7 +196,8 @@ class Appender:
                 st.waits = self.backoff.delays()
             delay = next(st.waits, None)
             if delay is None:
-                raise self._error(st, exc, f"after {self.backoff.retries} session retries") from exc
+                why = explain(exc, self.cfg, stream=st.name).message
+                raise self._error(st, exc, f"after {self.backoff.retries} session retries: {why}") from exc
             st.failures += 1
             st.totals.retries += 1
             log.warning(
@@ -236,13 +238,8 @@ class Appender:
             raise self._error(st, exc, "append condition failed") from exc
         if isinstance(exc, S2ServerError):
             status = exc.status_code
-            if status in (401, 403):
-                raise self._error(
-                    st, exc, "not authorized: check access_token (s2.auth-token) and its permissions"
-                ) from exc
-            if status == 404:
-                hint = "" if self.cfg.create_streams else "; set create_streams=True (s2.create-streams)"
-                raise self._error(st, exc, f"basin or stream not found{hint}") from exc
+            if status in (401, 403, 404):
+                raise self._error(st, exc, explain(exc, self.cfg, stream=st.name).message) from exc
             if not retryable(exc):
                 raise self._error(st, exc, "request rejected") from exc
         elif not retryable(exc):

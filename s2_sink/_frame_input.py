@@ -89,7 +89,7 @@ class FrameInput:
             target = targets[i] if targets is not None else fixed
             if err is None:
                 if target is None:
-                    err = f"target stream column {self.plan.stream_column!r} is null"
+                    err = self.plan.null_target
                 elif rec is None:
                     err = f"{BODY} is null"
                 elif sizes[i] > self.max_record:

@@ -86,6 +86,17 @@ class Routing:
             return _template_fields(self.template)
         return []
 
+    def null_target(self) -> str:
+        """How a row whose target is null reads in a bad-row error: the user's column or template, not the
+        internal `STREAM_COLUMN` the target is carried in."""
+        if self.kind == "column":
+            return f"stream column {self.column!r} is null (the row has no target stream)"
+        if self.kind == "template":
+            assert self.template is not None
+            columns = ", ".join(repr(c) for c in _template_fields(self.template))
+            return f"stream template {self.template!r} has a null column (one of {columns})"
+        return "the target stream is null"
+
     def body_exclusions(self) -> list[str]:
         """Input columns that must not be part of the record body (a dedicated stream-name column)."""
         return [self.column] if self.kind == "column" and self.column is not None else []

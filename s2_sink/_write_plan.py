@@ -114,6 +114,9 @@ class WritePlan:
     stream_column: str | None = None
     """A string column of the frame holding each row's target stream; a null value is a bad row."""
 
+    null_target: str = "the target stream is null"
+    """A null ``stream_column`` value in words, naming the user's routing column or template."""
+
     on_error: OnError = "fail"
     """What to do with a bad row (``_s2_error`` set, null stream, record over 1 MiB): raise an
     `EncodeError`, count and skip it, or append it to ``dlq_stream``."""

@@ -141,6 +141,7 @@ class WriteSpec:
             batch_id=batch_id,
             stream=None if routed else self.routing.stream,
             stream_column=STREAM_COLUMN if routed else None,
+            null_target=self.routing.null_target(),
             on_error=self.on_error,
             dlq_stream=self.dlq_stream,
             payload_column=PAYLOAD_COLUMN if self.dlq_payload else None,

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from s2_sink._options import OptionMap
 from s2_sink.errors import ConfigError
 
-__all__ = ["OPTION_KEYS", "S2Config"]
+__all__ = ["OPTION_KEYS", "WRITE_ONLY_OPTION_KEYS", "S2Config"]
 
 ONE_MIB: Final = 1024 * 1024
 MAX_BATCH_RECORDS: Final = 1000
@@ -153,18 +154,20 @@ class S2Config:
     def from_options(cls, options: Mapping[str, Any], *, ignore: Iterable[str] = ()) -> S2Config:
         """Build a config from Flink-style option names (values may be strings, as Spark options are).
 
-        Keys listed in `ignore` are skipped (e.g. the data source's own options); any other unknown key raises
-        ConfigError naming it. ``S2_ACCESS_TOKEN`` and the endpoint variables fill in options that are absent.
+        Names are case-insensitive (``S2.Basin`` is ``s2.basin``). Keys listed in `ignore` are skipped (e.g.
+        the data source's own options); any other unknown key raises ConfigError naming it and listing the
+        known ones. ``S2_ACCESS_TOKEN`` and the endpoint variables fill in options that are absent.
         """
-        skip = set(ignore)
+        opts = OptionMap(options)
+        skip = {k.lower() for k in ignore}
         kwargs: dict[str, Any] = {}
-        for key, raw in options.items():
+        for key, raw in opts.items():
             if key in skip:
                 continue
             spec = _OPTIONS.get(key)
             if spec is None:
                 known = ", ".join(sorted(_OPTIONS))
-                raise ConfigError(f"unknown option {key!r}; known options: {known}")
+                raise ConfigError(f"unknown option {opts.spelling(key)!r}; known options: {known}")
             name, parse = spec
             kwargs[name] = parse(key, raw)
         env = _env_values()
@@ -294,6 +297,16 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
 
 OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}
 """Option key -> S2Config field name, for every key `S2Config.from_options` accepts."""
+
+WRITE_ONLY_OPTION_KEYS: Final = frozenset(
+    {
+        "s2.append-retry-policy",
+        "s2.session-retries",
+        "s2.create-streams",
+        *(key for key in _OPTIONS if key.startswith("sink.")),
+    }
+)
+"""Option keys that shape appends only: a ``format("s2")`` read refuses them rather than ignore them."""
 
 _FIELD_TO_KEY: Final[dict[str, str]] = {name: key for key, name in OPTION_KEYS.items()}
 

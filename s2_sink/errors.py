@@ -2,6 +2,8 @@
 
     S2SinkError                     root: catch this to catch everything s2_sink raises
     ├── ConfigError                 bad option, column or argument; raised on the driver before any task runs
+    ├── PreflightError              the driver's check before the first batch: S2 unreachable, token refused,
+    │                               basin or stream missing; names endpoint, basin, stream and the fix
     ├── EncodeError                 a row cannot become a record (null key, unknown op, record over 1 MiB)
     ├── ReadError                   format("s2") could not list, locate or read streams; names basin, stream
     ├── WriteError                  appends failed after retries; names stream, batch id and partition
@@ -20,6 +22,7 @@ __all__ = [
     "ConfigError",
     "EncodeError",
     "FencedError",
+    "PreflightError",
     "ReadError",
     "ReplayMismatchError",
     "S2SinkError",
@@ -34,6 +37,12 @@ class S2SinkError(Exception):
 
 class ConfigError(S2SinkError, ValueError):
     """An option, column or argument is invalid. Raised on the driver, naming the option and the bad value."""
+
+
+class PreflightError(S2SinkError):
+    """The driver's check before the first batch's tasks launch failed: the endpoint does not answer or is
+    not S2, the token is refused, or the basin or a stream is missing. The message names the endpoint, basin
+    and stream and the fix; the SDK error, if any, is chained."""
 
 
 class EncodeError(S2SinkError, ValueError):

@@ -33,6 +33,7 @@ from s2_sink._delivery import AtLeastOnce, DeliveryMode
 from s2_sink._exactly_once._mode import ExactlyOnce
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._partition_writer import map_partition
+from s2_sink._preflight import preflight_write
 from s2_sink._results import RESULT_DDL
 from s2_sink._routing import STREAM_COLUMN, Routing
 from s2_sink._session_pool import get_pool
@@ -79,6 +80,9 @@ class S2Writer:
         on_metrics: called with each batch's `BatchMetrics` after it is written.
         create_streams: create missing target streams; default ``cfg.create_streams``.
         history_size: how many `BatchMetrics` ``history`` keeps.
+        preflight: before the first batch's tasks launch, check on the driver that the endpoint answers, the
+            token is accepted and the basin and known target streams exist or will be created (once per
+            writer object; `PreflightError` naming the endpoint, basin, stream and fix). Default ``True``.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class S2Writer:
         on_metrics: Callable[[BatchMetrics], Any] | None = None,
         create_streams: bool | None = None,
         history_size: int = 100,
+        preflight: bool = True,
     ) -> None:
         if not isinstance(cfg, S2Config):
             raise ConfigError(f"cfg must be an S2Config, got {type(cfg).__name__}")
@@ -109,6 +114,9 @@ class S2Writer:
             raise ConfigError(f"on_metrics must be callable, got {on_metrics!r}")
         if isinstance(history_size, bool) or not isinstance(history_size, int) or history_size < 1:
             raise ConfigError(f"history_size must be a positive integer, got {history_size!r}")
+        if not isinstance(preflight, bool):
+            raise ConfigError(f"preflight must be a bool, got {preflight!r}")
+        self._preflight_pending = preflight
         self.spec = WriteSpec.build(
             cfg,
             Routing.build(stream=cfg.stream, stream_column=stream_column, shards=shards),
@@ -162,6 +170,9 @@ class S2Writer:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (the ``foreachBatch`` entry point)."""
         started = time.monotonic()
+        if self._preflight_pending:  # once per writer object, before the first batch's tasks
+            preflight_write(self.cfg, self.spec.streams_to_create(), what="S2Writer")
+            self._preflight_pending = False
         job = self.mode.prepare(batch_id, self.frame(batch_df))
         if job is None:  # the ledger has this batch (logged there)
             return

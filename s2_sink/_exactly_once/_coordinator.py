@@ -138,7 +138,7 @@ class Coordinator:
 
     async def load(self) -> LedgerState:
         """Load the ledger's state (creating the ledger stream if needed)."""
-        self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
+        self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id, cfg=self.cfg)
         return await self._ledger.load()
 
     def ledger_position(self) -> tuple[LedgerState, int]:

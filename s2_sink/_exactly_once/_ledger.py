@@ -48,7 +48,9 @@ from s2_sink._exactly_once._ledger_records import (
     record_base,
     state_of,
 )
+from s2_sink._explain import explain
 from s2_sink._retry import Backoff, retryable
+from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
 __all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
@@ -76,8 +78,9 @@ def ledger_stream_name(writer_id: str) -> str:
 class Ledger:
     """Reads and conditionally appends the ledger stream of one writer identity (driver side)."""
 
-    def __init__(self, basin: S2Basin, writer_id: str) -> None:
+    def __init__(self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None) -> None:
         self.name = ledger_stream_name(writer_id)
+        self._cfg = cfg  # names the endpoint and the fix when the ledger cannot be read
         self.writer_id = writer_id
         self._basin = basin
         self._stream: S2Stream = basin.stream(self.name)
@@ -99,7 +102,8 @@ class Ledger:
             if tail > 0:
                 state, at = await self._read_state(tail)
         except S2Error as exc:
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+            why = explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {why}") from exc
         self.state, self.tail, self._state_at = state, tail, at
         return state
 

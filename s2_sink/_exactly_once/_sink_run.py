@@ -176,7 +176,7 @@ async def _commit(
     *,
     query_id: str | None,
 ) -> None:
-    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id)
+    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
     if run is not None and run.opened is not None:
         # Happy path: one conditional append on top of our own open record. If anybody appended since,
         # the append fails and Ledger.append names the other run (WriterConflictError).

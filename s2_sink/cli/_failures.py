@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from s2_sdk import S2ClientError, S2ServerError
-from s2_sdk._exceptions import TransportError  # not exported, but what a refused connection raises (0.13)
-
+from s2_sink._explain import FailureKind
+from s2_sink._explain import explain as explain_failure
 from s2_sink.config import S2Config
 
 __all__ = ["EXIT_CODES", "CliFailure", "explain"]
@@ -38,38 +37,17 @@ class CliFailure(Exception):
         """``"basin"`` or ``"stream"`` when the failure is that one does not exist."""
 
 
+_CODES: Final[dict[FailureKind, int]] = {
+    "token": DENIED,
+    "permission": DENIED,
+    "basin": NOT_FOUND,
+    "stream": NOT_FOUND,
+}
+
+
 def explain(exc: Exception, cfg: S2Config, stream: str | None) -> CliFailure:
-    """Put an SDK error into words naming the endpoint, basin and stream, with the fix where there is one."""
-    where = f"basin {cfg.basin!r} at {cfg.basin_endpoint.replace('{basin}', cfg.basin)}"
-    if isinstance(exc, S2ServerError):
-        if exc.status_code == 401:
-            return CliFailure(
-                f"{where} refused the access token (401 {exc.code}): set S2_ACCESS_TOKEN to a valid token "
-                "for this account",
-                DENIED,
-            )
-        if exc.status_code == 403:
-            return CliFailure(
-                f"{where}: the access token may not do this (403 {exc.code}: {exc.message}); the operations "
-                "each command needs are listed in docs/operations.md",
-                DENIED,
-            )
-        if exc.code == "basin_not_found":
-            return CliFailure(
-                f"basin {cfg.basin!r} does not exist at {cfg.account_endpoint} (for a local one: "
-                f"s2-lite --basin {cfg.basin})",
-                NOT_FOUND,
-                missing="basin",
-            )
-        if exc.code == "stream_not_found" and stream is not None:
-            return CliFailure(f"stream {stream!r} does not exist in {where}", NOT_FOUND, missing="stream")
-        return CliFailure(
-            f"{where} refused the request on stream {stream!r}: {exc.message} "
-            f"(HTTP {exc.status_code}, {exc.code})"
-        )
-    if isinstance(exc, S2ClientError | TransportError | OSError):
-        return CliFailure(
-            f"cannot reach S2 at {cfg.basin_endpoint.replace('{basin}', cfg.basin)} ({type(exc).__name__}: "
-            f"{exc}); check S2_BASIN_ENDPOINT / --endpoint and that the server is running"
-        )
-    return CliFailure(f"{where}: {type(exc).__name__}: {exc}")
+    """Put an SDK error into words naming the endpoint, basin and stream, with the fix where there is one
+    (the library's wording, `s2_sink._explain`, with an exit code)."""
+    words = explain_failure(exc, cfg, stream=stream, stream_fix="check the stream name")
+    missing = words.kind if words.kind in ("basin", "stream") else None
+    return CliFailure(words.message, _CODES.get(words.kind, FAILED), missing=missing)

@@ -14,6 +14,7 @@ from typing import Literal
 
 from s2_sink._exactly_once._identity import validate_writer_id
 from s2_sink._exactly_once._ledger import LEDGER_PREFIX
+from s2_sink._options import OptionMap
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -99,13 +100,8 @@ class ReadOptions:
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Spark hands options over case-insensitively (lower-cased keys); accept either spelling.
-    value = options.get(name)
-    if value is None:
-        value = options.get(name.lower())
-    if value is None:
-        return None
-    return str(value)
+    # Option names are case-insensitive: one lookup rule for every option (s2_sink._options).
+    return (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
 
 
 def _positive_int(name: str, raw: str) -> int:
@@ -237,6 +233,7 @@ def _parse_isolation(options: Mapping[str, str]) -> str | None:
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Validate the reader options; raise ConfigError naming the option and the bad value."""
+    options = OptionMap(options)
     streams, prefix = _parse_streams(options)
 
     fmt_raw = _get(options, OPT_FORMAT)

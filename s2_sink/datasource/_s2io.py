@@ -16,6 +16,7 @@ from typing import TypeVar
 import s2_sdk
 
 from s2_sink import _runtime
+from s2_sink._explain import explain
 from s2_sink._session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
@@ -27,6 +28,14 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
+def _words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
+    if isinstance(exc, s2_sdk.ReadUnwrittenError):
+        return str(exc)  # a position past the tail: callers look at the cause, it is no failure to explain
+    return explain(
+        exc, cfg, stream=stream, stream_fix="check s2.stream / s2.streams / s2.stream-prefix"
+    ).message
+
+
 def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
     async def main() -> _T:
         # The pool is touched only from the loop, so the client is looked up there.
@@ -35,7 +44,7 @@ def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]
     try:
         return _runtime.run(main())
     except s2_sdk.S2Error as exc:
-        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {exc}") from exc
+        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {_words(exc, cfg)}") from exc
 
 
 async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
@@ -215,7 +224,8 @@ def read_range(
             yield batch
     except s2_sdk.S2Error as exc:
         raise ReadError(
-            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: {exc}"
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{_words(exc, cfg, stream)}"
         ) from exc
     finally:
         # A generator collected on the loop's own thread cannot wait on that loop; there the loop's

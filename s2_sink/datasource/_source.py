@@ -13,11 +13,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from s2_sink._options import OptionMap
+from s2_sink._preflight import OPT_PREFLIGHT, preflight_read, preflight_write
+from s2_sink._preflight import enabled as preflight_enabled
 from s2_sink.config import S2Config
 from s2_sink.datasource import _read_options as ro
 from s2_sink.datasource._batch_reader import S2BatchReader
 from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._formats import check_schema, default_schema
+from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.datasource._write_options import WRITE_KEYS, WriteOptions, parse_write_options
 from s2_sink.datasource._writer import S2BatchWriter, S2StreamWriter, check_overwrite, sink_identity
@@ -43,30 +47,19 @@ READ_KEYS = frozenset(
         ro.OPT_FAIL_ON_DATA_LOSS,
         ro.OPT_ISOLATION,
         ro.OPT_COMMITTED_BY,
+        OPT_PREFLIGHT,
     }
 )
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in options.items():
-        lowered = key.lower()
-        if lowered in out:
-            raise ConfigError(f"option {key!r} is given twice (option names are case-insensitive)")
-        out[lowered] = value
-    return out
-
-
-# Spark adds options of its own (checkpointLocation, path, ...); only these namespaces are ours to validate.
-_OUR_PREFIXES = ("s2.", "sink.")
-
-
 def _ours(options: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in options.items() if k.startswith(_OUR_PREFIXES)}
+    return {k: v for k, v in options.items() if k.startswith(OUR_PREFIXES)}
 
 
 def read_config(options: Mapping[str, str]) -> S2Config:
-    """The connection settings of a read: validated by S2Config, reader-only keys skipped."""
+    """The connection settings of a read: validated by S2Config, reader-only keys skipped; options that
+    belong to writes are refused (`check_side`)."""
+    check_side(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
     return S2Config.from_options(_ours(options), ignore=READ_KEYS)
 
 
@@ -79,7 +72,7 @@ class S2DataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self._opts = _lower(options)
+        self._opts = OptionMap(options)  # names are case-insensitive
 
     @classmethod
     def name(cls) -> str:
@@ -95,6 +88,8 @@ class S2DataSource(DataSource):
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)
+        if preflight_enabled(self._opts):
+            preflight_read(cfg, opts.streams, what="format('s2') read")
         return cfg, opts
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -107,12 +102,15 @@ class S2DataSource(DataSource):
 
     def _writer_options(self, schema: StructType, overwrite: bool, *, streaming: bool) -> WriteOptions:
         check_overwrite(overwrite)
+        check_side(self._opts, "write", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
         cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
         opts = parse_write_options(self._opts, cfg=cfg, streaming=streaming)
         routing = opts.spec.routing
         routing.validate(schema)
         routing.validate_arrow(schema)
         opts.encoder.validate(schema, keep=routing.source_columns(), exclude=routing.body_exclusions())
+        if preflight_enabled(self._opts):
+            preflight_write(cfg, opts.spec.streams_to_create(), what="format('s2') write")
         return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

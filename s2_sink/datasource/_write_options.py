@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from s2_sink._options import OptionMap
+from s2_sink._preflight import OPT_PREFLIGHT
 from s2_sink._routing import Routing
 from s2_sink._write_spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
@@ -52,6 +54,7 @@ WRITE_KEYS = frozenset(
         OPT_DELIVERY,
         OPT_WRITER_ID,
         OPT_REPLAY_PARTITIONING,
+        OPT_PREFLIGHT,
         # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
         # pipeline only to the reader, but users often keep one option dict).
     }
@@ -70,8 +73,9 @@ class WriteOptions:
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    value = options.get(name)
-    return None if value is None else str(value).strip()
+    # Option names are case-insensitive: one lookup rule for every option (s2_sink._options).
+    value = (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
+    return None if value is None else value.strip()
 
 
 def _names(option: str, raw: str) -> list[str]:
@@ -92,11 +96,19 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
         for name in _UPSERT_ONLY:
             if _get(options, name) is not None:
                 raise ConfigError(f"option {name} applies to {OPT_FORMAT}=upsert, not {fmt!r}")
+        key_raw = _get(options, OPT_KEY_COLUMN)
+        if key_raw is not None:
+            # The record key only routes S2Writer's shards and partition_by_key; format('s2') has neither,
+            # so the option would be accepted and do nothing.
+            raise ConfigError(
+                f"option {OPT_KEY_COLUMN}={key_raw!r} has no effect on format('s2') writes (a record key "
+                "only picks S2Writer's shard and partition_by_key order): drop it, keep the key in the "
+                "body, or write with S2Writer(cfg, InsertEncoder(key_column=...), shards=N)"
+            )
         return InsertEncoder(
             fmt,  # type: ignore[arg-type]  # narrowed by the membership test above
             headers_column=headers,
             timestamp_column=timestamp,
-            key_column=_get(options, OPT_KEY_COLUMN) or None,
             value_column=_get(options, OPT_VALUE_COLUMN) or "value",
             exclude_columns=exclude,
         )
@@ -142,6 +154,7 @@ def _only_with_exactly_once(name: str, raw: str | None, delivery: str) -> None:
 
 def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming: bool) -> WriteOptions:
     """Validate the writer options against `cfg`, the connection settings (``s2.stream`` among them)."""
+    options = OptionMap(options)
     encoder = _encoder(options)
     stream_column = _get(options, OPT_STREAM_COLUMN) or None
     # S2Writer lets stream_column override the config's stream; options name one or the other.

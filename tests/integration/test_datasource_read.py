@@ -232,12 +232,25 @@ def test_reading_a_missing_stream_raises_read_error(
     sp: SparkSession, endpoint: str, extra: dict[str, str], where: str
 ) -> None:
     """A read of a stream that does not exist fails with ReadError naming the stream and the basin, whether
-    the driver's planning or an executor's range read finds it missing."""
+    the driver's planning or an executor's range read finds it missing (the preflight, which would find it
+    first, is off here)."""
     basin = new_basin(endpoint)
-    options = opts(endpoint, basin, **{"s2.stream": "ghost", **extra})
+    options = opts(endpoint, basin, **{"s2.stream": "ghost", "s2.preflight": "false", **extra})
     with pytest.raises(Exception, match="ReadError") as info:
         sp.read.format("s2").options(**options).load().collect()
     assert f"{where} in basin {basin!r} failed" in str(info.value)
+    assert f"does not exist in basin {basin!r} at {endpoint}: check s2.stream" in str(info.value)
+
+
+def test_the_preflight_refuses_a_missing_stream_while_planning(sp: SparkSession, endpoint: str) -> None:
+    """With the preflight on (the default), a read of a missing stream fails while Spark plans it, with one
+    message naming the stream, basin, endpoint and the fix."""
+    basin = new_basin(endpoint)
+    with pytest.raises(Exception, match="PreflightError") as info:
+        sp.read.format("s2").options(**opts(endpoint, basin, **{"s2.stream": "ghost"})).load().collect()
+    assert f"format('s2') read: stream 'ghost' does not exist in basin {basin!r} at {endpoint}" in str(
+        info.value
+    )
 
 
 # ------------------------------------------------------------------------------------------------

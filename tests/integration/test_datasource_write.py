@@ -219,6 +219,24 @@ def _copy_query(sp: SparkSession, endpoint: str, basin: str, checkpoint: Path, *
     )
 
 
+def test_streaming_progress_shows_the_rows_spark_counts(
+    sp: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    """StreamingQueryProgress of a format("s2") write reports the rows Spark wrote to the sink
+    (``sink.numOutputRows``); Spark's Python data source API has no hook for a sink's own figures, so
+    ``sink.metrics`` stays empty (docs/operations.md, "Figures")."""
+    basin = new_basin(endpoint, "in", "out")
+    append(endpoint, basin, "in", bodies("a", "b", "c"))
+    q = _copy_query(sp, endpoint, basin, tmp_path / "ck", **{"s2.delivery": "at-least-once"})
+    try:
+        q.processAllAvailable()
+        progress = next(p for p in reversed(q.recentProgress) if p["numInputRows"])
+    finally:
+        q.stop()
+    assert progress["sink"]["numOutputRows"] == 3
+    assert not progress["sink"].get("metrics")
+
+
 @pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
 def test_streaming_write_replay_of_a_written_batch(
     sp: SparkSession, endpoint: str, tmp_path: Path, delivery: str

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from s2_sink import S2Config, S2Writer
 from s2_sink._metrics import BatchMetrics
 from s2_sink.encoders import InsertEncoder, UpsertEncoder
-from s2_sink.errors import ConfigError, EncodeError, WriteError
+from s2_sink.errors import ConfigError, EncodeError, PreflightError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import list_streams, read_stream
@@ -197,7 +197,7 @@ def test_bad_rows_fail_or_skip(spark: SparkSession, lite: LiteServer, basin: str
     """on_error='fail' raises EncodeError on the driver; 'skip' drops and counts the rows."""
     df = rows_df(spark, 20).withColumn("target", F.when(F.col("id") == 3, None).otherwise(F.lit("fs")))
     failing = S2Writer(cfg_for(lite, basin, stream=None), stream_column="target", delivery="at-least-once")
-    with pytest.raises(EncodeError, match="target stream column"):
+    with pytest.raises(EncodeError, match=r"stream column 'target' is null"):
         failing(df, 0)
     skipping = S2Writer(
         cfg_for(lite, basin, stream=None), stream_column="target", on_error="skip", delivery="at-least-once"
@@ -232,7 +232,8 @@ def test_dropped_connections_lose_nothing(
 
 
 def test_wrong_token_is_a_clear_error(spark: SparkSession) -> None:
-    """A token the server refuses fails the batch with a WriteError about the token (never showing it)."""
+    """A token the server refuses fails the first batch in the driver's preflight, and (with the preflight
+    off) in the tasks' WriteError, in the same words, never showing the token."""
     with LiteServer(token="the-right-one") as srv:
         basin = fresh_basin(srv.endpoint, token="the-right-one")
         cfg = S2Config(
@@ -243,10 +244,27 @@ def test_wrong_token_is_a_clear_error(spark: SparkSession) -> None:
             basin_endpoint=srv.endpoint,
             session_retries=0,
         )
-        writer = S2Writer(cfg, delivery="at-least-once")
-        with pytest.raises(WriteError, match=r"not authorized: check access_token") as info:
-            writer(rows_df(spark, 5), 0)
-        assert "not-the-right-one" not in str(info.value)
+        words = r"refused the access token \(401 authn\): set S2_ACCESS_TOKEN"
+        with pytest.raises(PreflightError, match=rf"^S2Writer: basin '{basin}' at .*{words}") as first:
+            S2Writer(cfg, delivery="at-least-once")(rows_df(spark, 5), 0)
+        unchecked = S2Writer(cfg, delivery="at-least-once", preflight=False)
+        with pytest.raises(WriteError, match=words) as tasks:
+            unchecked(rows_df(spark, 5), 0)
+        for info in (first, tasks):
+            assert "not-the-right-one" not in str(info.value)
+
+
+def test_the_preflight_fails_a_missing_stream_before_any_task(spark: SparkSession, lite: LiteServer) -> None:
+    """A target stream that does not exist (create_streams off) fails the first call on the driver, naming
+    the stream and the fix, before a Spark job starts; with create_streams the same writer writes."""
+    basin = fresh_basin(lite.endpoint, create_stream_on_append=False)
+    df = rows_df(spark, 5)
+    jobs_before = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(PreflightError, match=r"stream 'events' does not exist .* set create_streams=True"):
+        S2Writer(cfg_for(lite, basin), delivery="at-least-once")(df, 0)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs_before
+    S2Writer(cfg_for(lite, basin), delivery="at-least-once", create_streams=True)(df, 0)
+    assert len(bodies(lite, basin, "events")) == 5
 
 
 def test_empty_batch_is_a_no_op(spark: SparkSession, lite: LiteServer, basin: str, caplog: Any) -> None:

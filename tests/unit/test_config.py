@@ -133,6 +133,27 @@ def test_from_options_unknown_key() -> None:
         S2Config.from_options({"s2.basin": "test-basin", "s2.bsain": "x"})
 
 
+def test_from_options_names_are_case_insensitive() -> None:
+    """Option names match in any case (as Spark's own options do); the value is parsed as usual."""
+    cfg = S2Config.from_options(
+        {
+            "S2.Basin": "test-basin",
+            "S2.ENDPOINTS.ACCOUNT": LOCAL,
+            "s2.endpoints.Basin": LOCAL,
+            "Sink.Batch.Max-Size": "10",
+            "s2.streams": "a,b",
+        },
+        ignore=["S2.Streams"],
+    )
+    assert (cfg.basin, cfg.batch_max_records) == ("test-basin", 10)
+
+
+def test_from_options_refuses_two_spellings_of_one_name() -> None:
+    """Two spellings of one option are refused rather than one silently winning."""
+    with pytest.raises(ConfigError, match=r"'S2\.Basin' is given twice \(as 's2\.basin' too\)"):
+        S2Config.from_options({"s2.basin": "test-basin", "S2.Basin": "other-basin"})
+
+
 def test_from_options_ignore_skips_foreign_keys() -> None:
     """Keys passed in `ignore` (another component's options) are skipped."""
     cfg = S2Config.from_options(

@@ -117,6 +117,7 @@ def test_ranges_tile_each_stream_exactly(start: dict[str, int], end: dict[str, i
 
 # The data source's driver-side entry points, called directly (Spark calls them while planning).
 _BASE = {
+    "s2.preflight": "false",  # no server here: the driver's preflight is tested in test_preflight.py
     "s2.basin": "unused-basin",
     "s2.endpoints.account": "http://127.0.0.1:9",
     "s2.endpoints.basin": "http://127.0.0.1:9",
@@ -198,8 +199,9 @@ def test_reader_rejects_schemas_the_format_cannot_fill(schema: StructType, fmt: 
         (
             {"s2.stream": "s", "s2.starting-position": "earliest"},
             False,
-            "unknown option 's2.starting-position'",
+            "option 's2.starting-position' applies to format('s2') reads",
         ),
+        ({"s2.stream": "s", "s2.key-column": "id"}, False, "s2.key-column='id' has no effect"),
         ({"s2.stream": "s", "s2.format": "raw"}, False, "value column 'value'"),
         ({"s2.stream": "s"}, True, "only appends"),
     ],
@@ -211,6 +213,74 @@ def test_writer_rejects_bad_options(extra: dict[str, str], overwrite: bool, mess
         source.writer(_TWO_COLS, overwrite)
     with pytest.raises(ConfigError, match=re.escape(message)):
         source.streamWriter(_TWO_COLS, overwrite)
+
+
+def test_option_names_are_case_insensitive_on_both_sides() -> None:
+    """Any spelling of an option name is that option, for reads and writes alike (connection options too)."""
+    source = S2DataSource(
+        {
+            "S2.PreFlight": "False",
+            "S2.Basin": _BASE["s2.basin"],
+            "S2.ENDPOINTS.ACCOUNT": _BASE["s2.endpoints.account"],
+            "s2.Endpoints.Basin": _BASE["s2.endpoints.basin"],
+            "S2.Stream": "s",
+            "s2.Request-Timeout-Ms": "250",
+        }
+    )
+    reader = source.reader(RAW_SCHEMA)
+    assert reader is not None
+    writer = source.writer(_TWO_COLS, False)
+    assert writer is not None
+    opts = parse_read_options({"S2.STREAMS": "a,b", "S2.Format": "JSON"}, streaming=False)
+    assert (opts.streams, opts.format) == (("a", "b"), "json")
+
+
+_READ_SIDE = [
+    "s2.basin",
+    "s2.connect-timeout-ms",
+    "s2.compression",
+    "s2.allow-insecure-http",
+    "s2.ending-position",
+    "s2.fail-on-data-loss",
+    "s2.starting-position",
+    "s2.streams",
+]
+_WRITE_SIDE = ["s2.on-error", "s2.writer-id", "s2.create-streams", "sink.batch.max-size", "s2.value-column"]
+
+
+@pytest.mark.parametrize(
+    "key", ["s2.writer-id", "s2.create-streams", "sink.batch.max-size", "S2.Session-Retries", "s2.on-error"]
+)
+def test_a_read_refuses_write_options_naming_the_side_and_listing_its_keys(key: str) -> None:
+    """A write-only option on a read (format('s2') options or S2Config's append settings) is refused: the
+    message says it belongs to writes and lists every key a read accepts, none a write alone takes."""
+    with pytest.raises(ConfigError) as info:
+        S2DataSource({**_BASE, "s2.stream": "s", key: "1"}).reader(RAW_SCHEMA)
+    text = str(info.value)
+    assert f"option {key!r} applies to format('s2') writes" in text
+    listed = set(text.split("accept: ")[1].split(", "))
+    assert set(_READ_SIDE) <= listed
+    assert not set(_WRITE_SIDE) & listed
+
+
+@pytest.mark.parametrize("key", ["s2.starting-position", "S2.Streams", "s2.fail-on-data-loss"])
+def test_a_write_refuses_read_options_naming_the_side_and_listing_its_keys(key: str) -> None:
+    """A read-only option on a write is refused, saying it belongs to reads and listing every key a write
+    accepts (its own and the connection ones), none a read alone takes."""
+    with pytest.raises(ConfigError) as info:
+        S2DataSource({**_BASE, "s2.stream": "s", key: "x"}).writer(_TWO_COLS, False)
+    text = str(info.value)
+    assert f"option {key!r} applies to format('s2') reads" in text
+    listed = set(text.split("accept: ")[1].split(", "))
+    assert set(_WRITE_SIDE) | {"s2.basin", "s2.stream", "s2.format", "s2.compression"} <= listed
+    assert not {"s2.starting-position", "s2.streams", "s2.fail-on-data-loss"} & listed
+
+
+def test_an_unknown_option_lists_the_keys_of_its_side() -> None:
+    """A misspelt option is called unknown, with the keys of the side it was given to."""
+    pattern = r"unknown option 's2\.strem'\. format\('s2'\) writes .* accept: .*s2\.writer-id"
+    with pytest.raises(ConfigError, match=pattern):
+        S2DataSource({**_BASE, "s2.stream": "s", "s2.strem": "x"}).writer(_TWO_COLS, False)
 
 
 def test_spark_options_outside_our_namespaces_are_ignored() -> None:
@@ -238,7 +308,7 @@ def test_exactly_once_write_options_and_identity(tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "metadata").write_text('{"id":"8d1a6f6e-query"}\n')
-    cfg = S2Config.from_options({**_BASE, "s2.stream": "s"})
+    cfg = S2Config.from_options({**_BASE, "s2.stream": "s"}, ignore=["s2.preflight"])
     opts = parse_write_options({"s2.stream": "s"}, cfg=cfg, streaming=True)
     assert opts.spec.delivery == "exactly-once"
     assert sink_identity(opts, ck.as_uri()) == ("8d1a6f6e-query", "8d1a6f6e-query")

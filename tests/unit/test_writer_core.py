@@ -11,6 +11,7 @@ import pytest
 
 from s2_sink import _runtime
 from s2_sink._partition_writer import write_partition
+from s2_sink._routing import Routing
 from s2_sink._session_pool import get_pool
 from s2_sink._write_plan import ChunkInfo, PartitionContext, WritePlan
 from s2_sink.config import S2Config
@@ -149,17 +150,33 @@ def test_bad_rows_skip_and_dlq(lite: LiteServer, basin: str) -> None:
     cfg = config(lite, basin)
     skip = WritePlan(cfg=cfg, batch_id=1, stream_column="_s2_stream", on_error="skip")
     assert stream_rows(write_partition(skip, [rows], ctx(1)))[None]["skipped"] == 2
-    dlq = WritePlan(cfg=cfg, batch_id=2, stream_column="_s2_stream", on_error="dlq", dlq_stream="dead")
+    dlq = WritePlan(
+        cfg=cfg,
+        batch_id=2,
+        stream_column="_s2_stream",
+        null_target=Routing.build(stream=None, stream_column="target", shards=None).null_target(),
+        on_error="dlq",
+        dlq_stream="dead",
+    )
     result = stream_rows(write_partition(dlq, [rows], ctx(2)))
     assert result[None]["dead_lettered"] == 2
     assert result["dead"]["records"] == 2
     dead = read_stream(lite.endpoint, basin, "dead")
     assert [dict(r.headers)[b"s2sink-error"] for r in dead] == [
         b"boom",
-        b"target stream column '_s2_stream' is null",
+        b"stream column 'target' is null (the row has no target stream)",
     ]
     assert dict(dead[0].headers)[b"s2sink-batch-id"] == b"2"
     assert [r.body for r in read_stream(lite.endpoint, basin, "s1")] == [b"a", b"d"] * 2
+
+
+def test_a_null_target_names_the_users_routing_not_the_internal_column() -> None:
+    """A null target reads as the user's stream column or template, never as the internal _s2_stream."""
+    by_column = Routing.build(stream=None, stream_column="region", shards=None).null_target()
+    assert by_column == "stream column 'region' is null (the row has no target stream)"
+    by_template = Routing.build(stream=None, stream_column="events/{region}/{day}", shards=None).null_target()
+    assert by_template == "stream template 'events/{region}/{day}' has a null column (one of 'region', 'day')"
+    assert "_s2_stream" not in by_column + by_template
 
 
 def test_oversized_record_is_a_bad_row(lite: LiteServer, basin: str) -> None:
@@ -189,7 +206,9 @@ def test_retries_exhausted_names_stream_batch_partition(
     lite_faults.fail_next_appends(100, status=503)
     plan = WritePlan(cfg=cfg, batch_id=42, stream="events")
     with pytest.raises(
-        WriteError, match=r"'events'.*after 1 session retries \(batch 42, partition 5"
+        WriteError,
+        match=rf"'events'.*after 1 session retries: basin '{basin}' at {lite.endpoint} refused the request "
+        r"on stream 'events': .*\(HTTP 503, unavailable\) \(batch 42, partition 5",
     ) as info:
         write_partition(plan, [frame([b"x"] * 10)], ctx(42, 5))
     assert info.value.__cause__ is not None
@@ -218,7 +237,8 @@ def test_wrong_token_is_a_clear_error() -> None:
         )
         plan = WritePlan(cfg=cfg, batch_id=0, stream="events")
         with pytest.raises(
-            WriteError, match=r"not authorized: check access_token \(s2\.auth-token\)"
+            WriteError,
+            match=r"refused the access token \(401 authn\): set S2_ACCESS_TOKEN \(or the s2\.auth-token",
         ) as info:
             write_partition(plan, [frame([b"x"])], ctx())
         assert "wrong-token-value" not in str(info.value)

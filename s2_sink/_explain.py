@@ -1,0 +1,146 @@
+"""SDK and transport failures put into words: what failed, at which endpoint, in which basin and stream, and
+the fix. The writer, the exactly-once ledger, the ``format("s2")`` reader, the preflight and the CLI all
+word their failures here, so a refused token or a missing basin reads the same whichever path met it.
+
+The cases told apart:
+
+- 401: the token was refused (`TOKEN_HINT`, the same everywhere); 403: it lacks a permission;
+- 404 ``basin_not_found`` (``create_streams`` cannot help: it creates streams, not basins) and 404
+  ``stream_not_found`` (it can); any other 404 comes from something that is not S2 (a proxy, a web server);
+- transport failures: a host that does not resolve (named), a refused connection, a connection closed
+  before HTTP/2 started (a plain HTTP/1 server, or ``http://`` to a TLS port), and no answer within the
+  request timeout.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Final, Literal
+from urllib.parse import urlsplit
+
+from s2_sdk import S2ClientError, S2ServerError
+from s2_sdk._exceptions import ConnectError, ReadTimeoutError, TransportError  # not exported (0.13)
+
+from s2_sink.config import S2Config
+
+__all__ = ["TOKEN_HINT", "Explained", "FailureKind", "basin_endpoint", "explain", "is_s2_not_found"]
+
+FailureKind = Literal["token", "permission", "basin", "stream", "not_s2", "unreachable", "refused", "other"]
+
+TOKEN_HINT: Final = (
+    "set S2_ACCESS_TOKEN (or the s2.auth-token option, S2Config.access_token) to a valid token for this "
+    "account"
+)
+"""The fix for a 401, worded once for every path."""
+
+_SCOPES_HINT: Final = "the permissions each mode needs are listed in docs/operations.md (Token scopes)"
+_S2_NOT_FOUND: Final = frozenset({"basin_not_found", "stream_not_found", "access_token_not_found"})
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """A failure in words, and its kind (the CLI turns kinds into exit codes)."""
+
+    kind: FailureKind
+    message: str
+
+
+def basin_endpoint(cfg: S2Config) -> str:
+    """The basin endpoint `cfg` dials, with its basin filled in."""
+    return cfg.basin_endpoint.replace("{basin}", cfg.basin)
+
+
+def is_s2_not_found(exc: BaseException) -> bool:
+    """A 404 that S2 itself sent (a basin or stream that does not exist), not one from something else."""
+    return isinstance(exc, S2ServerError) and exc.status_code == 404 and exc.code in _S2_NOT_FOUND
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and cause not in seen:
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return seen
+
+
+def _transport(exc: BaseException, cfg: S2Config, endpoint: str) -> Explained:
+    chain = _chain(exc)
+    fix = "check the endpoint (s2.endpoints.basin / S2_BASIN_ENDPOINT) and that the server is running"
+    if any(isinstance(c, socket.gaierror) for c in chain):
+        host = urlsplit(endpoint).hostname or endpoint
+        return Explained(
+            "unreachable",
+            f"cannot reach S2 at {endpoint}: host {host!r} does not resolve ({exc}); check the endpoint "
+            "(s2.endpoints.basin / S2_BASIN_ENDPOINT) and the network's DNS",
+        )
+    if any(isinstance(c, ConnectionRefusedError) for c in chain):
+        return Explained("unreachable", f"cannot reach S2 at {endpoint}: connection refused ({exc}); {fix}")
+    if any(isinstance(c, ReadTimeoutError | TimeoutError) for c in chain):
+        # Each attempt waits for the HTTP/2 handshake, then for the answer (docs/operations.md, "Timeouts").
+        return Explained(
+            "unreachable",
+            f"cannot reach S2 at {endpoint}: no answer within s2.connect-timeout-ms={cfg.connect_timeout_ms} "
+            f"+ s2.request-timeout-ms={cfg.request_timeout_ms} per attempt ({type(exc).__name__}: {exc}); "
+            f"{fix}",
+        )
+    if any(isinstance(c, ConnectError) for c in chain) and not any(isinstance(c, OSError) for c in chain):
+        # Connected, then closed without a socket error: the peer did not take the HTTP/2 preface.
+        return Explained(
+            "not_s2",
+            f"cannot reach S2 at {endpoint}: the connection closed before HTTP/2 started ({exc}): this "
+            "does not look like an S2 server (a plain HTTP/1 server, or http:// to a TLS port?); check the "
+            "endpoint (s2.endpoints.basin / S2_BASIN_ENDPOINT)",
+        )
+    return Explained("unreachable", f"cannot reach S2 at {endpoint} ({type(exc).__name__}: {exc}); {fix}")
+
+
+def explain(
+    exc: BaseException,
+    cfg: S2Config,
+    *,
+    stream: str | None = None,
+    stream_fix: str = "create it, or set create_streams=True (s2.create-streams)",
+) -> Explained:
+    """`exc` in words naming the endpoint, basin and `stream`, with the fix; `stream_fix` is the fix for a
+    missing stream on this path (a reader cannot create the stream it reads)."""
+    if isinstance(exc, S2ServerError):
+        return _refusal(exc, cfg, stream, stream_fix)
+    if isinstance(exc, S2ClientError | TransportError | OSError | TimeoutError):
+        return _transport(exc, cfg, basin_endpoint(cfg))
+    return Explained("other", f"basin {cfg.basin!r} at {basin_endpoint(cfg)}: {type(exc).__name__}: {exc}")
+
+
+def _refusal(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
+    endpoint = basin_endpoint(cfg)
+    where = f"basin {cfg.basin!r} at {endpoint}"
+    status, code = exc.status_code, exc.code
+    if status == 401:
+        return Explained("token", f"{where} refused the access token (401 {code}): {TOKEN_HINT}")
+    if status == 403:
+        return Explained(
+            "permission",
+            f"{where}: the access token may not do this (403 {code}: {exc.message}); {_SCOPES_HINT}",
+        )
+    if status != 404 or code == "access_token_not_found":
+        target = f" on stream {stream!r}" if stream is not None else ""
+        return Explained(
+            "refused", f"{where} refused the request{target}: {exc.message} (HTTP {status}, {code})"
+        )
+    if code == "basin_not_found":
+        return Explained(
+            "basin",
+            f"basin {cfg.basin!r} does not exist at {cfg.account_endpoint}: create it first "
+            f"(create_streams creates streams, not basins; for a local one: s2-lite --basin {cfg.basin})",
+        )
+    if code == "stream_not_found":
+        name = f"stream {stream!r}" if stream is not None else "the stream"
+        return Explained("stream", f"{name} does not exist in {where}: {stream_fix}")
+    body = (exc.message or "").strip().replace("\n", " ")[:120]
+    return Explained(
+        "not_s2",
+        f"{endpoint} answered 404 without an S2 error code (body {body!r}): this does not look like an S2 "
+        "server; check the endpoints (s2.endpoints.account / s2.endpoints.basin, S2_ACCOUNT_ENDPOINT / "
+        "S2_BASIN_ENDPOINT)",
+    )

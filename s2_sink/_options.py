@@ -1,0 +1,70 @@
+"""Option maps with case-insensitive names, as Spark treats data source options.
+
+Spark lower-cases the option names it hands a Python data source, while users write them as they please
+(``s2.Basin``, ``S2.STREAM``) and `S2Config.from_options` gets them straight from user code. Every place that
+reads an option goes through `OptionMap`, so one spelling rule holds everywhere: names compare lower-cased,
+and two spellings of one name in the same map are an error rather than a silent pick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from s2_sink.errors import ConfigError
+
+__all__ = ["OptionMap"]
+
+
+class OptionMap(Mapping[str, Any]):
+    """A read-only view of an option mapping whose keys are the lower-cased option names.
+
+    ``OptionMap({"S2.Basin": "b"})["s2.basin"] == "b"``; `spelling` gives the name as the user wrote it, for
+    error messages.
+    """
+
+    __slots__ = ("_spelling", "_values")
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        if isinstance(options, OptionMap):
+            self._values: dict[str, Any] = dict(options._values)
+            self._spelling: dict[str, str] = dict(options._spelling)
+            return
+        self._values = {}
+        self._spelling = {}
+        for key, value in options.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"option names must be strings, got {key!r}")
+            name = key.lower()
+            if name in self._values:
+                raise ConfigError(
+                    f"option {key!r} is given twice (as {self._spelling[name]!r} too): option names are "
+                    "case-insensitive, set it once"
+                )
+            self._values[name] = value
+            self._spelling[name] = key
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        # Values may hold the access token: show names only.
+        return f"OptionMap({sorted(self._values)})"
+
+    def spelling(self, name: str) -> str:
+        """The option's name as the user wrote it (`name` itself when absent)."""
+        return self._spelling.get(name.lower(), name)
+
+    def text(self, name: str) -> str | None:
+        """The option's value as a string, or ``None`` when it is not set."""
+        value = self._values.get(name.lower())
+        return None if value is None else str(value)

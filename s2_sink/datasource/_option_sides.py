@@ -1,0 +1,58 @@
+"""Which ``format("s2")`` options belong to reads and which to writes, and the refusal of the wrong side's.
+
+A read and a write share the connection options of `S2Config.from_options` and ``s2.stream``/``s2.format``;
+everything else applies to one side only. An option given to the other side would be silently meaningless
+(Spark hands the reader's options only to the reader, but users often keep one option dict), so it is
+refused on the driver with a message saying which side it belongs to and listing every key this side takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal
+
+from s2_sink._options import OptionMap
+from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
+from s2_sink.errors import ConfigError
+
+__all__ = ["OUR_PREFIXES", "Side", "accepted_keys", "check_side"]
+
+Side = Literal["read", "write"]
+
+OUR_PREFIXES: Final = ("s2.", "sink.")
+"""Spark adds options of its own (checkpointLocation, path, ...); only these namespaces are ours to check."""
+
+_WHAT: Final[dict[Side, str]] = {
+    "read": "reads (spark.read / spark.readStream .format('s2'))",
+    "write": "writes (df.write / df.writeStream .format('s2'))",
+}
+
+
+def accepted_keys(side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]) -> frozenset[str]:
+    """Every option key a ``format("s2")`` read or write accepts: its own keys and the connection keys (a
+    read leaves out those that only shape appends)."""
+    connection = frozenset(OPTION_KEYS)
+    if side == "read":
+        return read_keys | (connection - WRITE_ONLY_OPTION_KEYS)
+    return write_keys | connection
+
+
+def check_side(
+    options: Mapping[str, str], side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]
+) -> None:
+    """Refuse any of our options (``s2.*``, ``sink.*``) that this side does not accept: ConfigError saying
+    which side the option belongs to (or that it is unknown) and listing the keys this side accepts."""
+    opts = OptionMap(options)
+    mine = accepted_keys(side, read_keys=read_keys, write_keys=write_keys)
+    other: Side = "write" if side == "read" else "read"
+    theirs = accepted_keys(other, read_keys=read_keys, write_keys=write_keys)
+    for key in sorted(opts):
+        if not key.startswith(OUR_PREFIXES) or key in mine:
+            continue
+        listing = f"format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
+        if key in theirs:
+            raise ConfigError(
+                f"option {opts.spelling(key)!r} applies to format('s2') {_WHAT[other]} only, not to "
+                f"{side}s: drop it here. {listing}"
+            )
+        raise ConfigError(f"unknown option {opts.spelling(key)!r}. {listing}")

@@ -1,0 +1,71 @@
+"""Real servers that are not S2, for failure wording tests: each runs on a daemon thread of the test
+process and is closed by its context manager."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import h2.config
+import h2.connection
+import h2.events
+
+
+def _listener() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    return sock
+
+
+@contextlib.contextmanager
+def _serving(handle: object) -> Iterator[str]:
+    sock = _listener()
+    conns: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conns.append(conn)
+            if callable(handle):
+                threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+
+def _answer_404(conn: socket.socket) -> None:
+    """Speak HTTP/2 and answer every request 404 with a plain-text body, as a web server or proxy would."""
+    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    h2c.initiate_connection()
+    with contextlib.suppress(OSError):
+        conn.sendall(h2c.data_to_send())
+        while data := conn.recv(65536):
+            for event in h2c.receive_data(data):
+                # Answer on the headers, as a proxy does, even if the body (an append stream) goes on.
+                if isinstance(event, h2.events.RequestReceived):
+                    sid = event.stream_id
+                    h2c.send_headers(sid, [(":status", "404"), ("content-type", "text/plain")])
+                    h2c.send_data(sid, b"404 page not found", end_stream=True)
+            conn.sendall(h2c.data_to_send())
+
+
+def plain_http2_404() -> contextlib.AbstractContextManager[str]:
+    """An h2c server answering 404 "page not found" (no S2 error code) to everything; yields its URL."""
+    return _serving(_answer_404)
+
+
+def silent() -> contextlib.AbstractContextManager[str]:
+    """A server that accepts TCP connections and never sends a byte; yields its URL."""
+    return _serving(None)
