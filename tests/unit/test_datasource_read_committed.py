@@ -77,6 +77,7 @@ def test_data_source_accepts_the_isolation_options_and_rejects_bad_ones_on_the_d
         "s2.basin": "unused-basin",
         "s2.endpoints.account": "http://127.0.0.1:9",
         "s2.endpoints.basin": "http://127.0.0.1:9",
+        "s2.preflight": "false",  # no server here: only the option parsing is under test
     }
     committed = {**base, "s2.isolation": "read-committed", "s2.committed-by": "w"}
     assert S2DataSource(committed).reader(RAW_SCHEMA) is not None
