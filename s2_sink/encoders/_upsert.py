@@ -149,8 +149,8 @@ class UpsertEncoder(Encoder):
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
         key_json = _jvm.json_body(list(self.key_columns))
         action, op_error = self._action_jvm(df)
-        null_keys = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
-        null_keys += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]
+        nulls = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
+        nulls += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]
         body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(data_columns))
         changelog = F.array(
             F.struct(F.lit(KEY_HEADER).alias("name"), key_json.alias("value")),
@@ -172,7 +172,7 @@ class UpsertEncoder(Encoder):
         user = headers if self.headers_column is not None else None
         size = _jvm.metered_expr(body, user, fixed)
         oversize = _jvm.oversize_error(size, key_json.cast("string"))
-        error = _jvm.first_error(*errors, *null_keys, *([op_error] if op_error is not None else []), oversize)
+        error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
         src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
         if not self.compact:
             return src, body, changelog, timestamp, key_json, error
@@ -268,7 +268,7 @@ class UpsertEncoder(Encoder):
         keys = list(self.key_columns)
         key_frags = [json_fragments(batch.column(c), schema[c].dataType) for c in keys]
         key_json = json_object(keys, key_frags, n)
-        null_keys = [
+        nulls = [
             pc.if_else(pc.is_null(batch.column(c)), message(c), pa.scalar(None, pa.string()))
             for cols, message in ((keys, msg.null_key_column), (self.order_by, null_order_column))
             for c in cols
@@ -282,7 +282,7 @@ class UpsertEncoder(Encoder):
             pc.cast(key_json, pa.binary()), pc.cast(pc.fill_null(action, ""), pa.binary()), headers
         )
         oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
-        error = _arrow_meta.first_error(n, error, *null_keys, op_error, oversize)
+        error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
         key = pc.cast(key_json, pa.binary())
         if self.order_by:  # rows in change order: "last" below is then the last by order_by
             order = sorted_indices(
