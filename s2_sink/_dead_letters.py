@@ -7,8 +7,9 @@ empty), truncated to fit a record; its headers say why and where from (``s2sink-
 ``s2sink-batch-id``, ``s2sink-partition``, ``s2sink-target-stream``, and ``s2sink-truncated: true`` when
 the payload was cut).
 
-Under exactly-once a dead letter also carries ``s2sink-row-hash``: the bad row's content hash (Spark's
-``xxhash64`` of its stream, body and headers, 16 hex digits). A replay's tasks subtract dead letters by
+Under exactly-once a dead letter also carries ``s2sink-row-hash``: the bad row's content hash as the
+recovery layout places it (`layout_hash`: Spark's ``xxhash64`` of its stream, body and headers, or of its
+stream and ``@key`` for an upsert change; 16 hex digits). A replay's tasks subtract dead letters by
 fingerprint like data, so identical dead letters must come from one task: with the hash in them they do
 (identical hash, identical recovery partition), and a task can tell which dead letters are its own.
 """
@@ -21,7 +22,7 @@ from typing import Final
 import pyarrow as pa
 from s2_sdk import Record
 
-from s2_sink._exactly_once._recovery_layout import spark_xxhash64
+from s2_sink._exactly_once._recovery_layout import layout_hash
 from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink.encoders._frame import BODY, HEADERS
 from s2_sink.encoders._metered import header_size, metered_size
@@ -101,11 +102,10 @@ class BadRows:
 
 
 def row_hash(plan: WritePlan, batch: pa.RecordBatch, i: int) -> int:
-    """Spark's ``xxhash64`` of row `i`'s stream (routed rows), body and headers, as the recovery layout
-    hashes it."""
+    """The `layout_hash` of row `i`'s stream (routed rows), body and headers: what places it in a replay."""
     names = batch.schema.names
     stream = batch.column(plan.stream_column)[i].as_py() if plan.stream_column in names else None
     body = batch.column(BODY)[i].as_py() if BODY in names else None
     raw = batch.column(HEADERS)[i].as_py() if HEADERS in names else None
     headers = [(h["name"], h["value"]) for h in raw or ()]
-    return spark_xxhash64(stream, headers, body)
+    return layout_hash(stream, headers, body)

@@ -41,6 +41,7 @@ from s2_sink._write_plan import OnError
 from s2_sink._write_spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.encoders import _jvm
+from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, TIMESTAMP, TYPE_DDL
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
@@ -71,7 +72,9 @@ class S2Writer:
             columns such as ``"events/{region}"``. Default: every row to ``cfg.stream``.
         shards: route by a stable hash of the record key to ``{cfg.stream}/0`` .. ``/{shards-1}``.
         partition_by_key: repartition the batch by (target stream, key) first, so each key is written
-            by one task and keeps its order within the batch.
+            by one task: a key's changes keep their input order within each input partition, but
+            changes of one key from several input partitions arrive in no fixed order (give the encoder
+            an ``order_by`` for that). Implied by an encoder with ``order_by``.
         on_error: bad rows (cannot be encoded, null target, over 1 MiB): ``"fail"`` the batch (default),
             ``"skip"`` them (counted) or send them to ``dlq_stream`` (``"dlq"``, counted).
         dlq_stream: the dead-letter stream for ``on_error="dlq"``.
@@ -127,6 +130,7 @@ class S2Writer:
             dlq_payload=True,
             spelling=KEYWORDS,
         )
+        _check_change_order(encoder, self.spec)
         self.encoder = encoder
         self.partition_by_key = partition_by_key
         self.on_metrics = on_metrics
@@ -178,8 +182,12 @@ class S2Writer:
             return
         self._create_known_streams()
         out = job.frame
-        if self.partition_by_key and not job.plan.fixed_layout:  # a replay's content layout wins
+        ordered = ORDER in out.columns
+        if (self.partition_by_key or ordered) and not job.plan.fixed_layout:  # a replay's layout wins
             out = out.repartition(STREAM_COLUMN, KEY) if self.routing.routed else out.repartition(KEY)
+        # Every change of a (stream, key) is in one task now: sort them into change order (a replay's
+        # layout sorted them already and dropped the column).
+        out = sort_changes(out)
         try:
             rows = out.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()
         except S2SinkError:
@@ -201,6 +209,8 @@ class S2Writer:
         keep = list(self.routing.source_columns())
         if self.on_error == "dlq":
             keep += [c for c in names if c not in keep]
+        order = self.encoder.change_order if self.encoder is not None else ()
+        keep += [c for c in order if c not in keep]
         if self.encoder is None and BODY in names:
             frame = batch_df
             for col, ddl in _FRAME_TYPES.items():
@@ -222,6 +232,8 @@ class S2Writer:
         ]
         if self.routing.routed:
             cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
+        if order:
+            cols.append(order_struct(order).alias(ORDER))
         if self.on_error == "dlq":
             row_json = F.to_json(F.struct(*[_jvm.col(c) for c in names])).cast("binary")
             cols.append(F.when(F.col(ERROR).isNotNull(), row_json).alias(PAYLOAD_COLUMN))
@@ -246,6 +258,21 @@ async def _ensure_streams(cfg: S2Config, streams: list[str]) -> None:
     pool = get_pool()
     for stream in streams:
         await pool.ensure_stream(cfg, stream)
+
+
+def _check_change_order(encoder: Encoder | None, spec: WriteSpec) -> None:
+    """Exactly-once replays must write the same records: refuse a compaction whose survivor depends on how
+    the input was split (without ``order_by``, "last" is the input order)."""
+    if encoder is None or not spec.exactly_once or not getattr(encoder, "compact", False):
+        return
+    if not encoder.change_order:
+        raise ConfigError(
+            f"{type(encoder).__name__}(compact=True) without order_by keeps the last change per key in "
+            "input order, which depends on how Spark split the micro-batch, so a replay under "
+            "delivery='exactly-once' could keep a different change: pass order_by=<the change-order "
+            "column> (a commit version, an offset, a log position), or drop compact, or use "
+            "delivery='at-least-once'"
+        )
 
 
 def _default_encoder() -> Encoder:

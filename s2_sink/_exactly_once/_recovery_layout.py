@@ -2,15 +2,20 @@
 
 A replay subtracts from what it writes the multiset of fingerprints an earlier run already wrote, so all
 records with one fingerprint must be written by one task: if two tasks hold a copy each, both subtract the
-same earlier copy and one record is lost. The replay is therefore repartitioned by exactly the columns the
-fingerprint covers (`s2_sink._exactly_once._fingerprint`: target stream, headers, body; never the routing
-key nor the timestamp), with an explicit partition count so adaptive execution cannot coalesce partitions:
+same earlier copy and one record is lost. The replay is therefore repartitioned by a function of exactly
+what the fingerprint covers (`s2_sink._exactly_once._fingerprint`: target stream, headers, body; never the
+routing key nor the timestamp), with an explicit partition count so adaptive execution cannot coalesce
+partitions:
 
-    partition = pmod(murmur3(xxhash64(_s2_stream?, _s2_body, _s2_headers), seed=42), n)
+    partition = pmod(murmur3(layout hash, seed=42), n)
+    layout hash = xxhash64(_s2_stream?, <@key value>)            if the first header is @key (upsert)
+                  xxhash64(_s2_stream?, _s2_body, _s2_headers)   otherwise
 
-Tasks recompute that function in Python on the records they hold and on the records they read back, so a
-task checks its own rows really are its own (else the layout was changed underneath, and it refuses) and
-subtracts only fingerprints that belong to it.
+An upsert change is placed by its stream and key alone (a part of its content), so every change of a key
+is in one task and can be written in change order (`sort_changes`: by ``order_by``, then the record's
+bytes); copies of one record still share a task. Tasks recompute the function in Python on the records
+they hold and on the records they read back, so a task checks its own rows really are its own (else the
+layout was changed underneath, and it refuses) and subtracts only fingerprints that belong to it.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from pyspark.sql import functions as F
 
 from s2_sink._exactly_once._tags import TAG_HEADER
 from s2_sink._routing import STREAM_COLUMN
+from s2_sink.encoders._change_order import sort_changes
 from s2_sink.encoders._frame import BODY, HEADERS
+from s2_sink.encoders._upsert import KEY_HEADER
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
-__all__ = ["RecoveryLayout", "repartition_for_recovery", "spark_xxhash64"]
+__all__ = ["RecoveryLayout", "layout_hash", "repartition_for_recovery", "spark_xxhash64"]
 
 _SEED: Final = 42  # Spark's seed for both xxhash64 and the partitioner's murmur3
 _M64: Final = (1 << 64) - 1
@@ -109,6 +116,15 @@ def spark_xxhash64(stream: str | None, headers: Iterable[tuple[bytes, bytes]], b
     return h - (1 << 64) if h >> 63 else h
 
 
+def layout_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> int:
+    """The hash a replay places a record by (see module docstring): an upsert change's stream and
+    ``@key`` value, any other record's `spark_xxhash64`. The chunk tag is not content and is skipped."""
+    content = [(name, value) for name, value in headers if name != TAG_HEADER]
+    if content and content[0][0] == KEY_HEADER:
+        return spark_xxhash64(stream, (), content[0][1])
+    return spark_xxhash64(stream, content, body)
+
+
 def _mix_k1(k1: int) -> int:
     k1 = (k1 * 0xCC9E2D51) & _M32
     k1 = ((k1 << 15) | (k1 >> 17)) & _M32
@@ -136,18 +152,18 @@ def _murmur3_long(value: int, seed: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryLayout:
-    """How a replay was repartitioned: `partitions` hash partitions of the fingerprinted content, the
-    target stream included when rows are routed (`routed`)."""
+    """How a replay was repartitioned: `partitions` hash partitions of `layout_hash`, the target stream
+    included when rows are routed (`routed`)."""
 
     partitions: int
     routed: bool
 
     def partition_of(self, stream: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int:
         """The task (partition id) that writes a record with this content in the replay."""
-        return self.partition_of_hash(spark_xxhash64(stream if self.routed else None, headers, body))
+        return self.partition_of_hash(layout_hash(stream if self.routed else None, headers, body))
 
     def partition_of_hash(self, content: int) -> int:
-        """The task (partition id) that holds a row whose `spark_xxhash64` is `content`."""
+        """The task (partition id) that holds a row whose `layout_hash` is `content`."""
         return _murmur3_long(content, _SEED) % self.partitions  # Python's % is Spark's pmod
 
 
@@ -156,10 +172,22 @@ def _partition_count(frame: DataFrame) -> int:
     return int(text) if text.isdigit() and int(text) > 0 else _DEFAULT_PARTITIONS
 
 
+def _layout_hash_expr(present: set[str]) -> Column:
+    """`layout_hash` as a Spark expression over the record frame's columns."""
+    stream = [F.col(STREAM_COLUMN)] if STREAM_COLUMN in present else []
+    whole = F.xxhash64(*stream, *(F.col(c) for c in (BODY, HEADERS) if c in present))
+    if HEADERS not in present:  # the writer leaves it out when nothing has headers
+        return whole
+    first = F.get(F.col(HEADERS), 0)  # null for a null or empty array, whatever spark.sql.ansi.enabled says
+    # null (no first header) is not true: the whole content, as in Python
+    return F.when(first["name"] == F.lit(KEY_HEADER), F.xxhash64(*stream, first["value"])).otherwise(whole)
+
+
 def repartition_for_recovery(frame: DataFrame) -> tuple[DataFrame, RecoveryLayout]:
-    """The replay's record frame laid out by content, and the `RecoveryLayout` its tasks check."""
-    present = set(frame.columns)  # the writer leaves out the headers column when nothing has headers
-    columns = [c for c in (STREAM_COLUMN, BODY, HEADERS) if c in present]
+    """The replay's record frame laid out by `layout_hash` with each task's changes in change order, and
+    the `RecoveryLayout` its tasks check."""
+    present = set(frame.columns)
     layout = RecoveryLayout(_partition_count(frame), routed=STREAM_COLUMN in present)
     # An explicit count: adaptive execution does not coalesce it, so partition id == hash partition.
-    return frame.repartition(layout.partitions, F.xxhash64(*(F.col(c) for c in columns))), layout
+    laid_out = frame.repartition(layout.partitions, _layout_hash_expr(present))
+    return sort_changes(laid_out), layout

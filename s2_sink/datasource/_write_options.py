@@ -36,6 +36,7 @@ OPT_DLQ_STREAM = "s2.dlq-stream"
 OPT_DELIVERY = "s2.delivery"
 OPT_WRITER_ID = "s2.writer-id"
 OPT_REPLAY_PARTITIONING = "s2.replay-partitioning"
+OPT_ORDER_BY = "s2.order-by"
 
 WRITE_KEYS = frozenset(
     {
@@ -55,6 +56,7 @@ WRITE_KEYS = frozenset(
         OPT_WRITER_ID,
         OPT_REPLAY_PARTITIONING,
         OPT_PREFLIGHT,
+        OPT_ORDER_BY,  # refused with the reason (see _refuse_change_order)
         # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
         # pipeline only to the reader, but users often keep one option dict).
     }
@@ -152,6 +154,26 @@ def _only_with_exactly_once(name: str, raw: str | None, delivery: str) -> None:
         raise ConfigError(f"option {name}={raw!r} is used only with {OPT_DELIVERY}=exactly-once")
 
 
+def _refuse_change_order(options: Mapping[str, str], encoder: Encoder, delivery: str) -> None:
+    """A data source write cannot repartition its input: Spark's partitions decide which task writes a key's
+    changes, so neither a change order across tasks nor a split-independent compaction can be promised."""
+    order_by = _get(options, OPT_ORDER_BY)
+    if order_by is not None:
+        raise ConfigError(
+            f"option {OPT_ORDER_BY}={order_by!r} is not supported by format('s2'): a data source write "
+            "cannot repartition the DataFrame, so changes of one key in several partitions would be "
+            "written by several tasks at once. Write with foreachBatch(S2Writer(cfg, "
+            f"UpsertEncoder(keys, order_by={order_by!r}))), which lays each key out in one task in that order"
+        )
+    if delivery == "exactly-once" and getattr(encoder, "compact", False):
+        raise ConfigError(
+            f"option {OPT_COMPACT}=true keeps the last change per key within each Arrow batch of a task, so "
+            "the survivor depends on how Spark split the micro-batch and a replay could keep another one: "
+            f"it is refused under {OPT_DELIVERY}=exactly-once. Set {OPT_DELIVERY}=at-least-once, or write "
+            "with foreachBatch(S2Writer(cfg, UpsertEncoder(keys, compact=True, order_by=...)))"
+        )
+
+
 def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming: bool) -> WriteOptions:
     """Validate the writer options against `cfg`, the connection settings (``s2.stream`` among them)."""
     options = OptionMap(options)
@@ -165,6 +187,7 @@ def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming:
         )
     routing = Routing.build(stream=cfg.stream, stream_column=stream_column, shards=None)
     delivery = _delivery(options, streaming=streaming)
+    _refuse_change_order(options, encoder, delivery)
     writer_id = _get(options, OPT_WRITER_ID) or None
     _only_with_exactly_once(OPT_WRITER_ID, writer_id, delivery)
     replay_raw = _get(options, OPT_REPLAY_PARTITIONING)

@@ -58,6 +58,12 @@ class Encoder:
         the JVM several times the body's conversion."""
         return self.headers_column is not None
 
+    @property
+    def change_order(self) -> tuple[str, ...]:
+        """Columns whose order is the order records of one key must be written in (``UpsertEncoder``'s
+        ``order_by``); empty when the input order is the order."""
+        return ()
+
     # -- what subclasses define --------------------------------------------------------------
     def _metadata_columns(self) -> tuple[str, ...]:
         """Columns that configure the record rather than form its body."""

@@ -19,6 +19,13 @@ from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._arrow_json import json_fragments, json_object
 from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._change_order import (
+    check_key_column,
+    check_order_column,
+    null_order_column,
+    order_by_columns,
+    sorted_indices,
+)
 from s2_sink.encoders._frame import (
     BODY,
     ERROR,
@@ -51,6 +58,9 @@ class UpsertEncoder(Encoder):
     ``u``/``d``; see ``_ops``); without it every row is an upsert.
     ``compact``: keep only the last change per key within a micro-batch (``project``) or Arrow batch
     (``encode_arrow``); see docs/encoding.md for what "last" and "order" mean.
+    ``order_by``: the column (or columns) whose order is the change order (a commit version, an offset, a
+    log position). With it, a key's changes are written in that order and ``compact`` keeps the last by
+    it, whatever the partitioning (ties: see `_change_order`). Without it, the order is the input order.
     """
 
     @property
@@ -61,6 +71,7 @@ class UpsertEncoder(Encoder):
     key_columns: tuple[str, ...]
     op_column: str | None
     compact: bool
+    order_by: tuple[str, ...]
 
     def __init__(
         self,
@@ -68,6 +79,7 @@ class UpsertEncoder(Encoder):
         *,
         op_column: str | None = None,
         compact: bool = False,
+        order_by: str | Sequence[str] | None = None,
         headers_column: str | None = None,
         timestamp_column: str | None = None,
         exclude_columns: Sequence[str] = (),
@@ -80,6 +92,12 @@ class UpsertEncoder(Encoder):
         self.key_columns = tuple(key_columns)
         self.op_column = op_column
         self.compact = compact
+        self.order_by = order_by_columns(order_by)
+
+    @property
+    def change_order(self) -> tuple[str, ...]:
+        """The ``order_by`` columns."""
+        return self.order_by
 
     def _metadata_columns(self) -> tuple[str, ...]:
         op = (self.op_column,) if self.op_column else ()
@@ -89,6 +107,9 @@ class UpsertEncoder(Encoder):
         for name in self.key_columns:
             require_column(schema, name, "upsert key")
             check_json_type(schema[name].dataType, name)
+            check_key_column(schema, name)
+        for name in self.order_by:
+            check_order_column(schema, name)
         if self.op_column is not None:
             otype = column_type(schema, self.op_column, "op")
             if not isinstance(otype, StringType):
@@ -128,7 +149,8 @@ class UpsertEncoder(Encoder):
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
         key_json = _jvm.json_body(list(self.key_columns))
         action, op_error = self._action_jvm(df)
-        null_keys = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
+        nulls = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
+        nulls += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]
         body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(data_columns))
         changelog = F.array(
             F.struct(F.lit(KEY_HEADER).alias("name"), key_json.alias("value")),
@@ -150,7 +172,7 @@ class UpsertEncoder(Encoder):
         user = headers if self.headers_column is not None else None
         size = _jvm.metered_expr(body, user, fixed)
         oversize = _jvm.oversize_error(size, key_json.cast("string"))
-        error = _jvm.first_error(*errors, *null_keys, *([op_error] if op_error is not None else []), oversize)
+        error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
         src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
         if not self.compact:
             return src, body, changelog, timestamp, key_json, error
@@ -158,11 +180,9 @@ class UpsertEncoder(Encoder):
             src, body=body, headers=changelog, timestamp=timestamp, key=key_json, error=error
         )
 
-    @staticmethod
     def _compact_jvm(
-        df: DataFrame, *, body: Column, headers: Column, timestamp: Column, key: Column, error: Column
+        self, df: DataFrame, *, body: Column, headers: Column, timestamp: Column, key: Column, error: Column
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
-        # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
         framed = df.select(
             F.col("*"),
             body.alias(BODY),
@@ -172,11 +192,22 @@ class UpsertEncoder(Encoder):
             error.alias(ERROR),
             F.monotonically_increasing_id().alias(_SEQ),
         )
-        rank = F.row_number().over(Window.partitionBy(KEY).orderBy(F.col(_SEQ).desc()))
+        if self.order_by:
+            # the last change by order_by, ties by the record's bytes: the same survivor for any split
+            last = [*(_jvm.col(c).desc() for c in self.order_by), F.col(BODY).desc(), F.col(HEADERS).desc()]
+        else:
+            # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
+            last = [F.col(_SEQ).desc()]
+        rank = F.row_number().over(Window.partitionBy(KEY).orderBy(*last))
         ranked = framed.withColumn(_RANK, rank)
         survivors = ranked.filter((F.col(_RANK) == 1) | F.col(ERROR).isNotNull())
-        # put each input partition's survivors back together, in input order
-        ordered = survivors.repartition(F.shiftright(F.col(_SEQ), 33)).sortWithinPartitions(_SEQ)
+        # With order_by the writer lays the survivors out by key and change order; without, put each input
+        # partition's survivors back together, in input order.
+        ordered = (
+            survivors
+            if self.order_by
+            else survivors.repartition(F.shiftright(F.col(_SEQ), 33)).sortWithinPartitions(_SEQ)
+        )
         return (
             ordered,
             ordered[BODY],
@@ -237,9 +268,10 @@ class UpsertEncoder(Encoder):
         keys = list(self.key_columns)
         key_frags = [json_fragments(batch.column(c), schema[c].dataType) for c in keys]
         key_json = json_object(keys, key_frags, n)
-        null_keys = [
-            pc.if_else(pc.is_null(batch.column(c)), msg.null_key_column(c), pa.scalar(None, pa.string()))
-            for c in keys
+        nulls = [
+            pc.if_else(pc.is_null(batch.column(c)), message(c), pa.scalar(None, pa.string()))
+            for cols, message in ((keys, msg.null_key_column), (self.order_by, null_order_column))
+            for c in cols
             if batch.column(c).null_count
         ]
         frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
@@ -250,8 +282,17 @@ class UpsertEncoder(Encoder):
             pc.cast(key_json, pa.binary()), pc.cast(pc.fill_null(action, ""), pa.binary()), headers
         )
         oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
-        error = _arrow_meta.first_error(n, error, *null_keys, op_error, oversize)
+        error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
         key = pc.cast(key_json, pa.binary())
+        if self.order_by:  # rows in change order: "last" below is then the last by order_by
+            order = sorted_indices(
+                [batch.column(c) for c in self.order_by],
+                body,
+                changelog if self.headers_column is not None else None,
+            )
+            batch, body, changelog, timestamp, key, error = (
+                a.take(order) for a in (batch, body, changelog, timestamp, key, error)
+            )
         if self.compact:
             survive = _last_per_key(key, error)
             if not pc.all(survive).as_py():

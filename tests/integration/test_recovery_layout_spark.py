@@ -27,10 +27,17 @@ _BODIES = [
 
 
 def test_python_partition_of_matches_spark_repartition(spark: SparkSession) -> None:
+    """Python's partition_of is the partition Spark's replay repartition puts a record in: by the whole
+    content, or by stream and @key value when @key is the first header (an upsert change)."""
+    variants = [
+        lambda i, body: None,
+        lambda i, body: [],
+        lambda i, body: [(b"@key", b"k%d" % (i % 5)), (b"h", body[:5])],
+        lambda i, body: [(b"h", body[:5]), (b"@key", b"k%d" % i)],
+    ]
     rows = []
-    for i, body in enumerate(_BODIES * 3):
-        headers = None if i % 3 == 0 else [] if i % 3 == 1 else [(b"@key", b"k%d" % i), (b"h", body[:5])]
-        rows.append((f"stream-{i % 4}-é", body, headers))
+    for i, body in enumerate(_BODIES * 4):
+        rows.append((f"stream-{i % 4}-é", body, variants[i % 4](i, body)))
     schema = f"{STREAM_COLUMN} string, {BODY} binary, {HEADERS} {HEADERS_DDL}"
     before = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "7")  # enough partitions to tell a wrong mapping
