@@ -33,11 +33,12 @@ __all__ = [
     "Verdict",
 ]
 
-Verdict = Literal["ok", "refuse", "ambiguous", "crash_before", "crash_after", "fetch_failed"]
+Verdict = Literal["ok", "refuse", "ambiguous", "crash_before", "crash_after", "fetch_failed", "lost"]
 """What happens at a step: it runs; it is refused with nothing applied (a 429); it is applied but the
 reply is lost (the caller sees a transport error); the actor's process dies before it, or right after it
 was applied; (task appends only) the task fails with a shuffle fetch failure before it, which makes
-Spark retry the whole stage."""
+Spark retry the whole stage; (task steps only) Spark declares the attempt lost (an executor heartbeat
+timeout) and retries it, while the attempt goes on as a zombie."""
 
 
 class SimCrash(BaseException):
@@ -79,6 +80,8 @@ class Actor:
     state: Literal["running", "parked", "done"] = "running"
     dead: bool = False
     """Its process died: every later step raises `SimCrash` without effect."""
+    lost: bool = False
+    """Spark gave up on it (a task attempt) and launched a retry; it goes on as a zombie."""
     op: Op | None = None
     ready: Callable[[], bool] | None = None
     """For a wait: whether it can proceed (checked by the scheduler)."""
@@ -193,6 +196,8 @@ class Scheduler:
         if verdict == "fetch_failed":
             actor.dead = True
             raise FetchFailed
+        if verdict == "lost":
+            return "ok"
         return verdict
 
     @staticmethod
@@ -225,6 +230,8 @@ class Scheduler:
         actor = ready[self.rng.randrange(len(ready))]
         assert actor.op is not None
         verdict = self.policy(actor, actor.op, self.rng)
+        if verdict == "lost":
+            actor.lost = True
         note = "" if verdict == "ok" else f" -> {verdict}"
         self.trace.append(f"{self.steps:4d} {actor.name}: {actor.op}{note}")
         actor.state = "running"

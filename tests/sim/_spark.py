@@ -119,14 +119,14 @@ class Query:
             return "ok"
         choices: list[Verdict]
         if op.kind == "session":
-            choices = ["refuse", "ambiguous", "crash_before", "crash_after"]
+            choices = ["refuse", "ambiguous", "crash_before", "crash_after", "lost"]
             if self.sc.profile == "stage-retries":
                 choices += ["fetch_failed", "fetch_failed"]
         elif op.kind == "append" and op.detail.startswith("fence"):
             # A lost fence reply costs the writer a real 0.1 s back-off: rarer than crashes.
             choices = ["crash_before", "crash_after"] * 4 + ["ambiguous"]
         elif op.kind == "append":
-            choices = ["ambiguous", "crash_before", "crash_after"]
+            choices = ["ambiguous", "crash_before", "crash_after"] + ["lost"] * (actor.role == "task")
         else:  # reads, tails, stream creation, a driver waiting for its tasks or about to commit in Spark
             choices = ["crash_before"]
         self.faults += 1
@@ -279,11 +279,19 @@ class Query:
         while len(done) < len(parts):
             self.sched.wait(
                 Op("wait", detail=f"batch {batch} tasks"),
-                lambda: any(a.state == "done" for a, _, _ in running.values()),
+                lambda: any(a.state == "done" or a.lost for a, _, _ in running.values()),
             )
-            finished = [running.pop(i) for i in sorted(running) if running[i][0].state == "done"]
+            finished = [
+                running.pop(i) for i in sorted(running) if running[i][0].state == "done" or running[i][0].lost
+            ]
             for actor, p, attempt in finished:
-                if actor.outcome == "ok":
+                if actor.lost:
+                    self.sched.note(f"{actor.name} is lost to Spark and retried; it goes on as a zombie")
+                    failures[p] += 1
+                    if failures[p] >= _MAX_TASK_ATTEMPTS:
+                        raise QueryFailed(f"partition {p} of batch {batch} failed: attempt lost")
+                    launch(p, attempt + 1)
+                elif actor.outcome == "ok":
                     done[p] = actor.result  # type: ignore[assignment]
                 elif actor.outcome == "fetch-failed":
                     stage_attempt += 1

@@ -52,7 +52,7 @@ def _exercised(outcomes: list[Outcome]) -> Counter[str]:
 def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
     """500 schedules per chunk (2,000 in all), both front doors, one stream or routed, dead letters and
     upserts, with lost replies, refused appends, crashes at every step of tasks and drivers, task retries,
-    restarts of every shape, zombies and replays split differently: every row exactly once after every
+    attempts Spark gave up on that go on, restarts of every shape, zombies and replays split differently: every row exactly once after every
     commit and at the end. The chunk must also have exercised each of those faults, or it proves nothing."""
     outcomes = []
     for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
@@ -68,6 +68,7 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
         "ambiguous",
         "crash_before",
         "crash_after",
+        "lost",
         "restart: new process",
         "restart: same process",
         "recovery batch",
