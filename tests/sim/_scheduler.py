@@ -223,10 +223,12 @@ class Scheduler:
             return None
         ready = [a for a in parked if a.ready is None or a.ready()]
         if not ready:
-            return self._fail(f"no actor can proceed: {[f'{a.name} at {a.op}' for a in parked]}")
+            self._fail(f"no actor can proceed: {[f'{a.name} at {a.op}' for a in parked]}")
+            return None
         self.steps += 1
         if self.steps > self.max_steps:
-            return self._fail(f"more than {self.max_steps} steps")
+            self._fail(f"more than {self.max_steps} steps")
+            return None
         actor = ready[self.rng.randrange(len(ready))]
         assert actor.op is not None
         verdict = self.policy(actor, actor.op, self.rng)

@@ -124,9 +124,12 @@ class Query:
                 choices += ["fetch_failed", "fetch_failed"]
         elif op.kind == "append" and op.detail.startswith("fence"):
             # A lost fence reply costs the writer a real 0.1 s back-off: rarer than crashes.
-            choices = ["crash_before", "crash_after"] * 4 + ["ambiguous"]
+            crashes: list[Verdict] = ["crash_before", "crash_after"]
+            choices = [*crashes, *crashes, *crashes, *crashes, "ambiguous"]
         elif op.kind == "append":
-            choices = ["ambiguous", "crash_before", "crash_after"] + ["lost"] * (actor.role == "task")
+            choices = ["ambiguous", "crash_before", "crash_after"]
+            if actor.role == "task":
+                choices.append("lost")
         else:  # reads, tails, stream creation, a driver waiting for its tasks or about to commit in Spark
             choices = ["crash_before"]
         self.faults += 1
@@ -292,7 +295,7 @@ class Query:
                         raise QueryFailed(f"partition {p} of batch {batch} failed: attempt lost")
                     launch(p, attempt + 1)
                 elif actor.outcome == "ok":
-                    done[p] = actor.result  # type: ignore[assignment]
+                    done[p] = actor.result
                 elif actor.outcome == "fetch-failed":
                     stage_attempt += 1
                     if stage_attempt >= _MAX_STAGE_ATTEMPTS:

@@ -52,8 +52,9 @@ def _exercised(outcomes: list[Outcome]) -> Counter[str]:
 def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
     """500 schedules per chunk (2,000 in all), both front doors, one stream or routed, dead letters and
     upserts, with lost replies, refused appends, crashes at every step of tasks and drivers, task retries,
-    attempts Spark gave up on that go on, restarts of every shape, zombies and replays split differently: every row exactly once after every
-    commit and at the end. The chunk must also have exercised each of those faults, or it proves nothing."""
+    attempts Spark gave up on that go on, restarts of every shape, zombies and replays split differently:
+    every row exactly once after every commit and at the end. The chunk must also have exercised each of
+    those faults, or it proves nothing."""
     outcomes = []
     for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
         outcome = run_schedule(seed)
