@@ -54,7 +54,7 @@ soak: $(STAMP)  ## exactly-once soak: random faults over >= 50 micro-batches
 	$(PY) -m tests.faults.soak
 
 sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 seeded schedules (replay one: python -m tests.sim --seed N)
-	$(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000}
+	$(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile $${SIM_PROFILE:-default}
 
 dist: $(STAMP)  ## build the wheel and sdist into dist/
 	$(PY) -m build --outdir dist .

@@ -19,10 +19,11 @@ from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "frame_of"]
 
-Profile = Literal["default", "stage-retries"]
-PROFILES: tuple[Profile, ...] = ("default", "stage-retries")
+Profile = Literal["default", "stage-retries", "long"]
+PROFILES: tuple[Profile, ...] = ("default", "stage-retries", "long")
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
-(SPARK-24552) and the old stage attempt's tasks go on as zombies."""
+(SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
+one or two rows, past the ledger's first snapshot and trim (every 64th commit), with few faults."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -71,9 +72,14 @@ class Scenario:
         routed = rng.random() < 0.4
         dlq = rng.random() < 0.3
         upsert = rng.random() < 0.25
+        long = profile == "long"
+        count = rng.randint(66, 75) if long else rng.choices((1, 2, 3), weights=(45, 40, 15))[0]
         batches = tuple(
-            tuple(_row(rng, routed=routed, dlq=dlq, upsert=upsert) for _ in range(rng.randint(1, 5)))
-            for _ in range(rng.choices((1, 2, 3), weights=(45, 40, 15))[0])
+            tuple(
+                _row(rng, routed=routed, dlq=dlq, upsert=upsert)
+                for _ in range(rng.randint(1, 2 if long else 5))
+            )
+            for _ in range(count)
         )
         return cls(
             seed=seed,
@@ -87,7 +93,7 @@ class Scenario:
             batch_max_records=rng.randint(1, 3),
             run_id_known=rng.random() < 0.3,
             same_split_on_replay=rng.random() < 0.8,
-            fault_rate=rng.choice((0.02, 0.05, 0.1)),
+            fault_rate=0.005 if long else rng.choice((0.02, 0.05, 0.1)),
             max_faults=rng.randint(1, 5),
             max_restarts=rng.randint(1, 3),
         )

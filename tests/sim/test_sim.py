@@ -15,10 +15,11 @@ import pytest
 from s2_sdk import AppendInput, Record
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
+from s2_sink._exactly_once._ledger import ledger_stream_name
 from s2_sink._exactly_once._tags import find_tag
 from tests.sim._invariants import Violation, check_batches
 from tests.sim._run import Outcome, run_schedule
-from tests.sim._spark import BASIN
+from tests.sim._spark import BASIN, QUERY_ID
 
 CHUNKS = 4
 PER_CHUNK = 500  # 2,000 schedules in all
@@ -77,6 +78,18 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
         "zombie steps",
     ]
     assert all(seen[k] > 0 for k in wanted), seen
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_schedules_snapshot_and_trim_the_ledger_and_stay_exactly_once(seed: int) -> None:
+    """66 to 75 micro-batches with a few faults and restarts: the ledger writes its snapshot at the 64th
+    commit and trims behind it (its first kept record moves), restarts load it from the snapshot and the
+    deltas, and every row is still written exactly once with the ledger bounded."""
+    outcome = run_schedule(seed, "long")
+    if outcome.violation is not None:
+        pytest.fail(outcome.report(), pytrace=False)
+    ledger = outcome.service.store.stream(BASIN, ledger_stream_name(QUERY_ID))
+    assert ledger.first_seq() >= 64
 
 
 @pytest.mark.xfail(
