@@ -67,8 +67,7 @@ def expected(scenario: Scenario) -> list[Counter[Content]]:
 
 
 def _record_of(scenario: Scenario, batch: int, row: Row) -> Content:
-    target = row.stream if scenario.routed else SINGLE_STREAM
-    assert target is not None
+    target = row.stream if row.stream is not None else SINGLE_STREAM
     if row.error is None:
         return _content(target, row.headers, row.body)
     headers = [

@@ -38,7 +38,7 @@ class Row:
 
     body: bytes
     stream: str | None = None
-    """The routed target (None: the writer's one stream)."""
+    """The routed target: a stream of the stream column, or a shard (None: the writer's one stream)."""
     headers: tuple[tuple[bytes, bytes], ...] = ()
     error: str | None = None
     """An encoder error: the row becomes a dead letter."""
@@ -52,6 +52,9 @@ class Scenario:
     """``foreachBatch(S2Writer)`` (a run per start of the query, replays laid out by content) or
     ``format("s2")`` (an epoch per micro-batch execution, replays keep Spark's partitioning)."""
     routed: bool
+    """Rows carry their target stream (a stream column, or shards)."""
+    shards: int | None
+    """``shards=N`` over the one stream (static targets ``events/0`` …), else a stream column."""
     dlq: bool
     upsert: bool
     batches: tuple[tuple[Row, ...], ...]
@@ -69,14 +72,16 @@ class Scenario:
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
         rng = random.Random(f"scenario-{seed}")
         front: Literal["writer", "sink"] = "sink" if rng.random() < 0.3 else "writer"
-        routed = rng.random() < 0.4
+        kind = rng.random()
+        routed = kind < 0.6
+        shards = 2 if kind < 0.2 else None
         dlq = rng.random() < 0.3
         upsert = rng.random() < 0.25
         long = profile == "long"
         count = rng.randint(66, 75) if long else rng.choices((1, 2, 3), weights=(45, 40, 15))[0]
         batches = tuple(
             tuple(
-                _row(rng, routed=routed, dlq=dlq, upsert=upsert)
+                _row(rng, routed=routed, shards=shards, dlq=dlq, upsert=upsert)
                 for _ in range(rng.randint(1, 2 if long else 5))
             )
             for _ in range(count)
@@ -86,6 +91,7 @@ class Scenario:
             profile=profile,
             front=front,
             routed=routed,
+            shards=shards,
             dlq=dlq,
             upsert=upsert,
             batches=batches,
@@ -99,7 +105,8 @@ class Scenario:
         )
 
     def describe(self) -> str:
-        kinds = [self.front, "routed" if self.routed else "one stream"]
+        routing = f"{self.shards} shards" if self.shards else "routed" if self.routed else "one stream"
+        kinds = [self.front, routing]
         kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
         rows = "/".join(str(len(b)) for b in self.batches)
         return (
@@ -110,7 +117,7 @@ class Scenario:
         )
 
 
-def _row(rng: random.Random, *, routed: bool, dlq: bool, upsert: bool) -> Row:
+def _row(rng: random.Random, *, routed: bool, shards: int | None, dlq: bool, upsert: bool) -> Row:
     # Few distinct values: identical rows (a legitimate multiset) are common.
     body = b"v%d" % rng.randrange(4)
     stream = rng.choice(ROUTED_STREAMS) if routed else None
@@ -118,6 +125,8 @@ def _row(rng: random.Random, *, routed: bool, dlq: bool, upsert: bool) -> Row:
     if upsert:
         action = b"delete" if rng.random() < 0.2 else b"put"
         headers = ((KEY, b"k%d" % rng.randrange(3)), (ACTION, action))
+    if shards is not None:  # Spark hashes the key (else the body) to a shard; any function of them will do
+        stream = f"{SINGLE_STREAM}/{sum(headers[0][1] if headers else body) % shards}"
     error = "unencodable value" if dlq and rng.random() < 0.2 else None
     return Row(body, stream, headers, error)
 

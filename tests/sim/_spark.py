@@ -73,7 +73,7 @@ class Query:
         self.service = service
         self.cfg = S2Config(
             basin=BASIN,
-            stream=None if scenario.routed else SINGLE_STREAM,
+            stream=None if scenario.routed and not scenario.shards else SINGLE_STREAM,
             access_token="sim",
             account_endpoint="http://127.0.0.1:1",
             basin_endpoint="http://127.0.0.1:1",
@@ -85,7 +85,9 @@ class Query:
             max_retries=1,
         )
         routing = Routing.build(
-            stream=self.cfg.stream, stream_column="target" if scenario.routed else None, shards=None
+            stream=self.cfg.stream,
+            stream_column="target" if scenario.routed and not scenario.shards else None,
+            shards=scenario.shards,
         )
         self.spec = WriteSpec.build(
             self.cfg,
