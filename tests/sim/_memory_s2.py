@@ -103,8 +103,10 @@ class MemoryService:
     async def step(self, op: Op) -> str:
         """A scheduling point; raises for a refusal (nothing applied)."""
         verdict = await self.sched.point(op)
-        if verdict == "refuse":
+        if verdict == "refuse" and op.kind == "session":
             raise S2ServerError("rate_limited", "simulated: rate limited, nothing applied", 429)
+        if verdict == "refuse":
+            raise S2ServerError("unavailable", "simulated: unavailable, nothing applied", 503)
         return verdict
 
     def after(self, verdict: str) -> None:

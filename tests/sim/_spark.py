@@ -32,6 +32,7 @@ import pyarrow as pa
 from s2_sink import _runtime
 from s2_sink._exactly_once import _ledger
 from s2_sink._exactly_once._coordinator import Coordinator
+from s2_sink._exactly_once._ledger import LEDGER_PREFIX
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout
 from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once._task import plan_with_layout
@@ -128,6 +129,10 @@ class Query:
             # A lost fence reply costs the writer a real 0.1 s back-off: rarer than crashes.
             crashes: list[Verdict] = ["crash_before", "crash_after"]
             choices = [*crashes, *crashes, *crashes, *crashes, "ambiguous"]
+        elif op.kind == "append" and op.target.startswith(LEDGER_PREFIX):
+            # A refused ledger append (503) costs the writer a real 0.1 s back-off: rarer than the rest.
+            choices = ["ambiguous", "crash_before", "crash_after"] * 3
+            choices.append("refuse")
         elif op.kind == "append":
             choices = ["ambiguous", "crash_before", "crash_after"]
             if actor.role == "task":
