@@ -34,6 +34,7 @@ __all__ = [
     "check_batches",
     "check_ledger",
     "check_upsert_order",
+    "duplicates_untagged",
     "expected",
 ]
 
@@ -126,6 +127,22 @@ def check_batches(store: Store, basin: str, scenario: Scenario, committed: int) 
         missing = rows - got
         if b <= committed and missing:
             raise Violation(f"batch {b} is committed but misses {_show(missing)}")
+
+
+def duplicates_untagged(store: Store, basin: str, scenario: Scenario) -> int:
+    """The at-least-once control: records written beyond the input, over all batches (its records carry no
+    chunk tags); a lost record is a violation even there."""
+    want: Counter[Content] = sum(expected(scenario), Counter())
+    have: Counter[Content] = Counter()
+    for stream in store.basin(basin).streams.values():
+        for rec in _records(store, basin, stream.name):
+            headers = [(h.name, h.value) for h in rec.headers]
+            if not (headers and headers[0][0] == b""):
+                have[_content(stream.name, headers, rec.body)] += 1
+    missing = want - have
+    if missing:
+        raise Violation(f"at-least-once lost records: {_show(missing)}")
+    return sum((have - want).values())
 
 
 def check_ledger(store: Store, basin: str) -> None:

@@ -41,7 +41,7 @@ from s2_sink._partition_writer import write_partition
 from s2_sink._routing import Routing
 from s2_sink._session_pool import SessionPool, install_pool
 from s2_sink._write_plan import PartitionContext, WritePlan
-from s2_sink._write_spec import WriteSpec
+from s2_sink._write_spec import Delivery, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.errors import ReplayMismatchError
 from s2_sink.writer import _ensure_streams
@@ -68,8 +68,15 @@ class QueryFailed(Exception):
 class Query:
     """One streaming query over the scenario's micro-batches, started again after every failure."""
 
-    def __init__(self, scenario: Scenario, sched: Scheduler, service: MemoryService) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        sched: Scheduler,
+        service: MemoryService,
+        delivery: Delivery = "exactly-once",
+    ) -> None:
         self.sc = scenario
+        self.delivery = delivery
         self.sched = sched
         self.service = service
         self.cfg = S2Config(
@@ -95,7 +102,7 @@ class Query:
             routing,
             on_error="dlq" if scenario.dlq else "fail",
             dlq_stream=DLQ_STREAM if scenario.dlq else None,
-            delivery="exactly-once",
+            delivery=delivery,
         )
         self.pools: list[SessionPool] = []
         self.spark_committed = -1
@@ -203,7 +210,17 @@ class Query:
 
     # -- foreachBatch(S2Writer) ----------------------------------------------------------------------------
 
+    def _at_least_once_run(self, run: int, calm: bool) -> None:
+        """The control: ``S2Writer(delivery="at-least-once")`` under the same faults (no ledger, no tags)."""
+        for b in range(self.spark_committed + 1, len(self.sc.batches)):
+            _runtime.run(_ensure_streams(self.cfg, self.spec.streams_to_create()))
+            self._stage(run, b, self._split(b, run), _writer_task(self.spec.plan(b), self.sc), calm)
+            self._spark_commit(b)
+
     def _writer_run(self, run: int, calm: bool) -> None:
+        if self.delivery == "at-least-once":
+            self._at_least_once_run(run, calm)
+            return
         spark_run = f"run-{run}" if self.sc.run_id_known else None
         if self.coordinator is None:
             self.coordinator = Coordinator(

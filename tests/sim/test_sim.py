@@ -112,6 +112,14 @@ def test_stage_retries_write_every_row_exactly_once() -> None:
         pytest.fail(outcome.report(), pytrace=False)
 
 
+def test_at_least_once_duplicates_under_the_same_faults() -> None:
+    """The control: 200 of the same schedules with ``delivery="at-least-once"`` lose nothing but write
+    records twice in many of them, so the faults the simulation injects are the ones exactly-once is for."""
+    outcomes = [run_schedule(seed, delivery="at-least-once") for seed in range(200)]
+    assert [o.report() for o in outcomes if o.violation is not None] == []
+    assert sum(o.duplicates > 0 for o in outcomes) >= 20
+
+
 @pytest.mark.parametrize("seed", [3, 81, 115])
 def test_a_seed_replays_the_same_schedule_and_records(seed: int) -> None:
     """The same seed gives the same schedule step for step and the same records in every stream (the
