@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-faults test-compat test-cluster lint typecheck fmt bench bench-quick soak dist lite clean
+.PHONY: help venv demo test test-fast test-faults test-compat test-cluster lint typecheck fmt bench bench-quick soak sim dist lite clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench-quick: $(STAMP)  ## the harness in its <= 60 s mode
 
 soak: $(STAMP)  ## exactly-once soak: random faults over >= 50 micro-batches
 	$(PY) -m tests.faults.soak
+
+sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 seeded schedules (replay one: python -m tests.sim --seed N)
+	$(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile $${SIM_PROFILE:-default}
 
 dist: $(STAMP)  ## build the wheel and sdist into dist/
 	$(PY) -m build --outdir dist .

@@ -31,7 +31,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from s2_sdk import (
     S2,
@@ -46,7 +46,7 @@ from s2_sdk import (
 
 from s2_sink.config import ONE_MIB, S2Config
 
-__all__ = ["PooledSession", "SessionPool", "get_pool"]
+__all__ = ["ClientFactory", "PooledSession", "SessionPool", "get_pool", "install_pool"]
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +133,18 @@ def make_client(cfg: S2Config, *, sdk_retries: bool = True) -> S2:
     return client
 
 
+class ClientFactory(Protocol):
+    """Makes the SDK client for a config (`make_client` in production; an in-memory S2 in the
+    deterministic simulation, tests/sim, which stands in for the service behind the SDK's surface)."""
+
+    def __call__(self, cfg: S2Config, *, sdk_retries: bool = True) -> S2: ...
+
+
 class SessionPool:
     """Process-wide pool of SDK clients and idle append sessions. Use only on the runtime loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, client_factory: ClientFactory = make_client) -> None:
+        self._make_client = client_factory
         self._clients: dict[_ClientKey, _ClientEntry] = {}
         self._idle: dict[_SessionKey, list[PooledSession]] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -153,7 +161,7 @@ class SessionPool:
         entry = self._clients.get(key)
         now = time.monotonic()
         if entry is None:
-            entry = _ClientEntry(make_client(cfg), None, cfg.session_idle_timeout_ms / 1000, now)
+            entry = _ClientEntry(self._make_client(cfg), None, cfg.session_idle_timeout_ms / 1000, now)
             self._clients[key] = entry
         entry.last_used = now
         self._start_reaper()
@@ -186,7 +194,7 @@ class SessionPool:
             pooled.last_used = time.monotonic()
             return pooled
         if entry.session_client is None:
-            entry.session_client = make_client(cfg, sdk_retries=False)
+            entry.session_client = self._make_client(cfg, sdk_retries=False)
         s2_stream = entry.session_client.basin(cfg.basin).stream(stream)
         try:
             session = s2_stream.append_session(
@@ -305,3 +313,10 @@ def get_pool() -> SessionPool:
     if _pool is None or _pool_pid != os.getpid():
         _pool, _pool_pid = SessionPool(), os.getpid()
     return _pool
+
+
+def install_pool(pool: SessionPool) -> None:
+    """Make `pool` this process's pool (the simulation installs one over an in-memory S2, and a fresh one
+    for each simulated process: a new process starts with no clients, sessions or cached streams)."""
+    global _pool, _pool_pid
+    _pool, _pool_pid = pool, os.getpid()

@@ -107,7 +107,9 @@ class Coordinator:
                 )
             self.run_id = uuid.uuid4().hex
             self._token = None
-            self._spark_run, self._pending, self._last = spark_run, None, None
+            # Pending from here: if loading, opening or fencing fails, the next call is a new start
+            # again (a run whose open record landed must not be taken for a run in progress).
+            self._spark_run, self._pending, self._last = spark_run, batch_id, None
             state = await self.load()
             check_identity(state, self.writer_id, self.query_id, batch_id)
             if already_committed(state, self.writer_id, batch_id):

@@ -219,7 +219,9 @@ async def fence_if_older(
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
         # Otherwise fence with ours; when seen == mine, that is a redundant fence proving the token is ours.
-        target = adopt.next_gen(by=me) if adopt is not None and bump else mine
+        # A bump is always a new generation, also over an empty token or an older run's: a generation 0
+        # barrier would carry the token an earlier attempt of this run appends with, and let it go on.
+        target = (adopt if adopt is not None else mine).next_gen(by=me) if bump else mine
         try:
             ack = await stream.append(
                 AppendInput(records=[CommandRecord.fence(target.encode())], fencing_token=seen)

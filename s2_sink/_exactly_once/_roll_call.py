@@ -103,7 +103,13 @@ async def open_roll(basin: S2Basin, writer_id: str) -> RollCall:
         await _ensure(basin, name)
         _ensured.add(key)
     stream = basin.stream(name)
-    tail = (await stream.check_tail()).seq_num
+    try:
+        tail = (await stream.check_tail()).seq_num
+    except S2ServerError as exc:
+        if exc.status_code != 404:
+            raise
+        await _ensure(basin, name)  # deleted since this process created it
+        tail = (await stream.check_tail()).seq_num
     if tail - _trimmed.get(key, 0) >= _TRIM_EVERY:
         # Every earlier micro-batch is committed (or belongs to a run that is gone): its attempts can
         # only be zombies, which find their batch's start trimmed and stop.

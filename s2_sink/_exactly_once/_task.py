@@ -271,6 +271,10 @@ class Dedupe:
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        if self.cfg.create_streams:
+            # The barrier is this task's first request to the stream: a routed (or dead-letter) stream
+            # that no earlier attempt got to create would refuse the fence with 404 on every retry.
+            await get_pool().ensure_stream(self.cfg, stream)
         me = _attempt(ctx)
         fenced = await fence_if_older(
             s2_stream,

@@ -69,7 +69,7 @@ def test_zombie_attempt_never_adopts_a_later_attempts_barrier(
     assert _bodies(lite.endpoint, basin) == Counter(P0)
     barrier = _fence_tokens(lite.endpoint, basin)[-1]
     assert barrier is not None
-    assert barrier.gen == 1
+    assert barrier.gen >= 1  # 2 when the earlier attempt (a retry itself) bumped first
     assert barrier.by is not None
     assert (barrier.by.partition, barrier.by.task_id) == (0, retry_task)
 

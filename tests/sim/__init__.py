@@ -1,0 +1,1 @@
+"""Deterministic simulation of the exactly-once protocol (see docs/exactly-once.md, *Simulation*)."""

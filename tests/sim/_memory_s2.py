@@ -1,0 +1,247 @@
+"""An in-memory S2 behind the part of the SDK's surface the writer calls, with the lite server's semantics.
+
+The service is the lite server's own store (`s2_sink.lite._store.Store` and its `Stream`): appends are
+sequenced by ``Stream.sequence`` from the same protobuf bytes the SDK would send (fencing tokens,
+``match_seq_num``, atomic batches, fence and trim command records, the 1 MiB / 1000-record limits), reads
+go through the lite server's 416 and clamping rules (``ReadParams.resolve_start``) and ``Stream.collect``.
+Only the transport is replaced: each call is a step of the `Scheduler`, which may refuse it, lose its
+reply after applying it, or kill the caller's process before or after it.
+
+Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``ensure_stream``; ``S2Stream.name``/
+``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from s2_sdk import (
+    S2,
+    AppendAck,
+    AppendInput,
+    FencingTokenMismatchError,
+    ReadBatch,
+    ReadLimit,
+    ReadUnwrittenError,
+    S2ClientError,
+    S2ServerError,
+    SeqNum,
+    SeqNumMismatchError,
+    StreamPosition,
+)
+from s2_sdk._generated.s2.v1 import s2_pb2 as pb
+from s2_sdk._mappers import append_input_to_proto, sequenced_record_from_proto
+
+from s2_sink.config import S2Config
+from s2_sink.lite._errors import ApiError
+from s2_sink.lite._read_params import ReadParams
+from s2_sink.lite._store import Store
+from s2_sink.lite._stream import Stream
+from tests.sim._scheduler import Op, Scheduler
+
+__all__ = ["MemoryS2", "MemoryService"]
+
+_ONE_MIB = 1024 * 1024
+
+
+def _sdk_error(exc: ApiError) -> S2ServerError:
+    """The SDK exception a client gets for the lite server's API error."""
+    body: dict[str, Any] = exc._body or {}  # the error body the wire carries
+    if exc.status == 412 and "fencing_token_mismatch" in body:
+        return FencingTokenMismatchError(exc.code, exc.message, 412, str(body["fencing_token_mismatch"]))
+    if exc.status == 412 and "seq_num_mismatch" in body:
+        return SeqNumMismatchError(exc.code, exc.message, 412, int(body["seq_num_mismatch"]))
+    if exc.status == 416:
+        tail = body.get("tail", {})
+        pos = StreamPosition(tail.get("seq_num", 0), tail.get("timestamp", 0))
+        return ReadUnwrittenError(exc.code, exc.message, 416, pos)
+    return S2ServerError(exc.code, exc.message, exc.status)
+
+
+class ReplyLost(S2ClientError):
+    """The request reached the service and was applied, but the connection dropped before the reply."""
+
+
+class MemoryService:
+    """The in-memory S2 service: one basin's worth of lite streams, stepped by the scheduler."""
+
+    def __init__(self, sched: Scheduler, basin: str) -> None:
+        self.sched = sched
+        self.store = Store()
+        self.store.ensure_basin(basin, None)
+        self.basin = basin
+        self._arrival = 0
+
+    def client_factory(self, cfg: S2Config, *, sdk_retries: bool = True) -> S2:
+        """`ClientFactory` for the session pool: a client of this service."""
+        del cfg, sdk_retries
+        return cast(S2, MemoryS2(self))
+
+    def stream(self, name: str) -> Stream:
+        try:
+            return self.store.stream(self.basin, name)
+        except ApiError as exc:
+            raise _sdk_error(exc) from None
+
+    def apply_append(self, name: str, inp: AppendInput) -> AppendAck:
+        """Sequence one append as the lite server does; raises the SDK's error for a refused one."""
+        data = append_input_to_proto(inp).SerializeToString()
+        stream = self.stream(name)
+        self._arrival += 1
+        try:
+            batch = stream.sequence(data, self._arrival)
+        except ApiError as exc:
+            raise _sdk_error(exc) from None
+        stream.make_visible(batch.end, batch.last_ts)
+        return AppendAck(
+            start=StreamPosition(batch.start, batch.ts0),
+            end=StreamPosition(batch.end, batch.last_ts),
+            tail=StreamPosition(stream.next_seq, stream.last_ts),
+        )
+
+    async def step(self, op: Op) -> str:
+        """A scheduling point; raises for a refusal (nothing applied)."""
+        verdict = await self.sched.point(op)
+        if verdict == "refuse" and op.kind == "session":
+            raise S2ServerError("rate_limited", "simulated: rate limited, nothing applied", 429)
+        if verdict == "refuse":
+            raise S2ServerError("unavailable", "simulated: unavailable, nothing applied", 503)
+        return verdict
+
+    def after(self, verdict: str) -> None:
+        """What follows an applied step: the reply is lost, or the caller's process dies."""
+        if verdict == "ambiguous":
+            raise ReplyLost("simulated: connection dropped after the request was applied")
+        if verdict == "crash_after":
+            Scheduler.crash_now()
+
+
+def _describe(inp: AppendInput) -> str:
+    parts = [f"{len(inp.records)} rec"]
+    first = inp.records[0]
+    if first.headers and first.headers[0][0] == b"":
+        parts = [f"{first.headers[0][1].decode()} {bytes(first.body).decode(errors='replace')}"]
+    if inp.fencing_token is not None:
+        parts.append(f"token={inp.fencing_token}")
+    if inp.match_seq_num is not None:
+        parts.append(f"match={inp.match_seq_num}")
+    return " ".join(parts)
+
+
+class MemoryS2:
+    """Stands in for ``s2_sdk.S2``."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+
+    def basin(self, name: str) -> MemoryBasin:
+        assert name == self._service.basin, name
+        return MemoryBasin(self._service)
+
+    async def close(self) -> None:
+        return None
+
+
+class MemoryBasin:
+    """Stands in for ``s2_sdk.S2Basin``."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+
+    @property
+    def name(self) -> str:
+        return self._service.basin
+
+    def stream(self, name: str) -> MemoryStream:
+        return MemoryStream(self._service, name)
+
+    async def ensure_stream(self, name: str, config: object = None) -> None:
+        del config  # retention: nothing expires in a simulated schedule
+        svc = self._service
+        verdict = await svc.step(Op("ensure", name))
+        try:
+            svc.store.ensure_stream(svc.basin, name, None)
+        except ApiError as exc:
+            raise _sdk_error(exc) from None
+        svc.after(verdict)
+
+
+class MemoryStream:
+    """Stands in for ``s2_sdk.S2Stream``."""
+
+    def __init__(self, service: MemoryService, name: str) -> None:
+        self._service = service
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def check_tail(self) -> StreamPosition:
+        svc = self._service
+        verdict = await svc.step(Op("tail", self._name))
+        seq, ts = svc.stream(self._name).tail()
+        svc.after(verdict)
+        return StreamPosition(seq, ts)
+
+    async def append(self, inp: AppendInput) -> AppendAck:
+        svc = self._service
+        verdict = await svc.step(Op("append", self._name, _describe(inp)))
+        ack = svc.apply_append(self._name, inp)
+        svc.after(verdict)
+        return ack
+
+    async def read(
+        self, *, start: SeqNum, limit: ReadLimit | None = None, clamp_to_tail: bool = False
+    ) -> ReadBatch:
+        svc = self._service
+        verdict = await svc.step(Op("read", self._name, f"from {start.value}"))
+        stream = svc.stream(self._name)
+        count = limit.count if limit is not None and limit.count is not None else 1000
+        params = ReadParams(seq_num=start.value, count=count, clamp=clamp_to_tail)
+        try:
+            first = params.resolve_start(stream, can_follow=False)
+        except ApiError as exc:
+            raise _sdk_error(exc) from None
+        res = stream.collect(first, min(count, 1000), _ONE_MIB, None)
+        records = [sequenced_record_from_proto(pb.SequencedRecord.FromString(r)) for r in res.records]
+        tail = StreamPosition(*stream.tail()) if res.next_seq >= stream.visible_seq else None
+        svc.after(verdict)
+        return ReadBatch(records=records, tail=tail)
+
+    def append_session(
+        self, *, max_unacked_bytes: int = 0, max_unacked_batches: int | None = None
+    ) -> Session:
+        del max_unacked_bytes, max_unacked_batches
+        return Session(self._service, self._name)
+
+
+class Session:
+    """Stands in for ``s2_sdk.AppendSession``: each submit is one step, acknowledged at once. A failed
+    append ends the session, as it does S2's (later submits fail with the same error)."""
+
+    def __init__(self, service: MemoryService, stream: str) -> None:
+        self._service = service
+        self._stream = stream
+        self._failed: BaseException | None = None
+
+    async def submit(self, inp: AppendInput) -> asyncio.Future[AppendAck]:
+        svc = self._service
+        fut: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
+        if self._failed is not None:
+            fut.set_exception(self._failed)
+            return fut
+        try:
+            verdict = await svc.step(Op("session", self._stream, _describe(inp)))
+            ack = svc.apply_append(self._stream, inp)
+            svc.after(verdict)
+        except (S2ServerError, S2ClientError) as exc:
+            self._failed = exc
+            fut.set_exception(exc)
+            return fut
+        fut.set_result(ack)
+        return fut
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,144 @@
+"""A seeded scenario: the query (front door, streams, dead letters, upsert), its input, and the fault budget.
+
+Everything a schedule does follows from its seed: this module draws the scenario from it, and the
+scheduler (seeded too) draws the interleaving and the faults. Schedules are kept small (a few micro-batches
+of a few rows over one to three partitions) so thousands of them run in a minute; small appends (one to
+three records each) make every task write several chunks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+from s2_sink._routing import STREAM_COLUMN
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
+
+__all__ = ["PROFILES", "Profile", "Row", "Scenario", "frame_of"]
+
+Profile = Literal["default", "stage-retries", "long"]
+PROFILES: tuple[Profile, ...] = ("default", "stage-retries", "long")
+"""``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
+(SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
+one or two rows, past the ledger's first snapshot and trim (every 64th commit), with few faults."""
+
+ROUTED_STREAMS = ("r-a", "r-b", "r-c")
+SINGLE_STREAM = "events"
+DLQ_STREAM = "dead"
+KEY = b"@key"
+ACTION = b"@action"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a micro-batch's record frame."""
+
+    body: bytes
+    stream: str | None = None
+    """The routed target: a stream of the stream column, or a shard (None: the writer's one stream)."""
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    error: str | None = None
+    """An encoder error: the row becomes a dead letter."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    seed: int
+    profile: Profile
+    front: Literal["writer", "sink"]
+    """``foreachBatch(S2Writer)`` (a run per start of the query, replays laid out by content) or
+    ``format("s2")`` (an epoch per micro-batch execution, replays keep Spark's partitioning)."""
+    routed: bool
+    """Rows carry their target stream (a stream column, or shards)."""
+    shards: int | None
+    """``shards=N`` over the one stream (static targets ``events/0`` …), else a stream column."""
+    dlq: bool
+    upsert: bool
+    batches: tuple[tuple[Row, ...], ...]
+    shuffle_partitions: int
+    batch_max_records: int
+    run_id_known: bool
+    """Whether Spark's run id reaches the writer (pyspark 4.1 sets only the query id)."""
+    same_split_on_replay: bool
+    """``format("s2")`` only: a restarted query splits a replayed batch as the dead run did."""
+    fault_rate: float
+    max_faults: int
+    max_restarts: int
+
+    @classmethod
+    def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
+        rng = random.Random(f"scenario-{seed}")
+        front: Literal["writer", "sink"] = "sink" if rng.random() < 0.3 else "writer"
+        kind = rng.random()
+        routed = kind < 0.6
+        shards = 2 if kind < 0.2 else None
+        dlq = rng.random() < 0.3
+        upsert = rng.random() < 0.25
+        long = profile == "long"
+        count = rng.randint(66, 75) if long else rng.choices((1, 2, 3), weights=(45, 40, 15))[0]
+        batches = tuple(
+            tuple(
+                _row(rng, routed=routed, shards=shards, dlq=dlq, upsert=upsert)
+                for _ in range(rng.randint(1, 2 if long else 5))
+            )
+            for _ in range(count)
+        )
+        return cls(
+            seed=seed,
+            profile=profile,
+            front=front,
+            routed=routed,
+            shards=shards,
+            dlq=dlq,
+            upsert=upsert,
+            batches=batches,
+            shuffle_partitions=rng.randint(1, 3),
+            batch_max_records=rng.randint(1, 3),
+            run_id_known=rng.random() < 0.3,
+            same_split_on_replay=rng.random() < 0.8,
+            fault_rate=0.005 if long else rng.choice((0.02, 0.05, 0.1)),
+            max_faults=rng.randint(1, 5),
+            max_restarts=rng.randint(1, 3),
+        )
+
+    def describe(self) -> str:
+        routing = f"{self.shards} shards" if self.shards else "routed" if self.routed else "one stream"
+        kinds = [self.front, routing]
+        kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
+        rows = "/".join(str(len(b)) for b in self.batches)
+        return (
+            f"seed {self.seed} [{self.profile}]: {', '.join(kinds)}; rows per batch {rows}; "
+            f"shuffle partitions {self.shuffle_partitions}; {self.batch_max_records} records per append; "
+            f"run id {'known' if self.run_id_known else 'unknown'}; fault rate {self.fault_rate} "
+            f"(at most {self.max_faults}), at most {self.max_restarts} restarts"
+        )
+
+
+def _row(rng: random.Random, *, routed: bool, shards: int | None, dlq: bool, upsert: bool) -> Row:
+    # Few distinct values: identical rows (a legitimate multiset) are common.
+    body = b"v%d" % rng.randrange(4)
+    stream = rng.choice(ROUTED_STREAMS) if routed else None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    if upsert:
+        action = b"delete" if rng.random() < 0.2 else b"put"
+        headers = ((KEY, b"k%d" % rng.randrange(3)), (ACTION, action))
+    if shards is not None:  # Spark hashes the key (else the body) to a shard; any function of them will do
+        stream = f"{SINGLE_STREAM}/{sum(headers[0][1] if headers else body) % shards}"
+    error = "unencodable value" if dlq and rng.random() < 0.2 else None
+    return Row(body, stream, headers, error)
+
+
+def frame_of(rows: list[Row], *, routed: bool, dlq: bool) -> pa.RecordBatch:
+    """The record frame of one partition, as the writer's encoder would hand it to the tasks."""
+    columns: dict[str, pa.Array] = {BODY: pa.array([r.body for r in rows], pa.binary())}
+    if any(r.headers for r in rows):
+        headers = [[{"name": n, "value": v} for n, v in r.headers] or None for r in rows]
+        columns[HEADERS] = pa.array(headers, HEADERS_ARROW_TYPE)
+    if dlq:
+        columns[ERROR] = pa.array([r.error for r in rows], pa.string())
+    if routed:
+        columns[STREAM_COLUMN] = pa.array([r.stream for r in rows], pa.string())
+    return pa.record_batch(columns)

@@ -1,0 +1,146 @@
+"""The deterministic simulation of exactly-once delivery (docs/exactly-once.md, *Simulation*).
+
+Thousands of seeded schedules drive the real driver and task code against an in-memory S2 with the lite
+server's semantics; after every committed micro-batch and at the end, every input row must be in its
+stream exactly once (dead letters included), nothing lost, and the ledger bounded. A failing schedule's
+report names its seed and prints the schedule; ``python -m tests.sim --seed N`` replays it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+from s2_sdk import AppendInput, Record
+from s2_sdk._generated.s2.v1 import s2_pb2 as pb
+
+from s2_sink._exactly_once._ledger import ledger_stream_name
+from s2_sink._exactly_once._tags import find_tag
+from tests.sim._invariants import Violation, check_batches
+from tests.sim._run import Outcome, run_schedule
+from tests.sim._spark import BASIN, QUERY_ID
+
+CHUNKS = 4
+PER_CHUNK = 500  # 2,000 schedules in all
+STAGE_RETRY_SCHEDULES = 300
+
+
+def _exercised(outcomes: list[Outcome]) -> Counter[str]:
+    """What the schedules did, counted from their traces: faults, restart shapes, retries, replays."""
+    seen: Counter[str] = Counter()
+    for o in outcomes:
+        seen[o.scenario.front] += 1
+        seen["zombie steps"] += o.zombie_steps > 0
+        seen["refused replay"] += o.refused
+        for line in o.trace:
+            fault = re.search(r"-> (\w+)$", line)
+            if fault:
+                seen[fault.group(1)] += 1
+            shape = re.search(r"driver run [1-9]\d* starts \(([a-z ,]+?)[,)]", line)
+            if shape:
+                seen[f"restart: {shape.group(1)}"] += 1
+            seen["recovery batch"] += "recovery=True" in line
+            seen["task retry"] += bool(re.search(r"\.a[1-9]\.t", line))
+    return seen
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
+    """500 schedules per chunk (2,000 in all), both front doors, one stream or routed, dead letters and
+    upserts, with lost replies, refused appends, crashes at every step of tasks and drivers, task retries,
+    attempts Spark gave up on that go on, restarts of every shape, zombies and replays split differently:
+    every row exactly once after every commit and at the end. The chunk must also have exercised each of
+    those faults, or it proves nothing."""
+    outcomes = []
+    for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
+        outcome = run_schedule(seed)
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        outcomes.append(outcome)
+    seen = _exercised(outcomes)
+    wanted = [
+        "writer",
+        "sink",
+        "refuse",
+        "ambiguous",
+        "crash_before",
+        "crash_after",
+        "lost",
+        "restart: new process",
+        "restart: same process",
+        "recovery batch",
+        "task retry",
+        "zombie steps",
+    ]
+    assert all(seen[k] > 0 for k in wanted), seen
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_schedules_snapshot_and_trim_the_ledger_and_stay_exactly_once(seed: int) -> None:
+    """66 to 75 micro-batches with a few faults and restarts: the ledger writes its snapshot at the 64th
+    commit and trims behind it (its first kept record moves), restarts load it from the snapshot and the
+    deltas, and every row is still written exactly once with the ledger bounded."""
+    outcome = run_schedule(seed, "long")
+    if outcome.violation is not None:
+        pytest.fail(outcome.report(), pytrace=False)
+    ledger = outcome.service.store.stream(BASIN, ledger_stream_name(QUERY_ID))
+    assert ledger.first_seq() >= 64
+
+
+def test_stage_retries_write_every_row_exactly_once() -> None:
+    """Shuffle fetch failures retry the stage (attempt numbers restart at 0, task ids keep rising, the old
+    stage attempt's tasks go on as zombies): still every row exactly once, because every attempt signs in
+    before writing (the roll call) and a retry finds the earlier attempt's sign-in whatever its number.
+    Before the roll call, 107 of 3,000 such schedules wrote duplicates."""
+    retried = 0
+    for seed in range(STAGE_RETRY_SCHEDULES):
+        outcome = run_schedule(seed, "stage-retries")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        retried += any("stage retry" in line for line in outcome.trace)
+    # The seeds are fixed, so this count is too (11 of 300): a generator change that stops retrying
+    # stages shows here instead of passing vacuously.
+    assert retried >= 10, f"only {retried} schedules retried a stage: too few to prove anything"
+
+
+def test_at_least_once_duplicates_under_the_same_faults() -> None:
+    """The control: 200 of the same schedules with ``delivery="at-least-once"`` lose nothing but write
+    records twice in many of them, so the faults the simulation injects are the ones exactly-once is for."""
+    outcomes = [run_schedule(seed, delivery="at-least-once") for seed in range(200)]
+    assert [o.report() for o in outcomes if o.violation is not None] == []
+    assert sum(o.duplicates > 0 for o in outcomes) >= 20
+
+
+@pytest.mark.parametrize("seed", [3, 81, 115])
+def test_a_seed_replays_the_same_schedule_and_records(seed: int) -> None:
+    """The same seed gives the same schedule step for step and the same records in every stream (the
+    digest covers the trace and every data record); another seed gives another schedule."""
+    first, again = run_schedule(seed), run_schedule(seed)
+    assert first.trace == again.trace
+    assert first.digest == again.digest
+    assert run_schedule(seed + 1).trace != first.trace
+
+
+def test_the_checker_sees_a_record_written_twice() -> None:
+    """A copy of a chunk the writer appended (its tag and records), appended again after a clean schedule,
+    is a violation: the invariant check is not vacuous."""
+    outcome = run_schedule(3)
+    assert outcome.violation is None
+    service = outcome.service
+    stream = next(s for s in service.store.basin(BASIN).streams.values() if not s.name.startswith("_"))
+    raw = stream.collect(0, 1 << 30, 1 << 62, None).records
+    records = [pb.SequencedRecord.FromString(r) for r in raw]
+    chunk: list[Record] = []
+    for rec in records:
+        headers = [(h.name, h.value) for h in rec.headers]
+        tag = find_tag(headers)
+        if tag is not None:
+            chunk = [Record(rec.body, headers)]
+        elif chunk and headers[:1] != [(b"", b"fence")]:
+            chunk.append(Record(rec.body, headers))
+    assert chunk, "the schedule wrote no chunk"
+    service.apply_append(stream.name, AppendInput(records=chunk))
+    last = len(outcome.scenario.batches) - 1
+    with pytest.raises(Violation, match="written more than once"):
+        check_batches(service.store, BASIN, outcome.scenario, last)
