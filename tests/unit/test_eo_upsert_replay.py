@@ -15,6 +15,7 @@ from s2_sink._dead_letters import row_hash
 from s2_sink._exactly_once._fencing import writer_hash
 from s2_sink._exactly_once._plan import epoch_plan
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout, spark_xxhash64
+from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
 from s2_sink._exactly_once._task import plan_with_layout
 from s2_sink._partition_writer import write_partition
 from s2_sink._routing import Routing
@@ -24,6 +25,9 @@ from s2_sink.config import S2Config
 from s2_sink.encoders import BODY, HEADERS, KEY, UpsertEncoder
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
+
+ROLL = RollCall(roll_stream_name("w"), 0)
+"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
 
 SCHEMA = StructType(
     [StructField("k", StringType()), StructField("v", IntegerType()), StructField("pos", IntegerType())]
@@ -36,7 +40,7 @@ ROWS = [{"k": k, "v": pos % 2, "pos": pos} for pos in range(6) for k in KEYS]
 
 def _plan(cfg: S2Config, epoch: int, *, recovery: bool) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="cdc", stream_column=None, shards=None))
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery, roll=ROLL))
 
 
 def _frame(rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -73,7 +77,7 @@ def test_layout_places_a_keys_changes_together_and_its_dead_letters_with_them() 
         on_error="dlq",
         dlq_stream="dlq",
     )
-    plan = spec.plan(0, epoch_plan(spec.cfg, writer_hash("w"), 1, {}, recovery=True))
+    plan = spec.plan(0, epoch_plan(spec.cfg, writer_hash("w"), 1, {}, recovery=True, roll=ROLL))
     for i, (headers, body) in enumerate(records):
         assert layout.partition_of_hash(row_hash(plan, frame, i)) == layout.partition_of("cdc", headers, body)
 
