@@ -24,7 +24,14 @@ from s2_sink.errors import (
 
 if TYPE_CHECKING:
     from s2_sink.datasource import S2DataSource, register
-    from s2_sink.encoders import InsertEncoder, UpsertChange, UpsertEncoder, decode_json, decode_upsert
+    from s2_sink.encoders import (
+        InsertEncoder,
+        KafkaEncoder,
+        UpsertChange,
+        UpsertEncoder,
+        decode_json,
+        decode_upsert,
+    )
     from s2_sink.writer import S2Writer
 
 __all__ = [
@@ -34,6 +41,7 @@ __all__ = [
     "EncodeError",
     "FencedError",
     "InsertEncoder",
+    "KafkaEncoder",
     "ReadError",
     "ReplayMismatchError",
     "S2Config",
@@ -51,7 +59,7 @@ __all__ = [
     "register",
 ]
 
-_ENCODERS = ("InsertEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
+_ENCODERS = ("InsertEncoder", "KafkaEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
 
 
 def __getattr__(name: str) -> Any:
