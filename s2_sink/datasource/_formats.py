@@ -3,8 +3,9 @@
 - ``raw``: ``stream, seq_num, timestamp, headers, body`` (a user schema may select a subset of these columns).
 - ``json``: the user schema, decoded from the record bodies; columns named ``_s2_stream``, ``_s2_seq_num`` and
   ``_s2_timestamp`` are filled from the record's position instead of its body.
-- ``kafka``: ``stream, seq_num, timestamp, key, value, headers``, Kafka's column names and types: the key from
-  the ``@kafka-key`` header (null without one), which ``headers`` then leaves out (see ``encoders._kafka``).
+- ``kafka``: ``stream, seq_num, timestamp, key, value, headers``, Kafka's column names and types: the key
+  from the ``@kafka-key`` header (null without one), which ``headers`` then leaves out (see
+  ``encoders._kafka``), as it leaves out the exactly-once chunk tag ``@s2sink``.
 - ``upsert``: ``stream, seq_num, timestamp, key, action, value`` (``@key`` / ``@action`` headers and the
   body as text). With a user schema, the columns are decoded from the key JSON merged with the value JSON,
   and a column named ``_s2_action`` receives ``u`` / ``d``.
@@ -28,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink._arrow_types import to_arrow_schema
+from s2_sink._exactly_once._tags import TAG_HEADER
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._read_options import ReadFormat
 from s2_sink.encoders._frame import TIMESTAMP
@@ -215,8 +217,10 @@ def _kafka_columns(
         elif f.name == "value":
             arrays.append(pa.array([r.body for r in records], type=pa.binary()))
         elif f.name == "headers":
-            # Only the first key header is the key (the one the encoder put first); later ones stay.
+            # Only the first key header is the key (the one the encoder put first); later ones stay. The
+            # exactly-once chunk tag is the sink's bookkeeping: written back, it would claim a foreign chunk.
             own = [_without_first(r.headers, KAFKA_KEY_HEADER) for r in records]
+            own = [[(k, v) for k, v in h if k != TAG_HEADER] for h in own]
             arrays.append(pa.array([[{"key": _text(k), "value": v} for k, v in h] for h in own]))
         else:
             arrays.append(_meta_array(f.name, stream, records))

@@ -4,12 +4,14 @@
 each block runs in a fresh namespace holding ``spark`` (one ``local[2]`` session, created when a block first
 needs it), in the current directory (the JVM resolves relative paths against it, so the caller picks it).
 A block fails if it raises, or if it leaves a streaming query running (examples must terminate). RESULTS.json
-maps each id to ``{"ok", "error", "seconds"}``; it is rewritten after every block, so a crash loses only the
-block it happened in.
+maps each id to ``{"ok", "error", "seconds", "stdout"}``; it is rewritten after every block, so a crash
+loses only the block it happened in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -63,8 +65,10 @@ def _run(block: dict[str, str], spark: _LazySpark) -> dict[str, Any]:
     error = None
     signal.signal(signal.SIGALRM, _timed_out)
     signal.alarm(BLOCK_TIMEOUT_S)
+    out = io.StringIO()
     try:
-        exec(compile(block["code"], block["id"], "exec"), namespace)  # the block is the test
+        with contextlib.redirect_stdout(out):
+            exec(compile(block["code"], block["id"], "exec"), namespace)  # the block is the test
     except BaseException:  # noqa: BLE001  # SystemExit and KeyboardInterrupt of a block are its failure too
         error = traceback.format_exc(limit=-8)
     finally:
@@ -75,7 +79,8 @@ def _run(block: dict[str, str], spark: _LazySpark) -> dict[str, Any]:
             query.stop()
         if running and error is None:
             error = f"the block left {len(running)} streaming queries running (examples must terminate)"
-    return {"ok": error is None, "error": error, "seconds": round(time.monotonic() - started, 2)}
+    seconds = round(time.monotonic() - started, 2)
+    return {"ok": error is None, "error": error, "seconds": seconds, "stdout": out.getvalue()[-2000:]}
 
 
 def main(blocks_path: str, results_path: str) -> None:
