@@ -145,11 +145,15 @@ def test_raw_read_shows_the_key_header(sp: SparkSession, lite: Any) -> None:
 
 
 def test_jvm_and_arrow_frames_are_identical(sp: SparkSession) -> None:
-    """project() (the writer's path) and encode_arrow() (format("s2") writes) give the same frame."""
-    df = kafka_frame(sp).coalesce(1)
-    encoder = KafkaEncoder()
-    jvm = encoder.project(df).toArrow().select(list(FRAME_COLUMNS))
-    arrow = pa.Table.from_batches(
-        [encoder.encode_arrow(b, schema=df.schema, errors="column") for b in df.toArrow().to_batches()]
-    ).select(list(FRAME_COLUMNS))
-    assert jvm.to_pylist() == arrow.to_pylist()
+    """project() (the writer's path) and encode_arrow() (format("s2") writes) give the same frame, for
+    Kafka's binary columns and for a string key and value without headers or timestamp (null value too)."""
+    strings = sp.createDataFrame([("k", "v"), (None, "ü"), ("", None)], "key string, value string").coalesce(
+        1
+    )
+    for df in (kafka_frame(sp), strings):
+        encoder = KafkaEncoder()
+        jvm = encoder.project(df).toArrow().select(list(FRAME_COLUMNS))
+        arrow = pa.Table.from_batches(
+            [encoder.encode_arrow(b, schema=df.schema, errors="column") for b in df.toArrow().to_batches()]
+        ).select(list(FRAME_COLUMNS))
+        assert jvm.to_pylist() == arrow.to_pylist()
