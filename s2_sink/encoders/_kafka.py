@@ -10,7 +10,8 @@ Columns, by Kafka's names (a frame read from Kafka, or built for Kafka's sink, p
 ``key``, ``headers`` and ``timestamp`` are used when the frame has them; naming a column explicitly makes it
 required. Every other column (``topic``, ``partition``, ``offset``...) is left out of the record; route by a
 topic-like column with the writer's ``stream_column``. ``format("s2")`` reads with ``s2.format=kafka`` give
-``key``, ``value`` and ``headers`` back, the key header removed from ``headers``.
+``key``, ``value`` and ``headers`` back, the key header (and the exactly-once chunk tag) removed from
+``headers``.
 
 The key header is not the upsert format's ``@key`` (a JSON object of key columns): a Kafka key is opaque
 bytes, so it gets its own name, which user headers must not use.
