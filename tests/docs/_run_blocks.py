@@ -1,7 +1,8 @@
 """Run doc blocks in this process, the way a user pastes them into one Python session against Spark.
 
-``python -m tests.docs._run_blocks BLOCKS.json RESULTS.json``: BLOCKS.json is a list of ``{"id", "code"}``;
-each block runs in a fresh namespace holding ``spark`` (one ``local[2]`` session, created when a block first
+``python -m tests.docs._run_blocks BLOCKS.json RESULTS.json``: BLOCKS.json lists ``{"id", "code"}`` (with
+``"path"`` and ``"line"``, tracebacks name the markdown file and its line numbers); each block runs in a
+fresh namespace holding ``spark`` (one ``local[2]`` session, created when a block first
 needs it), in the current directory (the JVM resolves relative paths against it, so the caller picks it).
 A block fails if it raises, or if it leaves a streaming query running (examples must terminate). RESULTS.json
 maps each id to ``{"ok", "error", "seconds", "stdout"}``; it is rewritten after every block, so a crash
@@ -57,7 +58,12 @@ def _timed_out(signum: int, frame: object) -> None:
     raise BlockTimeoutError(f"the block ran longer than {BLOCK_TIMEOUT_S} s")
 
 
-def _run(block: dict[str, str], spark: _LazySpark) -> dict[str, Any]:
+def _as_in_file(block: dict[str, Any]) -> str:
+    """The code padded so that a traceback's line numbers are those of the markdown file."""
+    return "\n" * int(block.get("line", 0)) + str(block["code"])
+
+
+def _run(block: dict[str, Any], spark: _LazySpark) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__main__"}
     if _needs_spark(block["code"]):
         namespace["spark"] = spark.get()
@@ -68,7 +74,7 @@ def _run(block: dict[str, str], spark: _LazySpark) -> dict[str, Any]:
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            exec(compile(block["code"], block["id"], "exec"), namespace)  # the block is the test
+            exec(compile(_as_in_file(block), block.get("path", block["id"]), "exec"), namespace)  # the test
     except BaseException:  # noqa: BLE001  # SystemExit and KeyboardInterrupt of a block are its failure too
         error = traceback.format_exc(limit=-8)
     finally:

@@ -70,7 +70,9 @@ def results(lite_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     """Run every runnable block in one child process, in a fresh directory; its results by block id."""
     work = tmp_path_factory.mktemp("docs")
     blocks_path, results_path = work / "blocks.json", work / "results.json"
-    blocks_path.write_text(json.dumps([{"id": b.id, "code": b.code} for b in RUNNABLE]))
+    blocks_path.write_text(
+        json.dumps([{"id": b.id, "path": b.path, "line": b.line, "code": b.code} for b in RUNNABLE])
+    )
     run_dir = work / "cwd"
     run_dir.mkdir()
     env = {
