@@ -26,7 +26,14 @@ from s2_sink.errors import (
 
 if TYPE_CHECKING:
     from s2_sink.datasource import S2DataSource, register
-    from s2_sink.encoders import InsertEncoder, UpsertChange, UpsertEncoder, decode_json, decode_upsert
+    from s2_sink.encoders import (
+        InsertEncoder,
+        KafkaEncoder,
+        UpsertChange,
+        UpsertEncoder,
+        decode_json,
+        decode_upsert,
+    )
     from s2_sink.writer import S2Writer
 
 __all__ = [
@@ -36,6 +43,7 @@ __all__ = [
     "EncodeError",
     "FencedError",
     "InsertEncoder",
+    "KafkaEncoder",
     "PreflightError",
     "ReadError",
     "ReplayMismatchError",
@@ -58,7 +66,7 @@ __all__ = [
 # S2_SINK_LOG_FORMAT=json|text in the environment (e.g. spark.executorEnv.*) attaches a handler at import.
 configure_from_env()
 
-_ENCODERS = ("InsertEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
+_ENCODERS = ("InsertEncoder", "KafkaEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
 
 
 def __getattr__(name: str) -> Any:

@@ -2,8 +2,11 @@
 
 `S2Config` is one frozen, keyword-only dataclass of plain values: it pickles to Spark executors
 unchanged and is validated once, when it is built (on the driver). `S2Config.from_options` takes the
-option names of the Flink S2 connector's sink (plus a few of our own, prefixed like theirs);
-`S2Config.from_env` reads the SDK's variables.
+option names of the Flink S2 connector's sink (plus a few of our own, prefixed like theirs).
+
+The token and the endpoints not passed explicitly come from the SDK's variables (``S2_ACCESS_TOKEN``,
+``S2_ACCOUNT_ENDPOINT``, ``S2_BASIN_ENDPOINT``) in every constructor, so the exports the lite server
+prints are enough to point any example at it; an explicit argument or option always wins.
 
 The access token never appears in `repr`, logs or error messages: it is excluded from the dataclass
 repr, and the pool keys sessions by a hash of it (`token_fingerprint`).
@@ -45,6 +48,10 @@ _FALSE: Final = frozenset({"false", "0", "no", "off"})
 class S2Config:
     """Where and how to append to S2. Frozen plain values; validated on construction.
 
+    ``access_token``, ``account_endpoint`` and ``basin_endpoint``, when not passed, are read from
+    ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT`` (unset or empty: the defaults
+    below), once, on the driver; the values then travel to executors with the config.
+
     Example::
 
         cfg = S2Config(basin="my-basin", stream="events", access_token=token)
@@ -58,16 +65,17 @@ class S2Config:
     """Target stream, or the default/prefix for routed writes. Default ``None`` (then the writer must route
     per row with ``stream_column`` or a template). Option ``s2.stream``."""
 
-    access_token: str = field(default="", repr=False)
-    """Bearer token. Default ``""`` (only accepted for loopback endpoints, e.g. the lite server, which
-    ignores it). Never shown in repr, logs or errors. Option ``s2.auth-token``."""
+    access_token: str = field(default_factory=lambda: _env("S2_ACCESS_TOKEN", ""), repr=False)
+    """Bearer token. Default ``S2_ACCESS_TOKEN``, else ``""`` (only accepted for loopback endpoints, e.g.
+    the lite server, which ignores it). Never shown in repr, logs or errors. Option ``s2.auth-token``."""
 
-    account_endpoint: str = CLOUD_ACCOUNT_ENDPOINT
-    """Account endpoint origin. Default ``https://a.s2.dev``. Option ``s2.endpoints.account``."""
+    account_endpoint: str = field(default_factory=lambda: _env("S2_ACCOUNT_ENDPOINT", CLOUD_ACCOUNT_ENDPOINT))
+    """Account endpoint origin. Default ``S2_ACCOUNT_ENDPOINT``, else ``https://a.s2.dev``.
+    Option ``s2.endpoints.account``."""
 
-    basin_endpoint: str = CLOUD_BASIN_ENDPOINT
-    """Basin endpoint origin; may contain ``{basin}``. Default ``https://{basin}.b.s2.dev``.
-    Option ``s2.endpoints.basin``."""
+    basin_endpoint: str = field(default_factory=lambda: _env("S2_BASIN_ENDPOINT", CLOUD_BASIN_ENDPOINT))
+    """Basin endpoint origin; may contain ``{basin}``. Default ``S2_BASIN_ENDPOINT``, else
+    ``https://{basin}.b.s2.dev``. Option ``s2.endpoints.basin``."""
 
     append_retry_policy: AppendRetryPolicyName = "ALL"
     """SDK append retry policy: ``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS`` (retries only what
@@ -156,7 +164,8 @@ class S2Config:
 
         Names are case-insensitive (``S2.Basin`` is ``s2.basin``). Keys listed in `ignore` are skipped (e.g.
         the data source's own options); any other unknown key raises ConfigError naming it and listing the
-        known ones. ``S2_ACCESS_TOKEN`` and the endpoint variables fill in options that are absent.
+        known ones. ``S2_ACCESS_TOKEN`` and the endpoint variables fill in options that are absent (as in the
+        constructor).
         """
         opts = OptionMap(options)
         skip = {k.lower() for k in ignore}
@@ -170,34 +179,20 @@ class S2Config:
                 raise ConfigError(f"unknown option {opts.spelling(key)!r}; known options: {known}")
             name, parse = spec
             kwargs[name] = parse(key, raw)
-        env = _env_values()
-        for name, value in env.items():
-            kwargs.setdefault(name, value)
         if "basin" not in kwargs:
             raise ConfigError("option 's2.basin' is required")
         return cls(**kwargs)
 
     @classmethod
     def from_env(cls, *, basin: str, stream: str | None = None, **overrides: Any) -> S2Config:
-        """Build a config from ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT``.
-
-        Unset variables keep the defaults (the S2 cloud); `overrides` set any other field.
-        """
-        kwargs: dict[str, Any] = {**_env_values(), **overrides}
-        return cls(basin=basin, stream=stream, **kwargs)
+        """The constructor under the name older examples use: the token and endpoints not in `overrides` come
+        from ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT`` (unset: the S2 cloud)."""
+        return cls(basin=basin, stream=stream, **overrides)
 
 
-def _env_values() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for var, name in (
-        ("S2_ACCESS_TOKEN", "access_token"),
-        ("S2_ACCOUNT_ENDPOINT", "account_endpoint"),
-        ("S2_BASIN_ENDPOINT", "basin_endpoint"),
-    ):
-        value = os.environ.get(var)
-        if value:
-            out[name] = value
-    return out
+def _env(var: str, default: str) -> str:
+    # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
+    return os.environ.get(var) or default
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 - ``raw``: ``stream, seq_num, timestamp, headers, body`` (a user schema may select a subset of these columns).
 - ``json``: the user schema, decoded from the record bodies; columns named ``_s2_stream``, ``_s2_seq_num`` and
   ``_s2_timestamp`` are filled from the record's position instead of its body.
+- ``kafka``: ``stream, seq_num, timestamp, key, value, headers``, Kafka's column names and types: the key
+  from the ``@kafka-key`` header (null without one), which ``headers`` then leaves out (see
+  ``encoders._kafka``), as it leaves out the exactly-once chunk tag ``@s2sink``.
 - ``upsert``: ``stream, seq_num, timestamp, key, action, value`` (``@key`` / ``@action`` headers and the
   body as text). With a user schema, the columns are decoded from the key JSON merged with the value JSON,
   and a column named ``_s2_action`` receives ``u`` / ``d``.
@@ -26,12 +29,15 @@ from pyspark.sql.types import (
 )
 
 from s2_sink._arrow_types import to_arrow_schema
+from s2_sink._exactly_once._tags import TAG_HEADER
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._read_options import ReadFormat
 from s2_sink.encoders._frame import TIMESTAMP
+from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ConfigError, ReadError
 
 __all__ = [
+    "KAFKA_SCHEMA",
     "META_COLUMNS",
     "RAW_SCHEMA",
     "UPSERT_SCHEMA",
@@ -55,6 +61,26 @@ RAW_SCHEMA = StructType(
         StructField("timestamp", TimestampType(), False),
         StructField("headers", _HEADERS_TYPE, False),
         StructField("body", BinaryType(), False),
+    ]
+)
+
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("seq_num", LongType(), False),
+        StructField("timestamp", TimestampType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), False),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType(
+                    [StructField("key", StringType(), False), StructField("value", BinaryType(), False)]
+                ),
+                False,
+            ),
+            False,
+        ),
     ]
 )
 
@@ -83,6 +109,8 @@ def default_schema(fmt: ReadFormat) -> StructType:
         return RAW_SCHEMA
     if fmt == "upsert":
         return UPSERT_SCHEMA
+    if fmt == "kafka":
+        return KAFKA_SCHEMA
     raise ConfigError(
         "s2.format=json needs a schema: spark.read.format('s2').schema('id long, name string')..., "
         "or read s2.format=raw and parse the body yourself"
@@ -103,16 +131,16 @@ def check_schema(fmt: ReadFormat, schema: StructType) -> None:
     """Reject a user schema the format cannot produce, naming the column."""
     if not schema.fields:
         raise ConfigError("the schema given to format('s2') has no columns")
-    if fmt == "raw":
-        known = {f.name: f.dataType for f in RAW_SCHEMA.fields}
+    if fmt in ("raw", "kafka"):
+        known = {f.name: f.dataType for f in (RAW_SCHEMA if fmt == "raw" else KAFKA_SCHEMA).fields}
         for f in schema.fields:
             if f.name not in known:
                 raise ConfigError(
-                    f"column {f.name!r} is not produced by s2.format=raw; columns are {list(known)}"
+                    f"column {f.name!r} is not produced by s2.format={fmt}; columns are {list(known)}"
                 )
             if known[f.name] != f.dataType:
                 raise ConfigError(
-                    f"column {f.name!r} of s2.format=raw has type {known[f.name].simpleString()}, "
+                    f"column {f.name!r} of s2.format={fmt} has type {known[f.name].simpleString()}, "
                     f"not {f.dataType.simpleString()}"
                 )
         return
@@ -177,6 +205,35 @@ def _raw_columns(
         else:
             arrays.append(_meta_array(f.name, stream, records))
     return arrays
+
+
+def _kafka_columns(
+    schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
+) -> list[pa.Array]:
+    arrays: list[pa.Array] = []
+    for f in schema.fields:
+        if f.name == "key":
+            arrays.append(pa.array([_header(r, KAFKA_KEY_HEADER) for r in records], type=pa.binary()))
+        elif f.name == "value":
+            arrays.append(pa.array([r.body for r in records], type=pa.binary()))
+        elif f.name == "headers":
+            # Only the first key header is the key (the one the encoder put first); later ones stay. The
+            # exactly-once chunk tag is the sink's bookkeeping: written back, it would claim a foreign chunk.
+            own = [_without_first(r.headers, KAFKA_KEY_HEADER) for r in records]
+            own = [[(k, v) for k, v in h if k != TAG_HEADER] for h in own]
+            arrays.append(pa.array([[{"key": _text(k), "value": v} for k, v in h] for h in own]))
+        else:
+            arrays.append(_meta_array(f.name, stream, records))
+    return arrays
+
+
+def _without_first(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> list[tuple[bytes, bytes]]:
+    out = list(headers)
+    for i, (key, _) in enumerate(out):
+        if key == name:
+            del out[i]
+            break
+    return out
 
 
 def _text(value: bytes) -> str:
@@ -250,6 +307,8 @@ def records_to_batch(
     """One Arrow batch in exactly ``schema``'s Arrow types (Spark checks names and then reads the types)."""
     if fmt == "raw":
         arrays = _raw_columns(schema, stream, records)
+    elif fmt == "kafka":
+        arrays = _kafka_columns(schema, stream, records)
     elif fmt == "upsert" and not _is_typed_upsert(schema):
         arrays = _upsert_columns(schema, stream, records)
     else:

@@ -33,6 +33,7 @@ __all__ = [
     "OPT_STREAM",
     "OPT_STREAMS",
     "OPT_STREAM_PREFIX",
+    "READ_FORMATS",
     "Bound",
     "ReadFormat",
     "ReadOptions",
@@ -55,8 +56,8 @@ OPT_FAIL_ON_DATA_LOSS = "s2.fail-on-data-loss"
 OPT_ISOLATION = "s2.isolation"
 OPT_COMMITTED_BY = "s2.committed-by"
 
-ReadFormat = Literal["raw", "json", "upsert"]
-_FORMATS: tuple[ReadFormat, ...] = ("raw", "json", "upsert")
+ReadFormat = Literal["raw", "json", "upsert", "kafka"]
+READ_FORMATS: tuple[ReadFormat, ...] = ("raw", "json", "upsert", "kafka")
 _MAX_STREAM_NAME_BYTES = 512
 DEFAULT_RECORDS_PER_PARTITION = 500_000
 
@@ -238,8 +239,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
 
     fmt_raw = _get(options, OPT_FORMAT)
     fmt = (fmt_raw or "raw").strip().lower()
-    if fmt not in _FORMATS:
-        raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of raw | json | upsert")
+    if fmt not in READ_FORMATS:
+        raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of {' | '.join(READ_FORMATS)}")
 
     start_pos = _get(options, OPT_STARTING_POSITION)
     start_ts = _get(options, OPT_STARTING_TIMESTAMP)
@@ -324,7 +325,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         stream_prefix=prefix,
         start=start,
         end=end,
-        format=fmt,  # checked against _FORMATS above
+        format=fmt,  # checked against READ_FORMATS above
         materialize=materialize,
         max_records_per_trigger=limit,
         max_bytes_per_trigger=byte_limit,

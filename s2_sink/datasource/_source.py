@@ -80,9 +80,9 @@ class S2DataSource(DataSource):
 
     def schema(self) -> StructType:
         fmt = (self._opts.get(ro.OPT_FORMAT) or "raw").strip().lower()
-        if fmt not in ("raw", "json", "upsert"):
-            raise ConfigError(f"option {ro.OPT_FORMAT}={fmt!r} must be one of raw | json | upsert")
-        return default_schema(fmt)  # type: ignore[arg-type]  # checked just above
+        if fmt not in ro.READ_FORMATS:
+            raise ConfigError(f"option {ro.OPT_FORMAT}={fmt!r} must be one of {' | '.join(ro.READ_FORMATS)}")
+        return default_schema(fmt)
 
     def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
         opts = ro.parse_read_options(self._opts, streaming=streaming)

@@ -16,7 +16,7 @@ from s2_sink._preflight import OPT_PREFLIGHT
 from s2_sink._routing import Routing
 from s2_sink._write_spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
-from s2_sink.encoders import Encoder, InsertEncoder, UpsertEncoder
+from s2_sink.encoders import Encoder, InsertEncoder, KafkaEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError
 
 __all__ = ["WRITE_KEYS", "WriteOptions", "parse_write_options"]
@@ -114,11 +114,23 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
             value_column=_get(options, OPT_VALUE_COLUMN) or "value",
             exclude_columns=exclude,
         )
+    if fmt == "kafka":
+        for name in (*_UPSERT_ONLY, OPT_EXCLUDE_COLUMNS):
+            if _get(options, name) is not None:
+                raise ConfigError(
+                    f"option {name} does not apply to {OPT_FORMAT}=kafka (only value is written)"
+                )
+        return KafkaEncoder(
+            value_column=_get(options, OPT_VALUE_COLUMN) or "value",
+            key_column=_get(options, OPT_KEY_COLUMN) or None,
+            headers_column=headers,
+            timestamp_column=timestamp,
+        )
     if fmt == "upsert":
         for name in _INSERT_ONLY:
             if _get(options, name) is not None:
                 raise ConfigError(
-                    f"option {name} applies to {OPT_FORMAT}=json|raw; upsert keys are {OPT_KEY_COLUMNS}"
+                    f"option {name} applies to {OPT_FORMAT}=json|raw|kafka; upsert keys are {OPT_KEY_COLUMNS}"
                 )
         keys_raw = _get(options, OPT_KEY_COLUMNS)
         if keys_raw is None:
@@ -134,7 +146,7 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
             timestamp_column=timestamp,
             exclude_columns=exclude,
         )
-    raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert")
+    raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert | kafka")
 
 
 def _delivery(options: Mapping[str, str], *, streaming: bool) -> str:

@@ -19,6 +19,7 @@ from s2_sink.encoders._frame import (
 )
 from s2_sink.encoders._insert import InsertEncoder
 from s2_sink.encoders._jvm import JSON_OPTIONS
+from s2_sink.encoders._kafka import KAFKA_KEY_HEADER, KafkaEncoder
 from s2_sink.encoders._metered import metered_bytes
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER, UpsertEncoder
 
@@ -30,6 +31,7 @@ __all__ = [
     "FRAME_DDL",
     "HEADERS",
     "JSON_OPTIONS",
+    "KAFKA_KEY_HEADER",
     "KEY",
     "KEY_HEADER",
     "MAX_RECORD_BYTES",
@@ -37,6 +39,7 @@ __all__ = [
     "Encoder",
     "ErrorMode",
     "InsertEncoder",
+    "KafkaEncoder",
     "UpsertChange",
     "UpsertEncoder",
     "decode_json",

@@ -28,7 +28,7 @@ def _basin_name(text: str) -> str:
 
 
 def exports(endpoint: str, token: str | None) -> str:
-    """Shell lines to paste or ``eval``: they point the library (``S2Config.from_env``) at this server."""
+    """Shell lines to paste or ``eval``: they point ``S2Config`` and ``s2-sink`` at this server."""
     values = {"S2_ACCOUNT_ENDPOINT": endpoint, "S2_BASIN_ENDPOINT": endpoint}
     if token is None:
         values["S2_ACCESS_TOKEN"] = "ignored"  # any non-empty value: the server does not check it

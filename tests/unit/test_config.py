@@ -25,8 +25,10 @@ def local(**kw: object) -> S2Config:
     return S2Config(**base)  # type: ignore[arg-type]
 
 
-def test_defaults_point_at_the_cloud() -> None:
-    """Without endpoints the config targets the S2 cloud and uses the documented defaults."""
+def test_defaults_point_at_the_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without endpoints (arguments or variables) the config targets the S2 cloud and uses the defaults."""
+    monkeypatch.delenv("S2_ACCOUNT_ENDPOINT", raising=False)
+    monkeypatch.delenv("S2_BASIN_ENDPOINT", raising=False)
     cfg = S2Config(basin="my-basin-1", stream="s", access_token=TOKEN)
     assert cfg.account_endpoint == "https://a.s2.dev"
     assert cfg.basin_endpoint == "https://{basin}.b.s2.dev"

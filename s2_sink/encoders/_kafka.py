@@ -1,0 +1,216 @@
+"""KafkaEncoder: a frame shaped like Spark's Kafka source/sink, written the way Kafka users expect.
+
+Columns, by Kafka's names (a frame read from Kafka, or built for Kafka's sink, passes as is):
+
+    value      binary or string   the record body (required; a null value is a bad row)
+    key        binary or string   kept as the first header, ``@kafka-key`` (no header when null)
+    headers    array<struct<key:string,value:binary>>   the record headers, after the key header
+    timestamp  timestamp or bigint ms                   the record timestamp
+
+``key``, ``headers`` and ``timestamp`` are used when the frame has them; naming a column explicitly makes it
+required. Every other column (``topic``, ``partition``, ``offset``...) is left out of the record; route by a
+topic-like column with the writer's ``stream_column``. ``format("s2")`` reads with ``s2.format=kafka`` give
+``key``, ``value`` and ``headers`` back, the key header (and the exactly-once chunk tag) removed from
+``headers``.
+
+The key header is not the upsert format's ``@key`` (a JSON object of key columns): a Kafka key is opaque
+bytes, so it gets its own name, which user headers must not use.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Sequence
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders import _messages as msg
+from s2_sink.encoders._base import Encoder, ErrorMode
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, HEADERS_DDL
+from s2_sink.encoders._lists import list_parts
+from s2_sink.encoders._types import column_type
+from s2_sink.errors import ConfigError
+
+__all__ = ["KAFKA_KEY_HEADER", "KafkaEncoder"]
+
+KAFKA_KEY_HEADER: Final = b"@kafka-key"
+"""Name of the header that carries a Kafka record key."""
+
+
+class KafkaEncoder(Encoder):
+    """One S2 record per row of a Kafka-shaped frame: body = ``value``, headers = ``@kafka-key`` then
+    ``headers``, timestamp = ``timestamp``; the key is also the routing key (``shards``,
+    ``partition_by_key``).
+
+    ``key_column``, ``headers_column`` and ``timestamp_column`` default to Kafka's ``key``, ``headers`` and
+    ``timestamp`` when the frame has such a column; a name given here must exist.
+    """
+
+    value_column: str
+    key_column: str | None
+
+    def __init__(
+        self,
+        *,
+        value_column: str = "value",
+        key_column: str | None = None,
+        headers_column: str | None = None,
+        timestamp_column: str | None = None,
+    ) -> None:
+        super().__init__(headers_column=headers_column, timestamp_column=timestamp_column, exclude_columns=())
+        self.value_column = value_column
+        self.key_column = key_column
+
+    @property
+    def emits_headers(self) -> bool:
+        return True  # the key header, whenever a row has a key
+
+    def _bind(self, columns: Collection[str]) -> KafkaEncoder:
+        """A copy with the optional columns resolved against the frame's column names."""
+        bound = copy.copy(self)
+        if bound.key_column is None and "key" in columns:
+            bound.key_column = "key"
+        if bound.headers_column is None and "headers" in columns:
+            bound.headers_column = "headers"
+        if bound.timestamp_column is None and "timestamp" in columns:
+            bound.timestamp_column = "timestamp"
+        return bound
+
+    # The public entry points bind first, so the shared code sees concrete column names.
+    def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
+        Encoder.validate(self._bind(schema.fieldNames()), schema, keep=keep, exclude=exclude)
+
+    def project(self, df: DataFrame, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> DataFrame:
+        return Encoder.project(self._bind(df.columns), df, keep=keep, exclude=exclude)
+
+    def encode_arrow(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType | None = None,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        errors: ErrorMode = "raise",
+        stream: str | None = None,
+    ) -> pa.RecordBatch:
+        bound = self._bind(batch.schema.names)
+        return Encoder.encode_arrow(
+            bound, batch, schema=schema, keep=keep, exclude=exclude, errors=errors, stream=stream
+        )
+
+    def _metadata_columns(self) -> tuple[str, ...]:
+        key = (self.key_column,) if self.key_column else ()
+        return (*super()._metadata_columns(), self.value_column, *key)
+
+    def data_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
+        return []  # only value, key, headers and timestamp are written
+
+    def _validate(self, schema: StructType, data_columns: list[str]) -> None:
+        for role, name in (("value", self.value_column), ("key", self.key_column)):
+            if name is None:
+                continue
+            dtype = column_type(schema, name, role)
+            if not isinstance(dtype, StringType | BinaryType):
+                raise ConfigError(
+                    f"{role} column {name!r} has type {dtype.simpleString()}; a Kafka-shaped frame needs "
+                    f"binary or string (cast it, e.g. to_json(...) or CAST({name} AS STRING))"
+                )
+
+    # -- JVM --------------------------------------------------------------------------------
+    def _project(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        value = _jvm.col(self.value_column)
+        body = F.coalesce(value.cast("binary"), F.lit(b""))
+        none = F.array().cast(HEADERS_DDL)
+        key: Column = F.lit(None).cast("binary")
+        key_text: Column | None = None
+        all_headers = F.coalesce(headers, none)
+        if self.key_column is not None:
+            key = _jvm.col(self.key_column).cast("binary")
+            key_text = _jvm.col(self.key_column).cast("string")
+            key_header = F.array(F.struct(F.lit(KAFKA_KEY_HEADER).alias("name"), key.alias("value")))
+            all_headers = F.concat(F.when(key.isNotNull(), key_header).otherwise(none), all_headers)
+        null_value = F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))
+        size = _jvm.metered_expr(body, all_headers)
+        error = _jvm.first_error(*errors, null_value, _jvm.oversize_error(size, key_text))
+        return df, body, all_headers, timestamp, key, error
+
+    # -- Arrow --------------------------------------------------------------------------------
+    def _encode(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType,
+        data_columns: list[str],
+        headers: pa.Array,
+        timestamp: pa.Array,
+        error: pa.Array,
+    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+        n = len(batch)
+        value = batch.column(self.value_column)
+        body = pc.fill_null(pc.cast(value, pa.binary()), b"")
+        key = pa.nulls(n, pa.binary())
+        key_text: pa.Array | None = None
+        if self.key_column is not None:
+            key = pc.cast(batch.column(self.key_column), pa.binary())
+            key_text = key
+        all_headers = _prepend_key(key, headers)
+        null_value = None
+        if value.null_count:
+            text = msg.null_column("value", self.value_column)
+            null_value = pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
+        oversize = _arrow_meta.oversize_errors(body, all_headers, key_text)
+        error = _arrow_meta.first_error(n, error, null_value, oversize)
+        return batch, body, all_headers, timestamp, key, error
+
+
+def _prepend_key(key: pa.Array, headers: pa.Array) -> pa.Array:
+    """Per row: ``[(@kafka-key, key)]`` when the key is not null, then the row's headers (null = none)."""
+    offsets, entries = list_parts(headers)
+    old = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    old_len = np.diff(old)
+    if headers.null_count:
+        old_len = np.where(np.asarray(headers.is_valid()), old_len, 0)
+    has_key = np.asarray(key.is_valid(), dtype=bool).astype(np.int64)
+    new = np.concatenate([[0], np.cumsum(has_key + old_len)])
+    # Where each source entry lands: key headers at their row's start, a row's headers right after.
+    key_pos = new[:-1][has_key == 1]
+    starts = new[:-1] + has_key
+    header_pos = np.repeat(starts, old_len) + _ranks(old_len)
+    header_src = np.repeat(old[:-1], old_len) + _ranks(old_len)
+    keys = pc.drop_null(key)
+    source_names = pa.concat_arrays(
+        [pa.array([KAFKA_KEY_HEADER] * len(keys), pa.binary()), entries.field(0).take(header_src)]
+    )
+    source_values = pa.concat_arrays([keys, entries.field(1).take(header_src)])
+    order = np.empty(int(new[-1]), dtype=np.int64)
+    order[key_pos] = np.arange(len(keys))
+    order[header_pos] = len(keys) + np.arange(len(header_src))
+    structs = pa.StructArray.from_arrays(
+        [source_names.take(order), source_values.take(order)], fields=list(HEADERS_ARROW_TYPE.value_type)
+    )
+    return pa.ListArray.from_arrays(pa.array(new, pa.int32()), structs, type=HEADERS_ARROW_TYPE)
+
+
+def _ranks(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``0..len-1`` for each run of the given lengths, concatenated."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    run_starts: npt.NDArray[np.int64] = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.arange(total, dtype=np.int64) - run_starts
