@@ -7,8 +7,11 @@
 - Every data record is covered by a chunk tag (an untagged record could not be accounted for).
 - **Ledger bounded**: every ledger record is at most `LEDGER_RECORD_BOUND` bytes, and the ledger keeps at
   most `LEDGER_RECORDS_BOUND` records past its trim point plus one ``open`` per run since its snapshot.
-- **Upsert**: the multiset check covers every change. Change order per key is not checked yet:
-  ``UpsertEncoder(order_by=...)`` is being built; `check_upsert_order` is where that check goes.
+- **Upsert order** (``UpsertEncoder(order_by=...)``): for every stream and key, the key's changes in the
+  stream, in sequence-number order, are every committed batch's changes of that key in change order
+  (``order_by``, then body, then headers; docs/encoding.md *Upsert order*), batch after batch; with
+  ``compact=True`` one per key and batch, the last in that order. So the table a reader materializes is the
+  one ``order_by`` defines. The multiset check covers the changes themselves.
 
 Records are compared on what the fingerprint covers: stream, headers without the chunk tag (and without
 a dead letter's ``s2sink-partition`` and ``s2sink-row-hash``, which say where it was written from), body.
@@ -25,7 +28,7 @@ from s2_sink._dead_letters import DLQ_BATCH, DLQ_ERROR, DLQ_PARTITION, DLQ_ROW_H
 from s2_sink._exactly_once._ledger import LEDGER_PREFIX
 from s2_sink._exactly_once._tags import find_tag, strip_tag
 from s2_sink.lite._store import Store
-from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario
+from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, change_order, key_of
 
 __all__ = [
     "LEDGER_RECORDS_BOUND",
@@ -34,8 +37,10 @@ __all__ = [
     "check_batches",
     "check_ledger",
     "check_upsert_order",
+    "compare_upsert_order",
     "duplicates_untagged",
     "expected",
+    "key_changes",
 ]
 
 LEDGER_RECORD_BOUND = 66 * 1024
@@ -45,6 +50,8 @@ LEDGER_RECORDS_BOUND = 64 + 1 + 16
 the snapshot, and a few ``ends`` pieces and command records."""
 
 Content = tuple[str, tuple[tuple[bytes, bytes], ...], bytes]
+Change = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]
+"""A change as a stream holds it: its batch id (from its chunk's tag), headers without the tag, body."""
 _PLACEMENT = (DLQ_PARTITION, DLQ_ROW_HASH)
 
 
@@ -161,11 +168,59 @@ def check_ledger(store: Store, basin: str) -> None:
             raise Violation(f"the ledger keeps {len(records)} records ({opens} opens) past its trim point")
 
 
-def check_upsert_order(store: Store, basin: str, scenario: Scenario) -> None:
-    """Per key, changes in the order ``order_by`` defines. A hook: ``UpsertEncoder(order_by=...)`` is not
-    built yet and the simulated upsert rows carry no order column, so there is nothing to compare; the
-    multiset check (`check_batches`) covers every change meanwhile."""
-    del store, basin, scenario
+def key_changes(store: Store, basin: str) -> dict[tuple[str, bytes], list[Change]]:
+    """Per (data stream, ``@key``), the changes in the stream in sequence-number order."""
+    out: dict[tuple[str, bytes], list[Change]] = {}
+    for stream in store.basin(basin).streams.values():
+        if stream.name.startswith("_s2sink/") or stream.name == DLQ_STREAM:
+            continue
+        left = 0
+        batch = -1
+        for rec in _records(store, basin, stream.name):
+            headers = [(h.name, h.value) for h in rec.headers]
+            if headers and headers[0][0] == b"":
+                continue  # a command record (a fence)
+            if left == 0:
+                tag = find_tag(headers)
+                if tag is None:
+                    raise Violation(f"{stream.name}@{rec.seq_num}: a record outside any tagged chunk")
+                left, batch = tag.count, tag.batch
+            left -= 1
+            content = tuple(strip_tag(headers))
+            out.setdefault((stream.name, content[0][1]), []).append((batch, content, rec.body))
+    return out
+
+
+def compare_upsert_order(
+    have: dict[tuple[str, bytes], list[Change]], scenario: Scenario, committed: int
+) -> None:
+    """Every (stream, key)'s changes of batches ``<= committed`` are those `scenario` defines, in that
+    order, and none of a later batch comes before them."""
+    want: dict[tuple[str, bytes], list[Change]] = {}
+    for b, rows in enumerate(scenario.batches[: committed + 1]):
+        good = sorted((r for r in rows if r.error is None), key=change_order)
+        for r in good:
+            stream = r.stream if r.stream is not None else SINGLE_STREAM
+            want.setdefault((stream, key_of(r)), []).append((b, r.headers, r.body))
+    for where in sorted(set(want) | set(have)):
+        changes = have.get(where, [])
+        done = [c for c in changes if c[0] <= committed]
+        if changes[: len(done)] != done:
+            raise Violation(f"{where[0]} key {where[1]!r}: a change of an uncommitted batch precedes {done}")
+        if done != want.get(where, []):
+            raise Violation(
+                f"{where[0]} key {where[1]!r}: changes {done} in the stream, but order_by defines "
+                f"{want.get(where, [])}"
+            )
+
+
+def check_upsert_order(store: Store, basin: str, scenario: Scenario, committed: int | None = None) -> None:
+    """Per stream and key, the changes in the order ``order_by`` defines, for batches ``<= committed``
+    (all of them by default); nothing to check without ``order_by``, whose order is the input's."""
+    if not scenario.order_by:
+        return
+    last = len(scenario.batches) - 1 if committed is None else committed
+    compare_upsert_order(key_changes(store, basin), scenario, last)
 
 
 def _show(c: Counter[Content]) -> str:

@@ -16,7 +16,7 @@ from tests.sim._invariants import (
     duplicates_untagged,
 )
 from tests.sim._memory_s2 import MemoryService
-from tests.sim._scenario import Profile, Scenario
+from tests.sim._scenario import Profile, Row, Scenario
 from tests.sim._scheduler import Scheduler
 from tests.sim._spark import BASIN, Query
 
@@ -45,9 +45,10 @@ class Outcome:
         lines = [
             sc.describe(),
             f"replay: python -m tests.sim --seed {sc.seed} --profile {sc.profile}",
+            *(f"  batch {b}: {[_shown(r) for r in rows]}" for b, rows in enumerate(sc.batches)),
             *(
-                f"  batch {b}: {[(r.stream, r.body, r.headers, r.error) for r in rows]}"
-                for b, rows in enumerate(sc.batches)
+                f"  batch {b} before compaction: {[_shown(r) for r in rows]}"
+                for b, rows in enumerate(sc.changes)
             ),
             "schedule (actor: step -> fault):",
             *self.trace,
@@ -55,6 +56,11 @@ class Outcome:
         if self.violation is not None:
             lines.append(f"VIOLATION: {self.violation}")
         return "\n".join(lines)
+
+
+def _shown(row: Row) -> tuple[object, ...]:
+    shown = (row.stream, row.body, row.headers, row.error)
+    return shown if row.order is None else (*shown, f"order {row.order}")
 
 
 def run_schedule(seed: int, profile: Profile = "default", delivery: Delivery = "exactly-once") -> Outcome:
@@ -93,12 +99,13 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
             duplicates = duplicates_untagged(service.store, BASIN, scenario)
         elif query.finished:
             check_batches(service.store, BASIN, scenario, len(scenario.batches) - 1)
+            check_upsert_order(service.store, BASIN, scenario)
         elif query.refused is not None:
             check_batches(service.store, BASIN, scenario, query.ledger_committed)
+            check_upsert_order(service.store, BASIN, scenario, query.ledger_committed)
         else:
             raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
         check_ledger(service.store, BASIN)
-        check_upsert_order(service.store, BASIN, scenario)
     except AssertionError as exc:
         violation = f"{type(exc).__name__}: {exc}"
     finally:

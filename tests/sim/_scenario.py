@@ -17,13 +17,16 @@ import pyarrow as pa
 from s2_sink._routing import STREAM_COLUMN
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 
-__all__ = ["PROFILES", "Profile", "Row", "Scenario", "frame_of"]
+__all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
 
-Profile = Literal["default", "stage-retries", "long"]
-PROFILES: tuple[Profile, ...] = ("default", "stage-retries", "long")
+Profile = Literal["default", "stage-retries", "long", "upsert-order"]
+PROFILES: tuple[Profile, ...] = ("default", "stage-retries", "long", "upsert-order")
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
-one or two rows, past the ledger's first snapshot and trim (every 64th commit), with few faults."""
+one or two rows, past the ledger's first snapshot and trim (every 64th commit), with few faults.
+``upsert-order`` writes changelogs with ``UpsertEncoder(order_by=...)`` (``compact`` in half of them) through
+``foreachBatch(S2Writer)``, the only front door that takes ``order_by``: a few keys, several changes per key
+spread over the input partitions, tied positions and deletes, with stage retries among the faults."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -42,6 +45,8 @@ class Row:
     headers: tuple[tuple[bytes, bytes], ...] = ()
     error: str | None = None
     """An encoder error: the row becomes a dead letter."""
+    order: int | None = None
+    """``upsert-order`` only: the change's ``order_by`` value (a CDC log position; ties are common)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +72,19 @@ class Scenario:
     fault_rate: float
     max_faults: int
     max_restarts: int
+    order_by: bool = False
+    """``UpsertEncoder(order_by=...)``: the writer lays each (stream, key) out in one task, in change
+    order."""
+    compact: bool = False
+    """``UpsertEncoder(compact=True, order_by=...)``: `batches` hold each key's survivor, `changes` the
+    input."""
+    changes: tuple[tuple[Row, ...], ...] = ()
+    """With `compact`, every batch's changes before compaction (what the encoder was given)."""
 
     @classmethod
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
+        if profile == "upsert-order":
+            return cls._draw_upsert_order(seed)
         rng = random.Random(f"scenario-{seed}")
         front: Literal["writer", "sink"] = "sink" if rng.random() < 0.3 else "writer"
         kind = rng.random()
@@ -104,10 +119,44 @@ class Scenario:
             max_restarts=rng.randint(1, 3),
         )
 
+    @classmethod
+    def _draw_upsert_order(cls, seed: int) -> Scenario:
+        rng = random.Random(f"upsert-order-{seed}")
+        kind = rng.random()
+        routed = kind < 0.6
+        shards = 2 if kind < 0.2 else None
+        dlq = rng.random() < 0.2
+        compact = rng.random() < 0.5
+        changes = tuple(
+            tuple(_change(rng, routed=routed, shards=shards, dlq=dlq) for _ in range(rng.randint(2, 8)))
+            for _ in range(rng.choices((1, 2, 3), weights=(30, 45, 25))[0])
+        )
+        return cls(
+            seed=seed,
+            profile="upsert-order",
+            front="writer",
+            routed=routed,
+            shards=shards,
+            dlq=dlq,
+            upsert=True,
+            batches=tuple(compacted(b) for b in changes) if compact else changes,
+            shuffle_partitions=rng.randint(1, 3),
+            batch_max_records=rng.randint(1, 3),
+            run_id_known=rng.random() < 0.3,
+            same_split_on_replay=False,
+            fault_rate=rng.choice((0.02, 0.05, 0.1)),
+            max_faults=rng.randint(1, 5),
+            max_restarts=rng.randint(1, 3),
+            order_by=True,
+            compact=compact,
+            changes=changes if compact else (),
+        )
+
     def describe(self) -> str:
         routing = f"{self.shards} shards" if self.shards else "routed" if self.routed else "one stream"
         kinds = [self.front, routing]
         kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
+        kinds += ["order_by"] * self.order_by + ["compact"] * self.compact
         rows = "/".join(str(len(b)) for b in self.batches)
         return (
             f"seed {self.seed} [{self.profile}]: {', '.join(kinds)}; rows per batch {rows}; "
@@ -129,6 +178,45 @@ def _row(rng: random.Random, *, routed: bool, shards: int | None, dlq: bool, ups
         stream = f"{SINGLE_STREAM}/{sum(headers[0][1] if headers else body) % shards}"
     error = "unencodable value" if dlq and rng.random() < 0.2 else None
     return Row(body, stream, headers, error)
+
+
+def _change(rng: random.Random, *, routed: bool, shards: int | None, dlq: bool) -> Row:
+    """One change of an ``upsert-order`` changelog: three keys, positions 0 to 5 (so a key's changes tie
+    often, and the tie-break on the record's bytes decides), one in five a delete (an empty body)."""
+    key = b"k%d" % rng.randrange(3)
+    delete = rng.random() < 0.2
+    body = b"" if delete else b"v%d" % rng.randrange(3)
+    headers = ((KEY, key), (ACTION, b"d" if delete else b"u"))
+    stream = rng.choice(ROUTED_STREAMS) if routed else None
+    if shards is not None:
+        stream = f"{SINGLE_STREAM}/{sum(key) % shards}"
+    error = "unencodable value" if dlq and rng.random() < 0.15 else None
+    return Row(body, stream, headers, error, order=rng.randrange(6))
+
+
+def change_order(row: Row) -> tuple[int, bytes, tuple[tuple[bytes, bytes], ...]]:
+    """Where a change goes in its key's order, as docs/encoding.md defines it: its ``order_by`` value, then
+    its body, then its headers (compared name by name, value by value)."""
+    assert row.order is not None
+    return row.order, row.body, row.headers
+
+
+def key_of(row: Row) -> bytes:
+    """The change's ``@key`` value (its first header)."""
+    return row.headers[0][1]
+
+
+def compacted(changes: tuple[Row, ...]) -> tuple[Row, ...]:
+    """``compact=True`` as the encoder's Spark window does it for `S2Writer`: per key (over all target
+    streams), the last change by `change_order` survives; so does every bad row, and a bad row takes part
+    in the ranking (``row_number() == 1 or error is not null``)."""
+    last: dict[bytes, Row] = {}
+    for row in changes:
+        best = last.get(key_of(row))
+        if best is None or change_order(row) > change_order(best):
+            last[key_of(row)] = row
+    survivors = [r for r in changes if r.error is not None or last[key_of(r)] is r]
+    return tuple(survivors)
 
 
 def frame_of(rows: list[Row], *, routed: bool, dlq: bool) -> pa.RecordBatch:

@@ -17,11 +17,17 @@ Spark's behaviour modelled (each a source of faults the scheduler may pick):
   process with a new writer object;
 - a replay after a restart is split into partitions differently (SPARK-28650); ``foreachBatch`` writers
   lay a recovery batch out by record content (`RecoveryLayout`, the Python twin of the Spark shuffle the
-  writer asks for, checked against Spark in tests/integration/test_recovery_layout_spark.py).
+  writer asks for, checked against Spark in tests/integration/test_recovery_layout_spark.py);
+- with ``UpsertEncoder(order_by=...)`` the writer repartitions by (stream, key) (an arbitrary hash over a
+  partition count that may change between runs, as adaptive execution may coalesce; the shuffle hands each
+  task its rows in fetch order, modelled as a seeded shuffle) and sorts each partition into change order
+  (`sort_changes`, modelled by its Python twin `sorted_indices`, which
+  tests/integration/test_upsert_order_spark.py proves equal); a recovery's layout sorts the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -43,9 +49,11 @@ from s2_sink._session_pool import SessionPool, install_pool
 from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink._write_spec import Delivery, WriteSpec
 from s2_sink.config import S2Config
+from s2_sink.encoders._change_order import sorted_indices
+from s2_sink.encoders._frame import BODY, HEADERS
 from s2_sink.errors import ReplayMismatchError
 from s2_sink.writer import _ensure_streams
-from tests.sim._invariants import Violation, check_batches, check_ledger
+from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
@@ -130,7 +138,7 @@ class Query:
         choices: list[Verdict]
         if op.kind == "session":
             choices = ["refuse", "ambiguous", "crash_before", "crash_after", "lost"]
-            if self.sc.profile == "stage-retries":
+            if self.sc.profile in ("stage-retries", "upsert-order"):
                 choices += ["fetch_failed", "fetch_failed"]
         elif op.kind == "append" and op.detail.startswith("fence"):
             # A lost fence reply costs the writer a real 0.1 s back-off: rarer than crashes.
@@ -208,6 +216,7 @@ class Query:
     def _committed(self, batch: int) -> None:
         self.ledger_committed = max(self.ledger_committed, batch)
         check_batches(self.service.store, BASIN, self.sc, self.ledger_committed)
+        check_upsert_order(self.service.store, BASIN, self.sc, self.ledger_committed)
         check_ledger(self.service.store, BASIN)
 
     # -- foreachBatch(S2Writer) ----------------------------------------------------------------------------
@@ -239,7 +248,7 @@ class Query:
                 parts = self._split(b, run)
                 if epoch.recovery:
                     layout = RecoveryLayout(self.sc.shuffle_partitions, routed=self.sc.routed)
-                    parts = self._by_content(b, layout)
+                    parts = [self._in_change_order(p) for p in self._by_content(b, layout)]
                     plan = plan_with_layout(plan, layout)
                 self.sched.note(f"driver run {run}: batch {b} epoch {epoch.token} recovery={epoch.recovery}")
                 results = self._stage(run, b, parts, _writer_task(plan, self.sc), calm)
@@ -268,7 +277,31 @@ class Query:
         parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
         for row in self.sc.batches[batch]:
             parts[rng.randrange(len(parts))].append(row)
+        if self.sc.order_by:
+            return self._by_key(parts, rng)
         return parts
+
+    def _by_key(self, split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
+        """What the writer asks of Spark with ``order_by``: ``repartition(_s2_stream?, _s2_key)`` (a hash of
+        the target stream and key over some partition count), then ``sort_changes`` in each partition."""
+        parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
+        for row in (r for p in split for r in p):
+            stream = (row.stream or SINGLE_STREAM).encode() if self.sc.routed else b""
+            h = hashlib.blake2b(stream + b"\0" + row.headers[0][1], digest_size=8).digest()
+            parts[int.from_bytes(h, "big") % len(parts)].append(row)
+        for p in parts:
+            rng.shuffle(p)  # the order a task fetches its shuffle blocks in is not the input order
+        return [self._in_change_order(p) for p in parts]
+
+    def _in_change_order(self, rows: list[Row]) -> list[Row]:
+        """``sortWithinPartitions(_s2_order, _s2_body, _s2_headers)`` of one partition (`sort_changes`), by
+        its Python twin; the rows as they are without ``order_by``."""
+        if not self.sc.order_by or len(rows) < 2:
+            return rows
+        frame = frame_of(rows, routed=self.sc.routed, dlq=self.sc.dlq)
+        order = [pa.array([r.order for r in rows], pa.int64())]
+        indices = sorted_indices(order, frame.column(BODY), frame.column(HEADERS))
+        return [rows[i] for i in indices.to_pylist()]
 
     def _by_content(self, batch: int, layout: RecoveryLayout) -> list[list[Row]]:
         """The recovery shuffle ``repartition(n, xxhash64(stream?, body, headers))``."""
