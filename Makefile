@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-faults test-compat test-cluster lint typecheck fmt bench bench-quick soak sim dist lite clean
+.PHONY: help venv demo test test-fast test-slow test-faults test-compat test-cluster lint typecheck fmt bench bench-quick soak sim dist lite clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,8 +21,11 @@ venv: $(STAMP)  ## create or refresh .venv with the package and its dev tools
 demo: $(STAMP)  ## run the main job: a streaming query into the embedded lite server, read back
 	$(PY) -m s2_sink.demo
 
-test: $(STAMP)  ## the suite: unit, lite conformance, Spark integration, notebooks, docs (about 10 min)
-	$(PY) -m pytest --durations=15 --ignore=tests/faults --ignore=tests/cluster tests
+test: $(STAMP)  ## the suite: unit, simulation, docs, lite conformance, Spark integration, CLI (about 10 min)
+	$(PY) -m pytest --durations=15 -m "not slow" --ignore=tests/faults --ignore=tests/cluster tests
+
+test-slow: $(STAMP)  ## end to end: the notebooks, Spark Connect servers, the installed wheel, the quick bench
+	$(PY) -m pytest --durations=10 -m slow --ignore=tests/faults --ignore=tests/cluster tests
 
 test-faults: $(STAMP)  ## exactly-once under killed executors and drivers and server faults, about 6 min
 	$(PY) -m pytest --durations=10 tests/faults
