@@ -198,9 +198,13 @@ class UpsertEncoder(Encoder):
         else:
             # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
             last = [F.col(_SEQ).desc()]
-        rank = F.row_number().over(Window.partitionBy(KEY).orderBy(*last))
+        # Bad rows are ranked apart and all kept (they become dead letters): a bad last change must not push
+        # out the key's last good one, or the compacted table would differ from the uncompacted one (and from
+        # the Arrow path's _last_per_key, which leaves bad rows out of the ranking too).
+        good = F.col(ERROR).isNull()
+        rank = F.row_number().over(Window.partitionBy(KEY, good).orderBy(*last))
         ranked = framed.withColumn(_RANK, rank)
-        survivors = ranked.filter((F.col(_RANK) == 1) | F.col(ERROR).isNotNull())
+        survivors = ranked.filter((good & (F.col(_RANK) == 1)) | ~good)
         # With order_by the writer lays the survivors out by key and change order; without, put each input
         # partition's survivors back together, in input order.
         ordered = (

@@ -325,3 +325,24 @@ def test_change_order_and_its_ties_match_the_arrow_path_for_any_split(
         frame = enc.project(df, keep=["pos"]).withColumn(ORDER, order_struct(["pos"]))
         laid = sort_changes(frame.repartition(KEY))
         assert _changes_per_key(jvm_rows(laid)) == expected
+
+
+def test_compaction_keeps_a_keys_last_good_change_when_its_last_change_is_bad(spark: SparkSession) -> None:
+    """compact=True with order_by: key k0's last change by pos is a bad row (an unknown change kind). It is
+    kept (it becomes a dead letter) and does not push out k0's last good change: on both paths the survivor
+    is the change at pos 2, as the uncompacted table would end, and the bad row is there once."""
+    rows = [("k0", 1, "u", 1), ("k0", 2, "u", 2), ("k0", 3, "x", 3), ("k1", 4, "u", 1)]
+    df = spark.createDataFrame(rows, "k string, v int, op string, pos int").coalesce(1)
+    enc = UpsertEncoder(["k"], op_column="op", order_by="pos", compact=True)
+
+    def summary(records: list[dict[str, Any]]) -> tuple[list[bytes], int]:
+        good = sorted(bytes(r[BODY]) for r in records if r[ERROR] is None)
+        return good, sum(r[ERROR] is not None for r in records)
+
+    jvm = summary(jvm_rows(enc.project(df)))
+    arrow = summary(arrow_frame(enc, df).to_pylist())
+    assert jvm == arrow
+    good, bad = jvm
+    assert bad == 1
+    assert len(good) == 2  # k0's change at pos 2 and k1's only change
+    assert any(b'"v":2' in body for body in good)

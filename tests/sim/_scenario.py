@@ -208,14 +208,16 @@ def key_of(row: Row) -> bytes:
 
 def compacted(changes: tuple[Row, ...]) -> tuple[Row, ...]:
     """``compact=True`` as the encoder's Spark window does it for `S2Writer`: per key (over all target
-    streams), the last change by `change_order` survives; so does every bad row, and a bad row takes part
-    in the ranking (``row_number() == 1 or error is not null``)."""
+    streams), the last good change by `change_order` survives; so does every bad row, which is ranked apart
+    (a bad last change never pushes out the key's last good one)."""
     last: dict[bytes, Row] = {}
     for row in changes:
+        if row.error is not None:
+            continue
         best = last.get(key_of(row))
         if best is None or change_order(row) > change_order(best):
             last[key_of(row)] = row
-    survivors = [r for r in changes if r.error is not None or last[key_of(r)] is r]
+    survivors = [r for r in changes if r.error is not None or last.get(key_of(r)) is r]
     return tuple(survivors)
 
 
