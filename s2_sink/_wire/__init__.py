@@ -7,6 +7,6 @@
 
 from __future__ import annotations
 
-from s2_sink._wire._append_proto import encode_append_inputs
+from s2_sink._wire._append_proto import encode_append_inputs, fencing_token_field
 
-__all__ = ["encode_append_inputs"]
+__all__ = ["encode_append_inputs", "fencing_token_field"]

@@ -37,7 +37,7 @@ from s2_sink._wire._layout import Bools, Ints, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, HEADERS, TIMESTAMP
 from s2_sink.errors import EncodeError
 
-__all__ = ["encode_append_inputs"]
+__all__ = ["encode_append_inputs", "fencing_token_field"]
 
 # Field keys: (field number << 3) | wire type (0 = varint, 2 = length-delimited).
 _INPUT_RECORDS: Final = 0x0A
@@ -303,11 +303,18 @@ def _headers_bytes(headers: Sequence[Header]) -> bytes:
     return bytes(out)
 
 
+def fencing_token_field(fencing_token: str | None) -> bytes:
+    """``AppendInput.fencing_token`` serialized (b"" for ``None``). It is the message's last field, so a
+    chunk encoded without a token plus this is the chunk encoded with it: a token change re-sends the
+    same record bytes with a new trailer."""
+    return b"" if fencing_token is None else _field(_INPUT_FENCING_TOKEN, fencing_token.encode())
+
+
 def _trailers(
     match_seq_nums: Sequence[int | None] | None, fencing_token: str | None, chunks: int
 ) -> list[bytes]:
     """Each chunk's fields after its records: ``match_seq_num`` (when set), ``fencing_token`` (when set)."""
-    token = b"" if fencing_token is None else _field(_INPUT_FENCING_TOKEN, fencing_token.encode())
+    token = fencing_token_field(fencing_token)
     if match_seq_nums is None:
         return [token] * chunks
     out = []
