@@ -70,7 +70,7 @@ class FrameInput:
         )
         if all_good and self.spans:
             assert stream is not None
-            self.chunker.add_span(stream, sizes, FrameSpan(body_col, header_col, stamp_col).slice)
+            self.chunker.add_span(stream, sizes, FrameSpan.of(body_col, header_col, stamp_col).slice)
             return
         records = _records(body_col, header_col, stamp_col)
         if all_good:

@@ -1,5 +1,5 @@
-"""Records of the bulk append path: runs of record-frame rows kept as Arrow slices, and a chunk's
-serialized ``AppendInput`` records written from them in bulk (`s2_sink._wire`), or from SDK records.
+"""Records of the bulk append path: runs of record-frame rows, serialized once per Arrow batch in bulk
+(`s2_sink._wire`), and a chunk's ``AppendInput`` joined from those bytes (or from SDK records).
 
 A chunk is serialized once, without a fencing token: the token is the message's last field, so the
 appender adds it when sending (`s2_sink._wire.fencing_token_field`) and a token change after a 412
@@ -9,13 +9,13 @@ re-sends the same record bytes under a new one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from s2_sdk import AppendInput, Record
 from s2_sdk._mappers import append_input_to_proto
 
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire import EncodedRecords, encode_records, record_field
 
 __all__ = ["FrameSpan", "records_of", "serialize_records", "serialize_spans"]
 
@@ -24,42 +24,64 @@ Header = tuple[bytes, bytes]
 
 @dataclass(frozen=True, slots=True)
 class FrameSpan:
-    """Consecutive rows of one record-frame batch, all good records (slices share the batch's buffers):
-    ``_s2_body`` (no nulls), ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such
-    column)."""
+    """Rows ``lo:hi`` of one record-frame batch, all good records: its ``_s2_body`` (no nulls),
+    ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such column), and every row of the
+    batch already serialized (`s2_sink._wire.encode_records`, once per batch, shared by its spans)."""
 
     body: pa.Array
     headers: pa.Array | None
     timestamp: pa.Array | None
+    encoded: EncodedRecords
+    lo: int
+    hi: int
+
+    @classmethod
+    def of(cls, body: pa.Array, headers: pa.Array | None, timestamp: pa.Array | None) -> FrameSpan:
+        """All rows of a batch, serialized in bulk (raises `EncodeError` for a row S2 cannot take)."""
+        return cls(body, headers, timestamp, encode_records(body, headers, timestamp), 0, len(body))
 
     def __len__(self) -> int:
-        return len(self.body)
+        return self.hi - self.lo
 
     def slice(self, lo: int, hi: int) -> FrameSpan:
         """Rows ``lo:hi`` of this span."""
-        n = hi - lo
-        return FrameSpan(
-            self.body.slice(lo, n),
-            None if self.headers is None else self.headers.slice(lo, n),
-            None if self.timestamp is None else self.timestamp.slice(lo, n),
+        return replace(self, lo=self.lo + lo, hi=self.lo + hi)
+
+    def wire(self, lo: int) -> memoryview:
+        """The serialized ``records`` fields of rows ``lo:`` of this span (a view, no copy)."""
+        offsets = self.encoded.offsets
+        return self.encoded.data[offsets[self.lo + lo] : offsets[self.hi]].data
+
+    def record(self, i: int) -> tuple[bytes, list[Header], int | None]:
+        """Row ``i`` of this span: body, headers, timestamp."""
+        row = self.lo + i
+        body: bytes = self.body[row].as_py()
+        headers = self.headers[row].as_py() if self.headers is not None else None
+        stamp: int | None = self.timestamp[row].as_py() if self.timestamp is not None else None
+        return body, [(h["name"], h["value"]) for h in headers or ()], stamp
+
+    def columns(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None]:
+        n = len(self)
+        return (
+            self.body.slice(self.lo, n),
+            None if self.headers is None else self.headers.slice(self.lo, n),
+            None if self.timestamp is None else self.timestamp.slice(self.lo, n),
         )
 
 
 def serialize_spans(spans: Sequence[FrameSpan], tag: Header | None) -> bytes:
-    """One ``AppendInput`` (no fencing token) holding the spans' rows in order; `tag` is appended to the
-    first record's own headers (the exactly-once chunk tag goes last)."""
-    body = _concat([s.body for s in spans])
-    headers = _column(spans, "headers")
-    timestamp = _column(spans, "timestamp")
-    [message] = encode_append_inputs(
-        body,
-        headers,
-        timestamp,
-        [0, len(body)],
-        fencing_token=None,
-        first_record_headers=None if tag is None else [[tag]],
-    )
-    return message
+    """One ``AppendInput`` (no fencing token) holding the spans' rows in order: the rows' bytes as
+    serialized per batch, joined; with a `tag`, the first record is serialized again with the tag after
+    its own headers (the exactly-once chunk tag goes last)."""
+    parts: list[bytes | memoryview] = []
+    skip = 0
+    if tag is not None:
+        body, headers, stamp = spans[0].record(0)
+        parts.append(record_field(body, [*headers, tag], stamp))
+        skip = 1
+    for k, span in enumerate(spans):
+        parts.append(span.wire(skip if k == 0 else 0))
+    return b"".join(parts)
 
 
 def serialize_records(records: list[Record]) -> bytes:
@@ -73,25 +95,12 @@ def records_of(spans: Sequence[FrameSpan]) -> list[Record]:
     """The spans' rows as SDK records (a chunk that mixes spans with records takes the record path)."""
     out: list[Record] = []
     for span in spans:
+        body, header_col, stamp_col = span.columns()
         n = len(span)
-        bodies: list[bytes] = span.body.to_pylist()
-        headers = span.headers.to_pylist() if span.headers is not None else [None] * n
-        stamps = span.timestamp.to_pylist() if span.timestamp is not None else [None] * n
-        for body, hs, ts in zip(bodies, headers, stamps, strict=True):
+        bodies: list[bytes] = body.to_pylist()
+        headers = header_col.to_pylist() if header_col is not None else [None] * n
+        stamps = stamp_col.to_pylist() if stamp_col is not None else [None] * n
+        for b, hs, ts in zip(bodies, headers, stamps, strict=True):
             pairs = [(h["name"], h["value"]) for h in hs] if hs else []
-            out.append(Record(body, pairs, ts))
+            out.append(Record(b, pairs, ts))
     return out
-
-
-def _concat(arrays: list[pa.Array]) -> pa.Array:
-    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-
-
-def _column(spans: Sequence[FrameSpan], name: str) -> pa.Array | None:
-    """The spans' `name` column concatenated (``None`` when no span has one; nulls where some lack it)."""
-    parts: list[pa.Array | None] = [getattr(s, name) for s in spans]
-    present = [p for p in parts if p is not None]
-    if not present:
-        return None
-    typ = present[0].type
-    return _concat([p if p is not None else pa.nulls(len(s), typ) for p, s in zip(parts, spans, strict=True)])
