@@ -57,13 +57,17 @@ def parse_input(data: bytes) -> ParsedInput:
         return ParsedInput(n, None, data, [], {}, msn, token)
     try:
         raw = RawList.FromString(data).items
-        pb.AppendInput.FromString(data)  # full validation of the structure
     except Exception as exc:
         raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
     lengths = np.fromiter(map(len, raw), dtype=np.int64, count=n)
+    # The scan checks every field it reads (keys, lengths, layout), so a canonical input needs no full parse.
     scan = scan_records(data, lengths, _trailer_size(msn, token))
     if scan is not None:
         return _scanned(scan, n, msn, token)
+    try:
+        pb.AppendInput.FromString(data)  # full validation of the structure
+    except Exception as exc:
+        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
     return _record_by_record(raw, n, msn, token)
 
 
