@@ -197,6 +197,44 @@ def _datasource(ctx: Ctx) -> Prepared:
     return Prepared(action=writer.save, streams=[stream], at_least_once=True)
 
 
+def _read_json(ctx: Ctx) -> Prepared:
+    """``spark.read.json`` of the rows as local JSON files (written untimed), decoded into their schema."""
+    path = tempfile.mkdtemp(prefix="read-json-", dir=ctx.tmp)
+    ctx.df.write.mode("overwrite").json(path)
+    schema = ctx.df.schema
+    return Prepared(
+        action=lambda: ctx.spark.read.schema(schema).json(path).write.format("noop").mode("overwrite").save(),
+        cleanup=lambda: shutil.rmtree(path, ignore_errors=True),
+        note="schema given (no inference pass); noop sink",
+    )
+
+
+def _read_s2(ctx: Ctx) -> Prepared:
+    """``spark.read.format("s2")`` of the same rows as JSON records (written untimed by S2Writer),
+    decoded into the same schema."""
+    try:
+        from s2_sink import datasource
+    except ImportError as exc:
+        raise NotAvailable(f"s2_sink.datasource not available ({exc})") from exc
+    ctx.spark.dataSource.register(datasource.S2DataSource)
+    stream = _stream("read")
+    _writer(ctx, stream, _encoder("insert"), "at-least-once")(ctx.df, 0)
+    reader = (
+        ctx.spark.read.format("s2")
+        .option("s2.basin", ctx.basin)
+        .option("s2.stream", stream)
+        .option("s2.endpoints.account", ctx.endpoint)
+        .option("s2.endpoints.basin", ctx.endpoint)
+        .option("s2.format", "json")
+        .schema(ctx.df.schema)
+    )
+    return Prepared(
+        action=lambda: reader.load().write.format("noop").mode("overwrite").save(),
+        streams=[stream],
+        note="s2.format=json, schema given; noop sink",
+    )
+
+
 CASES: tuple[Case, ...] = (
     Case("noop", "Spark noop sink (encoding projection)", _noop),
     Case("json", "Spark df.write.json (local files)", _json_files),
@@ -206,4 +244,6 @@ CASES: tuple[Case, ...] = (
     Case("s2writer_eo", "S2Writer exactly-once", _s2writer("exactly-once", "insert")),
     Case("s2writer_upsert", "S2Writer + UpsertEncoder", _s2writer("at-least-once", "upsert")),
     Case("datasource", 'format("s2") writer', _datasource),
+    Case("read_json", "spark.read.json (local files)", _read_json),
+    Case("read_s2", 'spark.read.format("s2")', _read_s2),
 )

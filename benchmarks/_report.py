@@ -45,9 +45,13 @@ def targets(results: Result) -> list[Result]:
     prod = _case(results, "producer")
     out: list[Result] = []
 
+    upsert = _case(results, "s2writer_upsert")
+    ds = _case(results, "datasource")
+    read_json = _case(results, "read_json")
+    read_s2 = _case(results, "read_s2")
     v = w["rows_per_s"] / naive["rows_per_s"] if w and naive else None
     why = _cpu_note(w, naive, "naive") if w and naive else ""
-    out.append(_target("S2Writer vs naive foreachBatch", v, ">= 3.0x", v >= 3.0 if v else None, "x", why=why))
+    out.append(_target("S2Writer vs naive foreachBatch", v, ">= 4.0x", v >= 4.0 if v else None, "x", why=why))
     v = w["rows_per_s"] / prod["rows_per_s"] if w and prod else None
     why = _cpu_note(w, prod, "Producer") if w and prod else ""
     out.append(_target("S2Writer vs per-row Producer", v, ">= 1.5x", v >= 1.5 if v else None, "x", why=why))
@@ -56,10 +60,22 @@ def targets(results: Result) -> list[Result]:
         _target(
             "S2Writer Python CPU per record (insert)",
             v,
-            "<= 3.0 us",
-            v <= 3.0 if v is not None else None,
+            "<= 1.5 us",
+            v <= 1.5 if v is not None else None,
             "us",
             why="Python workers + driver; JVM-side encoding shown separately",
+        )
+    )
+    v = upsert["rows_per_s"] / w["rows_per_s"] if w and upsert else None
+    why = _cpu_note(upsert, w, "insert") if w and upsert else ""
+    out.append(_target("S2Writer upsert / insert", v, ">= 0.80x", v >= 0.8 if v else None, "x", why=why))
+    v = ds["rows_per_s"] / w["rows_per_s"] if w and ds else None
+    out.append(_target('format("s2") writer / S2Writer', v, ">= 0.90x", v >= 0.9 if v else None, "x"))
+    v = read_s2["rows_per_s"] / read_json["rows_per_s"] if read_s2 and read_json else None
+    why = _cpu_note(read_s2, read_json, "read.json") if read_s2 and read_json else ""
+    out.append(
+        _target(
+            'spark.read.format("s2") / spark.read.json', v, ">= 0.50x", v >= 0.5 if v else None, "x", why=why
         )
     )
     v = eo["rows_per_s"] / w["rows_per_s"] if w and eo else None

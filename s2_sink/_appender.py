@@ -11,6 +11,11 @@ times without progress. Then the task fails with a `WriteError` naming the strea
 cause. Errors that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once.
 A ``412 fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
 applied, so switching tokens and re-sending is safe).
+
+Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
+bytes (`Chunk.wire`, the fencing token added at send time) on a `BulkAppendSession` of its own over the
+shared client's transport; the record path sends SDK ``AppendInput`` objects on the pool's SDK sessions.
+A stream uses one kind for all its chunks, so its appends stay in one ordered session.
 """
 
 from __future__ import annotations
@@ -27,16 +32,20 @@ from s2_sdk import (
     AppendAck,
     AppendConditionError,
     AppendInput,
+    Compression,
     FencingTokenMismatchError,
     Record,
     S2ServerError,
 )
 
+from s2_sink._bulk_session import BulkAppendSession, SessionClosedError, basin_transport
 from s2_sink._exactly_once import _crashpoints
 from s2_sink._explain import explain
+from s2_sink._frame_span import serialize_records
 from s2_sink._results import StreamTotals
 from s2_sink._retry import Backoff, no_side_effects, retryable
 from s2_sink._session_pool import PooledSession, get_pool
+from s2_sink._wire import fencing_token_field
 from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink.errors import FencedError, WriteError
 
@@ -45,18 +54,37 @@ __all__ = ["Appender", "Chunk"]
 log = logging.getLogger(__name__)
 
 _MAX_TOKEN_CHANGES: Final = 16
+_COMPRESSION: Final = {"none": Compression.NONE, "zstd": Compression.ZSTD, "gzip": Compression.GZIP}
+_CLOSE_GRACE_S: Final = 10.0
 
 
 @dataclass(slots=True, eq=False)
 class Chunk:
-    """One append: its records (tagged, if tagging), their metered size and, once sent, its ack ticket."""
+    """One append: its records (tagged, if tagging) as SDK records or as a serialized ``AppendInput``
+    without fencing token (`s2_sink._frame_span`), their count and metered size and, once sent, its
+    ack ticket."""
 
     stream: str
     index: int
-    records: list[Record]
+    count: int
     nbytes: int
+    records: list[Record] | None = None
+    wire: bytes | None = None
     ticket: asyncio.Future[AppendAck] | None = None
     submitted_at: float = 0.0
+
+    def message(self, token: str | None) -> bytes:
+        """The serialized ``AppendInput`` with `token` (the bulk session's input)."""
+        if self.wire is None:
+            assert self.records is not None
+            self.wire, self.records = serialize_records(self.records), None
+        return self.wire + fencing_token_field(token)
+
+    def append_input(self, token: str | None) -> AppendInput:
+        """The SDK's input (the record path)."""
+        if self.records is None:
+            raise TypeError("a serialized chunk goes on a bulk session (bulk_append=True)")
+        return AppendInput(records=self.records, fencing_token=token)
 
 
 @dataclass(slots=True, eq=False)
@@ -68,6 +96,9 @@ class _StreamAppends:
     """The fencing token appends go out with."""
     totals: StreamTotals
     session: PooledSession | None = None
+    """The record path's SDK session."""
+    bulk: BulkAppendSession | None = None
+    """The bulk path's session."""
     unacked: deque[Chunk] = field(default_factory=deque)
     failures: int = 0
     """Session failures since the last acknowledgement."""
@@ -90,6 +121,7 @@ class Appender:
         self.ack_deadline_s = self.cfg.request_timeout_ms / 1000 * 2 + 1
         self.backoff = Backoff.for_sessions(self.cfg)
         self.pool = get_pool()
+        self.bulk = self.cfg.bulk_append
 
     def totals(self, stream: str) -> StreamTotals | None:
         """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
@@ -109,11 +141,9 @@ class Appender:
         self.inflight.append(chunk)
         self.inflight_bytes += chunk.nbytes
         try:
-            if st.session is None:
+            if not self._is_open(st):
                 await self._open(st)
-            assert st.session is not None
-            chunk.submitted_at = time.monotonic()
-            chunk.ticket = _future(await st.session.session.submit(self._input(chunk)))
+            await self._send(st, chunk)
         except Exception as exc:
             await self._recover(st, exc)
         _crashpoints.hit("mid_session", **self.ctx.where(chunk.index))
@@ -126,9 +156,7 @@ class Appender:
     async def release_all(self, healthy: bool) -> None:
         """Return the sessions to the pool; a session with unacknowledged appends is dropped."""
         for st in self.streams.values():
-            if st.session is not None:
-                await self.pool.release(st.session, healthy=healthy and not st.unacked)
-                st.session = None
+            await self._drop(st, healthy=healthy and not st.unacked)
 
     def _stream(self, name: str) -> _StreamAppends:
         st = self.streams.get(name)
@@ -137,13 +165,58 @@ class Appender:
             st = self.streams[name] = _StreamAppends(name, token=self.plan.fencing_token, totals=totals)
         return st
 
-    def _input(self, chunk: Chunk) -> AppendInput:
-        return AppendInput(records=chunk.records, fencing_token=self.streams[chunk.stream].token)
+    def _is_open(self, st: _StreamAppends) -> bool:
+        return (st.bulk if self.bulk else st.session) is not None
 
     async def _open(self, st: _StreamAppends) -> None:
         if self.cfg.create_streams:
             await self.pool.ensure_stream(self.cfg, st.name)
-        st.session = await self.pool.acquire(self.cfg, st.name)
+        if self.bulk:
+            transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
+            st.bulk = BulkAppendSession(transport, st.name, _COMPRESSION[self.cfg.compression])
+        else:
+            st.session = await self.pool.acquire(self.cfg, st.name)
+
+    async def _send(self, st: _StreamAppends, chunk: Chunk) -> None:
+        """Submit `chunk` on `st`'s open session and keep its ticket."""
+        if st.bulk is not None:
+            if not st.bulk.accepting:
+                await self._reconnect(st)
+            chunk.submitted_at = time.monotonic()
+            chunk.ticket = _future(st.bulk.submit(chunk.message(st.token), chunk.count))
+            return
+        assert st.session is not None
+        chunk.submitted_at = time.monotonic()
+        chunk.ticket = _future(await st.session.session.submit(chunk.append_input(st.token)))
+
+    async def _reconnect(self, st: _StreamAppends) -> None:
+        """`st`'s bulk session takes no more appends. After the server's reconnect advice, wait for what
+        it carries to be acknowledged (so the stream's appends stay in order), then open a fresh one; a
+        failed session raises its own error (the caller recovers as from any session failure)."""
+        session = st.bulk
+        assert session is not None
+        if session.error is not None:
+            raise session.error
+        sent = [c.ticket for c in st.unacked if c.ticket is not None]
+        if sent:
+            # asyncio.wait, not wait_for: the tickets stay uncancelled (their acks are still collected).
+            _, late = await asyncio.wait(sent, timeout=self.ack_deadline_s)
+            if late:
+                raise TimeoutError(f"no acknowledgement within {self.ack_deadline_s:.1f}s")
+            for ticket in sent:
+                if not ticket.cancelled() and ticket.exception() is not None:
+                    raise ticket.exception()  # type: ignore[misc]
+        await self._drop(st, healthy=True)
+        await self._open(st)
+
+    async def _drop(self, st: _StreamAppends, *, healthy: bool) -> None:
+        """Let go of `st`'s session: back to the pool (SDK, when healthy) or closed."""
+        if st.session is not None:
+            await self.pool.release(st.session, healthy=healthy)
+            st.session = None
+        if st.bulk is not None:
+            session, st.bulk = st.bulk, None
+            await _close_bulk(session, grace_s=_CLOSE_GRACE_S if healthy else 1.0)
 
     async def _await_oldest(self) -> None:
         chunk = self.inflight[0]
@@ -169,14 +242,14 @@ class Appender:
         st.waits = None
         _crashpoints.hit("after_append_before_ack", **self.ctx.where(chunk.index))
         latency_ms = (time.monotonic() - chunk.submitted_at) * 1000
-        st.totals.acked(len(chunk.records), chunk.nbytes, ack, latency_ms)
+        st.totals.acked(chunk.count, chunk.nbytes, ack, latency_ms)
 
     async def _recover(self, st: _StreamAppends, exc: Exception) -> None:
         """Reopen `st`'s session and re-send its unacknowledged chunks, or raise when it cannot."""
+        if isinstance(exc, SessionClosedError) and isinstance(exc.__cause__, Exception):
+            exc = exc.__cause__  # judge the failure that closed the session
         while True:
-            if st.session is not None:
-                await self.pool.release(st.session, healthy=False)
-                st.session = None
+            await self._drop(st, healthy=False)
             if (
                 isinstance(exc, FencingTokenMismatchError)
                 and self.plan.fence_keeper is not None
@@ -219,14 +292,12 @@ class Appender:
     async def _resend(self, st: _StreamAppends) -> None:
         """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged."""
         await self._open(st)
-        assert st.session is not None
         for chunk in st.unacked:
             if _acked(chunk):
                 continue  # acknowledged before the session failed; _await_oldest collects it
             if chunk.ticket is not None:
                 chunk.ticket.cancel()  # the dropped session's ticket will never resolve now
-            chunk.submitted_at = time.monotonic()
-            chunk.ticket = _future(await st.session.session.submit(self._input(chunk)))
+            await self._send(st, chunk)
 
     def _check_retryable(self, st: _StreamAppends, exc: Exception) -> None:
         if isinstance(exc, FencingTokenMismatchError):
@@ -255,6 +326,17 @@ class Appender:
             f"(batch {self.plan.batch_id}, partition {self.ctx.partition_id}, "
             f"attempt {self.ctx.attempt_number}): {_describe(exc)}"
         )
+
+
+async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
+    """Half-close a bulk session and let the server end it (a failed one re-raises its error, which
+    was reported already); a timed-out close cancels its runner."""
+    try:
+        await asyncio.wait_for(session.close(), timeout=grace_s)
+    except TimeoutError:
+        session.abort()
+    except Exception as exc:
+        log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
 
 
 def _future(ticket: Awaitable[AppendAck]) -> asyncio.Future[AppendAck]:

@@ -29,6 +29,7 @@ from typing import Final
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from s2_sdk import S2, AppendAck, Compression, S2ClientError
 from s2_sdk._client import HttpClient
+from s2_sdk._exceptions import TransportError
 from s2_sdk._mappers import append_ack_from_proto
 from s2_sdk._s2s import _stream_records_path
 from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
@@ -67,6 +68,16 @@ class BulkAppendSession:
     def accepting(self) -> bool:
         """Whether `submit` still sends (not closed, not failed, no reconnect advised)."""
         return not (self._closing or self.reconnect_advised or self._error is not None or self._runner.done())
+
+    @property
+    def error(self) -> BaseException | None:
+        """What failed the session, if it failed."""
+        return self._error
+
+    def abort(self) -> None:
+        """End the session now (its HTTP/2 stream is reset): pending tickets fail, nothing more is sent."""
+        self._closing = True
+        self._runner.cancel()
 
     def submit(self, message: bytes, records: int) -> asyncio.Future[AppendAck]:
         """Send one serialized ``AppendInput`` of `records` records; the ticket resolves with its ack.
@@ -120,6 +131,10 @@ class BulkAppendSession:
                     raise S2ClientError(
                         f"append session ended with {len(self._pending)} unacknowledged appends"
                     )
+        except TransportError as exc:
+            # As the SDK's own session reports them: an S2ClientError, the transport's error its cause
+            # (so `s2_sink._retry` sees a retryable failure, and a refused connection as side-effect free).
+            self._fail(_client_error(exc))
         except BaseException as exc:
             self._fail(exc)
             if not isinstance(exc, Exception):
@@ -143,12 +158,20 @@ class BulkAppendSession:
             pending.ticket.set_result(append_ack_from_proto(ack))
 
     def _fail(self, exc: BaseException) -> None:
+        if not isinstance(exc, Exception):  # cancelled (aborted): tickets fail with an ordinary error
+            exc = SessionClosedError(f"append session to {self.stream!r} was aborted")
         self._error = exc
         while self._pending:
             ticket = self._pending.popleft().ticket
             if not ticket.done():
                 ticket.set_exception(exc)
                 ticket.add_done_callback(_retrieve)
+
+
+def _client_error(exc: TransportError) -> S2ClientError:
+    err = S2ClientError(f"{type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
 
 
 def _retrieve(fut: asyncio.Future[AppendAck]) -> None:

@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 Emit = Callable[[str, int, list[T], int], None]
 """Receives each chunk as it is closed: stream, the chunk's 0-based index among that stream's chunks,
-its items and their total metered size."""
+its items (one per record, or one per span given to `Chunker.add_span`) and their total metered size."""
 
 
 @dataclass(slots=True, eq=False)
@@ -32,6 +32,8 @@ class _Buffer(Generic[T]):
     """The open (partial) chunk of one stream."""
 
     items: list[T] = field(default_factory=list)
+    count: int = 0
+    """Records held (an item from `Chunker.add_span` stands for several)."""
     nbytes: int = 0
     emitted: int = 0
     """Chunks of this stream emitted so far (the next chunk's index)."""
@@ -62,18 +64,37 @@ class Chunker(Generic[T]):
     def add(self, stream: str, item: T, size: int) -> None:
         """One item of `size` metered bytes for `stream`."""
         buf = self._buffer(stream)
-        if buf.items and (len(buf.items) >= self.max_records or buf.nbytes + size > self.max_bytes):
+        if buf.count and (buf.count >= self.max_records or buf.nbytes + size > self.max_bytes):
             self._close(stream, buf)
-        if not buf.items:
+        if not buf.count:
             self._opened(stream)
         buf.items.append(item)
+        buf.count += 1
         buf.nbytes += size
-        if len(buf.items) >= self.max_records:
+        if buf.count >= self.max_records:
             self._close(stream, buf)
 
     def add_run(self, stream: str, items: Sequence[T], sizes: npt.ArrayLike) -> None:
         """Consecutive items for one stream: the same cuts as `add` item by item, found over the whole
         column of sizes (`cut_points`) rather than item by item (the single-stream fast path)."""
+        self._add_cut(stream, sizes, lambda buf, lo, hi: buf.items.extend(items[lo:hi]))
+
+    def add_span(self, stream: str, sizes: npt.ArrayLike, span: Callable[[int, int], T]) -> None:
+        """Consecutive records for one stream, given only their sizes: each chunk gets, for the records
+        ``lo:hi`` of this run it holds, the one item ``span(lo, hi)`` (e.g. a slice of Arrow columns), so
+        no object per record is made. The cuts are those `add` would make record by record."""
+
+        def put(buf: _Buffer[T], lo: int, hi: int) -> None:
+            if hi > lo:
+                buf.items.append(span(lo, hi))
+
+        self._add_cut(stream, sizes, put)
+
+    def _add_cut(
+        self, stream: str, sizes: npt.ArrayLike, put: Callable[[_Buffer[T], int, int], None]
+    ) -> None:
+        """Records ``0:n`` of a run (sizes given) for `stream`, cut as `add` would; ``put`` moves the
+        records ``lo:hi`` into the open chunk's items."""
         prefix = prefix_sums(sizes)
         n = len(prefix) - 1
         if n == 0:
@@ -83,21 +104,23 @@ class Chunker(Generic[T]):
             prefix,
             max_records=self.max_records,
             max_bytes=self.max_bytes,
-            count=len(buf.items),
+            count=buf.count,
             nbytes=buf.nbytes,
         )
-        if not buf.items:
+        if not buf.count:
             self._opened(stream)
         start = 0
         for cut in cuts:
-            buf.items.extend(items[start:cut])
+            put(buf, start, cut)
+            buf.count += cut - start
             buf.nbytes += int(prefix[cut] - prefix[start])
             self._close(stream, buf)
-            self._opened(stream)  # item `cut` starts the next chunk
+            self._opened(stream)  # record `cut` starts the next chunk
             start = cut
-        buf.items.extend(items[start:])
+        put(buf, start, n)
+        buf.count += n - start
         buf.nbytes += int(prefix[n] - prefix[start])
-        if len(buf.items) >= self.max_records:
+        if buf.count >= self.max_records:
             self._close(stream, buf)
 
     def flush(self) -> None:
@@ -119,10 +142,10 @@ class Chunker(Generic[T]):
             self._close(fullest, self._buffers[fullest])
 
     def _close(self, stream: str, buf: _Buffer[T]) -> None:
-        items, nbytes = buf.items, buf.nbytes
-        buf.items, buf.nbytes = [], 0
+        items, nbytes, count = buf.items, buf.nbytes, buf.count
+        buf.items, buf.nbytes, buf.count = [], 0, 0
         self._open.discard(stream)
-        if not items:
+        if not count:
             return
         index = buf.emitted
         buf.emitted += 1

@@ -4,12 +4,13 @@ path a row travels inside the task.
 `write_partition(plan, batches)` consumes an iterator of Arrow record batches in the record-frame layout
 (`s2_sink.encoders._frame`) and, in row order:
 
-1. `FrameInput` turns each batch's columns into SDK records and their metered sizes; bad rows go to
-   `BadRows` (fail, skip or dead-letter, per ``WritePlan.on_error``);
+1. `FrameInput` turns each batch's columns into SDK records and their metered sizes, or (the bulk path)
+   into Arrow slices; bad rows go to `BadRows` (fail, skip or dead-letter, per ``WritePlan.on_error``);
 2. the `Chunker` cuts each target stream's records into appends, deterministically (see `_chunker`);
 3. each chunk, as it is closed, is filtered by the recovery hook's `RecordFilter` (exactly-once task
-   retries), tagged by the ``chunk_tagger`` and handed to the `Appender`, which pipelines it over pooled
-   sessions, collects acknowledgements and re-sends after session failures;
+   retries), tagged by the ``chunk_tagger``, serialized in bulk when it is made of Arrow slices
+   (`s2_sink._frame_span`), and handed to the `Appender`, which pipelines it over its sessions,
+   collects acknowledgements and re-sends after session failures;
 4. the task returns small per-stream result rows (`s2_sink._results.RESULT_SCHEMA`).
 
 Memory stays bounded: the partition is streamed one Arrow batch at a time; at most
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -32,6 +34,7 @@ from s2_sink._chunker import Chunker
 from s2_sink._dead_letters import BadRows
 from s2_sink._exactly_once import _crashpoints
 from s2_sink._frame_input import FrameInput
+from s2_sink._frame_span import FrameSpan, records_of, serialize_spans
 from s2_sink._results import StreamTotals, result_rows
 from s2_sink._write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
@@ -56,7 +59,7 @@ class _PartitionWriter:
                 f"{plan.chunk_tag_reserve}-byte chunk tag"
             )
         self.filter: RecordFilter | None = None
-        self.chunker: Chunker[Record] = Chunker(
+        self.chunker: Chunker[Record | FrameSpan] = Chunker(
             max_records=cfg.batch_max_records,
             max_bytes=max_bytes,
             max_open=cfg.max_buffered_requests,
@@ -66,8 +69,20 @@ class _PartitionWriter:
         self.input = FrameInput(plan, self.chunker, self.bad_rows, max_record)
         self.appender = Appender(plan, ctx)
 
-    def _send(self, stream: str, index: int, records: list[Record], nbytes: int) -> None:
+    def start(self) -> None:
+        """Run the recovery hook (before the first row); without a filter, the bulk path may serve."""
+        if self.plan.recovery is not None:
+            self.filter = self.plan.recovery(self.plan, self.ctx)
+        self.input.spans = self.plan.cfg.bulk_append and self.filter is None
+
+    def _send(self, stream: str, index: int, items: list[Record | FrameSpan], nbytes: int) -> None:
         """A closed chunk: drop what an earlier attempt already wrote, tag it, append it."""
+        spans = [i for i in items if isinstance(i, FrameSpan)]
+        if len(spans) == len(items):
+            self._send_spans(stream, index, spans, nbytes)
+            return
+        # Records only, or (rarely: a batch with bad rows among all-good ones) both: the record path.
+        records = _records(items) if spans else cast(list[Record], items)
         if self.filter is not None:
             kept = self.filter(stream, records)
             if len(kept) != len(records):
@@ -76,18 +91,37 @@ class _PartitionWriter:
             if not records:
                 return
         if self.plan.chunk_tagger is not None:
-            name, value = self.plan.chunk_tagger(self.ctx, ChunkInfo(stream, index, len(records), nbytes))
+            name, value = self._tag(ChunkInfo(stream, index, len(records), nbytes))
             tag_size = header_size(name, value)
-            if tag_size > self.plan.chunk_tag_reserve:
-                raise WriteError(
-                    f"chunk tag of {tag_size} bytes exceeds its {self.plan.chunk_tag_reserve}-byte reserve"
-                )
             first = records[0]  # the tag goes last: positional readers of @key/@action stay undisturbed
             records = [Record(first.body, [*first.headers, (name, value)], first.timestamp), *records[1:]]
             nbytes += tag_size
+        self._submit(Chunk(stream, index, len(records), nbytes, records=records))
+
+    def _send_spans(self, stream: str, index: int, spans: list[FrameSpan], nbytes: int) -> None:
+        """A closed chunk of Arrow slices (no recovery filter is active): tag it, serialize it in bulk,
+        append it."""
+        count = sum(len(s) for s in spans)
+        tag = None
+        if self.plan.chunk_tagger is not None:
+            tag = self._tag(ChunkInfo(stream, index, count, nbytes))
+            nbytes += header_size(*tag)
+        self._submit(Chunk(stream, index, count, nbytes, wire=serialize_spans(spans, tag)))
+
+    def _tag(self, info: ChunkInfo) -> tuple[bytes, bytes]:
+        assert self.plan.chunk_tagger is not None
+        name, value = self.plan.chunk_tagger(self.ctx, info)
+        tag_size = header_size(name, value)
+        if tag_size > self.plan.chunk_tag_reserve:
+            raise WriteError(
+                f"chunk tag of {tag_size} bytes exceeds its {self.plan.chunk_tag_reserve}-byte reserve"
+            )
+        return name, value
+
+    def _submit(self, chunk: Chunk) -> None:
         # Fault-suite crash points (inert unless S2SINK_CRASH_PLAN is set): tests/faults.
-        _crashpoints.hit("before_append", **self.ctx.where(index))
-        _runtime.run(self.appender.submit(Chunk(stream, index, records, nbytes)))
+        _crashpoints.hit("before_append", **self.ctx.where(chunk.index))
+        _runtime.run(self.appender.submit(chunk))
 
     def finish(self) -> None:
         """Send the partial chunks and await every acknowledgement."""
@@ -134,8 +168,7 @@ def write_partition(
     ctx = ctx if ctx is not None else task_context(plan.batch_id)
     started = time.monotonic()
     writer = _PartitionWriter(plan, ctx)
-    if plan.recovery is not None:
-        writer.filter = plan.recovery(plan, ctx)
+    writer.start()
     healthy = False
     try:
         for batch in batches:
@@ -156,3 +189,11 @@ def map_partition(plan: WritePlan) -> Callable[[Iterable[pa.RecordBatch]], Itera
         yield write_partition(plan, batches)
 
     return _fn
+
+
+def _records(items: list[Record | FrameSpan]) -> list[Record]:
+    """A chunk's items as records, in order (spans expanded)."""
+    out: list[Record] = []
+    for item in items:
+        out.extend(records_of([item]) if isinstance(item, FrameSpan) else [item])
+    return out

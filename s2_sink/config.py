@@ -139,6 +139,11 @@ class S2Config:
     """Create missing target streams (``ensure_stream``) before writing to them. Default ``False``: a
     missing stream fails the batch. Option ``s2.create-streams``."""
 
+    bulk_append: bool = True
+    """Encode appends straight from the Arrow record frame into protobuf bytes and send them on S2S
+    sessions of their own (no SDK record per row). ``False`` = the SDK's record path. Default ``True``.
+    Option ``sink.bulk-append``."""
+
     session_idle_timeout_ms: int = 60_000
     """An executor closes a pooled client and its sessions after this many idle ms (1000-3600000). Default
     60000. Option ``sink.session.idle-timeout``."""
@@ -288,6 +293,7 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "s2.create-streams": ("create_streams", _bool),
     "sink.requests.max-inflight-bytes": ("max_inflight_bytes", _size_bytes),
     "sink.session.idle-timeout": ("session_idle_timeout_ms", _duration_ms),
+    "sink.bulk-append": ("bulk_append", _bool),
 }
 
 OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}

@@ -7,6 +7,12 @@
 
 from __future__ import annotations
 
-from s2_sink._wire._append_proto import encode_append_inputs
+from s2_sink._wire._append_proto import (
+    EncodedRecords,
+    encode_append_inputs,
+    encode_records,
+    fencing_token_field,
+    record_field,
+)
 
-__all__ = ["encode_append_inputs"]
+__all__ = ["EncodedRecords", "encode_append_inputs", "encode_records", "fencing_token_field", "record_field"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -33,11 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_sink._wire._arrow_views import as_large_binary, binary_view, large_binary, validity
-from s2_sink._wire._layout import Bools, Ints, pack_fields, varint_sizes
+from s2_sink._wire._layout import Bools, Bytes, Ints, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, HEADERS, TIMESTAMP
 from s2_sink.errors import EncodeError
 
-__all__ = ["encode_append_inputs"]
+__all__ = ["EncodedRecords", "encode_append_inputs", "encode_records", "fencing_token_field", "record_field"]
 
 # Field keys: (field number << 3) | wire type (0 = varint, 2 = length-delimited).
 _INPUT_RECORDS: Final = 0x0A
@@ -102,6 +102,51 @@ def encode_append_inputs(
     return out
 
 
+class EncodedRecords(NamedTuple):
+    """Rows serialized as ``AppendInput.records`` fields, back to back: row ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``, so rows ``a:b`` of any chunk are one contiguous slice."""
+
+    data: Bytes
+    offsets: Ints
+
+
+def encode_records(body: pa.Array, headers: pa.Array | None, timestamp: pa.Array | None) -> EncodedRecords:
+    """Every row of a record frame as a serialized ``records`` field (what `encode_append_inputs`
+    writes for it in any chunk but as its first record under a tag). Concatenating the fields of rows
+    ``a:b`` and a `fencing_token_field` is the ``AppendInput`` of those rows. Raises as
+    `encode_append_inputs`."""
+    body = as_large_binary(body, BODY)
+    n = len(body)
+    if n == 0:
+        return EncodedRecords(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    # One "chunk" per `_BLOCK_ROWS` rows lets `_blocks` bound the temporaries.
+    cuts = np.unique(np.append(np.arange(0, n, _BLOCK_ROWS, dtype=np.int64), n))
+    datas: list[Bytes] = []
+    offsets: list[Ints] = [np.zeros(1, dtype=np.int64)]
+    at = 0
+    for lo, hi in _blocks(body, cuts):
+        block_cuts = cuts[lo : hi + 1]
+        records = _records_block(
+            body, headers, timestamp, cuts=block_cuts, extras=None, trailers=[b""] * (hi - lo)
+        )
+        view = binary_view(records)
+        datas.append(view.data[view.offsets[0] : view.offsets[-1]])
+        offsets.append(view.offsets[1:] - view.offsets[0] + at)
+        at += int(view.offsets[-1] - view.offsets[0])
+    data = datas[0] if len(datas) == 1 else np.concatenate(datas)
+    return EncodedRecords(data, np.concatenate(offsets))
+
+
+def record_field(body: bytes, headers: Sequence[Header], timestamp: int | None) -> bytes:
+    """One record as a serialized ``AppendInput.records`` field, in plain Python (for a few records,
+    e.g. a chunk's tagged first record): the bytes `encode_append_inputs` writes for it."""
+    record = b"" if timestamp is None else bytes([_RECORD_TIMESTAMP]) + _varint(timestamp)
+    record += _headers_bytes(headers)
+    if body:
+        record += _field(_RECORD_BODY, body)
+    return _field(_INPUT_RECORDS, record)
+
+
 def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
     """Runs of whole chunks, ``[lo, hi)``, of at most `_BLOCK_ROWS` rows or `_BLOCK_BYTES` body bytes
     (or one chunk): working on a block at a time keeps the temporaries small and their memory reused."""
@@ -131,6 +176,23 @@ def _encode_block(
 ) -> list[bytes]:
     """`encode_append_inputs` for the chunks between ``cuts`` (absolute rows), with each chunk's
     serialized extra headers and trailer."""
+    records = _records_block(body, headers, timestamp, cuts=cuts, extras=extras, trailers=trailers)
+    data = records.buffers()[2]
+    ends = binary_view(records).offsets[cuts - cuts[0]].tolist()
+    return [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
+
+
+def _records_block(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    *,
+    cuts: Ints,
+    extras: Sequence[bytes] | None,
+    trailers: Sequence[bytes],
+) -> pa.Array:
+    """The rows between ``cuts`` (absolute) as serialized ``records`` fields, one large_binary value per
+    row, each chunk's extra headers in its first row and its trailer after its last."""
     first, stop = int(cuts[0]), int(cuts[-1])
     cuts = cuts - first
     n = stop - first
@@ -152,7 +214,7 @@ def _encode_block(
     record_key = (None, _INPUT_RECORDS, record_len, varint_sizes(record_len))
     stamp = (stamped, _RECORD_TIMESTAMP, stamps, stamp_size)
     body_key = (body_len > 0, _RECORD_BODY, body_len, body_size)
-    records = _join(
+    return _join(
         large_binary(pack_fields(n, [record_key, stamp])),
         own_headers,
         extra_headers,
@@ -160,9 +222,6 @@ def _encode_block(
         bodies,
         trailer,
     )
-    data = records.buffers()[2]
-    ends = binary_view(records).offsets[cuts].tolist()
-    return [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
 
 
 def _join(*columns: pa.Array) -> pa.Array:
@@ -303,11 +362,18 @@ def _headers_bytes(headers: Sequence[Header]) -> bytes:
     return bytes(out)
 
 
+def fencing_token_field(fencing_token: str | None) -> bytes:
+    """``AppendInput.fencing_token`` serialized (b"" for ``None``). It is the message's last field, so a
+    chunk encoded without a token plus this is the chunk encoded with it: a token change re-sends the
+    same record bytes with a new trailer."""
+    return b"" if fencing_token is None else _field(_INPUT_FENCING_TOKEN, fencing_token.encode())
+
+
 def _trailers(
     match_seq_nums: Sequence[int | None] | None, fencing_token: str | None, chunks: int
 ) -> list[bytes]:
     """Each chunk's fields after its records: ``match_seq_num`` (when set), ``fencing_token`` (when set)."""
-    token = b"" if fencing_token is None else _field(_INPUT_FENCING_TOKEN, fencing_token.encode())
+    token = fencing_token_field(fencing_token)
     if match_seq_nums is None:
         return [token] * chunks
     out = []

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from s2_sink.lite._errors import ApiError, invalid
-from s2_sink.lite._wire import PlainProbe, RawList, pb
+from s2_sink.lite._record_scan import RecordScan, scan_records
+from s2_sink.lite._wire import PlainProbe, RawList, pb, varint
 
 __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
 
@@ -54,9 +57,43 @@ def parse_input(data: bytes) -> ParsedInput:
         return ParsedInput(n, None, data, [], {}, msn, token)
     try:
         raw = RawList.FromString(data).items
+    except Exception as exc:
+        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    lengths = np.fromiter(map(len, raw), dtype=np.int64, count=n)
+    # The scan checks every field it reads (keys, lengths, layout), so a canonical input needs no full parse.
+    scan = scan_records(data, lengths, _trailer_size(msn, token))
+    if scan is not None:
+        return _scanned(scan, n, msn, token)
+    try:
         pb.AppendInput.FromString(data)  # full validation of the structure
     except Exception as exc:
         raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    return _record_by_record(raw, n, msn, token)
+
+
+def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> ParsedInput:
+    """A canonical input without command records, read in bulk (`scan_records`)."""
+    over = scan.complex & (scan.metered > ONE_MIB)
+    if over.any():
+        i = int(np.argmax(over))
+        raise invalid(f"record {i} is {int(scan.metered[i])} metered bytes, more than 1 MiB")
+    metered = int(scan.metered.sum())
+    if metered > ONE_MIB:
+        raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+    return ParsedInput(n, scan.tails, None, [], scan.client_ts, msn, token)
+
+
+def _trailer_size(msn: int | None, token: str | None) -> int:
+    """Bytes of the canonical match_seq_num and fencing_token fields."""
+    size = 0 if msn is None else 1 + len(varint(msn))
+    if token is not None:
+        encoded = len(token.encode())
+        size += 1 + len(varint(encoded)) + encoded
+    return size
+
+
+def _record_by_record(raw: list[bytes], n: int, msn: int | None, token: str | None) -> ParsedInput:
+    """Any other input (command records, a non-canonical layout): decoded one record at a time."""
     tails: list[bytes] = []
     complex_idx: list[int] = []
     metered = 8 * n

@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CASE_KEYS = ["noop", "json", "naive", "producer", "s2writer", "s2writer_eo", "s2writer_upsert", "datasource"]
+CASE_KEYS = [
+    "noop",
+    "json",
+    "naive",
+    "producer",
+    "s2writer",
+    "s2writer_eo",
+    "s2writer_upsert",
+    "datasource",
+    "read_json",
+    "read_s2",
+]
 STATUSES = {"ok", "not available"}
 
 # Quick mode needs about a minute on an idle 2-core machine (~65 CPU-seconds); a shared one can take
@@ -52,7 +63,7 @@ def test_quick_run_succeeds_and_writes_both_files(quick_run: QuickRun) -> None:
 def test_results_hold_every_row(quick_run: QuickRun) -> None:
     """results.json holds every case (measured, or saying why not: never an error), the baselines measured,
     the streaming latencies (foreachBatch sinks, and format("s2") in both delivery modes), the
-    single-partition memory case, the lite ingest rate and all six targets."""
+    single-partition memory case, the lite ingest rate and all nine targets."""
     assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
     res = json.loads((quick_run.out / "results.json").read_text())
     assert [c["key"] for c in res["cases"]] == CASE_KEYS
@@ -76,7 +87,7 @@ def test_results_hold_every_row(quick_run: QuickRun) -> None:
     assert all(m["median_ms"] > 0 for m in fmt["modes"].values()), fmt
     assert res["single_partition"]["status"] in STATUSES
     assert res["lite_ingest"]["status"] in STATUSES
-    assert len(res["targets"]) == 6
+    assert len(res["targets"]) == 9
     assert all(t["status"] in {"pass", "fail", "n/a"} for t in res["targets"])
 
 

@@ -17,7 +17,7 @@ from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto
 
 from s2_sink._wire import _append_proto as append_proto
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire import encode_append_inputs, encode_records, fencing_token_field, record_field
 from s2_sink._wire._layout import put_varints, varint_sizes
 from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
 from s2_sink.errors import EncodeError
@@ -195,6 +195,30 @@ def test_bytes_equal_the_sdk_serialization(
     for got, want in zip(ours, expected, strict=True):
         assert pb.AppendInput.FromString(got) == want
         assert got == want.SerializeToString()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=BIG_DATA)
+@given(cases(), st.sampled_from([None, 1, 3]))
+def test_rows_encoded_once_join_into_the_sdk_serialization(case: Case, block_rows: int | None) -> None:
+    """The bulk writer's way: every row serialized once (`encode_records`), a chunk joined from its
+    rows' bytes, its first record re-serialized in Python with the tag (`record_field`) and the token
+    field added last: the SDK's own serialization of the ``AppendInput`` it would send."""
+    with ExitStack() as limits:
+        if block_rows is not None:
+            limits.enter_context(patch.object(append_proto, "_BLOCK_ROWS", block_rows))
+        data, offsets = encode_records(case.body, case.headers, case.timestamp)
+    assert len(offsets) == len(case.body) + 1
+    unmatched = Case(**{**case.__dict__, "match_seq_nums": None})
+    for c, ((lo, hi), want) in enumerate(
+        zip(itertools.pairwise(case.bounds), sdk_inputs(unmatched), strict=True)
+    ):
+        parts = [data[offsets[lo] : offsets[hi]].tobytes()]
+        if case.first_record_headers is not None:
+            body, headers, stamp = case.rows[lo]
+            tagged = record_field(body, [*(headers or []), *case.first_record_headers[c]], stamp)
+            parts = [tagged, data[offsets[lo + 1] : offsets[hi]].tobytes()]
+        got = b"".join([*parts, fencing_token_field(case.fencing_token)])
+        assert got == append_input_to_proto(want).SerializeToString()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=BIG_DATA)

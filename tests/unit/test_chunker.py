@@ -3,6 +3,7 @@ them into Arrow batches; every append respects both caps; the appends concatenat
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from s2_sdk import Record
 from s2_sink._chunker import Chunker, cut_points, prefix_sums
 from s2_sink._dead_letters import BadRows
 from s2_sink._frame_input import FrameInput
+from s2_sink._frame_span import FrameSpan, records_of
 from s2_sink._write_plan import OnError, PartitionContext, WritePlan
 from s2_sink.config import ONE_MIB, S2Config
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
@@ -41,9 +43,11 @@ class Collector:
     chunks: list[Sent] = field(default_factory=list)
     records: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
 
-    def __call__(self, stream: str, index: int, items: list[Record], nbytes: int) -> None:
-        self.chunks.append((stream, index, [r.body for r in items], nbytes))
-        self.records[(stream, index)] = items
+    def __call__(self, stream: str, index: int, items: list[Record | FrameSpan], nbytes: int) -> None:
+        # The bulk path's spans stand for their rows: expanded, they must be the record path's records.
+        records = [r for i in items for r in (records_of([i]) if isinstance(i, FrameSpan) else [i])]
+        self.chunks.append((stream, index, [r.body for r in records], nbytes))
+        self.records[(stream, index)] = records
 
 
 @dataclass(frozen=True)
@@ -122,14 +126,16 @@ def plan_of(case: Case) -> WritePlan:
     )
 
 
-def chunk(case: Case, batches: list[pa.RecordBatch]) -> Collector:
-    """Run the task's real input path (frame input, bad rows, chunker) over `batches`."""
+def chunk(case: Case, batches: list[pa.RecordBatch], *, spans: bool = False) -> Collector:
+    """Run the task's real input path (frame input, bad rows, chunker) over `batches` (with `spans`,
+    all-good batches go in as Arrow slices, as on the bulk path)."""
     plan = plan_of(case)
     out = Collector()
-    chunker: Chunker[Record] = Chunker(
+    chunker: Chunker[Record | FrameSpan] = Chunker(
         max_records=case.max_records, max_bytes=case.max_bytes, max_open=case.max_open, emit=out
     )
     frame_input = FrameInput(plan, chunker, BadRows(plan, CTX, ONE_MIB), ONE_MIB)
+    frame_input.spans = spans
     for batch in batches:
         frame_input.consume(batch)
     chunker.flush()
@@ -149,6 +155,19 @@ def test_any_split_into_arrow_batches_gives_the_same_chunks(case: Case, cuts: li
     whole = chunk(case, table.combine_chunks().to_batches())
     assert chunk(case, split(table, cuts)).chunks == whole.chunks
     assert chunk(case, split(table, list(range(table.num_rows)))).chunks == whole.chunks
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.lists(st.integers(0, 10_000), max_size=8))
+def test_arrow_slices_make_the_chunks_records_make(case: Case, cuts: list[int]) -> None:
+    """The bulk path's input (all-good batches as Arrow slices, batches with bad rows as records, both
+    possibly in one chunk) cuts the same chunks of the same records as the record path."""
+    table = frame_of(case)
+    for batches in (table.combine_chunks().to_batches(), split(table, cuts)):
+        by_records = chunk(case, batches)
+        by_spans = chunk(case, batches, spans=True)
+        assert by_spans.chunks == by_records.chunks
+        assert by_spans.records == by_records.records
 
 
 @settings(max_examples=150, deadline=None)
@@ -258,6 +277,43 @@ def test_columnar_cuts_equal_the_item_by_item_chunker(
     run.flush()
     one.flush()
     assert by_run == by_one
+
+
+def _rows(first: int, lo: int, hi: int) -> tuple[int, int]:
+    """A span: rows ``lo:hi`` of a run that starts at row `first`, as absolute rows."""
+    return first + lo, first + hi
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 120), max_size=80),
+    st.lists(st.integers(0, 80), max_size=5),
+    st.integers(1, 7),
+    st.integers(8, 200),
+)
+def test_spans_cut_where_single_adds_cut(
+    sizes: list[int], splits: list[int], max_records: int, max_bytes: int
+) -> None:
+    """`add_span` closes chunks where `add`, item by item, would, and each chunk's spans cover exactly
+    its items, in order, one span per run it draws from."""
+    by_span: list[tuple[str, int, list[tuple[int, int]], int]] = []
+    by_one: list[tuple[str, int, list[int], int]] = []
+    spans: Chunker[tuple[int, int]] = Chunker(
+        max_records=max_records, max_bytes=max_bytes, max_open=2, emit=lambda *c: by_span.append(c)
+    )
+    one: Chunker[int] = Chunker(
+        max_records=max_records, max_bytes=max_bytes, max_open=2, emit=lambda *c: by_one.append(c)
+    )
+    bounds = sorted({0, len(sizes), *(c % (len(sizes) + 1) for c in splits)})
+    for lo, hi in itertools.pairwise(bounds):
+        spans.add_span("s", sizes[lo:hi], functools.partial(_rows, lo))
+        for i in range(lo, hi):
+            one.add("s", i, sizes[i])
+    spans.flush()
+    one.flush()
+    expanded = [(s, i, [r for a, b in items for r in range(a, b)], n) for s, i, items, n in by_span]
+    assert expanded == by_one
+    assert all(a < b for _, _, items, _ in by_span for a, b in items)
 
 
 @settings(max_examples=300, deadline=None)

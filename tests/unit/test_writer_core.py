@@ -245,8 +245,9 @@ def test_wrong_token_is_a_clear_error() -> None:
 
 
 def test_sessions_are_reused_across_partitions(lite: LiteServer, basin: str) -> None:
-    """A second partition to the same stream reuses the pooled client and session."""
-    plan = WritePlan(cfg=config(lite, basin), batch_id=0, stream="events")
+    """A second partition to the same stream reuses the pooled client and session (the record path's
+    SDK sessions are the pooled ones)."""
+    plan = WritePlan(cfg=config(lite, basin, bulk_append=False), batch_id=0, stream="events")
     write_partition(plan, [frame([b"a"])], ctx(0, 0))
 
     async def stats() -> dict[str, Any]:
@@ -271,7 +272,7 @@ def test_empty_partition_writes_nothing(lite: LiteServer, basin: str) -> None:
 
 def test_idle_sessions_are_evicted_but_unary_client_survives(lite: LiteServer, basin: str) -> None:
     """Idle sessions close after the idle timeout; the shared unary client stays usable, writes resume."""
-    cfg = config(lite, basin, session_idle_timeout_ms=1000)
+    cfg = config(lite, basin, session_idle_timeout_ms=1000, bulk_append=False)
     plan = WritePlan(cfg=cfg, batch_id=0, stream="idle")
     write_partition(plan, [frame([b"a"])], ctx())
 
