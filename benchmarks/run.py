@@ -343,6 +343,9 @@ def _render(path: Path) -> int:
 
 def _format_streaming(spark: Any, ctx: Ctx, sizes: dict[str, int], *, quick: bool) -> list[dict[str, Any]]:
     """writeStream.format("s2"), exactly-once vs at-least-once: 1k-row batches (latency), 100k (volume)."""
+    from s2_sink.datasource import S2DataSource
+
+    spark.dataSource.register(S2DataSource)  # the format("s2") cases may not have run (--only)
     out: list[dict[str, Any]] = []
     for rows in (1000,) if quick else (1000, 100_000):
         batches = sizes["stream_batches"] if rows == 1000 else max(3, sizes["stream_batches"] // 4)
