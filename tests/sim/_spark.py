@@ -99,6 +99,9 @@ class Query:
             retry_delay_ms=1,
             session_retries=1,
             max_retries=1,
+            # The bulk path's session speaks S2S over the SDK's HTTP/2 transport, which the in-memory S2 does
+            # not model; the SDK record path sends the same chunks, tags and tokens through the calls it does.
+            bulk_append=False,
         )
         routing = Routing.build(
             stream=self.cfg.stream,
