@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -149,11 +150,19 @@ class _Basin:
 
 
 def _patch_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Replaces asyncio's sleep (for this test) with one recording the requested waits."""
-    slept: list[float] = []
+    """Replaces asyncio's sleep (for this test, on this thread) with one recording the requested waits.
 
-    async def sleep(delay: float) -> None:
+    Event loops on other threads (the session's in-process lite server, the library's runtime loop) keep
+    the real sleep: their periodic waits are not the retries under test."""
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+    mine = threading.get_ident()
+
+    async def sleep(delay: float, result: object = None) -> object:
+        if threading.get_ident() != mine:
+            return await real_sleep(delay, result)
         slept.append(delay)
+        return result
 
     for module in (_fencing, _readback, _ledger):
         assert module.asyncio is asyncio
