@@ -1,6 +1,7 @@
 """Ingest rate of the lite server: 150-byte records through one S2S append session.
 
     python -m benchmarks.lite_ingest [--records 1000000] [--batch 1000] [--record-bytes 150] [--data-dir DIR]
+        [--shape body|first-tagged|two-headers ...] [--baseline GIT-REVISION]
 
 The server runs in its own process (``LiteServer(subprocess=True)``; single-threaded, so at most one core,
 plus the fsync thread with ``--data-dir``). Two clients: ``--client raw`` (default) sends frames encoded
@@ -8,6 +9,12 @@ before the clock starts over a minimal ``h2`` client, so the server is the bottl
 server's ingest rate; ``--client sdk`` uses the official SDK's ``AppendSession``, whose per-record encoding in
 Python costs more than the server's work. Reported: records/s and MiB/s by wall clock, and the server
 process's CPU seconds.
+
+``--shape`` picks what the raw client's records carry (several may be given, each measured in turn): ``body``
+(body only), ``first-tagged`` (an exactly-once chunk tag header on each batch's first record, as the writer
+sends), ``two-headers`` (``@key`` and ``@action`` on every record, as the upsert encoder sends).
+``--baseline REV`` also runs every shape against the lite server of that git revision (its ``s2_sink``
+exported to a temporary directory and run from there), so before and after come from one run on one machine.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess as sp
+import sys
 import tempfile
 import time
 from datetime import timedelta
@@ -30,6 +39,9 @@ from s2_sink.lite._framing import encode_frame
 from s2_sink.lite._wire import pb
 from s2_sink.lite.server import LiteServer
 from s2_sink.testing import fresh_basin
+
+SHAPES = ("body", "first-tagged", "two-headers")
+_TAG = pb.Header(name=b"@s2sink", value=b"1 5f3a9c2e 3 1042 7 0 12 1000")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -58,10 +70,26 @@ async def _ingest(endpoint: str, basin: str, records: int, batch: int, size: int
         return time.perf_counter() - start
 
 
-async def _ingest_raw(endpoint: str, basin: str, records: int, batch: int, size: int) -> float:
+def _raw_input(batch: int, size: int, shape: str) -> bytes:
+    """One encoded ``AppendInput`` of `batch` random bodies of `size` bytes, with the headers of `shape`."""
+    records = [pb.AppendRecord(body=os.urandom(size)) for _ in range(batch)]
+    if shape == "first-tagged":
+        records[0].headers.append(_TAG)
+    elif shape == "two-headers":
+        for i, rec in enumerate(records):
+            rec.headers.add(name=b"@key", value=b'{"id":%d}' % i)
+            rec.headers.add(name=b"@action", value=b"u")
+    elif shape != "body":
+        raise ValueError(f"unknown shape {shape!r}, expected one of {SHAPES}")
+    out: bytes = pb.AppendInput(records=records).SerializeToString()
+    return out
+
+
+async def _ingest_raw(
+    endpoint: str, basin: str, records: int, batch: int, size: int, *, shape: str = "body"
+) -> float:
     """One S2S append session over a bare h2 connection, frames pre-encoded, up to 64 batches in flight."""
-    inp = pb.AppendInput(records=[pb.AppendRecord(body=os.urandom(size)) for _ in range(batch)])
-    frame = encode_frame(inp.SerializeToString())
+    frame = encode_frame(_raw_input(batch, size, shape))
     n_batches = records // batch
     host, port = endpoint.removeprefix("http://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
@@ -120,8 +148,82 @@ async def _ingest_raw(endpoint: str, basin: str, records: int, batch: int, size:
     return elapsed
 
 
+class _Server:
+    """A lite server process: this checkout's (`LiteServer`) or one run from an exported source tree."""
+
+    def __init__(self, source: Path | None, data_dir: Path | None) -> None:
+        self._source = source
+        self._data_dir = data_dir
+        self._lite: LiteServer | None = None
+        self._process: sp.Popen[str] | None = None
+        self.endpoint = ""
+        self.pid = 0
+
+    def __enter__(self) -> _Server:
+        if self._source is None:
+            self._lite = LiteServer(subprocess=True, data_dir=self._data_dir).start()
+            assert self._lite.process is not None
+            self.endpoint, self.pid = self._lite.endpoint, self._lite.process.pid
+            return self
+        cmd = [sys.executable, "-m", "s2_sink.lite", "--port", "0"]
+        if self._data_dir is not None:
+            cmd += ["--data-dir", str(self._data_dir)]
+        # Run from the exported tree: ``-m`` puts the working directory first on sys.path.
+        self._process = sp.Popen(cmd, cwd=self._source, stdout=sp.PIPE, text=True)
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().strip()
+        if not line.startswith("http://"):
+            self._process.kill()
+            self._process.wait()
+            raise RuntimeError(f"baseline lite server failed to start (first line {line!r})")
+        self.endpoint, self.pid = line, self._process.pid
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lite is not None:
+            self._lite.stop()
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=30)
+
+
+def _export(revision: str, into: Path) -> Path:
+    """This repository's ``s2_sink`` package at `revision`, written under `into`."""
+    root = Path(__file__).resolve().parent.parent
+    into.mkdir(parents=True)
+    archive = sp.run(
+        ["git", "-C", str(root), "archive", "--format=tar", revision, "s2_sink"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    sp.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def _measure(source: Path | None, data_dir: Path | None, args: argparse.Namespace, shape: str) -> str:
+    """One server, one shape: the summary line."""
+    with _Server(source, data_dir) as srv:
+        basin = fresh_basin(srv.endpoint)
+        cpu0 = _cpu_seconds(srv.pid)
+        if args.client == "raw":
+            wall = asyncio.run(
+                _ingest_raw(srv.endpoint, basin, args.records, args.batch, args.record_bytes, shape=shape)
+            )
+        else:
+            wall = asyncio.run(_ingest(srv.endpoint, basin, args.records, args.batch, args.record_bytes))
+        cpu = _cpu_seconds(srv.pid) - cpu0
+    n = (args.records // args.batch) * args.batch
+    mib = n * args.record_bytes / (1024 * 1024)
+    return (
+        f"{n} records of {args.record_bytes} B in batches of {args.batch}"
+        f" ({'durable' if data_dir else 'in memory'}, {args.client} client, {shape}):"
+        f" {n / wall:,.0f} records/s, {mib / wall:,.1f} MiB/s wall;"
+        f" server CPU {cpu:.2f} s = {cpu / n * 1e6:.3f} us per record"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the measurement and print one summary line."""
+    """Run the measurement and print one summary line per server and shape."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=1000)
@@ -131,32 +233,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--endpoint", default=None, help="measure a server that is already running (e.g. profiled)"
     )
+    ap.add_argument(
+        "--shape", action="append", choices=SHAPES, help="records' headers (raw client; default: body)"
+    )
+    ap.add_argument("--baseline", default=None, help="also measure the lite server of this git revision")
     args = ap.parse_args(argv)
-    ingest = _ingest_raw if args.client == "raw" else _ingest
+    shapes = args.shape or ["body"]
+    if args.client == "sdk" and shapes != ["body"]:
+        ap.error("--shape needs the raw client")
     if args.endpoint:
         basin = fresh_basin(args.endpoint)
-        wall = asyncio.run(ingest(args.endpoint, basin, args.records, args.batch, args.record_bytes))
+        wall = asyncio.run(
+            _ingest_raw(args.endpoint, basin, args.records, args.batch, args.record_bytes, shape=shapes[0])
+            if args.client == "raw"
+            else _ingest(args.endpoint, basin, args.records, args.batch, args.record_bytes)
+        )
         print(f"{args.records / wall:,.0f} records/s")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = (
-            None if args.data_dir is None else (Path(args.data_dir) if args.data_dir != "tmp" else Path(tmp))
-        )
-        with LiteServer(subprocess=True, data_dir=data_dir) as srv:
-            assert srv.process is not None
-            pid = srv.process.pid
-            basin = fresh_basin(srv.endpoint)
-            cpu0 = _cpu_seconds(pid)
-            wall = asyncio.run(ingest(srv.endpoint, basin, args.records, args.batch, args.record_bytes))
-            cpu = _cpu_seconds(pid) - cpu0
-    n = (args.records // args.batch) * args.batch
-    mib = n * args.record_bytes / (1024 * 1024)
-    print(
-        f"{n} records of {args.record_bytes} B in batches of {args.batch}"
-        f" ({'durable' if data_dir else 'in memory'}, {args.client} client):"
-        f" {n / wall:,.0f} records/s, {mib / wall:,.1f} MiB/s wall;"
-        f" server CPU {cpu:.2f} s = {n / max(cpu, 1e-9):,.0f} records per server CPU-second"
-    )
+        servers: list[tuple[str, Path | None]] = [("this checkout", None)]
+        if args.baseline is not None:
+            servers.insert(0, (args.baseline, _export(args.baseline, Path(tmp) / "baseline")))
+        for shape in shapes:
+            for label, source in servers:
+                data_dir = None
+                if args.data_dir is not None:
+                    data_dir = Path(args.data_dir) if args.data_dir != "tmp" else Path(tmp) / "data"
+                    data_dir = data_dir / f"{shape}-{'baseline' if source else 'current'}"
+                print(f"{label:>14}: {_measure(source, data_dir, args, shape)}", flush=True)
 
 
 if __name__ == "__main__":
