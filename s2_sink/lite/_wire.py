@@ -19,6 +19,7 @@ from google.protobuf import (  # type: ignore[import-untyped]  # no stubs shippe
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
 __all__ = [
+    "HeaderProbe",
     "PlainProbe",
     "RawList",
     "append_ack",
@@ -78,8 +79,44 @@ def _plain_probe_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("s2_sink_lite_probe.PlainProbe"))
 
 
+def _header_probe_class() -> Any:
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="s2_sink_lite_header_probe.proto", package="s2_sink_lite_header_probe", syntax="proto3"
+    )
+    rec = fdp.message_type.add(name="NoBody")
+    # Explicit presence, as in AppendRecord: a timestamp of 0 written out is still a timestamp.
+    rec.oneof_decl.add(name="_timestamp")
+    rec.field.add(
+        name="timestamp",
+        number=1,
+        type=f.TYPE_UINT64,
+        label=f.LABEL_OPTIONAL,
+        proto3_optional=True,
+        oneof_index=0,
+    )
+    rec.field.add(name="headers", number=2, type=f.TYPE_BYTES, label=f.LABEL_REPEATED)
+    inp = fdp.message_type.add(name="HeaderProbe")
+    inp.field.add(
+        name="records",
+        number=1,
+        type=f.TYPE_MESSAGE,
+        label=f.LABEL_REPEATED,
+        type_name=".s2_sink_lite_header_probe.NoBody",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("s2_sink_lite_header_probe.HeaderProbe")
+    )
+
+
 #: ``AppendInput`` as if records had only a body: their timestamps and headers parse as unknown fields.
 PlainProbe: Any = _plain_probe_class()
+
+#: ``AppendInput`` as if records had no body (and the input no trailer): with unknown fields discarded, it
+#: serializes a body-only record as ``0a 00`` and any other as its timestamp and headers (still encoded).
+HeaderProbe: Any = _header_probe_class()
 
 #: ``message RawList { repeated bytes items = 1; }``: the records field of AppendInput and of ReadBatch.
 RawList: Any = _raw_list_class()
