@@ -17,8 +17,10 @@ __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
 ONE_MIB = 1024 * 1024
 MAX_BATCH_RECORDS = 1000
 MAX_FENCING_TOKEN = 36
-#: Bytes of headers and timestamps per record, on average, up to which the mostly plain form is sought.
+#: Bytes of headers and timestamps per record, on average, up to which the mostly plain form is sought...
 _ASIDE_BYTES_PER_RECORD = 4
+#: ...or in all, whatever the batch size: an exactly-once chunk tag (at most 128 bytes) fits in any batch.
+_ASIDE_BYTES_ANY_BATCH = 128
 
 
 @dataclass(slots=True)
@@ -72,7 +74,8 @@ def parse_input(data: bytes) -> ParsedInput:
         return ParsedInput(n, None, data, {}, [], {}, msn, token)
     # A few records with headers or timestamps: the plain form with them aside. Where headers weigh more (an
     # upsert batch has ~25 bytes on every record), most records have some, and the search would not pay.
-    if surplus <= _ASIDE_BYTES_PER_RECORD * n and (few := find_exceptions(data, probe, surplus)) is not None:
+    worth = max(_ASIDE_BYTES_PER_RECORD * n, _ASIDE_BYTES_ANY_BATCH)
+    if surplus <= worth and (few := find_exceptions(data, probe, surplus)) is not None:
         return _mostly_plain(data, n, probe, few, msn=msn, token=token)
     try:
         raw = RawList.FromString(data).items

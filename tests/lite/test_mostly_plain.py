@@ -111,6 +111,28 @@ def test_kept_in_the_plain_form_and_read_back_byte_identical(shape: str) -> None
         assert got.nbytes == budget
 
 
+@pytest.mark.parametrize("n", [1, 2, 1000])
+def test_a_chunk_tag_is_set_aside_in_a_batch_of_any_size(n: int) -> None:
+    """One tagged record is set aside whatever the batch size, and the batch reads back as appended."""
+    stream = Stream("b", "s", CONFIG, 0.0)
+    recs = [Record(b"r%d" % i * 30, [TAG] if i == 0 else []) for i in range(n)]
+    b = stream.sequence(encoded(recs), arrival=1)
+    assert (b.plain, sorted(b.exceptions)) == (True, [0])
+    stream.make_visible(stream.next_seq, stream.last_ts)
+    got: list[bytes] = []
+    while len(got) < n:
+        got += stream.collect(len(got), 1000, 1 << 20, None).records
+    assert got == expected(recs, 0, [1] * n)
+
+
+def test_an_upsert_batch_is_kept_record_by_record() -> None:
+    """Headers on every record (two each, as the upsert encoder writes): no search, the per-record form."""
+    stream = Stream("b", "s", CONFIG, 0.0)
+    upsert = [Record(b"r%d" % i * 30, [(b"@key", b"%d" % i), (b"@action", b"u")]) for i in range(1000)]
+    b = stream.sequence(encoded(upsert), arrival=1)
+    assert (b.plain, b.exceptions) == (False, {})
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(1, 60).flatmap(
