@@ -10,7 +10,7 @@ import numpy as np
 from s2_sink.lite._errors import ApiError, invalid
 from s2_sink.lite._mostly_plain import Exceptions, find_exceptions
 from s2_sink.lite._record_scan import RecordScan, scan_records
-from s2_sink.lite._wire import PlainProbe, RawList, pb, varint
+from s2_sink.lite._wire import PlainProbe, RawList, pb, stored_part, varint
 
 __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
 
@@ -133,7 +133,8 @@ def _decoded(
         raise invalid(f"record {i} is {size} metered bytes, more than 1 MiB")
     if rec.HasField("timestamp"):
         client_ts[i] = rec.timestamp
-    return pb.SequencedRecord(headers=hdrs, body=rec.body).SerializeToString(), size
+        rec.ClearField("timestamp")
+    return stored_part(rec), size
 
 
 def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> ParsedInput:

@@ -23,7 +23,7 @@ from s2_sink.lite._durability import encode_append, encode_meta, replay
 from s2_sink.lite._errors import ApiError
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import RawList, pb, varint
+from s2_sink.lite._wire import RawList, pb, stored_part, varint
 from s2_sink.testing import fresh_basin
 from tests.lite.test_append_scan import outcome, record_by_record
 from tests.lite.test_sse import events
@@ -133,6 +133,28 @@ def test_an_upsert_batch_is_kept_record_by_record() -> None:
     assert (b.plain, b.exceptions) == (False, {})
 
 
+unknown_field = st.sampled_from([b"", b"\x3a\x01z", b"\x20\x05", b"\x82\x01\x01y", b"\x10\x07"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=6), unknown_field), max_size=3),
+    st.binary(max_size=200),
+    unknown_field,
+)
+def test_the_stored_part_is_that_of_a_sequenced_record(
+    headers: list[tuple[bytes, bytes, bytes]], body: bytes, extra: bytes
+) -> None:
+    """A record's stored part, made by renumbering its own encoding, is the encoding of the
+    ``SequencedRecord`` built of its headers and body, also with unknown fields in it or in a header."""
+    encoded_headers = b"".join(
+        _delimited(0x12, pb.Header(name=k, value=v).SerializeToString() + more) for k, v, more in headers
+    )
+    rec = pb.AppendRecord.FromString(encoded_headers + pb.AppendRecord(body=body).SerializeToString() + extra)
+    want = pb.SequencedRecord(headers=rec.headers, body=rec.body).SerializeToString()
+    assert stored_part(rec) == want
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(1, 60).flatmap(
@@ -180,19 +202,14 @@ def test_a_non_canonical_body_only_record_is_not_taken_for_plain(odd: bytes, at:
     recs = [append_input_to_proto(AppendInput([r])).records[0] for r in batch(30, {0: tagged(0, 30)})]
     raw = [r.SerializeToString() for r in recs]
     raw[at] = odd
-    data = b"".join(b"\x0a" + bytes([len(r)]) + r if len(r) < 128 else _field(r) for r in raw)
+    data = b"".join(_delimited(0x0A, r) for r in raw)
     assert outcome(parse_input, data) == outcome(record_by_record, data)
     assert parse_input(data).payload is None, "the whole batch goes the way it went before"
 
 
-def _field(rec: bytes) -> bytes:
-    n = len(rec)
-    prefix = bytearray()
-    while n >= 0x80:
-        prefix.append((n & 0x7F) | 0x80)
-        n >>= 7
-    prefix.append(n)
-    return b"\x0a" + bytes(prefix) + rec
+def _delimited(key: int, value: bytes) -> bytes:
+    """A length-delimited field."""
+    return bytes([key]) + varint(len(value)) + value
 
 
 def test_commands_fencing_and_match_seq_num_act_as_on_any_batch() -> None:
