@@ -15,7 +15,8 @@ process's CPU seconds.
 sends), ``two-headers`` (``@key`` and ``@action`` on every record, as the upsert encoder sends).
 ``--baseline REV`` also runs every shape against the lite server of that git revision (its ``s2_sink``
 exported to a temporary directory and run from there), so before and after come from one run on one machine;
-``--repeat N`` runs each pair N times, alternating which goes first, and ends with the best CPU of each.
+``--repeat N`` runs N rounds of every case, alternating which server goes first, and ends with the best CPU
+of each case.
 """
 
 from __future__ import annotations
@@ -263,9 +264,10 @@ def main(argv: list[str] | None = None) -> None:
             servers.insert(0, (args.baseline, _export(args.baseline, Path(tmp) / "baseline")))
         n = (args.records // args.batch) * args.batch
         best: dict[tuple[str, str], float] = {}
-        for shape in shapes:
-            for r in range(args.repeat):
-                # Alternate which server goes first, so neither always meets the machine as the other left it.
+        # Rounds of every shape on every server, alternating which server goes first, so that no case always
+        # meets the machine (its load from other work, its caches) as another one left it.
+        for r in range(args.repeat):
+            for shape in shapes:
                 for label, source in servers if r % 2 == 0 else servers[::-1]:
                     data_dir = None
                     if args.data_dir is not None:
@@ -282,6 +284,15 @@ def main(argv: list[str] | None = None) -> None:
             for shape in shapes:
                 before, after = best[shape, args.baseline] / n * 1e6, best[shape, "this checkout"] / n * 1e6
                 print(f"  {shape:>12}: {before:.3f} us -> {after:.3f} us ({after / before:.2f}x)")
+        print(f"\nserver CPU per record, best of {args.repeat}, against body-only on the same server:")
+        for label, _ in servers:
+            base = best["body", label] if "body" in shapes else None
+            row = ", ".join(
+                f"{shape} {best[shape, label] / n * 1e6:.3f} us"
+                + (f" ({best[shape, label] / base:.2f}x)" if base else "")
+                for shape in shapes
+            )
+            print(f"  {label:>14}: {row}")
 
 
 if __name__ == "__main__":
