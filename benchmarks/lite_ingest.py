@@ -1,7 +1,7 @@
 """Ingest rate of the lite server: 150-byte records through one S2S append session.
 
     python -m benchmarks.lite_ingest [--records 1000000] [--batch 1000] [--record-bytes 150] [--data-dir DIR]
-        [--shape body|first-tagged|two-headers ...] [--baseline GIT-REVISION] [--repeat 1]
+        [--shape body|first-tagged|two-headers ...] [--baseline GIT-REVISION] [--repeat 1] [--read]
 
 The server runs in its own process (``LiteServer(subprocess=True)``; single-threaded, so at most one core,
 plus the fsync thread with ``--data-dir``). Two clients: ``--client raw`` (default) sends frames encoded
@@ -16,7 +16,8 @@ sends), ``two-headers`` (``@key`` and ``@action`` on every record, as the upsert
 ``--baseline REV`` also runs every shape against the lite server of that git revision (its ``s2_sink``
 exported to a temporary directory and run from there), so before and after come from one run on one machine;
 ``--repeat N`` runs N rounds of every case, alternating which server goes first, and ends with the best CPU
-of each case.
+of each case. ``--read`` also reads every record back in one S2S read session (raw h2 client) and reports
+the server's CPU for that.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import h2.settings
 from s2_sdk import S2, AppendInput, Endpoints, Record, Timeout
 
 from s2_sink.lite._framing import encode_frame
-from s2_sink.lite._wire import pb
+from s2_sink.lite._wire import RawList, pb
 from s2_sink.lite.server import LiteServer
 from s2_sink.testing import fresh_basin
 
@@ -150,6 +151,56 @@ async def _ingest_raw(
     return elapsed
 
 
+async def _read_raw(endpoint: str, basin: str, records: int) -> int:
+    """Read records ``[0, records)`` back in one S2S read session over a bare h2 connection; returns the
+    number of records read."""
+    host, port = endpoint.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16 * 1024 * 1024})
+    conn.increment_flow_control_window(16 * 1024 * 1024)
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(
+        sid,
+        [
+            (":method", "GET"),
+            (":path", f"/v1/streams/bench/records?seq_num=0&count={records}"),
+            (":scheme", "http"),
+            (":authority", f"{host}:{port}"),
+            ("content-type", "s2s/proto"),
+            ("accept-encoding", "identity"),
+            ("s2-basin", basin),
+        ],
+        end_stream=True,
+    )
+    writer.write(conn.data_to_send())
+    buf = bytearray()
+    got = 0
+    ended = False
+    while not ended:
+        data = await reader.read(1 << 20)
+        if not data:
+            raise RuntimeError("server closed the connection")
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.DataReceived) and ev.data:
+                conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                buf += ev.data
+                while len(buf) >= 3 and len(buf) >= 3 + int.from_bytes(buf[:3], "big"):
+                    n = int.from_bytes(buf[:3], "big")
+                    if buf[3]:
+                        raise RuntimeError(f"terminal or compressed frame: {bytes(buf[4 : 3 + n])[:200]!r}")
+                    got += len(RawList.FromString(bytes(buf[4 : 3 + n])).items)
+                    del buf[: 3 + n]
+            elif isinstance(ev, h2.events.StreamEnded):
+                ended = True
+            elif isinstance(ev, h2.events.StreamReset):
+                raise RuntimeError("stream reset by server")
+        writer.write(conn.data_to_send())
+    writer.close()
+    return got
+
+
 class _Server:
     """A lite server process: this checkout's (`LiteServer`) or one run from an exported source tree."""
 
@@ -204,8 +255,9 @@ def _export(revision: str, into: Path) -> Path:
 
 def _measure(
     source: Path | None, data_dir: Path | None, args: argparse.Namespace, shape: str
-) -> tuple[float, float]:
-    """One server, one shape: wall seconds and the server's CPU seconds."""
+) -> tuple[float, float, float | None]:
+    """One server, one shape: wall seconds and the server's CPU seconds of the ingest, and (with
+    ``--read``) the server's CPU seconds to read every record back."""
     with _Server(source, data_dir) as srv:
         basin = fresh_basin(srv.endpoint)
         cpu0 = _cpu_seconds(srv.pid)
@@ -215,7 +267,14 @@ def _measure(
             )
         else:
             wall = asyncio.run(_ingest(srv.endpoint, basin, args.records, args.batch, args.record_bytes))
-        return wall, _cpu_seconds(srv.pid) - cpu0
+        cpu1 = _cpu_seconds(srv.pid)
+        if not args.read:
+            return wall, cpu1 - cpu0, None
+        n = (args.records // args.batch) * args.batch
+        got = asyncio.run(_read_raw(srv.endpoint, basin, n))
+        if got != n:
+            raise RuntimeError(f"read back {got} records of {n}")
+        return wall, cpu1 - cpu0, _cpu_seconds(srv.pid) - cpu1
 
 
 def _summary(args: argparse.Namespace, shape: str, durable: bool, wall: float, cpu: float) -> str:
@@ -245,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--baseline", default=None, help="also measure the lite server of this git revision")
     ap.add_argument("--repeat", type=int, default=1, help="runs per server and shape (the best CPU is kept)")
+    ap.add_argument("--read", action="store_true", help="also read every record back (one S2S read session)")
     args = ap.parse_args(argv)
     shapes = args.shape or ["body"]
     if args.client == "sdk" and shapes != ["body"]:
@@ -273,17 +333,20 @@ def main(argv: list[str] | None = None) -> None:
                     if args.data_dir is not None:
                         root = Path(args.data_dir) if args.data_dir != "tmp" else Path(tmp) / "data"
                         data_dir = root / f"{shape}-{'baseline' if source else 'current'}-{r}"
-                    wall, cpu = _measure(source, data_dir, args, shape)
-                    key = (shape, label)
-                    best[key] = min(best.get(key, cpu), cpu)
-                    print(
-                        f"{label:>14}: {_summary(args, shape, data_dir is not None, wall, cpu)}", flush=True
-                    )
+                    wall, cpu, read_cpu = _measure(source, data_dir, args, shape)
+                    best[shape, label] = min(best.get((shape, label), cpu), cpu)
+                    line = _summary(args, shape, data_dir is not None, wall, cpu)
+                    if read_cpu is not None:
+                        best[f"{shape} read", label] = min(
+                            best.get((f"{shape} read", label), read_cpu), read_cpu
+                        )
+                        line += f"; read back: server CPU {read_cpu / n * 1e6:.3f} us per record"
+                    print(f"{label:>14}: {line}", flush=True)
         if args.baseline is not None:
             print(f"\nserver CPU per record, best of {args.repeat} ({args.baseline} -> this checkout):")
-            for shape in shapes:
-                before, after = best[shape, args.baseline] / n * 1e6, best[shape, "this checkout"] / n * 1e6
-                print(f"  {shape:>12}: {before:.3f} us -> {after:.3f} us ({after / before:.2f}x)")
+            for case in [*shapes, *(f"{shape} read" for shape in shapes if args.read)]:
+                before, after = best[case, args.baseline] / n * 1e6, best[case, "this checkout"] / n * 1e6
+                print(f"  {case:>17}: {before:.3f} us -> {after:.3f} us ({after / before:.2f}x)")
         print(f"\nserver CPU per record, best of {args.repeat}, against body-only on the same server:")
         for label, _ in servers:
             base = best["body", label] if "body" in shapes else None
