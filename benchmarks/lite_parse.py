@@ -3,7 +3,8 @@
     python -m benchmarks.lite_parse [--records 20000] [--batch 1000]
 
 Appends of ~100-byte JSON bodies are encoded beforehand (as the writer's bulk path encodes them): with the
-upsert encoder's two headers (``@key``, ``@action``), the same with client timestamps, and body-only. Each
+upsert encoder's two headers (``@key``, ``@action``), the same with client timestamps, body-only with an
+exactly-once chunk tag on each append's first record (kept in the mostly plain form), and body-only. Each
 is decoded by ``parse_input`` (a canonical input with headers or timestamps goes through the bulk scan,
 `s2_sink.lite._record_scan`) and by the record-by-record decoding that serves every other input (one
 protobuf object per record, as the server decoded every input with headers before the scan). Reported: the
@@ -16,11 +17,13 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pyarrow as pa
 
 from benchmarks.append_proto import _frame
+from s2_sink._exactly_once._tags import ChunkTag
 from s2_sink._wire import encode_append_inputs
 from s2_sink.lite._append_input import _record_by_record, parse_input
 from s2_sink.lite._wire import RawList, pb
@@ -55,9 +58,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     bounds = [*range(0, n, args.batch), n]
     body, headers = _frame(n, with_headers=True)
     stamps = pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64())
+    tags = [
+        [ChunkTag("5f3a9c2e", 3, 1042, 7, 0, i, hi - lo).encode()]
+        for i, (lo, hi) in enumerate(pairwise(bounds))
+    ]
     inputs = {
         "two headers": encode_append_inputs(body, headers, None, bounds, fencing_token="token"),
         "two headers + timestamp": encode_append_inputs(body, headers, stamps, bounds, fencing_token=None),
+        "first record tagged": encode_append_inputs(
+            body, None, None, bounds, fencing_token="token", first_record_headers=tags
+        ),
         "body only": encode_append_inputs(body, None, None, bounds, fencing_token=None),
     }
     out: dict[str, Any] = {"records": n, "batch": args.batch}

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from s2_sink.lite._errors import ApiError, invalid
+from s2_sink.lite._mostly_plain import Exceptions, find_exceptions
 from s2_sink.lite._record_scan import RecordScan, scan_records
-from s2_sink.lite._wire import PlainProbe, RawList, pb, varint
+from s2_sink.lite._wire import PlainProbe, RawList, pb, stored_part, varint
 
 __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
 
 ONE_MIB = 1024 * 1024
 MAX_BATCH_RECORDS = 1000
 MAX_FENCING_TOKEN = 36
+#: Bytes of headers and timestamps per record, on average, up to which the mostly plain form is sought...
+_ASIDE_BYTES_PER_RECORD = 4
+#: ...or in all, whatever the batch size: an exactly-once chunk tag (at most 128 bytes) fits in any batch.
+_ASIDE_BYTES_ANY_BATCH = 128
 
 
 @dataclass(slots=True)
@@ -24,15 +30,28 @@ class ParsedInput:
     n: int
     #: Headers-and-body parts of ``SequencedRecord`` (None for a plain input).
     records: list[bytes] | None
-    #: Plain input (every record body-only): the ``AppendInput`` encoding itself, whose records field
-    #: ``RawList`` reads as the ``AppendRecord`` encodings (None otherwise).
+    #: Plain input (every record body-only but those in ``exceptions``): the ``AppendInput`` encoding
+    #: itself, whose records field ``RawList`` reads as the ``AppendRecord`` encodings (None otherwise).
     payload: bytes | None
+    #: Plain input: record index -> headers-and-body part, for its records that are not body-only.
+    exceptions: dict[int, bytes]
     #: (record index, command op, body) for each command record.
     commands: list[tuple[int, bytes, bytes]]
     #: record index -> client timestamp, for records that carry one.
     client_ts: dict[int, int]
     match_seq_num: int | None
     fencing_token: str | None
+
+    def tails(self) -> list[bytes]:
+        """Every record's headers-and-body part, whichever form the input is kept in."""
+        if self.records is not None:
+            return self.records
+        assert self.payload is not None
+        items = RawList.FromString(self.payload).items
+        tails = [b"\x22" + rec[1:] if rec else b"" for rec in items]
+        for i, tail in self.exceptions.items():
+            tails[i] = tail
+        return tails
 
 
 def parse_input(data: bytes) -> ParsedInput:
@@ -49,12 +68,15 @@ def parse_input(data: bytes) -> ParsedInput:
     # PlainProbe knows only record bodies: if dropping what it does not know changes nothing, every record is
     # body-only, and the whole batch is validated without touching records one by one in Python.
     probe.DiscardUnknownFields()
-    if probe.ByteSize() == len(data):
-        if len(data) + 8 * n > ONE_MIB:  # cheap bound first; exact metering only near the limit
-            metered = 8 * n + sum(len(r.body) for r in probe.records)
-            if metered > ONE_MIB:
-                raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
-        return ParsedInput(n, None, data, [], {}, msn, token)
+    surplus = len(data) - probe.ByteSize()
+    if surplus == 0:
+        _check_plain_size(data, n, probe, 0)
+        return ParsedInput(n, None, data, {}, [], {}, msn, token)
+    # A few records with headers or timestamps: the plain form with them aside. Where headers weigh more (an
+    # upsert batch has ~25 bytes on every record), most records have some, and the search would not pay.
+    worth = max(_ASIDE_BYTES_PER_RECORD * n, _ASIDE_BYTES_ANY_BATCH)
+    if surplus <= worth and (few := find_exceptions(data, probe, surplus)) is not None:
+        return _mostly_plain(data, n, probe, few, msn=msn, token=token)
     try:
         raw = RawList.FromString(data).items
     except Exception as exc:
@@ -71,6 +93,50 @@ def parse_input(data: bytes) -> ParsedInput:
     return _record_by_record(raw, n, msn, token)
 
 
+def _check_plain_size(data: bytes, n: int, probe: Any, header_bytes: int) -> None:
+    """The 1 MiB batch limit for a plain input (`header_bytes`: metered headers of its exceptions)."""
+    # The encoding outweighs the metered size but for the 8 bytes per record: a cheap bound first.
+    if len(data) + 8 * n > ONE_MIB:
+        metered = 8 * n + sum(len(r.body) for r in probe.records) + header_bytes
+        if metered > ONE_MIB:
+            raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+
+
+def _mostly_plain(
+    data: bytes, n: int, probe: Any, few: Exceptions, *, msn: int | None, token: str | None
+) -> ParsedInput:
+    """A plain input but for a few records (`find_exceptions`): those are decoded one by one."""
+    exceptions: dict[int, bytes] = {}
+    commands: list[tuple[int, bytes, bytes]] = []
+    client_ts: dict[int, int] = {}
+    for i, rec in few.records:
+        exceptions[i], _ = _decoded(i, rec, commands, client_ts)
+    _check_plain_size(data, n, probe, few.header_bytes)
+    _check_commands(commands)
+    return ParsedInput(n, None, data, exceptions, commands, client_ts, msn, token)
+
+
+def _decoded(
+    i: int, rec: Any, commands: list[tuple[int, bytes, bytes]], client_ts: dict[int, int]
+) -> tuple[bytes, int]:
+    """Record `i` (an ``AppendRecord``): its headers-and-body part and metered size; notes its command and
+    timestamp. Raises 422 for an empty header name outside a command record or an oversized record."""
+    hdrs = rec.headers
+    size = 8 + len(rec.body)
+    for h in hdrs:
+        size += 2 + len(h.name) + len(h.value)
+        if not h.name:
+            if len(hdrs) != 1:
+                raise invalid("header name must not be empty (command records have exactly one header)")
+            commands.append((i, h.value, rec.body))
+    if size > ONE_MIB:
+        raise invalid(f"record {i} is {size} metered bytes, more than 1 MiB")
+    if rec.HasField("timestamp"):
+        client_ts[i] = rec.timestamp
+        rec.ClearField("timestamp")
+    return stored_part(rec), size
+
+
 def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> ParsedInput:
     """A canonical input without command records, read in bulk (`scan_records`)."""
     over = scan.complex & (scan.metered > ONE_MIB)
@@ -80,7 +146,7 @@ def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> Pa
     metered = int(scan.metered.sum())
     if metered > ONE_MIB:
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
-    return ParsedInput(n, scan.tails, None, [], scan.client_ts, msn, token)
+    return ParsedInput(n, scan.tails, None, {}, [], scan.client_ts, msn, token)
 
 
 def _trailer_size(msn: int | None, token: str | None) -> int:
@@ -119,23 +185,16 @@ def _record_by_record(raw: list[bytes], n: int, msn: int | None, token: str | No
     commands: list[tuple[int, bytes, bytes]] = []
     client_ts: dict[int, int] = {}
     for i in complex_idx:
-        rec = pb.AppendRecord.FromString(tails[i])
-        hdrs = rec.headers
-        size = 8 + len(rec.body)
-        for h in hdrs:
-            size += 2 + len(h.name) + len(h.value)
-            if not h.name:
-                if len(hdrs) != 1:
-                    raise invalid("header name must not be empty (command records have exactly one header)")
-                commands.append((i, h.value, rec.body))
-        if size > ONE_MIB:
-            raise invalid(f"record {i} is {size} metered bytes, more than 1 MiB")
+        tails[i], size = _decoded(i, pb.AppendRecord.FromString(tails[i]), commands, client_ts)
         metered += size - 8
-        if rec.HasField("timestamp"):
-            client_ts[i] = rec.timestamp
-        tails[i] = pb.SequencedRecord(headers=hdrs, body=rec.body).SerializeToString()
     if metered > ONE_MIB:
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
+    _check_commands(commands)
+    return ParsedInput(n, tails, None, {}, commands, client_ts, msn, token)
+
+
+def _check_commands(commands: list[tuple[int, bytes, bytes]]) -> None:
+    """Fence and trim command records' bodies; 422 for any other command."""
     for _, op, body in commands:
         if op == b"fence":
             if len(body) > MAX_FENCING_TOKEN:
@@ -151,4 +210,3 @@ def _record_by_record(raw: list[bytes], n: int, msn: int | None, token: str | No
                 )
         else:
             raise invalid(f"unknown command record {op!r}")
-    return ParsedInput(n, tails, None, commands, client_ts, msn, token)

@@ -28,8 +28,10 @@ class Batch:
     """One appended batch, atomic: records ``[start, end)``.
 
     A plain batch (every record body-only, the common case) keeps just the ``AppendInput`` encoding it came
-    in; the per-record ``AppendRecord`` encodings are cut out of it (in C) on the first read. Other batches
-    keep headers-and-body parts of ``SequencedRecord`` per record.
+    in; the per-record ``AppendRecord`` encodings are cut out of it (in C) on the first read. A mostly plain
+    one (body-only records but a few, such as an exactly-once chunk's tagged first record) is kept the same
+    way, with the headers-and-body parts of those few aside in ``exceptions``. Other batches keep
+    headers-and-body parts of ``SequencedRecord`` per record.
     """
 
     __slots__ = (
@@ -37,6 +39,7 @@ class Batch:
         "_records",
         "arrival",
         "end",
+        "exceptions",
         "last_ts",
         "payload",
         "plain",
@@ -56,14 +59,18 @@ class Batch:
         ts_list: list[int] | None,
         last_ts: int,
         arrival: int = 0,
+        exceptions: dict[int, bytes] | None = None,
     ) -> None:
         self.start = start
         self.end = end
         self._records = records
         #: The AppendInput encoding of a plain batch until its records are first read (the log writes it).
         self.payload = payload
-        #: Records are ``AppendRecord`` encodings of body-only records.
+        #: Records are ``AppendRecord`` encodings of body-only records (but those in ``exceptions``).
         self.plain = records is None
+        #: Plain batch: index in the batch -> headers-and-body part, for its records that are not body-only
+        #: (their entries in ``records`` are the ``AppendRecord`` encodings they came in, not to be read).
+        self.exceptions: dict[int, bytes] = exceptions or {}
         self.ts0 = ts0
         #: Per-record timestamps; None when every record got ``ts0``.
         self.ts_list = ts_list
@@ -94,6 +101,8 @@ class Batch:
                     8 if n == 0 else n + 6 if n <= 129 else n + 5 if n <= 16386 else n + 4
                     for n in map(len, self.records)
                 ]
+                for i, tail in self.exceptions.items():
+                    sizes[i] = _metered_of_tail(tail)
             else:
                 sizes = [_metered_of_tail(t) for t in self.records]
             self._metered = list(itertools.accumulate(sizes))

@@ -2,9 +2,11 @@
 
 Entry layout: ``[len:u32][crc32:u32][kind:u8][payload]`` (big-endian; ``len`` counts kind + payload). Kinds:
 metadata (a JSON document from the store) and append (one sequenced batch plus the stream's fencing token and
-trim point after it). Entries are written in sequencing order, so a batch that did not reach the disk can only
-be followed by others that did not either; replay stops at the first torn or corrupt entry and truncates the
-file there.
+trim point after it). An append's flags say what follows its header: 1 = per-record timestamps, 2 = a plain
+batch (its records as ``AppendRecord`` encodings), 4 = that plain batch's exceptions (records kept aside as
+headers-and-body parts: ``[count:u32]`` then ``[index:u32][len:u32][part]`` each). Entries are written
+in sequencing order, so a batch that did not reach the disk can only be followed by others that did not
+either; replay stops at the first torn or corrupt entry and truncates the file there.
 
 Group commit: entries are buffered as they are sequenced; one background thread writes and fsyncs whatever has
 accumulated, then runs the callbacks (acks) registered before that write began, and starts over. Pipelined
@@ -40,6 +42,9 @@ _KIND_META = 1
 _KIND_APPEND = 2
 _HEAD = struct.Struct(">II")
 _APPEND_HEAD = struct.Struct(">HHQQQIBQ")
+_U32 = struct.Struct(">I")
+_EXCEPTION_HEAD = struct.Struct(">II")
+_TIMESTAMPS, _PLAIN, _EXCEPTIONS = 1, 2, 4
 
 
 def _entry(kind: int, payload: bytes) -> bytes:
@@ -57,7 +62,11 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
     basin = stream.basin.encode()
     name = stream.name.encode()
     token = stream.fencing_token.encode()
-    flags = (1 if batch.ts_list is not None else 0) | (2 if batch.plain else 0)
+    flags = (
+        (_TIMESTAMPS if batch.ts_list is not None else 0)
+        | (_PLAIN if batch.plain else 0)
+        | (_EXCEPTIONS if batch.exceptions else 0)
+    )
     head = _APPEND_HEAD.pack(
         len(basin),
         len(name),
@@ -74,6 +83,10 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
         if ts.itemsize != 8:  # pragma: no cover - every supported platform has 8-byte "Q"
             raise RuntimeError("array('Q') is not 64-bit here")
         parts.append(ts.tobytes())
+    if batch.exceptions:
+        parts.append(_U32.pack(len(batch.exceptions)))
+        for i, tail in batch.exceptions.items():
+            parts += (_EXCEPTION_HEAD.pack(i, len(tail)), tail)
     # A plain batch's AppendInput encoding already reads as a RawList of its records.
     parts.append(
         batch.payload if batch.payload is not None else RawList(items=batch.records).SerializeToString()
@@ -92,13 +105,22 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     token = bytes(payload[pos + 1 : pos + 1 + tlen]).decode()
     pos += 1 + tlen
     ts_list: list[int] | None = None
-    if flags & 1:
+    if flags & _TIMESTAMPS:
         arr = array("Q")
         arr.frombytes(payload[pos : pos + 8 * n])
         ts_list = arr.tolist()
         pos += 8 * n
+    exceptions: dict[int, bytes] = {}
+    if flags & _EXCEPTIONS:
+        (count,) = _U32.unpack_from(payload, pos)
+        pos += _U32.size
+        for _ in range(count):
+            i, length = _EXCEPTION_HEAD.unpack_from(payload, pos)
+            pos += _EXCEPTION_HEAD.size
+            exceptions[i] = bytes(payload[pos : pos + length])
+            pos += length
     body = bytes(payload[pos:])
-    plain = bool(flags & 2)
+    plain = bool(flags & _PLAIN)
     records = None if plain else list(RawList.FromString(body).items)
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
@@ -118,6 +140,7 @@ def _apply_append(store: Store, payload: memoryview) -> None:
             last_ts=last_ts,
             # Arrival times are not logged: retention counts replayed records from the restart.
             arrival=store.clock.now_ms(),
+            exceptions=exceptions,
         )
     )
     s.make_visible(start + n, last_ts)

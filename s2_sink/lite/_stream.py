@@ -138,6 +138,7 @@ class Stream:
             ts_list=ts_list,
             last_ts=last_ts,
             arrival=arrival,
+            exceptions=p.exceptions,
         )
         for i, op, body in commands:
             if op == b"fence":
@@ -245,6 +246,7 @@ class Stream:
                     max_count = len(out) + (j - i)
                 nbytes += (cum[j - 1] - base) if j > i else 0
             recs = b.records
+            first = len(out)
             if b.plain and b.ts_list is None:
                 # The common case, inlined: ``08 <seq> 10 <ts> 22`` + the record's bytes after its ``1a`` tag.
                 mid = b"\x10" + varint(b.ts0) + b"\x22"
@@ -260,6 +262,9 @@ class Stream:
             else:
                 enc = sequenced_plain if b.plain else sequenced
                 out.extend([enc(b.start + x, b.ts(x), recs[x]) for x in range(i, j)])
+            for x, tail in b.exceptions.items():
+                if i <= x < j:
+                    out[first + x - i] = sequenced(b.start + x, b.ts(x), tail)
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break

@@ -19,6 +19,7 @@ from google.protobuf import (  # type: ignore[import-untyped]  # no stubs shippe
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
 __all__ = [
+    "HeaderProbe",
     "PlainProbe",
     "RawList",
     "append_ack",
@@ -27,6 +28,7 @@ __all__ = [
     "read_batch",
     "sequenced",
     "sequenced_plain",
+    "stored_part",
     "varint",
 ]
 
@@ -78,8 +80,44 @@ def _plain_probe_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("s2_sink_lite_probe.PlainProbe"))
 
 
+def _header_probe_class() -> Any:
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="s2_sink_lite_header_probe.proto", package="s2_sink_lite_header_probe", syntax="proto3"
+    )
+    rec = fdp.message_type.add(name="NoBody")
+    # Explicit presence, as in AppendRecord: a timestamp of 0 written out is still a timestamp.
+    rec.oneof_decl.add(name="_timestamp")
+    rec.field.add(
+        name="timestamp",
+        number=1,
+        type=f.TYPE_UINT64,
+        label=f.LABEL_OPTIONAL,
+        proto3_optional=True,
+        oneof_index=0,
+    )
+    rec.field.add(name="headers", number=2, type=f.TYPE_BYTES, label=f.LABEL_REPEATED)
+    inp = fdp.message_type.add(name="HeaderProbe")
+    inp.field.add(
+        name="records",
+        number=1,
+        type=f.TYPE_MESSAGE,
+        label=f.LABEL_REPEATED,
+        type_name=".s2_sink_lite_header_probe.NoBody",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("s2_sink_lite_header_probe.HeaderProbe")
+    )
+
+
 #: ``AppendInput`` as if records had only a body: their timestamps and headers parse as unknown fields.
 PlainProbe: Any = _plain_probe_class()
+
+#: ``AppendInput`` as if records had no body (and the input no trailer): with unknown fields discarded, it
+#: serializes a body-only record as ``0a 00`` and any other as its timestamp and headers (still encoded).
+HeaderProbe: Any = _header_probe_class()
 
 #: ``message RawList { repeated bytes items = 1; }``: the records field of AppendInput and of ReadBatch.
 RawList: Any = _raw_list_class()
@@ -125,6 +163,37 @@ def sequenced_plain(seq_num: int, timestamp: int, rec: bytes) -> bytes:
     if not rec:
         return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp)
     return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp) + b"\x22" + rec[1:]
+
+
+def stored_part(rec: Any) -> bytes:
+    """The headers-and-body part of a ``SequencedRecord`` from a decoded ``AppendRecord`` without timestamp.
+
+    Its own encoding (headers = 2, body = 3, in that order) with the top-level keys renumbered (to 3 and 4),
+    which costs a tenth of building a ``SequencedRecord``; a record with fields of its own beyond those (kept
+    as unknown fields, which a ``SequencedRecord`` built of its headers and body drops) is built that way.
+    """
+    buf = bytearray(rec.SerializeToString())
+    pos = 0
+    while pos < len(buf):
+        key = buf[pos]
+        if key not in _RENUMBER:
+            out: bytes = pb.SequencedRecord(headers=rec.headers, body=rec.body).SerializeToString()
+            return out
+        buf[pos] = _RENUMBER[key]
+        pos += 1
+        length = shift = 0
+        while True:  # a length varint (``SerializeToString`` writes them canonically)
+            byte = buf[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        pos += length
+    return bytes(buf)
+
+
+_RENUMBER = {0x12: 0x1A, 0x1A: 0x22}
 
 
 def read_batch(records: list[bytes], tail: tuple[int, int] | None) -> bytes:

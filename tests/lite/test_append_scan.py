@@ -35,11 +35,13 @@ def record_by_record(data: bytes) -> Any:
 
 
 def outcome(parse: Any, data: bytes) -> Any:
+    """What a parse decides: the stored records (whichever form keeps them), commands, timestamps and
+    conditions, or the error."""
     try:
         p = parse(data)
     except ApiError as exc:
         return ("error", exc.status, exc.code, str(exc))
-    return (p.n, p.records, p.payload, p.commands, p.client_ts, p.match_seq_num, p.fencing_token)
+    return (p.n, p.tails(), p.commands, p.client_ts, p.match_seq_num, p.fencing_token)
 
 
 def lengths(data: bytes) -> Any:
