@@ -11,10 +11,11 @@ times without progress, then the task fails with a `WriteError` naming the strea
 cause. Any acknowledgement of the stream's appends is progress and starts the count again, also one that
 arrived on the failed session just before it failed, so a stream that keeps landing appends under a
 rate limit never runs out of retries. A ``429 rate_limited`` refusal (nothing applied) is waited out,
-not raced: its waits never jitter down to zero and the last one spans S2's whole rate window
-(`s2_sink._retry.Backoff.wait`). Errors that retrying cannot fix (auth, missing stream, fencing, append
-conditions) fail at once. A ``412 fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first
-(nothing refused by a 412 was applied, so switching tokens and re-sending is safe).
+not raced: its waits never jitter down to zero (`s2_sink._retry.Backoff.wait`), so with the default
+retry settings a run of refusals spans S2's one-second rate window before the stream gives up. Errors
+that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once. A ``412
+fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
+applied, so switching tokens and re-sending is safe).
 
 Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
 bytes (`Chunk.wire`, the fencing token added at send time) on a `BulkAppendSession` of its own over the

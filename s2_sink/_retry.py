@@ -22,7 +22,6 @@ from s2_sdk import S2ClientError, S2ServerError
 from s2_sink.config import S2Config
 
 __all__ = [
-    "RATE_WINDOW_S",
     "SESSION_MAX_DELAY_S",
     "Backoff",
     "no_side_effects",
@@ -33,10 +32,6 @@ __all__ = [
 
 SESSION_MAX_DELAY_S = 30.0
 """Longest wait between two attempts to re-open a failed append session."""
-
-RATE_WINDOW_S = 1.0
-"""S2's append limits (200 batches/s per stream and connection, 100 MiB/s per stream) are one-second
-windows: a whole window after a refusal, the appends that filled it no longer count."""
 
 
 def retryable(exc: BaseException) -> bool:
@@ -127,9 +122,10 @@ class Backoff:
         seconds; ``None`` when no retry is left.
 
         Any failure but a rate limit: as `delays` (full jitter over the step). A ``429 rate_limited``
-        refusal: drawn from ``[step, 2 * step]`` (the SDK's own backoff shape, never near zero), at least
-        the server's ``retry-after-ms`` hint, and the last retry waits at least a whole `RATE_WINDOW_S`,
-        so a stream gives up on a rate limit only once the window that refused it has passed.
+        refusal: drawn from ``[step, 2 * step]`` (the SDK's own backoff shape, never near zero) and at
+        least the server's ``retry-after-ms`` hint. S2's append limits are one-second windows, so a run
+        of refusals is waited out once its waits add up to a second: with the session defaults (100 ms,
+        5 retries) that is by the fourth retry, whatever the draws.
         """
         if not 0 <= retry < self.retries:
             return None
@@ -138,7 +134,5 @@ class Backoff:
         if not rate_limited(exc):
             return uniform(0, step) if self.jitter else step
         wait = min(uniform(step, 2 * step), self.cap) if self.jitter else step
-        if retry == self.retries - 1:
-            wait = max(wait, RATE_WINDOW_S)
         hint = retry_after_s(exc)
         return wait if hint is None else max(wait, hint)

@@ -23,7 +23,6 @@ from s2_sink._exactly_once._fencing import Token, fence_if_older
 from s2_sink._exactly_once._ledger import Ledger
 from s2_sink._exactly_once._readback import read_back
 from s2_sink._retry import (
-    RATE_WINDOW_S,
     SESSION_MAX_DELAY_S,
     Backoff,
     no_side_effects,
@@ -155,23 +154,21 @@ def test_other_failures_wait_as_the_full_jitter_backoff() -> None:
 
 def test_rate_limit_waits_never_jitter_towards_zero() -> None:
     """A 429 rate_limited retry n waits between its step and twice its step (first * 2**n), over many
-    draws, and the last retry waits at least a whole rate window: a run of refusals without progress
-    spans the window that refused it before the stream gives up."""
-    policy = Backoff(first=0.1, cap=30.0, retries=5)
+    draws: with the session defaults, a run of refusals without progress has waited out S2's one-second
+    window by the fourth retry, and the fifth and last is still to come."""
+    policy = Backoff.for_sessions(S2Config(basin="my-basin-1", stream="s", access_token="t"))
+    assert policy.retries == 5
     rng = random.Random(11)
     for _ in range(200):
         waits = [policy.wait(n, rate_limit(), rng) for n in range(5)]
-        for n, wait in enumerate(waits[:-1]):
+        for n, wait in enumerate(waits):
             assert wait is not None
             assert policy.step(n) <= wait <= 2 * policy.step(n)
-        last = waits[-1]
-        assert last is not None
-        assert last >= RATE_WINDOW_S
+        assert sum(w for w in waits[:4] if w is not None) >= 1.0
     assert policy.wait(5, rate_limit(), rng) is None
-    # Even a budget of one retry with a 1 ms base waits out the window before giving up.
-    assert Backoff(first=0.001, cap=30.0, retries=1).wait(0, rate_limit()) == pytest.approx(RATE_WINDOW_S)
     plain = Backoff(first=0.1, cap=30.0, retries=3, jitter=False)
-    assert [plain.wait(n, rate_limit()) for n in range(3)] == pytest.approx([0.1, 0.2, RATE_WINDOW_S])
+    assert [plain.wait(n, rate_limit()) for n in range(3)] == pytest.approx([0.1, 0.2, 0.4])
+    assert Backoff(first=1.0, cap=1.5, retries=3).wait(2, rate_limit(), rng) == pytest.approx(1.5)
 
 
 def test_rate_limit_waits_honour_the_servers_hint() -> None:
