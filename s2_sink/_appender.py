@@ -7,9 +7,14 @@ collected oldest first, and a sent chunk is kept (for re-sending) only until it 
 Retries: append sessions are opened without SDK retries (see `s2_sink._session_pool` for why). When a
 session fails, the appender drops it, waits (`s2_sink._retry.Backoff.for_sessions`) and re-sends the
 stream's unacknowledged chunks, in order, on a fresh session: at most ``max_retries + session_retries``
-times without progress. Then the task fails with a `WriteError` naming the stream, batch, partition and
-cause. Errors that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once.
-A ``412 fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
+times without progress, then the task fails with a `WriteError` naming the stream, batch, partition and
+cause. Any acknowledgement of the stream's appends is progress and starts the count again, also one that
+arrived on the failed session just before it failed, so a stream that keeps landing appends under a
+rate limit never runs out of retries. A ``429 rate_limited`` refusal (nothing applied) is waited out,
+not raced: its waits never jitter down to zero (`s2_sink._retry.Backoff.wait`), so with the default
+retry settings a run of refusals spans S2's one-second rate window before the stream gives up. Errors
+that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once. A ``412
+fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
 applied, so switching tokens and re-sending is safe).
 
 Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
@@ -24,7 +29,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,7 +48,7 @@ from s2_sink._exactly_once import _crashpoints
 from s2_sink._explain import explain
 from s2_sink._frame_span import serialize_records
 from s2_sink._results import StreamTotals
-from s2_sink._retry import Backoff, no_side_effects, retryable
+from s2_sink._retry import Backoff, no_side_effects, rate_limited, retryable
 from s2_sink._session_pool import PooledSession, get_pool
 from s2_sink._wire import fencing_token_field
 from s2_sink._write_plan import PartitionContext, WritePlan
@@ -100,10 +105,9 @@ class _StreamAppends:
     bulk: BulkAppendSession | None = None
     """The bulk path's session."""
     unacked: deque[Chunk] = field(default_factory=deque)
+    """Sent and not yet known to be acknowledged, oldest first (acks come in this order)."""
     failures: int = 0
-    """Session failures since the last acknowledgement."""
-    waits: Iterator[float] | None = None
-    """The backoff of the current run of failures."""
+    """Session failures since the last acknowledgement (the retry number of the next wait)."""
     token_changes: int = 0
 
 
@@ -239,7 +243,6 @@ class Appender:
         if st.unacked and st.unacked[0] is chunk:
             st.unacked.popleft()
         st.failures = 0
-        st.waits = None
         _crashpoints.hit("after_append_before_ack", **self.ctx.where(chunk.index))
         latency_ms = (time.monotonic() - chunk.submitted_at) * 1000
         st.totals.acked(chunk.count, chunk.nbytes, ack, latency_ms)
@@ -265,11 +268,17 @@ class Appender:
                     exc = again
                     continue
             self._check_retryable(st, exc)
-            if st.waits is None:
-                st.waits = self.backoff.delays()
-            delay = next(st.waits, None)
+            if _forget_acked(st):
+                st.failures = 0  # acks arrived on the failed session: progress, a fresh retry budget
+            delay = self.backoff.wait(st.failures, exc)
             if delay is None:
                 why = explain(exc, self.cfg, stream=st.name).message
+                if rate_limited(exc):
+                    why += (
+                        "; the stream stayed over S2's append rate limit through every retry: send fewer, "
+                        "larger appends (sink.batch.max-size) or allow more retries "
+                        "(s2.session-retries)"
+                    )
                 raise self._error(st, exc, f"after {self.backoff.retries} session retries: {why}") from exc
             st.failures += 1
             st.totals.retries += 1
@@ -350,6 +359,16 @@ def _future(ticket: Awaitable[AppendAck]) -> asyncio.Future[AppendAck]:
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+def _forget_acked(st: _StreamAppends) -> bool:
+    """Take the acknowledged chunks off the front of `st.unacked` (`Appender._await_oldest` still
+    collects their acks); whether there were any."""
+    acked = False
+    while st.unacked and _acked(st.unacked[0]):
+        st.unacked.popleft()
+        acked = True
+    return acked
 
 
 def _acked(chunk: Chunk) -> bool:

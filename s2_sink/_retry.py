@@ -5,6 +5,10 @@ These retries sit on top of the SDK's own (see docs/architecture.md, "Retries"):
 creation, reads, fences, ledger appends) are retried by the SDK first, and the loops here only see what
 survived its ``max_retries``; append sessions are opened with SDK retries off, so the partition writer's
 session-level retry is the only one there.
+
+Rate limits are waited out rather than raced: a 429 ``rate_limited`` refusal applied nothing, and an
+attempt inside the window that refused it is refused again, so its wait never jitters down to zero (see
+`Backoff.wait`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ from s2_sdk import S2ClientError, S2ServerError
 
 from s2_sink.config import S2Config
 
-__all__ = ["SESSION_MAX_DELAY_S", "Backoff", "no_side_effects", "retryable"]
+__all__ = [
+    "SESSION_MAX_DELAY_S",
+    "Backoff",
+    "no_side_effects",
+    "rate_limited",
+    "retry_after_s",
+    "retryable",
+]
 
 SESSION_MAX_DELAY_S = 30.0
 """Longest wait between two attempts to re-open a failed append session."""
@@ -52,6 +63,21 @@ def no_side_effects(exc: BaseException) -> bool:
     return False
 
 
+def rate_limited(exc: BaseException) -> bool:
+    """A ``429 rate_limited`` refusal: over S2's append limits, nothing of the attempt applied."""
+    return isinstance(exc, S2ServerError) and exc.status_code == 429 and exc.code == "rate_limited"
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The server's ``retry-after-ms`` hint in seconds, when the refusal carried one.
+
+    The SDK keeps a refused unary request's hint on its error (``_retry_after``). A refused append
+    session has none: a terminal frame carries no headers (and S2 itself throttles a running session
+    through backpressure rather than refusing it; the lite server refuses it, to exercise retries)."""
+    hint = getattr(exc, "_retry_after", None)
+    return float(hint) if isinstance(hint, int | float) and hint >= 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Exponential waits between attempts: ``first``, ``2 * first``, ``4 * first`` … each capped at
@@ -80,11 +106,33 @@ class Backoff:
             retries=cfg.max_retries + cfg.session_retries,
         )
 
+    def step(self, retry: int) -> float:
+        """The exponential step of retry number `retry` (0 = the first): ``first * 2**retry``, capped."""
+        return min(self.first * 2.0 ** min(retry, 64), self.cap)
+
     def delays(self, rng: random.Random | None = None) -> Iterator[float]:
         """The waits, in seconds, in order; exhausted when no retry is left."""
         uniform = (rng or random).uniform
-        wait = self.first
-        for _ in range(self.retries):
-            capped = min(wait, self.cap)
-            yield uniform(0, capped) if self.jitter else capped
-            wait *= 2
+        for retry in range(self.retries):
+            step = self.step(retry)
+            yield uniform(0, step) if self.jitter else step
+
+    def wait(self, retry: int, exc: BaseException, rng: random.Random | None = None) -> float | None:
+        """The wait before retry number `retry` (0 = the first since the last progress) after `exc`, in
+        seconds; ``None`` when no retry is left.
+
+        Any failure but a rate limit: as `delays` (full jitter over the step). A ``429 rate_limited``
+        refusal: drawn from ``[step, 2 * step]`` (the SDK's own backoff shape, never near zero) and at
+        least the server's ``retry-after-ms`` hint. S2's append limits are one-second windows, so a run
+        of refusals is waited out once its waits add up to a second: with the session defaults (100 ms,
+        5 retries) that is by the fourth retry, whatever the draws.
+        """
+        if not 0 <= retry < self.retries:
+            return None
+        step = self.step(retry)
+        uniform = (rng or random).uniform
+        if not rate_limited(exc):
+            return uniform(0, step) if self.jitter else step
+        wait = min(uniform(step, 2 * step), self.cap) if self.jitter else step
+        hint = retry_after_s(exc)
+        return wait if hint is None else max(wait, hint)

@@ -139,11 +139,10 @@ class S2Config:
     """Create missing target streams (``ensure_stream``) before writing to them. Default ``False``: a
     missing stream fails the batch. Option ``s2.create-streams``."""
 
-    bulk_append: bool = False
+    bulk_append: bool = True
     """Encode appends straight from the Arrow record frame into protobuf bytes and send them on S2S
-    sessions of their own (no SDK record per row). ``False`` = the SDK's record path. Default ``False``:
-    under S2's append rate limit (429) the bulk session's re-sends can exhaust ``session_retries`` where
-    the record path's pacing does not. Option ``sink.bulk-append``."""
+    sessions of their own (no SDK record per row). ``False`` = the SDK's record path. Default ``True``.
+    Option ``sink.bulk-append``."""
 
     session_idle_timeout_ms: int = 60_000
     """An executor closes a pooled client and its sessions after this many idle ms (1000-3600000). Default

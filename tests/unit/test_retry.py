@@ -22,7 +22,14 @@ from s2_sink._exactly_once import _fencing, _ledger, _readback
 from s2_sink._exactly_once._fencing import Token, fence_if_older
 from s2_sink._exactly_once._ledger import Ledger
 from s2_sink._exactly_once._readback import read_back
-from s2_sink._retry import SESSION_MAX_DELAY_S, Backoff, no_side_effects, retryable
+from s2_sink._retry import (
+    SESSION_MAX_DELAY_S,
+    Backoff,
+    no_side_effects,
+    rate_limited,
+    retry_after_s,
+    retryable,
+)
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 
@@ -105,6 +112,71 @@ def test_session_backoff_comes_from_the_config() -> None:
     )
     policy = Backoff.for_sessions(cfg)
     assert policy == Backoff(first=0.25, cap=SESSION_MAX_DELAY_S, retries=7, jitter=True)
+
+
+def rate_limit(retry_after_ms: int | None = None) -> S2ServerError:
+    """A 429 rate_limited refusal as the SDK raises it, with the response's retry-after-ms if any."""
+    err = server_error(429, "rate_limited")
+    if retry_after_ms is not None:
+        err._retry_after = retry_after_ms / 1000  # where the SDK keeps the header (_client.py)
+    return err
+
+
+def test_rate_limited_is_a_429_rate_limited_only() -> None:
+    """Only S2's rate-limit refusal gets the rate-limit waits; other 429s and 5xx keep the usual ones."""
+    assert rate_limited(rate_limit())
+    assert not rate_limited(server_error(429, "other"))
+    assert not rate_limited(server_error(503, "unavailable"))
+    assert not rate_limited(S2ClientError("reset"))
+
+
+def test_retry_after_hint_is_read_from_the_sdk_error() -> None:
+    """The hint is the SDK's parsed retry-after-ms (seconds); absent or nonsense means no hint."""
+    assert retry_after_s(rate_limit(750)) == pytest.approx(0.75)
+    assert retry_after_s(rate_limit()) is None
+    odd = rate_limit()
+    odd._retry_after = "soon"  # type: ignore[assignment]
+    assert retry_after_s(odd) is None
+    assert retry_after_s(ValueError("x")) is None
+
+
+def test_other_failures_wait_as_the_full_jitter_backoff() -> None:
+    """Anything but a rate limit: retry n waits exactly what `delays` draws for it (full jitter, down to
+    zero), and nothing once the retries are used up."""
+    policy = Backoff(first=0.1, cap=30.0, retries=5)
+    drawn = list(policy.delays(random.Random(3)))
+    for exc in (server_error(503), server_error(429, "other"), S2ClientError("reset")):
+        rng = random.Random(3)
+        assert [policy.wait(n, exc, rng) for n in range(5)] == drawn
+    assert policy.wait(5, server_error(503)) is None
+    assert policy.wait(-1, server_error(503)) is None
+
+
+def test_rate_limit_waits_never_jitter_towards_zero() -> None:
+    """A 429 rate_limited retry n waits between its step and twice its step (first * 2**n), over many
+    draws: with the session defaults, a run of refusals without progress has waited out S2's one-second
+    window by the fourth retry, and the fifth and last is still to come."""
+    policy = Backoff.for_sessions(S2Config(basin="my-basin-1", stream="s", access_token="t"))
+    assert policy.retries == 5
+    rng = random.Random(11)
+    for _ in range(200):
+        waits = [policy.wait(n, rate_limit(), rng) for n in range(5)]
+        for n, wait in enumerate(waits):
+            assert wait is not None
+            assert policy.step(n) <= wait <= 2 * policy.step(n)
+        assert sum(w for w in waits[:4] if w is not None) >= 1.0
+    assert policy.wait(5, rate_limit(), rng) is None
+    plain = Backoff(first=0.1, cap=30.0, retries=3, jitter=False)
+    assert [plain.wait(n, rate_limit()) for n in range(3)] == pytest.approx([0.1, 0.2, 0.4])
+    assert Backoff(first=1.0, cap=1.5, retries=3).wait(2, rate_limit(), rng) == pytest.approx(1.5)
+
+
+def test_rate_limit_waits_honour_the_servers_hint() -> None:
+    """A retry-after-ms hint raises the wait to it; a hint shorter than the backoff does not shorten it."""
+    policy = Backoff(first=0.1, cap=30.0, retries=5, jitter=False)
+    assert policy.wait(0, rate_limit(retry_after_ms=450)) == pytest.approx(0.45)
+    assert policy.wait(2, rate_limit(retry_after_ms=5)) == pytest.approx(0.4)
+    assert policy.wait(4, rate_limit(retry_after_ms=2500)) == pytest.approx(2.5)
 
 
 @dataclass

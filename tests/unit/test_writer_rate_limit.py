@@ -1,0 +1,118 @@
+"""The writer under S2's append rate limit, against a throttled lite server on a manual clock.
+
+The server refuses the 201st batch of a second on a stream and connection with 429 ``rate_limited`` (a
+session ends with that terminal frame; nothing after it is applied). The appender's retry waits are the
+only thing that moves the server's clock here, so what the tests see follows from the retry policy
+alone, not from how fast this machine is: a stream that keeps landing appends writes everything, on
+both append paths, while one the server never admits again fails after its configured retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from s2_sink._appender import Appender
+from s2_sink._partition_writer import write_partition
+from s2_sink._retry import Backoff
+from s2_sink._write_plan import WritePlan
+from s2_sink.errors import WriteError
+from s2_sink.lite import LiteServer, ManualClock
+from s2_sink.lite._throttle import BATCHES_PER_SECOND
+from s2_sink.testing import fresh_basin
+from tests.integration._s2read import read_stream
+from tests.unit.test_writer_core import config, ctx, frame, stream_rows
+
+ROWS = 3 * BATCHES_PER_SECOND + 50
+"""One record per append: more than three windows' worth of batches on one stream."""
+
+WINDOW_S = 1.0
+"""The throttle's window: a second after the first append of a full one, there is room again."""
+
+
+@pytest.fixture(scope="module")
+def clock() -> ManualClock:
+    """The throttled server's time: it moves only when the appender waits (see `retry_waits`)."""
+    return ManualClock()
+
+
+@pytest.fixture(scope="module")
+def throttled(clock: ManualClock) -> Iterator[LiteServer]:
+    """A lite server enforcing S2's append limits on the manual clock."""
+    with LiteServer(throttle=True, clock=clock) as srv:
+        yield srv
+
+
+def retry_waits(monkeypatch: pytest.MonkeyPatch, on_wait: Callable[[float], None]) -> list[float]:
+    """Replaces asyncio's sleep for the appender's retry waits only (the calls from `Appender._recover`,
+    on the library's loop): each wait is recorded, handed to `on_wait` and returns at once. Every other
+    sleep (the session pool's reaper, the server's own) stays real."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+    recover = Appender._recover.__code__
+
+    def sleep(delay: float, result: object = None) -> Coroutine[Any, Any, object]:
+        if sys._getframe(1).f_code is recover:
+            waits.append(delay)
+            on_wait(delay)
+            return real_sleep(0, result)
+        return real_sleep(delay, result)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    return waits
+
+
+def plan(srv: LiteServer, basin: str, stream: str, **kw: Any) -> WritePlan:
+    """One record per append, every append in flight at once (so acks are collected late: a refusal is
+    met while acks of the same session are still uncollected)."""
+    cfg = config(srv, basin, batch_max_records=1, max_inflight_requests=10_000, **kw)
+    return WritePlan(cfg=cfg, batch_id=7, stream=stream)
+
+
+def bodies(n: int) -> list[bytes | None]:
+    return [orjson.dumps({"id": i}) for i in range(n)]
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
+def test_a_stream_that_keeps_landing_appends_writes_everything(
+    throttled: LiteServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, bulk: bool
+) -> None:
+    """With the default retries, every run of refusals is waited out (the waits pass a window before the
+    retries run out) and ends in progress, which starts the count again: all rows land once, in order,
+    after more refusals in all than one stream may have in a row."""
+    waits = retry_waits(monkeypatch, clock.advance)
+    basin = fresh_basin(throttled.endpoint)
+    p = plan(throttled, basin, "trickle", bulk_append=bulk)
+    result = stream_rows(write_partition(p, [frame(bodies(ROWS))], ctx(7)))["trickle"]
+    got = [orjson.loads(r.body)["id"] for r in read_stream(throttled.endpoint, basin, "trickle")]
+    assert got == list(range(ROWS))
+    assert result["records"] == ROWS
+    assert result["retries"] == len(waits) > Backoff.for_sessions(p.cfg).retries
+    assert sum(waits) >= (ROWS // BATCHES_PER_SECOND) * WINDOW_S
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
+def test_a_stream_never_admitted_again_fails_after_its_retries(
+    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
+) -> None:
+    """The server's clock stands still, so after the first window's worth nothing is admitted again: the
+    task fails after max_retries + session_retries waits, growing from the base delay and over a
+    second in all, with a WriteError naming the stream, the rate limit and the fix."""
+    waits = retry_waits(monkeypatch, lambda _: None)
+    basin = fresh_basin(throttled.endpoint)
+    p = plan(throttled, basin, "stuck", bulk_append=bulk)
+    with pytest.raises(WriteError, match=r"'stuck'.*after 5 session retries.*rate limit") as failed:
+        write_partition(p, [frame(bodies(ROWS))], ctx(7))
+    assert "sink.batch.max-size" in str(failed.value)
+    policy = Backoff.for_sessions(p.cfg)
+    assert len(waits) == policy.retries == 5
+    for n, wait in enumerate(waits):
+        assert policy.step(n) <= wait <= 2 * policy.step(n)
+    assert sum(waits) >= WINDOW_S
+    landed = read_stream(throttled.endpoint, basin, "stuck")
+    assert [orjson.loads(r.body)["id"] for r in landed] == list(range(BATCHES_PER_SECOND))
