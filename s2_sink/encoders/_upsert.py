@@ -17,7 +17,7 @@ from pyspark.sql.types import StringType, StructType
 
 from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
-from s2_sink.encoders._arrow_json import json_fragments, json_object
+from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._change_order import (
     check_key_column,
@@ -270,7 +270,7 @@ class UpsertEncoder(Encoder):
                 op_error = op_error.filter(keep) if op_error is not None else None
         n = len(batch)
         keys = list(self.key_columns)
-        key_frags = [json_fragments(batch.column(c), schema[c].dataType) for c in keys]
+        key_frags = [json_parts(batch.column(c), schema[c].dataType) for c in keys]
         key_json = json_object(keys, key_frags, n)
         nulls = [
             pc.if_else(pc.is_null(batch.column(c)), message(c), pa.scalar(None, pa.string()))
@@ -278,7 +278,7 @@ class UpsertEncoder(Encoder):
             for c in cols
             if batch.column(c).null_count
         ]
-        frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
+        frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
         values = pc.cast(json_object(data_columns, frags, n), pa.binary())
         # as in the JVM: only a known delete has an empty body (an unknown op keeps its row's JSON for a DLQ)
         body = pc.if_else(pc.fill_null(pc.equal(action, "d"), False), pa.scalar(b""), values)
