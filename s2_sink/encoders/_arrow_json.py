@@ -109,10 +109,6 @@ def _quoted(arr: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', arr, '"', "")
 
 
-def _floats(arr: pa.Array) -> pa.Array:
-    return _finish(java_float_text(arr), arr)
-
-
 def _decimals(arr: pa.Array, scale: int) -> pa.Array:
     text = pc.cast(arr, pa.string())
     if scale > 6:  # BigDecimal.toString switches to E-notation below 1e-6 (zero included): redo those rows
@@ -152,6 +148,9 @@ def json_parts(arr: pa.Array, dtype: DataType) -> Parts:
         return _strings(arr)
     if isinstance(dtype, TimestampType | TimestampNTZType):
         return _timestamps(arr, utc=isinstance(dtype, TimestampType))
+    if isinstance(dtype, DoubleType | FloatType):
+        text: Parts = [*java_float_text(arr)]
+        return text if arr.null_count == 0 else [_finish(_joined(text, len(arr)), arr)]
     return [_fragments(arr, dtype)]
 
 
@@ -160,8 +159,6 @@ def _fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
         return _finish(pc.cast(arr, pa.string()), arr)
     if isinstance(dtype, BooleanType):
         return _finish(pc.if_else(arr, "true", "false"), arr)
-    if isinstance(dtype, DoubleType | FloatType):
-        return _floats(arr)
     if isinstance(dtype, DecimalType):
         return _decimals(arr, dtype.scale)
     if isinstance(dtype, BinaryType):

@@ -22,11 +22,12 @@ _ARROW_FLOAT = r"^-?(?P<i>[0-9]*)(?:\.(?P<f>[0-9]*))?(?:e\+?(?P<e>-?[0-9]+))?$"
 _PLAIN_EXPONENTS = np.arange(-3, 7)
 # group keys besides the plain exponents -3..6: the d.dddE<n> layout, then constant texts
 _SCI = 10
-_CONSTANT = {11: '"NaN"', 12: '"Infinity"', 13: '"-Infinity"', 14: "0.0", 15: "-0.0"}
+_CONSTANT = {11: '"NaN"', 12: '"Infinity"', 13: '"-Infinity"'}
 
 
-def java_float_text(arr: pa.Array) -> pa.Array:
-    """The JSON text Spark's ``to_json`` writes for every value of a float32/float64 array.
+def java_float_text(arr: pa.Array) -> list[pa.Array]:
+    """The JSON text Spark's ``to_json`` writes for every value of a float32/float64 array, as arrays whose
+    element-wise concatenation is each row's text (so the caller can join them with the rest of the row).
 
     NaN and the infinities are quoted (``"NaN"``, ``"-Infinity"``), as Jackson writes them; null rows hold
     an arbitrary text (the caller writes ``null`` there).
@@ -35,36 +36,26 @@ def java_float_text(arr: pa.Array) -> pa.Array:
     text = pc.cast(arr, pa.string())
     with np.errstate(invalid="ignore"):
         magnitude = np.abs(values)
-        plain = (magnitude >= values.dtype.type(1e-3)) & (magnitude < 1e7)
+        # Arrow prints these as Java does, but for the ".0" Java adds to integral values ("0", "-0" too)
+        plain = ((magnitude >= values.dtype.type(1e-3)) & (magnitude < 1e7)) | (magnitude == 0)
         integral = plain & (values == np.trunc(values))
-    if integral.any():
-        text = pc.if_else(pa.array(integral), pc.binary_join_element_wise(text, ".0", ""), text)
-    if plain.all():
-        return text
-    other = ~plain
-    redone = _relayout(text.filter(pa.array(other)), values[other])
-    where = np.cumsum(other) - 1
-    where[plain] = 0
-    return pc.if_else(pa.array(plain), text, redone.take(pa.array(where)))
+    if not plain.all():
+        other = ~plain
+        # few rows in real data: re-laid out on their own, then put back in place
+        text = pc.replace_with_mask(
+            text, pa.array(other), _relayout(text.filter(pa.array(other)), values[other])
+        )
+    if not integral.any():
+        return [text]
+    return [text, pc.if_else(pa.array(integral), ".0", "")]
 
 
 def _relayout(text: pa.Array, values: npt.NDArray[np.floating]) -> pa.Array:
-    """Java's text for values outside the plain range: zeros and non-finite values included."""
+    """Java's text for non-zero values outside the plain range, and for the non-finite ones."""
     group = np.full(len(values), _SCI, np.int64)
-    zero = values == 0
-    for key, rows in zip(
-        _CONSTANT,
-        (
-            np.isnan(values),
-            values == np.inf,
-            values == -np.inf,
-            zero & ~np.signbit(values),
-            zero & np.signbit(values),
-        ),
-        strict=True,
-    ):
+    for key, rows in zip(_CONSTANT, (np.isnan(values), values == np.inf, values == -np.inf), strict=True):
         group[rows] = key
-    regular = np.isfinite(values) & ~zero
+    regular = np.isfinite(values)
     digits = pa.array([], pa.string())
     scientific = np.zeros(0, np.int64)
     if regular.any():

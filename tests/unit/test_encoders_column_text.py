@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from pyspark.sql.types import DoubleType, FloatType, StringType, TimestampNTZType, TimestampType
 
 from s2_sink.encoders._arrow_json import json_fragments, json_string
-from s2_sink.encoders._float_text import java_float_text
 from s2_sink.encoders._java_text import java_double, java_float
 
 # Doubles drawn from their bit patterns reach every exponent, subnormals and NaN payloads alike.
@@ -44,10 +43,15 @@ _EDGES = [
 ]
 
 
+def text(arr: pa.Array) -> list[str]:
+    """Each row's text as the JSON encoder writes a float or double column."""
+    return json_fragments(arr, DoubleType() if arr.type == pa.float64() else FloatType()).to_pylist()
+
+
 def doubles_text(values: list[float | None]) -> list[str | None]:
     """What the column path writes for each double (None for a null)."""
     arr = pa.array(values, pa.float64())
-    return [None if v is None else t for v, t in zip(values, java_float_text(arr).to_pylist(), strict=True)]
+    return [None if v is None else t for v, t in zip(values, text(arr), strict=True)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -62,7 +66,7 @@ def test_double_columns_match_the_per_value_rendering(values: list[float]) -> No
 def test_float_columns_match_the_per_value_rendering(values: list[float]) -> None:
     """Every float32 is written with float32's own shortest digits, as `java_float` writes it."""
     arr = pa.array(values, pa.float32())
-    assert java_float_text(arr).to_pylist() == [java_float(v) for v in arr.to_pylist()]
+    assert text(arr) == [java_float(v) for v in arr.to_pylist()]
 
 
 def test_a_million_random_doubles_match() -> None:
@@ -76,7 +80,7 @@ def test_a_million_random_doubles_match() -> None:
             np.round(rng.uniform(-1e7, 1e7, 50_000)),
         ]
     )
-    got = java_float_text(pa.array(values)).to_pylist()
+    got = text(pa.array(values))
     assert got == [java_double(v) for v in values.tolist()]
 
 
