@@ -46,7 +46,6 @@ __all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string"
 Parts: TypeAlias = list[pa.Array | str]
 """Literal strings and null-free string arrays; each row's text is their element-wise concatenation."""
 
-_NULL = pa.scalar("null")
 # Jackson's escapes: short forms for these five, \u00XX (upper-case hex) for the other control characters.
 _ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
     8: "\\b",
@@ -75,7 +74,7 @@ def _finish(text: pa.Array, arr: pa.Array) -> pa.Array:
     """Null rows of ``arr`` become the text ``null``."""
     if arr.null_count == 0:
         return text
-    return pc.if_else(pc.is_valid(arr), text, _NULL)
+    return pc.if_else(pc.is_valid(arr), text, _NULL_TEXT)
 
 
 def _used_bytes(arr: pa.Array) -> bytes:
