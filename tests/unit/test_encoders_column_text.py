@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import math
 import struct
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import DoubleType, FloatType, StringType, TimestampNTZType, TimestampType
+from pyspark.sql.types import BinaryType, DoubleType, FloatType, StringType, TimestampNTZType, TimestampType
 
 from s2_sink.encoders._arrow_json import json_fragments, json_string
 from s2_sink.encoders._java_text import java_double, java_float
@@ -135,3 +136,33 @@ def test_timestamps_with_nulls_slices_and_short_years() -> None:
     ]
     ntz = pa.array([v.replace(tzinfo=None) for v in values if v], pa.timestamp("us"))
     assert json_fragments(ntz.slice(1), TimestampNTZType()).to_pylist() == ['"0999-12-31T23:59:59.000000"']
+
+
+@pytest.mark.parametrize(
+    ("value", "shortest", "jdk17"),
+    [
+        # integral doubles in [1e16, 2^63): JDK 17 prints the long's digits (FloatingDecimal's fast path)
+        (2.746825982461736e18, "2.746825982461736E18", "2.7468259824617359E18"),
+        (-1.757451960396245e17, "-1.757451960396245E17", "-1.75745196039624512E17"),
+        # and a rare case of its general path
+        (2.0**-44, "5.684341886080802E-14", "5.6843418860808015E-14"),
+    ],
+)
+def test_doubles_take_the_shortest_digits_as_jdk_19_and_later_do(
+    value: float, shortest: str, jdk17: str
+) -> None:
+    """Both paths write the shortest digits, Double.toString's output since JDK 19; JDK 17 prints some
+    values with more digits (its outputs here were taken from a JDK 17 run). The text differs from a JDK 17
+    to_json, the double it parses back to does not."""
+    assert doubles_text([value]) == [shortest] == [java_double(value)]
+    assert float(jdk17) == float(shortest) == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=10)), max_size=12), st.integers(0, 3))
+def test_binary_columns_are_base64_value_by_value(values: list[bytes | None], skip: int) -> None:
+    """Every binary value of any length (empty too), of a sliced column with nulls, is its own padded
+    base64 text, as Jackson writes byte arrays."""
+    arr = pa.array(values, pa.binary()).slice(min(skip, len(values)))
+    expected = ["null" if v is None else '"' + base64.b64encode(v).decode() + '"' for v in arr.to_pylist()]
+    assert json_fragments(arr, BinaryType()).to_pylist() == expected
