@@ -19,3 +19,18 @@ def test_importing_the_data_source_and_its_writer_leaves_pandas_out() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_executors_unpickling_the_writer_import_none_of_the_read_side() -> None:
+    """A task's Python worker imports the writer's module to unpickle it; the data source class and the
+    reading modules stay unimported until something asks for them."""
+    code = (
+        "import sys, s2_sink.datasource._writer; "
+        "print(sorted(m for m in sys.modules if m.startswith('s2_sink.datasource.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == str(
+        ["s2_sink.datasource._compat", "s2_sink.datasource._write_options", "s2_sink.datasource._writer"]
+    )
