@@ -9,7 +9,8 @@ Paths measured (one line each, JSON on the last line of output):
 - ``jvm_baseline_noop``: the input alone through ``noop`` (what the data generation costs);
 - ``arrow_insert`` / ``arrow_upsert``: ``encode_arrow`` over in-memory Arrow batches in this process (1 core).
 
-The JVM numbers are for ``--partitions`` cores; divide by it for a per-core figure.
+The JVM numbers are for ``--partitions`` cores; divide by it for a per-core figure. The Arrow numbers are
+rows per second of this process's CPU time, so that other work on a shared machine does not count.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def _timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def _cpu_timed(fn: Callable[[], object]) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
 
 
 def _jvm(rows: int, partitions: int) -> dict[str, float]:
@@ -94,12 +101,12 @@ def _arrow(rows: int, batch_rows: int = 10_000) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, enc in (("arrow_insert", InsertEncoder()), ("arrow_upsert", UpsertEncoder(["id"]))):
         enc.encode_arrow(batch)
-        elapsed = _timed(lambda enc=enc: [enc.encode_arrow(batch) for _ in range(repeats)])  # type: ignore[misc]
+        elapsed = _cpu_timed(lambda enc=enc: [enc.encode_arrow(batch) for _ in range(repeats)])  # type: ignore[misc]
         out[name] = repeats * batch_rows / elapsed
-    # the same row without the double column: floats are formatted per value in Python
+    # the same row without the double column (the costliest text: shortest digits, then Java's layout)
     no_float = batch.drop_columns(["score"])
     enc = InsertEncoder()
-    elapsed = _timed(lambda: [enc.encode_arrow(no_float) for _ in range(repeats)])
+    elapsed = _cpu_timed(lambda: [enc.encode_arrow(no_float) for _ in range(repeats)])
     out["arrow_insert_no_double"] = repeats * batch_rows / elapsed
     return out
 

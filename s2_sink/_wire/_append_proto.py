@@ -50,7 +50,6 @@ _HEADER_NAME: Final = 0x0A
 _HEADER_VALUE: Final = 0x12
 
 _U64_LIMIT: Final = 1 << 64
-_NO_SEPARATOR: Final = pa.scalar(b"", pa.large_binary())
 
 # Block size: temporaries of a few hundred KiB stay in cache and in memory the allocator reuses
 # (fresh pages cost more than the encoding itself on some virtual machines).
@@ -226,7 +225,8 @@ def _records_block(
 
 def _join(*columns: pa.Array) -> pa.Array:
     """Row ``i`` of every column, concatenated (in C++)."""
-    return pc.binary_join_element_wise(*columns, _NO_SEPARATOR)
+    # the separator made here, not at import: pyarrow's first scalar conversion imports pandas
+    return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
 
 
 # ---------------------------------------------------------------------------------------------------

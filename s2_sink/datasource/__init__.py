@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from s2_sink.datasource._compat import HAS_DATASOURCE_API, require_datasource_api
+from s2_sink.datasource._compat import require_datasource_api
 
-# pyspark 3.5 has no data source API: the package still imports there, and using it says why not.
-if HAS_DATASOURCE_API or TYPE_CHECKING:
+if TYPE_CHECKING:
     from s2_sink.datasource._source import S2DataSource
 
 __all__ = ["S2DataSource", "register"]
@@ -15,11 +14,19 @@ __all__ = ["S2DataSource", "register"]
 
 def register(spark: Any) -> None:
     """Register ``format("s2")`` with a SparkSession (classic or Spark Connect)."""
-    require_datasource_api()
-    spark.dataSource.register(S2DataSource)
+    spark.dataSource.register(_source_class())
 
 
 def __getattr__(name: str) -> Any:
     if name == "S2DataSource":
-        require_datasource_api()  # raises: S2DataSource is a module attribute whenever the API exists
+        return _source_class()
     raise AttributeError(f"module 's2_sink.datasource' has no attribute {name!r}")
+
+
+def _source_class() -> type[S2DataSource]:
+    # Imported on first use: executors import this package to unpickle the writer and need none of the
+    # read side. On pyspark 3.5 (no data source API) the package imports, and using it says why not.
+    require_datasource_api()
+    from s2_sink.datasource._source import S2DataSource  # noqa: PLC0415
+
+    return S2DataSource

@@ -1,18 +1,20 @@
 """Arrow columns → JSON text, column by column (the Python twin of Spark's ``to_json``).
 
-Every function returns a string array holding, for each row, the JSON text of that row's value (``null`` for
-nulls), so a JSON object is one element-wise concatenation of literal field names and value fragments. Work is
-done by Arrow kernels; only types without a kernel (floats, binary, day-time intervals, rare decimals, strings
-with control characters) fall back to a per-value Python function.
+A column's JSON text is a list of parts (``Parts``): literal strings and null-free string arrays whose
+element-wise concatenation is, for each row, the JSON text of that row's value (``null`` for nulls). A JSON
+object is then one element-wise concatenation of every column's parts between the literal field names, so
+the quotes around strings and timestamps cost no pass of their own. Work is done by Arrow kernels and numpy;
+only day-time intervals and the decimals that ``BigDecimal`` writes in E-notation go value by value
+through Python.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import (
@@ -33,15 +35,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink.encoders._java_text import java_decimal, java_double, java_float, java_interval
+from s2_sink.encoders._base64_text import base64_text
+from s2_sink.encoders._float_text import java_float_text
+from s2_sink.encoders._java_text import java_decimal, java_interval
 from s2_sink.encoders._lists import list_parts
 from s2_sink.encoders._types import INTEGRAL_TYPES
 
-__all__ = ["json_fragments", "json_object", "json_string"]
+__all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string"]
 
-_NULL = pa.scalar("null")
-_CONTROL = "[\x00-\x1f]"
-_SPECIAL = '[\x00-\x1f"\\\\]'
+Parts: TypeAlias = list[pa.Array | str]
+"""Literal strings and null-free string arrays; each row's text is their element-wise concatenation."""
+
 # Jackson's escapes: short forms for these five, \u00XX (upper-case hex) for the other control characters.
 _ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
     8: "\\b",
@@ -70,39 +74,38 @@ def _finish(text: pa.Array, arr: pa.Array) -> pa.Array:
     """Null rows of ``arr`` become the text ``null``."""
     if arr.null_count == 0:
         return text
-    return pc.if_else(pc.is_valid(arr), text, _NULL)
+    return pc.if_else(pc.is_valid(arr), text, _NULL_TEXT)
 
 
-def _strings(arr: pa.Array) -> pa.Array:
-    arr = arr.cast(pa.string()) if not pa.types.is_string(arr.type) else arr
-    special = pc.match_substring_regex(arr, _SPECIAL)
-    if not pc.any(special).as_py():  # the common case: nothing to escape
-        return _finish(pc.binary_join_element_wise('"', arr, '"', ""), arr)
+def _used_bytes(arr: pa.Array) -> bytes:
+    """The character data of a string array's rows (not the bytes of rows sliced off)."""
+    data = arr.buffers()[2]
+    if data is None or len(arr) == 0:
+        return b""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    start, end = int(offsets[0]), int(offsets[-1])
+    used: bytes = data.slice(start, end - start).to_pybytes()
+    return used
+
+
+def _strings(arr: pa.Array) -> Parts:
+    if not pa.types.is_string(arr.type):
+        arr = arr.cast(pa.string())
+    data = _used_bytes(arr)
+    # byte scans at memory speed instead of a regex per row (no byte of a multi-byte UTF-8 character
+    # is a control character, a quote or a backslash)
+    codes = np.frombuffer(data, np.uint8)
+    controls = np.unique(codes[codes < 0x20]) if codes.size and codes.min() < 0x20 else codes[:0]
+    if not controls.size and b'"' not in data and b"\\" not in data:  # the common case: nothing to escape
+        return ['"', arr, '"'] if arr.null_count == 0 else [_finish(_quoted(arr), arr)]
     escaped = pc.replace_substring(pc.replace_substring(arr, "\\", "\\\\"), '"', '\\"')
-    quoted = pc.binary_join_element_wise('"', escaped, '"', "")
-    has_control = pc.match_substring_regex(arr, _CONTROL)
-    if pc.any(has_control).as_py():  # rare: redo just those rows with the exact Jackson escapes
-        fixed = pa.array(
-            [
-                json_string(v) if c else None
-                for v, c in zip(arr.to_pylist(), has_control.to_pylist(), strict=True)
-            ],
-            pa.string(),
-        )
-        quoted = pc.if_else(pc.fill_null(has_control, False), fixed, quoted)
-    return _finish(quoted, arr)
+    for code in controls.tolist():  # Jackson's escape of each control character present
+        escaped = pc.replace_substring(escaped, chr(code), _ESCAPES[code])
+    return [_finish(_quoted(escaped), arr)]
 
 
-def _floats(arr: pa.Array, fallback: Callable[[Any], str]) -> pa.Array:
-    """Arrow's shortest text equals Java's for 1e-3 <= |x| < 1e7 (plus Java's ".0"); others go per value."""
-    magnitude = pc.abs(arr)
-    plain = pc.fill_null(pc.and_(pc.greater_equal(magnitude, 1e-3), pc.less(magnitude, 1e7)), True)
-    text = pc.cast(arr, pa.string())
-    text = pc.if_else(pc.match_substring(text, "."), text, pc.binary_join_element_wise(text, ".0", ""))
-    if not pc.all(plain).as_py():
-        others = _per_value(pc.if_else(plain, pa.scalar(None, arr.type), arr), fallback)
-        text = pc.if_else(plain, text, others)
-    return _finish(text, arr)
+def _quoted(arr: pa.Array) -> pa.Array:
+    return pc.binary_join_element_wise('"', arr, '"', "")
 
 
 def _decimals(arr: pa.Array, scale: int) -> pa.Array:
@@ -123,36 +126,44 @@ def _join_lists(offsets: pa.Array, fragments: pa.Array, arr: pa.Array, open_: st
 
 def _map_keys(keys: pa.Array, dtype: DataType) -> pa.Array:
     if isinstance(dtype, StringType):
-        return _strings(keys)
+        return _joined(_strings(keys), len(keys))
     if isinstance(dtype, BooleanType):
         return pc.if_else(keys, '"true"', '"false"')
-    return pc.binary_join_element_wise('"', pc.cast(keys, pa.string()), '"', "")
+    return _quoted(pc.cast(keys, pa.string()))
 
 
 def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
     """The JSON text of every value of ``arr`` (an Arrow column of Spark type ``dtype``) as a string array."""
+    return _joined(json_parts(arr, dtype), len(arr))
+
+
+def json_parts(arr: pa.Array, dtype: DataType) -> Parts:
+    """The JSON text of every value of ``arr`` (an Arrow column of Spark type ``dtype``) as ``Parts``."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if isinstance(dtype, NullType) or pa.types.is_null(arr.type):
-        return pa.array([_NULL_TEXT] * len(arr), pa.string())
+        return [_NULL_TEXT]
     if isinstance(dtype, StringType):
         return _strings(arr)
+    if isinstance(dtype, TimestampType | TimestampNTZType):
+        return _timestamps(arr, utc=isinstance(dtype, TimestampType))
+    if isinstance(dtype, DoubleType | FloatType):
+        text: Parts = [*java_float_text(arr)]
+        return text if arr.null_count == 0 else [_finish(_joined(text, len(arr)), arr)]
+    return [_fragments(arr, dtype)]
+
+
+def _fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
     if isinstance(dtype, INTEGRAL_TYPES):
         return _finish(pc.cast(arr, pa.string()), arr)
     if isinstance(dtype, BooleanType):
         return _finish(pc.if_else(arr, "true", "false"), arr)
-    if isinstance(dtype, DoubleType):
-        return _floats(arr, java_double)
-    if isinstance(dtype, FloatType):
-        return _floats(arr, java_float)
     if isinstance(dtype, DecimalType):
         return _decimals(arr, dtype.scale)
     if isinstance(dtype, BinaryType):
-        return _per_value(arr, lambda b: '"' + base64.b64encode(b).decode("ascii") + '"')
+        return _finish(_quoted(base64_text(arr)), arr)
     if isinstance(dtype, DateType):
-        return _finish(pc.binary_join_element_wise('"', pc.strftime(arr, "%Y-%m-%d"), '"', ""), arr)
-    if isinstance(dtype, TimestampType | TimestampNTZType):
-        return _timestamps(arr, utc=isinstance(dtype, TimestampType))
+        return _finish(_quoted(pc.strftime(arr, "%Y-%m-%d")), arr)
     if isinstance(dtype, DayTimeIntervalType):
         micros = pc.cast(pc.cast(arr, pa.duration("us")), pa.int64())
         start, end = dtype.startField, dtype.endField
@@ -169,32 +180,67 @@ def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
         return _join_lists(offsets, pairs, arr, "{", "}")
     if isinstance(dtype, StructType):
         children = [arr.field(i) for i in range(arr.type.num_fields)]  # parent nulls handled below
-        frags = [json_fragments(c, f.dataType) for c, f in zip(children, dtype.fields, strict=True)]
-        obj = json_object(dtype.names, frags, len(arr))
-        return _finish(obj, arr)
+        parts = [json_parts(c, f.dataType) for c, f in zip(children, dtype.fields, strict=True)]
+        return _finish(json_object(dtype.names, parts, len(arr)), arr)
     raise TypeError(f"no JSON mapping for {dtype.simpleString()}")  # validate() rejects these on the driver
 
 
-def _timestamps(arr: pa.Array, *, utc: bool) -> pa.Array:
+_TIMESTAMP_WIDTH = len("2024-01-02 03:04:05.123456")
+_DATE_TIME_SEPARATOR = len("2024-01-02")
+
+
+def _timestamps(arr: pa.Array, *, utc: bool) -> Parts:
     # Arrow keeps instants in UTC: dropping the zone leaves the UTC wall clock, which a cast prints as
     # "YYYY-MM-DD HH:MM:SS.ffffff" for microseconds (far cheaper than strftime)
     if utc:
         arr = pc.cast(arr, pa.timestamp("us", "UTC"), safe=False)
     arr = pc.cast(arr, pa.timestamp("us"), safe=False)
-    text = pc.replace_substring(pc.cast(arr, pa.string()), " ", "T", max_replacements=1)
-    return _finish(pc.binary_join_element_wise('"', text, 'Z"' if utc else '"', ""), arr)
+    text = _t_separated(pc.cast(arr, pa.string()))
+    close = 'Z"' if utc else '"'
+    if arr.null_count == 0:
+        return ['"', text, close]
+    return [_finish(pc.binary_join_element_wise('"', text, close, ""), arr)]
 
 
-def json_object(names: Sequence[str], fragments: Sequence[pa.Array], length: int | None = None) -> pa.Array:
-    """Row-wise ``{"name":fragment,...}`` from per-column JSON fragments (no spaces, Spark's field order).
+def _t_separated(text: pa.Array) -> pa.Array:
+    """ISO 8601's "T" in place of the space after the date."""
+    offsets = np.frombuffer(text.buffers()[1], np.int32, len(text) + 1, text.offset * 4)
+    data = text.buffers()[2]
+    if text.null_count or data is None or not (np.diff(offsets) == _TIMESTAMP_WIDTH).all():
+        # years beyond 4 digits or null rows: no fixed layout to patch in place
+        return pc.replace_substring(text, " ", "T", max_replacements=1)
+    start = int(offsets[0])
+    chars = np.frombuffer(data, np.uint8, len(text) * _TIMESTAMP_WIDTH, start).copy()
+    chars.reshape(-1, _TIMESTAMP_WIDTH)[:, _DATE_TIME_SEPARATOR] = ord("T")
+    fresh_offsets = np.arange(len(text) + 1, dtype=np.int32) * _TIMESTAMP_WIDTH
+    return pa.Array.from_buffers(
+        pa.string(), len(text), [None, pa.py_buffer(fresh_offsets), pa.py_buffer(chars)]
+    )
 
-    ``length`` is only needed when there are no columns (every row is then ``{}``).
-    """
+
+def _joined(parts: Parts, length: int) -> pa.Array:
+    """The element-wise concatenation of ``parts`` (literals merged first)."""
+    merged: Parts = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        elif not isinstance(part, str) or part:
+            merged.append(part)
+    arrays = [p for p in merged if isinstance(p, pa.Array)]
+    if not arrays:
+        return pa.repeat(pa.scalar("".join(str(p) for p in merged)), length)
+    if len(merged) == 1:
+        return arrays[0]
+    return pc.binary_join_element_wise(*merged, "")
+
+
+def json_object(names: Sequence[str], columns: Sequence[Parts | pa.Array], length: int) -> pa.Array:
+    """Row-wise ``{"name":value,...}`` from each column's JSON text (no spaces, Spark's field order)."""
     if not names:
-        return pa.array(["{}"] * (length or 0), pa.string())
-    parts: list[pa.Array | str] = []
-    for i, (name, frag) in enumerate(zip(names, fragments, strict=True)):
+        return pa.repeat(pa.scalar("{}"), length)
+    parts: Parts = []
+    for i, (name, column) in enumerate(zip(names, columns, strict=True)):
         parts.append(("{" if i == 0 else ",") + json_string(name) + ":")
-        parts.append(frag)
+        parts.extend(column if isinstance(column, list) else [column])
     parts.append("}")
-    return pc.binary_join_element_wise(*parts, "")
+    return _joined(parts, length)

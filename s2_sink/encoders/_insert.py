@@ -13,7 +13,7 @@ from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
 from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
-from s2_sink.encoders._arrow_json import json_fragments, json_object
+from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._types import check_json_type, column_type
 from s2_sink.errors import ConfigError
@@ -147,7 +147,7 @@ class InsertEncoder(Encoder):
                 text = msg.null_column("value", self.value_column)
                 null_value = pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
         else:
-            frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
+            frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
             body = pc.cast(json_object(data_columns, frags, n), pa.binary())
         oversize = _arrow_meta.oversize_errors(body, headers, key_text)
         error = _arrow_meta.first_error(n, error, null_value, oversize)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
@@ -17,7 +19,7 @@ from pyspark.sql.types import StringType, StructType
 
 from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
-from s2_sink.encoders._arrow_json import json_fragments, json_object
+from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._change_order import (
     check_key_column,
@@ -270,7 +272,7 @@ class UpsertEncoder(Encoder):
                 op_error = op_error.filter(keep) if op_error is not None else None
         n = len(batch)
         keys = list(self.key_columns)
-        key_frags = [json_fragments(batch.column(c), schema[c].dataType) for c in keys]
+        key_frags = [json_parts(batch.column(c), schema[c].dataType) for c in keys]
         key_json = json_object(keys, key_frags, n)
         nulls = [
             pc.if_else(pc.is_null(batch.column(c)), message(c), pa.scalar(None, pa.string()))
@@ -278,7 +280,7 @@ class UpsertEncoder(Encoder):
             for c in cols
             if batch.column(c).null_count
         ]
-        frags = [json_fragments(batch.column(c), schema[c].dataType) for c in data_columns]
+        frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
         values = pc.cast(json_object(data_columns, frags, n), pa.binary())
         # as in the JVM: only a known delete has an empty body (an unknown op keeps its row's JSON for a DLQ)
         body = pc.if_else(pc.fill_null(pc.equal(action, "d"), False), pa.scalar(b""), values)
@@ -307,46 +309,64 @@ class UpsertEncoder(Encoder):
 
 
 def _changelog_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
-    """``[(@key, key_json), (@action, action), *user headers]`` per row, built with Arrow kernels."""
+    """``[(@key, key_json), (@action, action), *user headers]`` per row, built from whole buffers."""
+    n = len(key_json)
+    # @key's value then @action's lie side by side in one joined buffer: 2n values over it, no gather
+    joined = pc.binary_join_element_wise(key_json, action, b"")
+    if user.null_count != len(user) or joined.null_count:
+        return _with_user_headers(key_json, action, user)
+    joined_offsets = _offsets(joined)
+    value_offsets = np.empty(2 * n + 1, np.int32)
+    value_offsets[0::2] = joined_offsets
+    value_offsets[1::2] = joined_offsets[:-1] + _offsets(key_json)[1:] - _offsets(key_json)[:-1]
+    values = pa.Array.from_buffers(
+        pa.binary(), 2 * n, [None, pa.py_buffer(value_offsets), joined.buffers()[2]]
+    )
+    name_offsets = np.empty(2 * n + 1, np.int32)
+    pair = len(KEY_HEADER) + len(ACTION_HEADER)
+    name_offsets[0::2] = np.arange(n + 1, dtype=np.int32) * pair
+    name_offsets[1::2] = name_offsets[0:-1:2] + len(KEY_HEADER)
+    names = pa.Array.from_buffers(
+        pa.binary(), 2 * n, [None, pa.py_buffer(name_offsets), pa.py_buffer((KEY_HEADER + ACTION_HEADER) * n)]
+    )
+    entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
+    row_offsets = pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32))
+    return pa.ListArray.from_arrays(row_offsets, entries, type=HEADERS_ARROW_TYPE)
+
+
+def _offsets(arr: pa.Array) -> npt.NDArray[np.int32]:
+    """A binary array's n+1 offsets, rebased to its first row."""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    rebased: npt.NDArray[np.int32] = offsets - offsets[0]
+    return rebased
+
+
+def _with_user_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
+    """`_changelog_headers` when the rows carry headers of their own: the entries gathered by index."""
     n = len(key_json)
     # interleave key_json and action: row i -> positions 2i, 2i+1
-    positions = pa.array(range(2 * n), pa.int64())
-    parity = pc.bit_wise_and(positions, 1)
-    fixed_names = pc.take(pa.array([KEY_HEADER, ACTION_HEADER], pa.binary()), parity)
-    take = pc.add(pc.shift_right(positions, 1), pc.multiply(parity, n))
-    fixed_values = pc.take(pa.concat_arrays([key_json, action]), take)
-    if user.null_count == len(user):
-        offsets = pa.array(range(0, 2 * n + 1, 2), pa.int32())
-        entries = pa.StructArray.from_arrays(
-            [fixed_names, fixed_values], fields=list(HEADERS_ARROW_TYPE.value_type)
-        )
-        return pa.ListArray.from_arrays(offsets, entries, type=HEADERS_ARROW_TYPE)
+    positions = np.arange(2 * n, dtype=np.int64)
+    parity = positions & 1
+    fixed_names = pc.take(pa.array([KEY_HEADER, ACTION_HEADER], pa.binary()), pa.array(parity))
+    fixed_values = pc.take(pa.concat_arrays([key_json, action]), pa.array((positions >> 1) + parity * n))
     user_offsets, user_entries = list_parts(user)
-    user_offsets = pc.cast(user_offsets, pa.int64())
-    lengths = pc.subtract(user_offsets.slice(1), user_offsets.slice(0, n))
-    lengths = pc.if_else(pc.is_valid(user), lengths, 0)  # a null headers list adds nothing
-    out_offsets = pc.add(pc.multiply(pa.array(range(n + 1), pa.int64()), 2), _prefix_sum(lengths))
-    total = out_offsets[-1].as_py()
-    parent = pc.list_parent_indices(pa.ListArray.from_arrays(out_offsets, pa.nulls(total, pa.int8())))
-    local = pc.subtract(pa.array(range(total), pa.int64()), pc.take(out_offsets, parent))
-    user_index = pc.add(pc.take(user_offsets, parent), pc.subtract(local, 2))
-    from_fixed = pc.less(local, 2)
-    index = pc.if_else(from_fixed, pc.add(pc.multiply(parent, 2), local), pc.add(user_index, 2 * n))
+    starts = user_offsets.to_numpy().astype(np.int64)
+    lengths = np.where(user.is_valid().to_numpy(zero_copy_only=False), np.diff(starts), 0)
+    out_offsets = np.arange(n + 1, dtype=np.int64) * 2 + np.concatenate([[0], np.cumsum(lengths)])
+    total = int(out_offsets[-1])
+    parent = np.repeat(np.arange(n, dtype=np.int64), np.diff(out_offsets))
+    local = np.arange(total, dtype=np.int64) - out_offsets[parent]  # an entry's place in its row
+    index = np.where(local < 2, parent * 2 + local, starts[parent] + local - 2 + 2 * n)
     name, value = user_entries.field(0), user_entries.field(1)
-    names = pc.take(pa.concat_arrays([fixed_names, name]), index)
-    values = pc.take(pa.concat_arrays([fixed_values, pc.cast(value, pa.binary())]), index)
+    names = pc.take(pa.concat_arrays([fixed_names, name]), pa.array(index))
+    values = pc.take(pa.concat_arrays([fixed_values, pc.cast(value, pa.binary())]), pa.array(index))
     entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
-    return pa.ListArray.from_arrays(pc.cast(out_offsets, pa.int32()), entries, type=HEADERS_ARROW_TYPE)
-
-
-def _prefix_sum(lengths: pa.Array) -> pa.Array:
-    """[0, l0, l0+l1, ...] (int64)."""
-    return pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(lengths, pa.int64()))])
+    return pa.ListArray.from_arrays(pa.array(out_offsets.astype(np.int32)), entries, type=HEADERS_ARROW_TYPE)
 
 
 def _last_per_key(key: pa.Array, error: pa.Array) -> pa.Array:
     """True for the last row of each key (and every error row), so compaction keeps batch order."""
-    index = pa.array(range(len(key)), pa.int64())
+    index = pa.array(np.arange(len(key), dtype=np.int64))
     ok = pc.is_null(error)
     rows = pa.table({"key": key.filter(ok), "i": index.filter(ok)})
     last = rows.group_by("key").aggregate([("i", "max")]).column("i_max")

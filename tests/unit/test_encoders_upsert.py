@@ -212,3 +212,52 @@ def test_upsert_round_trips_through_decode_upsert(
         for r in arrow.to_pylist()
     ]
     assert [normalized((c.key, c.value)) for c in changes] == [normalized((e.key, e.value)) for e in expected]
+
+
+_HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+_WITH_HEADERS = StructType(
+    [
+        StructField("id", IntegerType()),
+        StructField("op", StringType()),
+        StructField("h", ArrayType(_HEADER)),
+    ]
+)
+_USER_HEADERS = st.one_of(
+    st.none(),
+    st.lists(st.fixed_dictionaries({"key": st.sampled_from(["a", "trace"]), "value": st.binary(max_size=3)})),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "id": st.integers(-5, 5),
+                "op": st.sampled_from(["u", "d", "insert", "delete", "?"]),
+                "h": _USER_HEADERS,
+            }
+        ),
+        max_size=8,
+    ),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_changelog_headers_of_any_slice_match_row_by_row(
+    rows: list[dict[str, Any]], skip: int, user_headers: bool
+) -> None:
+    """@key, @action (empty for an unknown op) then the row's own headers, for every row of a sliced batch,
+    with and without a headers column."""
+    arrow = batch(rows, _WITH_HEADERS).slice(min(skip, len(rows)))
+    encoder = UpsertEncoder(["id"], op_column="op", headers_column="h" if user_headers else None)
+    frame = encoder.encode_arrow(arrow, schema=_WITH_HEADERS, errors="column")
+    actions = {"u": b"u", "insert": b"u", "d": b"d", "delete": b"d", "?": b""}
+    expected = [
+        [
+            (b"@key", b'{"id":%d}' % r["id"]),
+            (b"@action", actions[r["op"]]),
+            *[(h["key"].encode(), h["value"]) for h in (r["h"] or []) if user_headers],
+        ]
+        for r in arrow.to_pylist()
+    ]
+    assert [h for h, _ in records(frame)] == expected
