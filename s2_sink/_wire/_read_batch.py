@@ -155,41 +155,49 @@ def _ranges(starts: Ints, counts: Ints) -> Ints:
     return out
 
 
-def _top_level(view: memoryview) -> tuple[list[int], list[int], tuple[int, int] | None]:
+def _top_level(data: bytes) -> tuple[list[int], list[int], tuple[int, int] | None]:
     """Start and end of every record, and the tail's span: the one walk with a Python step per record."""
     starts: list[int] = []
     ends: list[int] = []
-    tail: tuple[int, int] | None = None
-    pos, size = 0, len(view)
-    while pos < size:
-        key = view[pos]
-        if key not in (_RECORDS, _TAIL):
-            raise _NotCanonical
-        # Length varint, inline: a record is at most 1 MiB plus overhead, so 3 bytes; allow 5.
-        length, shift, at = 0, 0, pos + 1
-        while True:
-            if at >= size or shift > 28:
-                raise _NotCanonical
-            byte = view[at]
-            at += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        end = at + length
-        if end > size:
-            raise _NotCanonical
-        if key == _RECORDS:
-            if tail is not None:
-                raise _NotCanonical  # a record after the tail: not the canonical order
+    pos, size = 0, len(data)
+    try:
+        while pos < size and data[pos] == _RECORDS:
+            # The length varint: one byte under 128, two under 16 KiB (most records), read inline.
+            b0 = data[pos + 1]
+            if b0 < 0x80:
+                at, length = pos + 2, b0
+            elif (b1 := data[pos + 2]) < 0x80:
+                at, length = pos + 3, (b0 & 0x7F) | (b1 << 7)
+            else:
+                at, length = _varint_at(data, pos + 1)
             starts.append(at)
-            ends.append(end)
-        elif tail is None:
-            tail = (at, end)
-        else:
-            raise _NotCanonical  # a repeated tail field merges: leave it to the parser
-        pos = end
+            pos = at + length
+            ends.append(pos)
+    except IndexError:  # a truncated message: the parser says how
+        raise _NotCanonical from None
+    if pos > size:
+        raise _NotCanonical
+    tail: tuple[int, int] | None = None
+    if pos < size:
+        if data[pos] != _TAIL:
+            raise _NotCanonical
+        at, length = _varint_at(data, pos + 1)
+        tail = (at, at + length)
+        if tail[1] != size:
+            raise _NotCanonical  # anything after the tail (records, a second tail): leave it to the parser
     return starts, ends, tail
+
+
+def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
+    """Where the length varint at ``pos`` ends, and its value (at most 5 bytes)."""
+    value, shift = 0, 0
+    for at in range(pos, min(pos + 5, len(data))):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return at + 1, value
+        shift += 7
+    raise _NotCanonical
 
 
 def _varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[npt.NDArray[np.uint64], Ints]:
@@ -229,21 +237,22 @@ def _length_field(d: Bytes, pos: Ints, end: Ints) -> tuple[Ints, Ints]:
     return start, length.astype(np.int64)
 
 
-def _gather(d: Bytes, starts: Ints, lengths: Ints) -> pa.Array:
-    """A binary array of the (non-overlapping, ascending) spans ``d[starts[i]:starts[i] + lengths[i]]``."""
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total > np.iinfo(np.int32).max:
-        raise _NotCanonical  # a ReadBatch is at most a few MiB: never here
-    # +1 where a span starts, -1 where it ends: the running sum marks the bytes inside spans.
-    marks = np.bincount(starts, minlength=len(d) + 1) - np.bincount(starts + lengths, minlength=len(d) + 1)
-    data = d[np.cumsum(marks[:-1]).astype(np.bool_)]
-    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.binary(), len(starts), buffers)
+def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
+    """A binary array of the (non-overlapping, ascending) spans ``[starts[i], starts[i] + lengths[i])`` of
+    ``buffer``, copied together by Arrow."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], type=pa.binary())
+    # Offsets start, end, start, end, ... over the whole message are ascending: an array whose even values
+    # are the spans (and odd ones the bytes between them), without a copy; `take` then packs the spans.
+    bounds = np.empty(2 * n, dtype=np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = starts + lengths
+    interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), buffer])
+    return interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
 
 
-def _headers(d: Bytes, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
+def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
     """Every record's headers from ``cur`` on (``cur`` moves past them): counts, names, values."""
     header_record: list[Ints] = []
     header_pos: list[Ints] = []
@@ -284,8 +293,8 @@ def _headers(d: Bytes, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
     if header_pos:
         order = np.argsort(np.concatenate(header_pos), kind="stable")
         records = np.concatenate(header_record)[order]
-        names = _gather(d, np.concatenate(name_start)[order], np.concatenate(name_len)[order])
-        values = _gather(d, np.concatenate(value_start)[order], np.concatenate(value_len)[order])
+        names = _gather(buffer, np.concatenate(name_start)[order], np.concatenate(name_len)[order])
+        values = _gather(buffer, np.concatenate(value_start)[order], np.concatenate(value_len)[order])
         counts = np.bincount(records, minlength=len(cur)).astype(np.int64)
     else:
         names = values = pa.array([], type=pa.binary())
@@ -295,8 +304,9 @@ def _headers(d: Bytes, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
 
 
 def _bulk(message: bytes) -> tuple[RecordColumns, Tail | None]:
-    starts_list, ends_list, tail_span = _top_level(memoryview(message))
-    d: Bytes = np.frombuffer(message, dtype=np.uint8)
+    starts_list, ends_list, tail_span = _top_level(message)
+    buffer = pa.py_buffer(message)
+    d: Bytes = np.frombuffer(buffer, dtype=np.uint8)
     cur = np.array(starts_list, dtype=np.int64)
     end = np.array(ends_list, dtype=np.int64)
     n = len(cur)
@@ -310,7 +320,7 @@ def _bulk(message: bytes) -> tuple[RecordColumns, Tail | None]:
             out[at] = value
             cur[at] += 1 + size
 
-    counts, names, values = _headers(d, cur, end)
+    counts, names, values = _headers(d, buffer, cur, end)
 
     body_start = cur.copy()
     body_len = np.zeros(n, dtype=np.int64)
@@ -328,7 +338,7 @@ def _bulk(message: bytes) -> tuple[RecordColumns, Tail | None]:
     columns = RecordColumns(
         seq_nums.astype(np.int64),
         timestamps.astype(np.int64),
-        _gather(d, body_start, body_len),
+        _gather(buffer, body_start, body_len),
         counts,
         names,
         values,
