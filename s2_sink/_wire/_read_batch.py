@@ -31,7 +31,10 @@ from s2_sdk import SequencedRecord
 
 from s2_sink._wire._layout import Bools, Bytes, Ints
 
-__all__ = ["RecordColumns", "Tail", "parse_read_batch"]
+__all__ = ["Positions", "RecordColumns", "Tail", "parse_read_batch"]
+
+Positions = npt.NDArray[np.uint64]
+"""seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
 
 _RECORDS: Final = 0x0A
 _TAIL: Final = 0x12
@@ -55,9 +58,9 @@ class Tail(NamedTuple):
 class RecordColumns(NamedTuple):
     """The records of one ``ReadBatch`` as columns, in stream order."""
 
-    seq_nums: Ints
-    timestamps: Ints
-    """Milliseconds, as stored (``uint64`` on the wire; values past int64 wrap, none are expected)."""
+    seq_nums: Positions
+    timestamps: Positions
+    """Milliseconds, as stored."""
     bodies: pa.Array
     """``binary``, one value per record."""
     header_counts: Ints
@@ -336,8 +339,8 @@ def _bulk(message: bytes) -> tuple[RecordColumns, Tail | None]:
     if tail_span is not None:
         tail = _tail(d, *tail_span)
     columns = RecordColumns(
-        seq_nums.astype(np.int64),
-        timestamps.astype(np.int64),
+        seq_nums,
+        timestamps,
         _gather(buffer, body_start, body_len),
         counts,
         names,
@@ -367,8 +370,8 @@ def _by_field(message: bytes) -> tuple[RecordColumns, Tail | None]:
     records = batch.records
     headers = [h for r in records for h in r.headers]
     columns = RecordColumns(
-        np.array([r.seq_num for r in records], dtype=np.uint64).astype(np.int64),
-        np.array([r.timestamp for r in records], dtype=np.uint64).astype(np.int64),
+        np.array([r.seq_num for r in records], dtype=np.uint64),
+        np.array([r.timestamp for r in records], dtype=np.uint64),
         pa.array([r.body for r in records], type=pa.binary()),
         np.array([len(r.headers) for r in records], dtype=np.int64),
         pa.array([h.name for h in headers], type=pa.binary()),

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import s2_sdk
 from pyspark.sql.types import (
     ArrayType,
@@ -318,8 +319,10 @@ def _meta_column(name: str, stream: str, columns: RecordColumns) -> pa.Array:
     if name in ("stream", "_s2_stream"):
         return pa.repeat(pa.scalar(stream, type=pa.string()), len(columns))
     if name in ("seq_num", "_s2_seq_num"):
-        return pa.array(columns.seq_nums, type=pa.int64())
-    return pa.array(columns.timestamps * np.int64(1000), type=pa.timestamp("us", tz="UTC"))
+        return pa.array(columns.seq_nums).cast(pa.int64())
+    # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
+    micros = pc.multiply_checked(pa.array(columns.timestamps), 1000).cast(pa.int64())
+    return micros.cast(pa.timestamp("us", tz="UTC"))
 
 
 def _headers_column(columns: RecordColumns) -> pa.Array:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pyarrow as pa
 import pytest
 import s2_sdk
 from hypothesis import HealthCheck, given, settings
@@ -77,11 +78,21 @@ def test_raw_and_kafka_batches_from_columns_equal_those_from_records(
 ) -> None:
     """The raw format built column by column, and the kafka format built through record objects, equal
     what the record path builds from the SDK's records, for the full schemas and a projection."""
-    recs = [
-        s2_sdk.SequencedRecord(r.seq_num, r.body, r.headers, r.timestamp % 2**50) for r in recs
-    ]  # timestamps Spark can hold
+    # Positions Spark can hold (both paths fail on larger ones).
+    recs = [s2_sdk.SequencedRecord(r.seq_num % 2**63, r.body, r.headers, r.timestamp % 2**50) for r in recs]
     cols, _ = parse_read_batch(_message(recs, None))
     for fmt, schema in (("raw", RAW_SCHEMA), ("kafka", KAFKA_SCHEMA)):
         assert columns_to_batch(fmt, schema, "st", cols).equals(records_to_batch(fmt, schema, "st", recs))
     subset = type(RAW_SCHEMA)([RAW_SCHEMA["body"], RAW_SCHEMA["seq_num"], RAW_SCHEMA["headers"]])
     assert columns_to_batch("raw", subset, "st", cols).equals(records_to_batch("raw", subset, "st", recs))
+
+
+def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
+    """A timestamp whose microseconds overflow int64 is refused column by column as record by record,
+    never wrapped into a wrong time."""
+    recs = [s2_sdk.SequencedRecord(0, b"x", [], 2**62)]
+    cols, _ = parse_read_batch(_message(recs, None))
+    with pytest.raises((pa.ArrowInvalid, OverflowError)):
+        columns_to_batch("raw", RAW_SCHEMA, "st", cols)
+    with pytest.raises((pa.ArrowInvalid, OverflowError)):
+        records_to_batch("raw", RAW_SCHEMA, "st", recs)

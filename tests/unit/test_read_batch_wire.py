@@ -30,12 +30,12 @@ bodies = st.one_of(
 )
 records = st.builds(
     SequencedRecord,
-    seq_num=st.one_of(st.integers(0, 300), st.integers(0, 2**63 - 1)),
+    seq_num=st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1)),
     body=bodies,
     headers=st.lists(st.tuples(small_blobs, small_blobs), max_size=6),
-    timestamp=st.one_of(st.integers(0, 300), st.integers(0, 2**63 - 1)),
+    timestamp=st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1)),
 )
-tails = st.one_of(st.none(), st.builds(Tail, st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)))
+tails = st.one_of(st.none(), st.builds(Tail, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)))
 
 
 def _message(recs: list[SequencedRecord], tail: Tail | None) -> bytes:
