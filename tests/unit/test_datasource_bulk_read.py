@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -96,3 +101,64 @@ def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
         columns_to_batch("raw", RAW_SCHEMA, "st", cols)
     with pytest.raises((pa.ArrowInvalid, OverflowError)):
         records_to_batch("raw", RAW_SCHEMA, "st", recs)
+
+
+@contextlib.contextmanager
+def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]]]:
+    """A TCP proxy to ``target`` that aborts its first connection once ``cut_after`` bytes went from the
+    server to the client; later connections pass through. Yields its endpoint and the connection count."""
+    host, port = target.removeprefix("http://").split(":")
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def pump(src: socket.socket, dst: socket.socket, budget: int | None) -> None:
+        sent = 0
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+                sent += len(data)
+                if budget is not None and sent >= budget:
+                    break
+        for s in (src, dst):  # abort both sides, no goodbye
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            upstream = socket.create_connection((host, int(port)))
+            budget = cut_after if len(accepted) == 1 else None
+            threading.Thread(target=pump, args=(upstream, client, budget), daemon=True).start()
+            threading.Thread(target=pump, args=(client, upstream, None), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+
+
+def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteServer, basin: str) -> None:
+    """When the connection dies in the middle of a range read, the session retries on a new connection
+    from the record after the last one delivered: every record arrives once, in order. With retries
+    off, the same fault fails the read with ReadError."""
+    records = [s2_sdk.Record(body=f"{i:05d}".encode() * 120) for i in range(2500)]
+    _append(lite.endpoint, basin, "s", [records[i : i + 500] for i in range(0, 2500, 500)])
+    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, accepted):
+        got = [
+            r.body
+            for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 2500, _no_gap)
+            for r in cols.to_records()
+        ]
+    assert got == [r.body for r in records]
+    assert len(accepted) >= 2
+    # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
+    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, _):
+        cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
+        with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 2500\) in basin '{basin}'"):
+            list(_s2io.read_range_columns(cfg, "s", 0, 2500, _no_gap))
