@@ -11,8 +11,8 @@ How: one Python loop walks the top level only (a key byte and a length varint pe
 nothing else), to find where each record starts and ends. Everything inside the records is read by numpy
 over all records at once, one pass per field position as protobuf serializers write them (fields in
 number order, proto3 defaults omitted): the seq_num and timestamp varints, then the headers one position
-at a time, then the body. Bodies, header names and values become Arrow binary arrays whose data is the
-message's bytes gathered by a mask (no copy per value) and whose offsets are cumulative lengths.
+at a time, then the body. Bodies, header names and values become Arrow binary arrays: offsets over the
+message itself, packed into fresh arrays by Arrow's ``take`` (C++, no Python object per value).
 
 A message in any other layout (fields out of order, repeated scalars, unknown fields, over-long varints)
 is valid protobuf too: it is parsed by the SDK's generated class instead, field by field, so the result
