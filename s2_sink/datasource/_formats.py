@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import s2_sdk
 from pyspark.sql.types import (
     ArrayType,
@@ -30,7 +32,9 @@ from pyspark.sql.types import (
 
 from s2_sink._arrow_types import to_arrow_schema
 from s2_sink._exactly_once._tags import TAG_HEADER
+from s2_sink._wire._read_batch import RecordColumns
 from s2_sink.datasource._json import decode_bodies
+from s2_sink.datasource._json_bulk import decode_bodies_bulk
 from s2_sink.datasource._read_options import ReadFormat
 from s2_sink.encoders._frame import TIMESTAMP
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
@@ -42,6 +46,7 @@ __all__ = [
     "RAW_SCHEMA",
     "UPSERT_SCHEMA",
     "check_schema",
+    "columns_to_batch",
     "default_schema",
     "materialize",
     "records_to_batch",
@@ -301,6 +306,57 @@ def _decoded_columns(
     return arrays
 
 
+def _to_target(schema: StructType, arrays: list[pa.Array]) -> pa.RecordBatch:
+    target: pa.Schema = to_arrow_schema(schema)
+    cast = [
+        arr.cast(field.type) if arr.type != field.type else arr
+        for arr, field in zip(arrays, target, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(cast, schema=target)
+
+
+def _meta_column(name: str, stream: str, columns: RecordColumns) -> pa.Array:
+    if name in ("stream", "_s2_stream"):
+        return pa.repeat(pa.scalar(stream, type=pa.string()), len(columns))
+    if name in ("seq_num", "_s2_seq_num"):
+        return pa.array(columns.seq_nums).cast(pa.int64())
+    # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
+    micros = pc.multiply_checked(pa.array(columns.timestamps), 1000).cast(pa.int64())
+    return micros.cast(pa.timestamp("us", tz="UTC"))
+
+
+def _headers_column(columns: RecordColumns) -> pa.Array:
+    entries = pa.StructArray.from_arrays([columns.names, columns.values], names=["key", "value"])
+    return pa.ListArray.from_arrays(pa.array(columns.header_offsets.astype(np.int32)), entries)
+
+
+def columns_to_batch(
+    fmt: ReadFormat, schema: StructType, stream: str, columns: RecordColumns
+) -> pa.RecordBatch:
+    """As `records_to_batch`, from record columns: ``raw`` and ``json`` column by column, the other
+    formats (whose header rules are per record) through the SDK's record objects."""
+    if fmt == "raw":
+        raw = [
+            _headers_column(columns)
+            if f.name == "headers"
+            else columns.bodies
+            if f.name == "body"
+            else _meta_column(f.name, stream, columns)
+            for f in schema.fields
+        ]
+        return _to_target(schema, raw)
+    if fmt != "json":
+        return records_to_batch(fmt, schema, stream, columns.to_records())
+    special = {*META_COLUMNS, _ACTION_COLUMN}
+    data_schema = StructType([f for f in schema.fields if f.name not in special])
+    decoded = decode_bodies_bulk(columns.bodies, data_schema, where=f"stream {stream!r}")
+    arrays = [
+        _meta_column(f.name, stream, columns) if f.name in META_COLUMNS else decoded.column(f.name)
+        for f in schema.fields
+    ]
+    return _to_target(schema, arrays)
+
+
 def records_to_batch(
     fmt: ReadFormat, schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
 ) -> pa.RecordBatch:
@@ -313,9 +369,4 @@ def records_to_batch(
         arrays = _upsert_columns(schema, stream, records)
     else:
         arrays = _decoded_columns(fmt, schema, stream, records)
-    target: pa.Schema = to_arrow_schema(schema)
-    cast = [
-        arr.cast(field.type) if arr.type != field.type else arr
-        for arr, field in zip(arrays, target, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(cast, schema=target)
+    return _to_target(schema, arrays)

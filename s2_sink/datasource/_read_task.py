@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
 from s2_sink.datasource._data_loss import LossPolicy, gap_handler
-from s2_sink.datasource._formats import materialize, records_to_batch
+from s2_sink.datasource._formats import columns_to_batch, materialize, records_to_batch
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._read_options import ReadFormat
 
@@ -21,16 +21,20 @@ def read_partition(
     cfg: S2Config, fmt: ReadFormat, schema: StructType, partition: S2Partition, *, on_loss: LossPolicy
 ) -> Iterator[pa.RecordBatch]:
     """Every data record of the range (command records such as fences and trims are skipped); records of
-    the range that were trimmed or expired are handled by ``on_loss``."""
+    the range that were trimmed or expired are handled by ``on_loss``.
+
+    Records arrive as columns decoded in bulk from the wire; ``raw`` and ``json`` stay columnar, the
+    other formats and materialized upserts are built from the SDK's record objects."""
     on_gap = gap_handler(cfg.basin, partition.stream, on_loss)
-    ranges = _s2io.read_range(cfg, partition.stream, partition.first, partition.stop, on_gap)
+    ranges = _s2io.read_range_columns(cfg, partition.stream, partition.first, partition.stop, on_gap)
     if partition.materialize:
-        records = [r for batch in ranges for r in batch if not r.is_command_record()]
+        records = [r for columns in ranges for r in columns.to_records() if not r.is_command_record()]
         latest = materialize(partition.stream, records)
         for i in range(0, len(latest), 1000):
             yield records_to_batch(fmt, schema, partition.stream, latest[i : i + 1000])
         return
-    for batch in ranges:
-        data = [r for r in batch if not r.is_command_record()]
-        if data:
-            yield records_to_batch(fmt, schema, partition.stream, data)
+    for columns in ranges:
+        commands = columns.commands()
+        data = columns.take(~commands) if commands.any() else columns
+        if len(data):
+            yield columns_to_batch(fmt, schema, partition.stream, data)

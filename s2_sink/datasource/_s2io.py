@@ -14,14 +14,25 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Seque
 from typing import TypeVar
 
 import s2_sdk
+from s2_sdk._exceptions import TransportError
 
 from s2_sink import _runtime
 from s2_sink._explain import explain
 from s2_sink._session_pool import get_pool
+from s2_sink._wire._read_batch import RecordColumns
 from s2_sink.config import S2Config
+from s2_sink.datasource._bulk_read import read_columns
 from s2_sink.errors import ReadError
 
-__all__ = ["first_seqs", "list_streams", "measure_range", "read_range", "resolve_timestamp", "tails"]
+__all__ = [
+    "first_seqs",
+    "list_streams",
+    "measure_range",
+    "read_range",
+    "read_range_columns",
+    "resolve_timestamp",
+    "tails",
+]
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +206,59 @@ async def _range_batches(
         on_gap(expected, stop)
 
 
+async def _range_columns(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
+) -> AsyncGenerator[RecordColumns, None]:
+    # As `_range_batches`, over record columns read in bulk.
+    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    expected = first
+    try:
+        async for batch in read_columns(handle, first, stop - first):
+            head = int(batch.seq_nums[0])
+            if head > expected:
+                on_gap(expected, min(head, stop))
+            expected = int(batch.seq_nums[-1]) + 1
+            # Trimmed records shift what the count covers: keep only [first, stop).
+            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
+            if len(kept):
+                yield kept
+            if expected >= stop:
+                return
+    except s2_sdk.ReadUnwrittenError:
+        pass
+    if expected < stop:
+        on_gap(expected, stop)
+
+
 async def _next(batches: AsyncGenerator[_T, None]) -> _T:
     return await anext(batches)
 
 
 async def _close(batches: AsyncGenerator[_T, None]) -> None:
     await batches.aclose()
+
+
+def _drive(
+    batches: AsyncGenerator[_T, None], cfg: S2Config, stream: str, first: int, stop: int
+) -> Iterator[_T]:
+    """Step ``batches`` on the shared loop from a synchronous caller, SDK errors as ReadError."""
+    try:
+        while True:
+            try:
+                batch = _runtime.run(_next(batches))
+            except StopAsyncIteration:
+                return
+            yield batch
+    except (s2_sdk.S2Error, TransportError) as exc:
+        raise ReadError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{_words(exc, cfg, stream)}"
+        ) from exc
+    finally:
+        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
+        # async-generator hook closes ``batches`` once it is collected too.
+        if not _runtime.in_loop_thread():
+            _runtime.run(_close(batches))
 
 
 def read_range(
@@ -214,21 +272,11 @@ def read_range(
     Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
     the session is still reading, and the session is closed however the caller stops iterating.
     """
-    batches = _range_batches(cfg, stream, first, stop, on_gap)
-    try:
-        while True:
-            try:
-                batch = _runtime.run(_next(batches))
-            except StopAsyncIteration:
-                return
-            yield batch
-    except s2_sdk.S2Error as exc:
-        raise ReadError(
-            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
-            f"{_words(exc, cfg, stream)}"
-        ) from exc
-    finally:
-        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
-        # async-generator hook closes ``batches`` once it is collected too.
-        if not _runtime.in_loop_thread():
-            _runtime.run(_close(batches))
+    return _drive(_range_batches(cfg, stream, first, stop, on_gap), cfg, stream, first, stop)
+
+
+def read_range_columns(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
+) -> Iterator[RecordColumns]:
+    """As `read_range`, each batch as record columns decoded in bulk from the wire (`_bulk_read`)."""
+    return _drive(_range_columns(cfg, stream, first, stop, on_gap), cfg, stream, first, stop)

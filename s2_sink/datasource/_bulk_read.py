@@ -1,0 +1,137 @@
+"""An S2S read session that hands out each ``ReadBatch`` as record columns (`s2_sink._wire._read_batch`).
+
+The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
+to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
+rate. This session keeps the SDK's HTTP/2 transport (``HttpClient.streaming_request``: pooled
+connections, flow control, TLS, auth) and its S2S deframing (``read_messages``, with decompression), and
+decodes each message's bytes in bulk instead.
+
+Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
+1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
+server keeps reading ahead within HTTP/2 flow control), as the SDK's own session does.
+
+It behaves as the SDK's bounded session does (``s2_sdk._s2s._read_session.run_read_session``): the
+same request (``GET /v1/streams/{stream}/records?seq_num=&count=`` with ``content-type: s2s/proto``),
+the same heartbeat timeout, the same retries (``retry`` of the client: backoff, attempts reset by each
+message, reconnects on server advice or draining, resuming after the last record delivered with the
+count that is left), the same errors (``parse_error_info``: a 416 raises ``ReadUnwrittenError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Final
+
+import s2_sdk
+from s2_sdk._exceptions import ReadTimeoutError, S2ClientError, TransportError
+from s2_sdk._retrier import AdvisedReconnectLimiter, compute_backoff, http_retry_on, requires_reconnect
+from s2_sdk._s2s import _stream_records_path
+from s2_sdk._s2s._protocol import Message, parse_error_info, read_messages
+from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
+
+from s2_sink._wire._read_batch import RecordColumns, parse_read_batch
+
+__all__ = ["read_columns"]
+
+log = logging.getLogger(__name__)
+
+_HEARTBEAT_TIMEOUT: Final = 20.0  # seconds, as the SDK's session
+
+
+async def read_columns(
+    handle: s2_sdk.S2Stream, first: int, count: int
+) -> AsyncGenerator[RecordColumns, None]:
+    """The records from seq_num ``first`` on, at most ``count`` of them, batch by batch (never empty).
+
+    Ends at the count or at the tail (it never waits for new records), like a bounded SDK session.
+    """
+    client, retry = handle._client, handle._retry
+    headers = _request_headers(handle)
+    max_retries = retry._max_retries()
+    attempt = 0
+    reconnects = AdvisedReconnectLimiter()
+    next_seq, remaining = first, count
+    while remaining > 0:
+        params = {"seq_num": next_seq, "count": remaining}
+        reconnect = False
+        try:
+            async with client.streaming_request(
+                "GET", _stream_records_path(handle.name), params=params, headers=headers
+            ) as response:
+                if response.status_code != 200:
+                    raise parse_error_info(await response.aread(), response.status_code)
+                advice_seen = False
+                async for message in _within_heartbeats(read_messages(response.aiter_bytes())):
+                    attempt = 0
+                    if message.reconnect_advised and not advice_seen:  # act on the first advice only
+                        advice_seen = True
+                        response.retire_connection()
+                        reconnect = reconnects.try_acquire_advised_reconnect()
+                    columns, tail = parse_read_batch(message.body)
+                    if len(columns):
+                        next_seq = int(columns.seq_nums[-1]) + 1
+                        remaining = max(remaining - len(columns), 0)
+                        yield columns
+                    elif tail is not None:
+                        next_seq = tail.seq_num  # a heartbeat: the server is at the tail
+                    else:
+                        raise S2ClientError("Read session received an empty batch without a tail")
+                    if reconnect:
+                        break
+            if not reconnect:
+                return
+        except (s2_sdk.S2Error, TransportError) as exc:  # what the SDK's retry rules judge
+            backoff = _retry_after(exc, attempt, max_retries, retry, reconnects, done=remaining == 0)
+            if backoff is None:
+                return
+            if not requires_reconnect(exc):
+                attempt += 1
+            log.debug(
+                "s2 source: retrying read session stream=%s error=%s backoff=%.3fs", handle.name, exc, backoff
+            )
+            await asyncio.sleep(backoff)
+
+
+async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator[Message, None]:
+    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout."""
+    while True:
+        try:
+            yield await asyncio.wait_for(anext(messages), timeout=_HEARTBEAT_TIMEOUT)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ReadTimeoutError("Read session heartbeat timeout") from None
+
+
+def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
+    headers = {"content-type": "s2s/proto"}
+    if handle._encryption_key is not None:
+        headers[_S2_ENCRYPTION_KEY_HEADER] = handle._encryption_key
+    return headers
+
+
+def _retry_after(
+    exc: Exception,
+    attempt: int,
+    max_retries: int,
+    retry: s2_sdk.Retry,
+    reconnects: AdvisedReconnectLimiter,
+    *,
+    done: bool,
+) -> float | None:
+    """Seconds to wait before resuming after ``exc``, None to end quietly; re-raises what is final."""
+    must_reconnect = requires_reconnect(exc)
+    if must_reconnect and done:
+        return None
+    if not (http_retry_on(exc) and (must_reconnect or attempt < max_retries)):
+        raise exc
+    if must_reconnect:
+        reconnects.record_reconnect()
+        return 0.0
+    return compute_backoff(
+        attempt,
+        min_base_delay=retry.min_base_delay.total_seconds(),
+        max_base_delay=retry.max_base_delay.total_seconds(),
+    )

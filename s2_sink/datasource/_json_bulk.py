@@ -1,0 +1,129 @@
+"""JSON bodies -> Arrow columns in bulk with Arrow's JSON reader, where it gives exactly what the
+record-by-record decoder (``encoders.decode_json``) gives; that decoder otherwise.
+
+The bodies are joined with newlines and read as newline-delimited JSON with the schema given, unknown
+fields ignored. The bulk reader is used only where its result is provably the same:
+
+- the schema's columns are strings, integers, booleans, doubles or timestamps (timestamps are read as
+  strings and cast, and only in the one shape both parsers read alike: ``YYYY-MM-DDTHH:MM:SS[.ffffff]``
+  with ``Z`` or a ``+HH:MM`` offset, years 1000-8999);
+- every body starts with ``{`` and ends with ``}`` and holds no raw line break, and the reader returns
+  one row per body (so no body is empty or two objects);
+- the bodies are valid UTF-8 and hold no ``NaN`` / ``Infinity`` token (Arrow reads them, orjson does not).
+
+Arrow's reader is stricter than the record-by-record decoder everywhere else (a value of another JSON
+type, a repeated key, a number out of range: an error), so any error it raises sends the bodies to the
+record-by-record decoder, which raises its own error naming the record and the field, or decodes them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from s2_sink._arrow_types import to_arrow_schema
+from s2_sink._wire._arrow_views import binary_view
+from s2_sink.datasource._json import decode_bodies
+
+__all__ = ["decode_bodies_bulk"]
+
+_BULK_TYPES: Final = (
+    StringType,
+    LongType,
+    IntegerType,
+    ShortType,
+    ByteType,
+    BooleanType,
+    DoubleType,
+    TimestampType,
+)
+_TIMESTAMP_SHAPE: Final = (
+    r"^(1[0-9]|[2-8][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+_NON_FINITE: Final = (b"NaN", b"Infinity")
+_OPEN, _CLOSE, _LF, _CR = ord("{"), ord("}"), ord("\n"), ord("\r")
+
+
+def _bulk_type(dtype: DataType) -> bool:
+    return isinstance(dtype, _BULK_TYPES)
+
+
+def decode_bodies_bulk(bodies: pa.Array, schema: StructType, *, where: str) -> pa.RecordBatch:
+    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema``."""
+    decoded = _arrow_read(bodies, schema) if all(_bulk_type(f.dataType) for f in schema.fields) else None
+    if decoded is None:
+        return decode_bodies(bodies.to_pylist(), schema, where=where)
+    return decoded
+
+
+def _joined(bodies: pa.Array) -> bytes | None:
+    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts."""
+    offsets, data = binary_view(bodies)
+    lengths = np.diff(offsets)
+    if (lengths < 2).any():
+        return None
+    span = data[int(offsets[0]) : int(offsets[-1])]
+    if (data[offsets[:-1]] != _OPEN).any() or (data[offsets[1:] - 1] != _CLOSE).any():
+        return None
+    if (span == _LF).any() or (span == _CR).any():
+        return None
+    # A newline after every body: inserted before each body's end offset, relative to the span.
+    joined = np.insert(span, offsets[1:] - offsets[0], _LF).tobytes()
+    try:
+        joined.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any(token in joined for token in _NON_FINITE):
+        return None
+    return joined
+
+
+def _arrow_read(bodies: pa.Array, schema: StructType) -> pa.RecordBatch | None:
+    if len(bodies) == 0 or bodies.null_count:
+        return None
+    joined = _joined(bodies)
+    if joined is None:
+        return None
+    target = to_arrow_schema(schema)
+    read_as = pa.schema(
+        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in target]
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(joined),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(joined) + 1),
+            parse_options=pj.ParseOptions(
+                explicit_schema=read_as, unexpected_field_behavior="ignore", newlines_in_values=False
+            ),
+        )
+        if table.num_rows != len(bodies):
+            return None
+        columns = []
+        for field in target:
+            column = table.column(field.name).combine_chunks()
+            if pa.types.is_timestamp(field.type):
+                shaped = pc.match_substring_regex(column, _TIMESTAMP_SHAPE)
+                if not pc.all(pc.or_kleene(shaped, pc.is_null(column))).as_py():
+                    return None
+                column = column.cast(field.type)
+            columns.append(column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    return pa.RecordBatch.from_arrays(columns, schema=target)

@@ -1,0 +1,164 @@
+"""Bulk range reads of the s2 source against the lite server: the SDK's records, as columns."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+import s2_sdk
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from s2_sink import ReadError
+from s2_sink._wire._read_batch import parse_read_batch
+from s2_sink.config import S2Config
+from s2_sink.datasource import _s2io
+from s2_sink.datasource._formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch, records_to_batch
+from s2_sink.lite import LiteServer
+
+from .test_read_batch_wire import _message, records
+
+
+def _cfg(endpoint: str, basin: str) -> S2Config:
+    return S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint)
+
+
+def _append(endpoint: str, basin: str, stream: str, batches: list[list[s2_sdk.Record]]) -> None:
+    async def go() -> None:
+        async with s2_sdk.S2("test", endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint)) as s2:
+            for recs in batches:
+                await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=recs))
+
+    asyncio.run(go())
+
+
+def _no_gap(first: int, stop: int) -> None:
+    raise AssertionError(f"unexpected gap [{first}, {stop})")
+
+
+def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) -> None:
+    """A range read in bulk -- several ReadBatch messages, headers, binary and empty bodies, a fence
+    command record -- gives, record for record, what the SDK's read session gives, for the whole stream
+    and for a range that starts and ends inside it."""
+    big = [
+        s2_sdk.Record(body=bytes([i % 256]) * 600, headers=[(b"k", str(i).encode()), (b"\x00\xff", b"")])
+        for i in range(1500)
+    ]
+    odd = [s2_sdk.Record(body=b""), s2_sdk.Record(body="é✓".encode(), headers=[(b"n", b"v")])]
+    _append(
+        lite.endpoint,
+        basin,
+        "s",
+        [big[:700], big[700:1400], big[1400:], odd, [s2_sdk.CommandRecord.fence("f")], odd],
+    )
+    cfg = _cfg(lite.endpoint, basin)
+    for first, stop in ((0, 1505), (3, 1503), (699, 701)):
+        sdk = [r for batch in _s2io.read_range(cfg, "s", first, stop, _no_gap) for r in batch]
+        batches = list(_s2io.read_range_columns(cfg, "s", first, stop, _no_gap))
+        assert [r for cols in batches for r in cols.to_records()] == sdk
+        assert len(sdk) == stop - first
+    assert len(list(_s2io.read_range_columns(cfg, "s", 0, 1505, _no_gap))) > 1
+
+
+def test_bulk_reads_of_a_missing_stream_raise_read_error(lite: LiteServer, basin: str) -> None:
+    """Reading a stream that does not exist raises ReadError naming the stream, the range and the basin,
+    with the SDK's error chained."""
+    with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
+        list(_s2io.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
+    assert isinstance(info.value.__cause__, s2_sdk.S2Error)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(st.lists(records, max_size=8))
+def test_raw_and_kafka_batches_from_columns_equal_those_from_records(
+    recs: list[s2_sdk.SequencedRecord],
+) -> None:
+    """The raw format built column by column, and the kafka format built through record objects, equal
+    what the record path builds from the SDK's records, for the full schemas and a projection."""
+    # Positions Spark can hold (both paths fail on larger ones).
+    recs = [s2_sdk.SequencedRecord(r.seq_num % 2**63, r.body, r.headers, r.timestamp % 2**50) for r in recs]
+    cols, _ = parse_read_batch(_message(recs, None))
+    for fmt, schema in (("raw", RAW_SCHEMA), ("kafka", KAFKA_SCHEMA)):
+        assert columns_to_batch(fmt, schema, "st", cols).equals(records_to_batch(fmt, schema, "st", recs))
+    subset = type(RAW_SCHEMA)([RAW_SCHEMA["body"], RAW_SCHEMA["seq_num"], RAW_SCHEMA["headers"]])
+    assert columns_to_batch("raw", subset, "st", cols).equals(records_to_batch("raw", subset, "st", recs))
+
+
+def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
+    """A timestamp whose microseconds overflow int64 is refused column by column as record by record,
+    never wrapped into a wrong time."""
+    recs = [s2_sdk.SequencedRecord(0, b"x", [], 2**62)]
+    cols, _ = parse_read_batch(_message(recs, None))
+    with pytest.raises((pa.ArrowInvalid, OverflowError)):
+        columns_to_batch("raw", RAW_SCHEMA, "st", cols)
+    with pytest.raises((pa.ArrowInvalid, OverflowError)):
+        records_to_batch("raw", RAW_SCHEMA, "st", recs)
+
+
+@contextlib.contextmanager
+def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]]]:
+    """A TCP proxy to ``target`` that aborts its first connection once ``cut_after`` bytes went from the
+    server to the client; later connections pass through. Yields its endpoint and the connection count."""
+    host, port = target.removeprefix("http://").split(":")
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def pump(src: socket.socket, dst: socket.socket, budget: int | None) -> None:
+        sent = 0
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+                sent += len(data)
+                if budget is not None and sent >= budget:
+                    break
+        for s in (src, dst):  # abort both sides, no goodbye
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            upstream = socket.create_connection((host, int(port)))
+            budget = cut_after if len(accepted) == 1 else None
+            threading.Thread(target=pump, args=(upstream, client, budget), daemon=True).start()
+            threading.Thread(target=pump, args=(client, upstream, None), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+
+
+def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteServer, basin: str) -> None:
+    """When the connection dies in the middle of a range read, the session retries on a new connection
+    from the record after the last one delivered: every record arrives once, in order. With retries
+    off, the same fault fails the read with ReadError."""
+    records = [s2_sdk.Record(body=f"{i:05d}".encode() * 120) for i in range(2500)]
+    _append(lite.endpoint, basin, "s", [records[i : i + 500] for i in range(0, 2500, 500)])
+    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, accepted):
+        got = [
+            r.body
+            for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 2500, _no_gap)
+            for r in cols.to_records()
+        ]
+    assert got == [r.body for r in records]
+    assert len(accepted) >= 2
+    # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
+    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, _):
+        cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
+        with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 2500\) in basin '{basin}'"):
+            list(_s2io.read_range_columns(cfg, "s", 0, 2500, _no_gap))
