@@ -302,7 +302,7 @@ def test_tight_inflight_limits_keep_order(lite: LiteServer, basin: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bulk", "max_inflight", "hand_overs"), [(True, 16, 1), (False, 16, 1), (True, 4, 3)]
+    ("bulk", "max_inflight", "hand_overs"), [(True, 16, 3), (False, 16, 3), (True, 2, 5)]
 )
 def test_chunks_reach_the_event_loop_once_per_arrow_batch(
     lite: LiteServer,
@@ -313,8 +313,8 @@ def test_chunks_reach_the_event_loop_once_per_arrow_batch(
     max_inflight: int,
     hand_overs: int,
 ) -> None:
-    """The chunks one Arrow batch closes are handed to the event loop together (each hop wakes the loop
-    and the task thread), in groups of at most ``max_inflight_requests``; every record arrives, in order."""
+    """The chunks an Arrow batch closes reach the event loop in groups (each hop wakes the loop and the
+    task thread) of four, or ``max_inflight_requests`` if fewer; every record arrives, in order."""
     hops: list[str] = []
     real_run = _runtime.run
 
@@ -331,6 +331,6 @@ def test_chunks_reach_the_event_loop_once_per_arrow_batch(
     )
     assert result[stream]["appends"] == 10
     appends = [h for h in hops if h.endswith("._append")]
-    # The batch's hand-overs, then the last one with the drain (the tenth chunk closes at the end).
+    # Nine chunks close in the batch (the tenth at the end): its hand-overs, then the last one with the drain.
     assert len(appends) == hand_overs + 1
     assert [r.body for r in read_stream(lite.endpoint, basin, stream)] == bodies
