@@ -41,6 +41,10 @@ FULL = {
     "stream_warmup": 5,
     "ingest_records": 1_000_000,
 }
+# The parts of a run besides the cases, in run order; `--only` names them like cases.
+SECTIONS = ("streaming", "format_streaming", "single_partition", "diagnostics", "lite_ingest")
+SKIPPED = {"status": "skipped", "reason": "not selected with --only"}
+
 QUICK = {
     "rows": 10_000,
     "big_rows": 20_000,
@@ -63,7 +67,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="rounds over the cases, in alternating order (ABBA, so a drifting machine load evens out); "
         "each case keeps its fastest round (default 2, quick 1)",
     )
-    p.add_argument("--only", help="comma-separated case keys to run (others are reported as skipped)")
+    p.add_argument(
+        "--only",
+        help="comma-separated case keys to run (others are reported as skipped), and the sections to run "
+        f"besides the cases: {', '.join(SECTIONS)} (with --only, a section not named is skipped); "
+        "e.g. --only single_partition --big-rows 5000000 measures only the memory case",
+    )
     p.add_argument("--out", default=str(HERE), help="directory for results.json and results.png")
     p.add_argument(
         "--render",
@@ -264,8 +273,12 @@ def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> d
     try:
         stream = f"big-{uuid.uuid4().hex[:8]}"
         w = _writer(ctx, stream, _encoder("insert"), "at-least-once")
+        warm = _writer(ctx, f"big-warm-{uuid.uuid4().hex[:8]}", _encoder("insert"), "at-least-once")
     except NotAvailable as exc:
         return {"status": "not available", "reason": str(exc), "rows": rows}
+    # Untimed: start both Python workers and their imports, as the cases' rounds do for each other (run
+    # alone with --only, the measured task would otherwise pay a worker's start-up, ~1 us per row at 5M).
+    warm(dataset(spark, 2000, 2), 0)
     big = dataset(spark, rows, 1)
     gc.collect()
     meter.start()
@@ -288,39 +301,53 @@ def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> d
     }
 
 
-def _diagnostics(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
-    """S2Writer at-least-once with its all-null ``_s2_headers`` column dropped from the frame before the
-    Arrow transfer: measures a proposed fix (the partition writer already treats a missing column as no
-    headers). Patches this one writer object's ``frame`` method; the package is not changed."""
+def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
+    """What any Python-task sink pays before its own work, on the S2Writer's own record frame: a
+    ``mapInArrow`` that only counts rows (the Arrow transfer from the JVM, the same tasks), and PySpark's
+    per-task ``importlib.invalidate_caches()`` timed inside the workers (`benchmarks._worker_probe`)."""
     from benchmarks._cases import _encoder, _writer
+    from benchmarks._worker_probe import PROBE_DDL, invalidate_cost
 
     try:
-        stream = f"diag-{uuid.uuid4().hex[:8]}"
-        w = _writer(ctx, stream, _encoder("insert"), "at-least-once")
+        w = _writer(ctx, f"floor-{uuid.uuid4().hex[:8]}", _encoder("insert"), "at-least-once")
     except NotAvailable as exc:
         return {"status": "not available", "reason": str(exc)}
-    original = getattr(w, "frame", None)
-    if original is None or "_s2_headers" not in original(ctx.df.limit(0)).columns:
-        return {"status": "not available", "reason": "the writer's frame has no _s2_headers column to drop"}
-    w.frame = lambda df: original(df).drop("_s2_headers")
+    frame = w.frame(ctx.df)
     gc.collect()
     meter.start()
     try:
-        w(ctx.df, 0)
+        counted = frame.mapInArrow(_s2.count_rows, "n long").collect()
     except Exception as exc:
         meter.stop()
         return {"status": "error", "reason": _reason(exc)}
     u = meter.stop()
-    held = _s2.tail(ctx.endpoint, ctx.basin, [stream])
+    probes = frame.mapInArrow(invalidate_cost, PROBE_DDL).collect()
     n = ctx.rows
+    per_task_ms = sum(p["invalidate_cpu_ms"] for p in probes) / len(probes)
     return {
         "status": "ok",
-        "label": "S2Writer at-least-once, all-null _s2_headers dropped before mapInArrow (proposed fix)",
-        "rows_per_s": n / u.wall_s,
+        "label": "a mapInArrow that only counts rows, over S2Writer's record frame",
+        "rows": sum(r["n"] for r in counted),
+        "tasks": len(probes),
         "py_cpu_us_per_rec": (u.worker_cpu_s + u.driver_cpu_s) / n * 1e6,
-        "jvm_cpu_us_per_rec": u.jvm_cpu_s / n * 1e6,
-        "read_back": held,
+        "invalidate_caches_cpu_ms_per_task": per_task_ms,
+        "invalidate_caches_us_per_rec": per_task_ms * len(probes) / n * 1e3,
+        "zipimporters": max(p["zipimporters"] for p in probes),
+        "archives": probes[0]["archives"],
     }
+
+
+def diagnostic_lines(results: dict[str, Any]) -> list[str]:
+    """The diagnostics as printed lines (none when they were not run)."""
+    f = results.get("diagnostics", {}).get("python_task_floor", {})
+    if f.get("status") != "ok":
+        return []
+    return [
+        f"diagnostic: {f['label']} ({f['tasks']} tasks): Python {f['py_cpu_us_per_rec']:.2f} us/rec; "
+        f"PySpark's per-task importlib.invalidate_caches(): {f['invalidate_caches_cpu_ms_per_task']:.0f} "
+        f"ms CPU per task in the worker = {f['invalidate_caches_us_per_rec']:.2f} us/rec here "
+        f"({f['zipimporters']} zip importers over {f['archives']}; see benchmarks/_worker_probe.py)"
+    ]
 
 
 def _lite_ingest(lite: LiteProcess, records: int) -> dict[str, Any]:
@@ -338,6 +365,7 @@ def _render(path: Path) -> int:
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
     chart(results, str(path.with_suffix(".png")))
     print(table(results))
+    print("\n".join(diagnostic_lines(results)))
     return 0
 
 
@@ -380,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stream_batches:
         sizes["stream_batches"] = args.stream_batches
     only = set(args.only.split(",")) if args.only else None
+
+    def selected(section: str) -> bool:
+        return only is None or section in only
+
     repeat = args.repeat or (1 if args.quick else 2)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -406,16 +438,22 @@ def main(argv: list[str] | None = None) -> int:
             ctx = Ctx(spark=spark, df=df, rows=sizes["rows"], endpoint=lite.endpoint, basin=basin, tmp=tmp)
             _log(f"{sizes['rows']:,} rows cached ({bytes_per_row:.1f} JSON bytes/row); cases:")
             cases = _run_cases(meter, ctx, bytes_per_row, repeat, only)
-            streaming = _streaming(spark, ctx, sizes)
-            format_streaming = _format_streaming(spark, ctx, sizes, quick=args.quick)
-            _log(f"  single partition of {sizes['big_rows']:,} rows ...")
-            single = _single_partition(spark, meter, ctx, sizes["big_rows"])
+            streaming = _streaming(spark, ctx, sizes) if selected("streaming") else dict(SKIPPED)
+            format_streaming = (
+                _format_streaming(spark, ctx, sizes, quick=args.quick) if selected("format_streaming") else []
+            )
+            single = dict(SKIPPED)
+            if selected("single_partition"):
+                _log(f"  single partition of {sizes['big_rows']:,} rows ...")
+                single = _single_partition(spark, meter, ctx, sizes["big_rows"])
             diagnostics: dict[str, Any] = {}
-            if not args.quick:
+            if not args.quick and selected("diagnostics"):
                 _log("  diagnostics ...")
-                diagnostics["s2writer_no_null_headers"] = _diagnostics(meter, ctx)
-            _log("  lite ingest ...")
-            ingest = _lite_ingest(lite, sizes["ingest_records"])
+                diagnostics["python_task_floor"] = _python_task_floor(meter, ctx)
+            ingest = dict(SKIPPED)
+            if selected("lite_ingest"):
+                _log("  lite ingest ...")
+                ingest = _lite_ingest(lite, sizes["ingest_records"])
             run_cpu_s = meter.total_cpu()
             spark.stop()
     finally:
@@ -456,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     chart(results, str(out_dir / "results.png"))
     print()
     print(table(results))
+    print("\n".join(diagnostic_lines(results)))
     took = time.monotonic() - started
     print(f"\nwrote {out_dir / 'results.json'} and {out_dir / 'results.png'} in {took:.0f}s")
     return 0

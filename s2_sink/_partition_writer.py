@@ -8,13 +8,15 @@ path a row travels inside the task.
    into Arrow slices; bad rows go to `BadRows` (fail, skip or dead-letter, per ``WritePlan.on_error``);
 2. the `Chunker` cuts each target stream's records into appends, deterministically (see `_chunker`);
 3. each chunk, as it is closed, is filtered by the recovery hook's `RecordFilter` (exactly-once task
-   retries), tagged by the ``chunk_tagger``, serialized in bulk when it is made of Arrow slices
-   (`s2_sink._frame_span`), and handed to the `Appender`, which pipelines it over its sessions,
+   retries), tagged by the ``chunk_tagger`` and serialized in bulk when it is made of Arrow slices
+   (`s2_sink._frame_span`); closed chunks are handed to the `Appender` a few at a time (one hop to the
+   event loop per group, not per chunk), which pipelines them over its sessions,
    collects acknowledgements and re-sends after session failures;
 4. the task returns small per-stream result rows (`s2_sink._results.RESULT_SCHEMA`).
 
 Memory stays bounded: the partition is streamed one Arrow batch at a time; at most
-``max_buffered_requests`` partial chunks are held; sent chunks are kept only until acknowledged, and at
+``max_buffered_requests`` partial chunks are held; at most a few closed chunks wait for their hand-over
+to the event loop, never past their Arrow batch; sent chunks are kept only until acknowledged, and at
 most ``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes are unacknowledged.
 """
 
@@ -43,6 +45,10 @@ from s2_sink.errors import WriteError
 
 __all__ = ["map_partition", "task_context", "write_partition"]
 
+_HAND_OVER_CHUNKS = 4
+"""Closed chunks handed to the event loop together, at most: fewer hops, and the server still gets
+the first appends of an Arrow batch while the task is cutting the rest."""
+
 
 class _PartitionWriter:
     """Wires one task's path together: frame input -> chunker -> filter and tag -> appender."""
@@ -68,6 +74,9 @@ class _PartitionWriter:
         self.bad_rows = BadRows(plan, ctx, max_record)
         self.input = FrameInput(plan, self.chunker, self.bad_rows, max_record)
         self.appender = Appender(plan, ctx)
+        self.closed: list[Chunk] = []
+        """Chunks closed since the last hand-off to the appender, in order."""
+        self.closed_bytes = 0
 
     def start(self) -> None:
         """Run the recovery hook (before the first row); without a filter, the bulk path may serve."""
@@ -119,14 +128,41 @@ class _PartitionWriter:
         return name, value
 
     def _submit(self, chunk: Chunk) -> None:
-        # Fault-suite crash points (inert unless S2SINK_CRASH_PLAN is set): tests/faults.
-        _crashpoints.hit("before_append", **self.ctx.where(chunk.index))
-        _runtime.run(self.appender.submit(chunk))
+        # Each hop to the event loop wakes it through its self-pipe and the task thread through a
+        # future: one hop per chunk cost a third of the write path's CPU (benchmarks.writer_path). So
+        # closed chunks are handed over a few at a time, and at the end of each Arrow batch.
+        self.closed.append(chunk)
+        self.closed_bytes += chunk.nbytes
+        cfg = self.plan.cfg
+        if len(self.closed) >= min(_HAND_OVER_CHUNKS, cfg.max_inflight_requests) or (
+            self.closed_bytes >= cfg.max_inflight_bytes
+        ):
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        """Append the closed chunks, in order (blocks while the in-flight bounds are reached)."""
+        if self.closed:
+            chunks, self.closed, self.closed_bytes = self.closed, [], 0
+            _runtime.run(self._append(chunks))
+
+    async def _append(self, chunks: list[Chunk], *, drain: bool = False) -> None:
+        for chunk in chunks:
+            # Fault-suite crash points (inert unless S2SINK_CRASH_PLAN is set): tests/faults.
+            _crashpoints.hit("before_append", **self.ctx.where(chunk.index))
+            await self.appender.submit(chunk)
+        if drain:
+            await self.appender.drain()
+
+    def consume(self, batch: pa.RecordBatch) -> None:
+        """One Arrow batch of the frame: its closed chunks are appended before the next batch is read."""
+        self.input.consume(batch)
+        self.hand_over()
 
     def finish(self) -> None:
         """Send the partial chunks and await every acknowledgement."""
         self.chunker.flush()
-        _runtime.run(self.appender.drain())
+        chunks, self.closed, self.closed_bytes = self.closed, [], 0
+        _runtime.run(self._append(chunks, drain=True))
 
     def results(self, duration_ms: float) -> pa.RecordBatch:
         streams: list[tuple[str, StreamTotals]] = []
@@ -172,7 +208,7 @@ def write_partition(
     healthy = False
     try:
         for batch in batches:
-            writer.input.consume(batch)
+            writer.consume(batch)
         writer.finish()
         where = {"batch": ctx.batch_id, "partition": ctx.partition_id, "attempt": ctx.attempt_number}
         _crashpoints.hit("after_ack_before_task_end", **where)

@@ -299,3 +299,38 @@ def test_tight_inflight_limits_keep_order(lite: LiteServer, basin: str) -> None:
     result = stream_rows(write_partition(plan, [frame([str(i).encode() for i in range(5000)])], ctx()))
     assert result["tight"]["appends"] == 20
     assert [int(r.body) for r in read_stream(lite.endpoint, basin, "tight")] == list(range(5000))
+
+
+@pytest.mark.parametrize(
+    ("bulk", "max_inflight", "hand_overs"), [(True, 16, 3), (False, 16, 3), (True, 2, 5)]
+)
+def test_chunks_reach_the_event_loop_once_per_arrow_batch(
+    lite: LiteServer,
+    basin: str,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    bulk: bool,
+    max_inflight: int,
+    hand_overs: int,
+) -> None:
+    """The chunks an Arrow batch closes reach the event loop in groups (each hop wakes the loop and the
+    task thread) of four, or ``max_inflight_requests`` if fewer; every record arrives, in order."""
+    hops: list[str] = []
+    real_run = _runtime.run
+
+    def counting_run(coro: Any, timeout: float | None = None) -> Any:
+        hops.append(coro.__qualname__)
+        return real_run(coro, timeout)
+
+    monkeypatch.setattr(_runtime, "run", counting_run)
+    stream = f"hops-{bulk}-{max_inflight}"
+    cfg = config(lite, basin, batch_max_records=100, max_inflight_requests=max_inflight, bulk_append=bulk)
+    bodies = [f"r{i}".encode() for i in range(1000)]
+    result = stream_rows(
+        write_partition(WritePlan(cfg=cfg, batch_id=0, stream=stream), [frame(bodies)], ctx())
+    )
+    assert result[stream]["appends"] == 10
+    appends = [h for h in hops if h.endswith("._append")]
+    # Nine chunks close in the batch (the tenth at the end): its hand-overs, then the last one with the drain.
+    assert len(appends) == hand_overs + 1
+    assert [r.body for r in read_stream(lite.endpoint, basin, stream)] == bodies
