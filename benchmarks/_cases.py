@@ -228,12 +228,14 @@ def _read_s2(ctx: Ctx) -> Prepared:
         .option("s2.endpoints.account", ctx.endpoint)
         .option("s2.endpoints.basin", ctx.endpoint)
         .option("s2.format", "json")
+        # One read task per input partition, as spark.read.json splits its files across the cores.
+        .option("s2.records-per-partition", str(-(-ctx.rows // ctx.df.rdd.getNumPartitions())))
         .schema(ctx.df.schema)
     )
     return Prepared(
         action=lambda: reader.load().write.format("noop").mode("overwrite").save(),
         streams=[stream],
-        note="s2.format=json, schema given; noop sink",
+        note="s2.format=json, schema given, s2.records-per-partition = rows / partitions; noop sink",
     )
 
 
