@@ -14,7 +14,8 @@ __all__ = ["S2DataSource", "register"]
 
 def register(spark: Any) -> None:
     """Register ``format("s2")`` with a SparkSession (classic or Spark Connect)."""
-    spark.dataSource.register(_source_class())
+    source = _source_class()  # first: on pyspark 3.5 this says why not, before `spark.dataSource` fails
+    spark.dataSource.register(source)
 
 
 def __getattr__(name: str) -> Any:
