@@ -28,7 +28,6 @@ __all__ = [
     "first_seqs",
     "list_streams",
     "measure_range",
-    "read_range",
     "read_range_columns",
     "resolve_timestamp",
     "tails",
@@ -174,43 +173,11 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
     return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)
 
 
-async def _range_batches(
-    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
-) -> AsyncGenerator[list[s2_sdk.SequencedRecord], None]:
-    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
-    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
-    expected = first
-    try:
-        # A bounded session ends at the count or at the tail, so it never waits for new records. Leaving the
-        # block closes it however iteration stops; the shared client and its connections stay.
-        async with handle.read_session(
-            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first)
-        ) as session:
-            async for batch in session:
-                if not batch.records:
-                    continue
-                head = batch.records[0].seq_num
-                if head > expected:
-                    on_gap(expected, min(head, stop))
-                expected = batch.records[-1].seq_num + 1
-                # Trimmed records shift what the count covers: keep only [first, stop).
-                records = [r for r in batch.records if r.seq_num < stop]
-                if records:
-                    yield records
-                if expected >= stop:
-                    return
-    except s2_sdk.ReadUnwrittenError:
-        # The start resolved to the tail: everything from ``expected`` on was trimmed.
-        pass
-    if expected < stop:
-        on_gap(expected, stop)
-
-
 async def _range_columns(
     cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
 ) -> AsyncGenerator[RecordColumns, None]:
-    # As `_range_batches`, over record columns read in bulk.
     handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
         async for batch in read_columns(handle, first, stop - first):
@@ -225,6 +192,7 @@ async def _range_columns(
             if expected >= stop:
                 return
     except s2_sdk.ReadUnwrittenError:
+        # The start resolved to the tail: everything from ``expected`` on was trimmed.
         pass
     if expected < stop:
         on_gap(expected, stop)
@@ -261,10 +229,11 @@ def _drive(
             _runtime.run(_close(batches))
 
 
-def read_range(
+def read_range_columns(
     cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
-) -> Iterator[list[s2_sdk.SequencedRecord]]:
-    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches.
+) -> Iterator[RecordColumns]:
+    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches of
+    record columns decoded in bulk from the wire (`_bulk_read`).
 
     ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
     expired); it may raise to stop the read.
@@ -272,11 +241,4 @@ def read_range(
     Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
     the session is still reading, and the session is closed however the caller stops iterating.
     """
-    return _drive(_range_batches(cfg, stream, first, stop, on_gap), cfg, stream, first, stop)
-
-
-def read_range_columns(
-    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
-) -> Iterator[RecordColumns]:
-    """As `read_range`, each batch as record columns decoded in bulk from the wire (`_bulk_read`)."""
     return _drive(_range_columns(cfg, stream, first, stop, on_gap), cfg, stream, first, stop)

@@ -58,9 +58,9 @@ def test_reads_use_the_pools_client_for_the_config(lite: LiteServer, basin: str)
 
     assert _s2io.list_streams(cfg, "") == ["s"]
     assert _s2io.tails(cfg, ["s"]) == {"s": 3}
-    batches = list(_s2io.read_range(cfg, "s", 1, 3, _no_gap))
+    batches = list(_s2io.read_range_columns(cfg, "s", 1, 3, _no_gap))
 
-    assert [r.body for batch in batches for r in batch] == [b"r1", b"r2"]
+    assert [r.body for batch in batches for r in batch.to_records()] == [b"r1", b"r2"]
     assert _runtime.run(_client_count()) == before + 1
 
 
@@ -80,7 +80,7 @@ def test_reading_a_missing_stream_raises_read_error(lite: LiteServer, basin: str
     the basin, with the SDK error chained."""
     cfg = _cfg(lite.endpoint, basin)
     with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
-        list(_s2io.read_range(cfg, "gone", 0, 5, _no_gap))
+        list(_s2io.read_range_columns(cfg, "gone", 0, 5, _no_gap))
     assert isinstance(info.value.__cause__, s2_sdk.S2Error)
 
 
