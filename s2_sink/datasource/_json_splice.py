@@ -7,8 +7,9 @@ whitespace (what ``bytes.strip()`` strips) and required to be ``{...}``::
 
     {k...} + {v...}  ->  {k...,v...}      one side's inside empty (after stripping): {that other side}
 
-Whitespace is stripped by moving span bounds, one numpy pass per stripped byte position (compact JSON
-has none, so the passes stop at once); the pieces are joined by Arrow's element-wise binary join.
+When every value is compact (``{`` first, ``}`` last, no whitespace next to either, as JSON encoders
+write), the insides are Arrow slices. Otherwise whitespace is stripped by moving span bounds, one numpy
+pass per stripped byte position. The pieces are joined by Arrow's element-wise binary join.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ _OPEN, _CLOSE = ord("{"), ord("}")
 def splice_objects(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, Bools]:
     """Per record, the object spliced from ``keys[i]`` and ``values[i]`` (binary arrays, nulls read as
     empty); and True for the records where a side is not a JSON object's text (their result is ``{}``)."""
-    k_data, k_start, k_stop = _inside(keys)
-    v_data, v_start, v_stop = _inside(values)
-    bad = (k_start < 0) | (v_start < 0)
-    k_start, k_stop = _emptied(bad, k_start, k_stop)
-    v_start, v_stop = _emptied(bad, v_start, v_stop)
-    k_inner, v_inner = _spans(k_data, k_start, k_stop), _spans(v_data, v_start, v_stop)
-    both = (k_stop > k_start) & (v_stop > v_start)
-    comma = pc.if_else(pa.array(both), pa.scalar(b",", pa.binary()), pa.scalar(b"", pa.binary()))
+    k_inner, k_bad = _inner(keys)
+    v_inner, v_bad = _inner(values)
+    bad = k_bad | v_bad
+    if bad.any():
+        blank, nothing = pa.array(bad), pa.scalar(b"", pa.binary())
+        k_inner, v_inner = pc.if_else(blank, nothing, k_inner), pc.if_else(blank, nothing, v_inner)
+    k_len = pc.binary_length(k_inner).to_numpy(zero_copy_only=False)
+    v_len = pc.binary_length(v_inner).to_numpy(zero_copy_only=False)
+    both = pa.array((k_len > 0) & (v_len > 0))
+    comma = pc.if_else(both, pa.scalar(b",", pa.binary()), pa.scalar(b"", pa.binary()))
     inner = pc.binary_join_element_wise(k_inner, v_inner, comma)
     merged = pc.binary_join_element_wise(
         pa.scalar(b"{", pa.binary()), inner, pa.scalar(b"}", pa.binary()), pa.scalar(b"", pa.binary())
@@ -47,17 +50,32 @@ def splice_objects(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, Bools]:
     return merged, bad
 
 
-def _inside(arr: pa.Array) -> tuple[Bytes, Ints, Ints]:
-    """The data of ``arr`` and, per value, the span inside its braces, stripped; start -1 where the
-    value, stripped, is not ``{...}``."""
+def _inner(arr: pa.Array) -> tuple[pa.Array, Bools]:
+    """Per value, the text inside its braces, stripped; and True where the value, stripped, is not
+    ``{...}`` (its text is then meaningless)."""
     offsets, data = binary_view(arr)
-    start, stop = _strip(data, offsets[:-1], offsets[1:])
+    start, stop = offsets[:-1], offsets[1:]
+    if _compact(data, start, stop):
+        return pc.binary_slice(arr, 1, -1), np.zeros(len(arr), dtype=np.bool_)
+    start, stop = _strip(data, start, stop)
     braced = stop - start >= 2
     at = np.flatnonzero(braced)
     braced[at] = (data[start[at]] == _OPEN) & (data[stop[at] - 1] == _CLOSE)
     start, stop = _strip(data, start + 1, stop - 1)
-    start[~braced] = -1
-    return data, start, stop
+    bad = ~braced
+    if bad.any():  # an empty span where the previous one ends keeps the spans in ascending order
+        previous_end = np.maximum.accumulate(np.where(bad, 0, stop))
+        start[bad] = stop[bad] = previous_end[bad]
+    return _spans(data, start, stop), bad
+
+
+def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
+    """Every value is ``{...}`` with no whitespace to strip, outside or just inside its braces (what JSON
+    encoders write): the common case, settled in a few passes."""
+    if not (stop - start >= 2).all():
+        return False
+    braced = (data[start] == _OPEN) & (data[stop - 1] == _CLOSE)
+    return bool(braced.all()) and not (_SPACE[data[start + 1]] | _SPACE[data[stop - 2]]).any()
 
 
 def _strip(data: Bytes, start: Ints, stop: Ints) -> tuple[Ints, Ints]:
@@ -73,16 +91,6 @@ def _strip(data: Bytes, start: Ints, stop: Ints) -> tuple[Ints, Ints]:
         going = going[_SPACE[data[stop[going] - 1]]]
         stop[going] -= 1
         going = going[start[going] < stop[going]]
-    return start, stop
-
-
-def _emptied(bad: Bools, start: Ints, stop: Ints) -> tuple[Ints, Ints]:
-    """The spans, empty where ``bad`` (at the previous span's end, so they stay in ascending order)."""
-    if not bad.any():
-        return start, stop
-    start, stop = start.copy(), stop.copy()
-    previous_end = np.maximum.accumulate(np.where(bad, 0, stop))
-    start[bad] = stop[bad] = previous_end[bad]
     return start, stop
 
 
