@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once._tags import TAG_HEADER
@@ -42,6 +42,12 @@ TYPED_UPSERT = StructType(
         StructField("_s2_timestamp", TimestampType()),
     ]
 )
+# Only the change's action and position (no decoded column), and a column type only the record-by-record
+# decoder reads.
+TYPED_ACTION_ONLY = StructType(
+    [StructField("_s2_action", StringType()), StructField("_s2_seq_num", LongType())]
+)
+TYPED_NESTED = StructType([StructField("name", StringType()), StructField("id", ArrayType(LongType()))])
 UPSERT_PROJECTION = StructType([UPSERT_SCHEMA["value"], UPSERT_SCHEMA["seq_num"], UPSERT_SCHEMA["action"]])
 KAFKA_PROJECTION = StructType([KAFKA_SCHEMA["headers"], KAFKA_SCHEMA["key"]])
 
@@ -151,7 +157,7 @@ def test_upsert_columns_equal_the_record_path(recs: list[SequencedRecord]) -> No
     the same first bad record (missing header, bad action, key or value not an object, a field that
     does not decode)."""
     cols = _columns(recs)
-    for schema in (UPSERT_SCHEMA, UPSERT_PROJECTION, TYPED_UPSERT):
+    for schema in (UPSERT_SCHEMA, UPSERT_PROJECTION, TYPED_UPSERT, TYPED_ACTION_ONLY, TYPED_NESTED):
         _assert_same(
             _outcome(lambda s=schema: [columns_to_batch("upsert", s, "st", cols)]),
             _outcome(lambda s=schema: [records_to_batch("upsert", s, "st", recs)]),
