@@ -8,12 +8,18 @@
   ``encoders._kafka``), as it leaves out the exactly-once chunk tag ``@s2sink``.
 - ``upsert``: ``stream, seq_num, timestamp, key, action, value`` (``@key`` / ``@action`` headers and the
   body as text). With a user schema, the columns are decoded from the key JSON merged with the value JSON,
-  and a column named ``_s2_action`` receives ``u`` / ``d``.
+  and a column named ``_s2_action`` receives ``u`` / ``d``. ``s2.upsert-materialize`` keeps each key's
+  latest change, when it is an update, in seq_num order.
+
+Reads build every format from record columns (`columns_to_batch`, `materialized_batches`) with Arrow and
+numpy kernels over all records at once (`_kafka_read`, `_upsert_read`). `records_to_batch` and
+`materialize` are the same conversions spelled out one SDK record at a time: the reference the column
+path is tested against (its results and error messages must be theirs), not used by reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +41,17 @@ from s2_sink._exactly_once._tags import TAG_HEADER
 from s2_sink._wire._read_batch import RecordColumns
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._json_bulk import decode_bodies_bulk
+from s2_sink.datasource._kafka_read import KAFKA_RECORD_COLUMNS, kafka_column
 from s2_sink.datasource._read_options import ReadFormat
+from s2_sink.datasource._upsert_read import (
+    ACTION_HEADER,
+    KEY_HEADER,
+    UPSERT_RECORD_COLUMNS,
+    changes,
+    latest_changes,
+    merged_bodies,
+    upsert_column,
+)
 from s2_sink.encoders._frame import TIMESTAMP
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ConfigError, ReadError
@@ -49,11 +65,9 @@ __all__ = [
     "columns_to_batch",
     "default_schema",
     "materialize",
+    "materialized_batches",
     "records_to_batch",
 ]
-
-KEY_HEADER = b"@key"
-ACTION_HEADER = b"@action"
 
 _HEADERS_TYPE = ArrayType(
     StructType([StructField("key", BinaryType(), False), StructField("value", BinaryType(), False)]), False
@@ -333,8 +347,8 @@ def _headers_column(columns: RecordColumns) -> pa.Array:
 def columns_to_batch(
     fmt: ReadFormat, schema: StructType, stream: str, columns: RecordColumns
 ) -> pa.RecordBatch:
-    """As `records_to_batch`, from record columns: ``raw`` and ``json`` column by column, the other
-    formats (whose header rules are per record) through the SDK's record objects."""
+    """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as `records_to_batch`
+    gives from the same records)."""
     if fmt == "raw":
         raw = [
             _headers_column(columns)
@@ -345,16 +359,51 @@ def columns_to_batch(
             for f in schema.fields
         ]
         return _to_target(schema, raw)
-    if fmt != "json":
-        return records_to_batch(fmt, schema, stream, columns.to_records())
+    if fmt == "kafka":
+        kafka = [
+            kafka_column(f.name, columns)
+            if f.name in KAFKA_RECORD_COLUMNS
+            else _meta_column(f.name, stream, columns)
+            for f in schema.fields
+        ]
+        return _to_target(schema, kafka)
+    if fmt == "upsert" and not _is_typed_upsert(schema):
+        found = changes(stream, columns)
+        upsert = [
+            upsert_column(f.name, found, columns)
+            if f.name in UPSERT_RECORD_COLUMNS
+            else _meta_column(f.name, stream, columns)
+            for f in schema.fields
+        ]
+        return _to_target(schema, upsert)
     special = {*META_COLUMNS, _ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
-    decoded = decode_bodies_bulk(columns.bodies, data_schema, where=f"stream {stream!r}")
+    action: pa.Array | None = None
+    if fmt == "upsert":
+        bodies, found = merged_bodies(stream, columns)
+        action = upsert_column("action", found, columns)
+    else:
+        bodies = columns.bodies
+    decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}")
     arrays = [
-        _meta_column(f.name, stream, columns) if f.name in META_COLUMNS else decoded.column(f.name)
+        action
+        if f.name == _ACTION_COLUMN and action is not None
+        else _meta_column(f.name, stream, columns)
+        if f.name in META_COLUMNS
+        else decoded.column(f.name)
         for f in schema.fields
     ]
     return _to_target(schema, arrays)
+
+
+def materialized_batches(
+    fmt: ReadFormat, schema: StructType, stream: str, parts: Iterable[RecordColumns], *, rows: int = 1000
+) -> Iterator[pa.RecordBatch]:
+    """The upsert batches of each key's latest change among the data records of ``parts`` (one stream's
+    records in order, command records included), ``rows`` records a batch (as `materialize` picks)."""
+    data = [p.take(~commands) if (commands := p.commands()).any() else p for p in parts]
+    for latest in latest_changes(stream, data, rows):
+        yield columns_to_batch(fmt, schema, stream, latest)
 
 
 def records_to_batch(

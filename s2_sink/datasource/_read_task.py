@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
 from s2_sink.datasource._data_loss import LossPolicy, gap_handler
-from s2_sink.datasource._formats import columns_to_batch, materialize, records_to_batch
+from s2_sink.datasource._formats import columns_to_batch, materialized_batches
 from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._read_options import ReadFormat
 
@@ -23,15 +23,11 @@ def read_partition(
     """Every data record of the range (command records such as fences and trims are skipped); records of
     the range that were trimmed or expired are handled by ``on_loss``.
 
-    Records arrive as columns decoded in bulk from the wire; ``raw`` and ``json`` stay columnar, the
-    other formats and materialized upserts are built from the SDK's record objects."""
+    Records arrive as columns decoded in bulk from the wire and stay columns in every format."""
     on_gap = gap_handler(cfg.basin, partition.stream, on_loss)
     ranges = _s2io.read_range_columns(cfg, partition.stream, partition.first, partition.stop, on_gap)
     if partition.materialize:
-        records = [r for columns in ranges for r in columns.to_records() if not r.is_command_record()]
-        latest = materialize(partition.stream, records)
-        for i in range(0, len(latest), 1000):
-            yield records_to_batch(fmt, schema, partition.stream, latest[i : i + 1000])
+        yield from materialized_batches(fmt, schema, partition.stream, ranges)
         return
     for columns in ranges:
         commands = columns.commands()
