@@ -13,7 +13,7 @@ tasks read the batch id from a task-local property; ``commit`` records the batch
 Imports: Spark unpickles the writer in the planning and commit steps too, each a Python process of its own,
 and a ``df.write`` commit needs only the metrics. So the task path (`write_partition`, which loads the S2
 SDK, h2 and protobuf) and the exactly-once ledger are imported where they are used: a one-off job's commit
-process skips their import (about a third of a second of CPU when it is fresh), and ``google.protobuf``
+process skips their import (0.2 to 0.25 s of CPU when it is fresh), and ``google.protobuf``
 adds no importer over the ``spark-core`` jar to that process, which PySpark's per-call
 ``importlib.invalidate_caches()`` would re-read on every later commit (see `benchmarks._worker_probe`).
 """

@@ -38,8 +38,8 @@ def test_executors_unpickling_the_writer_import_none_of_the_read_side() -> None:
 
 def test_a_batch_write_commit_loads_neither_the_sdk_nor_protobuf() -> None:
     """Spark's commit step of ``df.write.format("s2")`` unpickles the writer and its tasks' messages in a
-    Python process of its own and only sums metrics: it imports no S2 SDK, h2, protobuf or asyncio (a
-    third of a second of CPU in a fresh process; and ``google.protobuf`` would add an importer over the
+    Python process of its own and only sums metrics: it imports no S2 SDK, h2, protobuf or asyncio (0.2
+    to 0.25 s of CPU in a fresh process; and ``google.protobuf`` would add an importer over the
     spark-core jar that PySpark re-reads before every later commit in that process)."""
     code = (
         "import pickle, sys\n"
