@@ -1,26 +1,37 @@
 """One task's write path without Spark, bulk vs record path: a record frame through `write_partition`.
 
     python -m benchmarks.writer_path [--rows 200000] [--batch 10000] [--headers] [--exactly-once-tags]
+    python -m benchmarks.writer_path --datasource [--rows 200000] [--batch 10000]
 
 A lite server runs in its own process (its CPU is measured apart). The frame holds ~100-byte JSON bodies
 (with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them) in Arrow batches of
 ``--batch`` rows, as ``mapInArrow`` hands them to a task; it is written with ``bulk_append=True`` and then
 ``False`` (with ``--exactly-once-tags``, a chunk tag on every append, as exactly-once writes it).
 
+With ``--datasource``, the rows are the harness's five columns (``id, ts, user, kind, payload``, about 150
+JSON bytes) and the two paths are a ``df.write.format("s2")`` task (`S2BatchWriter.write`: the insert
+encoder's ``encode_arrow`` on each batch, then `write_partition`) and ``frame``, `write_partition` of the
+frame that encoder makes, encoded before the clock starts (an ``S2Writer`` task, whose frame Spark's JVM
+encodes). Both take the bulk path; their difference is what a data source task adds in Python.
+
 Reported per path: this process's CPU (the Python worker's share: frame input, chunking, encoding,
-session I/O) and the server's, in microseconds per record, and wall-clock records/s. The last line of
-output is one JSON object.
+session I/O), split into the task's thread (frame input, chunking, serializing) and the event loop's
+(sessions, HTTP/2, acks), and the server's, in microseconds per record, and wall-clock records/s. The last
+line of output is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
@@ -30,6 +41,8 @@ from s2_sink._partition_writer import write_partition
 from s2_sink._session_pool import get_pool
 from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
+from s2_sink.datasource import S2DataSource
+from s2_sink.datasource._writer import S2BatchWriter
 from s2_sink.encoders._frame import BODY, HEADERS
 from s2_sink.testing import fresh_basin
 
@@ -43,37 +56,116 @@ def _batches(rows: int, batch: int, with_headers: bool) -> list[pa.RecordBatch]:
     return [b for lo in range(0, rows, batch) for b in table.slice(lo, batch).to_batches()]
 
 
-def _measure(lite: LiteProcess, batches: list[pa.RecordBatch], *, bulk: bool, tags: bool) -> dict[str, Any]:
-    basin = fresh_basin(lite.endpoint, token="bench")
-    cfg = S2Config(
-        basin=basin,
+_KINDS = ("view", "click", "purchase", "refund", "search")
+_ROWS_SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("ts", TimestampType()),
+        StructField("user", StringType()),
+        StructField("kind", StringType()),
+        StructField("payload", StringType()),
+    ]
+)
+
+
+def _rows(rows: int, batch: int) -> list[pa.RecordBatch]:
+    """The harness's rows (`benchmarks._data.shape`), built in Arrow as Spark hands them to a task."""
+    ids = range(rows)
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "ts": pa.array([1_700_000_000_000_000 + i * 1000 for i in ids], pa.timestamp("us", tz="UTC")),
+            "user": [f"user-{i % 100_000:06d}" for i in ids],
+            "kind": [_KINDS[i % len(_KINDS)] for i in ids],
+            "payload": [
+                hashlib.md5(str(i).encode()).hexdigest() + hashlib.sha1(str(i).encode()).hexdigest()[:23]
+                for i in ids
+            ],
+        }
+    )
+    batches: list[pa.RecordBatch] = table.to_batches(batch)
+    return batches
+
+
+async def _loop_cpu() -> float:
+    return time.thread_time()
+
+
+def _timed(write: Callable[[], object], n: int, lite: LiteProcess) -> dict[str, Any]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    loop, task = _runtime.run(_loop_cpu()), time.thread_time()
+    server, wall = _cpu(lite.pid), time.perf_counter()
+    write()
+    wall = time.perf_counter() - wall
+    task, loop = time.thread_time() - task, _runtime.run(_loop_cpu()) - loop
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    server = _cpu(lite.pid) - server
+    client = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+    return {
+        "client_us_per_record": round(client / n * 1e6, 3),
+        "task_thread_us_per_record": round(task / n * 1e6, 3),
+        "loop_thread_us_per_record": round(loop / n * 1e6, 3),
+        "server_us_per_record": round(server / n * 1e6, 3),
+        "records_per_s": round(n / wall),
+    }
+
+
+def _config(lite: LiteProcess, *, bulk: bool) -> S2Config:
+    return S2Config(
+        basin=fresh_basin(lite.endpoint, token="bench"),
         stream="w",
         access_token="bench",
         account_endpoint=lite.endpoint,
         basin_endpoint=lite.endpoint,
         bulk_append=bulk,
     )
+
+
+def _measure(lite: LiteProcess, batches: list[pa.RecordBatch], *, bulk: bool, tags: bool) -> dict[str, Any]:
     plan = WritePlan(
-        cfg=cfg,
+        cfg=_config(lite, bulk=bulk),
         batch_id=0,
         stream="w",
         chunk_tagger=Tagger("bench", 1) if tags else None,
         chunk_tag_reserve=256 if tags else 0,
     )
     write_partition(plan, [batches[0].slice(0, 10)], PartitionContext(0, 0, 0, 0, 0))  # warm up the client
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    server, wall = _cpu(lite.pid), time.perf_counter()
-    write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0))
-    wall = time.perf_counter() - wall
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    server = _cpu(lite.pid) - server
-    client = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
     n = sum(b.num_rows for b in batches)
-    return {
-        "client_us_per_record": round(client / n * 1e6, 3),
-        "server_us_per_record": round(server / n * 1e6, 3),
-        "records_per_s": round(n / wall),
+    return _timed(lambda: write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0)), n, lite)
+
+
+def _datasource_writer(lite: LiteProcess) -> S2BatchWriter:
+    cfg = _config(lite, bulk=True)
+    options = {
+        "s2.basin": cfg.basin,
+        "s2.stream": "w",
+        "s2.auth-token": "bench",
+        "s2.endpoints.account": lite.endpoint,
+        "s2.endpoints.basin": lite.endpoint,
+        "sink.bulk-append": "true",
     }
+    writer = S2DataSource(options).writer(_ROWS_SCHEMA, overwrite=False)
+    assert isinstance(writer, S2BatchWriter)
+    return writer
+
+
+def _measure_datasource(lite: LiteProcess, rows: list[pa.RecordBatch]) -> dict[str, dict[str, Any]]:
+    """A data source task on `rows`, and `write_partition` of the frame its encoder makes of them."""
+    writer = _datasource_writer(lite)
+    writer.write(iter(rows[:1]))  # warm up the client and the encoder
+    n = sum(b.num_rows for b in rows)
+    out = {"datasource": _timed(lambda: writer.write(iter(rows)), n, lite)}
+    opts = writer._opts  # the same encoder and plan as the task
+    routing = opts.spec.routing
+    frame = [
+        opts.encoder.encode_arrow(
+            b, schema=_ROWS_SCHEMA, keep=routing.source_columns(), exclude=routing.body_exclusions()
+        )
+        for b in rows
+    ]
+    plan = opts.spec.plan(0)
+    out["frame"] = _timed(lambda: write_partition(plan, frame, PartitionContext(1, 0, 0, 0, 0)), n, lite)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -82,14 +174,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch", type=int, default=10_000, help="rows per Arrow batch")
     parser.add_argument("--headers", action="store_true", help="two headers per record (@key, @action)")
     parser.add_argument("--exactly-once-tags", action="store_true", help="tag every append")
+    parser.add_argument(
+        "--datasource",
+        action="store_true",
+        help='a format("s2") task on five raw columns vs write_partition of their encoded frame',
+    )
     args = parser.parse_args(argv)
-    batches = _batches(args.rows, args.batch, args.headers)
     out: dict[str, Any] = {"rows": args.rows, "batch": args.batch, "headers": args.headers}
     try:
         with lite_process() as lite:
-            for name, bulk in (("bulk", True), ("records", False)):
-                out[name] = _measure(lite, batches, bulk=bulk, tags=args.exactly_once_tags)
-                print(f"{name:>7}: {out[name]}")
+            if args.datasource:
+                out.update(_measure_datasource(lite, _rows(args.rows, args.batch)))
+                for name in ("datasource", "frame"):
+                    print(f"{name:>10}: {out[name]}")
+            else:
+                batches = _batches(args.rows, args.batch, args.headers)
+                for name, bulk in (("bulk", True), ("records", False)):
+                    out[name] = _measure(lite, batches, bulk=bulk, tags=args.exactly_once_tags)
+                    print(f"{name:>7}: {out[name]}")
     finally:
         _runtime.run(get_pool().close_all())
     print(json.dumps(out))

@@ -11,11 +11,12 @@ session-level retry).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
-
-from s2_sdk import Record
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from s2_sink.config import S2Config
+
+if TYPE_CHECKING:
+    from s2_sdk import Record  # annotations only: unpickling a plan need not load the SDK
 
 __all__ = [
     "ChunkInfo",

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from s2_sink._options import OptionMap
-from s2_sink._preflight import OPT_PREFLIGHT
 from s2_sink._routing import Routing
 from s2_sink._write_spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
@@ -37,6 +36,9 @@ OPT_DELIVERY = "s2.delivery"
 OPT_WRITER_ID = "s2.writer-id"
 OPT_REPLAY_PARTITIONING = "s2.replay-partitioning"
 OPT_ORDER_BY = "s2.order-by"
+OPT_PREFLIGHT = "s2.preflight"
+"""`s2_sink._preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which the processes that
+only unpickle `WriteOptions` (a ``df.write`` commit) do without (see `s2_sink.datasource._writer`)."""
 
 WRITE_KEYS = frozenset(
     {

@@ -34,3 +34,42 @@ def test_executors_unpickling_the_writer_import_none_of_the_read_side() -> None:
     assert out.stdout.strip() == str(
         ["s2_sink.datasource._compat", "s2_sink.datasource._write_options", "s2_sink.datasource._writer"]
     )
+
+
+def test_a_batch_write_commit_loads_neither_the_sdk_nor_protobuf() -> None:
+    """Spark's commit step of ``df.write.format("s2")`` unpickles the writer and its tasks' messages in a
+    Python process of its own and only sums metrics: it imports no S2 SDK, h2, protobuf or asyncio (0.2
+    to 0.25 s of CPU in a fresh process; and ``google.protobuf`` would add an importer over the
+    spark-core jar that PySpark re-reads before every later commit in that process)."""
+    code = (
+        "import pickle, sys\n"
+        "from pyspark.sql.types import LongType, StructField, StructType\n"
+        "from s2_sink.datasource._source import S2DataSource\n"
+        "from s2_sink.datasource._writer import S2CommitMessage\n"
+        "opts = {'s2.basin': 'commit-basin', 's2.stream': 's', 's2.preflight': 'false',\n"
+        "        's2.endpoints.account': 'http://127.0.0.1:9', 's2.endpoints.basin': 'http://127.0.0.1:9'}\n"
+        "w = S2DataSource(opts).writer(StructType([StructField('id', LongType())]), False)\n"
+        "sys.stdout.buffer.write(pickle.dumps((w, [S2CommitMessage([], 0.5), None])))\n"
+    )
+    blob = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120).stdout
+    commit = (
+        "import pickle, sys\n"
+        "writer, messages = pickle.loads(sys.stdin.buffer.read())\n"
+        "writer.commit(messages)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'s2_sdk', 'google', 'h2', 'asyncio'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", commit], input=blob, capture_output=True, check=True, timeout=120
+    )
+    assert out.stdout.decode().strip() == "[]"
+
+
+def test_the_writer_options_spell_the_preflight_option_as_the_preflight_does() -> None:
+    """`_write_options` spells ``s2.preflight`` out instead of importing `s2_sink._preflight` (which loads
+    the SDK); both must name the same option."""
+    from s2_sink._preflight import OPT_PREFLIGHT
+    from s2_sink.datasource._write_options import OPT_PREFLIGHT as WRITE_OPT_PREFLIGHT
+    from s2_sink.datasource._write_options import WRITE_KEYS
+
+    assert WRITE_OPT_PREFLIGHT == OPT_PREFLIGHT
+    assert OPT_PREFLIGHT in WRITE_KEYS
