@@ -9,7 +9,7 @@ import numpy as np
 
 from s2_sink.lite._errors import ApiError, invalid
 from s2_sink.lite._mostly_plain import Exceptions, find_exceptions
-from s2_sink.lite._record_scan import RecordScan, scan_records
+from s2_sink.lite._record_scan import Ints, RecordScan, scan_records
 from s2_sink.lite._wire import PlainProbe, RawList, pb, stored_part, varint
 
 __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
@@ -28,10 +28,11 @@ class ParsedInput:
     """A validated ``AppendInput``: records plus what sequencing needs to know about them."""
 
     n: int
-    #: Headers-and-body parts of ``SequencedRecord`` (None for a plain input).
+    #: Headers-and-body parts of ``SequencedRecord`` (None when the input is kept as ``payload``).
     records: list[bytes] | None
     #: Plain input (every record body-only but those in ``exceptions``): the ``AppendInput`` encoding
-    #: itself, whose records field ``RawList`` reads as the ``AppendRecord`` encodings (None otherwise).
+    #: itself, whose records field ``RawList`` reads as the ``AppendRecord`` encodings. Scanned input (see
+    #: ``plain``): a ``RawList`` encoding of the headers-and-body parts. None otherwise.
     payload: bytes | None
     #: Plain input: record index -> headers-and-body part, for its records that are not body-only.
     exceptions: dict[int, bytes]
@@ -41,6 +42,10 @@ class ParsedInput:
     client_ts: dict[int, int]
     match_seq_num: int | None
     fencing_token: str | None
+    #: ``payload`` holds ``AppendRecord`` encodings of body-only records (else headers-and-body parts).
+    plain: bool = True
+    #: Each record's metered size, where the bulk scan has counted them (None otherwise).
+    metered: Ints | None = None
 
     def tails(self) -> list[bytes]:
         """Every record's headers-and-body part, whichever form the input is kept in."""
@@ -48,6 +53,8 @@ class ParsedInput:
             return self.records
         assert self.payload is not None
         items = RawList.FromString(self.payload).items
+        if not self.plain:
+            return list(items)
         tails = [b"\x22" + rec[1:] if rec else b"" for rec in items]
         for i, tail in self.exceptions.items():
             tails[i] = tail
@@ -138,7 +145,8 @@ def _decoded(
 
 
 def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> ParsedInput:
-    """A canonical input without command records, read in bulk (`scan_records`)."""
+    """A canonical input without command records, read in bulk (`scan_records`): kept as the one buffer the
+    scan renumbered, unless client timestamps sit between its records' keys and their stored parts."""
     over = scan.complex & (scan.metered > ONE_MIB)
     if over.any():
         i = int(np.argmax(over))
@@ -146,7 +154,9 @@ def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> Pa
     metered = int(scan.metered.sum())
     if metered > ONE_MIB:
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
-    return ParsedInput(n, scan.tails, None, {}, [], scan.client_ts, msn, token)
+    if scan.client_ts:
+        return ParsedInput(n, scan.tails(), None, {}, [], scan.client_ts, msn, token)
+    return ParsedInput(n, None, scan.encoded, {}, [], {}, msn, token, plain=False, metered=scan.metered)
 
 
 def _trailer_size(msn: int | None, token: str | None) -> int:
