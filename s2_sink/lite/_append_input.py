@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink.lite._errors import ApiError, invalid
 from s2_sink.lite._mostly_plain import Exceptions, find_exceptions
@@ -72,6 +73,11 @@ def parse_input(data: bytes) -> ParsedInput:
         raise invalid(f"a batch must have 1 to 1000 records, got {n}")
     msn = probe.match_seq_num if probe.HasField("match_seq_num") else None
     token = probe.fencing_token if probe.HasField("fencing_token") else None
+    # Headers on the first records too (an upsert batch has them on every record): the plain form would not
+    # pay, so the bulk scan goes first; the usual order follows if it does not read the input.
+    scanned_first = n > 1 and _headers_lead(data)
+    if scanned_first and (parsed := _bulk(data, n, msn, token)) is not None:
+        return parsed
     # PlainProbe knows only record bodies: if dropping what it does not know changes nothing, every record is
     # body-only, and the whole batch is validated without touching records one by one in Python.
     probe.DiscardUnknownFields()
@@ -84,20 +90,54 @@ def parse_input(data: bytes) -> ParsedInput:
     worth = max(_ASIDE_BYTES_PER_RECORD * n, _ASIDE_BYTES_ANY_BATCH)
     if surplus <= worth and (few := find_exceptions(data, probe, surplus)) is not None:
         return _mostly_plain(data, n, probe, few, msn=msn, token=token)
+    if not scanned_first and (parsed := _bulk(data, n, msn, token)) is not None:
+        return parsed
     try:
+        pb.AppendInput.FromString(data)  # full validation of the structure
         raw = RawList.FromString(data).items
     except Exception as exc:
         raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    return _record_by_record(raw, n, msn, token)
+
+
+def _headers_lead(data: bytes) -> bool:
+    """The input's first two records start with a header (canonical layout; False if unsure)."""
+    pos = 0
+    for _ in range(2):
+        if len(data) < pos + 3 or data[pos] != 0x0A:
+            return False
+        length, pos = _varint(data, pos + 1)
+        if pos >= len(data) or data[pos] != 0x12:
+            return False
+        pos += length
+    return True
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `pos` (at most 5 bytes read) and the position after it."""
+    value = 0
+    for k in range(5):
+        if pos + k >= len(data):
+            break
+        byte = data[pos + k]
+        value |= (byte & 0x7F) << (7 * k)
+        if byte < 0x80:
+            return value, pos + k + 1
+    return 0, len(data)
+
+
+def _bulk(data: bytes, n: int, msn: int | None, token: str | None) -> ParsedInput | None:
+    """The input read by the bulk scan (`scan_records`), or None if it is not in the layout the scan reads."""
+    try:
+        raw = RawList.FromString(data).items
+    except DecodeError:  # malformed: the usual order reports it
+        return None
+    if len(raw) != n:
+        return None
     lengths = np.fromiter(map(len, raw), dtype=np.int64, count=n)
     # The scan checks every field it reads (keys, lengths, layout), so a canonical input needs no full parse.
     scan = scan_records(data, lengths, _trailer_size(msn, token))
-    if scan is not None:
-        return _scanned(scan, n, msn, token)
-    try:
-        pb.AppendInput.FromString(data)  # full validation of the structure
-    except Exception as exc:
-        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
-    return _record_by_record(raw, n, msn, token)
+    return None if scan is None else _scanned(scan, n, msn, token)
 
 
 def _check_plain_size(data: bytes, n: int, probe: Any, header_bytes: int) -> None:

@@ -38,6 +38,7 @@ _HEADER_OVERHEAD: Final = 2
 #: Zero bytes after the message, so that a varint read near its end needs no bounds check: every read starts
 #: at most 11 bytes past the end (a key before it, a timestamp varint of up to 10 bytes) and spans 10 bytes.
 _PAD: Final = 32
+_EVERY: Final = slice(None)
 
 
 class RecordScan(NamedTuple):
@@ -99,15 +100,25 @@ def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
 
     client_ts: dict[int, int] = {}
     at = _at_key(d, cur, end, _TIMESTAMP)
-    if at.size:
+    if at is not None:
         stamps, ssize = _varints(d, cur[at] + 1, 10, np.uint64)
         cur[at] += 1 + ssize
         complex_[at] = True
-        client_ts = dict(zip(at.tolist(), stamps.tolist(), strict=True))
+        client_ts = dict(zip(np.arange(n)[at].tolist(), stamps.tolist(), strict=True))
     tail_start = cur.copy()
 
-    while (at := _at_key(d, cur, end, _HEADER)).size:
-        pos = cur[at]
+    while (at := _at_key(d, cur, end, _HEADER)) is not None:
+        # Every record has this header (as in an upsert batch): whole arrays, no selection (and a copy:
+        # ``cur[at]`` of a slice is a view that moves on).
+        pos = cur.copy() if isinstance(at, slice) else cur[at]
+        small = _small_headers(d, pos, end[at])
+        if small is not None:
+            header_end, header_metered = small
+            metered[at] += header_metered
+            complex_[at] = True
+            renumber.append((pos, _SEQ_HEADER))
+            cur[at] = header_end
+            continue
         hlen, hsize = _varints(d, pos + 1, 5)
         name_at = pos + 1 + hsize
         header_end = name_at + hlen
@@ -121,7 +132,7 @@ def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
         if has_value.all():
             vlen = _value_lengths(d, name_end, header_end)
         else:
-            vlen = np.zeros(len(at), dtype=np.int64)
+            vlen = np.zeros(len(pos), dtype=np.int64)
             if has_value.any():
                 vlen[has_value] = _value_lengths(d, name_end[has_value], header_end[has_value])
         metered[at] += _HEADER_OVERHEAD + nlen + vlen
@@ -130,8 +141,8 @@ def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
         cur[at] = header_end
 
     at = _at_key(d, cur, end, _BODY)
-    if at.size:
-        pos = cur[at]
+    if at is not None:
+        pos = cur.copy() if isinstance(at, slice) else cur[at]
         blen, bsize = _varints(d, pos + 1, 5)
         metered[at] += blen
         renumber.append((pos, _SEQ_BODY))
@@ -146,6 +157,35 @@ def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
     return RecordScan(encoded, tail_start, end, metered, complex_, client_ts)
 
 
+def _small_headers(d: npt.NDArray[np.uint8], pos: Ints, limit: Ints) -> tuple[Ints, Ints] | None:
+    """The headers at `pos` (which must end by `limit`) if each is ``12 <len> 0a <len> <name>``, maybe with
+    ``12 <len> <value>``, all lengths of one byte (names and values such as an upsert's ``@key`` and
+    ``@action``): where they end and their metered sizes; None if any is not, to be read field by field."""
+    hlen = d[pos + 1].astype(np.int64)
+    nlen = d[pos + 3].astype(np.int64)
+    # Where a value's key would be (clamped into the buffer: a long name is refused below anyway).
+    value_at = np.minimum(pos + 4 + nlen, len(d) - 2)
+    vlen = d[value_at + 1].astype(np.int64)
+    header_end = pos + 2 + hlen
+    has_value = hlen > 2 + nlen
+    ok = (
+        (d[pos + 2] == _NAME)
+        & (nlen > 0)
+        & (hlen < 0x80)
+        & (nlen < 0x80)
+        & (header_end <= limit)
+        & np.where(
+            has_value,
+            (d[value_at] == _VALUE) & (vlen > 0) & (vlen < 0x80) & (hlen == 4 + nlen + vlen),
+            hlen == 2 + nlen,
+        )
+    )
+    if not ok.all():
+        return None
+    # 2 + name + value: the header's length less the keys and lengths of its name and value.
+    return header_end, hlen - 2 * has_value
+
+
 def _value_lengths(d: npt.NDArray[np.uint8], value_at: Ints, header_end: Ints) -> Ints:
     """Lengths of the header values at `value_at`, each of which must end its header at `header_end`."""
     if (d[value_at] != _VALUE).any():
@@ -156,9 +196,14 @@ def _value_lengths(d: npt.NDArray[np.uint8], value_at: Ints, header_end: Ints) -
     return length
 
 
-def _at_key(d: npt.NDArray[np.uint8], cur: Ints, end: Ints, key: int) -> Ints:
-    """Indices of the records whose next field (before their end) has `key`."""
-    return np.flatnonzero((d[cur] == key) & (cur < end))
+def _at_key(d: npt.NDArray[np.uint8], cur: Ints, end: Ints, key: int) -> Ints | slice | None:
+    """The records whose next field (before their end) has `key`: their indices, every record (a whole
+    slice), or None."""
+    hit = (d[cur] == key) & (cur < end)
+    if hit.all():
+        return _EVERY
+    at = np.flatnonzero(hit)
+    return at if at.size else None
 
 
 def _varints(
