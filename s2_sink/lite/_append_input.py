@@ -64,6 +64,11 @@ class ParsedInput:
 
 def parse_input(data: bytes) -> ParsedInput:
     """Decode and validate an encoded ``AppendInput`` (400 ``bad_proto``, 422 ``invalid``)."""
+    # Headers on the first records (an upsert batch has them on every record): the plain form would not pay,
+    # so the bulk scan goes first; the usual order follows (and reports any error) if it does not read it.
+    scanned_first = _headers_lead(data)
+    if scanned_first and (parsed := _bulk(data)) is not None:
+        return parsed
     try:
         probe = PlainProbe.FromString(data)
     except Exception as exc:  # upb raises DecodeError; anything else is malformed input too
@@ -73,11 +78,6 @@ def parse_input(data: bytes) -> ParsedInput:
         raise invalid(f"a batch must have 1 to 1000 records, got {n}")
     msn = probe.match_seq_num if probe.HasField("match_seq_num") else None
     token = probe.fencing_token if probe.HasField("fencing_token") else None
-    # Headers on the first records too (an upsert batch has them on every record): the plain form would not
-    # pay, so the bulk scan goes first; the usual order follows if it does not read the input.
-    scanned_first = n > 1 and _headers_lead(data)
-    if scanned_first and (parsed := _bulk(data, n, msn, token)) is not None:
-        return parsed
     # PlainProbe knows only record bodies: if dropping what it does not know changes nothing, every record is
     # body-only, and the whole batch is validated without touching records one by one in Python.
     probe.DiscardUnknownFields()
@@ -90,7 +90,7 @@ def parse_input(data: bytes) -> ParsedInput:
     worth = max(_ASIDE_BYTES_PER_RECORD * n, _ASIDE_BYTES_ANY_BATCH)
     if surplus <= worth and (few := find_exceptions(data, probe, surplus)) is not None:
         return _mostly_plain(data, n, probe, few, msn=msn, token=token)
-    if not scanned_first and (parsed := _bulk(data, n, msn, token)) is not None:
+    if not scanned_first and (parsed := _bulk(data)) is not None:
         return parsed
     try:
         pb.AppendInput.FromString(data)  # full validation of the structure
@@ -101,7 +101,7 @@ def parse_input(data: bytes) -> ParsedInput:
 
 
 def _headers_lead(data: bytes) -> bool:
-    """The input's first two records start with a header (canonical layout; False if unsure)."""
+    """The input's first two records start with a header (in the canonical layout; False if unsure)."""
     pos = 0
     for _ in range(2):
         if len(data) < pos + 3 or data[pos] != 0x0A:
@@ -126,18 +126,32 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
     return 0, len(data)
 
 
-def _bulk(data: bytes, n: int, msn: int | None, token: str | None) -> ParsedInput | None:
-    """The input read by the bulk scan (`scan_records`), or None if it is not in the layout the scan reads."""
+def _bulk(data: bytes) -> ParsedInput | None:
+    """The input read by the bulk scan (`scan_records`), or None if it is not in the layout the scan reads
+    (records first, then match_seq_num and fencing_token as a serializer writes them) or breaks a limit on
+    the number of records: the usual order decides those."""
     try:
         raw = RawList.FromString(data).items
-    except DecodeError:  # malformed: the usual order reports it
+    except DecodeError:
         return None
-    if len(raw) != n:
+    n = len(raw)
+    if not 1 <= n <= MAX_BATCH_RECORDS:
         return None
     lengths = np.fromiter(map(len, raw), dtype=np.int64, count=n)
     # The scan checks every field it reads (keys, lengths, layout), so a canonical input needs no full parse.
-    scan = scan_records(data, lengths, _trailer_size(msn, token))
-    return None if scan is None else _scanned(scan, n, msn, token)
+    scan = scan_records(data, lengths, None)
+    if scan is None:
+        return None
+    # What follows the records: only the input's own fields, each once.
+    try:
+        rest = PlainProbe.FromString(data[len(scan.encoded) :])
+    except DecodeError:
+        return None
+    msn = rest.match_seq_num if rest.HasField("match_seq_num") else None
+    token = rest.fencing_token if rest.HasField("fencing_token") else None
+    if rest.records or len(scan.encoded) + _trailer_size(msn, token) != len(data):
+        return None
+    return _scanned(scan, n, msn, token)
 
 
 def _check_plain_size(data: bytes, n: int, probe: Any, header_bytes: int) -> None:

@@ -68,16 +68,17 @@ class _NotCanonical(Exception):
     """The message is not in the layout this scan reads."""
 
 
-def scan_records(data: bytes, lengths: Ints, trailer: int) -> RecordScan | None:
+def scan_records(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan | None:
     """Scan the records of an encoded ``AppendInput`` whose records field holds values of `lengths`
-    bytes and whose other fields (match_seq_num, fencing_token) take `trailer` bytes at the end."""
+    bytes and whose other fields (match_seq_num, fencing_token) take `trailer` bytes at the end (None:
+    whatever follows the records, which the caller checks)."""
     try:
         return _scan(data, lengths, trailer)
     except _NotCanonical:
         return None
 
 
-def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
+def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     n = len(lengths)
     total = len(data)
     # A padded copy: read from, then renumbered in place.
@@ -88,7 +89,10 @@ def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
     size = _varint_sizes(lengths)
     end = np.cumsum(1 + size + lengths)
     starts = end - (1 + size + lengths)
-    if not n or int(end[-1]) + trailer != total or (d[starts] != _RECORD).any():
+    cut = int(end[-1]) if n else 0
+    if not n or cut > total or (trailer is not None and cut + trailer != total):
+        raise _NotCanonical
+    if (d[starts] != _RECORD).any():
         raise _NotCanonical
     value, vsize = _varints(d, starts + 1, 5)
     if not (np.array_equal(value, lengths) and np.array_equal(vsize, size)):
@@ -152,7 +156,6 @@ def _scan(data: bytes, lengths: Ints, trailer: int) -> RecordScan:
 
     for pos, key in renumber:
         d[pos] = key
-    cut = total - trailer
     encoded = d[:cut].tobytes() if renumber else data[:cut]
     return RecordScan(encoded, tail_start, end, metered, complex_, client_ts)
 
