@@ -43,8 +43,9 @@ class ParsedInput:
     client_ts: dict[int, int]
     match_seq_num: int | None
     fencing_token: str | None
-    #: ``payload`` holds ``AppendRecord`` encodings of body-only records (else headers-and-body parts).
-    plain: bool = True
+    #: A plain input (``payload`` holds ``AppendRecord`` encodings of body-only records); False for every
+    #: other form, whose records are headers-and-body parts.
+    plain: bool = False
     #: Each record's metered size, where the bulk scan has counted them (None otherwise).
     metered: Ints | None = None
 
@@ -84,7 +85,7 @@ def parse_input(data: bytes) -> ParsedInput:
     surplus = len(data) - probe.ByteSize()
     if surplus == 0:
         _check_plain_size(data, n, probe, 0)
-        return ParsedInput(n, None, data, {}, [], {}, msn, token)
+        return ParsedInput(n, None, data, {}, [], {}, msn, token, plain=True)
     # A few records with headers or timestamps: the plain form with them aside. Where headers weigh more (an
     # upsert batch has ~25 bytes on every record), most records have some, and the search would not pay.
     worth = max(_ASIDE_BYTES_PER_RECORD * n, _ASIDE_BYTES_ANY_BATCH)
@@ -174,7 +175,7 @@ def _mostly_plain(
         exceptions[i], _ = _decoded(i, rec, commands, client_ts)
     _check_plain_size(data, n, probe, few.header_bytes)
     _check_commands(commands)
-    return ParsedInput(n, None, data, exceptions, commands, client_ts, msn, token)
+    return ParsedInput(n, None, data, exceptions, commands, client_ts, msn, token, plain=True)
 
 
 def _decoded(
@@ -210,7 +211,7 @@ def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> Pa
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
     if scan.client_ts:
         return ParsedInput(n, scan.tails(), None, {}, [], scan.client_ts, msn, token)
-    return ParsedInput(n, None, scan.encoded, {}, [], {}, msn, token, plain=False, metered=scan.metered)
+    return ParsedInput(n, None, scan.encoded, {}, [], {}, msn, token, metered=scan.metered)
 
 
 def _trailer_size(msn: int | None, token: str | None) -> int:

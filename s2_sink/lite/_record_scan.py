@@ -39,6 +39,8 @@ _HEADER_OVERHEAD: Final = 2
 #: at most 11 bytes past the end (a key before it, a timestamp varint of up to 10 bytes) and spans 10 bytes.
 _PAD: Final = 32
 _EVERY: Final = slice(None)
+#: The smallest value of each varint size above one byte.
+_VARINT_LIMITS: Final = np.array([1 << (7 * k) for k in range(1, 9)], dtype=np.int64)
 
 
 class RecordScan(NamedTuple):
@@ -85,19 +87,20 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     d = np.empty(total + _PAD, dtype=np.uint8)
     d[:total] = np.frombuffer(data, dtype=np.uint8)
     d[total:] = 0
-    # Top level: records back to back from byte 0, each `0a <len> <record>`, then the trailer.
-    size = _varint_sizes(lengths)
+    # Top level: records back to back from byte 0, each `0a <len> <record>`, then the trailer. The lengths
+    # need not be read again: the parse that measured them found the first record at 0 and each next field
+    # where the one before ended, so a record key at each place computed from them (with the shortest length
+    # encoding) is that record. An over-long length would put ``cur`` inside it, at a byte that is no field
+    # key (0x80 or more, or its last byte 0): unless the record is empty, its fields would not add up, and
+    # then the next place computed (or the trailer) would start inside it.
+    size = np.searchsorted(_VARINT_LIMITS, lengths, side="right") + 1
     end = np.cumsum(1 + size + lengths)
-    starts = end - (1 + size + lengths)
+    cur = end - lengths
     cut = int(end[-1]) if n else 0
     if not n or cut > total or (trailer is not None and cut + trailer != total):
         raise _NotCanonical
-    if (d[starts] != _RECORD).any():
+    if (d[cur - 1 - size] != _RECORD).any():
         raise _NotCanonical
-    value, vsize = _varints(d, starts + 1, 5)
-    if not (np.array_equal(value, lengths) and np.array_equal(vsize, size)):
-        raise _NotCanonical
-    cur = starts + 1 + size
     metered = np.full(n, _RECORD_OVERHEAD, dtype=np.int64)
     complex_ = np.zeros(n, dtype=np.bool_)
     renumber: list[tuple[Ints, int]] = []
@@ -231,13 +234,3 @@ def _varints(
         more &= byte >= 0x80
         k += 1
     return value, size
-
-
-def _varint_sizes(values: Ints) -> Ints:
-    sizes = np.ones(len(values), dtype=np.int64)
-    for k in range(1, 10):
-        more = values >= (1 << (7 * k))
-        if not more.any():
-            break
-        sizes += more
-    return sizes
