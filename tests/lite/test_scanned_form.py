@@ -313,3 +313,39 @@ def test_restart_on_the_log_reads_back_the_same(tmp_path: Path) -> None:
         after = read_every_way(http, basin, "durable", 120)
     assert after == before
     assert len(before["S2S session"]) == 120
+
+
+_BYTES = st.one_of(
+    st.integers(0, 255), st.sampled_from([0x00, 0x08, 0x0A, 0x10, 0x12, 0x1A, 0x22, 0x80, 0x81])
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10_000), _BYTES, st.sampled_from(["set", "insert", "delete"])), max_size=3
+    ),
+    st.booleans(),
+)
+def test_damaged_inputs_decide_as_record_by_record(edits: list[tuple[int, int, str]], trailer: bool) -> None:
+    """An upsert batch with a few bytes changed, inserted or removed anywhere (keys, lengths, the trailer):
+    whatever still parses is decided as record by record decides it, and the rest is refused as malformed."""
+    data = bytearray(
+        encoded(upsert(6, large=False), msn=7 if trailer else None, token="tok" if trailer else None)
+    )
+    for where, byte, how in edits:
+        at = where % (len(data) + 1)
+        if how == "insert":
+            data.insert(at, byte)
+        elif at < len(data):
+            if how == "set":
+                data[at] = byte
+            else:
+                del data[at]
+    damaged = bytes(data)
+    try:
+        want = outcome(record_by_record, damaged)
+    except DecodeError:
+        assert outcome(parse_input, damaged)[:3] == ("error", 400, "bad_proto")
+    else:
+        assert outcome(parse_input, damaged) == want
