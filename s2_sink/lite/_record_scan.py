@@ -35,9 +35,10 @@ _SEQ_HEADER: Final = 0x1A
 _SEQ_BODY: Final = 0x22
 _RECORD_OVERHEAD: Final = 8
 _HEADER_OVERHEAD: Final = 2
-#: Zero bytes after the message, so that a varint read near its end needs no bounds check: every read starts
-#: at most 11 bytes past the end (a key before it, a timestamp varint of up to 10 bytes) and spans 10 bytes.
-_PAD: Final = 32
+#: Zero bytes after the message, so that a read near its end needs no bounds check: a varint read starts at
+#: most 11 bytes past the end (a key before it, a timestamp varint of up to 10 bytes) and spans 10 bytes; a
+#: header's value key is looked for up to 4 + 255 bytes past the header's start.
+_PAD: Final = 272
 _EVERY: Final = slice(None)
 #: The smallest value of each varint size above one byte.
 _VARINT_LIMITS: Final = np.array([1 << (7 * k) for k in range(1, 9)], dtype=np.int64)
@@ -96,13 +97,13 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     size = np.searchsorted(_VARINT_LIMITS, lengths, side="right") + 1
     end = np.cumsum(1 + size + lengths)
     cur = end - lengths
+    content = cur.copy()
     cut = int(end[-1]) if n else 0
     if not n or cut > total or (trailer is not None and cut + trailer != total):
         raise _NotCanonical
     if (d[cur - 1 - size] != _RECORD).any():
         raise _NotCanonical
     metered = np.full(n, _RECORD_OVERHEAD, dtype=np.int64)
-    complex_ = np.zeros(n, dtype=np.bool_)
     renumber: list[tuple[Ints, int]] = []
 
     client_ts: dict[int, int] = {}
@@ -110,20 +111,21 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     if at is not None:
         stamps, ssize = _varints(d, cur[at] + 1, 10, np.uint64)
         cur[at] += 1 + ssize
-        complex_[at] = True
         client_ts = dict(zip(np.arange(n)[at].tolist(), stamps.tolist(), strict=True))
     tail_start = cur.copy()
 
+    # Headers of one-byte length (as an upsert's ``@key`` and ``@action``) are only stepped over here, and
+    # read all at once after (`_small_headers`); others are read as they come.
+    small: list[tuple[Ints | slice, Ints]] = []
     while (at := _at_key(d, cur, end, _HEADER)) is not None:
         # Every record has this header (as in an upsert batch): whole arrays, no selection (and a copy:
         # ``cur[at]`` of a slice is a view that moves on).
         pos = cur.copy() if isinstance(at, slice) else cur[at]
-        small = _small_headers(d, pos, end[at])
-        if small is not None:
-            header_end, header_metered = small
-            metered[at] += header_metered
-            complex_[at] = True
-            renumber.append((pos, _SEQ_HEADER))
+        renumber.append((pos, _SEQ_HEADER))
+        length = d[pos + 1]
+        header_end = pos + 2 + length
+        if ((length < 0x80) & (header_end <= end[at])).all():
+            small.append((at, pos))
             cur[at] = header_end
             continue
         hlen, hsize = _varints(d, pos + 1, 5)
@@ -143,9 +145,14 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
             if has_value.any():
                 vlen[has_value] = _value_lengths(d, name_end[has_value], header_end[has_value])
         metered[at] += _HEADER_OVERHEAD + nlen + vlen
-        complex_[at] = True
-        renumber.append((pos, _SEQ_HEADER))
         cur[at] = header_end
+    if small:
+        header_metered = _small_headers(d, np.concatenate([pos for _, pos in small]))
+        done = 0
+        for at, pos in small:
+            metered[at] += header_metered[done : done + len(pos)]
+            done += len(pos)
+    complex_ = cur != content
 
     at = _at_key(d, cur, end, _BODY)
     if at is not None:
@@ -163,33 +170,28 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     return RecordScan(encoded, tail_start, end, metered, complex_, client_ts)
 
 
-def _small_headers(d: npt.NDArray[np.uint8], pos: Ints, limit: Ints) -> tuple[Ints, Ints] | None:
-    """The headers at `pos` (which must end by `limit`) if each is ``12 <len> 0a <len> <name>``, maybe with
-    ``12 <len> <value>``, all lengths of one byte (names and values such as an upsert's ``@key`` and
-    ``@action``): where they end and their metered sizes; None if any is not, to be read field by field."""
+def _small_headers(d: npt.NDArray[np.uint8], pos: Ints) -> Ints:
+    """The metered sizes of the headers at `pos`, whose lengths are one byte (below 0x80, as the header is
+    known to end in its record): each must be ``12 <len> 0a <len> <name>``, maybe with ``12 <len> <value>``
+    (their lengths are then one byte too), else the input is not canonical."""
     hlen = d[pos + 1].astype(np.int64)
     nlen = d[pos + 3].astype(np.int64)
-    # Where a value's key would be (clamped into the buffer: a long name is refused below anyway).
-    value_at = np.minimum(pos + 4 + nlen, len(d) - 2)
+    value_at = pos + 4 + nlen  # where a value's key would be (in the padding at worst)
     vlen = d[value_at + 1].astype(np.int64)
-    header_end = pos + 2 + hlen
     has_value = hlen > 2 + nlen
     ok = (
         (d[pos + 2] == _NAME)
         & (nlen > 0)
-        & (hlen < 0x80)
-        & (nlen < 0x80)
-        & (header_end <= limit)
         & np.where(
             has_value,
-            (d[value_at] == _VALUE) & (vlen > 0) & (vlen < 0x80) & (hlen == 4 + nlen + vlen),
+            (d[value_at] == _VALUE) & (vlen > 0) & (hlen == 4 + nlen + vlen),
             hlen == 2 + nlen,
         )
     )
     if not ok.all():
-        return None
+        raise _NotCanonical  # an empty name (a command record), a value written out empty, or another layout
     # 2 + name + value: the header's length less the keys and lengths of its name and value.
-    return header_end, hlen - 2 * has_value
+    return hlen - 2 * has_value
 
 
 def _value_lengths(d: npt.NDArray[np.uint8], value_at: Ints, header_end: Ints) -> Ints:
