@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink.lite._errors import ApiError, invalid
 from s2_sink.lite._mostly_plain import Exceptions, find_exceptions
-from s2_sink.lite._record_scan import RecordScan, scan_records
+from s2_sink.lite._record_scan import Ints, RecordScan, scan_records
 from s2_sink.lite._wire import PlainProbe, RawList, pb, stored_part, varint
 
 __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
@@ -28,10 +29,11 @@ class ParsedInput:
     """A validated ``AppendInput``: records plus what sequencing needs to know about them."""
 
     n: int
-    #: Headers-and-body parts of ``SequencedRecord`` (None for a plain input).
+    #: Headers-and-body parts of ``SequencedRecord`` (None when the input is kept as ``payload``).
     records: list[bytes] | None
     #: Plain input (every record body-only but those in ``exceptions``): the ``AppendInput`` encoding
-    #: itself, whose records field ``RawList`` reads as the ``AppendRecord`` encodings (None otherwise).
+    #: itself, whose records field ``RawList`` reads as the ``AppendRecord`` encodings. Scanned input (see
+    #: ``plain``): a ``RawList`` encoding of the headers-and-body parts. None otherwise.
     payload: bytes | None
     #: Plain input: record index -> headers-and-body part, for its records that are not body-only.
     exceptions: dict[int, bytes]
@@ -41,6 +43,11 @@ class ParsedInput:
     client_ts: dict[int, int]
     match_seq_num: int | None
     fencing_token: str | None
+    #: A plain input (``payload`` holds ``AppendRecord`` encodings of body-only records); False for every
+    #: other form, whose records are headers-and-body parts.
+    plain: bool = False
+    #: Each record's metered size, where the bulk scan has counted them (None otherwise).
+    metered: Ints | None = None
 
     def tails(self) -> list[bytes]:
         """Every record's headers-and-body part, whichever form the input is kept in."""
@@ -48,6 +55,8 @@ class ParsedInput:
             return self.records
         assert self.payload is not None
         items = RawList.FromString(self.payload).items
+        if not self.plain:
+            return list(items)
         tails = [b"\x22" + rec[1:] if rec else b"" for rec in items]
         for i, tail in self.exceptions.items():
             tails[i] = tail
@@ -56,6 +65,11 @@ class ParsedInput:
 
 def parse_input(data: bytes) -> ParsedInput:
     """Decode and validate an encoded ``AppendInput`` (400 ``bad_proto``, 422 ``invalid``)."""
+    # Headers on the first records (an upsert batch has them on every record): the plain form would not pay,
+    # so the bulk scan goes first; the usual order follows (and reports any error) if it does not read it.
+    scanned_first = _headers_lead(data)
+    if scanned_first and (parsed := _bulk(data)) is not None:
+        return parsed
     try:
         probe = PlainProbe.FromString(data)
     except Exception as exc:  # upb raises DecodeError; anything else is malformed input too
@@ -71,26 +85,74 @@ def parse_input(data: bytes) -> ParsedInput:
     surplus = len(data) - probe.ByteSize()
     if surplus == 0:
         _check_plain_size(data, n, probe, 0)
-        return ParsedInput(n, None, data, {}, [], {}, msn, token)
+        return ParsedInput(n, None, data, {}, [], {}, msn, token, plain=True)
     # A few records with headers or timestamps: the plain form with them aside. Where headers weigh more (an
     # upsert batch has ~25 bytes on every record), most records have some, and the search would not pay.
     worth = max(_ASIDE_BYTES_PER_RECORD * n, _ASIDE_BYTES_ANY_BATCH)
     if surplus <= worth and (few := find_exceptions(data, probe, surplus)) is not None:
         return _mostly_plain(data, n, probe, few, msn=msn, token=token)
+    if not scanned_first and (parsed := _bulk(data)) is not None:
+        return parsed
     try:
+        pb.AppendInput.FromString(data)  # full validation of the structure
         raw = RawList.FromString(data).items
     except Exception as exc:
         raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
+    return _record_by_record(raw, n, msn, token)
+
+
+def _headers_lead(data: bytes) -> bool:
+    """The input's first two records start with a header (in the canonical layout; False if unsure)."""
+    pos = 0
+    for _ in range(2):
+        if len(data) < pos + 3 or data[pos] != 0x0A:
+            return False
+        length, pos = _varint(data, pos + 1)
+        if pos >= len(data) or data[pos] != 0x12:
+            return False
+        pos += length
+    return True
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `pos` (at most 5 bytes read) and the position after it."""
+    value = 0
+    for k in range(5):
+        if pos + k >= len(data):
+            break
+        byte = data[pos + k]
+        value |= (byte & 0x7F) << (7 * k)
+        if byte < 0x80:
+            return value, pos + k + 1
+    return 0, len(data)
+
+
+def _bulk(data: bytes) -> ParsedInput | None:
+    """The input read by the bulk scan (`scan_records`), or None if it is not in the layout the scan reads
+    (records first, then match_seq_num and fencing_token as a serializer writes them) or breaks a limit on
+    the number of records: the usual order decides those."""
+    try:
+        raw = RawList.FromString(data).items
+    except DecodeError:
+        return None
+    n = len(raw)
+    if not 1 <= n <= MAX_BATCH_RECORDS:
+        return None
     lengths = np.fromiter(map(len, raw), dtype=np.int64, count=n)
     # The scan checks every field it reads (keys, lengths, layout), so a canonical input needs no full parse.
-    scan = scan_records(data, lengths, _trailer_size(msn, token))
-    if scan is not None:
-        return _scanned(scan, n, msn, token)
+    scan = scan_records(data, lengths, None)
+    if scan is None:
+        return None
+    # What follows the records: only the input's own fields, each once.
     try:
-        pb.AppendInput.FromString(data)  # full validation of the structure
-    except Exception as exc:
-        raise ApiError(400, "bad_proto", f"invalid AppendInput: {exc}") from exc
-    return _record_by_record(raw, n, msn, token)
+        rest = PlainProbe.FromString(data[len(scan.encoded) :])
+    except DecodeError:
+        return None
+    msn = rest.match_seq_num if rest.HasField("match_seq_num") else None
+    token = rest.fencing_token if rest.HasField("fencing_token") else None
+    if rest.records or len(scan.encoded) + _trailer_size(msn, token) != len(data):
+        return None
+    return _scanned(scan, n, msn, token)
 
 
 def _check_plain_size(data: bytes, n: int, probe: Any, header_bytes: int) -> None:
@@ -113,7 +175,7 @@ def _mostly_plain(
         exceptions[i], _ = _decoded(i, rec, commands, client_ts)
     _check_plain_size(data, n, probe, few.header_bytes)
     _check_commands(commands)
-    return ParsedInput(n, None, data, exceptions, commands, client_ts, msn, token)
+    return ParsedInput(n, None, data, exceptions, commands, client_ts, msn, token, plain=True)
 
 
 def _decoded(
@@ -138,7 +200,8 @@ def _decoded(
 
 
 def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> ParsedInput:
-    """A canonical input without command records, read in bulk (`scan_records`)."""
+    """A canonical input without command records, read in bulk (`scan_records`): kept as the one buffer the
+    scan renumbered, unless client timestamps sit between its records' keys and their stored parts."""
     over = scan.complex & (scan.metered > ONE_MIB)
     if over.any():
         i = int(np.argmax(over))
@@ -146,7 +209,9 @@ def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> Pa
     metered = int(scan.metered.sum())
     if metered > ONE_MIB:
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
-    return ParsedInput(n, scan.tails, None, {}, [], scan.client_ts, msn, token)
+    if scan.client_ts:
+        return ParsedInput(n, scan.tails(), None, {}, [], scan.client_ts, msn, token)
+    return ParsedInput(n, None, scan.encoded, {}, [], {}, msn, token, metered=scan.metered)
 
 
 def _trailer_size(msn: int | None, token: str | None) -> int:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+import numpy.typing as npt
+
 from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["Batch"]
@@ -30,12 +33,15 @@ class Batch:
     A plain batch (every record body-only, the common case) keeps just the ``AppendInput`` encoding it came
     in; the per-record ``AppendRecord`` encodings are cut out of it (in C) on the first read. A mostly plain
     one (body-only records but a few, such as an exactly-once chunk's tagged first record) is kept the same
-    way, with the headers-and-body parts of those few aside in ``exceptions``. Other batches keep
-    headers-and-body parts of ``SequencedRecord`` per record.
+    way, with the headers-and-body parts of those few aside in ``exceptions``. A batch with headers on
+    its records, read in bulk, keeps one ``RawList`` encoding of their headers-and-body parts (its records
+    field renumbered), also cut on the first read. Other batches keep headers-and-body parts of
+    ``SequencedRecord`` per record.
     """
 
     __slots__ = (
         "_metered",
+        "_metered_sizes",
         "_records",
         "arrival",
         "end",
@@ -60,14 +66,18 @@ class Batch:
         last_ts: int,
         arrival: int = 0,
         exceptions: dict[int, bytes] | None = None,
+        plain: bool | None = None,
+        metered: npt.NDArray[np.int64] | None = None,
     ) -> None:
         self.start = start
         self.end = end
         self._records = records
-        #: The AppendInput encoding of a plain batch until its records are first read (the log writes it).
+        #: Until its records are first read (the log writes it): the AppendInput encoding of a plain batch,
+        #: or the RawList encoding of the headers-and-body parts of any other.
         self.payload = payload
-        #: Records are ``AppendRecord`` encodings of body-only records (but those in ``exceptions``).
-        self.plain = records is None
+        #: Records are ``AppendRecord`` encodings of body-only records (but those in ``exceptions``); by
+        #: default, a batch kept as its payload is plain.
+        self.plain = records is None if plain is None else plain
         #: Plain batch: index in the batch -> headers-and-body part, for its records that are not body-only
         #: (their entries in ``records`` are the ``AppendRecord`` encodings they came in, not to be read).
         self.exceptions: dict[int, bytes] = exceptions or {}
@@ -78,6 +88,8 @@ class Batch:
         #: When the batch arrived (ms since the epoch): retention ages count from here.
         self.arrival = arrival
         self._metered: list[int] | None = None
+        #: The records' metered sizes where the append counted them (running totals are made on first use).
+        self._metered_sizes = metered
 
     @property
     def records(self) -> list[bytes]:
@@ -95,6 +107,10 @@ class Batch:
     def cumulative_metered(self) -> list[int]:
         """Running totals of the records' metered sizes, computed once on first use."""
         if self._metered is None:
+            if self._metered_sizes is not None:
+                self._metered = np.cumsum(self._metered_sizes).tolist()
+                self._metered_sizes = None
+                return self._metered
             if self.plain:
                 # ``1a <varint len> <body>``: a 1-byte varint up to 129 bytes, 2 bytes up to 16386, else 3.
                 sizes = [

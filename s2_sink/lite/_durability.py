@@ -4,7 +4,8 @@ Entry layout: ``[len:u32][crc32:u32][kind:u8][payload]`` (big-endian; ``len`` co
 metadata (a JSON document from the store) and append (one sequenced batch plus the stream's fencing token and
 trim point after it). An append's flags say what follows its header: 1 = per-record timestamps, 2 = a plain
 batch (its records as ``AppendRecord`` encodings), 4 = that plain batch's exceptions (records kept aside as
-headers-and-body parts: ``[count:u32]`` then ``[index:u32][len:u32][part]`` each). Entries are written
+headers-and-body parts: ``[count:u32]`` then ``[index:u32][len:u32][part]`` each); without 2, the records are
+a ``RawList`` of headers-and-body parts (a batch read in bulk keeps that very encoding). Entries are written
 in sequencing order, so a batch that did not reach the disk can only be followed by others that did not
 either; replay stops at the first torn or corrupt entry and truncates the file there.
 
@@ -120,8 +121,6 @@ def _apply_append(store: Store, payload: memoryview) -> None:
             exceptions[i] = bytes(payload[pos : pos + length])
             pos += length
     body = bytes(payload[pos:])
-    plain = bool(flags & _PLAIN)
-    records = None if plain else list(RawList.FromString(body).items)
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
     if s is None:
@@ -133,8 +132,10 @@ def _apply_append(store: Store, payload: memoryview) -> None:
         Batch(
             start,
             start + n,
-            records=records,
-            payload=body if plain else None,
+            # Either form is cut into records on the first read.
+            records=None,
+            payload=body,
+            plain=bool(flags & _PLAIN),
             ts0=ts0,
             ts_list=ts_list,
             last_ts=last_ts,

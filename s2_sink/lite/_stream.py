@@ -139,6 +139,8 @@ class Stream:
             last_ts=last_ts,
             arrival=arrival,
             exceptions=p.exceptions,
+            plain=p.plain,
+            metered=p.metered,
         )
         for i, op, body in commands:
             if op == b"fence":
@@ -259,6 +261,11 @@ class Stream:
                         for x in range(i, j)
                     ]
                 )
+            elif b.ts_list is None:
+                # Stored headers-and-body parts under one timestamp: ``08 <seq> 10 <ts>`` + the part.
+                mid = b"\x10" + varint(b.ts0)
+                s0 = b.start
+                out.extend([b"\x08" + varint(s0 + x) + mid + recs[x] for x in range(i, j)])
             else:
                 enc = sequenced_plain if b.plain else sequenced
                 out.extend([enc(b.start + x, b.ts(x), recs[x]) for x in range(i, j)])
