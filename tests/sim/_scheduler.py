@@ -151,6 +151,8 @@ class Scheduler:
         self._seq = 0
         self._probing = False
         self._ended = False
+        self._busy_threads = 0
+        """How many actor threads run code (see `Actor.thread_busy`)."""
         self._loop = _runtime.get_loop()
         self._original_run: Callable[..., Any] | None = None
 
@@ -163,6 +165,7 @@ class Scheduler:
         with self._cv:
             actor = Actor(len(self.actors), name, role, calm)
             self.actors.append(actor)
+            self._busy_threads += 1  # its thread starts running
             if self._original_run is None:  # from the first actor until `run` ends
                 self._original_run = _runtime.run
                 _runtime.run = _tracked_run(self._original_run)
@@ -183,7 +186,7 @@ class Scheduler:
             finally:
                 with self._cv:
                     actor.state = "done"
-                    actor.thread_busy = False
+                    self._thread_waits(actor)
                     self._cv.notify_all()
                     self._kick()
 
@@ -208,15 +211,25 @@ class Scheduler:
             raise SimCrash
         fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         with self._cv:
-            fiber = self._park(actor, op, fut=fut)
+            fiber = self._park(actor, op, fut=fut, kick=False)
+            if self.failure is None and not self._ended and not self._busy_threads and self._quiet_now():
+                # Only this coroutine runs: the step the probe would take once it parked, taken now (often
+                # it is this fiber's, which then goes on without a trip through the loop).
+                self._step()
+            else:
+                self._kick()
         try:
-            verdict = await fut
+            verdict = fut.result() if fut.done() else await fut
         except BaseException:  # cancelled (an aborted session): the step never happens
             with self._cv:
                 if fiber in self._parked:
                     self._parked.remove(fiber)
             raise
         return self._apply_crash(actor, verdict)
+
+    def _quiet_now(self) -> bool:
+        """(Lock held, on the loop.) No thread runs and nothing else is due on the loop."""
+        return self._loop_idle() and self._next_wake_up() is None
 
     def wait(self, op: Op, ready: Callable[[], bool]) -> Verdict:
         """Park the calling actor's thread until `ready()` holds and the scheduler picks it."""
@@ -239,14 +252,16 @@ class Scheduler:
         fut: asyncio.Future[Verdict] | None = None,
         event: threading.Event | None = None,
         thread: bool = False,
+        kick: bool = True,
     ) -> _Fiber:
         self._seq += 1
         fiber = _Fiber(actor, op, self._seq, ready, fut, event)
         self._parked.append(fiber)
         actor.op = op
         if thread:
-            actor.thread_busy = False
-        self._kick()
+            self._thread_waits(actor)
+        if kick:
+            self._kick()
         return fiber
 
     @staticmethod
@@ -275,32 +290,57 @@ class Scheduler:
         """(Lock held.) Something parked or ended: once no actor thread runs, watch the loop go quiet."""
         if self._probing or self.failure is not None or self._ended:
             return
-        if any(a.thread_busy for a in self.actors):
+        if self._busy_threads:
             return
         self._probing = True
-        self._loop.call_soon_threadsafe(self._probe)
+        if _runtime.in_loop_thread():
+            self._loop.call_soon(self._probe)
+        else:
+            self._loop.call_soon_threadsafe(self._probe)
 
     def _probe(self) -> None:
         """(On the loop.) Take the next step once the process is quiet; until then, look again."""
+        try:
+            self._look()
+        except Exception as exc:  # noqa: BLE001 - a bug here would stall the schedule silently: end it, saying why
+            with self._cv:
+                self._fail(f"the scheduler failed: {exc!r}")
+
+    def _look(self) -> None:
         loop = self._loop
         with self._cv:
-            if self.failure is not None or self._ended or any(a.thread_busy for a in self.actors):
+            if self.failure is not None or self._ended or self._busy_threads:
                 self._probing = False  # a thread runs: it kicks again when it parks or waits
                 return
-            if loop._ready:  # type: ignore[attr-defined]  # a callback (a woken coroutine) is due
+            if not self._loop_idle():  # a callback (a woken coroutine) is due
                 loop.call_soon(self._probe)
                 return
-            sleeping = [
-                h.when()
-                for h in loop._scheduled  # type: ignore[attr-defined]
-                if not h.cancelled() and h._callback is futures._set_result_unless_cancelled  # type: ignore[attr-defined]
-            ]
-            soonest = min(sleeping, default=None)
-            if soonest is not None and soonest - loop.time() < _SLEEP_HORIZON_S:
-                loop.call_later(min(max(soonest - loop.time(), 0.0), 0.05), self._probe)
+            sleeper = self._next_wake_up()
+            if sleeper is not None:
+                loop.call_later(min(sleeper, 0.05), self._probe)
                 return
             self._probing = False
             self._step()
+
+    def _loop_idle(self) -> bool:
+        """(On the loop.) Nothing is due on the loop but probes (the running callback aside)."""
+        # A copy: a garbage collection on this thread may finalize an async generator, which appends
+        # its ``aclose()`` to the ready queue (harmless: it takes no step).
+        due = tuple(self._loop._ready)  # type: ignore[attr-defined]
+        return all(h._callback == self._probe for h in due)
+
+    def _next_wake_up(self) -> float | None:
+        """(On the loop.) In how many seconds a coroutine sleeping through a back-off wakes up, if any."""
+        loop = self._loop
+        sleeping = [
+            h.when()
+            for h in loop._scheduled  # type: ignore[attr-defined]
+            if not h.cancelled() and h._callback is futures._set_result_unless_cancelled  # type: ignore[attr-defined]
+        ]
+        soonest = min(sleeping, default=None)
+        if soonest is None or soonest - loop.time() >= _SLEEP_HORIZON_S:
+            return None
+        return max(float(soonest - loop.time()), 0.0)
 
     def _step(self) -> None:
         """(Lock held, on the loop, the process quiet.) Pick a parked fiber and let it go on."""
@@ -345,10 +385,21 @@ class Scheduler:
         self._probing = True
         self._loop.call_soon(self._probe)
 
-    @staticmethod
-    def _release(fiber: _Fiber, verdict: Verdict) -> None:
+    def _thread_waits(self, actor: Actor) -> None:
+        """(Lock held.) `actor`'s thread stops running code: parked, waiting for its coroutine, or ended."""
+        if actor.thread_busy:
+            actor.thread_busy = False
+            self._busy_threads -= 1
+
+    def _thread_runs(self, actor: Actor) -> None:
+        """(Lock held.) `actor`'s thread runs code again."""
+        if not actor.thread_busy:
+            actor.thread_busy = True
+            self._busy_threads += 1
+
+    def _release(self, fiber: _Fiber, verdict: Verdict) -> None:
         if fiber.event is not None:
-            fiber.actor.thread_busy = True
+            self._thread_runs(fiber.actor)
             fiber.verdict = verdict
             fiber.event.set()
             return
@@ -372,8 +423,15 @@ class Scheduler:
                 if self.failure is not None:
                     raise SimStuck(self.failure)
                 if not quiet:
-                    busy = [f"{a.name} (at {a.op})" for a in self.actors if a.state != "done"]
-                    raise SimStuck(f"the schedule did not end within {self.stall_s:.0f}s: {busy}")
+                    busy = [
+                        f"{a.name} ({'running' if a.thread_busy else 'waiting'}, last at {a.op})"
+                        for a in self.actors
+                        if a.state != "done"
+                    ]
+                    parked = [f"{f.actor.name} at {f.op}" for f in self._parked]
+                    raise SimStuck(
+                        f"the schedule did not end within {self.stall_s:.0f}s: {busy}; parked: {parked}"
+                    )
         finally:
             if self._original_run is not None:
                 _runtime.run = self._original_run
@@ -411,13 +469,13 @@ def _tracked_run(run: Callable[..., Any]) -> Callable[..., Any]:
 
         async def waited_for() -> T:
             with sched._cv:
-                actor.thread_busy = False
+                sched._thread_waits(actor)
                 sched._kick()
             try:
                 return await coro
             finally:
                 with sched._cv:
-                    actor.thread_busy = True
+                    sched._thread_runs(actor)
 
         return run(waited_for(), timeout)  # type: ignore[no-any-return]
 
