@@ -145,7 +145,16 @@ class MemoryService:
 
 
 def _describe(inp: AppendInput) -> str:
-    return _describe_message(append_input_to_proto(inp).SerializeToString())
+    """An SDK ``AppendInput`` in a trace line, as `_describe_message` shows a serialized one."""
+    parts = [f"{len(inp.records)} rec"]
+    first = inp.records[0]
+    if first.headers and first.headers[0][0] == b"":
+        parts = [f"{first.headers[0][1].decode()} {bytes(first.body).decode(errors='replace')}"]
+    if inp.fencing_token is not None:
+        parts.append(f"token={inp.fencing_token}")
+    if inp.match_seq_num is not None:
+        parts.append(f"match={inp.match_seq_num}")
+    return " ".join(parts)
 
 
 def _describe_message(data: bytes) -> str:
