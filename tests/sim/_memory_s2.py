@@ -8,13 +8,20 @@ Only the transport is replaced: each call is a step of the `Scheduler`, which ma
 reply after applying it, or kill the caller's process before or after it.
 
 Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``ensure_stream``; ``S2Stream.name``/
-``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``.
+``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``; and, for the
+bulk append path (`s2_sink._bulk_session`), the basin transport the SDK client hands out
+(``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
+lite server answers one (`AppendSessionResponse`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, cast
+from urllib.parse import unquote
 
 from s2_sdk import (
     S2,
@@ -30,19 +37,25 @@ from s2_sdk import (
     SeqNumMismatchError,
     StreamPosition,
 )
+from s2_sdk._exceptions import ConnectionClosedError
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto, sequenced_record_from_proto
 
 from s2_sink.config import S2Config
-from s2_sink.lite._errors import ApiError
+from s2_sink.lite._appends import ack_for
+from s2_sink.lite._batch import Batch
+from s2_sink.lite._errors import ApiError, bad
+from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
 from tests.sim._scheduler import Op, Scheduler
 
-__all__ = ["MemoryS2", "MemoryService"]
+__all__ = ["AppendSessionResponse", "MemoryS2", "MemoryService", "MemoryTransport"]
 
 _ONE_MIB = 1024 * 1024
+_RECONNECT_ADVISED = 0x10  # S2S flag bit 4 (s2_sdk._s2s._protocol)
+_RECORDS_PATH = re.compile(r"/v1/streams/([^/]+)/records")
 
 
 def _sdk_error(exc: ApiError) -> S2ServerError:
@@ -72,11 +85,21 @@ class MemoryService:
         self.store.ensure_basin(basin, None)
         self.basin = basin
         self._arrival = 0
+        self._sessions: list[asyncio.Task[Any]] = []
+        """The coroutines reading bulk append sessions' answers (ended with the schedule)."""
 
     def client_factory(self, cfg: S2Config, *, sdk_retries: bool = True) -> S2:
         """`ClientFactory` for the session pool: a client of this service."""
         del cfg, sdk_retries
         return cast(S2, MemoryS2(self))
+
+    async def end_sessions(self) -> None:
+        """The schedule is over and its processes are gone: end the bulk append sessions still open (a dead
+        process's, which nothing closes), as a process's death ends its connections."""
+        open_ = [t for t in self._sessions if not t.done()]
+        for task in open_:
+            task.cancel()
+        await asyncio.gather(*open_, return_exceptions=True)
 
     def stream(self, name: str) -> Stream:
         try:
@@ -86,19 +109,23 @@ class MemoryService:
 
     def apply_append(self, name: str, inp: AppendInput) -> AppendAck:
         """Sequence one append as the lite server does; raises the SDK's error for a refused one."""
-        data = append_input_to_proto(inp).SerializeToString()
-        stream = self.stream(name)
-        self._arrival += 1
         try:
-            batch = stream.sequence(data, self._arrival)
+            stream, batch = self.sequence(name, append_input_to_proto(inp).SerializeToString())
         except ApiError as exc:
             raise _sdk_error(exc) from None
-        stream.make_visible(batch.end, batch.last_ts)
         return AppendAck(
             start=StreamPosition(batch.start, batch.ts0),
             end=StreamPosition(batch.end, batch.last_ts),
             tail=StreamPosition(stream.next_seq, stream.last_ts),
         )
+
+    def sequence(self, name: str, data: bytes) -> tuple[Stream, Batch]:
+        """Sequence one serialized ``AppendInput`` as the lite server does (raises its `ApiError`)."""
+        stream = self.store.stream(self.basin, name)
+        self._arrival += 1
+        batch = stream.sequence(data, self._arrival)
+        stream.make_visible(batch.end, batch.last_ts)
+        return stream, batch
 
     async def step(self, op: Op) -> str:
         """A scheduling point; raises for a refusal (nothing applied)."""
@@ -118,6 +145,7 @@ class MemoryService:
 
 
 def _describe(inp: AppendInput) -> str:
+    """An SDK ``AppendInput`` in a trace line, as `_describe_message` shows a serialized one."""
     parts = [f"{len(inp.records)} rec"]
     first = inp.records[0]
     if first.headers and first.headers[0][0] == b"":
@@ -126,6 +154,20 @@ def _describe(inp: AppendInput) -> str:
         parts.append(f"token={inp.fencing_token}")
     if inp.match_seq_num is not None:
         parts.append(f"match={inp.match_seq_num}")
+    return " ".join(parts)
+
+
+def _describe_message(data: bytes) -> str:
+    """A serialized ``AppendInput`` in a trace line: its size (or command), token and condition."""
+    msg = pb.AppendInput.FromString(data)
+    parts = [f"{len(msg.records)} rec"]
+    first = msg.records[0] if msg.records else None
+    if first is not None and first.headers and first.headers[0].name == b"":
+        parts = [f"{first.headers[0].value.decode()} {first.body.decode(errors='replace')}"]
+    if msg.HasField("fencing_token"):
+        parts.append(f"token={msg.fencing_token}")
+    if msg.HasField("match_seq_num"):
+        parts.append(f"match={msg.match_seq_num}")
     return " ".join(parts)
 
 
@@ -141,6 +183,10 @@ class MemoryS2:
 
     async def close(self) -> None:
         return None
+
+    def _get_basin_client(self, name: str) -> MemoryTransport:
+        assert name == self._service.basin, name
+        return MemoryTransport(self._service)
 
 
 class MemoryBasin:
@@ -245,3 +291,98 @@ class Session:
 
     async def close(self) -> None:
         return None
+
+
+class MemoryTransport:
+    """Stands in for the SDK's ``HttpClient`` of the basin, for the request the bulk path makes on it: an
+    S2S append session (``POST /v1/streams/{stream}/records``, ``content-type: s2s/proto``)."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self._service = service
+
+    @asynccontextmanager
+    async def streaming_request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        content: AsyncIterator[bytes] | None = None,
+        frame_signal: object = None,
+    ) -> AsyncGenerator[AppendSessionResponse]:
+        del params, frame_signal
+        found = _RECORDS_PATH.fullmatch(path)
+        ctype = (headers or {}).get("content-type")
+        if method != "POST" or found is None or ctype != "s2s/proto" or content is None:
+            raise AssertionError(f"the in-memory S2 answers only S2S append sessions, not {method} {path}")
+        yield AppendSessionResponse(self._service, unquote(found.group(1)), content)
+
+
+class AppendSessionResponse:
+    """The response of an S2S append session, as the lite server gives it (`s2_sink.lite._appends`): each
+    input message is sequenced in order and answered with its ``AppendAck`` frame; the first failure is a
+    terminal frame (status and JSON error, `encode_terminal`) after the acks of earlier inputs, and
+    nothing after it is applied; the session ends when the input ends. A missing stream is a 404 before
+    any input.
+
+    Each input message is one scheduler step (``session``), taken when the session reads it: refused (a
+    429 ``rate_limited`` terminal frame, nothing applied), applied with its reply lost (the connection
+    drops: a transport error), applied with S2's reconnect advice on its ack, or the caller's process dies
+    before or after it is applied."""
+
+    def __init__(self, service: MemoryService, stream: str, content: AsyncIterator[bytes]) -> None:
+        self._service = service
+        self._stream = stream
+        self._content = content
+        self._error: ApiError | None = None
+        try:
+            service.store.stream(service.basin, stream)
+        except ApiError as exc:
+            self._error = exc
+        self.status_code = 200 if self._error is None else self._error.status
+        self.retired = False
+
+    async def aread(self) -> bytes:
+        return self._error.body() if self._error is not None else b""
+
+    def retire_connection(self) -> None:
+        self.retired = True  # no connection is pooled here: the next session starts afresh anyway
+
+    async def aiter_bytes(self) -> AsyncGenerator[bytes]:
+        task = asyncio.current_task()
+        if task is not None:
+            self._service._sessions.append(task)
+        reader = FrameReader()
+        async for data in self._content:
+            payloads, err = reader.feed(data)
+            for payload in payloads:
+                frame, last = await self._answer(payload)
+                yield frame
+                if last:
+                    return
+            if err is not None:
+                yield encode_terminal(err)
+                return
+        if reader.pending:
+            yield encode_terminal(bad("bad_frame", "input ended inside a frame"))
+
+    async def _answer(self, payload: bytes) -> tuple[bytes, bool]:
+        """One input message's frame, and whether it ends the session."""
+        svc = self._service
+        verdict = await svc.sched.point(Op("session", self._stream, _describe_message(payload)))
+        if verdict == "refuse":
+            refusal = ApiError(429, "rate_limited", "simulated: rate limited, nothing applied")
+            return encode_terminal(refusal), True
+        try:
+            stream, batch = svc.sequence(self._stream, payload)
+        except ApiError as exc:
+            return encode_terminal(exc), True
+        if verdict == "ambiguous":
+            raise ConnectionClosedError("simulated: connection dropped after the append was applied")
+        if verdict == "crash_after":
+            Scheduler.crash_now()
+        frame = encode_frame(ack_for(stream, batch))
+        if verdict == "reconnect":
+            frame = frame[:3] + bytes((frame[3] | _RECONNECT_ADVISED,)) + frame[4:]
+        return frame, False

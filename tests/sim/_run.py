@@ -6,6 +6,7 @@ import hashlib
 import logging
 from dataclasses import dataclass, replace
 
+from s2_sink import _runtime
 from s2_sink._session_pool import SessionPool, install_pool
 from s2_sink._write_spec import Delivery
 from tests.sim._invariants import (
@@ -109,6 +110,7 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
     except AssertionError as exc:
         violation = f"{type(exc).__name__}: {exc}"
     finally:
+        _runtime.run(service.end_sessions())
         query.close()
         install_pool(SessionPool())
     return Outcome(

@@ -8,6 +8,7 @@ three records each) make every task write several chunks.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from typing import Literal
@@ -80,6 +81,10 @@ class Scenario:
     input."""
     changes: tuple[tuple[Row, ...], ...] = ()
     """With `compact`, every batch's changes before compaction (what the encoder was given)."""
+    bulk: bool = True
+    """The tasks append on the bulk path (``S2Config.bulk_append``, the default: serialized messages on
+    S2S sessions of their own), else on the SDK's record path (its ``AppendSession``); three in four
+    schedules take the default."""
 
     @classmethod
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
@@ -117,6 +122,7 @@ class Scenario:
             fault_rate=0.005 if long else rng.choice((0.02, 0.05, 0.1)),
             max_faults=rng.randint(1, 5),
             max_restarts=rng.randint(1, 3),
+            bulk=_bulk(rng),
         )
 
     @classmethod
@@ -150,11 +156,12 @@ class Scenario:
             order_by=True,
             compact=compact,
             changes=changes if compact else (),
+            bulk=_bulk(rng),
         )
 
     def describe(self) -> str:
         routing = f"{self.shards} shards" if self.shards else "routed" if self.routed else "one stream"
-        kinds = [self.front, routing]
+        kinds = [self.front, routing, "bulk appends" if self.bulk else "record appends"]
         kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
         kinds += ["order_by"] * self.order_by + ["compact"] * self.compact
         rows = "/".join(str(len(b)) for b in self.batches)
@@ -164,6 +171,11 @@ class Scenario:
             f"run id {'known' if self.run_id_known else 'unknown'}; fault rate {self.fault_rate} "
             f"(at most {self.max_faults}), at most {self.max_restarts} restarts"
         )
+
+
+def _bulk(rng: random.Random) -> bool:
+    """Drawn last, so the rest of a seed's scenario is what it was before the bulk path was simulated."""
+    return rng.random() < 0.75
 
 
 def _row(rng: random.Random, *, routed: bool, shards: int | None, dlq: bool, upsert: bool) -> Row:
@@ -223,6 +235,13 @@ def compacted(changes: tuple[Row, ...]) -> tuple[Row, ...]:
 
 def frame_of(rows: list[Row], *, routed: bool, dlq: bool) -> pa.RecordBatch:
     """The record frame of one partition, as the writer's encoder would hand it to the tasks."""
+    return _frame(tuple(rows), routed, dlq)
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame(rows: tuple[Row, ...], routed: bool, dlq: bool) -> pa.RecordBatch:
+    # Cached (frames are immutable): retries, replays and other seeds' small partitions repeat, and
+    # building Arrow arrays from Python lists was a tenth of a schedule's time.
     columns: dict[str, pa.Array] = {BODY: pa.array([r.body for r in rows], pa.binary())}
     if any(r.headers for r in rows):
         headers = [[{"name": n, "value": v} for n, v in r.headers] or None for r in rows]

@@ -1,16 +1,22 @@
-"""The seeded scheduler: simulated actors (driver runs, task attempts) run one at a time, in an order and
-with faults drawn from one seed.
+"""The seeded scheduler: simulated actors (driver runs, task attempts) take one S2 step at a time, in an
+order and with faults drawn from one seed.
 
 Every actor is a real thread running the real code (Spark calls the writer synchronously from its task
 threads; the writer's I/O runs on the process's event loop). Every call into the in-memory S2 is a
-scheduling point: the calling coroutine parks there, and so does an actor waiting for Spark to tell it
-something (a driver waiting for its tasks). The scheduler waits until *every* live actor is parked, then
-picks one with the seeded RNG, decides the fault of its pending step, and lets only that one go on. So
-exactly one actor runs between two points and nothing depends on thread timing: the same seed gives the
-same schedule, step for step.
+scheduling point, and so is an actor waiting for Spark to tell it something (a driver waiting for its
+tasks). An actor may be parked at several points at once: the bulk append path runs one session per
+stream as its own coroutine next to the task's own flow (they are the actor's *fibers*).
 
-An actor is identified inside the code it calls (also in the coroutines it starts on the event loop,
-which inherit the thread's context) by a context variable.
+The scheduler takes a step only once the whole process is quiet: no actor thread is running (each is
+parked, waiting for its coroutine on the loop, or done) and the event loop has nothing to run but
+timeouts (a coroutine sleeping through a back-off counts as running). It then picks one parked fiber with
+the seeded RNG, decides the fault of its step, and lets only that one go on. Nothing depends on thread
+timing: the same seed gives the same schedule, step for step.
+
+The code under test reaches the loop through ``s2_sink._runtime.run``; while a schedule runs, the
+scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing
+else). An actor is identified inside the code it calls (also in the coroutines it starts on the event
+loop, which inherit the thread's context) by a context variable.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Callable
+from asyncio import futures
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from s2_sink import _runtime
 
 __all__ = [
     "Actor",
@@ -33,12 +42,21 @@ __all__ = [
     "Verdict",
 ]
 
-Verdict = Literal["ok", "refuse", "ambiguous", "crash_before", "crash_after", "fetch_failed", "lost"]
+T = TypeVar("T")
+
+Verdict = Literal[
+    "ok", "refuse", "ambiguous", "crash_before", "crash_after", "fetch_failed", "lost", "reconnect"
+]
 """What happens at a step: it runs; it is refused with nothing applied (a 429); it is applied but the
 reply is lost (the caller sees a transport error); the actor's process dies before it, or right after it
 was applied; (task appends only) the task fails with a shuffle fetch failure before it, which makes
 Spark retry the whole stage; (task steps only) Spark declares the attempt lost (an executor heartbeat
-timeout) and retries it, while the attempt goes on as a zombie."""
+timeout) and retries it, while the attempt goes on as a zombie; (bulk session appends only) it is applied
+and its ack carries S2's reconnect advice."""
+
+_SLEEP_HORIZON_S = 5.0
+"""A coroutine sleeping less than this (a retry back-off) is running; a longer timer is a timeout or the
+session pool's reaper, which a schedule never waits for."""
 
 
 class SimCrash(BaseException):
@@ -56,11 +74,12 @@ class SimStuck(AssertionError):
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """A scheduling point: what the parked actor is about to do."""
+    """A scheduling point: what the parked fiber is about to do."""
 
     kind: str
-    """``append`` (unary), ``session`` (append session), ``read``, ``tail``, ``ensure``, ``wait`` (a
-    driver waiting for its tasks), ``spark-commit`` (Spark records the batch in its checkpoint)."""
+    """``append`` (unary), ``session`` (an append session's message), ``read``, ``tail``, ``ensure``,
+    ``wait`` (a driver waiting for its tasks), ``spark-commit`` (Spark records the batch in its
+    checkpoint)."""
     target: str = ""
     detail: str = ""
 
@@ -77,25 +96,37 @@ class Actor:
     role: Literal["driver", "task"]
     calm: bool = False
     """No faults are injected into its steps (the last run of a schedule, which must complete)."""
-    state: Literal["running", "parked", "done"] = "running"
+    state: Literal["running", "done"] = "running"
     dead: bool = False
     """Its process died: every later step raises `SimCrash` without effect."""
     lost: bool = False
     """Spark gave up on it (a task attempt) and launched a retry; it goes on as a zombie."""
+    thread_busy: bool = True
+    """Its thread runs code (not parked, not waiting for its coroutine on the loop, not done)."""
     op: Op | None = None
-    ready: Callable[[], bool] | None = None
-    """For a wait: whether it can proceed (checked by the scheduler)."""
+    """Its last scheduling point (for reports)."""
     outcome: str = ""
     """How it ended: ``ok``, ``crashed``, ``fetch-failed`` or the error it raised."""
     error: BaseException | None = None
     result: object = None
-    _fut: asyncio.Future[Verdict] | None = field(default=None, repr=False)
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
-    _event: threading.Event | None = field(default=None, repr=False)
-    _verdict: Verdict = "ok"
+
+
+@dataclass(eq=False)
+class _Fiber:
+    """A parked point: a coroutine awaiting `fut` on the loop, or a thread waiting on `event`."""
+
+    actor: Actor
+    op: Op
+    seq: int
+    ready: Callable[[], bool] | None = None
+    """For a wait: whether it can proceed (checked by the scheduler)."""
+    fut: asyncio.Future[Verdict] | None = None
+    event: threading.Event | None = None
+    verdict: Verdict = "ok"
 
 
 _current: ContextVar[Actor | None] = ContextVar("sim_actor", default=None)
+_scheduler: ContextVar[Scheduler | None] = ContextVar("sim_scheduler", default=None)
 
 Policy = Callable[[Actor, Op, random.Random], Verdict]
 
@@ -116,6 +147,14 @@ class Scheduler:
         """Why the schedule cannot go on (no actor can proceed, too many steps)."""
         self._cv = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._parked: list[_Fiber] = []
+        self._seq = 0
+        self._probing = False
+        self._ended = False
+        self._busy_threads = 0
+        """How many actor threads run code (see `Actor.thread_busy`)."""
+        self._loop = _runtime.get_loop()
+        self._original_run: Callable[..., Any] | None = None
 
     # -- actors ------------------------------------------------------------------------------------------
 
@@ -126,9 +165,14 @@ class Scheduler:
         with self._cv:
             actor = Actor(len(self.actors), name, role, calm)
             self.actors.append(actor)
+            self._busy_threads += 1  # its thread starts running
+            if self._original_run is None:  # from the first actor until `run` ends
+                self._original_run = _runtime.run
+                _runtime.run = _tracked_run(self._original_run)
 
         def main() -> None:
             _current.set(actor)
+            _scheduler.set(self)
             try:
                 actor.result = body()
                 actor.outcome = "ok"
@@ -142,7 +186,9 @@ class Scheduler:
             finally:
                 with self._cv:
                     actor.state = "done"
-                    self._schedule(None)
+                    self._thread_waits(actor)
+                    self._cv.notify_all()
+                    self._kick()
 
         thread = threading.Thread(target=main, name=f"sim-{name}", daemon=True)
         self._threads.append(thread)
@@ -157,20 +203,33 @@ class Scheduler:
     # -- points ------------------------------------------------------------------------------------------
 
     async def point(self, op: Op) -> Verdict:
-        """Park the calling actor's coroutine at `op` until scheduled; its verdict (crash_before raises)."""
+        """Park the calling coroutine at `op` until scheduled; its verdict (crash_before raises)."""
         actor = _current.get()
         if actor is None:
             return "ok"
         if actor.dead:
             raise SimCrash
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Verdict] = loop.create_future()
+        fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         with self._cv:
-            actor.op, actor.ready, actor._fut, actor._loop = op, None, fut, loop
-            actor.state = "parked"
-            mine = self._schedule(actor)
-        verdict = mine if mine is not None else await fut
+            fiber = self._park(actor, op, fut=fut, kick=False)
+            if self.failure is None and not self._ended and not self._busy_threads and self._quiet_now():
+                # Only this coroutine runs: the step the probe would take once it parked, taken now (often
+                # it is this fiber's, which then goes on without a trip through the loop).
+                self._step()
+            else:
+                self._kick()
+        try:
+            verdict = fut.result() if fut.done() else await fut
+        except BaseException:  # cancelled (an aborted session): the step never happens
+            with self._cv:
+                if fiber in self._parked:
+                    self._parked.remove(fiber)
+            raise
         return self._apply_crash(actor, verdict)
+
+    def _quiet_now(self) -> bool:
+        """(Lock held, on the loop.) No thread runs and nothing else is due on the loop."""
+        return self._loop_idle() and self._next_wake_up() is None
 
     def wait(self, op: Op, ready: Callable[[], bool]) -> Verdict:
         """Park the calling actor's thread until `ready()` holds and the scheduler picks it."""
@@ -180,13 +239,30 @@ class Scheduler:
             raise SimCrash
         event = threading.Event()
         with self._cv:
-            actor.op, actor.ready, actor._event = op, ready, event
-            actor.state = "parked"
-            mine = self._schedule(actor)
-        if mine is None:
-            event.wait()
-            mine = actor._verdict
-        return self._apply_crash(actor, mine)
+            fiber = self._park(actor, op, ready=ready, event=event, thread=True)
+        event.wait()
+        return self._apply_crash(actor, fiber.verdict)
+
+    def _park(
+        self,
+        actor: Actor,
+        op: Op,
+        *,
+        ready: Callable[[], bool] | None = None,
+        fut: asyncio.Future[Verdict] | None = None,
+        event: threading.Event | None = None,
+        thread: bool = False,
+        kick: bool = True,
+    ) -> _Fiber:
+        self._seq += 1
+        fiber = _Fiber(actor, op, self._seq, ready, fut, event)
+        self._parked.append(fiber)
+        actor.op = op
+        if thread:
+            self._thread_waits(actor)
+        if kick:
+            self._kick()
+        return fiber
 
     @staticmethod
     def _apply_crash(actor: Actor, verdict: Verdict) -> Verdict:
@@ -210,38 +286,126 @@ class Scheduler:
 
     # -- the loop ----------------------------------------------------------------------------------------
 
-    def _schedule(self, caller: Actor | None) -> Verdict | None:
-        """Called with the lock held whenever an actor parks or ends: once every actor is parked or done,
-        pick the next one and let it go. Returns the verdict if the pick is `caller` itself (it just goes
-        on: no thread hand-off), else None. The choice is made by whichever thread made the system quiet,
-        which changes nothing about *what* is chosen."""
-        if self.failure is not None or any(a.state == "running" for a in self.actors):
+    def _kick(self) -> None:
+        """(Lock held.) Something parked or ended: once no actor thread runs, watch the loop go quiet."""
+        if self._probing or self.failure is not None or self._ended:
+            return
+        if self._busy_threads:
+            return
+        self._probing = True
+        if _runtime.in_loop_thread():
+            self._loop.call_soon(self._probe)
+        else:
+            self._loop.call_soon_threadsafe(self._probe)
+
+    def _probe(self) -> None:
+        """(On the loop.) Take the next step once the process is quiet; until then, look again."""
+        try:
+            self._look()
+        except Exception as exc:  # noqa: BLE001 - a bug here would stall the schedule silently: end it, saying why
+            with self._cv:
+                self._fail(f"the scheduler failed: {exc!r}")
+
+    def _look(self) -> None:
+        loop = self._loop
+        with self._cv:
+            if self.failure is not None or self._ended or self._busy_threads:
+                self._probing = False  # a thread runs: it kicks again when it parks or waits
+                return
+            if not self._loop_idle():  # a callback (a woken coroutine) is due
+                loop.call_soon(self._probe)
+                return
+            sleeper = self._next_wake_up()
+            if sleeper is not None:
+                loop.call_later(min(sleeper, 0.05), self._probe)
+                return
+            self._probing = False
+            self._step()
+
+    def _loop_idle(self) -> bool:
+        """(On the loop.) Nothing is due on the loop but probes (the running callback aside)."""
+        # A copy: a garbage collection on this thread may finalize an async generator, which appends
+        # its ``aclose()`` to the ready queue (harmless: it takes no step).
+        due = tuple(self._loop._ready)  # type: ignore[attr-defined]
+        return all(h._callback == self._probe for h in due)
+
+    def _next_wake_up(self) -> float | None:
+        """(On the loop.) In how many seconds a coroutine sleeping through a back-off wakes up, if any."""
+        loop = self._loop
+        sleeping = [
+            h.when()
+            for h in loop._scheduled  # type: ignore[attr-defined]
+            if not h.cancelled() and h._callback is futures._set_result_unless_cancelled  # type: ignore[attr-defined]
+        ]
+        soonest = min(sleeping, default=None)
+        if soonest is None or soonest - loop.time() >= _SLEEP_HORIZON_S:
             return None
-        parked = [a for a in self.actors if a.state == "parked"]
-        if not parked:
-            self._cv.notify_all()  # every actor is done
-            return None
-        ready = [a for a in parked if a.ready is None or a.ready()]
+        return max(float(soonest - loop.time()), 0.0)
+
+    def _step(self) -> None:
+        """(Lock held, on the loop, the process quiet.) Pick a parked fiber and let it go on."""
+        dead = [f for f in self._parked if f.actor.dead or f.actor.state == "done"]
+        if dead:
+            # Points left behind by a process that died (or an actor that ended): they die with it, no step.
+            for f in dead:
+                self._parked.remove(f)
+                self._release(f, "crash_before")
+            self._watch()
+            return
+        if not self._parked:
+            if all(a.state == "done" for a in self.actors):
+                self._cv.notify_all()
+                return
+            busy = [f"{a.name} (last at {a.op})" for a in self.actors if a.state != "done"]
+            self._fail(f"no actor can proceed and none is parked: {busy}")
+            return
+        ready = [f for f in self._parked if f.ready is None or f.ready()]
         if not ready:
-            self._fail(f"no actor can proceed: {[f'{a.name} at {a.op}' for a in parked]}")
-            return None
+            self._fail(f"no actor can proceed: {[f'{f.actor.name} at {f.op}' for f in self._parked]}")
+            return
         self.steps += 1
         if self.steps > self.max_steps:
             self._fail(f"more than {self.max_steps} steps")
-            return None
-        actor = ready[self.rng.randrange(len(ready))]
-        assert actor.op is not None
-        verdict = self.policy(actor, actor.op, self.rng)
+            return
+        ready.sort(key=lambda f: (f.actor.id, str(f.op), f.seq))
+        fiber = ready[self.rng.randrange(len(ready))]
+        actor = fiber.actor
+        verdict = self.policy(actor, fiber.op, self.rng)
         if verdict == "lost":
             actor.lost = True
         note = "" if verdict == "ok" else f" -> {verdict}"
-        self.trace.append(f"{self.steps:4d} {actor.name}: {actor.op}{note}")
-        actor.state = "running"
-        if actor is caller:
-            actor._event = actor._fut = actor._loop = None
-            return verdict
-        self._release(actor, verdict)
-        return None
+        self.trace.append(f"{self.steps:4d} {actor.name}: {fiber.op}{note}")
+        self._parked.remove(fiber)
+        self._release(fiber, verdict)
+        self._watch()
+
+    def _watch(self) -> None:
+        """(Lock held, on the loop.) Keep watching: what a released fiber does ends in a point, a quiet
+        loop or a running thread (which kicks again when it waits)."""
+        self._probing = True
+        self._loop.call_soon(self._probe)
+
+    def _thread_waits(self, actor: Actor) -> None:
+        """(Lock held.) `actor`'s thread stops running code: parked, waiting for its coroutine, or ended."""
+        if actor.thread_busy:
+            actor.thread_busy = False
+            self._busy_threads -= 1
+
+    def _thread_runs(self, actor: Actor) -> None:
+        """(Lock held.) `actor`'s thread runs code again."""
+        if not actor.thread_busy:
+            actor.thread_busy = True
+            self._busy_threads += 1
+
+    def _release(self, fiber: _Fiber, verdict: Verdict) -> None:
+        if fiber.event is not None:
+            self._thread_runs(fiber.actor)
+            fiber.verdict = verdict
+            fiber.event.set()
+            return
+        assert fiber.fut is not None
+        if not fiber.fut.done():
+            fiber.fut.set_result(verdict)
 
     def _fail(self, why: str) -> None:
         self.failure = why
@@ -249,30 +413,41 @@ class Scheduler:
 
     def run(self) -> None:
         """Start scheduling (the actors spawned so far) and wait until every actor is done."""
-        with self._cv:
-            self._schedule(None)
-            quiet = self._cv.wait_for(
-                lambda: self.failure is not None or all(a.state == "done" for a in self.actors),
-                timeout=self.stall_s,
-            )
-            if self.failure is not None:
-                raise SimStuck(self.failure)
-            if not quiet:
-                busy = [f"{a.name} ({a.state} at {a.op})" for a in self.actors if a.state != "done"]
-                raise SimStuck(f"the schedule did not end within {self.stall_s:.0f}s: {busy}")
+        try:
+            with self._cv:
+                self._kick()
+                quiet = self._cv.wait_for(
+                    lambda: self.failure is not None or all(a.state == "done" for a in self.actors),
+                    timeout=self.stall_s,
+                )
+                if self.failure is not None:
+                    raise SimStuck(self.failure)
+                if not quiet:
+                    busy = [
+                        f"{a.name} ({'running' if a.thread_busy else 'waiting'}, last at {a.op})"
+                        for a in self.actors
+                        if a.state != "done"
+                    ]
+                    parked = [f"{f.actor.name} at {f.op}" for f in self._parked]
+                    raise SimStuck(
+                        f"the schedule did not end within {self.stall_s:.0f}s: {busy}; parked: {parked}"
+                    )
+        finally:
+            if self._original_run is not None:
+                _runtime.run = self._original_run
+            self._end_leftovers()
 
-    @staticmethod
-    def _release(actor: Actor, verdict: Verdict) -> None:
-        if actor._event is not None:
-            event, actor._event = actor._event, None
-            actor._verdict = verdict
-            event.set()
-            return
-        fut, loop = actor._fut, actor._loop
-        assert fut is not None
-        assert loop is not None
-        actor._fut = actor._loop = None
-        loop.call_soon_threadsafe(fut.set_result, verdict)
+    def _end_leftovers(self) -> None:
+        """Points still parked once every actor ended (or the schedule failed) die with their process."""
+
+        def end() -> None:
+            with self._cv:
+                self._ended = True
+                left, self._parked = self._parked, []
+                for f in left:
+                    self._release(f, "crash_before")
+
+        self._loop.call_soon_threadsafe(end)
 
     def note(self, text: str) -> None:
         """Add a line to the trace (what the Spark model decided: a retry, a restart)."""
@@ -281,3 +456,27 @@ class Scheduler:
     def join_threads(self, timeout: float = 10.0) -> None:
         for t in self._threads:
             t.join(timeout)
+
+
+def _tracked_run(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``s2_sink._runtime.run`` that tells the scheduler when an actor's thread only waits for its
+    coroutine: from the moment the coroutine starts on the loop until it ends (both seen on the loop)."""
+
+    def tracked(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        actor, sched = _current.get(), _scheduler.get()
+        if actor is None or sched is None:
+            return run(coro, timeout)  # type: ignore[no-any-return]
+
+        async def waited_for() -> T:
+            with sched._cv:
+                sched._thread_waits(actor)
+                sched._kick()
+            try:
+                return await coro
+            finally:
+                with sched._cv:
+                    sched._thread_runs(actor)
+
+        return run(waited_for(), timeout)  # type: ignore[no-any-return]
+
+    return tracked

@@ -99,9 +99,11 @@ class Query:
             retry_delay_ms=1,
             session_retries=1,
             max_retries=1,
-            # The bulk path's session speaks S2S over the SDK's HTTP/2 transport, which the in-memory S2 does
-            # not model; the SDK record path sends the same chunks, tags and tokens through the calls it does.
-            bulk_append=False,
+            bulk_append=scenario.bulk,
+            # Timeouts are watchdogs the scheduler never waits for (it steps only a quiet process): far
+            # enough that a slow machine does not make one fire and change the schedule.
+            request_timeout_ms=600_000,
+            session_idle_timeout_ms=3_600_000,
         )
         routing = Routing.build(
             stream=self.cfg.stream,
@@ -141,6 +143,8 @@ class Query:
         choices: list[Verdict]
         if op.kind == "session":
             choices = ["refuse", "ambiguous", "crash_before", "crash_after", "lost"]
+            if self.sc.bulk:
+                choices.append("reconnect")  # S2's advice on an ack: finish this session, open another
             if self.sc.profile in ("stage-retries", "upsert-order"):
                 choices += ["fetch_failed", "fetch_failed"]
         elif op.kind == "append" and op.detail.startswith("fence"):
