@@ -40,6 +40,7 @@ from s2_sdk import (
     StreamConfig,
 )
 
+from s2_sink._exactly_once._bookkeeping_streams import ensure_once
 from s2_sink._exactly_once._ledger_records import (
     EndsFold,
     LedgerState,
@@ -65,10 +66,6 @@ _APPEND_BYTES: Final = 512 * 1024
 # Records read back from the tail first when looking for the last state record (then 8x more each time).
 _FIRST_WINDOW: Final = 16
 
-# Ledgers this process already created or found, as (basin, stream): a format("s2") driver loads its ledger
-# once per micro-batch from a long-lived Python worker, and needs the create-if-missing call only once.
-_ensured: set[tuple[str, str]] = set()
-
 
 def ledger_stream_name(writer_id: str) -> str:
     """The ledger stream of a writer identity."""
@@ -92,11 +89,8 @@ class Ledger:
         """Create the ledger stream if needed, then read its state: the last state record, with the stream
         ends folded from its base."""
         try:
-            key = (self._basin.name, self.name)
-            if key not in _ensured:
-                # Infinite retention: losing the last record would restart epochs below the streams' fences.
-                await self._basin.ensure_stream(self.name, config=StreamConfig(retention_policy="infinite"))
-                _ensured.add(key)
+            # Infinite retention: losing the last record would restart epochs below the streams' fences.
+            await ensure_once(self._basin, self.name, StreamConfig(retention_policy="infinite"))
             tail = (await self._stream.check_tail()).seq_num
             state, at = LedgerState(), -1
             if tail > 0:

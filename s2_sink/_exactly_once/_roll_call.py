@@ -38,6 +38,7 @@ from s2_sdk import (
     StreamConfig,
 )
 
+from s2_sink._exactly_once._bookkeeping_streams import ensure_once
 from s2_sink._exactly_once._fencing import TaskAttempt
 from s2_sink._exactly_once._readback import read_span
 from s2_sink._retry import Backoff, retryable
@@ -52,9 +53,10 @@ ROLL_PREFIX: Final = "_s2sink/attempts/"
 _TRIM_EVERY: Final = 256
 # Waits after a failed sign-in append the SDK did not retry: 0.1 s doubling to 2 s, six of them.
 _BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
+# Sign-ins matter only while their micro-batch runs; retention bounds the stream if nothing trims it.
+_CONFIG: Final = StreamConfig(retention_policy=7 * 24 * 3600)
 
-# Roll streams this process created or found, as (basin, stream), and where it last trimmed each.
-_ensured: set[tuple[str, str]] = set()
+# Where this process last trimmed each roll stream, as (basin, stream).
 _trimmed: dict[tuple[str, str], int] = {}
 
 
@@ -99,9 +101,7 @@ async def open_roll(basin: S2Basin, writer_id: str) -> RollCall:
     trimming sign-ins of earlier micro-batches once enough of them piled up)."""
     name = roll_stream_name(writer_id)
     key = (basin.name, name)
-    if key not in _ensured:
-        await _ensure(basin, name)
-        _ensured.add(key)
+    await ensure_once(basin, name, _CONFIG)
     stream = basin.stream(name)
     try:
         tail = (await stream.check_tail()).seq_num
@@ -120,8 +120,7 @@ async def open_roll(basin: S2Basin, writer_id: str) -> RollCall:
 
 
 async def _ensure(basin: S2Basin, name: str) -> None:
-    # Sign-ins matter only while their micro-batch runs; retention bounds the stream if nothing trims it.
-    await basin.ensure_stream(name, config=StreamConfig(retention_policy=7 * 24 * 3600))
+    await basin.ensure_stream(name, config=_CONFIG)
 
 
 async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:

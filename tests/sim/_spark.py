@@ -36,7 +36,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from s2_sink import _runtime
-from s2_sink._exactly_once import _ledger, _roll_call
+from s2_sink._exactly_once import _bookkeeping_streams, _roll_call
 from s2_sink._exactly_once._coordinator import Coordinator
 from s2_sink._exactly_once._ledger import LEDGER_PREFIX
 from s2_sink._exactly_once._recovery_layout import RecoveryLayout
@@ -175,9 +175,8 @@ class Query:
         pool = SessionPool(self.service.client_factory)
         self.pools.append(pool)
         install_pool(pool)
-        _ledger._ensured.clear()  # the per-process cache of created ledgers
-        _roll_call._ensured.clear()  # ... of created roll streams, and where this process trimmed them
-        _roll_call._trimmed.clear()
+        _bookkeeping_streams.forget_all()  # the ledgers and roll streams this process created
+        _roll_call._trimmed.clear()  # ... and where it trimmed them
         self.coordinator = None
         self.task_ids = 0
 

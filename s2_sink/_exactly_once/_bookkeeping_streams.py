@@ -1,0 +1,26 @@
+"""The exactly-once bookkeeping streams (ledgers, roll calls) this process has already created or found.
+
+A format("s2") driver runs in a long-lived Python worker and opens its ledger and roll call once per
+micro-batch; the create-if-missing call is needed once per process, not once per batch.
+"""
+
+from __future__ import annotations
+
+from s2_sdk import S2Basin, StreamConfig
+
+__all__ = ["ensure_once", "forget_all"]
+
+_known: set[tuple[str, str]] = set()
+
+
+async def ensure_once(basin: S2Basin, name: str, config: StreamConfig) -> None:
+    """Create `name` with `config` unless this process already created or found it."""
+    key = (basin.name, name)
+    if key not in _known:
+        await basin.ensure_stream(name, config=config)
+        _known.add(key)
+
+
+def forget_all() -> None:
+    """Forget every stream, as a fresh process would."""
+    _known.clear()
