@@ -22,7 +22,7 @@ from s2_sink.lite._durability import encode_append, encode_meta, replay
 from s2_sink.lite._errors import ApiError
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import varint
+from s2_sink.lite._wire import pb, varint
 from s2_sink.testing import fresh_basin
 from tests.lite.test_append_scan import outcome, record_by_record
 from tests.lite.test_mostly_plain import CONFIG, _append, encoded, expected, read_every_way
@@ -349,3 +349,32 @@ def test_damaged_inputs_decide_as_record_by_record(edits: list[tuple[int, int, s
         assert outcome(parse_input, damaged)[:3] == ("error", 400, "bad_proto")
     else:
         assert outcome(parse_input, damaged) == want
+
+
+def _canonical(tail: bytes) -> bool:
+    """A stored headers-and-body part is what a serializer writes for the ``SequencedRecord`` it holds."""
+    out: bytes = pb.SequencedRecord.FromString(tail).SerializeToString()
+    return out == tail
+
+
+@pytest.mark.parametrize("at", [0, 4, 9])
+@pytest.mark.parametrize(
+    "odd",
+    [
+        _field(0x12, _field(0x0A, b"@key") + _field(0x12, b"1")) + b"\x1a\x00",
+        b"\x08\x05\x1a\x00",
+        b"\x08\x05" + _field(0x12, _field(0x0A, b"@key")) + b"\x1a\x00",
+        b"\x1a\x00",
+        b"\x1a\x81\x00x",
+    ],
+    ids=["headers", "timestamp", "timestamp and header", "body only", "body only, over-long length"],
+)
+def test_an_empty_or_over_long_body_is_stored_in_canonical_form(odd: bytes, at: int) -> None:
+    """A record of an upsert batch whose body is written out empty (proto3 omits it) or with an over-long
+    length: decided as record by record, and stored as a serializer writes the ``SequencedRecord``, so reads
+    serve canonical bytes (S2 re-encodes what it stores)."""
+    recs = [_field(0x0A, _record(i)) for i in range(10)]
+    recs[at] = _field(0x0A, odd)
+    data = b"".join(recs)
+    assert outcome(parse_input, data) == outcome(record_by_record, data)
+    assert all(_canonical(t) for t in parse_input(data).tails())
