@@ -378,3 +378,15 @@ def test_an_empty_or_over_long_body_is_stored_in_canonical_form(odd: bytes, at: 
     data = b"".join(recs)
     assert outcome(parse_input, data) == outcome(record_by_record, data)
     assert all(_canonical(t) for t in parse_input(data).tails())
+
+
+def test_a_field_where_a_record_would_start_is_not_read_as_one() -> None:
+    """The scan places records from the lengths the top-level parse found. Here a 3-byte field (field 2 as
+    bytes, which a parse keeps as unknown) comes first, so the one record starts 3 bytes in; read from byte
+    0, the bytes form a record of the same length and a fencing token after it. Only the check of each
+    record's key tells the two apart: the record's body holds those 10 bytes; there is no fencing token."""
+    real = _field(0x1A, b"\x0c\x1a\x0aABCD\x1a\x01t")  # the record: a body of 10 bytes
+    data = b"\x12\x01\x1a" + _field(0x0A, real)
+    want = outcome(record_by_record, data)
+    assert want == (1, [b"\x22" + real[1:]], [], {}, None, None)
+    assert outcome(parse_input, data) == want
