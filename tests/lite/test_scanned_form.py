@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from s2_sdk import CommandRecord, Record
 
 from s2_sink.lite import LiteServer
-from s2_sink.lite._append_input import parse_input
+from s2_sink.lite._append_input import ONE_MIB, parse_input
 from s2_sink.lite._durability import encode_append, encode_meta, replay
 from s2_sink.lite._errors import ApiError
 from s2_sink.lite._store import Store
@@ -390,3 +390,70 @@ def test_a_field_where_a_record_would_start_is_not_read_as_one() -> None:
     want = outcome(record_by_record, data)
     assert want == (1, [b"\x22" + real[1:]], [], {}, None, None)
     assert outcome(parse_input, data) == want
+
+
+# 8 + 2 * 2 + 13 metered bytes with the body's; one header has no value.
+_KEYED = [(b"@key", b"k1"), (b"@action", b"")]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error"),
+    [
+        ([ONE_MIB - 25], None),
+        ([ONE_MIB - 24], "record 0 is 1048577 metered bytes, more than 1 MiB"),
+        ([1000, ONE_MIB - 1050], None),
+        ([1000, ONE_MIB - 1049], "a batch may hold at most 1 MiB of metered bytes, got 1048577"),
+        ([10, ONE_MIB - 24], "record 1 is 1048577 metered bytes, more than 1 MiB"),
+        ([0] * 999 + [ONE_MIB - 25 * 1000], None),
+    ],
+    ids=[
+        "record at 1 MiB",
+        "record a byte over",
+        "batch at 1 MiB",
+        "batch a byte over",
+        "second over",
+        "1000",
+    ],
+)
+def test_metered_limits_hold_to_the_byte(sizes: list[int], error: str | None) -> None:
+    """Records with headers at and a byte past the 1 MiB limits, of a record and of a batch: the scan (and,
+    for one record, the plain form with it aside) counts their metered sizes as record by record does, and
+    takes or refuses them as it does."""
+    data = encoded([Record(b"b" * size, _KEYED) for size in sizes])
+    got = outcome(parse_input, data)
+    assert got == outcome(record_by_record, data)
+    if error is None:
+        stream = Stream("b", "s", CONFIG, 0.0)
+        b = stream.sequence(data, arrival=1)
+        assert b.plain == (len(sizes) == 1), "one record: set aside in the plain form; more: scanned"
+        assert b.cumulative_metered()[-1] == ONE_MIB
+    else:
+        assert got == ("error", 422, "invalid", error)
+
+
+def test_a_trim_into_a_scanned_batch_reads_and_replays_from_the_trim_point(tmp_path: Path) -> None:
+    """A trim command (in a later batch) to a seq_num inside a scanned batch: reads from before it start at
+    the trim point, under byte limits cut inside the batch, and the durable log restores the same."""
+    store = Store()
+    store.put_basin("b", {}, 0.0)
+    stream = store.put_stream("b", "s", CONFIG, 0.0)
+    log = [
+        encode_meta({"op": "basin", "name": "b", "config": {}, "created_at": 0.0}),
+        encode_meta({"op": "stream", "basin": "b", "name": "s", "config": CONFIG, "created_at": 0.0}),
+    ]
+    recs = upsert(40)
+    for batch in (recs, [CommandRecord.trim(17)]):
+        log.append(encode_append(stream, stream.sequence(encoded(batch), arrival=1_000)))
+    stream.make_visible(stream.next_seq, stream.last_ts)
+    assert (stream.trim_point, stream.batches[0].payload is not None) == (17, True)
+    want = expected(recs, 0, [1_000] * len(recs))
+    sizes = [metered(r) for r in recs]
+    path = tmp_path / "lite.log"
+    path.write_bytes(b"".join(log))
+    restored = Store()
+    assert replay(path, restored) == len(log)
+    for s in (stream, restored.basins["b"].streams["s"]):
+        assert s.collect(0, 1000, 1 << 62, None).records[:-1] == want[17:]
+        budget = sum(sizes[17:20])
+        got = s.collect(3, 1000, budget - 1, None)
+        assert (got.records, got.nbytes) == (want[17:19], sum(sizes[17:19]))
