@@ -457,3 +457,34 @@ def test_a_trim_into_a_scanned_batch_reads_and_replays_from_the_trim_point(tmp_p
         budget = sum(sizes[17:20])
         got = s.collect(3, 1000, budget - 1, None)
         assert (got.records, got.nbytes) == (want[17:19], sum(sizes[17:19]))
+
+
+@pytest.mark.parametrize(
+    "placed",
+    [
+        {0: b"\x10\x07"},
+        {5: b"\x10\x07"},
+        {0: b"\x1a\x03tok", 10: b"\x10\x07"},
+        {3: b"\x1a\x03tok", 7: b"\x10\x07"},
+        {0: b"\x10\x05", 10: b"\x10\x07"},  # match_seq_num twice: the last one counts
+        {10: b"\x10\x07", 11: b"\x10\x05"},
+        {4: b"\x1a\x02no", 10: b"\x1a\x03tok"},
+    ],
+)
+def test_conditions_placed_anywhere_decide_as_record_by_record(placed: dict[int, bytes]) -> None:
+    """match_seq_num and fencing_token before, between or after the records of an upsert batch, once or
+    twice: the same records and conditions as record by record (the last of a repeated field counts)."""
+    fields = [_field(0x0A, _record(i)) for i in range(10)]
+    for at in sorted(placed, reverse=True):
+        fields.insert(at, placed[at])
+    data = b"".join(fields)
+    want = outcome(record_by_record, data)
+    msn = token = None
+    for at in sorted(placed):  # in the order they come: the last of each counts
+        field = placed[at]
+        if field[0] == 0x10:
+            msn = field[1]
+        else:
+            token = field[2:].decode()
+    assert (want[0], want[4], want[5]) == (10, msn, token)
+    assert outcome(parse_input, data) == want
