@@ -229,16 +229,17 @@ def _record_by_record(raw: list[bytes], n: int, msn: int | None, token: str | No
     complex_idx: list[int] = []
     metered = 8 * n
     for rec in raw:
-        # Body-only records become ``22 <len> <body>`` by renumbering one tag.
+        # Body-only records become ``22 <len> <body>`` by renumbering one tag (when written as a serializer
+        # writes them: an empty body written out or an over-long length is decoded, to be stored canonical).
         ln = len(rec)
         if ln >= 2 and rec[0] == 0x1A:
             b1 = rec[1]
             if b1 < 0x80:
-                if ln == 2 + b1:
+                if ln == 2 + b1 and b1:
                     tails.append(b"\x22" + rec[1:])
                     metered += b1
                     continue
-            elif ln >= 3 and rec[2] < 0x80 and ln == 3 + ((b1 & 0x7F) | (rec[2] << 7)):
+            elif ln >= 3 and 0 < rec[2] < 0x80 and ln == 3 + ((b1 & 0x7F) | (rec[2] << 7)):
                 tails.append(b"\x22" + rec[1:])
                 metered += ln - 3
                 continue

@@ -10,8 +10,9 @@ Python objects. Renumbered in place, the input's records field (``0a <len> <reco
 buffer and cut into records (in C) only when it is first read.
 
 The scan answers ``None`` for anything else -- a header with an empty name (a command record), fields out
-of order or repeated, unknown fields, over-long varints -- and the caller decodes that message record by
-record. The message must already have parsed as an ``AppendInput`` (so its structure is well formed).
+of order or repeated, unknown fields, over-long varints, an empty body or value written out -- and the
+caller decodes that message record by record. Its top-level fields must already have parsed (as a
+``RawList``); what is inside its records is checked here.
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     if at is not None:
         pos = cur.copy() if isinstance(at, slice) else cur[at]
         blen, bsize = _varints(d, pos + 1, 5)
+        if (blen == 0).any():
+            raise _NotCanonical  # an empty body written out: a serializer omits it, so must the stored part
         metered[at] += blen
         renumber.append((pos, _SEQ_BODY))
         cur[at] = pos + 1 + bsize + blen

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from s2_sdk import CommandRecord, Record
 
 from s2_sink.lite import LiteServer
-from s2_sink.lite._append_input import parse_input
+from s2_sink.lite._append_input import ONE_MIB, parse_input
 from s2_sink.lite._durability import encode_append, encode_meta, replay
 from s2_sink.lite._errors import ApiError
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import varint
+from s2_sink.lite._wire import pb, varint
 from s2_sink.testing import fresh_basin
 from tests.lite.test_append_scan import outcome, record_by_record
 from tests.lite.test_mostly_plain import CONFIG, _append, encoded, expected, read_every_way
@@ -349,3 +349,142 @@ def test_damaged_inputs_decide_as_record_by_record(edits: list[tuple[int, int, s
         assert outcome(parse_input, damaged)[:3] == ("error", 400, "bad_proto")
     else:
         assert outcome(parse_input, damaged) == want
+
+
+def _canonical(tail: bytes) -> bool:
+    """A stored headers-and-body part is what a serializer writes for the ``SequencedRecord`` it holds."""
+    out: bytes = pb.SequencedRecord.FromString(tail).SerializeToString()
+    return out == tail
+
+
+@pytest.mark.parametrize("at", [0, 4, 9])
+@pytest.mark.parametrize(
+    "odd",
+    [
+        _field(0x12, _field(0x0A, b"@key") + _field(0x12, b"1")) + b"\x1a\x00",
+        b"\x08\x05\x1a\x00",
+        b"\x08\x05" + _field(0x12, _field(0x0A, b"@key")) + b"\x1a\x00",
+        b"\x1a\x00",
+        b"\x1a\x81\x00x",
+    ],
+    ids=["headers", "timestamp", "timestamp and header", "body only", "body only, over-long length"],
+)
+def test_an_empty_or_over_long_body_is_stored_in_canonical_form(odd: bytes, at: int) -> None:
+    """A record of an upsert batch whose body is written out empty (proto3 omits it) or with an over-long
+    length: decided as record by record, and stored as a serializer writes the ``SequencedRecord``, so reads
+    serve canonical bytes (S2 re-encodes what it stores)."""
+    recs = [_field(0x0A, _record(i)) for i in range(10)]
+    recs[at] = _field(0x0A, odd)
+    data = b"".join(recs)
+    assert outcome(parse_input, data) == outcome(record_by_record, data)
+    assert all(_canonical(t) for t in parse_input(data).tails())
+
+
+def test_a_field_where_a_record_would_start_is_not_read_as_one() -> None:
+    """The scan places records from the lengths the top-level parse found. Here a 3-byte field (field 2 as
+    bytes, which a parse keeps as unknown) comes first, so the one record starts 3 bytes in; read from byte
+    0, the bytes form a record of the same length and a fencing token after it. Only the check of each
+    record's key tells the two apart: the record's body holds those 10 bytes; there is no fencing token."""
+    real = _field(0x1A, b"\x0c\x1a\x0aABCD\x1a\x01t")  # the record: a body of 10 bytes
+    data = b"\x12\x01\x1a" + _field(0x0A, real)
+    want = outcome(record_by_record, data)
+    assert want == (1, [b"\x22" + real[1:]], [], {}, None, None)
+    assert outcome(parse_input, data) == want
+
+
+# 8 + 2 * 2 + 13 metered bytes with the body's; one header has no value.
+_KEYED = [(b"@key", b"k1"), (b"@action", b"")]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error"),
+    [
+        ([ONE_MIB - 25], None),
+        ([ONE_MIB - 24], "record 0 is 1048577 metered bytes, more than 1 MiB"),
+        ([1000, ONE_MIB - 1050], None),
+        ([1000, ONE_MIB - 1049], "a batch may hold at most 1 MiB of metered bytes, got 1048577"),
+        ([10, ONE_MIB - 24], "record 1 is 1048577 metered bytes, more than 1 MiB"),
+        ([0] * 999 + [ONE_MIB - 25 * 1000], None),
+    ],
+    ids=[
+        "record at 1 MiB",
+        "record a byte over",
+        "batch at 1 MiB",
+        "batch a byte over",
+        "second over",
+        "1000",
+    ],
+)
+def test_metered_limits_hold_to_the_byte(sizes: list[int], error: str | None) -> None:
+    """Records with headers at and a byte past the 1 MiB limits, of a record and of a batch: the scan (and,
+    for one record, the plain form with it aside) counts their metered sizes as record by record does, and
+    takes or refuses them as it does."""
+    data = encoded([Record(b"b" * size, _KEYED) for size in sizes])
+    got = outcome(parse_input, data)
+    assert got == outcome(record_by_record, data)
+    if error is None:
+        stream = Stream("b", "s", CONFIG, 0.0)
+        b = stream.sequence(data, arrival=1)
+        assert b.plain == (len(sizes) == 1), "one record: set aside in the plain form; more: scanned"
+        assert b.cumulative_metered()[-1] == ONE_MIB
+    else:
+        assert got == ("error", 422, "invalid", error)
+
+
+def test_a_trim_into_a_scanned_batch_reads_and_replays_from_the_trim_point(tmp_path: Path) -> None:
+    """A trim command (in a later batch) to a seq_num inside a scanned batch: reads from before it start at
+    the trim point, under byte limits cut inside the batch, and the durable log restores the same."""
+    store = Store()
+    store.put_basin("b", {}, 0.0)
+    stream = store.put_stream("b", "s", CONFIG, 0.0)
+    log = [
+        encode_meta({"op": "basin", "name": "b", "config": {}, "created_at": 0.0}),
+        encode_meta({"op": "stream", "basin": "b", "name": "s", "config": CONFIG, "created_at": 0.0}),
+    ]
+    recs = upsert(40)
+    for batch in (recs, [CommandRecord.trim(17)]):
+        log.append(encode_append(stream, stream.sequence(encoded(batch), arrival=1_000)))
+    stream.make_visible(stream.next_seq, stream.last_ts)
+    assert (stream.trim_point, stream.batches[0].payload is not None) == (17, True)
+    want = expected(recs, 0, [1_000] * len(recs))
+    sizes = [metered(r) for r in recs]
+    path = tmp_path / "lite.log"
+    path.write_bytes(b"".join(log))
+    restored = Store()
+    assert replay(path, restored) == len(log)
+    for s in (stream, restored.basins["b"].streams["s"]):
+        assert s.collect(0, 1000, 1 << 62, None).records[:-1] == want[17:]
+        budget = sum(sizes[17:20])
+        got = s.collect(3, 1000, budget - 1, None)
+        assert (got.records, got.nbytes) == (want[17:19], sum(sizes[17:19]))
+
+
+@pytest.mark.parametrize(
+    "placed",
+    [
+        {0: b"\x10\x07"},
+        {5: b"\x10\x07"},
+        {0: b"\x1a\x03tok", 10: b"\x10\x07"},
+        {3: b"\x1a\x03tok", 7: b"\x10\x07"},
+        {0: b"\x10\x05", 10: b"\x10\x07"},  # match_seq_num twice: the last one counts
+        {10: b"\x10\x07", 11: b"\x10\x05"},
+        {4: b"\x1a\x02no", 10: b"\x1a\x03tok"},
+    ],
+)
+def test_conditions_placed_anywhere_decide_as_record_by_record(placed: dict[int, bytes]) -> None:
+    """match_seq_num and fencing_token before, between or after the records of an upsert batch, once or
+    twice: the same records and conditions as record by record (the last of a repeated field counts)."""
+    fields = [_field(0x0A, _record(i)) for i in range(10)]
+    for at in sorted(placed, reverse=True):
+        fields.insert(at, placed[at])
+    data = b"".join(fields)
+    want = outcome(record_by_record, data)
+    msn = token = None
+    for at in sorted(placed):  # in the order they come: the last of each counts
+        field = placed[at]
+        if field[0] == 0x10:
+            msn = field[1]
+        else:
+            token = field[2:].decode()
+    assert (want[0], want[4], want[5]) == (10, msn, token)
+    assert outcome(parse_input, data) == want
