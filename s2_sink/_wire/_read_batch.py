@@ -29,6 +29,7 @@ import pyarrow as pa
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from s2_sdk import SequencedRecord
 
+from s2_sink._wire._arrow_calls import empty_binary, take
 from s2_sink._wire._layout import Bools, Bytes, Ints
 
 __all__ = ["Positions", "RecordColumns", "Tail", "parse_read_batch"]
@@ -112,18 +113,17 @@ class RecordColumns(NamedTuple):
 
     def take(self, rows: Ints | Bools) -> RecordColumns:
         """The records at ``rows`` (indices or a mask), in that order."""
-        index = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows
+        index: Ints = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64, copy=False)
         offsets = self.header_offsets
         counts = self.header_counts[index]
         entries = _ranges(offsets[:-1][index], counts)
-        taken = pa.array(entries, type=pa.int64())
         return RecordColumns(
             self.seq_nums[index],
             self.timestamps[index],
-            self.bodies.take(pa.array(index, type=pa.int64())),
+            take(self.bodies, index),
             counts,
-            self.names.take(taken),
-            self.values.take(taken),
+            take(self.names, entries),
+            take(self.values, entries),
         )
 
 
@@ -245,14 +245,14 @@ def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
     ``buffer``, copied together by Arrow."""
     n = len(starts)
     if n == 0:
-        return pa.array([], type=pa.binary())
+        return empty_binary()
     # Offsets start, end, start, end, ... over the whole message are ascending: an array whose even values
     # are the spans (and odd ones the bytes between them), without a copy; `take` then packs the spans.
     bounds = np.empty(2 * n, dtype=np.int32)
     bounds[0::2] = starts
     bounds[1::2] = starts + lengths
     interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), buffer])
-    return interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))
 
 
 def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
@@ -300,7 +300,7 @@ def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, p
         values = _gather(buffer, np.concatenate(value_start)[order], np.concatenate(value_len)[order])
         counts = np.bincount(records, minlength=len(cur)).astype(np.int64)
     else:
-        names = values = pa.array([], type=pa.binary())
+        names = values = empty_binary()
         counts = np.zeros(len(cur), dtype=np.int64)
 
     return counts, names, values
