@@ -21,6 +21,7 @@ is always what ``pb.ReadBatch.ParseFromString`` and ``sequenced_record_from_prot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -32,7 +33,7 @@ from s2_sdk import SequencedRecord
 from s2_sink._wire._arrow_calls import empty_binary, take
 from s2_sink._wire._layout import Bools, Bytes, Ints
 
-__all__ = ["Positions", "RecordColumns", "Tail", "parse_read_batch"]
+__all__ = ["Positions", "RecordColumns", "Tail", "concat_columns", "parse_read_batch"]
 
 Positions = npt.NDArray[np.uint64]
 """seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
@@ -126,6 +127,20 @@ class RecordColumns(NamedTuple):
             take(self.names, entries),
             take(self.values, entries),
         )
+
+
+def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
+    """The records of ``parts`` (at least one), one after the other, as one set of columns."""
+    if len(parts) == 1:
+        return parts[0]
+    return RecordColumns(
+        np.concatenate([p.seq_nums for p in parts]),
+        np.concatenate([p.timestamps for p in parts]),
+        pa.concat_arrays([p.bodies for p in parts]),
+        np.concatenate([p.header_counts for p in parts]),
+        pa.concat_arrays([p.names for p in parts]),
+        pa.concat_arrays([p.values for p in parts]),
+    )
 
 
 class _NotCanonical(Exception):
