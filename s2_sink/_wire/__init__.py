@@ -2,17 +2,32 @@
 
 - `_layout`: vectorised protobuf field layout over numpy (varint sizes, key + varint fields per row).
 - `_arrow_views`: numpy views of Arrow binary arrays, and arrays over numpy buffers.
+- `_arrow_calls`: Arrow arrays and kernels called without importing pandas (for read tasks).
 - `_append_proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
+- `_read_batch`: serialized ``ReadBatch`` messages -> record columns.
+
+The append encoder's names are imported on first use: a read task's fresh Python worker imports this
+package for `_read_batch` and pays for nothing it does not run.
 """
 
 from __future__ import annotations
 
-from s2_sink._wire._append_proto import (
-    EncodedRecords,
-    encode_append_inputs,
-    encode_records,
-    fencing_token_field,
-    record_field,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from s2_sink._wire._append_proto import (
+        EncodedRecords,
+        encode_append_inputs,
+        encode_records,
+        fencing_token_field,
+        record_field,
+    )
 
 __all__ = ["EncodedRecords", "encode_append_inputs", "encode_records", "fencing_token_field", "record_field"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("s2_sink._wire._append_proto"), name)
+    raise AttributeError(f"module 's2_sink._wire' has no attribute {name!r}")

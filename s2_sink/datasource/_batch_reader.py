@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
 
-from s2_sink.config import S2Config
-from s2_sink.datasource._committed import CommittedEnds
-from s2_sink.datasource._offsets import cap_committed, plan_ranges
 from s2_sink.datasource._partition import S2Partition
-from s2_sink.datasource._planner import resolve_bound, resolve_streams
-from s2_sink.datasource._read_options import OPT_ENDING_POSITION, OPT_STARTING_POSITION, ReadOptions
-from s2_sink.datasource._read_task import read_partition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from s2_sink.config import S2Config
+    from s2_sink.datasource._read_options import ReadOptions
 
 __all__ = ["S2BatchReader"]
 
@@ -23,7 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class S2BatchReader(DataSourceReader):
-    """Plans one partition per stream range on the driver; each task reads its range with the SDK."""
+    """Plans one partition per stream range on the driver; each task reads its range with the SDK.
+
+    Spark pickles the reader into every read task, whose fresh Python worker imports this module: the
+    planning modules (stream listing, positions, read-committed ends) are imported where they run.
+    """
 
     def __init__(self, cfg: S2Config, opts: ReadOptions, schema: StructType) -> None:
         self._cfg = cfg
@@ -31,6 +35,14 @@ class S2BatchReader(DataSourceReader):
         self._schema = schema
 
     def partitions(self) -> list[InputPartition]:
+        from s2_sink.datasource._committed import CommittedEnds  # noqa: PLC0415
+        from s2_sink.datasource._offsets import cap_committed, plan_ranges  # noqa: PLC0415
+        from s2_sink.datasource._planner import resolve_bound, resolve_streams  # noqa: PLC0415
+        from s2_sink.datasource._read_options import (  # noqa: PLC0415
+            OPT_ENDING_POSITION,
+            OPT_STARTING_POSITION,
+        )
+
         streams = resolve_streams(self._cfg, self._opts)
         # Read-committed: the committed ends first, then the tails (see _committed).
         by = self._opts.committed_by
@@ -53,5 +65,7 @@ class S2BatchReader(DataSourceReader):
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
+        from s2_sink.datasource._read_task import read_partition  # noqa: PLC0415
+
         # A batch read takes what is retained between its bounds: records trimmed before it are not a loss.
         return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss="ignore")

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from s2_sink._exactly_once._identity import validate_writer_id
-from s2_sink._exactly_once._ledger import LEDGER_PREFIX
 from s2_sink._options import OptionMap
 from s2_sink.errors import ConfigError
 
@@ -224,6 +222,10 @@ def _parse_isolation(options: Mapping[str, str]) -> str | None:
             "of the exactly-once writer whose commits bound the read (S2Writer(writer_id=...) or "
             "s2.writer-id; by default the writing query's streaming query id)"
         )
+    # Imported here: read tasks unpickle ReadOptions, and need none of the exactly-once ledger.
+    from s2_sink._exactly_once._identity import validate_writer_id  # noqa: PLC0415
+    from s2_sink._exactly_once._ledger import LEDGER_PREFIX  # noqa: PLC0415
+
     # The ledger stream's name is accepted too: it is what a stream listing shows.
     writer_id = by.strip().removeprefix(LEDGER_PREFIX)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -22,10 +23,13 @@ from s2_sink.datasource._batch_reader import S2BatchReader
 from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._formats import check_schema, default_schema
 from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side
-from s2_sink.datasource._stream_reader import S2StreamReader
-from s2_sink.datasource._write_options import WRITE_KEYS, WriteOptions, parse_write_options
-from s2_sink.datasource._writer import S2BatchWriter, S2StreamWriter, check_overwrite, sink_identity
 from s2_sink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from s2_sink.datasource._write_options import WriteOptions
+
+# Read tasks unpickle this class in fresh Python workers: the write side and the streaming reader are
+# imported in the methods that use them, so a batch read task does not pay for them.
 
 __all__ = ["S2DataSource"]
 
@@ -59,6 +63,8 @@ def _ours(options: Mapping[str, str]) -> dict[str, str]:
 def read_config(options: Mapping[str, str]) -> S2Config:
     """The connection settings of a read: validated by S2Config, reader-only keys skipped; options that
     belong to writes are refused (`check_side`)."""
+    from s2_sink.datasource._write_options import WRITE_KEYS  # noqa: PLC0415
+
     check_side(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
     return S2Config.from_options(_ours(options), ignore=READ_KEYS)
 
@@ -97,10 +103,15 @@ class S2DataSource(DataSource):
         return S2BatchReader(cfg, opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from s2_sink.datasource._stream_reader import S2StreamReader  # noqa: PLC0415
+
         cfg, opts = self._reader_parts(schema, streaming=True)
         return S2StreamReader(cfg, opts, schema)
 
     def _writer_options(self, schema: StructType, overwrite: bool, *, streaming: bool) -> WriteOptions:
+        from s2_sink.datasource._write_options import WRITE_KEYS, parse_write_options  # noqa: PLC0415
+        from s2_sink.datasource._writer import check_overwrite  # noqa: PLC0415
+
         check_overwrite(overwrite)
         check_side(self._opts, "write", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
         cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
@@ -114,11 +125,15 @@ class S2DataSource(DataSource):
         return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from s2_sink.datasource._writer import S2BatchWriter  # noqa: PLC0415
+
         opts = self._writer_options(schema, overwrite, streaming=False)
         return S2BatchWriter(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         require_stream_arrow_writer()  # pyspark 4.0: refused here, on the driver, before options are read
+        from s2_sink.datasource._writer import S2StreamWriter, sink_identity  # noqa: PLC0415
+
         opts = self._writer_options(schema, overwrite, streaming=True)
         identity = None
         if opts.spec.exactly_once:

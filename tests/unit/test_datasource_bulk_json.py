@@ -159,3 +159,32 @@ def test_other_types_decode_record_by_record(dtype: StructType | None) -> None:
     texts = [b'{"id":1,"s":{"x":2}}', b'{"id":2}']
     got = decode_bodies_bulk(pa.array(texts, pa.binary()), schema, where="s").to_pylist()
     assert got == decode_bodies(texts, schema, where="s").to_pylist()
+
+
+shape_texts = st.one_of(
+    st.builds(
+        lambda year, rest, frac, zone: f"{year:04d}{rest}{frac}{zone}",
+        st.integers(0, 9999),
+        st.sampled_from(
+            ["-11-14T22:13:21", "-02-29T23:59:60", "-1x-14T22:13:21", "-11-14 22:13:21", "-11-14"]
+        ),
+        st.sampled_from(["", ".", ".1", ".123", ".123456", ".1234567", ".12a"]),
+        st.sampled_from(["Z", "z", "", "+05:30", "-08:00", "+23:59", "+24:00", "+19:60", ",05:30", "+0530"]),
+    ),
+    st.text(alphabet="0123456789-:T.Z+,", max_size=32),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(shape_texts, st.none()), max_size=12), st.integers(0, 3))
+def test_the_timestamp_shape_check_agrees_with_its_regular_expression(
+    texts: list[str | None], skip: int
+) -> None:
+    """The numpy shape check accepts a column exactly when every non-null text matches the shape's
+    regular expression (slices and nulls included)."""
+    import pyarrow.compute as pc
+
+    column = pa.array(["x"] * skip + texts, pa.string())[skip:]
+    matches = pc.match_substring_regex(column, _json_bulk._TIMESTAMP_SHAPE)
+    assert _json_bulk.timestamps_shaped(column) == (matches.false_count == 0)

@@ -177,3 +177,21 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
         cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 2500\) in basin '{basin}'"):
             list(_s2io.read_range_columns(cfg, "s", 0, 2500, _no_gap))
+
+
+def test_batches_are_decoded_in_runs_of_whole_batches() -> None:
+    """Read batches are joined, in order and whole, into runs of at least _RUN_RECORDS records (the last
+    run holds what is left), so the JSON decoding runs on few long runs."""
+    from s2_sink.datasource import _read_task
+
+    size = 700
+    batches = [
+        parse_read_batch(
+            _message([s2_sdk.SequencedRecord(i, b"{}", [], 0) for i in range(lo, lo + size)], None)
+        )[0]
+        for lo in range(0, 30 * size, size)
+    ]
+    runs = list(_read_task._runs(iter(batches)))
+    per_run = -(-_read_task._RUN_RECORDS // size) * size
+    assert [len(r) for r in runs] == [per_run] * (30 * size // per_run) + [30 * size % per_run]
+    assert [int(s) for r in runs for s in r.seq_nums] == list(range(30 * size))

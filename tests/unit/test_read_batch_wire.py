@@ -9,7 +9,7 @@ from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import read_batch_from_proto
 
 from s2_sink._wire import _read_batch
-from s2_sink._wire._read_batch import RecordColumns, Tail, parse_read_batch
+from s2_sink._wire._read_batch import RecordColumns, Tail, concat_columns, parse_read_batch
 
 Header = tuple[bytes, bytes]
 
@@ -127,3 +127,14 @@ def test_commands_and_take_select_records() -> None:
     commands = cols.commands()
     assert commands.tolist() == [r.is_command_record() for r in recs]
     assert _as_records(cols.take(~commands)) == [recs[0], recs[2], recs[3]]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(records.filter(lambda r: len(r.body) < 1000), max_size=5), min_size=1, max_size=4))
+def test_concatenated_columns_hold_every_batchs_records_in_order(
+    batches: list[list[SequencedRecord]],
+) -> None:
+    """Columns of several batches joined into one give the records of all of them, batch after batch,
+    each with its own headers."""
+    parts = [parse_read_batch(_message(recs, None))[0] for recs in batches]
+    assert _as_records(concat_columns(parts)) == [r for recs in batches for r in recs]
