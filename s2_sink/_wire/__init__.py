@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from s2_sink._wire._append_proto import (
     EncodedRecords,
+    LeadingHeader,
     encode_append_inputs,
     encode_records,
     fencing_token_field,
     record_field,
 )
 
-__all__ = ["EncodedRecords", "encode_append_inputs", "encode_records", "fencing_token_field", "record_field"]
+__all__ = [
+    "EncodedRecords",
+    "LeadingHeader",
+    "encode_append_inputs",
+    "encode_records",
+    "fencing_token_field",
+    "record_field",
+]
