@@ -29,6 +29,7 @@ from s2_sink.encoders._change_order import (
 )
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers
 from s2_sink.encoders._frame import (
+    ACTION,
     BODY,
     ERROR,
     FRAME_COLUMNS,
@@ -118,7 +119,7 @@ class UpsertEncoder(Encoder):
         for name in data_columns:
             check_json_type(schema[name].dataType, name)
         if self.compact:
-            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, _SEQ, _RANK)]
+            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, ACTION, _SEQ, _RANK)]
             if clash:
                 raise ConfigError(f"compact=True needs the column names {clash} free; rename those columns")
 
@@ -145,20 +146,34 @@ class UpsertEncoder(Encoder):
         timestamp: Column,
         errors: list[Column],
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        src, body, own, timestamp, key, action, error = self._project_changelog(
+            df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
+        )
+        listed = F.array(
+            F.struct(F.lit(KEY_HEADER).alias("name"), key.alias("value")),
+            F.struct(F.lit(ACTION_HEADER).alias("name"), action.alias("value")),
+        )
+        if self.headers_column is not None:
+            listed = F.concat(listed, F.coalesce(own, F.array().cast(HEADERS_DDL)))
+        return src, body, listed, timestamp, key, error
+
+    def _project_changelog(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
+        """The changelog flat (see `_changelog`): no array of header structs is built per row."""
         key_json = _jvm.json_body(list(self.key_columns))
         action, op_error = self._action_jvm(df)
         nulls = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
         nulls += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]
         body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(data_columns))
-        changelog = F.array(
-            F.struct(F.lit(KEY_HEADER).alias("name"), key_json.alias("value")),
-            F.struct(
-                F.lit(ACTION_HEADER).alias("name"),
-                F.coalesce(action, F.lit("")).cast("binary").alias("value"),
-            ),
-        )
-        if self.headers_column is not None:
-            changelog = F.concat(changelog, F.coalesce(headers, F.array().cast(HEADERS_DDL)))
+        action_value = F.coalesce(action, F.lit("")).cast("binary")
+        own = headers  # null when there is no headers column
         # @key and @action: 2 bytes each of overhead, the names, the key JSON and the 1-byte action
         fixed = (
             4
@@ -167,32 +182,46 @@ class UpsertEncoder(Encoder):
             + F.octet_length(key_json)
             + F.octet_length(F.coalesce(action, F.lit("")))
         )
-        user = headers if self.headers_column is not None else None
-        size = _jvm.metered_expr(body, user, fixed)
+        size = _jvm.metered_expr(body, own if self.headers_column is not None else None, fixed)
         oversize = _jvm.oversize_error(size, key_json.cast("string"))
         error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
         src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
         if not self.compact:
-            return src, body, changelog, timestamp, key_json, error
+            return src, body, own, timestamp, key_json, action_value, error
         return self._compact_jvm(
-            src, body=body, headers=changelog, timestamp=timestamp, key=key_json, error=error
+            src, body=body, headers=own, timestamp=timestamp, key=key_json, action=action_value, error=error
         )
 
     def _compact_jvm(
-        self, df: DataFrame, *, body: Column, headers: Column, timestamp: Column, key: Column, error: Column
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        self,
+        df: DataFrame,
+        *,
+        body: Column,
+        headers: Column,
+        timestamp: Column,
+        key: Column,
+        action: Column,
+        error: Column,
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
         framed = df.select(
             F.col("*"),
             body.alias(BODY),
             headers.alias(HEADERS),
             timestamp.alias(TIMESTAMP),
             key.alias(KEY),
+            action.alias(ACTION),
             error.alias(ERROR),
             F.monotonically_increasing_id().alias(_SEQ),
         )
         if self.order_by:
-            # the last change by order_by, ties by the record's bytes: the same survivor for any split
-            last = [*(_jvm.col(c).desc() for c in self.order_by), F.col(BODY).desc(), F.col(HEADERS).desc()]
+            # The last change by order_by, ties by the record's bytes (the same survivor for any split):
+            # within one key, the headers (@key, @action, own) compare as @action, then the own ones.
+            last = [
+                *(_jvm.col(c).desc() for c in self.order_by),
+                F.col(BODY).desc(),
+                F.col(ACTION).desc(),
+                F.col(HEADERS).desc(),
+            ]
         else:
             # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
             last = [F.col(_SEQ).desc()]
@@ -216,6 +245,7 @@ class UpsertEncoder(Encoder):
             ordered[HEADERS],
             ordered[TIMESTAMP],
             ordered[KEY],
+            ordered[ACTION],
             ordered[ERROR],
         )
 
