@@ -386,19 +386,43 @@ def _leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tup
                 "(use b'' for an empty one)"
             )
         value_len = binary_view(values).lengths
-        value_size = varint_sizes(value_len)
         named = _field(_HEADER_NAME, name) if name else b""  # the same bytes in every row
-        header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
-        header_key = (None, _RECORD_HEADERS, header_len, varint_sizes(header_len))
-        value_key = (value_len > 0, _HEADER_VALUE, value_len, value_size)
-        parts += [
-            large_binary(pack_fields(n, [header_key])),
-            pa.scalar(named, pa.large_binary()),
-            large_binary(pack_fields(n, [value_key])),
-            values,
-        ]
-        total += 1 + header_key[3] + header_len
+        prefix, prefix_len = _value_prefix(named, value_len)
+        parts += [*prefix, values]
+        total += prefix_len + value_len
     return parts, total
+
+
+def _value_prefix(named: bytes, value_len: Ints) -> tuple[list[pa.Array | pa.Scalar], Ints]:
+    """A leading header's field up to its value: ``headers`` key, length, the serialized name, and the
+    value's key and length (absent for an empty value), as parts to join, and their bytes per row."""
+    n = len(value_len)
+    value_size = varint_sizes(value_len)
+    header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
+    header_size = varint_sizes(header_len)
+    prefix_len = 1 + header_size + len(named) + np.where(value_len > 0, 1 + value_size, 0)
+    if n and value_len.min() == value_len.max():  # e.g. the 1-byte @action: the same bytes in every row
+        # the field of any such value, cut before the value's bytes
+        size = int(value_len[0])
+        one = _field(_RECORD_HEADERS, named + (_field(_HEADER_VALUE, bytes(size)) if size else b""))
+        return [pa.scalar(one[: len(one) - size], pa.large_binary())], prefix_len
+    if n and value_len.min() > 0 and header_len.max() < 0x80:
+        # 1-byte lengths (keys under ~110 bytes): fixed-width rows, written column-wise by numpy
+        width = 4 + len(named)
+        rows: Bytes = np.empty((n, width), dtype=np.uint8)
+        rows[:] = np.frombuffer(bytes([_RECORD_HEADERS, 0, *named, _HEADER_VALUE, 0]), dtype=np.uint8)
+        rows[:, 1] = header_len
+        rows[:, -1] = value_len
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+        return [large_binary((offsets, rows.reshape(-1)))], prefix_len
+    header_key = (None, _RECORD_HEADERS, header_len, header_size)
+    value_key = (value_len > 0, _HEADER_VALUE, value_len, value_size)
+    parts = [
+        large_binary(pack_fields(n, [header_key])),
+        pa.scalar(named, pa.large_binary()),
+        large_binary(pack_fields(n, [value_key])),
+    ]
+    return parts, prefix_len
 
 
 def _check_leading(leading: Sequence[LeadingHeader], rows: int) -> None:

@@ -328,6 +328,29 @@ def test_leading_headers_golden_bytes() -> None:
     assert got == [b"\x0a" + bytes([len(first)]) + first + b"\x0a" + bytes([len(second)]) + second]
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [b"u", b"d", b"u"],  # one length: the same prefix bytes in every row
+        [b'{"id":1}', b'{"id":22}', b"k" * 100],  # 1-byte lengths: fixed-width prefixes
+        [b"", b"k" * 200, b"x"],  # an empty value, 2-byte lengths: packed field by field
+        [b"", b"", b""],
+    ],
+)
+def test_leading_header_of_each_value_shape_matches_the_sdk(values: list[bytes]) -> None:
+    """However a leading header's prefix is laid out (by the lengths of its values), the records are the
+    SDK's."""
+    body = pa.array([b"a", b"", b"c"])
+    got = encode_append_inputs(
+        body, None, None, [0, 1, 3], fencing_token=None, leading=[(b"@key", pa.array(values))]
+    )
+    want = [
+        append_input_to_proto(AppendInput([Record(b, [(b"@key", v)]) for b, v in rows])).SerializeToString()
+        for rows in ([(b"a", values[0])], [(b"", values[1]), (b"c", values[2])])
+    ]
+    assert got == want
+
+
 def test_null_leading_header_value_is_an_encode_error() -> None:
     """A null value of a leading header names the header and the row; a column of another length is
     refused."""
