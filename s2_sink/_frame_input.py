@@ -7,7 +7,10 @@ the chunker as Arrow slices (`FrameSpan`), with no Python object per row; other 
 routing) still take the record path.
 
 The frame is ``_s2_body``, ``_s2_headers`` (may be absent: no headers), ``_s2_timestamp``, ``_s2_key``,
-``_s2_error`` (see `s2_sink.encoders._frame`), plus, when rows are routed, ``WritePlan.stream_column``.
+``_s2_error`` (see `s2_sink.encoders._frame`), plus, when rows are routed, ``WritePlan.stream_column``,
+and, in the upsert changelog's flat form, ``_s2_action``: the bulk path writes ``@key``/``@action``
+straight from the columns; the record path first puts them back into ``_s2_headers``
+(`s2_sink.encoders._changelog`), so everything downstream sees one layout.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from s2_sink._chunker import Chunker
 from s2_sink._dead_letters import BadRows
 from s2_sink._frame_span import FrameSpan
 from s2_sink._write_plan import WritePlan
-from s2_sink.encoders._frame import BODY, ERROR, HEADERS, TIMESTAMP
+from s2_sink.encoders._changelog import changelog_metered, leading_headers, with_changelog_headers
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP
 from s2_sink.encoders._metered import metered_bytes
 
 __all__ = ["FrameInput"]
@@ -56,8 +60,11 @@ class FrameInput:
         names = batch.schema.names
         body_col = batch.column(BODY)
         header_col = batch.column(HEADERS) if HEADERS in names else None
+        metered = metered_bytes(body_col, header_col)
+        if ACTION in names:
+            metered = pc.add(metered, changelog_metered(batch.column(KEY), batch.column(ACTION)))
         # A null body is a bad row: its size is never used.
-        sizes = pc.fill_null(metered_bytes(body_col, header_col), 0).to_numpy(zero_copy_only=False)
+        sizes = pc.fill_null(metered, 0).to_numpy(zero_copy_only=False)
         stamp_col = batch.column(TIMESTAMP) if TIMESTAMP in names else None
         has_errors = ERROR in names and batch.column(ERROR).null_count < n
         stream = self.plan.stream
@@ -70,8 +77,12 @@ class FrameInput:
         )
         if all_good and self.spans:
             assert stream is not None
-            self.chunker.add_span(stream, sizes, FrameSpan.of(body_col, header_col, stamp_col).slice)
+            span = FrameSpan.of(body_col, header_col, stamp_col, leading_headers(batch))
+            self.chunker.add_span(stream, sizes, span.slice)
             return
+        if ACTION in names:
+            batch = with_changelog_headers(batch)
+            header_col = batch.column(HEADERS)
         records = _records(body_col, header_col, stamp_col)
         if all_good:
             assert stream is not None

@@ -15,7 +15,7 @@ import pyarrow as pa
 from s2_sdk import AppendInput, Record
 from s2_sdk._mappers import append_input_to_proto
 
-from s2_sink._wire import EncodedRecords, encode_records, record_field
+from s2_sink._wire import EncodedRecords, LeadingHeader, encode_records, record_field
 
 __all__ = ["FrameSpan", "records_of", "serialize_records", "serialize_spans"]
 
@@ -25,20 +25,29 @@ Header = tuple[bytes, bytes]
 @dataclass(frozen=True, slots=True)
 class FrameSpan:
     """Rows ``lo:hi`` of one record-frame batch, all good records: its ``_s2_body`` (no nulls),
-    ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such column), and every row of the
+    ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such column), the headers every
+    record carries ahead of its own (``leading``: the upsert changelog's flat form), and every row of the
     batch already serialized (`s2_sink._wire.encode_records`, once per batch, shared by its spans)."""
 
     body: pa.Array
     headers: pa.Array | None
     timestamp: pa.Array | None
+    leading: tuple[LeadingHeader, ...]
     encoded: EncodedRecords
     lo: int
     hi: int
 
     @classmethod
-    def of(cls, body: pa.Array, headers: pa.Array | None, timestamp: pa.Array | None) -> FrameSpan:
+    def of(
+        cls,
+        body: pa.Array,
+        headers: pa.Array | None,
+        timestamp: pa.Array | None,
+        leading: Sequence[LeadingHeader] = (),
+    ) -> FrameSpan:
         """All rows of a batch, serialized in bulk (raises `EncodeError` for a row S2 cannot take)."""
-        return cls(body, headers, timestamp, encode_records(body, headers, timestamp), 0, len(body))
+        encoded = encode_records(body, headers, timestamp, leading)
+        return cls(body, headers, timestamp, tuple(leading), encoded, 0, len(body))
 
     def __len__(self) -> int:
         return self.hi - self.lo
@@ -58,14 +67,17 @@ class FrameSpan:
         body: bytes = self.body[row].as_py()
         headers = self.headers[row].as_py() if self.headers is not None else None
         stamp: int | None = self.timestamp[row].as_py() if self.timestamp is not None else None
-        return body, [(h["name"], h["value"]) for h in headers or ()], stamp
+        lead = [(name, column[row].as_py()) for name, column in self.leading]
+        return body, [*lead, *((h["name"], h["value"]) for h in headers or ())], stamp
 
-    def columns(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None]:
+    def columns(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None, list[LeadingHeader]]:
+        """The span's rows of each column (body, headers, timestamp, the leading headers')."""
         n = len(self)
         return (
             self.body.slice(self.lo, n),
             None if self.headers is None else self.headers.slice(self.lo, n),
             None if self.timestamp is None else self.timestamp.slice(self.lo, n),
+            [(name, column.slice(self.lo, n)) for name, column in self.leading],
         )
 
 
@@ -95,12 +107,14 @@ def records_of(spans: Sequence[FrameSpan]) -> list[Record]:
     """The spans' rows as SDK records (a chunk that mixes spans with records takes the record path)."""
     out: list[Record] = []
     for span in spans:
-        body, header_col, stamp_col = span.columns()
+        body, header_col, stamp_col, leading = span.columns()
         n = len(span)
         bodies: list[bytes] = body.to_pylist()
         headers = header_col.to_pylist() if header_col is not None else [None] * n
         stamps = stamp_col.to_pylist() if stamp_col is not None else [None] * n
-        for b, hs, ts in zip(bodies, headers, stamps, strict=True):
-            pairs = [(h["name"], h["value"]) for h in hs] if hs else []
+        leads = [[(name, value) for value in column.to_pylist()] for name, column in leading]
+        for i, (b, hs, ts) in enumerate(zip(bodies, headers, stamps, strict=True)):
+            pairs = [lead[i] for lead in leads]
+            pairs += [(h["name"], h["value"]) for h in hs or ()]
             out.append(Record(b, pairs, ts))
     return out

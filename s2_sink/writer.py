@@ -42,7 +42,7 @@ from s2_sink._write_spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.encoders import _jvm
 from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes
-from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, TIMESTAMP, TYPE_DDL
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP, TYPE_DDL
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
@@ -219,8 +219,14 @@ class S2Writer:
             with_headers = HEADERS in names
         else:
             encoder = self.encoder if self.encoder is not None else _default_encoder()
-            frame = encoder.project(batch_df, keep=keep, exclude=self.routing.body_exclusions())
+            # The upsert changelog ships flat (_s2_key, _s2_action): an array of header structs per row
+            # costs the JVM (building it, converting it to Arrow) more than the key JSON itself.
+            frame = encoder.project(
+                batch_df, keep=keep, exclude=self.routing.body_exclusions(), flat_changelog=True
+            )
             with_headers = encoder.emits_headers
+            if ACTION in frame.columns:  # only the rows' own headers are left in _s2_headers
+                with_headers = encoder.headers_column is not None
         # A frame without the headers column means "no headers" to the partition writer; shipping a null
         # array<struct> column through Arrow costs the JVM more than the body itself (see README Performance).
         cols = [
@@ -229,6 +235,7 @@ class S2Writer:
             F.col(TIMESTAMP),
             F.col(KEY),
             F.col(ERROR),
+            *([F.col(ACTION)] if ACTION in frame.columns else []),
         ]
         if self.routing.routed:
             cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from s2_sink._exactly_once._tags import TAG_HEADER
 from s2_sink._routing import STREAM_COLUMN
 from s2_sink.encoders._change_order import sort_changes
-from s2_sink.encoders._frame import BODY, HEADERS
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
 from s2_sink.encoders._upsert import KEY_HEADER
 
 if TYPE_CHECKING:
@@ -175,6 +175,8 @@ def _partition_count(frame: DataFrame) -> int:
 def _layout_hash_expr(present: set[str]) -> Column:
     """`layout_hash` as a Spark expression over the record frame's columns."""
     stream = [F.col(STREAM_COLUMN)] if STREAM_COLUMN in present else []
+    if ACTION in present:  # the changelog flat: every row is an upsert change, @key's value is _s2_key
+        return F.xxhash64(*stream, F.col(KEY))
     whole = F.xxhash64(*stream, *(F.col(c) for c in (BODY, HEADERS) if c in present))
     if HEADERS not in present:  # the writer leaves it out when nothing has headers
         return whole

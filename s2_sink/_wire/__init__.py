@@ -18,13 +18,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from s2_sink._wire._append_proto import (
         EncodedRecords,
+        LeadingHeader,
         encode_append_inputs,
         encode_records,
         fencing_token_field,
         record_field,
     )
 
-__all__ = ["EncodedRecords", "encode_append_inputs", "encode_records", "fencing_token_field", "record_field"]
+__all__ = [
+    "EncodedRecords",
+    "LeadingHeader",
+    "encode_append_inputs",
+    "encode_records",
+    "fencing_token_field",
+    "record_field",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -17,7 +17,9 @@ How: numpy computes every field's size over whole columns and packs the small pa
 varints) row by row; Arrow's ``binary_join_element_wise`` then concatenates, row by row, those parts
 with the Arrow buffers' own bytes (names, values, bodies) in C++. Header entries are joined first;
 a record's headers are then a contiguous run of the joined entries, taken as one value by offsets
-alone. The records come out back to back in one buffer, each chunk's trailer (match_seq_num, fencing
+alone. Leading headers (one name for every row, a value column, e.g. the upsert ``@key``/``@action``)
+need no list at all: their fields are joined straight into the record, ahead of its own headers.
+The records come out back to back in one buffer, each chunk's trailer (match_seq_num, fencing
 token) joined after its last record, so a chunk is one slice of that buffer.
 """
 
@@ -37,7 +39,14 @@ from s2_sink._wire._layout import Bools, Bytes, Ints, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, HEADERS, TIMESTAMP
 from s2_sink.errors import EncodeError
 
-__all__ = ["EncodedRecords", "encode_append_inputs", "encode_records", "fencing_token_field", "record_field"]
+__all__ = [
+    "EncodedRecords",
+    "LeadingHeader",
+    "encode_append_inputs",
+    "encode_records",
+    "fencing_token_field",
+    "record_field",
+]
 
 # Field keys: (field number << 3) | wire type (0 = varint, 2 = length-delimited).
 _INPUT_RECORDS: Final = 0x0A
@@ -57,6 +66,8 @@ _BLOCK_ROWS: Final = 16_384
 _BLOCK_BYTES: Final = 4 * 1024 * 1024
 
 Header = tuple[bytes, bytes]
+LeadingHeader = tuple[bytes, pa.Array]
+"""A header every row carries first: its name, and a binary column of each row's value."""
 
 
 def encode_append_inputs(
@@ -68,6 +79,7 @@ def encode_append_inputs(
     fencing_token: str | None,
     match_seq_nums: Sequence[int | None] | None = None,
     first_record_headers: Sequence[Sequence[Header]] | None = None,
+    leading: Sequence[LeadingHeader] = (),
 ) -> list[bytes]:
     """One serialized ``AppendInput`` per chunk; chunk ``i`` holds rows ``bounds[i]:bounds[i + 1]``.
 
@@ -78,12 +90,14 @@ def encode_append_inputs(
     ``[0, len(body)]``. Every chunk carries ``fencing_token`` (when not ``None``) and
     ``match_seq_nums[i]`` (when given and not ``None``). ``first_record_headers[i]`` is appended after
     the own headers of chunk ``i``'s first record (the exactly-once chunk tag goes last, see
-    `s2_sink._exactly_once._tags`).
+    `s2_sink._exactly_once._tags`). ``leading`` headers come first in every record, in the order
+    given, before its own ``headers``.
 
     Raises EncodeError for a row S2 cannot take (null body, null header name or value, negative
     timestamp) and ValueError for arguments that do not fit together.
     """
     body = as_large_binary(body, BODY)  # shares the data buffer
+    _check_leading(leading, len(body))
     cuts = _check_bounds(bounds, len(body))
     chunks = len(cuts) - 1
     if chunks <= 0:
@@ -96,7 +110,13 @@ def encode_append_inputs(
     for lo, hi in _blocks(body, cuts):
         block_extras = extras[lo:hi] if extras is not None else None
         out += _encode_block(
-            body, headers, timestamp, cuts=cuts[lo : hi + 1], extras=block_extras, trailers=trailers[lo:hi]
+            body,
+            headers,
+            timestamp,
+            leading,
+            cuts=cuts[lo : hi + 1],
+            extras=block_extras,
+            trailers=trailers[lo:hi],
         )
     return out
 
@@ -109,12 +129,18 @@ class EncodedRecords(NamedTuple):
     offsets: Ints
 
 
-def encode_records(body: pa.Array, headers: pa.Array | None, timestamp: pa.Array | None) -> EncodedRecords:
+def encode_records(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader] = (),
+) -> EncodedRecords:
     """Every row of a record frame as a serialized ``records`` field (what `encode_append_inputs`
     writes for it in any chunk but as its first record under a tag). Concatenating the fields of rows
     ``a:b`` and a `fencing_token_field` is the ``AppendInput`` of those rows. Raises as
     `encode_append_inputs`."""
     body = as_large_binary(body, BODY)
+    _check_leading(leading, len(body))
     n = len(body)
     if n == 0:
         return EncodedRecords(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
@@ -126,7 +152,7 @@ def encode_records(body: pa.Array, headers: pa.Array | None, timestamp: pa.Array
     for lo, hi in _blocks(body, cuts):
         block_cuts = cuts[lo : hi + 1]
         records = _records_block(
-            body, headers, timestamp, cuts=block_cuts, extras=None, trailers=[b""] * (hi - lo)
+            body, headers, timestamp, leading, cuts=block_cuts, extras=None, trailers=[b""] * (hi - lo)
         )
         view = binary_view(records)
         datas.append(view.data[view.offsets[0] : view.offsets[-1]])
@@ -168,6 +194,7 @@ def _encode_block(
     body: pa.Array,
     headers: pa.Array | None,
     timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader],
     *,
     cuts: Ints,
     extras: Sequence[bytes] | None,
@@ -175,7 +202,7 @@ def _encode_block(
 ) -> list[bytes]:
     """`encode_append_inputs` for the chunks between ``cuts`` (absolute rows), with each chunk's
     serialized extra headers and trailer."""
-    records = _records_block(body, headers, timestamp, cuts=cuts, extras=extras, trailers=trailers)
+    records = _records_block(body, headers, timestamp, leading, cuts=cuts, extras=extras, trailers=trailers)
     data = records.buffers()[2]
     ends = binary_view(records).offsets[cuts - cuts[0]].tolist()
     return [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
@@ -185,6 +212,7 @@ def _records_block(
     body: pa.Array,
     headers: pa.Array | None,
     timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader],
     *,
     cuts: Ints,
     extras: Sequence[bytes] | None,
@@ -197,6 +225,7 @@ def _records_block(
     n = stop - first
     bodies = _bodies(body, first, n)
     stamped, stamps = _timestamps(timestamp, len(body), first, n)
+    lead_parts, lead_len = _leading_fields(leading, first, n)
     own_headers = _own_headers(headers, len(body), first, n)
     extra_headers = _per_row(n, cuts[:-1], extras or ())
     trailer = _per_row(n, cuts[1:] - 1, trailers)
@@ -206,6 +235,7 @@ def _records_block(
     stamp_size = varint_sizes(stamps)
     record_len = (
         np.where(stamped, 1 + stamp_size, 0)
+        + lead_len
         + binary_view(own_headers).lengths
         + binary_view(extra_headers).lengths
         + np.where(body_len > 0, 1 + body_size + body_len, 0)
@@ -215,6 +245,7 @@ def _records_block(
     body_key = (body_len > 0, _RECORD_BODY, body_len, body_size)
     return _join(
         large_binary(pack_fields(n, [record_key, stamp])),
+        *lead_parts,
         own_headers,
         extra_headers,
         large_binary(pack_fields(n, [body_key])),
@@ -339,6 +370,64 @@ def _own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.
     offsets = binary_view(fields_bytes).offsets[first_entry]
     data = fields_bytes.buffers()[2]
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), data])
+
+
+def _leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tuple[list[pa.Array], Ints]:
+    """The ``headers`` fields of rows ``first:first + n`` for the `leading` headers, as columns (and
+    scalars) to join into each record in order, and their total bytes per row."""
+    parts: list[pa.Array] = []
+    total = np.zeros(n, dtype=np.int64)
+    for name, column in leading:
+        values = as_large_binary(column.slice(first, n), f"leading header {name!r}")
+        if values.null_count:
+            row = first + int(np.argmin(validity(values)))
+            raise EncodeError(
+                f"leading header {name!r} has a null value in row {row}: header values are bytes "
+                "(use b'' for an empty one)"
+            )
+        value_len = binary_view(values).lengths
+        named = _field(_HEADER_NAME, name) if name else b""  # the same bytes in every row
+        prefix, prefix_len = _value_prefix(named, value_len)
+        parts += [*prefix, values]
+        total += prefix_len + value_len
+    return parts, total
+
+
+def _value_prefix(named: bytes, value_len: Ints) -> tuple[list[pa.Array | pa.Scalar], Ints]:
+    """A leading header's field up to its value: ``headers`` key, length, the serialized name, and the
+    value's key and length (absent for an empty value), as parts to join, and their bytes per row."""
+    n = len(value_len)
+    value_size = varint_sizes(value_len)
+    header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
+    header_size = varint_sizes(header_len)
+    prefix_len = 1 + header_size + len(named) + np.where(value_len > 0, 1 + value_size, 0)
+    if n and value_len.min() == value_len.max():  # e.g. the 1-byte @action: the same bytes in every row
+        # the field of any such value, cut before the value's bytes
+        size = int(value_len[0])
+        one = _field(_RECORD_HEADERS, named + (_field(_HEADER_VALUE, bytes(size)) if size else b""))
+        return [pa.scalar(one[: len(one) - size], pa.large_binary())], prefix_len
+    if n and value_len.min() > 0 and header_len.max() < 0x80:
+        # 1-byte lengths (keys under ~110 bytes): fixed-width rows, written column-wise by numpy
+        width = 4 + len(named)
+        rows: Bytes = np.empty((n, width), dtype=np.uint8)
+        rows[:] = np.frombuffer(bytes([_RECORD_HEADERS, 0, *named, _HEADER_VALUE, 0]), dtype=np.uint8)
+        rows[:, 1] = header_len
+        rows[:, -1] = value_len
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+        return [large_binary((offsets, rows.reshape(-1)))], prefix_len
+    header_key = (None, _RECORD_HEADERS, header_len, header_size)
+    value_key = (value_len > 0, _HEADER_VALUE, value_len, value_size)
+    parts = [
+        large_binary(pack_fields(n, [header_key])),
+        pa.scalar(named, pa.large_binary()),
+        large_binary(pack_fields(n, [value_key])),
+    ]
+    return parts, prefix_len
+
+
+def _check_leading(leading: Sequence[LeadingHeader], rows: int) -> None:
+    for name, column in leading:
+        _check_length(column, rows, f"leading header {name!r}")
 
 
 def _per_row(n: int, rows: Ints, values: Sequence[bytes]) -> pa.Array:

@@ -53,7 +53,8 @@ def put_varints(out: Bytes, pos: Ints, values: Values, sizes: Ints) -> None:
         if k:
             # Only the values still longer than k bytes carry on; the others are complete.
             going = sizes > k
-            rest, pos, sizes = rest[going], pos[going], sizes[going]
+            if not going.all():
+                rest, pos, sizes = rest[going], pos[going], sizes[going]
         byte = (rest & 0x7F).astype(np.uint8)
         byte[sizes > k + 1] |= 0x80
         out[pos + k] = byte

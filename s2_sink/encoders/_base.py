@@ -19,7 +19,16 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DataType, StructType
 
 from s2_sink.encoders import _arrow_meta, _jvm
-from s2_sink.encoders._frame import BODY, ERROR, HEADERS, KEY, TIMESTAMP, frame_arrow_schema, raise_for_errors
+from s2_sink.encoders._frame import (
+    ACTION,
+    BODY,
+    ERROR,
+    HEADERS,
+    KEY,
+    TIMESTAMP,
+    frame_arrow_schema,
+    raise_for_errors,
+)
 from s2_sink.encoders._options import check_headers_column, check_timestamp_column
 from s2_sink.encoders._types import require_column
 from s2_sink.errors import ConfigError
@@ -84,6 +93,19 @@ class Encoder:
         """(source df, body, headers, timestamp, key, error); the df may be filtered or reordered."""
         raise NotImplementedError
 
+    def _project_changelog(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column] | None:
+        """`_project` with the upsert changelog flat: (source df, body, the rows' own headers, timestamp,
+        key, action, error); ``None`` for an encoder whose records have no changelog headers."""
+        return None
+
     def _encode(
         self,
         batch: pa.RecordBatch,
@@ -117,26 +139,47 @@ class Encoder:
             check_timestamp_column(schema, self.timestamp_column)
         self._validate(schema, self.data_columns(schema, exclude))
 
-    def project(self, df: DataFrame, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> DataFrame:
-        """The record frame of ``df`` computed by Spark (pure DataFrame API, Spark Connect compatible)."""
+    def project(
+        self,
+        df: DataFrame,
+        *,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        flat_changelog: bool = False,
+    ) -> DataFrame:
+        """The record frame of ``df`` computed by Spark (pure DataFrame API, Spark Connect compatible).
+
+        ``flat_changelog``: records that begin with the upsert changelog headers carry them in
+        ``_s2_key`` and ``_s2_action`` rather than in ``_s2_headers`` (see `_changelog`); other encoders
+        ignore it.
+        """
         schema = df.schema
         self.validate(schema, keep=keep, exclude=exclude)
         headers, headers_error = _jvm.headers_expr(self.headers_column)
         ts_type: DataType | None = schema[self.timestamp_column].dataType if self.timestamp_column else None
         timestamp, ts_error = _jvm.timestamp_expr(self.timestamp_column, ts_type)
-        src, body, headers, timestamp, key, error = self._project(
-            df,
-            data_columns=self.data_columns(schema, exclude),
-            headers=headers,
-            timestamp=timestamp,
-            errors=[headers_error, ts_error],
-        )
+        data_columns = self.data_columns(schema, exclude)
+        errors = [headers_error, ts_error]
+        flat = None
+        if flat_changelog:
+            flat = self._project_changelog(
+                df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
+            )
+        action: list[Column] = []
+        if flat is not None:
+            src, body, headers, timestamp, key, changelog_action, error = flat
+            action = [changelog_action.alias(ACTION)]
+        else:
+            src, body, headers, timestamp, key, error = self._project(
+                df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
+            )
         return src.select(
             body.alias(BODY),
             headers.alias(HEADERS),
             timestamp.alias(TIMESTAMP),
             key.alias(KEY),
             error.alias(ERROR),
+            *action,
             *[_jvm.col(c) for c in keep],
         )
 

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders import _jvm
-from s2_sink.encoders._frame import BODY, HEADERS
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
 from s2_sink.encoders._types import INTEGRAL_TYPES, column_type
 from s2_sink.errors import ConfigError
 
@@ -121,7 +121,10 @@ def sort_changes(frame: DataFrame) -> DataFrame:
     `ORDER`; unchanged when it has no `ORDER` column."""
     if ORDER not in frame.columns:
         return frame
-    ties = [F.col(BODY), *([F.col(HEADERS)] if HEADERS in frame.columns else [])]
+    ties = [F.col(BODY)]
+    if ACTION in frame.columns:  # the changelog flat: headers (@key, @action, own) compare as these
+        ties += [F.col(KEY), F.col(ACTION)]
+    ties += [F.col(HEADERS)] if HEADERS in frame.columns else []
     return frame.sortWithinPartitions(F.col(ORDER), *ties).drop(ORDER)
 
 

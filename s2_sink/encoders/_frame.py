@@ -10,6 +10,12 @@ One row of the frame is one S2 record (or one row that cannot become a record, s
 
 plus any columns the caller asked to keep (e.g. the column that names the target stream), and, under
 ``on_error="dlq"``, ``_s2_payload`` (binary: a bad row's original input, the dead letter's body).
+
+The upsert changelog's flat form (see `_changelog`) adds
+
+    _s2_action     binary                                  the ``@action`` header's value
+
+and then every record's headers are ``(@key, _s2_key)``, ``(@action, _s2_action)``, then ``_s2_headers``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import pyarrow.compute as pc
 from s2_sink.errors import EncodeError
 
 __all__ = [
+    "ACTION",
     "BODY",
     "ERROR",
     "FRAME_COLUMNS",
@@ -43,6 +50,7 @@ KEY = "_s2_key"
 ERROR = "_s2_error"
 FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)
 PAYLOAD = "_s2_payload"
+ACTION = "_s2_action"
 
 #: S2 refuses records over 1 MiB metered (and batches over 1 MiB / 1000 records).
 MAX_RECORD_BYTES = 1024 * 1024

@@ -88,8 +88,16 @@ class KafkaEncoder(Encoder):
     def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
         Encoder.validate(self._bind(schema.fieldNames()), schema, keep=keep, exclude=exclude)
 
-    def project(self, df: DataFrame, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> DataFrame:
-        return Encoder.project(self._bind(df.columns), df, keep=keep, exclude=exclude)
+    def project(
+        self,
+        df: DataFrame,
+        *,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        flat_changelog: bool = False,
+    ) -> DataFrame:
+        bound = self._bind(df.columns)
+        return Encoder.project(bound, df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
 
     def encode_arrow(
         self,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
@@ -28,25 +27,23 @@ from s2_sink.encoders._change_order import (
     order_by_columns,
     sorted_indices,
 )
+from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers
 from s2_sink.encoders._frame import (
+    ACTION,
     BODY,
     ERROR,
     FRAME_COLUMNS,
     HEADERS,
-    HEADERS_ARROW_TYPE,
     HEADERS_DDL,
     KEY,
     TIMESTAMP,
 )
-from s2_sink.encoders._lists import list_parts
 from s2_sink.encoders._ops import DELETE, DROP, UPSERT
 from s2_sink.encoders._types import check_json_type, column_type, require_column
 from s2_sink.errors import ConfigError
 
 __all__ = ["ACTION_HEADER", "KEY_HEADER", "UpsertEncoder"]
 
-KEY_HEADER = b"@key"
-ACTION_HEADER = b"@action"
 _SEQ = "_s2_seq"
 _RANK = "_s2_rank"
 _DROP = "-"
@@ -122,7 +119,7 @@ class UpsertEncoder(Encoder):
         for name in data_columns:
             check_json_type(schema[name].dataType, name)
         if self.compact:
-            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, _SEQ, _RANK)]
+            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, ACTION, _SEQ, _RANK)]
             if clash:
                 raise ConfigError(f"compact=True needs the column names {clash} free; rename those columns")
 
@@ -149,20 +146,34 @@ class UpsertEncoder(Encoder):
         timestamp: Column,
         errors: list[Column],
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        src, body, own, timestamp, key, action, error = self._project_changelog(
+            df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
+        )
+        listed = F.array(
+            F.struct(F.lit(KEY_HEADER).alias("name"), key.alias("value")),
+            F.struct(F.lit(ACTION_HEADER).alias("name"), action.alias("value")),
+        )
+        if self.headers_column is not None:
+            listed = F.concat(listed, F.coalesce(own, F.array().cast(HEADERS_DDL)))
+        return src, body, listed, timestamp, key, error
+
+    def _project_changelog(
+        self,
+        df: DataFrame,
+        *,
+        data_columns: list[str],
+        headers: Column,
+        timestamp: Column,
+        errors: list[Column],
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
+        """The changelog flat (see `_changelog`): no array of header structs is built per row."""
         key_json = _jvm.json_body(list(self.key_columns))
         action, op_error = self._action_jvm(df)
         nulls = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
         nulls += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]
         body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(data_columns))
-        changelog = F.array(
-            F.struct(F.lit(KEY_HEADER).alias("name"), key_json.alias("value")),
-            F.struct(
-                F.lit(ACTION_HEADER).alias("name"),
-                F.coalesce(action, F.lit("")).cast("binary").alias("value"),
-            ),
-        )
-        if self.headers_column is not None:
-            changelog = F.concat(changelog, F.coalesce(headers, F.array().cast(HEADERS_DDL)))
+        action_value = F.coalesce(action, F.lit("")).cast("binary")
+        own = headers  # null when there is no headers column
         # @key and @action: 2 bytes each of overhead, the names, the key JSON and the 1-byte action
         fixed = (
             4
@@ -171,32 +182,46 @@ class UpsertEncoder(Encoder):
             + F.octet_length(key_json)
             + F.octet_length(F.coalesce(action, F.lit("")))
         )
-        user = headers if self.headers_column is not None else None
-        size = _jvm.metered_expr(body, user, fixed)
+        size = _jvm.metered_expr(body, own if self.headers_column is not None else None, fixed)
         oversize = _jvm.oversize_error(size, key_json.cast("string"))
         error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
         src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
         if not self.compact:
-            return src, body, changelog, timestamp, key_json, error
+            return src, body, own, timestamp, key_json, action_value, error
         return self._compact_jvm(
-            src, body=body, headers=changelog, timestamp=timestamp, key=key_json, error=error
+            src, body=body, headers=own, timestamp=timestamp, key=key_json, action=action_value, error=error
         )
 
     def _compact_jvm(
-        self, df: DataFrame, *, body: Column, headers: Column, timestamp: Column, key: Column, error: Column
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+        self,
+        df: DataFrame,
+        *,
+        body: Column,
+        headers: Column,
+        timestamp: Column,
+        key: Column,
+        action: Column,
+        error: Column,
+    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
         framed = df.select(
             F.col("*"),
             body.alias(BODY),
             headers.alias(HEADERS),
             timestamp.alias(TIMESTAMP),
             key.alias(KEY),
+            action.alias(ACTION),
             error.alias(ERROR),
             F.monotonically_increasing_id().alias(_SEQ),
         )
         if self.order_by:
-            # the last change by order_by, ties by the record's bytes: the same survivor for any split
-            last = [*(_jvm.col(c).desc() for c in self.order_by), F.col(BODY).desc(), F.col(HEADERS).desc()]
+            # The last change by order_by, ties by the record's bytes (the same survivor for any split):
+            # within one key, the headers (@key, @action, own) compare as @action, then the own ones.
+            last = [
+                *(_jvm.col(c).desc() for c in self.order_by),
+                F.col(BODY).desc(),
+                F.col(ACTION).desc(),
+                F.col(HEADERS).desc(),
+            ]
         else:
             # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
             last = [F.col(_SEQ).desc()]
@@ -220,6 +245,7 @@ class UpsertEncoder(Encoder):
             ordered[HEADERS],
             ordered[TIMESTAMP],
             ordered[KEY],
+            ordered[ACTION],
             ordered[ERROR],
         )
 
@@ -284,7 +310,7 @@ class UpsertEncoder(Encoder):
         values = pc.cast(json_object(data_columns, frags, n), pa.binary())
         # as in the JVM: only a known delete has an empty body (an unknown op keeps its row's JSON for a DLQ)
         body = pc.if_else(pc.fill_null(pc.equal(action, "d"), False), pa.scalar(b""), values)
-        changelog = _changelog_headers(
+        changelog = changelog_headers(
             pc.cast(key_json, pa.binary()), pc.cast(pc.fill_null(action, ""), pa.binary()), headers
         )
         oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
@@ -306,62 +332,6 @@ class UpsertEncoder(Encoder):
                     a.filter(survive) for a in (batch, body, changelog, timestamp, key, error)
                 )
         return batch, body, changelog, timestamp, key, error
-
-
-def _changelog_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
-    """``[(@key, key_json), (@action, action), *user headers]`` per row, built from whole buffers."""
-    n = len(key_json)
-    # @key's value then @action's lie side by side in one joined buffer: 2n values over it, no gather
-    joined = pc.binary_join_element_wise(key_json, action, b"")
-    if user.null_count != len(user) or joined.null_count:
-        return _with_user_headers(key_json, action, user)
-    joined_offsets = _offsets(joined)
-    value_offsets = np.empty(2 * n + 1, np.int32)
-    value_offsets[0::2] = joined_offsets
-    value_offsets[1::2] = joined_offsets[:-1] + _offsets(key_json)[1:] - _offsets(key_json)[:-1]
-    values = pa.Array.from_buffers(
-        pa.binary(), 2 * n, [None, pa.py_buffer(value_offsets), joined.buffers()[2]]
-    )
-    name_offsets = np.empty(2 * n + 1, np.int32)
-    pair = len(KEY_HEADER) + len(ACTION_HEADER)
-    name_offsets[0::2] = np.arange(n + 1, dtype=np.int32) * pair
-    name_offsets[1::2] = name_offsets[0:-1:2] + len(KEY_HEADER)
-    names = pa.Array.from_buffers(
-        pa.binary(), 2 * n, [None, pa.py_buffer(name_offsets), pa.py_buffer((KEY_HEADER + ACTION_HEADER) * n)]
-    )
-    entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
-    row_offsets = pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32))
-    return pa.ListArray.from_arrays(row_offsets, entries, type=HEADERS_ARROW_TYPE)
-
-
-def _offsets(arr: pa.Array) -> npt.NDArray[np.int32]:
-    """A binary array's n+1 offsets, rebased to its first row."""
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
-    rebased: npt.NDArray[np.int32] = offsets - offsets[0]
-    return rebased
-
-
-def _with_user_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
-    """`_changelog_headers` when the rows carry headers of their own: the entries gathered by index."""
-    n = len(key_json)
-    # interleave key_json and action: row i -> positions 2i, 2i+1
-    positions = np.arange(2 * n, dtype=np.int64)
-    parity = positions & 1
-    fixed_names = pc.take(pa.array([KEY_HEADER, ACTION_HEADER], pa.binary()), pa.array(parity))
-    fixed_values = pc.take(pa.concat_arrays([key_json, action]), pa.array((positions >> 1) + parity * n))
-    user_offsets, user_entries = list_parts(user)
-    starts = user_offsets.to_numpy().astype(np.int64)
-    lengths = np.where(user.is_valid().to_numpy(zero_copy_only=False), np.diff(starts), 0)
-    out_offsets = np.arange(n + 1, dtype=np.int64) * 2 + np.concatenate([[0], np.cumsum(lengths)])
-    total = int(out_offsets[-1])
-    parent = np.repeat(np.arange(n, dtype=np.int64), np.diff(out_offsets))
-    local = np.arange(total, dtype=np.int64) - out_offsets[parent]  # an entry's place in its row
-    index = np.where(local < 2, parent * 2 + local, starts[parent] + local - 2 + 2 * n)
-    name, value = user_entries.field(0), user_entries.field(1)
-    names = pc.take(pa.concat_arrays([fixed_names, name]), pa.array(index))
-    values = pc.take(pa.concat_arrays([fixed_values, pc.cast(value, pa.binary())]), pa.array(index))
-    entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
-    return pa.ListArray.from_arrays(pa.array(out_offsets.astype(np.int32)), entries, type=HEADERS_ARROW_TYPE)
 
 
 def _last_per_key(key: pa.Array, error: pa.Array) -> pa.Array:

@@ -14,11 +14,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from s2_sink.encoders import (
+    ACTION_HEADER,
     BODY,
     ERROR,
     FRAME_COLUMNS,
     HEADERS,
     KEY,
+    KEY_HEADER,
     TIMESTAMP,
     Encoder,
     InsertEncoder,
@@ -27,6 +29,7 @@ from s2_sink.encoders import (
     decode_upsert,
 )
 from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes
+from s2_sink.encoders._frame import ACTION
 from tests.unit._encoders_strategies import batch_of, normalized, schema_and_rows
 
 pytestmark = pytest.mark.spark
@@ -284,6 +287,14 @@ def test_oversize_messages_match(spark: SparkSession) -> None:
     )
 
 
+def _headers(row: dict[str, Any]) -> tuple[tuple[bytes, bytes], ...]:
+    """A frame row's record headers, the changelog's flat form (``_s2_action``) included."""
+    own = tuple((bytes(h["name"]), bytes(h["value"])) for h in row.get(HEADERS) or ())
+    if ACTION not in row:
+        return own
+    return ((KEY_HEADER, bytes(row[KEY])), (ACTION_HEADER, bytes(row[ACTION])), *own)
+
+
 def _changes_per_key(
     rows: list[dict[str, Any]],
 ) -> dict[bytes, list[tuple[tuple[tuple[bytes, bytes], ...], bytes]]]:
@@ -291,18 +302,57 @@ def _changes_per_key(
     out: dict[bytes, list[tuple[tuple[tuple[bytes, bytes], ...], bytes]]] = {}
     for r in rows:
         if r[ERROR] is None:
-            headers = tuple((bytes(h["name"]), bytes(h["value"])) for h in r[HEADERS] or ())
-            out.setdefault(bytes(r[KEY]), []).append((headers, bytes(r[BODY])))
+            out.setdefault(bytes(r[KEY]), []).append((_headers(r), bytes(r[BODY])))
     return out
 
 
+@pytest.mark.parametrize(
+    "encoder",
+    [
+        UpsertEncoder(["k"]),
+        UpsertEncoder(["k", "v"], op_column="op", headers_column="h", timestamp_column="t"),
+        UpsertEncoder(["k"], op_column="op", headers_column="h", order_by="t", compact=True),
+    ],
+    ids=["plain", "op-headers-timestamp", "compact-order_by"],
+)
+def test_flat_changelog_projection_is_the_list_form(spark: SparkSession, encoder: UpsertEncoder) -> None:
+    """``project(flat_changelog=True)`` (what S2Writer ships) holds, row for row, the records of the list
+    form: @key = _s2_key, @action = _s2_action, then the row's own headers; same bodies, timestamps, keys
+    and errors (an unknown op's empty action and a null key included)."""
+    header = "array<struct<key:string,value:binary>>"
+    rows = [
+        (
+            None if i == 5 else f"k{i % 4}",
+            i % 3,
+            ["u", "d", "+I", "-U", "?", None][i % 6],
+            i,
+            [("h", bytes([i % 3]))] if i % 2 else None,
+        )
+        for i in range(24)
+    ]
+    df = spark.createDataFrame(rows, f"k string, v int, op string, t long, h {header}").coalesce(1)
+    listed = jvm_rows(encoder.project(df))
+    flat = jvm_rows(encoder.project(df, flat_changelog=True))
+    assert all(ACTION in r for r in flat)
+
+    def records(frame: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (_headers(r), bytes(r[BODY]), r[TIMESTAMP], bytes(r[KEY]), r[ERROR] or "") for r in frame
+        )
+
+    assert records(flat) == records(listed)
+    assert len(listed) > 8
+
+
+@pytest.mark.parametrize("flat", [False, True])
 @pytest.mark.parametrize("compact", [False, True])
 def test_change_order_and_its_ties_match_the_arrow_path_for_any_split(
-    spark: SparkSession, compact: bool
+    spark: SparkSession, compact: bool, flat: bool
 ) -> None:
     """With order_by, Spark's layout (rows of a key in one partition, sorted by order_by then the record's
     bytes) gives each key the records encode_arrow gives it, for three different splits of the same rows —
-    ties on pos included, some broken only by the user headers; with compact=True, the same survivor."""
+    ties on pos included, some broken only by the user headers; with compact=True, the same survivor; and
+    so does the changelog's flat form (what S2Writer ships)."""
     header = "array<struct<key:string,value:binary>>"
     rows = [
         (
@@ -322,7 +372,7 @@ def test_change_order_and_its_ties_match_the_arrow_path_for_any_split(
         shuffled = list(rows)
         random.Random(seed).shuffle(shuffled)
         df = spark.createDataFrame(spark.sparkContext.parallelize(shuffled, seed + 1), schema)
-        frame = enc.project(df, keep=["pos"]).withColumn(ORDER, order_struct(["pos"]))
+        frame = enc.project(df, keep=["pos"], flat_changelog=flat).withColumn(ORDER, order_struct(["pos"]))
         laid = sort_changes(frame.repartition(KEY))
         assert _changes_per_key(jvm_rows(laid)) == expected
 

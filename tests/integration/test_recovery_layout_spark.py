@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 
 from s2_sink._exactly_once._recovery_layout import repartition_for_recovery, spark_xxhash64
 from s2_sink._routing import STREAM_COLUMN
-from s2_sink.encoders._frame import BODY, HEADERS, HEADERS_DDL
+from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, HEADERS_DDL, KEY
 
 _BODIES = [
     b"",
@@ -68,3 +69,38 @@ def _check_layouts(spark: SparkSession, rows: Sequence[tuple[str, bytes, object]
             )
             assert spark_xxhash64(stream if layout.routed else None, headers, bytes(r[BODY])) == r["xx"]
             assert layout.partition_of(stream, headers, bytes(r[BODY])) == r["pid"]
+
+
+def test_flat_changelog_rows_are_placed_by_stream_and_key(spark: SparkSession) -> None:
+    """A frame in the changelog's flat form (``_s2_key``, ``_s2_action``, own headers apart) is laid out
+    where the list form puts the same records: Python's partition_of of the records, @key first."""
+    rows = [
+        (
+            f"s{i % 3}",
+            body,
+            b'{"id":%d}' % (i % 6),
+            b"ud"[i % 2 : i % 2 + 1],
+            [(b"h", body[:3])] if i % 2 else None,
+        )
+        for i, body in enumerate(_BODIES * 3)
+    ]
+    schema = f"{STREAM_COLUMN} string, {BODY} binary, {KEY} binary, {ACTION} binary, {HEADERS} {HEADERS_DDL}"
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    try:
+        for columns in ([STREAM_COLUMN, BODY, KEY, ACTION, HEADERS], [BODY, KEY, ACTION]):
+            laid, layout = repartition_for_recovery(spark.createDataFrame(rows, schema).select(*columns))
+            got = laid.select(*columns, F.spark_partition_id().alias("pid")).collect()
+            assert len(got) == len(rows)
+            assert len({r["pid"] for r in got}) > 1
+            for r in got:
+                stream = r[STREAM_COLUMN] if layout.routed else "events"
+                own = (
+                    [(bytes(h["name"]), bytes(h["value"])) for h in (r[HEADERS] or [])]
+                    if HEADERS in columns
+                    else []
+                )
+                headers = [(KEY_HEADER, bytes(r[KEY])), (ACTION_HEADER, bytes(r[ACTION])), *own]
+                assert layout.partition_of(stream, headers, bytes(r[BODY])) == r["pid"]
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before or "2")

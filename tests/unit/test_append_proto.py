@@ -242,6 +242,127 @@ def test_parsed_records_are_the_rows(case: Case) -> None:
         assert msg.HasField("match_seq_num") == (match is not None)
 
 
+@st.composite
+def leading_cases(
+    draw: st.DrawFn,
+) -> tuple[Case, list[tuple[bytes, list[bytes]]], list[tuple[bytes, pa.Array]]]:
+    """A `cases` frame with up to three leading headers: a name each (maybe empty) and per-row values
+    (empty, binary, near 1 MiB), as sliced binary or large_binary columns."""
+    case = draw(cases())
+    rows = len(case.body)
+    leading_rows, leading_cols = [], []
+    for _ in range(draw(st.integers(0, 3))):
+        name = draw(small_blobs)
+        values = draw(
+            st.lists(
+                st.one_of(small_blobs, sized_blobs) if rows < 3 else small_blobs, min_size=rows, max_size=rows
+            )
+        )
+        large = draw(st.booleans())
+        column = pa.array([b"junk", *values], pa.large_binary() if large else pa.binary()).slice(1)
+        leading_rows.append((name, values))
+        leading_cols.append((name, column))
+    return case, leading_rows, leading_cols
+
+
+def with_leading(case: Case, leading: list[tuple[bytes, list[bytes]]]) -> Case:
+    """`case` with each row's leading headers ahead of its own (what the SDK is given)."""
+    rows = [
+        (body, [(name, values[i]) for name, values in leading] + (headers or []), stamp)
+        for i, (body, headers, stamp) in enumerate(case.rows)
+    ]
+    return Case(**{**case.__dict__, "rows": rows})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=BIG_DATA)
+@given(leading_cases(), st.sampled_from([None, 1, 3]))
+def test_leading_headers_equal_the_sdk_serialization(
+    drawn: tuple[Case, list[tuple[bytes, list[bytes]]], list[tuple[bytes, pa.Array]]], block_rows: int | None
+) -> None:
+    """Leading headers (a name, a value column) come first in every record, before its own headers:
+    every chunk, and every row encoded once then joined, is the SDK's serialization of records whose
+    headers are the leading ones then their own."""
+    case, leading_rows, leading = drawn
+    expected = [append_input_to_proto(inp) for inp in sdk_inputs(with_leading(case, leading_rows))]
+    with ExitStack() as limits:
+        if block_rows is not None:
+            limits.enter_context(patch.object(append_proto, "_BLOCK_ROWS", block_rows))
+        ours = encode_append_inputs(
+            case.body,
+            case.headers,
+            case.timestamp,
+            np.array(case.bounds, dtype=np.int64),
+            fencing_token=case.fencing_token,
+            match_seq_nums=case.match_seq_nums,
+            first_record_headers=case.first_record_headers,
+            leading=leading,
+        )
+        data, offsets = encode_records(case.body, case.headers, case.timestamp, leading)
+    assert [pb.AppendInput.FromString(got) for got in ours] == expected
+    assert ours == [want.SerializeToString() for want in expected]
+    unmatched = with_leading(
+        Case(**{**case.__dict__, "first_record_headers": None, "match_seq_nums": None}), leading_rows
+    )
+    for (lo, hi), want in zip(itertools.pairwise(case.bounds), sdk_inputs(unmatched), strict=True):
+        got = data[offsets[lo] : offsets[hi]].tobytes() + fencing_token_field(case.fencing_token)
+        assert got == append_input_to_proto(want).SerializeToString()
+
+
+def test_leading_headers_golden_bytes() -> None:
+    """The upsert changelog pair as leading headers, ahead of a row's own header, in hand-checked bytes."""
+    got = encode_append_inputs(
+        pa.array([b"ab", b""]),
+        pa.array([[(b"k", b"v")], None], pa.list_(HEADER_TYPE)),
+        None,
+        [0, 2],
+        fencing_token=None,
+        leading=[(b"@key", pa.array([b'{"id":1}', b'{"id":2}'])), (b"@action", pa.array([b"u", b"d"]))],
+    )
+    first = (
+        b'\x12\x10\x0a\x04@key\x12\x08{"id":1}'  # @key
+        b"\x12\x0c\x0a\x07@action\x12\x01u"  # @action
+        b"\x12\x06\x0a\x01k\x12\x01v"  # the row's own header, after
+        b"\x1a\x02ab"  # body
+    )
+    second = b'\x12\x10\x0a\x04@key\x12\x08{"id":2}\x12\x0c\x0a\x07@action\x12\x01d'  # empty body: none
+    assert got == [b"\x0a" + bytes([len(first)]) + first + b"\x0a" + bytes([len(second)]) + second]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [b"u", b"d", b"u"],  # one length: the same prefix bytes in every row
+        [b'{"id":1}', b'{"id":22}', b"k" * 100],  # 1-byte lengths: fixed-width prefixes
+        [b"", b"k" * 200, b"x"],  # an empty value, 2-byte lengths: packed field by field
+        [b"", b"", b""],
+    ],
+)
+def test_leading_header_of_each_value_shape_matches_the_sdk(values: list[bytes]) -> None:
+    """However a leading header's prefix is laid out (by the lengths of its values), the records are the
+    SDK's."""
+    body = pa.array([b"a", b"", b"c"])
+    got = encode_append_inputs(
+        body, None, None, [0, 1, 3], fencing_token=None, leading=[(b"@key", pa.array(values))]
+    )
+    want = [
+        append_input_to_proto(AppendInput([Record(b, [(b"@key", v)]) for b, v in rows])).SerializeToString()
+        for rows in ([(b"a", values[0])], [(b"", values[1]), (b"c", values[2])])
+    ]
+    assert got == want
+
+
+def test_null_leading_header_value_is_an_encode_error() -> None:
+    """A null value of a leading header names the header and the row; a column of another length is
+    refused."""
+    body = pa.array([b"a", b"b"])
+    with pytest.raises(EncodeError, match=r"leading header b'@key' has a null value in row 1"):
+        encode_append_inputs(
+            body, None, None, [0, 2], fencing_token=None, leading=[(b"@key", pa.array([b"x", None]))]
+        )
+    with pytest.raises(ValueError, match=rf"leading header b'@key' has 1 rows but {BODY} has 2"):
+        encode_records(body, None, None, [(b"@key", pa.array([b"x"]))])
+
+
 def test_golden_bytes() -> None:
     """A two-chunk frame encodes to hand-checked protobuf bytes (independent of the SDK)."""
     headers = pa.array([[(b"k", b"v")], None], pa.list_(HEADER_TYPE))
