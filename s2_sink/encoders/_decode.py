@@ -152,6 +152,11 @@ def _loads(exact_decimals: bool) -> Callable[[bytes], Any]:
     return orjson.loads
 
 
+# What a JSON value that does not fit its field raises on the way into Arrow (OverflowError: an integer
+# beyond int64, e.g. 9223372036854775808 for a long).
+_VALUE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, pa.ArrowException)
+
+
 def decode_json(bodies: Sequence[bytes] | pa.Array, schema: StructType) -> pa.RecordBatch:
     """Decode JSON object bodies into an Arrow batch with one column per field of ``schema``.
 
@@ -180,7 +185,7 @@ def decode_json(bodies: Sequence[bytes] | pa.Array, schema: StructType) -> pa.Re
         try:
             values = [conv(row.get(name)) for row in rows]
             columns.append(pa.array(values, arrow_field.type))
-        except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException) as exc:
+        except _VALUE_ERRORS as exc:
             bad = _first_bad_row(rows, name, conv, arrow_field.type)
             raise EncodeError(
                 f"field {name!r} ({field.dataType.simpleString()}) of record {bad} cannot be decoded: {exc}"
@@ -192,7 +197,7 @@ def _first_bad_row(rows: list[dict[str, Any]], name: str, conv: Convert, atype: 
     for i, row in enumerate(rows):
         try:
             pa.array([conv(row.get(name))], atype)
-        except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException):  # as the caller catches
+        except _VALUE_ERRORS:
             return i
     return "?"
 

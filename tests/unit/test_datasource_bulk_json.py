@@ -7,7 +7,7 @@ import datetime as dt
 import orjson
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import (
     BooleanType,
@@ -122,6 +122,7 @@ def _outcome(decode: object) -> str:
 
 @settings(max_examples=400, deadline=None)
 @given(bodies)
+@example([b'{"id":9223372036854775808}'])  # beyond int64: once an OverflowError instead of a ReadError
 def test_bulk_json_gives_the_record_decoders_rows_or_error(texts: list[bytes]) -> None:
     """Any bodies -- well typed, of the wrong JSON type, out of range, malformed, empty, two objects,
     NaN tokens, invalid UTF-8, odd timestamps -- decode in bulk to exactly what the record-by-record
@@ -188,3 +189,14 @@ def test_the_timestamp_shape_check_agrees_with_its_regular_expression(
     column = pa.array(["x"] * skip + texts, pa.string())[skip:]
     matches = pc.match_substring_regex(column, _json_bulk._TIMESTAMP_SHAPE)
     assert _json_bulk.timestamps_shaped(column) == (matches.false_count == 0)
+
+
+def test_an_integer_beyond_its_field_is_a_read_error_naming_the_field() -> None:
+    """A long field holding 2**63 fails as a ReadError naming the field and the record, on both paths."""
+    texts = [b'{"id":1}', b'{"id":9223372036854775808}']
+    for decode in (
+        lambda: decode_bodies_bulk(pa.array(texts, pa.binary()), SCHEMA, where="stream 's'"),
+        lambda: decode_bodies(texts, SCHEMA, where="stream 's'"),
+    ):
+        with pytest.raises(ReadError, match=r"'id' \(bigint\) of record 1"):
+            decode()
