@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s2_sink._wire._arrow_views import binary_view, validity
 from s2_sink._wire._layout import Bools, Ints
 from s2_sink._wire._read_batch import RecordColumns
 from s2_sink.datasource._header_lookup import first_header, take_or_null
@@ -39,7 +40,6 @@ ACTION_HEADER: Final = b"@action"
 UPSERT_RECORD_COLUMNS: Final = frozenset({"key", "action", "value"})
 """The upsert columns built here; the others are the record's position."""
 
-_BINARY_U, _BINARY_D = pa.scalar(b"u", pa.binary()), pa.scalar(b"d", pa.binary())
 
 
 class Changes(NamedTuple):
@@ -63,13 +63,18 @@ def _read_changes(columns: RecordColumns) -> Changes:
     actions = take_or_null(columns.values, first_header(columns, ACTION_HEADER))
     return Changes(
         take_or_null(columns.values, first_header(columns, KEY_HEADER)),
-        _is(actions, _BINARY_U),
-        _is(actions, _BINARY_D),
+        _is(actions, ord("u")),
+        _is(actions, ord("d")),
     )
 
 
-def _is(arr: pa.Array, value: pa.Scalar) -> Bools:
-    hits: Bools = pc.fill_null(pc.equal(arr, value), False).to_numpy(zero_copy_only=False)
+def _is(arr: pa.Array, byte: int) -> Bools:
+    """Where `arr` holds the one byte `byte` (null: no). By numpy over the buffers: a `pa.scalar` would
+    import pandas in the read task's fresh worker."""
+    offsets, data = binary_view(arr)
+    one = (offsets[1:] - offsets[:-1]) == 1
+    hits: Bools = one & validity(arr)
+    hits[hits] = data[offsets[:-1][hits]] == byte
     return hits
 
 
