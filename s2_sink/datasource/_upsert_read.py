@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from s2_sink._wire._arrow_views import binary_view, validity
 from s2_sink._wire._layout import Bools, Ints
-from s2_sink._wire._read_batch import RecordColumns
+from s2_sink._wire._read_batch import RecordColumns, concat_columns
 from s2_sink.datasource._header_lookup import first_header, take_or_null
 from s2_sink.datasource._json_splice import splice_objects
 from s2_sink.datasource._utf8_text import utf8_text
@@ -39,7 +39,6 @@ KEY_HEADER: Final = b"@key"
 ACTION_HEADER: Final = b"@action"
 UPSERT_RECORD_COLUMNS: Final = frozenset({"key", "action", "value"})
 """The upsert columns built here; the others are the record's position."""
-
 
 
 class Changes(NamedTuple):
@@ -158,20 +157,7 @@ def _rows(parts: Sequence[RecordColumns], starts: Ints, at: Ints) -> RecordColum
     owner = np.searchsorted(starts, at, side="right") - 1
     by_part = np.argsort(owner, kind="stable")
     pieces = [parts[p].take(at[by_part][owner[by_part] == p] - starts[p]) for p in np.unique(owner).tolist()]
-    grouped = _concat(pieces)
+    grouped = concat_columns(pieces)
     if np.array_equal(by_part, np.arange(len(at))):
         return grouped
     return grouped.take(np.argsort(by_part))
-
-
-def _concat(parts: Sequence[RecordColumns]) -> RecordColumns:
-    if len(parts) == 1:
-        return parts[0]
-    return RecordColumns(
-        np.concatenate([p.seq_nums for p in parts]),
-        np.concatenate([p.timestamps for p in parts]),
-        pa.concat_arrays([p.bodies for p in parts]),
-        np.concatenate([p.header_counts for p in parts]),
-        pa.concat_arrays([p.names for p in parts]),
-        pa.concat_arrays([p.values for p in parts]),
-    )
