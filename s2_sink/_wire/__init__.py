@@ -3,6 +3,8 @@
 - `_layout`: vectorised protobuf field layout over numpy (varint sizes, key + varint fields per row).
 - `_arrow_views`: numpy views of Arrow binary arrays, and arrays over numpy buffers.
 - `_arrow_calls`: Arrow arrays and kernels called without importing pandas (for read tasks).
+- `_append_fields`: the append messages' field keys and the small pieces every encoder joins.
+- `_header_fields`: a record's ``headers`` fields in bulk (its own, and leading ones such as ``@key``).
 - `_append_proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
 - `_read_batch`: serialized ``ReadBatch`` messages -> record columns.
 

@@ -2,12 +2,8 @@
 
 The record frame's columns (see `s2_sink.encoders._frame`) become the exact bytes the SDK would send
 for the same records (``s2_sdk._mappers.append_input_to_proto(...).SerializeToString()``), without a
-Python object per record. The messages::
-
-    AppendInput  = { AppendRecord records = 1 (repeated); uint64 match_seq_num = 2 (optional);
-                     string fencing_token = 3 (optional) }
-    AppendRecord = { uint64 timestamp = 1 (optional); Header headers = 2 (repeated); bytes body = 3 }
-    Header       = { bytes name = 1; bytes value = 2 }
+Python object per record. The messages are listed in `s2_sink._wire._append_fields`; the header
+fields are built in `s2_sink._wire._header_fields`.
 
 Fields are written in field-number order, as protobuf serializers do; proto3 ``bytes`` fields without
 presence (body, header name and value) are omitted when empty, ``optional`` ones are written whenever
@@ -15,12 +11,10 @@ set (a timestamp of 0, an empty fencing token).
 
 How: numpy computes every field's size over whole columns and packs the small parts (keys and
 varints) row by row; Arrow's ``binary_join_element_wise`` then concatenates, row by row, those parts
-with the Arrow buffers' own bytes (names, values, bodies) in C++. Header entries are joined first;
-a record's headers are then a contiguous run of the joined entries, taken as one value by offsets
-alone. Leading headers (one name for every row, a value column, e.g. the upsert ``@key``/``@action``)
-need no list at all: their fields are joined straight into the record, ahead of its own headers.
-The records come out back to back in one buffer, each chunk's trailer (match_seq_num, fencing
-token) joined after its last record, so a chunk is one slice of that buffer.
+with the Arrow buffers' own bytes (names, values, bodies) in C++; leading headers are joined
+straight into the record, ahead of its own headers. The records come out back to back in one
+buffer, each chunk's trailer (match_seq_num, fencing token) joined after its last record, so a chunk
+is one slice of that buffer.
 """
 
 from __future__ import annotations
@@ -32,11 +26,30 @@ from typing import Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from s2_sink._wire._append_fields import (
+    INPUT_FENCING_TOKEN,
+    INPUT_MATCH_SEQ_NUM,
+    INPUT_RECORDS,
+    RECORD_BODY,
+    RECORD_TIMESTAMP,
+    check_length,
+    field,
+    join,
+    per_row,
+    varint,
+)
 from s2_sink._wire._arrow_views import as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire._header_fields import (
+    Header,
+    LeadingHeader,
+    check_leading,
+    headers_bytes,
+    leading_fields,
+    own_headers,
+)
 from s2_sink._wire._layout import Bools, Bytes, Ints, pack_fields, varint_sizes
-from s2_sink.encoders._frame import BODY, HEADERS, TIMESTAMP
+from s2_sink.encoders._frame import BODY, TIMESTAMP
 from s2_sink.errors import EncodeError
 
 __all__ = [
@@ -48,26 +61,12 @@ __all__ = [
     "record_field",
 ]
 
-# Field keys: (field number << 3) | wire type (0 = varint, 2 = length-delimited).
-_INPUT_RECORDS: Final = 0x0A
-_INPUT_MATCH_SEQ_NUM: Final = 0x10
-_INPUT_FENCING_TOKEN: Final = 0x1A
-_RECORD_TIMESTAMP: Final = 0x08
-_RECORD_HEADERS: Final = 0x12
-_RECORD_BODY: Final = 0x1A
-_HEADER_NAME: Final = 0x0A
-_HEADER_VALUE: Final = 0x12
-
 _U64_LIMIT: Final = 1 << 64
 
 # Block size: temporaries of a few hundred KiB stay in cache and in memory the allocator reuses
 # (fresh pages cost more than the encoding itself on some virtual machines).
 _BLOCK_ROWS: Final = 16_384
 _BLOCK_BYTES: Final = 4 * 1024 * 1024
-
-Header = tuple[bytes, bytes]
-LeadingHeader = tuple[bytes, pa.Array]
-"""A header every row carries first: its name, and a binary column of each row's value."""
 
 
 def encode_append_inputs(
@@ -97,14 +96,14 @@ def encode_append_inputs(
     timestamp) and ValueError for arguments that do not fit together.
     """
     body = as_large_binary(body, BODY)  # shares the data buffer
-    _check_leading(leading, len(body))
+    check_leading(leading, len(body))
     cuts = _check_bounds(bounds, len(body))
     chunks = len(cuts) - 1
     if chunks <= 0:
         return []
     _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
     _check_per_chunk(first_record_headers, chunks, "first_record_headers")
-    extras = [_headers_bytes(chunk) for chunk in first_record_headers] if first_record_headers else None
+    extras = [headers_bytes(chunk) for chunk in first_record_headers] if first_record_headers else None
     trailers = _trailers(match_seq_nums, fencing_token, chunks)
     out: list[bytes] = []
     for lo, hi in _blocks(body, cuts):
@@ -140,7 +139,7 @@ def encode_records(
     ``a:b`` and a `fencing_token_field` is the ``AppendInput`` of those rows. Raises as
     `encode_append_inputs`."""
     body = as_large_binary(body, BODY)
-    _check_leading(leading, len(body))
+    check_leading(leading, len(body))
     n = len(body)
     if n == 0:
         return EncodedRecords(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
@@ -165,11 +164,11 @@ def encode_records(
 def record_field(body: bytes, headers: Sequence[Header], timestamp: int | None) -> bytes:
     """One record as a serialized ``AppendInput.records`` field, in plain Python (for a few records,
     e.g. a chunk's tagged first record): the bytes `encode_append_inputs` writes for it."""
-    record = b"" if timestamp is None else bytes([_RECORD_TIMESTAMP]) + _varint(timestamp)
-    record += _headers_bytes(headers)
+    record = b"" if timestamp is None else bytes([RECORD_TIMESTAMP]) + varint(timestamp)
+    record += headers_bytes(headers)
     if body:
-        record += _field(_RECORD_BODY, body)
-    return _field(_INPUT_RECORDS, record)
+        record += field(RECORD_BODY, body)
+    return field(INPUT_RECORDS, record)
 
 
 def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
@@ -225,10 +224,10 @@ def _records_block(
     n = stop - first
     bodies = _bodies(body, first, n)
     stamped, stamps = _timestamps(timestamp, len(body), first, n)
-    lead_parts, lead_len = _leading_fields(leading, first, n)
-    own_headers = _own_headers(headers, len(body), first, n)
-    extra_headers = _per_row(n, cuts[:-1], extras or ())
-    trailer = _per_row(n, cuts[1:] - 1, trailers)
+    lead_parts, lead_len = leading_fields(leading, first, n)
+    own = own_headers(headers, len(body), first, n)
+    extra_headers = per_row(n, cuts[:-1], extras or ())
+    trailer = per_row(n, cuts[1:] - 1, trailers)
 
     body_len = binary_view(bodies).lengths
     body_size = varint_sizes(body_len)
@@ -236,28 +235,22 @@ def _records_block(
     record_len = (
         np.where(stamped, 1 + stamp_size, 0)
         + lead_len
-        + binary_view(own_headers).lengths
+        + binary_view(own).lengths
         + binary_view(extra_headers).lengths
         + np.where(body_len > 0, 1 + body_size + body_len, 0)
     )
-    record_key = (None, _INPUT_RECORDS, record_len, varint_sizes(record_len))
-    stamp = (stamped, _RECORD_TIMESTAMP, stamps, stamp_size)
-    body_key = (body_len > 0, _RECORD_BODY, body_len, body_size)
-    return _join(
+    record_key = (None, INPUT_RECORDS, record_len, varint_sizes(record_len))
+    stamp = (stamped, RECORD_TIMESTAMP, stamps, stamp_size)
+    body_key = (body_len > 0, RECORD_BODY, body_len, body_size)
+    return join(
         large_binary(pack_fields(n, [record_key, stamp])),
         *lead_parts,
-        own_headers,
+        own,
         extra_headers,
         large_binary(pack_fields(n, [body_key])),
         bodies,
         trailer,
     )
-
-
-def _join(*columns: pa.Array) -> pa.Array:
-    """Row ``i`` of every column, concatenated (in C++)."""
-    # the separator made here, not at import: pyarrow's first scalar conversion imports pandas
-    return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -301,7 +294,7 @@ def _timestamps(
 ) -> tuple[Bools, npt.NDArray[np.uint64]]:
     """Which rows carry a timestamp, and the timestamps (0 where unset)."""
     if timestamp is not None:
-        _check_length(timestamp, rows, TIMESTAMP)
+        check_length(timestamp, rows, TIMESTAMP)
     if timestamp is None or pa.types.is_null(timestamp.type) or timestamp.null_count == len(timestamp):
         return np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.uint64)
     if not pa.types.is_integer(timestamp.type):
@@ -319,143 +312,11 @@ def _timestamps(
     return stamped, stamps.astype(np.uint64)
 
 
-def _own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.Array:
-    """Every row's own ``headers`` fields, serialized, as one large_binary value per row."""
-    if headers is not None:
-        _check_length(headers, rows, HEADERS)
-    if headers is None or pa.types.is_null(headers.type):
-        return _per_row(n, np.zeros(0, dtype=np.int64), [])
-    typ = headers.type
-    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
-        raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")
-    fields = [typ.value_type.field(i).name for i in range(typ.value_type.num_fields)]
-    if "name" not in fields or "value" not in fields:
-        raise TypeError(f"{HEADERS} entries must have fields 'name' and 'value', got {typ.value_type}")
-    column = headers.slice(first, n)
-    count = column.value_lengths().fill_null(0).to_numpy().astype(np.int64)
-    # flatten() keeps only the entries of non-null rows, from the slice's offset on; the struct's own
-    # flatten() applies its offset and null bitmap to the children.
-    children = column.flatten().flatten()
-    name, value = children[fields.index("name")], children[fields.index("value")]
-    for child, what in ((name, "name"), (value, "value")):
-        if child.null_count:
-            entry = int(np.argmin(validity(child)))
-            row = first + int(np.searchsorted(np.cumsum(count), entry, side="right"))
-            raise EncodeError(
-                f"{HEADERS} has a null header {what} in row {row}: header names and values are "
-                f"bytes (use b'' for an empty one)"
-            )
-    if len(name) == 0:
-        return _per_row(n, np.zeros(0, dtype=np.int64), [])
-    names = as_large_binary(name, f"{HEADERS}.name")
-    values = as_large_binary(value, f"{HEADERS}.value")
-    name_len, value_len = binary_view(names).lengths, binary_view(values).lengths
-    name_size, value_size = varint_sizes(name_len), varint_sizes(value_len)
-    header_len = np.where(name_len > 0, 1 + name_size + name_len, 0) + np.where(
-        value_len > 0, 1 + value_size + value_len, 0
-    )
-    entries = len(names)
-    header_key = (None, _RECORD_HEADERS, header_len, varint_sizes(header_len))
-    name_key = (name_len > 0, _HEADER_NAME, name_len, name_size)
-    value_key = (value_len > 0, _HEADER_VALUE, value_len, value_size)
-    fields_bytes = _join(
-        large_binary(pack_fields(entries, [header_key, name_key])),
-        names,
-        large_binary(pack_fields(entries, [value_key])),
-        values,
-    )
-    # A row's header fields are consecutive entries: one value spanning them, by offsets alone.
-    first_entry = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(count, out=first_entry[1:])
-    offsets = binary_view(fields_bytes).offsets[first_entry]
-    data = fields_bytes.buffers()[2]
-    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), data])
-
-
-def _leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tuple[list[pa.Array], Ints]:
-    """The ``headers`` fields of rows ``first:first + n`` for the `leading` headers, as columns (and
-    scalars) to join into each record in order, and their total bytes per row."""
-    parts: list[pa.Array] = []
-    total = np.zeros(n, dtype=np.int64)
-    for name, column in leading:
-        values = as_large_binary(column.slice(first, n), f"leading header {name!r}")
-        if values.null_count:
-            row = first + int(np.argmin(validity(values)))
-            raise EncodeError(
-                f"leading header {name!r} has a null value in row {row}: header values are bytes "
-                "(use b'' for an empty one)"
-            )
-        value_len = binary_view(values).lengths
-        named = _field(_HEADER_NAME, name) if name else b""  # the same bytes in every row
-        prefix, prefix_len = _value_prefix(named, value_len)
-        parts += [*prefix, values]
-        total += prefix_len + value_len
-    return parts, total
-
-
-def _value_prefix(named: bytes, value_len: Ints) -> tuple[list[pa.Array | pa.Scalar], Ints]:
-    """A leading header's field up to its value: ``headers`` key, length, the serialized name, and the
-    value's key and length (absent for an empty value), as parts to join, and their bytes per row."""
-    n = len(value_len)
-    value_size = varint_sizes(value_len)
-    header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
-    header_size = varint_sizes(header_len)
-    prefix_len = 1 + header_size + len(named) + np.where(value_len > 0, 1 + value_size, 0)
-    if n and value_len.min() == value_len.max():  # e.g. the 1-byte @action: the same bytes in every row
-        # the field of any such value, cut before the value's bytes
-        size = int(value_len[0])
-        one = _field(_RECORD_HEADERS, named + (_field(_HEADER_VALUE, bytes(size)) if size else b""))
-        return [pa.scalar(one[: len(one) - size], pa.large_binary())], prefix_len
-    if n and value_len.min() > 0 and header_len.max() < 0x80:
-        # 1-byte lengths (keys under ~110 bytes): fixed-width rows, written column-wise by numpy
-        width = 4 + len(named)
-        rows: Bytes = np.empty((n, width), dtype=np.uint8)
-        rows[:] = np.frombuffer(bytes([_RECORD_HEADERS, 0, *named, _HEADER_VALUE, 0]), dtype=np.uint8)
-        rows[:, 1] = header_len
-        rows[:, -1] = value_len
-        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
-        return [large_binary((offsets, rows.reshape(-1)))], prefix_len
-    header_key = (None, _RECORD_HEADERS, header_len, header_size)
-    value_key = (value_len > 0, _HEADER_VALUE, value_len, value_size)
-    parts = [
-        large_binary(pack_fields(n, [header_key])),
-        pa.scalar(named, pa.large_binary()),
-        large_binary(pack_fields(n, [value_key])),
-    ]
-    return parts, prefix_len
-
-
-def _check_leading(leading: Sequence[LeadingHeader], rows: int) -> None:
-    for name, column in leading:
-        _check_length(column, rows, f"leading header {name!r}")
-
-
-def _per_row(n: int, rows: Ints, values: Sequence[bytes]) -> pa.Array:
-    """A large_binary column of ``n`` rows holding ``values[i]`` in row ``rows[i]`` and b"" elsewhere."""
-    lengths = np.zeros(n, dtype=np.int64)
-    if values:
-        lengths[rows] = [len(v) for v in values]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return large_binary((offsets, np.frombuffer(b"".join(values), dtype=np.uint8)))
-
-
-def _headers_bytes(headers: Sequence[Header]) -> bytes:
-    """``headers`` as serialized ``AppendRecord.headers`` fields (a few per chunk: plain Python)."""
-    out = bytearray()
-    for name, value in headers:
-        header = (_field(_HEADER_NAME, name) if name else b"") + (
-            _field(_HEADER_VALUE, value) if value else b""
-        )
-        out += _field(_RECORD_HEADERS, header)
-    return bytes(out)
-
-
 def fencing_token_field(fencing_token: str | None) -> bytes:
     """``AppendInput.fencing_token`` serialized (b"" for ``None``). It is the message's last field, so a
     chunk encoded without a token plus this is the chunk encoded with it: a token change re-sends the
     same record bytes with a new trailer."""
-    return b"" if fencing_token is None else _field(_INPUT_FENCING_TOKEN, fencing_token.encode())
+    return b"" if fencing_token is None else field(INPUT_FENCING_TOKEN, fencing_token.encode())
 
 
 def _trailers(
@@ -474,23 +335,5 @@ def _trailers(
             raise ValueError(
                 f"match_seq_nums[{i}] is {match}: a sequence number is an unsigned 64-bit integer"
             )
-        out.append(bytes([_INPUT_MATCH_SEQ_NUM]) + _varint(match) + token)
+        out.append(bytes([INPUT_MATCH_SEQ_NUM]) + varint(match) + token)
     return out
-
-
-def _check_length(column: pa.Array, rows: int, what: str) -> None:
-    if len(column) != rows:
-        raise ValueError(f"{what} has {len(column)} rows but {BODY} has {rows}")
-
-
-def _field(key: int, payload: bytes) -> bytes:
-    return bytes([key]) + _varint(len(payload)) + payload
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
