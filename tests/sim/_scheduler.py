@@ -331,9 +331,14 @@ class Scheduler:
     def _loop_idle(self) -> bool:
         """(On the loop.) Nothing is due on the loop but probes (the running callback aside)."""
         # A copy: a garbage collection on this thread may finalize an async generator, which appends
-        # its ``aclose()`` to the ready queue (harmless: it takes no step).
-        due = tuple(self._loop._ready)  # type: ignore[attr-defined]
-        return all(h._callback == self._probe for h in due)
+        # its ``aclose()`` to the ready queue (harmless: it takes no step). The collection may also run
+        # while the copy is taken (it allocates): then the copy is taken again.
+        while True:
+            try:
+                due = tuple(self._loop._ready)  # type: ignore[attr-defined]
+            except RuntimeError:  # deque mutated during iteration
+                continue
+            return all(h._callback == self._probe for h in due)
 
     def _sleeper(self) -> asyncio.TimerHandle | None:
         """(On the loop.) The timer of the coroutine sleeping through a back-off that wakes up first, if any
