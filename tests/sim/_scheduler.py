@@ -9,9 +9,10 @@ stream as its own coroutine next to the task's own flow (they are the actor's *f
 
 The scheduler takes a step only once the whole process is quiet: no actor thread is running (each is
 parked, waiting for its coroutine on the loop, or done) and the event loop has nothing to run but
-timeouts (a coroutine sleeping through a back-off counts as running). It then picks one parked fiber with
-the seeded RNG, decides the fault of its step, and lets only that one go on. Nothing depends on thread
-timing: the same seed gives the same schedule, step for step.
+timeouts (a coroutine sleeping through a back-off counts as running: with nothing else to run, its
+timer is fired at once rather than waited for). It then picks one parked fiber with the seeded RNG,
+decides the fault of its step, and lets only that one go on. Nothing depends on thread timing: the same
+seed gives the same schedule, step for step.
 
 The code under test reaches the loop through ``s2_sink._runtime.run``; while a schedule runs, the
 scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing
@@ -229,7 +230,7 @@ class Scheduler:
 
     def _quiet_now(self) -> bool:
         """(Lock held, on the loop.) No thread runs and nothing else is due on the loop."""
-        return self._loop_idle() and self._next_wake_up() is None
+        return self._loop_idle() and self._sleeper() is None
 
     def wait(self, op: Op, ready: Callable[[], bool]) -> Verdict:
         """Park the calling actor's thread until `ready()` holds and the scheduler picks it."""
@@ -315,9 +316,14 @@ class Scheduler:
             if not self._loop_idle():  # a callback (a woken coroutine) is due
                 loop.call_soon(self._probe)
                 return
-            sleeper = self._next_wake_up()
+            sleeper = self._sleeper()
             if sleeper is not None:
-                loop.call_later(min(sleeper, 0.05), self._probe)
+                # Nothing else can happen while it sleeps (no thread runs, nothing is due): waking it now
+                # takes the same schedule without waiting out the back-off in real time.
+                wake_up, args = sleeper._callback, sleeper._args  # type: ignore[attr-defined]
+                sleeper.cancel()  # (which clears both)
+                loop.call_soon(wake_up, *args)
+                loop.call_soon(self._probe)
                 return
             self._probing = False
             self._step()
@@ -325,22 +331,28 @@ class Scheduler:
     def _loop_idle(self) -> bool:
         """(On the loop.) Nothing is due on the loop but probes (the running callback aside)."""
         # A copy: a garbage collection on this thread may finalize an async generator, which appends
-        # its ``aclose()`` to the ready queue (harmless: it takes no step).
-        due = tuple(self._loop._ready)  # type: ignore[attr-defined]
-        return all(h._callback == self._probe for h in due)
+        # its ``aclose()`` to the ready queue (harmless: it takes no step). The collection may also run
+        # while the copy is taken (it allocates): then the copy is taken again.
+        while True:
+            try:
+                due = tuple(self._loop._ready)  # type: ignore[attr-defined]
+            except RuntimeError:  # deque mutated during iteration
+                continue
+            return all(h._callback == self._probe for h in due)
 
-    def _next_wake_up(self) -> float | None:
-        """(On the loop.) In how many seconds a coroutine sleeping through a back-off wakes up, if any."""
+    def _sleeper(self) -> asyncio.TimerHandle | None:
+        """(On the loop.) The timer of the coroutine sleeping through a back-off that wakes up first, if any
+        (``asyncio.sleep`` is a timer that sets its future's result)."""
         loop = self._loop
         sleeping = [
-            h.when()
+            h
             for h in loop._scheduled  # type: ignore[attr-defined]
             if not h.cancelled() and h._callback is futures._set_result_unless_cancelled  # type: ignore[attr-defined]
         ]
-        soonest = min(sleeping, default=None)
-        if soonest is None or soonest - loop.time() >= _SLEEP_HORIZON_S:
+        soonest: asyncio.TimerHandle | None = min(sleeping, key=lambda h: h.when(), default=None)
+        if soonest is None or soonest.when() - loop.time() >= _SLEEP_HORIZON_S:
             return None
-        return max(float(soonest - loop.time()), 0.0)
+        return soonest
 
     def _step(self) -> None:
         """(Lock held, on the loop, the process quiet.) Pick a parked fiber and let it go on."""
