@@ -65,6 +65,8 @@ QUERY_ID = "query-1"
 WRITER_ID = QUERY_ID  # the default identity: the streaming query id
 _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
+_DROP_SHARE = 1.0
+"""A bulk session's step drops its connection at this share of the scenario's fault rate."""
 
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
 
@@ -135,7 +137,23 @@ class Query:
     # -- faults ------------------------------------------------------------------------------------------
 
     def policy(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
-        """The fault at `op`, drawn with the scheduler's RNG within the scenario's budget."""
+        """The fault at `op`, drawn with the scheduler's RNG within the scenario's budget; then, at a bulk
+        session's step the draw left without one, a connection drop, drawn with the scheduler's RNG of
+        drops (so a schedule without a drop is the one it was before drops were simulated)."""
+        verdict = self._fault(actor, op, rng)
+        if (
+            verdict == "ok"
+            and op.kind == "session"
+            and self.sc.bulk
+            and not actor.calm
+            and self.faults < self.sc.max_faults
+            and self.sched.drops.random() < self.sc.fault_rate * _DROP_SHARE
+        ):
+            self.faults += 1
+            return "drop"
+        return verdict
+
+    def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
