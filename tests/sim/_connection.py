@@ -42,7 +42,7 @@ class ConnectionStream(Protocol):
 
     @property
     def touched(self) -> bool:
-        """Whether the server applied (or refused) any of its messages: it processed the stream."""
+        """Whether the server processed any of its messages (so it is not above a GOAWAY's last stream)."""
 
     def in_flight(self) -> int:
         """How many of its messages were sent and not answered."""

@@ -383,7 +383,9 @@ class AppendSessionResponse:
         self._failure: TransportError | None = None
         """The connection dropped under the session: how the SDK reports it."""
         self.touched = False
+        """The server processed one of its messages."""
         self._actor = ""
+        """The simulated actor whose session it is (for the trace)."""
 
     async def aread(self) -> bytes:
         return self._error.body() if self._error is not None else b""
@@ -478,11 +480,11 @@ class AppendSessionResponse:
         return (self._answering is not None) + len(self._received)
 
     def fail(self, error: TransportError, applied: int) -> str:
-        in_flight = [*([self._answering] if self._answering is not None else []), *self._received]
+        sent = [*([self._answering] if self._answering is not None else []), *self._received]
         self._answering = None
         self._received.clear()
         done = 0
-        for payload in in_flight[:applied]:
+        for payload in sent[:applied]:
             try:
                 self._service.sequence(self._stream, payload)
             except ApiError:
@@ -493,4 +495,4 @@ class AppendSessionResponse:
             self._receiver.cancel()  # nothing sent from now on reaches the server
         if not self._service.sched.interrupt(self, "drop"):
             self._arrived.set()  # waiting for input, not parked at a step
-        return f"{self._actor} {self._stream} ({len(in_flight)} in flight, {done} applied)"
+        return f"{self._actor} {self._stream} ({len(sent)} in flight, {done} applied)"

@@ -53,7 +53,7 @@ was applied; (task appends only) the task fails with a shuffle fetch failure bef
 Spark retry the whole stage; (task steps only) Spark declares the attempt lost (an executor heartbeat
 timeout) and retries it, while the attempt goes on as a zombie; (bulk session appends only) it is applied
 and its ack carries S2's reconnect advice; (bulk session appends only) the HTTP/2 connection under the
-session drops, ending every session on it (`tests.sim._memory_s2.MemoryConnection.drop`)."""
+session drops, ending every session on it (`tests.sim._connection.MemoryConnection.drop`)."""
 
 _SLEEP_HORIZON_S = 5.0
 """A coroutine sleeping less than this (a retry back-off) is running; a longer timer is a timeout or the

@@ -65,8 +65,6 @@ QUERY_ID = "query-1"
 WRITER_ID = QUERY_ID  # the default identity: the streaming query id
 _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
-_DROP_SHARE = 1.0
-"""A bulk session's step drops its connection at this share of the scenario's fault rate."""
 
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
 
@@ -138,8 +136,9 @@ class Query:
 
     def policy(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         """The fault at `op`, drawn with the scheduler's RNG within the scenario's budget; then, at a bulk
-        session's step the draw left without one, a connection drop, drawn with the scheduler's RNG of
-        drops (so a schedule without a drop is the one it was before drops were simulated)."""
+        session's step left without one, a connection drop at the scenario's fault rate, drawn with the
+        scheduler's RNG of drops (so a schedule without a drop is the one it was before drops were
+        simulated)."""
         verdict = self._fault(actor, op, rng)
         if (
             verdict == "ok"
@@ -147,7 +146,7 @@ class Query:
             and self.sc.bulk
             and not actor.calm
             and self.faults < self.sc.max_faults
-            and self.sched.drops.random() < self.sc.fault_rate * _DROP_SHARE
+            and self.sched.drops.random() < self.sc.fault_rate
         ):
             self.faults += 1
             return "drop"
