@@ -345,8 +345,14 @@ class Scheduler:
     def _loop_idle(self) -> bool:
         """(On the loop.) Nothing is due on the loop but probes (the running callback aside)."""
         # A copy: a garbage collection on this thread may finalize an async generator, which appends
-        # its ``aclose()`` to the ready queue (harmless: it takes no step).
-        due = tuple(self._loop._ready)  # type: ignore[attr-defined]
+        # its ``aclose()`` to the ready queue (harmless: it takes no step), also during the copy itself,
+        # which then fails ("deque mutated during iteration"; seed 7448 once in 20,000): copy again.
+        while True:
+            try:
+                due = tuple(self._loop._ready)  # type: ignore[attr-defined]
+                break
+            except RuntimeError:
+                continue
         return all(h._callback == self._probe for h in due)
 
     def _next_wake_up(self) -> float | None:
