@@ -11,13 +11,15 @@ Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``ensure_stream``; 
 ``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``; and, for the
 bulk append path (`s2_sink._bulk_session`), the basin transport the SDK client hands out
 (``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
-lite server answers one (`AppendSessionResponse`).
+lite server answers one (`AppendSessionResponse`), as a stream of the client's HTTP/2 connection
+(`tests.sim._connection`), which may drop under every session on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -37,7 +39,7 @@ from s2_sdk import (
     SeqNumMismatchError,
     StreamPosition,
 )
-from s2_sdk._exceptions import ConnectionClosedError
+from s2_sdk._exceptions import ProtocolError, TransportError
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto, sequenced_record_from_proto
 
@@ -49,6 +51,7 @@ from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
+from tests.sim._connection import MemoryConnection
 from tests.sim._scheduler import Op, Scheduler
 
 __all__ = ["AppendSessionResponse", "MemoryS2", "MemoryService", "MemoryTransport"]
@@ -87,6 +90,10 @@ class MemoryService:
         self._arrival = 0
         self._sessions: list[asyncio.Task[Any]] = []
         """The coroutines reading bulk append sessions' answers (ended with the schedule)."""
+        self.connections = 0
+        """How many HTTP/2 connections the clients opened (numbers them)."""
+        self.drops: list[int] = []
+        """How many sessions each connection drop ended."""
 
     def client_factory(self, cfg: S2Config, *, sdk_retries: bool = True) -> S2:
         """`ClientFactory` for the session pool: a client of this service."""
@@ -172,10 +179,19 @@ def _describe_message(data: bytes) -> str:
 
 
 class MemoryS2:
-    """Stands in for ``s2_sdk.S2``."""
+    """Stands in for ``s2_sdk.S2``, and for its connection pool: the bulk sessions it carries share one
+    HTTP/2 connection until that one is retired or drops (`tests.sim._connection`)."""
 
     def __init__(self, service: MemoryService) -> None:
         self._service = service
+        self._connection: MemoryConnection | None = None
+
+    def checkout(self) -> MemoryConnection:
+        """The connection a new request goes on (``ConnectionPool.checkout``): the open one, else a new."""
+        if self._connection is None or self._connection.retired:
+            self._service.connections += 1
+            self._connection = MemoryConnection(self._service.connections)
+        return self._connection
 
     def basin(self, name: str) -> MemoryBasin:
         assert name == self._service.basin, name
@@ -186,7 +202,7 @@ class MemoryS2:
 
     def _get_basin_client(self, name: str) -> MemoryTransport:
         assert name == self._service.basin, name
-        return MemoryTransport(self._service)
+        return MemoryTransport(self._service, self)
 
 
 class MemoryBasin:
@@ -295,10 +311,12 @@ class Session:
 
 class MemoryTransport:
     """Stands in for the SDK's ``HttpClient`` of the basin, for the request the bulk path makes on it: an
-    S2S append session (``POST /v1/streams/{stream}/records``, ``content-type: s2s/proto``)."""
+    S2S append session (``POST /v1/streams/{stream}/records``, ``content-type: s2s/proto``), a stream of
+    the client's connection."""
 
-    def __init__(self, service: MemoryService) -> None:
+    def __init__(self, service: MemoryService, client: MemoryS2) -> None:
         self._service = service
+        self._client = client
 
     @asynccontextmanager
     async def streaming_request(
@@ -316,7 +334,13 @@ class MemoryTransport:
         ctype = (headers or {}).get("content-type")
         if method != "POST" or found is None or ctype != "s2s/proto" or content is None:
             raise AssertionError(f"the in-memory S2 answers only S2S append sessions, not {method} {path}")
-        yield AppendSessionResponse(self._service, unquote(found.group(1)), content)
+        response = AppendSessionResponse(
+            self._service, self._client.checkout(), unquote(found.group(1)), content
+        )
+        try:
+            yield response
+        finally:
+            response.end()  # as the SDK's request ends: its sender stops, its stream leaves the connection
 
 
 class AppendSessionResponse:
@@ -326,13 +350,19 @@ class AppendSessionResponse:
     nothing after it is applied; the session ends when the input ends. A missing stream is a 404 before
     any input.
 
-    Each input message is one scheduler step (``session``), taken when the session reads it: refused (a
-    429 ``rate_limited`` terminal frame, nothing applied), applied with its reply lost (the connection
-    drops: a transport error), applied with S2's reconnect advice on its ack, or the caller's process dies
-    before or after it is applied."""
+    The client's messages reach the server as they are sent (a receiver drains the request body, as the
+    SDK's sender writes it), and wait there to be answered. Each is one scheduler step (``session``),
+    taken when the session answers it: refused (a 429 ``rate_limited`` terminal frame, nothing applied),
+    applied with its reply lost (this stream is reset: a transport error), applied with S2's reconnect
+    advice on its ack, the caller's process dies before or after it is applied, or the connection under
+    the session drops (`tests.sim._connection`: every session on it ends, what each had in flight applied
+    or not)."""
 
-    def __init__(self, service: MemoryService, stream: str, content: AsyncIterator[bytes]) -> None:
+    def __init__(
+        self, service: MemoryService, connection: MemoryConnection, stream: str, content: AsyncIterator[bytes]
+    ) -> None:
         self._service = service
+        self._connection = connection
         self._stream = stream
         self._content = content
         self._error: ApiError | None = None
@@ -341,48 +371,128 @@ class AppendSessionResponse:
         except ApiError as exc:
             self._error = exc
         self.status_code = 200 if self._error is None else self._error.status
-        self.retired = False
+        self._stream_id = connection.open(self)
+        self._received: deque[bytes] = deque()
+        """Messages the server got and has not answered yet, oldest first."""
+        self._answering: bytes | None = None
+        """The message parked at its step."""
+        self._arrived = asyncio.Event()
+        self._input_ended = False
+        self._bad_input: ApiError | None = None
+        self._receiver: asyncio.Task[None] | None = None
+        self._failure: TransportError | None = None
+        """The connection dropped under the session: how the SDK reports it."""
+        self.touched = False
+        """The server processed one of its messages."""
+        self._actor = ""
+        """The simulated actor whose session it is (for the trace)."""
 
     async def aread(self) -> bytes:
         return self._error.body() if self._error is not None else b""
 
     def retire_connection(self) -> None:
-        self.retired = True  # no connection is pooled here: the next session starts afresh anyway
+        self._connection.retired = True  # the next session opens a fresh connection; this one goes on
+
+    def end(self) -> None:
+        """The request is over (answered, failed or abandoned)."""
+        if self._receiver is not None:
+            self._receiver.cancel()
+        self._connection.close(self._stream_id)
 
     async def aiter_bytes(self) -> AsyncGenerator[bytes]:
         task = asyncio.current_task()
         if task is not None:
             self._service._sessions.append(task)
-        reader = FrameReader()
-        async for data in self._content:
-            payloads, err = reader.feed(data)
-            for payload in payloads:
-                frame, last = await self._answer(payload)
+        actor = Scheduler.current()
+        self._actor = actor.name if actor is not None else ""
+        self._receiver = asyncio.get_running_loop().create_task(self._receive())
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._received:
+                frame, last = await self._answer(self._received.popleft())
                 yield frame
                 if last:
                     return
-            if err is not None:
-                yield encode_terminal(err)
+            elif self._bad_input is not None:
+                yield encode_terminal(self._bad_input)
                 return
-        if reader.pending:
-            yield encode_terminal(bad("bad_frame", "input ended inside a frame"))
+            elif self._input_ended:
+                return
+            else:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def _receive(self) -> None:
+        """Take the client's messages as it sends them."""
+        reader = FrameReader()
+        try:
+            async for data in self._content:
+                payloads, err = reader.feed(data)
+                self._received.extend(payloads)
+                if err is not None:
+                    self._bad_input = err
+                    return
+                self._arrived.set()
+            if reader.pending:
+                self._bad_input = bad("bad_frame", "input ended inside a frame")
+            self._input_ended = True
+        finally:
+            self._arrived.set()
 
     async def _answer(self, payload: bytes) -> tuple[bytes, bool]:
         """One input message's frame, and whether it ends the session."""
         svc = self._service
-        verdict = await svc.sched.point(Op("session", self._stream, _describe_message(payload)))
+        self._answering = payload
+        op = Op("session", self._stream, _describe_message(payload))
+        verdict = await svc.sched.point(op, owner=self)
+        self._answering = None
+        if verdict == "drop" and self._failure is None:
+            # This step's fault: the connection drops under every session on it, this one included.
+            self._answering = payload
+            ended, line = self._connection.drop(svc.sched.drops)
+            svc.drops.append(ended)
+            svc.sched.note(line)
+            self._answering = None  # unless ended, this stream is at or below a GOAWAY's last: it goes on
+        if self._failure is not None:
+            raise self._failure
         if verdict == "refuse":
             refusal = ApiError(429, "rate_limited", "simulated: rate limited, nothing applied")
             return encode_terminal(refusal), True
+        self.touched = True
         try:
             stream, batch = svc.sequence(self._stream, payload)
         except ApiError as exc:
             return encode_terminal(exc), True
         if verdict == "ambiguous":
-            raise ConnectionClosedError("simulated: connection dropped after the append was applied")
+            # This stream alone fails (the server or a proxy resets it) after the append was applied.
+            raise ProtocolError("Stream reset with error code 2", error_code=2)
         if verdict == "crash_after":
             Scheduler.crash_now()
         frame = encode_frame(ack_for(stream, batch))
         if verdict == "reconnect":
             frame = frame[:3] + bytes((frame[3] | _RECONNECT_ADVISED,)) + frame[4:]
         return frame, False
+
+    # -- as the connection sees it (`tests.sim._connection.ConnectionStream`) ------------------------------
+
+    def in_flight(self) -> int:
+        return (self._answering is not None) + len(self._received)
+
+    def fail(self, error: TransportError, applied: int) -> str:
+        sent = [*([self._answering] if self._answering is not None else []), *self._received]
+        self._answering = None
+        self._received.clear()
+        done = 0
+        for payload in sent[:applied]:
+            try:
+                self._service.sequence(self._stream, payload)
+            except ApiError:
+                break  # refused: the server ends the session there, nothing after it is applied
+            done += 1
+        self._failure = error
+        if self._receiver is not None:
+            self._receiver.cancel()  # nothing sent from now on reaches the server
+        if not self._service.sched.interrupt(self, "drop"):
+            self._arrived.set()  # waiting for input, not parked at a step
+        return f"{self._actor} {self._stream} ({len(sent)} in flight, {done} applied)"

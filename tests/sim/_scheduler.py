@@ -46,14 +46,15 @@ __all__ = [
 T = TypeVar("T")
 
 Verdict = Literal[
-    "ok", "refuse", "ambiguous", "crash_before", "crash_after", "fetch_failed", "lost", "reconnect"
+    "ok", "refuse", "ambiguous", "crash_before", "crash_after", "fetch_failed", "lost", "reconnect", "drop"
 ]
 """What happens at a step: it runs; it is refused with nothing applied (a 429); it is applied but the
 reply is lost (the caller sees a transport error); the actor's process dies before it, or right after it
 was applied; (task appends only) the task fails with a shuffle fetch failure before it, which makes
 Spark retry the whole stage; (task steps only) Spark declares the attempt lost (an executor heartbeat
 timeout) and retries it, while the attempt goes on as a zombie; (bulk session appends only) it is applied
-and its ack carries S2's reconnect advice."""
+and its ack carries S2's reconnect advice; (bulk session appends only) the HTTP/2 connection under the
+session drops, ending every session on it (`tests.sim._connection.MemoryConnection.drop`)."""
 
 _SLEEP_HORIZON_S = 5.0
 """A coroutine sleeping less than this (a retry back-off) is running; a longer timer is a timeout or the
@@ -124,6 +125,8 @@ class _Fiber:
     fut: asyncio.Future[Verdict] | None = None
     event: threading.Event | None = None
     verdict: Verdict = "ok"
+    owner: object = None
+    """What parked it, for `Scheduler.interrupt` (an append session's response)."""
 
 
 _current: ContextVar[Actor | None] = ContextVar("sim_actor", default=None)
@@ -137,6 +140,9 @@ class Scheduler:
 
     def __init__(self, seed: int, *, max_steps: int = 20_000, stall_s: float = 60.0) -> None:
         self.rng = random.Random(seed)
+        self.drops = random.Random(f"connection-drops-{seed}")
+        """Draws for connection drops (whether one happens, and what it leaves applied): a stream of its
+        own, so a schedule without a drop takes the same steps as before drops were simulated."""
         self.policy: Policy = lambda actor, op, rng: "ok"
         """Decides the fault at each step (the query's, set once it exists)."""
         self.max_steps = max_steps
@@ -203,8 +209,9 @@ class Scheduler:
 
     # -- points ------------------------------------------------------------------------------------------
 
-    async def point(self, op: Op) -> Verdict:
-        """Park the calling coroutine at `op` until scheduled; its verdict (crash_before raises)."""
+    async def point(self, op: Op, owner: object = None) -> Verdict:
+        """Park the calling coroutine at `op` until scheduled (or interrupted, see `interrupt`); its
+        verdict (crash_before raises)."""
         actor = _current.get()
         if actor is None:
             return "ok"
@@ -213,6 +220,7 @@ class Scheduler:
         fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         with self._cv:
             fiber = self._park(actor, op, fut=fut, kick=False)
+            fiber.owner = owner
             if self.failure is None and not self._ended and not self._busy_threads and self._quiet_now():
                 # Only this coroutine runs: the step the probe would take once it parked, taken now (often
                 # it is this fiber's, which then goes on without a trip through the loop).
@@ -227,6 +235,18 @@ class Scheduler:
                     self._parked.remove(fiber)
             raise
         return self._apply_crash(actor, verdict)
+
+    def interrupt(self, owner: object, verdict: Verdict) -> bool:
+        """(On the loop.) Release `owner`'s parked point with `verdict` without taking a step: the step
+        of another fiber decided its fate (a connection drop ends every session on the connection).
+        Whether one was parked."""
+        with self._cv:
+            fiber = next((f for f in self._parked if f.owner is owner), None)
+            if fiber is None:
+                return False
+            self._parked.remove(fiber)
+            self._release(fiber, verdict)
+            return True
 
     def _quiet_now(self) -> bool:
         """(Lock held, on the loop.) No thread runs and nothing else is due on the loop."""
@@ -331,14 +351,15 @@ class Scheduler:
     def _loop_idle(self) -> bool:
         """(On the loop.) Nothing is due on the loop but probes (the running callback aside)."""
         # A copy: a garbage collection on this thread may finalize an async generator, which appends
-        # its ``aclose()`` to the ready queue (harmless: it takes no step). The collection may also run
-        # while the copy is taken (it allocates): then the copy is taken again.
+        # its ``aclose()`` to the ready queue (harmless: it takes no step), also during the copy itself,
+        # which then fails ("deque mutated during iteration"; seeds 1315 and 7448, once each): copy again.
         while True:
             try:
                 due = tuple(self._loop._ready)  # type: ignore[attr-defined]
-            except RuntimeError:  # deque mutated during iteration
+                break
+            except RuntimeError:
                 continue
-            return all(h._callback == self._probe for h in due)
+        return all(h._callback == self._probe for h in due)
 
     def _sleeper(self) -> asyncio.TimerHandle | None:
         """(On the loop.) The timer of the coroutine sleeping through a back-off that wakes up first, if any

@@ -135,7 +135,24 @@ class Query:
     # -- faults ------------------------------------------------------------------------------------------
 
     def policy(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
-        """The fault at `op`, drawn with the scheduler's RNG within the scenario's budget."""
+        """The fault at `op`, drawn with the scheduler's RNG within the scenario's budget; then, at a bulk
+        session's step left without one, a connection drop at the scenario's fault rate, drawn with the
+        scheduler's RNG of drops (so a schedule without a drop is the one it was before drops were
+        simulated)."""
+        verdict = self._fault(actor, op, rng)
+        if (
+            verdict == "ok"
+            and op.kind == "session"
+            and self.sc.bulk
+            and not actor.calm
+            and self.faults < self.sc.max_faults
+            and self.sched.drops.random() < self.sc.fault_rate
+        ):
+            self.faults += 1
+            return "drop"
+        return verdict
+
+    def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
