@@ -196,9 +196,13 @@ def stored_part(rec: Any) -> bytes:
 _RENUMBER = {0x12: 0x1A, 0x1A: 0x22}
 
 
-def read_batch(records: list[bytes], tail: tuple[int, int] | None) -> bytes:
-    """Encoded ``ReadBatch`` from encoded ``SequencedRecord`` items and an optional tail position."""
-    body: bytes = RawList(items=records).SerializeToString() if records else b""
-    if tail is not None:
-        body += _field(b"\x12", position(*tail))
-    return body
+def read_batch(records: bytes, tail: tuple[int, int] | None) -> bytes:
+    """Encoded ``ReadBatch`` from its encoded records field (``0a <len> <SequencedRecord>`` each) and an
+    optional tail position."""
+    if tail is None:
+        return records
+    return b"".join((records, b"\x12", *_length_prefixed(position(*tail))))
+
+
+def _length_prefixed(payload: bytes) -> tuple[bytes, bytes]:
+    return varint(len(payload)), payload
