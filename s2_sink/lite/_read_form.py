@@ -17,6 +17,7 @@ from typing import Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from s2_sink.lite._wire import varint
 
@@ -33,7 +34,10 @@ _FOUR: Final = np.arange(4, dtype=np.int64)
 _TWELVE: Final = np.arange(_INLINE, dtype=np.int64)
 #: Batches of fewer records are built record by record.
 _BULK_FROM: Final = 32
-_VARINT_LIMITS: Final = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
+#: The smallest value of each varint size above one byte.
+_VARINT_LIMITS: Final = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+_SHIFTS: Final = np.arange(0, 70, 7, dtype=np.uint64)
+_COLUMNS: Final = np.arange(10, dtype=np.int64)
 
 
 class Pieces(NamedTuple):
@@ -61,24 +65,17 @@ class ReadForm(NamedTuple):
 
 def _varint_sizes(values: npt.NDArray[np.uint64]) -> Ints:
     """Bytes in the shortest varint of each value."""
-    sizes = np.ones(len(values), dtype=np.int64)
-    for limit in _VARINT_LIMITS:
-        above = values >= limit
-        if not above.any():
-            break
-        sizes += above
-    return sizes
+    return np.searchsorted(_VARINT_LIMITS, values, side="right").astype(np.int64) + 1
 
 
 def _inline_field(raw: npt.NDArray[np.uint8], key: int, values: npt.NDArray[np.uint64], sizes: Ints) -> Ints:
     """Write ``<key> <varint>`` of each value as the inline bytes of the views `raw` (one row each, 16
     bytes); returns their lengths. Bytes past a varint's end come out zero, as inline views need."""
+    width = int(sizes.max())
+    groups = (values[:, None] >> _SHIFTS[:width]) & np.uint64(0x7F)
+    groups |= (_COLUMNS[:width] < (sizes[:, None] - 1)).astype(np.uint64) << np.uint64(7)
     raw[:, 4] = key
-    v = values.copy()
-    for k in range(int(sizes.max())):
-        more = (k + 1 < sizes).astype(np.uint8) << np.uint8(7)
-        raw[:, 5 + k] = (v & np.uint64(0x7F)).astype(np.uint8) | more
-        v >>= np.uint64(7)
+    raw[:, 5 : 5 + width] = groups
     return 1 + sizes
 
 
@@ -115,7 +112,7 @@ def build_read_form(
     _part_views(views[3::4], raw[3::4], pieces, buffers)
     data_buffers = [pa.py_buffer(b) for b in buffers]
     joined = pa.Array.from_buffers(pa.binary_view(), m, [None, pa.py_buffer(views), *data_buffers])
-    out = joined.cast(pa.large_binary())
+    out = pc.cast(joined, pa.large_binary())
     offsets = np.frombuffer(out.buffers()[1], dtype=np.int64)[::_PER_RECORD].copy()
     data = out.buffers()[2]
     return ReadForm(memoryview(data) if data is not None else memoryview(b""), offsets)
@@ -164,16 +161,20 @@ def _part_views(
         if not stored:
             continue  # only empty parts can point here, and their views are all zeros
         src = np.frombuffer(stored, dtype=np.uint8)
-        last = len(src) - 1
         mine = pieces.buffer == b
-        long_ = np.flatnonzero(mine & ~short)
-        if len(long_):
-            start = pieces.start[long_]
-            raw[long_, 4:8] = src[np.minimum(start[:, None] + _FOUR, last)]
-            views[long_, 2] = b
-            views[long_, 3] = start
+        long_ = mine & ~short
+        every = bool(long_.all())
+        at: Ints | slice = slice(None) if every else np.flatnonzero(long_)
+        start = pieces.start[at]
+        if len(start):
+            # A value of more than 12 bytes: its first four are within the buffer.
+            raw[at, 4:8] = src[start[:, None] + _FOUR]
+            views[at, 2] = b
+            views[at, 3] = start
+        if every:
+            continue
         inline = np.flatnonzero(mine & short & (length > 0))
         if len(inline):
-            held = src[np.minimum(pieces.start[inline, None] + _TWELVE, last)]
+            held = src[np.minimum(pieces.start[inline, None] + _TWELVE, len(src) - 1)]
             held[length[inline, None] <= _TWELVE] = 0
             raw[inline, 4:] = held
