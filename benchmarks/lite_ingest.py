@@ -47,7 +47,7 @@ SHAPES = ("body", "first-tagged", "two-headers")
 _TAG = pb.Header(name=b"@s2sink", value=b"1 5f3a9c2e 3 1042 7 0 12 1000")
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -92,8 +92,13 @@ async def _ingest_raw(
     endpoint: str, basin: str, records: int, batch: int, size: int, *, shape: str = "body"
 ) -> float:
     """One S2S append session over a bare h2 connection, frames pre-encoded, up to 64 batches in flight."""
-    frame = encode_frame(_raw_input(batch, size, shape))
-    n_batches = records // batch
+    return await append_frames(endpoint, basin, _raw_input(batch, size, shape), records // batch)
+
+
+async def append_frames(endpoint: str, basin: str, message: bytes, n_batches: int) -> float:
+    """Append the encoded ``AppendInput`` `message` `n_batches` times to stream ``bench`` on one S2S
+    append session over a bare h2 connection (up to 64 batches in flight); returns the wall seconds."""
+    frame = encode_frame(message)
     host, port = endpoint.removeprefix("http://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
@@ -201,7 +206,7 @@ async def _read_raw(endpoint: str, basin: str, records: int) -> int:
     return got
 
 
-class _Server:
+class Server:
     """A lite server process: this checkout's (`LiteServer`) or one run from an exported source tree."""
 
     def __init__(self, source: Path | None, data_dir: Path | None) -> None:
@@ -212,7 +217,7 @@ class _Server:
         self.endpoint = ""
         self.pid = 0
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> Server:
         if self._source is None:
             self._lite = LiteServer(subprocess=True, data_dir=self._data_dir).start()
             assert self._lite.process is not None
@@ -240,7 +245,7 @@ class _Server:
             self._process.wait(timeout=30)
 
 
-def _export(revision: str, into: Path) -> Path:
+def export(revision: str, into: Path) -> Path:
     """This repository's ``s2_sink`` package at `revision`, written under `into`."""
     root = Path(__file__).resolve().parent.parent
     into.mkdir(parents=True)
@@ -258,23 +263,23 @@ def _measure(
 ) -> tuple[float, float, float | None]:
     """One server, one shape: wall seconds and the server's CPU seconds of the ingest, and (with
     ``--read``) the server's CPU seconds to read every record back."""
-    with _Server(source, data_dir) as srv:
+    with Server(source, data_dir) as srv:
         basin = fresh_basin(srv.endpoint)
-        cpu0 = _cpu_seconds(srv.pid)
+        cpu0 = cpu_seconds(srv.pid)
         if args.client == "raw":
             wall = asyncio.run(
                 _ingest_raw(srv.endpoint, basin, args.records, args.batch, args.record_bytes, shape=shape)
             )
         else:
             wall = asyncio.run(_ingest(srv.endpoint, basin, args.records, args.batch, args.record_bytes))
-        cpu1 = _cpu_seconds(srv.pid)
+        cpu1 = cpu_seconds(srv.pid)
         if not args.read:
             return wall, cpu1 - cpu0, None
         n = (args.records // args.batch) * args.batch
         got = asyncio.run(_read_raw(srv.endpoint, basin, n))
         if got != n:
             raise RuntimeError(f"read back {got} records of {n}")
-        return wall, cpu1 - cpu0, _cpu_seconds(srv.pid) - cpu1
+        return wall, cpu1 - cpu0, cpu_seconds(srv.pid) - cpu1
 
 
 def _summary(args: argparse.Namespace, shape: str, durable: bool, wall: float, cpu: float) -> str:
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         servers: list[tuple[str, Path | None]] = [("this checkout", None)]
         if args.baseline is not None:
-            servers.insert(0, (args.baseline, _export(args.baseline, Path(tmp) / "baseline")))
+            servers.insert(0, (args.baseline, export(args.baseline, Path(tmp) / "baseline")))
         n = (args.records // args.batch) * args.batch
         best: dict[tuple[str, str], float] = {}
         # Rounds of every shape on every server, alternating which server goes first, so that no case always

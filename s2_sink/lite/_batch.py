@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import numpy.typing as npt
 
+from s2_sink.lite._read_form import Pieces, ReadForm, build_read_form
 from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["Batch"]
@@ -42,6 +41,7 @@ class Batch:
     __slots__ = (
         "_metered",
         "_metered_sizes",
+        "_read_form",
         "_records",
         "arrival",
         "end",
@@ -87,39 +87,129 @@ class Batch:
         self.last_ts = last_ts
         #: When the batch arrived (ms since the epoch): retention ages count from here.
         self.arrival = arrival
-        self._metered: list[int] | None = None
+        self._metered: npt.NDArray[np.int64] | None = None
         #: The records' metered sizes where the append counted them (running totals are made on first use).
         self._metered_sizes = metered
+        #: The records as read (`_read_form`), made on the first read; the stored forms are dropped then.
+        self._read_form: ReadForm | None = None
 
     @property
     def records(self) -> list[bytes]:
         """Per-record encodings (see ``plain``)."""
         if self._records is None:
-            assert self.payload is not None
-            self._records = list(RawList.FromString(self.payload).items)
-            self.payload = None
+            if self.payload is not None:
+                self._records = list(RawList.FromString(self.payload).items)
+                self.payload = None
+            else:
+                assert self._read_form is not None
+                self._records = self._records_of_read_form(self._read_form)
         return self._records
+
+    def read_form(self) -> ReadForm:
+        """The records as a ``ReadBatch`` records field (`build_read_form`), made once on first use.
+
+        Once made, it is the batch's only copy of its records: ``records`` is rebuilt from it if asked for."""
+        if self._read_form is None:
+            if self._records is not None:
+                lengths = np.fromiter(map(len, self._records), dtype=np.int64, count=len(self._records))
+                stored = b"".join(self._records)
+                content = np.cumsum(lengths) - lengths
+            else:
+                assert self.payload is not None
+                stored = self.payload
+                items = RawList.FromString(stored).items
+                lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+                # Each item is ``0a <length varint> <content>``, back to back from byte 0.
+                end = np.cumsum(1 + _varint_sizes(lengths) + lengths)
+                content = end - lengths
+            stamps = self.ts0 if self.ts_list is None else np.asarray(self.ts_list, dtype=np.uint64)
+            form = build_read_form(self.start, stamps, *self._pieces(stored, content, lengths))
+            self._note_metered(stored, content, lengths)
+            self._read_form = form
+            self.payload = None
+            self._records = None
+        return self._read_form
+
+    def _pieces(
+        self, stored: bytes, content: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+    ) -> tuple[Pieces, tuple[bytes, bytes]]:
+        """Where each record's stored part lies: in `stored` (at `content`, `lengths` bytes) or, for a plain
+        batch's exceptions, in a buffer of their own."""
+        n = len(lengths)
+        if not self.plain:
+            return Pieces(np.zeros(n, np.int64), content, lengths, np.zeros(n, np.bool_)), (stored, b"")
+        # Body-only ``AppendRecord``: the bytes after its ``1a`` key (none for an empty record).
+        body_key = lengths > 0
+        buffer = np.zeros(n, np.int64)
+        start = content + body_key
+        length = lengths - body_key
+        aside = b""
+        if self.exceptions:
+            at = np.fromiter(self.exceptions, dtype=np.int64, count=len(self.exceptions))
+            parts = list(self.exceptions.values())
+            part_len = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            aside = b"".join(parts)
+            buffer[at], start[at], length[at], body_key[at] = (
+                1,
+                np.cumsum(part_len) - part_len,
+                part_len,
+                False,
+            )
+        return Pieces(buffer, start, length, body_key), (stored, aside)
+
+    def _note_metered(
+        self, stored: bytes, content: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+    ) -> None:
+        """Note the records' metered sizes, from their stored forms where the append did not count them."""
+        if self._metered is not None or self._metered_sizes is not None:
+            return
+        if self.plain:
+            # ``1a <varint len> <body>``: a 1-byte varint up to 129 bytes, 2 bytes up to 16386, else 3.
+            sizes = np.where(
+                lengths == 0, 8, lengths + np.where(lengths <= 129, 6, np.where(lengths <= 16386, 5, 4))
+            )
+            for i, tail in self.exceptions.items():
+                sizes[i] = _metered_of_tail(tail)
+        else:
+            parts = (stored[a : a + n] for a, n in zip(content.tolist(), lengths.tolist(), strict=True))
+            sizes = np.fromiter(map(_metered_of_tail, parts), dtype=np.int64, count=len(lengths))
+        self._metered_sizes = sizes.astype(np.int64)
+
+    def _records_of_read_form(self, form: ReadForm) -> list[bytes]:
+        """``records`` again, from the read form (each item less its seq_num and timestamp)."""
+        out = [_after_position(item) for item in RawList.FromString(bytes(form.data)).items]
+        if self.plain:
+            out = [b"\x1a" + part[1:] if part else b"" for part in out]
+            for i, tail in self.exceptions.items():
+                out[i] = tail  # not read from ``records`` (the exception stands for it)
+        return out
 
     def ts(self, i: int) -> int:
         """Timestamp of the i-th record of the batch."""
         return self.ts0 if self.ts_list is None else self.ts_list[i]
 
-    def cumulative_metered(self) -> list[int]:
+    def cumulative_metered(self) -> npt.NDArray[np.int64]:
         """Running totals of the records' metered sizes, computed once on first use."""
         if self._metered is None:
-            if self._metered_sizes is not None:
-                self._metered = np.cumsum(self._metered_sizes).tolist()
-                self._metered_sizes = None
-                return self._metered
-            if self.plain:
-                # ``1a <varint len> <body>``: a 1-byte varint up to 129 bytes, 2 bytes up to 16386, else 3.
-                sizes = [
-                    8 if n == 0 else n + 6 if n <= 129 else n + 5 if n <= 16386 else n + 4
-                    for n in map(len, self.records)
-                ]
-                for i, tail in self.exceptions.items():
-                    sizes[i] = _metered_of_tail(tail)
-            else:
-                sizes = [_metered_of_tail(t) for t in self.records]
-            self._metered = list(itertools.accumulate(sizes))
+            if self._metered_sizes is None:
+                self.read_form()  # notes the sizes
+            assert self._metered_sizes is not None
+            self._metered = np.cumsum(self._metered_sizes)
+            self._metered_sizes = None
         return self._metered
+
+
+def _varint_sizes(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Bytes in the shortest varint of each (non-negative) value below 2**35."""
+    return 1 + (values >= 1 << 7) + (values >= 1 << 14) + (values >= 1 << 21) + (values >= 1 << 28)
+
+
+def _after_position(item: bytes) -> bytes:
+    """A ``SequencedRecord`` encoding less its leading seq_num and timestamp fields."""
+    pos = 0
+    for _ in range(2):
+        pos += 1
+        while item[pos] >= 0x80:
+            pos += 1
+        pos += 1
+    return item[pos:]

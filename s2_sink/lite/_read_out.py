@@ -27,10 +27,9 @@ class ReadOut(Protocol):
     #: Response headers of the session.
     headers: list[tuple[str, str]]
 
-    def batch(
-        self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
-    ) -> bytes:
-        """Encoded SequencedRecords, the tail if caught up, and (next seq_num, count, bytes) so far."""
+    def batch(self, records: bytes, tail: tuple[int, int] | None, progress: tuple[int, int, int]) -> bytes:
+        """A ReadBatch records field (encoded SequencedRecords), the tail if caught up, and (next seq_num,
+        count, bytes) so far."""
 
     def heartbeat(self, tail: tuple[int, int]) -> bytes:
         """A keep-alive while following the tail."""
@@ -47,15 +46,13 @@ class S2SOut:
     def __init__(self, accept_encoding: str | None) -> None:
         self._compression = pick_compression(accept_encoding)
 
-    def batch(
-        self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
-    ) -> bytes:
+    def batch(self, records: bytes, tail: tuple[int, int] | None, progress: tuple[int, int, int]) -> bytes:
         """A frame with the batch."""
         return encode_frame(read_batch(records, tail), self._compression)
 
     def heartbeat(self, tail: tuple[int, int]) -> bytes:
         """A frame with an empty batch and the tail."""
-        return encode_frame(read_batch([], tail), self._compression)
+        return encode_frame(read_batch(b"", tail), self._compression)
 
     def error(self, exc: ApiError) -> bytes:
         """A terminal frame."""
@@ -71,9 +68,7 @@ class SSEOut:
     def __init__(self, fmt: str) -> None:
         self._fmt = fmt
 
-    def batch(
-        self, records: list[bytes], tail: tuple[int, int] | None, progress: tuple[int, int, int]
-    ) -> bytes:
+    def batch(self, records: bytes, tail: tuple[int, int] | None, progress: tuple[int, int, int]) -> bytes:
         """An ``event: batch``."""
         data = orjson.dumps(read_batch_to_json(read_batch(records, tail), self._fmt))
         seq, count, nbytes = progress

@@ -41,10 +41,10 @@ async def unary_read(stream: Stream, p: ReadParams) -> bytes:
         res = stream.collect(start, max_count, max_bytes, p.until)
         if res.count or res.until_reached:
             tail = stream.tail() if res.next_seq >= stream.visible_seq else None
-            return read_batch(res.records, tail)
+            return read_batch(res.encoded, tail)
         remaining = deadline - loop.time()
         if remaining <= 0 or stream.deleted:
-            return read_batch([], None)
+            return read_batch(b"", None)
         await _wait_change(stream, remaining)
 
 
@@ -90,7 +90,7 @@ async def read_session(
             total_count += res.count
             total_bytes += res.nbytes
             tail = stream.tail() if caught_up else None
-            req.send(out.batch(res.records, tail, (seq, total_count, total_bytes)))
+            req.send(out.batch(res.encoded, tail, (seq, total_count, total_bytes)))
             last_delivery = loop.time()
             if remaining_count is not None:
                 remaining_count -= res.count

@@ -10,12 +10,14 @@ import asyncio
 import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from s2_sink.lite._append_input import parse_input
 from s2_sink.lite._batch import Batch
 from s2_sink.lite._clock import rfc3339
 from s2_sink.lite._configs import Json
 from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
-from s2_sink.lite._wire import sequenced, sequenced_plain, varint
+from s2_sink.lite._wire import RawList
 
 __all__ = ["ReadResult", "Stream"]
 
@@ -24,12 +26,18 @@ __all__ = ["ReadResult", "Stream"]
 class ReadResult:
     """Records gathered by ``Stream.collect``."""
 
-    records: list[bytes]
+    #: The records field of a ``ReadBatch`` holding them (``0a <len> <SequencedRecord>`` each).
+    encoded: bytes
     next_seq: int
     count: int
     nbytes: int
     #: The ``until`` bound was met: no later record can qualify.
     until_reached: bool
+
+    @property
+    def records(self) -> list[bytes]:
+        """Each record's ``SequencedRecord`` encoding."""
+        return list(RawList.FromString(self.encoded).items) if self.encoded else []
 
 
 @dataclass(eq=False)
@@ -215,7 +223,8 @@ class Stream:
     def collect(self, start: int, max_count: int, max_bytes: int, until: int | None) -> ReadResult:
         """Visible records from ``start``: at most ``max_count`` records and ``max_bytes`` metered bytes."""
         start = max(start, self.first_seq())
-        out: list[bytes] = []
+        spans: list[memoryview] = []
+        count = 0
         nbytes = 0
         seq = start
         limit = self.visible_seq
@@ -223,13 +232,13 @@ class Stream:
         k = bisect.bisect_right(self.starts, seq) - 1
         k = max(k, 0)
         batches = self.batches
-        while seq < limit and len(out) < max_count and k < len(batches):
+        while seq < limit and count < max_count and k < len(batches):
             b = batches[k]
             i = seq - b.start
             if i < 0:
                 i = 0
                 seq = b.start
-            stop = min(b.end, limit, seq + (max_count - len(out)))
+            stop = min(b.end, limit, seq + (max_count - count))
             j = stop - b.start
             if until is not None and b.last_ts >= until:
                 # Cut at the first record at or past ``until``.
@@ -239,41 +248,19 @@ class Stream:
                 if jj < j:
                     j = jj
                     until_reached = True
-            if max_bytes < (1 << 62):
-                cum = b.cumulative_metered()
-                base = cum[i - 1] if i else 0
-                if cum[j - 1] - base + nbytes > max_bytes:
-                    # The byte budget runs out inside this batch: stop after the last record that fits.
-                    j = bisect.bisect_right(cum, max_bytes - nbytes + base, i, j)
-                    max_count = len(out) + (j - i)
-                nbytes += (cum[j - 1] - base) if j > i else 0
-            recs = b.records
-            first = len(out)
-            if b.plain and b.ts_list is None:
-                # The common case, inlined: ``08 <seq> 10 <ts> 22`` + the record's bytes after its ``1a`` tag.
-                mid = b"\x10" + varint(b.ts0) + b"\x22"
-                s0 = b.start
-                out.extend(
-                    [
-                        b"\x08" + varint(s0 + x) + mid + recs[x][1:]
-                        if recs[x]
-                        else sequenced_plain(s0 + x, b.ts0, b"")
-                        for x in range(i, j)
-                    ]
-                )
-            elif b.ts_list is None:
-                # Stored headers-and-body parts under one timestamp: ``08 <seq> 10 <ts>`` + the part.
-                mid = b"\x10" + varint(b.ts0)
-                s0 = b.start
-                out.extend([b"\x08" + varint(s0 + x) + mid + recs[x] for x in range(i, j)])
-            else:
-                enc = sequenced_plain if b.plain else sequenced
-                out.extend([enc(b.start + x, b.ts(x), recs[x]) for x in range(i, j)])
-            for x, tail in b.exceptions.items():
-                if i <= x < j:
-                    out[first + x - i] = sequenced(b.start + x, b.ts(x), tail)
+            cum = b.cumulative_metered()
+            base = int(cum[i - 1]) if i else 0
+            if j > i and int(cum[j - 1]) - base + nbytes > max_bytes:
+                # The byte budget runs out inside this batch: stop after the last record that fits.
+                j = i + int(np.searchsorted(cum[i:j], max_bytes - nbytes + base, side="right"))
+                max_count = count + (j - i)
+            if j > i:
+                nbytes += int(cum[j - 1]) - base
+                spans.append(b.read_form().span(i, j))
+                count += j - i
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break
             k += 1
-        return ReadResult(out, seq, len(out), nbytes, until_reached)
+        encoded = bytes(spans[0]) if len(spans) == 1 else b"".join(spans)
+        return ReadResult(encoded, seq, count, nbytes, until_reached)

@@ -2,9 +2,9 @@
 
 Records are kept in their encoded form. An ``AppendRecord`` whose only field is ``body`` (``1a <len> <body>``)
 becomes the headers-and-body part of a ``SequencedRecord`` by renumbering that one tag (``22 <len> <body>``);
-prepending ``08 <seq> 10 <ts>`` completes it. A ``ReadBatch``'s records field is then a plain ``repeated
-bytes`` field, which a dynamic message (``RawList``) serialises and parses in C (upb), so no per-record Python
-message objects are needed.
+prepending ``08 <seq> 10 <ts>`` completes it (`_read_form` does that for whole batches). A ``ReadBatch``'s
+records field is a plain ``repeated bytes`` field, which a dynamic message (``RawList``) serialises and parses
+in C (upb), so no per-record Python message objects are needed.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ __all__ = [
     "pb",
     "position",
     "read_batch",
-    "sequenced",
-    "sequenced_plain",
     "stored_part",
     "varint",
 ]
@@ -153,18 +151,6 @@ def append_ack(start: tuple[int, int], end: tuple[int, int], tail: tuple[int, in
     )
 
 
-def sequenced(seq_num: int, timestamp: int, tail: bytes) -> bytes:
-    """Encoded ``SequencedRecord`` from a stored headers-and-body part."""
-    return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp) + tail
-
-
-def sequenced_plain(seq_num: int, timestamp: int, rec: bytes) -> bytes:
-    """Encoded ``SequencedRecord`` from a body-only ``AppendRecord`` encoding (``1a`` -> ``22``)."""
-    if not rec:
-        return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp)
-    return b"\x08" + varint(seq_num) + b"\x10" + varint(timestamp) + b"\x22" + rec[1:]
-
-
 def stored_part(rec: Any) -> bytes:
     """The headers-and-body part of a ``SequencedRecord`` from a decoded ``AppendRecord`` without timestamp.
 
@@ -196,9 +182,13 @@ def stored_part(rec: Any) -> bytes:
 _RENUMBER = {0x12: 0x1A, 0x1A: 0x22}
 
 
-def read_batch(records: list[bytes], tail: tuple[int, int] | None) -> bytes:
-    """Encoded ``ReadBatch`` from encoded ``SequencedRecord`` items and an optional tail position."""
-    body: bytes = RawList(items=records).SerializeToString() if records else b""
-    if tail is not None:
-        body += _field(b"\x12", position(*tail))
-    return body
+def read_batch(records: bytes, tail: tuple[int, int] | None) -> bytes:
+    """Encoded ``ReadBatch`` from its encoded records field (``0a <len> <SequencedRecord>`` each) and an
+    optional tail position."""
+    if tail is None:
+        return records
+    return b"".join((records, b"\x12", *_length_prefixed(position(*tail))))
+
+
+def _length_prefixed(payload: bytes) -> tuple[bytes, bytes]:
+    return varint(len(payload)), payload

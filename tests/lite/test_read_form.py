@@ -1,0 +1,115 @@
+"""A batch's read form (`_read_form`): what a read sends is, byte for byte, the records field of the
+``ReadBatch`` of the canonical ``SequencedRecord`` encodings, whichever way the batch was stored and built (in
+bulk or record by record), for reads that start, end and cross batches anywhere, under any limit."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from s2_sdk import Record
+
+from s2_sink.lite._batch import Batch
+from s2_sink.lite._stream import Stream
+from s2_sink.lite._wire import pb, varint
+from tests.lite.test_mostly_plain import CONFIG, TAG, encoded, expected, layout
+
+# Bodies of every size class: empty, held in an Arrow view (up to 12 bytes, with or without a key), one-
+# and two-byte lengths.
+body = st.one_of(
+    st.just(b""),
+    st.binary(min_size=1, max_size=13),
+    st.binary(min_size=120, max_size=140),
+    st.just(b"x" * 16390),
+)
+headers = st.lists(st.tuples(st.binary(min_size=1, max_size=5), st.binary(max_size=5)), max_size=2)
+plain_batch = st.lists(st.builds(Record, body), min_size=1, max_size=70)
+headed_batch = st.lists(st.builds(Record, body, headers), min_size=1, max_size=70)
+tagged_batch = plain_batch.map(lambda recs: [Record(recs[0].body, [TAG]), *recs[1:]])
+stamped_batch = st.lists(
+    st.builds(Record, body, headers, st.one_of(st.none(), st.integers(0, 2_000))), min_size=1, max_size=70
+)
+batches = st.lists(st.one_of(plain_batch, headed_batch, tagged_batch, stamped_batch), min_size=1, max_size=4)
+
+
+def metered(r: Record) -> int:
+    return 8 + len(r.body) + sum(2 + len(k) + len(v) for k, v in r.headers)
+
+
+def appended(groups: list[list[Record]]) -> tuple[Stream, list[bytes], list[int]]:
+    """A stream with one batch per group, the canonical encodings of its records and their metered sizes."""
+    stream = Stream("b", "s", CONFIG, 0.0)
+    want: list[bytes] = []
+    for recs in groups:
+        b = stream.sequence(encoded(recs), arrival=1_000)
+        want += expected(recs, b.start, [b.ts(i) for i in range(len(recs))])
+    stream.make_visible(stream.next_seq, stream.last_ts)
+    return stream, want, [metered(r) for recs in groups for r in recs]
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches, st.data())
+def test_any_read_returns_the_canonical_records(groups: list[list[Record]], data: st.DataObject) -> None:
+    stream, want, sizes = appended(groups)
+    n = len(want)
+    for _ in range(4):
+        start = data.draw(st.integers(0, n - 1))
+        count = data.draw(st.integers(1, 1000))
+        budget = data.draw(st.integers(min(sizes[start:]), 2 * sum(sizes[start:])))
+        got = stream.collect(start, count, budget, None)
+        fit = start
+        total = 0
+        while fit < n and fit - start < count and total + sizes[fit] <= budget:
+            total += sizes[fit]
+            fit += 1
+        assert len(pb.ReadBatch.FromString(got.encoded).records) == got.count
+        assert (got.records, got.count, got.nbytes, got.next_seq) == (
+            want[start:fit],
+            fit - start,
+            total,
+            fit,
+        )
+
+
+def test_reads_cut_across_batches_of_bulk_and_small_size() -> None:
+    """Batches of 1000 and 7 records (built in bulk and record by record), read 333 at a time."""
+    groups = [[Record(b"%d" % (k * 1000 + i)) for i in range(size)] for k, size in enumerate((1000, 7, 1000))]
+    stream, want, _ = appended(groups)
+    got: list[bytes] = []
+    while len(got) < len(want):
+        res = stream.collect(len(got), 333, 1 << 20, None)
+        assert res.count == min(333, len(want) - len(got))
+        got += res.records
+    assert got == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(0, (1 << 63) - 2000),
+    st.one_of(
+        st.integers(0, (1 << 64) - 1), st.lists(st.integers(0, (1 << 64) - 1), min_size=40, max_size=40)
+    ),
+    st.lists(body, min_size=40, max_size=40),
+)
+def test_seq_nums_and_timestamps_of_any_size(
+    start: int, stamps: int | list[int], bodies: list[bytes]
+) -> None:
+    """Varints of every length, up to ten bytes, in a plain batch built in bulk."""
+    n = len(bodies)
+    ts_list = None if isinstance(stamps, int) else stamps
+    ts0 = stamps if isinstance(stamps, int) else stamps[0]
+    payload = encoded([Record(b) for b in bodies])
+    b = Batch(start, start + n, records=None, payload=payload, ts0=ts0, ts_list=ts_list, last_ts=0)
+    each = [ts0] * n if ts_list is None else ts_list
+    want = [layout(start + i, each[i], [], body) for i, body in enumerate(bodies)]
+    assert list(pb.ReadBatch.FromString(bytes(b.read_form().span(0, n))).records) == [
+        pb.SequencedRecord.FromString(w) for w in want
+    ]
+    assert bytes(b.read_form().span(3, 17)) == b"".join(b"\x0a" + varint(len(w)) + w for w in want[3:17])
+    # Its stored form is dropped once read: what ``records`` gives is made again from the read form.
+    assert b.payload is None
+    assert b.records == _plain(bodies)
+
+
+def _plain(bodies: list[bytes]) -> list[bytes]:
+    """Body-only ``AppendRecord`` encodings."""
+    return [pb.AppendRecord(body=b).SerializeToString() for b in bodies]
