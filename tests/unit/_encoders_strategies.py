@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 
 __all__ = [
     "ATOMIC_TYPES",
+    "atomic_types",
     "batch_of",
     "names",
     "normalized",
