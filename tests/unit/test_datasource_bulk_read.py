@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import struct
 import threading
 from collections.abc import Iterator
 
@@ -120,7 +119,7 @@ def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
 
 @contextlib.contextmanager
 def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]]]:
-    """A TCP proxy to ``target`` that aborts its first connection once ``cut_after`` bytes went from the
+    """A TCP proxy to ``target`` that closes its first connection once ``cut_after`` bytes went from the
     server to the client; later connections pass through. Yields its endpoint and the connection count."""
     host, port = target.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
@@ -134,9 +133,14 @@ def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]
                 sent += len(data)
                 if budget is not None and sent >= budget:
                     break
-        for s in (src, dst):  # abort both sides, no goodbye
+        for s in (src, dst):  # end both sides mid-stream
             with contextlib.suppress(OSError):
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                # A shutdown, not a bare close: it wakes the other direction's thread blocked in recv (a
+                # socket in a blocked call is only released once that call returns, so a close alone
+                # leaves the reader in silence until its 20 s heartbeat timeout). And a FIN, not a reset,
+                # so the reader gets every byte forwarded before the cut (a reset discards unread ones).
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 s.close()
 
     def serve() -> None:
@@ -164,16 +168,19 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     off, the same fault fails the read with ReadError."""
     records = [s2_sdk.Record(body=f"{i:05d}".encode() * 120) for i in range(2500)]
     _append(lite.endpoint, basin, "s", [records[i : i + 500] for i in range(0, 2500, 500)])
-    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, accepted):
-        got = [
-            r.body
-            for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 2500, _no_gap)
-            for r in cols.to_records()
-        ]
+    # About 1.5 MB of records in batches of at most 1 MiB: the cut falls after the first batch.
+    with _cutting_proxy(lite.endpoint, cut_after=1_000_000) as (endpoint, accepted):
+        got: list[bytes] = []
+        before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
+        for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 2500, _no_gap):
+            got.extend(r.body for r in cols.to_records())
+            if len(accepted) == 1:
+                before_cut = len(got)
     assert got == [r.body for r in records]
     assert len(accepted) >= 2
+    assert 0 < before_cut < 2500
     # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
-    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, _):
+    with _cutting_proxy(lite.endpoint, cut_after=1_000_000) as (endpoint, _):
         cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 2500\) in basin '{basin}'"):
             list(_s2io.read_range_columns(cfg, "s", 0, 2500, _no_gap))
