@@ -32,10 +32,13 @@ from s2_sdk._s2s._protocol import Message, parse_error_info, read_messages
 from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
 
 from s2_sink._wire._read_batch import RecordColumns, parse_read_batch
+from s2_sink.datasource import _frame_repr
 
 __all__ = ["read_columns"]
 
 log = logging.getLogger(__name__)
+
+_frame_repr.install()  # h2 would hex-encode every DATA frame it receives (see _frame_repr)
 
 _HEARTBEAT_TIMEOUT: Final = 20.0  # seconds, as the SDK's session
 
