@@ -17,7 +17,13 @@ import pyarrow._compute as _pc
 
 from s2_sink._wire._layout import Bools, Ints
 
-__all__ = ["call", "cast", "empty_binary", "int64_array", "take", "uint64_array", "valid_rows"]
+__all__ = ["call", "cast", "empty_binary", "int32_array", "int64_array", "take", "uint64_array", "valid_rows"]
+
+
+def int32_array(values: np.ndarray[Any, np.dtype[np.int32]]) -> pa.Array:
+    """An ``int32`` array over ``values`` (list offsets, say)."""
+    data = np.ascontiguousarray(values, dtype=np.int32)
+    return pa.Array.from_buffers(pa.int32(), len(data), [None, pa.py_buffer(data)])
 
 
 def int64_array(values: Ints) -> pa.Array:

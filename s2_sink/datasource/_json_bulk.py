@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink._arrow_types import to_arrow_schema
-from s2_sink._wire._arrow_calls import cast, valid_rows
+from s2_sink._wire._arrow_calls import call, cast, int32_array, valid_rows
 from s2_sink._wire._arrow_views import binary_view
 from s2_sink._wire._layout import Bytes
 from s2_sink.datasource._json import decode_bodies
@@ -62,6 +62,10 @@ _TIMESTAMP_SHAPE: Final = (
 """The timestamp texts read in bulk, as a regular expression (`timestamps_shaped` checks it)."""
 _NON_FINITE: Final = (b"NaN", b"Infinity")
 _OPEN, _CLOSE, _LF, _CR = ord("{"), ord("}"), ord("\n"), ord("\r")
+_NEWLINE: Final = pa.Array.from_buffers(
+    pa.binary(), 1, [None, pa.py_buffer(np.array([0, 1], dtype=np.int32)), pa.py_buffer(b"\n")]
+)
+"""The separator of `_joined`, as a one-value binary array (``pa.scalar`` would import pandas)."""
 
 
 def _bulk_type(dtype: DataType) -> bool:
@@ -76,7 +80,7 @@ def decode_bodies_bulk(bodies: pa.Array, schema: StructType, *, where: str) -> p
     return decoded
 
 
-def _joined(bodies: pa.Array) -> bytes | None:
+def _joined(bodies: pa.Array) -> pa.Buffer | None:
     """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts."""
     offsets, data = binary_view(bodies)
     lengths = np.diff(offsets)
@@ -87,15 +91,17 @@ def _joined(bodies: pa.Array) -> bytes | None:
         return None
     if (span == _LF).any() or (span == _CR).any():
         return None
-    # A newline after every body: inserted before each body's end offset, relative to the span.
-    joined = np.insert(span, offsets[1:] - offsets[0], _LF).tobytes()
     try:
-        joined.decode("utf-8")
+        str(span.data, "utf-8")
     except UnicodeDecodeError:
         return None
     if _holds_non_finite(span):
         return None
-    return joined
+    # One list of all the bodies, joined by Arrow with a newline between them (one copy, in C++).
+    one_list = pa.ListArray.from_arrays(int32_array(np.array([0, len(bodies)], dtype=np.int32)), bodies)
+    joined: pa.Array = call("binary_join", [one_list, _NEWLINE])
+    buffer: pa.Buffer = joined.buffers()[2]
+    return buffer
 
 
 def _holds_non_finite(data: Bytes) -> bool:
@@ -122,7 +128,7 @@ def _arrow_read(bodies: pa.Array, schema: StructType) -> pa.RecordBatch | None:
     try:
         table = pj.read_json(
             pa.BufferReader(joined),
-            read_options=pj.ReadOptions(use_threads=False, block_size=len(joined) + 1),
+            read_options=pj.ReadOptions(use_threads=False, block_size=joined.size + 1),
             parse_options=pj.ParseOptions(
                 explicit_schema=read_as, unexpected_field_behavior="ignore", newlines_in_values=False
             ),
@@ -204,7 +210,10 @@ def timestamps_shaped(column: pa.Array) -> bool:
     # (np.unique would import numpy.ma, a hundredth of a second in a fresh worker.)
     for length in np.flatnonzero(np.bincount(row_lengths)).tolist():
         at = rows[row_lengths == length]
-        texts = data[offsets[at][:, None] + np.arange(length)]
+        if len(at) == len(lengths):  # every row, all of one length: the texts are one block, viewed as rows
+            texts = data[int(offsets[0]) : int(offsets[-1])].reshape(len(at), length)
+        else:
+            texts = data[offsets[at][:, None] + np.arange(length)]
         ends_z = texts[:, -1] == ord("Z")
         if not np.where(ends_z, _shaped(texts, 1), _shaped(texts, 6)).all():
             return False

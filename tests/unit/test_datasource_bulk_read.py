@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import struct
 import threading
 from collections.abc import Iterator
 
@@ -15,7 +14,8 @@ import s2_sdk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from s2_sink import ReadError
+from s2_sink import ReadError, _runtime
+from s2_sink._session_pool import get_pool
 from s2_sink._wire._read_batch import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
@@ -81,6 +81,28 @@ def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) ->
     assert len(list(_s2io.read_range_columns(cfg, "s", 0, 1505, _no_gap))) > 1
 
 
+def test_read_connections_accept_frames_of_a_whole_read_batch(lite: LiteServer, basin: str) -> None:
+    """A range read tells its connection's server it accepts DATA frames of 1 MiB (HTTP/2's default is
+    16 KiB, a frame per hundred records); the server acknowledges it, and what is read stays whole."""
+    records = [s2_sdk.Record(body=bytes([i % 256]) * 1000) for i in range(3000)]
+    _append(lite.endpoint, basin, "s", [records[i : i + 1000] for i in range(0, 3000, 1000)])
+    # A token of its own: a client (and connections) of its own in the process-wide pool.
+    cfg = S2Config(
+        basin=basin, account_endpoint=lite.endpoint, basin_endpoint=lite.endpoint, access_token=basin
+    )
+    for _ in range(2):  # the first read advertises on a new connection, the second reuses it
+        got = [
+            r.body for cols in _s2io.read_range_columns(cfg, "s", 0, 3000, _no_gap) for r in cols.to_records()
+        ]
+        assert got == [r.body for r in records]
+
+    async def frame_sizes() -> list[int]:
+        http = get_pool().client(cfg).basin(basin).stream("s")._client
+        return [pc._conn._h2.local_settings.max_frame_size for pc in http._pool._hosts[http._base_url]]
+
+    assert _runtime.run(frame_sizes()) == [1 << 20]
+
+
 def test_bulk_reads_of_a_missing_stream_raise_read_error(lite: LiteServer, basin: str) -> None:
     """Reading a stream that does not exist raises ReadError naming the stream, the range and the basin,
     with the SDK's error chained."""
@@ -120,24 +142,35 @@ def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
 
 @contextlib.contextmanager
 def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]]]:
-    """A TCP proxy to ``target`` that aborts its first connection once ``cut_after`` bytes went from the
+    """A TCP proxy to ``target`` that closes its first connection once ``cut_after`` bytes went from the
     server to the client; later connections pass through. Yields its endpoint and the connection count."""
     host, port = target.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[int] = []
 
-    def pump(src: socket.socket, dst: socket.socket, budget: int | None) -> None:
+    def to_client(upstream: socket.socket, client: socket.socket, budget: int | None) -> None:
         sent = 0
         with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
+            while data := upstream.recv(65536):
+                client.sendall(data)
                 sent += len(data)
                 if budget is not None and sent >= budget:
                     break
-        for s in (src, dst):  # abort both sides, no goodbye
-            with contextlib.suppress(OSError):
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                s.close()
+        # The client gets a FIN after every byte forwarded. Not a close: the client's socket stays open for
+        # `to_server` to drain, because closing a socket that holds unread bytes sends a reset, and a
+        # reset makes the client's kernel drop what the client has not read yet (so would a close while
+        # `to_server` is blocked in recv: the reset would wait until the client sent something).
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_WR)
+        upstream.close()
+
+    def to_server(client: socket.socket, upstream: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                with contextlib.suppress(OSError):  # after the cut: drained, not forwarded
+                    upstream.sendall(data)
+        client.close()
+        upstream.close()
 
     def serve() -> None:
         while True:
@@ -148,8 +181,8 @@ def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]
             accepted.append(1)
             upstream = socket.create_connection((host, int(port)))
             budget = cut_after if len(accepted) == 1 else None
-            threading.Thread(target=pump, args=(upstream, client, budget), daemon=True).start()
-            threading.Thread(target=pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=to_client, args=(upstream, client, budget), daemon=True).start()
+            threading.Thread(target=to_server, args=(client, upstream), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
     try:
@@ -162,21 +195,25 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     """When the connection dies in the middle of a range read, the session retries on a new connection
     from the record after the last one delivered: every record arrives once, in order. With retries
     off, the same fault fails the read with ReadError."""
-    records = [s2_sdk.Record(body=f"{i:05d}".encode() * 120) for i in range(2500)]
-    _append(lite.endpoint, basin, "s", [records[i : i + 500] for i in range(0, 2500, 500)])
-    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, accepted):
-        got = [
-            r.body
-            for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 2500, _no_gap)
-            for r in cols.to_records()
-        ]
+    records = [s2_sdk.Record(body=f"{i:05d}".encode() * 120) for i in range(5000)]
+    _append(lite.endpoint, basin, "s", [records[i : i + 1000] for i in range(0, 5000, 1000)])
+    # About 3 MB of records; DATA frames and ReadBatch messages of at most 1 MiB: the first of each has
+    # arrived whole when the cut comes.
+    with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, accepted):
+        got: list[bytes] = []
+        before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
+        for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap):
+            got.extend(r.body for r in cols.to_records())
+            if len(accepted) == 1:
+                before_cut = len(got)
     assert got == [r.body for r in records]
     assert len(accepted) >= 2
+    assert 0 < before_cut < 5000
     # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
-    with _cutting_proxy(lite.endpoint, cut_after=400_000) as (endpoint, _):
+    with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, _):
         cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
-        with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 2500\) in basin '{basin}'"):
-            list(_s2io.read_range_columns(cfg, "s", 0, 2500, _no_gap))
+        with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 5000\) in basin '{basin}'"):
+            list(_s2io.read_range_columns(cfg, "s", 0, 5000, _no_gap))
 
 
 def test_batches_are_decoded_in_runs_of_whole_batches() -> None:

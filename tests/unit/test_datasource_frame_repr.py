@@ -1,0 +1,27 @@
+"""The read path's cheaper HTTP/2 frame text (`_frame_repr`)."""
+
+from __future__ import annotations
+
+import os
+
+import hyperframe.frame
+import pytest
+
+import s2_sink.datasource._bulk_read  # noqa: F401  (installs the replacement)
+
+
+@pytest.mark.parametrize("size", [0, 1, 9, 10, 11, 12, 1 << 20])
+def test_a_data_frames_text_is_hyperframes_whatever_its_size(size: int) -> None:
+    """Once the read path is imported, a DATA frame's repr is still hyperframe's text (its first ten
+    bytes in hex, then ``...`` when there are more), however large the payload."""
+    data = os.urandom(size)
+    frame = hyperframe.frame.DataFrame(1, data=data)
+    body = "<hex:" + data[:10].hex() + ("..." if size > 10 else "") + ">" if data else "None"
+    assert repr(frame) == f"DataFrame(stream_id=1, flags=[]): {body}"
+
+
+def test_importing_the_read_path_installs_the_cheaper_text() -> None:
+    """The bulk read session's module installs it: h2 formats every received frame's repr."""
+    from s2_sink.datasource import _frame_repr
+
+    assert hyperframe.frame._raw_data_repr is _frame_repr._short_data_repr
