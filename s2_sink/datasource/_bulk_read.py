@@ -37,14 +37,14 @@ from s2_sdk._s2s import _stream_records_path
 from s2_sdk._s2s._protocol import Message, parse_error_info, read_messages
 from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
 
+from s2_sink import _h2_frame_text
 from s2_sink._wire._read_batch import RecordColumns, parse_read_batch
-from s2_sink.datasource import _frame_repr
 
 __all__ = ["read_columns"]
 
 log = logging.getLogger(__name__)
 
-_frame_repr.install()  # h2 would hex-encode every DATA frame it receives (see _frame_repr)
+_h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
 
 _HEARTBEAT_TIMEOUT: Final = 20.0  # seconds, as the SDK's session
 _MAX_FRAME_SIZE: Final = 1 << 20
@@ -112,15 +112,18 @@ async def read_columns(
 async def _advertise_large_frames(client: HttpClient) -> None:
     """Advertise `_MAX_FRAME_SIZE` on the client's connections to its endpoint that do not yet (once per
     connection: h2 keeps the value until the server acknowledges it, then applies it to what it accepts)."""
-    for pooled in client._pool._hosts.get(client._base_url, ()):
-        conn = pooled._conn
-        h2c = conn._h2
-        if h2c is None or not conn.is_available or h2c in _advertised:
-            continue
-        _advertised.add(h2c)
-        async with conn._write_lock:
-            h2c.update_settings({SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME_SIZE})
-            await conn._flush(force=True)
+    try:
+        for pooled in list(client._pool._hosts.get(client._base_url, ())):
+            conn = pooled._conn
+            h2c = conn._h2
+            if h2c is None or not conn.is_available or h2c in _advertised:
+                continue
+            _advertised.add(h2c)
+            async with conn._write_lock:
+                h2c.update_settings({SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME_SIZE})
+                await conn._flush(force=True)
+    except AttributeError:  # another SDK's internals: reads still work, on 16 KiB frames
+        log.debug("cannot reach the SDK's connections to advertise larger frames", exc_info=True)
 
 
 _advertised: weakref.WeakSet[H2Connection] = weakref.WeakSet()

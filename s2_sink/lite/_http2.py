@@ -21,8 +21,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-import hyperframe.frame
 
+from s2_sink import _h2_frame_text
 from s2_sink.lite._request import App
 
 __all__ = ["H2Protocol", "H2Request"]
@@ -30,18 +30,7 @@ __all__ = ["H2Protocol", "H2Request"]
 log = logging.getLogger(__name__)
 
 
-def _short_data_repr(data: bytes | None) -> str:
-    if not data:
-        return "None"
-    r = data[:11].hex()
-    return "<hex:" + (r[:20] + "..." if len(r) > 20 else r) + ">"
-
-
-# h2 formats ``repr(frame)`` for its trace log on every frame it receives, even with logging off, and
-# hyperframe's repr hex-encodes the whole payload before cutting it to 20 characters: about a millisecond per
-# 150 KB DATA frame. Same text, computed from the first 10 bytes only.
-if hasattr(hyperframe.frame, "_raw_data_repr"):
-    hyperframe.frame._raw_data_repr = _short_data_repr
+_h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
 
 _WINDOW = 16 * 1024 * 1024
 _MAX_FRAME = 4 * 1024 * 1024 - 1

@@ -1,9 +1,9 @@
-"""A cheaper text for HTTP/2 frame payloads, installed for the read path's HTTP/2 client.
+"""A cheaper text for HTTP/2 frame payloads, installed by every HTTP/2 peer here that receives bulk DATA.
 
 h2 formats ``repr(frame)`` for its trace log on every frame it receives, even with logging off, and
 hyperframe's repr hex-encodes the whole payload before cutting the text to 20 characters: about 28 us per
 16 KiB DATA frame, a quarter of a microsecond per record read. The replacement gives the same text from the
-first 11 bytes only. (The lite server installs the same replacement in its own process.)
+first 11 bytes only. The read session (`s2_sink.datasource._bulk_read`) and the lite server install it.
 """
 
 from __future__ import annotations

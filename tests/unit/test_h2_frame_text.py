@@ -1,4 +1,4 @@
-"""The read path's cheaper HTTP/2 frame text (`_frame_repr`)."""
+"""The cheaper HTTP/2 frame text (`s2_sink._h2_frame_text`) the read session and the lite server install."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ def test_a_data_frames_text_is_hyperframes_whatever_its_size(size: int) -> None:
     assert repr(frame) == f"DataFrame(stream_id=1, flags=[]): {body}"
 
 
-def test_importing_the_read_path_installs_the_cheaper_text() -> None:
-    """The bulk read session's module installs it: h2 formats every received frame's repr."""
-    from s2_sink.datasource import _frame_repr
+def test_importing_the_read_path_or_the_lite_server_installs_the_cheaper_text() -> None:
+    """The bulk read session's module and the lite server's HTTP/2 module install it: h2 formats every
+    received frame's repr."""
+    import s2_sink.lite._http2  # noqa: F401
+    from s2_sink import _h2_frame_text
 
-    assert hyperframe.frame._raw_data_repr is _frame_repr._short_data_repr
+    assert hyperframe.frame._raw_data_repr is _h2_frame_text._short_data_repr
