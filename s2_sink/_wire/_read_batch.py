@@ -32,6 +32,7 @@ from s2_sdk import SequencedRecord
 
 from s2_sink._wire._arrow_calls import empty_binary, take
 from s2_sink._wire._layout import Bools, Bytes, Ints
+from s2_sink._wire._varint_read import TooLong, read_varints
 
 __all__ = ["Positions", "RecordColumns", "Tail", "concat_columns", "parse_read_batch"]
 
@@ -48,7 +49,6 @@ _NAME: Final = 0x0A
 _VALUE: Final = 0x12
 _TAIL_SEQ: Final = 0x08
 _TAIL_TS: Final = 0x10
-_SHIFTS: Final = np.arange(10, dtype=np.uint64) * np.uint64(7)
 
 
 class Tail(NamedTuple):
@@ -220,24 +220,11 @@ def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[npt.NDArray[np.uint64], Ints]:
-    """The varints at ``pos`` (each before its ``end``): values and sizes, at most ``limit`` bytes each.
-
-    All ``limit`` bytes from each position are read at once, as a block of rows (a dozen numpy passes,
-    whatever the varints' sizes): each varint ends at its row's first byte under 0x80.
-    """
-    if not len(pos):
-        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
-    span = np.arange(limit)
-    block = d[np.minimum(pos[:, None] + span, len(d) - 1)]
-    last = block < 0x80
-    if not last.any(axis=1).all():
-        raise _NotCanonical  # longer than ``limit``
-    size = last.argmax(axis=1) + 1
-    if (pos + size > end).any():
-        raise _NotCanonical  # runs past its record (the block reads on into what follows)
-    digits = np.where(span < size[:, None], block & 0x7F, 0).astype(np.uint64)
-    value: npt.NDArray[np.uint64] = (digits << _SHIFTS[:limit]).sum(axis=1, dtype=np.uint64)
-    return value, size
+    """The varints at ``pos`` (each before its ``end``): values and sizes, at most ``limit`` bytes each."""
+    try:
+        return read_varints(d, pos, end, limit)
+    except TooLong:
+        raise _NotCanonical from None
 
 
 def _at_key(d: Bytes, cur: Ints, end: Ints, key: int) -> Ints:
