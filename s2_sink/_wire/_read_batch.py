@@ -14,6 +14,10 @@ number order, proto3 defaults omitted): the seq_num and timestamp varints, then 
 at a time, then the body. Bodies, header names and values become Arrow binary arrays: offsets over the
 message itself, packed into fresh arrays by Arrow's ``take`` (C++, no Python object per value).
 
+The walk (`skim`) and the numpy passes (`decode_skims`) are apart so that a reader can walk each message as it
+arrives (to know where it ends: its last seq_num) and decode several together: a numpy call costs
+microseconds whatever its length, and a message holds at most 1000 records.
+
 A message in any other layout (fields out of order, repeated scalars, unknown fields, over-long varints)
 is valid protobuf too: it is parsed by the SDK's generated class instead, field by field, so the result
 is always what ``pb.ReadBatch.ParseFromString`` and ``sequenced_record_from_proto`` give.
@@ -21,6 +25,7 @@ is always what ``pb.ReadBatch.ParseFromString`` and ``sequenced_record_from_prot
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
@@ -34,7 +39,16 @@ from s2_sink._wire._arrow_calls import empty_binary, take
 from s2_sink._wire._layout import Bools, Bytes, Ints
 from s2_sink._wire._varint_read import TooLong, read_varints
 
-__all__ = ["Positions", "RecordColumns", "Tail", "concat_columns", "parse_read_batch"]
+__all__ = [
+    "Positions",
+    "RecordColumns",
+    "Skim",
+    "Tail",
+    "concat_columns",
+    "decode_skims",
+    "parse_read_batch",
+    "skim",
+]
 
 Positions = npt.NDArray[np.uint64]
 """seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
@@ -149,10 +163,56 @@ class _NotCanonical(Exception):
 
 def parse_read_batch(message: bytes) -> tuple[RecordColumns, Tail | None]:
     """The records and the tail of one serialized ``ReadBatch``."""
+    skimmed = skim(message)
+    if skimmed is not None:
+        with contextlib.suppress(_NotCanonical):
+            return _decode_joined([skimmed]), skimmed.tail
+    return _by_field(message)
+
+
+class Skim(NamedTuple):
+    """A ``ReadBatch`` whose top level is in the layout serializers write (records, then the tail), walked:
+    where each record's fields start and end in ``message``, and the tail."""
+
+    message: bytes
+    starts: list[int]
+    ends: list[int]
+    tail: Tail | None
+
+    def last_seq_num(self) -> int | None:
+        """The last record's seq_num, read from its first field; None if it has no records, or if its first
+        field is not a seq_num (proto3 leaves out a seq_num of 0; other layouts need the parser)."""
+        if not self.starts:
+            return None
+        at = self.starts[-1]
+        if at >= self.ends[-1] or self.message[at] != _SEQ_NUM:
+            return None
+        value, shift = 0, 0
+        for byte in self.message[at + 1 : min(at + 11, self.ends[-1])]:
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value if value < 1 << 64 else None
+            shift += 7
+        return None
+
+
+def skim(message: bytes) -> Skim | None:
+    """The top level of ``message`` walked, or None if it is not in the layout serializers write."""
     try:
-        return _bulk(message)
+        starts, ends, tail_span = _top_level(message)
+        tail = None if tail_span is None else _tail(np.frombuffer(message, dtype=np.uint8), *tail_span)
     except _NotCanonical:
-        return _by_field(message)
+        return None
+    return Skim(message, starts, ends, tail)
+
+
+def decode_skims(skims: Sequence[Skim]) -> RecordColumns:
+    """The records of ``skims`` (at least one), message after message, decoded together: the numpy passes
+    run once over all of them (one copy joins the messages), so their fixed cost is paid once."""
+    try:
+        return _decode_joined(skims)
+    except _NotCanonical:
+        return concat_columns([parse_read_batch(sk.message)[0] for sk in skims])
 
 
 def _offsets(arr: pa.Array) -> Ints:
@@ -310,12 +370,24 @@ def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, p
     return counts, names, values
 
 
-def _bulk(message: bytes) -> tuple[RecordColumns, Tail | None]:
-    starts_list, ends_list, tail_span = _top_level(message)
+def _decode_joined(skims: Sequence[Skim]) -> RecordColumns:
+    if len(skims) == 1:
+        return _decode(skims[0].message, _positions(skims[0].starts), _positions(skims[0].ends))
+    shifts = np.cumsum([0] + [len(sk.message) for sk in skims[:-1]])
+    starts = np.concatenate([_positions(sk.starts) + shift for sk, shift in zip(skims, shifts, strict=True)])
+    ends = np.concatenate([_positions(sk.ends) + shift for sk, shift in zip(skims, shifts, strict=True)])
+    return _decode(b"".join(sk.message for sk in skims), starts, ends)
+
+
+def _positions(at: list[int]) -> Ints:
+    return np.array(at, dtype=np.int64)
+
+
+def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
+    """The records of ``message`` whose fields lie between ``starts[i]`` and ``end[i]``."""
     buffer = pa.py_buffer(message)
     d: Bytes = np.frombuffer(buffer, dtype=np.uint8)
-    cur = np.array(starts_list, dtype=np.int64)
-    end = np.array(ends_list, dtype=np.int64)
+    cur = starts.copy()  # each record's next field, moved on field by field
     n = len(cur)
 
     seq_nums = np.zeros(n, dtype=np.uint64)
@@ -339,18 +411,7 @@ def _bulk(message: bytes) -> tuple[RecordColumns, Tail | None]:
     if not np.array_equal(cur, end):
         raise _NotCanonical  # a field out of order, repeated, or unknown
 
-    tail = None
-    if tail_span is not None:
-        tail = _tail(d, *tail_span)
-    columns = RecordColumns(
-        seq_nums,
-        timestamps,
-        _gather(buffer, body_start, body_len),
-        counts,
-        names,
-        values,
-    )
-    return columns, tail
+    return RecordColumns(seq_nums, timestamps, _gather(buffer, body_start, body_len), counts, names, values)
 
 
 def _tail(d: Bytes, start: int, stop: int) -> Tail:

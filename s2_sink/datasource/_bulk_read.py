@@ -38,13 +38,20 @@ from s2_sdk._s2s._protocol import Message, parse_error_info, read_messages
 from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
 
 from s2_sink import _h2_frame_text
-from s2_sink._wire._read_batch import RecordColumns, parse_read_batch
+from s2_sink._wire._read_batch import RecordColumns
+from s2_sink._wire._read_run import Arrival, ReadRun
 
-__all__ = ["read_columns"]
+__all__ = ["RUN_BYTES", "RUN_RECORDS", "read_columns"]
 
 log = logging.getLogger(__name__)
 
 _h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
+
+RUN_RECORDS: Final = 8192
+RUN_BYTES: Final = 8 * 1024 * 1024
+"""Records are handed out in runs of about this many records (or bytes of messages): a ReadBatch holds at most
+1000 records, and decoding several together, then Arrow's JSON reader and the per-batch numpy passes of the
+formats, cost less per record on longer runs; each run is also one hand-off from the event loop's thread."""
 
 _HEARTBEAT_TIMEOUT: Final = 20.0  # seconds, as the SDK's session
 _MAX_FRAME_SIZE: Final = 1 << 20
@@ -55,9 +62,16 @@ lets a receiver advertise up to 16 MiB - 1; the windows (10 MiB, the SDK's) stil
 
 
 async def read_columns(
-    handle: s2_sdk.S2Stream, first: int, count: int
+    handle: s2_sdk.S2Stream,
+    first: int,
+    count: int,
+    *,
+    run_records: int = RUN_RECORDS,
+    run_bytes: int = RUN_BYTES,
 ) -> AsyncGenerator[RecordColumns, None]:
-    """The records from seq_num ``first`` on, at most ``count`` of them, batch by batch (never empty).
+    """The records from seq_num ``first`` on, at most ``count`` of them, in runs (never empty) of whole
+    messages: a run is handed out once it holds ``run_records`` records or ``run_bytes`` bytes of messages,
+    and at the end.
 
     Ends at the count or at the tail (it never waits for new records), like a bounded SDK session.
     """
@@ -67,6 +81,7 @@ async def read_columns(
     attempt = 0
     reconnects = AdvisedReconnectLimiter()
     next_seq, remaining = first, count
+    run = ReadRun()  # records already received stay in it across retries: the session resumes after them
     while remaining > 0:
         params = {"seq_num": next_seq, "count": remaining}
         reconnect = False
@@ -84,29 +99,34 @@ async def read_columns(
                         advice_seen = True
                         response.retire_connection()
                         reconnect = reconnects.try_acquire_advised_reconnect()
-                    columns, tail = parse_read_batch(message.body)
-                    if len(columns):
-                        next_seq = int(columns.seq_nums[-1]) + 1
-                        remaining = max(remaining - len(columns), 0)
-                        yield columns
-                    elif tail is not None:
-                        next_seq = tail.seq_num  # a heartbeat: the server is at the tail
-                    else:
-                        raise S2ClientError("Read session received an empty batch without a tail")
+                    next_seq, remaining = _resume_point(run.add(message.body), remaining)
+                    if run.records >= run_records or run.size >= run_bytes:
+                        yield run.take()
                     if reconnect:
                         break
             if not reconnect:
-                return
+                break
         except (s2_sdk.S2Error, TransportError) as exc:  # what the SDK's retry rules judge
             backoff = _retry_after(exc, attempt, max_retries, retry, reconnects, done=remaining == 0)
             if backoff is None:
-                return
+                break
             if not requires_reconnect(exc):
                 attempt += 1
             log.debug(
                 "s2 source: retrying read session stream=%s error=%s backoff=%.3fs", handle.name, exc, backoff
             )
             await asyncio.sleep(backoff)
+    if run.records:
+        yield run.take()
+
+
+def _resume_point(arrival: Arrival, remaining: int) -> tuple[int, int]:
+    """Where a session resumes after a message, and how many records it still wants."""
+    if arrival.last_seq_num is not None:
+        return arrival.last_seq_num + 1, max(remaining - arrival.records, 0)
+    if arrival.tail is not None:
+        return arrival.tail.seq_num, remaining  # a heartbeat: the server is at the tail
+    raise S2ClientError("Read session received an empty batch without a tail")
 
 
 async def _advertise_large_frames(client: HttpClient) -> None:

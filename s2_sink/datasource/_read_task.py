@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from s2_sink._wire._read_batch import RecordColumns, concat_columns
 from s2_sink.config import S2Config
 from s2_sink.datasource import _s2io
 from s2_sink.datasource._data_loss import LossPolicy, gap_handler
@@ -17,11 +15,6 @@ from s2_sink.datasource._partition import S2Partition
 from s2_sink.datasource._read_options import ReadFormat
 
 __all__ = ["read_partition"]
-
-# Batches are decoded in runs of about this many records (or body bytes): a ReadBatch holds at most
-# 1000 records, and Arrow's JSON reader and the per-batch numpy passes cost less per record on longer runs.
-_RUN_RECORDS: Final = 8192
-_RUN_BYTES: Final = 8 * 1024 * 1024
 
 
 def read_partition(
@@ -36,24 +29,8 @@ def read_partition(
     if partition.materialize:
         yield from materialized_batches(fmt, schema, partition.stream, ranges)
         return
-    for columns in _runs(ranges):
+    for columns in ranges:  # runs of several read batches (`_bulk_read.RUN_RECORDS`)
         commands = columns.commands()
         data = columns.take(~commands) if commands.any() else columns
         if len(data):
             yield columns_to_batch(fmt, schema, partition.stream, data)
-
-
-def _runs(batches: Iterator[RecordColumns]) -> Iterator[RecordColumns]:
-    """Consecutive ``batches`` joined into runs of at least `_RUN_RECORDS` records or `_RUN_BYTES` body
-    bytes (the last run may be shorter)."""
-    pending: list[RecordColumns] = []
-    records = size = 0
-    for columns in batches:
-        pending.append(columns)
-        records += len(columns)
-        size += columns.bodies.nbytes
-        if records >= _RUN_RECORDS or size >= _RUN_BYTES:
-            yield concat_columns(pending)
-            pending, records, size = [], 0, 0
-    if pending:
-        yield concat_columns(pending)

@@ -13,21 +13,23 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from typing import TypeVar
 
+import numpy as np
 import s2_sdk
 from s2_sdk._exceptions import TransportError
 
 from s2_sink import _runtime
 from s2_sink._explain import explain
 from s2_sink._session_pool import get_pool
-from s2_sink._wire._read_batch import RecordColumns
+from s2_sink._wire._read_batch import Positions, RecordColumns
 from s2_sink.config import S2Config
-from s2_sink.datasource._bulk_read import read_columns
+from s2_sink.datasource._bulk_read import RUN_RECORDS, read_columns
 from s2_sink.errors import ReadError
 
 __all__ = [
     "first_seqs",
     "list_streams",
     "measure_range",
+    "missing",
     "read_range_columns",
     "resolve_timestamp",
     "tails",
@@ -174,16 +176,15 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
 
 
 async def _range_columns(
-    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
 ) -> AsyncGenerator[RecordColumns, None]:
     handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
     # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
-        async for batch in read_columns(handle, first, stop - first):
-            head = int(batch.seq_nums[0])
-            if head > expected:
-                on_gap(expected, min(head, stop))
+        async for batch in read_columns(handle, first, stop - first, run_records=run_records):
+            for lo, hi in missing(batch.seq_nums, expected, stop):
+                on_gap(lo, hi)
             expected = int(batch.seq_nums[-1]) + 1
             # Trimmed records shift what the count covers: keep only [first, stop).
             kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
@@ -196,6 +197,20 @@ async def _range_columns(
         pass
     if expected < stop:
         on_gap(expected, stop)
+
+
+def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
+    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
+    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
+    after[0] = expected
+    after[1:] = seq_nums[:-1] + np.uint64(1)
+    jumps = np.flatnonzero(seq_nums > after)
+    return [
+        (lo, min(hi, stop))
+        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
+        if lo < stop
+    ]
 
 
 async def _next(batches: AsyncGenerator[_T, None]) -> _T:
@@ -230,10 +245,16 @@ def _drive(
 
 
 def read_range_columns(
-    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None]
+    cfg: S2Config,
+    stream: str,
+    first: int,
+    stop: int,
+    on_gap: Callable[[int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
 ) -> Iterator[RecordColumns]:
     """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches of
-    record columns decoded in bulk from the wire (`_bulk_read`).
+    record columns decoded in bulk from the wire (`_bulk_read`), in runs of about ``run_records``.
 
     ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
     expired); it may raise to stop the read.
@@ -241,4 +262,6 @@ def read_range_columns(
     Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
     the session is still reading, and the session is closed however the caller stops iterating.
     """
-    return _drive(_range_columns(cfg, stream, first, stop, on_gap), cfg, stream, first, stop)
+    return _drive(
+        _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records), cfg, stream, first, stop
+    )

@@ -78,7 +78,12 @@ def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) ->
         batches = list(_s2io.read_range_columns(cfg, "s", first, stop, _no_gap))
         assert [r for cols in batches for r in cols.to_records()] == sdk
         assert len(sdk) == stop - first
-    assert len(list(_s2io.read_range_columns(cfg, "s", 0, 1505, _no_gap))) > 1
+    # Runs of one message each (the default joins them): records come message by message, the same ones.
+    per_message = list(_s2io.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
+    assert len(per_message) > 1
+    assert [r for cols in per_message for r in cols.to_records()] == _sdk_records(
+        lite.endpoint, basin, "s", 0, 1505
+    )
 
 
 def test_read_connections_accept_frames_of_a_whole_read_batch(lite: LiteServer, basin: str) -> None:
@@ -202,7 +207,8 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, accepted):
         got: list[bytes] = []
         before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
-        for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap):
+        # Runs of one message each, so that what the first connection brought is handed out before the cut.
+        for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
             got.extend(r.body for r in cols.to_records())
             if len(accepted) == 1:
                 before_cut = len(got)
@@ -216,19 +222,15 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
             list(_s2io.read_range_columns(cfg, "s", 0, 5000, _no_gap))
 
 
-def test_batches_are_decoded_in_runs_of_whole_batches() -> None:
-    """Read batches are joined, in order and whole, into runs of at least _RUN_RECORDS records (the last
-    run holds what is left), so the JSON decoding runs on few long runs."""
-    from s2_sink.datasource import _read_task
-
-    size = 700
-    batches = [
-        parse_read_batch(
-            _message([s2_sdk.SequencedRecord(i, b"{}", [], 0) for i in range(lo, lo + size)], None)
-        )[0]
-        for lo in range(0, 30 * size, size)
-    ]
-    runs = list(_read_task._runs(iter(batches)))
-    per_run = -(-_read_task._RUN_RECORDS // size) * size
-    assert [len(r) for r in runs] == [per_run] * (30 * size // per_run) + [30 * size % per_run]
-    assert [int(s) for r in runs for s in r.seq_nums] == list(range(30 * size))
+def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) -> None:
+    """A range read hands out its records in runs of whole ReadBatch messages holding at least
+    ``run_records`` records (the last run holds what is left), in order, each record once."""
+    _append(lite.endpoint, basin, "s", [[s2_sdk.Record(body=b"{}")] * 700 for _ in range(30)])
+    runs = list(
+        _s2io.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
+    )
+    sizes = [len(r) for r in runs]
+    # A message holds at most 1000 records, so a run stops within one message past the threshold.
+    assert all(2000 <= n < 3000 for n in sizes[:-1]), sizes
+    assert 0 < sizes[-1] < 3000
+    assert [int(s) for r in runs for s in r.seq_nums] == list(range(30 * 700))

@@ -87,7 +87,11 @@ def test_bulk_decode_equals_the_sdk_parse(recs: list[SequencedRecord], tail: Tai
     assert (_as_records(cols), got_tail) == _sdk(message)
     assert _as_records(cols) == recs
     # What serializers write is read by the bulk walk itself, not by the fallback parser.
-    bulk_cols, _ = _read_batch._bulk(message)
+    skimmed = _read_batch.skim(message)
+    assert skimmed is not None
+    bulk_cols = _read_batch._decode(
+        message, _read_batch._positions(skimmed.starts), _read_batch._positions(skimmed.ends)
+    )
     assert _as_records(bulk_cols) == recs
 
 

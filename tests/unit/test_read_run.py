@@ -1,0 +1,76 @@
+"""Read batches taken in one by one and decoded together: the records each would give alone, in order."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from s2_sdk import SequencedRecord
+
+from s2_sink._wire._read_batch import Tail, concat_columns, parse_read_batch, skim
+from s2_sink._wire._read_run import ReadRun
+from s2_sink.datasource._s2io import missing
+from tests.unit.test_read_batch_wire import _as_records, _message, records, tails
+
+
+def _out_of_order(recs: list[SequencedRecord]) -> bytes:
+    """A valid ReadBatch that serializers do not write: each record's body before its seq_num."""
+    out = b""
+    for r in recs:
+        body = bytes([0x22, len(r.body)]) + r.body
+        fields = body + _message([SequencedRecord(r.seq_num, b"", [], r.timestamp)], None)[2:]
+        out += bytes([0x0A, len(fields)]) + fields
+    return out
+
+
+layouts = st.sampled_from(["canonical", "out-of-order"])
+small = records.filter(lambda r: len(r.body) < 100 and not r.headers)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(small, max_size=6), tails, layouts), min_size=1, max_size=6))
+def test_a_run_holds_what_each_message_gives_alone(
+    messages: list[tuple[list[SequencedRecord], Tail | None, str]],
+) -> None:
+    """Messages of any layout (canonical ones decoded together, others parsed on arrival), with or without
+    records, seq_num 0 (left out on the wire) or beyond 2**56, give the records each gives alone, in
+    order; each arrival reports its count, its last seq_num and its tail."""
+    run = ReadRun()
+    expected: list[SequencedRecord] = []
+    for recs, tail, layout in messages:
+        message = _message(recs, tail) if layout == "canonical" or not recs else _out_of_order(recs)
+        arrival = run.add(message)
+        alone, alone_tail = parse_read_batch(message)
+        assert arrival.records == len(alone)
+        assert arrival.last_seq_num == (int(alone.seq_nums[-1]) if len(alone) else None)
+        assert arrival.tail == alone_tail
+        expected.extend(_as_records(alone))
+    assert run.records == len(expected)
+    if expected:
+        assert _as_records(run.take()) == expected
+        assert run.records == run.size == 0
+
+
+def test_canonical_messages_are_held_walked_and_decoded_together() -> None:
+    """What serializers write is held as walked messages (decoded at take); a message whose last record
+    has seq_num 0, which the wire leaves out, is parsed at once."""
+    recs = [SequencedRecord(i, b"x", [], 5) for i in range(3)]
+    run = ReadRun()
+    run.add(_message(recs[1:], None))
+    run.add(_message(recs[:1], None))  # seq_num 0 only
+    assert [type(p).__name__ for p in run._parts] == ["Skim", "RecordColumns"]
+    assert skim(_message(recs, None)) is not None
+    assert _as_records(run.take()) == recs[1:] + recs[:1]
+    assert _as_records(concat_columns([parse_read_batch(_message(recs, None))[0]])) == recs
+
+
+@given(st.sets(st.integers(0, 200), min_size=1), st.integers(0, 200), st.integers(0, 250))
+def test_missing_seq_nums_are_the_jumps_before_stop(seqs: set[int], expected: int, stop: int) -> None:
+    got = sorted(seqs)
+    expected = min(expected, got[0])
+    want, at = [], expected
+    for s in got:
+        if s > at and at < stop:
+            want.append((at, min(s, stop)))
+        at = s + 1
+    assert missing(np.array(got, dtype=np.uint64), expected, stop) == want
