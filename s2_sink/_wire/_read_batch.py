@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from s2_sdk import SequencedRecord
 
 from s2_sink._wire._arrow_calls import empty_binary, take
@@ -180,20 +181,16 @@ class Skim(NamedTuple):
     tail: Tail | None
 
     def last_seq_num(self) -> int | None:
-        """The last record's seq_num, read from its first field; None if it has no records, or if its first
-        field is not a seq_num (proto3 leaves out a seq_num of 0; other layouts need the parser)."""
+        """The last record's seq_num, as the protobuf parser reads that record (one record, not the whole
+        message); None if there are no records or the record is not valid protobuf."""
         if not self.starts:
             return None
-        at = self.starts[-1]
-        if at >= self.ends[-1] or self.message[at] != _SEQ_NUM:
+        record = pb.SequencedRecord()
+        try:
+            record.ParseFromString(self.message[self.starts[-1] : self.ends[-1]])
+        except DecodeError:
             return None
-        value, shift = 0, 0
-        for byte in self.message[at + 1 : min(at + 11, self.ends[-1])]:
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value if value < 1 << 64 else None
-            shift += 7
-        return None
+        return int(record.seq_num)
 
 
 def skim(message: bytes) -> Skim | None:

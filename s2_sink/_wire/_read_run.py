@@ -45,7 +45,7 @@ class ReadRun:
         """Hold the records of one serialized ``ReadBatch``."""
         skimmed = skim(message)
         last = None if skimmed is None else skimmed.last_seq_num()
-        if skimmed is None or (skimmed.starts and last is None):
+        if skimmed is None or (skimmed.starts and last is None):  # not canonical: the parser says how
             columns, tail = parse_read_batch(message)
             if len(columns):
                 last = int(columns.seq_nums[-1])

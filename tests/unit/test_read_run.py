@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2_sdk import SequencedRecord
 
-from s2_sink._wire._read_batch import Tail, concat_columns, parse_read_batch, skim
+from s2_sink._wire._read_batch import Tail, parse_read_batch
 from s2_sink._wire._read_run import ReadRun
 from s2_sink.datasource._s2io import missing
 from tests.unit.test_read_batch_wire import _as_records, _message, records, tails
@@ -51,17 +51,18 @@ def test_a_run_holds_what_each_message_gives_alone(
         assert run.records == run.size == 0
 
 
-def test_canonical_messages_are_held_walked_and_decoded_together() -> None:
-    """What serializers write is held as walked messages (decoded at take); a message whose last record
-    has seq_num 0, which the wire leaves out, is parsed at once."""
-    recs = [SequencedRecord(i, b"x", [], 5) for i in range(3)]
+def test_messages_are_walked_on_arrival_and_parsed_at_once_if_the_walk_cannot_read_them() -> None:
+    """Messages whose top level is records then a tail are held walked (decoded at take; one whose records
+    are not in field order is then parsed, message by message); seq_num 0, which the wire leaves out, is
+    read as 0. A message with its tail before its records is parsed on arrival."""
+    recs = [SequencedRecord(i, b"x", [], 5) for i in range(5)]
     run = ReadRun()
-    run.add(_message(recs[1:], None))
-    run.add(_message(recs[:1], None))  # seq_num 0 only
-    assert [type(p).__name__ for p in run._parts] == ["Skim", "RecordColumns"]
-    assert skim(_message(recs, None)) is not None
-    assert _as_records(run.take()) == recs[1:] + recs[:1]
-    assert _as_records(concat_columns([parse_read_batch(_message(recs, None))[0]])) == recs
+    assert run.add(_message(recs[:1], None)).last_seq_num == 0
+    assert run.add(_out_of_order(recs[1:3])).last_seq_num == 2
+    tail_first = _message([], Tail(9, 9)) + _message(recs[3:], None)
+    assert run.add(tail_first) == (2, 4, Tail(9, 9))
+    assert [type(p).__name__ for p in run._parts] == ["Skim", "Skim", "RecordColumns"]
+    assert _as_records(run.take()) == recs
 
 
 @given(st.sets(st.integers(0, 200), min_size=1), st.integers(0, 200), st.integers(0, 250))
