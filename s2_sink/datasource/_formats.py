@@ -26,14 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import s2_sdk
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    LongType,
-    StringType,
-    StructField,
     StructType,
-    TimestampType,
 )
 
 from s2_sink._arrow_types import to_arrow_schema
@@ -43,6 +36,16 @@ from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._json_bulk import decode_bodies_bulk
 from s2_sink.datasource._kafka_read import KAFKA_RECORD_COLUMNS, kafka_column
 from s2_sink.datasource._read_options import ReadFormat
+from s2_sink.datasource._schemas import (
+    ACTION_COLUMN,
+    KAFKA_SCHEMA,
+    META_COLUMNS,
+    RAW_SCHEMA,
+    UPSERT_SCHEMA,
+    check_schema,
+    default_schema,
+    is_typed_upsert,
+)
 from s2_sink.datasource._upsert_read import (
     ACTION_HEADER,
     KEY_HEADER,
@@ -52,9 +55,8 @@ from s2_sink.datasource._upsert_read import (
     merged_bodies,
     upsert_column,
 )
-from s2_sink.encoders._frame import TIMESTAMP
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
-from s2_sink.errors import ConfigError, ReadError
+from s2_sink.errors import ReadError
 
 __all__ = [
     "KAFKA_SCHEMA",
@@ -68,107 +70,6 @@ __all__ = [
     "materialized_batches",
     "records_to_batch",
 ]
-
-_HEADERS_TYPE = ArrayType(
-    StructType([StructField("key", BinaryType(), False), StructField("value", BinaryType(), False)]), False
-)
-
-RAW_SCHEMA = StructType(
-    [
-        StructField("stream", StringType(), False),
-        StructField("seq_num", LongType(), False),
-        StructField("timestamp", TimestampType(), False),
-        StructField("headers", _HEADERS_TYPE, False),
-        StructField("body", BinaryType(), False),
-    ]
-)
-
-KAFKA_SCHEMA = StructType(
-    [
-        StructField("stream", StringType(), False),
-        StructField("seq_num", LongType(), False),
-        StructField("timestamp", TimestampType(), False),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), False),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType(
-                    [StructField("key", StringType(), False), StructField("value", BinaryType(), False)]
-                ),
-                False,
-            ),
-            False,
-        ),
-    ]
-)
-
-UPSERT_SCHEMA = StructType(
-    [
-        StructField("stream", StringType(), False),
-        StructField("seq_num", LongType(), False),
-        StructField("timestamp", TimestampType(), False),
-        StructField("key", StringType(), False),
-        StructField("action", StringType(), False),
-        StructField("value", StringType(), True),
-    ]
-)
-
-META_COLUMNS: dict[str, DataType] = {
-    "_s2_stream": StringType(),
-    "_s2_seq_num": LongType(),
-    TIMESTAMP: TimestampType(),  # named as the record frame's timestamp column (`encoders._frame`)
-}
-_ACTION_COLUMN = "_s2_action"
-
-
-def default_schema(fmt: ReadFormat) -> StructType:
-    """The schema Spark shows when the user gives none (json has none: it needs a user schema)."""
-    if fmt == "raw":
-        return RAW_SCHEMA
-    if fmt == "upsert":
-        return UPSERT_SCHEMA
-    if fmt == "kafka":
-        return KAFKA_SCHEMA
-    raise ConfigError(
-        "s2.format=json needs a schema: spark.read.format('s2').schema('id long, name string')..., "
-        "or read s2.format=raw and parse the body yourself"
-    )
-
-
-def _is_typed_upsert(schema: StructType) -> bool:
-    # A subset of the standard columns is a projection; anything else is a table schema to decode into.
-    return not _subset_of(schema, UPSERT_SCHEMA)
-
-
-def _subset_of(schema: StructType, full: StructType) -> bool:
-    known = {f.name: f.dataType for f in full.fields}
-    return all(f.name in known and known[f.name] == f.dataType for f in schema.fields)
-
-
-def check_schema(fmt: ReadFormat, schema: StructType) -> None:
-    """Reject a user schema the format cannot produce, naming the column."""
-    if not schema.fields:
-        raise ConfigError("the schema given to format('s2') has no columns")
-    if fmt in ("raw", "kafka"):
-        known = {f.name: f.dataType for f in (RAW_SCHEMA if fmt == "raw" else KAFKA_SCHEMA).fields}
-        for f in schema.fields:
-            if f.name not in known:
-                raise ConfigError(
-                    f"column {f.name!r} is not produced by s2.format={fmt}; columns are {list(known)}"
-                )
-            if known[f.name] != f.dataType:
-                raise ConfigError(
-                    f"column {f.name!r} of s2.format={fmt} has type {known[f.name].simpleString()}, "
-                    f"not {f.dataType.simpleString()}"
-                )
-        return
-    for f in schema.fields:
-        expected = META_COLUMNS.get(f.name) or (StringType() if f.name == _ACTION_COLUMN else None)
-        if expected is not None and f.dataType != expected:
-            raise ConfigError(f"column {f.name!r} must have type {expected.simpleString()}")
-        if f.name == _ACTION_COLUMN and fmt != "upsert":
-            raise ConfigError(f"column {_ACTION_COLUMN!r} exists only with s2.format=upsert")
 
 
 def _ts_array(records: Sequence[s2_sdk.SequencedRecord]) -> pa.Array:
@@ -305,13 +206,13 @@ def _merged_upsert_bodies(stream: str, records: Sequence[s2_sdk.SequencedRecord]
 def _decoded_columns(
     fmt: ReadFormat, schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
 ) -> list[pa.Array]:
-    special = {*META_COLUMNS, _ACTION_COLUMN}
+    special = {*META_COLUMNS, ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     bodies = _merged_upsert_bodies(stream, records) if fmt == "upsert" else [r.body for r in records]
     decoded = decode_bodies(bodies, data_schema, where=f"stream {stream!r}")
     arrays: list[pa.Array] = []
     for f in schema.fields:
-        if f.name == _ACTION_COLUMN:
+        if f.name == ACTION_COLUMN:
             arrays.append(pa.array([_upsert_parts(stream, r)[1] for r in records], type=pa.string()))
         elif f.name in META_COLUMNS:
             arrays.append(_meta_array(f.name, stream, records))
@@ -367,7 +268,7 @@ def columns_to_batch(
             for f in schema.fields
         ]
         return _to_target(schema, kafka)
-    if fmt == "upsert" and not _is_typed_upsert(schema):
+    if fmt == "upsert" and not is_typed_upsert(schema):
         found = changes(stream, columns)
         upsert = [
             upsert_column(f.name, found, columns)
@@ -376,7 +277,7 @@ def columns_to_batch(
             for f in schema.fields
         ]
         return _to_target(schema, upsert)
-    special = {*META_COLUMNS, _ACTION_COLUMN}
+    special = {*META_COLUMNS, ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     action: pa.Array | None = None
     if fmt == "upsert":
@@ -387,7 +288,7 @@ def columns_to_batch(
     decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}")
     arrays = [
         action
-        if f.name == _ACTION_COLUMN and action is not None
+        if f.name == ACTION_COLUMN and action is not None
         else _meta_column(f.name, stream, columns)
         if f.name in META_COLUMNS
         else decoded.column(f.name)
@@ -414,7 +315,7 @@ def records_to_batch(
         arrays = _raw_columns(schema, stream, records)
     elif fmt == "kafka":
         arrays = _kafka_columns(schema, stream, records)
-    elif fmt == "upsert" and not _is_typed_upsert(schema):
+    elif fmt == "upsert" and not is_typed_upsert(schema):
         arrays = _upsert_columns(schema, stream, records)
     else:
         arrays = _decoded_columns(fmt, schema, stream, records)

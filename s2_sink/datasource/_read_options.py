@@ -53,6 +53,9 @@ OPT_RECORDS_PER_PARTITION = "s2.records-per-partition"
 OPT_FAIL_ON_DATA_LOSS = "s2.fail-on-data-loss"
 OPT_ISOLATION = "s2.isolation"
 OPT_COMMITTED_BY = "s2.committed-by"
+OPT_PREFLIGHT = "s2.preflight"
+"""`s2_sink._preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which creating the source
+does not need."""
 
 ReadFormat = Literal["raw", "json", "upsert", "kafka"]
 READ_FORMATS: tuple[ReadFormat, ...] = ("raw", "json", "upsert", "kafka")

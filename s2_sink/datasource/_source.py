@@ -15,21 +15,20 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from s2_sink._options import OptionMap
-from s2_sink._preflight import OPT_PREFLIGHT, preflight_read, preflight_write
-from s2_sink._preflight import enabled as preflight_enabled
 from s2_sink.config import S2Config
 from s2_sink.datasource import _read_options as ro
-from s2_sink.datasource._batch_reader import S2BatchReader
 from s2_sink.datasource._compat import require_stream_arrow_writer
-from s2_sink.datasource._formats import check_schema, default_schema
 from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side
+from s2_sink.datasource._schemas import check_schema, default_schema
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
     from s2_sink.datasource._write_options import WriteOptions
 
-# Read tasks unpickle this class in fresh Python workers: the write side and the streaming reader are
-# imported in the methods that use them, so a batch read task does not pay for them.
+# Spark creates the data source, plans a read or a write, and runs each task in a fresh Python process, each
+# of which unpickles this class: what a step needs is imported in the method that needs it (the SDK for the
+# preflight and the planning, the readers and the writers), so creating the source imports none of it and a
+# batch read task not the write side or the streaming reader.
 
 __all__ = ["S2DataSource"]
 
@@ -51,7 +50,7 @@ READ_KEYS = frozenset(
         ro.OPT_FAIL_ON_DATA_LOSS,
         ro.OPT_ISOLATION,
         ro.OPT_COMMITTED_BY,
-        OPT_PREFLIGHT,
+        ro.OPT_PREFLIGHT,
     }
 )
 
@@ -63,7 +62,7 @@ def _ours(options: Mapping[str, str]) -> dict[str, str]:
 def read_config(options: Mapping[str, str]) -> S2Config:
     """The connection settings of a read: validated by S2Config, reader-only keys skipped; options that
     belong to writes are refused (`check_side`)."""
-    from s2_sink.datasource._write_options import WRITE_KEYS  # noqa: PLC0415
+    from s2_sink.datasource._write_keys import WRITE_KEYS  # noqa: PLC0415
 
     check_side(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
     return S2Config.from_options(_ours(options), ignore=READ_KEYS)
@@ -94,11 +93,15 @@ class S2DataSource(DataSource):
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)
-        if preflight_enabled(self._opts):
+        from s2_sink._preflight import enabled, preflight_read  # noqa: PLC0415
+
+        if enabled(self._opts):
             preflight_read(cfg, opts.streams, what="format('s2') read")
         return cfg, opts
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from s2_sink.datasource._batch_reader import S2BatchReader  # noqa: PLC0415
+
         cfg, opts = self._reader_parts(schema, streaming=False)
         return S2BatchReader(cfg, opts, schema)
 
@@ -120,7 +123,9 @@ class S2DataSource(DataSource):
         routing.validate(schema)
         routing.validate_arrow(schema)
         opts.encoder.validate(schema, keep=routing.source_columns(), exclude=routing.body_exclusions())
-        if preflight_enabled(self._opts):
+        from s2_sink._preflight import enabled, preflight_write  # noqa: PLC0415
+
+        if enabled(self._opts):
             preflight_write(cfg, opts.spec.streams_to_create(), what="format('s2') write")
         return opts
 

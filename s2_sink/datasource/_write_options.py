@@ -15,54 +15,29 @@ from s2_sink._options import OptionMap
 from s2_sink._routing import Routing
 from s2_sink._write_spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
+from s2_sink.datasource._write_keys import (
+    OPT_COMPACT,
+    OPT_DELIVERY,
+    OPT_DLQ_STREAM,
+    OPT_EXCLUDE_COLUMNS,
+    OPT_FORMAT,
+    OPT_HEADERS_COLUMN,
+    OPT_KEY_COLUMN,
+    OPT_KEY_COLUMNS,
+    OPT_ON_ERROR,
+    OPT_OP_COLUMN,
+    OPT_ORDER_BY,
+    OPT_REPLAY_PARTITIONING,
+    OPT_STREAM_COLUMN,
+    OPT_TIMESTAMP_COLUMN,
+    OPT_VALUE_COLUMN,
+    OPT_WRITER_ID,
+    WRITE_KEYS,
+)
 from s2_sink.encoders import Encoder, InsertEncoder, KafkaEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError
 
 __all__ = ["WRITE_KEYS", "WriteOptions", "parse_write_options"]
-
-OPT_FORMAT = "s2.format"
-OPT_KEY_COLUMN = "s2.key-column"
-OPT_VALUE_COLUMN = "s2.value-column"
-OPT_KEY_COLUMNS = "s2.key-columns"
-OPT_OP_COLUMN = "s2.op-column"
-OPT_COMPACT = "s2.compact"
-OPT_HEADERS_COLUMN = "s2.headers-column"
-OPT_TIMESTAMP_COLUMN = "s2.timestamp-column"
-OPT_EXCLUDE_COLUMNS = "s2.exclude-columns"
-OPT_STREAM_COLUMN = "s2.stream-column"
-OPT_ON_ERROR = "s2.on-error"
-OPT_DLQ_STREAM = "s2.dlq-stream"
-OPT_DELIVERY = "s2.delivery"
-OPT_WRITER_ID = "s2.writer-id"
-OPT_REPLAY_PARTITIONING = "s2.replay-partitioning"
-OPT_ORDER_BY = "s2.order-by"
-OPT_PREFLIGHT = "s2.preflight"
-"""`s2_sink._preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which the processes that
-only unpickle `WriteOptions` (a ``df.write`` commit) do without (see `s2_sink.datasource._writer`)."""
-
-WRITE_KEYS = frozenset(
-    {
-        OPT_FORMAT,
-        OPT_KEY_COLUMN,
-        OPT_VALUE_COLUMN,
-        OPT_KEY_COLUMNS,
-        OPT_OP_COLUMN,
-        OPT_COMPACT,
-        OPT_HEADERS_COLUMN,
-        OPT_TIMESTAMP_COLUMN,
-        OPT_EXCLUDE_COLUMNS,
-        OPT_STREAM_COLUMN,
-        OPT_ON_ERROR,
-        OPT_DLQ_STREAM,
-        OPT_DELIVERY,
-        OPT_WRITER_ID,
-        OPT_REPLAY_PARTITIONING,
-        OPT_PREFLIGHT,
-        OPT_ORDER_BY,  # refused with the reason (see _refuse_change_order)
-        # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
-        # pipeline only to the reader, but users often keep one option dict).
-    }
-)
 
 _INSERT_ONLY = (OPT_KEY_COLUMN, OPT_VALUE_COLUMN)
 _UPSERT_ONLY = (OPT_KEY_COLUMNS, OPT_OP_COLUMN, OPT_COMPACT)

@@ -33,7 +33,8 @@ from s2_sink._exactly_once._identity import QUERY_ID_PROPERTY, query_id_from_che
 from s2_sink._metrics import BatchMetrics, aggregate
 from s2_sink._routing import STREAM_COLUMN
 from s2_sink.datasource._compat import StreamArrowWriterBase
-from s2_sink.datasource._write_options import OPT_DELIVERY, OPT_WRITER_ID, WriteOptions
+from s2_sink.datasource._write_keys import OPT_DELIVERY, OPT_WRITER_ID
+from s2_sink.datasource._write_options import WriteOptions
 from s2_sink.errors import CommitError, ConfigError
 
 if TYPE_CHECKING:
