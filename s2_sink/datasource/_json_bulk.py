@@ -215,6 +215,12 @@ def timestamps_shaped(column: pa.Array) -> bool:
         else:
             texts = data[offsets[at][:, None] + np.arange(length)]
         ends_z = texts[:, -1] == ord("Z")
-        if not np.where(ends_z, _shaped(texts, 1), _shaped(texts, 6)).all():
+        if ends_z.all():  # the usual case: one zone form only, checked once
+            ok = _shaped(texts, 1)
+        elif not ends_z.any():
+            ok = _shaped(texts, 6)
+        else:
+            ok = np.where(ends_z, _shaped(texts, 1), _shaped(texts, 6))
+        if not ok.all():
             return False
     return True
