@@ -23,7 +23,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import s2_sdk
 from pyspark.sql.types import (
     StructType,
@@ -31,6 +30,7 @@ from pyspark.sql.types import (
 
 from s2_sink._arrow_types import to_arrow_schema
 from s2_sink._exactly_once._tags import TAG_HEADER
+from s2_sink._wire._arrow_calls import call, cast, int32_array, repeated, uint64_array
 from s2_sink._wire._read_batch import RecordColumns
 from s2_sink.datasource._json import decode_bodies
 from s2_sink.datasource._json_bulk import decode_bodies_bulk
@@ -223,26 +223,28 @@ def _decoded_columns(
 
 def _to_target(schema: StructType, arrays: list[pa.Array]) -> pa.RecordBatch:
     target: pa.Schema = to_arrow_schema(schema)
-    cast = [
-        arr.cast(field.type) if arr.type != field.type else arr
+    typed = [
+        cast(arr, field.type) if arr.type != field.type else arr
         for arr, field in zip(arrays, target, strict=True)
     ]
-    return pa.RecordBatch.from_arrays(cast, schema=target)
+    return pa.RecordBatch.from_arrays(typed, schema=target)
 
 
 def _meta_column(name: str, stream: str, columns: RecordColumns) -> pa.Array:
+    # Arrays from buffers and kernels called directly: pa.array / pa.scalar would import pandas.
     if name in ("stream", "_s2_stream"):
-        return pa.repeat(pa.scalar(stream, type=pa.string()), len(columns))
+        return repeated(stream.encode(), len(columns), pa.string())
     if name in ("seq_num", "_s2_seq_num"):
-        return pa.array(columns.seq_nums).cast(pa.int64())
+        return cast(uint64_array(columns.seq_nums), pa.int64())
     # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
-    micros = pc.multiply_checked(pa.array(columns.timestamps), 1000).cast(pa.int64())
-    return micros.cast(pa.timestamp("us", tz="UTC"))
+    thousand = uint64_array(np.full(len(columns), 1000, dtype=np.uint64))
+    micros = call("multiply_checked", [uint64_array(columns.timestamps), thousand])
+    return cast(cast(micros, pa.int64()), pa.timestamp("us", tz="UTC"))
 
 
 def _headers_column(columns: RecordColumns) -> pa.Array:
     entries = pa.StructArray.from_arrays([columns.names, columns.values], names=["key", "value"])
-    return pa.ListArray.from_arrays(pa.array(columns.header_offsets.astype(np.int32)), entries)
+    return pa.ListArray.from_arrays(int32_array(columns.header_offsets), entries)
 
 
 def columns_to_batch(

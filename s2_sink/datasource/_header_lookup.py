@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from s2_sink._wire._arrow_calls import bools, call, int64_array, repeated
 from s2_sink._wire._layout import Bools, Ints
 from s2_sink._wire._read_batch import RecordColumns
 
@@ -24,8 +24,8 @@ def entry_owners(columns: RecordColumns) -> Ints:
 
 def named(columns: RecordColumns, name: bytes) -> Bools:
     """True for every header entry called ``name``."""
-    hits: Bools = pc.equal(columns.names, pa.scalar(name, pa.binary())).to_numpy(zero_copy_only=False)
-    return hits
+    same = call("equal", [columns.names, repeated(name, len(columns.names), pa.binary())])
+    return bools(same)
 
 
 def first_header(columns: RecordColumns, name: bytes, owners: Ints | None = None) -> Ints:
@@ -43,4 +43,5 @@ def first_header(columns: RecordColumns, name: bytes, owners: Ints | None = None
 
 def take_or_null(arr: pa.Array, index: Ints) -> pa.Array:
     """``arr`` at ``index``, null where the index is -1."""
-    return arr.take(pa.array(index, type=pa.int64(), mask=index < 0))
+    taken: pa.Array = call("take", [arr, int64_array(index, valid=index >= 0)])
+    return taken

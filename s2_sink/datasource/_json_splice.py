@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s2_sink._wire._arrow_calls import bool_array, empty_binary, repeated, take, valid_rows
 from s2_sink._wire._arrow_views import binary_view
 from s2_sink._wire._layout import Bools, Bytes, Ints
 
@@ -37,15 +38,16 @@ def splice_objects(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, Bools]:
     v_inner, v_bad = _inner(values)
     bad = k_bad | v_bad
     if bad.any():
-        blank, nothing = pa.array(bad), pa.scalar(b"", pa.binary())
+        blank, nothing = bool_array(bad), repeated(b"", len(bad), pa.binary())
         k_inner, v_inner = pc.if_else(blank, nothing, k_inner), pc.if_else(blank, nothing, v_inner)
-    k_len = pc.binary_length(k_inner).to_numpy(zero_copy_only=False)
-    v_len = pc.binary_length(v_inner).to_numpy(zero_copy_only=False)
-    both = pa.array((k_len > 0) & (v_len > 0))
-    comma = pc.if_else(both, pa.scalar(b",", pa.binary()), pa.scalar(b"", pa.binary()))
+    k_len = binary_view(k_inner).lengths * valid_rows(k_inner)  # nulls read as empty
+    v_len = binary_view(v_inner).lengths * valid_rows(v_inner)
+    n = len(bad)
+    both = bool_array((k_len > 0) & (v_len > 0))
+    comma = pc.if_else(both, repeated(b",", n, pa.binary()), repeated(b"", n, pa.binary()))
     inner = pc.binary_join_element_wise(k_inner, v_inner, comma)
     merged = pc.binary_join_element_wise(
-        pa.scalar(b"{", pa.binary()), inner, pa.scalar(b"}", pa.binary()), pa.scalar(b"", pa.binary())
+        repeated(b"{", n, pa.binary()), inner, repeated(b"}", n, pa.binary()), repeated(b"", n, pa.binary())
     )
     return merged, bad
 
@@ -98,7 +100,7 @@ def _spans(data: Bytes, start: Ints, stop: Ints) -> pa.Array:
     """A binary array of the ascending, non-overlapping spans ``[start[i], stop[i])`` of ``data``."""
     n = len(start)
     if n == 0:
-        return pa.array([], type=pa.binary())
+        return empty_binary()
     # The bounds start, stop, start, stop, ... ascend: an array whose even values are the spans (the odd
     # ones are the bytes between them), over ``data`` without a copy; `take` packs the spans.
     bounds = np.empty(2 * n, dtype=np.int32)
@@ -106,4 +108,4 @@ def _spans(data: Bytes, start: Ints, stop: Ints) -> pa.Array:
     bounds[1::2] = stop
     buffers = [None, pa.py_buffer(bounds), pa.py_buffer(data)]
     interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, buffers)
-    return interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+    return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from s2_sink._exactly_once._tags import TAG_HEADER
+from s2_sink._wire._arrow_calls import int32_array, take
 from s2_sink._wire._read_batch import RecordColumns
 from s2_sink.datasource._header_lookup import entry_owners, first_header, named, take_or_null
 from s2_sink.datasource._utf8_text import utf8_text
@@ -46,8 +47,7 @@ def _user_headers(columns: RecordColumns) -> pa.Array:
     kept = np.flatnonzero(keep)
     offsets = np.zeros(len(columns) + 1, dtype=np.int32)
     np.cumsum(np.bincount(owners[kept], minlength=len(columns)), out=offsets[1:])
-    taken = pa.array(kept, type=pa.int64())
     entries = pa.StructArray.from_arrays(
-        [utf8_text(columns.names.take(taken)), columns.values.take(taken)], names=["key", "value"]
+        [utf8_text(take(columns.names, kept)), take(columns.values, kept)], names=["key", "value"]
     )
-    return pa.ListArray.from_arrays(pa.array(offsets), entries)
+    return pa.ListArray.from_arrays(int32_array(offsets), entries)

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s2_sink._wire._arrow_calls import bool_array, call, repeated, valid_rows
 from s2_sink._wire._arrow_views import binary_view, validity
 from s2_sink._wire._layout import Bools, Ints
 from s2_sink._wire._read_batch import RecordColumns, concat_columns
@@ -54,7 +55,7 @@ class Changes(NamedTuple):
     @property
     def malformed(self) -> Bools:
         """No ``@key`` header, or no ``@action`` header of ``u`` or ``d``."""
-        no_key: Bools = self.keys.is_null().to_numpy(zero_copy_only=False)
+        no_key: Bools = ~valid_rows(self.keys)
         return no_key | ~(self.updates | self.deletes)
 
 
@@ -99,11 +100,11 @@ def upsert_column(name: str, found: Changes, columns: RecordColumns) -> pa.Array
     """The upsert column ``name`` (one of `UPSERT_RECORD_COLUMNS`) as text: the value is null for a delete."""
     if name == "key":
         return utf8_text(found.keys)
-    deletes = pa.array(found.deletes, type=pa.bool_())
+    deletes, n = bool_array(found.deletes), len(found.deletes)
     if name == "action":
-        return pc.if_else(deletes, pa.scalar("d"), pa.scalar("u"))
+        return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
     if name == "value":
-        return pc.if_else(deletes, pa.scalar(None, pa.string()), utf8_text(columns.bodies))
+        return pc.if_else(deletes, repeated(None, n, pa.string()), utf8_text(columns.bodies))
     raise ValueError(f"{name!r} is not an upsert record column")
 
 
@@ -111,9 +112,9 @@ def merged_bodies(stream: str, columns: RecordColumns) -> tuple[pa.Array, Change
     """Per record, its key's JSON object spliced with its value's (``{}`` for a delete or an empty body),
     and the changes; ReadError for the first record malformed either way."""
     found = _read_changes(columns)
-    lengths = pc.binary_length(columns.bodies).to_numpy(zero_copy_only=False)
-    with_body = pa.array(found.updates & (lengths > 0), type=pa.bool_())
-    values = pc.if_else(with_body, columns.bodies, pa.scalar(b"{}", pa.binary()))
+    lengths = binary_view(columns.bodies).lengths
+    with_body = bool_array(found.updates & (lengths > 0))
+    values = pc.if_else(with_body, columns.bodies, repeated(b"{}", len(lengths), pa.binary()))
     merged, not_objects = splice_objects(found.keys, values)
     malformed = found.malformed
     bad = malformed | not_objects
@@ -142,9 +143,15 @@ def latest_changes(stream: str, parts: Sequence[RecordColumns], rows: int) -> It
     keys = pa.concat_arrays([f.keys.cast(pa.large_binary()) for f in found])
     updates = np.concatenate([f.updates for f in found])
     seq_nums = np.concatenate([part.seq_nums for part in parts])
-    by_key = pa.table({"key": keys, "at": pa.array(np.arange(len(keys), dtype=np.int64))})
     # Each key's last change in stream order; sorted, these are the order a dict keyed by key would keep.
-    last = np.sort(by_key.group_by("key").aggregate([("at", "max")]).column("at_max").to_numpy())
+    # (Arrow's group_by would import pyarrow.dataset, and with it pandas: the keys' codes and numpy instead.)
+    codes = call("dictionary_encode", [keys])
+    code = np.frombuffer(
+        codes.indices.buffers()[1], dtype=np.int32, count=len(keys), offset=codes.indices.offset * 4
+    )
+    last = np.full(len(codes.dictionary), -1, dtype=np.int64)
+    np.maximum.at(last, code, np.arange(len(keys), dtype=np.int64))
+    last.sort()
     kept = last[updates[last]]
     kept = kept[np.argsort(seq_nums[kept], kind="stable")]
     starts = np.cumsum([0] + [len(part) for part in parts[:-1]])
