@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 
+def _python(code: str) -> str:
+    """What a fresh Python process running ``code`` prints."""
+    argv = [sys.executable, "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+
+
 def test_importing_the_data_source_and_its_writer_leaves_pandas_out() -> None:
     """Spark runs the data source's create, write-planning and commit steps each in a new Python process,
     which imports ``s2_sink.datasource`` and converts no data. pyarrow imports pandas (a third of a second
@@ -19,10 +25,8 @@ def test_importing_the_data_source_and_its_writer_leaves_pandas_out() -> None:
         "import sys, s2_sink.datasource, s2_sink.datasource._writer, s2_sink.encoders; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "[]"
+    out = _python(code)
+    assert out.strip() == "[]"
 
 
 def test_executors_unpickling_the_writer_import_none_of_the_read_side() -> None:
@@ -32,10 +36,8 @@ def test_executors_unpickling_the_writer_import_none_of_the_read_side() -> None:
         "import sys, s2_sink.datasource._writer; "
         "print(sorted(m for m in sys.modules if m.startswith('s2_sink.datasource.')))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == str(
+    out = _python(code)
+    assert out.strip() == str(
         [
             "s2_sink.datasource._compat",
             "s2_sink.datasource._write_keys",
@@ -136,10 +138,8 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "import s2_sink._wire._read_batch, s2_sink.datasource._json_bulk\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    imported = ast.literal_eval(out.stdout.strip())
+    out = _python(code)
+    imported = ast.literal_eval(out.strip())
     assert "s2_sink.datasource._read_task" in imported
     unwanted = [m for m in imported if m.startswith(_NOT_IN_A_READ_TASK)]
     assert unwanted == []
@@ -165,10 +165,8 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
         "import s2_sink.datasource._committed  # what the preflight and partitions() import\n"
         "print(repr((sorted(created), sorted(set(sys.modules) - before - created))))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    created, planned = ast.literal_eval(out.stdout.strip())
+    out = _python(code)
+    created, planned = ast.literal_eval(out.strip())
     assert "s2_sink.datasource._source" in created
     assert [
         m for m in created if m.startswith(("s2_sdk", "google", "h2", "pyarrow.compute", "s2_sink.encoders"))
@@ -221,10 +219,8 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
         "    out = [f.columns_to_batch(fmt, schema, 's', cols)]\n"
         "print(sum(b.num_rows for b in out), 'pandas' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    rows, pandas = out.stdout.split()
+    out = _python(code)
+    rows, pandas = out.split()
     assert int(rows) > 0
     assert pandas == "False"
 
