@@ -215,6 +215,14 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     assert got == [r.body for r in records]
     assert len(accepted) >= 2
     assert 0 < before_cut < 5000
+    # In runs longer than the read, what the first connection brought waits in the run across the retry.
+    with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, accepted):
+        runs = list(
+            _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
+        )
+    assert len(accepted) >= 2
+    assert len(runs) == 1
+    assert [r.body for r in runs[0].to_records()] == [r.body for r in records]
     # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, _):
         cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
