@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from s2_sink.lite._read_form import Pieces, ReadForm, build_read_form
+from s2_sink.lite._read_form import Pieces, ReadForm, build_read_form, varint_size
 from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["Batch"]
@@ -120,7 +120,7 @@ class Batch:
                 items = RawList.FromString(stored).items
                 lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
                 # Each item is ``0a <length varint> <content>``, back to back from byte 0.
-                end = np.cumsum(1 + _varint_sizes(lengths) + lengths)
+                end = np.cumsum(lengths + (1 + varint_size(lengths)))
                 content = end - lengths
             stamps = self.ts0 if self.ts_list is None else np.asarray(self.ts_list, dtype=np.uint64)
             form = build_read_form(self.start, stamps, *self._pieces(stored, content, lengths))
@@ -135,10 +135,12 @@ class Batch:
     ) -> tuple[Pieces, tuple[bytes, bytes]]:
         """Where each record's stored part lies: in `stored` (at `content`, `lengths` bytes) or, for a plain
         batch's exceptions, in a buffer of their own."""
-        n = len(lengths)
         if not self.plain:
-            return Pieces(np.zeros(n, np.int64), content, lengths, np.zeros(n, np.bool_)), (stored, b"")
+            return Pieces(0, content, lengths, False), (stored, b"")
         # Body-only ``AppendRecord``: the bytes after its ``1a`` key (none for an empty record).
+        if int(lengths.min()) > 0 and not self.exceptions:
+            return Pieces(0, content + 1, lengths - 1, True), (stored, b"")
+        n = len(lengths)
         body_key = lengths > 0
         buffer = np.zeros(n, np.int64)
         start = content + body_key
@@ -165,9 +167,13 @@ class Batch:
             return
         if self.plain:
             # ``1a <varint len> <body>``: a 1-byte varint up to 129 bytes, 2 bytes up to 16386, else 3.
-            sizes = np.where(
-                lengths == 0, 8, lengths + np.where(lengths <= 129, 6, np.where(lengths <= 16386, 5, 4))
-            )
+            small, large = int(lengths.min()), int(lengths.max())
+            if small > 0 and _body_varint(small) == _body_varint(large):
+                sizes = lengths + (7 - _body_varint(small))
+            else:
+                sizes = np.where(
+                    lengths == 0, 8, lengths + np.where(lengths <= 129, 6, np.where(lengths <= 16386, 5, 4))
+                )
             for i, tail in self.exceptions.items():
                 sizes[i] = _metered_of_tail(tail)
         else:
@@ -199,9 +205,9 @@ class Batch:
         return self._metered
 
 
-def _varint_sizes(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Bytes in the shortest varint of each (non-negative) value below 2**35."""
-    return 1 + (values >= 1 << 7) + (values >= 1 << 14) + (values >= 1 << 21) + (values >= 1 << 28)
+def _body_varint(length: int) -> int:
+    """Bytes of the body's length varint in a body-only ``AppendRecord`` of `length` bytes (not 0)."""
+    return 1 if length <= 129 else 2 if length <= 16386 else 3
 
 
 def _after_position(item: bytes) -> bytes:

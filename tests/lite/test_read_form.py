@@ -4,11 +4,15 @@ bulk or record by record), for reads that start, end and cross batches anywhere,
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from s2_sdk import Record
 
+from s2_sink.lite._append_input import parse_input
 from s2_sink.lite._batch import Batch
+from s2_sink.lite._read_form import _BULK_BELOW, _BULK_FROM
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._wire import pb, varint
 from tests.lite.test_mostly_plain import CONFIG, TAG, encoded, expected, layout
@@ -113,3 +117,52 @@ def test_seq_nums_and_timestamps_of_any_size(
 def _plain(bodies: list[bytes]) -> list[bytes]:
     """Body-only ``AppendRecord`` encodings."""
     return [pb.AppendRecord(body=b).SerializeToString() for b in bodies]
+
+
+# Values at each varint size boundary the bulk build takes (1 to 7 bytes), and anywhere below 2**49.
+_near_boundary = st.builds(
+    lambda k, d: min(max(0, (1 << (7 * k)) + d), (1 << 49) - 1001), st.integers(0, 7), st.integers(-40, 40)
+)
+_bulk_value = st.one_of(_near_boundary, st.integers(0, (1 << 49) - 1001))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    _bulk_value,
+    st.one_of(_bulk_value, st.lists(_bulk_value, min_size=40, max_size=40)),
+    st.one_of(
+        st.lists(st.builds(Record, body), min_size=40, max_size=40),
+        st.lists(st.builds(Record, body, headers), min_size=40, max_size=40),
+    ),
+)
+def test_bulk_build_writes_every_size_it_takes(
+    start: int, stamps: int | list[int], recs: list[Record]
+) -> None:
+    """Seq_nums (crossing a size boundary inside the batch or not) and timestamps of 1 to 7 varint bytes, one
+    for all or one each, records of 1- to 3-byte lengths, plain or with headers: the batch is built in bulk
+    (not record by record, as past 2**49) into the canonical encodings, as record by record builds it."""
+    n = len(recs)
+    ts_list = None if isinstance(stamps, int) else stamps
+    ts0 = stamps if isinstance(stamps, int) else stamps[0]
+    p = parse_input(encoded(recs))
+    b = Batch(
+        start,
+        start + n,
+        records=p.records,
+        payload=p.payload,
+        ts0=ts0,
+        ts_list=ts_list,
+        last_ts=0,
+        plain=p.plain,
+        exceptions=p.exceptions,
+        metered=p.metered,
+    )
+    each = [ts0] * n if ts_list is None else ts_list
+    # Within the bulk build's range.
+    assert n >= _BULK_FROM
+    assert max(start + n, *each) < _BULK_BELOW
+    items = [b"\x0a" + varint(len(w)) + w for w in expected(recs, start, each)]
+    form = b.read_form()
+    assert bytes(form.data) == b"".join(items)
+    assert form.offsets.tolist() == [0, *itertools.accumulate(map(len, items))]
+    assert b.cumulative_metered().tolist() == list(itertools.accumulate(map(metered, recs)))
