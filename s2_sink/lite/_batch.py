@@ -39,6 +39,7 @@ class Batch:
     """
 
     __slots__ = (
+        "_lengths",
         "_metered",
         "_metered_sizes",
         "_read_form",
@@ -68,6 +69,7 @@ class Batch:
         exceptions: dict[int, bytes] | None = None,
         plain: bool | None = None,
         metered: npt.NDArray[np.int64] | None = None,
+        lengths: npt.NDArray[np.int32] | None = None,
     ) -> None:
         self.start = start
         self.end = end
@@ -90,6 +92,8 @@ class Batch:
         self._metered: npt.NDArray[np.int64] | None = None
         #: The records' metered sizes where the append counted them (running totals are made on first use).
         self._metered_sizes = metered
+        #: The lengths of the items of ``payload``'s records field where the append measured them.
+        self._lengths = lengths
         #: The records as read (`_read_form`), made on the first read; the stored forms are dropped then.
         self._read_form: ReadForm | None = None
 
@@ -117,8 +121,11 @@ class Batch:
             else:
                 assert self.payload is not None
                 stored = self.payload
-                items = RawList.FromString(stored).items
-                lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+                if self._lengths is not None:
+                    lengths = self._lengths.astype(np.int64)
+                else:
+                    items = RawList.FromString(stored).items
+                    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
                 # Each item is ``0a <length varint> <content>``, back to back from byte 0.
                 end = np.cumsum(lengths + (1 + varint_size(lengths)))
                 content = end - lengths
@@ -128,6 +135,7 @@ class Batch:
             self._read_form = form
             self.payload = None
             self._records = None
+            self._lengths = None
         return self._read_form
 
     def _pieces(
