@@ -175,7 +175,10 @@ def build_read_form(
     _part_views(views[2::_PER_RECORD], pieces, buffers)
     data_buffers = [pa.py_buffer(b) for b in buffers]
     joined = pa.Array.from_buffers(pa.binary_view(), len(views), [None, pa.py_buffer(views), *data_buffers])
-    out = pc.cast(joined, pa.large_binary())
+    # Into memory from malloc, not Arrow's own pool: the stored forms this replaces were malloc's (Python
+    # bytes), and are freed right after, so the next batch's form reuses their pages instead of faulting in
+    # fresh ones (about a third of the first read's CPU, measured).
+    out = pc.cast(joined, pa.large_binary(), memory_pool=pa.system_memory_pool())
     offsets = np.frombuffer(out.buffers()[1], dtype=np.int64)[::_PER_RECORD].copy()
     data = out.buffers()[2]
     return ReadForm(memoryview(data) if data is not None else memoryview(b""), offsets)
