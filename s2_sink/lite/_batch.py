@@ -121,14 +121,22 @@ class Batch:
             else:
                 assert self.payload is not None
                 stored = self.payload
+                items = None
                 if self._lengths is not None:
                     lengths = self._lengths.astype(np.int64)
                 else:
                     items = RawList.FromString(stored).items
                     lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-                # Each item is ``0a <length varint> <content>``, back to back from byte 0.
+                # Each item is ``0a <length varint> <content>``, back to back from byte 0 as a serializer
+                # writes them (the plain form was checked canonical, so its varints are the shortest).
                 end = np.cumsum(lengths + (1 + varint_size(lengths)))
                 content = end - lengths
+                if not _records_lead(stored, end):
+                    # Another field first or between (valid protobuf, if no serializer's layout): the
+                    # records, as parsed, joined.
+                    items = RawList.FromString(stored).items if items is None else items
+                    stored = b"".join(items)
+                    content = np.cumsum(lengths) - lengths
             stamps = self.ts0 if self.ts_list is None else np.asarray(self.ts_list, dtype=np.uint64)
             form = build_read_form(self.start, stamps, *self._pieces(stored, content, lengths))
             self._note_metered(stored, content, lengths)
@@ -211,6 +219,13 @@ class Batch:
             self._metered = np.cumsum(self._metered_sizes)
             self._metered_sizes = None
         return self._metered
+
+
+def _records_lead(stored: bytes, end: npt.NDArray[np.int64]) -> bool:
+    """The records (ending at `end` if they lie back to back from byte 0) do: each record's key is where the
+    records before it end (another field first or between would sit at one of those places)."""
+    keys = np.frombuffer(stored, dtype=np.uint8)[end[:-1]] if len(end) > 1 else np.zeros(0, np.uint8)
+    return bool(stored[:1] == b"\x0a" and (keys == 0x0A).all())
 
 
 def _body_varint(length: int) -> int:

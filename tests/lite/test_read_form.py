@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from s2_sdk import Record
@@ -166,3 +167,22 @@ def test_bulk_build_writes_every_size_it_takes(
     assert bytes(form.data) == b"".join(items)
     assert form.offsets.tolist() == [0, *itertools.accumulate(map(len, items))]
     assert b.cumulative_metered().tolist() == list(itertools.accumulate(map(metered, recs)))
+
+
+@pytest.mark.parametrize("n", [5, 40])
+@pytest.mark.parametrize("at", ["first", "between", "last"])
+def test_a_plain_batch_with_a_field_before_or_between_its_records(n: int, at: str) -> None:
+    """match_seq_num placed before, between or after the body-only records (valid protobuf, though no
+    serializer writes it so): the batch is kept plain and reads back as the canonical encodings, built in
+    bulk and record by record."""
+    recs = [Record(b"x%040d" % i) for i in range(n)]
+    fields = list(pb.AppendInput(records=[pb.AppendRecord(body=r.body) for r in recs]).records)
+    encoded_records = [b"\x0a" + varint(r.ByteSize()) + r.SerializeToString() for r in fields]
+    place = {"first": 0, "between": n // 2, "last": n}[at]
+    data = b"".join([*encoded_records[:place], b"\x10\x00", *encoded_records[place:]])
+    stream = Stream("b", "s", CONFIG, 0.0)
+    b = stream.sequence(data, arrival=1_000)
+    stream.make_visible(stream.next_seq, stream.last_ts)
+    assert b.plain
+    got = stream.collect(0, 1000, 1 << 20, None)
+    assert got.records == expected(recs, 0, [1_000] * n)
