@@ -128,7 +128,7 @@ def _seq_words(first: int, n: int) -> tuple[Words, Sizes]:
 
     Spread groups add like digits once bit 7 of every byte of one addend is set (a group's overflow carries
     through it into the next byte): spread(first + i) is (spread(first) | gaps) + spread(i), less the gaps."""
-    groups = (np.uint64(_spread(first) | _GAPS) + _SPREAD_OFFSETS[:n]) & np.uint64(~_GAPS & (2**64 - 1))
+    groups = (_SPREAD_OFFSETS[:n] + np.uint64(_spread(first) | _GAPS)) & np.uint64(~_GAPS & (2**64 - 1))
     small, large = _size(first), _size(first + n - 1)
     if small == large:
         return groups | _CONTINUATION[small], small

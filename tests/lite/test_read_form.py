@@ -12,16 +12,18 @@ from hypothesis import strategies as st
 from s2_sdk import Record
 
 from s2_sink.lite._append_input import parse_input
-from s2_sink.lite._batch import Batch
+from s2_sink.lite._batch import Batch, _lengths_by_keys
 from s2_sink.lite._read_form import _BULK_BELOW, _BULK_FROM
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import pb, varint
+from s2_sink.lite._wire import RawList, pb, varint
 from tests.lite.test_mostly_plain import CONFIG, TAG, encoded, expected, layout
 
 # Bodies of every size class: empty, held in an Arrow view (up to 12 bytes, with or without a key), one-
 # and two-byte lengths.
 body = st.one_of(
     st.just(b""),
+    # No raw newline (as JSON has none): the records' keys are the stored form's only 0x0a bytes.
+    st.binary(min_size=1, max_size=140).map(lambda b: b.replace(b"\n", b".")),
     st.binary(min_size=1, max_size=13),
     st.binary(min_size=120, max_size=140),
     st.just(b"x" * 16390),
@@ -186,3 +188,24 @@ def test_a_plain_batch_with_a_field_before_or_between_its_records(n: int, at: st
     assert b.plain
     got = stream.collect(0, 1000, 1 << 20, None)
     assert got.records == expected(recs, 0, [1_000] * n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(body, min_size=1, max_size=40),
+    st.sampled_from([None, b"\x10\x05", b"\x10\x0a", b"\x1a\x03tok", b"\x1a\x01\n"]),
+    st.booleans(),
+)
+def test_records_found_by_their_keys_are_the_parsed_ones(
+    bodies: list[bytes], field: bytes | None, first: bool
+) -> None:
+    """Found without a parse (`_lengths_by_keys`), a plain input's records are those the parse finds, or
+    none are found: a byte 0x0a in a body, a length or a field other than the records, or a field before
+    them, leaves it to the parse."""
+    records = encoded([Record(b) for b in bodies])
+    data = records if field is None else field + records if first else records + field
+    parsed = [len(item) for item in RawList.FromString(data).items]
+    found = _lengths_by_keys(data, len(bodies))
+    assert found is None or found.tolist() == parsed
+    if data.count(b"\n") == len(bodies) and data[:1] == b"\n":
+        assert found is not None  # only the records' keys are 0x0a, and they lead
