@@ -235,17 +235,34 @@ def _lengths_by_keys(stored: bytes, n: int) -> npt.NDArray[np.int64] | None:
     keys = np.flatnonzero(d == 0x0A)
     if len(keys) != n or keys[0] != 0 or int(keys[-1]) + 1 >= len(d):
         return None
-    last = len(d) - 1
-    byte = d[keys + 1]
-    length = (byte & 0x7F).astype(np.int64)
-    more = byte >= 0x80
-    size = 1 + more
-    for k in (1, 2):  # records are at most 1 MiB: a length of 3 bytes at most
-        byte = d[np.minimum(keys + 1 + k, last)]
-        length |= np.where(more, (byte & 0x7F).astype(np.int64) << (7 * k), 0)
-        more &= byte >= 0x80
-        size += more
-    if more.any() or not np.array_equal(keys[1:], (keys + 1 + size + length)[:-1]):
+    first = d[keys + 1].astype(np.int64)
+    if int(first.max()) < 0x80:
+        length, size = first, 1  # every length one byte (records up to 127 bytes)
+    else:
+        second = d[np.minimum(keys + 2, len(d) - 1)].astype(np.int64)
+        if int(first.min()) >= 0x80 and int(second.max()) < 0x80:
+            length, size = (first & 0x7F) | (second << 7), 2  # every length two bytes (up to 16 KiB)
+        else:
+            return _lengths_of_any_size(d, keys, first, second)
+    if not np.array_equal(keys[1:], (keys + (1 + size) + length)[:-1]):
+        return None
+    return length
+
+
+def _lengths_of_any_size(
+    d: npt.NDArray[np.uint8],
+    keys: npt.NDArray[np.int64],
+    first: npt.NDArray[np.int64],
+    second: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64] | None:
+    """`_lengths_by_keys` where the lengths are varints of several sizes (of which `first` and `second`
+    are the first two bytes)."""
+    third = d[np.minimum(keys + 3, len(d) - 1)].astype(np.int64)
+    two, three = first >= 0x80, (first >= 0x80) & (second >= 0x80)
+    if (three & (third >= 0x80)).any():
+        return None  # 4 bytes or more: not a record of at most 1 MiB
+    length = (first & 0x7F) | np.where(two, (second & 0x7F) << 7, 0) | np.where(three, third << 14, 0)
+    if not np.array_equal(keys[1:], (keys + 2 + two + three + length)[:-1]):
         return None
     return length
 
