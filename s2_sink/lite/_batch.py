@@ -121,7 +121,7 @@ class Batch:
             else:
                 assert self.payload is not None
                 stored = self.payload
-                items = found = None
+                items = None
                 if self._lengths is not None:
                     lengths = self._lengths.astype(np.int64)
                 elif (found := _lengths_by_keys(stored, self.end - self.start)) is not None:
@@ -133,7 +133,7 @@ class Batch:
                 # writes them (the plain form was checked canonical, so its varints are the shortest).
                 end = np.cumsum(lengths + (1 + varint_size(lengths)))
                 content = end - lengths
-                if found is None and not _records_lead(stored, end):
+                if not _records_lead(stored, end):
                     # Another field first or between (valid protobuf, if no serializer's layout): the
                     # records, as parsed, joined.
                     items = RawList.FromString(stored).items if items is None else items
