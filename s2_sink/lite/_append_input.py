@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink.lite._errors import ApiError, invalid
@@ -48,6 +49,9 @@ class ParsedInput:
     plain: bool = False
     #: Each record's metered size, where the bulk scan has counted them (None otherwise).
     metered: Ints | None = None
+    #: The lengths of the items of ``payload``'s records field, where the append measured them (None
+    #: otherwise): the first read then need not parse the payload again to find its records.
+    lengths: npt.NDArray[np.int32] | None = None
 
     def tails(self) -> list[bytes]:
         """Every record's headers-and-body part, whichever form the input is kept in."""
@@ -152,7 +156,7 @@ def _bulk(data: bytes) -> ParsedInput | None:
     token = rest.fencing_token if rest.HasField("fencing_token") else None
     if rest.records or len(scan.encoded) + _trailer_size(msn, token) != len(data):
         return None
-    return _scanned(scan, n, msn, token)
+    return _scanned(scan, n, msn, token, lengths)
 
 
 def _check_plain_size(data: bytes, n: int, probe: Any, header_bytes: int) -> None:
@@ -199,9 +203,10 @@ def _decoded(
     return stored_part(rec), size
 
 
-def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> ParsedInput:
-    """A canonical input without command records, read in bulk (`scan_records`): kept as the one buffer the
-    scan renumbered, unless client timestamps sit between its records' keys and their stored parts."""
+def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None, lengths: Ints) -> ParsedInput:
+    """A canonical input without command records, read in bulk (`scan_records`) with records of `lengths`
+    bytes: kept as the one buffer the scan renumbered (its items as long as the input's records), unless
+    client timestamps sit between its records' keys and their stored parts."""
     over = scan.complex & (scan.metered > ONE_MIB)
     if over.any():
         i = int(np.argmax(over))
@@ -211,7 +216,9 @@ def _scanned(scan: RecordScan, n: int, msn: int | None, token: str | None) -> Pa
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
     if scan.client_ts:
         return ParsedInput(n, scan.tails(), None, {}, [], scan.client_ts, msn, token)
-    return ParsedInput(n, None, scan.encoded, {}, [], {}, msn, token, metered=scan.metered)
+    return ParsedInput(
+        n, None, scan.encoded, {}, [], {}, msn, token, metered=scan.metered, lengths=lengths.astype(np.int32)
+    )
 
 
 def _trailer_size(msn: int | None, token: str | None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from s2_sink.lite._read_form import Pieces, ReadForm, build_read_form
+from s2_sink.lite._read_form import Pieces, ReadForm, build_read_form, varint_size
 from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["Batch"]
@@ -39,6 +39,7 @@ class Batch:
     """
 
     __slots__ = (
+        "_lengths",
         "_metered",
         "_metered_sizes",
         "_read_form",
@@ -68,6 +69,7 @@ class Batch:
         exceptions: dict[int, bytes] | None = None,
         plain: bool | None = None,
         metered: npt.NDArray[np.int64] | None = None,
+        lengths: npt.NDArray[np.int32] | None = None,
     ) -> None:
         self.start = start
         self.end = end
@@ -90,6 +92,8 @@ class Batch:
         self._metered: npt.NDArray[np.int64] | None = None
         #: The records' metered sizes where the append counted them (running totals are made on first use).
         self._metered_sizes = metered
+        #: The lengths of the items of ``payload``'s records field where the append measured them.
+        self._lengths = lengths
         #: The records as read (`_read_form`), made on the first read; the stored forms are dropped then.
         self._read_form: ReadForm | None = None
 
@@ -117,17 +121,31 @@ class Batch:
             else:
                 assert self.payload is not None
                 stored = self.payload
-                items = RawList.FromString(stored).items
-                lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-                # Each item is ``0a <length varint> <content>``, back to back from byte 0.
-                end = np.cumsum(1 + _varint_sizes(lengths) + lengths)
+                items = None
+                if self._lengths is not None:
+                    lengths = self._lengths.astype(np.int64)
+                elif (found := _lengths_by_keys(stored, self.end - self.start)) is not None:
+                    lengths = found
+                else:
+                    items = RawList.FromString(stored).items
+                    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+                # Each item is ``0a <length varint> <content>``, back to back from byte 0 as a serializer
+                # writes them (the plain form was checked canonical, so its varints are the shortest).
+                end = np.cumsum(lengths + (1 + varint_size(lengths)))
                 content = end - lengths
+                if not _records_lead(stored, end):
+                    # Another field first or between (valid protobuf, if no serializer's layout): the
+                    # records, as parsed, joined.
+                    items = RawList.FromString(stored).items if items is None else items
+                    stored = b"".join(items)
+                    content = np.cumsum(lengths) - lengths
             stamps = self.ts0 if self.ts_list is None else np.asarray(self.ts_list, dtype=np.uint64)
             form = build_read_form(self.start, stamps, *self._pieces(stored, content, lengths))
             self._note_metered(stored, content, lengths)
             self._read_form = form
             self.payload = None
             self._records = None
+            self._lengths = None
         return self._read_form
 
     def _pieces(
@@ -135,10 +153,12 @@ class Batch:
     ) -> tuple[Pieces, tuple[bytes, bytes]]:
         """Where each record's stored part lies: in `stored` (at `content`, `lengths` bytes) or, for a plain
         batch's exceptions, in a buffer of their own."""
-        n = len(lengths)
         if not self.plain:
-            return Pieces(np.zeros(n, np.int64), content, lengths, np.zeros(n, np.bool_)), (stored, b"")
+            return Pieces(0, content, lengths, False), (stored, b"")
         # Body-only ``AppendRecord``: the bytes after its ``1a`` key (none for an empty record).
+        if int(lengths.min()) > 0 and not self.exceptions:
+            return Pieces(0, content + 1, lengths - 1, True), (stored, b"")
+        n = len(lengths)
         body_key = lengths > 0
         buffer = np.zeros(n, np.int64)
         start = content + body_key
@@ -165,9 +185,13 @@ class Batch:
             return
         if self.plain:
             # ``1a <varint len> <body>``: a 1-byte varint up to 129 bytes, 2 bytes up to 16386, else 3.
-            sizes = np.where(
-                lengths == 0, 8, lengths + np.where(lengths <= 129, 6, np.where(lengths <= 16386, 5, 4))
-            )
+            small, large = int(lengths.min()), int(lengths.max())
+            if small > 0 and _body_varint(small) == _body_varint(large):
+                sizes = lengths + (7 - _body_varint(small))
+            else:
+                sizes = np.where(
+                    lengths == 0, 8, lengths + np.where(lengths <= 129, 6, np.where(lengths <= 16386, 5, 4))
+                )
             for i, tail in self.exceptions.items():
                 sizes[i] = _metered_of_tail(tail)
         else:
@@ -199,9 +223,60 @@ class Batch:
         return self._metered
 
 
-def _varint_sizes(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Bytes in the shortest varint of each (non-negative) value below 2**35."""
-    return 1 + (values >= 1 << 7) + (values >= 1 << 14) + (values >= 1 << 21) + (values >= 1 << 28)
+def _lengths_by_keys(stored: bytes, n: int) -> npt.NDArray[np.int64] | None:
+    """The lengths of the `n` records of a stored ``AppendInput`` found without parsing it, when they lead it
+    and no other byte of it is ``0a`` (a records key): as with JSON bodies, which hold no raw newline. Else
+    None (then the caller parses it).
+
+    Those bytes are then exactly one per record, and where each record's length says the next starts is the
+    next of them: from byte 0 on, by induction, each is a record's key (a byte 0x0a anywhere else would be one
+    too many). Only a few numpy passes over the batch, where the parse makes a Python object per record."""
+    d = np.frombuffer(stored, dtype=np.uint8)
+    keys = np.flatnonzero(d == 0x0A)
+    if len(keys) != n or keys[0] != 0 or int(keys[-1]) + 1 >= len(d):
+        return None
+    first = d[keys + 1].astype(np.int64)
+    if int(first.max()) < 0x80:
+        length, size = first, 1  # every length one byte (records up to 127 bytes)
+    else:
+        second = d[np.minimum(keys + 2, len(d) - 1)].astype(np.int64)
+        if int(first.min()) >= 0x80 and int(second.max()) < 0x80:
+            length, size = (first & 0x7F) | (second << 7), 2  # every length two bytes (up to 16 KiB)
+        else:
+            return _lengths_of_any_size(d, keys, first, second)
+    if not np.array_equal(keys[1:], (keys + (1 + size) + length)[:-1]):
+        return None
+    return length
+
+
+def _lengths_of_any_size(
+    d: npt.NDArray[np.uint8],
+    keys: npt.NDArray[np.int64],
+    first: npt.NDArray[np.int64],
+    second: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64] | None:
+    """`_lengths_by_keys` where the lengths are varints of several sizes (of which `first` and `second`
+    are the first two bytes)."""
+    third = d[np.minimum(keys + 3, len(d) - 1)].astype(np.int64)
+    two, three = first >= 0x80, (first >= 0x80) & (second >= 0x80)
+    if (three & (third >= 0x80)).any():
+        return None  # 4 bytes or more: not a record of at most 1 MiB
+    length = (first & 0x7F) | np.where(two, (second & 0x7F) << 7, 0) | np.where(three, third << 14, 0)
+    if not np.array_equal(keys[1:], (keys + 2 + two + three + length)[:-1]):
+        return None
+    return length
+
+
+def _records_lead(stored: bytes, end: npt.NDArray[np.int64]) -> bool:
+    """The records (ending at `end` if they lie back to back from byte 0) do: each record's key is where the
+    records before it end (another field first or between would sit at one of those places)."""
+    keys = np.frombuffer(stored, dtype=np.uint8)[end[:-1]] if len(end) > 1 else np.zeros(0, np.uint8)
+    return bool(stored[:1] == b"\x0a" and (keys == 0x0A).all())
+
+
+def _body_varint(length: int) -> int:
+    """Bytes of the body's length varint in a body-only ``AppendRecord`` of `length` bytes (not 0)."""
+    return 1 if length <= 129 else 2 if length <= 16386 else 3
 
 
 def _after_position(item: bytes) -> bytes:

@@ -149,6 +149,7 @@ class Stream:
             exceptions=p.exceptions,
             plain=p.plain,
             metered=p.metered,
+            lengths=p.lengths,
         )
         for i, op, body in commands:
             if op == b"fence":
