@@ -8,7 +8,7 @@ the S2S framing of ``s2_sdk._s2s._protocol``: ``POST /v1/streams/{stream}/record
 flag byte and the body, compressed per ``s2.compression`` from 1 KiB on, as the SDK does. The messages
 submitted while the sender was busy go out together, as one write to the transport (one HTTP/2 DATA frame
 where the server's frame size allows): the SDK's sender costs about as much per write as per byte sent,
-and a task hands its chunks over a few at a time (`s2_sink._partition_writer`).
+and a task hands its chunks over in groups (`s2_sink._partition_writer`).
 
 Acks are ``AppendAck`` messages, matched to in-flight messages oldest first and checked against each
 message's record count. A terminal frame or a non-200 answer fails every pending ticket with the SDK's
