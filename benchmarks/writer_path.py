@@ -2,6 +2,7 @@
 
     python -m benchmarks.writer_path [--rows 200000] [--batch 10000] [--headers] [--exactly-once-tags]
     python -m benchmarks.writer_path --datasource [--rows 200000] [--batch 10000]
+    python -m benchmarks.writer_path --counts ...
 
 A lite server runs in its own process (its CPU is measured apart). The frame holds ~100-byte JSON bodies
 (with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them) in Arrow batches of
@@ -18,11 +19,19 @@ Reported per path: this process's CPU (the Python worker's share: frame input, c
 session I/O), split into the task's thread (frame input, chunking, serializing) and the event loop's
 (sessions, HTTP/2, acks), and the server's, in microseconds per record, and wall-clock records/s. The last
 line of output is one JSON object.
+
+With ``--counts``, each path also reports, per 1000 records, the event loop's callbacks and iterations,
+the task thread's hops to the loop and the HTTP/2 sender's writes: counts that do not move with the load
+of a shared machine (CPU times do), to compare two versions of the write path (the counting itself costs
+some CPU, so compare times without it).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import asyncio.events
+import collections
 import hashlib
 import json
 import resource
@@ -32,6 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from s2_sdk._client import Connection
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
@@ -91,17 +101,58 @@ async def _loop_cpu() -> float:
     return time.thread_time()
 
 
+_COUNTS: collections.Counter[str] = collections.Counter()
+"""Events counted once `_count_events` ran (empty otherwise); `_timed` reports them."""
+
+
+def _count_events() -> None:
+    """Count loop callbacks and iterations, hops to the loop and sender writes, from now on."""
+    counts = _COUNTS
+    handle_run = asyncio.events.Handle._run
+
+    def run_handle(self: asyncio.events.Handle) -> None:
+        counts["loop_callbacks"] += 1
+        handle_run(self)
+
+    asyncio.events.Handle._run = run_handle  # type: ignore[method-assign]
+    loop = _runtime.get_loop()
+    run_once = loop._run_once  # type: ignore[attr-defined]
+
+    def iterate() -> None:
+        counts["loop_iterations"] += 1
+        run_once()
+
+    loop._run_once = iterate  # type: ignore[attr-defined]
+    hop = _runtime.run
+
+    def counted_hop(coro: Any, timeout: float | None = None) -> Any:
+        counts["task_hops"] += 1
+        return hop(coro, timeout)
+
+    _runtime.run = counted_hop
+    send_data = Connection.send_data
+
+    async def counted_send(self: Connection, *args: Any, **kwargs: Any) -> None:
+        counts["sender_writes"] += 1
+        await send_data(self, *args, **kwargs)
+
+    Connection.send_data = counted_send  # type: ignore[method-assign]
+
+
 def _timed(write: Callable[[], object], n: int, lite: LiteProcess) -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     loop, task = _runtime.run(_loop_cpu()), time.thread_time()
+    _COUNTS.clear()
     server, wall = _cpu(lite.pid), time.perf_counter()
     write()
     wall = time.perf_counter() - wall
+    counted = {f"{k}_per_1000": round(v * 1000 / n, 2) for k, v in sorted(_COUNTS.items())}
     task, loop = time.thread_time() - task, _runtime.run(_loop_cpu()) - loop
     after = resource.getrusage(resource.RUSAGE_SELF)
     server = _cpu(lite.pid) - server
     client = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
     return {
+        **counted,
         "client_us_per_record": round(client / n * 1e6, 3),
         "task_thread_us_per_record": round(task / n * 1e6, 3),
         "loop_thread_us_per_record": round(loop / n * 1e6, 3),
@@ -179,7 +230,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help='a format("s2") task on five raw columns vs write_partition of their encoded frame',
     )
+    parser.add_argument(
+        "--counts",
+        action="store_true",
+        help="also count loop callbacks, hops and sender writes per 1000 records",
+    )
     args = parser.parse_args(argv)
+    if args.counts:
+        _count_events()
     out: dict[str, Any] = {"rows": args.rows, "batch": args.batch, "headers": args.headers}
     try:
         with lite_process() as lite:

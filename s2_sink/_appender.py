@@ -187,7 +187,8 @@ class Appender:
             if not st.bulk.accepting:
                 await self._reconnect(st)
             chunk.submitted_at = time.monotonic()
-            chunk.ticket = _future(st.bulk.submit(chunk.message(st.token), chunk.count))
+            # Already a future; the session marks a failed one's error retrieved itself.
+            chunk.ticket = st.bulk.submit(chunk.message(st.token), chunk.count)
             return
         assert st.session is not None
         chunk.submitted_at = time.monotonic()
@@ -226,16 +227,18 @@ class Appender:
         chunk = self.inflight[0]
         st = self.streams[chunk.stream]
         while True:
-            assert chunk.ticket is not None
+            ticket = chunk.ticket
+            assert ticket is not None
             wait = chunk.submitted_at + self.ack_deadline_s - time.monotonic()
-            try:
-                ack = await asyncio.wait_for(asyncio.shield(chunk.ticket), timeout=max(wait, 0.001))
-                break
-            except TimeoutError:
+            if not await _settled(ticket, max(wait, 0.001)):
                 # The SDK bounds each attempt by request_timeout_ms; this watchdog covers a session
                 # that stops making progress altogether (it is then dropped and its chunks re-sent).
                 err = TimeoutError(f"no acknowledgement within {self.ack_deadline_s:.1f}s")
                 await self._recover(st, err)
+                continue
+            try:
+                ack = ticket.result()  # a cancelled ticket raises CancelledError, as awaiting it would
+                break
             except Exception as exc:
                 await self._recover(st, exc)
         self.inflight.popleft()
@@ -346,6 +349,29 @@ async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
         session.abort()
     except Exception as exc:
         log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
+
+
+async def _settled(ticket: asyncio.Future[AppendAck], within_s: float) -> bool:
+    """Wait until `ticket` is done or `within_s` seconds have passed, never cancelling it; whether it is
+    done. Awaited once per append: ``asyncio.wait_for(asyncio.shield(ticket))`` passes an ack through four
+    loop callbacks before the waiting task runs, this through one (none when the ack is already in)."""
+    if ticket.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    ticket.add_done_callback(wake)
+    timer = loop.call_later(within_s, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        ticket.remove_done_callback(wake)
+    return ticket.done()
 
 
 def _future(ticket: Awaitable[AppendAck]) -> asyncio.Future[AppendAck]:

@@ -9,15 +9,16 @@ path a row travels inside the task.
 2. the `Chunker` cuts each target stream's records into appends, deterministically (see `_chunker`);
 3. each chunk, as it is closed, is filtered by the recovery hook's `RecordFilter` (exactly-once task
    retries), tagged by the ``chunk_tagger`` and serialized in bulk when it is made of Arrow slices
-   (`s2_sink._frame_span`); closed chunks are handed to the `Appender` a few at a time (one hop to the
+   (`s2_sink._frame_span`); closed chunks are handed to the `Appender` in groups (one hop to the
    event loop per group, not per chunk), which pipelines them over its sessions,
    collects acknowledgements and re-sends after session failures;
 4. the task returns small per-stream result rows (`s2_sink._results.RESULT_SCHEMA`).
 
 Memory stays bounded: the partition is streamed one Arrow batch at a time; at most
-``max_buffered_requests`` partial chunks are held; at most a few closed chunks wait for their hand-over
-to the event loop, never past their Arrow batch; sent chunks are kept only until acknowledged, and at
-most ``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes are unacknowledged.
+``max_buffered_requests`` partial chunks are held; at most 16 closed chunks (and no more than
+``max_inflight_requests`` chunks or ``max_inflight_bytes`` bytes) wait for their hand-over to the
+event loop, never past their Arrow batch; sent chunks are kept only until acknowledged, and at most
+``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes are unacknowledged.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ from s2_sink.errors import WriteError
 
 __all__ = ["map_partition", "task_context", "write_partition"]
 
-_HAND_OVER_CHUNKS = 4
-"""Closed chunks handed to the event loop together, at most: fewer hops, and the server still gets
-the first appends of an Arrow batch while the task is cutting the rest."""
+_HAND_OVER_CHUNKS = 16
+"""Closed chunks handed to the event loop together, at most (and never more than
+``max_inflight_requests``): each hop costs both threads a wake-up, and cutting the rest of an Arrow
+batch, already serialized as a whole, is quick, so the server waits little for its first appends."""
 
 
 class _PartitionWriter:
@@ -130,7 +132,7 @@ class _PartitionWriter:
     def _submit(self, chunk: Chunk) -> None:
         # Each hop to the event loop wakes it through its self-pipe and the task thread through a
         # future: one hop per chunk cost a third of the write path's CPU (benchmarks.writer_path). So
-        # closed chunks are handed over a few at a time, and at the end of each Arrow batch.
+        # closed chunks are handed over in groups, and at the end of each Arrow batch.
         self.closed.append(chunk)
         self.closed_bytes += chunk.nbytes
         cfg = self.plan.cfg

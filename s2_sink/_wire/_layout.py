@@ -63,6 +63,12 @@ def put_varints(out: Bytes, pos: Ints, values: Values, sizes: Ints) -> None:
 
 def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
     """Row ``i`` holds, in order, the key byte and varint value of each field present in row ``i``."""
+    # A field in every row or in none (a body-only frame's bodies and unset timestamps) needs no mask.
+    fields = [
+        (None, key, values, sizes) if present is not None and present.all() else (present, key, values, sizes)
+        for present, key, values, sizes in fields
+        if present is None or present.any()
+    ]
     lengths = [
         1 + sizes if present is None else np.where(present, 1 + sizes, 0) for present, _, _, sizes in fields
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -22,6 +23,7 @@ from s2_sdk import (
     SeqNum,
     Timeout,
 )
+from s2_sdk._client import Connection
 
 from s2_sink._bulk_session import BulkAppendSession, SessionClosedError, basin_transport
 from s2_sink._wire import encode_append_inputs
@@ -153,3 +155,39 @@ def test_an_ack_for_another_record_count_fails_the_session(lite: LiteServer) -> 
                 await session.submit(message, 3)
 
     asyncio.run(go())
+
+
+def test_messages_submitted_together_go_out_as_one_write(
+    lite: LiteServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five messages submitted in one turn of the loop reach the SDK's connection as one write (one
+    HTTP/2 DATA frame under the lite server's frame size); a close right after them still sends them
+    all, and each ack is matched to its own message."""
+    writes: list[int] = []
+    real_send = Connection.send_data
+
+    async def counting_send(self: Connection, stream_id: int, data: bytes, *args: Any, **kwargs: Any) -> None:
+        writes.append(len(data))
+        await real_send(self, stream_id, data, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send_data", counting_send)
+    basin = fresh_basin(lite.endpoint)
+    body, headers, stamps = rows(40)
+    bounds = [0, 1, 9, 10, 31, 40]
+    messages = encode_append_inputs(body, headers, stamps, bounds, fencing_token=None)
+
+    async def go() -> tuple[list[tuple[int, int]], int]:
+        client = sdk(lite)
+        async with client:
+            session = BulkAppendSession(basin_transport(client, basin), "g")
+            tickets = [
+                session.submit(m, hi - lo) for m, lo, hi in zip(messages, bounds, bounds[1:], strict=False)
+            ]
+            await session.close()
+            acks = [await t for t in tickets]
+            return [(a.start.seq_num, a.end.seq_num) for a in acks], len(await read_all(client, basin, "g"))
+
+    acks, read = asyncio.run(go())
+    assert acks == [(0, 1), (1, 9), (9, 10), (10, 31), (31, 40)]
+    assert read == 40
+    assert writes == [sum(len(m) + 4 for m in messages)]  # each framed: 3-byte length, flag byte

@@ -302,7 +302,7 @@ def test_tight_inflight_limits_keep_order(lite: LiteServer, basin: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bulk", "max_inflight", "hand_overs"), [(True, 16, 3), (False, 16, 3), (True, 2, 5)]
+    ("bulk", "max_inflight", "hand_overs"), [(True, 16, 1), (False, 16, 1), (True, 2, 5), (True, 4, 3)]
 )
 def test_chunks_reach_the_event_loop_once_per_arrow_batch(
     lite: LiteServer,
@@ -314,7 +314,7 @@ def test_chunks_reach_the_event_loop_once_per_arrow_batch(
     hand_overs: int,
 ) -> None:
     """The chunks an Arrow batch closes reach the event loop in groups (each hop wakes the loop and the
-    task thread) of four, or ``max_inflight_requests`` if fewer; every record arrives, in order."""
+    task thread) of sixteen, or ``max_inflight_requests`` if fewer; every record arrives, in order."""
     hops: list[str] = []
     real_run = _runtime.run
 
