@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from decimal import Decimal
 from typing import Any
@@ -105,6 +106,9 @@ def _interval(t: DayTimeIntervalType) -> st.SearchStrategy[dt.timedelta]:
     return st.integers(-limit, limit).map(lambda n: dt.timedelta(microseconds=n * unit))
 
 
+# Cached per type (Spark types hash by their text): hypothesis validates every strategy it is handed the
+# first time, recursively, which cost more than drawing from it when each draw built new ones.
+@functools.cache
 def values_of(t: DataType) -> st.SearchStrategy[Any]:
     """Non-null-or-null values of Spark type ``t`` as Python objects Arrow accepts."""
     if isinstance(t, NullType):
@@ -112,6 +116,7 @@ def values_of(t: DataType) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), _present(t))
 
 
+@functools.cache
 def _present(t: DataType) -> st.SearchStrategy[Any]:
     for cls, bits in _INT_RANGES.items():
         if isinstance(t, cls):
@@ -152,14 +157,19 @@ def _present(t: DataType) -> st.SearchStrategy[Any]:
 @st.composite
 def schema_and_rows(draw: st.DrawFn, max_rows: int = 5) -> tuple[StructType, list[dict[str, Any]]]:
     """A top-level schema (1-4 columns of any supported type) and up to ``max_rows`` rows of it."""
-    schema = draw(_struct(spark_types))
+    schema = draw(_schemas)
     assert isinstance(schema, StructType)
-    rows = draw(
-        st.lists(
-            st.fixed_dictionaries({f.name: values_of(f.dataType) for f in schema.fields}), max_size=max_rows
-        )
+    return schema, draw(_rows_of(schema, max_rows))
+
+
+_schemas = _struct(spark_types)
+
+
+@functools.cache
+def _rows_of(schema: StructType, max_rows: int) -> st.SearchStrategy[list[dict[str, Any]]]:
+    return st.lists(
+        st.fixed_dictionaries({f.name: values_of(f.dataType) for f in schema.fields}), max_size=max_rows
     )
-    return schema, rows
 
 
 def batch_of(schema: StructType, rows: list[dict[str, Any]]) -> pa.RecordBatch:

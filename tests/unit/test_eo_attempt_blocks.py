@@ -149,6 +149,7 @@ def test_attempt_of_a_batch_whose_sign_ins_were_trimmed_writes_nothing(lite: Lit
     sign-ins trimmed belongs to a batch the query moved past, and stops before writing."""
     from s2_sdk import AppendInput, CommandRecord
 
+    from s2_sink import _runtime
     from s2_sink._exactly_once._roll_call import open_roll
     from s2_sink._session_pool import get_pool
 
@@ -164,7 +165,9 @@ def test_attempt_of_a_batch_whose_sign_ins_were_trimmed_writes_nothing(lite: Lit
         assert roll.start == 2  # both sign-ins, none trimmed yet (fewer than the trim threshold)
         await s2_basin.stream(roll.stream).append(AppendInput(records=[CommandRecord.trim(roll.start)]))
 
-    run(trim())
+    # On the library's loop: the pool's client and its warm HTTP/2 connections belong to it; from another
+    # loop (asyncio.run) a request waits on futures that loop is never woken for, or fails into retries.
+    _runtime.run(trim())
     with pytest.raises(FencedError, match="moved past this micro-batch"):
         _write(plan, P0, partition=0, attempt=1, task_id=20)
     assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)
