@@ -1,10 +1,11 @@
-"""An S2S read session that hands out each ``ReadBatch`` as record columns (`s2_sink._wire._read_batch`).
+"""An S2S read session that hands out its ``ReadBatch`` messages as record columns, a run of several at a time
+(`s2_sink._wire._read_run`).
 
 The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
 to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
 rate. This session keeps the SDK's HTTP/2 transport (``HttpClient.streaming_request``: pooled
 connections, flow control, TLS, auth) and its S2S deframing (``read_messages``, with decompression), and
-decodes each message's bytes in bulk instead.
+decodes the messages' bytes in bulk instead.
 
 Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
 1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
