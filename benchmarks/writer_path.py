@@ -1,11 +1,13 @@
 """One task's write path without Spark, bulk vs record path: a record frame through `write_partition`.
 
-    python -m benchmarks.writer_path [--rows 200000] [--batch 10000] [--headers] [--exactly-once-tags]
+    python -m benchmarks.writer_path [--rows 200000] [--batch 10000] [--headers [--flat]]
+        [--exactly-once-tags]
     python -m benchmarks.writer_path --datasource [--rows 200000] [--batch 10000]
     python -m benchmarks.writer_path --counts ...
 
 A lite server runs in its own process (its CPU is measured apart). The frame holds ~100-byte JSON bodies
-(with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them) in Arrow batches of
+(with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them; with ``--flat`` too, as
+the ``_s2_key``/``_s2_action`` columns ``S2Writer`` ships from the JVM) in Arrow batches of
 ``--batch`` rows, as ``mapInArrow`` hands them to a task; it is written with ``bulk_append=True`` and then
 ``False`` (with ``--exactly-once-tags``, a chunk tag on every append, as exactly-once writes it).
 
@@ -53,15 +55,20 @@ from s2_sink._write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._writer import S2BatchWriter
-from s2_sink.encoders._frame import BODY, HEADERS
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
 from s2_sink.testing import fresh_basin
 
 __all__ = ["main"]
 
 
-def _batches(rows: int, batch: int, with_headers: bool) -> list[pa.RecordBatch]:
+def _batches(rows: int, batch: int, with_headers: bool, flat: bool = False) -> list[pa.RecordBatch]:
     body, headers = _frame(rows, with_headers=with_headers)
-    columns = {BODY: body} if headers is None else {BODY: body, HEADERS: headers}
+    columns: dict[str, pa.Array] = {BODY: body}
+    if headers is not None and flat:  # the changelog's flat form, as S2Writer ships it from the JVM
+        values = headers.flatten().field("value")
+        columns |= {KEY: values[0::2], ACTION: values[1::2]}
+    elif headers is not None:
+        columns[HEADERS] = headers
     table = pa.table(columns)
     return [b for lo in range(0, rows, batch) for b in table.slice(lo, batch).to_batches()]
 
@@ -224,6 +231,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=10_000, help="rows per Arrow batch")
     parser.add_argument("--headers", action="store_true", help="two headers per record (@key, @action)")
+    parser.add_argument(
+        "--flat", action="store_true", help="with --headers: as _s2_key/_s2_action columns (S2Writer's form)"
+    )
     parser.add_argument("--exactly-once-tags", action="store_true", help="tag every append")
     parser.add_argument(
         "--datasource",
@@ -246,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for name in ("datasource", "frame"):
                     print(f"{name:>10}: {out[name]}")
             else:
-                batches = _batches(args.rows, args.batch, args.headers)
+                batches = _batches(args.rows, args.batch, args.headers, args.flat)
                 for name, bulk in (("bulk", True), ("records", False)):
                     out[name] = _measure(lite, batches, bulk=bulk, tags=args.exactly_once_tags)
                     print(f"{name:>7}: {out[name]}")
