@@ -167,7 +167,7 @@ class UpsertEncoder(Encoder):
         errors: list[Column],
     ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
         """The changelog flat (see `_changelog`): no array of header structs is built per row."""
-        key_json = _jvm.json_body(list(self.key_columns))
+        key_json = _jvm.json_key(df.schema, list(self.key_columns))
         action, op_error = self._action_jvm(df)
         nulls = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
         nulls += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]

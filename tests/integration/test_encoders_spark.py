@@ -25,6 +25,7 @@ from s2_sink.encoders import (
     Encoder,
     InsertEncoder,
     UpsertEncoder,
+    _jvm,
     decode_json,
     decode_upsert,
 )
@@ -137,6 +138,24 @@ def test_random_schemas_encode_identically_on_both_paths(spark: SparkSession, ca
         assert normalized(decode_json(jvm, schema).to_pylist()) == normalized(
             decode_json(py, schema).to_pylist()
         )
+
+
+def test_integer_keys_are_spelled_as_to_json_spells_them(spark: SparkSession) -> None:
+    """An upsert key of integer columns is written without to_json, byte for byte as to_json writes it:
+    extremes, zero, nulls, and names that JSON escapes."""
+    df = spark.sql(
+        """select * from values
+          (cast(-128 as tinyint), cast(32767 as smallint), -2147483648, -9223372036854775808L, 'x'),
+          (cast(127 as tinyint), cast(-32768 as smallint), 0, 9223372036854775807L, null),
+          (null, null, null, null, 'y')
+          as t(a, b, c, d, s)"""
+    ).toDF('i"8', "é\\16", "i\n32", "i64", "s")
+    for keys in (["i64"], ['i"8', "é\\16", "i\n32", "i64"], ["i64", "s"]):
+        spelled = [r[0] for r in df.select(_jvm.json_key(df.schema, keys)).collect()]
+        assert spelled == [r[0] for r in df.select(_jvm.json_body(keys)).collect()]
+    spelled = df.select(_jvm.json_key(df.schema, ['i"8', "i64"]).cast("string")).first()
+    assert spelled is not None
+    assert spelled[0] == '{"i\\"8":-128,"i64":-9223372036854775808}'
 
 
 def test_whole_frames_match_with_headers_timestamp_and_key(spark: SparkSession) -> None:
