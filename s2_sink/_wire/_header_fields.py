@@ -4,12 +4,14 @@ A record's own headers come from a ``list<struct<name, value>>`` column: every e
 once, and a row's headers, consecutive entries, are then one value by offsets alone. Leading headers
 (one name for every row, a value column, e.g. the upsert ``@key``/``@action``) need no list at all:
 each is a prefix (a constant, fixed-width numpy rows, or packed varints, whichever the value lengths
-allow) joined ahead of the value bytes.
+allow) joined ahead of the value bytes, or, where every row holds the same value (the ``@action`` of a
+batch of upserts), one constant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +25,7 @@ from s2_sink._wire._append_fields import (
     join,
     per_row,
 )
-from s2_sink._wire._arrow_views import as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire._arrow_views import BinaryView, as_large_binary, binary_view, large_binary, validity
 from s2_sink._wire._layout import Bytes, Ints, pack_fields, varint_sizes
 from s2_sink.encoders._frame import HEADERS
 from s2_sink.errors import EncodeError
@@ -101,12 +103,33 @@ def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tupl
                 f"leading header {name!r} has a null value in row {row}: header values are bytes "
                 "(use b'' for an empty one)"
             )
-        value_len = binary_view(values).lengths
+        view = binary_view(values)
         named = field(HEADER_NAME, name) if name else b""  # the same bytes in every row
+        same = _same_value(view)
+        if same is not None:  # e.g. @action of a batch of upserts only: the same header in every row
+            header = field(RECORD_HEADERS, named + (field(HEADER_VALUE, same) if same else b""))
+            parts.append(pa.scalar(header, pa.large_binary()))
+            total += len(header)
+            continue
+        value_len = view.lengths
         prefix, prefix_len = _value_prefix(named, value_len)
         parts += [*prefix, values]
         total += prefix_len + value_len
     return parts, total
+
+
+def _same_value(view: BinaryView) -> bytes | None:
+    """The value every row holds, if they all hold the same short value (None otherwise)."""
+    lengths = view.lengths
+    if not len(lengths) or lengths.min() != lengths.max() or lengths[0] > _SAME_VALUE_BYTES:
+        return None
+    width = int(lengths[0])
+    rows = view.data[view.offsets[0] : view.offsets[-1]].reshape(len(lengths), width)
+    return rows[0].tobytes() if (rows == rows[0]).all() else None
+
+
+#: Values up to this long are looked at for one shared by every row (a code, a flag, a version).
+_SAME_VALUE_BYTES: Final = 16
 
 
 def _value_prefix(named: bytes, value_len: Ints) -> tuple[list[pa.Array | pa.Scalar], Ints]:

@@ -247,17 +247,22 @@ def leading_cases(
     draw: st.DrawFn,
 ) -> tuple[Case, list[tuple[bytes, list[bytes]]], list[tuple[bytes, pa.Array]]]:
     """A `cases` frame with up to three leading headers: a name each (maybe empty) and per-row values
-    (empty, binary, near 1 MiB), as sliced binary or large_binary columns."""
+    (empty, binary, near 1 MiB; or one value in every row), as sliced binary or large_binary columns."""
     case = draw(cases())
     rows = len(case.body)
     leading_rows, leading_cols = [], []
     for _ in range(draw(st.integers(0, 3))):
         name = draw(small_blobs)
-        values = draw(
-            st.lists(
-                st.one_of(small_blobs, sized_blobs) if rows < 3 else small_blobs, min_size=rows, max_size=rows
+        if draw(st.booleans()):  # the same value in every row (as an upsert-only batch's @action)
+            values = [draw(small_blobs)] * rows
+        else:
+            values = draw(
+                st.lists(
+                    st.one_of(small_blobs, sized_blobs) if rows < 3 else small_blobs,
+                    min_size=rows,
+                    max_size=rows,
+                )
             )
-        )
         large = draw(st.booleans())
         column = pa.array([b"junk", *values], pa.large_binary() if large else pa.binary()).slice(1)
         leading_rows.append((name, values))
