@@ -69,19 +69,31 @@ def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
         for present, key, values, sizes in fields
         if present is None or present.any()
     ]
-    lengths = [
-        1 + sizes if present is None else np.where(present, 1 + sizes, 0) for present, _, _, sizes in fields
-    ]
+    # Written column by column into rows as wide as the longest, then the bytes past each row's own
+    # fields dropped in one pass: strided column writes cost less than scattering every byte.
+    widths = [1 + (int(sizes.max()) if rows else 1) for _, _, _, sizes in fields]
+    grid: Bytes = np.empty((rows, sum(widths)), dtype=np.uint8)
+    keep: Bools | None = None  # which bytes of `grid` are the rows' own (None: all of them)
+    lengths = np.zeros(rows, dtype=np.int64)
+    column = 0
+    for (present, key, values, sizes), width in zip(fields, widths, strict=True):
+        grid[:, column] = key
+        rest = values.astype(np.uint64)
+        for k in range(1, width):
+            byte = (rest & 0x7F).astype(np.uint8)
+            byte[sizes > k] |= 0x80
+            grid[:, column + k] = byte
+            rest >>= 7
+        if present is not None or int(sizes.min()) + 1 < width:
+            if keep is None:
+                keep = np.ones(grid.shape, dtype=np.bool_)
+            for k in range(2, width):  # the first varint byte is always written
+                keep[:, column + k] = sizes >= k
+            if present is not None:
+                keep[:, column : column + width] &= present[:, None]
+        lengths += 1 + sizes if present is None else np.where(present, 1 + sizes, 0)
+        column += width
     offsets = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(sum(lengths, np.zeros(rows, dtype=np.int64)), out=offsets[1:])
-    out: Bytes = np.empty(int(offsets[-1]), dtype=np.uint8)
-    at = offsets[:-1].copy()
-    for (present, key, values, sizes), length in zip(fields, lengths, strict=True):
-        pos = at if present is None else at[present]
-        out[pos] = key
-        if present is None:
-            put_varints(out, pos + 1, values, sizes)
-        else:
-            put_varints(out, pos + 1, values[present], sizes[present])
-        at += length
+    np.cumsum(lengths, out=offsets[1:])
+    out: Bytes = grid.reshape(-1) if keep is None else grid[keep]
     return offsets, out
