@@ -154,6 +154,7 @@ class Encoder:
         ignore it.
         """
         schema = df.schema
+        _check_case_clashes(df)
         self.validate(schema, keep=keep, exclude=exclude)
         headers, headers_error = _jvm.headers_expr(self.headers_column)
         ts_type: DataType | None = schema[self.timestamp_column].dataType if self.timestamp_column else None
@@ -225,3 +226,19 @@ class Encoder:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
+
+
+def _check_case_clashes(df: DataFrame) -> None:
+    """ConfigError for columns whose names differ only in case, which Spark resolves as one ambiguous
+    column unless ``spark.sql.caseSensitive`` is on (the session is asked only when there are some)."""
+    first: dict[str, str] = {}
+    for name in df.columns:
+        first.setdefault(name.lower(), name)
+    clashes = [(first[name.lower()], name) for name in df.columns if first[name.lower()] != name]
+    if not clashes or str(df.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return
+    pairs = ", ".join(f"{a!r} and {b!r}" for a, b in clashes)
+    raise ConfigError(
+        f"columns {pairs} differ only in case: Spark resolves them as one ambiguous column while "
+        "spark.sql.caseSensitive is false; rename one of them (or set spark.sql.caseSensitive=true)"
+    )

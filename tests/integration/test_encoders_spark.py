@@ -31,6 +31,7 @@ from s2_sink.encoders import (
 )
 from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes
 from s2_sink.encoders._frame import ACTION
+from s2_sink.errors import ConfigError
 from tests.unit._encoders_strategies import batch_of, normalized, schema_and_rows
 
 pytestmark = pytest.mark.spark
@@ -156,6 +157,20 @@ def test_integer_keys_are_spelled_as_to_json_spells_them(spark: SparkSession) ->
     spelled = df.select(_jvm.json_key(df.schema, ['i"8', "i64"]).cast("string")).first()
     assert spelled is not None
     assert spelled[0] == '{"i\\"8":-128,"i64":-9223372036854775808}'
+
+
+def test_columns_differing_only_in_case_are_named_in_a_config_error(spark: SparkSession) -> None:
+    """Spark cannot tell 'Id' from 'id' unless spark.sql.caseSensitive is on: the error says which columns
+    and what to do, rather than Spark's ambiguous reference; with the setting on, both are encoded."""
+    df = spark.createDataFrame([(1, 2, "x")], "id long, Id long, v string")
+    with pytest.raises(ConfigError, match=r"columns 'id' and 'Id' differ only in case.*rename one of them"):
+        InsertEncoder().project(df)
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        [row] = InsertEncoder().project(df).collect()
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert bytes(row[BODY]) == b'{"id":1,"Id":2,"v":"x"}'
 
 
 def test_whole_frames_match_with_headers_timestamp_and_key(spark: SparkSession) -> None:
