@@ -73,6 +73,10 @@ def _scan(d: Bytes, content: Ints, end: Ints, name_lengths: tuple[int, ...]) -> 
         pos = pos + 2 + d[pos + 1]
         starts.append(pos)
     body = starts.pop()
+    # A record of another layout (a header more or fewer, a timestamp) mostly shows here, before the costlier
+    # checks: where its body should start is no body key.
+    if (d[body] != _BODY).any():
+        return None
     heads = np.concatenate(starts)
     value_offsets, expected = _layout(name_lengths, n)
     # Eight bytes from each header's start (``12 hl 0a nl``, then its name) and from its value key's
@@ -133,11 +137,10 @@ def _layout(name_lengths: tuple[int, ...], n: int) -> tuple[Ints, npt.NDArray[np
 
 
 def _body_lengths(d: Bytes, body: Ints, end: Ints) -> Ints | None:
-    """The lengths of the bodies at `body`, each of which must fill the rest of its record (to `end`),
-    with a length of one or two bytes."""
+    """The lengths of the bodies whose keys are at `body`, each of which must fill the rest of its record
+    (to `end`), with a length of one or two bytes."""
     rest = end - body  # key, length and body
     low, high = int(rest.min()), int(rest.max())
-    key = d[body]
     first = d[body + 1]
     if low >= 3 and high <= 129:  # one-byte lengths (1 to 127)
         blen = rest - 2
@@ -152,6 +155,6 @@ def _body_lengths(d: Bytes, body: Ints, end: Ints) -> Ints | None:
         bad = (first != expect) | (two & (d[body + 2] != (blen >> 7))) | (rest == 130)
     else:
         return None  # a record without a body, or a body of 16 KiB or more
-    if bad.any() or (key != _BODY).any():
+    if bad.any():
         return None
     return blen
