@@ -3,12 +3,12 @@ the same number of headers, each with a name of the same length at the same plac
 length, and a body.
 
 Such a record is ``(12 <hl> 0a <nl> <name> 12 <vl> <value>)* 1a <bl> <body>``, every length in its shortest
-form. The first record gives the name lengths; each later header then starts where the one before it ends
-(one gather per header), and all of them are checked at once: four key and name-length bytes in one 2-D
-gather against a template, then ``hl = 4 + nl + vl`` with both lengths below 0x80 and ``vl`` not 0. The body
-must fill the rest of its record, so its length follows from the record's end and is checked against the
-bytes there. A few dozen numpy calls per batch whatever the number of headers' bytes, where the general
-scan makes a few per field and per varint byte.
+form. The first record gives the name lengths; in every record, each header then starts where the one
+before it ends (one gather per header), and all headers are checked at once: eight bytes read as one word
+from each header's start and from its value's key, compared with the template through masks, then
+``hl = 4 + nl + vl`` with both lengths below 0x80 and ``vl`` not 0. The body must fill the rest of its
+record, so its length follows from the record's end and is checked against the bytes there. About forty
+numpy calls per batch, where the general scan makes a few per field and per varint byte.
 
 Names are not compared, only their lengths (a name is any non-empty bytes; an empty one, a command record,
 has another length). Anything else -- a record without a body, a header without a value, names of other
@@ -34,6 +34,8 @@ _VALUE: Final = 0x12
 _BODY: Final = 0x1A
 #: Headers per record beyond which the shortcut is not tried (the general scan is as quick there).
 _MAX_HEADERS: Final = 8
+#: The longest name of a header of one-byte length with a value (``4 + nl + vl`` below 0x80, ``vl`` >= 1).
+_MAX_NAME: Final = 122
 #: What is compared of a header's first eight bytes (``12 hl 0a nl``): the keys, the name length and the
 #: high bit of the header length.
 _HEAD_MASK: Final = np.uint64(0xFFFF80FF)
@@ -86,8 +88,8 @@ def _scan(d: Bytes, content: Ints, end: Ints, name_lengths: tuple[int, ...]) -> 
     value = words[heads + value_offsets]
     hl = head.view(np.uint8)[1::8]
     vl = value.view(np.uint8)[1::8]
-    # Keys and name length as the template says, the header's and value's lengths below 0x80 (in uint8
-    # arithmetic, ``hl - 4 - nl`` wraps unless it is the non-negative difference).
+    # Keys and name length as the template says, the header's and value's lengths below 0x80; in uint8
+    # arithmetic, ``hl - vl`` (both below 0x80) equals ``nl + 4`` (below 0x80 too) only if it is.
     bad = ((head & _HEAD_MASK) != expected) | ((value & _VALUE_MASK) != _VALUE)
     bad |= (hl - vl != head.view(np.uint8)[3::8] + 4) | (vl == 0)
     if bad.any():
@@ -114,7 +116,7 @@ def _template(data: bytes, start: int, end: int) -> tuple[int, ...] | None:
         if len(lengths) == _MAX_HEADERS or pos + 4 > end:
             return None
         hl, nl = data[pos + 1], data[pos + 3]
-        if hl >= 0x80 or data[pos + 2] != _NAME or nl == 0 or hl <= 2 + nl:
+        if hl >= 0x80 or data[pos + 2] != _NAME or nl == 0 or hl <= 2 + nl or nl > _MAX_NAME:
             return None  # a long header, an empty name or no value: the general scan decides
         lengths.append(nl)
         pos += 2 + hl
