@@ -3,8 +3,10 @@
     python -m benchmarks.lite_parse [--records 20000] [--batch 1000]
 
 Appends of ~100-byte JSON bodies are encoded beforehand (as the writer's bulk path encodes them): with the
-upsert encoder's two headers (``@key``, ``@action``), the same with client timestamps, body-only with an
-exactly-once chunk tag on each append's first record (kept in the mostly plain form), and body-only. Each
+upsert encoder's two headers (``@key``, ``@action``; every record of one layout, read by the scan's uniform
+shortcut), the same with a third header on each append's last record (another layout: the shortcut
+declines and the general scan reads it), the same with client timestamps, body-only with an exactly-once
+chunk tag on each append's first record (kept in the mostly plain form), and body-only. Each
 is decoded by ``parse_input`` (a canonical input with headers or timestamps goes through the bulk scan,
 `s2_sink.lite._record_scan`) and by the record-by-record decoding that serves every other input (one
 protobuf object per record, as the server decoded every input with headers before the scan). Reported: the
@@ -39,6 +41,15 @@ def _record_by_record_decoding(data: bytes) -> object:
     return _record_by_record(items, len(items), msn, token)
 
 
+def _last_unlike(headers: pa.Array, bounds: list[int]) -> pa.Array:
+    """`headers` with a third header on each append's last record."""
+    rows = headers.to_pylist()
+    name, value = rows[0][0].keys()
+    for hi in bounds[1:]:
+        rows[hi - 1] = [*rows[hi - 1], {name: b"@trace", value: b"1"}]
+    return pa.array(rows, headers.type)
+
+
 def _best(fn: Callable[[bytes], object], messages: list[bytes], records: int) -> float:
     best = float("inf")
     for _ in range(5):
@@ -64,6 +75,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     inputs = {
         "two headers": encode_append_inputs(body, headers, None, bounds, fencing_token="token"),
+        "two headers, last unlike": encode_append_inputs(
+            body, _last_unlike(headers, bounds), None, bounds, fencing_token="token"
+        ),
         "two headers + timestamp": encode_append_inputs(body, headers, stamps, bounds, fencing_token=None),
         "first record tagged": encode_append_inputs(
             body, None, None, bounds, fencing_token="token", first_record_headers=tags

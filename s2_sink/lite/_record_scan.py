@@ -9,6 +9,10 @@ Python objects. Renumbered in place, the input's records field (``0a <len> <reco
 ``RawList`` of those parts whenever no record carries a timestamp, so a batch can be stored as that one
 buffer and cut into records (in C) only when it is first read.
 
+Batches whose records all share one leading layout (an upsert batch: the same headers, names of the same
+lengths, then a body) are read by a shortcut with a fixed number of passes (`_uniform_scan`); the passes
+below read every other.
+
 The scan answers ``None`` for anything else -- a header with an empty name (a command record), fields out
 of order or repeated, unknown fields, over-long varints, an empty body or value written out -- and the
 caller decodes that message record by record. Its top-level fields must already have parsed (as a
@@ -21,6 +25,8 @@ from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from s2_sink.lite._uniform_scan import scan_uniform
 
 __all__ = ["RecordScan", "scan_records"]
 
@@ -104,6 +110,12 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
         raise _NotCanonical
     if (d[cur - 1 - size] != _RECORD).any():
         raise _NotCanonical
+    uniform = scan_uniform(data, d, content, end)
+    if uniform is not None:
+        d[uniform.headers] = _SEQ_HEADER
+        d[uniform.bodies] = _SEQ_BODY
+        every = np.ones(n, dtype=np.bool_)
+        return RecordScan(d[:cut].tobytes(), content, end, uniform.metered, every, {})
     metered = np.full(n, _RECORD_OVERHEAD, dtype=np.int64)
     renumber: list[tuple[Ints, int]] = []
 

@@ -24,17 +24,20 @@ from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._wire import pb, varint
 from s2_sink.testing import fresh_basin
-from tests.lite.test_append_scan import outcome, record_by_record
+from tests.lite.test_append_scan import outcome, record_by_record, uniform_scan_of
 from tests.lite.test_mostly_plain import CONFIG, _append, encoded, expected, read_every_way
 
 
-def upsert(n: int, *, start: int = 0, large: bool = True) -> list[Record]:
+def upsert(n: int, *, start: int = 0, large: bool = True, uniform: bool = False) -> list[Record]:
     """`n` records as the upsert encoder writes them, with bodies of every length class (empty, 1, 2 and,
-    if `large`, 3 length bytes) and keys of one and two length bytes."""
+    if `large`, 3 length bytes) and keys of one and two length bytes; if `uniform`, of the one layout the
+    scan's shortcut reads (no empty body, no body or key of more than one or two length bytes)."""
     sizes = [0, 1, 127, 128, 129, 300, 16386 if large else 7, 16387 if large else 150, 40]
+    if uniform:
+        sizes = [1, 127, 128, 129, 300, 16383, 7, 150, 40]
     out = []
     for i in range(start, start + n):
-        key = b'{"id":%d}' % i if i % 7 else b"k" * 200
+        key = b'{"id":%d}' % i if i % 7 or uniform else b"k" * 200
         action = b"d" if i % 5 == 0 else b"u"
         out.append(
             Record(bytes([65 + i % 26]) * sizes[i % len(sizes)], [(b"@key", key), (b"@action", action)])
@@ -64,10 +67,13 @@ def test_an_upsert_batch_is_kept_as_one_buffer() -> None:
     assert (p.records, p.plain, p.metered is not None) == (None, False, True)
 
 
-def test_read_back_byte_identical_from_any_start_under_any_limit() -> None:
+@pytest.mark.parametrize("uniform", [False, True], ids=["mixed layouts", "one layout"])
+def test_read_back_byte_identical_from_any_start_under_any_limit(uniform: bool) -> None:
     """Every start, counts of 1, 2 and all, and byte budgets of three records: the canonical encodings of
-    the records appended and their metered sizes."""
-    recs = upsert(40)
+    the records appended and their metered sizes (a batch of one layout read by the scan's shortcut, one
+    of several by its general passes)."""
+    recs = upsert(40, uniform=uniform)
+    assert (uniform_scan_of(encoded(recs)) is not None) == uniform
     stream = sequenced(recs)
     want = expected(recs, 0, [1_000] * len(recs))
     sizes = [metered(r) for r in recs]
@@ -237,7 +243,8 @@ def test_commands_limits_fencing_and_match_seq_num_act_as_on_any_batch() -> None
         assert outcome(parse_input, data)[:2] == ("error", 422)
 
 
-def test_the_durable_log_restores_the_buffer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("uniform", [False, True], ids=["mixed layouts", "one layout"])
+def test_the_durable_log_restores_the_buffer(tmp_path: Path, uniform: bool) -> None:
     """Scanned batches written to the log and replayed are the same batches and read the same (also one read
     before it was logged, logged from its record list, and one with client timestamps kept per record)."""
     store = Store()
@@ -247,9 +254,9 @@ def test_the_durable_log_restores_the_buffer(tmp_path: Path) -> None:
     ]
     store.put_basin("b", {}, 0.0)
     stream = store.put_stream("b", "s", CONFIG, 0.0)
-    stamped = upsert(20, start=80)
+    stamped = upsert(20, start=80, uniform=uniform)
     stamped[3].timestamp = 7
-    for k, recs in enumerate([upsert(40), upsert(40, start=40), stamped]):
+    for k, recs in enumerate([upsert(40, uniform=uniform), upsert(40, start=40, uniform=uniform), stamped]):
         b = stream.sequence(encoded(recs), arrival=1_000)
         if k == 1:
             assert b.records
@@ -286,28 +293,31 @@ def _stamps(stream: str, http: httpx.Client, basin: str, n: int) -> list[int]:
     return [r["timestamp"] for r in doc["records"]]
 
 
-def test_every_read_path_returns_the_canonical_records(http: httpx.Client, basin: str) -> None:
+@pytest.mark.parametrize("uniform", [False, True], ids=["mixed layouts", "one layout"])
+def test_every_read_path_returns_the_canonical_records(http: httpx.Client, basin: str, uniform: bool) -> None:
     """Upsert batches (one with an exactly-once chunk tag first as well) read back over unary protobuf,
     unary JSON, an S2S session and SSE as the canonical encodings of the appended records."""
     recs: list[Record] = []
+    stream = "uniform" if uniform else "upserts"
     for k in range(3):
-        more = upsert(40, start=40 * k)
+        more = upsert(40, start=40 * k, uniform=uniform)
         if k == 1:
             more[0].headers.insert(0, (b"@s2sink", b"1 5f3a9c2e 3 1042 7 0 12 40"))
-        _append(http, basin, "upserts", more)
+        _append(http, basin, stream, more)
         recs += more
-    got = read_every_way(http, basin, "upserts", len(recs))
-    want = expected(recs, 0, _stamps("upserts", http, basin, len(recs)))
+    got = read_every_way(http, basin, stream, len(recs))
+    want = expected(recs, 0, _stamps(stream, http, basin, len(recs)))
     for way, records in got.items():
         assert records == want, way
 
 
-def test_restart_on_the_log_reads_back_the_same(tmp_path: Path) -> None:
+@pytest.mark.parametrize("uniform", [False, True], ids=["mixed layouts", "one layout"])
+def test_restart_on_the_log_reads_back_the_same(tmp_path: Path, uniform: bool) -> None:
     """A durable server restarted on its directory serves scanned batches exactly as before."""
     with LiteServer(data_dir=tmp_path) as srv, httpx.Client(base_url=srv.endpoint, timeout=15.0) as http:
         basin = fresh_basin(srv.endpoint)
         for k in range(3):
-            _append(http, basin, "durable", upsert(40, start=40 * k))
+            _append(http, basin, "durable", upsert(40, start=40 * k, uniform=uniform))
         before = read_every_way(http, basin, "durable", 120)
     with LiteServer(data_dir=tmp_path) as srv, httpx.Client(base_url=srv.endpoint, timeout=15.0) as http:
         after = read_every_way(http, basin, "durable", 120)
