@@ -26,20 +26,13 @@ from typing import Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from s2_sink.lite._field_keys import BODY, HEADER, NAME, RECORD, SEQ_BODY, SEQ_HEADER, TIMESTAMP, VALUE
 from s2_sink.lite._uniform_scan import scan_uniform
 
 __all__ = ["RecordScan", "scan_records"]
 
 Ints = npt.NDArray[np.int64]
 
-_RECORD: Final = 0x0A
-_TIMESTAMP: Final = 0x08
-_HEADER: Final = 0x12
-_BODY: Final = 0x1A
-_NAME: Final = 0x0A
-_VALUE: Final = 0x12
-_SEQ_HEADER: Final = 0x1A
-_SEQ_BODY: Final = 0x22
 _RECORD_OVERHEAD: Final = 8
 _HEADER_OVERHEAD: Final = 2
 #: Zero bytes after the message, so that a read near its end needs no bounds check: a varint read starts at
@@ -108,19 +101,19 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     cut = int(end[-1]) if n else 0
     if not n or cut > total or (trailer is not None and cut + trailer != total):
         raise _NotCanonical
-    if (d[cur - 1 - size] != _RECORD).any():
+    if (d[cur - 1 - size] != RECORD).any():
         raise _NotCanonical
     uniform = scan_uniform(data, d, content, end)
     if uniform is not None:
-        d[uniform.headers] = _SEQ_HEADER
-        d[uniform.bodies] = _SEQ_BODY
+        d[uniform.headers] = SEQ_HEADER
+        d[uniform.bodies] = SEQ_BODY
         every = np.ones(n, dtype=np.bool_)
         return RecordScan(d[:cut].tobytes(), content, end, uniform.metered, every, {})
     metered = np.full(n, _RECORD_OVERHEAD, dtype=np.int64)
     renumber: list[tuple[Ints, int]] = []
 
     client_ts: dict[int, int] = {}
-    at = _at_key(d, cur, end, _TIMESTAMP)
+    at = _at_key(d, cur, end, TIMESTAMP)
     if at is not None:
         stamps, ssize = _varints(d, cur[at] + 1, 10, np.uint64)
         cur[at] += 1 + ssize
@@ -130,11 +123,11 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
     # Headers of one-byte length (as an upsert's ``@key`` and ``@action``) are only stepped over here, and
     # read all at once after (`_small_headers`); others are read as they come.
     small: list[tuple[Ints | slice, Ints]] = []
-    while (at := _at_key(d, cur, end, _HEADER)) is not None:
+    while (at := _at_key(d, cur, end, HEADER)) is not None:
         # Every record has this header (as in an upsert batch): whole arrays, no selection (and a copy:
         # ``cur[at]`` of a slice is a view that moves on).
         pos = cur.copy() if isinstance(at, slice) else cur[at]
-        renumber.append((pos, _SEQ_HEADER))
+        renumber.append((pos, SEQ_HEADER))
         length = d[pos + 1]
         header_end = pos + 2 + length
         if ((length < 0x80) & (header_end <= end[at])).all():
@@ -144,7 +137,7 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
         hlen, hsize = _varints(d, pos + 1, 5)
         name_at = pos + 1 + hsize
         header_end = name_at + hlen
-        if (header_end > end[at]).any() or (hlen < 2).any() or (d[name_at] != _NAME).any():
+        if (header_end > end[at]).any() or (hlen < 2).any() or (d[name_at] != NAME).any():
             raise _NotCanonical
         nlen, nsize = _varints(d, name_at + 1, 5)
         name_end = name_at + 1 + nsize + nlen
@@ -167,14 +160,14 @@ def _scan(data: bytes, lengths: Ints, trailer: int | None) -> RecordScan:
             done += len(pos)
     complex_ = cur != content
 
-    at = _at_key(d, cur, end, _BODY)
+    at = _at_key(d, cur, end, BODY)
     if at is not None:
         pos = cur.copy() if isinstance(at, slice) else cur[at]
         blen, bsize = _varints(d, pos + 1, 5)
         if (blen == 0).any():
             raise _NotCanonical  # an empty body written out: a serializer omits it, so must the stored part
         metered[at] += blen
-        renumber.append((pos, _SEQ_BODY))
+        renumber.append((pos, SEQ_BODY))
         cur[at] = pos + 1 + bsize + blen
     if not np.array_equal(cur, end):
         raise _NotCanonical  # a field out of order, repeated, or unknown
@@ -195,11 +188,11 @@ def _small_headers(d: npt.NDArray[np.uint8], pos: Ints) -> Ints:
     vlen = d[value_at + 1].astype(np.int64)
     has_value = hlen > 2 + nlen
     ok = (
-        (d[pos + 2] == _NAME)
+        (d[pos + 2] == NAME)
         & (nlen > 0)
         & np.where(
             has_value,
-            (d[value_at] == _VALUE) & (vlen > 0) & (hlen == 4 + nlen + vlen),
+            (d[value_at] == VALUE) & (vlen > 0) & (hlen == 4 + nlen + vlen),
             hlen == 2 + nlen,
         )
     )
@@ -211,7 +204,7 @@ def _small_headers(d: npt.NDArray[np.uint8], pos: Ints) -> Ints:
 
 def _value_lengths(d: npt.NDArray[np.uint8], value_at: Ints, header_end: Ints) -> Ints:
     """Lengths of the header values at `value_at`, each of which must end its header at `header_end`."""
-    if (d[value_at] != _VALUE).any():
+    if (d[value_at] != VALUE).any():
         raise _NotCanonical
     length, lsize = _varints(d, value_at + 1, 5)
     if (length == 0).any() or not np.array_equal(value_at + 1 + lsize + length, header_end):

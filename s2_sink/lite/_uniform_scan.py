@@ -23,15 +23,13 @@ from typing import Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from s2_sink.lite._field_keys import BODY, HEADER, NAME, VALUE
+
 __all__ = ["UniformScan", "scan_uniform"]
 
 Ints = npt.NDArray[np.int64]
 Bytes = npt.NDArray[np.uint8]
 
-_HEADER: Final = 0x12
-_NAME: Final = 0x0A
-_VALUE: Final = 0x12
-_BODY: Final = 0x1A
 #: Headers per record beyond which the shortcut is not tried (the general scan is as quick there).
 _MAX_HEADERS: Final = 8
 #: The longest name of a header of one-byte length with a value (``4 + nl + vl`` below 0x80, ``vl`` >= 1).
@@ -77,7 +75,7 @@ def _scan(d: Bytes, content: Ints, end: Ints, name_lengths: tuple[int, ...]) -> 
     body = starts.pop()
     # A record of another layout (a header more or fewer, a timestamp) mostly shows here, before the costlier
     # checks: where its body should start is no body key.
-    if (d[body] != _BODY).any():
+    if (d[body] != BODY).any():
         return None
     heads = np.concatenate(starts)
     value_offsets, expected = _layout(name_lengths, n)
@@ -90,7 +88,7 @@ def _scan(d: Bytes, content: Ints, end: Ints, name_lengths: tuple[int, ...]) -> 
     vl = value.view(np.uint8)[1::8]
     # Keys and name length as the template says, the header's and value's lengths below 0x80; in uint8
     # arithmetic, ``hl - vl`` (both below 0x80) equals ``nl + 4`` (below 0x80 too) only if it is.
-    bad = ((head & _HEAD_MASK) != expected) | ((value & _VALUE_MASK) != _VALUE)
+    bad = ((head & _HEAD_MASK) != expected) | ((value & _VALUE_MASK) != VALUE)
     bad |= (hl - vl != head.view(np.uint8)[3::8] + 4) | (vl == 0)
     if bad.any():
         return None
@@ -112,15 +110,15 @@ def _template(data: bytes, start: int, end: int) -> tuple[int, ...] | None:
     """The name lengths of the first record's headers, if it has the layout the shortcut reads."""
     lengths: list[int] = []
     pos = start
-    while pos < end and data[pos] == _HEADER:
+    while pos < end and data[pos] == HEADER:
         if len(lengths) == _MAX_HEADERS or pos + 4 > end:
             return None
         hl, nl = data[pos + 1], data[pos + 3]
-        if hl >= 0x80 or data[pos + 2] != _NAME or nl == 0 or hl <= 2 + nl or nl > _MAX_NAME:
+        if hl >= 0x80 or data[pos + 2] != NAME or nl == 0 or hl <= 2 + nl or nl > _MAX_NAME:
             return None  # a long header, an empty name or no value: the general scan decides
         lengths.append(nl)
         pos += 2 + hl
-    if not lengths or pos >= end or data[pos] != _BODY:
+    if not lengths or pos >= end or data[pos] != BODY:
         return None
     return tuple(lengths)
 
@@ -131,7 +129,7 @@ def _layout(name_lengths: tuple[int, ...], n: int) -> tuple[Ints, npt.NDArray[np
     second...): where each header's value key is from its start, and its first eight bytes under
     ``_HEAD_MASK``."""
     offsets = np.repeat(np.array([4 + nl for nl in name_lengths], dtype=np.int64), n)
-    heads = [_HEADER | _NAME << 16 | nl << 24 for nl in name_lengths]
+    heads = [HEADER | NAME << 16 | nl << 24 for nl in name_lengths]
     expected = np.repeat(np.array(heads, dtype=np.uint64), n)
     offsets.flags.writeable = False
     expected.flags.writeable = False
