@@ -154,7 +154,7 @@ class Encoder:
         ignore it.
         """
         schema = df.schema
-        _check_case_clashes(df)
+        _check_case_clashes(df, schema, skipped={*self.exclude_columns, *exclude} - set(keep))
         self.validate(schema, keep=keep, exclude=exclude)
         headers, headers_error = _jvm.headers_expr(self.headers_column)
         ts_type: DataType | None = schema[self.timestamp_column].dataType if self.timestamp_column else None
@@ -228,13 +228,19 @@ class Encoder:
         return f"{type(self).__name__}({fields})"
 
 
-def _check_case_clashes(df: DataFrame) -> None:
-    """ConfigError for columns whose names differ only in case, which Spark resolves as one ambiguous
-    column unless ``spark.sql.caseSensitive`` is on (the session is asked only when there are some)."""
+def _check_case_clashes(df: DataFrame, schema: StructType, *, skipped: set[str]) -> None:
+    """ConfigError for a column the projection names whose name differs only in case from another's:
+    Spark resolves it as ambiguous unless ``spark.sql.caseSensitive`` is on (the session is asked only
+    when there is one). ``skipped``: columns the projection does not name."""
+    names = schema.fieldNames()  # ``df``'s schema, already fetched (under Spark Connect, a round trip)
     first: dict[str, str] = {}
-    for name in df.columns:
+    for name in names:
         first.setdefault(name.lower(), name)
-    clashes = [(first[name.lower()], name) for name in df.columns if first[name.lower()] != name]
+    clashes = [
+        (first[name.lower()], name)
+        for name in names
+        if first[name.lower()] != name and not {first[name.lower()], name} <= skipped
+    ]
     if not clashes or str(df.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
         return
     pairs = ", ".join(f"{a!r} and {b!r}" for a, b in clashes)

@@ -161,10 +161,15 @@ def test_integer_keys_are_spelled_as_to_json_spells_them(spark: SparkSession) ->
 
 def test_columns_differing_only_in_case_are_named_in_a_config_error(spark: SparkSession) -> None:
     """Spark cannot tell 'Id' from 'id' unless spark.sql.caseSensitive is on: the error says which columns
-    and what to do, rather than Spark's ambiguous reference; with the setting on, both are encoded."""
+    and what to do, rather than Spark's ambiguous reference; columns the projection does not name are no
+    error; with the setting on, both are encoded."""
     df = spark.createDataFrame([(1, 2, "x")], "id long, Id long, v string")
     with pytest.raises(ConfigError, match=r"columns 'id' and 'Id' differ only in case.*rename one of them"):
         InsertEncoder().project(df)
+    with pytest.raises(ConfigError, match=r"columns 'id' and 'Id' differ only in case"):
+        InsertEncoder(exclude_columns=["Id"]).project(df)  # 'id' is still named, and ambiguous
+    [row] = InsertEncoder(exclude_columns=["id", "Id"]).project(df).collect()  # neither is named
+    assert bytes(row[BODY]) == b'{"v":"x"}'
     spark.conf.set("spark.sql.caseSensitive", "true")
     try:
         [row] = InsertEncoder().project(df).collect()
