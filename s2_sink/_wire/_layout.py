@@ -1,7 +1,7 @@
 """Vectorised protobuf field layout: varint sizes, and key + varint fields packed row by row, over numpy.
 
-Each function takes whole arrays and costs a fixed number of numpy passes (one per varint byte or
-per field), never one Python step per row.
+Each function takes whole arrays and costs a fixed number of numpy passes (one per varint byte of each
+field), never one Python step per row.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Bools", "Bytes", "Ints", "Packed", "VarintField", "pack_fields", "put_varints", "varint_sizes"]
+__all__ = ["Bools", "Bytes", "Ints", "Packed", "VarintField", "pack_fields", "varint_sizes"]
 
 Bools = npt.NDArray[np.bool_]
 Bytes = npt.NDArray[np.uint8]
@@ -43,24 +43,6 @@ def varint_sizes(values: Values) -> Ints:
     return sizes
 
 
-def put_varints(out: Bytes, pos: Ints, values: Values, sizes: Ints) -> None:
-    """Write ``values[i]`` as a varint of ``sizes[i]`` bytes (from `varint_sizes`) at ``out[pos[i]:]``."""
-    if len(values) == 0:
-        return
-    rest = values.astype(np.uint64)
-    width = int(sizes.max())
-    for k in range(width):
-        if k:
-            # Only the values still longer than k bytes carry on; the others are complete.
-            going = sizes > k
-            if not going.all():
-                rest, pos, sizes = rest[going], pos[going], sizes[going]
-        byte = (rest & 0x7F).astype(np.uint8)
-        byte[sizes > k + 1] |= 0x80
-        out[pos + k] = byte
-        rest >>= 7
-
-
 def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
     """Row ``i`` holds, in order, the key byte and varint value of each field present in row ``i``."""
     # A field in every row or in none (a body-only frame's bodies and unset timestamps) needs no mask.
@@ -69,9 +51,11 @@ def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
         for present, key, values, sizes in fields
         if present is None or present.any()
     ]
+    if rows == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
     # Written column by column into rows as wide as the longest, then the bytes past each row's own
     # fields dropped in one pass: strided column writes cost less than scattering every byte.
-    widths = [1 + (int(sizes.max()) if rows else 1) for _, _, _, sizes in fields]
+    widths = [1 + int(sizes.max()) for _, _, _, sizes in fields]
     grid: Bytes = np.empty((rows, sum(widths)), dtype=np.uint8)
     keep: Bools | None = None  # which bytes of `grid` are the rows' own (None: all of them)
     lengths = np.zeros(rows, dtype=np.int64)

@@ -18,7 +18,7 @@ from s2_sdk._mappers import append_input_to_proto
 
 from s2_sink._wire import _append_proto as append_proto
 from s2_sink._wire import encode_append_inputs, encode_records, fencing_token_field, record_field
-from s2_sink._wire._layout import put_varints, varint_sizes
+from s2_sink._wire._layout import pack_fields, varint_sizes
 from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
 from s2_sink.errors import EncodeError
 
@@ -518,13 +518,19 @@ def test_per_chunk_arguments_must_match_the_chunks() -> None:
         encode_append_inputs(body, None, None, [0, 2], fencing_token=None, match_seq_nums=[2**64])
 
 
-@given(st.lists(st.integers(0, 2**64 - 1), max_size=20))
-def test_varints_match_protobuf(values: list[int]) -> None:
-    """Varint sizes and bytes agree with protobuf's own encoding of uint64 values."""
-    arr = np.array(values, dtype=np.uint64)
-    sizes = varint_sizes(arr)
-    out = np.zeros(int(sizes.sum()), np.uint8)
-    put_varints(out, np.cumsum(sizes) - sizes, arr, sizes)
-    # AppendRecord.timestamp is an optional uint64, so even 0 is written: skip its 1-byte key.
-    want = b"".join(pb.AppendRecord(timestamp=v).SerializeToString()[1:] for v in values)
-    assert out.tobytes() == want
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.booleans()), max_size=20))
+def test_packed_varint_fields_match_protobuf(rows: list[tuple[int, int, bool]]) -> None:
+    """Varint sizes and packed key + varint fields (one in every row, one in some) agree with protobuf's own
+    encoding of uint64 values."""
+    first = np.array([a for a, _, _ in rows], dtype=np.uint64)
+    second = np.array([b for _, b, _ in rows], dtype=np.uint64)
+    present = np.array([p for _, _, p in rows], dtype=np.bool_)
+    fields = [(None, 0x08, first, varint_sizes(first)), (present, 0x08, second, varint_sizes(second))]
+    offsets, data = pack_fields(len(rows), fields)
+    # AppendRecord.timestamp (key 0x08) is an optional uint64, so even 0 is written.
+    want = [
+        pb.AppendRecord(timestamp=a).SerializeToString()
+        + (pb.AppendRecord(timestamp=b).SerializeToString() if p else b"")
+        for a, b, p in rows
+    ]
+    assert [data[lo:hi].tobytes() for lo, hi in itertools.pairwise(offsets.tolist())] == want
