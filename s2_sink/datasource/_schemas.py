@@ -36,11 +36,16 @@ _HEADERS_TYPE = ArrayType(
     StructType([StructField("key", BinaryType(), False), StructField("value", BinaryType(), False)]), False
 )
 
+#: Where a record stands in its stream: the first columns of every schema the source shows.
+_POSITION = (
+    StructField("stream", StringType(), False),
+    StructField("seq_num", LongType(), False),
+    StructField("timestamp", TimestampType(), False),
+)
+
 RAW_SCHEMA = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("seq_num", LongType(), False),
-        StructField("timestamp", TimestampType(), False),
+        *_POSITION,
         StructField("headers", _HEADERS_TYPE, False),
         StructField("body", BinaryType(), False),
     ]
@@ -48,9 +53,7 @@ RAW_SCHEMA = StructType(
 
 KAFKA_SCHEMA = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("seq_num", LongType(), False),
-        StructField("timestamp", TimestampType(), False),
+        *_POSITION,
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), False),
         StructField(
@@ -68,9 +71,7 @@ KAFKA_SCHEMA = StructType(
 
 UPSERT_SCHEMA = StructType(
     [
-        StructField("stream", StringType(), False),
-        StructField("seq_num", LongType(), False),
-        StructField("timestamp", TimestampType(), False),
+        *_POSITION,
         StructField("key", StringType(), False),
         StructField("action", StringType(), False),
         StructField("value", StringType(), True),
