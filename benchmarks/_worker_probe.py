@@ -36,7 +36,7 @@ def invalidate_cost(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatc
 
     import pyarrow as pa
 
-    import s2_sink._partition_writer  # noqa: F401 - the writer's tasks import it (and s2-sdk, protobuf)
+    import s2_sink._write.task.partition_writer  # noqa: F401 - the writer's tasks import it (and s2-sdk, protobuf)
 
     for _ in batches:
         pass

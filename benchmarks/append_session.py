@@ -9,7 +9,7 @@ encoder writes them), over one pipelined session per path:
 - ``sdk``: the columns become ``Record`` objects, each append an ``AppendInput`` on the SDK's
   ``AppendSession`` (which maps and serializes every record);
 - ``bulk``: ``s2_sink._wire.encode_append_inputs`` writes the messages from the columns, and
-  ``s2_sink._bulk_session.BulkAppendSession`` sends them over the SDK's transport.
+  ``s2_sink._transport.append_session.BulkAppendSession`` sends them over the SDK's transport.
 
 Reported per path: client CPU (this process) and server CPU in microseconds per record, and wall-clock
 records/s. The last line of output is one JSON object.
@@ -31,7 +31,7 @@ from s2_sdk import S2, AppendInput, Endpoints, Record, Retry, Timeout
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
-from s2_sink._bulk_session import BulkAppendSession, basin_transport
+from s2_sink._transport.append_session import BulkAppendSession, basin_transport
 from s2_sink._wire import encode_append_inputs
 from s2_sink.testing import fresh_basin
 

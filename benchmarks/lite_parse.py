@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from benchmarks.append_proto import _frame
-from s2_sink._exactly_once._tags import ChunkTag
+from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._wire import encode_append_inputs
 from s2_sink.lite._append_input import _record_by_record, parse_input
 from s2_sink.lite._wire import RawList, pb

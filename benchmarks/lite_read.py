@@ -1,5 +1,5 @@
 """Read serving cost of the lite server: every record of a stream read back on one S2S read session, the way
-``spark.read.format("s2")`` reads (``s2_sink.datasource._bulk_read.read_columns`` on the SDK's transport).
+``spark.read.format("s2")`` reads (``s2_sink._read.session.read_columns`` on the SDK's transport).
 
     python -m benchmarks.lite_read [--records 1000000] [--batch 1000] [--shape body|two-headers ...]
         [--baseline GIT-REVISION] [--repeat 1]
@@ -26,7 +26,7 @@ from typing import NamedTuple
 from s2_sdk import S2, Endpoints, Timeout
 
 from benchmarks.lite_ingest import Server, append_frames, cpu_seconds, export
-from s2_sink.datasource._bulk_read import read_columns
+from s2_sink._read.session import read_columns
 from s2_sink.lite._wire import pb
 from s2_sink.testing import fresh_basin
 

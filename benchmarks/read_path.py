@@ -33,10 +33,10 @@ import pyarrow as pa
 
 from benchmarks._lite import LiteProcess, _cpu
 from benchmarks.writer_path import _ROWS_SCHEMA, _datasource_writer, _rows
-from s2_sink import _runtime
-from s2_sink._session_pool import get_pool
+from s2_sink._read.partition import S2Partition
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._partition import S2Partition
 
 __all__ = ["main"]
 

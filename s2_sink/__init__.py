@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._logging import configure_from_env, configure_logging
-from s2_sink._metrics import BatchMetrics, StreamMetrics
 from s2_sink._version import __version__
+from s2_sink._write.driver.metrics import BatchMetrics, StreamMetrics
 from s2_sink.config import S2Config
 from s2_sink.errors import (
     CommitError,

@@ -28,17 +28,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from s2_sink import _runtime
-from s2_sink._delivery import AtLeastOnce, DeliveryMode
-from s2_sink._exactly_once._mode import ExactlyOnce
-from s2_sink._metrics import BatchMetrics, aggregate
-from s2_sink._partition_writer import map_partition
-from s2_sink._preflight import preflight_write
-from s2_sink._results import RESULT_DDL
-from s2_sink._routing import STREAM_COLUMN, Routing
-from s2_sink._session_pool import get_pool
-from s2_sink._write_plan import OnError
-from s2_sink._write_spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.preflight import preflight_write
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._write.driver.delivery import AtLeastOnce, DeliveryMode
+from s2_sink._write.driver.exactly_once import ExactlyOnce
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
+from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
+from s2_sink._write.plan import OnError
+from s2_sink._write.spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
+from s2_sink._write.task.partition_writer import map_partition
+from s2_sink._write.task.results import RESULT_DDL
 from s2_sink.config import S2Config
 from s2_sink.encoders import _jvm
 from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes

@@ -2,17 +2,19 @@
 
 See docs/exactly-once.md for the mechanism and the argument for why it is correct. The modules:
 
-- `_ledger`: the per-writer ledger stream (runs and committed micro-batches, conditional appends).
-- `_ledger_records`: its record format (state records, stream ends as deltas and snapshots, pieces).
-- `_fencing`: fencing tokens per run/generation and the conditional "fence if older" step.
-- `_tags`: the ``@s2sink`` chunk tag on the first record of every append.
-- `_fingerprint`: the content hash of a record that retries and replays subtract.
-- `_readback`: collect what a writer already wrote into a stream range.
-- `_task`: the executor-side pieces (tagger, token keeper, dedupe hook) shipped in the write plan.
-- `_plan`: those pieces for one micro-batch under one epoch, built in one place for both front doors.
-- `_identity`: the writer identity (``writer_id`` or the streaming query id) and the Spark settings refused.
-- `_coordinator`: the driver side of `S2Writer`, one `begin_batch`/`commit_batch` pair per micro-batch.
-- `_mode`: `S2Writer`'s exactly-once delivery mode, on top of the coordinator.
-- `_sink_run`: the ``format("s2")`` sink's epoch per micro-batch execution.
-- `_crashpoints`: named crash points for the fault-injection suite (inert without an env var).
+- `ledger`: the per-writer ledger stream (runs and committed micro-batches, conditional appends).
+- `ledger_records`: its record format (state records, stream ends as deltas and snapshots, pieces).
+- `fencing`: fencing tokens per run/generation and the conditional "fence if older" step.
+- `tags`: the ``@s2sink`` chunk tag on the first record of every append.
+- `fingerprint`: the content hash of a record that retries and replays subtract.
+- `readback`: collect what a writer already wrote into a stream range.
+- `task`: the executor-side pieces (tagger, token keeper, dedupe hook) shipped in the write plan.
+- `plan`: those pieces for one micro-batch under one epoch, built in one place for both front doors.
+- `identity`: the writer identity (``writer_id`` or the streaming query id) and the Spark settings refused.
+- `coordinator`: the driver side of `S2Writer`, one `begin_batch`/`commit_batch` pair per micro-batch.
+- `mode`: `S2Writer`'s exactly-once delivery mode, on top of the coordinator.
+- `sink_run`: the ``format("s2")`` sink's epoch per micro-batch execution.
+
+The fault suite's crash points live outside, in the neutral `s2_sink._crashpoints`: the write path and this
+package both call them, and neither imports the other for it.
 """

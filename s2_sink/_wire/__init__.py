@@ -1,15 +1,15 @@
 """Where records become bytes on the wire: S2's protobuf messages written in bulk from Arrow columns.
 
-- `_layout`: vectorised protobuf field layout over numpy (varint sizes, key + varint fields per row).
-- `_arrow_views`: numpy views of Arrow binary arrays, and arrays over numpy buffers.
-- `_arrow_calls`: Arrow arrays and kernels called without importing pandas (for read tasks).
-- `_append_fields`: the append messages' field keys and the small pieces every encoder joins.
-- `_header_fields`: a record's ``headers`` fields in bulk (its own, and leading ones such as ``@key``).
-- `_append_proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
-- `_read_batch`: serialized ``ReadBatch`` messages -> record columns.
+- `append/`: the append side. `fields`: the append messages' field keys and the small pieces every encoder
+  joins; `headers`: a record's ``headers`` fields in bulk (its own, and leading ones such as ``@key``);
+  `proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
+- `read/`: the read side. `batch`: serialized ``ReadBatch`` messages -> record columns; `run`: several of
+  them decoded together; `varints`: varints read at many positions at once.
+- shared: `layout` (vectorised protobuf field layout over numpy), `arrow_views` (numpy views of Arrow
+  binary arrays, and arrays over numpy buffers), `arrow_calls` (Arrow kernels called without pandas).
 
 The append encoder's names are imported on first use: a read task's fresh Python worker imports this
-package for `_read_batch` and pays for nothing it does not run.
+package for `read.batch` and pays for nothing it does not run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from s2_sink._wire._append_proto import (
+    from s2_sink._wire.append.proto import (
         EncodedRecords,
         LeadingHeader,
         encode_append_inputs,
@@ -39,5 +39,5 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(importlib.import_module("s2_sink._wire._append_proto"), name)
+        return getattr(importlib.import_module("s2_sink._wire.append.proto"), name)
     raise AttributeError(f"module 's2_sink._wire' has no attribute {name!r}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from s2_sink._explain import FailureKind
-from s2_sink._explain import explain as explain_failure
+from s2_sink._transport.explain import FailureKind
+from s2_sink._transport.explain import explain as explain_failure
 from s2_sink.config import S2Config
 
 __all__ = ["EXIT_CODES", "CliFailure", "explain"]
@@ -47,7 +47,7 @@ _CODES: Final[dict[FailureKind, int]] = {
 
 def explain(exc: Exception, cfg: S2Config, stream: str | None) -> CliFailure:
     """Put an SDK error into words naming the endpoint, basin and stream, with the fix where there is one
-    (the library's wording, `s2_sink._explain`, with an exit code)."""
+    (the library's wording, `s2_sink._transport.explain`, with an exit code)."""
     words = explain_failure(exc, cfg, stream=stream, stream_fix="check the stream name")
     missing = words.kind if words.kind in ("basin", "stream") else None
     return CliFailure(words.message, _CODES.get(words.kind, FAILED), missing=missing)

@@ -3,7 +3,7 @@
 A fence command record with an empty token clears the fence. It is appended conditionally on the token
 found on the stream, so what the command reports having cleared is exactly what it cleared. Clearing
 never breaks a running exactly-once writer: its next append is refused (412), and it fences the stream
-to its own token again (`s2_sink._exactly_once._fencing.judge_current_token`).
+to its own token again (`s2_sink._exactly_once.fencing.judge_current_token`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Final
 
 from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
 
-from s2_sink._exactly_once._fencing import Token
+from s2_sink._exactly_once.fencing import Token
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import CliFailure
 

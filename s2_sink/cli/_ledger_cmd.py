@@ -17,8 +17,8 @@ from typing import Any, Final
 import orjson
 from s2_sdk import ReadLimit, S2Basin, SeqNum
 
-from s2_sink._exactly_once._ledger import Ledger, LedgerState, ledger_stream_name
-from s2_sink._exactly_once._ledger_records import EndsFold, parse_record, record_base, state_of
+from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
+from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
 from s2_sink.errors import CommitError

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from s2_sink.datasource._partition import S2Partition
+from s2_sink._read.partition import S2Partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from s2_sink._read.options import ReadOptions
     from s2_sink.config import S2Config
-    from s2_sink.datasource._read_options import ReadOptions
 
 __all__ = ["S2BatchReader"]
 
@@ -35,13 +35,13 @@ class S2BatchReader(DataSourceReader):
         self._schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        from s2_sink.datasource._committed import CommittedEnds  # noqa: PLC0415
-        from s2_sink.datasource._offsets import cap_committed, plan_ranges  # noqa: PLC0415
-        from s2_sink.datasource._planner import resolve_bound, resolve_streams  # noqa: PLC0415
-        from s2_sink.datasource._read_options import (  # noqa: PLC0415
+        from s2_sink._read.committed import CommittedEnds  # noqa: PLC0415
+        from s2_sink._read.offsets import cap_committed, plan_ranges  # noqa: PLC0415
+        from s2_sink._read.options import (  # noqa: PLC0415
             OPT_ENDING_POSITION,
             OPT_STARTING_POSITION,
         )
+        from s2_sink._read.planner import resolve_bound, resolve_streams  # noqa: PLC0415
 
         streams = resolve_streams(self._cfg, self._opts)
         # Read-committed: the committed ends first, then the tails (see _committed).
@@ -65,7 +65,7 @@ class S2BatchReader(DataSourceReader):
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
-        from s2_sink.datasource._read_task import read_partition  # noqa: PLC0415
+        from s2_sink._read.task import read_partition  # noqa: PLC0415
 
         # A batch read takes what is retained between its bounds: records trimmed before it are not a loss.
         return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss="ignore")

@@ -15,11 +15,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from s2_sink._options import OptionMap
+from s2_sink._read import options as ro
+from s2_sink._read.schemas import check_schema, default_schema
 from s2_sink.config import S2Config
-from s2_sink.datasource import _read_options as ro
 from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side
-from s2_sink.datasource._schemas import check_schema, default_schema
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class S2DataSource(DataSource):
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)
-        from s2_sink._preflight import enabled, preflight_read  # noqa: PLC0415
+        from s2_sink._transport.preflight import enabled, preflight_read  # noqa: PLC0415
 
         if enabled(self._opts):
             preflight_read(cfg, opts.streams, what="format('s2') read")
@@ -123,7 +123,7 @@ class S2DataSource(DataSource):
         routing.validate(schema)
         routing.validate_arrow(schema)
         opts.encoder.validate(schema, keep=routing.source_columns(), exclude=routing.body_exclusions())
-        from s2_sink._preflight import enabled, preflight_write  # noqa: PLC0415
+        from s2_sink._transport.preflight import enabled, preflight_write  # noqa: PLC0415
 
         if enabled(self._opts):
             preflight_write(cfg, opts.spec.streams_to_create(), what="format('s2') write")

@@ -22,7 +22,7 @@ discovered under a prefix start at the first stored record, so records trimmed b
 are not counted as lost.
 
 Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
-AvailableNow run's target are capped by the ends of the writer's latest commit (`_committed`), so a
+AvailableNow run's target are capped by the ends of the writer's latest commit (`committed`), so a
 micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
 latest offset reported to the progress count up to those ends, not the tails.
 
@@ -40,12 +40,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from s2_sink.config import S2Config
-from s2_sink.datasource import _s2io
-from s2_sink.datasource._byte_cap import cap_bytes
-from s2_sink.datasource._committed import CommittedEnds
-from s2_sink.datasource._data_loss import LossPolicy
-from s2_sink.datasource._offsets import (
+from s2_sink._read import s2io as _s2io
+from s2_sink._read.byte_cap import cap_bytes
+from s2_sink._read.committed import CommittedEnds
+from s2_sink._read.data_loss import LossPolicy
+from s2_sink._read.lag import lag_by_stream, lag_records
+from s2_sink._read.offsets import (
     Offsets,
     advance,
     cap_committed,
@@ -53,11 +53,11 @@ from s2_sink.datasource._offsets import (
     max_merge,
     plan_ranges,
 )
-from s2_sink.datasource._partition import S2Partition
-from s2_sink.datasource._planner import resolve_bound, resolve_streams, sorted_offsets
-from s2_sink.datasource._read_options import OPT_STARTING_POSITION, ReadOptions
-from s2_sink.datasource._read_task import read_partition
-from s2_sink.datasource._reader_lag import lag_by_stream, lag_records
+from s2_sink._read.options import OPT_STARTING_POSITION, ReadOptions
+from s2_sink._read.partition import S2Partition
+from s2_sink._read.planner import resolve_bound, resolve_streams, sorted_offsets
+from s2_sink._read.task import read_partition
+from s2_sink.config import S2Config
 
 __all__ = ["S2StreamReader"]
 

@@ -23,7 +23,7 @@ OPT_WRITER_ID = "s2.writer-id"
 OPT_REPLAY_PARTITIONING = "s2.replay-partitioning"
 OPT_ORDER_BY = "s2.order-by"
 OPT_PREFLIGHT = "s2.preflight"
-"""`s2_sink._preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which the processes that
+"""`_transport.preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which the processes that
 only unpickle `WriteOptions` (a ``df.write`` commit) or plan a read do without."""
 
 WRITE_KEYS = frozenset(

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from s2_sink._options import OptionMap
-from s2_sink._routing import Routing
-from s2_sink._write_spec import OPTIONS, WriteSpec
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.datasource._write_keys import (
     OPT_COMPACT,

@@ -2,10 +2,10 @@
 
 Each task encodes its Arrow batches with the configured encoder's ``encode_arrow`` (bad rows are left in
 ``_s2_error`` for the core's ``on_error`` handling), adds the target-stream column when rows are routed, and
-hands the record frame to ``_partition_writer.write_partition``: the same chunking, pooled sessions and
+hands the record frame to ``partition_writer.write_partition``: the same chunking, pooled sessions and
 retries as ``S2Writer``. The driver's ``commit`` aggregates the tasks' result rows into ``BatchMetrics``.
 
-Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once._sink_run`:
+Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once.sink_run`:
 an epoch per micro-batch execution, opened on the driver when Spark pickles the writer for the tasks; the
 tasks read the batch id from a task-local property; ``commit`` records the batch in the ledger).
 ``df.write.format("s2")`` is a one-off job without a micro-batch identity: at-least-once.
@@ -29,9 +29,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from s2_sink._exactly_once._identity import QUERY_ID_PROPERTY, query_id_from_checkpoint
-from s2_sink._metrics import BatchMetrics, aggregate
-from s2_sink._routing import STREAM_COLUMN
+from s2_sink._exactly_once.identity import QUERY_ID_PROPERTY, query_id_from_checkpoint
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
+from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.datasource._compat import StreamArrowWriterBase
 from s2_sink.datasource._write_keys import OPT_DELIVERY, OPT_WRITER_ID
 from s2_sink.datasource._write_options import WriteOptions
@@ -40,8 +40,8 @@ from s2_sink.errors import CommitError, ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from s2_sink._exactly_once._sink_run import SinkRun
-    from s2_sink._write_plan import WritePlan
+    from s2_sink._exactly_once.sink_run import SinkRun
+    from s2_sink._write.plan import WritePlan
 
 __all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity"]
 
@@ -51,7 +51,7 @@ _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class S2CommitMessage(WriterCommitMessage):
-    """One task's result rows (``_results.RESULT_SCHEMA`` as dicts), its wall time and, when
+    """One task's result rows (``results.RESULT_SCHEMA`` as dicts), its wall time and, when
     exactly-once, the micro-batch execution it wrote for."""
 
     def __init__(
@@ -101,7 +101,7 @@ def _write(
     *,
     query_id: str | None = None,
 ) -> S2CommitMessage:
-    from s2_sink._partition_writer import write_partition  # noqa: PLC0415 - task side only (module doc)
+    from s2_sink._write.task.partition_writer import write_partition  # noqa: PLC0415 - task side only (module doc)
 
     started = time.monotonic()
     result = write_partition(plan, _frames(batches, schema, opts))
@@ -189,7 +189,7 @@ class S2StreamWriter(StreamArrowWriterBase):
         # writes. Exactly-once opens the execution's epoch here; commit() runs on a writer Spark creates
         # anew, which is never pickled and so never opens one.
         if self._identity is not None and self._run is None:
-            from s2_sink._exactly_once._sink_run import open_sink_run  # noqa: PLC0415 - module doc
+            from s2_sink._exactly_once.sink_run import open_sink_run  # noqa: PLC0415 - module doc
 
             writer_id, query_id = self._identity
             spec = self._opts.spec
@@ -240,7 +240,7 @@ class S2StreamWriter(StreamArrowWriterBase):
                 )
             run = runs[0] if runs else None
             seen = {m.query_id for m in messages if isinstance(m, S2CommitMessage) and m.query_id}
-            from s2_sink._exactly_once._sink_run import commit_sink_run  # noqa: PLC0415 - module doc
+            from s2_sink._exactly_once.sink_run import commit_sink_run  # noqa: PLC0415 - module doc
 
             commit_sink_run(
                 self._opts.spec.cfg,

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._arrow_types import to_arrow_schema
+from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._types import INTEGRAL_TYPES, check_json_type
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER
 from s2_sink.errors import EncodeError

@@ -28,6 +28,12 @@ from s2_sink.errors import EncodeError
 __all__ = [
     "ACTION",
     "BODY",
+    "DLQ_BATCH",
+    "DLQ_ERROR",
+    "DLQ_PARTITION",
+    "DLQ_ROW_HASH",
+    "DLQ_TARGET",
+    "DLQ_TRUNCATED",
     "ERROR",
     "FRAME_COLUMNS",
     "FRAME_DDL",
@@ -37,6 +43,7 @@ __all__ = [
     "KEY",
     "MAX_RECORD_BYTES",
     "PAYLOAD",
+    "STREAM",
     "TIMESTAMP",
     "TYPE_DDL",
     "frame_arrow_schema",
@@ -51,6 +58,17 @@ ERROR = "_s2_error"
 FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)
 PAYLOAD = "_s2_payload"
 ACTION = "_s2_action"
+STREAM = "_s2_stream"
+"""The frame column holding each row's target stream when rows are routed (added by the write path)."""
+
+# The headers of a dead letter (a bad row written to the dead-letter stream): written by the task side,
+# recognised by exactly-once's fingerprints and replays, so they live here, beside the frame's columns.
+DLQ_ERROR = b"s2sink-error"
+DLQ_BATCH = b"s2sink-batch-id"
+DLQ_PARTITION = b"s2sink-partition"
+DLQ_TARGET = b"s2sink-target-stream"
+DLQ_TRUNCATED = b"s2sink-truncated"
+DLQ_ROW_HASH = b"s2sink-row-hash"
 
 #: S2 refuses records over 1 MiB metered (and batches over 1 MiB / 1000 records).
 MAX_RECORD_BYTES = 1024 * 1024

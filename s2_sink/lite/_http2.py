@@ -22,7 +22,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from s2_sink import _h2_frame_text
+from s2_sink._transport import h2_frame_text as _h2_frame_text
 from s2_sink.lite._request import App
 
 __all__ = ["H2Protocol", "H2Request"]

@@ -17,12 +17,12 @@ import pyarrow as pa
 import pytest
 from s2_sdk import S2, AppendInput, CommandRecord, Endpoints, FencingTokenMismatchError, Record
 
-from s2_sink._exactly_once._coordinator import Coordinator
-from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
-from s2_sink._exactly_once._ledger import ledger_stream_name
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
-from s2_sink._partition_writer import write_partition
-from s2_sink._write_plan import PartitionContext, WritePlan
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
+from s2_sink._exactly_once.ledger import ledger_stream_name
+from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.cli import EXIT_CODES
 from s2_sink.config import S2Config
 from s2_sink.encoders import ACTION_HEADER, KEY_HEADER
@@ -407,7 +407,7 @@ def test_lite_basin_flag_creates_basins_and_prints_exports_to_eval(
         env["FIRST_WRITE"] = (
             "import asyncio, sys\n"
             "from s2_sdk import AppendInput, Record\n"
-            "from s2_sink._session_pool import make_client\n"
+            "from s2_sink._transport.session_pool import make_client\n"
             "from s2_sink.config import S2Config\n"
             "cfg = S2Config.from_env(basin=sys.argv[1])\n"
             "async def go():\n"

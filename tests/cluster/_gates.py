@@ -2,7 +2,7 @@
 
 The map-side gate notes which executors hold map (shuffle) output. The write-side gate runs in the task
 that then writes the partition: if its executor is the chosen victim, it arms the fault-suite crash plan
-(``s2_sink/_exactly_once/_crashpoints.py``) so that this very task, after chunk 1 of its partition was
+(``s2_sink/_crashpoints.py``) so that this very task, after chunk 1 of its partition was
 acknowledged by S2, SIGKILLs its own executor JVM and its Python daemon and exits. The crash points' pid
 file actions kill whatever pids the plan's ``.driver_pid``/``.jvm_pid`` files name: here the executor's.
 Arming at the start of a write task is race-free: every map task has finished by then, and no row of the

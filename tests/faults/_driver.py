@@ -75,7 +75,7 @@ def main(path: str) -> int:
     )
     sink: Any = writer
     if scn["delivery"] == "at-least-once":
-        from s2_sink._exactly_once import _crashpoints
+        from s2_sink import _crashpoints
 
         # At-least-once has no ledger commit; crash at the same places around the writer call.
         def sink(batch_df: Any, batch_id: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from s2_sink._exactly_once._tags import find_tag
+from s2_sink._exactly_once.tags import find_tag
 from tests.faults._support import list_streams, make_basin, read_all, run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
-from s2_sink._exactly_once._tags import find_tag
+from s2_sink._exactly_once.tags import find_tag
 from s2_sink.config import S2Config
 from s2_sink.datasource import register
 from s2_sink.encoders import InsertEncoder, UpsertEncoder

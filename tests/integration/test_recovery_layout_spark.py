@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from s2_sink._exactly_once._recovery_layout import repartition_for_recovery, spark_xxhash64
-from s2_sink._routing import STREAM_COLUMN
+from s2_sink._exactly_once.recovery_layout import repartition_for_recovery, spark_xxhash64
+from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER
 from s2_sink.encoders._frame import ACTION, BODY, HEADERS, HEADERS_DDL, KEY
 

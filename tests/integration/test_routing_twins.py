@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from s2_sink._routing import Routing
+from s2_sink._write.driver.routing import Routing
 from s2_sink.errors import ConfigError
 
 pytestmark = pytest.mark.spark

@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from s2_sink import S2Config, S2Writer
-from s2_sink._partition_writer import map_partition
-from s2_sink._results import RESULT_DDL
+from s2_sink._write.task.partition_writer import map_partition
+from s2_sink._write.task.results import RESULT_DDL
 from s2_sink.encoders import UpsertEncoder
 from s2_sink.encoders._change_order import sort_changes
 from s2_sink.lite import LiteServer

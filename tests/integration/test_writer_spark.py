@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from s2_sink import S2Config, S2Writer
-from s2_sink._metrics import BatchMetrics
+from s2_sink._write.driver.metrics import BatchMetrics
 from s2_sink.encoders import InsertEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError, EncodeError, PreflightError, WriteError
 from s2_sink.lite import LiteServer

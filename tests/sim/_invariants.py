@@ -24,9 +24,9 @@ from collections.abc import Iterable
 
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
-from s2_sink._dead_letters import DLQ_BATCH, DLQ_ERROR, DLQ_PARTITION, DLQ_ROW_HASH, DLQ_TARGET
-from s2_sink._exactly_once._ledger import LEDGER_PREFIX
-from s2_sink._exactly_once._tags import find_tag, strip_tag
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX
+from s2_sink._exactly_once.tags import find_tag, strip_tag
+from s2_sink._write.task.dead_letters import DLQ_BATCH, DLQ_ERROR, DLQ_PARTITION, DLQ_ROW_HASH, DLQ_TARGET
 from s2_sink.lite._store import Store
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, change_order, key_of
 

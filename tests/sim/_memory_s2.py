@@ -9,7 +9,7 @@ reply after applying it, or kill the caller's process before or after it.
 
 Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``ensure_stream``; ``S2Stream.name``/
 ``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``; and, for the
-bulk append path (`s2_sink._bulk_session`), the basin transport the SDK client hands out
+bulk append path (`s2_sink._transport.append_session`), the basin transport the SDK client hands out
 (``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
 lite server answers one (`AppendSessionResponse`), as a stream of the client's HTTP/2 connection
 (`tests.sim._connection`), which may drop under every session on it.

@@ -15,7 +15,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from s2_sink._routing import STREAM_COLUMN
+from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]

@@ -14,7 +14,7 @@ timer is fired at once rather than waited for). It then picks one parked fiber w
 decides the fault of its step, and lets only that one go on. Nothing depends on thread timing: the same
 seed gives the same schedule, step for step.
 
-The code under test reaches the loop through ``s2_sink._runtime.run``; while a schedule runs, the
+The code under test reaches the loop through ``s2_sink._transport.runtime.run``; while a schedule runs, the
 scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing
 else). An actor is identified inside the code it calls (also in the coroutines it starts on the event
 loop, which inherit the thread's context) by a context variable.
@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from s2_sink import _runtime
+from s2_sink._transport import runtime as _runtime
 
 __all__ = [
     "Actor",
@@ -492,7 +492,7 @@ class Scheduler:
 
 
 def _tracked_run(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``s2_sink._runtime.run`` that tells the scheduler when an actor's thread only waits for its
+    """``s2_sink._transport.runtime.run`` that tells the scheduler when an actor's thread only waits for its
     coroutine: from the moment the coroutine starts on the loop until it ends (both seen on the loop)."""
 
     def tracked(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

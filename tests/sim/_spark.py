@@ -35,19 +35,20 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from s2_sink import _runtime
-from s2_sink._exactly_once import _bookkeeping_streams, _roll_call
-from s2_sink._exactly_once._coordinator import Coordinator
-from s2_sink._exactly_once._ledger import LEDGER_PREFIX
-from s2_sink._exactly_once._recovery_layout import RecoveryLayout
-from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
-from s2_sink._exactly_once._task import plan_with_layout
-from s2_sink._metrics import aggregate
-from s2_sink._partition_writer import write_partition
-from s2_sink._routing import Routing
-from s2_sink._session_pool import SessionPool, install_pool
-from s2_sink._write_plan import PartitionContext, WritePlan
-from s2_sink._write_spec import Delivery, WriteSpec
+from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
+from s2_sink._exactly_once import roll_call as _roll_call
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
+from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
+from s2_sink._exactly_once.task import plan_with_layout
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import SessionPool, install_pool
+from s2_sink._write.driver.metrics import aggregate
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import Delivery, WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.encoders._change_order import sorted_indices
 from s2_sink.encoders._frame import BODY, HEADERS

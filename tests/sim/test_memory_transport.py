@@ -15,7 +15,7 @@ from s2_sdk._exceptions import ConnectionClosedError, ProtocolError
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto
 
-from s2_sink._bulk_session import BulkAppendSession, SessionClosedError, basin_transport
+from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
 from tests.sim._connection import MemoryConnection
 from tests.sim._memory_s2 import MemoryS2, MemoryService
 from tests.sim._scheduler import Scheduler

@@ -15,8 +15,8 @@ import pytest
 from s2_sdk import AppendInput, Record
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
-from s2_sink._exactly_once._ledger import ledger_stream_name
-from s2_sink._exactly_once._tags import find_tag
+from s2_sink._exactly_once.ledger import ledger_stream_name
+from s2_sink._exactly_once.tags import find_tag
 from tests.sim._invariants import Violation, check_batches, compare_upsert_order, key_changes
 from tests.sim._run import Outcome, run_schedule
 from tests.sim._spark import BASIN, QUERY_ID

@@ -16,9 +16,9 @@ from s2_sdk import AppendInput, Record
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto
 
-from s2_sink._wire import _append_proto as append_proto
 from s2_sink._wire import encode_append_inputs, encode_records, fencing_token_field, record_field
-from s2_sink._wire._layout import pack_fields, varint_sizes
+from s2_sink._wire.append import proto as append_proto
+from s2_sink._wire.layout import pack_fields, varint_sizes
 from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
 from s2_sink.errors import EncodeError
 
@@ -151,7 +151,7 @@ def cases(draw: st.DrawFn) -> Case:
 
 def sdk_inputs(case: Case) -> list[AppendInput]:
     """The SDK inputs the current writer builds for the same rows: one ``Record`` per row, the extra
-    headers appended after the first record's own (as ``_partition_writer`` tags a chunk)."""
+    headers appended after the first record's own (as ``partition_writer`` tags a chunk)."""
     inputs = []
     for c, (lo, hi) in enumerate(itertools.pairwise(case.bounds)):
         records = [Record(body, headers or [], stamp) for body, headers, stamp in case.rows[lo:hi]]

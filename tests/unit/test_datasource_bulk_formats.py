@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 from s2_sdk import SequencedRecord
 
-from s2_sink._exactly_once._tags import TAG_HEADER
-from s2_sink._wire._read_batch import RecordColumns, parse_read_batch
-from s2_sink.datasource._formats import (
+from s2_sink._exactly_once.tags import TAG_HEADER
+from s2_sink._read.formats import (
     KAFKA_SCHEMA,
     UPSERT_SCHEMA,
     columns_to_batch,
@@ -23,7 +22,8 @@ from s2_sink.datasource._formats import (
     materialized_batches,
     records_to_batch,
 )
-from s2_sink.datasource._json_splice import splice_objects
+from s2_sink._read.json_splice import splice_objects
+from s2_sink._wire.read.batch import RecordColumns, parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 

@@ -21,9 +21,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink.datasource import _json_bulk
-from s2_sink.datasource._json import decode_bodies
-from s2_sink.datasource._json_bulk import decode_bodies_bulk
+from s2_sink._read import json_bulk as _json_bulk
+from s2_sink._read.json_body import decode_bodies
+from s2_sink._read.json_bulk import decode_bodies_bulk
 from s2_sink.encoders import BODY, InsertEncoder
 from s2_sink.errors import ReadError
 

@@ -14,12 +14,13 @@ import s2_sdk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from s2_sink import ReadError, _runtime
-from s2_sink._session_pool import get_pool
-from s2_sink._wire._read_batch import parse_read_batch
+from s2_sink import ReadError
+from s2_sink._read import s2io as _s2io
+from s2_sink._read.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch, records_to_batch
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._wire.read.batch import parse_read_batch
 from s2_sink.config import S2Config
-from s2_sink.datasource import _s2io
-from s2_sink.datasource._formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch, records_to_batch
 from s2_sink.lite import LiteServer
 
 from .test_read_batch_wire import _message, records

@@ -12,11 +12,11 @@ import pytest
 import s2_sdk
 
 from s2_sink import ConfigError, ReadError
+from s2_sink._read import s2io as _s2io
+from s2_sink._read.options import parse_read_options
+from s2_sink._read.partition import S2Partition
+from s2_sink._read.task import read_partition
 from s2_sink.config import S2Config
-from s2_sink.datasource import _s2io
-from s2_sink.datasource._partition import S2Partition
-from s2_sink.datasource._read_options import parse_read_options
-from s2_sink.datasource._read_task import read_partition
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.lite import LiteServer
@@ -79,7 +79,7 @@ def test_warn_policy_goes_on_from_the_trim_point_and_logs_the_numbers(
     """With the warn policy the read returns the records from the trim point on and logs one WARNING with
     the stream, the basin, the count and the positions as key=value pairs."""
     _trimmed_stream(lite.endpoint, basin, "s")
-    with caplog.at_level(logging.WARNING, logger="s2_sink.datasource._data_loss"):
+    with caplog.at_level(logging.WARNING, logger="s2_sink._read.data_loss"):
         got = _bodies_read(lite.endpoint, basin, S2Partition("s", 1, 7), "warn")
     assert got == [b"r4", b"r5", b"r6"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

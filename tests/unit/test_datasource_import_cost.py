@@ -77,9 +77,9 @@ def test_a_batch_write_commit_loads_neither_the_sdk_nor_protobuf() -> None:
 
 def test_the_writer_options_spell_the_preflight_option_as_the_preflight_does() -> None:
     """`_write_options` and `_read_options` spell ``s2.preflight`` out instead of importing
-    `s2_sink._preflight` (which loads the SDK); all must name the same option."""
-    from s2_sink._preflight import OPT_PREFLIGHT
-    from s2_sink.datasource._read_options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
+    `s2_sink._transport.preflight` (which loads the SDK); all must name the same option."""
+    from s2_sink._read.options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
+    from s2_sink._transport.preflight import OPT_PREFLIGHT
     from s2_sink.datasource._source import READ_KEYS
     from s2_sink.datasource._write_keys import OPT_PREFLIGHT as WRITE_OPT_PREFLIGHT
     from s2_sink.datasource._write_keys import WRITE_KEYS
@@ -94,13 +94,13 @@ def test_the_writer_options_spell_the_preflight_option_as_the_preflight_does() -
 # header names and the record-by-record JSON decoder from, is still imported, with pyarrow.compute.)
 _NOT_IN_A_READ_TASK = (
     "pandas",
-    "s2_sink._exactly_once._ledger",
-    "s2_sink._wire._append_proto",
+    "s2_sink._exactly_once.ledger",
+    "s2_sink._wire.append.proto",
     "s2_sink.datasource._writer",
     "s2_sink.datasource._write_options",
     "s2_sink.datasource._stream_reader",
-    "s2_sink.datasource._committed",
-    "s2_sink.datasource._planner",
+    "s2_sink._read.committed",
+    "s2_sink._read.planner",
 )
 
 
@@ -113,8 +113,8 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
     from pyspark import cloudpickle
     from pyspark.sql.types import LongType, StructField, StructType
 
+    from s2_sink._read.partition import S2Partition
     from s2_sink.datasource import S2DataSource
-    from s2_sink.datasource._partition import S2Partition
 
     options = {
         "s2.basin": "import-cost",
@@ -134,13 +134,13 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "before = set(sys.modules)\n"
         "from pyspark import cloudpickle\n"
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
-        "import s2_sink.datasource._read_task  # what read() imports\n"
-        "import s2_sink._wire._read_batch, s2_sink.datasource._json_bulk\n"
+        "import s2_sink._read.task  # what read() imports\n"
+        "import s2_sink._wire.read.batch, s2_sink._read.json_bulk\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
     out = _python(code)
     imported = ast.literal_eval(out.strip())
-    assert "s2_sink.datasource._read_task" in imported
+    assert "s2_sink._read.task" in imported
     unwanted = [m for m in imported if m.startswith(_NOT_IN_A_READ_TASK)]
     assert unwanted == []
 
@@ -161,8 +161,8 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
         "S2DataSource(opts).schema()\n"
         "created = set(sys.modules) - before\n"
         "S2DataSource({**opts, 's2.format': 'json'}).reader(StructType([StructField('id', LongType())]))\n"
-        "import s2_sink._preflight, s2_sink.datasource._planner, s2_sink.datasource._offsets\n"
-        "import s2_sink.datasource._committed  # what the preflight and partitions() import\n"
+        "import s2_sink._transport.preflight, s2_sink._read.planner, s2_sink._read.offsets\n"
+        "import s2_sink._read.committed  # what the preflight and partitions() import\n"
         "print(repr((sorted(created), sorted(set(sys.modules) - before - created))))\n"
     )
     out = _python(code)
@@ -174,9 +174,9 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
     assert "s2_sdk" in planned
     unwanted = ("pandas", "pyarrow.compute", "s2_sink.encoders", "s2_sink.datasource._write_options")
     unwanted += (
-        "s2_sink.datasource._formats",
-        "s2_sink.datasource._json_bulk",
-        "s2_sink.datasource._read_task",
+        "s2_sink._read.formats",
+        "s2_sink._read.json_bulk",
+        "s2_sink._read.task",
     )
     assert [m for m in planned if m.startswith(unwanted)] == []
 
@@ -192,8 +192,8 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
         "import sys\n"
         "import s2_sdk._generated.s2.v1.s2_pb2 as pb\n"
         "from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType\n"
-        "from s2_sink._wire._read_batch import parse_read_batch\n"
-        "from s2_sink.datasource import _formats as f\n"
+        "from s2_sink._wire.read.batch import parse_read_batch\n"
+        "from s2_sink._read import formats as f\n"
         "batch = pb.ReadBatch()\n"
         "for i in range(4):\n"
         "    r = batch.records.add(seq_num=i, timestamp=5, body=b'{\"v\": 1}' if i % 2 else b'')\n"
@@ -226,8 +226,8 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
 
 
 def test_the_schemas_spell_the_record_frames_timestamp_column_as_the_frame_does() -> None:
-    """`_schemas` spells ``_s2_timestamp`` out instead of importing the encoders; both must agree."""
-    from s2_sink.datasource._schemas import META_COLUMNS
+    """`schemas` spells ``_s2_timestamp`` out instead of importing the encoders; both must agree."""
+    from s2_sink._read.schemas import META_COLUMNS
     from s2_sink.encoders._frame import TIMESTAMP
 
     assert TIMESTAMP in META_COLUMNS

@@ -10,14 +10,14 @@ import s2_sdk
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s2_sink._exactly_once._ledger_records import SNAPSHOT_EVERY
-from s2_sink._exactly_once._sink_run import commit_sink_run, open_sink_run
+from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
+from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
+from s2_sink._read.committed import CommittedEnds
+from s2_sink._read.formats import RAW_SCHEMA
+from s2_sink._read.offsets import cap_committed
+from s2_sink._read.options import parse_read_options
+from s2_sink._read.partition import S2Partition
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._committed import CommittedEnds
-from s2_sink.datasource._formats import RAW_SCHEMA
-from s2_sink.datasource._offsets import cap_committed
-from s2_sink.datasource._partition import S2Partition
-from s2_sink.datasource._read_options import parse_read_options
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer

@@ -10,10 +10,11 @@ import httpx
 import pytest
 import s2_sdk
 
-from s2_sink import ReadError, S2SinkError, _runtime
-from s2_sink._session_pool import get_pool
+from s2_sink import ReadError, S2SinkError
+from s2_sink._read import s2io as _s2io
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
-from s2_sink.datasource import _s2io
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 

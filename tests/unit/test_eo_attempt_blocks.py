@@ -9,13 +9,13 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from s2_sink._exactly_once._fencing import Token, writer_hash
-from s2_sink._exactly_once._plan import epoch_plan
-from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
-from s2_sink._partition_writer import write_partition
-from s2_sink._routing import Routing
-from s2_sink._write_plan import PartitionContext, WritePlan
-from s2_sink._write_spec import WriteSpec
+from s2_sink._exactly_once.fencing import Token, writer_hash
+from s2_sink._exactly_once.plan import epoch_plan
+from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
@@ -104,7 +104,7 @@ def test_zombie_is_refused_after_a_siblings_later_barrier_hides_its_own(lite: Li
 def test_bump_tokens_fit_s2s_limit() -> None:
     """A barrier token names the attempt, all in base 36, within 36 bytes for long runs and big jobs; the
     plain token keeps its decimal form."""
-    from s2_sink._exactly_once._fencing import MAX_TOKEN_BYTES, TaskAttempt
+    from s2_sink._exactly_once.fencing import MAX_TOKEN_BYTES, TaskAttempt
 
     assert str(Token(epoch=12, gen=0, writer="abcdef01")) == "s2sink:abcdef01:12.0"
     assert Token.parse("s2sink:abcdef01:1z.0") is None
@@ -149,9 +149,9 @@ def test_attempt_of_a_batch_whose_sign_ins_were_trimmed_writes_nothing(lite: Lit
     sign-ins trimmed belongs to a batch the query moved past, and stops before writing."""
     from s2_sdk import AppendInput, CommandRecord
 
-    from s2_sink import _runtime
-    from s2_sink._exactly_once._roll_call import open_roll
-    from s2_sink._session_pool import get_pool
+    from s2_sink._exactly_once.roll_call import open_roll
+    from s2_sink._transport import runtime as _runtime
+    from s2_sink._transport.session_pool import get_pool
 
     basin = make_basin(lite.endpoint, ["events"])
     cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)

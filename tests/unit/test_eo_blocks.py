@@ -9,15 +9,15 @@ import orjson
 import pytest
 from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, Record
 
-from s2_sink import _runtime
-from s2_sink._exactly_once._coordinator import Coordinator
-from s2_sink._exactly_once._fencing import Token, fence_if_older, writer_hash
-from s2_sink._exactly_once._fingerprint import fingerprint
-from s2_sink._exactly_once._ledger import Ledger, ledger_stream_name
-from s2_sink._exactly_once._ledger_records import SNAPSHOT_EVERY
-from s2_sink._exactly_once._readback import read_back
-from s2_sink._exactly_once._tags import ChunkTag
-from s2_sink._session_pool import get_pool
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
+from s2_sink._exactly_once.fingerprint import fingerprint
+from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
+from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
+from s2_sink._exactly_once.readback import read_back
+from s2_sink._exactly_once.tags import ChunkTag
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
 from s2_sink.errors import CommitError, FencedError, WriterConflictError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run

@@ -12,7 +12,7 @@ from py4j.protocol import Py4JNetworkError
 from pyspark.errors import PySparkAttributeError
 from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
-from s2_sink._exactly_once._identity import check_no_speculation, resolve_identity
+from s2_sink._exactly_once.identity import check_no_speculation, resolve_identity
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 from tests.faults._support import cfg_for

@@ -13,19 +13,19 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from s2_sink import _runtime
-from s2_sink._exactly_once._fencing import writer_hash
-from s2_sink._exactly_once._fingerprint import fingerprint
-from s2_sink._exactly_once._plan import epoch_plan
-from s2_sink._exactly_once._readback import ReadBack, read_back
-from s2_sink._exactly_once._recovery_layout import RecoveryLayout
-from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
-from s2_sink._exactly_once._task import plan_with_layout
-from s2_sink._partition_writer import write_partition
-from s2_sink._routing import Routing
-from s2_sink._session_pool import get_pool
-from s2_sink._write_plan import PartitionContext, WritePlan
-from s2_sink._write_spec import WriteSpec
+from s2_sink._exactly_once.fencing import writer_hash
+from s2_sink._exactly_once.fingerprint import fingerprint
+from s2_sink._exactly_once.plan import epoch_plan
+from s2_sink._exactly_once.readback import ReadBack, read_back
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
+from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.task import plan_with_layout
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.errors import ReplayMismatchError
 from s2_sink.lite import LiteServer

@@ -1,4 +1,4 @@
-"""The roll stream task attempts sign in to (`_roll_call`), against the lite server: the driver's view of a
+"""The roll stream task attempts sign in to (`roll_call`), against the lite server: the driver's view of a
 micro-batch's start, its trims, and what a sign-in finds."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from s2_sdk import AppendInput, Record
 
-from s2_sink._exactly_once._fencing import TaskAttempt
-from s2_sink._exactly_once._roll_call import RollCall, SignIn, open_roll, roll_stream_name, sign_in
+from s2_sink._exactly_once.fencing import TaskAttempt
+from s2_sink._exactly_once.roll_call import RollCall, SignIn, open_roll, roll_stream_name, sign_in
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import client, make_basin, read_all, run

@@ -9,12 +9,12 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from s2_sink._exactly_once._sink_run import SinkRun, commit_sink_run, open_sink_run
-from s2_sink._exactly_once._tags import find_tag
-from s2_sink._partition_writer import write_partition
-from s2_sink._routing import Routing
-from s2_sink._write_plan import PartitionContext, WritePlan
-from s2_sink._write_spec import WriteSpec
+from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
+from s2_sink._exactly_once.tags import find_tag
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, ReplayMismatchError, WriterConflictError
 from s2_sink.lite import LiteServer

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s2_sink._exactly_once._fencing import MAX_TOKEN_BYTES, Token, judge_current_token, writer_hash
-from s2_sink._exactly_once._fingerprint import fingerprint
-from s2_sink._exactly_once._tags import TAG_HEADER, TAG_RESERVE_BYTES, ChunkTag, find_tag, strip_tag
+from s2_sink._exactly_once.fencing import MAX_TOKEN_BYTES, Token, judge_current_token, writer_hash
+from s2_sink._exactly_once.fingerprint import fingerprint
+from s2_sink._exactly_once.tags import TAG_HEADER, TAG_RESERVE_BYTES, ChunkTag, find_tag, strip_tag
 from s2_sink.errors import FencedError
 
 _u32 = st.integers(min_value=0, max_value=2**32)
@@ -96,7 +96,7 @@ def test_judge_takes_over_a_foreign_s2sink_token_only_on_streams_it_never_wrote(
 def test_xxh64_matches_the_reference_vectors() -> None:
     """The recovery layout's XXH64 is the reference algorithm (Spark's `XXH64.hashUnsafeBytes`), all
     length paths: empty, under 4/8/32 bytes, stripes plus tails."""
-    from s2_sink._exactly_once._recovery_layout import _xxh64
+    from s2_sink._exactly_once.recovery_layout import _xxh64
 
     assert _xxh64(b"", 0) == 0xEF46DB3751D8E999
     assert _xxh64(b"abc", 0) == 0x44BC2CF5AD770999
@@ -123,7 +123,7 @@ def test_fingerprint_leaves_out_a_dead_letters_partition_but_not_its_row_hash() 
     task_id=st.integers(0, 2**31),
 )
 def test_bump_tokens_round_trip_within_36_bytes(epoch: int, gen: int, partition: int, task_id: int) -> None:
-    from s2_sink._exactly_once._fencing import TaskAttempt
+    from s2_sink._exactly_once.fencing import TaskAttempt
 
     token = Token(epoch, gen, "0123abcd").next_gen(TaskAttempt(partition, task_id))
     assert len(token.encode()) <= MAX_TOKEN_BYTES

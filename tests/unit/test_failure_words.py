@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from s2_sink import _runtime
-from s2_sink._exactly_once._ledger import Ledger
-from s2_sink._explain import TOKEN_HINT
-from s2_sink._partition_writer import write_partition
-from s2_sink._session_pool import get_pool
-from s2_sink._write_plan import WritePlan
+from s2_sink._exactly_once.ledger import Ledger
+from s2_sink._read import s2io as _s2io
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import TOKEN_HINT
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._write.plan import WritePlan
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.cli._failures import DENIED, NOT_FOUND
 from s2_sink.cli._failures import explain as cli_explain
 from s2_sink.config import S2Config
-from s2_sink.datasource import _s2io
 from s2_sink.errors import CommitError, ReadError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name

@@ -136,9 +136,11 @@ def test_the_graph_sees_type_only_and_relative_imports(tmp_path: Path) -> None:
 def test_the_real_graph_has_the_edges_it_should() -> None:
     """A check that the walk reads the package: known runtime and type-only edges are there."""
     graph = import_graph(ROOT, "s2_sink")
-    assert "s2_sink._routing" in graph["s2_sink._write_spec"]
-    assert "s2_sink._metrics" in graph["s2_sink._delivery"]  # under TYPE_CHECKING only
-    assert "s2_sink.writer" not in graph["s2_sink._exactly_once._mode"]
+    assert "s2_sink._write.driver.routing" in graph["s2_sink._write.spec"]
+    assert (
+        "s2_sink._write.driver.metrics" in graph["s2_sink._write.driver.delivery"]
+    )  # under TYPE_CHECKING only
+    assert "s2_sink.writer" not in graph["s2_sink._write.driver.exactly_once"]
 
 
 def test_no_import_cycles_in_the_package() -> None:
@@ -151,3 +153,73 @@ def test_no_import_cycles_in_the_lite_server() -> None:
     """No two modules of the lite server import each other, directly or around a loop."""
     found = [c for c in cycles(import_graph(ROOT, "s2_sink")) if _in_lite(c)]
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+# The layers, lowest first. A module may import its own layer and any layer below it; `allowed` names the
+# few edges upward that are part of a contract (each with its reason).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("s2_sink.errors", "s2_sink._version", "s2_sink._options", "s2_sink._logging", "s2_sink._crashpoints"),
+    ("s2_sink.config",),
+    ("s2_sink.encoders", "s2_sink._wire"),
+    ("s2_sink._transport",),
+    ("s2_sink._exactly_once",),
+    ("s2_sink._read", "s2_sink._write"),
+    ("s2_sink.datasource", "s2_sink.writer", "s2_sink.cli", "s2_sink.testing", "s2_sink.demo", "s2_sink"),
+)
+ALLOWED_UPWARD = {
+    # The exactly-once hooks implement the write plan's seams (`ChunkTagger`, `RecordFilter`, ...) and lay a
+    # replay out on the plan: the plan is the contract between the write path and exactly-once.
+    ("s2_sink._exactly_once.task", "s2_sink._write.plan"),
+}
+
+
+def _layer(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), i)
+    return None if best is None else best[1]
+
+
+def test_layers_import_only_downward() -> None:
+    """Transport and wire know nothing of the write or read paths; exactly-once imports nothing back from the
+    write path but its plan (the seams it implements); the read and write paths do not import each other's
+    front doors; nothing below the front doors imports them."""
+    graph = import_graph(ROOT, "s2_sink")
+    wrong = []
+    for module, targets in graph.items():
+        if _in_lite([module]):
+            continue
+        here = _layer(module)
+        assert here is not None, f"{module} is in no layer: add it to LAYERS"
+        for target in targets:
+            there = _layer(target)
+            if there is not None and there > here and (module, target) not in ALLOWED_UPWARD:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against the layering: " + "; ".join(sorted(wrong))
+
+
+def test_read_and_write_paths_are_apart() -> None:
+    """The read path (`_read`) and the write path (`_write`) share lower layers, never each other."""
+    graph = import_graph(ROOT, "s2_sink")
+    crossing = [
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if (m.startswith("s2_sink._read") and t.startswith("s2_sink._write"))
+        or (m.startswith("s2_sink._write") and t.startswith("s2_sink._read"))
+    ]
+    assert not crossing, "; ".join(crossing)
+
+
+def test_the_sink_does_not_import_the_lite_server() -> None:
+    """The lite server ships in the same distribution but is its own program: only the CLI's ``s2-sink lite``,
+    the demo and the `testing` helpers (which start one) import it."""
+    graph = import_graph(ROOT, "s2_sink")
+    users = {
+        m
+        for m, targets in graph.items()
+        if not _in_lite([m]) and any(_in_lite([t]) for t in targets)
+    }
+    assert users <= {"s2_sink.cli._main", "s2_sink.demo", "s2_sink.testing"}, sorted(users)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from s2_sink import configure_logging
-from s2_sink._metrics import aggregate
-from s2_sink._partition_writer import write_partition
-from s2_sink._write_plan import WritePlan
+from s2_sink._write.driver.metrics import aggregate
+from s2_sink._write.plan import WritePlan
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.lite import LiteServer
 from tests.unit.test_writer_core import config, ctx, frame
 
@@ -63,7 +63,7 @@ def test_a_real_retry_warning_is_one_json_line(
     warnings = [d for d in _lines(captured) if d["level"] == "WARNING"]
     assert warnings, captured.getvalue()
     first = warnings[0]
-    assert first["logger"] == "s2_sink._appender"
+    assert first["logger"] == "s2_sink._write.task.appender"
     assert (first["stream"], first["batch"], first["partition"], first["retry"]) == ("events", 4, 1, 1)
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
-from s2_sink._exactly_once._ledger_records import (
+from s2_sink._exactly_once.ledger_records import (
     PIECE_BYTES,
     SNAPSHOT_EVERY,
     EndsFold,

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from s2_sink._explain import TOKEN_HINT
-from s2_sink._preflight import preflight_read, preflight_write
+from s2_sink._read.formats import RAW_SCHEMA
+from s2_sink._transport.explain import TOKEN_HINT
+from s2_sink._transport.preflight import preflight_read, preflight_write
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._formats import RAW_SCHEMA
 from s2_sink.errors import ConfigError, PreflightError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name

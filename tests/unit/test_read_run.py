@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2_sdk import SequencedRecord
 
-from s2_sink._wire._read_batch import Tail, parse_read_batch
-from s2_sink._wire._read_run import ReadRun
-from s2_sink.datasource._s2io import missing
+from s2_sink._read.s2io import missing
+from s2_sink._wire.read.batch import Tail, parse_read_batch
+from s2_sink._wire.read.run import ReadRun
 from tests.unit.test_read_batch_wire import _as_records, _message, records, tails
 
 

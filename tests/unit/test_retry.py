@@ -18,11 +18,13 @@ from s2_sdk import (
     StreamPosition,
 )
 
-from s2_sink._exactly_once import _fencing, _ledger, _readback
-from s2_sink._exactly_once._fencing import Token, fence_if_older
-from s2_sink._exactly_once._ledger import Ledger
-from s2_sink._exactly_once._readback import read_back
-from s2_sink._retry import (
+from s2_sink._exactly_once import fencing as _fencing
+from s2_sink._exactly_once import ledger as _ledger
+from s2_sink._exactly_once import readback as _readback
+from s2_sink._exactly_once.fencing import Token, fence_if_older
+from s2_sink._exactly_once.ledger import Ledger
+from s2_sink._exactly_once.readback import read_back
+from s2_sink._transport.retry import (
     SESSION_MAX_DELAY_S,
     Backoff,
     no_side_effects,

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from s2_sink._exactly_once._fencing import Token, writer_hash
-from s2_sink._exactly_once._plan import epoch_plan
-from s2_sink._exactly_once._roll_call import RollCall, roll_stream_name
-from s2_sink._exactly_once._tags import TAG_RESERVE_BYTES
-from s2_sink._routing import STREAM_COLUMN, Routing
-from s2_sink._write_spec import KEYWORDS, OPTIONS, PAYLOAD_COLUMN, WriteSpec
+from s2_sink._exactly_once.fencing import Token, writer_hash
+from s2_sink._exactly_once.plan import epoch_plan
+from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
+from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
+from s2_sink._write.spec import KEYWORDS, OPTIONS, PAYLOAD_COLUMN, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.datasource._write_options import parse_write_options
 from s2_sink.errors import ConfigError

@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from s2_sink import _runtime
-from s2_sink._partition_writer import write_partition
-from s2_sink._routing import Routing
-from s2_sink._session_pool import get_pool
-from s2_sink._write_plan import ChunkInfo, PartitionContext, WritePlan
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.plan import ChunkInfo, PartitionContext, WritePlan
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.errors import EncodeError, WriteError
 from s2_sink.lite import LiteServer

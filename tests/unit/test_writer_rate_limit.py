@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
-from s2_sink._appender import Appender
-from s2_sink._partition_writer import write_partition
-from s2_sink._retry import Backoff
-from s2_sink._write_plan import WritePlan
+from s2_sink._transport.retry import Backoff
+from s2_sink._write.plan import WritePlan
+from s2_sink._write.task.appender import Appender
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.errors import WriteError
 from s2_sink.lite import LiteServer, ManualClock
 from s2_sink.lite._throttle import BATCHES_PER_SECOND

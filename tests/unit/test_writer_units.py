@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from s2_sink._metrics import aggregate, percentile
-from s2_sink._routing import Routing
+from s2_sink._write.driver.metrics import aggregate, percentile
+from s2_sink._write.driver.routing import Routing
 from s2_sink.errors import ConfigError, EncodeError, WriteError
 from s2_sink.writer import _translate
 

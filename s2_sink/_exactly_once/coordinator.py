@@ -1,0 +1,206 @@
+"""Driver side of exactly-once delivery: one `Coordinator` per `S2Writer`, two calls per micro-batch.
+
+``begin_batch(batch_id, spark_run)`` returns either "skip: already committed" (a replay of a batch the
+ledger already has) or the `EpochPlan` to write it with; ``commit_batch(batch_id, ends)`` records it in
+the ledger once every task succeeded.
+
+A run (one epoch) lasts as long as one start of the streaming query. A new start is seen however the
+query was restarted — a new process, or ``start()`` again in the same process with the same writer
+object — and every one of them reloads the ledger and opens a new epoch: the Spark run id changed, or
+(where it cannot be read, Spark Connect) a batch began and was never committed, or a batch id repeats or
+goes backwards. Within one start Spark calls ``foreachBatch`` one batch at a time, in increasing order,
+each call finishing before the next. Happy path I/O: one conditional ledger append per micro-batch; a run
+additionally reads the ledger tail once, appends its ``open`` record and fences the static target
+streams once; each micro-batch also reads the tail of the roll stream its tasks sign in to (`roll_call`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from s2_sdk import S2ServerError
+
+from s2_sink import _crashpoints
+from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
+from s2_sink._exactly_once.ledger import Ledger, LedgerState
+from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
+from s2_sink._exactly_once.roll_call import RollCall, open_roll
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import WriterConflictError
+
+__all__ = ["Coordinator", "check_identity"]
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """Ledger and fencing for one writer identity, on the driver."""
+
+    def __init__(
+        self,
+        cfg: S2Config,
+        writer_id: str,
+        *,
+        query_id: str | None = None,
+        static_streams: Sequence[str] = (),
+    ) -> None:
+        self.cfg = cfg
+        self.writer_id = writer_id
+        self.writer = writer_hash(writer_id)
+        self.query_id = query_id
+        self.static_streams = list(static_streams)
+        self.run_id = uuid.uuid4().hex
+        self._ledger: Ledger | None = None
+        self._token: Token | None = None
+        self._spark_run: str | None = None
+        """The Spark run id (one start of the query) the open epoch serves, when readable."""
+        self._pending: int | None = None
+        """A batch this run began and has not committed."""
+        self._last: int | None = None
+        """The last batch this run committed."""
+
+    @property
+    def state(self) -> LedgerState:
+        return self._ledger.state if self._ledger is not None else LedgerState()
+
+    def begin_batch(self, batch_id: int, spark_run: str | None = None) -> EpochPlan | None:
+        """The plan for `batch_id`, or ``None`` when the ledger already has it (write nothing).
+
+        `spark_run` is Spark's id of this start of the query (``sql.streaming.runId``), None if unknown.
+        """
+        return _runtime.run(self._begin(batch_id, spark_run))
+
+    def commit_batch(self, batch_id: int, ends: Mapping[str, int]) -> None:
+        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks."""
+        _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
+        _runtime.run(self._commit(batch_id, ends))
+        self._pending, self._last = None, batch_id
+        _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
+
+    def _is_new_start(self, batch_id: int, spark_run: str | None) -> bool:
+        """Whether `batch_id` belongs to a new start of the query rather than to the open run."""
+        if self._token is None:
+            return True
+        if spark_run is not None and spark_run != self._spark_run:
+            return True
+        # Within one start a batch is committed before the next one begins, and ids only increase.
+        return self._pending is not None or (self._last is not None and batch_id <= self._last)
+
+    async def _begin(self, batch_id: int, spark_run: str | None) -> EpochPlan | None:
+        recovery = False
+        if self._is_new_start(batch_id, spark_run):
+            if self._token is not None:
+                log.warning(
+                    "exactly-once: writer %s sees a new start of the query at batch %s (run %s was "
+                    "serving Spark run %s, last batch %s, uncommitted %s): reloading the ledger",
+                    self.writer_id,
+                    batch_id,
+                    self.run_id,
+                    self._spark_run,
+                    self._last,
+                    self._pending,
+                )
+            self.run_id = uuid.uuid4().hex
+            self._token = None
+            # Pending from here: if loading, opening or fencing fails, the next call is a new start
+            # again (a run whose open record landed must not be taken for a run in progress).
+            self._spark_run, self._pending, self._last = spark_run, batch_id, None
+            state = await self.load()
+            check_identity(state, self.writer_id, self.query_id, batch_id)
+            if already_committed(state, self.writer_id, batch_id):
+                return None
+            # A previous run may have written part of this batch before dying: replay it in recovery mode.
+            recovery = state.may_have_written_next
+            await self.open_run("run")
+            log.info(
+                "exactly-once: writer %s opened run %s epoch %s at batch %s (recovery=%s)",
+                self.writer_id,
+                self.run_id,
+                self.state.epoch,
+                batch_id,
+                recovery,
+            )
+        assert self._ledger is not None
+        assert self._token is not None
+        state = self._ledger.state
+        if already_committed(state, self.writer_id, batch_id):
+            return None
+        roll = await self.roll_call()
+        self._pending = batch_id
+        return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
+
+    async def roll_call(self) -> RollCall:
+        """Where the tasks of the micro-batch about to begin sign in."""
+        return await open_roll(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
+
+    async def load(self) -> LedgerState:
+        """Load the ledger's state (creating the ledger stream if needed)."""
+        self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id, cfg=self.cfg)
+        return await self._ledger.load()
+
+    def ledger_position(self) -> tuple[LedgerState, int]:
+        """The ledger state this driver last appended or read, and the ledger's tail after it."""
+        assert self._ledger is not None
+        assert self._ledger.tail is not None
+        return self._ledger.state, self._ledger.tail
+
+    async def open_run(self, scope: Literal["run", "batch"]) -> Token:
+        """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it."""
+        assert self._ledger is not None
+        await self._ledger.append(self._ledger.opened(self.run_id, self.query_id, scope))
+        self._token = Token(epoch=self._ledger.state.epoch, gen=0, writer=self.writer)
+        await self._fence_static()
+        return self._token
+
+    async def _fence_static(self) -> None:
+        assert self._token is not None
+        assert self._ledger is not None
+        written = self._ledger.state.ends
+        basin = get_pool().client(self.cfg).basin(self.cfg.basin)
+        for name in self.static_streams:
+            if self.cfg.create_streams:
+                await get_pool().ensure_stream(self.cfg, name)
+            try:
+                await fence_if_older(basin.stream(name), self._token, may_take_over=name not in written)
+            except S2ServerError as exc:
+                if exc.status_code == 404:
+                    continue  # the tasks report the missing stream with the writer's own hint
+                raise
+
+    async def _commit(self, batch_id: int, ends: Mapping[str, int]) -> None:
+        assert self._ledger is not None
+        await self._ledger.append(self._ledger.committed(batch_id, dict(ends)))
+        log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)
+
+
+def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:
+    """Refuse a micro-batch the ledger shows cannot belong to this query (WriterConflictError).
+
+    The ledger records the streaming query id its writer serves: another query under the same writer id
+    is refused whatever its batch ids, so a reset checkpoint (a new query id, batch 0 again) is never
+    taken for a replay of the old query's batches. Where either side has no query id (Spark Connect
+    without one, ledgers of older versions), batch ids that go backwards are the remaining sign.
+    """
+    if state.kind == "none":
+        return
+    hint = (
+        "If the checkpoint was deleted or replaced (batch ids restart at 0), give the new query a new "
+        "writer_id (option s2.writer-id for format('s2')), or drop the explicit writer_id to use the new "
+        "query id; if two queries run at once, give each its own writer_id"
+    )
+    if query_id is not None and state.query_id is not None and state.query_id != query_id:
+        raise WriterConflictError(
+            f"writer_id {writer_id!r} belongs to streaming query {state.query_id!r} (its ledger has "
+            f"batches up to {state.committed}), but query {query_id!r} now writes batch {batch_id} "
+            f"under it. {hint}"
+        )
+    if batch_id < state.committed:
+        raise WriterConflictError(
+            f"writer_id {writer_id!r}: micro-batch {batch_id} is older than the last committed "
+            f"batch {state.committed} in the ledger: batch ids went backwards. {hint}"
+        )

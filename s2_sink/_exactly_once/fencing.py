@@ -1,0 +1,274 @@
+"""Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
+
+A token is ``s2sink:<writer-hash8>:<epoch>.<gen>``, and a generation bump also names the task attempt
+that made it: ``s2sink:<writer-hash8>:<epoch>.<gen>~<partition>.<task-id>``, all four numbers in base 36
+so it fits S2's 36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes). ``epoch`` is the writer's
+run number from the ledger: a restarted driver gets a higher one, so tasks of an older run (zombies) get
+``412 fencing_token_mismatch`` once the new run has fenced a stream. ``gen`` is bumped by a task
+*retry* before it reads the stream back: the bump is a barrier after which nothing an earlier attempt
+still had in flight can land.
+
+Attempts of one partition are ordered by Spark's task id (``taskAttemptId``), not by attempt number: task
+ids come from one counter per SparkContext in launch order, so a later attempt always has a higher one,
+also across stage retries, which restart attempt numbers at 0 (SPARK-24552). On a 412, a task adopts a
+newer generation of its epoch only if no fence since the micro-batch's start was made by a later attempt
+of its own partition (the fence records stay in the stream, so the check reads them back): live siblings
+adopt (a 412 means their append was not applied, so re-sending it is safe); an earlier attempt of a
+partition that was retried — a zombie — gets `FencedError` and never writes again. Every adoption is
+itself conditional: a bump after the check changes the token, the next append gets a 412, and the check
+runs again.
+
+Fencing tokens are one per stream and cooperative: appends without a token are always accepted, so
+at-least-once writers and other tools can share a stream. A token that is not ours, or ours from a newer
+run, is never overwritten: that is a ``FencedError`` naming the stream and the token.
+
+Every fence is itself conditional (``fencing_token=<the token we saw>``), so two runs racing to fence
+the same stream cannot both win.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from s2_sdk import (
+    AppendInput,
+    CommandRecord,
+    FencingTokenMismatchError,
+    S2ClientError,
+    S2ServerError,
+    S2Stream,
+)
+
+from s2_sink._exactly_once.readback import read_span
+from s2_sink._transport.retry import Backoff, retryable
+from s2_sink.errors import FencedError
+
+__all__ = [
+    "MAX_TOKEN_BYTES",
+    "FenceResult",
+    "TaskAttempt",
+    "Token",
+    "fence_if_older",
+    "judge_current_token",
+    "writer_hash",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_TOKEN_BYTES: Final = 36
+_PREFIX: Final = "s2sink"
+# writer, epoch, generation, and (bumps only) the attempt that made it: partition, task id.
+_TOKEN_RE: Final = re.compile(
+    r"^s2sink:([0-9a-f]{8}):([0-9a-z]+)\.([0-9a-z]+)(?:~([0-9a-z]+)\.([0-9a-z]+))?$"
+)
+_B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
+_MAX_ROUNDS: Final = 20
+# Waits after a failed fence that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
+_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
+
+
+def writer_hash(writer_id: str) -> str:
+    """8 hex chars identifying a writer identity in tokens and chunk tags."""
+    return hashlib.sha256(writer_id.encode()).hexdigest()[:8]
+
+
+def _b36(n: int) -> str:
+    out = ""
+    while True:
+        n, digit = divmod(n, 36)
+        out = _B36[digit] + out
+        if n == 0:
+            return out
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """One attempt of one Spark task: its partition and Spark's task id (later attempts have higher ids)."""
+
+    partition: int
+    task_id: int
+
+    def superseded_by(self, other: TaskAttempt | None) -> bool:
+        """`other` is a later attempt of this partition (this one is then a zombie)."""
+        return other is not None and other.partition == self.partition and other.task_id > self.task_id
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Token:
+    """A parsed fencing token of an exactly-once writer. Orders by (epoch, gen) within one writer."""
+
+    epoch: int
+    gen: int
+    writer: str
+    by: TaskAttempt | None = field(default=None, compare=False)
+    """The task attempt whose retry barrier set this generation (``None`` for generation 0)."""
+
+    def __str__(self) -> str:
+        text = f"{_PREFIX}:{self.writer}:{self.epoch}.{self.gen}"
+        if self.by is None:
+            return text
+        # A bump token is all base 36, so a long run's retry still fits 36 bytes.
+        by = self.by
+        run = f"{_b36(self.epoch)}.{_b36(self.gen)}"
+        return f"{_PREFIX}:{self.writer}:{run}~{_b36(by.partition)}.{_b36(by.task_id)}"
+
+    def encode(self) -> str:
+        """The wire form; raises ValueError if it would exceed S2's 36-byte limit."""
+        text = str(self)
+        if len(text.encode()) > MAX_TOKEN_BYTES:
+            raise ValueError(f"fencing token {text!r} exceeds {MAX_TOKEN_BYTES} bytes")
+        return text
+
+    @classmethod
+    def parse(cls, text: str) -> Token | None:
+        """A token of ours, or ``None`` for anything else (a foreign token or ``""``)."""
+        m = _TOKEN_RE.match(text)
+        if m is None:
+            return None
+        if m.group(4) is None:
+            if not (m.group(2).isdigit() and m.group(3).isdigit()):
+                return None
+            return cls(epoch=int(m.group(2)), gen=int(m.group(3)), writer=m.group(1))
+        by = TaskAttempt(int(m.group(4), 36), int(m.group(5), 36))
+        return cls(epoch=int(m.group(2), 36), gen=int(m.group(3), 36), writer=m.group(1), by=by)
+
+    def next_gen(self, by: TaskAttempt | None = None) -> Token:
+        return Token(epoch=self.epoch, gen=self.gen + 1, writer=self.writer, by=by)
+
+
+def judge_current_token(
+    stream: str, current: str, mine: Token, *, may_take_over: bool = False
+) -> Token | None:
+    """What to do about the token a 412 reported on `stream`.
+
+    Returns the token to adopt as-is (ours, same run, a newer generation), or ``None`` when this run may
+    fence over it (empty, ours from an older run, or — with `may_take_over`, i.e. this writer never
+    committed a write to the stream — another s2_sink writer's). Raises FencedError when it must not.
+    """
+    if current == "":
+        return None
+    theirs = Token.parse(current)
+    if theirs is not None and theirs.writer != mine.writer and may_take_over:
+        # A new writer (e.g. the same pipeline after its checkpoint was deleted) takes the stream over; a
+        # still-running previous owner gets a FencedError on its next append and refuses to take it back.
+        log.warning(
+            "stream %s: taking over from exactly-once writer %s (token %r)", stream, theirs.writer, current
+        )
+        return None
+    if theirs is None or theirs.writer != mine.writer:
+        raise FencedError(
+            f"stream {stream!r} is fenced with token {current!r}, which is not this writer's "
+            f"({mine.writer}); another exactly-once writer (or a tool) took it over after this writer "
+            "last wrote to it. Two exactly-once writers cannot share a stream: use "
+            "delivery='at-least-once' for one of them or write to another stream; if the other writer is "
+            "gone for good, clear the fence (append a fence command record with an empty token, e.g. "
+            "`s2 fence` with an empty token) and restart"
+        )
+    if theirs.epoch > mine.epoch:
+        raise FencedError(
+            f"stream {stream!r} is fenced by a newer run of this writer (token {current!r} > {mine}); "
+            "this run was superseded (its driver restarted or a second driver uses the same writer_id)"
+        )
+    if theirs.epoch == mine.epoch:
+        return theirs if theirs >= mine else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FenceResult:
+    """The token now on the stream and the seq_num right after our fence (None if adopted, not fenced)."""
+
+    token: Token
+    position: int | None
+
+
+async def fence_if_older(
+    stream: S2Stream,
+    mine: Token,
+    *,
+    current: str | None = None,
+    bump: bool = False,
+    may_take_over: bool = False,
+    me: TaskAttempt | None = None,
+    since: int = 0,
+) -> FenceResult:
+    """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
+
+    `current` is the token a 412 just reported, if known (saves a probe). With ``bump=True`` the
+    generation is raised past whatever this run has on the stream: a barrier against the stream's earlier
+    appends that used the older generation. Every fence append is conditional on the token we saw, so
+    concurrent fencers serialize; a newer token of ours, a non-s2_sink token or (unless `may_take_over`)
+    another s2_sink writer's token raises FencedError. With `me` (the calling task attempt), a bump is
+    made in its name, and a later attempt of its partition having fenced the stream at or after `since`
+    (the micro-batch's start) raises FencedError instead of adopting or bumping over it.
+    """
+    name = stream.name
+    seen: str = str(mine) if current is None else current
+    waits = _BACKOFF.delays()
+    checked: str | None = None
+    for _ in range(_MAX_ROUNDS + _BACKOFF.retries):
+        adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
+        if me is not None and adopt is not None and adopt.by is not None and seen != checked:
+            await refuse_if_superseded(stream, me, adopt, since)
+            checked = seen
+        if adopt is not None and not bump and seen != str(mine):
+            return FenceResult(adopt, None)
+        # Otherwise fence with ours; when seen == mine, that is a redundant fence proving the token is ours.
+        # A bump is always a new generation, also over an empty token or an older run's: a generation 0
+        # barrier would carry the token an earlier attempt of this run appends with, and let it go on.
+        target = (adopt if adopt is not None else mine).next_gen(by=me) if bump else mine
+        try:
+            ack = await stream.append(
+                AppendInput(records=[CommandRecord.fence(target.encode())], fencing_token=seen)
+            )
+        except FencingTokenMismatchError as exc:
+            seen = exc.expected_fencing_token
+            continue
+        except (S2ClientError, S2ServerError) as exc:
+            # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
+            # it landed, the next try gets a 412 that shows our token).
+            delay = next(waits, None) if retryable(exc) else None
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+            continue
+        log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
+        return FenceResult(target, ack.end.seq_num)
+    raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
+
+
+async def refuse_if_superseded(stream: S2Stream, me: TaskAttempt, current: Token, since: int) -> None:
+    """Raise FencedError if a later attempt of `me`'s partition fenced `stream` (in `current`'s run) at or
+    after `since`.
+
+    The current token names only the last bump; earlier bumps (a later attempt of this partition, then a
+    sibling's) are found among the fence command records of ``[since, tail)``. Only tokens of the same
+    writer and epoch count: task ids restart with a new driver.
+    """
+    if me.superseded_by(current.by):
+        _raise_superseded(stream.name, me, current)
+    if current.by == me:
+        return
+    end = (await stream.check_tail()).seq_num
+    async for rec in read_span(stream, since, end):
+        if rec.headers == [(b"", CommandRecord.FENCE)]:
+            token = Token.parse(bytes(rec.body).decode("utf-8", "replace"))
+            if (
+                token is not None
+                and (token.writer, token.epoch) == (current.writer, current.epoch)
+                and me.superseded_by(token.by)
+            ):
+                _raise_superseded(stream.name, me, token)
+
+
+def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:
+    raise FencedError(
+        f"stream {stream!r}: this task attempt (partition {me.partition}, task id {me.task_id}) was "
+        f"superseded by a later attempt of the same partition (fence {token}); it stops without writing "
+        "again (Spark keeps the later attempt's result)"
+    )

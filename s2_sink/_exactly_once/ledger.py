@@ -1,0 +1,264 @@
+"""The ledger: one S2 stream per writer identity recording its runs and committed micro-batches.
+
+Stream ``_s2sink/ledger/<writer_id>`` in the target basin; the record format (state records, stream ends
+as deltas and periodic snapshots, trimming) is in `ledger_records`::
+
+    {"v": 2, "kind": "open"|"commit", "epoch": 3, "run": "<uuid>", "query_id": "<spark query id>"|null,
+     "committed": 41, "scope": "run", "base": 1200, "full": false, "parts": 0, "ends": {"<stream>": 17}}
+
+- ``open``: a driver run starts; ``epoch`` = previous + 1 (the fencing epoch of that run). ``scope`` says
+  what the epoch may write: ``run`` (`S2Writer`: every micro-batch of a driver run) or ``batch``
+  (``format("s2")``: one execution of one micro-batch).
+- ``commit``: micro-batch ``committed`` is fully written; the stream ends are lower bounds for where the
+  next batch's records can start (read-back starts there on the recovery path).
+
+Loading reads back from the tail to the last state record (skipping command records and ``ends``
+pieces), then folds the stream ends from its ``base``. Every append carries ``match_seq_num`` = the tail
+this driver last saw, so a second driver using the same identity makes one of them fail with
+WriterConflictError instead of interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any, Final, Literal
+
+from s2_sdk import (
+    AppendInput,
+    CommandRecord,
+    ReadLimit,
+    Record,
+    S2Basin,
+    S2Error,
+    S2ServerError,
+    S2Stream,
+    SeqNum,
+    SeqNumMismatchError,
+    StreamConfig,
+)
+
+from s2_sink._exactly_once.bookkeeping_streams import ensure_once
+from s2_sink._exactly_once.ledger_records import (
+    EndsFold,
+    LedgerState,
+    encode_state,
+    parse_record,
+    record_base,
+    state_of,
+)
+from s2_sink._transport.explain import explain
+from s2_sink._transport.retry import Backoff, retryable
+from s2_sink.config import S2Config
+from s2_sink.errors import CommitError, WriterConflictError
+
+__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
+
+log = logging.getLogger(__name__)
+
+LEDGER_PREFIX: Final = "_s2sink/ledger/"
+# Waits between ledger append attempts (eight in all): 0.1 s doubling to 2 s.
+_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=7, jitter=False)
+# One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
+_APPEND_BYTES: Final = 512 * 1024
+# Records read back from the tail first when looking for the last state record (then 8x more each time).
+_FIRST_WINDOW: Final = 16
+
+
+def ledger_stream_name(writer_id: str) -> str:
+    """The ledger stream of a writer identity."""
+    return LEDGER_PREFIX + writer_id
+
+
+class Ledger:
+    """Reads and conditionally appends the ledger stream of one writer identity (driver side)."""
+
+    def __init__(self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None) -> None:
+        self.name = ledger_stream_name(writer_id)
+        self._cfg = cfg  # names the endpoint and the fix when the ledger cannot be read
+        self.writer_id = writer_id
+        self._basin = basin
+        self._stream: S2Stream = basin.stream(self.name)
+        self.state = LedgerState()
+        self.tail: int | None = None  # next seq_num, as last observed by this driver
+        self._state_at = -1  # seq_num of the last state record, as last observed
+
+    async def load(self) -> LedgerState:
+        """Create the ledger stream if needed, then read its state: the last state record, with the stream
+        ends folded from its base."""
+        try:
+            # Infinite retention: losing the last record would restart epochs below the streams' fences.
+            await ensure_once(self._basin, self.name, StreamConfig(retention_policy="infinite"))
+            tail = (await self._stream.check_tail()).seq_num
+            state, at = LedgerState(), -1
+            if tail > 0:
+                state, at = await self._read_state(tail)
+        except S2Error as exc:
+            why = explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {why}") from exc
+        self.state, self.tail, self._state_at = state, tail, at
+        return state
+
+    async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
+        """The ledger's tail and state for a reader: never creates the stream (None when it does not exist);
+        `seen`, an earlier answer, is returned again while the tail has not moved (one request)."""
+        try:
+            tail = (await self._stream.check_tail()).seq_num
+            if seen is not None and seen[0] == tail:
+                return seen
+            state = (await self._read_state(tail))[0] if tail > 0 else LedgerState()
+        except S2ServerError as exc:
+            if exc.code == "stream_not_found":
+                return None
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+        except S2Error as exc:
+            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+        return tail, state
+
+    async def _read_state(self, tail: int) -> tuple[LedgerState, int]:
+        window = _FIRST_WINDOW
+        while True:
+            start = max(0, tail - window)
+            last: tuple[int, dict[str, Any]] | None = None
+            async for seq, doc in self._records(start, tail):
+                if doc["kind"] != "ends":
+                    last = (seq, doc)
+            if last is not None:
+                break
+            if start == 0:
+                # Only command records (trims, fences) or orphan pieces are left: the state is gone.
+                raise CommitError(
+                    f"the exactly-once ledger {self.name!r} has records but no state record (it was "
+                    "trimmed or overwritten by something else): write under a new writer_id "
+                    "(s2.writer-id for format('s2'))"
+                )
+            window *= 8
+        at, doc = last
+        base = record_base(doc, at)
+        fold = EndsFold()
+        async for _, piece in self._records(base, at + 1):
+            fold.add(piece)
+        return state_of(doc, fold.ends, base, fold.since, self.name), at
+
+    async def _records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """The ledger documents in ``[start, end)``, command records skipped (a start below the trim point
+        reads from the first record kept)."""
+        pos = start
+        while pos < end:
+            batch = await self._stream.read(
+                start=SeqNum(pos), limit=ReadLimit(count=min(1000, end - pos)), clamp_to_tail=True
+            )
+            if not batch.records:
+                return
+            for rec in batch.records:
+                if rec.seq_num >= end:
+                    return
+                if not rec.is_command_record():
+                    yield rec.seq_num, parse_record(rec.body, self.name)
+            pos = batch.records[-1].seq_num + 1
+
+    async def _send(self, bodies: list[bytes], expected: int) -> int:
+        """Append `bodies` in conditional appends starting at `expected`; the tail after them."""
+        groups: list[list[Record]] = [[]]
+        size = 0
+        for body in bodies:
+            if groups[-1] and (size + len(body) + 8 > _APPEND_BYTES or len(groups[-1]) >= 1000):
+                groups.append([])
+                size = 0
+            groups[-1].append(Record(body=body))
+            size += len(body) + 8
+        tail = expected
+        for records in groups:
+            ack = await self._stream.append(AppendInput(records=records, match_seq_num=tail))
+            tail = ack.end.seq_num
+        return tail
+
+    async def _trim(self, base: int) -> None:
+        """Drop the records before the latest snapshot (best effort: an untrimmed ledger is only longer)."""
+        assert self.tail is not None
+        try:
+            ack = await self._stream.append(
+                AppendInput(records=[CommandRecord.trim(base)], match_seq_num=self.tail)
+            )
+        except S2Error as exc:
+            log.info("ledger %s: trim to %s not applied (%s); the next snapshot trims", self.name, base, exc)
+            return
+        self.tail = ack.end.seq_num
+
+    async def append(self, state: LedgerState) -> None:
+        """Append `state` if nobody else appended since we last looked; else WriterConflictError.
+
+        Transient failures (5xx, 408, 429, transport errors) are retried: after each, the ledger is re-read
+        — our record may have landed — and the append is repeated only if no other state record landed.
+        The condition (``match_seq_num``) makes a repeated append impossible to apply twice; pieces of a
+        group whose state record did not land are ignored by loading.
+        """
+        if self.tail is None:
+            raise CommitError("ledger not loaded")  # a programming error, not a user one
+        waits = _BACKOFF.delays()
+        last: Exception | None = None
+        while True:
+            expected, known = self.tail, self._state_at
+            bodies, placed, snapshot = encode_state(self.state, state, expected)
+            try:
+                end = await self._send(bodies, expected)
+            except SeqNumMismatchError as exc:
+                last = exc
+            except S2ServerError as exc:
+                if not retryable(exc):
+                    raise CommitError(
+                        f"cannot append to the exactly-once ledger {self.name!r}: {exc}"
+                    ) from exc
+                last = exc
+            except S2Error as exc:  # transport: the append may or may not have landed
+                last = exc
+            else:
+                self.state, self.tail, self._state_at = placed, end, end - 1
+                if snapshot and placed.base > 0:
+                    await self._trim(placed.base)
+                return
+            found = await self.load()
+            if found == state:
+                log.info("ledger %s: our record landed despite %s", self.name, type(last).__name__)
+                return
+            if self._state_at != known:
+                raise WriterConflictError(
+                    f"writer_id {self.writer_id!r}: another driver appended to the ledger {self.name!r} "
+                    f"(its last record is a {found.kind!r} of run {found.run!r}, epoch {found.epoch}; this "
+                    f"run is {state.run!r}). Two queries cannot share a writer identity: stop the other one "
+                    "or give each its own writer_id"
+                ) from last
+            delay = next(waits, None)
+            if delay is None:
+                raise CommitError(
+                    f"cannot append to the exactly-once ledger {self.name!r} after "
+                    f"{_BACKOFF.retries + 1} attempts: {last}"
+                ) from last
+            await asyncio.sleep(delay)
+
+    def resume(self, state: LedgerState, tail: int) -> None:
+        """Continue from a state this writer appended itself (its last record, before `tail`) without
+        reading the ledger again; a stale view is caught by the next conditional append."""
+        self.state, self.tail, self._state_at = state, tail, tail - 1
+
+    def opened(self, run: str, query_id: str | None, scope: Literal["run", "batch"] = "run") -> LedgerState:
+        """The `open` record of a new run on top of the current state.
+
+        The query id, once recorded, stays: the ledger belongs to that query (`check_identity`), and an
+        open record must not make another query's batches look like its own.
+        """
+        recorded = self.state.query_id if self.state.query_id is not None else query_id
+        return replace(
+            self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
+        )
+
+    def committed(self, batch_id: int, ends: dict[str, int], query_id: str | None = None) -> LedgerState:
+        """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
+        tasks saw, is recorded when the ``open`` record could not know it."""
+        merged = dict(self.state.ends)
+        for stream, end in ends.items():
+            merged[stream] = max(end, merged.get(stream, 0))
+        seen = self.state.query_id if self.state.query_id is not None else query_id
+        return replace(self.state, kind="commit", committed=batch_id, ends=merged, query_id=seen)

@@ -1,0 +1,142 @@
+"""Read-back: what an exactly-once writer already put into a stream range (recovery path only).
+
+Reads ``[start, tail)`` of one stream, finds the chunks this writer tagged (``@s2sink`` header on a
+chunk's first record, with the chunk's record count) and returns the multiset of fingerprints of the
+records of the chunks that match a predicate — e.g. "micro-batch 7, partition 3, run 2" for a task
+retry, or "micro-batch 7, any run, any partition" for a replay after a driver restart. Records of other
+writers (untagged, or tagged by another writer hash) are skipped; a chunk is contiguous because S2
+appends batches atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from s2_sdk import (
+    ReadLimit,
+    ReadUnwrittenError,
+    S2ClientError,
+    S2ServerError,
+    S2Stream,
+    SeqNum,
+    SequencedRecord,
+)
+
+from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
+from s2_sink._exactly_once.tags import ChunkTag, find_tag
+from s2_sink._transport.retry import Backoff, retryable
+
+__all__ = ["ReadBack", "read_back"]
+
+log = logging.getLogger(__name__)
+
+_PAGE: Final = 1000
+# Waits after a failed read that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
+_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
+
+
+@dataclass(slots=True)
+class ReadBack:
+    """The matching chunks found in ``[start, end)`` of a stream."""
+
+    stream: str
+    start: int
+    end: int
+    fingerprints: Fingerprints = field(default_factory=Counter)
+    chunks: list[ChunkTag] = field(default_factory=list)
+    elsewhere: Fingerprints = field(default_factory=Counter)
+    """Fingerprints of the chunks matching the optional second predicate (``elsewhere=``)."""
+    records_scanned: int = 0
+    not_owned: int = 0
+    """Records of matching chunks left out because another task owns their content."""
+
+
+async def read_back(
+    stream: S2Stream,
+    *,
+    writer: str,
+    start: int,
+    match: Callable[[ChunkTag], bool],
+    elsewhere: Callable[[ChunkTag], bool] | None = None,
+    end: int | None = None,
+    owns: Callable[[list[tuple[bytes, bytes]], bytes], bool] | None = None,
+) -> ReadBack:
+    """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``
+    (and, separately, of those matching `elsewhere` but not `match`).
+
+    `owns` (headers, body), when given, keeps only the matching chunks' records it accepts (counted in
+    ``not_owned`` otherwise): in a content replay, another task writes and subtracts the rest.
+    `end` defaults to the tail at call time; call this after a fencing barrier so nothing older can still
+    land past it. `start` is clamped to the stream's first retained record.
+    """
+    name = stream.name
+    if end is None:
+        end = (await stream.check_tail()).seq_num
+    out = ReadBack(name, start, end)
+    pos = start
+    remaining = 0  # records left in the current chunk (including ones not yet read)
+    into: Fingerprints | None = None  # where the current chunk's fingerprints go, if anywhere
+    async for rec in read_span(stream, start, end):
+        if rec.seq_num > pos and remaining:
+            # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
+            remaining, into = 0, None
+        pos = rec.seq_num + 1
+        out.records_scanned += 1
+        if remaining == 0:
+            tag = find_tag(rec.headers)
+            if tag is None or tag.writer != writer:
+                continue
+            remaining = tag.count
+            into = None
+            if match(tag):
+                into = out.fingerprints
+                out.chunks.append(tag)
+            elif elsewhere is not None and elsewhere(tag):
+                into = out.elsewhere
+        remaining -= 1
+        if into is None:
+            continue
+        if owns is not None and into is out.fingerprints and not owns(rec.headers, rec.body):
+            out.not_owned += 1
+            continue
+        into[fingerprint(name, rec.headers, rec.body)] += 1
+    log.debug(
+        "read back stream=%s range=[%s,%s) scanned=%s chunks=%s records=%s",
+        name,
+        start,
+        end,
+        out.records_scanned,
+        len(out.chunks),
+        sum(out.fingerprints.values()),
+    )
+    return out
+
+
+async def read_span(stream: S2Stream, start: int, end: int) -> AsyncIterator[SequencedRecord]:
+    """The records of ``[start, end)`` in order (a start below the trim point reads from the first record
+    kept; nothing past what was written). Reads are idempotent, so transient failures are retried."""
+    waits = _BACKOFF.delays()
+    pos = start
+    while pos < end:
+        try:
+            batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
+        except ReadUnwrittenError:
+            return
+        except (S2ClientError, S2ServerError) as exc:
+            delay = next(waits, None) if retryable(exc) else None
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+            continue
+        if not batch.records:
+            return
+        for rec in batch.records:
+            if rec.seq_num >= end:
+                return
+            yield rec
+        pos = batch.records[-1].seq_num + 1

@@ -1,0 +1,195 @@
+"""The recovery layout: which task writes a record when a micro-batch is replayed after a driver restart.
+
+A replay subtracts from what it writes the multiset of fingerprints an earlier run already wrote, so all
+records with one fingerprint must be written by one task: if two tasks hold a copy each, both subtract the
+same earlier copy and one record is lost. The replay is therefore repartitioned by a function of exactly
+what the fingerprint covers (`s2_sink._exactly_once.fingerprint`: target stream, headers, body; never the
+routing key nor the timestamp), with an explicit partition count so adaptive execution cannot coalesce
+partitions:
+
+    partition = pmod(murmur3(layout hash, seed=42), n)
+    layout hash = xxhash64(_s2_stream?, <@key value>)            if the first header is @key (upsert)
+                  xxhash64(_s2_stream?, _s2_body, _s2_headers)   otherwise
+
+An upsert change is placed by its stream and key alone (a part of its content), so every change of a key
+is in one task and can be written in change order (`sort_changes`: by ``order_by``, then the record's
+bytes); copies of one record still share a task. Tasks recompute the function in Python on the records
+they hold and on the records they read back, so a task checks its own rows really are its own (else the
+layout was changed underneath, and it refuses) and subtracts only fingerprints that belong to it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from pyspark.sql import functions as F
+
+from s2_sink._exactly_once.tags import TAG_HEADER
+from s2_sink.encoders._change_order import sort_changes
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
+from s2_sink.encoders._frame import STREAM as STREAM_COLUMN
+from s2_sink.encoders._upsert import KEY_HEADER
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["RecoveryLayout", "layout_hash", "repartition_for_recovery", "spark_xxhash64"]
+
+_SEED: Final = 42  # Spark's seed for both xxhash64 and the partitioner's murmur3
+_M64: Final = (1 << 64) - 1
+_M32: Final = (1 << 32) - 1
+_P1: Final = 11400714785074694791
+_P2: Final = 14029467366897019727
+_P3: Final = 1609587929392839161
+_P4: Final = 9650029242287828579
+_P5: Final = 2870177450012600261
+_DEFAULT_PARTITIONS: Final = 200
+
+
+def _rotl64(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _round(acc: int, lane: int) -> int:
+    return (_rotl64((acc + lane * _P2) & _M64, 31) * _P1) & _M64
+
+
+def _merge(acc: int, lane: int) -> int:
+    return ((acc ^ _round(0, lane)) * _P1 + _P4) & _M64
+
+
+def _xxh64(data: bytes, seed: int) -> int:
+    """XXH64 of `data` (unsigned `seed`, unsigned result): what Spark's ``XXH64.hashUnsafeBytes`` computes."""
+    n = len(data)
+    i = 0
+    if n >= 32:
+        v1, v2, v3, v4 = (seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed, (seed - _P1) & _M64
+        stripes = n // 32
+        lanes = struct.unpack_from(f"<{stripes * 4}Q", data)
+        for s in range(0, stripes * 4, 4):
+            v1 = _round(v1, lanes[s])
+            v2 = _round(v2, lanes[s + 1])
+            v3 = _round(v3, lanes[s + 2])
+            v4 = _round(v4, lanes[s + 3])
+        h = (_rotl64(v1, 1) + _rotl64(v2, 7) + _rotl64(v3, 12) + _rotl64(v4, 18)) & _M64
+        for v in (v1, v2, v3, v4):
+            h = _merge(h, v)
+        i = stripes * 32
+    else:
+        h = (seed + _P5) & _M64
+    h = (h + n) & _M64
+    while i + 8 <= n:
+        (lane,) = struct.unpack_from("<Q", data, i)
+        h = (_rotl64(h ^ _round(0, lane), 27) * _P1 + _P4) & _M64
+        i += 8
+    if i + 4 <= n:
+        (word,) = struct.unpack_from("<I", data, i)
+        h = (_rotl64(h ^ ((word * _P1) & _M64), 23) * _P2 + _P3) & _M64
+        i += 4
+    while i < n:
+        h = (_rotl64(h ^ ((data[i] * _P5) & _M64), 11) * _P1) & _M64
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M64
+    h ^= h >> 29
+    h = (h * _P3) & _M64
+    return h ^ (h >> 32)
+
+
+def spark_xxhash64(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> int:
+    """Spark's ``xxhash64(_s2_stream, _s2_body, _s2_headers)`` of a row, as a signed 64-bit value
+    (``stream=None`` leaves the stream column out, or stands for a null one, as does ``body=None``). Each
+    value is hashed with the previous hash as seed; an empty headers array adds nothing, like a null one,
+    so both agree with the fingerprint."""
+    h = _SEED
+    if stream is not None:
+        h = _xxh64(stream.encode(), h)
+    if body is not None:
+        h = _xxh64(body, h)
+    for name, value in headers:
+        if name == TAG_HEADER:
+            continue
+        h = _xxh64(value, _xxh64(name, h))
+    return h - (1 << 64) if h >> 63 else h
+
+
+def layout_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> int:
+    """The hash a replay places a record by (see module docstring): an upsert change's stream and
+    ``@key`` value, any other record's `spark_xxhash64`. The chunk tag is not content and is skipped."""
+    content = [(name, value) for name, value in headers if name != TAG_HEADER]
+    if content and content[0][0] == KEY_HEADER:
+        return spark_xxhash64(stream, (), content[0][1])
+    return spark_xxhash64(stream, content, body)
+
+
+def _mix_k1(k1: int) -> int:
+    k1 = (k1 * 0xCC9E2D51) & _M32
+    k1 = ((k1 << 15) | (k1 >> 17)) & _M32
+    return (k1 * 0x1B873593) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    h1 ^= k1
+    h1 = ((h1 << 13) | (h1 >> 19)) & _M32
+    return (h1 * 5 + 0xE6546B64) & _M32
+
+
+def _murmur3_long(value: int, seed: int) -> int:
+    """Spark's ``Murmur3_x86_32.hashLong`` (signed 32-bit result)."""
+    v = value & _M64
+    h1 = _mix_h1(_mix_h1(seed & _M32, _mix_k1(v & _M32)), _mix_k1(v >> 32))
+    h1 ^= 8
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >> 31 else h1
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryLayout:
+    """How a replay was repartitioned: `partitions` hash partitions of `layout_hash`, the target stream
+    included when rows are routed (`routed`)."""
+
+    partitions: int
+    routed: bool
+
+    def partition_of(self, stream: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int:
+        """The task (partition id) that writes a record with this content in the replay."""
+        return self.partition_of_hash(layout_hash(stream if self.routed else None, headers, body))
+
+    def partition_of_hash(self, content: int) -> int:
+        """The task (partition id) that holds a row whose `layout_hash` is `content`."""
+        return _murmur3_long(content, _SEED) % self.partitions  # Python's % is Spark's pmod
+
+
+def _partition_count(frame: DataFrame) -> int:
+    text = frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or ""
+    return int(text) if text.isdigit() and int(text) > 0 else _DEFAULT_PARTITIONS
+
+
+def _layout_hash_expr(present: set[str]) -> Column:
+    """`layout_hash` as a Spark expression over the record frame's columns."""
+    stream = [F.col(STREAM_COLUMN)] if STREAM_COLUMN in present else []
+    if ACTION in present:  # the changelog flat: every row is an upsert change, @key's value is _s2_key
+        return F.xxhash64(*stream, F.col(KEY))
+    whole = F.xxhash64(*stream, *(F.col(c) for c in (BODY, HEADERS) if c in present))
+    if HEADERS not in present:  # the writer leaves it out when nothing has headers
+        return whole
+    first = F.get(F.col(HEADERS), 0)  # null for a null or empty array, whatever spark.sql.ansi.enabled says
+    # null (no first header) is not true: the whole content, as in Python
+    return F.when(first["name"] == F.lit(KEY_HEADER), F.xxhash64(*stream, first["value"])).otherwise(whole)
+
+
+def repartition_for_recovery(frame: DataFrame) -> tuple[DataFrame, RecoveryLayout]:
+    """The replay's record frame laid out by `layout_hash` with each task's changes in change order, and
+    the `RecoveryLayout` its tasks check."""
+    present = set(frame.columns)
+    layout = RecoveryLayout(_partition_count(frame), routed=STREAM_COLUMN in present)
+    # An explicit count: adaptive execution does not coalesce it, so partition id == hash partition.
+    laid_out = frame.repartition(layout.partitions, _layout_hash_expr(present))
+    return sort_changes(laid_out), layout

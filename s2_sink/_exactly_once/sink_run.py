@@ -1,0 +1,192 @@
+"""Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per micro-batch execution.
+
+A Python streaming sink gets no driver step that knows the micro-batch id before its tasks run: for every
+micro-batch Spark creates the writer on the driver, pickles it to the tasks, and later calls
+``commit(messages, batch_id)`` on a writer it creates again in another process. So the steps of
+`S2Writer`'s design (docs/exactly-once.md) are placed differently:
+
+- driver, when the writer is pickled for the tasks (`open_sink_run`): read the ledger, append an ``open``
+  record with the next epoch (scope ``batch``) and fence the static target streams to it;
+- executors (`SinkRun.plan_batch`): each task learns its micro-batch id; a batch the ledger already has
+  is written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe
+  hook;
+- driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open``.
+
+Recovery differs: the sink cannot repartition a replay by record content, so after a driver restart each
+task subtracts what earlier executions wrote under its own partition id, and (unless the user vouches for
+the partitioning with ``s2.replay-partitioning=same``) refuses, with `ReplayMismatchError`, a record it
+still has to write that an earlier execution wrote under another partition id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from s2_sink import _crashpoints
+from s2_sink._exactly_once.coordinator import Coordinator, check_identity
+from s2_sink._exactly_once.fencing import writer_hash
+from s2_sink._exactly_once.ledger import Ledger, LedgerState
+from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
+from s2_sink._exactly_once.roll_call import RollCall
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import CommitError
+
+__all__ = ["SinkRun", "commit_sink_run", "open_sink_run"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkRun:
+    """One micro-batch execution's exactly-once context, opened on the driver; pickles to the tasks."""
+
+    cfg: S2Config
+    writer_id: str
+    query_id: str | None
+    """The streaming query id the driver read from the checkpoint (None where it cannot read it)."""
+    run: str
+    epoch: int
+    before: LedgerState
+    """The ledger as this execution found it: its last commit, and whether an epoch since may have written."""
+    opened: LedgerState | None = None
+    """This execution's ``open`` record, and the ledger's tail after it: commit appends on top of them."""
+    opened_tail: int = 0
+    roll: RollCall | None = None
+    """Where the execution's task attempts sign in (`roll_call`); opened with the epoch."""
+    trust_partitioning: bool = False
+    """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
+
+    @property
+    def recovery(self) -> bool:
+        """An earlier execution may have written part of the micro-batch after the last commit."""
+        return self.before.may_have_written_next
+
+    def plan_batch(self, batch_id: int, query_id: str | None) -> EpochPlan | None:
+        """How a task writes micro-batch `batch_id` in this execution's epoch, or None when the ledger
+        already has the batch.
+
+        `query_id` is the streaming query id the task sees (the ``sql.streaming.queryId`` property).
+        """
+        if self.query_id is not None and query_id is not None and query_id != self.query_id:
+            raise CommitError(
+                f"exactly-once: the driver read query id {self.query_id!r} from the checkpoint, but the "
+                f"task runs for query {query_id!r}: the checkpointLocation option does not name this "
+                "query's checkpoint; set option s2.writer-id to name the writer explicitly"
+            )
+        check_identity(self.before, self.writer_id, query_id, batch_id)
+        if self.before.kind != "none" and batch_id > self.before.committed + 1:
+            # Each execution's epoch is opened (when Spark pickles the writer) for the batch after the
+            # ledger's last commit; a task of a later batch means the writer was shipped without a new
+            # pickling, and its epoch and read-back starts belong to an earlier batch.
+            raise CommitError(
+                f"exactly-once: the task writes micro-batch {batch_id} under epoch {self.epoch}, opened "
+                f"for batch {self.before.committed + 1} (writer_id {self.writer_id!r}): this Spark ships "
+                "the streaming writer without pickling it for every micro-batch, or the ledger's batches "
+                "do not follow the checkpoint's (a checkpoint from elsewhere: set a new s2.writer-id). "
+                "Set s2.delivery=at-least-once, or write with foreachBatch(S2Writer(...))"
+            )
+        if already_committed(self.before, self.writer_id, batch_id):
+            return None
+        if self.roll is None:
+            raise CommitError(
+                f"exactly-once: the epoch of writer_id {self.writer_id!r} was opened without a roll call "
+                "for its task attempts; reopen it with open_sink_run"
+            )
+        return epoch_plan(
+            self.cfg,
+            writer_hash(self.writer_id),
+            self.epoch,
+            self.before.ends,
+            recovery=self.recovery,
+            roll=self.roll,
+            replay="partition" if self.trust_partitioning else "partition-checked",
+        )
+
+
+def open_sink_run(
+    cfg: S2Config,
+    writer_id: str,
+    query_id: str | None,
+    static_streams: Sequence[str],
+    *,
+    trust_partitioning: bool = False,
+) -> SinkRun:
+    """Open the epoch of one micro-batch execution: ledger ``open`` record, static streams fenced."""
+    coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
+
+    async def go() -> SinkRun:
+        before = await coord.load()
+        if query_id is not None and before.query_id not in (None, query_id):
+            # Refused on the driver when it knows the query; the tasks check it too (check_identity).
+            check_identity(before, writer_id, query_id, before.committed + 1)
+        token = await coord.open_run("batch")
+        opened, tail = coord.ledger_position()
+        roll = await coord.roll_call()
+        return SinkRun(
+            cfg,
+            writer_id,
+            query_id,
+            coord.run_id,
+            token.epoch,
+            before,
+            opened=opened,
+            opened_tail=tail,
+            roll=roll,
+            trust_partitioning=trust_partitioning,
+        )
+
+    run = _runtime.run(go())
+    log.info(
+        "exactly-once: writer %s opened execution %s epoch %s after batch %s (recovery=%s)",
+        writer_id,
+        run.run,
+        run.epoch,
+        run.before.committed,
+        run.recovery,
+    )
+    return run
+
+
+def commit_sink_run(
+    cfg: S2Config,
+    writer_id: str,
+    run: SinkRun | None,
+    batch_id: int,
+    ends: Mapping[str, int],
+    *,
+    query_id: str | None = None,
+) -> None:
+    """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported);
+    `query_id` is the streaming query id the tasks saw."""
+    _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
+    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends, query_id=query_id))
+    _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
+
+
+async def _commit(
+    cfg: S2Config,
+    writer_id: str,
+    run: SinkRun | None,
+    batch_id: int,
+    ends: Mapping[str, int],
+    *,
+    query_id: str | None,
+) -> None:
+    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
+    if run is not None and run.opened is not None:
+        # Happy path: one conditional append on top of our own open record. If anybody appended since,
+        # the append fails and Ledger.append names the other run (WriterConflictError).
+        ledger.resume(run.opened, run.opened_tail)
+        committed = max(batch_id, run.before.committed)
+    else:
+        state = await ledger.load()  # no task reported: commit on top of whatever opened this batch
+        if state.kind == "commit" and state.committed >= batch_id:
+            return
+        committed = max(batch_id, state.committed)
+    # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
+    await ledger.append(ledger.committed(committed, dict(ends), query_id))
+    log.info("exactly-once: writer %s committed batch %s (%s)", writer_id, batch_id, run.run if run else "-")

@@ -1,0 +1,267 @@
+"""S2 calls of the s2 source: stream listing and position lookups (driver) and range reads (executors).
+
+The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
+client of ``s2_sink._transport.session_pool``, like the writer's: reads honour the same timeouts, retries and
+compression, and a reused Python worker keeps its connections warm from one task or planning call to the
+next. SDK failures surface as ``ReadError`` naming the basin and the streams, with the SDK error chained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+import s2_sdk
+from s2_sdk._exceptions import TransportError
+
+from s2_sink._read.session import RUN_RECORDS, read_columns
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import explain
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._wire.read.batch import Positions, RecordColumns
+from s2_sink.config import S2Config
+from s2_sink.errors import ReadError
+
+__all__ = [
+    "first_seqs",
+    "list_streams",
+    "measure_range",
+    "missing",
+    "read_range_columns",
+    "resolve_timestamp",
+    "tails",
+]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def _words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
+    if isinstance(exc, s2_sdk.ReadUnwrittenError):
+        return str(exc)  # a position past the tail: callers look at the cause, it is no failure to explain
+    return explain(
+        exc, cfg, stream=stream, stream_fix="check s2.stream / s2.streams / s2.stream-prefix"
+    ).message
+
+
+def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
+    async def main() -> _T:
+        # The pool is touched only from the loop, so the client is looked up there.
+        return await op(get_pool().client(cfg).basin(cfg.basin))
+
+    try:
+        return _runtime.run(main())
+    except s2_sdk.S2Error as exc:
+        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {_words(exc, cfg)}") from exc
+
+
+async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
+    return int((await basin.stream(stream).check_tail()).seq_num)
+
+
+def list_streams(cfg: S2Config, prefix: str) -> list[str]:
+    """Names of the live streams whose name starts with ``prefix``, sorted."""
+
+    async def op(basin: s2_sdk.S2Basin) -> list[str]:
+        names: list[str] = []
+        start_after = ""
+        while True:
+            page = await basin.list_streams(prefix=prefix, start_after=start_after)
+            names.extend(info.name for info in page.items if info.deleted_at is None)
+            if not page.has_more or not page.items:
+                return sorted(names)
+            start_after = page.items[-1].name
+
+    return _run(cfg, f"listing streams with prefix {prefix!r}", op)
+
+
+async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
+    try:
+        return await _tail_of(basin, stream)
+    except s2_sdk.S2ServerError as exc:
+        if exc.status_code == 404:
+            return None
+        raise
+
+
+def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) -> dict[str, int]:
+    """The tail (next seq_num to be assigned) of every stream, looked up concurrently.
+
+    ``missing_ok``: leave out streams that no longer exist (deleted between listing and lookup) instead
+    of failing.
+    """
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        if not missing_ok:
+            found = await asyncio.gather(*(_tail_of(basin, s) for s in streams))
+            return dict(zip(streams, found, strict=True))
+        maybe = await asyncio.gather(*(_tail_or_none(basin, s) for s in streams))
+        return {s: t for s, t in zip(streams, maybe, strict=True) if t is not None}
+
+    return _run(cfg, f"checking the tail of {list(streams)!r}", op)
+
+
+async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:
+    try:
+        batch = await basin.stream(stream).read(start=s2_sdk.SeqNum(0), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError as exc:
+        # Nothing stored (empty, or everything trimmed): the first position is the tail.
+        return int(exc.tail.seq_num)
+    if batch.records:
+        return int(batch.records[0].seq_num)
+    return int((await basin.stream(stream).check_tail()).seq_num)
+
+
+def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
+    """Per stream, the first seq_num still stored (after trims and retention), or the tail if none is."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_first_seq(basin, s) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"finding the first stored record of {list(streams)!r}", op)
+
+
+def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
+    """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
+    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
+        end, used = first, 0
+        # The server applies the byte limit (whole records only), so only what fits is transferred.
+        async with basin.stream(stream).read_session(
+            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
+        ) as session:
+            async for batch in session:
+                for record in batch.records:
+                    # Trimmed records cost nothing here: the batch spans them and its tasks report the loss.
+                    if record.seq_num >= stop:
+                        return stop, used
+                    end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        return end, used
+
+    try:
+        return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
+    except ReadError as exc:
+        if isinstance(exc.__cause__, s2_sdk.ReadUnwrittenError):
+            # Everything from ``first`` on was trimmed: span it, the tasks report the loss.
+            return stop, 0
+        raise
+
+
+async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
+    handle = basin.stream(stream)
+    try:
+        batch = await handle.read(start=s2_sdk.Timestamp(timestamp), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError as exc:
+        # Nothing at or after the timestamp yet: the position is the tail.
+        return int(exc.tail.seq_num)
+    if batch.records:
+        return int(batch.records[0].seq_num)
+    return int((await handle.check_tail()).seq_num)
+
+
+def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> dict[str, int]:
+    """Per stream, the seq_num of the first record whose timestamp is >= ``timestamp`` (or the tail)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_seq_at(basin, s, timestamp) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)
+
+
+async def _range_columns(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
+) -> AsyncGenerator[RecordColumns, None]:
+    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
+    expected = first
+    try:
+        async for batch in read_columns(handle, first, stop - first, run_records=run_records):
+            for lo, hi in missing(batch.seq_nums, expected, stop):
+                on_gap(lo, hi)
+            expected = int(batch.seq_nums[-1]) + 1
+            # Trimmed records shift what the count covers: keep only [first, stop).
+            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
+            if len(kept):
+                yield kept
+            if expected >= stop:
+                return
+    except s2_sdk.ReadUnwrittenError:
+        # The start resolved to the tail: everything from ``expected`` on was trimmed.
+        pass
+    if expected < stop:
+        on_gap(expected, stop)
+
+
+def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
+    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
+    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
+    after[0] = expected
+    after[1:] = seq_nums[:-1] + np.uint64(1)
+    jumps = np.flatnonzero(seq_nums > after)
+    return [
+        (lo, min(hi, stop))
+        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
+        if lo < stop
+    ]
+
+
+async def _next(batches: AsyncGenerator[_T, None]) -> _T:
+    return await anext(batches)
+
+
+async def _close(batches: AsyncGenerator[_T, None]) -> None:
+    await batches.aclose()
+
+
+def _drive(
+    batches: AsyncGenerator[_T, None], cfg: S2Config, stream: str, first: int, stop: int
+) -> Iterator[_T]:
+    """Step ``batches`` on the shared loop from a synchronous caller, SDK errors as ReadError."""
+    try:
+        while True:
+            try:
+                batch = _runtime.run(_next(batches))
+            except StopAsyncIteration:
+                return
+            yield batch
+    except (s2_sdk.S2Error, TransportError) as exc:
+        raise ReadError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{_words(exc, cfg, stream)}"
+        ) from exc
+    finally:
+        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
+        # async-generator hook closes ``batches`` once it is collected too.
+        if not _runtime.in_loop_thread():
+            _runtime.run(_close(batches))
+
+
+def read_range_columns(
+    cfg: S2Config,
+    stream: str,
+    first: int,
+    stop: int,
+    on_gap: Callable[[int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
+) -> Iterator[RecordColumns]:
+    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches of
+    record columns decoded in bulk from the wire (`session`), in runs of about ``run_records``.
+
+    ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
+    expired); it may raise to stop the read.
+
+    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
+    the session is still reading, and the session is closed however the caller stops iterating.
+    """
+    return _drive(
+        _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records), cfg, stream, first, stop
+    )

@@ -1,0 +1,194 @@
+"""An S2S read session that hands out its ``ReadBatch`` messages as record columns, a run of several at a time
+(`s2_sink._wire.read.run`).
+
+The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
+to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
+rate. This session keeps the SDK's HTTP/2 transport (``HttpClient.streaming_request``: pooled
+connections, flow control, TLS, auth) and its S2S deframing (``read_messages``, with decompression), and
+decodes the messages' bytes in bulk instead.
+
+Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
+1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
+server keeps reading ahead within HTTP/2 flow control), as the SDK's own session does.
+
+It behaves as the SDK's bounded session does (``s2_sdk._s2s._read_session.run_read_session``): the
+same request (``GET /v1/streams/{stream}/records?seq_num=&count=`` with ``content-type: s2s/proto``),
+the same heartbeat timeout, the same retries (``retry`` of the client: backoff, attempts reset by each
+message, reconnects on server advice or draining, resuming after the last record delivered with the
+count that is left), the same errors (``parse_error_info``: a 416 raises ``ReadUnwrittenError``).
+One thing differs on the wire: it tells the server that its connections take DATA frames of up to 1 MiB
+(`_MAX_FRAME_SIZE`), where the SDK leaves HTTP/2's 16 KiB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Final
+
+import s2_sdk
+from h2.connection import H2Connection
+from h2.settings import SettingCodes
+from s2_sdk._client import HttpClient
+from s2_sdk._exceptions import ReadTimeoutError, S2ClientError, TransportError
+from s2_sdk._retrier import AdvisedReconnectLimiter, compute_backoff, http_retry_on, requires_reconnect
+from s2_sdk._s2s import _stream_records_path
+from s2_sdk._s2s._protocol import Message, parse_error_info, read_messages
+from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
+
+from s2_sink._transport import h2_frame_text as _h2_frame_text
+from s2_sink._wire.read.batch import RecordColumns
+from s2_sink._wire.read.run import Arrival, ReadRun
+
+__all__ = ["RUN_BYTES", "RUN_RECORDS", "read_columns"]
+
+log = logging.getLogger(__name__)
+
+_h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
+
+RUN_RECORDS: Final = 8192
+RUN_BYTES: Final = 8 * 1024 * 1024
+"""Records are handed out in runs of about this many records (or bytes of messages): a ReadBatch holds at most
+1000 records, and decoding several together, then Arrow's JSON reader and the per-batch numpy passes of the
+formats, cost less per record on longer runs; each run is also one hand-off from the event loop's thread."""
+
+_HEARTBEAT_TIMEOUT: Final = 20.0  # seconds, as the SDK's session
+_MAX_FRAME_SIZE: Final = 1 << 20
+"""The DATA frame size a read connection accepts. Every frame costs h2 and the SDK's transport Python work
+(parsing, an event, a queue hand-off, a flow-control ack), and at HTTP/2's default of 16 KiB a frame holds
+about a hundred records. A ReadBatch is at most 1 MiB, so a frame of 1 MiB carries a whole one. RFC 9113
+lets a receiver advertise up to 16 MiB - 1; the windows (10 MiB, the SDK's) still bound what is in flight."""
+
+
+async def read_columns(
+    handle: s2_sdk.S2Stream,
+    first: int,
+    count: int,
+    *,
+    run_records: int = RUN_RECORDS,
+    run_bytes: int = RUN_BYTES,
+) -> AsyncGenerator[RecordColumns, None]:
+    """The records from seq_num ``first`` on, at most ``count`` of them, in runs (never empty) of whole
+    messages: a run is handed out once it holds ``run_records`` records or ``run_bytes`` bytes of messages,
+    and at the end.
+
+    Ends at the count or at the tail (it never waits for new records), like a bounded SDK session.
+    """
+    client, retry = handle._client, handle._retry
+    headers = _request_headers(handle)
+    max_retries = retry._max_retries()
+    attempt = 0
+    reconnects = AdvisedReconnectLimiter()
+    next_seq, remaining = first, count
+    run = ReadRun()  # records already received stay in it across retries: the session resumes after them
+    while remaining > 0:
+        params = {"seq_num": next_seq, "count": remaining}
+        reconnect = False
+        try:
+            async with client.streaming_request(
+                "GET", _stream_records_path(handle.name), params=params, headers=headers
+            ) as response:
+                if response.status_code != 200:
+                    raise parse_error_info(await response.aread(), response.status_code)
+                await _advertise_large_frames(client)
+                advice_seen = False
+                async for message in _within_heartbeats(read_messages(response.aiter_bytes())):
+                    attempt = 0
+                    if message.reconnect_advised and not advice_seen:  # act on the first advice only
+                        advice_seen = True
+                        response.retire_connection()
+                        reconnect = reconnects.try_acquire_advised_reconnect()
+                    next_seq, remaining = _resume_point(run.add(message.body), remaining)
+                    if run.records >= run_records or run.size >= run_bytes:
+                        yield run.take()
+                    if reconnect:
+                        break
+            if not reconnect:
+                break
+        except (s2_sdk.S2Error, TransportError) as exc:  # what the SDK's retry rules judge
+            backoff = _retry_after(exc, attempt, max_retries, retry, reconnects, done=remaining == 0)
+            if backoff is None:
+                break
+            if not requires_reconnect(exc):
+                attempt += 1
+            log.debug(
+                "s2 source: retrying read session stream=%s error=%s backoff=%.3fs", handle.name, exc, backoff
+            )
+            await asyncio.sleep(backoff)
+    if run.records:
+        yield run.take()
+
+
+def _resume_point(arrival: Arrival, remaining: int) -> tuple[int, int]:
+    """Where a session resumes after a message, and how many records it still wants."""
+    if arrival.last_seq_num is not None:
+        return arrival.last_seq_num + 1, max(remaining - arrival.records, 0)
+    if arrival.tail is not None:
+        return arrival.tail.seq_num, remaining  # a heartbeat: the server is at the tail
+    raise S2ClientError("Read session received an empty batch without a tail")
+
+
+async def _advertise_large_frames(client: HttpClient) -> None:
+    """Advertise `_MAX_FRAME_SIZE` on the client's connections to its endpoint that do not yet (once per
+    connection: h2 keeps the value until the server acknowledges it, then applies it to what it accepts)."""
+    try:
+        for pooled in list(client._pool._hosts.get(client._base_url, ())):
+            conn = pooled._conn
+            h2c = conn._h2
+            if h2c is None or not conn.is_available or h2c in _advertised:
+                continue
+            _advertised.add(h2c)
+            async with conn._write_lock:
+                h2c.update_settings({SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME_SIZE})
+                await conn._flush(force=True)
+    except AttributeError:  # another SDK's internals: reads still work, on 16 KiB frames
+        log.debug("cannot reach the SDK's connections to advertise larger frames", exc_info=True)
+
+
+_advertised: weakref.WeakSet[H2Connection] = weakref.WeakSet()
+"""The HTTP/2 state of connections already told, for as long as they live."""
+
+
+async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator[Message, None]:
+    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout."""
+    while True:
+        try:
+            yield await asyncio.wait_for(anext(messages), timeout=_HEARTBEAT_TIMEOUT)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ReadTimeoutError("Read session heartbeat timeout") from None
+
+
+def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
+    headers = {"content-type": "s2s/proto"}
+    if handle._encryption_key is not None:
+        headers[_S2_ENCRYPTION_KEY_HEADER] = handle._encryption_key
+    return headers
+
+
+def _retry_after(
+    exc: Exception,
+    attempt: int,
+    max_retries: int,
+    retry: s2_sdk.Retry,
+    reconnects: AdvisedReconnectLimiter,
+    *,
+    done: bool,
+) -> float | None:
+    """Seconds to wait before resuming after ``exc``, None to end quietly; re-raises what is final."""
+    must_reconnect = requires_reconnect(exc)
+    if must_reconnect and done:
+        return None
+    if not (http_retry_on(exc) and (must_reconnect or attempt < max_retries)):
+        raise exc
+    if must_reconnect:
+        reconnects.record_reconnect()
+        return 0.0
+    return compute_backoff(
+        attempt,
+        min_base_delay=retry.min_base_delay.total_seconds(),
+        max_base_delay=retry.max_base_delay.total_seconds(),
+    )

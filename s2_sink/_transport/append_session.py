@@ -1,0 +1,206 @@
+"""An S2S append session fed with already serialized ``AppendInput`` messages (see `s2_sink._wire`).
+
+The SDK's ``AppendSession`` takes ``AppendInput`` objects and serializes each record itself; the bulk
+path has the bytes already. This session drives the SDK's own HTTP/2 transport
+(``HttpClient.streaming_request``: connection pooling, flow control, TLS and auth stay the SDK's) with
+the S2S framing of ``s2_sdk._s2s._protocol``: ``POST /v1/streams/{stream}/records`` with
+``content-type: s2s/proto``; each message is framed as a 3-byte big-endian length of flag + body, one
+flag byte and the body, compressed per ``s2.compression`` from 1 KiB on, as the SDK does. The messages
+submitted while the sender was busy go out together, as one write to the transport (one HTTP/2 DATA frame
+where the server's frame size allows): the SDK's sender costs about as much per write as per byte sent,
+and a task hands its chunks over in groups (`s2_sink._write.task.partition_writer`).
+
+Acks are ``AppendAck`` messages, matched to in-flight messages oldest first and checked against each
+message's record count. A terminal frame or a non-200 answer fails every pending ticket with the SDK's
+own error types (``parse_error_info``), so `s2_sink._transport.retry` judges them as it judges the SDK's. The
+session has no retries of its own: `_write.task.appender` re-sends unacknowledged chunks on a fresh session.
+
+When the server advises a reconnect, the session stops taking new messages (`accepting` turns false),
+half-closes once what it carries is sent, and its connection is retired; acks still pending arrive as
+usual. The caller opens a fresh session for what comes next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Final
+
+import s2_sdk._generated.s2.v1.s2_pb2 as pb
+from s2_sdk import S2, AppendAck, Compression, S2ClientError
+from s2_sdk._client import HttpClient
+from s2_sdk._exceptions import TransportError
+from s2_sdk._mappers import append_ack_from_proto
+from s2_sdk._s2s import _stream_records_path
+from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
+
+__all__ = ["BulkAppendSession", "SessionClosedError", "basin_transport"]
+
+_HEADERS: Final = {"content-type": "s2s/proto", "accept": "s2s/proto"}
+
+
+class SessionClosedError(S2ClientError):
+    """The session takes no more messages (closed, failed, or reconnect advised): use a fresh one.
+    Nothing submitted after this point was sent, so re-sending elsewhere has no side effects."""
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    records: int
+    ticket: asyncio.Future[AppendAck]
+
+
+class BulkAppendSession:
+    """One S2S append session on the runtime loop: `submit` pre-encoded messages, await their tickets."""
+
+    def __init__(self, client: HttpClient, stream: str, compression: Compression = Compression.NONE) -> None:
+        self.stream = stream
+        self._client = client
+        self._compression = compression
+        self._outbox: list[bytes] = []
+        """Framed messages not yet taken by the sender, oldest first."""
+        self._wakeup: asyncio.Future[None] | None = None
+        """The idle sender's, resolved by the next message or the half-close."""
+        self._half_closed = False
+        self._pending: deque[_Pending] = deque()
+        self._error: BaseException | None = None
+        self._closing = False
+        self.reconnect_advised = False
+        self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def accepting(self) -> bool:
+        """Whether `submit` still sends (not closed, not failed, no reconnect advised)."""
+        return not (self._closing or self.reconnect_advised or self._error is not None or self._runner.done())
+
+    @property
+    def error(self) -> BaseException | None:
+        """What failed the session, if it failed."""
+        return self._error
+
+    def abort(self) -> None:
+        """End the session now (its HTTP/2 stream is reset): pending tickets fail, nothing more is sent."""
+        self._closing = True
+        self._runner.cancel()
+
+    def submit(self, message: bytes, records: int) -> asyncio.Future[AppendAck]:
+        """Send one serialized ``AppendInput`` of `records` records; the ticket resolves with its ack.
+
+        Raises `SessionClosedError` when the session takes no more messages (nothing was sent).
+        """
+        if not self.accepting:
+            raise SessionClosedError(
+                f"append session to {self.stream!r} takes no more appends"
+            ) from self._error
+        ticket: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(records, ticket))
+        self._outbox.append(self._frame(message))
+        self._wake()
+        return ticket
+
+    async def close(self) -> None:
+        """Half-close after what was submitted, wait for the server to end the session; re-raises the
+        session's error, if it failed."""
+        if not self._closing:
+            self._closing = True
+            self._half_close()
+        await asyncio.shield(self._runner)
+        if self._error is not None:
+            raise self._error
+
+    def _frame(self, message: bytes) -> bytes:
+        body, compression = maybe_compress(message, self._compression)
+        return frame_message(Message(body, terminal=False, compression=compression))
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def _half_close(self) -> None:
+        """Send what was submitted, then end the request body (nothing submitted later is sent)."""
+        self._half_closed = True
+        self._wake()
+
+    async def _outgoing(self) -> AsyncGenerator[bytes]:
+        while True:
+            if self._outbox:
+                frames, self._outbox = self._outbox, []
+                yield frames[0] if len(frames) == 1 else b"".join(frames)
+            elif self._half_closed:
+                return
+            else:
+                self._wakeup = asyncio.get_running_loop().create_future()
+                await self._wakeup
+                self._wakeup = None
+
+    async def _run(self) -> None:
+        try:
+            async with self._client.streaming_request(
+                "POST", _stream_records_path(self.stream), headers=dict(_HEADERS), content=self._outgoing()
+            ) as response:
+                if response.status_code != 200:
+                    raise parse_error_info(await response.aread(), response.status_code)
+                async for message in read_messages(response.aiter_bytes()):
+                    self._acked(message)
+                    if message.reconnect_advised and not self.reconnect_advised:
+                        self.reconnect_advised = True
+                        response.retire_connection()
+                        self._half_close()  # send nothing more on this session
+                if self._pending:
+                    raise S2ClientError(
+                        f"append session ended with {len(self._pending)} unacknowledged appends"
+                    )
+        except TransportError as exc:
+            # As the SDK's own session reports them: an S2ClientError, the transport's error its cause
+            # (so `_transport.retry` sees a retryable failure, and a refused connection as side-effect free).
+            self._fail(_client_error(exc))
+        except BaseException as exc:
+            self._fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._closing = True
+
+    def _acked(self, message: Message) -> None:
+        ack = pb.AppendAck()
+        ack.ParseFromString(message.body)
+        if not self._pending:
+            raise S2ClientError("invalid ack: no append in flight")
+        pending = self._pending[0]  # stays pending (and is failed with the session) if the ack is wrong
+        count = ack.end.seq_num - ack.start.seq_num
+        if count != pending.records:
+            raise S2ClientError(
+                f"invalid ack: {count} records acknowledged for an append of {pending.records}"
+            )
+        self._pending.popleft()
+        if not pending.ticket.done():
+            pending.ticket.set_result(append_ack_from_proto(ack))
+
+    def _fail(self, exc: BaseException) -> None:
+        if not isinstance(exc, Exception):  # cancelled (aborted): tickets fail with an ordinary error
+            exc = SessionClosedError(f"append session to {self.stream!r} was aborted")
+        self._error = exc
+        while self._pending:
+            ticket = self._pending.popleft().ticket
+            if not ticket.done():
+                ticket.set_exception(exc)
+                ticket.add_done_callback(_retrieve)
+
+
+def _client_error(exc: TransportError) -> S2ClientError:
+    err = S2ClientError(f"{type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+def _retrieve(fut: asyncio.Future[AppendAck]) -> None:
+    with contextlib.suppress(BaseException):
+        fut.exception()
+
+
+def basin_transport(client: S2, basin: str) -> HttpClient:
+    """The SDK client's own HTTP/2 transport for `basin` (shared with its unary calls and sessions)."""
+    return client._get_basin_client(basin)

@@ -1,0 +1,145 @@
+"""The driver's check before the first micro-batch's tasks launch: the endpoint answers, the token is
+accepted, the basin exists and the streams to write exist or will be created (or the streams to read exist).
+
+Without it, a wrong endpoint, token or basin surfaces in every task of the first batch, once per task attempt
+(Spark retries each task), long after the query started. The preflight fails once, on the driver, with one
+message naming the endpoint, basin and stream and the fix (`_transport.explain`). It is cheap: one request per
+stream it looks at, at most `MAX_PROBED_STREAMS`, and runs once per `S2Writer` object, or once per
+``format("s2")`` planning (the start of a streaming query, each batch read or write).
+
+What it asks S2, and why these requests:
+
+- writes: a one-entry ``list_streams`` page at each known target's name, which tells whether the stream exists
+  without creating it (a ``check_tail`` would create it in a basin with ``create_stream_on_read``); only if it
+  does not, and ``create_streams`` is off, the basin's config, whose ``create_stream_on_append`` may create
+  it on the first append; a routed write whose streams are known only from the rows lists one page of the
+  basin;
+- reads: ``check_tail`` of the streams to read, the request planning makes next anyway.
+
+A 403 means the token works but may not make this request (a minimal append-only token, say): the
+preflight then stops, and the write or read itself finds out what the token allows. The exactly-once ledger
+is read on the driver just after (before any task), with its failures worded the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from s2_sdk import S2, S2Basin, S2Error, S2ServerError
+
+from s2_sink._options import OptionMap
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import explain
+from s2_sink._transport.session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import ConfigError, PreflightError
+
+__all__ = ["MAX_PROBED_STREAMS", "OPT_PREFLIGHT", "enabled", "preflight_read", "preflight_write"]
+
+log = logging.getLogger(__name__)
+
+OPT_PREFLIGHT: Final = "s2.preflight"
+"""``format("s2")`` option (read and write, default ``true``): ``false`` skips the check."""
+
+MAX_PROBED_STREAMS: Final = 2
+"""Streams looked at: a routed or multi-stream job's others share the basin, token and endpoint."""
+
+
+def enabled(options: Mapping[str, str]) -> bool:
+    """Whether the ``format("s2")`` options ask for the preflight (`OPT_PREFLIGHT`, default ``true``)."""
+    raw = OptionMap(options).text(OPT_PREFLIGHT)
+    if raw is None or raw.strip().lower() == "true":
+        return True
+    if raw.strip().lower() == "false":
+        return False
+    raise ConfigError(f"option {OPT_PREFLIGHT}={raw!r} must be true or false")
+
+
+class _Missing(Exception):
+    """A probed stream does not exist (and will not be created)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.stream = stream
+
+
+async def _appends_create(client: S2, basin: str) -> bool:
+    """Whether appends to a missing stream create it (the basin's ``create_stream_on_append``); a token that
+    may not read the basin's config cannot tell, so the append is given the benefit of the doubt."""
+    try:
+        config = await client.get_basin_config(basin)
+    except S2ServerError as exc:
+        if exc.status_code == 403:
+            return True
+        raise
+    return bool(config.create_stream_on_append)
+
+
+async def _write_probe(client: S2, basin_name: str, streams: Sequence[str], create_streams: bool) -> None:
+    basin = client.basin(basin_name)
+    if not streams:
+        await basin.list_streams(limit=1)
+        return
+    for stream in streams[:MAX_PROBED_STREAMS]:
+        page = await basin.list_streams(prefix=stream, limit=1)
+        found = any(i.name == stream and i.deleted_at is None for i in page.items)
+        if not found and not create_streams and not await _appends_create(client, basin_name):
+            raise _Missing(stream)
+
+
+async def _read_probe(basin: S2Basin, streams: Sequence[str]) -> None:
+    for stream in streams[:MAX_PROBED_STREAMS]:
+        try:
+            await basin.stream(stream).check_tail()
+        except S2ServerError as exc:
+            if exc.status_code == 404 and exc.code == "stream_not_found":
+                raise _Missing(stream) from exc
+            raise
+
+
+def _run(cfg: S2Config, what: str, probe: str, streams: Sequence[str], create_streams: bool) -> None:
+    async def main() -> None:
+        client = get_pool().client(cfg)  # the pool is touched only on the loop
+        if probe == "write":
+            await _write_probe(client, cfg.basin, streams, create_streams)
+        else:
+            await _read_probe(client.basin(cfg.basin), streams)
+
+    first = streams[0] if streams else None
+    fix_stream = (
+        "create it, or set create_streams=True (s2.create-streams)"
+        if probe == "write"
+        else "check s2.stream / s2.streams"
+    )
+    try:
+        _runtime.run(main())
+    except _Missing as missing:
+        where = f"basin {cfg.basin!r} at {cfg.basin_endpoint.replace('{basin}', cfg.basin)}"
+        raise PreflightError(
+            f"{what}: stream {missing.stream!r} does not exist in {where}: {fix_stream} (checked on the "
+            "driver before any task ran)"
+        ) from None
+    except S2Error as exc:
+        if isinstance(exc, S2ServerError) and exc.status_code == 403:
+            log.info(
+                "preflight of %s skipped: the token may not list or check streams (403 %s)", what, exc.code
+            )
+            return
+        words = explain(exc, cfg, stream=first, stream_fix=fix_stream).message
+        raise PreflightError(f"{what}: {words} (checked on the driver before any task ran)") from exc
+    log.debug(
+        "preflight of %s passed: basin=%s streams=%s", what, cfg.basin, list(streams)[:MAX_PROBED_STREAMS]
+    )
+
+
+def preflight_write(cfg: S2Config, streams: Sequence[str], *, what: str) -> None:
+    """Check, on the driver, that the write to `streams` (those known before any row is seen; empty for a
+    routed write) can start: PreflightError naming the endpoint, basin, stream and the fix, if not."""
+    _run(cfg, what, "write", list(streams), cfg.create_streams)
+
+
+def preflight_read(cfg: S2Config, streams: Sequence[str], *, what: str) -> None:
+    """Check, on the driver, that the streams to read exist and the endpoint, token and basin are good."""
+    _run(cfg, what, "read", list(streams), False)

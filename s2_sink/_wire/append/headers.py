@@ -1,0 +1,178 @@
+"""A record's ``headers`` fields, serialized in bulk: its own (a list column), and leading ones.
+
+A record's own headers come from a ``list<struct<name, value>>`` column: every entry is serialized
+once, and a row's headers, consecutive entries, are then one value by offsets alone. Leading headers
+(one name for every row, a value column, e.g. the upsert ``@key``/``@action``) need no list at all:
+each is a prefix (a constant, fixed-width numpy rows, or packed varints, whichever the value lengths
+allow) joined ahead of the value bytes, or, where every row holds the same value (the ``@action`` of a
+batch of upserts), one constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+
+from s2_sink._wire.append.fields import (
+    HEADER_NAME,
+    HEADER_VALUE,
+    RECORD_HEADERS,
+    check_length,
+    field,
+    join,
+    per_row,
+)
+from s2_sink._wire.arrow_views import BinaryView, as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire.layout import Bytes, Ints, pack_fields, varint_sizes
+from s2_sink.encoders._frame import HEADERS
+from s2_sink.errors import EncodeError
+
+__all__ = ["Header", "LeadingHeader", "check_leading", "headers_bytes", "leading_fields", "own_headers"]
+
+Header = tuple[bytes, bytes]
+LeadingHeader = tuple[bytes, pa.Array]
+"""A header every row carries first: its name, and a binary column of each row's value."""
+
+
+def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.Array:
+    """Every row's own ``headers`` fields, serialized, as one large_binary value per row."""
+    if headers is not None:
+        check_length(headers, rows, HEADERS)
+    if headers is None or pa.types.is_null(headers.type):
+        return per_row(n, np.zeros(0, dtype=np.int64), [])
+    typ = headers.type
+    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
+        raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")
+    fields = [typ.value_type.field(i).name for i in range(typ.value_type.num_fields)]
+    if "name" not in fields or "value" not in fields:
+        raise TypeError(f"{HEADERS} entries must have fields 'name' and 'value', got {typ.value_type}")
+    column = headers.slice(first, n)
+    count = column.value_lengths().fill_null(0).to_numpy().astype(np.int64)
+    # flatten() keeps only the entries of non-null rows, from the slice's offset on; the struct's own
+    # flatten() applies its offset and null bitmap to the children.
+    children = column.flatten().flatten()
+    name, value = children[fields.index("name")], children[fields.index("value")]
+    for child, what in ((name, "name"), (value, "value")):
+        if child.null_count:
+            entry = int(np.argmin(validity(child)))
+            row = first + int(np.searchsorted(np.cumsum(count), entry, side="right"))
+            raise EncodeError(
+                f"{HEADERS} has a null header {what} in row {row}: header names and values are "
+                f"bytes (use b'' for an empty one)"
+            )
+    if len(name) == 0:
+        return per_row(n, np.zeros(0, dtype=np.int64), [])
+    names = as_large_binary(name, f"{HEADERS}.name")
+    values = as_large_binary(value, f"{HEADERS}.value")
+    name_len, value_len = binary_view(names).lengths, binary_view(values).lengths
+    name_size, value_size = varint_sizes(name_len), varint_sizes(value_len)
+    header_len = np.where(name_len > 0, 1 + name_size + name_len, 0) + np.where(
+        value_len > 0, 1 + value_size + value_len, 0
+    )
+    entries = len(names)
+    header_key = (None, RECORD_HEADERS, header_len, varint_sizes(header_len))
+    name_key = (name_len > 0, HEADER_NAME, name_len, name_size)
+    value_key = (value_len > 0, HEADER_VALUE, value_len, value_size)
+    fields_bytes = join(
+        large_binary(pack_fields(entries, [header_key, name_key])),
+        names,
+        large_binary(pack_fields(entries, [value_key])),
+        values,
+    )
+    # A row's header fields are consecutive entries: one value spanning them, by offsets alone.
+    first_entry = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count, out=first_entry[1:])
+    offsets = binary_view(fields_bytes).offsets[first_entry]
+    data = fields_bytes.buffers()[2]
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), data])
+
+
+def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tuple[list[pa.Array], Ints]:
+    """The ``headers`` fields of rows ``first:first + n`` for the `leading` headers, as columns (and
+    scalars) to join into each record in order, and their total bytes per row."""
+    parts: list[pa.Array] = []
+    total = np.zeros(n, dtype=np.int64)
+    for name, column in leading:
+        values = as_large_binary(column.slice(first, n), f"leading header {name!r}")
+        if values.null_count:
+            row = first + int(np.argmin(validity(values)))
+            raise EncodeError(
+                f"leading header {name!r} has a null value in row {row}: header values are bytes "
+                "(use b'' for an empty one)"
+            )
+        view = binary_view(values)
+        named = field(HEADER_NAME, name) if name else b""  # the same bytes in every row
+        same = _same_value(view)
+        if same is not None:  # e.g. @action of a batch of upserts only: the same header in every row
+            header = field(RECORD_HEADERS, named + (field(HEADER_VALUE, same) if same else b""))
+            parts.append(pa.scalar(header, pa.large_binary()))
+            total += len(header)
+            continue
+        value_len = view.lengths
+        prefix, prefix_len = _value_prefix(named, value_len)
+        parts += [*prefix, values]
+        total += prefix_len + value_len
+    return parts, total
+
+
+def _same_value(view: BinaryView) -> bytes | None:
+    """The value every row holds, if they all hold the same short value (None otherwise)."""
+    lengths = view.lengths
+    if not len(lengths) or lengths.min() != lengths.max() or lengths[0] > _SAME_VALUE_BYTES:
+        return None
+    width = int(lengths[0])
+    rows = view.data[view.offsets[0] : view.offsets[-1]].reshape(len(lengths), width)
+    return rows[0].tobytes() if (rows == rows[0]).all() else None
+
+
+#: Values up to this long are looked at for one shared by every row (a code, a flag, a version).
+_SAME_VALUE_BYTES: Final = 16
+
+
+def _value_prefix(named: bytes, value_len: Ints) -> tuple[list[pa.Array | pa.Scalar], Ints]:
+    """A leading header's field up to its value: ``headers`` key, length, the serialized name, and the
+    value's key and length (absent for an empty value), as parts to join, and their bytes per row."""
+    n = len(value_len)
+    value_size = varint_sizes(value_len)
+    header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
+    header_size = varint_sizes(header_len)
+    prefix_len = 1 + header_size + len(named) + np.where(value_len > 0, 1 + value_size, 0)
+    if n and value_len.min() == value_len.max():  # e.g. the 1-byte @action: the same bytes in every row
+        # the field of any such value, cut before the value's bytes
+        size = int(value_len[0])
+        one = field(RECORD_HEADERS, named + (field(HEADER_VALUE, bytes(size)) if size else b""))
+        return [pa.scalar(one[: len(one) - size], pa.large_binary())], prefix_len
+    if n and value_len.min() > 0 and header_len.max() < 0x80:
+        # 1-byte lengths (keys under ~110 bytes): fixed-width rows, written column-wise by numpy
+        width = 4 + len(named)
+        rows: Bytes = np.empty((n, width), dtype=np.uint8)
+        rows[:] = np.frombuffer(bytes([RECORD_HEADERS, 0, *named, HEADER_VALUE, 0]), dtype=np.uint8)
+        rows[:, 1] = header_len
+        rows[:, -1] = value_len
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+        return [large_binary((offsets, rows.reshape(-1)))], prefix_len
+    header_key = (None, RECORD_HEADERS, header_len, header_size)
+    value_key = (value_len > 0, HEADER_VALUE, value_len, value_size)
+    parts = [
+        large_binary(pack_fields(n, [header_key])),
+        pa.scalar(named, pa.large_binary()),
+        large_binary(pack_fields(n, [value_key])),
+    ]
+    return parts, prefix_len
+
+
+def check_leading(leading: Sequence[LeadingHeader], rows: int) -> None:
+    for name, column in leading:
+        check_length(column, rows, f"leading header {name!r}")
+
+
+def headers_bytes(headers: Sequence[Header]) -> bytes:
+    """``headers`` as serialized ``AppendRecord.headers`` fields (a few per chunk: plain Python)."""
+    out = bytearray()
+    for name, value in headers:
+        header = (field(HEADER_NAME, name) if name else b"") + (field(HEADER_VALUE, value) if value else b"")
+        out += field(RECORD_HEADERS, header)
+    return bytes(out)

@@ -1,0 +1,351 @@
+"""Serialized ``AppendInput`` messages (s2.v1 protobuf), one per chunk of a record frame, built in bulk.
+
+The record frame's columns (see `s2_sink.encoders._frame`) become the exact bytes the SDK would send
+for the same records (``s2_sdk._mappers.append_input_to_proto(...).SerializeToString()``), without a
+Python object per record. The messages are listed in `s2_sink._wire.append.fields`; the header
+fields are built in `s2_sink._wire.append.headers`.
+
+Fields are written in field-number order, as protobuf serializers do; proto3 ``bytes`` fields without
+presence (body, header name and value) are omitted when empty, ``optional`` ones are written whenever
+set (a timestamp of 0, an empty fencing token).
+
+How: numpy computes every field's size over whole columns and packs the small parts (keys and
+varints) row by row; Arrow's ``binary_join_element_wise`` then concatenates, row by row, those parts
+with the Arrow buffers' own bytes (names, values, bodies) in C++; leading headers are joined
+straight into the record, ahead of its own headers. The records come out back to back in one
+buffer, each chunk's trailer (match_seq_num, fencing token) joined after its last record, so a chunk
+is one slice of that buffer.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Final, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from s2_sink._wire.append.fields import (
+    INPUT_FENCING_TOKEN,
+    INPUT_MATCH_SEQ_NUM,
+    INPUT_RECORDS,
+    RECORD_BODY,
+    RECORD_TIMESTAMP,
+    check_length,
+    field,
+    join,
+    per_row,
+    varint,
+)
+from s2_sink._wire.append.headers import (
+    Header,
+    LeadingHeader,
+    check_leading,
+    headers_bytes,
+    leading_fields,
+    own_headers,
+)
+from s2_sink._wire.arrow_views import as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire.layout import Bools, Bytes, Ints, pack_fields, varint_sizes
+from s2_sink.encoders._frame import BODY, TIMESTAMP
+from s2_sink.errors import EncodeError
+
+__all__ = [
+    "EncodedRecords",
+    "LeadingHeader",
+    "encode_append_inputs",
+    "encode_records",
+    "fencing_token_field",
+    "record_field",
+]
+
+_U64_LIMIT: Final = 1 << 64
+
+# Block size: temporaries of a few hundred KiB stay in cache and in memory the allocator reuses
+# (fresh pages cost more than the encoding itself on some virtual machines).
+_BLOCK_ROWS: Final = 16_384
+_BLOCK_BYTES: Final = 4 * 1024 * 1024
+
+
+def encode_append_inputs(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    bounds: npt.ArrayLike,
+    *,
+    fencing_token: str | None,
+    match_seq_nums: Sequence[int | None] | None = None,
+    first_record_headers: Sequence[Sequence[Header]] | None = None,
+    leading: Sequence[LeadingHeader] = (),
+) -> list[bytes]:
+    """One serialized ``AppendInput`` per chunk; chunk ``i`` holds rows ``bounds[i]:bounds[i + 1]``.
+
+    ``body`` is the frame's ``_s2_body`` (binary or large_binary, no nulls), ``headers`` its
+    ``_s2_headers`` (``list<struct<name: binary, value: binary>>``, a null row = no headers) and
+    ``timestamp`` its ``_s2_timestamp`` (int64 ms, a null row = unset); ``None`` for a column = no row
+    has one. ``bounds`` must increase strictly (an append holds at least one record) within
+    ``[0, len(body)]``. Every chunk carries ``fencing_token`` (when not ``None``) and
+    ``match_seq_nums[i]`` (when given and not ``None``). ``first_record_headers[i]`` is appended after
+    the own headers of chunk ``i``'s first record (the exactly-once chunk tag goes last, see
+    `s2_sink._exactly_once.tags`). ``leading`` headers come first in every record, in the order
+    given, before its own ``headers``.
+
+    Raises EncodeError for a row S2 cannot take (null body, null header name or value, negative
+    timestamp) and ValueError for arguments that do not fit together.
+    """
+    body = as_large_binary(body, BODY)  # shares the data buffer
+    check_leading(leading, len(body))
+    cuts = _check_bounds(bounds, len(body))
+    chunks = len(cuts) - 1
+    if chunks <= 0:
+        return []
+    _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
+    _check_per_chunk(first_record_headers, chunks, "first_record_headers")
+    extras = [headers_bytes(chunk) for chunk in first_record_headers] if first_record_headers else None
+    trailers = _trailers(match_seq_nums, fencing_token, chunks)
+    out: list[bytes] = []
+    for lo, hi in _blocks(body, cuts):
+        block_extras = extras[lo:hi] if extras is not None else None
+        out += _encode_block(
+            body,
+            headers,
+            timestamp,
+            leading,
+            cuts=cuts[lo : hi + 1],
+            extras=block_extras,
+            trailers=trailers[lo:hi],
+        )
+    return out
+
+
+class EncodedRecords(NamedTuple):
+    """Rows serialized as ``AppendInput.records`` fields, back to back: row ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``, so rows ``a:b`` of any chunk are one contiguous slice."""
+
+    data: Bytes
+    offsets: Ints
+
+
+def encode_records(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader] = (),
+) -> EncodedRecords:
+    """Every row of a record frame as a serialized ``records`` field (what `encode_append_inputs`
+    writes for it in any chunk but as its first record under a tag). Concatenating the fields of rows
+    ``a:b`` and a `fencing_token_field` is the ``AppendInput`` of those rows. Raises as
+    `encode_append_inputs`."""
+    body = as_large_binary(body, BODY)
+    check_leading(leading, len(body))
+    n = len(body)
+    if n == 0:
+        return EncodedRecords(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    # One "chunk" per `_BLOCK_ROWS` rows lets `_blocks` bound the temporaries.
+    cuts = np.unique(np.append(np.arange(0, n, _BLOCK_ROWS, dtype=np.int64), n))
+    datas: list[Bytes] = []
+    offsets: list[Ints] = [np.zeros(1, dtype=np.int64)]
+    at = 0
+    for lo, hi in _blocks(body, cuts):
+        block_cuts = cuts[lo : hi + 1]
+        records = _records_block(
+            body, headers, timestamp, leading, cuts=block_cuts, extras=None, trailers=[b""] * (hi - lo)
+        )
+        view = binary_view(records)
+        datas.append(view.data[view.offsets[0] : view.offsets[-1]])
+        offsets.append(view.offsets[1:] - view.offsets[0] + at)
+        at += int(view.offsets[-1] - view.offsets[0])
+    data = datas[0] if len(datas) == 1 else np.concatenate(datas)
+    return EncodedRecords(data, np.concatenate(offsets))
+
+
+def record_field(body: bytes, headers: Sequence[Header], timestamp: int | None) -> bytes:
+    """One record as a serialized ``AppendInput.records`` field, in plain Python (for a few records,
+    e.g. a chunk's tagged first record): the bytes `encode_append_inputs` writes for it."""
+    record = b"" if timestamp is None else bytes([RECORD_TIMESTAMP]) + varint(timestamp)
+    record += headers_bytes(headers)
+    if body:
+        record += field(RECORD_BODY, body)
+    return field(INPUT_RECORDS, record)
+
+
+def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
+    """Runs of whole chunks, ``[lo, hi)``, of at most `_BLOCK_ROWS` rows or `_BLOCK_BYTES` body bytes
+    (or one chunk): working on a block at a time keeps the temporaries small and their memory reused."""
+    offsets = binary_view(body).offsets if len(body) else np.zeros(1, dtype=np.int64)
+    rows = np.diff(cuts).tolist()
+    nbytes = np.diff(offsets[cuts]).tolist()
+    blocks = []
+    lo, block_rows, block_bytes = 0, 0, 0
+    for i, (r, b) in enumerate(zip(rows, nbytes, strict=True)):
+        if i > lo and (block_rows + r > _BLOCK_ROWS or block_bytes + b > _BLOCK_BYTES):
+            blocks.append((lo, i))
+            lo, block_rows, block_bytes = i, 0, 0
+        block_rows += r
+        block_bytes += b
+    blocks.append((lo, len(rows)))
+    return blocks
+
+
+def _encode_block(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader],
+    *,
+    cuts: Ints,
+    extras: Sequence[bytes] | None,
+    trailers: Sequence[bytes],
+) -> list[bytes]:
+    """`encode_append_inputs` for the chunks between ``cuts`` (absolute rows), with each chunk's
+    serialized extra headers and trailer."""
+    records = _records_block(body, headers, timestamp, leading, cuts=cuts, extras=extras, trailers=trailers)
+    data = records.buffers()[2]
+    ends = binary_view(records).offsets[cuts - cuts[0]].tolist()
+    return [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
+
+
+def _records_block(
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader],
+    *,
+    cuts: Ints,
+    extras: Sequence[bytes] | None,
+    trailers: Sequence[bytes],
+) -> pa.Array:
+    """The rows between ``cuts`` (absolute) as serialized ``records`` fields, one large_binary value per
+    row, each chunk's extra headers in its first row and its trailer after its last."""
+    first, stop = int(cuts[0]), int(cuts[-1])
+    cuts = cuts - first
+    n = stop - first
+    bodies = _bodies(body, first, n)
+    stamped, stamps = _timestamps(timestamp, len(body), first, n)
+    lead_parts, lead_len = leading_fields(leading, first, n)
+    own = own_headers(headers, len(body), first, n)
+    extra_headers = per_row(n, cuts[:-1], extras or ())
+    trailer = per_row(n, cuts[1:] - 1, trailers)
+
+    body_len = binary_view(bodies).lengths
+    body_size = varint_sizes(body_len)
+    stamp_size = varint_sizes(stamps)
+    record_len = (
+        np.where(stamped, 1 + stamp_size, 0)
+        + lead_len
+        + binary_view(own).lengths
+        + binary_view(extra_headers).lengths
+        + np.where(body_len > 0, 1 + body_size + body_len, 0)
+    )
+    record_key = (None, INPUT_RECORDS, record_len, varint_sizes(record_len))
+    stamp = (stamped, RECORD_TIMESTAMP, stamps, stamp_size)
+    body_key = (body_len > 0, RECORD_BODY, body_len, body_size)
+    # Arrow's join costs about as much per row for an all-empty column as for a full one: columns
+    # without a byte are left out, and without headers the body's key and length are packed with the
+    # record's (a body-only frame is two columns joined, not six).
+    headers = [part for part in (*lead_parts, own, extra_headers) if not _empty(part)]
+    if headers:
+        parts = [
+            large_binary(pack_fields(n, [record_key, stamp])),
+            *headers,
+            large_binary(pack_fields(n, [body_key])),
+        ]
+    else:
+        parts = [large_binary(pack_fields(n, [record_key, stamp, body_key]))]
+    return join(*parts, bodies, *([] if _empty(trailer) else [trailer]))
+
+
+def _empty(part: pa.Array | pa.Scalar) -> bool:
+    """Whether `part` (a binary column, or a scalar repeated in every row) adds no byte to any row."""
+    if isinstance(part, pa.Scalar):
+        return not part.as_py()
+    offsets = binary_view(part).offsets
+    return bool(offsets[-1] == offsets[0])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Arguments and columns
+
+
+def _check_bounds(bounds: npt.ArrayLike, rows: int) -> Ints:
+    cuts = np.asarray(bounds)
+    if cuts.ndim != 1 or (cuts.size and not np.issubdtype(cuts.dtype, np.integer)):
+        raise ValueError(f"bounds must be a 1-D array of row indices, got {cuts.dtype} of shape {cuts.shape}")
+    cuts = cuts.astype(np.int64)
+    if cuts.size and (cuts[0] < 0 or cuts[-1] > rows):
+        raise ValueError(f"bounds must lie within [0, {rows}] (the frame's rows), got {cuts[0]}..{cuts[-1]}")
+    steps = np.diff(cuts)
+    if steps.size and steps.min() <= 0:
+        at = int(np.argmax(steps <= 0))
+        raise ValueError(
+            f"bounds must increase strictly (an append holds at least one record), "
+            f"got bounds[{at}] = {cuts[at]} then {cuts[at + 1]}"
+        )
+    return cuts
+
+
+def _check_per_chunk(given: Sequence[object] | None, chunks: int, what: str) -> None:
+    if given is not None and len(given) != chunks:
+        raise ValueError(f"{what} must have one entry per chunk ({chunks}), got {len(given)}")
+
+
+def _bodies(body: pa.Array, first: int, n: int) -> pa.Array:
+    column = body.slice(first, n)
+    if column.null_count:
+        row = first + int(np.argmin(validity(column)))
+        raise EncodeError(
+            f"{BODY} is null in row {row}: every record needs a body (use b'' for an empty one)"
+        )
+    return column
+
+
+def _timestamps(
+    timestamp: pa.Array | None, rows: int, first: int, n: int
+) -> tuple[Bools, npt.NDArray[np.uint64]]:
+    """Which rows carry a timestamp, and the timestamps (0 where unset)."""
+    if timestamp is not None:
+        check_length(timestamp, rows, TIMESTAMP)
+    if timestamp is None or pa.types.is_null(timestamp.type) or timestamp.null_count == len(timestamp):
+        return np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.uint64)
+    if not pa.types.is_integer(timestamp.type):
+        raise TypeError(f"{TIMESTAMP} must be an integer column (ms since the epoch), got {timestamp.type}")
+    column = timestamp.slice(first, n).cast(pa.int64())
+    stamped = validity(column)
+    stamps = column.fill_null(0).to_numpy()
+    negative = stamped & (stamps < 0)
+    if negative.any():
+        at = int(np.argmax(negative))
+        raise EncodeError(
+            f"{TIMESTAMP} is {stamps[at]} in row {first + at}: S2 timestamps are unsigned "
+            f"milliseconds since the epoch; use null to let S2 assign one"
+        )
+    return stamped, stamps.astype(np.uint64)
+
+
+def fencing_token_field(fencing_token: str | None) -> bytes:
+    """``AppendInput.fencing_token`` serialized (b"" for ``None``). It is the message's last field, so a
+    chunk encoded without a token plus this is the chunk encoded with it: a token change re-sends the
+    same record bytes with a new trailer."""
+    return b"" if fencing_token is None else field(INPUT_FENCING_TOKEN, fencing_token.encode())
+
+
+def _trailers(
+    match_seq_nums: Sequence[int | None] | None, fencing_token: str | None, chunks: int
+) -> list[bytes]:
+    """Each chunk's fields after its records: ``match_seq_num`` (when set), ``fencing_token`` (when set)."""
+    token = fencing_token_field(fencing_token)
+    if match_seq_nums is None:
+        return [token] * chunks
+    out = []
+    for i, match in enumerate(match_seq_nums):
+        if match is None:
+            out.append(token)
+            continue
+        if not 0 <= match < _U64_LIMIT:
+            raise ValueError(
+                f"match_seq_nums[{i}] is {match}: a sequence number is an unsigned 64-bit integer"
+            )
+        out.append(bytes([INPUT_MATCH_SEQ_NUM]) + varint(match) + token)
+    return out

@@ -1,0 +1,443 @@
+"""Serialized ``ReadBatch`` messages (s2.v1 protobuf) -> record columns, in bulk.
+
+The messages::
+
+    ReadBatch       = { SequencedRecord records = 1 (repeated); StreamPosition tail = 2 (optional) }
+    SequencedRecord = { uint64 seq_num = 1; uint64 timestamp = 2; Header headers = 3 (repeated);
+                        bytes body = 4 }
+    Header          = { bytes name = 1; bytes value = 2 }
+
+How: one Python loop walks the top level only (a key byte and a length varint per record, ints and
+nothing else), to find where each record starts and ends. Everything inside the records is read by numpy
+over all records at once, one pass per field position as protobuf serializers write them (fields in
+number order, proto3 defaults omitted): the seq_num and timestamp varints, then the headers one position
+at a time, then the body. Bodies, header names and values become Arrow binary arrays: offsets over the
+message itself, packed into fresh arrays by Arrow's ``take`` (C++, no Python object per value).
+
+The walk (`skim`) and the numpy passes (`decode_skims`) are apart so that a reader can walk each message as it
+arrives (to know where it ends: its last seq_num) and decode several together: a numpy call costs
+microseconds whatever its length, and a message holds at most 1000 records.
+
+A message in any other layout (fields out of order, repeated scalars, unknown fields, over-long varints)
+is valid protobuf too: it is parsed by the SDK's generated class instead, field by field, so the result
+is always what ``pb.ReadBatch.ParseFromString`` and ``sequenced_record_from_proto`` give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Final, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import s2_sdk._generated.s2.v1.s2_pb2 as pb
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from s2_sdk import SequencedRecord
+
+from s2_sink._wire.arrow_calls import empty_binary, take
+from s2_sink._wire.layout import Bools, Bytes, Ints
+from s2_sink._wire.read.varints import TooLong, read_varints
+
+__all__ = [
+    "Positions",
+    "RecordColumns",
+    "Skim",
+    "Tail",
+    "concat_columns",
+    "decode_skims",
+    "parse_read_batch",
+    "skim",
+]
+
+Positions = npt.NDArray[np.uint64]
+"""seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
+
+_RECORDS: Final = 0x0A
+_TAIL: Final = 0x12
+_SEQ_NUM: Final = 0x08
+_TIMESTAMP: Final = 0x10
+_HEADER: Final = 0x1A
+_BODY: Final = 0x22
+_NAME: Final = 0x0A
+_VALUE: Final = 0x12
+_TAIL_SEQ: Final = 0x08
+_TAIL_TS: Final = 0x10
+
+
+class Tail(NamedTuple):
+    """The batch's ``tail`` position: next seq_num to be assigned and the last record's timestamp."""
+
+    seq_num: int
+    timestamp: int
+
+
+class RecordColumns(NamedTuple):
+    """The records of one ``ReadBatch`` as columns, in stream order."""
+
+    seq_nums: Positions
+    timestamps: Positions
+    """Milliseconds, as stored."""
+    bodies: pa.Array
+    """``binary``, one value per record."""
+    header_counts: Ints
+    """Headers per record; the headers of record ``i`` are entries ``offsets[i]:offsets[i + 1]``."""
+    names: pa.Array
+    """``binary``, every header's name in record order."""
+    values: pa.Array
+    """``binary``, every header's value, aligned with ``names``."""
+
+    def __len__(self) -> int:
+        return len(self.seq_nums)
+
+    @property
+    def header_offsets(self) -> Ints:
+        """Where each record's headers start in ``names`` / ``values`` (``len + 1`` entries)."""
+        offsets = np.zeros(len(self.header_counts) + 1, dtype=np.int64)
+        np.cumsum(self.header_counts, out=offsets[1:])
+        return offsets
+
+    def commands(self) -> Bools:
+        """True for command records (exactly one header, with an empty name), as the SDK's
+        ``SequencedRecord.is_command_record`` says."""
+        single = self.header_counts == 1
+        if not single.any():
+            none: Bools = single
+            return none
+        name_lengths = np.diff(_offsets(self.names))
+        empty_name = np.zeros(len(self.header_counts), dtype=np.bool_)
+        empty_name[single] = name_lengths[self.header_offsets[:-1][single]] == 0
+        both: Bools = single & empty_name
+        return both
+
+    def to_records(self) -> list[SequencedRecord]:
+        """The SDK's record objects (one per record: for the formats decoded record by record)."""
+        offsets = self.header_offsets.tolist()
+        names, values = self.names.to_pylist(), self.values.to_pylist()
+        seqs, stamps, bodies = self.seq_nums.tolist(), self.timestamps.tolist(), self.bodies.to_pylist()
+        return [
+            SequencedRecord(
+                seq_num=seqs[i],
+                body=bodies[i],
+                headers=list(
+                    zip(names[offsets[i] : offsets[i + 1]], values[offsets[i] : offsets[i + 1]], strict=True)
+                ),
+                timestamp=stamps[i],
+            )
+            for i in range(len(seqs))
+        ]
+
+    def take(self, rows: Ints | Bools) -> RecordColumns:
+        """The records at ``rows`` (indices or a mask), in that order."""
+        index: Ints = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64, copy=False)
+        offsets = self.header_offsets
+        counts = self.header_counts[index]
+        entries = _ranges(offsets[:-1][index], counts)
+        return RecordColumns(
+            self.seq_nums[index],
+            self.timestamps[index],
+            take(self.bodies, index),
+            counts,
+            take(self.names, entries),
+            take(self.values, entries),
+        )
+
+
+def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
+    """The records of ``parts`` (at least one), one after the other, as one set of columns."""
+    if len(parts) == 1:
+        return parts[0]
+    return RecordColumns(
+        np.concatenate([p.seq_nums for p in parts]),
+        np.concatenate([p.timestamps for p in parts]),
+        pa.concat_arrays([p.bodies for p in parts]),
+        np.concatenate([p.header_counts for p in parts]),
+        pa.concat_arrays([p.names for p in parts]),
+        pa.concat_arrays([p.values for p in parts]),
+    )
+
+
+class _NotCanonical(Exception):
+    """The message is not in the layout the bulk walk reads."""
+
+
+def parse_read_batch(message: bytes) -> tuple[RecordColumns, Tail | None]:
+    """The records and the tail of one serialized ``ReadBatch``."""
+    skimmed = skim(message)
+    if skimmed is not None:
+        with contextlib.suppress(_NotCanonical):
+            return _decode_joined([skimmed]), skimmed.tail
+    return _by_field(message)
+
+
+class Skim(NamedTuple):
+    """A ``ReadBatch`` whose top level is in the layout serializers write (records, then the tail), walked:
+    where each record's fields start and end in ``message``, and the tail."""
+
+    message: bytes
+    starts: list[int]
+    ends: list[int]
+    tail: Tail | None
+
+    def last_seq_num(self) -> int | None:
+        """The last record's seq_num, as the protobuf parser reads that record (one record, not the whole
+        message); None if there are no records or the record is not valid protobuf."""
+        if not self.starts:
+            return None
+        record = pb.SequencedRecord()
+        try:
+            record.ParseFromString(self.message[self.starts[-1] : self.ends[-1]])
+        except DecodeError:
+            return None
+        return int(record.seq_num)
+
+
+def skim(message: bytes) -> Skim | None:
+    """The top level of ``message`` walked, or None if it is not in the layout serializers write."""
+    try:
+        starts, ends, tail_span = _top_level(message)
+        tail = None if tail_span is None else _tail(np.frombuffer(message, dtype=np.uint8), *tail_span)
+    except _NotCanonical:
+        return None
+    return Skim(message, starts, ends, tail)
+
+
+def decode_skims(skims: Sequence[Skim]) -> RecordColumns:
+    """The records of ``skims`` (at least one), message after message, decoded together: the numpy passes
+    run once over all of them (one copy joins the messages), so their fixed cost is paid once."""
+    try:
+        return _decode_joined(skims)
+    except _NotCanonical:
+        return concat_columns([parse_read_batch(sk.message)[0] for sk in skims])
+
+
+def _offsets(arr: pa.Array) -> Ints:
+    buffers = arr.buffers()
+    if buffers[1] is None:
+        return np.zeros(1, dtype=np.int64)
+    raw = np.frombuffer(buffers[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+    return raw.astype(np.int64)
+
+
+def _ranges(starts: Ints, counts: Ints) -> Ints:
+    """``starts[i] .. starts[i] + counts[i] - 1`` for every i, concatenated."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(counts)
+    shift = np.repeat(starts - (ends - counts), counts)
+    out: Ints = np.arange(total, dtype=np.int64) + shift
+    return out
+
+
+def _top_level(data: bytes) -> tuple[list[int], list[int], tuple[int, int] | None]:
+    """Start and end of every record, and the tail's span: the one walk with a Python step per record."""
+    starts: list[int] = []
+    ends: list[int] = []
+    pos, size = 0, len(data)
+    try:
+        while pos < size and data[pos] == _RECORDS:
+            # The length varint: one byte under 128, two under 16 KiB (most records), read inline.
+            b0 = data[pos + 1]
+            if b0 < 0x80:
+                at, length = pos + 2, b0
+            elif (b1 := data[pos + 2]) < 0x80:
+                at, length = pos + 3, (b0 & 0x7F) | (b1 << 7)
+            else:
+                at, length = _varint_at(data, pos + 1)
+            starts.append(at)
+            pos = at + length
+            ends.append(pos)
+    except IndexError:  # a truncated message: the parser says how
+        raise _NotCanonical from None
+    if pos > size:
+        raise _NotCanonical
+    tail: tuple[int, int] | None = None
+    if pos < size:
+        if data[pos] != _TAIL:
+            raise _NotCanonical
+        at, length = _varint_at(data, pos + 1)
+        tail = (at, at + length)
+        if tail[1] != size:
+            raise _NotCanonical  # anything after the tail (records, a second tail): leave it to the parser
+    return starts, ends, tail
+
+
+def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
+    """Where the length varint at ``pos`` ends, and its value (at most 5 bytes)."""
+    value, shift = 0, 0
+    for at in range(pos, min(pos + 5, len(data))):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return at + 1, value
+        shift += 7
+    raise _NotCanonical
+
+
+def _varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[npt.NDArray[np.uint64], Ints]:
+    """The varints at ``pos`` (each before its ``end``): values and sizes, at most ``limit`` bytes each."""
+    try:
+        return read_varints(d, pos, end, limit)
+    except TooLong:
+        raise _NotCanonical from None
+
+
+def _at_key(d: Bytes, cur: Ints, end: Ints, key: int) -> Ints:
+    """Indices of the records whose next field (before their end) has ``key``."""
+    live = np.flatnonzero(cur < end)
+    hits: Ints = live[d[cur[live]] == key]
+    return hits
+
+
+def _length_field(d: Bytes, pos: Ints, end: Ints) -> tuple[Ints, Ints]:
+    """A length-delimited field at ``pos`` (key byte included): (start of its bytes, their length)."""
+    length, size = _varints(d, pos + 1, end, 5)
+    start = pos + 1 + size
+    stop = start + length.astype(np.int64)
+    if (stop > end).any():
+        raise _NotCanonical
+    return start, length.astype(np.int64)
+
+
+def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
+    """A binary array of the (non-overlapping, ascending) spans ``[starts[i], starts[i] + lengths[i])`` of
+    ``buffer``, copied together by Arrow."""
+    n = len(starts)
+    if n == 0:
+        return empty_binary()
+    # Offsets start, end, start, end, ... over the whole message are ascending: an array whose even values
+    # are the spans (and odd ones the bytes between them), without a copy; `take` then packs the spans.
+    bounds = np.empty(2 * n, dtype=np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = starts + lengths
+    interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), buffer])
+    return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))
+
+
+def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
+    """Every record's headers from ``cur`` on (``cur`` moves past them): counts, names, values."""
+    header_record: list[Ints] = []
+    header_pos: list[Ints] = []
+    name_start: list[Ints] = []
+    name_len: list[Ints] = []
+    value_start: list[Ints] = []
+    value_len: list[Ints] = []
+    while (at := _at_key(d, cur, end, _HEADER)).size:
+        start, length = _length_field(d, cur[at], end[at])
+        header_end = start + length
+        # name (optional), then value (optional), and nothing else.
+        h_cur = start.copy()
+        n_start = h_cur.copy()
+        n_len = np.zeros(len(at), dtype=np.int64)
+        has = _at_key(d, h_cur, header_end, _NAME)
+        if has.size:
+            s, ln = _length_field(d, h_cur[has], header_end[has])
+            n_start[has], n_len[has] = s, ln
+            h_cur[has] = s + ln
+        v_start = h_cur.copy()
+        v_len = np.zeros(len(at), dtype=np.int64)
+        has = _at_key(d, h_cur, header_end, _VALUE)
+        if has.size:
+            s, ln = _length_field(d, h_cur[has], header_end[has])
+            v_start[has], v_len[has] = s, ln
+            h_cur[has] = s + ln
+        if not np.array_equal(h_cur, header_end):
+            raise _NotCanonical
+        header_record.append(at)
+        header_pos.append(cur[at])
+        name_start.append(n_start)
+        name_len.append(n_len)
+        value_start.append(v_start)
+        value_len.append(v_len)
+        cur[at] = header_end
+
+    # Headers were found position by position; stream order is their order in the message.
+    if header_pos:
+        order = np.argsort(np.concatenate(header_pos), kind="stable")
+        records = np.concatenate(header_record)[order]
+        names = _gather(buffer, np.concatenate(name_start)[order], np.concatenate(name_len)[order])
+        values = _gather(buffer, np.concatenate(value_start)[order], np.concatenate(value_len)[order])
+        counts = np.bincount(records, minlength=len(cur)).astype(np.int64)
+    else:
+        names = values = empty_binary()
+        counts = np.zeros(len(cur), dtype=np.int64)
+
+    return counts, names, values
+
+
+def _decode_joined(skims: Sequence[Skim]) -> RecordColumns:
+    if len(skims) == 1:
+        return _decode(skims[0].message, _positions(skims[0].starts), _positions(skims[0].ends))
+    shifts = np.cumsum([0] + [len(sk.message) for sk in skims[:-1]])
+    starts = np.concatenate([_positions(sk.starts) + shift for sk, shift in zip(skims, shifts, strict=True)])
+    ends = np.concatenate([_positions(sk.ends) + shift for sk, shift in zip(skims, shifts, strict=True)])
+    return _decode(b"".join(sk.message for sk in skims), starts, ends)
+
+
+def _positions(at: list[int]) -> Ints:
+    return np.array(at, dtype=np.int64)
+
+
+def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
+    """The records of ``message`` whose fields lie between ``starts[i]`` and ``end[i]``."""
+    buffer = pa.py_buffer(message)
+    d: Bytes = np.frombuffer(buffer, dtype=np.uint8)
+    cur = starts.copy()  # each record's next field, moved on field by field
+    n = len(cur)
+
+    seq_nums = np.zeros(n, dtype=np.uint64)
+    timestamps = np.zeros(n, dtype=np.uint64)
+    for key, out in ((_SEQ_NUM, seq_nums), (_TIMESTAMP, timestamps)):
+        at = _at_key(d, cur, end, key)
+        if at.size:
+            value, size = _varints(d, cur[at] + 1, end[at], 10)
+            out[at] = value
+            cur[at] += 1 + size
+
+    counts, names, values = _headers(d, buffer, cur, end)
+
+    body_start = cur.copy()
+    body_len = np.zeros(n, dtype=np.int64)
+    at = _at_key(d, cur, end, _BODY)
+    if at.size:
+        start, length = _length_field(d, cur[at], end[at])
+        body_start[at], body_len[at] = start, length
+        cur[at] = start + length
+    if not np.array_equal(cur, end):
+        raise _NotCanonical  # a field out of order, repeated, or unknown
+
+    return RecordColumns(seq_nums, timestamps, _gather(buffer, body_start, body_len), counts, names, values)
+
+
+def _tail(d: Bytes, start: int, stop: int) -> Tail:
+    cur = np.array([start], dtype=np.int64)
+    end = np.array([stop], dtype=np.int64)
+    fields = [0, 0]
+    for i, key in enumerate((_TAIL_SEQ, _TAIL_TS)):
+        if _at_key(d, cur, end, key).size:
+            value, size = _varints(d, cur + 1, end, 10)
+            fields[i] = int(value[0])
+            cur += 1 + size
+    if cur[0] != stop:
+        raise _NotCanonical
+    return Tail(fields[0], fields[1])
+
+
+def _by_field(message: bytes) -> tuple[RecordColumns, Tail | None]:
+    """Any valid ``ReadBatch``: the generated parser, then one step per record and header."""
+    batch = pb.ReadBatch()
+    batch.ParseFromString(message)
+    records = batch.records
+    headers = [h for r in records for h in r.headers]
+    columns = RecordColumns(
+        np.array([r.seq_num for r in records], dtype=np.uint64),
+        np.array([r.timestamp for r in records], dtype=np.uint64),
+        pa.array([r.body for r in records], type=pa.binary()),
+        np.array([len(r.headers) for r in records], dtype=np.int64),
+        pa.array([h.name for h in headers], type=pa.binary()),
+        pa.array([h.value for h in headers], type=pa.binary()),
+    )
+    tail = Tail(batch.tail.seq_num, batch.tail.timestamp) if batch.HasField("tail") else None
+    return columns, tail

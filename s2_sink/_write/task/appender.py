@@ -1,0 +1,408 @@
+"""One task's appends pipelined over pooled append sessions (the bytes leave in `_transport.append_session`).
+
+Runs on the process's background loop (`s2_sink._transport.runtime`). A task never has more than
+``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes unacknowledged; acks are
+collected oldest first, and a sent chunk is kept (for re-sending) only until it is acknowledged.
+
+Retries: append sessions are opened without SDK retries (see `_transport.session_pool` for why). When a
+session fails, the appender drops it, waits (`s2_sink._transport.retry.Backoff.for_sessions`) and re-sends the
+stream's unacknowledged chunks, in order, on a fresh session: at most ``max_retries + session_retries``
+times without progress, then the task fails with a `WriteError` naming the stream, batch, partition and
+cause. Any acknowledgement of the stream's appends is progress and starts the count again, also one that
+arrived on the failed session just before it failed, so a stream that keeps landing appends under a
+rate limit never runs out of retries. A ``429 rate_limited`` refusal (nothing applied) is waited out,
+not raced: its waits never jitter down to zero (`s2_sink._transport.retry.Backoff.wait`), so with the default
+retry settings a run of refusals spans S2's one-second rate window before the stream gives up. Errors
+that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once. A ``412
+fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
+applied, so switching tokens and re-sending is safe).
+
+Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
+bytes (`Chunk.wire`, the fencing token added at send time) on a `BulkAppendSession` of its own over the
+shared client's transport; the record path sends SDK ``AppendInput`` objects on the pool's SDK sessions.
+A stream uses one kind for all its chunks, so its appends stay in one ordered session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from s2_sdk import (
+    AppendAck,
+    AppendConditionError,
+    AppendInput,
+    Compression,
+    FencingTokenMismatchError,
+    Record,
+    S2ServerError,
+)
+
+from s2_sink import _crashpoints
+from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
+from s2_sink._transport.explain import explain
+from s2_sink._transport.retry import Backoff, no_side_effects, rate_limited, retryable
+from s2_sink._transport.session_pool import PooledSession, get_pool
+from s2_sink._wire import fencing_token_field
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.task.frame_span import serialize_records
+from s2_sink._write.task.results import StreamTotals
+from s2_sink.errors import FencedError, WriteError
+
+__all__ = ["Appender", "Chunk"]
+
+log = logging.getLogger(__name__)
+
+_MAX_TOKEN_CHANGES: Final = 16
+_COMPRESSION: Final = {"none": Compression.NONE, "zstd": Compression.ZSTD, "gzip": Compression.GZIP}
+_CLOSE_GRACE_S: Final = 10.0
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    """One append: its records (tagged, if tagging) as SDK records or as a serialized ``AppendInput``
+    without fencing token (`s2_sink._write.task.frame_span`), their count and metered size and, once sent, its
+    ack ticket."""
+
+    stream: str
+    index: int
+    count: int
+    nbytes: int
+    records: list[Record] | None = None
+    wire: bytes | None = None
+    ticket: asyncio.Future[AppendAck] | None = None
+    submitted_at: float = 0.0
+
+    def message(self, token: str | None) -> bytes:
+        """The serialized ``AppendInput`` with `token` (the bulk session's input)."""
+        if self.wire is None:
+            assert self.records is not None
+            self.wire, self.records = serialize_records(self.records), None
+        return self.wire + fencing_token_field(token)
+
+    def append_input(self, token: str | None) -> AppendInput:
+        """The SDK's input (the record path)."""
+        if self.records is None:
+            raise TypeError("a serialized chunk goes on a bulk session (bulk_append=True)")
+        return AppendInput(records=self.records, fencing_token=token)
+
+
+@dataclass(slots=True, eq=False)
+class _StreamAppends:
+    """The session and retry state of one stream's appends."""
+
+    name: str
+    token: str | None
+    """The fencing token appends go out with."""
+    totals: StreamTotals
+    session: PooledSession | None = None
+    """The record path's SDK session."""
+    bulk: BulkAppendSession | None = None
+    """The bulk path's session."""
+    unacked: deque[Chunk] = field(default_factory=deque)
+    """Sent and not yet known to be acknowledged, oldest first (acks come in this order)."""
+    failures: int = 0
+    """Session failures since the last acknowledgement (the retry number of the next wait)."""
+    token_changes: int = 0
+
+
+class Appender:
+    """Sends one task's chunks and awaits their acknowledgements (use on the runtime loop)."""
+
+    def __init__(self, plan: WritePlan, ctx: PartitionContext) -> None:
+        self.plan = plan
+        self.cfg = plan.cfg
+        self.ctx = ctx
+        self.streams: dict[str, _StreamAppends] = {}
+        self.inflight: deque[Chunk] = deque()
+        self.inflight_bytes = 0
+        # The SDK's ack deadline is request_timeout_ms; this watchdog only catches a stuck session.
+        self.ack_deadline_s = self.cfg.request_timeout_ms / 1000 * 2 + 1
+        self.backoff = Backoff.for_sessions(self.cfg)
+        self.pool = get_pool()
+        self.bulk = self.cfg.bulk_append
+
+    def totals(self, stream: str) -> StreamTotals | None:
+        """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
+        st = self.streams.get(stream)
+        return st.totals if st is not None else None
+
+    async def submit(self, chunk: Chunk) -> None:
+        """Send `chunk` once the in-flight limits allow (awaiting the oldest acks until they do)."""
+        cfg = self.cfg
+        while self.inflight and (
+            len(self.inflight) >= cfg.max_inflight_requests
+            or self.inflight_bytes + chunk.nbytes > cfg.max_inflight_bytes
+        ):
+            await self._await_oldest()
+        st = self._stream(chunk.stream)
+        st.unacked.append(chunk)
+        self.inflight.append(chunk)
+        self.inflight_bytes += chunk.nbytes
+        try:
+            if not self._is_open(st):
+                await self._open(st)
+            await self._send(st, chunk)
+        except Exception as exc:
+            await self._recover(st, exc)
+        _crashpoints.hit("mid_session", **self.ctx.where(chunk.index))
+
+    async def drain(self) -> None:
+        """Await every acknowledgement."""
+        while self.inflight:
+            await self._await_oldest()
+
+    async def release_all(self, healthy: bool) -> None:
+        """Return the sessions to the pool; a session with unacknowledged appends is dropped."""
+        for st in self.streams.values():
+            await self._drop(st, healthy=healthy and not st.unacked)
+
+    def _stream(self, name: str) -> _StreamAppends:
+        st = self.streams.get(name)
+        if st is None:
+            totals = StreamTotals(latency_sample=self.plan.latency_sample)
+            st = self.streams[name] = _StreamAppends(name, token=self.plan.fencing_token, totals=totals)
+        return st
+
+    def _is_open(self, st: _StreamAppends) -> bool:
+        return (st.bulk if self.bulk else st.session) is not None
+
+    async def _open(self, st: _StreamAppends) -> None:
+        if self.cfg.create_streams:
+            await self.pool.ensure_stream(self.cfg, st.name)
+        if self.bulk:
+            transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
+            st.bulk = BulkAppendSession(transport, st.name, _COMPRESSION[self.cfg.compression])
+        else:
+            st.session = await self.pool.acquire(self.cfg, st.name)
+
+    async def _send(self, st: _StreamAppends, chunk: Chunk) -> None:
+        """Submit `chunk` on `st`'s open session and keep its ticket."""
+        if st.bulk is not None:
+            if not st.bulk.accepting:
+                await self._reconnect(st)
+            chunk.submitted_at = time.monotonic()
+            # Already a future; the session marks a failed one's error retrieved itself.
+            chunk.ticket = st.bulk.submit(chunk.message(st.token), chunk.count)
+            return
+        assert st.session is not None
+        chunk.submitted_at = time.monotonic()
+        chunk.ticket = _future(await st.session.session.submit(chunk.append_input(st.token)))
+
+    async def _reconnect(self, st: _StreamAppends) -> None:
+        """`st`'s bulk session takes no more appends. After the server's reconnect advice, wait for what
+        it carries to be acknowledged (so the stream's appends stay in order), then open a fresh one; a
+        failed session raises its own error (the caller recovers as from any session failure)."""
+        session = st.bulk
+        assert session is not None
+        if session.error is not None:
+            raise session.error
+        sent = [c.ticket for c in st.unacked if c.ticket is not None]
+        if sent:
+            # asyncio.wait, not wait_for: the tickets stay uncancelled (their acks are still collected).
+            _, late = await asyncio.wait(sent, timeout=self.ack_deadline_s)
+            if late:
+                raise TimeoutError(f"no acknowledgement within {self.ack_deadline_s:.1f}s")
+            for ticket in sent:
+                if not ticket.cancelled() and ticket.exception() is not None:
+                    raise ticket.exception()  # type: ignore[misc]
+        await self._drop(st, healthy=True)
+        await self._open(st)
+
+    async def _drop(self, st: _StreamAppends, *, healthy: bool) -> None:
+        """Let go of `st`'s session: back to the pool (SDK, when healthy) or closed."""
+        if st.session is not None:
+            await self.pool.release(st.session, healthy=healthy)
+            st.session = None
+        if st.bulk is not None:
+            session, st.bulk = st.bulk, None
+            await _close_bulk(session, grace_s=_CLOSE_GRACE_S if healthy else 1.0)
+
+    async def _await_oldest(self) -> None:
+        chunk = self.inflight[0]
+        st = self.streams[chunk.stream]
+        while True:
+            ticket = chunk.ticket
+            assert ticket is not None
+            wait = chunk.submitted_at + self.ack_deadline_s - time.monotonic()
+            if not await _settled(ticket, max(wait, 0.001)):
+                # The SDK bounds each attempt by request_timeout_ms; this watchdog covers a session
+                # that stops making progress altogether (it is then dropped and its chunks re-sent).
+                err = TimeoutError(f"no acknowledgement within {self.ack_deadline_s:.1f}s")
+                await self._recover(st, err)
+                continue
+            try:
+                ack = ticket.result()  # a cancelled ticket raises CancelledError, as awaiting it would
+                break
+            except Exception as exc:
+                await self._recover(st, exc)
+        self.inflight.popleft()
+        self.inflight_bytes -= chunk.nbytes
+        if st.unacked and st.unacked[0] is chunk:
+            st.unacked.popleft()
+        st.failures = 0
+        _crashpoints.hit("after_append_before_ack", **self.ctx.where(chunk.index))
+        latency_ms = (time.monotonic() - chunk.submitted_at) * 1000
+        st.totals.acked(chunk.count, chunk.nbytes, ack, latency_ms)
+
+    async def _recover(self, st: _StreamAppends, exc: Exception) -> None:
+        """Reopen `st`'s session and re-send its unacknowledged chunks, or raise when it cannot."""
+        if isinstance(exc, SessionClosedError) and isinstance(exc.__cause__, Exception):
+            exc = exc.__cause__  # judge the failure that closed the session
+        while True:
+            await self._drop(st, healthy=False)
+            if (
+                isinstance(exc, FencingTokenMismatchError)
+                and self.plan.fence_keeper is not None
+                and st.token_changes < _MAX_TOKEN_CHANGES
+            ):
+                # Nothing refused by a 412 was applied: switch tokens and re-send without backoff.
+                st.token = await self.plan.fence_keeper(st.name, exc.expected_fencing_token)
+                st.token_changes += 1
+                try:
+                    await self._resend(st)
+                    return
+                except Exception as again:
+                    exc = again
+                    continue
+            self._check_retryable(st, exc)
+            if _forget_acked(st):
+                st.failures = 0  # acks arrived on the failed session: progress, a fresh retry budget
+            delay = self.backoff.wait(st.failures, exc)
+            if delay is None:
+                why = explain(exc, self.cfg, stream=st.name).message
+                if rate_limited(exc):
+                    why += (
+                        "; the stream stayed over S2's append rate limit through every retry: send fewer, "
+                        "larger appends (sink.batch.max-size) or allow more retries "
+                        "(s2.session-retries)"
+                    )
+                raise self._error(st, exc, f"after {self.backoff.retries} session retries: {why}") from exc
+            st.failures += 1
+            st.totals.retries += 1
+            log.warning(
+                "append session failed, retrying stream=%s batch=%s partition=%s retry=%s delay=%.3fs: %s",
+                st.name,
+                self.plan.batch_id,
+                self.ctx.partition_id,
+                st.failures,
+                delay,
+                _describe(exc),
+            )
+            await asyncio.sleep(delay)
+            try:
+                await self._resend(st)
+                return
+            except Exception as again:
+                exc = again
+
+    async def _resend(self, st: _StreamAppends) -> None:
+        """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged."""
+        await self._open(st)
+        for chunk in st.unacked:
+            if _acked(chunk):
+                continue  # acknowledged before the session failed; _await_oldest collects it
+            if chunk.ticket is not None:
+                chunk.ticket.cancel()  # the dropped session's ticket will never resolve now
+            await self._send(st, chunk)
+
+    def _check_retryable(self, st: _StreamAppends, exc: Exception) -> None:
+        if isinstance(exc, FencingTokenMismatchError):
+            raise FencedError(
+                f"stream {st.name!r} is fenced by another writer (token {exc.expected_fencing_token!r}); "
+                f"batch {self.plan.batch_id}, partition {self.ctx.partition_id}"
+            ) from exc
+        if isinstance(exc, AppendConditionError):
+            raise self._error(st, exc, "append condition failed") from exc
+        if isinstance(exc, S2ServerError):
+            status = exc.status_code
+            if status in (401, 403, 404):
+                raise self._error(st, exc, explain(exc, self.cfg, stream=st.name).message) from exc
+            if not retryable(exc):
+                raise self._error(st, exc, "request rejected") from exc
+        elif not retryable(exc):
+            raise self._error(st, exc, "unexpected error") from exc
+        if not self.plan.resend_ambiguous and st.unacked and not no_side_effects(exc):
+            raise self._error(
+                st, exc, "possibly applied appends are not re-sent in this delivery mode"
+            ) from exc
+
+    def _error(self, st: _StreamAppends, exc: BaseException, why: str) -> WriteError:
+        return WriteError(
+            f"append to stream {st.name!r} in basin {self.cfg.basin!r} failed: {why} "
+            f"(batch {self.plan.batch_id}, partition {self.ctx.partition_id}, "
+            f"attempt {self.ctx.attempt_number}): {_describe(exc)}"
+        )
+
+
+async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
+    """Half-close a bulk session and let the server end it (a failed one re-raises its error, which
+    was reported already); a timed-out close cancels its runner."""
+    try:
+        await asyncio.wait_for(session.close(), timeout=grace_s)
+    except TimeoutError:
+        session.abort()
+    except Exception as exc:
+        log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
+
+
+async def _settled(ticket: asyncio.Future[AppendAck], within_s: float) -> bool:
+    """Wait until `ticket` is done or `within_s` seconds have passed, never cancelling it; whether it is
+    done. Awaited once per append: ``asyncio.wait_for(asyncio.shield(ticket))`` passes an ack through four
+    loop callbacks before the waiting task runs, this through one (none when the ack is already in)."""
+    if ticket.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    ticket.add_done_callback(wake)
+    timer = loop.call_later(within_s, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        ticket.remove_done_callback(wake)
+    return ticket.done()
+
+
+def _future(ticket: Awaitable[AppendAck]) -> asyncio.Future[AppendAck]:
+    """The ticket as a future whose failure is always marked retrieved (stale tickets of a dropped
+    session are replaced, never awaited)."""
+    fut = asyncio.ensure_future(ticket)
+    fut.add_done_callback(_retrieve)
+    return fut
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _forget_acked(st: _StreamAppends) -> bool:
+    """Take the acknowledged chunks off the front of `st.unacked` (`Appender._await_oldest` still
+    collects their acks); whether there were any."""
+    acked = False
+    while st.unacked and _acked(st.unacked[0]):
+        st.unacked.popleft()
+        acked = True
+    return acked
+
+
+def _acked(chunk: Chunk) -> bool:
+    t = chunk.ticket
+    return t is not None and t.done() and not t.cancelled() and t.exception() is None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, S2ServerError):
+        return f"{type(exc).__name__} {exc.status_code} {exc.code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,114 @@
+"""Bad rows: what happens to a row that cannot become a record (``_s2_error`` set, null target stream,
+null body, over 1 MiB), per ``WritePlan.on_error``: fail the task, skip the row, or turn it into a dead
+letter for ``WritePlan.dlq_stream``.
+
+A dead letter's body is the row's original payload (``payload_column``, else its ``_s2_body``, else
+empty), truncated to fit a record; its headers say why and where from (``s2sink-error``,
+``s2sink-batch-id``, ``s2sink-partition``, ``s2sink-target-stream``, and ``s2sink-truncated: true`` when
+the payload was cut).
+
+Under exactly-once a dead letter also carries ``s2sink-row-hash``: the bad row's content hash as the
+recovery layout places it (`layout_hash`: Spark's ``xxhash64`` of its stream, body and headers, or of its
+stream and ``@key`` for an upsert change; 16 hex digits). A replay's tasks subtract dead letters by
+fingerprint like data, so identical dead letters must come from one task: with the hash in them they do
+(identical hash, identical recovery partition), and a task can tell which dead letters are its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import pyarrow as pa
+from s2_sdk import Record
+
+from s2_sink._exactly_once.recovery_layout import layout_hash
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink.encoders._frame import (
+    BODY,
+    DLQ_BATCH,
+    DLQ_ERROR,
+    DLQ_PARTITION,
+    DLQ_ROW_HASH,
+    DLQ_TARGET,
+    DLQ_TRUNCATED,
+    HEADERS,
+)
+from s2_sink.encoders._metered import header_size, metered_size
+from s2_sink.errors import EncodeError
+
+__all__ = [
+    "DLQ_BATCH",
+    "DLQ_ERROR",
+    "DLQ_PARTITION",
+    "DLQ_ROW_HASH",
+    "DLQ_TARGET",
+    "DLQ_TRUNCATED",
+    "BadRows",
+    "row_hash",
+]
+
+log = logging.getLogger(__name__)
+
+
+_MAX_ERROR_BYTES: Final = 4096
+_LOGGED_SKIPS: Final = 3
+
+
+class BadRows:
+    """Applies ``on_error`` to one task's bad rows and counts them."""
+
+    __slots__ = ("ctx", "dead_lettered", "max_record", "plan", "skipped")
+
+    def __init__(self, plan: WritePlan, ctx: PartitionContext, max_record: int) -> None:
+        self.plan = plan
+        self.ctx = ctx
+        self.max_record = max_record
+        """The largest record a dead letter may be (metered bytes)."""
+        self.skipped = 0
+        self.dead_lettered = 0
+
+    def handle(
+        self, batch: pa.RecordBatch, i: int, row: int, err: str, target: str | None
+    ) -> tuple[Record, int] | None:
+        """Row `i` of `batch` (row `row` of the partition) is bad because of `err`: raise `EncodeError`
+        (``fail``), count it (``skip``, returns ``None``) or return its dead letter and its metered size
+        (``dlq``)."""
+        where = f"row {row} of partition {self.ctx.partition_id} in batch {self.plan.batch_id}"
+        mode = self.plan.on_error
+        if mode == "fail":
+            raise EncodeError(f"{where}: {err} (set on_error='skip' or 'dlq' to keep going)")
+        if mode == "skip":
+            self.skipped += 1
+            if self.skipped <= _LOGGED_SKIPS:
+                log.warning("skipping bad row: %s: %s", where, err)
+            return None
+        payload: bytes | None = None
+        if self.plan.payload_column is not None:
+            payload = batch.column(self.plan.payload_column)[i].as_py()
+        if payload is None:
+            payload = batch.column(BODY)[i].as_py() or b""
+        headers = [
+            (DLQ_ERROR, err.encode()[:_MAX_ERROR_BYTES]),
+            (DLQ_BATCH, str(self.plan.batch_id).encode()),
+            (DLQ_PARTITION, str(self.ctx.partition_id).encode()),
+            (DLQ_TARGET, (target or "").encode()),
+        ]
+        if self.plan.chunk_tagger is not None:  # exactly-once (see module docstring)
+            headers.append((DLQ_ROW_HASH, b"%016x" % (row_hash(self.plan, batch, i) & (2**64 - 1))))
+        room = self.max_record - metered_size(b"", headers) - header_size(DLQ_TRUNCATED, b"true")
+        if len(payload) > room:
+            payload = payload[:room]
+            headers.append((DLQ_TRUNCATED, b"true"))
+        self.dead_lettered += 1
+        return Record(payload, headers), metered_size(payload, headers)
+
+
+def row_hash(plan: WritePlan, batch: pa.RecordBatch, i: int) -> int:
+    """The `layout_hash` of row `i`'s stream (routed rows), body and headers: what places it in a replay."""
+    names = batch.schema.names
+    stream = batch.column(plan.stream_column)[i].as_py() if plan.stream_column in names else None
+    body = batch.column(BODY)[i].as_py() if BODY in names else None
+    raw = batch.column(HEADERS)[i].as_py() if HEADERS in names else None
+    headers = [(h["name"], h["value"]) for h in raw or ()]
+    return layout_hash(stream, headers, body)

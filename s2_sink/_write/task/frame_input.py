@@ -1,0 +1,159 @@
+"""Where record-frame rows become records: one Arrow batch at a time, columns to SDK ``Record`` objects
+(without building per-row dicts) with their metered sizes, each good row handed to the `Chunker` under its
+target stream, each bad one to `BadRows`.
+
+On the bulk path (``spans``), a batch whose rows are all good records for the one fixed stream goes to
+the chunker as Arrow slices (`FrameSpan`), with no Python object per row; other batches (bad rows,
+routing) still take the record path.
+
+The frame is ``_s2_body``, ``_s2_headers`` (may be absent: no headers), ``_s2_timestamp``, ``_s2_key``,
+``_s2_error`` (see `s2_sink.encoders._frame`), plus, when rows are routed, ``WritePlan.stream_column``,
+and, in the upsert changelog's flat form, ``_s2_action``: the bulk path writes ``@key``/``@action``
+straight from the columns; the record path first puts them back into ``_s2_headers``
+(`s2_sink.encoders._changelog`), so everything downstream sees one layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from s2_sdk import Record
+
+from s2_sink._write.plan import WritePlan
+from s2_sink._write.task.chunker import Chunker
+from s2_sink._write.task.dead_letters import BadRows
+from s2_sink._write.task.frame_span import FrameSpan
+from s2_sink.encoders._changelog import changelog_metered, leading_headers, with_changelog_headers
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP
+from s2_sink.encoders._metered import metered_bytes
+
+__all__ = ["FrameInput"]
+
+
+class FrameInput:
+    """Feeds one task's frame batches, row by row in order, to a chunker."""
+
+    __slots__ = ("bad_rows", "chunker", "max_record", "plan", "rows_in", "spans")
+
+    def __init__(
+        self, plan: WritePlan, chunker: Chunker[Record | FrameSpan], bad_rows: BadRows, max_record: int
+    ) -> None:
+        self.plan = plan
+        self.chunker = chunker
+        self.bad_rows = bad_rows
+        self.max_record = max_record
+        """Records over this many metered bytes are bad rows (S2's limit less the chunk tag reserve)."""
+        self.rows_in = 0
+        self.spans = False
+        """Hand all-good batches for the fixed stream to the chunker as `FrameSpan`s (the bulk path)."""
+
+    def consume(self, batch: pa.RecordBatch) -> None:
+        """Turn one Arrow batch of the frame into records and hand them on, in row order."""
+        n = batch.num_rows
+        if n == 0:
+            return
+        first_row = self.rows_in
+        self.rows_in += n
+        names = batch.schema.names
+        body_col = batch.column(BODY)
+        header_col = batch.column(HEADERS) if HEADERS in names else None
+        metered = metered_bytes(body_col, header_col)
+        if ACTION in names:
+            metered = pc.add(metered, changelog_metered(batch.column(KEY), batch.column(ACTION)))
+        # A null body is a bad row: its size is never used.
+        sizes = pc.fill_null(metered, 0).to_numpy(zero_copy_only=False)
+        stamp_col = batch.column(TIMESTAMP) if TIMESTAMP in names else None
+        has_errors = ERROR in names and batch.column(ERROR).null_count < n
+        stream = self.plan.stream
+        all_good = (
+            not has_errors
+            and self.plan.stream_column is None
+            and stream is not None
+            and int(sizes.max()) <= self.max_record
+            and body_col.null_count == 0
+        )
+        if all_good and self.spans:
+            assert stream is not None
+            span = FrameSpan.of(body_col, header_col, stamp_col, leading_headers(batch))
+            self.chunker.add_span(stream, sizes, span.slice)
+            return
+        if ACTION in names:
+            batch = with_changelog_headers(batch)
+            header_col = batch.column(HEADERS)
+        records = _records(body_col, header_col, stamp_col)
+        if all_good:
+            assert stream is not None
+            self.chunker.add_run(stream, records, sizes)  # type: ignore[arg-type]
+            return
+        errors: list[str | None] | None = batch.column(ERROR).to_pylist() if has_errors else None
+        self._row_by_row(batch, first_row, records, sizes.tolist(), errors)
+
+    def _row_by_row(
+        self,
+        batch: pa.RecordBatch,
+        first_row: int,
+        records: list[Record | None],
+        sizes: list[int],
+        errors: list[str | None] | None,
+    ) -> None:
+        """A batch with bad rows or routed rows: each row to its stream, or to `BadRows`."""
+        targets: list[str | None] | None = None
+        if self.plan.stream_column is not None:
+            targets = batch.column(self.plan.stream_column).to_pylist()
+        fixed = self.plan.stream
+        for i, rec in enumerate(records):
+            err = errors[i] if errors is not None else None
+            target = targets[i] if targets is not None else fixed
+            if err is None:
+                if target is None:
+                    err = self.plan.null_target
+                elif rec is None:
+                    err = f"{BODY} is null"
+                elif sizes[i] > self.max_record:
+                    err = f"record of {sizes[i]} metered bytes exceeds the {self.max_record}-byte limit"
+            if err is not None:
+                letter = self.bad_rows.handle(batch, i, first_row + i, err, target)
+                if letter is not None:
+                    assert self.plan.dlq_stream is not None
+                    self.chunker.add(self.plan.dlq_stream, *letter)
+                continue
+            assert rec is not None
+            assert target is not None
+            self.chunker.add(target, rec, sizes[i])
+
+
+def _records(body: pa.Array, header_col: pa.Array | None, stamp_col: pa.Array | None) -> list[Record | None]:
+    """Each row as an SDK record (``None`` where the body is null)."""
+    n = len(body)
+    bodies: list[bytes | None] = body.to_pylist()
+    headers = _headers(header_col) if header_col is not None else None
+    stamps: list[int | None] | None = None
+    if stamp_col is not None and stamp_col.null_count < n:
+        stamps = stamp_col.to_pylist()
+    hdrs: Iterable[list[tuple[bytes, bytes]] | None] = (
+        headers if headers is not None else itertools.repeat(None, n)
+    )
+    tss: Iterable[int | None] = stamps if stamps is not None else itertools.repeat(None, n)
+    return [
+        Record(b, h or [], t) if b is not None else None for b, h, t in zip(bodies, hdrs, tss, strict=False)
+    ]
+
+
+def _headers(col: pa.Array) -> list[list[tuple[bytes, bytes]] | None]:
+    """``array<struct<name,value>>`` -> per-row header lists, via the flat child arrays (no dicts)."""
+    if col.null_count == len(col) or len(col.values) == 0:
+        return [None] * len(col)
+    offsets: list[int] = col.offsets.to_pylist()
+    flat = col.values
+    names: list[bytes] = flat.field("name").to_pylist()
+    values: list[bytes] = flat.field("value").to_pylist()
+    pairs = list(zip(names, values, strict=True))
+    valid = col.is_valid().to_pylist() if col.null_count else None
+    out: list[list[tuple[bytes, bytes]] | None] = []
+    for i in range(len(col)):
+        lo, hi = offsets[i], offsets[i + 1]
+        out.append(pairs[lo:hi] if hi > lo and (valid is None or valid[i]) else None)
+    return out

@@ -1,0 +1,135 @@
+"""What a task reports: per-stream totals kept while appending, and the small result rows
+(`RESULT_SCHEMA`) the driver folds into `BatchMetrics` and the exactly-once commit."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pyarrow as pa
+from s2_sdk import AppendAck
+
+from s2_sink._write.plan import PartitionContext
+
+__all__ = ["RESULT_DDL", "RESULT_SCHEMA", "StreamTotals", "result_rows"]
+
+RESULT_SCHEMA: Final = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("stream", pa.string()),
+        pa.field("rows_in", pa.int64(), nullable=False),
+        pa.field("records", pa.int64(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("appends", pa.int64(), nullable=False),
+        pa.field("retries", pa.int64(), nullable=False),
+        pa.field("skipped", pa.int64(), nullable=False),
+        pa.field("dead_lettered", pa.int64(), nullable=False),
+        pa.field("first_seq", pa.int64()),
+        pa.field("end_seq", pa.int64()),
+        pa.field("latencies_ms", pa.list_(pa.float64())),
+        pa.field("duration_ms", pa.float64(), nullable=False),
+    ]
+)
+"""One row per (task, stream) written, plus one row with ``stream = null`` carrying the task's totals
+of rows in, skipped and dead-lettered rows and its duration. ``first_seq``/``end_seq`` are the first
+and one-past-last sequence numbers this task's acks reported on that stream."""
+
+RESULT_DDL: Final = (
+    "partition int, attempt int, stream string, rows_in bigint, records bigint, bytes bigint, "
+    "appends bigint, retries bigint, skipped bigint, dead_lettered bigint, first_seq bigint, "
+    "end_seq bigint, latencies_ms array<double>, duration_ms double"
+)
+
+
+@dataclass(slots=True, eq=False)
+class StreamTotals:
+    """What one task appended to one stream, from its acknowledgements."""
+
+    latency_sample: int
+    """Ack latencies kept (reservoir sample) for the p50/p99 metrics."""
+    records: int = 0
+    bytes: int = 0
+    appends: int = 0
+    retries: int = 0
+    first_seq: int | None = None
+    end_seq: int | None = None
+    latencies: list[float] = field(default_factory=list)
+    seen_acks: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def covers(self, end: int) -> None:
+        """This micro-batch's records on the stream reach at least `end` (a retry or replay read back
+        records it dropped from its own appends): the committed end must not stop before them."""
+        self.end_seq = end if self.end_seq is None else max(self.end_seq, end)
+
+    def acked(self, records: int, nbytes: int, ack: AppendAck, latency_ms: float) -> None:
+        """Count one acknowledged append of `records` records and `nbytes` metered bytes."""
+        self.records += records
+        self.bytes += nbytes
+        self.appends += 1
+        if self.first_seq is None:
+            self.first_seq = ack.start.seq_num
+        self.end_seq = ack.end.seq_num
+        self.seen_acks += 1
+        cap = self.latency_sample
+        if len(self.latencies) < cap:
+            self.latencies.append(latency_ms)
+        else:
+            j = self.rng.randrange(self.seen_acks)
+            if j < cap:
+                self.latencies[j] = latency_ms
+
+
+def result_rows(
+    ctx: PartitionContext,
+    *,
+    rows_in: int,
+    skipped: int,
+    dead_lettered: int,
+    streams: Iterable[tuple[str, StreamTotals]],
+    duration_ms: float,
+) -> pa.RecordBatch:
+    """The task's totals row, then one row per stream it appended to (or retried on)."""
+    rows: list[dict[str, Any]] = [
+        {
+            "partition": ctx.partition_id,
+            "attempt": ctx.attempt_number,
+            "stream": None,
+            "rows_in": rows_in,
+            "records": 0,
+            "bytes": 0,
+            "appends": 0,
+            "retries": 0,
+            "skipped": skipped,
+            "dead_lettered": dead_lettered,
+            "first_seq": None,
+            "end_seq": None,
+            "latencies_ms": None,
+            "duration_ms": duration_ms,
+        }
+    ]
+    for name, st in streams:
+        if st.appends == 0 and st.retries == 0 and st.end_seq is None:
+            continue
+        rows.append(
+            {
+                "partition": ctx.partition_id,
+                "attempt": ctx.attempt_number,
+                "stream": name,
+                "rows_in": 0,
+                "records": st.records,
+                "bytes": st.bytes,
+                "appends": st.appends,
+                "retries": st.retries,
+                "skipped": 0,
+                "dead_lettered": 0,
+                "first_seq": st.first_seq,
+                "end_seq": st.end_seq,
+                "latencies_ms": st.latencies,
+                "duration_ms": duration_ms,
+            }
+        )
+    return pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
