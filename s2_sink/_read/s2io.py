@@ -15,11 +15,11 @@ from typing import TypeVar
 
 import numpy as np
 import s2_sdk
-from s2_sdk._exceptions import TransportError
 
 from s2_sink._read.session import RUN_RECORDS, read_columns
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
+from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.read.batch import Positions, RecordColumns
 from s2_sink.config import S2Config

@@ -31,14 +31,22 @@ from typing import Final
 import s2_sdk
 from h2.connection import H2Connection
 from h2.settings import SettingCodes
-from s2_sdk._client import HttpClient
-from s2_sdk._exceptions import ReadTimeoutError, S2ClientError, TransportError
-from s2_sdk._retrier import AdvisedReconnectLimiter, compute_backoff, http_retry_on, requires_reconnect
-from s2_sdk._s2s import _stream_records_path
-from s2_sdk._s2s._protocol import Message, parse_error_info, read_messages
-from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
 
 from s2_sink._transport import h2_frame_text as _h2_frame_text
+from s2_sink._transport import sdk
+from s2_sink._transport.sdk import (
+    AdvisedReconnectLimiter,
+    HttpClient,
+    Message,
+    ReadTimeoutError,
+    S2ClientError,
+    TransportError,
+    compute_backoff,
+    http_retry_on,
+    parse_error_info,
+    read_messages,
+    requires_reconnect,
+)
 from s2_sink._wire.read.batch import RecordColumns
 from s2_sink._wire.read.run import Arrival, ReadRun
 
@@ -76,9 +84,9 @@ async def read_columns(
 
     Ends at the count or at the tail (it never waits for new records), like a bounded SDK session.
     """
-    client, retry = handle._client, handle._retry
+    client, retry = sdk.stream_transport(handle)
     headers = _request_headers(handle)
-    max_retries = retry._max_retries()
+    max_retries = sdk.max_retries(retry)
     attempt = 0
     reconnects = AdvisedReconnectLimiter()
     next_seq, remaining = first, count
@@ -88,7 +96,7 @@ async def read_columns(
         reconnect = False
         try:
             async with client.streaming_request(
-                "GET", _stream_records_path(handle.name), params=params, headers=headers
+                "GET", sdk.stream_records_path(handle.name), params=params, headers=headers
             ) as response:
                 if response.status_code != 200:
                     raise parse_error_info(await response.aread(), response.status_code)
@@ -134,15 +142,12 @@ async def _advertise_large_frames(client: HttpClient) -> None:
     """Advertise `_MAX_FRAME_SIZE` on the client's connections to its endpoint that do not yet (once per
     connection: h2 keeps the value until the server acknowledges it, then applies it to what it accepts)."""
     try:
-        for pooled in list(client._pool._hosts.get(client._base_url, ())):
-            conn = pooled._conn
-            h2c = conn._h2
-            if h2c is None or not conn.is_available or h2c in _advertised:
+        for conn in sdk.pooled_connections(client):
+            h2c = sdk.h2_state(conn)
+            if h2c is None or h2c in _advertised:
                 continue
             _advertised.add(h2c)
-            async with conn._write_lock:
-                h2c.update_settings({SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME_SIZE})
-                await conn._flush(force=True)
+            await sdk.advertise_settings(conn, {SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME_SIZE})
     except AttributeError:  # another SDK's internals: reads still work, on 16 KiB frames
         log.debug("cannot reach the SDK's connections to advertise larger frames", exc_info=True)
 
@@ -164,8 +169,9 @@ async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator
 
 def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
     headers = {"content-type": "s2s/proto"}
-    if handle._encryption_key is not None:
-        headers[_S2_ENCRYPTION_KEY_HEADER] = handle._encryption_key
+    key = sdk.encryption_key(handle)
+    if key is not None:
+        headers[sdk.ENCRYPTION_KEY_HEADER] = key
     return headers
 
 

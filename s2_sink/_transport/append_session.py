@@ -29,13 +29,21 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Final
 
-import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from s2_sdk import S2, AppendAck, Compression, S2ClientError
-from s2_sdk._client import HttpClient
-from s2_sdk._exceptions import TransportError
-from s2_sdk._mappers import append_ack_from_proto
-from s2_sdk._s2s import _stream_records_path
-from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
+
+from s2_sink._transport import sdk
+from s2_sink._transport.sdk import (
+    HttpClient,
+    Message,
+    TransportError,
+    append_ack_from_proto,
+    frame_message,
+    maybe_compress,
+    parse_error_info,
+    pb,
+    read_messages,
+    stream_records_path,
+)
 
 __all__ = ["BulkAppendSession", "SessionClosedError", "basin_transport"]
 
@@ -139,7 +147,7 @@ class BulkAppendSession:
     async def _run(self) -> None:
         try:
             async with self._client.streaming_request(
-                "POST", _stream_records_path(self.stream), headers=dict(_HEADERS), content=self._outgoing()
+                "POST", stream_records_path(self.stream), headers=dict(_HEADERS), content=self._outgoing()
             ) as response:
                 if response.status_code != 200:
                     raise parse_error_info(await response.aread(), response.status_code)
@@ -203,4 +211,4 @@ def _retrieve(fut: asyncio.Future[AppendAck]) -> None:
 
 def basin_transport(client: S2, basin: str) -> HttpClient:
     """The SDK client's own HTTP/2 transport for `basin` (shared with its unary calls and sessions)."""
-    return client._get_basin_client(basin)
+    return sdk.basin_transport(client, basin)

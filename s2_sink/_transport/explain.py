@@ -20,8 +20,8 @@ from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from s2_sdk import S2ClientError, S2ServerError
-from s2_sdk._exceptions import ConnectError, ReadTimeoutError, TransportError  # not exported (0.13)
 
+from s2_sink._transport.sdk import ConnectError, ReadTimeoutError, TransportError
 from s2_sink.config import S2Config
 
 __all__ = ["TOKEN_HINT", "Explained", "FailureKind", "basin_endpoint", "explain", "is_s2_not_found"]

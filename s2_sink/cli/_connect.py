@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from s2_sdk import S2Basin, S2Error
-from s2_sdk._exceptions import TransportError  # not exported, but what a refused connection raises (0.13)
 
+from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import make_client
 from s2_sink.cli._failures import USAGE, CliFailure, explain
 from s2_sink.config import S2Config

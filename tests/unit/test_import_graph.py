@@ -160,8 +160,8 @@ def test_no_import_cycles_in_the_lite_server() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("s2_sink.errors", "s2_sink._version", "s2_sink._options", "s2_sink._logging", "s2_sink._crashpoints"),
     ("s2_sink.config",),
-    ("s2_sink.encoders", "s2_sink._wire"),
     ("s2_sink._transport",),
+    ("s2_sink.encoders", "s2_sink._wire"),
     ("s2_sink._exactly_once",),
     ("s2_sink._read", "s2_sink._write"),
     ("s2_sink.datasource", "s2_sink.writer", "s2_sink.cli", "s2_sink.testing", "s2_sink.demo", "s2_sink"),
@@ -177,13 +177,15 @@ def _layer(module: str) -> int | None:
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for i, prefixes in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+            inside = module == prefix or module.startswith(prefix + ".")
+            if inside and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), i)
     return None if best is None else best[1]
 
 
 def test_layers_import_only_downward() -> None:
-    """Transport and wire know nothing of the write or read paths; exactly-once imports nothing back from the
+    """Transport knows nothing of the encoders and the wire format, and neither of them of the write or read
+    paths; exactly-once imports nothing back from the
     write path but its plan (the seams it implements); the read and write paths do not import each other's
     front doors; nothing below the front doors imports them."""
     graph = import_graph(ROOT, "s2_sink")
@@ -217,9 +219,5 @@ def test_the_sink_does_not_import_the_lite_server() -> None:
     """The lite server ships in the same distribution but is its own program: only the CLI's ``s2-sink lite``,
     the demo and the `testing` helpers (which start one) import it."""
     graph = import_graph(ROOT, "s2_sink")
-    users = {
-        m
-        for m, targets in graph.items()
-        if not _in_lite([m]) and any(_in_lite([t]) for t in targets)
-    }
+    users = {m for m, targets in graph.items() if not _in_lite([m]) and any(_in_lite([t]) for t in targets)}
     assert users <= {"s2_sink.cli._main", "s2_sink.demo", "s2_sink.testing"}, sorted(users)

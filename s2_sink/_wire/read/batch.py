@@ -32,10 +32,10 @@ from typing import Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from s2_sdk import SequencedRecord
 
+from s2_sink._transport.sdk import pb
 from s2_sink._wire.arrow_calls import empty_binary, take
 from s2_sink._wire.layout import Bools, Bytes, Ints
 from s2_sink._wire.read.varints import TooLong, read_varints

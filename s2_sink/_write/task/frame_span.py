@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from s2_sdk import AppendInput, Record
-from s2_sdk._mappers import append_input_to_proto
 
+from s2_sink._transport.sdk import append_input_to_proto
 from s2_sink._wire import EncodedRecords, LeadingHeader, encode_records, record_field
 
 __all__ = ["FrameSpan", "records_of", "serialize_records", "serialize_spans"]
