@@ -92,7 +92,7 @@ def _config(ctx: Ctx, stream: str, **extra: Any) -> Any:
         account_endpoint=ctx.endpoint,
         basin_endpoint=ctx.endpoint,
         create_streams=True,
-        bulk_append=True,  # the harness measures the bulk append path (README, "side by side")
+        bulk_append=True,  # the harness measures the bulk append path (benchmarks/README.md)
         **extra,
     )
 

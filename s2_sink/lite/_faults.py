@@ -112,7 +112,7 @@ class Faults:
             }
 
     def configure(self, doc: dict[str, Any]) -> None:
-        """Apply an HTTP ``POST /_lite/faults`` document (see the README)."""
+        """Apply an HTTP ``POST /_lite/faults`` document (see docs/lite.md)."""
         self._check()
         if doc.get("clear"):
             self.clear()

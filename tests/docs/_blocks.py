@@ -1,4 +1,5 @@
-"""The Python blocks of the project's markdown: every ```python fence of README.md and docs/*.md.
+"""The Python blocks of the project's markdown: every ```python fence of README.md, docs/*.md, CONTRIBUTING.md
+and benchmarks/README.md.
 
 A block whose info string is ``python no-run`` is deliberately not runnable (a fragment, a cloud-only
 setting); every other Python block runs in the doc test.
@@ -35,8 +36,13 @@ class Block:
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    """README.md and every docs/*.md, in a stable order."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """README.md, every docs/*.md, CONTRIBUTING.md and benchmarks/README.md, in a stable order."""
+    return [
+        root / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+        root / "CONTRIBUTING.md",
+        root / "benchmarks" / "README.md",
+    ]
 
 
 def python_blocks(root: Path = ROOT) -> list[Block]:

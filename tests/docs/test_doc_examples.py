@@ -1,4 +1,5 @@
-"""Every Python block of README.md and docs/*.md runs as written, with only what the lite server prints.
+"""Every Python block of the project's markdown (`_blocks.doc_files`) runs as written, with only what the lite
+server prints.
 
 The lite server is started as a user starts it (``python -m s2_sink.lite --basin my-basin``); the blocks run
 in one child process (one ``local[2]`` Spark session for all of them) whose environment is this one plus the

@@ -1,4 +1,4 @@
-"""The README's "talk to it with curl" block runs as written against a fresh lite server."""
+"""The curl block of docs/lite.md ("talk to it with curl") runs as written against a fresh lite server."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import pytest
 
 from s2_sink.lite import LiteServer
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+LITE_DOC = Path(__file__).resolve().parents[2] / "docs" / "lite.md"
 ENDPOINT_LINE = "S2=http://127.0.0.1:8080"
 
 
 def _curl_block() -> str:
-    text = README.read_text()
-    section = text[text.index("**Talk to it with curl**") :]
+    text = LITE_DOC.read_text()
+    section = text[text.index("## Talk to it with curl") :]
     match = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
     assert match is not None, "the curl section has no bash block"
     return match.group(1)
 
 
 def test_readme_curl_example() -> None:
-    """Each curl command of the README succeeds: basin, JSON append, read, SSE session and tail."""
+    """Each curl command of docs/lite.md succeeds: basin, JSON append, read, SSE session and tail."""
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     block = _curl_block()
