@@ -28,7 +28,6 @@ the same stream cannot both win.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import re
@@ -45,7 +44,7 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once.readback import read_span
-from s2_sink._transport.retry import Backoff, retryable
+from s2_sink._transport.retry import Retries
 from s2_sink.errors import FencedError
 
 __all__ = [
@@ -68,8 +67,6 @@ _TOKEN_RE: Final = re.compile(
 )
 _B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 _MAX_ROUNDS: Final = 20
-# Waits after a failed fence that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
-_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
 
 
 def writer_hash(writer_id: str) -> str:
@@ -209,9 +206,9 @@ async def fence_if_older(
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
-    waits = _BACKOFF.delays()
+    retries = Retries()
     checked: str | None = None
-    for _ in range(_MAX_ROUNDS + _BACKOFF.retries):
+    for _ in range(_MAX_ROUNDS + retries.backoff.retries):
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         if me is not None and adopt is not None and adopt.by is not None and seen != checked:
             await refuse_if_superseded(stream, me, adopt, since)
@@ -232,10 +229,7 @@ async def fence_if_older(
         except (S2ClientError, S2ServerError) as exc:
             # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
             # it landed, the next try gets a 412 that shows our token).
-            delay = next(waits, None) if retryable(exc) else None
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
+            await retries.after(exc)
             continue
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)

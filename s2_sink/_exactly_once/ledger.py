@@ -50,7 +50,7 @@ from s2_sink._exactly_once.ledger_records import (
     state_of,
 )
 from s2_sink._transport.explain import explain
-from s2_sink._transport.retry import Backoff, retryable
+from s2_sink._transport.retry import BOOKKEEPING, Retries, retryable
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
@@ -59,8 +59,8 @@ __all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
 log = logging.getLogger(__name__)
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
-# Waits between ledger append attempts (eight in all): 0.1 s doubling to 2 s.
-_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=7, jitter=False)
+# Ledger appends get one retry more than the other bookkeeping calls: eight attempts in all.
+_BACKOFF: Final = replace(BOOKKEEPING, retries=7)
 # One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
 _APPEND_BYTES: Final = 512 * 1024
 # Records read back from the tail first when looking for the last state record (then 8x more each time).
@@ -197,7 +197,7 @@ class Ledger:
         """
         if self.tail is None:
             raise CommitError("ledger not loaded")  # a programming error, not a user one
-        waits = _BACKOFF.delays()
+        retries = Retries(_BACKOFF)
         last: Exception | None = None
         while True:
             expected, known = self.tail, self._state_at
@@ -230,7 +230,7 @@ class Ledger:
                     f"run is {state.run!r}). Two queries cannot share a writer identity: stop the other one "
                     "or give each its own writer_id"
                 ) from last
-            delay = next(waits, None)
+            delay = retries.next_wait()
             if delay is None:
                 raise CommitError(
                     f"cannot append to the exactly-once ledger {self.name!r} after "

@@ -10,7 +10,6 @@ appends batches atomically.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -29,15 +28,13 @@ from s2_sdk import (
 
 from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.tags import ChunkTag, find_tag
-from s2_sink._transport.retry import Backoff, retryable
+from s2_sink._transport.retry import Retries
 
 __all__ = ["ReadBack", "read_back"]
 
 log = logging.getLogger(__name__)
 
 _PAGE: Final = 1000
-# Waits after a failed read that the SDK's own retries did not fix: 0.1 s doubling to 2 s, six of them.
-_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
 
 
 @dataclass(slots=True)
@@ -120,7 +117,7 @@ async def read_back(
 async def read_span(stream: S2Stream, start: int, end: int) -> AsyncIterator[SequencedRecord]:
     """The records of ``[start, end)`` in order (a start below the trim point reads from the first record
     kept; nothing past what was written). Reads are idempotent, so transient failures are retried."""
-    waits = _BACKOFF.delays()
+    retries = Retries()
     pos = start
     while pos < end:
         try:
@@ -128,10 +125,7 @@ async def read_span(stream: S2Stream, start: int, end: int) -> AsyncIterator[Seq
         except ReadUnwrittenError:
             return
         except (S2ClientError, S2ServerError) as exc:
-            delay = next(waits, None) if retryable(exc) else None
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
+            await retries.after(exc)
             continue
         if not batch.records:
             return

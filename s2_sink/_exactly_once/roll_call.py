@@ -21,7 +21,6 @@ moved on from; it stops rather than guess.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from s2_sdk import (
 from s2_sink._exactly_once.bookkeeping_streams import ensure_once
 from s2_sink._exactly_once.fencing import TaskAttempt
 from s2_sink._exactly_once.readback import read_span
-from s2_sink._transport.retry import Backoff, retryable
+from s2_sink._transport.retry import Retries
 from s2_sink.errors import FencedError
 
 __all__ = ["ROLL_PREFIX", "RollCall", "open_roll", "roll_stream_name", "sign_in"]
@@ -51,8 +50,6 @@ log = logging.getLogger(__name__)
 ROLL_PREFIX: Final = "_s2sink/attempts/"
 # Sign-ins kept behind the current micro-batch before the driver trims them: one trim per this many.
 _TRIM_EVERY: Final = 256
-# Waits after a failed sign-in append the SDK did not retry: 0.1 s doubling to 2 s, six of them.
-_BACKOFF: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
 # Sign-ins matter only while their micro-batch runs; retention bounds the stream if nothing trims it.
 _CONFIG: Final = StreamConfig(retention_policy=7 * 24 * 3600)
 
@@ -162,7 +159,7 @@ async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
 
 async def _append(basin: S2Basin, stream: S2Stream, body: bytes) -> int:
     """Append one sign-in; its seq_num. A sign-in applied twice is harmless (the same attempt twice)."""
-    waits = _BACKOFF.delays()
+    retries = Retries()
     created = False
     while True:
         try:
@@ -174,7 +171,4 @@ async def _append(basin: S2Basin, stream: S2Stream, body: bytes) -> int:
                 await _ensure(basin, stream.name)  # the driver creates it; a plan built elsewhere may not
                 created = True
                 continue
-            delay = next(waits, None) if retryable(exc) else None
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
+            await retries.after(exc)

@@ -13,17 +13,21 @@ attempt inside the window that refused it is refused again, so its wait never ji
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from s2_sdk import S2ClientError, S2ServerError
 
 from s2_sink.config import S2Config
 
 __all__ = [
+    "BOOKKEEPING",
     "SESSION_MAX_DELAY_S",
     "Backoff",
+    "Retries",
     "no_side_effects",
     "rate_limited",
     "retry_after_s",
@@ -136,3 +140,37 @@ class Backoff:
         wait = min(uniform(step, 2 * step), self.cap) if self.jitter else step
         hint = retry_after_s(exc)
         return wait if hint is None else max(wait, hint)
+
+
+BOOKKEEPING: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
+"""Our retries over the SDK's for the exactly-once bookkeeping calls (fences, sign-ins, read-back reads,
+ledger appends): 6 more tries, 0.1 s doubling to 2 s, no jitter (each is conditional or idempotent)."""
+
+
+class Retries:
+    """One retry loop's budget under a `Backoff`: the single place a loop decides whether to try again.
+
+    ``await retries.after(exc)`` inside the ``except`` of an attempt waits before the next one, or re-raises
+    ``exc`` when it is final (``retry_on`` says no) or the budget is spent; `next_wait` is for a loop that
+    raises its own error when the budget is spent.
+    """
+
+    __slots__ = ("_retry_on", "_waits", "backoff")
+
+    def __init__(
+        self, backoff: Backoff = BOOKKEEPING, *, retry_on: Callable[[BaseException], bool] = retryable
+    ) -> None:
+        self.backoff = backoff
+        self._waits = backoff.delays()
+        self._retry_on = retry_on
+
+    def next_wait(self) -> float | None:
+        """The wait before the next attempt, in seconds; None when the budget is spent."""
+        return next(self._waits, None)
+
+    async def after(self, exc: BaseException) -> None:
+        """Wait before the next attempt after ``exc``; re-raise ``exc`` if it is final or no retry is left."""
+        delay = self.next_wait() if self._retry_on(exc) else None
+        if delay is None:
+            raise exc
+        await asyncio.sleep(delay)

@@ -20,10 +20,10 @@ from s2_sdk import (
 
 from s2_sink._exactly_once import fencing as _fencing
 from s2_sink._exactly_once import ledger as _ledger
-from s2_sink._exactly_once import readback as _readback
 from s2_sink._exactly_once.fencing import Token, fence_if_older
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.readback import read_back
+from s2_sink._transport import retry as _retry
 from s2_sink._transport.retry import (
     SESSION_MAX_DELAY_S,
     Backoff,
@@ -238,7 +238,7 @@ def _patch_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         slept.append(delay)
         return result
 
-    for module in (_fencing, _readback, _ledger):
+    for module in (_retry, _ledger):  # the shared retry helper sleeps for the loops; the ledger's own wait
         assert module.asyncio is asyncio
     monkeypatch.setattr(asyncio, "sleep", sleep)
     return slept
