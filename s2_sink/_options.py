@@ -13,7 +13,19 @@ from typing import Any
 
 from s2_sink.errors import ConfigError
 
-__all__ = ["OptionMap"]
+__all__ = ["OptionMap", "parse_bool"]
+
+
+def parse_bool(name: str, raw: object) -> bool:
+    """The one boolean vocabulary of every option (S2Config, ``S2_*`` variables, ``format("s2")``): a Python
+    bool, or ``true``/``false`` in any case, as Spark's own options spell them. Anything else is a ConfigError
+    naming the option and the value."""
+    if isinstance(raw, bool):
+        return raw
+    lowered = raw.strip().lower() if isinstance(raw, str) else None
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"option {name}={raw!r} must be true or false")
+    return lowered == "true"
 
 
 class OptionMap(Mapping[str, Any]):

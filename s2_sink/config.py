@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-from s2_sink._options import OptionMap
+from s2_sink._options import OptionMap, parse_bool
 from s2_sink.errors import ConfigError
 
 __all__ = ["OPTION_KEYS", "WRITE_ONLY_OPTION_KEYS", "S2Config"]
@@ -40,8 +40,6 @@ CompressionName = Literal["none", "zstd", "gzip"]
 _BASIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _DURATION_RE: Final = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds|min)?\s*$")
 _SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib)?\s*$", re.IGNORECASE)
-_TRUE: Final = frozenset({"true", "1", "yes", "on"})
-_FALSE: Final = frozenset({"false", "0", "no", "off"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -245,14 +243,6 @@ def _size_bytes(key: str, raw: Any) -> int:
     return int(m.group(1)) * scale
 
 
-def _bool(key: str, raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
-        return raw.strip().lower() in _TRUE
-    raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
-
-
 def _policy(key: str, raw: Any) -> str:
     value = _str(key, raw).strip().upper().replace("-", "_")
     if value not in ("ALL", "NO_SIDE_EFFECTS"):
@@ -289,11 +279,11 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "s2.request-timeout-ms": ("request_timeout_ms", _duration_ms),
     "s2.connect-timeout-ms": ("connect_timeout_ms", _duration_ms),
     "s2.compression": ("compression", _compression),
-    "s2.allow-insecure-http": ("allow_insecure_http", _bool),
-    "s2.create-streams": ("create_streams", _bool),
+    "s2.allow-insecure-http": ("allow_insecure_http", parse_bool),
+    "s2.create-streams": ("create_streams", parse_bool),
     "sink.requests.max-inflight-bytes": ("max_inflight_bytes", _size_bytes),
     "sink.session.idle-timeout": ("session_idle_timeout_ms", _duration_ms),
-    "sink.bulk-append": ("bulk_append", _bool),
+    "sink.bulk-append": ("bulk_append", parse_bool),
 }
 
 OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}

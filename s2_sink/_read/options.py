@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from s2_sink._options import OptionMap
+from s2_sink._options import OptionMap, parse_bool
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -114,13 +114,6 @@ def _positive_int(name: str, raw: str) -> int:
     if value <= 0:
         raise ConfigError(f"option {name}={raw!r} must be a positive integer")
     return value
-
-
-def _boolean(name: str, raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ConfigError(f"option {name}={raw!r} must be true or false")
-    return lowered == "true"
 
 
 def _timestamp(name: str, raw: str) -> int:
@@ -282,7 +275,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     materialize = False
     mat_raw = _get(options, OPT_MATERIALIZE)
     if mat_raw is not None:
-        materialize = _boolean(OPT_MATERIALIZE, mat_raw)
+        materialize = parse_bool(OPT_MATERIALIZE, mat_raw)
         if materialize and fmt != "upsert":
             raise ConfigError(f"option {OPT_MATERIALIZE}=true needs {OPT_FORMAT}=upsert, not {fmt!r}")
         if materialize and streaming:
@@ -323,7 +316,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                 f"option {OPT_FAIL_ON_DATA_LOSS}={fail_raw!r} applies to readStream only; a batch read "
                 "(spark.read) reads what is retained between its bounds"
             )
-        fail_on_data_loss = _boolean(OPT_FAIL_ON_DATA_LOSS, fail_raw)
+        fail_on_data_loss = parse_bool(OPT_FAIL_ON_DATA_LOSS, fail_raw)
 
     return ReadOptions(
         streams=streams,

@@ -29,12 +29,12 @@ from typing import Final
 
 from s2_sdk import S2, S2Basin, S2Error, S2ServerError
 
-from s2_sink._options import OptionMap
+from s2_sink._options import OptionMap, parse_bool
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
-from s2_sink.errors import ConfigError, PreflightError
+from s2_sink.errors import PreflightError
 
 __all__ = ["MAX_PROBED_STREAMS", "OPT_PREFLIGHT", "enabled", "preflight_read", "preflight_write"]
 
@@ -50,11 +50,7 @@ MAX_PROBED_STREAMS: Final = 2
 def enabled(options: Mapping[str, str]) -> bool:
     """Whether the ``format("s2")`` options ask for the preflight (`OPT_PREFLIGHT`, default ``true``)."""
     raw = OptionMap(options).text(OPT_PREFLIGHT)
-    if raw is None or raw.strip().lower() == "true":
-        return True
-    if raw.strip().lower() == "false":
-        return False
-    raise ConfigError(f"option {OPT_PREFLIGHT}={raw!r} must be true or false")
+    return raw is None or parse_bool(OPT_PREFLIGHT, raw)
 
 
 class _Missing(Exception):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from s2_sink._options import OptionMap
+from s2_sink._options import OptionMap, parse_bool
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
@@ -112,13 +112,10 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
         keys_raw = _get(options, OPT_KEY_COLUMNS)
         if keys_raw is None:
             raise ConfigError(f"{OPT_FORMAT}=upsert needs {OPT_KEY_COLUMNS}, e.g. 'id' or 'tenant,id'")
-        compact_raw = (_get(options, OPT_COMPACT) or "false").lower()
-        if compact_raw not in ("true", "false"):
-            raise ConfigError(f"option {OPT_COMPACT}={compact_raw!r} must be true or false")
         return UpsertEncoder(
             _names(OPT_KEY_COLUMNS, keys_raw),
             op_column=_get(options, OPT_OP_COLUMN) or None,
-            compact=compact_raw == "true",
+            compact=parse_bool(OPT_COMPACT, _get(options, OPT_COMPACT) or "false"),
             headers_column=headers,
             timestamp_column=timestamp,
             exclude_columns=exclude,
