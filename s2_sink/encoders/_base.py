@@ -26,6 +26,8 @@ from s2_sink.encoders._frame import (
     HEADERS,
     KEY,
     TIMESTAMP,
+    ArrowParts,
+    JvmParts,
     frame_arrow_schema,
     raise_for_errors,
 )
@@ -89,7 +91,7 @@ class Encoder:
         headers: Column,
         timestamp: Column,
         errors: list[Column],
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+    ) -> JvmParts:
         """(source df, body, headers, timestamp, key, error); the df may be filtered or reordered."""
         raise NotImplementedError
 
@@ -101,7 +103,7 @@ class Encoder:
         headers: Column,
         timestamp: Column,
         errors: list[Column],
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column] | None:
+    ) -> JvmParts | None:
         """`_project` with the upsert changelog flat: (source df, body, the rows' own headers, timestamp,
         key, action, error); ``None`` for an encoder whose records have no changelog headers."""
         return None
@@ -115,7 +117,7 @@ class Encoder:
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
-    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+    ) -> ArrowParts:
         """(source batch, body, headers, timestamp, key, error); the batch filtered like the arrays."""
         raise NotImplementedError
 
@@ -166,21 +168,16 @@ class Encoder:
             flat = self._project_changelog(
                 df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
             )
-        action: list[Column] = []
-        if flat is not None:
-            src, body, headers, timestamp, key, changelog_action, error = flat
-            action = [changelog_action.alias(ACTION)]
-        else:
-            src, body, headers, timestamp, key, error = self._project(
-                df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
-            )
-        return src.select(
-            body.alias(BODY),
-            headers.alias(HEADERS),
-            timestamp.alias(TIMESTAMP),
-            key.alias(KEY),
-            error.alias(ERROR),
-            *action,
+        parts = flat or self._project(
+            df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
+        )
+        return parts.source.select(
+            parts.body.alias(BODY),
+            parts.headers.alias(HEADERS),
+            parts.timestamp.alias(TIMESTAMP),
+            parts.key.alias(KEY),
+            parts.error.alias(ERROR),
+            *([] if parts.action is None else [parts.action.alias(ACTION)]),
             *[_jvm.col(c) for c in keep],
         )
 
@@ -206,7 +203,7 @@ class Encoder:
         headers, headers_error = _arrow_meta.headers(batch, self.headers_column)
         timestamp, ts_error = _arrow_meta.timestamp(batch, self.timestamp_column)
         error = _arrow_meta.first_error(len(batch), headers_error, ts_error)
-        src, body, headers, timestamp, key, error = self._encode(
+        parts = self._encode(
             batch,
             schema=schema,
             data_columns=self.data_columns(schema, exclude),
@@ -214,9 +211,10 @@ class Encoder:
             timestamp=timestamp,
             error=error,
         )
+        src = parts.source
         kept = [src.column(c) for c in keep]
         frame = pa.RecordBatch.from_arrays(
-            [body, headers, timestamp, key, error, *kept],
+            [parts.body, parts.headers, parts.timestamp, parts.key, parts.error, *kept],
             schema=frame_arrow_schema(pa.schema([src.schema.field(c) for c in keep])),
         )
         if errors == "raise":

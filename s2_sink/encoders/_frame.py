@@ -20,10 +20,15 @@ and then every record's headers are ``(@key, _s2_key)``, ``(@action, _s2_action)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_sink.errors import EncodeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 __all__ = [
     "ACTION",
@@ -46,6 +51,8 @@ __all__ = [
     "STREAM",
     "TIMESTAMP",
     "TYPE_DDL",
+    "ArrowParts",
+    "JvmParts",
     "frame_arrow_schema",
     "raise_for_errors",
 ]
@@ -79,6 +86,33 @@ TYPE_DDL = {BODY: "binary", HEADERS: HEADERS_DDL, TIMESTAMP: "bigint", KEY: "bin
 FRAME_DDL = ", ".join(f"{name} {ddl}" for name, ddl in TYPE_DDL.items())
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
+
+
+class JvmParts(NamedTuple):
+    """An encoder's projection before its parts are named frame columns: the rows to project (``source``,
+    possibly filtered or reordered) and a Spark column for each frame column."""
+
+    source: DataFrame
+    body: Column
+    headers: Column
+    """The record's headers; in the upsert changelog's flat form, the rows' own headers only."""
+    timestamp: Column
+    key: Column
+    error: Column
+    action: Column | None = None
+    """The ``@action`` value, in the upsert changelog's flat form only."""
+
+
+class ArrowParts(NamedTuple):
+    """An encoder's Arrow encoding before it becomes the frame: the rows (``source``, filtered and reordered
+    like the arrays) and an array for each frame column."""
+
+    source: pa.RecordBatch
+    body: pa.Array
+    headers: pa.Array
+    timestamp: pa.Array
+    key: pa.Array
+    error: pa.Array
 
 
 def frame_arrow_schema(kept: pa.Schema | None = None) -> pa.Schema:

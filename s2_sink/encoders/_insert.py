@@ -15,6 +15,7 @@ from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._frame import ArrowParts, JvmParts
 from s2_sink.encoders._types import check_json_type, column_type
 from s2_sink.errors import ConfigError
 
@@ -105,7 +106,7 @@ class InsertEncoder(Encoder):
         headers: Column,
         timestamp: Column,
         errors: list[Column],
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+    ) -> JvmParts:
         key, key_text = self._key_jvm(df)
         if self.format == "raw":
             value = _jvm.col(self.value_column)
@@ -115,7 +116,7 @@ class InsertEncoder(Encoder):
             body = _jvm.json_body(data_columns)
         size = _jvm.metered_expr(body, headers if self.headers_column is not None else None)
         error = _jvm.first_error(*errors, _jvm.oversize_error(size, key_text))
-        return df, body, headers, timestamp, key, error
+        return JvmParts(df, body, headers, timestamp, key, error)
 
     # -- Arrow --------------------------------------------------------------------------------
     def _encode(
@@ -127,7 +128,7 @@ class InsertEncoder(Encoder):
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
-    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+    ) -> ArrowParts:
         n = len(batch)
         key_text: pa.Array | None = None
         key = pa.nulls(n, pa.binary())
@@ -151,4 +152,4 @@ class InsertEncoder(Encoder):
             body = pc.cast(json_object(data_columns, frags, n), pa.binary())
         oversize = _arrow_meta.oversize_errors(body, headers, key_text)
         error = _arrow_meta.first_error(n, error, null_value, oversize)
-        return batch, body, headers, timestamp, key, error
+        return ArrowParts(batch, body, headers, timestamp, key, error)

@@ -34,7 +34,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._base import Encoder, ErrorMode
-from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, HEADERS_DDL
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, HEADERS_DDL, ArrowParts, JvmParts
 from s2_sink.encoders._lists import list_parts
 from s2_sink.encoders._types import column_type
 from s2_sink.errors import ConfigError
@@ -141,7 +141,7 @@ class KafkaEncoder(Encoder):
         headers: Column,
         timestamp: Column,
         errors: list[Column],
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
+    ) -> JvmParts:
         value = _jvm.col(self.value_column)
         body = F.coalesce(value.cast("binary"), F.lit(b""))
         none = F.array().cast(HEADERS_DDL)
@@ -156,7 +156,7 @@ class KafkaEncoder(Encoder):
         null_value = F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))
         size = _jvm.metered_expr(body, all_headers)
         error = _jvm.first_error(*errors, null_value, _jvm.oversize_error(size, key_text))
-        return df, body, all_headers, timestamp, key, error
+        return JvmParts(df, body, all_headers, timestamp, key, error)
 
     # -- Arrow --------------------------------------------------------------------------------
     def _encode(
@@ -168,7 +168,7 @@ class KafkaEncoder(Encoder):
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
-    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+    ) -> ArrowParts:
         n = len(batch)
         value = batch.column(self.value_column)
         body = pc.fill_null(pc.cast(value, pa.binary()), b"")
@@ -184,7 +184,7 @@ class KafkaEncoder(Encoder):
             null_value = pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
         oversize = _arrow_meta.oversize_errors(body, all_headers, key_text)
         error = _arrow_meta.first_error(n, error, null_value, oversize)
-        return batch, body, all_headers, timestamp, key, error
+        return ArrowParts(batch, body, all_headers, timestamp, key, error)
 
 
 def _prepend_key(key: pa.Array, headers: pa.Array) -> pa.Array:

@@ -37,6 +37,8 @@ from s2_sink.encoders._frame import (
     HEADERS_DDL,
     KEY,
     TIMESTAMP,
+    ArrowParts,
+    JvmParts,
 )
 from s2_sink.encoders._ops import DELETE, DROP, UPSERT
 from s2_sink.encoders._types import check_json_type, column_type, require_column
@@ -145,17 +147,18 @@ class UpsertEncoder(Encoder):
         headers: Column,
         timestamp: Column,
         errors: list[Column],
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column]:
-        src, body, own, timestamp, key, action, error = self._project_changelog(
+    ) -> JvmParts:
+        flat = self._project_changelog(
             df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
         )
+        assert flat.action is not None  # the changelog's flat form always has one
         listed = F.array(
-            F.struct(F.lit(KEY_HEADER).alias("name"), key.alias("value")),
-            F.struct(F.lit(ACTION_HEADER).alias("name"), action.alias("value")),
+            F.struct(F.lit(KEY_HEADER).alias("name"), flat.key.alias("value")),
+            F.struct(F.lit(ACTION_HEADER).alias("name"), flat.action.alias("value")),
         )
         if self.headers_column is not None:
-            listed = F.concat(listed, F.coalesce(own, F.array().cast(HEADERS_DDL)))
-        return src, body, listed, timestamp, key, error
+            listed = F.concat(listed, F.coalesce(flat.headers, F.array().cast(HEADERS_DDL)))
+        return flat._replace(headers=listed, action=None)
 
     def _project_changelog(
         self,
@@ -165,7 +168,7 @@ class UpsertEncoder(Encoder):
         headers: Column,
         timestamp: Column,
         errors: list[Column],
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
+    ) -> JvmParts:
         """The changelog flat (see `_changelog`): no array of header structs is built per row."""
         key_json = _jvm.json_key(df.schema, list(self.key_columns))
         action, op_error = self._action_jvm(df)
@@ -187,7 +190,7 @@ class UpsertEncoder(Encoder):
         error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
         src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
         if not self.compact:
-            return src, body, own, timestamp, key_json, action_value, error
+            return JvmParts(src, body, own, timestamp, key_json, error, action=action_value)
         return self._compact_jvm(
             src, body=body, headers=own, timestamp=timestamp, key=key_json, action=action_value, error=error
         )
@@ -202,7 +205,7 @@ class UpsertEncoder(Encoder):
         key: Column,
         action: Column,
         error: Column,
-    ) -> tuple[DataFrame, Column, Column, Column, Column, Column, Column]:
+    ) -> JvmParts:
         framed = df.select(
             F.col("*"),
             body.alias(BODY),
@@ -239,14 +242,14 @@ class UpsertEncoder(Encoder):
             if self.order_by
             else survivors.repartition(F.shiftright(F.col(_SEQ), 33)).sortWithinPartitions(_SEQ)
         )
-        return (
+        return JvmParts(
             ordered,
             ordered[BODY],
             ordered[HEADERS],
             ordered[TIMESTAMP],
             ordered[KEY],
-            ordered[ACTION],
             ordered[ERROR],
+            action=ordered[ACTION],
         )
 
     # -- Arrow --------------------------------------------------------------------------------
@@ -283,7 +286,7 @@ class UpsertEncoder(Encoder):
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
-    ) -> tuple[pa.RecordBatch, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+    ) -> ArrowParts:
         action, op_error = self._action_arrow(batch)
         if self.op_column is not None:  # drop update pre-images before anything else
             keep = pc.fill_null(pc.not_equal(action, _DROP), True)
@@ -331,7 +334,7 @@ class UpsertEncoder(Encoder):
                 batch, body, changelog, timestamp, key, error = (
                     a.filter(survive) for a in (batch, body, changelog, timestamp, key, error)
                 )
-        return batch, body, changelog, timestamp, key, error
+        return ArrowParts(batch, body, changelog, timestamp, key, error)
 
 
 def _last_per_key(key: pa.Array, error: pa.Array) -> pa.Array:
