@@ -118,6 +118,8 @@ def _argument_fields(record: logging.LogRecord) -> dict[str, Any]:
     """``key=%s`` placeholders of the format string paired with the call's arguments: the values as
     passed (a dict stays a dict), not their text."""
     args = record.args
+    if isinstance(args, Mapping) and isinstance(record.msg, str) and "%(" not in record.msg:
+        args = (args,)  # logging unwraps a lone dict argument, for "%(name)s" formats; this is not one
     if not isinstance(record.msg, str) or not isinstance(args, tuple) or not args:
         return {}
     fields: dict[str, Any] = {}

@@ -6,16 +6,19 @@ the ledgers hold the writer ids, so hashing each one gives the id back for any w
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from s2_sdk import S2Basin
+from s2_sdk import S2Basin, S2Error
 
 from s2_sink._exactly_once._fencing import Token, writer_hash
 from s2_sink._exactly_once._ledger import LEDGER_PREFIX, Ledger, LedgerState
 from s2_sink.errors import CommitError
 
 __all__ = ["LedgerSummary", "describe_token", "ledger_summaries", "writer_ids", "writers_by_hash"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +60,16 @@ async def writer_ids(basin: S2Basin) -> list[str]:
 
 
 async def writers_by_hash(basin: S2Basin) -> dict[str, list[str]]:
-    """Writer hash (as in fencing tokens) -> the writer ids with a ledger in the basin that have it."""
+    """Writer hash (as in fencing tokens) -> the writer ids with a ledger in the basin that have it. Best
+    effort: a token that may not list streams (or any listing failure) gets no names, and tokens are then
+    shown by their hash, as before."""
     found: dict[str, list[str]] = {}
-    for writer_id in await writer_ids(basin):
+    try:
+        ids = await writer_ids(basin)
+    except S2Error as exc:
+        log.debug("cannot list the ledgers to name fencing tokens' writers: %s", exc)
+        return found
+    for writer_id in ids:
         found.setdefault(writer_hash(writer_id), []).append(writer_id)
     return found
 

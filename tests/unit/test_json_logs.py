@@ -154,3 +154,10 @@ def test_the_real_source_and_sink_lines_parse_to_their_values(captured: io.Strin
     first, second = _lines(captured)
     assert (first["batch_records"], first["lag_by_stream"]) == (10, {"orders": 5})
     assert second["recovery"] is False
+
+
+def test_a_lone_dict_argument_is_a_json_object(captured: io.StringIO) -> None:
+    """A call whose only argument is a dict (which logging unwraps) still gives that dict as the field."""
+    logging.getLogger("s2_sink.writer").info("ends=%s", {"events": 8, "a b": None})
+    (doc,) = _lines(captured)
+    assert doc["ends"] == {"events": 8, "a b": None}
