@@ -206,10 +206,10 @@ def reset(args: argparse.Namespace) -> int:
     )
 
 
-def _list_line(summary: LedgerSummary) -> str:
+def _list_line(summary: LedgerSummary, width: int) -> str:
     when = iso_ms(summary.timestamp)
     if summary.state is None:
-        return f"{summary.writer_id}  unreadable: {summary.error}  (last record {when})"
+        return f"{summary.writer_id:<{width}}  unreadable: {summary.error}  (last record {when})"
     st = summary.state
     if st.kind == "none":
         done = "empty"
@@ -220,7 +220,7 @@ def _list_line(summary: LedgerSummary) -> str:
     if st.kind == "open":
         done += f", epoch {st.epoch} open"
     return (
-        f"{summary.writer_id}  hash {writer_hash(summary.writer_id)}  epoch {st.epoch}  {done}  "
+        f"{summary.writer_id:<{width}}  hash {writer_hash(summary.writer_id)}  epoch {st.epoch}  {done}  "
         f"last record {when}  query {st.query_id or '-'}"
     )
 
@@ -240,6 +240,7 @@ def list_(args: argparse.Namespace) -> int:
             sys.stdout.write(orjson.dumps(summary.as_doc()).decode() + "\n")
         return 0
     print(f"basin {cfg.basin!r}: {len(summaries)} exactly-once ledgers (times in UTC)")
+    width = max((len(s.writer_id) for s in summaries), default=0)
     for summary in summaries:
-        print(_list_line(summary))
+        print(_list_line(summary, width))
     return 0
