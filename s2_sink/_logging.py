@@ -2,19 +2,23 @@
 
 s2_sink logs through ``logging.getLogger(__name__)`` with ``key=value`` pairs in its messages (the per-batch
 metrics line, retries, exactly-once decisions). `JsonFormatter` keeps those messages and adds each pair as a
-field, so the JSON carries the same fields as the text line. `configure_logging` attaches a handler to the
+field holding a real JSON value (the argument a ``key=%s`` placeholder was given, not its text), so the
+JSON carries the same fields as the text line. `configure_logging` attaches a handler to the
 ``s2_sink`` logger, in text or JSON; setting ``S2_SINK_LOG_FORMAT=json`` in a process's environment does the
 same when s2_sink is imported (e.g. ``spark.executorEnv.S2_SINK_LOG_FORMAT=json`` for executors).
 """
 
 from __future__ import annotations
 
+import ast
 import json as jsonlib
 import logging
+import math
 import os
 import re
 import sys
 import warnings
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
@@ -28,26 +32,120 @@ ENV_LOG_LEVEL: Final = "S2_SINK_LOG_LEVEL"
 
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-_PAIR: Final = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=(\S+)")
+_PAIR_START: Final = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=(?=\S)")
+# A printf conversion of a log call's format string ("%s", "%d", "%.1f", "%r"; "%%" is a literal percent).
+_CONVERSION: Final = re.compile(
+    r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?([diouxXeEfFgGcrsa%])"
+)
+_KEY_BEFORE: Final = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=$")
 _RESERVED: Final = frozenset({"ts", "level", "logger", "message", "exc_info"})
+# What every LogRecord has: any other attribute came from ``extra=`` and is a field.
+_RECORD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _INT: Final = re.compile(r"^-?\d+$")
 _FLOAT: Final = re.compile(r"^-?\d+\.\d+(?:[eE][-+]?\d+)?$")
+_WORDS: Final[dict[str, Any]] = {"-": None, "None": None, "True": True, "False": False}
+_CLOSERS: Final = {"{": "}", "[": "]", "(": ")"}
 
 
-def _value(text: str) -> Any:
+def as_json_value(value: Any) -> Any:
+    """`value` as what JSON can hold: mappings as objects (keys as text), sequences and sets as arrays,
+    numbers, booleans and None as themselves, anything else (and a non-finite float) as its text."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {str(k): as_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json_value(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((as_json_value(v) for v in value), key=repr)
+    return str(value)
+
+
+def _bracketed(text: str, start: int) -> int:
+    """Where the bracket or quote opening at `start` closes (one past it), or -1: quotes inside count."""
+    stack: list[str] = []
+    quote = ""
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+                if not stack:
+                    return i + 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _CLOSERS:
+            stack.append(_CLOSERS[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _word(text: str) -> Any:
     if _INT.match(text):
         return int(text)
     if _FLOAT.match(text):
         return float(text)
-    if text == "-":  # how the text line shows "none" (e.g. no ack latency measured)
-        return None
-    return text
+    return _WORDS.get(text, text)
+
+
+def _text_value(message: str, start: int) -> Any:
+    """The value written at `start` of a formatted message: a Python literal (quoted text, a dict, list or
+    tuple repr) read whole, else one word without the punctuation that ends a sentence or a parenthesis."""
+    if message[start] in "'\"{[(":
+        end = _bracketed(message, start)
+        if end > 0:
+            try:
+                return as_json_value(ast.literal_eval(message[start:end]))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                pass
+    word = re.match(r"\S+", message[start:])
+    raw = word.group(0) if word else ""
+    while (raw and raw[-1] in ",;:") or (raw.endswith(")") and raw.count("(") < raw.count(")")):
+        raw = raw[:-1]
+    return _word(raw)
+
+
+def _argument_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """``key=%s`` placeholders of the format string paired with the call's arguments: the values as
+    passed (a dict stays a dict), not their text."""
+    args = record.args
+    if isinstance(args, Mapping) and isinstance(record.msg, str) and "%(" not in record.msg:
+        args = (args,)  # logging unwraps a lone dict argument, for "%(name)s" formats; this is not one
+    if not isinstance(record.msg, str) or not isinstance(args, tuple) or not args:
+        return {}
+    fields: dict[str, Any] = {}
+    index = 0
+    for conv in _CONVERSION.finditer(record.msg):
+        if conv.group(1) == "%":
+            continue
+        if index >= len(args):
+            return {}  # not a format this formatter understands: the text fallback does what it can
+        key = _KEY_BEFORE.search(record.msg, 0, conv.start())
+        if key is not None and key.end() == conv.start():
+            fields[key.group(1)] = as_json_value(args[index])
+        index += 1
+    return fields
+
+
+def _text_fields(message: str) -> dict[str, Any]:
+    return {m.group(1): _text_value(message, m.end()) for m in _PAIR_START.finditer(message)}
 
 
 class JsonFormatter(logging.Formatter):
-    """A log record as one line of JSON: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, then
-    every ``key=value`` pair of the message as a field (integers and decimals as numbers, ``-`` as null),
-    and ``exc_info`` with the traceback when there is one."""
+    """A log record as one line of JSON: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, then the
+    fields, each a JSON value: ``extra=`` attributes; ``key=%s`` placeholders with the argument passed (a
+    dict as an object, a tuple as an array, a bool as a bool); other ``key=value`` text of the message
+    (numbers as numbers, Python literals read whole, ``-`` and ``None`` as null); and ``exc_info`` with the
+    traceback when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -57,9 +155,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": message,
         }
-        for key, raw in _PAIR.findall(message):
-            if key not in _RESERVED and key not in doc:
-                doc[key] = _value(raw.rstrip(",;:"))
+        extra = {k: as_json_value(v) for k, v in vars(record).items() if k not in _RECORD_ATTRS}
+        for fields in (extra, _argument_fields(record), _text_fields(message)):
+            for key, value in fields.items():
+                if key not in _RESERVED and key not in doc:
+                    doc[key] = value
         if record.exc_info:
             doc["exc_info"] = self.formatException(record.exc_info)
         return jsonlib.dumps(doc, ensure_ascii=False, default=str)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from s2_sink._env_hints import missing_token
 from s2_sink._options import OptionMap, parse_bool
 from s2_sink.errors import ConfigError
 
@@ -351,6 +352,32 @@ def _check_endpoint(cfg: S2Config, name: str) -> str:
     return parts.scheme
 
 
+def _host(endpoint: Any) -> str | None:
+    """The host of an endpoint that looks like an http(s) URL; None for anything else (checked later)."""
+    if not isinstance(endpoint, str):
+        return None
+    try:
+        parts = urlsplit(endpoint.replace("{basin}", "basin"))
+    except ValueError:
+        return None
+    return parts.hostname if parts.scheme in ("http", "https") else None
+
+
+def _check_token_needed(cfg: S2Config) -> None:
+    if cfg.access_token:
+        return
+    hosts = [_host(cfg.account_endpoint), _host(cfg.basin_endpoint)]
+    if any(h is not None and not _is_loopback(h) for h in hosts):
+        raise ConfigError(
+            missing_token(
+                cfg.account_endpoint,
+                cfg.basin_endpoint,
+                cloud_account=CLOUD_ACCOUNT_ENDPOINT,
+                cloud_basin=CLOUD_BASIN_ENDPOINT,
+            )
+        )
+
+
 def _validate(cfg: S2Config) -> None:
     if not isinstance(cfg.basin, str) or not (8 <= len(cfg.basin) <= 48) or not _BASIN_RE.match(cfg.basin):
         raise _bad(
@@ -363,22 +390,13 @@ def _validate(cfg: S2Config) -> None:
     if not isinstance(cfg.access_token, str):
         # Never echo the value: it is a secret.
         raise ConfigError("access_token (s2.auth-token) must be a string")
+    _check_token_needed(cfg)  # first: a missing token is the bigger problem than an http:// warning
     schemes = {_check_endpoint(cfg, "account_endpoint"), _check_endpoint(cfg, "basin_endpoint")}
     if len(schemes) != 1:
         raise ConfigError(
             f"account_endpoint and basin_endpoint must use the same scheme, got "
             f"{cfg.account_endpoint!r} and {cfg.basin_endpoint!r}"
         )
-    if not cfg.access_token:
-        hosts = [
-            urlsplit(e.replace("{basin}", "basin")).hostname or ""
-            for e in (cfg.account_endpoint, cfg.basin_endpoint)
-        ]
-        if not all(_is_loopback(h) for h in hosts):
-            raise ConfigError(
-                "access_token (s2.auth-token) is required for non-loopback endpoints; "
-                "set it or the S2_ACCESS_TOKEN environment variable"
-            )
     if cfg.append_retry_policy not in ("ALL", "NO_SIDE_EFFECTS"):
         raise _bad("append_retry_policy", cfg.append_retry_policy, "must be 'ALL' or 'NO_SIDE_EFFECTS'")
     if cfg.compression not in ("none", "zstd", "gzip"):

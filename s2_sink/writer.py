@@ -179,6 +179,7 @@ class S2Writer:
             self._preflight_pending = False
         job = self.mode.prepare(batch_id, self.frame(batch_df))
         if job is None:  # the ledger has this batch (logged there)
+            self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
             return
         self._create_known_streams()
         out = job.frame

@@ -55,5 +55,7 @@ def run_io(cfg: S2Config, stream: str | None, work: Coroutine[Any, Any, T]) -> T
     naming the endpoint, the basin and `stream`."""
     try:
         return asyncio.run(work)
+    except BrokenPipeError:
+        raise  # our stdout's reader went away (`| head`): not a connection failure (see `main`)
     except (S2Error, TransportError, OSError) as exc:
         raise explain(exc, cfg, stream) from exc

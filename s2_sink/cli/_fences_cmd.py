@@ -13,11 +13,11 @@ from typing import Final
 
 from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
 
-from s2_sink._exactly_once.fencing import Token
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import CliFailure
+from s2_sink.cli._writers import describe_token, writers_by_hash
 
-__all__ = ["HELP", "clear"]
+__all__ = ["HELP", "clear", "read_fence"]
 
 HELP: Final = (
     "Remove the fencing token of each STREAM (S2 accepts appends without a token either way; appends "
@@ -29,6 +29,17 @@ HELP: Final = (
 # A token no writer uses: the first conditional clear is refused and the 412 shows the current token.
 _PROBE: Final = "s2-sink-cli:probe"
 _ATTEMPTS: Final = 5
+
+
+async def read_fence(stream: S2Stream) -> str:
+    """The stream's fencing token (``""``: none), without changing it: an append conditional on a token
+    nobody uses is refused, and the refusal names the current token. (Were the probe token the current one,
+    the append would only fence the stream to that same token again.)"""
+    try:
+        await stream.append(AppendInput(records=[CommandRecord.fence(_PROBE)], fencing_token=_PROBE))
+    except FencingTokenMismatchError as exc:
+        return exc.expected_fencing_token
+    return _PROBE
 
 
 async def clear_fence(stream: S2Stream) -> str:
@@ -47,17 +58,16 @@ async def clear_fence(stream: S2Stream) -> str:
     raise CliFailure(f"stream {stream.name!r}: its fencing token kept changing (last seen {seen!r}); retry")
 
 
-def describe(token: str) -> str:
-    """Who a token belongs to, in words."""
-    ours = Token.parse(token)
-    if ours is None:
-        return f"{token!r} (not an s2_sink token)"
-    return f"{token!r} (exactly-once writer {ours.writer}, epoch {ours.epoch}, generation {ours.gen})"
-
-
 def clear(args: argparse.Namespace) -> int:
-    """Clear every named stream's fence, in order; stop at the first stream that fails."""
+    """Clear every named stream's fence, in order; stop at the first stream that fails. Each token is shown
+    with its writer id when a ledger in the basin has the writer hash the token carries."""
     cfg = config_from(args)
+
+    async def lookup() -> dict[str, list[str]]:
+        async with open_basin(cfg) as basin:
+            return await writers_by_hash(basin)
+
+    writers = run_io(cfg, None, lookup())
     for name in args.streams:
 
         async def go(name: str = name) -> str:
@@ -66,7 +76,7 @@ def clear(args: argparse.Namespace) -> int:
 
         was = run_io(cfg, name, go())
         if was:
-            print(f"stream {name!r}: cleared fencing token {describe(was)}")
+            print(f"stream {name!r}: cleared fencing token {describe_token(was, writers)}")
         else:
             print(f"stream {name!r}: had no fencing token")
     return 0

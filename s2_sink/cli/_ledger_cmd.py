@@ -1,4 +1,5 @@
-"""``s2-sink ledger show|reset WRITER_ID``: the exactly-once ledger of a writer, decoded or reset.
+"""``s2-sink ledger list``, ``ledger show|reset WRITER_ID``: the exactly-once ledgers of a basin, and one
+writer's ledger decoded or reset.
 
 The records are decoded by the library's `LedgerState` and the reset record is appended through its
 `Ledger`, conditionally (``match_seq_num``), so a writer still running under this identity fails with
@@ -17,13 +18,16 @@ from typing import Any, Final
 import orjson
 from s2_sdk import ReadLimit, S2Basin, SeqNum
 
+from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
+from s2_sink.cli._output import iso_ms
+from s2_sink.cli._writers import LedgerSummary, ledger_summaries
 from s2_sink.errors import CommitError
 
-__all__ = ["RESET_HELP", "reset", "show"]
+__all__ = ["RESET_HELP", "list_", "reset", "show"]
 
 _PAGE: Final = 1000
 
@@ -45,6 +49,8 @@ class Entry:
     seq_num: int
     state: LedgerState | None
     error: str | None = None
+    timestamp: int = 0
+    """When S2 took the record (ms since the epoch)."""
 
 
 async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int]:
@@ -71,19 +77,21 @@ async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int
                 if doc["kind"] == "ends":
                     continue
                 base = record_base(doc, record.seq_num)
-                entries.append(Entry(record.seq_num, state_of(doc, dict(fold.ends), base, fold.since, name)))
+                state = state_of(doc, dict(fold.ends), base, fold.since, name)
+                entries.append(Entry(record.seq_num, state, timestamp=record.timestamp))
             except CommitError as exc:
-                entries.append(Entry(record.seq_num, None, str(exc)))
+                entries.append(Entry(record.seq_num, None, str(exc), record.timestamp))
         pos = batch.records[-1].seq_num + 1
     return entries, tail
 
 
 def _as_doc(entry: Entry) -> dict[str, Any]:
     if entry.state is None:
-        return {"seq_num": entry.seq_num, "error": entry.error}
+        return {"seq_num": entry.seq_num, "timestamp": entry.timestamp, "error": entry.error}
     st = entry.state
     return {
         "seq_num": entry.seq_num,
+        "timestamp": entry.timestamp,
         "kind": st.kind,
         "epoch": st.epoch,
         "batch": st.committed,
@@ -96,12 +104,12 @@ def _as_doc(entry: Entry) -> dict[str, Any]:
 
 def _as_line(entry: Entry) -> str:
     if entry.state is None:
-        return f"{entry.seq_num:>6}  unreadable: {entry.error}"
+        return f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  unreadable: {entry.error}"
     st = entry.state
     ends = ", ".join(f"{s}={n}" for s, n in sorted(st.ends.items())) or "-"
     return (
-        f"{entry.seq_num:>6}  {st.kind:<6}  epoch={st.epoch}  batch={st.committed}  scope={st.scope}  "
-        f"run={st.run}  query={st.query_id or '-'}  ends: {ends}"
+        f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  {st.kind:<6}  epoch={st.epoch}  "
+        f"batch={st.committed}  scope={st.scope}  run={st.run}  query={st.query_id or '-'}  ends: {ends}"
     )
 
 
@@ -196,3 +204,43 @@ def reset(args: argparse.Namespace) -> int:
         f"{before.committed}, epoch {before.epoch}) without --yes. {RESET_HELP}",
         USAGE,
     )
+
+
+def _list_line(summary: LedgerSummary, width: int) -> str:
+    when = iso_ms(summary.timestamp)
+    if summary.state is None:
+        return f"{summary.writer_id:<{width}}  unreadable: {summary.error}  (last record {when})"
+    st = summary.state
+    if st.kind == "none":
+        done = "empty"
+    elif st.committed < 0:
+        done = "no committed batch" + (" (reset)" if st.kind == "commit" else "")
+    else:
+        done = f"batch {st.committed} committed"
+    if st.kind == "open":
+        done += f", epoch {st.epoch} open"
+    return (
+        f"{summary.writer_id:<{width}}  hash {writer_hash(summary.writer_id)}  epoch {st.epoch}  {done}  "
+        f"last record {when}  query {st.query_id or '-'}"
+    )
+
+
+def list_(args: argparse.Namespace) -> int:
+    """Print every exactly-once ledger in the basin: writer id, last committed batch, time of the last
+    record (or, with ``--json``, one object per ledger with the time in milliseconds)."""
+    cfg = config_from(args)
+
+    async def go() -> list[LedgerSummary]:
+        async with open_basin(cfg) as basin:
+            return await ledger_summaries(basin)
+
+    summaries = run_io(cfg, None, go())
+    if args.json:
+        for summary in summaries:
+            sys.stdout.write(orjson.dumps(summary.as_doc()).decode() + "\n")
+        return 0
+    print(f"basin {cfg.basin!r}: {len(summaries)} exactly-once ledgers (times in UTC)")
+    width = max((len(s.writer_id) for s in summaries), default=0)
+    for summary in summaries:
+        print(_list_line(summary, width))
+    return 0

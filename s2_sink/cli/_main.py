@@ -7,12 +7,15 @@ import sys
 from collections.abc import Callable
 
 from s2_sink.cli._connect import add_connection_flags
-from s2_sink.cli._failures import EXIT_CODES, FAILED, INTERRUPTED, CliFailure
+from s2_sink.cli._failures import EXIT_CODES, FAILED, INTERRUPTED, OK, CliFailure
+from s2_sink.cli._output import quiet_closed_stdout
 from s2_sink.errors import S2SinkError
 
 __all__ = ["build_parser", "main"]
 
 Command = Callable[[argparse.Namespace], int]
+
+_JSON_HELP = "one JSON object per line, times as milliseconds since the epoch (text: ISO 8601 UTC)"
 
 
 def _exit_codes() -> str:
@@ -23,6 +26,24 @@ def _ledger_show(args: argparse.Namespace) -> int:
     from s2_sink.cli._ledger_cmd import show  # noqa: PLC0415 - each command imports only what it needs
 
     return show(args)
+
+
+def _ledger_list(args: argparse.Namespace) -> int:
+    from s2_sink.cli._ledger_cmd import list_  # noqa: PLC0415
+
+    return list_(args)
+
+
+def _streams_list(args: argparse.Namespace) -> int:
+    from s2_sink.cli._streams_cmd import list_streams  # noqa: PLC0415
+
+    return list_streams(args)
+
+
+def _streams_describe(args: argparse.Namespace) -> int:
+    from s2_sink.cli._streams_cmd import describe  # noqa: PLC0415
+
+    return describe(args)
 
 
 def _ledger_reset(args: argparse.Namespace) -> int:
@@ -65,15 +86,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ledger = commands.add_parser("ledger", help="show or reset the exactly-once ledger of a writer")
+    ledger = commands.add_parser(
+        "ledger", help="list the exactly-once ledgers of a basin, show or reset the ledger of a writer"
+    )
     ledger_commands = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = ledger_commands.add_parser(
+        "list", help="every exactly-once ledger: writer id, last committed batch, time of the last record"
+    )
+    listing.add_argument("--json", action="store_true", help=_JSON_HELP)
+    add_connection_flags(listing)
+    listing.set_defaults(run=_ledger_list)
     show = ledger_commands.add_parser(
         "show", help="print every ledger record decoded: kind, epoch, batch, scope, run, stream ends"
     )
     show.add_argument(
         "writer_id", metavar="WRITER_ID", help="the writer id (the streaming query id by default)"
     )
-    show.add_argument("--json", action="store_true", help="one JSON object per record instead of text")
+    show.add_argument("--json", action="store_true", help=_JSON_HELP)
     add_connection_flags(show)
     show.set_defaults(run=_ledger_show)
     reset = ledger_commands.add_parser("reset", help="forget the committed batches", description=RESET_HELP)
@@ -83,6 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_connection_flags(reset)
     reset.set_defaults(run=_ledger_reset)
+
+    streams = commands.add_parser("streams", help="list the streams of a basin, describe one")
+    streams_commands = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
+    slist = streams_commands.add_parser("list", help="every stream of the basin, with its creation time")
+    slist.add_argument("--prefix", default="", help="only streams whose name starts with PREFIX")
+    slist.add_argument("--json", action="store_true", help=_JSON_HELP)
+    add_connection_flags(slist)
+    slist.set_defaults(run=_streams_list)
+    sdesc = streams_commands.add_parser(
+        "describe", help="one stream's tail, fencing token (with its writer id) and configuration"
+    )
+    sdesc.add_argument("stream", metavar="STREAM")
+    sdesc.add_argument("--json", action="store_true", help=_JSON_HELP)
+    add_connection_flags(sdesc)
+    sdesc.set_defaults(run=_streams_describe)
 
     fences = commands.add_parser("fences", help="clear fencing tokens")
     fences_commands = fences.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -105,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", type=int, default=10, help="print the last N records (default 10); command records do not count"
     )
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C")
+    tail.add_argument(
+        "--json", action="store_true", help="timestamps as milliseconds since the epoch, as S2 stores them"
+    )
     add_connection_flags(tail)
     tail.set_defaults(run=_tail)
 
@@ -135,3 +182,6 @@ def main(argv: list[str] | None = None) -> int:
         return FAILED
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:  # the reader of our output stopped early (`s2-sink tail ... | head -1`)
+        quiet_closed_stdout()
+        return OK

@@ -3,7 +3,7 @@
 ``--format insert`` (the default): the body as JSON when it is JSON (what `InsertEncoder` writes), else as
 text, else as base64, with the headers. ``--format upsert``: the Flink S2 connector's changelog decoded
 by `s2_sink.encoders.decode_upsert` into key, action and value. Command records (fences, trims) are not
-printed.
+printed. Each line's ``timestamp`` is ISO 8601 UTC, or with ``--json`` the milliseconds S2 stores.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from s2_sdk import ReadLimit, S2Stream, SeqNum, SequencedRecord
 
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import USAGE, CliFailure
+from s2_sink.cli._output import iso_ms
 from s2_sink.encoders import decode_upsert
 from s2_sink.errors import EncodeError
 
@@ -34,8 +35,12 @@ def _text_or_b64(data: bytes) -> str:
         return "base64:" + base64.b64encode(data).decode()
 
 
-def _insert_doc(record: SequencedRecord) -> dict[str, Any]:
-    doc: dict[str, Any] = {"seq_num": record.seq_num, "timestamp": record.timestamp}
+def _when(record: SequencedRecord, raw: bool) -> int | str:
+    return record.timestamp if raw else iso_ms(record.timestamp)
+
+
+def _insert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"seq_num": record.seq_num, "timestamp": _when(record, raw)}
     try:
         doc["value"] = orjson.loads(record.body)
     except orjson.JSONDecodeError:
@@ -45,7 +50,7 @@ def _insert_doc(record: SequencedRecord) -> dict[str, Any]:
     return doc
 
 
-def _upsert_doc(record: SequencedRecord) -> dict[str, Any]:
+def _upsert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
     try:
         (change,) = decode_upsert([record])
     except EncodeError as exc:
@@ -54,17 +59,17 @@ def _upsert_doc(record: SequencedRecord) -> dict[str, Any]:
         ) from exc
     return {
         "seq_num": record.seq_num,
-        "timestamp": record.timestamp,
+        "timestamp": _when(record, raw),
         "action": change.action,
         "key": change.key,
         "value": change.value,
     }
 
 
-def _emit(records: list[SequencedRecord], fmt: str) -> None:
+def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
     to_doc = _upsert_doc if fmt == "upsert" else _insert_doc
     for record in records:
-        sys.stdout.write(orjson.dumps(to_doc(record), default=str).decode() + "\n")
+        sys.stdout.write(orjson.dumps(to_doc(record, raw), default=str).decode() + "\n")
     sys.stdout.flush()
 
 
@@ -92,14 +97,14 @@ async def _last_records(stream: S2Stream, count: int, end: int) -> list[Sequence
     return found[-count:] if count else []
 
 
-async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool) -> None:
+async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool, raw: bool) -> None:
     end = (await stream.check_tail()).seq_num
-    _emit(await _last_records(stream, count, end), fmt)
+    _emit(await _last_records(stream, count, end), fmt, raw)
     if not follow:
         return
     async with stream.read_session(start=SeqNum(end), ignore_command_records=True) as session:
         async for batch in session:
-            _emit(batch.records, fmt)
+            _emit(batch.records, fmt, raw)
 
 
 def tail(args: argparse.Namespace) -> int:
@@ -110,7 +115,7 @@ def tail(args: argparse.Namespace) -> int:
 
     async def go() -> None:
         async with open_basin(cfg) as basin:
-            await _print_tail(basin.stream(args.stream), args.n, args.format, args.follow)
+            await _print_tail(basin.stream(args.stream), args.n, args.format, args.follow, args.json)
 
     run_io(cfg, args.stream, go())
     return 0

@@ -15,7 +15,10 @@ __all__ = ["S2DataSource", "register"]
 def register(spark: Any) -> None:
     """Register ``format("s2")`` with a SparkSession (classic or Spark Connect)."""
     source = _source_class()  # first: on pyspark 3.5 this says why not, before `spark.dataSource` fails
-    spark.dataSource.register(source)
+    from s2_sink._env_hints import passing_driver_only_vars  # noqa: PLC0415
+
+    with passing_driver_only_vars(spark):  # S2_* set after the session started: the workers lack them
+        spark.dataSource.register(source)
 
 
 def __getattr__(name: str) -> Any:

@@ -244,8 +244,8 @@ def test_fences_clear_removes_tokens_and_says_whose_they_were(lite: LiteServer, 
     out = cli(lite.endpoint, "fences", "clear", "a", "b", "c", "--basin", basin)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
-        f"stream 'a': cleared fencing token 's2sink:{w}:3.1' "
-        f"(exactly-once writer {w}, epoch 3, generation 1)",
+        f"stream 'a': cleared fencing token 's2sink:{w}:3.1' (exactly-once writer with hash {w}, "
+        "whose writer id has no ledger in this basin, epoch 3, generation 1)",
         "stream 'b': cleared fencing token 'someone-else' (not an s2_sink token)",
         "stream 'c': had no fencing token",
     ]
@@ -448,7 +448,7 @@ def test_console_script_help_lists_commands_and_exit_codes() -> None:
     script = Path(sys.executable).parent / "s2-sink"
     out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0
-    for command in ("ledger", "fences", "tail", "lite"):
+    for command in ("ledger", "streams", "fences", "tail", "lite"):
         assert command in out.stdout
     for code, meaning in EXIT_CODES.items():
         assert f"{code:<4} {meaning}" in out.stdout

@@ -404,3 +404,26 @@ def test_restart_in_the_same_process_with_the_same_writer_is_exactly_once(
     ids = [b["id"] for b in bodies(lite, basin, "events")]
     assert sorted(set(ids)) == list(range(4000))
     assert len(ids) == 4000, f"{len(ids) - 4000} duplicates"
+
+
+def test_a_skipped_replay_says_so_in_last_metrics(spark: SparkSession, lite: LiteServer, basin: str) -> None:
+    """Calling the writer again with a batch id the ledger has committed (a replay after a restart) writes
+    nothing, and `last_metrics` says the batch was skipped instead of keeping the previous batch's metrics
+    or staying None; a fresh writer object (a restarted driver) says the same."""
+    cfg = cfg_for(lite, basin, create_streams=True)
+    writer = S2Writer(cfg, writer_id="replayed-writer")
+    writer(rows_df(spark, 20), 0)
+    written = writer.last_metrics
+    assert written is not None
+    assert (written.records, written.replay_skipped) == (20, False)
+
+    writer(rows_df(spark, 20), 0)
+    assert writer.last_metrics == BatchMetrics.skipped_replay(0, delivery="exactly-once")
+    assert writer.last_metrics.replay_skipped
+    assert writer.last_metrics.as_dict()["replay_skipped"] is True
+
+    restarted = S2Writer(cfg, writer_id="replayed-writer")
+    restarted(rows_df(spark, 20), 0)
+    assert restarted.last_metrics is not None
+    assert (restarted.last_metrics.batch_id, restarted.last_metrics.replay_skipped) == (0, True)
+    assert len(bodies(lite, basin, "events")) == 20

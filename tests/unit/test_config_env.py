@@ -60,3 +60,39 @@ def test_variables_are_read_once_on_the_driver(monkeypatch: pytest.MonkeyPatch) 
     cfg = pickle.loads(blob)
     assert (cfg.account_endpoint, cfg.basin_endpoint) == (LITE, LITE)
     assert cfg.replace(stream="s").account_endpoint == LITE
+
+
+def test_no_exports_at_all_says_the_endpoints_fell_back_to_the_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no S2_* variable and no endpoint option, the missing-token error says the endpoints fell back to
+    the S2 cloud (naming it) and how to point at a lite server instead."""
+    for var in ("S2_ACCOUNT_ENDPOINT", "S2_BASIN_ENDPOINT", "S2_ACCESS_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError) as info:
+        S2Config.from_options({"s2.basin": "my-basin", "s2.stream": "events"})
+    words = str(info.value)
+    assert "access_token (s2.auth-token) is required" in words
+    assert "the endpoints fell back to the default, the S2 cloud (https://a.s2.dev)" in words
+    assert "for a lite server set S2_ACCOUNT_ENDPOINT and S2_BASIN_ENDPOINT" in words
+
+
+def test_a_configured_endpoint_is_not_called_a_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint that was configured (here by the variable) is named, and no fallback is claimed."""
+    monkeypatch.delenv("S2_ACCESS_TOKEN", raising=False)
+    monkeypatch.setenv("S2_ACCOUNT_ENDPOINT", "https://s2.example.com")
+    monkeypatch.setenv("S2_BASIN_ENDPOINT", "https://s2.example.com")
+    with pytest.raises(ConfigError) as info:
+        S2Config(basin="my-basin")
+    words = str(info.value)
+    assert "(here https://s2.example.com); set it or the S2_ACCESS_TOKEN environment variable" in words
+    assert "fell back" not in words
+
+
+def test_the_missing_token_comes_before_the_http_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-loopback http:// endpoint without a token: the error is the missing token (the http one would
+    hide it); with a token, the http:// endpoint is still refused."""
+    monkeypatch.delenv("S2_ACCESS_TOKEN", raising=False)
+    plain = "http://10.1.2.3:8080"
+    with pytest.raises(ConfigError, match=r"access_token \(s2\.auth-token\) is required .*here http://10\.1"):
+        S2Config(basin="my-basin", account_endpoint=plain, basin_endpoint=plain)
+    with pytest.raises(ConfigError, match="plain http:// to a non-loopback host"):
+        S2Config(basin="my-basin", account_endpoint=plain, basin_endpoint=plain, access_token="t")

@@ -159,6 +159,7 @@ def test_no_import_cycles_in_the_lite_server() -> None:
 # few edges upward that are part of a contract (each with its reason).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("s2_sink.errors", "s2_sink._version", "s2_sink._options", "s2_sink._logging", "s2_sink._crashpoints"),
+    ("s2_sink._env_hints",),
     ("s2_sink.config",),
     ("s2_sink._transport",),
     ("s2_sink.encoders", "s2_sink._wire"),

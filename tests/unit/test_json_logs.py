@@ -81,3 +81,83 @@ def test_the_environment_variable_turns_json_on_at_import() -> None:
     (line,) = out.stderr.splitlines()
     doc = json.loads(line)
     assert (doc["batch"], doc["rows_in"], doc["level"]) == (3, 10, "INFO")
+
+
+def test_fields_are_the_values_passed_not_their_text(captured: io.StringIO) -> None:
+    """Each ``key=%s`` placeholder's field is the argument itself as JSON: a dict an object, a tuple and a
+    list arrays, a bool a bool, None null, text with spaces and quotes the whole text; a value followed by
+    punctuation (``(recovery=%s)``) keeps none of it."""
+    log = logging.getLogger("s2_sink.datasource._stream_reader")
+    log.info(
+        "s2 source: lag_by_stream=%s streams=%s ids=%s recovery=%s last=%s name=%r note=%s (flag=%s)",
+        {"orders": 2702, "it's": {"a b": [1, 2]}},
+        ("orders", "events"),
+        [1, None, 2.5],
+        False,
+        None,
+        'it\'s "quoted" = x',
+        "two words",
+        True,
+    )
+    (doc,) = _lines(captured)
+    assert doc["lag_by_stream"] == {"orders": 2702, "it's": {"a b": [1, 2]}}
+    assert doc["streams"] == ["orders", "events"]
+    assert doc["ids"] == [1, None, 2.5]
+    assert doc["recovery"] is False
+    assert doc["last"] is None
+    assert doc["name"] == 'it\'s "quoted" = x'
+    assert doc["note"] == "two words"
+    assert doc["flag"] is True
+
+
+def test_extra_fields_are_json_values(captured: io.StringIO) -> None:
+    """Fields passed with ``extra=`` are fields of the line, as JSON values (tuples as arrays)."""
+    logging.getLogger("s2_sink.writer").info(
+        "committed", extra={"ends": {"events": 8}, "streams": ("a", "b"), "ok": True, "why": None}
+    )
+    (doc,) = _lines(captured)
+    assert (doc["ends"], doc["streams"], doc["ok"], doc["why"]) == ({"events": 8}, ["a", "b"], True, None)
+    assert doc["message"] == "committed"
+
+
+def test_pairs_in_preformatted_text_are_read_as_literals(captured: io.StringIO) -> None:
+    """``key=value`` text that reached the message already formatted (one ``%s`` for a whole line) is read as
+    a Python literal where it is one: a dict repr whole, True/False/None as JSON, a closing parenthesis
+    after a value not part of it."""
+    text = "run opened (recovery=False) lag={'orders': 5, 'b c': 1} tag='x y' n=3, gone=None"
+    logging.getLogger("s2_sink.writer").info("%s", text)
+    (doc,) = _lines(captured)
+    assert doc["recovery"] is False
+    assert doc["lag"] == {"orders": 5, "b c": 1}
+    assert doc["tag"] == "x y"
+    assert (doc["n"], doc["gone"]) == (3, None)
+    assert doc["message"] == text
+
+
+def test_the_real_source_and_sink_lines_parse_to_their_values(captured: io.StringIO) -> None:
+    """The two lines the issue found garbled, logged with their real format strings and arguments."""
+    logging.getLogger("s2_sink.datasource._stream_reader").info(
+        "s2 source: planned batch batch_records=%d lag_records=%d streams=%d lag_by_stream=%s",
+        10,
+        5,
+        2,
+        {"orders": 5},
+    )
+    logging.getLogger("s2_sink._exactly_once.sink_run").info(
+        "exactly-once: writer %s opened execution %s epoch %s after batch %s (recovery=%s)",
+        "w",
+        "r",
+        3,
+        7,
+        False,
+    )
+    first, second = _lines(captured)
+    assert (first["batch_records"], first["lag_by_stream"]) == (10, {"orders": 5})
+    assert second["recovery"] is False
+
+
+def test_a_lone_dict_argument_is_a_json_object(captured: io.StringIO) -> None:
+    """A call whose only argument is a dict (which logging unwraps) still gives that dict as the field."""
+    logging.getLogger("s2_sink.writer").info("ends=%s", {"events": 8, "a b": None})
+    (doc,) = _lines(captured)
+    assert doc["ends"] == {"events": 8, "a b": None}

@@ -54,6 +54,30 @@ class BatchMetrics:
     ack_latency_p99_ms: float | None
     per_stream: tuple[StreamMetrics, ...] = field(default=())
     delivery: str = "at-least-once"
+    replay_skipped: bool = False
+    """The ledger already had this batch committed (Spark replayed it after a restart): nothing was
+    written, and every count is 0 (`skipped_replay`)."""
+
+    @classmethod
+    def skipped_replay(cls, batch_id: int, *, delivery: str = "exactly-once") -> BatchMetrics:
+        """The metrics of a replayed batch that was skipped because the ledger has it committed."""
+        return cls(
+            batch_id=batch_id,
+            rows_in=0,
+            records=0,
+            bytes=0,
+            appends=0,
+            retries=0,
+            skipped=0,
+            dead_lettered=0,
+            streams=(),
+            partitions=0,
+            duration_s=0.0,
+            ack_latency_p50_ms=None,
+            ack_latency_p99_ms=None,
+            delivery=delivery,
+            replay_skipped=True,
+        )
 
     @property
     def records_per_s(self) -> float:

@@ -1,0 +1,134 @@
+"""Words for a missing access token that say where the ``S2_*`` variables were and were not seen.
+
+Two traps hide behind "set S2_ACCESS_TOKEN":
+
+- ``format("s2")`` validates its options in a Python worker that Spark started (with the environment of the
+  moment the session started), not in the driver. Variables exported in the driver afterwards (a notebook
+  cell after the session exists) are in the driver's ``os.environ`` and not in the worker's. `register`
+  compares the two on the driver and hands the worker the *names* (never the values) of the variables it
+  lacks (`DRIVER_ONLY_VAR`), so the worker's error can say so; without that, a worker still says that it
+  is a worker and what that means.
+- With no exports at all, the endpoints are the S2 cloud's defaults, and the error is about a token for
+  the cloud, which is not what someone who meant the lite server expects to read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+__all__ = ["DRIVER_ONLY_VAR", "ENV_VARS", "driver_only_vars", "missing_token", "passing_driver_only_vars"]
+
+log = logging.getLogger(__name__)
+
+ENV_VARS: Final = ("S2_ACCESS_TOKEN", "S2_ACCOUNT_ENDPOINT", "S2_BASIN_ENDPOINT")
+OPTION_OF: Final = {
+    "S2_ACCESS_TOKEN": "s2.auth-token",
+    "S2_ACCOUNT_ENDPOINT": "s2.endpoints.account",
+    "S2_BASIN_ENDPOINT": "s2.endpoints.basin",
+}
+DRIVER_ONLY_VAR: Final = "S2_SINK_DRIVER_ONLY_ENV"
+"""Set by `register` in the environment of format("s2")'s Python workers: the comma-separated names of the
+``S2_*`` variables the driver had and the workers did not."""
+
+
+def driver_only_vars(spark: Any) -> list[str]:
+    """The ``S2_*`` variables set in this (driver) process but not in the environment Spark starts its
+    Python workers with (the JVM's, plus ``spark.executorEnv.*``). Empty under Spark Connect, where the
+    server's environment is not this process's business."""
+    try:
+        sc = spark.sparkContext
+        jvm_env = sc._jvm.System.getenv()
+        executor_env = dict(sc.environment)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext; any failure means "cannot tell"
+        return []
+    return [
+        name
+        for name in ENV_VARS
+        if os.environ.get(name) and not jvm_env.get(name) and not executor_env.get(name)
+    ]
+
+
+@contextmanager
+def passing_driver_only_vars(spark: Any) -> Iterator[list[str]]:
+    """While registering a Python data source: tell its workers which variables the driver had that they
+    lack (names only), and warn once here, on the driver, where the fix can still be applied."""
+    names = driver_only_vars(spark)
+    if not names:
+        yield names
+        return
+    log.warning(
+        "s2_sink: %s set in this driver process after the Spark session started: format('s2') runs in "
+        "Python workers started with the session's environment, which do not see %s; set the variables "
+        "before the session starts, or pass %s as options",
+        ", ".join(names),
+        "it" if len(names) == 1 else "them",
+        ", ".join(OPTION_OF[n] for n in names),
+    )
+    env = spark.sparkContext.environment
+    before = env.get(DRIVER_ONLY_VAR)
+    env[DRIVER_ONLY_VAR] = ",".join(names)
+    try:
+        yield names
+    finally:  # only the data source's function carries it, not every UDF registered later
+        if before is None:
+            env.pop(DRIVER_ONLY_VAR, None)
+        else:
+            env[DRIVER_ONLY_VAR] = before
+
+
+def _in_spark_worker() -> bool:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return bool(spec is not None and str(spec.name).startswith("pyspark."))
+
+
+def _unseen_words(missing: list[str]) -> str:
+    """Why this process lacks `missing` variables, when it is one of Spark's Python workers."""
+    if not missing or not _in_spark_worker():
+        return ""
+    flagged = set(os.environ.get(DRIVER_ONLY_VAR, "").split(","))
+    seen = [n for n in missing if n in flagged]
+    names = ", ".join(seen or missing)
+    options = ", ".join(OPTION_OF[n] for n in seen or missing)
+    fix = (
+        f"set the variables before the Spark session starts (or pass them with spark.executorEnv.<NAME>), "
+        f"or pass the options {options}"
+    )
+    where = f"this process (pid {os.getpid()}) is a Python worker Spark started with the environment of the "
+    if seen:
+        return (
+            f". {names} {'is' if len(seen) == 1 else 'are'} set in the driver process but not here: {where}"
+            f"session's start, before {'it was' if len(seen) == 1 else 'they were'} set; {fix}"
+        )
+    return (
+        f". {names} {'is' if len(missing) == 1 else 'are'} not set in this process: {where}session's start, "
+        f"so a variable set in the driver after that is not seen here; {fix}"
+    )
+
+
+def missing_token(account_endpoint: str, basin_endpoint: str, *, cloud_account: str, cloud_basin: str) -> str:
+    """The error for a missing token at non-loopback endpoints: which endpoint needs it, whether that is the
+    S2 cloud because nothing pointed elsewhere, and (in a Spark worker) which variables it did not see."""
+    account_default = account_endpoint == cloud_account and not os.environ.get("S2_ACCOUNT_ENDPOINT")
+    basin_default = basin_endpoint == cloud_basin and not os.environ.get("S2_BASIN_ENDPOINT")
+    head = f"access_token (s2.auth-token) is required for non-loopback endpoints (here {account_endpoint})"
+    if account_default and basin_default:
+        head += (
+            ": no endpoint is configured (no s2.endpoints.account / s2.endpoints.basin option, and "
+            "S2_ACCOUNT_ENDPOINT / S2_BASIN_ENDPOINT unset in this process), so the endpoints fell back to "
+            f"the default, the S2 cloud "
+            f"({cloud_account}); for a lite server set S2_ACCOUNT_ENDPOINT and S2_BASIN_ENDPOINT to its "
+            "endpoint (e.g. http://127.0.0.1:8080), for the cloud set S2_ACCESS_TOKEN"
+        )
+    else:
+        head += "; set it or the S2_ACCESS_TOKEN environment variable"
+    missing = ["S2_ACCESS_TOKEN"]
+    if account_default:
+        missing.append("S2_ACCOUNT_ENDPOINT")
+    if basin_default:
+        missing.append("S2_BASIN_ENDPOINT")
+    return head + _unseen_words(missing)

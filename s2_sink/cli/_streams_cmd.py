@@ -1,0 +1,158 @@
+"""``s2-sink streams list`` / ``streams describe STREAM``: the streams of a basin, and one stream's
+configuration, tail and fence.
+
+Only reads: ``describe`` learns the fencing token from the refusal of an append conditional on a token
+nobody uses (`read_fence`), and never creates a stream, even in a basin that creates streams on append.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from s2_sdk import S2Basin, StreamConfig
+
+from s2_sink._exactly_once.fencing import Token
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX
+from s2_sink._exactly_once.roll_call import ROLL_PREFIX
+from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._fences_cmd import read_fence
+from s2_sink.cli._output import iso_ms
+from s2_sink.cli._writers import describe_token, writers_by_hash
+
+__all__ = ["describe", "list_streams"]
+
+
+def _ms(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
+
+
+def _role(name: str) -> str:
+    if name.startswith(LEDGER_PREFIX):
+        return f"exactly-once ledger of writer {name[len(LEDGER_PREFIX) :]!r}"
+    if name.startswith(ROLL_PREFIX):
+        return f"exactly-once task attempts (roll call) of writer {name[len(ROLL_PREFIX) :]!r}"
+    if name.startswith("_s2sink/"):
+        return "exactly-once bookkeeping"
+    return ""
+
+
+def list_streams(args: argparse.Namespace) -> int:
+    """Print the basin's streams (name, creation time, what s2_sink uses a bookkeeping stream for)."""
+    cfg = config_from(args)
+
+    async def go() -> list[tuple[str, int | None]]:
+        async with open_basin(cfg) as basin:
+            return [(i.name, _ms(i.created_at)) async for i in basin.list_all_streams(prefix=args.prefix)]
+
+    streams = run_io(cfg, None, go())
+    if args.json:
+        for name, created in streams:
+            sys.stdout.write(orjson.dumps({"name": name, "created_at": created}).decode() + "\n")
+        return 0
+    which = f" starting with {args.prefix!r}" if args.prefix else ""
+    print(f"basin {cfg.basin!r}: {len(streams)} streams{which}")
+    width = max((len(name) for name, _ in streams), default=0)
+    for name, created in streams:
+        print(f"{name:<{width}}  created {iso_ms(created)}  {_role(name)}".rstrip())
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    name: str
+    created_at: int | None
+    config: StreamConfig
+    tail: int
+    last_timestamp: int
+    fencing_token: str
+    writers: dict[str, list[str]]
+
+
+async def _describe(basin: S2Basin, name: str) -> Described:
+    config = await basin.get_stream_config(name)  # first: a missing stream is a 404, and nothing is created
+    created = None
+    async for info in basin.list_all_streams(prefix=name):
+        if info.name == name:
+            created = _ms(info.created_at)
+    stream = basin.stream(name)
+    tail = await stream.check_tail()
+    token = await read_fence(stream)
+    writers = await writers_by_hash(basin) if Token.parse(token) is not None else {}
+    return Described(name, created, config, tail.seq_num, tail.timestamp, token, writers)
+
+
+def _config_doc(config: StreamConfig) -> dict[str, Any]:
+    ts = config.timestamping
+    return {
+        "storage_class": config.storage_class,
+        "retention_policy": config.retention_policy,
+        "timestamping_mode": None if ts is None or ts.mode is None else ts.mode.value,
+        "timestamping_uncapped": None if ts is None else ts.uncapped,
+        "delete_on_empty_min_age": config.delete_on_empty_min_age,
+    }
+
+
+def _fence_doc(d: Described) -> dict[str, Any] | None:
+    ours = Token.parse(d.fencing_token)
+    if ours is None:
+        return None
+    return {
+        "writer_hash": ours.writer,
+        "writer_ids": d.writers.get(ours.writer, []),
+        "epoch": ours.epoch,
+        "generation": ours.gen,
+    }
+
+
+def _retention(policy: int | str | None) -> str:
+    if policy is None:
+        return "the basin's default"
+    if policy == "infinite":
+        return "infinite"
+    seconds = int(policy)
+    return f"{seconds} s ({seconds / 86400:g} days)"
+
+
+def describe(args: argparse.Namespace) -> int:
+    """Print one stream's tail, fencing token (with its writer id) and configuration."""
+    cfg = config_from(args)
+
+    async def go() -> Described:
+        async with open_basin(cfg) as basin:
+            return await _describe(basin, args.stream)
+
+    d = run_io(cfg, args.stream, go())
+    config = _config_doc(d.config)
+    if args.json:
+        doc = {
+            "name": d.name,
+            "created_at": d.created_at,
+            "tail": {"seq_num": d.tail, "timestamp": d.last_timestamp},
+            "fencing_token": d.fencing_token,
+            "fence": _fence_doc(d),
+            "config": config,
+        }
+        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
+        return 0
+    fence = describe_token(d.fencing_token, d.writers) if d.fencing_token else "none"
+    role = _role(d.name)
+    print(f"stream {d.name!r} in basin {cfg.basin!r}" + (f" ({role})" if role else ""))
+    mode = config["timestamping_mode"] or "default (client-prefer)"
+    age = config["delete_on_empty_min_age"]
+    rows = [
+        ("created", iso_ms(d.created_at)),
+        ("tail", f"{d.tail} (next seq_num); last record at {iso_ms(d.last_timestamp)}"),
+        ("fencing token", fence),
+        ("storage class", config["storage_class"] or "the basin's default"),
+        ("retention", _retention(config["retention_policy"])),
+        ("timestamping", mode + (" uncapped" if config["timestamping_uncapped"] else "")),
+        ("delete if empty", "never" if not age else f"after {age} s"),
+    ]
+    for label, value in rows:
+        print(f"  {label:<16} {value}")
+    return 0
