@@ -9,7 +9,8 @@ query was restarted — a new process, or ``start()`` again in the same process 
 object — and every one of them reloads the ledger and opens a new epoch: the Spark run id changed, or
 (where it cannot be read, Spark Connect) a batch began and was never committed, or a batch id repeats or
 goes backwards. Within one start Spark calls ``foreachBatch`` one batch at a time, in increasing order,
-each call finishing before the next. Happy path I/O: one conditional ledger append per micro-batch; a run
+each call finishing before the next. Happy path I/O: two conditional ledger appends per micro-batch (an
+``intent`` before its tasks start, the ``commit`` after they finished); a run
 additionally reads the ledger tail once, appends its ``open`` record and fences the static target
 streams once; each micro-batch also reads the tail of the roll stream its tasks sign in to (`roll_call`).
 """
@@ -132,6 +133,9 @@ class Coordinator:
             return None
         roll = await self.roll_call()
         self._pending = batch_id
+        # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
+        # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
+        await self._ledger.append(self._ledger.intended(batch_id))
         return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
 
     async def roll_call(self) -> RollCall:

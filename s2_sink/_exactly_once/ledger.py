@@ -254,6 +254,11 @@ class Ledger:
             self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
         )
 
+    def intended(self, batch_id: int) -> LedgerState:
+        """The ``intent`` record announcing `batch_id` on top of the current state: appended (and durable)
+        before any task of the batch starts, so a ledger ending in a ``commit`` has nothing in flight."""
+        return replace(self.state, kind="intent", intent=batch_id, announces=True)
+
     def committed(self, batch_id: int, ends: dict[str, int], query_id: str | None = None) -> LedgerState:
         """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
         tasks saw, is recorded when the ``open`` record could not know it."""
@@ -261,4 +266,4 @@ class Ledger:
         for stream, end in ends.items():
             merged[stream] = max(end, merged.get(stream, 0))
         seen = self.state.query_id if self.state.query_id is not None else query_id
-        return replace(self.state, kind="commit", committed=batch_id, ends=merged, query_id=seen)
+        return replace(self.state, kind="commit", committed=batch_id, ends=merged, query_id=seen, intent=None)

@@ -1,11 +1,12 @@
 """The ledger's record format: a state record per run and micro-batch, stream ends as deltas and snapshots.
 
-Every state record (``open`` or ``commit``) carries the small state — epoch, run, query id, last committed
-batch, scope — in full, so the last one gives it back. The stream ends (``{stream: seq_num}``, a lower bound
-for where the next batch's records start) are too big to repeat in every record at many routed streams, so a
-``commit`` carries only the ends its batch moved (a delta), and every `SNAPSHOT_EVERY` commits one carries the
-whole map (a snapshot, ``"full": true``). Each state record names ``base``, where the latest snapshot starts:
-the ends are the snapshot plus the deltas after it, and the ledger is trimmed to ``base`` behind a snapshot.
+Every state record (``open``, ``intent`` or ``commit``) carries the small state — epoch, run, query id, last
+committed batch, scope — in full, so the last one gives it back. The stream ends (``{stream: seq_num}``, a
+lower bound for where the next batch's records start) are too big to repeat in every record at many routed
+streams, so a ``commit`` carries only the ends its batch moved (a delta), and every `SNAPSHOT_EVERY` commits
+one carries the whole map (a snapshot, ``"full": true``). Each state record names ``base``, where the latest
+snapshot starts: the ends are the snapshot plus the deltas after it, and the ledger is trimmed to ``base``
+behind a snapshot.
 
 A map too big for one record (S2 records are at most 1 MiB) is split into ``ends`` records of at most
 `PIECE_BYTES` each, written just before the state record that claims them (``"parts": n``, the n ``ends``
@@ -13,6 +14,11 @@ records right before it). Pieces of a group that never got its state record (a c
 claimed by nobody and ignored.
 
 Records of version 1 (every record a full snapshot, no ``base``) still load: such a record is its own base.
+
+Version 3 adds the ``intent`` record: an `S2Writer` run appends ``{"kind": "intent", "batch": N}`` before any
+task of micro-batch N starts, so a ledger whose last state record is a version 3 ``commit`` says nothing is in
+flight, and the next run's first batch is a normal batch instead of a recovery. Version 2 records still load
+(and keep their meaning: a run-scoped ``commit`` of version 2 may have gone on to the next batch).
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ __all__ = [
     "state_of",
 ]
 
-VERSION: Final = 2
+VERSION: Final = 3
+_VERSIONS: Final = (1, 2, 3)
 SNAPSHOT_EVERY: Final = 64
 """Commits between snapshots: loading reads one snapshot and fewer than this many deltas."""
 PIECE_BYTES: Final = 64 * 1024
@@ -46,7 +53,7 @@ PIECE_BYTES: Final = 64 * 1024
 class LedgerState:
     """The state after the ledger's last state record (or the empty state of a new writer)."""
 
-    kind: Literal["none", "open", "commit"] = "none"
+    kind: Literal["none", "open", "intent", "commit"] = "none"
     epoch: int = 0
     run: str = ""
     query_id: str | None = None
@@ -57,15 +64,22 @@ class LedgerState:
     """Where the latest snapshot starts in the ledger stream (loading folds from there)."""
     since: int = field(default=0, compare=False)
     """Commits since that snapshot."""
+    intent: int | None = None
+    """The micro-batch an ``intent`` record announced (its tasks may have written)."""
+    announces: bool = False
+    """The writer of this state announces every batch with an ``intent`` before writing it (version 3)."""
 
     @property
     def may_have_written_next(self) -> bool:
         """Whether the epoch of this state may have written part of the micro-batch after `committed`.
 
-        An uncommitted ``open`` may have; so may a ``run``-scoped epoch after its last commit (it goes on to
-        the next micro-batch); a ``batch``-scoped epoch ends with its one commit.
+        An uncommitted ``open`` or ``intent`` may have. After a ``commit``: a ``batch``-scoped epoch ended
+        with it; a ``run``-scoped one announces its next batch with an ``intent`` first when it `announces`
+        (version 3), so nothing is in flight; a version 2 run-scoped epoch may have gone on.
         """
-        return self.kind == "open" or (self.kind == "commit" and self.scope == "run")
+        if self.kind in ("open", "intent"):
+            return True
+        return self.kind == "commit" and self.scope == "run" and not self.announces
 
 
 def _header(state: LedgerState) -> dict[str, Any]:
@@ -77,6 +91,8 @@ def _header(state: LedgerState) -> dict[str, Any]:
         "query_id": state.query_id,
         "committed": state.committed,
         "scope": state.scope,
+        **({"batch": state.intent} if state.kind == "intent" else {}),
+        **({"announces": True} if state.announces else {}),
     }
 
 
@@ -117,8 +133,10 @@ def parse_record(body: bytes, where: str) -> dict[str, Any]:
     """A ledger record's document (version 1 or 2), checked enough to fold; CommitError otherwise."""
     try:
         doc = orjson.loads(body)
-        kinds = ("open", "commit", "ends") if doc.get("v") == VERSION else ("open", "commit")
-        if doc.get("v") not in (1, VERSION) or doc.get("kind") not in kinds:
+        kinds = {1: ("open", "commit"), 2: ("open", "commit", "ends")}.get(
+            doc.get("v"), ("open", "intent", "commit", "ends")
+        )
+        if doc.get("v") not in _VERSIONS or doc.get("kind") not in kinds:
             raise ValueError(f"unknown ledger record version/kind: {doc.get('v')!r}/{doc.get('kind')!r}")
         if not isinstance(doc.get("ends"), dict):
             raise ValueError("no 'ends' map")
@@ -140,6 +158,8 @@ def state_of(doc: dict[str, Any], ends: dict[str, int], base: int, since: int, w
             scope="batch" if doc.get("scope") == "batch" else "run",
             base=base,
             since=since,
+            intent=int(doc["batch"]) if doc["kind"] == "intent" else None,
+            announces=bool(doc.get("announces", False)),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CommitError(f"ledger {where!r} has an unreadable state record: {exc}") from exc
@@ -147,7 +167,7 @@ def state_of(doc: dict[str, Any], ends: dict[str, int], base: int, since: int, w
 
 def record_base(doc: dict[str, Any], seq_num: int) -> int:
     """Where loading folds from for the state record `doc` at `seq_num` (a version 1 record: itself)."""
-    return int(doc["base"]) if doc.get("v") == VERSION else seq_num
+    return seq_num if doc.get("v") == 1 else int(doc["base"])
 
 
 class EndsFold:
@@ -170,7 +190,7 @@ class EndsFold:
             for stream, end in piece.items():
                 self.ends[str(stream)] = max(int(end), self.ends.get(str(stream), 0))
         self._pending.clear()
-        if doc.get("v") != VERSION or doc.get("full"):
+        if doc.get("v") == 1 or doc.get("full"):
             self.since = 0
         elif doc["kind"] == "commit":
             self.since += 1

@@ -95,6 +95,7 @@ def _as_doc(entry: Entry) -> dict[str, Any]:
         "kind": st.kind,
         "epoch": st.epoch,
         "batch": st.committed,
+        **({"intent": st.intent} if st.kind == "intent" else {}),
         "scope": st.scope,
         "run": st.run,
         "query_id": st.query_id,
@@ -107,9 +108,11 @@ def _as_line(entry: Entry) -> str:
         return f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  unreadable: {entry.error}"
     st = entry.state
     ends = ", ".join(f"{s}={n}" for s, n in sorted(st.ends.items())) or "-"
+    announced = f"  intent={st.intent}" if st.kind == "intent" else ""
     return (
         f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  {st.kind:<6}  epoch={st.epoch}  "
-        f"batch={st.committed}  scope={st.scope}  run={st.run}  query={st.query_id or '-'}  ends: {ends}"
+        f"batch={st.committed}{announced}  scope={st.scope}  run={st.run}  query={st.query_id or '-'}  "
+        f"ends: {ends}"
     )
 
 
@@ -118,6 +121,10 @@ def _summary(writer_id: str, last: LedgerState) -> str:
         done = "no committed batch (reset)"
     elif last.kind == "commit":
         done = f"batch {last.committed} committed"
+    elif last.kind == "intent":
+        done = (
+            f"batch {last.intent} announced in epoch {last.epoch} after batch {last.committed}, not committed"
+        )
     else:
         done = f"epoch {last.epoch} opened after batch {last.committed}, not committed yet"
     nxt = "recovers (reads back) the next batch" if last.may_have_written_next else "writes the next batch"

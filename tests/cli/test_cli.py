@@ -124,30 +124,29 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 def test_ledger_show_decodes_a_ledger_written_by_an_exactly_once_run(lite: LiteServer, basin: str) -> None:
     """`ledger show` prints every record of a ledger that the exactly-once write path wrote: the run's open
-    (epoch 1) and one commit per micro-batch with the stream ends the writer acknowledged."""
+    (epoch 1), and per micro-batch its intent and its commit with the stream ends the writer acknowledged."""
     ends = write_exactly_once(config(lite, basin), "orders-job", [[b'{"a":1}'] * 3, [b'{"a":2}'] * 4])
     assert ends == {"events": 8}  # the run's fence command record, then 3 + 4 records
 
     shown = cli(lite.endpoint, "ledger", "show", "orders-job", "--basin", basin, "--json")
     assert shown.returncode == 0, shown.stderr
     records = json_lines(shown.stdout)
-    assert [(r["kind"], r["epoch"], r["batch"], r["scope"]) for r in records] == [
-        ("open", 1, -1, "run"),
-        ("commit", 1, 0, "run"),
-        ("commit", 1, 1, "run"),
+    assert [(r["kind"], r["epoch"], r["batch"], r.get("intent"), r["scope"]) for r in records] == [
+        ("open", 1, -1, None, "run"),
+        ("intent", 1, -1, 0, "run"),
+        ("commit", 1, 0, None, "run"),
+        ("intent", 1, 0, 1, "run"),
+        ("commit", 1, 1, None, "run"),
     ]
-    assert [r["ends"] for r in records] == [{}, {"events": 4}, {"events": 8}]
+    assert [r["ends"] for r in records] == [{}, {}, {"events": 4}, {"events": 4}, {"events": 8}]
     assert {r["query_id"] for r in records} == {"query-1"}
-    assert [r["seq_num"] for r in records] == [0, 1, 2]
+    assert [r["seq_num"] for r in records] == [0, 1, 2, 3, 4]
 
     text = cli(lite.endpoint, "ledger", "show", "orders-job", "--basin", basin)
     assert text.returncode == 0, text.stderr
     assert "ledger '_s2sink/ledger/orders-job'" in text.stdout
     assert "ends: events=8" in text.stdout
-    assert (
-        "batch 1 committed; the next run opens epoch 2 and recovers (reads back) the next batch"
-        in text.stdout
-    )
+    assert "batch 1 committed; the next run opens epoch 2 and writes the next batch" in text.stdout
 
 
 def test_ledger_show_missing_ledger_and_missing_basin_are_told_apart(lite: LiteServer, basin: str) -> None:
@@ -179,7 +178,7 @@ def test_ledger_reset_needs_yes_then_lets_a_new_query_start_at_batch_zero(
     assert "without --yes" in refused.stderr
     assert "exactly-once no longer covers batches from before the reset" in refused.stderr
     assert (
-        len(json_lines(cli(lite.endpoint, "ledger", "show", "job", "--basin", basin, "--json").stdout)) == 4
+        len(json_lines(cli(lite.endpoint, "ledger", "show", "job", "--basin", basin, "--json").stdout)) == 7
     )
 
     done = cli(lite.endpoint, "ledger", "reset", "job", "--basin", basin, "--yes")
@@ -481,9 +480,9 @@ def test_ledger_show_reports_an_unreadable_record_and_goes_on(lite: LiteServer, 
     out = cli(lite.endpoint, "ledger", "show", "mixed", "--basin", basin, "--json")
     assert out.returncode == 0, out.stderr
     rows = json_lines(out.stdout)
-    assert [r.get("kind") for r in rows] == ["open", "commit", None]
-    assert rows[2]["seq_num"] == 2
-    assert "has an unreadable record" in rows[2]["error"]
+    assert [r.get("kind") for r in rows] == ["open", "intent", "commit", None]
+    assert rows[3]["seq_num"] == 3
+    assert "has an unreadable record" in rows[3]["error"]
 
 
 def test_lite_exports_never_echo_a_configured_token() -> None:

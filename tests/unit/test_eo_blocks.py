@@ -226,8 +226,9 @@ def test_read_back_collects_only_matching_chunks(lite: LiteServer) -> None:
 
 def test_coordinator_skips_committed_and_detects_backwards_batch_ids(lite: LiteServer) -> None:
     """The coordinator plans new batches, returns None for a batch the ledger already committed (a replay
-    after Spark lost its commit), flags the first batch of a restarted run as recovery, and refuses batch
-    ids that went backwards (a deleted checkpoint) with a WriterConflictError asking for a new writer_id."""
+    after Spark lost its commit), flags the first batch of a restarted run as recovery when the old run had
+    announced it (an ``intent`` after the last commit), and refuses batch ids that went backwards (a
+    deleted checkpoint) with a WriterConflictError asking for a new writer_id."""
     cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
     c1 = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
     p0 = c1.begin_batch(0)
@@ -238,12 +239,13 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(lite: LiteS
     p1 = c1.begin_batch(1)
     assert p1 is not None
     c1.commit_batch(1, {"events": 9})
+    assert c1.begin_batch(2) is not None  # the run announces batch 2, then its driver dies
 
     c2 = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])  # driver restart
     assert c2.begin_batch(1) is None  # ledger has it: write nothing
     p2 = c2.begin_batch(2)
     assert p2 is not None
-    assert p2.recovery  # the old run may have written part of batch 2
+    assert p2.recovery  # the old run announced batch 2: it may have written part of it
     assert Token.parse(p2.token) == Token(epoch=2, gen=0, writer=writer_hash("wid"))
     assert p2.dedupe.starts == {"events": 9}
 
@@ -285,7 +287,8 @@ def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(lite: Lit
     assert c.begin_batch(1, None) is None
     p2 = c.begin_batch(2, None)
     assert p2 is not None
-    assert (Token.parse(p2.token).epoch, p2.recovery) == (4, True)
+    # a new epoch, but no recovery: the ledger ends in batch 1's commit, nothing announced batch 2
+    assert (Token.parse(p2.token).epoch, p2.recovery) == (4, False)
     assert p2.dedupe.starts == {"events": 8}
 
 
@@ -338,3 +341,24 @@ def test_ledger_append_survives_503s_and_an_ambiguous_drop(lite: LiteServer) -> 
 
     _runtime.run(go())
     assert len(run(read_all(lite.endpoint, cfg.basin, ledger_stream_name("w")))) == 3
+
+
+def test_a_restart_after_a_clean_commit_is_not_a_recovery(lite: LiteServer) -> None:
+    """A run that committed its last batch and stopped (a scheduled availableNow job) leaves nothing in
+    flight: the next start's first batch is a normal batch in a new epoch, not a recovery; a run that died
+    after announcing a batch (its ``intent``) makes that batch a recovery."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
+    first = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
+    assert first.begin_batch(0) is not None
+    first.commit_batch(0, {"events": 3})  # the job ends here
+
+    second = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])  # the next scheduled run
+    plan = second.begin_batch(1)
+    assert plan is not None
+    assert not plan.recovery
+    assert Token.parse(plan.token).epoch == 2  # still a new epoch: the old run's zombies are fenced out
+    # it dies after announcing batch 1 (tasks may have written): the next start recovers batch 1
+    third = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
+    replay = third.begin_batch(1)
+    assert replay is not None
+    assert replay.recovery
