@@ -18,6 +18,7 @@ from s2_sink._options import OptionMap
 from s2_sink.config import S2Config
 from s2_sink.datasource import _read_options as ro
 from s2_sink.datasource._compat import require_stream_arrow_writer
+from s2_sink.datasource._kafka_options import refuse_kafka_options
 from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side
 from s2_sink.datasource._schemas import check_schema, default_schema
 from s2_sink.errors import ConfigError
@@ -90,6 +91,8 @@ class S2DataSource(DataSource):
         return default_schema(fmt)
 
     def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
+        # Before our own checks: a job ported from Kafka learns the s2 names first.
+        refuse_kafka_options(self._opts)
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)

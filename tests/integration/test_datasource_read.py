@@ -198,7 +198,7 @@ def test_upsert_changelog_and_materialization(sp: SparkSession, endpoint: str) -
     ("extra", "message"),
     [
         ({"s2.stream": "s", "s2.starting-position": "bogus"}, "s2.starting-position='bogus'"),
-        ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option 's2.no-such-option'"),
+        ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option s2.no-such-option='1'"),
         ({"s2.stream": "s", "s2.format": "json"}, "s2.format=json needs a schema"),
     ],
 )
