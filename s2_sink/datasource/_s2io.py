@@ -32,6 +32,7 @@ __all__ = [
     "missing",
     "read_range_columns",
     "resolve_timestamp",
+    "stream_epochs",
     "tails",
 ]
 
@@ -77,6 +78,27 @@ def list_streams(cfg: S2Config, prefix: str) -> list[str]:
             start_after = page.items[-1].name
 
     return _run(cfg, f"listing streams with prefix {prefix!r}", op)
+
+
+async def _epoch_of(basin: s2_sdk.S2Basin, stream: str) -> str | None:
+    # Listing sorts by name, so the stream itself is the first name with its own name as prefix.
+    page = await basin.list_streams(prefix=stream, limit=1)
+    for info in page.items:
+        if info.name == stream and info.deleted_at is None:
+            created = info.created_at
+            return created.isoformat() if hasattr(created, "isoformat") else str(created)
+    return None
+
+
+def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
+    """Per live stream, its creation time (RFC 3339): a stream deleted and created again under the same name
+    gets a new one. Streams not found are left out."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
+        found = await asyncio.gather(*(_epoch_of(basin, s) for s in streams))
+        return {s: e for s, e in zip(streams, found, strict=True) if e is not None}
+
+    return _run(cfg, f"looking up the creation time of {list(streams)!r}", op)
 
 
 async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:

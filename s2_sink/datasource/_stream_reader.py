@@ -58,6 +58,7 @@ from s2_sink.datasource._planner import resolve_bound, resolve_streams, sorted_o
 from s2_sink.datasource._read_options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink.datasource._read_task import read_partition
 from s2_sink.datasource._reader_lag import lag_by_stream, lag_records
+from s2_sink.datasource._recreated import Epochs, join, recreated, refuse_or_warn, split
 
 __all__ = ["S2StreamReader"]
 
@@ -80,10 +81,6 @@ def _read_limit(name: str, **fields: int) -> object:
     return getattr(module, name)(**fields)
 
 
-def _as_offsets(raw: dict[str, object]) -> Offsets:
-    return {str(k): int(v) for k, v in raw.items()}  # type: ignore[call-overload]  # JSON values are ints
-
-
 class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: ignore[misc]
     """Driver-side planner of micro-batches; ``read`` runs on executors."""
 
@@ -99,6 +96,8 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._last_lag: int | None = None
         self._tails: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
         self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
+        self._epochs: Epochs = {}  # creation times of the streams the frontier was read from (_recreated)
+        self._restarts: Offsets = {}  # recreated streams: where their new incarnation starts
         by = opts.committed_by
         self._committed = CommittedEnds(cfg, by) if by is not None else None
 
@@ -106,7 +105,11 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         """Read-committed: the writer's committed ends, taken before the tails they cap (see _committed)."""
         return self._committed.fetch() if self._committed is not None else None
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, object]:
+        initial = self._initial_positions()
+        return join(initial, self._epochs)
+
+    def _initial_positions(self) -> Offsets:
         # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
         if self._initial is None:
             streams = resolve_streams(self._cfg, self._opts)
@@ -118,21 +121,27 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
                 stored_earliest=True,
                 committed=self._committed_ends(),
             )
+            self._epochs = _s2io.stream_epochs(self._cfg, list(self._initial))
             log.info("s2 source: initial offsets %s", self._initial)
         self._frontier = max_merge(self._frontier or {}, self._initial)
         return dict(self._initial)
 
-    def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, object]:
         if start is None:
             # pyspark 4.1: no start offset, so caps apply from the tracked frontier.
-            frontier = self._frontier if self._frontier is not None else self.initialOffset()
+            frontier = self._frontier if self._frontier is not None else self._initial_positions()
+            was = dict(self._epochs)
         else:
-            frontier = _as_offsets(start)
+            frontier, was = split(start)
+            was = {**self._epochs, **was}
         max_records, max_bytes = self._caps(limit)
         streams = resolve_streams(self._cfg, self._opts)
         committed = self._committed_ends()
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
         found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        now = _s2io.stream_epochs(self._cfg, list(found))
+        frontier = self._restart_recreated(frontier, was, now, found)
+        self._epochs.update(now)
         found = cap_committed(found, committed)
         self._tails = sorted_offsets(found)
         if self._available_now is not None:
@@ -151,7 +160,29 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         end = sorted_offsets(end)
         self._frontier = max_merge(self._frontier or {}, end)
         self._log_lag(frontier, end, found)
-        return end
+        return join(end, {**was, **now})
+
+    def _restart_recreated(self, frontier: Offsets, was: Epochs, now: Epochs, tails: Offsets) -> Offsets:
+        """The frontier with every recreated stream (see _recreated) moved to its new first record; fails
+        the query instead under s2.fail-on-data-loss=true."""
+        streams = recreated(frontier, was, now, tails)
+        if not streams:
+            return frontier
+        for stream in streams:  # fails on the first one unless told to go on
+            refuse_or_warn(
+                self._cfg.basin,
+                stream,
+                position=frontier[stream],
+                tail=tails.get(stream),
+                was=was.get(stream),
+                now=now.get(stream),
+                fail=self._opts.fail_on_data_loss,
+            )
+        firsts = _s2io.first_seqs(self._cfg, streams)
+        self._restarts.update(firsts)
+        if self._frontier is not None:
+            self._frontier.update(firsts)  # max_merge would keep the old stream's higher position
+        return {**frontier, **firsts}
 
     def _caps(self, limit: object) -> tuple[int | None, int | None]:
         """(records, bytes) caps for a batch: the options', unless Spark asks for everything."""
@@ -198,8 +229,19 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._last_lag = lag
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
-        begin, stop = _as_offsets(start), _as_offsets(end)
+        (begin, was), (stop, now) = split(start), split(end)
+        again = recreated(begin, was, now, stop)
+        if again:
+            # The batch in which a stream was found recreated reads the new one from its first record
+            # (looked up again when the batch is replayed after a restart).
+            unknown = [s for s in again if s not in self._restarts]
+            if unknown:
+                self._restarts.update(_s2io.first_seqs(self._cfg, unknown))
+            begin = {**begin, **{s: min(self._restarts[s], stop[s]) for s in again}}
+            if self._frontier is not None:
+                self._frontier.update({s: stop[s] for s in again})
         self._frontier = max_merge(self._frontier or {}, stop)
+        self._epochs.update(now)
         joined = [s for s in stop if s not in begin]
         if joined:
             # The previous end does not name a stream that joined in this batch: start it where latestOffset
