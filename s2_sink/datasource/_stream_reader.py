@@ -168,6 +168,7 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         streams = recreated(frontier, was, now, tails)
         if not streams:
             return frontier
+        firsts = {} if self._opts.fail_on_data_loss else _s2io.first_seqs(self._cfg, streams)
         for stream in streams:  # fails on the first one unless told to go on
             refuse_or_warn(
                 self._cfg.basin,
@@ -177,8 +178,8 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
                 was=was.get(stream),
                 now=now.get(stream),
                 fail=self._opts.fail_on_data_loss,
+                restart_at=firsts.get(stream),
             )
-        firsts = _s2io.first_seqs(self._cfg, streams)
         self._restarts.update(firsts)
         if self._frontier is not None:
             self._frontier.update(firsts)  # max_merge would keep the old stream's higher position
