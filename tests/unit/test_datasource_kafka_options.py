@@ -4,6 +4,8 @@ before any connection."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from s2_sink.datasource._kafka_options import KAFKA_OPTIONS
@@ -98,3 +100,11 @@ def test_options_that_only_look_like_kafka_ones_pass() -> None:
     """Options outside Kafka's names and our namespaces (Spark's own, such as path) are left alone."""
     source = S2DataSource({**_BASE, "path": "p", "checkpointLocation": "/tmp/x"})
     assert source.reader(default_schema("raw")) is not None
+
+
+def test_the_docs_table_names_every_refused_option() -> None:
+    """docs/kafka-options.md has a table row for every Kafka option the reader refuses, and no other."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "kafka-options.md").read_text()
+    table = doc.split("| Kafka source option |")[1].split("\n\n")[0]
+    rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    assert rows == set(KAFKA_OPTIONS)
