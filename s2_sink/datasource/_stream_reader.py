@@ -135,11 +135,17 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
             frontier, was = split(start)
             was = {**self._epochs, **was}
         max_records, max_bytes = self._caps(limit)
-        streams = resolve_streams(self._cfg, self._opts)
+        prefix = self._opts.stream_prefix
+        # A prefix read's one listing names the streams and their creation times.
+        listed = _s2io.listed_epochs(self._cfg, prefix) if prefix is not None else None
+        streams = sorted(listed) if listed is not None else list(self._opts.streams)
         committed = self._committed_ends()
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
-        found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
-        now = _s2io.stream_epochs(self._cfg, list(found))
+        found = _s2io.tails(self._cfg, streams, missing_ok=prefix is not None)
+        if listed is not None:
+            now = {s: listed[s] for s in found if s in listed}
+        else:
+            now = _s2io.stream_epochs(self._cfg, list(found))
         frontier = self._restart_recreated(frontier, was, now, found)
         self._epochs.update(now)
         found = cap_committed(found, committed)
