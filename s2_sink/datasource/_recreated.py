@@ -4,8 +4,9 @@ that lost its data (an in-memory lite server restarted).
 Positions alone cannot tell: a recreated stream holding as many records as the checkpoint had read looks
 exactly like the old one with nothing new. So the source's offsets carry each stream's creation time (its
 *epoch*, from the stream listing) under the key ``""``, which no stream can have (S2 stream names are at
-least one byte): ``{"": {"orders": "2026-11-27T03:10:00.123Z"}, "orders": 2702}``. Offsets written before
-epochs existed have no ``""`` key; for them only a tail below the checkpointed position gives it away.
+least one byte): ``{"": {"orders": "2026-11-27T03:10:00.123456+00:00"}, "orders": 2702}``. Offsets
+written before epochs existed have no ``""`` key; for them only a tail below the checkpointed position gives
+it away.
 
 A stream is *recreated* when its epoch differs from the checkpointed one, or its tail is below the
 checkpointed position. Like lost records (`_data_loss`), that fails the query by default

@@ -1,7 +1,8 @@
 """``spark.readStream.format("s2")``: micro-batches over per-stream seq_num offsets.
 
-Offsets are ``{stream: next seq_num}``; the offset log in the checkpoint makes reading exactly-once: a
-restarted query replays a planned batch with the same offsets and continues after the last committed one.
+Offsets are ``{stream: next seq_num}`` plus each stream's creation time under the key ``""``
+(`_recreated`); the offset log in the checkpoint makes reading exactly-once: a restarted query replays a
+planned batch with the same offsets and continues after the last committed one.
 
 Per-trigger limits, two Spark APIs:
 
@@ -9,7 +10,8 @@ Per-trigger limits, two Spark APIs:
   ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap the end offset inside ``latestOffset``
   relative to a frontier the reader tracks: the last end it planned or was told about. After a restart Spark
   calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``), which restores
-  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run, so a capped run reads one batch.
+  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run (its JVM side of a Python source is
+  not ``SupportsTriggerAvailableNow``, so Spark wraps it), so a capped run reads one batch.
 - pyspark 4.2+ calls ``latestOffset(start, limit)`` (it inspects the signature) with the limit of
   ``getDefaultReadLimit()``, or ``ReadAllAvailable`` when the trigger wants everything; and, because the
   reader is a ``SupportsTriggerAvailableNow``, ``prepareForTriggerAvailableNow()`` fixes the tails an
@@ -19,15 +21,18 @@ Data loss: a position in the offset log can point below the first record still s
 trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
 ``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
 discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
-are not counted as lost.
+are not counted as lost. A stream deleted and created again under the checkpoint is caught on the driver
+(`_recreated`: another creation time, or a tail below the checkpointed position) under the same option.
 
 Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
 AvailableNow run's target are capped by the ends of the writer's latest commit (`_committed`), so a
 micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
 latest offset reported to the progress count up to those ends, not the tails.
 
-Lag: pyspark 4.1.1's stream reader has no hook to report custom metrics to ``StreamingQueryProgress``, so
-every planned batch logs the records between its end offset and the tail (``lag_records``) at INFO.
+Lag: no released pyspark (up to 4.3) lets a Python source report custom metrics to
+``StreamingQueryProgress``; on 4.2+ the tails go into the progress as the source's ``latestOffset``, and on
+every version each planned batch logs the records between its end offset and the tail (``lag_records``) at
+INFO.
 """
 
 from __future__ import annotations
