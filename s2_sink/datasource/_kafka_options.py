@@ -12,12 +12,14 @@ where the value translates, the value to give it (docs/kafka-options.md has the 
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
 from typing import Final
 
 from s2_sink._options import OptionMap
+from s2_sink.datasource._option_sides import OUR_PREFIXES
 from s2_sink.errors import ConfigError
 
 __all__ = ["KAFKA_OPTIONS", "refuse_kafka_options"]
@@ -155,7 +157,17 @@ def refuse_kafka_options(options: Mapping[str, object]) -> None:
                 f"option {opts.spelling(key)} is a Kafka client setting, which format('s2') does not "
                 f"take: {_CONNECT}; drop it"
             )
+        if name is None and (key.startswith(OUR_PREFIXES) or "-" in key):
+            continue  # ours, or spelt like ours (Kafka's names have no hyphens): check_strays' business
         if name is None:
-            continue
+            # A Kafka name misspelt (startingOffset) would otherwise pass as some other source's option.
+            close = difflib.get_close_matches(key, list(_BY_LOWER), n=1, cutoff=0.85)
+            if not close:
+                continue
+            name = _BY_LOWER[close[0]]
+            raise ConfigError(
+                f"unknown option {opts.spelling(key)}={str(opts[key])!r}, close to the Kafka source option "
+                f"{name}, which format('s2') does not take either: use {KAFKA_OPTIONS[name]}"
+            )
         raw = opts[key]
         raise ConfigError(_message(opts.spelling(key), raw, KAFKA_OPTIONS[name], _translated(name, str(raw))))

@@ -17,7 +17,7 @@ from s2_sink._options import OptionMap
 from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
 from s2_sink.errors import ConfigError
 
-__all__ = ["OUR_PREFIXES", "Side", "accepted_keys", "check_side"]
+__all__ = ["OUR_PREFIXES", "Side", "accepted_keys", "check_side", "check_strays"]
 
 Side = Literal["read", "write"]
 
@@ -62,3 +62,25 @@ def check_side(
         raise ConfigError(
             f"unknown option {spelled}. format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
         )
+
+
+def check_strays(
+    options: Mapping[str, str], side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]
+) -> None:
+    """Refuse an option outside our namespaces that is one of ours misspelt (``s2_stream``, ``stream-prefix``,
+    ``max-records-per-trigger``): Spark's own options (path, checkpointLocation) pass, and so does anything
+    not close to one of our keys, since other sources' options may share the option map."""
+    opts = OptionMap(options)
+    mine = accepted_keys(side, read_keys=read_keys, write_keys=write_keys)
+    # A key without its namespace ("stream-prefix") is compared too: the likeliest slip.
+    bare = {key.split(".", 1)[1]: key for key in mine}
+    for key in sorted(opts):
+        if key.startswith(OUR_PREFIXES):
+            continue
+        close = difflib.get_close_matches(key, [*mine, *bare], n=1, cutoff=0.85)
+        if close:
+            meant = bare.get(close[0], close[0])
+            raise ConfigError(
+                f"unknown option {opts.spelling(key)}={str(opts[key])!r}: did you mean {meant}? format('s2') "
+                "options start with s2. or sink."
+            )

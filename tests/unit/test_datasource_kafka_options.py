@@ -108,3 +108,33 @@ def test_the_docs_table_names_every_refused_option() -> None:
     table = doc.split("| Kafka source option |")[1].split("\n\n")[0]
     rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
     assert rows == set(KAFKA_OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("startingOffset", "startingOffsets"),
+        ("maxOffsetPerTrigger", "maxOffsetsPerTrigger"),
+        ("failOnDataLos", "failOnDataLoss"),
+    ],
+)
+def test_a_misspelt_kafka_option_is_refused_as_that_option(key: str, meant: str) -> None:
+    """A Kafka option misspelt still gets the s2 option to use, rather than passing as a foreign option."""
+    text = _refusal({key: "1"})
+    assert text.startswith(f"unknown option {key}='1', close to the Kafka source option {meant}")
+    assert KAFKA_OPTIONS[meant] in text
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("s2_stream_prefix", "s2.stream-prefix"),
+        ("max-records-per-trigger", "s2.max-records-per-trigger"),
+        ("fail-on-data-loss", "s2.fail-on-data-loss"),
+        ("S2-Starting-Position", "s2.starting-position"),
+    ],
+)
+def test_one_of_our_options_outside_our_namespace_gets_did_you_mean(key: str, meant: str) -> None:
+    """An s2 option written without (or with a wrong) namespace is refused with the key it was close to,
+    instead of being ignored as another source's option."""
+    assert _refusal({key: "1"}).startswith(f"unknown option {key}='1': did you mean {meant}?")
