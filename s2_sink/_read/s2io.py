@@ -28,10 +28,12 @@ from s2_sink.errors import ReadError
 __all__ = [
     "first_seqs",
     "list_streams",
+    "listed_epochs",
     "measure_range",
     "missing",
     "read_range_columns",
     "resolve_timestamp",
+    "stream_epochs",
     "tails",
 ]
 
@@ -63,20 +65,50 @@ async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
     return int((await basin.stream(stream).check_tail()).seq_num)
 
 
-def list_streams(cfg: S2Config, prefix: str) -> list[str]:
-    """Names of the live streams whose name starts with ``prefix``, sorted."""
+def _created(info: s2_sdk.StreamInfo) -> str:
+    created = info.created_at
+    return created.isoformat() if hasattr(created, "isoformat") else str(created)
 
-    async def op(basin: s2_sdk.S2Basin) -> list[str]:
-        names: list[str] = []
+
+def listed_epochs(cfg: S2Config, prefix: str) -> dict[str, str]:
+    """The live streams whose name starts with ``prefix``, each with its creation time (RFC 3339)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
+        found: dict[str, str] = {}
         start_after = ""
         while True:
             page = await basin.list_streams(prefix=prefix, start_after=start_after)
-            names.extend(info.name for info in page.items if info.deleted_at is None)
+            found.update({info.name: _created(info) for info in page.items if info.deleted_at is None})
             if not page.has_more or not page.items:
-                return sorted(names)
+                return found
             start_after = page.items[-1].name
 
     return _run(cfg, f"listing streams with prefix {prefix!r}", op)
+
+
+def list_streams(cfg: S2Config, prefix: str) -> list[str]:
+    """Names of the live streams whose name starts with ``prefix``, sorted."""
+    return sorted(listed_epochs(cfg, prefix))
+
+
+async def _epoch_of(basin: s2_sdk.S2Basin, stream: str) -> str | None:
+    # Listing sorts by name, so the stream itself is the first name with its own name as prefix.
+    page = await basin.list_streams(prefix=stream, limit=1)
+    for info in page.items:
+        if info.name == stream and info.deleted_at is None:
+            return _created(info)
+    return None
+
+
+def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
+    """Per live stream, its creation time (RFC 3339): a stream deleted and created again under the same name
+    gets a new one. Streams not found are left out."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
+        found = await asyncio.gather(*(_epoch_of(basin, s) for s in streams))
+        return {s: e for s, e in zip(streams, found, strict=True) if e is not None}
+
+    return _run(cfg, f"looking up the creation time of {list(streams)!r}", op)
 
 
 async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:

@@ -3,11 +3,13 @@
 A read and a write share the connection options of `S2Config.from_options` and ``s2.stream``/``s2.format``;
 everything else applies to one side only. An option given to the other side would be silently meaningless
 (Spark hands the reader's options only to the reader, but users often keep one option dict), so it is
-refused on the driver with a message saying which side it belongs to and listing every key this side takes.
+refused on the driver with a message saying which side it belongs to; an unknown key (a typo) gets the
+closest keys this side takes ("did you mean"), and the whole list only when none is close.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Final, Literal
 
@@ -15,7 +17,7 @@ from s2_sink._options import OptionMap
 from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
 from s2_sink.errors import ConfigError
 
-__all__ = ["OUR_PREFIXES", "Side", "accepted_keys", "check_side"]
+__all__ = ["OUR_PREFIXES", "Side", "accepted_keys", "check_side", "check_strays"]
 
 Side = Literal["read", "write"]
 
@@ -41,7 +43,7 @@ def check_side(
     options: Mapping[str, str], side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]
 ) -> None:
     """Refuse any of our options (``s2.*``, ``sink.*``) that this side does not accept: ConfigError saying
-    which side the option belongs to (or that it is unknown) and listing the keys this side accepts."""
+    which side the option belongs to, or that it is unknown and which accepted keys are closest."""
     opts = OptionMap(options)
     mine = accepted_keys(side, read_keys=read_keys, write_keys=write_keys)
     other: Side = "write" if side == "read" else "read"
@@ -49,10 +51,36 @@ def check_side(
     for key in sorted(opts):
         if not key.startswith(OUR_PREFIXES) or key in mine:
             continue
-        listing = f"format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
+        spelled = f"{opts.spelling(key)}={str(opts[key])!r}"
         if key in theirs:
             raise ConfigError(
-                f"option {opts.spelling(key)!r} applies to format('s2') {_WHAT[other]} only, not to "
-                f"{side}s: drop it here. {listing}"
+                f"option {spelled} applies to format('s2') {_WHAT[other]} only, not to {side}s: drop it here"
             )
-        raise ConfigError(f"unknown option {opts.spelling(key)!r}. {listing}")
+        close = difflib.get_close_matches(key, sorted(mine), n=3, cutoff=0.6)
+        if close:
+            raise ConfigError(f"unknown option {spelled}: did you mean {' or '.join(close)}?")
+        raise ConfigError(
+            f"unknown option {spelled}. format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
+        )
+
+
+def check_strays(
+    options: Mapping[str, str], side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]
+) -> None:
+    """Refuse an option outside our namespaces that is one of ours misspelt (``s2_stream``, ``stream-prefix``,
+    ``max-records-per-trigger``): Spark's own options (path, checkpointLocation) pass, and so does anything
+    not close to one of our keys, since other sources' options may share the option map."""
+    opts = OptionMap(options)
+    mine = accepted_keys(side, read_keys=read_keys, write_keys=write_keys)
+    # A key without its namespace ("stream-prefix") is compared too: the likeliest slip.
+    bare = {key.split(".", 1)[1]: key for key in mine}
+    for key in sorted(opts):
+        if key.startswith(OUR_PREFIXES):
+            continue
+        close = difflib.get_close_matches(key, [*mine, *bare], n=1, cutoff=0.85)
+        if close:
+            meant = bare.get(close[0], close[0])
+            raise ConfigError(
+                f"unknown option {opts.spelling(key)}={str(opts[key])!r}: did you mean {meant}? format('s2') "
+                "options start with s2. or sink."
+            )

@@ -19,7 +19,8 @@ from s2_sink._read import options as ro
 from s2_sink._read.schemas import check_schema, default_schema
 from s2_sink.config import S2Config
 from s2_sink.datasource._compat import require_stream_arrow_writer
-from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side
+from s2_sink.datasource._kafka_options import refuse_kafka_options
+from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side, check_strays
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def read_config(options: Mapping[str, str]) -> S2Config:
     from s2_sink.datasource._write_keys import WRITE_KEYS  # noqa: PLC0415
 
     check_side(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
+    check_strays(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
     return S2Config.from_options(_ours(options), ignore=READ_KEYS)
 
 
@@ -90,6 +92,8 @@ class S2DataSource(DataSource):
         return default_schema(fmt)
 
     def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
+        # Before our own checks: a job ported from Kafka learns the s2 names first.
+        refuse_kafka_options(self._opts)
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)

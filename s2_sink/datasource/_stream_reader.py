@@ -1,7 +1,8 @@
 """``spark.readStream.format("s2")``: micro-batches over per-stream seq_num offsets.
 
-Offsets are ``{stream: next seq_num}``; the offset log in the checkpoint makes reading exactly-once: a
-restarted query replays a planned batch with the same offsets and continues after the last committed one.
+Offsets are ``{stream: next seq_num}`` plus each stream's creation time under the key ``""``
+(`_recreated`); the offset log in the checkpoint makes reading exactly-once: a restarted query replays a
+planned batch with the same offsets and continues after the last committed one.
 
 Per-trigger limits, two Spark APIs:
 
@@ -9,7 +10,8 @@ Per-trigger limits, two Spark APIs:
   ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap the end offset inside ``latestOffset``
   relative to a frontier the reader tracks: the last end it planned or was told about. After a restart Spark
   calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``), which restores
-  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run, so a capped run reads one batch.
+  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run (its JVM side of a Python source is
+  not ``SupportsTriggerAvailableNow``, so Spark wraps it), so a capped run reads one batch.
 - pyspark 4.2+ calls ``latestOffset(start, limit)`` (it inspects the signature) with the limit of
   ``getDefaultReadLimit()``, or ``ReadAllAvailable`` when the trigger wants everything; and, because the
   reader is a ``SupportsTriggerAvailableNow``, ``prepareForTriggerAvailableNow()`` fixes the tails an
@@ -19,15 +21,18 @@ Data loss: a position in the offset log can point below the first record still s
 trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
 ``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
 discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
-are not counted as lost.
+are not counted as lost. A stream deleted and created again under the checkpoint is caught on the driver
+(`_recreated`: another creation time, or a tail below the checkpointed position) under the same option.
 
 Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
 AvailableNow run's target are capped by the ends of the writer's latest commit (`committed`), so a
 micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
 latest offset reported to the progress count up to those ends, not the tails.
 
-Lag: pyspark 4.1.1's stream reader has no hook to report custom metrics to ``StreamingQueryProgress``, so
-every planned batch logs the records between its end offset and the tail (``lag_records``) at INFO.
+Lag: no released pyspark (up to 4.3) lets a Python source report custom metrics to
+``StreamingQueryProgress``; on 4.2+ the tails go into the progress as the source's ``latestOffset``, and on
+every version each planned batch logs the records between its end offset and the tail (``lag_records``) at
+INFO.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from s2_sink._read.partition import S2Partition
 from s2_sink._read.planner import resolve_bound, resolve_streams, sorted_offsets
 from s2_sink._read.task import read_partition
 from s2_sink.config import S2Config
+from s2_sink.datasource._recreated import Epochs, join, recreated, refuse_or_warn, split
 
 __all__ = ["S2StreamReader"]
 
@@ -80,10 +86,6 @@ def _read_limit(name: str, **fields: int) -> object:
     return getattr(module, name)(**fields)
 
 
-def _as_offsets(raw: dict[str, object]) -> Offsets:
-    return {str(k): int(v) for k, v in raw.items()}  # type: ignore[call-overload]  # JSON values are ints
-
-
 class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: ignore[misc]
     """Driver-side planner of micro-batches; ``read`` runs on executors."""
 
@@ -99,6 +101,8 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._last_lag: int | None = None
         self._tails: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
         self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
+        self._epochs: Epochs = {}  # creation times of the streams the frontier was read from (_recreated)
+        self._restarts: Offsets = {}  # recreated streams: where their new incarnation starts
         by = opts.committed_by
         self._committed = CommittedEnds(cfg, by) if by is not None else None
 
@@ -106,7 +110,11 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         """Read-committed: the writer's committed ends, taken before the tails they cap (see _committed)."""
         return self._committed.fetch() if self._committed is not None else None
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, object]:
+        initial = self._initial_positions()
+        return join(initial, self._epochs)
+
+    def _initial_positions(self) -> Offsets:
         # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
         if self._initial is None:
             streams = resolve_streams(self._cfg, self._opts)
@@ -118,21 +126,33 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
                 stored_earliest=True,
                 committed=self._committed_ends(),
             )
+            self._epochs = _s2io.stream_epochs(self._cfg, list(self._initial))
             log.info("s2 source: initial offsets %s", self._initial)
         self._frontier = max_merge(self._frontier or {}, self._initial)
         return dict(self._initial)
 
-    def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, object]:
         if start is None:
             # pyspark 4.1: no start offset, so caps apply from the tracked frontier.
-            frontier = self._frontier if self._frontier is not None else self.initialOffset()
+            frontier = self._frontier if self._frontier is not None else self._initial_positions()
+            was = dict(self._epochs)
         else:
-            frontier = _as_offsets(start)
+            frontier, was = split(start)
+            was = {**self._epochs, **was}
         max_records, max_bytes = self._caps(limit)
-        streams = resolve_streams(self._cfg, self._opts)
+        prefix = self._opts.stream_prefix
+        # A prefix read's one listing names the streams and their creation times.
+        listed = _s2io.listed_epochs(self._cfg, prefix) if prefix is not None else None
+        streams = sorted(listed) if listed is not None else list(self._opts.streams)
         committed = self._committed_ends()
         # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
-        found = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        found = _s2io.tails(self._cfg, streams, missing_ok=prefix is not None)
+        if listed is not None:
+            now = {s: listed[s] for s in found if s in listed}
+        else:
+            now = _s2io.stream_epochs(self._cfg, list(found))
+        frontier = self._restart_recreated(frontier, was, now, found)
+        self._epochs.update(now)
         found = cap_committed(found, committed)
         self._tails = sorted_offsets(found)
         if self._available_now is not None:
@@ -151,7 +171,30 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         end = sorted_offsets(end)
         self._frontier = max_merge(self._frontier or {}, end)
         self._log_lag(frontier, end, found)
-        return end
+        return join(end, {**was, **now})
+
+    def _restart_recreated(self, frontier: Offsets, was: Epochs, now: Epochs, tails: Offsets) -> Offsets:
+        """The frontier with every recreated stream (see _recreated) moved to its new first record; fails
+        the query instead under s2.fail-on-data-loss=true."""
+        streams = recreated(frontier, was, now, tails)
+        if not streams:
+            return frontier
+        firsts = {} if self._opts.fail_on_data_loss else _s2io.first_seqs(self._cfg, streams)
+        for stream in streams:  # fails on the first one unless told to go on
+            refuse_or_warn(
+                self._cfg.basin,
+                stream,
+                position=frontier[stream],
+                tail=tails.get(stream),
+                was=was.get(stream),
+                now=now.get(stream),
+                fail=self._opts.fail_on_data_loss,
+                restart_at=firsts.get(stream),
+            )
+        self._restarts.update(firsts)
+        if self._frontier is not None:
+            self._frontier.update(firsts)  # max_merge would keep the old stream's higher position
+        return {**frontier, **firsts}
 
     def _caps(self, limit: object) -> tuple[int | None, int | None]:
         """(records, bytes) caps for a batch: the options', unless Spark asks for everything."""
@@ -198,8 +241,19 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._last_lag = lag
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
-        begin, stop = _as_offsets(start), _as_offsets(end)
+        (begin, was), (stop, now) = split(start), split(end)
+        again = recreated(begin, was, now, stop)
+        if again:
+            # The batch in which a stream was found recreated reads the new one from its first record
+            # (looked up again when the batch is replayed after a restart).
+            unknown = [s for s in again if s not in self._restarts]
+            if unknown:
+                self._restarts.update(_s2io.first_seqs(self._cfg, unknown))
+            begin = {**begin, **{s: min(self._restarts[s], stop[s]) for s in again}}
+            if self._frontier is not None:
+                self._frontier.update({s: stop[s] for s in again})
         self._frontier = max_merge(self._frontier or {}, stop)
+        self._epochs.update(now)
         joined = [s for s in stop if s not in begin]
         if joined:
             # The previous end does not name a stream that joined in this batch: start it where latestOffset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import time
 import uuid
@@ -198,7 +199,7 @@ def test_upsert_changelog_and_materialization(sp: SparkSession, endpoint: str) -
     ("extra", "message"),
     [
         ({"s2.stream": "s", "s2.starting-position": "bogus"}, "s2.starting-position='bogus'"),
-        ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option 's2.no-such-option'"),
+        ({"s2.stream": "s", "s2.no-such-option": "1"}, "unknown option s2.no-such-option='1'"),
         ({"s2.stream": "s", "s2.format": "json"}, "s2.format=json needs a schema"),
     ],
 )
@@ -423,6 +424,10 @@ def _available_now(sp: SparkSession, options: dict[str, str], out: Path, checkpo
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("pyspark.sql.streaming.datasource") is not None,
+    reason="pyspark 4.2+ drains capped AvailableNow runs (test_datasource_read_ops)",
+)
 def test_available_now_on_pyspark_4_1_plans_one_batch_per_run(
     sp: SparkSession, endpoint: str, tmp_path: Path
 ) -> None:

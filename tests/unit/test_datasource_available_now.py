@@ -10,6 +10,7 @@ import inspect
 import pytest
 import s2_sdk
 
+from s2_sink.datasource._recreated import positions
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.lite import LiteServer
@@ -42,10 +43,10 @@ def _default_limit(reader: S2StreamReader) -> object:
 
 def _drain(reader: S2StreamReader, limit: object) -> list[int]:
     """Plan batches as the engine does until the end offset stops moving; the records of each batch."""
-    start: dict[str, int] = reader.initialOffset()
+    start: dict[str, int] = positions(reader.initialOffset())
     sizes: list[int] = []
     for _ in range(20):
-        end = reader.latestOffset(dict(start), limit)
+        end = positions(reader.latestOffset(dict(start), limit))
         if end == start:
             return sizes
         sizes.append(sum(end.values()) - sum(start.values()))
@@ -80,8 +81,8 @@ def test_latest_offset_is_reported_for_the_query_progress(lite: LiteServer, basi
     _append(lite.endpoint, basin, "x", 5)
     reader = _reader(lite.endpoint, basin, **{"s2.stream": "x", "s2.max-records-per-trigger": "2"})
     assert reader.reportLatestOffset() is None
-    start = reader.initialOffset()
-    assert reader.latestOffset(dict(start), None) == {"x": 2}
+    start = positions(reader.initialOffset())
+    assert positions(reader.latestOffset(dict(start), None)) == {"x": 2}
     assert reader.reportLatestOffset() == {"x": 5}
 
 

@@ -17,6 +17,7 @@ from s2_sink._read.options import parse_read_options
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.task import read_partition
 from s2_sink.config import S2Config
+from s2_sink.datasource._recreated import positions
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.lite import LiteServer
@@ -132,9 +133,9 @@ def test_earliest_starts_at_the_first_stored_record(lite: LiteServer, basin: str
     are not data loss, and the first batch reads with the failing policy without error."""
     _trimmed_stream(lite.endpoint, basin, "s")
     reader = _stream_reader(lite.endpoint, basin, **{"s2.stream": "s", "s2.starting-position": "earliest"})
-    start = reader.initialOffset()
+    start = positions(reader.initialOffset())
     assert start == {"s": 4}
-    end = reader.latestOffset()
+    end = positions(reader.latestOffset())
     assert end == {"s": 11}
     (part,) = reader.partitions(dict(start), dict(end))
     rows = [b for batch in reader.read(part) for b in batch.column("body").to_pylist()]
@@ -148,9 +149,9 @@ def test_streams_joining_under_a_prefix_start_at_their_first_stored_record(
     records trimmed before the query saw it are not reported as lost."""
     _append(lite.endpoint, basin, "p/a", _bodies("a0"))
     reader = _stream_reader(lite.endpoint, basin, **{"s2.stream-prefix": "p/"})
-    start = reader.initialOffset()
+    start = positions(reader.initialOffset())
     _trimmed_stream(lite.endpoint, basin, "p/b")
-    end = reader.latestOffset()
+    end = positions(reader.latestOffset())
     assert end == {"p/a": 1, "p/b": 11}
     parts = reader.partitions(dict(start), dict(end))
     assert [(p.stream, p.first, p.stop) for p in parts] == [("p/a", 0, 1), ("p/b", 4, 11)]  # type: ignore[attr-defined]
@@ -167,10 +168,10 @@ def test_lag_is_logged_per_planned_batch(
     reader.initialOffset()
     logger = "s2_sink.datasource._stream_reader"
     with caplog.at_level(logging.INFO, logger=logger):
-        assert reader.latestOffset() == {"a": 2, "b": 2}
-        assert reader.latestOffset() == {"a": 6, "b": 2}
-        assert reader.latestOffset() == {"a": 10, "b": 2}
-        assert reader.latestOffset() == {"a": 10, "b": 2}
+        assert positions(reader.latestOffset()) == {"a": 2, "b": 2}
+        assert positions(reader.latestOffset()) == {"a": 6, "b": 2}
+        assert positions(reader.latestOffset()) == {"a": 10, "b": 2}
+        assert positions(reader.latestOffset()) == {"a": 10, "b": 2}
     lines = [r.getMessage() for r in caplog.records if r.name == logger and "planned batch" in r.getMessage()]
     assert len(lines) == 3
     assert "batch_records=4 lag_records=8 streams=2 lag_by_stream={'a': 8}" in lines[0]

@@ -18,6 +18,7 @@ from s2_sink._read.offsets import cap_committed
 from s2_sink._read.options import parse_read_options
 from s2_sink._read.partition import S2Partition
 from s2_sink.datasource import S2DataSource
+from s2_sink.datasource._recreated import positions
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
@@ -184,20 +185,20 @@ def test_planning_stops_at_the_latest_commit_until_the_next_one(lite: LiteServer
     run(_append(lite.endpoint, basin, "other", [b"x0", b"x1"]))  # by some other writer
     tails = _source(lite.endpoint, basin).streamReader(RAW_SCHEMA)
     assert isinstance(tails, S2StreamReader)
-    partial = tails.latestOffset()["events"]
+    partial = positions(tails.latestOffset())["events"]
     assert partial > done
 
     assert _batch_ranges(_committed(lite.endpoint, basin)) == [("events", 0, done)]
     assert _batch_ranges(_source(lite.endpoint, basin)) == [("events", 0, partial), ("other", 0, 2)]
     stream = _committed(lite.endpoint, basin, **{"s2.starting-position": "latest"}).streamReader(RAW_SCHEMA)
     assert isinstance(stream, S2StreamReader)
-    assert stream.initialOffset() == {"events": done, "other": 0}
-    assert stream.latestOffset() == {"events": done, "other": 0}
+    assert positions(stream.initialOffset()) == {"events": done, "other": 0}
+    assert positions(stream.latestOffset()) == {"events": done, "other": 0}
 
     r3 = open_execution(cfg, "w")
     assert r3.recovery
     commit(r3, cfg, 1, write_partitions(r3, cfg, 1, {0: [b"b0", b"b1"], 1: [b"b2", b"b3"]}))
-    end = stream.latestOffset()
+    end = positions(stream.latestOffset())
     assert end["events"] == CommittedEnds(cfg, "w").fetch()["events"] > partial
     planned = stream.partitions({"events": done, "other": 0}, end)
     assert [(p.stream, p.first, p.stop) for p in planned if isinstance(p, S2Partition)] == [

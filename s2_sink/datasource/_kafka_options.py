@@ -1,0 +1,173 @@
+"""Kafka source options given to ``format("s2")`` reads: refused, each with the s2 option that does its job.
+
+Teams move jobs from ``format("kafka")`` and keep its options (``startingOffsets``, ``maxOffsetsPerTrigger``,
+``subscribe``, ...). Spark hands every option to the source, and options outside our namespaces used to be
+ignored without a word: a job kept its old ``startingOffsets`` and silently read from the default instead.
+
+None is mapped, although a few mean the same (``failOnDataLoss``, ``maxOffsetsPerTrigger``): one name per
+setting keeps the docs, the errors and the option checks single, and most Kafka values do not carry over
+as they are (per-partition JSON, topic regexes, consumer settings). Each refusal names the s2 option and,
+where the value translates, the value to give it (docs/kafka-options.md has the table).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from s2_sink._options import OptionMap
+from s2_sink.datasource._option_sides import OUR_PREFIXES
+from s2_sink.errors import ConfigError
+
+__all__ = ["KAFKA_OPTIONS", "refuse_kafka_options"]
+
+_CONNECT = (
+    "S2 is reached with s2.basin, s2.auth-token (or S2_ACCESS_TOKEN) and, for a local or private "
+    "endpoint, s2.endpoints.account / s2.endpoints.basin"
+)
+_NO_GROUPS = "S2 has no consumer groups: a streaming read's positions live in its checkpoint; drop the option"
+_LONGER_TRIGGER = "nothing: set a longer trigger(processingTime=...) to batch more; drop the option"
+
+# Kafka's spelling -> what to use instead. Names compare lower-cased, as Spark hands them to the source.
+KAFKA_OPTIONS: Final[dict[str, str]] = {
+    "subscribe": "s2.streams (comma-separated stream names) or s2.stream (one)",
+    "assign": "s2.streams: an S2 stream is one ordered log, with no partitions to assign",
+    "subscribePattern": "s2.stream-prefix: every stream whose name starts with the prefix (no regex)",
+    "topic": "s2.stream",
+    "startingOffsets": 's2.starting-position (earliest | latest | JSON {"stream": seq_num})',
+    "endingOffsets": 's2.ending-position (batch reads: latest | JSON {"stream": seq_num})',
+    "startingTimestamp": "s2.starting-timestamp (milliseconds since the epoch, for every stream)",
+    "startingOffsetsByTimestamp": "s2.starting-timestamp (one timestamp in ms for every stream)",
+    "startingOffsetsByTimestampStrategy": (
+        "nothing: with s2.starting-timestamp a stream with no record at or after it starts at its tail; "
+        "drop the option"
+    ),
+    "endingTimestamp": "s2.ending-timestamp (batch reads; milliseconds since the epoch)",
+    "endingOffsetsByTimestamp": "s2.ending-timestamp (batch reads; one timestamp in ms for every stream)",
+    "failOnDataLoss": "s2.fail-on-data-loss (true | false; streaming reads)",
+    "maxOffsetsPerTrigger": "s2.max-records-per-trigger (records per micro-batch over all streams)",
+    "maxBytesPerTrigger": "s2.max-bytes-per-trigger (metered bytes per micro-batch)",
+    "minOffsetsPerTrigger": _LONGER_TRIGGER,
+    "maxTriggerDelay": _LONGER_TRIGGER,
+    "minPartitions": (
+        "s2.records-per-partition: each stream's range is split into Spark partitions of at most that "
+        "many records (default 500000)"
+    ),
+    "maxRecordsPerPartition": "s2.records-per-partition (records per Spark partition)",
+    "includeHeaders": "s2.format=kafka (columns key, value and headers, plus the record positions)",
+    "groupIdPrefix": _NO_GROUPS,
+    "kafka.group.id": _NO_GROUPS,
+    "kafka.isolation.level": (
+        "s2.isolation=read-committed with s2.committed-by=<writer id> (read_committed), or leave it "
+        "unset (read-uncommitted)"
+    ),
+    "kafka.bootstrap.servers": _CONNECT,
+    "kafkaConsumer.pollTimeoutMs": "s2.request-timeout-ms",
+    "fetchOffset.numRetries": "s2.max-retries",
+    "fetchOffset.retryIntervalMs": "s2.retry-delay-ms",
+}
+_BY_LOWER: Final = {name.lower(): name for name in KAFKA_OPTIONS}
+_KAFKA_CLIENT_PREFIX: Final = "kafka."
+
+
+def _seq_json(raw: str) -> str | None:
+    """Kafka's per-partition offsets JSON as s2's per-stream JSON, when each topic names partition 0 only
+    with a real offset (Kafka's -1/-2 mean latest/earliest, which s2's JSON has no per-stream words for)."""
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    out: dict[str, int] = {}
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict) or set(parts) != {"0"}:
+            return None
+        seq = parts["0"]
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            return None
+        out[str(topic)] = seq
+    return json.dumps(out)
+
+
+_SAME_VALUE: Final = {
+    "failOnDataLoss": "s2.fail-on-data-loss",
+    "maxOffsetsPerTrigger": "s2.max-records-per-trigger",
+    "maxBytesPerTrigger": "s2.max-bytes-per-trigger",
+    "startingTimestamp": "s2.starting-timestamp",
+    "endingTimestamp": "s2.ending-timestamp",
+    "maxRecordsPerPartition": "s2.records-per-partition",
+    "topic": "s2.stream",
+}
+
+
+def _translated_value(name: str, value: str) -> str | None:
+    """The Kafka value in the s2 option's terms, when it carries over unchanged in meaning."""
+    lowered = value.lower()
+    if name in ("startingOffsets", "endingOffsets"):
+        return lowered if lowered in ("earliest", "latest") else _seq_json(value)
+    if name == "subscribe":
+        return ",".join(n.strip() for n in value.split(",") if n.strip()) or None
+    if name == "subscribePattern":
+        # Only a literal prefix followed by ".*" carries over.
+        match = re.fullmatch(r"\^?([A-Za-z0-9_/-]+)\.\*\$?", value)
+        return match.group(1) if match else None
+    if name == "includeHeaders":
+        return "kafka" if lowered == "true" else None
+    if name in _SAME_VALUE and value:
+        return lowered if name == "failOnDataLoss" else value
+    return None
+
+
+def _translated(name: str, raw: str) -> tuple[str, str] | None:
+    """``(s2 option, value)`` when the Kafka value carries over unchanged in meaning."""
+    value = _translated_value(name, raw.strip())
+    if value is None:
+        return None
+    option = {
+        "startingOffsets": "s2.starting-position",
+        "endingOffsets": "s2.ending-position",
+        "subscribe": "s2.streams" if "," in value else "s2.stream",
+        "subscribePattern": "s2.stream-prefix",
+        "includeHeaders": "s2.format",
+    }.get(name) or _SAME_VALUE[name]
+    return option, value
+
+
+def _message(spelled: str, raw: object, fix: str, translated: tuple[str, str] | None) -> str:
+    text = f"option {spelled}={str(raw)!r} is a Kafka source option, which format('s2') does not take: "
+    if translated is not None:
+        option, value = translated
+        return text + f"use .option({option!r}, {value!r}) instead ({fix})"
+    return text + f"use {fix}"
+
+
+def refuse_kafka_options(options: Mapping[str, object]) -> None:
+    """Raise ConfigError, on the driver, for the first Kafka source option given to a ``format("s2")`` read:
+    the message names the option, its value and the s2 option (and value) that does its job."""
+    opts = OptionMap(options)
+    for key in sorted(opts):
+        name = _BY_LOWER.get(key)
+        if name is None and key.startswith(_KAFKA_CLIENT_PREFIX):
+            # Its value is not shown: Kafka client settings hold credentials (kafka.sasl.jaas.config).
+            raise ConfigError(
+                f"option {opts.spelling(key)} is a Kafka client setting, which format('s2') does not "
+                f"take: {_CONNECT}; drop it"
+            )
+        if name is None and (key.startswith(OUR_PREFIXES) or "-" in key):
+            continue  # ours, or spelt like ours (Kafka's names have no hyphens): check_strays' business
+        if name is None:
+            # A Kafka name misspelt (startingOffset) would otherwise pass as some other source's option.
+            close = difflib.get_close_matches(key, list(_BY_LOWER), n=1, cutoff=0.85)
+            if not close:
+                continue
+            name = _BY_LOWER[close[0]]
+            raise ConfigError(
+                f"unknown option {opts.spelling(key)}={str(opts[key])!r}, close to the Kafka source option "
+                f"{name}, which format('s2') does not take either: use {KAFKA_OPTIONS[name]}"
+            )
+        raw = opts[key]
+        raise ConfigError(_message(opts.spelling(key), raw, KAFKA_OPTIONS[name], _translated(name, str(raw))))
