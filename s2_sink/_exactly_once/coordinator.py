@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from s2_sdk import S2ServerError
@@ -29,10 +30,11 @@ from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.roll_call import RollCall, open_roll
+from s2_sink._exactly_once.takeover import check_destination, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
-from s2_sink.errors import WriterConflictError
+from s2_sink.errors import ConfigError, WriterConflictError
 
 __all__ = ["Coordinator", "check_identity"]
 
@@ -49,11 +51,18 @@ class Coordinator:
         *,
         query_id: str | None = None,
         static_streams: Sequence[str] = (),
+        destination: str | None = None,
+        predecessor: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.writer_id = writer_id
         self.writer = writer_hash(writer_id)
+        """The hash in tokens and chunk tags: the writer id's, or the one of the identity it took over."""
         self.query_id = query_id
+        self.destination = destination
+        """What the writer writes to (`WriteSpec.destination`); None for the ``format("s2")`` sink."""
+        self.predecessor = predecessor
+        """A ledger this identity takes over when its own is empty (the bare query id of older versions)."""
         self.static_streams = list(static_streams)
         self.run_id = uuid.uuid4().hex
         self._ledger: Ledger | None = None
@@ -83,6 +92,12 @@ class Coordinator:
         self._pending, self._last = None, batch_id
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
+    def began(self, batch_id: int, spark_run: str | None) -> bool:
+        """Whether this coordinator began or committed `batch_id` in the start of the query `spark_run`."""
+        if self._token is None or spark_run != self._spark_run:
+            return False
+        return batch_id in (self._pending, self._last)
+
     def _is_new_start(self, batch_id: int, spark_run: str | None) -> bool:
         """Whether `batch_id` belongs to a new start of the query rather than to the open run."""
         if self._token is None:
@@ -92,8 +107,26 @@ class Coordinator:
         # Within one start a batch is committed before the next one begins, and ids only increase.
         return self._pending is not None or (self._last is not None and batch_id <= self._last)
 
+    def _check_not_called_twice(self, batch_id: int, spark_run: str | None) -> None:
+        """Refuse a second call for a batch this start already committed: one `S2Writer` called twice in one
+        micro-batch (two frames through one object) would otherwise find the batch committed and skip it.
+
+        Within one start Spark never calls ``foreachBatch`` for a committed batch again; a restart has a new
+        run id (classic Spark), or under Spark Connect a new Python process and a new writer object.
+        """
+        if self._token is None or self._pending is not None or self._last is None or batch_id > self._last:
+            return
+        if spark_run != self._spark_run:
+            return  # a new start of the query
+        raise ConfigError(
+            f"S2Writer was called again for micro-batch {batch_id}, which it already wrote in this run of "
+            f"the query (writer_id {self.writer_id!r}): one S2Writer writes one frame per micro-batch. Union "
+            "the frames into one, or create one S2Writer per target (each gets its own exactly-once identity)"
+        )
+
     async def _begin(self, batch_id: int, spark_run: str | None) -> EpochPlan | None:
         recovery = False
+        self._check_not_called_twice(batch_id, spark_run)
         if self._is_new_start(batch_id, spark_run):
             if self._token is not None:
                 log.warning(
@@ -112,7 +145,11 @@ class Coordinator:
             # again (a run whose open record landed must not be taken for a run in progress).
             self._spark_run, self._pending, self._last = spark_run, batch_id, None
             state = await self.load()
+            if state.kind == "none":  # a new identity: another one may have written this query's batches
+                state = await self._take_over(state)
             check_identity(state, self.writer_id, self.query_id, batch_id)
+            check_destination(state, self.writer_id, self.destination)
+            self.writer = state.writer or writer_hash(self.writer_id)
             if already_committed(state, self.writer_id, batch_id):
                 return None
             # A previous run may have written part of this batch before dying: replay it in recovery mode.
@@ -138,6 +175,21 @@ class Coordinator:
         await self._ledger.append(self._ledger.intended(batch_id))
         return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
 
+    async def _take_over(self, state: LedgerState) -> LedgerState:
+        """The state of the identity this one takes over (see `takeover`), now in this ledger; `state`
+        (empty) when there is none."""
+        assert self._ledger is not None
+        basin = get_pool().client(self.cfg).basin(self.cfg.basin)
+        taken = await take_over(
+            basin,
+            self._ledger,
+            query_id=self.query_id,
+            destination=self.destination,
+            predecessor=self.predecessor,
+            cfg=self.cfg,
+        )
+        return taken if taken is not None else state
+
     async def roll_call(self) -> RollCall:
         """Where the tasks of the micro-batch about to begin sign in."""
         return await open_roll(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
@@ -156,7 +208,10 @@ class Coordinator:
     async def open_run(self, scope: Literal["run", "batch"]) -> Token:
         """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it."""
         assert self._ledger is not None
-        await self._ledger.append(self._ledger.opened(self.run_id, self.query_id, scope))
+        opened = self._ledger.opened(self.run_id, self.query_id, scope)
+        if self.destination is not None and opened.dest is None:
+            opened = replace(opened, dest=self.destination)
+        await self._ledger.append(opened)
         self._token = Token(epoch=self._ledger.state.epoch, gen=0, writer=self.writer)
         await self._fence_static()
         return self._token

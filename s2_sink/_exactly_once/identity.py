@@ -1,6 +1,11 @@
 """Who is writing: the exactly-once writer identity, and the Spark settings exactly-once refuses.
 
-The identity defaults to the streaming query id (``sql.streaming.queryId`` local property, set by Spark
+An `S2Writer`'s identity covers what it writes to: by default ``<query id>.<destination hash>``, so several
+writers in one ``foreachBatch`` (Spark's "write to multiple locations") each keep their own ledger. Ledgers
+named by the bare query id (before identities covered the destination) are taken over by the first writer of
+that query that finds its own ledger empty (`Coordinator`).
+
+The query id comes from (``sql.streaming.queryId`` local property, set by Spark
 on the thread that runs ``foreachBatch``; stable across restarts because it comes from the checkpoint's
 ``metadata``), like Delta's ``txnAppId``. ``writer_id`` overrides it. Under Spark Connect the function
 runs without a SparkContext; there the query id is looked up the same way when the server-side session
@@ -11,10 +16,11 @@ runs in a Python worker without Spark's properties: it reads the query id from t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import urlparse
 
 from pyspark.errors import PySparkException
@@ -29,6 +35,7 @@ __all__ = [
     "query_run_id",
     "resolve_identity",
     "validate_writer_id",
+    "writer_identity",
 ]
 
 
@@ -87,10 +94,41 @@ def _query_id(spark: Any) -> str | None:
     return _local_property(spark, QUERY_ID_PROPERTY, "the streaming query id")
 
 
-def query_run_id(spark: Any) -> str | None:
+def query_run_id(spark: Any, query_id: str | None = None) -> str | None:
     """The id of this start of the streaming query (None under Spark Connect): it changes when the query
-    is started again, in a new process or in the same one."""
-    return _local_property(spark, RUN_ID_PROPERTY, "the streaming query's run id")
+    is started again, in a new process or in the same one. Where the runtime does not set it as a local
+    property (pyspark 4.1), classic Spark's query handle has it."""
+    run = _local_property(spark, RUN_ID_PROPERTY, "the streaming query's run id")
+    if run is not None or query_id is None:
+        return run
+    try:
+        spark.sparkContext  # noqa: B018 - Spark Connect has none: its query handles are remote calls
+        query = spark.streams.get(query_id)
+    except (AttributeError, NotImplementedError):
+        return None
+    except _SPARK_ERRORS:
+        return None
+    return str(query.runId) if query is not None and query.runId else None
+
+
+class Identity(NamedTuple):
+    """Who an `S2Writer` writes as: its writer id, the streaming query id (None if unknown), and the
+    identity it may have to take over from (the bare query id, the name of default identities before they
+    covered the destination)."""
+
+    writer_id: str
+    query_id: str | None
+    predecessor: str | None
+
+
+def writer_identity(explicit: str | None, spark: Any, destination: str) -> Identity:
+    """The identity of an `S2Writer` writing to ``destination``: the explicit ``writer_id``, else the query
+    id and a hash of the destination. ConfigError when neither can be had."""
+    writer_id, query_id = resolve_identity(explicit, spark)
+    if explicit is not None:
+        return Identity(writer_id, query_id, None)
+    dest = hashlib.sha256(destination.encode()).hexdigest()[:8]
+    return Identity(f"{query_id}.{dest}", query_id, query_id)
 
 
 def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:

@@ -68,6 +68,13 @@ class LedgerState:
     """The micro-batch an ``intent`` record announced (its tasks may have written)."""
     announces: bool = False
     """The writer of this state announces every batch with an ``intent`` before writing it (version 3)."""
+    dest: str | None = None
+    """What the writer writes to (`WriteSpec.destination`), recorded by `S2Writer` runs (version 3)."""
+    writer: str | None = None
+    """The hash in the writer's tokens and chunk tags when it is not the hash of the ledger's writer id: a
+    ledger taken over from another identity keeps that identity's hash, so its writes read back as ours."""
+    moved_to: str | None = None
+    """The writer id that took this ledger over (`Coordinator` adoption): this identity writes no more."""
 
     @property
     def may_have_written_next(self) -> bool:
@@ -82,6 +89,10 @@ class LedgerState:
         return self.kind == "commit" and self.scope == "run" and not self.announces
 
 
+def _identity_fields(state: LedgerState) -> tuple[tuple[str, str | None], ...]:
+    return (("dest", state.dest), ("writer", state.writer), ("moved_to", state.moved_to))
+
+
 def _header(state: LedgerState) -> dict[str, Any]:
     return {
         "v": VERSION,
@@ -93,6 +104,7 @@ def _header(state: LedgerState) -> dict[str, Any]:
         "scope": state.scope,
         **({"batch": state.intent} if state.kind == "intent" else {}),
         **({"announces": True} if state.announces else {}),
+        **{k: v for k, v in _identity_fields(state) if v},
     }
 
 
@@ -160,6 +172,9 @@ def state_of(doc: dict[str, Any], ends: dict[str, int], base: int, since: int, w
             since=since,
             intent=int(doc["batch"]) if doc["kind"] == "intent" else None,
             announces=bool(doc.get("announces", False)),
+            dest=doc.get("dest"),
+            writer=doc.get("writer"),
+            moved_to=doc.get("moved_to"),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CommitError(f"ledger {where!r} has an unreadable state record: {exc}") from exc

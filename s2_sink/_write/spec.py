@@ -124,6 +124,18 @@ class WriteSpec:
     def exactly_once(self) -> bool:
         return self.delivery == "exactly-once"
 
+    def destination(self) -> str:
+        """What this write writes to, as text: the basin, the routing rule and the dead-letter stream. Two
+        writers of one query with different destinations are different exactly-once identities."""
+        r = self.routing
+        where = {
+            "single": f"stream={r.stream}",
+            "column": f"column={r.column}",
+            "template": f"template={r.template}",
+            "shards": f"shards={r.shards}x{r.stream}",
+        }[r.kind]
+        return f"basin={self.cfg.basin} {where} dlq={self.dlq_stream or '-'}"
+
     def static_streams(self) -> list[str]:
         """The target streams known before any row is seen (fenced up front under exactly-once)."""
         return self.routing.known_streams() or []

@@ -26,6 +26,8 @@ class BatchJob:
     batch_id: int
     frame: DataFrame
     plan: WritePlan
+    coord: object | None = None
+    """The delivery mode's own handle on the batch (exactly-once: the coordinator that planned it)."""
 
 
 class DeliveryMode(Protocol):

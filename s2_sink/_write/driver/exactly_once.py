@@ -14,13 +14,16 @@ It plugs into the writer's two driver-side steps:
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, resolve_identity
+from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, writer_identity
 from s2_sink._exactly_once.recovery_layout import repartition_for_recovery
 from s2_sink._exactly_once.task import plan_with_layout
 from s2_sink._write.driver.delivery import BatchJob
+from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,38 +35,54 @@ __all__ = ["ExactlyOnce"]
 
 log = logging.getLogger(__name__)
 
+# Which live ExactlyOnce object last began each identity's micro-batches in this process, and in which start
+# of the query: two S2Writer objects with one destination in one foreachBatch share an identity, and the
+# second would find the first one's commit and skip its batch.
+_claims: weakref.WeakValueDictionary[tuple[str, str], ExactlyOnce] = weakref.WeakValueDictionary()
+_claims_lock = threading.Lock()
+
 
 class ExactlyOnce:
-    """Ledger-committed, fenced, tag-and-subtract delivery (see docs/exactly-once.md)."""
+    """Ledger-committed, fenced, tag-and-subtract delivery (see docs/exactly-once.md).
+
+    One coordinator per identity: a writer object shared by two queries keeps each query's ledger, epoch
+    and commits apart (the job carries the coordinator that planned it to its commit).
+    """
 
     name = "exactly-once"
 
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
-        self._coord: Coordinator | None = None
+        self._coords: dict[tuple[str, str | None], Coordinator] = {}
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         # SDK clients do not pickle; a deserialized copy (Spark Connect) re-reads the ledger on first use.
         return {"spec": self.spec}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.spec = state["spec"]
-        self._coord = None
+        self.__init__(state["spec"])  # type: ignore[misc]
 
     def prepare(self, batch_id: int, frame: DataFrame) -> BatchJob | None:
         """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it."""
         spark = frame.sparkSession
         check_no_speculation(spark)
-        writer_id, query_id = resolve_identity(self.spec.writer_id, spark)
-        if self._coord is None or (self._coord.writer_id, self._coord.query_id) != (writer_id, query_id):
-            # First batch, or the same writer object now serves another query (a new checkpoint).
-            self._coord = Coordinator(
-                self.spec.cfg,
-                writer_id,
-                query_id=query_id,
-                static_streams=self.spec.static_streams(),
-            )
-        epoch = self._coord.begin_batch(batch_id, query_run_id(spark))
+        ident = writer_identity(self.spec.writer_id, spark, self.spec.destination())
+        with self._lock:
+            coord = self._coords.get((ident.writer_id, ident.query_id))
+            if coord is None:
+                coord = Coordinator(
+                    self.spec.cfg,
+                    ident.writer_id,
+                    query_id=ident.query_id,
+                    static_streams=self.spec.static_streams(),
+                    destination=self.spec.destination(),
+                    predecessor=ident.predecessor,
+                )
+                self._coords[(ident.writer_id, ident.query_id)] = coord
+        spark_run = query_run_id(spark, ident.query_id)
+        self._claim(coord, batch_id, spark_run)
+        epoch = coord.begin_batch(batch_id, spark_run)
         if epoch is None:
             return None
         plan = self.spec.plan(batch_id, epoch)
@@ -76,9 +95,26 @@ class ExactlyOnce:
             # By exactly what the fingerprint covers, so all copies of a record are in one task.
             frame, layout = repartition_for_recovery(frame)
             plan = plan_with_layout(plan, layout)
-        return BatchJob(batch_id, frame, plan)
+        return BatchJob(batch_id, frame, plan, coord)
+
+    def _claim(self, coord: Coordinator, batch_id: int, spark_run: str | None) -> None:
+        """Refuse a second writer object that begins a batch another live one began in the same start."""
+        key = (self.spec.cfg.basin, coord.writer_id)
+        with _claims_lock:
+            holder = _claims.get(key)
+            if holder is not None and holder is not self:
+                other = holder._coords.get((coord.writer_id, coord.query_id))
+                if other is not None and other.began(batch_id, spark_run):
+                    raise ConfigError(
+                        f"two S2Writer objects write micro-batch {batch_id} to {self.spec.destination()} "
+                        f"under one exactly-once identity ({coord.writer_id!r}): the second would find the "
+                        "batch committed and skip it. Use one S2Writer per target, give each its own "
+                        "writer_id, or union the frames into one write"
+                    )
+            _claims[key] = self
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None:
-        """Record the batch in the ledger (one conditional append)."""
-        assert self._coord is not None
-        self._coord.commit_batch(job.batch_id, metrics.end_positions())
+        """Record the batch in the ledger of the identity that planned it (one conditional append)."""
+        coord = job.coord
+        assert isinstance(coord, Coordinator)
+        coord.commit_batch(job.batch_id, metrics.end_positions())
