@@ -88,41 +88,35 @@ def _record(
     size = 8
     headers = 0
     op: bytes | None = None
-    body = b""
+    body = slice(0, 0)
     at = 0
     while at < len(part):
-        key = part[at]
+        key_at = at
         length, start = _varint(part, at + 1)
-        end = start + length
-        if key == _BODY:  # the last field
-            part[at] = _SEQ_BODY
+        at = start + length
+        if part[key_at] == _BODY:  # the last field
+            part[key_at] = _SEQ_BODY
             size += length
-            body = bytes(part[start:end])
-        else:
-            part[at] = _SEQ_HEADER
-            headers += 1
-            name, value = _header(part, start, end)
-            size += 2 + name + len(value)
-            if not name:
-                op = value
-        at = end
+            body = slice(start, at)
+            continue
+        # A header: ``(0a <len> <name>)? (12 <len> <value>)?``, renumbered as a SequencedRecord's.
+        part[key_at] = _SEQ_HEADER
+        headers += 1
+        name = 0
+        if start < at and part[start] == _NAME:
+            name, start = _varint(part, start + 1)
+            start += name
+        if start < at:
+            value, start = _varint(part, start + 1)
+            size += value
+        size += 2 + name
+        if not name:
+            op = bytes(part[start:at])
     if op is not None:
         if headers != 1:
             raise invalid("header name must not be empty (command records have exactly one header)")
-        commands.append((i, op, body))
+        commands.append((i, op, bytes(part[body])))
     return bytes(part), size
-
-
-def _header(data: bytearray, start: int, end: int) -> tuple[int, bytes]:
-    """The name's length and the value of the canonical ``Header`` in ``data[start:end]``."""
-    name = 0
-    if start < end and data[start] == _NAME:
-        name, start = _varint(data, start + 1)
-        start += name
-    if start == end:
-        return name, b""
-    length, start = _varint(data, start + 1)
-    return name, bytes(data[start : start + length])
 
 
 def _varint(data: bytes | bytearray, pos: int) -> tuple[int, int]:
