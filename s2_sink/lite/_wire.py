@@ -45,8 +45,10 @@ def varint(n: int) -> bytes:
     """Base-128 varint of a non-negative integer."""
     if n < 0x80:
         return _SMALL[n]
-    if n < 0x4000:  # a record's length or a seq_num below 16384: two bytes
+    if n < 0x4000:  # two bytes (records' lengths and seq_nums are mostly of two or three)
         return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if n < 0x200000:
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     out = bytearray()
     while n >= 128:
         out.append((n & 0x7F) | 0x80)

@@ -19,7 +19,7 @@ from s2_sink.lite._durability import encode_append, encode_meta, replay
 from s2_sink.lite._errors import ApiError
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import pb, varint
+from s2_sink.lite._wire import pb
 from tests.lite.test_append_decoding import encoded
 
 CONFIG: dict[str, Any] = {"timestamping": {"mode": "client-prefer"}}
@@ -39,6 +39,16 @@ stamped_batch = st.lists(
     st.builds(Record, body, headers, st.none() | st.integers(0, 2_000)), min_size=1, max_size=70
 )
 batches = st.lists(st.one_of(plain_batch, tagged_batch, headed_batch, stamped_batch), min_size=1, max_size=4)
+
+
+def varint(n: int) -> bytes:
+    """A base-128 varint, written here apart from the server's."""
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n >= 0x80 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
 
 
 def layout(seq_num: int, timestamp: int, hdrs: list[tuple[bytes, bytes]], body: bytes) -> bytes:
