@@ -90,9 +90,12 @@ def _record(
     op: bytes | None = None
     body = slice(0, 0)
     at = 0
+    # Each length is read inline where it takes one byte (most do), by `_varint` where it takes more.
     while at < len(part):
         key_at = at
-        length, start = _varint(part, at + 1)
+        length, start = part[at + 1], at + 2
+        if length > 0x7F:
+            length, start = _varint(part, at + 1)
         at = start + length
         if part[key_at] == _BODY:  # the last field
             part[key_at] = _SEQ_BODY
@@ -104,11 +107,16 @@ def _record(
         headers += 1
         name = 0
         if start < at and part[start] == _NAME:
-            name, start = _varint(part, start + 1)
-            start += name
-        if start < at:
-            value, start = _varint(part, start + 1)
+            name, value_at = part[start + 1], start + 2
+            if name > 0x7F:
+                name, value_at = _varint(part, start + 1)
+            start = value_at + name
+        if start < at:  # the value
+            value, value_at = part[start + 1], start + 2
+            if value > 0x7F:
+                value, value_at = _varint(part, start + 1)
             size += value
+            start = value_at
         size += 2 + name
         if not name:
             op = bytes(part[start:at])

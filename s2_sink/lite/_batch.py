@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 import bisect
-from itertools import accumulate
+from itertools import accumulate, count, repeat
 
 from s2_sink.lite._wire import varint
 
-__all__ = ["Batch", "sequenced_items"]
+__all__ = ["Batch", "sequenced_records"]
 
 
 class Batch:
     """One appended batch, atomic: records ``[start, end)``.
 
-    It is stored in one form, the one reads send: each record as an item of a ``ReadBatch``'s records field
-    (``0a <len> 08 <seq_num> 10 <timestamp> <headers and body>``), made when the batch is sequenced. A read
-    of records ``[i, j)`` joins ``items[i:j]``, cut at a byte budget by the running totals of the records'
-    metered sizes; the durable log writes the items joined.
+    It is stored in one form, the one reads send: each record's ``SequencedRecord`` encoding (``08 <seq_num>
+    10 <timestamp> <headers and body>``), made when the batch is sequenced. A read of records ``[i, j)``
+    writes ``records[i:j]`` as a ``ReadBatch`` records field (`RawList`, in C), cut at a byte budget by the
+    running totals of the records' metered sizes; the durable log writes them the same way.
     """
 
-    __slots__ = ("arrival", "end", "items", "last_ts", "metered", "start", "ts0", "ts_list")
+    __slots__ = ("arrival", "end", "last_ts", "metered", "records", "start", "ts0", "ts_list")
 
     def __init__(
         self,
         start: int,
-        items: list[bytes],
+        records: list[bytes],
         sizes: list[int],
         *,
         ts0: int,
@@ -33,8 +33,9 @@ class Batch:
         arrival: int = 0,
     ) -> None:
         self.start = start
-        self.end = start + len(items)
-        self.items = items
+        self.end = start + len(records)
+        #: Each record's ``SequencedRecord`` encoding.
+        self.records = records
         #: Running totals of the records' metered sizes.
         self.metered = list(accumulate(sizes))
         self.ts0 = ts0
@@ -64,19 +65,16 @@ class Batch:
         return bisect.bisect_right(self.metered, base + budget, i, j)
 
 
-def sequenced_items(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -> list[bytes]:
-    """Records with headers-and-body `parts`, numbered from `first_seq` and stamped `timestamps` (one for all
-    or one each), as items of a ``ReadBatch`` records field: ``0a <len> 08 <seq_num> 10 <timestamp> <part>``
-    (seq_num and timestamp written out also when 0)."""
-    items: list[bytes] = []
-    append = items.append
-    if isinstance(timestamps, int):
-        stamp = b"\x10" + varint(timestamps)
-        for seq, part in enumerate(parts, first_seq):
-            head = b"\x08" + varint(seq) + stamp
-            append(b"".join((b"\x0a", varint(len(head) + len(part)), head, part)))
-    else:
-        for seq, (ts, part) in enumerate(zip(timestamps, parts, strict=True), first_seq):
-            head = b"\x08" + varint(seq) + b"\x10" + varint(ts)
-            append(b"".join((b"\x0a", varint(len(head) + len(part)), head, part)))
-    return items
+def sequenced_records(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -> list[bytes]:
+    """The ``SequencedRecord`` encodings of records with headers-and-body `parts`, numbered from `first_seq`
+    and stamped `timestamps` (one for all or one each): ``08 <seq_num> 10 <timestamp> <part>``, seq_num and
+    timestamp written out also when 0."""
+    stamps = repeat(timestamps) if isinstance(timestamps, int) else timestamps
+    out: list[bytes] = []
+    append = out.append
+    last, stamp = -1, b""
+    for seq, ts, part in zip(count(first_seq), stamps, parts):
+        if ts != last:  # timestamps mostly repeat: their field is made once for each run
+            last, stamp = ts, b"\x10" + varint(ts)
+        append(b"\x08" + varint(seq) + stamp + part)
+    return out

@@ -3,8 +3,8 @@
 Entry layout: ``[len:u32][crc32:u32][kind:u8][payload]`` (big-endian; ``len`` counts kind + payload). Kinds:
 metadata (a JSON document from the store) and append (one sequenced batch plus the stream's fencing token and
 trim point after it). An append holds, after its header, the per-record timestamps if its flag 1 says so, the
-records' metered sizes (``u32`` each) and the records as reads send them (the batch's items, joined: the
-records field of a ``ReadBatch``). Append entries of the earlier layout (kind 2, which kept a batch in
+records' metered sizes (``u32`` each) and the records as reads send them (the records field of a
+``ReadBatch``). Append entries of the earlier layout (kind 2, which kept a batch in
 several forms) are refused with the fix rather than taken for a torn tail. Entries are written in sequencing
 order, so a batch that did not reach the disk can only be followed by others that did not
 either; replay stops at the first torn or corrupt entry and truncates the file there.
@@ -32,7 +32,7 @@ from s2_sink.lite._batch import Batch
 from s2_sink.lite._configs import Json
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import RawList, varint
+from s2_sink.lite._wire import RawList
 
 __all__ = ["DurableLog", "encode_append", "encode_meta", "replay"]
 
@@ -72,7 +72,7 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
     if batch.ts_list is not None:
         parts.append(_array("Q", batch.ts_list).tobytes())
     parts.append(_array("I", batch.sizes()).tobytes())
-    parts += batch.items
+    parts.append(RawList(items=batch.records).SerializeToString())
     return _entry(_KIND_APPEND, b"".join(parts))
 
 
@@ -102,8 +102,7 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     sizes = array("I")
     sizes.frombytes(payload[pos : pos + 4 * n])
     pos += 4 * n
-    # The records field of a ReadBatch: RawList cuts it into records, each then framed as an item again.
-    items = [b"\x0a" + varint(len(rec)) + rec for rec in RawList.FromString(bytes(payload[pos:])).items]
+    records = list(RawList.FromString(bytes(payload[pos:])).items)
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
     if s is None:
@@ -114,7 +113,7 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     s.add_batch(
         Batch(
             start,
-            items,
+            records,
             sizes.tolist(),
             ts0=ts0,
             ts_list=ts_list,

@@ -11,7 +11,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from s2_sink.lite._append_input import parse_input
-from s2_sink.lite._batch import Batch, sequenced_items
+from s2_sink.lite._batch import Batch, sequenced_records
 from s2_sink.lite._clock import rfc3339
 from s2_sink.lite._configs import Json
 from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
@@ -137,7 +137,7 @@ class Stream:
         start = self.next_seq
         batch = Batch(
             start,
-            sequenced_items(start, ts0 if ts_list is None else ts_list, p.parts),
+            sequenced_records(start, ts0 if ts_list is None else ts_list, p.parts),
             p.sizes,
             ts0=ts0,
             ts_list=ts_list,
@@ -217,7 +217,7 @@ class Stream:
     def collect(self, start: int, max_count: int, max_bytes: int, until: int | None) -> ReadResult:
         """Visible records from ``start``: at most ``max_count`` records and ``max_bytes`` metered bytes."""
         start = max(start, self.first_seq())
-        items: list[bytes] = []
+        records: list[bytes] = []
         count = 0
         nbytes = 0
         seq = start
@@ -248,10 +248,11 @@ class Stream:
                 max_count = count + (j - i)
             if j > i:
                 nbytes += b.metered_between(i, j)
-                items += b.items[i:j]
+                records += b.records[i:j]
                 count += j - i
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break
             k += 1
-        return ReadResult(b"".join(items), seq, count, nbytes, until_reached)
+        encoded: bytes = RawList(items=records).SerializeToString()
+        return ReadResult(encoded, seq, count, nbytes, until_reached)
