@@ -20,7 +20,7 @@ __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]
 ONE_MIB = 1024 * 1024
 MAX_BATCH_RECORDS = 1000
 MAX_FENCING_TOKEN = 36
-_TIMESTAMP, _HEADER, _BODY, _NAME = 0x08, 0x12, 0x1A, 0x0A
+_TIMESTAMP, _BODY, _NAME = 0x08, 0x1A, 0x0A
 #: The top-level keys of a ``SequencedRecord``'s headers and body.
 _SEQ_HEADER, _SEQ_BODY = 0x1A, 0x22
 
@@ -102,7 +102,7 @@ def _record(
             size += length
             body = slice(start, at)
             continue
-        # A header: ``(0a <len> <name>)? (12 <len> <value>)?``, renumbered as a SequencedRecord's.
+        # Else a header (key 12), ``(0a <len> <name>)? (12 <len> <value>)?``: its key renumbered too.
         part[key_at] = _SEQ_HEADER
         headers += 1
         name = 0
