@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import bisect
+from array import array
 from itertools import accumulate, count, repeat
 
-from s2_sink.lite._wire import varint
+from s2_sink.lite._wire import RawList, varint
 
-__all__ = ["Batch", "sequenced_records"]
+__all__ = ["Batch", "sequenced"]
 
 
 class Batch:
     """One appended batch, atomic: records ``[start, end)``.
 
-    It is stored in one form, the one reads send: each record's ``SequencedRecord`` encoding (``08 <seq_num>
-    10 <timestamp> <headers and body>``), made when the batch is sequenced. A read of records ``[i, j)``
-    writes ``records[i:j]`` as a ``ReadBatch`` records field (`RawList`, in C), cut at a byte budget by the
-    running totals of the records' metered sizes; the durable log writes them the same way.
+    It is stored in one form, the one reads send: the records field of a ``ReadBatch`` holding all of them
+    (``0a <len> 08 <seq_num> 10 <timestamp> <headers and body>`` each), made when the batch is sequenced, with
+    where each record ends in it and the running totals of their metered sizes. A read of records ``[i, j)``
+    is one slice of it, cut at a byte budget by those totals; the durable log writes it as it is. One buffer
+    per batch, not an object per record: a stream holding millions of records costs the allocator little.
     """
 
-    __slots__ = ("arrival", "end", "last_ts", "metered", "records", "start", "ts0", "ts_list")
+    __slots__ = ("arrival", "data", "end", "ends", "last_ts", "metered", "start", "ts0", "ts_list")
 
     def __init__(
         self,
         start: int,
-        records: list[bytes],
-        sizes: list[int],
+        data: bytes,
+        ends: array[int],
+        metered: array[int],
         *,
         ts0: int,
         ts_list: list[int] | None,
@@ -33,11 +36,13 @@ class Batch:
         arrival: int = 0,
     ) -> None:
         self.start = start
-        self.end = start + len(records)
-        #: Each record's ``SequencedRecord`` encoding.
-        self.records = records
+        self.end = start + len(ends)
+        #: The records field of a ``ReadBatch`` of every record of the batch.
+        self.data = data
+        #: Where each record ends in ``data``.
+        self.ends = ends
         #: Running totals of the records' metered sizes.
-        self.metered = list(accumulate(sizes))
+        self.metered = metered
         self.ts0 = ts0
         #: Per-record timestamps; None when every record got ``ts0``.
         self.ts_list = ts_list
@@ -49,9 +54,9 @@ class Batch:
         """Timestamp of the i-th record of the batch."""
         return self.ts0 if self.ts_list is None else self.ts_list[i]
 
-    def sizes(self) -> list[int]:
-        """Each record's metered size."""
-        return [b - a for a, b in zip([0, *self.metered], self.metered, strict=False)]
+    def span(self, i: int, j: int) -> bytes:
+        """The records field of a ``ReadBatch`` of records ``[i, j)`` of the batch."""
+        return self.data[self.ends[i - 1] if i else 0 : self.ends[j - 1]] if j > i else b""
 
     def metered_between(self, i: int, j: int) -> int:
         """Metered bytes of records ``[i, j)`` of the batch."""
@@ -65,16 +70,22 @@ class Batch:
         return bisect.bisect_right(self.metered, base + budget, i, j)
 
 
-def sequenced_records(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -> list[bytes]:
-    """The ``SequencedRecord`` encodings of records with headers-and-body `parts`, numbered from `first_seq`
-    and stamped `timestamps` (one for all or one each): ``08 <seq_num> 10 <timestamp> <part>``, seq_num and
-    timestamp written out also when 0."""
+def sequenced(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -> tuple[bytes, array[int]]:
+    """Records with headers-and-body `parts`, numbered from `first_seq` and stamped `timestamps` (one for all
+    or one each), as the records field of a ``ReadBatch`` (each record ``08 <seq_num> 10 <timestamp> <part>``,
+    seq_num and timestamp written out also when 0), and where each record ends in it."""
     stamps = repeat(timestamps) if isinstance(timestamps, int) else timestamps
-    out: list[bytes] = []
-    append = out.append
+    records: list[bytes] = []
+    append = records.append
     last, stamp = -1, b""
     for seq, ts, part in zip(count(first_seq), stamps, parts):
         if ts != last:  # timestamps mostly repeat: their field is made once for each run
             last, stamp = ts, b"\x10" + varint(ts)
         append(b"\x08" + varint(seq) + stamp + part)
-    return out
+    return RawList(items=records).SerializeToString(), ends_of(records)
+
+
+def ends_of(records: list[bytes]) -> array[int]:
+    """Where each of `records` ends in their ``RawList`` encoding (``0a <len> <record>`` each; a record is
+    less than 2 MiB, so its length takes at most 3 bytes)."""
+    return array("q", accumulate(n + (2 if n < 0x80 else 3 if n < 0x4000 else 4) for n in map(len, records)))

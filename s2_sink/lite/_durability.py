@@ -3,8 +3,8 @@
 Entry layout: ``[len:u32][crc32:u32][kind:u8][payload]`` (big-endian; ``len`` counts kind + payload). Kinds:
 metadata (a JSON document from the store) and append (one sequenced batch plus the stream's fencing token and
 trim point after it). An append holds, after its header, the per-record timestamps if its flag 1 says so, the
-records' metered sizes (``u32`` each) and the records as reads send them (the records field of a
-``ReadBatch``). Append entries of the earlier layout (kind 2, which kept a batch in
+running totals of the records' metered sizes (``u64`` each) and the records as reads send them (the records
+field of a ``ReadBatch``). Append entries of the earlier layout (kind 2, which kept a batch in
 several forms) are refused with the fix rather than taken for a torn tail. Entries are written in sequencing
 order, so a batch that did not reach the disk can only be followed by others that did not
 either; replay stops at the first torn or corrupt entry and truncates the file there.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import orjson
 
-from s2_sink.lite._batch import Batch
+from s2_sink.lite._batch import Batch, ends_of
 from s2_sink.lite._configs import Json
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
@@ -70,17 +70,12 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
     )
     parts = [head, basin, name, bytes((len(token),)), token]
     if batch.ts_list is not None:
-        parts.append(_array("Q", batch.ts_list).tobytes())
-    parts.append(_array("I", batch.sizes()).tobytes())
-    parts.append(RawList(items=batch.records).SerializeToString())
+        ts = array("Q", batch.ts_list)
+        if ts.itemsize != 8:  # pragma: no cover - every supported platform has 8-byte "Q"
+            raise RuntimeError("array('Q') is not 64-bit here")
+        parts.append(ts.tobytes())
+    parts += (batch.metered.tobytes(), batch.data)
     return _entry(_KIND_APPEND, b"".join(parts))
-
-
-def _array(kind: str, values: list[int]) -> array[int]:
-    out = array(kind, values)
-    if out.itemsize != {"Q": 8, "I": 4}[kind]:  # pragma: no cover - every supported platform has these sizes
-        raise RuntimeError(f"array({kind!r}) has {out.itemsize}-byte items here")
-    return out
 
 
 def _apply_append(store: Store, payload: memoryview) -> None:
@@ -99,10 +94,10 @@ def _apply_append(store: Store, payload: memoryview) -> None:
         stamps.frombytes(payload[pos : pos + 8 * n])
         ts_list = stamps.tolist()
         pos += 8 * n
-    sizes = array("I")
-    sizes.frombytes(payload[pos : pos + 4 * n])
-    pos += 4 * n
-    records = list(RawList.FromString(bytes(payload[pos:])).items)
+    metered = array("q")
+    metered.frombytes(payload[pos : pos + 8 * n])
+    pos += 8 * n
+    data = bytes(payload[pos:])
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
     if s is None:
@@ -113,8 +108,9 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     s.add_batch(
         Batch(
             start,
-            records,
-            sizes.tolist(),
+            data,
+            ends_of(RawList.FromString(data).items),
+            metered,
             ts0=ts0,
             ts_list=ts_list,
             last_ts=last_ts,

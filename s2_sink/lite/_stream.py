@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from array import array
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from s2_sink.lite._append_input import parse_input
-from s2_sink.lite._batch import Batch, sequenced_records
+from s2_sink.lite._batch import Batch, sequenced
 from s2_sink.lite._clock import rfc3339
 from s2_sink.lite._configs import Json
 from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
@@ -137,8 +139,8 @@ class Stream:
         start = self.next_seq
         batch = Batch(
             start,
-            sequenced_records(start, ts0 if ts_list is None else ts_list, p.parts),
-            p.sizes,
+            *sequenced(start, ts0 if ts_list is None else ts_list, p.parts),
+            array("q", accumulate(p.sizes)),
             ts0=ts0,
             ts_list=ts_list,
             last_ts=last_ts,
@@ -217,7 +219,7 @@ class Stream:
     def collect(self, start: int, max_count: int, max_bytes: int, until: int | None) -> ReadResult:
         """Visible records from ``start``: at most ``max_count`` records and ``max_bytes`` metered bytes."""
         start = max(start, self.first_seq())
-        records: list[bytes] = []
+        spans: list[bytes] = []
         count = 0
         nbytes = 0
         seq = start
@@ -248,11 +250,11 @@ class Stream:
                 max_count = count + (j - i)
             if j > i:
                 nbytes += b.metered_between(i, j)
-                records += b.records[i:j]
+                spans.append(b.span(i, j))
                 count += j - i
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break
             k += 1
-        encoded: bytes = RawList(items=records).SerializeToString()
+        encoded = spans[0] if len(spans) == 1 else b"".join(spans)
         return ReadResult(encoded, seq, count, nbytes, until_reached)
