@@ -16,18 +16,17 @@ class Batch:
 
     It is stored in one form, the one reads send: the records field of a ``ReadBatch`` holding all of them
     (``0a <len> 08 <seq_num> 10 <timestamp> <headers and body>`` each), made when the batch is sequenced, with
-    where each record ends in it and the running totals of their metered sizes. A read of records ``[i, j)``
-    is one slice of it, cut at a byte budget by those totals; the durable log writes it as it is. One buffer
-    per batch, not an object per record: a stream holding millions of records costs the allocator little.
+    the running totals of their metered sizes. A read of records ``[i, j)`` is one slice of it, cut at a byte
+    budget by those totals; the durable log writes it as it is. One buffer per batch, not an object per
+    record: a stream holding millions of records costs the allocator little.
     """
 
-    __slots__ = ("arrival", "data", "end", "ends", "last_ts", "metered", "start", "ts0", "ts_list")
+    __slots__ = ("_ends", "arrival", "data", "end", "last_ts", "metered", "start", "ts0", "ts_list")
 
     def __init__(
         self,
         start: int,
         data: bytes,
-        ends: array[int],
         metered: array[int],
         *,
         ts0: int,
@@ -36,11 +35,11 @@ class Batch:
         arrival: int = 0,
     ) -> None:
         self.start = start
-        self.end = start + len(ends)
+        self.end = start + len(metered)
         #: The records field of a ``ReadBatch`` of every record of the batch.
         self.data = data
-        #: Where each record ends in ``data``.
-        self.ends = ends
+        #: Where each record ends in ``data``, found on the first read of part of the batch.
+        self._ends: array[int] | None = None
         #: Running totals of the records' metered sizes.
         self.metered = metered
         self.ts0 = ts0
@@ -56,7 +55,13 @@ class Batch:
 
     def span(self, i: int, j: int) -> bytes:
         """The records field of a ``ReadBatch`` of records ``[i, j)`` of the batch."""
-        return self.data[self.ends[i - 1] if i else 0 : self.ends[j - 1]] if j > i else b""
+        if i == 0 and j == self.end - self.start:
+            return self.data
+        if j <= i:
+            return b""
+        if self._ends is None:
+            self._ends = _ends_of(RawList.FromString(self.data).items)
+        return self.data[self._ends[i - 1] if i else 0 : self._ends[j - 1]]
 
     def metered_between(self, i: int, j: int) -> int:
         """Metered bytes of records ``[i, j)`` of the batch."""
@@ -70,10 +75,10 @@ class Batch:
         return bisect.bisect_right(self.metered, base + budget, i, j)
 
 
-def sequenced(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -> tuple[bytes, array[int]]:
+def sequenced(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -> bytes:
     """Records with headers-and-body `parts`, numbered from `first_seq` and stamped `timestamps` (one for all
-    or one each), as the records field of a ``ReadBatch`` (each record ``08 <seq_num> 10 <timestamp> <part>``,
-    seq_num and timestamp written out also when 0), and where each record ends in it."""
+    or one each), as the records field of a ``ReadBatch``: each record ``08 <seq_num> 10 <timestamp> <part>``,
+    seq_num and timestamp written out also when 0."""
     stamps = repeat(timestamps) if isinstance(timestamps, int) else timestamps
     records: list[bytes] = []
     append = records.append
@@ -82,10 +87,11 @@ def sequenced(first_seq: int, timestamps: int | list[int], parts: list[bytes]) -
         if ts != last:  # timestamps mostly repeat: their field is made once for each run
             last, stamp = ts, b"\x10" + varint(ts)
         append(b"\x08" + varint(seq) + stamp + part)
-    return RawList(items=records).SerializeToString(), ends_of(records)
+    out: bytes = RawList(items=records).SerializeToString()
+    return out
 
 
-def ends_of(records: list[bytes]) -> array[int]:
+def _ends_of(records: list[bytes]) -> array[int]:
     """Where each of `records` ends in their ``RawList`` encoding (``0a <len> <record>`` each; a record is
     less than 2 MiB, so its length takes at most 3 bytes)."""
     return array("q", accumulate(n + (2 if n < 0x80 else 3 if n < 0x4000 else 4) for n in map(len, records)))

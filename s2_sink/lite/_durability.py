@@ -28,11 +28,10 @@ from pathlib import Path
 
 import orjson
 
-from s2_sink.lite._batch import Batch, ends_of
+from s2_sink.lite._batch import Batch
 from s2_sink.lite._configs import Json
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import RawList
 
 __all__ = ["DurableLog", "encode_append", "encode_meta", "replay"]
 
@@ -109,7 +108,6 @@ def _apply_append(store: Store, payload: memoryview) -> None:
         Batch(
             start,
             data,
-            ends_of(RawList.FromString(data).items),
             metered,
             ts0=ts0,
             ts_list=ts_list,

@@ -139,7 +139,7 @@ class Stream:
         start = self.next_seq
         batch = Batch(
             start,
-            *sequenced(start, ts0 if ts_list is None else ts_list, p.parts),
+            sequenced(start, ts0 if ts_list is None else ts_list, p.parts),
             array("q", accumulate(p.sizes)),
             ts0=ts0,
             ts_list=ts_list,
