@@ -1,5 +1,6 @@
 """The lite S2 server in its own process (its CPU shares no GIL with the driver and is measured apart), and
-its ingest rate, measured with the lite package's own measurement client."""
+its ingest rate, measured with the lite package's own measurement client. The server stands in for S2: its CPU
+is reported beside the sink's, never as a target."""
 
 from __future__ import annotations
 

@@ -1,16 +1,15 @@
-"""The lite server's append decoding alone: ``parse_input`` per record, bulk scan against record by record.
+"""The lite server's append decoding alone: ``parse_input``, and sequencing (decoding plus the records as
+reads send them), per record.
 
     python -m benchmarks.lite_parse [--records 20000] [--batch 1000]
 
 Appends of ~100-byte JSON bodies are encoded beforehand (as the writer's bulk path encodes them): with the
-upsert encoder's two headers (``@key``, ``@action``; every record of one layout, read by the scan's uniform
-shortcut), the same with a third header on each append's last record (another layout: the shortcut
-declines and the general scan reads it), the same with client timestamps, body-only with an exactly-once
-chunk tag on each append's first record (kept in the mostly plain form), and body-only. Each
-is decoded by ``parse_input`` (a canonical input with headers or timestamps goes through the bulk scan,
-`s2_sink.lite._record_scan`) and by the record-by-record decoding that serves every other input (one
-protobuf object per record, as the server decoded every input with headers before the scan). Reported: the
-best of five passes, in microseconds of this process's CPU per record; the last line is one JSON object.
+upsert encoder's two headers (``@key``, ``@action``), the same with a third header on each append's last
+record, the same with client timestamps, body-only with an exactly-once chunk tag on each append's first
+record, and body-only. Each is decoded by ``parse_input`` (the protobuf module's parse and canonical encoding,
+then one walk per record) and sequenced by ``Stream.sequence`` (which also builds each record as reads send
+it). Reported: the best of five passes, in microseconds of this process's CPU per record (run it under
+``taskset -c 0`` for one core); the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -27,18 +26,17 @@ import pyarrow as pa
 from benchmarks.append_proto import _frame
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._wire import encode_append_inputs
-from s2_sink.lite._append_input import _record_by_record, parse_input
-from s2_sink.lite._wire import RawList, pb
+from s2_sink.lite._append_input import parse_input
+from s2_sink.lite._stream import Stream
 
 __all__ = ["main"]
 
 
-def _record_by_record_decoding(data: bytes) -> object:
-    full = pb.AppendInput.FromString(data)  # the validation parse both paths make
-    items = RawList.FromString(data).items
-    msn = full.match_seq_num if full.HasField("match_seq_num") else None
-    token = full.fencing_token if full.HasField("fencing_token") else None
-    return _record_by_record(items, len(items), msn, token)
+def _sequence(data: bytes, stream: list[Stream] = []) -> object:  # noqa: B006 - one stream per run
+    """Sequence `data` on a stream of its own (a fresh one every 100 appends, so memory stays flat)."""
+    if not stream or stream[0].next_seq >= 100_000:
+        stream[:] = [Stream("b", "s", {"timestamping": {"mode": "client-prefer"}}, 0.0)]
+    return stream[0].sequence(data, 1_700_000_000_000)
 
 
 def _last_unlike(headers: pa.Array, bounds: list[int]) -> pa.Array:
@@ -74,21 +72,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for i, (lo, hi) in enumerate(pairwise(bounds))
     ]
     inputs = {
-        "two headers": encode_append_inputs(body, headers, None, bounds, fencing_token="token"),
+        "two headers": encode_append_inputs(body, headers, None, bounds, fencing_token=None),
         "two headers, last unlike": encode_append_inputs(
-            body, _last_unlike(headers, bounds), None, bounds, fencing_token="token"
+            body, _last_unlike(headers, bounds), None, bounds, fencing_token=None
         ),
         "two headers + timestamp": encode_append_inputs(body, headers, stamps, bounds, fencing_token=None),
         "first record tagged": encode_append_inputs(
-            body, None, None, bounds, fencing_token="token", first_record_headers=tags
+            body, None, None, bounds, fencing_token=None, first_record_headers=tags
         ),
         "body only": encode_append_inputs(body, None, None, bounds, fencing_token=None),
     }
     out: dict[str, Any] = {"records": n, "batch": args.batch}
     for name, messages in inputs.items():
-        row = {"parse_input_us": _best(parse_input, messages, n)}
-        if name != "body only":  # body-only inputs have their own path, unchanged
-            row["record_by_record_us"] = _best(_record_by_record_decoding, messages, n)
+        row = {
+            "parse_input_us": _best(parse_input, messages, n),
+            "sequence_us": _best(_sequence, messages, n),
+        }
         out[name] = row
         print(f"{name:>24}: {row}")
     print(json.dumps(out))

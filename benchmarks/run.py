@@ -2,6 +2,8 @@
 
 Every case writes the same cached DataFrame, in one run, into a lite server running in its own process, so the
 ratios between cases mean something even on a shared, noisy machine (the absolute numbers do not travel).
+The sink's CPU per record is its client CPU, Python (workers + driver) and JVM; the lite server's CPU is
+measured apart, from its own process, and reported beside it as no target (it stands in for S2).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ import orjson
 from s2_sdk import S2, Endpoints, ReadLimit, SeqNum
 
 from s2_sink import BatchMetrics, S2Config
-from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 
 STREAM = "demo/orders"
@@ -67,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from s2_sink import S2Writer  # noqa: PLC0415
     from s2_sink.encoders import InsertEncoder  # noqa: PLC0415
+    from s2_sink.lite import LiteServer  # noqa: PLC0415 - the sink proper does not import the server
 
     started = time.monotonic()
     with LiteServer(subprocess=True) as srv:  # its own process: no GIL shared with the driver

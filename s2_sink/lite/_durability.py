@@ -2,11 +2,11 @@
 
 Entry layout: ``[len:u32][crc32:u32][kind:u8][payload]`` (big-endian; ``len`` counts kind + payload). Kinds:
 metadata (a JSON document from the store) and append (one sequenced batch plus the stream's fencing token and
-trim point after it). An append's flags say what follows its header: 1 = per-record timestamps, 2 = a plain
-batch (its records as ``AppendRecord`` encodings), 4 = that plain batch's exceptions (records kept aside as
-headers-and-body parts: ``[count:u32]`` then ``[index:u32][len:u32][part]`` each); without 2, the records are
-a ``RawList`` of headers-and-body parts (a batch read in bulk keeps that very encoding). Entries are written
-in sequencing order, so a batch that did not reach the disk can only be followed by others that did not
+trim point after it). An append holds, after its header, the per-record timestamps if its flag 1 says so, the
+running totals of the records' metered sizes (``u64`` each) and the records as reads send them (the records
+field of a ``ReadBatch``). Append entries of the earlier layout (kind 2, which kept a batch in
+several forms) are refused with the fix rather than taken for a torn tail. Entries are written in sequencing
+order, so a batch that did not reach the disk can only be followed by others that did not
 either; replay stops at the first torn or corrupt entry and truncates the file there.
 
 Group commit: entries are buffered as they are sequenced; one background thread writes and fsyncs whatever has
@@ -32,7 +32,6 @@ from s2_sink.lite._batch import Batch
 from s2_sink.lite._configs import Json
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
-from s2_sink.lite._wire import RawList
 
 __all__ = ["DurableLog", "encode_append", "encode_meta", "replay"]
 
@@ -40,12 +39,12 @@ log = logging.getLogger(__name__)
 
 LOG_NAME = "lite.log"
 _KIND_META = 1
-_KIND_APPEND = 2
+#: Append entries as an earlier lite server wrote them (a batch in one of several forms): not read.
+_KIND_APPEND_BEFORE = 2
+_KIND_APPEND = 3
 _HEAD = struct.Struct(">II")
 _APPEND_HEAD = struct.Struct(">HHQQQIBQ")
-_U32 = struct.Struct(">I")
-_EXCEPTION_HEAD = struct.Struct(">II")
-_TIMESTAMPS, _PLAIN, _EXCEPTIONS = 1, 2, 4
+_TIMESTAMPS = 1
 
 
 def _entry(kind: int, payload: bytes) -> bytes:
@@ -63,20 +62,10 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
     basin = stream.basin.encode()
     name = stream.name.encode()
     token = stream.fencing_token.encode()
-    flags = (
-        (_TIMESTAMPS if batch.ts_list is not None else 0)
-        | (_PLAIN if batch.plain else 0)
-        | (_EXCEPTIONS if batch.exceptions else 0)
-    )
+    n = batch.end - batch.start
+    flags = _TIMESTAMPS if batch.ts_list is not None else 0
     head = _APPEND_HEAD.pack(
-        len(basin),
-        len(name),
-        batch.start,
-        batch.ts0,
-        batch.last_ts,
-        batch.end - batch.start,
-        flags,
-        stream.trim_point,
+        len(basin), len(name), batch.start, batch.ts0, batch.last_ts, n, flags, stream.trim_point
     )
     parts = [head, basin, name, bytes((len(token),)), token]
     if batch.ts_list is not None:
@@ -84,14 +73,7 @@ def encode_append(stream: Stream, batch: Batch) -> bytes:
         if ts.itemsize != 8:  # pragma: no cover - every supported platform has 8-byte "Q"
             raise RuntimeError("array('Q') is not 64-bit here")
         parts.append(ts.tobytes())
-    if batch.exceptions:
-        parts.append(_U32.pack(len(batch.exceptions)))
-        for i, tail in batch.exceptions.items():
-            parts += (_EXCEPTION_HEAD.pack(i, len(tail)), tail)
-    # A plain batch's AppendInput encoding already reads as a RawList of its records.
-    parts.append(
-        batch.payload if batch.payload is not None else RawList(items=batch.records).SerializeToString()
-    )
+    parts += (batch.metered.tobytes(), batch.data)
     return _entry(_KIND_APPEND, b"".join(parts))
 
 
@@ -107,20 +89,14 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     pos += 1 + tlen
     ts_list: list[int] | None = None
     if flags & _TIMESTAMPS:
-        arr = array("Q")
-        arr.frombytes(payload[pos : pos + 8 * n])
-        ts_list = arr.tolist()
+        stamps = array("Q")
+        stamps.frombytes(payload[pos : pos + 8 * n])
+        ts_list = stamps.tolist()
         pos += 8 * n
-    exceptions: dict[int, bytes] = {}
-    if flags & _EXCEPTIONS:
-        (count,) = _U32.unpack_from(payload, pos)
-        pos += _U32.size
-        for _ in range(count):
-            i, length = _EXCEPTION_HEAD.unpack_from(payload, pos)
-            pos += _EXCEPTION_HEAD.size
-            exceptions[i] = bytes(payload[pos : pos + length])
-            pos += length
-    body = bytes(payload[pos:])
+    metered = array("q")
+    metered.frombytes(payload[pos : pos + 8 * n])
+    pos += 8 * n
+    data = bytes(payload[pos:])
     b = store.basins.get(basin)
     s = b.streams.get(name) if b is not None else None
     if s is None:
@@ -131,17 +107,13 @@ def _apply_append(store: Store, payload: memoryview) -> None:
     s.add_batch(
         Batch(
             start,
-            start + n,
-            # Either form is cut into records on the first read.
-            records=None,
-            payload=body,
-            plain=bool(flags & _PLAIN),
+            data,
+            metered,
             ts0=ts0,
             ts_list=ts_list,
             last_ts=last_ts,
             # Arrival times are not logged: retention counts replayed records from the restart.
             arrival=store.clock.now_ms(),
-            exceptions=exceptions,
         )
     )
     s.make_visible(start + n, last_ts)
@@ -183,6 +155,11 @@ def replay(path: Path, store: Store) -> int:
                 _apply_meta(store, orjson.loads(bytes(body[1:])))
             elif kind == _KIND_APPEND:
                 _apply_append(store, body[1:])
+            elif kind == _KIND_APPEND_BEFORE:
+                raise ValueError(
+                    f"{path} was written by an earlier lite server, whose append entries this one does not"
+                    " read; start it on a new --data-dir (the lite server's data is for local runs and tests)"
+                )
             else:
                 break
             pos += _HEAD.size + length

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from array import array
 from dataclasses import dataclass, field
-
-import numpy as np
+from itertools import accumulate
 
 from s2_sink.lite._append_input import parse_input
-from s2_sink.lite._batch import Batch
+from s2_sink.lite._batch import Batch, sequenced
 from s2_sink.lite._clock import rfc3339
 from s2_sink.lite._configs import Json
 from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
@@ -107,7 +107,7 @@ class Stream:
         Raises ApiError 400/412/422. Checks happen before any state changes, so a failed append has no effect.
         """
         p = parse_input(data)
-        n = p.n
+        n = len(p.parts)
         ts_cfg = self.config["timestamping"]
         mode = ts_cfg["mode"]
         uncapped = bool(ts_cfg.get("uncapped"))
@@ -139,17 +139,12 @@ class Stream:
         start = self.next_seq
         batch = Batch(
             start,
-            start + n,
-            records=p.records,
-            payload=p.payload,
+            sequenced(start, ts0 if ts_list is None else ts_list, p.parts),
+            array("q", accumulate(p.sizes)),
             ts0=ts0,
             ts_list=ts_list,
             last_ts=last_ts,
             arrival=arrival,
-            exceptions=p.exceptions,
-            plain=p.plain,
-            metered=p.metered,
-            lengths=p.lengths,
         )
         for i, op, body in commands:
             if op == b"fence":
@@ -224,7 +219,7 @@ class Stream:
     def collect(self, start: int, max_count: int, max_bytes: int, until: int | None) -> ReadResult:
         """Visible records from ``start``: at most ``max_count`` records and ``max_bytes`` metered bytes."""
         start = max(start, self.first_seq())
-        spans: list[memoryview] = []
+        spans: list[bytes] = []
         count = 0
         nbytes = 0
         seq = start
@@ -249,19 +244,17 @@ class Stream:
                 if jj < j:
                     j = jj
                     until_reached = True
-            cum = b.cumulative_metered()
-            base = int(cum[i - 1]) if i else 0
-            if j > i and int(cum[j - 1]) - base + nbytes > max_bytes:
+            if b.metered_between(i, j) + nbytes > max_bytes:
                 # The byte budget runs out inside this batch: stop after the last record that fits.
-                j = i + int(np.searchsorted(cum[i:j], max_bytes - nbytes + base, side="right"))
+                j = b.fitting(i, j, max_bytes - nbytes)
                 max_count = count + (j - i)
             if j > i:
-                nbytes += int(cum[j - 1]) - base
-                spans.append(b.read_form().span(i, j))
+                nbytes += b.metered_between(i, j)
+                spans.append(b.span(i, j))
                 count += j - i
             seq = b.start + j
             if until_reached or j < (stop - b.start):
                 break
             k += 1
-        encoded = bytes(spans[0]) if len(spans) == 1 else b"".join(spans)
+        encoded = spans[0] if len(spans) == 1 else b"".join(spans)
         return ReadResult(encoded, seq, count, nbytes, until_reached)

@@ -30,6 +30,14 @@ async def _read(endpoint: str, basin: str, *, max_frame: int, window: int, slow:
     conn.initiate_connection()
     sc = h2.settings.SettingCodes
     conn.update_settings({sc.INITIAL_WINDOW_SIZE: window, sc.MAX_FRAME_SIZE: max_frame})
+    # h2 checks every frame of a chunk it is given against the frame size in force when the chunk came: a
+    # DATA frame read together with the ACK of a larger size would be refused. So the read starts once the
+    # server has acknowledged the settings.
+    writer.write(conn.data_to_send())
+    while conn.max_inbound_frame_size != max_frame:
+        data = await asyncio.wait_for(reader.read(1 << 20), 30)
+        assert data, "server closed the connection"
+        conn.receive_data(data)
     sid = conn.get_next_available_stream_id()
     conn.send_headers(
         sid,
