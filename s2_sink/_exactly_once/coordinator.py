@@ -63,6 +63,9 @@ class Coordinator:
         """What the writer writes to (`WriteSpec.destination`); None for the ``format("s2")`` sink."""
         self.predecessor = predecessor
         """A ledger this identity takes over when its own is empty (the bare query id of older versions)."""
+        self.one_start_per_process = False
+        """Spark Connect: each start of a query runs its ``foreachBatch`` in a new Python process with a new
+        writer object, so this coordinator serves one start, run id or not (`_check_not_called_twice`)."""
         self.static_streams = list(static_streams)
         self.run_id = uuid.uuid4().hex
         self._ledger: Ledger | None = None
@@ -118,6 +121,8 @@ class Coordinator:
             return
         if spark_run != self._spark_run:
             return  # a new start of the query
+        if spark_run is None and not self.one_start_per_process:
+            return  # classic Spark without a readable run id: a restart looks the same (the ledger decides)
         raise ConfigError(
             f"S2Writer was called again for micro-batch {batch_id}, which it already wrote in this run of "
             f"the query (writer_id {self.writer_id!r}): one S2Writer writes one frame per micro-batch. Union "

@@ -6,7 +6,8 @@
   ``R(b, s)`` (docs/exactly-once.md, *Why it is correct*).
 - Every data record is covered by a chunk tag (an untagged record could not be accounted for).
 - **Ledger bounded**: every ledger record is at most `LEDGER_RECORD_BOUND` bytes, and the ledger keeps at
-  most `LEDGER_RECORDS_BOUND` records past its trim point plus one ``open`` per run since its snapshot.
+  most `LEDGER_RECORDS_BOUND` records past its trim point plus one ``open`` per run since its snapshot, and
+  at most as many ``intent`` records (one per batch begun since the snapshot).
 - **Upsert order** (``UpsertEncoder(order_by=...)``): for every stream and key, the key's changes in the
   stream, in sequence-number order, are every committed batch's changes of that key in change order
   (``order_by``, then body, then headers; docs/encoding.md *Upsert order*), batch after batch; with
@@ -158,14 +159,18 @@ def check_ledger(store: Store, basin: str) -> None:
         if not stream.name.startswith(LEDGER_PREFIX):
             continue
         records = _records(store, basin, stream.name)
-        opens = 0
+        opens = intents = 0
         for rec in records:
             size = len(rec.body) + sum(len(h.name) + len(h.value) for h in rec.headers)
             if size > LEDGER_RECORD_BOUND:
                 raise Violation(f"ledger record {rec.seq_num} is {size} bytes > {LEDGER_RECORD_BOUND}")
             opens += b'"kind":"open"' in rec.body.replace(b" ", b"")
-        if len(records) - opens > LEDGER_RECORDS_BOUND:
-            raise Violation(f"the ledger keeps {len(records)} records ({opens} opens) past its trim point")
+            intents += b'"kind":"intent"' in rec.body.replace(b" ", b"")
+        if len(records) - opens - intents > LEDGER_RECORDS_BOUND or intents > LEDGER_RECORDS_BOUND:
+            raise Violation(
+                f"the ledger keeps {len(records)} records ({opens} opens, {intents} intents) past its trim "
+                "point"
+            )
 
 
 def key_changes(store: Store, basin: str) -> dict[tuple[str, bytes], list[Change]]:

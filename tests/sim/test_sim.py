@@ -118,9 +118,10 @@ def test_stage_retries_write_every_row_exactly_once() -> None:
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
         retried += any("stage retry" in line for line in outcome.trace)
-    # The seeds are fixed, so this count is too (11 of 300): a generator change that stops retrying
-    # stages shows here instead of passing vacuously.
-    assert retried >= 10, f"only {retried} schedules retried a stage: too few to prove anything"
+    # The seeds are fixed, so this count is too (8 of 300 since each batch is announced in the ledger; it
+    # moves when the protocol's steps do): a generator change that stops retrying stages shows here instead
+    # of passing vacuously.
+    assert retried >= 6, f"only {retried} schedules retried a stage: too few to prove anything"
 
 
 def test_upsert_changes_are_written_in_order_by_order() -> None:

@@ -79,6 +79,7 @@ class ExactlyOnce:
                     destination=self.spec.destination(),
                     predecessor=ident.predecessor,
                 )
+                coord.one_start_per_process = _is_connect(spark)
                 self._coords[(ident.writer_id, ident.query_id)] = coord
         spark_run = query_run_id(spark, ident.query_id)
         self._claim(coord, batch_id, spark_run)
@@ -118,3 +119,12 @@ class ExactlyOnce:
         coord = job.coord
         assert isinstance(coord, Coordinator)
         coord.commit_batch(job.batch_id, metrics.end_positions())
+
+
+def _is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session (it has no SparkContext)."""
+    try:
+        spark.sparkContext  # noqa: B018 - the property raises under Spark Connect
+    except (AttributeError, NotImplementedError):  # 4.x raises the one, 3.5 the other
+        return True
+    return False
