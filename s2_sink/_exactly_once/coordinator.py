@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from s2_sdk import S2ServerError
@@ -26,7 +26,7 @@ from s2_sdk import S2ServerError
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
-from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
+from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan, newest_tokens
 from s2_sink._exactly_once.roll_call import RollCall, open_roll
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
@@ -56,6 +56,9 @@ class Coordinator:
         self.static_streams = list(static_streams)
         self.run_id = uuid.uuid4().hex
         self._ledger: Ledger | None = None
+        self._tokens: dict[str, str] = {}
+        """Per stream, the newest token tasks appended with (a task retry's generation): the next
+        micro-batches' tasks start with it. Memory only: a new run fences with a new epoch anyway."""
         self._token: Token | None = None
         self._spark_run: str | None = None
         """The Spark run id (one start of the query) the open epoch serves, when readable."""
@@ -81,6 +84,10 @@ class Coordinator:
         _runtime.run(self._commit(batch_id, ends))
         self._pending, self._last = None, batch_id
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
+
+    def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
+        """Keep the newest token per stream the tasks of a committed micro-batch reported."""
+        self._tokens = newest_tokens(self._tokens, reported)
 
     def _is_new_start(self, batch_id: int, spark_run: str | None) -> bool:
         """Whether `batch_id` belongs to a new start of the query rather than to the open run."""
@@ -132,7 +139,10 @@ class Coordinator:
             return None
         roll = await self.roll_call()
         self._pending = batch_id
-        return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
+        epoch = self._token.epoch
+        return epoch_plan(
+            self.cfg, self.writer, epoch, state.ends, recovery=recovery, roll=roll, tokens=self._tokens
+        )
 
     async def roll_call(self) -> RollCall:
         """Where the tasks of the micro-batch about to begin sign in."""

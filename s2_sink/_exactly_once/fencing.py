@@ -220,10 +220,11 @@ async def fence_if_older(
     for _ in range(_MAX_ROUNDS + retries.backoff.retries):
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         theirs = Token.parse(seen)
-        if theirs is not None and (theirs.writer, theirs.epoch) == (mine.writer, mine.epoch):
+        this_run = theirs is not None and (theirs.writer, theirs.epoch) == (mine.writer, mine.epoch)
+        if theirs is not None and this_run:
             top = max(top, theirs.gen)
         if me is not None and seen != checked and seen != str(mine):
-            if theirs is not None and theirs.writer == mine.writer and me.superseded_by(theirs.by):
+            if theirs is not None and this_run and me.superseded_by(theirs.by):
                 _raise_superseded(name, me, theirs)
             if adopt is None or adopt.by != me:
                 top = max(top, await check_not_superseded(stream, me, mine, since))

@@ -82,3 +82,4 @@ class ExactlyOnce:
         """Record the batch in the ledger (one conditional append)."""
         assert self._coord is not None
         self._coord.commit_batch(job.batch_id, metrics.end_positions())
+        self._coord.remember_tokens(metrics.stream_tokens())
