@@ -176,7 +176,9 @@ class Coordinator:
             if self.cfg.create_streams:
                 await get_pool().ensure_stream(self.cfg, name)
             try:
-                await fence_if_older(basin.stream(name), self._token, may_take_over=name not in written)
+                await fence_if_older(
+                    basin.stream(name), self._token, may_take_over=name not in written, end=written.get(name)
+                )
             except S2ServerError as exc:
                 if exc.status_code == 404:
                     continue  # the tasks report the missing stream with the writer's own hint

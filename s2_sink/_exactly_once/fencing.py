@@ -47,7 +47,7 @@ from s2_sdk import (
 
 from s2_sink._exactly_once.readback import read_span
 from s2_sink._transport.retry import Retries
-from s2_sink.errors import FencedError
+from s2_sink.errors import FencedError, StreamResetError
 
 __all__ = [
     "MAX_TOKEN_BYTES",
@@ -57,6 +57,7 @@ __all__ = [
     "check_not_superseded",
     "fence_if_older",
     "judge_current_token",
+    "stream_reset",
     "writer_hash",
 ]
 
@@ -196,6 +197,7 @@ async def fence_if_older(
     may_take_over: bool = False,
     me: TaskAttempt | None = None,
     since: int = 0,
+    end: int | None = None,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
@@ -211,6 +213,11 @@ async def fence_if_older(
     epoch it saw: never the token an earlier attempt of this run may still append with. Only over an
     older run of ours does a task fence to ``mine`` itself (generation 0): no token of this run can have
     been replaced by an older run's, whose fences are refused, so no barrier of this run is undone.
+
+    `end` is the ledger's committed end of the stream, if it has one: before fencing over a token that is
+    not ours (empty or foreign) the tail is read, and a tail below `end` is a stream deleted and recreated
+    (`StreamResetError`): our appends carry a token, so none of them can land in a new incarnation of the
+    stream before one of these checked fences.
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
@@ -233,6 +240,10 @@ async def fence_if_older(
             return FenceResult(adopt, None)
         # Otherwise fence; when seen == mine (no bump), that is a redundant fence proving the token is ours.
         older_run = theirs is not None and theirs.writer == mine.writer and theirs.epoch < mine.epoch
+        if end is not None and (theirs is None or theirs.writer != mine.writer):
+            tail = (await stream.check_tail()).seq_num
+            if tail < end:
+                raise stream_reset(name, end, tail)
         if not bump and (me is None or seen == str(mine) or older_run):
             target = mine
         else:
@@ -275,6 +286,19 @@ async def check_not_superseded(stream: S2Stream, me: TaskAttempt, mine: Token, s
                 _raise_superseded(stream.name, me, token)
             top = max(top, token.gen)
     return top
+
+
+def stream_reset(stream: str, end: int, tail: int) -> StreamResetError:
+    """The error for a target stream whose tail is below the ledger's committed end for it."""
+    return StreamResetError(
+        f"exactly-once: stream {stream!r} ends at {tail}, below the end {end} this writer's ledger committed "
+        "for it: the stream was deleted and recreated (S2's delete_on_empty after retention, or by hand), "
+        "and the records committed before that are gone. The writer cannot tell where the micro-batch's "
+        "records start in the new stream, so it stops before writing to it (nothing was written there). "
+        "To go on with the new stream, stop the query, make the ledger forget the old end with "
+        f"`s2-sink ledger forget WRITER_ID {stream}` (the writer id is the writer_id option, by default the "
+        "streaming query id), and restart: the writer then reads the new stream from its start"
+    )
 
 
 def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:

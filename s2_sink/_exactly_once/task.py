@@ -49,6 +49,7 @@ from s2_sink._exactly_once.fencing import (
     Token,
     fence_if_older,
     judge_current_token,
+    stream_reset,
 )
 from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.readback import read_back
@@ -143,6 +144,7 @@ class TokenKeeper:
             may_take_over=take_over,
             me=task.attempt,
             since=task.starts.get(stream, 0),
+            end=task.starts.get(stream),
         )
         return str(result.token)
 
@@ -283,6 +285,7 @@ class Dedupe:
             may_take_over=stream not in self.starts,
             me=me,
             since=self.starts.get(stream, 0),
+            end=self.starts.get(stream),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
@@ -308,6 +311,8 @@ class Dedupe:
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
             owns=None if owner is None or not recovery else owner.check(partition),
         )
+        if found.end < found.start:  # a tail below the committed end: the range read was empty, not done
+            raise stream_reset(stream, found.start, found.end)
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
             "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",

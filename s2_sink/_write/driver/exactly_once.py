@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, resolve_identity
+from s2_sink._exactly_once.plan import check_not_reset
 from s2_sink._exactly_once.recovery_layout import repartition_for_recovery
 from s2_sink._exactly_once.task import plan_with_layout
 from s2_sink._write.driver.delivery import BatchJob
@@ -81,5 +82,6 @@ class ExactlyOnce:
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None:
         """Record the batch in the ledger (one conditional append)."""
         assert self._coord is not None
+        check_not_reset(self._coord.state.ends, metrics.end_positions())
         self._coord.commit_batch(job.batch_id, metrics.end_positions())
         self._coord.remember_tokens(metrics.stream_tokens())
