@@ -23,6 +23,7 @@ from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.errors import StreamResetError
 from s2_sink.lite import LiteServer
+from tests.cli.test_cli import cli
 from tests.faults._support import cfg_for, client, make_basin, read_all, run
 
 BATCH0 = [b"b0-%d" % i for i in range(20)]
@@ -105,3 +106,36 @@ def test_commit_refuses_ends_below_the_ledgers() -> None:
     check_not_reset({"a": 10, "b": 5}, {"a": 10, "b": 7, "c": 1})
     with pytest.raises(StreamResetError, match="'b' ends at 4, below the end 5"):
         check_not_reset({"a": 10, "b": 5}, {"a": 12, "b": 4})
+
+
+def test_ledger_forget_lets_the_writer_go_on_with_the_new_stream(lite: LiteServer) -> None:
+    """The way forward the error names: `s2-sink ledger forget` refuses a stream that was not reset (exit
+    2), drops the recreated stream's end, and the restarted writer replays the batch in recovery mode,
+    writes it to the new stream exactly once and commits the new stream's end."""
+    cfg, _, _, end = _committed_batch_0(lite)
+    refused = cli(lite.endpoint, "ledger", "forget", "w", "events", "--basin", cfg.basin)
+    assert refused.returncode == 2, refused.stderr
+    assert "it was not reset" in refused.stderr
+    _recreate(lite, cfg.basin)
+
+    done = cli(lite.endpoint, "ledger", "forget", "w", "events", "--basin", cfg.basin)
+    assert done.returncode == 0, done.stderr
+    assert f"forgot the end {end} of stream 'events' (now ending at 0)" in done.stdout
+
+    spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
+    restarted = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
+    epoch = restarted.begin_batch(1)
+    assert epoch is not None
+    assert epoch.recovery
+    assert "events" not in restarted.state.ends
+    plan = spec.plan(1, epoch)
+    write_partition(plan, [_frame(BATCH1[:5])], PartitionContext(1, 0, 0, 1, 7))  # then the driver dies
+    restarted = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
+    epoch = restarted.begin_batch(1)
+    assert epoch is not None
+    result = write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 1, 7))
+    metrics = aggregate(1, result.to_pylist(), 1.0, delivery="exactly-once")
+    check_not_reset(restarted.state.ends, metrics.end_positions())
+    restarted.commit_batch(1, metrics.end_positions())
+    assert _bodies(lite, cfg.basin) == Counter(BATCH1)
+    assert restarted.state.ends["events"] == metrics.end_positions()["events"] < end
