@@ -31,7 +31,7 @@ from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
 ROWS = [b"r-%d" % i for i in range(40)]
-"""Partition 0: the zombie writes the first 10 before its retry starts."""
+"""Partition 0: the zombie's first 8 land before its retry starts (2 more wait in an open chunk)."""
 SIBLING = [b"s-%d" % i for i in range(10)]
 
 
@@ -57,13 +57,14 @@ def _fences(endpoint: str, basin: str) -> list[str]:
 def _wait_for(endpoint: str, basin: str, n: int) -> None:
     deadline = time.monotonic() + 10
     while sum(_bodies(endpoint, basin).values()) < n:
-        assert time.monotonic() < deadline, run(read_all(endpoint, basin, "events", commands=True))
+        assert time.monotonic() < deadline, f"the zombie's first {n} records never landed"
         time.sleep(0.02)
 
 
 def _zombie_frames(endpoint: str, basin: str, meanwhile: Callable[[], None]) -> Iterator[pa.RecordBatch]:
-    """The zombie's input: 10 rows, then (once they landed) `meanwhile` runs — the retry and the token
-    change — before the zombie goes on with the other 30 rows, still as the same task attempt."""
+    """The zombie's input: 10 rows, then (once its first two appends of 4 landed) `meanwhile` runs — the
+    retry and the token change — before the zombie goes on with the other 30 rows, still as the same task
+    attempt."""
     yield _frame(ROWS[:10])
     _wait_for(endpoint, basin, 8)
     meanwhile()
@@ -127,7 +128,7 @@ def test_zombie_after_cleared_fence_is_refused(lite: LiteServer) -> None:
     """An operator clears the fence (the CLI's clear) between the retry's barrier and the zombie's next
     append: the zombie's 412 shows an empty token, the zombie check finds its retry's barrier among the
     stream's fence records and the zombie stops; nothing of its 40 rows is written twice (before: the
-    zombie fenced the stream back to generation 0 and wrote 30 rows again)."""
+    zombie fenced the stream back to generation 0 and wrote 32 of its 40 rows again)."""
 
     def clear(cfg: S2Config, basin: str) -> None:
         async def go() -> str:
@@ -144,7 +145,7 @@ def test_zombie_after_foreign_takeover_is_refused(lite: LiteServer) -> None:
     """Another exactly-once writer fences a stream this one has not committed to (a take-over) after the
     retry's barrier: the zombie may take the stream back from a foreign writer, but only through the zombie
     check, which stops it; the live sibling takes it back with its own generation. Exactly 40 + 10 rows
-    (before: 30 of the zombie's rows twice)."""
+    (before: 32 of the zombie's rows twice)."""
     other = Token(epoch=1, gen=0, writer=writer_hash("someone-else")).encode()
 
     def take_over(cfg: S2Config, basin: str) -> None:
