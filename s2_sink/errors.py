@@ -8,7 +8,8 @@
     ├── ReadError                   format("s2") could not list, locate or read streams; names basin, stream
     ├── WriteError                  appends failed after retries; names stream, batch id and partition
     │   ├── FencedError             another writer holds the stream's fencing token
-    │   └── ReplayMismatchError     a format("s2") replay is partitioned differently from the run it repairs
+    │   ├── ReplayMismatchError     a format("s2") replay is partitioned differently from the run it repairs
+    │   └── StreamResetError        a target stream ends before its committed end: deleted and recreated
     └── CommitError                 the exactly-once ledger could not be read or advanced
         └── WriterConflictError     a second writer with the same identity, or batch ids that went backwards
 
@@ -26,6 +27,7 @@ __all__ = [
     "ReadError",
     "ReplayMismatchError",
     "S2SinkError",
+    "StreamResetError",
     "WriteError",
     "WriterConflictError",
 ]
@@ -65,6 +67,13 @@ class FencedError(WriteError):
 class ReplayMismatchError(WriteError):
     """A replayed micro-batch is partitioned differently from the run that partly wrote it, so a
     ``format("s2")`` task cannot tell which copies are its own; it stops before writing a duplicate."""
+
+
+class StreamResetError(WriteError):
+    """An exactly-once writer found a target stream whose tail is below the end its ledger committed for it:
+    the stream was deleted and recreated (S2's ``delete_on_empty``, or an operator). Nothing can say where
+    the micro-batch's records start in the new stream, so the writer stops before writing to it (fails
+    closed). The message names the stream, the ledger's end, the tail and the fix."""
 
 
 class CommitError(S2SinkError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -28,7 +28,7 @@ from s2_sdk import S2ServerError
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
-from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
+from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan, newest_tokens
 from s2_sink._exactly_once.roll_call import RollCall, open_roll
 from s2_sink._exactly_once.takeover import check_destination, take_over
 from s2_sink._transport import runtime as _runtime
@@ -69,6 +69,9 @@ class Coordinator:
         self.static_streams = list(static_streams)
         self.run_id = uuid.uuid4().hex
         self._ledger: Ledger | None = None
+        self._tokens: dict[str, str] = {}
+        """Per stream, the newest token tasks appended with (a task retry's generation): the next
+        micro-batches' tasks start with it. Memory only: a new run fences with a new epoch anyway."""
         self._token: Token | None = None
         self._spark_run: str | None = None
         """The Spark run id (one start of the query) the open epoch serves, when readable."""
@@ -100,6 +103,10 @@ class Coordinator:
         if self._token is None or spark_run != self._spark_run:
             return False
         return batch_id in (self._pending, self._last)
+
+    def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
+        """Keep the newest token per stream the tasks of a committed micro-batch reported."""
+        self._tokens = newest_tokens(self._tokens, reported)
 
     def _is_new_start(self, batch_id: int, spark_run: str | None) -> bool:
         """Whether `batch_id` belongs to a new start of the query rather than to the open run."""
@@ -178,7 +185,10 @@ class Coordinator:
         # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
         # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
         await self._ledger.append(self._ledger.intended(batch_id))
-        return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
+        epoch = self._token.epoch
+        return epoch_plan(
+            self.cfg, self.writer, epoch, state.ends, recovery=recovery, roll=roll, tokens=self._tokens
+        )
 
     async def _take_over(self, state: LedgerState) -> LedgerState:
         """The state of the identity this one takes over (see `takeover`), now in this ledger; `state`
@@ -230,7 +240,9 @@ class Coordinator:
             if self.cfg.create_streams:
                 await get_pool().ensure_stream(self.cfg, name)
             try:
-                await fence_if_older(basin.stream(name), self._token, may_take_over=name not in written)
+                await fence_if_older(
+                    basin.stream(name), self._token, may_take_over=name not in written, end=written.get(name)
+                )
             except S2ServerError as exc:
                 if exc.status_code == 404:
                     continue  # the tasks report the missing stream with the writer's own hint

@@ -11,12 +11,14 @@ still had in flight can land.
 Attempts of one partition are ordered by Spark's task id (``taskAttemptId``), not by attempt number: task
 ids come from one counter per SparkContext in launch order, so a later attempt always has a higher one,
 also across stage retries, which restart attempt numbers at 0 (SPARK-24552). On a 412, a task adopts a
-newer generation of its epoch only if no fence since the micro-batch's start was made by a later attempt
-of its own partition (the fence records stay in the stream, so the check reads them back): live siblings
-adopt (a 412 means their append was not applied, so re-sending it is safe); an earlier attempt of a
-partition that was retried — a zombie — gets `FencedError` and never writes again. Every adoption is
-itself conditional: a bump after the check changes the token, the next append gets a 412, and the check
-runs again.
+newer generation of its epoch, or fences over an empty (cleared) or foreign token, only if no fence since
+the micro-batch's start was made by a later attempt of its own partition (the fence records stay in the
+stream, so the zombie check reads them back, whatever the token is now): live siblings go on (a 412 means
+their append was not applied, so re-sending it is safe); an earlier attempt of a partition that was
+retried — a zombie — gets `FencedError` and never writes again. Every fence a task makes inside an epoch
+is a new generation named by the task (generation 0 only over an older run of ours), so a token it puts
+back is never the one a zombie appends with. Every adoption is itself conditional: a bump after the check
+changes the token, the next append gets a 412, and the check runs again.
 
 Fencing tokens are one per stream and cooperative: appends without a token are always accepted, so
 at-least-once writers and other tools can share a stream. A token that is not ours, or ours from a newer
@@ -45,15 +47,17 @@ from s2_sdk import (
 
 from s2_sink._exactly_once.readback import read_span
 from s2_sink._transport.retry import Retries
-from s2_sink.errors import FencedError
+from s2_sink.errors import FencedError, StreamResetError
 
 __all__ = [
     "MAX_TOKEN_BYTES",
     "FenceResult",
     "TaskAttempt",
     "Token",
+    "check_not_superseded",
     "fence_if_older",
     "judge_current_token",
+    "stream_reset",
     "writer_hash",
 ]
 
@@ -193,32 +197,57 @@ async def fence_if_older(
     may_take_over: bool = False,
     me: TaskAttempt | None = None,
     since: int = 0,
+    end: int | None = None,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
-    `current` is the token a 412 just reported, if known (saves a probe). With ``bump=True`` the
-    generation is raised past whatever this run has on the stream: a barrier against the stream's earlier
-    appends that used the older generation. Every fence append is conditional on the token we saw, so
-    concurrent fencers serialize; a newer token of ours, a non-s2_sink token or (unless `may_take_over`)
-    another s2_sink writer's token raises FencedError. With `me` (the calling task attempt), a bump is
-    made in its name, and a later attempt of its partition having fenced the stream at or after `since`
-    (the micro-batch's start) raises FencedError instead of adopting or bumping over it.
+    `current` is the token a 412 just reported, if known (saves a probe). Every fence append is
+    conditional on the token we saw, so concurrent fencers serialize; a newer token of ours, a non-s2_sink
+    token or (unless `may_take_over`) another s2_sink writer's token raises FencedError.
+
+    Without `me` (the driver, before any task of the epoch runs) the stream gets ``mine``. With `me` (a
+    task attempt), before any token change or adoption the zombie check runs (`check_not_superseded`:
+    a later attempt of its partition fenced the stream at or after `since`, the micro-batch's start →
+    FencedError), and any fence it makes — a retry's barrier (``bump=True``), or a take-over of an empty
+    (cleared) or foreign token — is a new generation named by the attempt, above every generation of the
+    epoch it saw: never the token an earlier attempt of this run may still append with. Only over an
+    older run of ours does a task fence to ``mine`` itself (generation 0): no token of this run can have
+    been replaced by an older run's, whose fences are refused, so no barrier of this run is undone.
+
+    `end` is the ledger's committed end of the stream, if it has one: before fencing over a token that is
+    not ours (empty or foreign) the tail is read, and a tail below `end` is a stream deleted and recreated
+    (`StreamResetError`): our appends carry a token, so none of them can land in a new incarnation of the
+    stream before one of these checked fences.
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
     retries = Retries()
     checked: str | None = None
+    top = mine.gen  # the highest generation of this epoch seen on the stream
     for _ in range(_MAX_ROUNDS + retries.backoff.retries):
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
-        if me is not None and adopt is not None and adopt.by is not None and seen != checked:
-            await refuse_if_superseded(stream, me, adopt, since)
+        theirs = Token.parse(seen)
+        this_run = theirs is not None and (theirs.writer, theirs.epoch) == (mine.writer, mine.epoch)
+        if theirs is not None and this_run:
+            top = max(top, theirs.gen)
+        if me is not None and seen != checked and seen != str(mine):
+            if theirs is not None and this_run and me.superseded_by(theirs.by):
+                _raise_superseded(name, me, theirs)
+            if adopt is None or adopt.by != me:
+                top = max(top, await check_not_superseded(stream, me, mine, since))
             checked = seen
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
-        # Otherwise fence with ours; when seen == mine, that is a redundant fence proving the token is ours.
-        # A bump is always a new generation, also over an empty token or an older run's: a generation 0
-        # barrier would carry the token an earlier attempt of this run appends with, and let it go on.
-        target = (adopt if adopt is not None else mine).next_gen(by=me) if bump else mine
+        # Otherwise fence; when seen == mine (no bump), that is a redundant fence proving the token is ours.
+        older_run = theirs is not None and theirs.writer == mine.writer and theirs.epoch < mine.epoch
+        if end is not None and (theirs is None or theirs.writer != mine.writer):
+            tail = (await stream.check_tail()).seq_num
+            if tail < end:
+                raise stream_reset(name, end, tail)
+        if not bump and (me is None or seen == str(mine) or older_run):
+            target = mine
+        else:
+            target = Token(epoch=mine.epoch, gen=top + 1, writer=mine.writer, by=me)
         try:
             ack = await stream.append(
                 AppendInput(records=[CommandRecord.fence(target.encode())], fencing_token=seen)
@@ -236,28 +265,40 @@ async def fence_if_older(
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
 
 
-async def refuse_if_superseded(stream: S2Stream, me: TaskAttempt, current: Token, since: int) -> None:
-    """Raise FencedError if a later attempt of `me`'s partition fenced `stream` (in `current`'s run) at or
-    after `since`.
+async def check_not_superseded(stream: S2Stream, me: TaskAttempt, mine: Token, since: int) -> int:
+    """The zombie check: raise FencedError if a later attempt of `me`'s partition fenced `stream` in
+    `mine`'s run at or after `since`; else the highest generation of that run among those fences (-1 if
+    none).
 
-    The current token names only the last bump; earlier bumps (a later attempt of this partition, then a
-    sibling's) are found among the fence command records of ``[since, tail)``. Only tokens of the same
-    writer and epoch count: task ids restart with a new driver.
+    The current token names only the last fence, and may not be ours at all (an operator cleared the
+    fence, or another writer took the stream over after a retry's barrier): every fence command record of
+    ``[since, tail)`` is read back. Only tokens of the same writer and epoch count: task ids restart with
+    a new driver.
     """
-    if me.superseded_by(current.by):
-        _raise_superseded(stream.name, me, current)
-    if current.by == me:
-        return
+    top = -1
     end = (await stream.check_tail()).seq_num
     async for rec in read_span(stream, since, end):
         if rec.headers == [(b"", CommandRecord.FENCE)]:
             token = Token.parse(bytes(rec.body).decode("utf-8", "replace"))
-            if (
-                token is not None
-                and (token.writer, token.epoch) == (current.writer, current.epoch)
-                and me.superseded_by(token.by)
-            ):
+            if token is None or (token.writer, token.epoch) != (mine.writer, mine.epoch):
+                continue
+            if me.superseded_by(token.by):
                 _raise_superseded(stream.name, me, token)
+            top = max(top, token.gen)
+    return top
+
+
+def stream_reset(stream: str, end: int, tail: int) -> StreamResetError:
+    """The error for a target stream whose tail is below the ledger's committed end for it."""
+    return StreamResetError(
+        f"exactly-once: stream {stream!r} ends at {tail}, below the end {end} this writer's ledger committed "
+        "for it: the stream was deleted and recreated (S2's delete_on_empty after retention, or by hand), "
+        "and the records committed before that are gone. The writer cannot tell where the micro-batch's "
+        "records start in the new stream, so it stops before writing to it (nothing was written there). "
+        "To go on with the new stream, stop the query, make the ledger forget the old end with "
+        f"`s2-sink ledger forget WRITER_ID {stream}` (the writer id is the writer_id option, by default the "
+        "streaming query id), and restart: the writer then reads the new stream from its start"
+    )
 
 
 def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:

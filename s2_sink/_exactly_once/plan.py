@@ -9,18 +9,18 @@ batch, write nothing" check.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
-from s2_sink._exactly_once.fencing import Token
+from s2_sink._exactly_once.fencing import Token, stream_reset
 from s2_sink._exactly_once.ledger import LedgerState
 from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._exactly_once.task import Dedupe, Replay, Tagger, TokenKeeper
 from s2_sink.config import S2Config
 
-__all__ = ["EpochPlan", "already_committed", "epoch_plan"]
+__all__ = ["EpochPlan", "already_committed", "check_not_reset", "epoch_plan", "newest_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ class EpochPlan:
     tagger: Tagger
     keeper: TokenKeeper
     dedupe: Dedupe
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    """Per stream, a newer generation of the epoch's token that an earlier micro-batch's task retry left
+    there: tasks start that stream with it (no 412, no zombie check, on every later batch)."""
 
     @property
     def recovery(self) -> bool:
@@ -61,12 +64,15 @@ def epoch_plan(
     recovery: bool,
     roll: RollCall,
     replay: Replay = "content",
+    tokens: Mapping[str, str] | None = None,
 ) -> EpochPlan:
     """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends, `roll`
-    where the micro-batch's task attempts sign in."""
+    where the micro-batch's task attempts sign in, `tokens` the tokens tasks of earlier micro-batches
+    last appended with per stream (only newer generations of this epoch are shipped)."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
     token = Token(epoch=epoch, gen=0, writer=writer).encode()
     return EpochPlan(
+        tokens=_newer_generations(tokens or {}, writer, epoch),
         cfg=eo_cfg,
         token=token,
         tagger=Tagger(writer, epoch),
@@ -82,6 +88,35 @@ def epoch_plan(
             replay=replay,
         ),
     )
+
+
+def newest_tokens(tokens: Mapping[str, str], reported: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """`tokens` updated with the newest token of ours tasks reported per stream (by epoch, generation)."""
+    out = dict(tokens)
+    for stream, texts in reported.items():
+        for text in texts:
+            new, old = Token.parse(text), Token.parse(out.get(stream, ""))
+            if new is not None and (old is None or (old.writer == new.writer and new > old)):
+                out[stream] = text
+    return out
+
+
+def _newer_generations(tokens: Mapping[str, str], writer: str, epoch: int) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for stream, text in tokens.items():
+        token = Token.parse(text)
+        if token is not None and (token.writer, token.epoch) == (writer, epoch) and token.gen > 0:
+            out[stream] = text
+    return out
+
+
+def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int]) -> None:
+    """Before a commit: a stream whose acks end below the ledger's end for it was deleted and recreated
+    under the micro-batch (`StreamResetError`; the ledger keeps the higher end, which the stream no
+    longer has, so recording the batch would put its records behind every reader's committed end)."""
+    for stream, end in reported.items():
+        if end < committed.get(stream, 0):
+            raise stream_reset(stream, committed[stream], end)
 
 
 def already_committed(state: LedgerState, writer_id: str, batch_id: int) -> bool:

@@ -3,12 +3,15 @@
 Three picklable objects travel in the `WritePlan` to every task of a micro-batch:
 
 - `Tagger` puts the ``@s2sink`` tag on the first record of each append.
-- `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this run may take
-  over the stream (empty token or an older run of ours: conditional fence, then re-send — a 412 means
-  nothing was applied), adopt it (a newer generation of this run, set by a retrying sibling task), or
-  must stop (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition
-  put a barrier up since the batch started — this attempt is a zombie). It learns which attempt it serves
-  from a context variable `Dedupe` sets on the task thread (the appender calls it without one).
+- `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this attempt may
+  adopt the token (a newer generation of this run, set by a retrying sibling task), take the stream
+  (back) over (empty token after a fence clear, an older run of ours, another writer's where we never
+  committed: conditional fence, then re-send — a 412 means nothing was applied), or must stop
+  (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition put a
+  barrier up since the batch started — this attempt is a zombie). The zombie check runs before any
+  token change or adoption, and every take-over is a new generation named by the attempt, so a cleared
+  or taken-over fence never hands a zombie its old token back. It learns which attempt it serves from a
+  context variable `Dedupe` sets on the task thread; without one it refuses to change tokens at all.
 - `Dedupe` (the writer's recovery hook) signs each task attempt in (`roll_call`) and is otherwise
   inert on the happy path (first attempt, normal batch). For a retry (an earlier attempt of the
   partition signed in, whatever the attempt number) or a replay after a driver restart
@@ -46,7 +49,7 @@ from s2_sink._exactly_once.fencing import (
     Token,
     fence_if_older,
     judge_current_token,
-    refuse_if_superseded,
+    stream_reset,
 )
 from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.readback import read_back
@@ -122,27 +125,26 @@ class TokenKeeper:
         assert mine is not None
         take_over = stream not in self.written
         # Raises FencedError when we must stop.
-        adopt = judge_current_token(stream, current, mine, may_take_over=take_over)
+        judge_current_token(stream, current, mine, may_take_over=take_over)
         task = _current_task.get()
-        if adopt is not None and adopt.by is not None and task is None:
+        if task is None:
             raise FencedError(
-                f"stream {stream!r}: fencing token {current!r} is a task retry's barrier, and this task "
-                "cannot tell whether a later attempt of its own set it (its recovery hook did not run), so "
-                "it stops rather than risk writing as a superseded attempt"
+                f"stream {stream!r}: fencing token {current!r} replaced this writer's token {mine}, and "
+                "this task cannot tell whether a later attempt of its own partition put a barrier up "
+                "since (its recovery hook did not run), so it stops rather than risk writing as a "
+                "superseded attempt"
             )
-        since = task.starts.get(stream, 0) if task is not None else 0
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
-        if adopt is not None:
-            if adopt.by is not None and task is not None:  # a retry's barrier: not if our partition's
-                await refuse_if_superseded(s2_stream, task.attempt, adopt, since)
-            return str(adopt)
+        # Adopting a sibling's barrier, taking a cleared or foreign token back, or fencing over an older
+        # run: the zombie check runs first on every path, and any new token is a generation of our own.
         result = await fence_if_older(
             s2_stream,
             mine,
             current=current,
             may_take_over=take_over,
-            me=task.attempt if task is not None else None,
-            since=since,
+            me=task.attempt,
+            since=task.starts.get(stream, 0),
+            end=task.starts.get(stream),
         )
         return str(result.token)
 
@@ -283,6 +285,7 @@ class Dedupe:
             may_take_over=stream not in self.starts,
             me=me,
             since=self.starts.get(stream, 0),
+            end=self.starts.get(stream),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
@@ -308,6 +311,8 @@ class Dedupe:
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
             owns=None if owner is None or not recovery else owner.check(partition),
         )
+        if found.end < found.start:  # a tail below the committed end: the range read was empty, not done
+            raise stream_reset(stream, found.start, found.end)
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
             "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",

@@ -5,9 +5,22 @@ Pure functions (no I/O) so the planning rules are testable without Spark or a se
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
-__all__ = ["Offsets", "advance", "cap_committed", "cap_total", "max_merge", "plan_ranges"]
+from s2_sink.errors import ReadError
+
+__all__ = [
+    "Offsets",
+    "advance",
+    "cap_committed",
+    "cap_committed_tails",
+    "cap_total",
+    "max_merge",
+    "plan_ranges",
+]
+
+log = logging.getLogger(__name__)
 
 Offsets = dict[str, int]
 
@@ -40,6 +53,41 @@ def cap_committed(positions: Mapping[str, int], committed: Mapping[str, int] | N
     if committed is None:
         return dict(positions)
     return {stream: min(seq, committed.get(stream, 0)) for stream, seq in positions.items()}
+
+
+def cap_committed_tails(
+    tails: Mapping[str, int], committed: Mapping[str, int] | None, *, fail: bool
+) -> Offsets:
+    """Stream `tails` capped by a writer's committed ends, like `cap_committed`, for a stream whose tail
+    is below its committed end too: it was deleted and recreated, the committed records are gone, and
+    everything in the new stream is uncommitted (the exactly-once writer refuses to write to it until its
+    ledger forgets the old end). ``min(tail, end)`` would put the cap inside that uncommitted data, so such
+    a stream fails the read (`fail`, ``s2.fail-on-data-loss=true``) or is capped at 0: nothing of the new
+    stream is read until the writer commits in it past the reader's position.
+    """
+    if committed is None:
+        return dict(tails)
+    reset = {s: (t, committed[s]) for s, t in tails.items() if t < committed.get(s, 0)}
+    if reset and fail:
+        stream, (tail, end) = min(reset.items())
+        raise ReadError(
+            f"s2 source (read-committed): stream {stream!r} ends at {tail}, below the end {end} the "
+            "writer's ledger (option s2.committed-by) committed for it: the stream was deleted and "
+            "recreated, so the committed records are gone and what it holds now is not committed. "
+            "Restart once the writer goes on with the new stream (s2-sink ledger forget), set "
+            "s2.fail-on-data-loss=false to skip it until the writer commits in it again, or read with "
+            "s2.isolation=read-uncommitted"
+        )
+    for stream, (tail, end) in sorted(reset.items()):
+        log.warning(
+            "s2 source: stream %s ends at %s, below its committed end %s (deleted and recreated): "
+            "reading none of it until the writer commits in it again",
+            stream,
+            tail,
+            end,
+        )
+    capped = cap_committed(tails, committed)
+    return {s: 0 if s in reset else seq for s, seq in capped.items()}
 
 
 def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int | None) -> Offsets:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from s2_sink._read import s2io as _s2io
-from s2_sink._read.offsets import Offsets, cap_committed
+from s2_sink._read.offsets import Offsets, cap_committed_tails
 from s2_sink._read.options import Bound, ReadOptions
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError
@@ -53,7 +53,7 @@ def resolve_bound(
             return sorted_offsets(_s2io.first_seqs(cfg, streams))
         return sorted_offsets(dict.fromkeys(streams, 0))
     if bound.kind == "latest":
-        return sorted_offsets(cap_committed(_s2io.tails(cfg, streams), committed))
+        return sorted_offsets(cap_committed_tails(_s2io.tails(cfg, streams), committed, fail=True))
     if bound.kind == "timestamp":
         assert bound.timestamp is not None
         return sorted_offsets(_s2io.resolve_timestamp(cfg, streams, bound.timestamp))

@@ -10,12 +10,14 @@ session-level retry).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from s2_sink.config import S2Config
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from s2_sdk import Record  # annotations only: unpickling a plan need not load the SDK
 
 __all__ = [
@@ -134,6 +136,10 @@ class WritePlan:
 
     fence_keeper: FenceKeeper | None = None
     """What to do when ``fencing_token`` is refused; ``None`` = fail with `FencedError`."""
+
+    stream_tokens: Mapping[str, str] = field(default_factory=dict)
+    """Per stream, the token to start with instead of ``fencing_token`` (a newer generation a task
+    retry of an earlier micro-batch left there; saves every task a 412 and its zombie check)."""
 
     chunk_tagger: ChunkTagger | None = None
     """Tags the first record of each append (exactly-once chunk tags); ``None`` = no tag."""

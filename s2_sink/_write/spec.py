@@ -159,6 +159,7 @@ class WriteSpec:
             payload_column=PAYLOAD_COLUMN if self.dlq_payload else None,
             fencing_token=None if epoch is None else epoch.token,
             fence_keeper=None if epoch is None else epoch.keeper,
+            stream_tokens={} if epoch is None else epoch.tokens,
             chunk_tagger=None if epoch is None else epoch.tagger,
             chunk_tag_reserve=0 if epoch is None else epoch.tag_reserve,
             recovery=None if epoch is None else epoch.dedupe,

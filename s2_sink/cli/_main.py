@@ -52,6 +52,12 @@ def _ledger_reset(args: argparse.Namespace) -> int:
     return reset(args)
 
 
+def _ledger_forget(args: argparse.Namespace) -> int:
+    from s2_sink.cli._forget_cmd import forget  # noqa: PLC0415
+
+    return forget(args)
+
+
 def _fences_clear(args: argparse.Namespace) -> int:
     from s2_sink.cli._fences_cmd import clear  # noqa: PLC0415
 
@@ -69,6 +75,18 @@ def _lite(lite_args: list[str]) -> int:
 
     lite_main(lite_args, prog="s2-sink lite")
     return 0
+
+
+def _add_ledger_forget(ledger_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from s2_sink.cli._forget_cmd import FORGET_HELP  # noqa: PLC0415
+
+    forget = ledger_commands.add_parser(
+        "forget", help="drop a recreated stream's committed end", description=FORGET_HELP
+    )
+    forget.add_argument("writer_id", metavar="WRITER_ID")
+    forget.add_argument("stream", metavar="STREAM")
+    add_connection_flags(forget)
+    forget.set_defaults(run=_ledger_forget)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_connection_flags(reset)
     reset.set_defaults(run=_ledger_reset)
+    _add_ledger_forget(ledger_commands)
 
     streams = commands.add_parser("streams", help="list the streams of a basin, describe one")
     streams_commands = streams.add_subparsers(dest="action", required=True, metavar="ACTION")

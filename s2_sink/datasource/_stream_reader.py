@@ -53,7 +53,7 @@ from s2_sink._read.lag import lag_by_stream, lag_records
 from s2_sink._read.offsets import (
     Offsets,
     advance,
-    cap_committed,
+    cap_committed_tails,
     cap_total,
     max_merge,
     plan_ranges,
@@ -153,7 +153,7 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
             now = _s2io.stream_epochs(self._cfg, list(found))
         frontier = self._restart_recreated(frontier, was, now, found)
         self._epochs.update(now)
-        found = cap_committed(found, committed)
+        found = cap_committed_tails(found, committed, fail=self._opts.fail_on_data_loss)
         self._tails = sorted_offsets(found)
         if self._available_now is not None:
             # An AvailableNow run reads up to the tails it started with, and no stream created since.
@@ -219,7 +219,7 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         streams = resolve_streams(self._cfg, self._opts)
         committed = self._committed_ends()
         tails = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
-        self._available_now = cap_committed(tails, committed)
+        self._available_now = cap_committed_tails(tails, committed, fail=self._opts.fail_on_data_loss)
         log.info("s2 source: AvailableNow run reads up to %s", self._available_now)
 
     def reportLatestOffset(self) -> dict[str, int] | None:

@@ -23,6 +23,8 @@ class StreamMetrics:
     """Lowest first sequence number any task's acks reported (None if nothing was acknowledged)."""
     end_seq: int | None
     """Highest end (one past the last) sequence number any task's acks reported."""
+    tokens: tuple[str, ...] = ()
+    """Fencing tokens tasks last appended with after a 412 changed theirs (exactly-once), sorted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,11 @@ class BatchMetrics:
         """stream -> highest acknowledged end sequence number in this batch."""
         return {s.stream: s.end_seq for s in self.per_stream if s.end_seq is not None}
 
+    def stream_tokens(self) -> dict[str, tuple[str, ...]]:
+        """Per stream, the fencing tokens tasks switched to (the exactly-once driver hands the newest
+        generation to the next micro-batch's tasks)."""
+        return {s.stream: s.tokens for s in self.per_stream if s.tokens}
+
     def as_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-able) for user monitoring."""
         out = asdict(self)
@@ -128,6 +135,7 @@ def aggregate(
     rows_in = skipped = dead = 0
     partitions: set[int] = set()
     per: dict[str, dict[str, Any]] = {}
+    tokens: dict[str, set[str]] = {}
     latencies: list[float] = []
     for row in rows:
         stream = row["stream"]
@@ -141,6 +149,9 @@ def aggregate(
             stream,
             {"records": 0, "bytes": 0, "appends": 0, "retries": 0, "first_seq": None, "end_seq": None},
         )
+        tokens.setdefault(stream, set())
+        if row.get("token"):
+            tokens[stream].add(row["token"])
         for key in ("records", "bytes", "appends", "retries"):
             acc[key] += row[key]
         if row["first_seq"] is not None:
@@ -150,7 +161,9 @@ def aggregate(
         if row["end_seq"] is not None:
             acc["end_seq"] = row["end_seq"] if acc["end_seq"] is None else max(acc["end_seq"], row["end_seq"])
         latencies.extend(row["latencies_ms"] or ())
-    per_stream = tuple(StreamMetrics(stream=s, **per[s]) for s in sorted(per))
+    per_stream = tuple(
+        StreamMetrics(stream=s, tokens=tuple(sorted(tokens[s])), **per[s]) for s in sorted(per)
+    )
     return BatchMetrics(
         batch_id=batch_id,
         rows_in=rows_in,

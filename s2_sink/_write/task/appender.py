@@ -166,7 +166,8 @@ class Appender:
         st = self.streams.get(name)
         if st is None:
             totals = StreamTotals(latency_sample=self.plan.latency_sample)
-            st = self.streams[name] = _StreamAppends(name, token=self.plan.fencing_token, totals=totals)
+            token = self.plan.stream_tokens.get(name, self.plan.fencing_token)
+            st = self.streams[name] = _StreamAppends(name, token=token, totals=totals)
         return st
 
     def _is_open(self, st: _StreamAppends) -> bool:
@@ -262,7 +263,7 @@ class Appender:
                 and st.token_changes < _MAX_TOKEN_CHANGES
             ):
                 # Nothing refused by a 412 was applied: switch tokens and re-send without backoff.
-                st.token = await self.plan.fence_keeper(st.name, exc.expected_fencing_token)
+                st.token = st.totals.token = await self.plan.fence_keeper(st.name, exc.expected_fencing_token)
                 st.token_changes += 1
                 try:
                     await self._resend(st)

@@ -31,16 +31,18 @@ RESULT_SCHEMA: Final = pa.schema(
         pa.field("end_seq", pa.int64()),
         pa.field("latencies_ms", pa.list_(pa.float64())),
         pa.field("duration_ms", pa.float64(), nullable=False),
+        pa.field("token", pa.string()),
     ]
 )
 """One row per (task, stream) written, plus one row with ``stream = null`` carrying the task's totals
 of rows in, skipped and dead-lettered rows and its duration. ``first_seq``/``end_seq`` are the first
-and one-past-last sequence numbers this task's acks reported on that stream."""
+and one-past-last sequence numbers this task's acks reported on that stream; ``token`` the fencing token
+it last appended with there when a 412 made it change tokens (null: the plan's)."""
 
 RESULT_DDL: Final = (
     "partition int, attempt int, stream string, rows_in bigint, records bigint, bytes bigint, "
     "appends bigint, retries bigint, skipped bigint, dead_lettered bigint, first_seq bigint, "
-    "end_seq bigint, latencies_ms array<double>, duration_ms double"
+    "end_seq bigint, latencies_ms array<double>, duration_ms double, token string"
 )
 
 
@@ -58,6 +60,8 @@ class StreamTotals:
     end_seq: int | None = None
     latencies: list[float] = field(default_factory=list)
     seen_acks: int = 0
+    token: str | None = None
+    """The fencing token appends went out with after a 412 changed it (None: the plan's)."""
     rng: random.Random = field(default_factory=random.Random)
 
     def covers(self, end: int) -> None:
@@ -109,6 +113,7 @@ def result_rows(
             "end_seq": None,
             "latencies_ms": None,
             "duration_ms": duration_ms,
+            "token": None,
         }
     ]
     for name, st in streams:
@@ -130,6 +135,7 @@ def result_rows(
                 "end_seq": st.end_seq,
                 "latencies_ms": st.latencies,
                 "duration_ms": duration_ms,
+                "token": st.token,
             }
         )
     return pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)

@@ -1,0 +1,141 @@
+"""A target stream deleted and recreated under an exactly-once writer (S2's ``delete_on_empty``, or an
+operator): its tail is below the end the ledger committed for it. The writer fails closed with
+`StreamResetError` naming the stream, both positions and the fix, before writing anything to the new
+stream: at a task's 412 (the new stream has no token), at a retry's barrier, at the driver's run-start
+fence, and at the commit. Block by block against the lite server (no Spark)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from s2_sdk import S2ServerError
+
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.plan import check_not_reset
+from s2_sink._write.driver.metrics import aggregate
+from s2_sink._write.driver.routing import Routing
+from s2_sink._write.plan import PartitionContext
+from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
+from s2_sink.config import S2Config
+from s2_sink.errors import StreamResetError
+from s2_sink.lite import LiteServer
+from tests.cli.test_cli import cli
+from tests.faults._support import cfg_for, client, make_basin, read_all, run
+
+BATCH0 = [b"b0-%d" % i for i in range(20)]
+BATCH1 = [b"b1-%d" % i for i in range(10)]
+
+
+def _frame(bodies: list[bytes]) -> pa.RecordBatch:
+    return pa.record_batch({"_s2_body": pa.array(bodies, pa.binary())})
+
+
+def _committed_batch_0(lite: LiteServer) -> tuple[S2Config, WriteSpec, Coordinator, int]:
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=5)
+    spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
+    coord = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
+    epoch = coord.begin_batch(0)
+    assert epoch is not None
+    result = write_partition(spec.plan(0, epoch), [_frame(BATCH0)], PartitionContext(0, 0, 0, 1, 7))
+    metrics = aggregate(0, result.to_pylist(), 1.0, delivery="exactly-once")
+    coord.commit_batch(0, metrics.end_positions())
+    return cfg, spec, coord, coord.state.ends["events"]
+
+
+def _recreate(lite: LiteServer, basin: str) -> None:
+    async def go() -> None:
+        async with client(lite.endpoint) as s2:
+            await s2.basin(basin).delete_stream("events")
+            for _ in range(100):  # deletion completes in the background
+                try:
+                    await s2.basin(basin).create_stream("events")
+                    return
+                except S2ServerError as exc:
+                    if "being deleted" not in str(exc):
+                        raise
+                    await asyncio.sleep(0.05)
+            raise AssertionError("the stream was never deleted")
+
+    run(go())
+
+
+def _bodies(lite: LiteServer, basin: str) -> Counter[bytes]:
+    return Counter(bytes(r.body) for r in run(read_all(lite.endpoint, basin, "events")))
+
+
+def test_recreated_stream_retry_does_not_rewrite(lite: LiteServer) -> None:
+    """Batch 0 (20 rows) is committed; the stream is deleted and recreated; batch 1's task and its retry
+    both stop with StreamResetError before writing (before: the first attempt fenced the new stream and
+    wrote 10 rows, its retry read back the empty range [21, 11) and wrote the same 10 rows again)."""
+    cfg, spec, coord, end = _committed_batch_0(lite)
+    assert end > len(BATCH1)
+    _recreate(lite, cfg.basin)
+    epoch = coord.begin_batch(1)
+    assert epoch is not None
+    plan = spec.plan(1, epoch)
+    for attempt, task_id in ((0, 10), (1, 20)):
+        with pytest.raises(StreamResetError) as refused:
+            write_partition(plan, [_frame(BATCH1)], PartitionContext(1, 0, attempt, task_id, 7))
+        message = str(refused.value)
+        assert "'events'" in message
+        assert f"ends at 0, below the end {end} " in message
+        assert "s2-sink ledger forget" in message
+    assert _bodies(lite, cfg.basin) == Counter()
+
+
+def test_restart_after_recreation_fails_at_the_run_start_fence(lite: LiteServer) -> None:
+    """A new run (driver restart) after the stream was recreated: the driver's run-start fence reads the
+    tail before fencing the token-less new stream and refuses, so no task ever appends to it with a token
+    the new stream would accept."""
+    cfg, _, _, end = _committed_batch_0(lite)
+    _recreate(lite, cfg.basin)
+    restarted = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
+    with pytest.raises(StreamResetError, match=f"ends at 0, below the end {end} "):
+        restarted.begin_batch(1)
+    assert run(read_all(lite.endpoint, cfg.basin, "events", commands=True)) == []
+
+
+def test_commit_refuses_ends_below_the_ledgers() -> None:
+    """The commit's backstop: acks that end below the ledger's end for a stream (a stream recreated under
+    the batch) are refused rather than recorded; streams at or past it, or new ones, pass."""
+    check_not_reset({"a": 10, "b": 5}, {"a": 10, "b": 7, "c": 1})
+    with pytest.raises(StreamResetError, match="'b' ends at 4, below the end 5"):
+        check_not_reset({"a": 10, "b": 5}, {"a": 12, "b": 4})
+
+
+def test_ledger_forget_lets_the_writer_go_on_with_the_new_stream(lite: LiteServer) -> None:
+    """The way forward the error names: `s2-sink ledger forget` refuses a stream that was not reset (exit
+    2), drops the recreated stream's end, and the restarted writer replays the batch in recovery mode,
+    writes it to the new stream exactly once and commits the new stream's end."""
+    cfg, _, _, end = _committed_batch_0(lite)
+    refused = cli(lite.endpoint, "ledger", "forget", "w", "events", "--basin", cfg.basin)
+    assert refused.returncode == 2, refused.stderr
+    assert "it was not reset" in refused.stderr
+    _recreate(lite, cfg.basin)
+
+    done = cli(lite.endpoint, "ledger", "forget", "w", "events", "--basin", cfg.basin)
+    assert done.returncode == 0, done.stderr
+    assert f"forgot the end {end} of stream 'events' (now ending at 0)" in done.stdout
+
+    spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
+    restarted = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
+    epoch = restarted.begin_batch(1)
+    assert epoch is not None
+    assert epoch.recovery
+    assert "events" not in restarted.state.ends
+    plan = spec.plan(1, epoch)
+    write_partition(plan, [_frame(BATCH1[:5])], PartitionContext(1, 0, 0, 1, 7))  # then the driver dies
+    restarted = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
+    epoch = restarted.begin_batch(1)
+    assert epoch is not None
+    result = write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 1, 7))
+    metrics = aggregate(1, result.to_pylist(), 1.0, delivery="exactly-once")
+    check_not_reset(restarted.state.ends, metrics.end_positions())
+    restarted.commit_batch(1, metrics.end_positions())
+    assert _bodies(lite, cfg.basin) == Counter(BATCH1)
+    assert restarted.state.ends["events"] == metrics.end_positions()["events"] < end
