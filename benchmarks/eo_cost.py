@@ -41,13 +41,13 @@ import pyarrow as pa
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.roll_call import ROLL_PREFIX
+from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, ROLL_PREFIX
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._write.driver.metrics import aggregate
-from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.lite._stats import StatsSnapshot
@@ -96,7 +96,7 @@ class BatchCost:
 def _kind_of_stream(name: str) -> str:
     if name.startswith(LEDGER_PREFIX):
         return "ledger"
-    if name.startswith(ROLL_PREFIX):
+    if name.startswith((REGISTER_PREFIX, ROLL_PREFIX)):
         return "roll"
     return "data" if name else "control"
 

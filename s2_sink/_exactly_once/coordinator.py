@@ -11,7 +11,7 @@ object — and every one of them reloads the ledger and opens a new epoch: the S
 goes backwards. Within one start Spark calls ``foreachBatch`` one batch at a time, in increasing order,
 each call finishing before the next. Happy path I/O: one conditional ledger append per micro-batch; a run
 additionally reads the ledger tail once, appends its ``open`` record and fences the static target
-streams once; each micro-batch also reads the tail of the roll stream its tasks sign in to (`roll_call`).
+streams once. The tasks sign in to their partitions' registers (`roll_call`); the driver does not.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from s2_sink import _crashpoints
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall, open_roll
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
@@ -130,13 +130,14 @@ class Coordinator:
         state = self._ledger.state
         if already_committed(state, self.writer_id, batch_id):
             return None
-        roll = await self.roll_call()
+        roll = self.roll_call()
         self._pending = batch_id
         return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
 
-    async def roll_call(self) -> RollCall:
-        """Where the tasks of the micro-batch about to begin sign in."""
-        return await open_roll(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
+    def roll_call(self) -> RollCall:
+        """Where the tasks of the micro-batch about to begin sign in (no request: a task finds its
+        partition's register by name)."""
+        return RollCall(self.writer_id)
 
     async def load(self) -> LedgerState:
         """Load the ledger's state (creating the ledger stream if needed)."""
