@@ -24,6 +24,7 @@ from typing import Literal
 from s2_sdk import S2ServerError
 
 from s2_sink import _crashpoints
+from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
@@ -132,12 +133,22 @@ class Coordinator:
             return None
         roll = self.roll_call()
         self._pending = batch_id
-        return epoch_plan(self.cfg, self.writer, self._token.epoch, state.ends, recovery=recovery, roll=roll)
+        ends = self.ends_ref()
+        return epoch_plan(self.cfg, self.writer, self._token.epoch, ends, recovery=recovery, roll=roll)
 
     def roll_call(self) -> RollCall:
         """Where the tasks of the micro-batch about to begin sign in (no request: a task finds its
         partition's register by name)."""
         return RollCall(self.writer_id)
+
+    def ends_ref(self) -> EndsRef:
+        """The last commit's stream ends as the tasks get them: the static streams' inline, the rest (when
+        there are many) by the ledger position tasks look them up at, only off the happy path."""
+        assert self._ledger is not None
+        state = self._ledger.state
+        return EndsRef.of(
+            self.writer_id, state.ends, state_at=self._ledger.state_at, keep=self.static_streams
+        )
 
     async def load(self) -> LedgerState:
         """Load the ledger's state (creating the ledger stream if needed)."""

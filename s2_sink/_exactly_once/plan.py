@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LedgerState
 from s2_sink._exactly_once.roll_call import RollCall
@@ -56,28 +57,30 @@ def epoch_plan(
     cfg: S2Config,
     writer: str,
     epoch: int,
-    starts: Mapping[str, int],
+    starts: Mapping[str, int] | EndsRef,
     *,
     recovery: bool,
     roll: RollCall,
     replay: Replay = "content",
 ) -> EpochPlan:
-    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends, `roll`
-    where the micro-batch's task attempts sign in."""
+    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends (all of
+    them, or an `EndsRef` that names where the ledger has them), `roll` where the micro-batch's task
+    attempts sign in."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
+    ends = starts if isinstance(starts, EndsRef) else EndsRef(roll.writer_id, dict(starts))
     token = Token(epoch=epoch, gen=0, writer=writer).encode()
     return EpochPlan(
         cfg=eo_cfg,
         token=token,
         tagger=Tagger(writer, epoch),
-        keeper=TokenKeeper(eo_cfg, token, frozenset(starts)),
+        keeper=TokenKeeper(eo_cfg, token, ends),
         dedupe=Dedupe(
             cfg=eo_cfg,
             token=token,
             writer=writer,
             epoch=epoch,
             recovery=recovery,
-            starts=dict(starts),
+            starts=ends,
             roll=roll,
             replay=replay,
         ),

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Literal
 from s2_sdk import Record
 
 from s2_sink import _crashpoints
+from s2_sink._exactly_once.ends_cache import EndsRef, lookup
 from s2_sink._exactly_once.fencing import (
     TaskAttempt,
     Token,
@@ -76,7 +77,7 @@ class _Task:
     """The task attempt running on this thread and the micro-batch's start positions (for the 412 path)."""
 
     attempt: TaskAttempt
-    starts: dict[str, int]
+    starts: EndsRef
 
 
 _current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
@@ -114,13 +115,14 @@ class TokenKeeper:
 
     cfg: S2Config
     token: str
-    written: frozenset[str] = frozenset()
+    written: EndsRef
     """Streams this writer committed writes to (a foreign s2_sink token there means it was displaced)."""
 
     async def __call__(self, stream: str, current: str) -> str:
         mine = Token.parse(self.token)
         assert mine is not None
-        take_over = stream not in self.written
+        end = await lookup(self.cfg, self.written, stream)
+        take_over = end is None
         # Raises FencedError when we must stop.
         adopt = judge_current_token(stream, current, mine, may_take_over=take_over)
         task = _current_task.get()
@@ -130,7 +132,7 @@ class TokenKeeper:
                 "cannot tell whether a later attempt of its own set it (its recovery hook did not run), so "
                 "it stops rather than risk writing as a superseded attempt"
             )
-        since = task.starts.get(stream, 0) if task is not None else 0
+        since = (end or 0) if task is not None else 0
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
         if adopt is not None:
             if adopt.by is not None and task is not None:  # a retry's barrier: not if our partition's
@@ -239,7 +241,7 @@ class Dedupe:
     epoch: int
     recovery: bool
     """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
-    starts: dict[str, int]
+    starts: EndsRef
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
     roll: RollCall
     """Where the micro-batch's task attempts sign in (`roll_call`)."""
@@ -276,13 +278,14 @@ class Dedupe:
             # that no earlier attempt got to create would refuse the fence with 404 on every retry.
             await get_pool().ensure_stream(self.cfg, stream)
         me = _attempt(ctx)
+        end = await lookup(self.cfg, self.starts, stream)
         fenced = await fence_if_older(
             s2_stream,
             mine,
             bump=retry,
-            may_take_over=stream not in self.starts,
+            may_take_over=end is None,
             me=me,
-            since=self.starts.get(stream, 0),
+            since=end or 0,
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
@@ -303,7 +306,7 @@ class Dedupe:
         found = await read_back(
             s2_stream,
             writer=self.writer,
-            start=self.starts.get(stream, 0),
+            start=end or 0,
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
             owns=None if owner is None or not recovery else owner.check(partition),

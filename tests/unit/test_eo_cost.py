@@ -52,7 +52,6 @@ def test_a_batch_after_a_task_retry_costs_what_a_batch_before_it_cost(counting: 
     assert after.requests <= 1.25 * steady.requests
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 item 6: the whole ends map is copied into every task's plan")
 def test_the_plan_a_task_receives_does_not_grow_with_the_streams_written(counting: LiteServer) -> None:
     """The pickled plan every task receives is about as big after a batch that wrote 400 routed streams as
     after one that wrote 10: the ledger's stream ends do not travel with it."""

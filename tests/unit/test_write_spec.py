@@ -112,10 +112,10 @@ def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
     assert plan.recovery is epoch.dedupe
     assert epoch.keeper.cfg == epoch.dedupe.cfg == plan.cfg
     assert epoch.keeper.token == epoch.dedupe.token == plan.fencing_token
-    assert (epoch.dedupe.starts, epoch.dedupe.recovery, epoch.dedupe.replay) == (
+    assert (epoch.dedupe.starts.inline, epoch.dedupe.recovery, epoch.dedupe.replay) == (
         {"events": 12},
         True,
         "content",
     )
-    assert epoch.keeper.written == frozenset({"events"})
+    assert epoch.keeper.written.inline == {"events": 12}
     assert (plan.chunk_tag_reserve, plan.resend_ambiguous) == (TAG_RESERVE_BYTES, False)
