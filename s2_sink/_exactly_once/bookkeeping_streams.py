@@ -1,7 +1,8 @@
-"""The exactly-once bookkeeping streams (ledgers, roll calls) this process has already created or found.
+"""The exactly-once ledgers this process has already created or found.
 
-A format("s2") driver runs in a long-lived Python worker and opens its ledger and roll call once per
-micro-batch; the create-if-missing call is needed once per process, not once per batch.
+A format("s2") driver runs in a long-lived Python worker and opens its ledger once per micro-batch; the
+create-if-missing call is needed once per process, not once per batch. (Sign-in registers are created by
+the first task that finds one missing, `roll_call`.)
 """
 
 from __future__ import annotations

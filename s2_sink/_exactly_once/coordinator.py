@@ -12,7 +12,7 @@ goes backwards. Within one start Spark calls ``foreachBatch`` one batch at a tim
 each call finishing before the next. Happy path I/O: two conditional ledger appends per micro-batch (an
 ``intent`` before its tasks start, the ``commit`` after they finished); a run
 additionally reads the ledger tail once, appends its ``open`` record and fences the static target
-streams once; each micro-batch also reads the tail of the roll stream its tasks sign in to (`roll_call`).
+streams once. The tasks sign in to their partitions' registers (`roll_call`); the driver does not.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from typing import Literal
 from s2_sdk import S2ServerError
 
 from s2_sink import _crashpoints
+from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan, newest_tokens
-from s2_sink._exactly_once.roll_call import RollCall, open_roll
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.takeover import check_destination, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
@@ -180,14 +181,15 @@ class Coordinator:
         state = self._ledger.state
         if already_committed(state, self.writer_id, batch_id):
             return None
-        roll = await self.roll_call()
+        roll = self.roll_call()
         self._pending = batch_id
         # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
         # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
         await self._ledger.append(self._ledger.intended(batch_id))
+        ends = self.ends_ref()
         epoch = self._token.epoch
         return epoch_plan(
-            self.cfg, self.writer, epoch, state.ends, recovery=recovery, roll=roll, tokens=self._tokens
+            self.cfg, self.writer, epoch, ends, recovery=recovery, roll=roll, tokens=self._tokens
         )
 
     async def _take_over(self, state: LedgerState) -> LedgerState:
@@ -205,9 +207,19 @@ class Coordinator:
         )
         return taken if taken is not None else state
 
-    async def roll_call(self) -> RollCall:
-        """Where the tasks of the micro-batch about to begin sign in."""
-        return await open_roll(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id)
+    def roll_call(self) -> RollCall:
+        """Where the tasks of the micro-batch about to begin sign in (no request: a task finds its
+        partition's register by name)."""
+        return RollCall(self.writer_id)
+
+    def ends_ref(self) -> EndsRef:
+        """The last commit's stream ends as the tasks get them: the static streams' inline, the rest (when
+        there are many) by the ledger position tasks look them up at, only off the happy path."""
+        assert self._ledger is not None
+        state = self._ledger.state
+        return EndsRef.of(
+            self.writer_id, state.ends, state_at=self._ledger.state_at, keep=self.static_streams
+        )
 
     async def load(self) -> LedgerState:
         """Load the ledger's state (creating the ledger stream if needed)."""

@@ -238,6 +238,11 @@ class Ledger:
                 ) from last
             await asyncio.sleep(delay)
 
+    @property
+    def state_at(self) -> int | None:
+        """The seq_num of the state record `state` was read from or appended as (None before one)."""
+        return self._state_at if self._state_at >= 0 else None
+
     def resume(self, state: LedgerState, tail: int) -> None:
         """Continue from a state this writer appended itself (its last record, before `tail`) without
         reading the ledger again; a stale view is caught by the next conditional append."""

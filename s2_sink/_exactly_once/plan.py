@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token, stream_reset
 from s2_sink._exactly_once.ledger import LedgerState
 from s2_sink._exactly_once.roll_call import RollCall
@@ -59,31 +60,33 @@ def epoch_plan(
     cfg: S2Config,
     writer: str,
     epoch: int,
-    starts: Mapping[str, int],
+    starts: Mapping[str, int] | EndsRef,
     *,
     recovery: bool,
     roll: RollCall,
     replay: Replay = "content",
     tokens: Mapping[str, str] | None = None,
 ) -> EpochPlan:
-    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends, `roll`
-    where the micro-batch's task attempts sign in, `tokens` the tokens tasks of earlier micro-batches
-    last appended with per stream (only newer generations of this epoch are shipped)."""
+    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends (all of
+    them, or an `EndsRef` that names where the ledger has them), `roll` where the micro-batch's task
+    attempts sign in, `tokens` the tokens tasks of earlier micro-batches last appended with per stream
+    (only newer generations of this epoch are shipped)."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
+    ends = starts if isinstance(starts, EndsRef) else EndsRef(roll.writer_id, dict(starts))
     token = Token(epoch=epoch, gen=0, writer=writer).encode()
     return EpochPlan(
         tokens=_newer_generations(tokens or {}, writer, epoch),
         cfg=eo_cfg,
         token=token,
         tagger=Tagger(writer, epoch),
-        keeper=TokenKeeper(eo_cfg, token, frozenset(starts)),
+        keeper=TokenKeeper(eo_cfg, token, ends),
         dedupe=Dedupe(
             cfg=eo_cfg,
             token=token,
             writer=writer,
             epoch=epoch,
             recovery=recovery,
-            starts=dict(starts),
+            starts=ends,
             roll=roll,
             replay=replay,
         ),
@@ -101,13 +104,20 @@ def newest_tokens(tokens: Mapping[str, str], reported: Mapping[str, Iterable[str
     return out
 
 
+_MAX_SHIPPED_TOKENS = 16
+"""Tokens of newer generations a plan carries at most, the highest generations first: every routed stream a
+task first fenced carries a named generation, and shipping them all would make the plan grow with the
+streams written (the rest cost their tasks one 412 and an adoption check, as before)."""
+
+
 def _newer_generations(tokens: Mapping[str, str], writer: str, epoch: int) -> dict[str, str]:
-    out: dict[str, str] = {}
+    newer: list[tuple[int, str, str]] = []
     for stream, text in tokens.items():
         token = Token.parse(text)
         if token is not None and (token.writer, token.epoch) == (writer, epoch) and token.gen > 0:
-            out[stream] = text
-    return out
+            newer.append((token.gen, stream, text))
+    newer.sort(reverse=True)
+    return {stream: text for _, stream, text in newer[:_MAX_SHIPPED_TOKENS]}
 
 
 def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int]) -> None:

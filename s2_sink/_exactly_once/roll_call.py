@@ -3,20 +3,27 @@
 Spark restarts attempt numbers at 0 when it retries a whole stage (a ``FetchFailed`` after an executor
 was lost, SPARK-24552), and pyspark's `TaskContext` has no stage attempt number, so a task cannot tell
 from its context whether an earlier attempt of its partition already wrote part of it. The sign-in tells
-it: each attempt appends ``{writer, epoch, batch, partition, task id}`` to the writer's roll stream
-``_s2sink/attempts/<writer_id>``, then reads the sign-ins of its micro-batch that came before its own.
+it. Each partition of a writer has a register stream, ``_s2sink/register/<writer_id>/<partition>``, whose
+last record is the last attempt of that partition to sign in, ``{writer, epoch, batch, partition, task
+id}``. An attempt reads that record (one record before the tail), decides, and appends its own sign-in on
+the condition that nothing was appended since (``match_seq_num``), so the register's records are a total
+order of the partition's attempts; when another attempt got in between, it reads again and decides again.
 
-- An earlier attempt of its partition (lower task id) signed in: this attempt is a retry, whatever its
-  attempt number, so it puts up a barrier and reads back before writing (`task.Dedupe`).
+- An earlier attempt of its partition (lower task id) signed in for the same epoch and micro-batch: this
+  attempt is a retry, whatever its attempt number, so it puts up a barrier and reads back before writing
+  (`task.Dedupe`).
 - A later attempt (higher task id; Spark hands out task ids in launch order) signed in first: this one
   is a zombie that started late; it stops before writing anything.
-- An earlier attempt that signs in after a later one finds the later one and stops; one that signed in
-  before it and still writes meets the later attempt's barrier (`fencing.refuse_if_superseded`).
+- An attempt of a later micro-batch or epoch signed in: the query has moved past this attempt's
+  micro-batch (or run); it is a late zombie and stops before writing anything.
+- An earlier attempt that signed in before a later one and still writes meets the later attempt's
+  barrier (`fencing.refuse_if_superseded`).
 
-The driver passes each micro-batch a position before all of its sign-ins (the stream's tail when the
-batch began) and trims the stream behind it now and then, so reading the batch's sign-ins costs one
-short read per task. A sign-in that finds that position trimmed belongs to a micro-batch the query has
-moved on from; it stops rather than guess.
+A task reads one record and makes two requests whatever the number of tasks; the driver does not touch the
+registers. A register is created by the first sign-in that finds it missing. It keeps its records until
+trimmed (no retention: a register that forgot its last sign-in would let a zombie of a long-gone batch sign
+in as a first attempt); every `_TRIM_EVERY` records a sign-in carries a trim command before it, so a
+register holds at most that many records and always its last sign-in.
 """
 
 from __future__ import annotations
@@ -29,45 +36,46 @@ from typing import Final
 from s2_sdk import (
     AppendInput,
     CommandRecord,
+    ReadLimit,
+    ReadUnwrittenError,
     Record,
     S2Basin,
     S2ClientError,
     S2ServerError,
     S2Stream,
+    SeqNumMismatchError,
     StreamConfig,
+    TailOffset,
 )
 
-from s2_sink._exactly_once.bookkeeping_streams import ensure_once
 from s2_sink._exactly_once.fencing import TaskAttempt
-from s2_sink._exactly_once.readback import read_span
 from s2_sink._transport.retry import Retries
 from s2_sink.errors import FencedError
 
-__all__ = ["ROLL_PREFIX", "RollCall", "open_roll", "roll_stream_name", "sign_in"]
+__all__ = ["REGISTER_PREFIX", "ROLL_PREFIX", "RollCall", "SignIn", "judge", "last_sign_in", "sign_in"]
 
 log = logging.getLogger(__name__)
 
+REGISTER_PREFIX: Final = "_s2sink/register/"
 ROLL_PREFIX: Final = "_s2sink/attempts/"
-# Sign-ins kept behind the current micro-batch before the driver trims them: one trim per this many.
+"""Where releases before the registers kept one roll stream per writer; no longer read or written."""
+# A sign-in at a multiple of this position trims the register behind it.
 _TRIM_EVERY: Final = 256
-# Sign-ins matter only while their micro-batch runs; retention bounds the stream if nothing trims it.
-_CONFIG: Final = StreamConfig(retention_policy=7 * 24 * 3600)
-
-# Where this process last trimmed each roll stream, as (basin, stream).
-_trimmed: dict[tuple[str, str], int] = {}
-
-
-def roll_stream_name(writer_id: str) -> str:
-    """The roll stream of a writer identity (beside its ledger, ``_s2sink/ledger/<writer_id>``)."""
-    return ROLL_PREFIX + writer_id
+# Records stay until trimmed: the last sign-in must outlive any zombie of its partition.
+_CONFIG: Final = StreamConfig(retention_policy="infinite")
 
 
 @dataclass(frozen=True, slots=True)
 class RollCall:
-    """Where a micro-batch's task attempts sign in: the roll stream and a position before them all."""
+    """Where a writer's task attempts sign in: one register stream per partition (no position: a sign-in
+    reads the register's last record)."""
 
-    stream: str
-    start: int
+    writer_id: str
+
+    def register(self, partition: int) -> str:
+        """The register stream of `partition` (the partition is the last path segment: a writer_id may
+        contain ``/`` but the partition never does)."""
+        return f"{REGISTER_PREFIX}{self.writer_id}/{partition}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,82 +101,90 @@ class SignIn:
             return None  # a command record or something that is not ours
 
 
-async def open_roll(basin: S2Basin, writer_id: str) -> RollCall:
-    """Driver, when a micro-batch begins: the roll call for its tasks (creating the stream if needed;
-    trimming sign-ins of earlier micro-batches once enough of them piled up)."""
-    name = roll_stream_name(writer_id)
-    key = (basin.name, name)
-    await ensure_once(basin, name, _CONFIG)
-    stream = basin.stream(name)
-    try:
-        tail = (await stream.check_tail()).seq_num
-    except S2ServerError as exc:
-        if exc.status_code != 404:
-            raise
-        await _ensure(basin, name)  # deleted since this process created it
-        tail = (await stream.check_tail()).seq_num
-    if tail - _trimmed.get(key, 0) >= _TRIM_EVERY:
-        # Every earlier micro-batch is committed (or belongs to a run that is gone): its attempts can
-        # only be zombies, which find their batch's start trimmed and stop.
-        await stream.append(AppendInput(records=[CommandRecord.trim(tail)]))
-        _trimmed[key] = tail
-        log.debug("roll stream %s trimmed to %s", name, tail)
-    return RollCall(name, tail)
+def judge(me: SignIn, last: SignIn | None) -> bool:
+    """Whether `me` is a retry (an earlier attempt of its partition signed in for the same epoch and
+    micro-batch), given the register's last sign-in; FencedError if `me` must stop without writing."""
+    if last is None or last.writer != me.writer or last.attempt.partition != me.attempt.partition:
+        return False  # nothing of this partition under this writer hash: the first attempt
+    a = me.attempt
+    if (last.epoch, last.batch) > (me.epoch, me.batch):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} (epoch {me.epoch}) found that an attempt of micro-batch {last.batch} (epoch "
+            f"{last.epoch}) of its partition already signed in: the query has moved past this "
+            "micro-batch, so this is a late attempt of it and it stops without writing"
+        )
+    if (last.epoch, last.batch) < (me.epoch, me.batch):
+        return False
+    if me.attempt.superseded_by(last.attempt):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} was superseded by a later attempt (task id {last.attempt.task_id}) before it "
+            "started writing; it stops without writing"
+        )
+    return last.attempt != a
 
 
-async def _ensure(basin: S2Basin, name: str) -> None:
-    await basin.ensure_stream(name, config=_CONFIG)
+async def last_sign_in(stream: S2Stream) -> tuple[SignIn | None, int] | None:
+    """The register's last sign-in and its tail, or None if the register does not exist."""
+    retries = Retries()
+    while True:
+        try:
+            batch = await stream.read(start=TailOffset(1), limit=ReadLimit(count=1))
+        except ReadUnwrittenError as exc:  # an empty register
+            return None, exc.tail.seq_num
+        except S2ServerError as exc:
+            if exc.status_code == 404:
+                return None
+            await retries.after(exc)
+            continue
+        except S2ClientError as exc:
+            await retries.after(exc)
+            continue
+        if not batch.records:  # trimmed by hand to nothing: no sign-in left to go by
+            return None, (await stream.check_tail()).seq_num
+        rec = batch.records[-1]
+        return SignIn.parse(bytes(rec.body)), rec.seq_num + 1
 
 
 async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
     """Sign `me` in; True if an earlier attempt of its partition signed in for the same micro-batch.
 
-    Raises FencedError if a later attempt of its partition signed in first, or if the micro-batch's
-    sign-ins were trimmed away (the query has moved past it).
+    Raises FencedError if a later attempt of its partition, or an attempt of a later micro-batch or epoch,
+    signed in first.
     """
-    stream = basin.stream(roll.stream)
-    mine = await _append(basin, stream, me.encode())
-    earlier = False
-    expected = roll.start  # sign-ins are contiguous from the batch's start through ours, unless trimmed
-    async for rec in read_span(stream, roll.start, mine + 1):
-        if rec.seq_num != expected:
-            break
-        expected += 1
-        other = SignIn.parse(bytes(rec.body))
-        if other is None or (other.writer, other.epoch, other.batch) != (me.writer, me.epoch, me.batch):
-            continue
-        if other.attempt.partition != me.attempt.partition or other.attempt == me.attempt:
-            continue
-        if me.attempt.superseded_by(other.attempt):
-            raise FencedError(
-                f"exactly-once: task attempt (partition {me.attempt.partition}, task id "
-                f"{me.attempt.task_id}) of micro-batch {me.batch} was superseded by a later attempt (task "
-                f"id {other.attempt.task_id}) before it started writing; it stops without writing"
-            )
-        earlier = True
-    if expected != mine + 1:
-        raise FencedError(
-            f"exactly-once: task attempt (partition {me.attempt.partition}, task id "
-            f"{me.attempt.task_id}) of micro-batch {me.batch} cannot read the batch's attempts from "
-            f"{roll.stream!r} (trimmed from {roll.start}): the query has moved past this micro-batch, so "
-            "this is a late attempt of it and it stops without writing"
-        )
-    log.debug("signed in %s at %s of %s (earlier attempt: %s)", me, mine, roll.stream, earlier)
-    return earlier
-
-
-async def _append(basin: S2Basin, stream: S2Stream, body: bytes) -> int:
-    """Append one sign-in; its seq_num. A sign-in applied twice is harmless (the same attempt twice)."""
+    name = roll.register(me.attempt.partition)
+    stream = basin.stream(name)
     retries = Retries()
     created = False
+    decided: bool | None = None  # the decision behind our last append, if it may have landed
     while True:
+        found = await last_sign_in(stream)
+        if found is None:  # the partition's first sign-in (or the register was deleted)
+            if created:
+                raise FencedError(
+                    f"exactly-once: the sign-in register {name!r} of partition {me.attempt.partition} "
+                    "is missing again right after it was created; the task stops without writing"
+                )
+            await basin.ensure_stream(name, config=_CONFIG)
+            created = True
+            continue
+        last, tail = found
+        if decided is not None and last == me:
+            break  # our conditional append landed (its acknowledgement was lost): nothing came between
+        decided = judge(me, last)
+        records = [Record(body=me.encode())]
+        if tail > 0 and tail % _TRIM_EVERY == 0:
+            records.insert(0, CommandRecord.trim(tail))  # keeps the trim command and our sign-in
         try:
-            ack = await stream.append(AppendInput(records=[Record(body=body)]))
-            seq: int = ack.start.seq_num
-            return seq
+            await stream.append(AppendInput(records=records, match_seq_num=tail))
+            break
+        except SeqNumMismatchError:
+            continue  # another attempt of this partition signed in between: decide again
         except (S2ClientError, S2ServerError) as exc:
-            if isinstance(exc, S2ServerError) and exc.status_code == 404 and not created:
-                await _ensure(basin, stream.name)  # the driver creates it; a plan built elsewhere may not
-                created = True
-                continue
-            await retries.after(exc)
+            if isinstance(exc, S2ServerError) and exc.status_code == 404:
+                continue  # deleted since we read it: the next read creates it
+            await retries.after(exc)  # may have landed: the next read tells
+    assert decided is not None
+    log.debug("signed in %s to %s at %s (earlier attempt: %s)", me, name, tail, decided)
+    return decided

@@ -125,7 +125,7 @@ def open_sink_run(
             check_identity(before, writer_id, query_id, before.committed + 1)
         token = await coord.open_run("batch")
         opened, tail = coord.ledger_position()
-        roll = await coord.roll_call()
+        roll = coord.roll_call()
         return SinkRun(
             cfg,
             writer_id,

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Literal
 from s2_sdk import Record
 
 from s2_sink import _crashpoints
+from s2_sink._exactly_once.ends_cache import EndsRef, lookup
 from s2_sink._exactly_once.fencing import (
     TaskAttempt,
     Token,
@@ -79,7 +80,7 @@ class _Task:
     """The task attempt running on this thread and the micro-batch's start positions (for the 412 path)."""
 
     attempt: TaskAttempt
-    starts: dict[str, int]
+    starts: EndsRef
 
 
 _current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
@@ -117,13 +118,14 @@ class TokenKeeper:
 
     cfg: S2Config
     token: str
-    written: frozenset[str] = frozenset()
+    written: EndsRef
     """Streams this writer committed writes to (a foreign s2_sink token there means it was displaced)."""
 
     async def __call__(self, stream: str, current: str) -> str:
         mine = Token.parse(self.token)
         assert mine is not None
-        take_over = stream not in self.written
+        end = await lookup(self.cfg, self.written, stream)
+        take_over = end is None
         # Raises FencedError when we must stop.
         judge_current_token(stream, current, mine, may_take_over=take_over)
         task = _current_task.get()
@@ -143,8 +145,8 @@ class TokenKeeper:
             current=current,
             may_take_over=take_over,
             me=task.attempt,
-            since=task.starts.get(stream, 0),
-            end=task.starts.get(stream),
+            since=end or 0,
+            end=end,
         )
         return str(result.token)
 
@@ -241,7 +243,7 @@ class Dedupe:
     epoch: int
     recovery: bool
     """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
-    starts: dict[str, int]
+    starts: EndsRef
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
     roll: RollCall
     """Where the micro-batch's task attempts sign in (`roll_call`)."""
@@ -278,14 +280,15 @@ class Dedupe:
             # that no earlier attempt got to create would refuse the fence with 404 on every retry.
             await get_pool().ensure_stream(self.cfg, stream)
         me = _attempt(ctx)
+        end = await lookup(self.cfg, self.starts, stream)
         fenced = await fence_if_older(
             s2_stream,
             mine,
             bump=retry,
-            may_take_over=stream not in self.starts,
+            may_take_over=end is None,
             me=me,
-            since=self.starts.get(stream, 0),
-            end=self.starts.get(stream),
+            since=end or 0,
+            end=end,
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
@@ -306,7 +309,7 @@ class Dedupe:
         found = await read_back(
             s2_stream,
             writer=self.writer,
-            start=self.starts.get(stream, 0),
+            start=end or 0,
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
             owns=None if owner is None or not recovery else owner.check(partition),

@@ -18,7 +18,7 @@ from s2_sdk import S2Basin, StreamConfig
 
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.roll_call import ROLL_PREFIX
+from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, ROLL_PREFIX
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._fences_cmd import read_fence
 from s2_sink.cli._output import iso_ms
@@ -34,8 +34,11 @@ def _ms(when: datetime | None) -> int | None:
 def _role(name: str) -> str:
     if name.startswith(LEDGER_PREFIX):
         return f"exactly-once ledger of writer {name[len(LEDGER_PREFIX) :]!r}"
+    if name.startswith(REGISTER_PREFIX):
+        writer, _, partition = name[len(REGISTER_PREFIX) :].rpartition("/")
+        return f"exactly-once sign-ins of partition {partition} of writer {writer!r}"
     if name.startswith(ROLL_PREFIX):
-        return f"exactly-once task attempts (roll call) of writer {name[len(ROLL_PREFIX) :]!r}"
+        return f"no longer used (an earlier version's task sign-ins of writer {name[len(ROLL_PREFIX) :]!r})"
     if name.startswith("_s2sink/"):
         return "exactly-once bookkeeping"
     return ""

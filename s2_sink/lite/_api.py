@@ -34,6 +34,7 @@ from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._reads import read_session, unary_read
 from s2_sink.lite._request import Request
 from s2_sink.lite._router import Router
+from s2_sink.lite._stats import RequestStats, request_kind
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._throttle import Throttle
@@ -61,14 +62,16 @@ class LiteApp:
         *,
         clock: Clock | None = None,
         throttle: bool = False,
+        stats: RequestStats | None = None,
     ) -> None:
         self.store = store
+        self.stats = stats
         self.log = log_
         self.faults = faults
         self.token = token
         self.clock = clock or Clock()
         self.throttle = Throttle(self.clock) if throttle else None
-        self.appender = Appender(log_, faults, self.clock, self.throttle)
+        self.appender = Appender(log_, faults, self.clock, self.throttle, stats)
         self.tasks: set[asyncio.Task[None]] = set()
         if log_ is not None:
             store.on_meta = lambda doc: log_.write(encode_meta(doc))
@@ -107,6 +110,10 @@ class LiteApp:
             if self.token is not None and req.headers.get("authorization") != f"Bearer {self.token}":
                 raise ApiError(401, "authn", "invalid or missing access token")
             match = self.router.route(req.method, path)
+            if self.stats is not None:
+                ctype, accept = req.headers.get("content-type", ""), req.headers.get("accept", "")
+                kind = request_kind(req.method, path, ctype, accept)
+                self.stats.request(kind, match.params.get("stream", ""))
             match.handler(req, match.params, query)
         except ApiError as exc:
             req.respond(exc.status, [*JSON, *exc.headers], exc.body())
@@ -156,12 +163,15 @@ class LiteApp:
         read = ReadParams.parse(query)
         stream = self._stream_for(req, params["stream"], "read")
         if req.headers.get("content-type", "") == "s2s/proto":
-            self.spawn(req, read_session(req, stream, read, S2SOut(req.headers.get("accept-encoding"))))
+            out = S2SOut(req.headers.get("accept-encoding"))
+            self.spawn(req, read_session(req, stream, read, out, stats=self.stats))
             return
         if req.headers.get("accept", "").split(",")[0].strip() == "text/event-stream":
             last_event_id = req.headers.get("last-event-id")
             delivered = read.resume(last_event_id) if last_event_id else (0, 0)
-            self.spawn(req, read_session(req, stream, read, SSEOut(s2_format(req)), delivered))
+            self.spawn(
+                req, read_session(req, stream, read, SSEOut(s2_format(req)), delivered, stats=self.stats)
+            )
             return
         self._unary(req, lambda body: self._unary_read(req, stream, read))
 
@@ -174,7 +184,7 @@ class LiteApp:
         return json_response(200, ack_to_json(ack))
 
     async def _unary_read(self, req: Request, stream: Stream, params: ReadParams) -> Response:
-        batch = await unary_read(stream, params)
+        batch = await unary_read(stream, params, self.stats)
         if wants_proto(req):
             return 200, _PROTO, batch
         return json_response(200, read_batch_to_json(batch, s2_format(req)))

@@ -19,6 +19,7 @@ from s2_sink.lite._errors import ApiError, bad, not_found
 from s2_sink.lite._faults import Faults
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._request import Request
+from s2_sink.lite._stats import RequestStats
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._throttle import Throttle
 from s2_sink.lite._wire import append_ack
@@ -36,21 +37,30 @@ class Appender:
     """What every append goes through: the clock, the throttle (if on), the durable log (if any) and the fault
     hooks."""
 
-    __slots__ = ("clock", "faults", "log", "throttle")
+    __slots__ = ("clock", "faults", "log", "stats", "throttle")
 
     def __init__(
-        self, log: DurableLog | None, faults: Faults, clock: Clock, throttle: Throttle | None = None
+        self,
+        log: DurableLog | None,
+        faults: Faults,
+        clock: Clock,
+        throttle: Throttle | None = None,
+        stats: RequestStats | None = None,
     ) -> None:
         self.log = log
         self.faults = faults
         self.clock = clock
         self.throttle = throttle
+        self.stats = stats
 
     def sequence(self, req: Request, stream: Stream, payload: bytes) -> Batch:
         """Admit (throttling) and sequence one encoded AppendInput; raises ApiError without applying it."""
         if self.throttle is not None:
             self.throttle.admit(req.conn, stream, len(payload))
-        return stream.sequence(payload, self.clock.now_ms())
+        batch = stream.sequence(payload, self.clock.now_ms())
+        if self.stats is not None:
+            self.stats.appended(stream.name, batch.end - batch.start)
+        return batch
 
     def commit(self, stream: Stream, batch: Batch, on_durable: Callable[[], None]) -> None:
         """Make a batch durable (log + fsync when there is a data dir), then visible, then call back."""
@@ -146,6 +156,8 @@ class AppendSession:
     def on_input(self, payload: bytes) -> None:
         """One AppendInput."""
         stream = self.stream
+        if self.appender.stats is not None:
+            self.appender.stats.request("session_append", stream.name)
         if stream.deleted:
             self.fail(not_found("stream_not_found", f"stream {stream.name!r} was deleted"))
             return

@@ -10,6 +10,7 @@ from s2_sink.lite._errors import ApiError, not_found
 from s2_sink.lite._read_out import ReadOut
 from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._request import Request
+from s2_sink.lite._stats import RequestStats
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._wire import read_batch
 
@@ -29,7 +30,7 @@ async def _wait_change(stream: Stream, seconds: float | None) -> bool:
     return True
 
 
-async def unary_read(stream: Stream, p: ReadParams) -> bytes:
+async def unary_read(stream: Stream, p: ReadParams, stats: RequestStats | None = None) -> bytes:
     """An encoded ReadBatch: at most 1000 records / 1 MiB; ``wait`` long-polls at the tail."""
     wait = min(p.wait or 0, _MAX_UNARY_WAIT)
     start = p.resolve_start(stream, can_follow=wait > 0)
@@ -40,6 +41,8 @@ async def unary_read(stream: Stream, p: ReadParams) -> bytes:
     while True:
         res = stream.collect(start, max_count, max_bytes, p.until)
         if res.count or res.until_reached:
+            if stats is not None:
+                stats.served(stream.name, res.count)
             tail = stream.tail() if res.next_seq >= stream.visible_seq else None
             return read_batch(res.encoded, tail)
         remaining = deadline - loop.time()
@@ -49,7 +52,13 @@ async def unary_read(stream: Stream, p: ReadParams) -> bytes:
 
 
 async def read_session(
-    req: Request, stream: Stream, p: ReadParams, out: ReadOut, delivered: tuple[int, int] = (0, 0)
+    req: Request,
+    stream: Stream,
+    p: ReadParams,
+    out: ReadOut,
+    delivered: tuple[int, int] = (0, 0),
+    *,
+    stats: RequestStats | None = None,
 ) -> None:
     """Stream batches until a bound is met, ``wait`` expires, or the client goes away.
 
@@ -87,6 +96,8 @@ async def read_session(
         if res.count:
             caught_up = res.next_seq >= stream.visible_seq
             seq = res.next_seq
+            if stats is not None:
+                stats.served(stream.name, res.count)
             total_count += res.count
             total_bytes += res.nbytes
             tail = stream.tail() if caught_up else None

@@ -22,6 +22,7 @@ from s2_sink.lite._durability import LOG_NAME, DurableLog, replay
 from s2_sink.lite._faults import FaultCounters, Faults
 from s2_sink.lite._janitor import Janitor
 from s2_sink.lite._listener import SniffingProtocol
+from s2_sink.lite._stats import RequestStats
 from s2_sink.lite._store import Store
 
 __all__ = ["LiteServer", "RemoteFaults", "serve"]
@@ -71,6 +72,7 @@ async def start_server(
     *,
     throttle: bool = False,
     clock: Clock | None = None,
+    stats: RequestStats | None = None,
 ) -> _Running:
     """Replay the log (if any) and start listening."""
     loop = asyncio.get_running_loop()
@@ -81,7 +83,7 @@ async def start_server(
         n = replay(data_dir / LOG_NAME, store)
         log.info("replayed %d log entries from %s", n, data_dir)
         durable_log = DurableLog(data_dir, loop)
-    app = LiteApp(store, durable_log, faults, token, clock=store.clock, throttle=throttle)
+    app = LiteApp(store, durable_log, faults, token, clock=store.clock, throttle=throttle, stats=stats)
     conns: set[asyncio.Transport] = set()
     server = await loop.create_server(lambda: SniffingProtocol(app, conns), host, port, reuse_address=True)
     janitor = asyncio.ensure_future(Janitor(store).run())
@@ -163,6 +165,8 @@ class LiteServer:
     start); ``token`` makes it answer 401 to any other bearer token; ``faults=True`` arms nothing but allows
     ``srv.faults`` to inject faults. ``throttle=True`` enforces S2's per-stream append limits with 429s.
     ``clock`` (in-process servers only) replaces the real clock, e.g. with a ``ManualClock`` a test advances.
+    ``stats=True`` (in-process servers only) counts requests by kind and records appended and read per stream
+    in ``srv.stats`` (`RequestStats`; ``srv.stats.snapshot()``).
     """
 
     def __init__(
@@ -176,9 +180,12 @@ class LiteServer:
         throttle: bool = False,
         clock: Clock | None = None,
         subprocess: bool = False,
+        stats: bool = False,
     ) -> None:
         if clock is not None and subprocess:
             raise ValueError("clock= needs an in-process server: it cannot be passed to a subprocess")
+        if stats and subprocess:
+            raise ValueError("stats=True needs an in-process server: its counters live in this process")
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir) if data_dir is not None else None
@@ -187,6 +194,7 @@ class LiteServer:
         self.throttle = throttle
         self.clock = clock
         self.subprocess = subprocess
+        self.stats: RequestStats | None = RequestStats() if stats else None
         self.endpoint = ""
         self.faults: Faults | RemoteFaults = Faults(faults)
         self.process: sp.Popen[str] | None = None
@@ -227,6 +235,7 @@ class LiteServer:
                     faults,
                     throttle=self.throttle,
                     clock=self.clock,
+                    stats=self.stats,
                 )
             except BaseException as exc:
                 error.append(exc)

@@ -66,13 +66,13 @@ def test_ledger_list_of_a_basin_without_ledgers(lite: LiteServer, basin: str) ->
 
 def test_streams_list_names_streams_and_what_the_bookkeeping_ones_are(lite: LiteServer, basin: str) -> None:
     """`streams list` prints every stream with its creation time (ISO in text, ms with --json), says which
-    streams are a writer's ledger, and --prefix narrows the list."""
+    streams are a writer's ledger or a partition's sign-in register, and --prefix narrows the list."""
     write_exactly_once(config(lite, basin), "job", [[b"x"]])
     append(lite, basin, "events-2", [AppendInput(records=[Record(b"y")])])
 
     docs = json_lines(cli(lite.endpoint, "streams", "list", "--basin", basin, "--json").stdout)
     names = [d["name"] for d in docs]
-    assert names == ["_s2sink/attempts/job", "_s2sink/ledger/job", "events", "events-2"]
+    assert names == ["_s2sink/ledger/job", "_s2sink/register/job/0", "events", "events-2"]
     assert all(isinstance(d["created_at"], int) and d["created_at"] > 0 for d in docs)
 
     text = cli(lite.endpoint, "streams", "list", "--basin", basin)
@@ -80,6 +80,8 @@ def test_streams_list_names_streams_and_what_the_bookkeeping_ones_are(lite: Lite
     ledger_line = next(line for line in text.stdout.splitlines() if line.startswith("_s2sink/ledger/job"))
     assert ledger_line.endswith("exactly-once ledger of writer 'job'")
     assert ISO.search(ledger_line)
+    register_line = next(line for line in text.stdout.splitlines() if line.startswith("_s2sink/register/"))
+    assert register_line.endswith("exactly-once sign-ins of partition 0 of writer 'job'")
 
     only = cli(lite.endpoint, "streams", "list", "--basin", basin, "--prefix", "events", "--json")
     assert [d["name"] for d in json_lines(only.stdout)] == ["events", "events-2"]

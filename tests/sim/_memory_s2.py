@@ -38,6 +38,7 @@ from s2_sdk import (
     SeqNum,
     SeqNumMismatchError,
     StreamPosition,
+    TailOffset,
 )
 from s2_sdk._exceptions import ProtocolError, TransportError
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
@@ -255,13 +256,19 @@ class MemoryStream:
         return ack
 
     async def read(
-        self, *, start: SeqNum, limit: ReadLimit | None = None, clamp_to_tail: bool = False
+        self, *, start: SeqNum | TailOffset, limit: ReadLimit | None = None, clamp_to_tail: bool = False
     ) -> ReadBatch:
         svc = self._service
-        verdict = await svc.step(Op("read", self._name, f"from {start.value}"))
+        back = isinstance(start, TailOffset)
+        verdict = await svc.step(Op("read", self._name, f"{'tail-' if back else 'from '}{start.value}"))
         stream = svc.stream(self._name)
         count = limit.count if limit is not None and limit.count is not None else 1000
-        params = ReadParams(seq_num=start.value, count=count, clamp=clamp_to_tail)
+        params = ReadParams(
+            seq_num=None if back else start.value,
+            tail_offset=start.value if back else None,
+            count=count,
+            clamp=clamp_to_tail,
+        )
         try:
             first = params.resolve_start(stream, can_follow=False)
         except ApiError as exc:

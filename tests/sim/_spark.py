@@ -36,7 +36,6 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
-from s2_sink._exactly_once import roll_call as _roll_call
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
@@ -193,8 +192,7 @@ class Query:
         pool = SessionPool(self.service.client_factory)
         self.pools.append(pool)
         install_pool(pool)
-        _bookkeeping_streams.forget_all()  # the ledgers and roll streams this process created
-        _roll_call._trimmed.clear()  # ... and where it trimmed them
+        _bookkeeping_streams.forget_all()  # the ledgers this process created or found
         self.coordinator = None
         self.task_ids = 0
 

@@ -11,7 +11,7 @@ import pytest
 
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.plan import epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
@@ -21,8 +21,8 @@ from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-ROLL = RollCall(roll_stream_name("w"), 0)
-"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
+ROLL = RollCall("w")
+"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 P0 = [b"p0-%d" % i for i in range(10)]
 P1 = [b"p1-%d" % i for i in range(10)]
@@ -144,30 +144,15 @@ def test_attempt_that_signs_in_after_a_later_one_writes_nothing(lite: LiteServer
     assert _bodies(lite.endpoint, basin) == Counter(P0)
 
 
-def test_attempt_of_a_batch_whose_sign_ins_were_trimmed_writes_nothing(lite: LiteServer) -> None:
-    """The driver trims sign-ins of earlier micro-batches; an attempt that finds its micro-batch's
-    sign-ins trimmed belongs to a batch the query moved past, and stops before writing."""
-    from s2_sdk import AppendInput, CommandRecord
-
-    from s2_sink._exactly_once.roll_call import open_roll
-    from s2_sink._transport import runtime as _runtime
-    from s2_sink._transport.session_pool import get_pool
-
+def test_attempt_of_a_batch_its_partition_moved_past_writes_nothing(lite: LiteServer) -> None:
+    """Once an attempt of the next micro-batch signed in for partition 0, a late retry of the earlier
+    micro-batch (a higher attempt number, but the query moved on) stops before writing."""
     basin = make_basin(lite.endpoint, ["events"])
     cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
     plan = _plan(cfg)
     _write(plan, P0, partition=0, attempt=0, task_id=10)
-    _write(plan, P1, partition=1, attempt=0, task_id=11)
-
-    async def trim() -> None:
-        s2_basin = get_pool().client(cfg).basin(basin)
-        roll = await open_roll(s2_basin, "w")
-        assert roll.start == 2  # both sign-ins, none trimmed yet (fewer than the trim threshold)
-        await s2_basin.stream(roll.stream).append(AppendInput(records=[CommandRecord.trim(roll.start)]))
-
-    # On the library's loop: the pool's client and its warm HTTP/2 connections belong to it; from another
-    # loop (asyncio.run) a request waits on futures that loop is never woken for, or fails into retries.
-    _runtime.run(trim())
+    frame = pa.record_batch({"_s2_body": pa.array(P1, pa.binary())})
+    write_partition(plan, [frame], PartitionContext(1, 0, 0, 11, 7))  # micro-batch 1, partition 0
     with pytest.raises(FencedError, match="moved past this micro-batch"):
         _write(plan, P0, partition=0, attempt=1, task_id=20)
     assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)

@@ -18,7 +18,7 @@ from s2_sink._exactly_once.fingerprint import fingerprint
 from s2_sink._exactly_once.plan import epoch_plan
 from s2_sink._exactly_once.readback import ReadBack, read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.task import plan_with_layout
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
@@ -31,8 +31,8 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-ROLL = RollCall(roll_stream_name("w"), 0)
-"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
+ROLL = RollCall("w")
+"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 Row = tuple[bytes, bytes]  # (key, value)
 _ROWS: list[Row] = [(key, b"value-%d" % (i % 5)) for i in range(30) for key in (b"a", b"b")]

@@ -1,58 +1,101 @@
-"""The roll stream task attempts sign in to (`roll_call`), against the lite server: the driver's view of a
-micro-batch's start, its trims, and what a sign-in finds."""
+"""The per-partition registers task attempts sign in to (`roll_call`), against the lite server: what a
+sign-in finds, how two attempts racing for one register are ordered, and the register's trims."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from s2_sdk import AppendInput, Record
 
 from s2_sink._exactly_once.fencing import TaskAttempt
-from s2_sink._exactly_once.roll_call import RollCall, SignIn, open_roll, roll_stream_name, sign_in
+from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
-from tests.faults._support import client, make_basin, read_all, run
+from tests.faults._support import client, list_streams, make_basin, read_all, run
+
+ROLL = RollCall("w/x")
 
 
-def test_driver_trims_sign_ins_of_earlier_batches_once_enough_piled_up(lite: LiteServer) -> None:
-    """Below the threshold the driver only reads the tail; from 256 sign-ins behind the current batch on it
-    trims them, so the roll stream stays small however long the query runs."""
-    name = make_basin(lite.endpoint)
-
-    async def go() -> tuple[int, int, int]:
+def _go(lite: LiteServer, basin: str, me: SignIn) -> bool:
+    async def go() -> bool:
         async with client(lite.endpoint) as s2:
-            basin = s2.basin(name)
-            first = await open_roll(basin, "w")
-            stream = basin.stream(first.stream)
-            for i in range(0, 300, 100):
-                batch = [SignIn("abcdef01", 1, 0, TaskAttempt(j, j)) for j in range(i, i + 100)]
-                await stream.append(AppendInput(records=[Record(body=s.encode()) for s in batch]))
-            second = await open_roll(basin, "w")
-            third = await open_roll(basin, "w")
-            return first.start, second.start, third.start
+            return await sign_in(s2.basin(basin), ROLL, me)
 
-    first, second, third = run(go())
-    assert first == 0
-    assert second == 300  # the tail before the trim command
-    assert third == 301  # one command record later, no second trim
-    kept = run(read_all(lite.endpoint, name, roll_stream_name("w")))
-    assert kept == []  # every sign-in before batch start 300 is gone
+    return run(go())
 
 
 def test_sign_in_finds_earlier_and_later_attempts_of_its_own_partition_only(lite: LiteServer) -> None:
-    """Sign-ins of other partitions, other batches and other epochs do not count; an earlier attempt of
-    the same partition makes a retry."""
+    """Sign-ins of other partitions, earlier batches and earlier epochs do not count; an earlier attempt
+    of the same partition and batch makes a retry; an attempt launched before the last one to sign in
+    stops."""
     name = make_basin(lite.endpoint)
-    roll = RollCall(roll_stream_name("w"), 0)
-
-    async def go(me: SignIn) -> bool:
-        async with client(lite.endpoint) as s2:
-            return await sign_in(s2.basin(name), roll, me)
-
-    assert run(go(SignIn("abcdef01", 1, 5, TaskAttempt(0, 10)))) is False
-    assert run(go(SignIn("abcdef01", 1, 5, TaskAttempt(1, 11)))) is False  # another partition
-    assert run(go(SignIn("abcdef01", 1, 6, TaskAttempt(0, 12)))) is False  # another batch
-    assert run(go(SignIn("abcdef01", 2, 5, TaskAttempt(0, 13)))) is False  # another epoch
-    assert run(go(SignIn("0123abcd", 1, 5, TaskAttempt(0, 14)))) is False  # another writer
-    assert run(go(SignIn("abcdef01", 1, 5, TaskAttempt(0, 20)))) is True  # a retry of task 10
+    assert _go(lite, name, SignIn("abcdef01", 1, 5, TaskAttempt(0, 10))) is False
+    assert _go(lite, name, SignIn("abcdef01", 1, 5, TaskAttempt(1, 11))) is False  # another partition
+    assert _go(lite, name, SignIn("abcdef01", 1, 5, TaskAttempt(0, 20))) is True  # a retry of task 10
     with pytest.raises(FencedError, match="superseded"):
-        run(go(SignIn("abcdef01", 1, 5, TaskAttempt(0, 15))))  # launched before task 20, starts after
+        _go(lite, name, SignIn("abcdef01", 1, 5, TaskAttempt(0, 15)))  # launched before task 20, starts after
+    assert _go(lite, name, SignIn("abcdef01", 1, 6, TaskAttempt(0, 21))) is False  # the next batch
+    assert _go(lite, name, SignIn("abcdef01", 2, 6, TaskAttempt(0, 22))) is False  # a new epoch replays it
+    assert _go(lite, name, SignIn("0123abcd", 1, 9, TaskAttempt(0, 23))) is False  # another writer hash
+    streams = run(list_streams(lite.endpoint, name))
+    assert sorted(streams) == ["_s2sink/register/w/x/0", "_s2sink/register/w/x/1"]
+
+
+@pytest.mark.parametrize(
+    ("batch", "epoch"),
+    [(4, 2), (6, 1)],  # an earlier batch of the same epoch; the same batch in an earlier epoch
+)
+def test_attempt_of_a_batch_or_epoch_the_partition_moved_past_stops(
+    lite: LiteServer, batch: int, epoch: int
+) -> None:
+    """Once an attempt of a later micro-batch (or a later epoch) signed in for the partition, a late attempt
+    of an earlier one stops before writing, whatever its task id."""
+    name = make_basin(lite.endpoint)
+    assert _go(lite, name, SignIn("abcdef01", 2, 6, TaskAttempt(0, 10))) is False
+    with pytest.raises(FencedError, match="moved past this micro-batch"):
+        _go(lite, name, SignIn("abcdef01", epoch, batch, TaskAttempt(0, 99)))
+
+
+def test_racing_attempts_of_one_partition_are_ordered_by_the_register(lite: LiteServer) -> None:
+    """Two attempts of one partition signing in at the same moment: the conditional append lets one in
+    first, the other reads again and decides on it. Either the earlier task id signs in first (the later
+    one is then a retry) or the later does (the earlier one then stops): never both first attempts."""
+    name = make_basin(lite.endpoint)
+
+    async def go() -> list[list[bool | BaseException]]:
+        async with client(lite.endpoint) as s2:
+            basin = s2.basin(name)
+            out = []
+            for p in range(20):
+                await basin.create_stream(ROLL.register(p))  # both race for the append, not the creation
+                early = sign_in(basin, ROLL, SignIn("abcdef01", 1, 0, TaskAttempt(p, 10)))
+                late = sign_in(basin, ROLL, SignIn("abcdef01", 1, 0, TaskAttempt(p, 20)))
+                out.append(list(await asyncio.gather(early, late, return_exceptions=True)))
+            return out
+
+    for early, late in run(go()):
+        assert (early, late) == (False, True) or (isinstance(early, FencedError) and late is False)
+
+
+def test_register_trims_itself_and_keeps_its_last_sign_in(lite: LiteServer) -> None:
+    """Every 256 records a sign-in trims the register behind it, so a register holds a bounded number of
+    records however many micro-batches ran, and its last record is always the last sign-in."""
+    name = make_basin(lite.endpoint)
+    register = ROLL.register(0)
+
+    async def go() -> None:
+        async with client(lite.endpoint) as s2:
+            basin = s2.basin(name)
+            await basin.create_stream(register)
+            filler = [Record(body=SignIn("abcdef01", 1, b, TaskAttempt(0, b)).encode()) for b in range(256)]
+            await basin.stream(register).append(AppendInput(records=filler))
+            assert await sign_in(basin, ROLL, SignIn("abcdef01", 1, 256, TaskAttempt(0, 256))) is False
+            assert await sign_in(basin, ROLL, SignIn("abcdef01", 1, 256, TaskAttempt(0, 257))) is True
+
+    run(go())
+    kept = run(read_all(lite.endpoint, name, register))
+    assert [SignIn.parse(bytes(r.body)) for r in kept] == [
+        SignIn("abcdef01", 1, 256, TaskAttempt(0, 256)),
+        SignIn("abcdef01", 1, 256, TaskAttempt(0, 257)),
+    ]

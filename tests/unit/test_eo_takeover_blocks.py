@@ -17,7 +17,7 @@ from s2_sdk import AppendInput, CommandRecord
 
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, writer_hash
 from s2_sink._exactly_once.plan import epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.routing import Routing
@@ -37,7 +37,7 @@ SIBLING = [b"s-%d" % i for i in range(10)]
 
 def _plan(cfg: S2Config) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
-    roll = RollCall(roll_stream_name("w"), 0)
+    roll = RollCall("w")
     return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=roll))
 
 

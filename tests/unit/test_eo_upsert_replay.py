@@ -14,7 +14,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.plan import epoch_plan
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout, spark_xxhash64
-from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.task import plan_with_layout
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.plan import PartitionContext, WritePlan
@@ -26,8 +26,8 @@ from s2_sink.encoders import BODY, HEADERS, KEY, UpsertEncoder
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-ROLL = RollCall(roll_stream_name("w"), 0)
-"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
+ROLL = RollCall("w")
+"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 SCHEMA = StructType(
     [StructField("k", StringType()), StructField("v", IntegerType()), StructField("pos", IntegerType())]

@@ -9,7 +9,7 @@ import pytest
 
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.plan import epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall, roll_stream_name
+from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import KEYWORDS, OPTIONS, PAYLOAD_COLUMN, WriteSpec
@@ -18,8 +18,8 @@ from s2_sink.datasource._write_options import parse_write_options
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 
-ROLL = RollCall(roll_stream_name("w"), 0)
-"""Where the tasks of these plans sign in (a fresh stream in each test's basin)."""
+ROLL = RollCall("w")
+"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 _CONN = {
     "s2.basin": "unused-basin",
@@ -112,10 +112,10 @@ def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
     assert plan.recovery is epoch.dedupe
     assert epoch.keeper.cfg == epoch.dedupe.cfg == plan.cfg
     assert epoch.keeper.token == epoch.dedupe.token == plan.fencing_token
-    assert (epoch.dedupe.starts, epoch.dedupe.recovery, epoch.dedupe.replay) == (
+    assert (epoch.dedupe.starts.inline, epoch.dedupe.recovery, epoch.dedupe.replay) == (
         {"events": 12},
         True,
         "content",
     )
-    assert epoch.keeper.written == frozenset({"events"})
+    assert epoch.keeper.written.inline == {"events": 12}
     assert (plan.chunk_tag_reserve, plan.resend_ambiguous) == (TAG_RESERVE_BYTES, False)

@@ -1,0 +1,284 @@
+"""What the exactly-once protocol costs per micro-batch, in S2 requests and records read, without Spark.
+
+    python -m benchmarks.eo_cost [--tasks 10,1000] [--streams 1,1000] [--door s2writer|format|both]
+        [--until start|steady|retry|after-retry] [--json PATH]
+
+The protocol's real blocks run against a lite server in this process that counts, per stream, every request
+by kind and every record it serves (``LiteServer(stats=True)``); nothing of the writer is wrapped. Spark is
+left out: what the protocol sees of it is a driver that plans and commits each micro-batch and task attempts
+with distinct task ids, so those are plain calls here.
+
+- ``s2writer``: the driver side of ``foreachBatch(S2Writer(...))`` — `Coordinator.begin_batch`,
+  `WriteSpec.plan`, `Coordinator.commit_batch`, as `ExactlyOnce.prepare`/`commit` call them;
+- ``format``: the ``format("s2")`` sink — `open_sink_run` (driver, when Spark pickles the writer),
+  `SinkRun.plan_batch` (each task), `commit_sink_run` (driver);
+- the tasks: `write_partition` once per task, one after the other, each with its own partition and a new
+  task id. Task p writes one record to each of its streams: the single stream ``events`` (S = 1), or the
+  routed streams ``r/<i>`` with ``i ≡ p (mod T)`` (every stream gets one record when S >= T, else task p
+  writes to stream ``p mod S``).
+
+Four micro-batches of one run: ``start`` (the run's first: ledger load, ``open``, fences), ``steady`` (a
+normal batch), ``retry`` (partition 0's first attempt writes, then a second attempt of it), and
+``after-retry`` (a normal batch after that retry). Each row splits the counts into the driver's steps and the
+tasks', and by bookkeeping stream (``ledger``, ``roll``) or data stream (``data``); ``plan_bytes`` is the
+pickled size of the `WritePlan` every task receives. The last output line is one JSON object.
+
+Issue 25's grid is ``--tasks 10,1000,10000 --streams 1,1000,100000``. The default stops at 1,000: on the
+protocol as of this harness, 10,000 tasks read 50 million roll call records per micro-batch (hours here),
+and 100,000 routed streams take tens of minutes per micro-batch in one process (every task and append
+runs here, one after the other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import pickle
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX
+from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
+from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task.partition_writer import write_partition
+from s2_sink.config import S2Config
+from s2_sink.lite import LiteServer
+from s2_sink.lite._stats import StatsSnapshot
+from s2_sink.testing import fresh_basin
+
+__all__ = ["PHASES", "BatchCost", "measure"]
+
+Door = Literal["s2writer", "format"]
+PHASES = ("start", "steady", "retry", "after-retry")
+_QUERY = "5f0c2a7e-0000-4000-8000-00000000c057"
+
+
+@dataclass
+class Side:
+    """Requests and records read by one side (driver or tasks) in one micro-batch."""
+
+    requests: int = 0
+    records_read: int = 0
+    requests_by_kind: dict[str, int] = field(default_factory=dict)
+    records_read_by_stream: dict[str, int] = field(default_factory=dict)
+    """By kind of stream: ``ledger``, ``roll`` (bookkeeping) or ``data``."""
+
+
+@dataclass
+class BatchCost:
+    """One micro-batch of one scenario."""
+
+    door: str
+    tasks: int
+    streams: int
+    phase: str
+    driver: Side
+    task_side: Side
+    plan_bytes: int
+    seconds: float
+
+    @property
+    def requests(self) -> int:
+        return self.driver.requests + self.task_side.requests
+
+    @property
+    def records_read(self) -> int:
+        return self.driver.records_read + self.task_side.records_read
+
+
+def _kind_of_stream(name: str) -> str:
+    if name.startswith(LEDGER_PREFIX):
+        return "ledger"
+    if name.startswith((REGISTER_PREFIX, ROLL_PREFIX)):
+        return "roll"
+    return "data" if name else "control"
+
+
+def _side(delta: StatsSnapshot) -> Side:
+    side = Side()
+    kinds: Counter[str] = Counter()
+    reads: Counter[str] = Counter()
+    for (kind, stream), n in delta.requests.items():
+        kinds[f"{kind}:{_kind_of_stream(stream)}"] += n
+        side.requests += n
+    for stream, n in delta.records_read.items():
+        reads[_kind_of_stream(stream)] += n
+        side.records_read += n
+    side.requests_by_kind = dict(sorted(kinds.items()))
+    side.records_read_by_stream = dict(sorted(reads.items()))
+    return side
+
+
+def _add(a: StatsSnapshot, b: StatsSnapshot) -> StatsSnapshot:
+    return StatsSnapshot(
+        a.requests + b.requests, a.records_read + b.records_read, a.records_appended + b.records_appended
+    )
+
+
+def _targets(partition: int, tasks: int, streams: int) -> list[str]:
+    if streams == 1:
+        return ["events"]
+    if streams >= tasks:
+        return [f"r/{i}" for i in range(partition, streams, tasks)]
+    return [f"r/{partition % streams}"]
+
+
+def _frame(batch: int, partition: int, targets: list[str], routed: bool) -> pa.RecordBatch:
+    bodies = [b"b%d-p%d-%d" % (batch, partition, i) for i in range(len(targets))]
+    cols: dict[str, pa.Array] = {"_s2_body": pa.array(bodies, pa.binary())}
+    if routed:
+        cols[STREAM_COLUMN] = pa.array(targets, pa.string())
+    return pa.record_batch(cols)
+
+
+class _Scenario:
+    """One writer identity in a fresh basin, driven through `PHASES`."""
+
+    def __init__(self, srv: LiteServer, door: Door, tasks: int, streams: int) -> None:
+        assert srv.stats is not None
+        self.srv = srv
+        self.stats = srv.stats
+        self.door = door
+        self.tasks = tasks
+        self.streams = streams
+        basin = fresh_basin(srv.endpoint)
+        routed = streams > 1
+        self.cfg = S2Config(
+            basin=basin,
+            stream=None if routed else "events",
+            access_token="test",
+            account_endpoint=srv.endpoint,
+            basin_endpoint=srv.endpoint,
+        )
+        routing = Routing.build(
+            stream=self.cfg.stream, stream_column="target" if routed else None, shards=None
+        )
+        self.spec = WriteSpec.build(self.cfg, routing)
+        self.routed = routed
+        self.writer_id = f"cost-{door}-{tasks}-{streams}"
+        self.task_ids = itertools.count(1)
+        self.coord = Coordinator(
+            self.spec.cfg, self.writer_id, query_id=_QUERY, static_streams=self.spec.static_streams()
+        )
+
+    def _snap(self) -> StatsSnapshot:
+        return self.stats.snapshot()
+
+    def _write(self, plan_of: Callable[[], WritePlan], batch: int, partition: int, attempt: int) -> list[Any]:
+        targets = _targets(partition, self.tasks, self.streams)
+        ctx = PartitionContext(batch, partition, attempt, next(self.task_ids), batch)
+        frame = _frame(batch, partition, targets, self.routed)
+        return list(write_partition(plan_of(), [frame], ctx).to_pylist())
+
+    def batch(self, batch: int, phase: str) -> BatchCost:
+        started = time.monotonic()
+        before = self._snap()
+        plan_of, commit, plan_bytes = self._driver_plan(batch)
+        planned = self._snap()
+        rows: list[Any] = []
+        if phase == "retry":  # partition 0 fails after writing, its second attempt writes it again
+            self._write(plan_of, batch, 0, 0)
+        for p in range(self.tasks):
+            rows += self._write(plan_of, batch, p, 1 if phase == "retry" and p == 0 else 0)
+        written = self._snap()
+        commit(aggregate(batch, rows, 0.0, delivery="exactly-once"))
+        after = self._snap()
+        return BatchCost(
+            self.door,
+            self.tasks,
+            self.streams,
+            phase,
+            _side(_add(planned - before, after - written)),
+            _side(written - planned),
+            plan_bytes,
+            time.monotonic() - started,
+        )
+
+    def _driver_plan(
+        self, batch: int
+    ) -> tuple[Callable[[], WritePlan], Callable[[BatchMetrics], None], int]:
+        """Driver step before the tasks: the plan each task gets, the commit step, the pickled plan size."""
+        if self.door == "s2writer":
+            epoch = self.coord.begin_batch(batch, "run-1")
+            assert epoch is not None
+            plan = self.spec.plan(batch, epoch)
+
+            def commit(metrics: BatchMetrics) -> None:  # as ExactlyOnce.commit
+                self.coord.commit_batch(batch, metrics.end_positions())
+                self.coord.remember_tokens(metrics.stream_tokens())
+
+            return (lambda: plan), commit, len(pickle.dumps(plan))
+        run = open_sink_run(self.cfg, self.writer_id, _QUERY, self.spec.static_streams())
+
+        def task_plan() -> WritePlan:  # each task plans from the pickled run (SinkRun.plan_batch)
+            epoch = run.plan_batch(batch, _QUERY)
+            assert epoch is not None
+            return self.spec.plan(batch, epoch)
+
+        def commit_run(metrics: BatchMetrics) -> None:
+            commit_sink_run(self.cfg, self.writer_id, run, batch, metrics.end_positions(), query_id=_QUERY)
+
+        return task_plan, commit_run, len(pickle.dumps(run)) + len(pickle.dumps(task_plan()))
+
+
+def measure(
+    srv: LiteServer, door: Door, tasks: int, streams: int, *, until: str = PHASES[-1]
+) -> Iterator[BatchCost]:
+    """The micro-batches of `PHASES` for one scenario, in order, up to and including `until`."""
+    scenario = _Scenario(srv, door, tasks, streams)
+    for batch, phase in enumerate(PHASES[: PHASES.index(until) + 1]):
+        yield scenario.batch(batch, phase)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x]
+
+
+def _line(c: BatchCost) -> str:
+    return (
+        f"{c.door:8} T={c.tasks:<6} S={c.streams:<7} {c.phase:11} "
+        f"driver {c.driver.requests:>6} req {c.driver.records_read:>8} rec | "
+        f"tasks {c.task_side.requests:>7} req {c.task_side.records_read:>10} rec "
+        f"({c.task_side.records_read / c.tasks:>9.1f}/task) | plan {c.plan_bytes:>9} B | {c.seconds:6.1f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="10,1000", help="comma-separated task counts")
+    ap.add_argument(
+        "--streams", default="1,1000", help="comma-separated routed stream counts (1: one stream)"
+    )
+    ap.add_argument("--door", choices=("s2writer", "format", "both"), default="both")
+    ap.add_argument("--until", choices=PHASES, default=PHASES[-1], help="the last phase to run")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args(argv)
+    doors: list[Door] = ["s2writer", "format"] if args.door == "both" else [args.door]
+    out: list[dict[str, Any]] = []
+    with LiteServer(stats=True) as srv:
+        for door, tasks, streams in itertools.product(doors, _ints(args.tasks), _ints(args.streams)):
+            for cost in measure(srv, door, tasks, streams, until=args.until):
+                print(_line(cost), flush=True)
+                out.append({**asdict(cost), "requests": cost.requests, "records_read": cost.records_read})
+    doc = {"benchmark": "eo_cost", "results": out}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+    print(json.dumps(doc, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The last commit's stream ends as a task sees them: a few inline, the rest looked up in the ledger.
+
+Every task of a micro-batch receives the plan, but only a task off the happy path needs a stream's end E_s:
+a barrier and read-back (task retry, recovery) or a take-over on a ``412`` (the first append of a run to a
+routed stream). So the plan carries the ends inline only while there are few of them (and the static
+streams' ends), and otherwise the ledger position of the state record they were folded at. A task that
+needs E_s of another stream folds the ledger at that position once per executor process (`lookup`): the
+state record, then the snapshot and deltas from its base, at most a few dozen records.
+
+The ledger is trimmed only behind a new snapshot, which a commit writes after every task of its micro-batch
+finished; a task that finds the position trimmed is a zombie of a batch the query has moved past, and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from s2_sink._exactly_once.ledger import ledger_stream_name
+from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base
+from s2_sink._exactly_once.readback import read_span
+from s2_sink._transport.session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import FencedError
+
+__all__ = ["EndsRef", "lookup"]
+
+_INLINE_MAX: Final = 32
+"""Up to this many ends travel inline in the plan (a lookup costs more than they do)."""
+_KEEP: Final = 2
+"""Folded ledger positions each process keeps: the current micro-batch's and the one before."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndsRef:
+    """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
+
+    writer_id: str
+    inline: Mapping[str, int] = field(default_factory=dict)
+    state_at: int | None = None
+    """The ledger state record the other ends were folded at; None: `inline` holds every end."""
+
+    @classmethod
+    def of(
+        cls, writer_id: str, ends: Mapping[str, int], *, state_at: int | None, keep: Iterable[str] = ()
+    ) -> EndsRef:
+        """`ends` inline if they are few (or `state_at` is unknown), else the `keep` streams' ends inline
+        and the rest by reference to the ledger record at `state_at`."""
+        if state_at is None or len(ends) <= _INLINE_MAX:
+            return cls(writer_id, dict(ends))
+        return cls(writer_id, {s: ends[s] for s in keep if s in ends}, state_at)
+
+
+_folds: OrderedDict[tuple[str, str, int], asyncio.Future[dict[str, int]]] = OrderedDict()
+
+
+async def lookup(cfg: S2Config, ref: EndsRef, stream: str) -> int | None:
+    """E_s of `stream`, or None if the writer never committed a write to it."""
+    if stream in ref.inline or ref.state_at is None:
+        return ref.inline.get(stream)
+    key = (cfg.basin, ref.writer_id, ref.state_at)
+    fold = _folds.get(key)
+    if fold is None or (fold.done() and fold.exception() is not None):
+        fold = asyncio.ensure_future(_fold(cfg, ref.writer_id, ref.state_at))
+        _folds[key] = fold  # concurrent tasks of this process wait on the same fold
+        while len(_folds) > _KEEP:
+            _folds.popitem(last=False)
+    return (await asyncio.shield(fold)).get(stream)
+
+
+async def _fold(cfg: S2Config, writer_id: str, at: int) -> dict[str, int]:
+    name = ledger_stream_name(writer_id)
+    stream = get_pool().client(cfg).basin(cfg.basin).stream(name)
+    state: dict[str, Any] | None = None
+    async for rec in read_span(stream, at, at + 1):
+        if rec.seq_num == at and not rec.is_command_record():
+            state = parse_record(rec.body, name)
+    if state is None or state["kind"] == "ends":
+        raise _moved_past(name, at)
+    base = record_base(state, at)
+    fold = EndsFold()
+    expected = base
+    async for rec in read_span(stream, base, at + 1):
+        if rec.seq_num != expected:
+            raise _moved_past(name, at)  # trimmed behind a later snapshot
+        expected += 1
+        if not rec.is_command_record():
+            fold.add(parse_record(rec.body, name))
+    if expected != at + 1:
+        raise _moved_past(name, at)
+    return fold.ends
+
+
+def _moved_past(name: str, at: int) -> FencedError:
+    return FencedError(
+        f"exactly-once: the ledger {name!r} no longer has the state record at {at} this micro-batch was "
+        "planned from (a later commit trimmed it): the query has moved past this micro-batch, so this "
+        "is a late task attempt and it stops without writing"
+    )
