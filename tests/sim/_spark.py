@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import roll_call as _roll_call
+from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
@@ -195,6 +196,7 @@ class Query:
         install_pool(pool)
         _bookkeeping_streams.forget_all()  # the ledgers and roll streams this process created
         _roll_call._trimmed.clear()  # ... and where it trimmed them
+        _sink_run._planned.clear()  # ... and the format("s2") executions it planned
         self.coordinator = None
         self.task_ids = 0
 
