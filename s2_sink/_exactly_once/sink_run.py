@@ -18,8 +18,10 @@ micro-batch Spark creates the writer on the driver, pickles it to the tasks, and
   ``intent``.
 
 Every execution announces its batch before its tasks start (the ``open`` of a new epoch, or an
-``intent``), so a ledger ending in a ``commit`` has nothing in flight: the epoch is ``run``-scoped and
-``announces`` (`LedgerState.may_have_written_next`).
+``intent``), so a ledger ending in a ``commit`` has nothing in flight. The epoch keeps scope ``batch``
+for that reason: each of its batches is announced by the state record right before it, so a commit ends
+what was announced and the next planning is a recovery only after an ``open`` or ``intent``
+(`LedgerState.may_have_written_next`).
 
 Recovery differs: the sink cannot repartition a replay by record content, so after a driver restart each
 task subtracts what earlier executions wrote under its own partition id, and (unless the user vouches for
@@ -52,7 +54,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SinkRun:
-    """One micro-batch execution's exactly-once context, opened on the driver; pickles to the tasks."""
+    """One micro-batch execution's exactly-once context, planned on the driver; pickles to the tasks."""
 
     cfg: S2Config
     writer_id: str
@@ -63,10 +65,11 @@ class SinkRun:
     before: LedgerState
     """The ledger as this execution found it: its last commit, and whether an epoch since may have written."""
     opened: LedgerState | None = None
-    """This execution's ``open`` record, and the ledger's tail after it: commit appends on top of them."""
+    """This execution's ``open`` or ``intent`` record, and the ledger's tail after it: commit appends on
+    top of them."""
     opened_tail: int = 0
     roll: RollCall | None = None
-    """Where the execution's task attempts sign in (`roll_call`); opened with the epoch."""
+    """Where the execution's task attempts sign in (`roll_call`); opened with the execution."""
     trust_partitioning: bool = False
     """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
 
