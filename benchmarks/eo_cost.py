@@ -206,9 +206,7 @@ class _Scenario:
             time.monotonic() - started,
         )
 
-    def _driver_plan(
-        self, batch: int
-    ) -> tuple[Callable[[], WritePlan], Callable[[BatchMetrics], None], int]:
+    def _driver_plan(self, batch: int) -> tuple[Callable[[], WritePlan], Callable[[BatchMetrics], None], int]:
         """Driver step before the tasks: the plan each task gets, the commit step, the pickled plan size."""
         if self.door == "s2writer":
             epoch = self.coord.begin_batch(batch, "run-1")

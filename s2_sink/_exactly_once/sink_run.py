@@ -1,16 +1,27 @@
-"""Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per micro-batch execution.
+"""Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per run of clean micro-batches.
 
 A Python streaming sink gets no driver step that knows the micro-batch id before its tasks run: for every
 micro-batch Spark creates the writer on the driver, pickles it to the tasks, and later calls
 ``commit(messages, batch_id)`` on a writer it creates again in another process. So the steps of
 `S2Writer`'s design (docs/exactly-once.md) are placed differently:
 
-- driver, when the writer is pickled for the tasks (`open_sink_run`): read the ledger, append an ``open``
-  record with the next epoch (scope ``batch``) and fence the static target streams to it;
+- driver, when the writer is pickled for the tasks (`open_sink_run`): plan the execution. When this
+  Python process planned the previous execution of this writer and the ledger's last state record is
+  that execution's ``commit`` (nobody appended since), the epoch goes on: an ``intent`` record announces
+  the batch after the commit, nothing is fenced. Otherwise (a fresh process, a failed or killed
+  execution, another driver) read the ledger, append an ``open`` record with the next epoch and fence the
+  static target streams to it;
 - executors (`SinkRun.plan_batch`): each task learns its micro-batch id; a batch the ledger already has
   is written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe
   hook;
-- driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open``.
+- driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open`` or
+  ``intent``.
+
+Every execution announces its batch before its tasks start (the ``open`` of a new epoch, or an
+``intent``), so a ledger ending in a ``commit`` has nothing in flight. The epoch keeps scope ``batch``
+for that reason: each of its batches is announced by the state record right before it, so a commit ends
+what was announced and the next planning is a recovery only after an ``open`` or ``intent``
+(`LedgerState.may_have_written_next`).
 
 Recovery differs: the sink cannot repartition a replay by record content, so after a driver restart each
 task subtracts what earlier executions wrote under its own partition id, and (unless the user vouches for
@@ -21,8 +32,9 @@ still has to write that an earlier execution wrote under another partition id.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.coordinator import Coordinator, check_identity
@@ -42,7 +54,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SinkRun:
-    """One micro-batch execution's exactly-once context, opened on the driver; pickles to the tasks."""
+    """One micro-batch execution's exactly-once context, planned on the driver; pickles to the tasks."""
 
     cfg: S2Config
     writer_id: str
@@ -53,10 +65,11 @@ class SinkRun:
     before: LedgerState
     """The ledger as this execution found it: its last commit, and whether an epoch since may have written."""
     opened: LedgerState | None = None
-    """This execution's ``open`` record, and the ledger's tail after it: commit appends on top of them."""
+    """This execution's ``open`` or ``intent`` record, and the ledger's tail after it: commit appends on
+    top of them."""
     opened_tail: int = 0
     roll: RollCall | None = None
-    """Where the execution's task attempts sign in (`roll_call`); opened with the epoch."""
+    """Where the execution's task attempts sign in (`roll_call`); opened with the execution."""
     trust_partitioning: bool = False
     """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
 
@@ -107,6 +120,12 @@ class SinkRun:
         )
 
 
+# Per (basin endpoint, basin, writer id, query id): the execution this process planned last. Spark's
+# driver-side Python worker that pickles the writer is reused from micro-batch to micro-batch (not always
+# the same one), so its next planning can often continue the epoch instead of opening one.
+_planned: dict[tuple[str, str, str, str | None], SinkRun] = {}
+
+
 def open_sink_run(
     cfg: S2Config,
     writer_id: str,
@@ -115,40 +134,97 @@ def open_sink_run(
     *,
     trust_partitioning: bool = False,
 ) -> SinkRun:
-    """Open the epoch of one micro-batch execution: ledger ``open`` record, static streams fenced."""
-    coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
-
-    async def go() -> SinkRun:
-        before = await coord.load()
-        if query_id is not None and before.query_id not in (None, query_id):
-            # Refused on the driver when it knows the query; the tasks check it too (check_identity).
-            check_identity(before, writer_id, query_id, before.committed + 1)
-        token = await coord.open_run("batch")
-        opened, tail = coord.ledger_position()
-        roll = coord.roll_call()
-        return SinkRun(
-            cfg,
-            writer_id,
-            query_id,
-            coord.run_id,
-            token.epoch,
-            before,
-            opened=opened,
-            opened_tail=tail,
-            roll=roll,
-            trust_partitioning=trust_partitioning,
-        )
-
-    run = _runtime.run(go())
+    """Plan one micro-batch execution: continue this process's epoch with an ``intent`` when its last
+    execution committed and nothing was appended since, else open a new epoch (static streams fenced)."""
+    key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
+    last = _planned.pop(key, None)  # a failure below leaves no entry: the next planning opens an epoch
+    run, reused = _runtime.run(
+        _plan(cfg, writer_id, query_id, static_streams, last=last, trust_partitioning=trust_partitioning)
+    )
+    _planned[key] = run
     log.info(
-        "exactly-once: writer %s opened execution %s epoch %s after batch %s (recovery=%s)",
+        "exactly-once: writer %s %s execution %s epoch %s after batch %s (recovery=%s)",
         writer_id,
+        "continued" if reused else "opened",
         run.run,
         run.epoch,
         run.before.committed,
         run.recovery,
     )
     return run
+
+
+async def _plan(
+    cfg: S2Config,
+    writer_id: str,
+    query_id: str | None,
+    static_streams: Sequence[str],
+    *,
+    last: SinkRun | None,
+    trust_partitioning: bool,
+) -> tuple[SinkRun, bool]:
+    if last is not None:
+        ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
+        before = await ledger.load()
+        if before.kind == "commit" and (before.run, before.epoch) == (last.run, last.epoch):
+            # The execution this process planned last committed, and nothing was appended since: every
+            # writer of this epoch is a task of an execution that committed (its zombies meet the task
+            # retry's generation barrier, as S2Writer's across the batches of a run). Announce the next
+            # batch under a fresh execution id, so the ledger shows whether *this* execution committed.
+            _check_driver_identity(before, writer_id, query_id)
+            roll = Coordinator(cfg, writer_id).roll_call()
+            plan_id = uuid.uuid4().hex
+            await ledger.append(replace(ledger.intended(before.committed + 1), run=plan_id))
+            assert ledger.tail is not None
+            return SinkRun(
+                cfg,
+                writer_id,
+                query_id,
+                plan_id,
+                last.epoch,
+                before,
+                opened=ledger.state,
+                opened_tail=ledger.tail,
+                roll=roll,
+                trust_partitioning=trust_partitioning,
+            ), True
+    return await _open(cfg, writer_id, query_id, static_streams, trust_partitioning), False
+
+
+async def _open(
+    cfg: S2Config,
+    writer_id: str,
+    query_id: str | None,
+    static_streams: Sequence[str],
+    trust_partitioning: bool,
+) -> SinkRun:
+    """A new epoch: ledger ``open`` record (which announces the batch after the last commit), static
+    streams fenced. Its scope stays ``batch``: each of its batches is announced by the record right before
+    it, so a commit leaves nothing in flight (docs/exactly-once.md, format("s2"))."""
+    coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
+    before = await coord.load()
+    _check_driver_identity(before, writer_id, query_id)
+    token = await coord.open_run("batch")
+    opened, tail = coord.ledger_position()
+    roll = coord.roll_call()
+    return SinkRun(
+        cfg,
+        writer_id,
+        query_id,
+        coord.run_id,
+        token.epoch,
+        before,
+        opened=opened,
+        opened_tail=tail,
+        roll=roll,
+        trust_partitioning=trust_partitioning,
+    )
+
+
+def _check_driver_identity(before: LedgerState, writer_id: str, query_id: str | None) -> None:
+    if query_id is not None and before.query_id not in (None, query_id):
+        # Refused on the driver when it knows the query; the tasks check it too (check_identity).
+        check_identity(before, writer_id, query_id, before.committed + 1)
 
 
 def commit_sink_run(

@@ -6,8 +6,9 @@ hands the record frame to ``partition_writer.write_partition``: the same chunkin
 retries as ``S2Writer``. The driver's ``commit`` aggregates the tasks' result rows into ``BatchMetrics``.
 
 Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once.sink_run`:
-an epoch per micro-batch execution, opened on the driver when Spark pickles the writer for the tasks; the
-tasks read the batch id from a task-local property; ``commit`` records the batch in the ledger).
+each micro-batch execution is planned on the driver when Spark pickles the writer for the tasks, in the
+epoch the same Python process went on with since its last committed execution, or in a new one; the tasks
+read the batch id from a task-local property; ``commit`` records the batch in the ledger).
 ``df.write.format("s2")`` is a one-off job without a micro-batch identity: at-least-once.
 
 Imports: Spark unpickles the writer in the planning and commit steps too, each a Python process of its own,
@@ -186,8 +187,9 @@ class S2StreamWriter(StreamArrowWriterBase):
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the writer on the driver once per micro-batch execution, to ship it to the tasks,
         # before any of them runs: the only driver step of a Python streaming sink that precedes the
-        # writes. Exactly-once opens the execution's epoch here; commit() runs on a writer Spark creates
-        # anew, which is never pickled and so never opens one.
+        # writes. Exactly-once plans the execution here (an intent in this process's epoch, or a new
+        # epoch); commit() runs on a writer Spark creates anew, which is never pickled and so plans none.
+        # Spark pickles one writer twice (the write function's closure, then the writer): planned once.
         if self._identity is not None and self._run is None:
             from s2_sink._exactly_once.sink_run import open_sink_run  # noqa: PLC0415 - module doc
 

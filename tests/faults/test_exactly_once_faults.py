@@ -232,11 +232,14 @@ def test_format_sink_task_retries_and_driver_kill_exactly_once(tmp: Path, eo_ser
     assert out.exits == [-9, 0]
     assert out.exactly_once(), out.summary()
     assert out.attempts_of(0) == {0, 1}, out.origins
-    # One epoch per execution: batch 0 had epoch 1, the killed execution of batch 1 epoch 2, the replay 3.
-    # The killed execution wrote part of batch 1 (in 1 of 8 runs, all of it: its Python workers outlived
-    # the kill; the replay then subtracted everything). test_eo_sink_blocks covers the completion itself.
-    assert 2 in out.epochs_of(1), out.origins
-    assert out.epochs_of(1) <= {2, 3}, out.origins
+    # Batch 0 had epoch 1; the killed execution of batch 1 continued it (planned by the same Python worker
+    # after batch 0's commit; epoch 2 if another worker planned it); the replay after the restart opened the
+    # next epoch. The killed execution wrote part of batch 1 (in 1 of 8 runs, all of it: its Python workers
+    # outlived the kill; the replay then subtracted everything). test_eo_sink_blocks covers the completion.
+    assert out.epochs_of(0) == {1}, out.origins
+    killed = min(out.epochs_of(1))
+    assert killed in {1, 2}, out.origins
+    assert out.epochs_of(1) <= {killed, killed + 1}, out.origins
 
 
 @pytest.mark.slow

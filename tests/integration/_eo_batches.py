@@ -20,7 +20,8 @@ QUERY_ID = "query-1"
 
 
 def open_execution(cfg: S2Config, writer_id: str) -> SinkRun:
-    """The driver opens the epoch of one micro-batch execution (ledger ``open``, stream fenced)."""
+    """The driver plans one micro-batch execution: its epoch continued with an ``intent`` when this process
+    planned the last committed one, else a new epoch (ledger ``open``, stream fenced)."""
     assert cfg.stream is not None
     return open_sink_run(cfg, writer_id, QUERY_ID, [cfg.stream])
 
@@ -44,5 +45,5 @@ def write_partitions(
 
 
 def commit(run: SinkRun, cfg: S2Config, batch: int, ends: dict[str, int]) -> None:
-    """The driver commits `batch` in the ledger on top of `run`'s ``open``."""
+    """The driver commits `batch` in the ledger on top of `run`'s ``open`` or ``intent``."""
     commit_sink_run(cfg, run.writer_id, run, batch, ends, query_id=QUERY_ID)

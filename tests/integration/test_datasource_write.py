@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from s2_sink._exactly_once.tags import find_tag
@@ -17,6 +18,7 @@ from s2_sink.config import S2Config
 from s2_sink.datasource import register
 from s2_sink.encoders import InsertEncoder, UpsertEncoder
 from s2_sink.writer import S2Writer
+from tests.faults._support import read_all, run
 from tests.integration._s2read import read_stream
 from tests.integration.test_datasource_read import append, bodies, new_basin, opts
 
@@ -272,15 +274,73 @@ def test_streaming_write_replay_of_a_written_batch(
     assert got == [b"a", b"b", b"c", b"d", b"e"]
     assert all(find_tag(r.headers) is not None for r in out[:1])  # chunks are tagged
     ledger = [orjson.loads(r.body) for r in read_stream(endpoint, basin, f"_s2sink/ledger/{q.id}")]
-    assert [(r["kind"], r["committed"], r["scope"]) for r in ledger] == [
-        ("open", -1, "batch"),
-        ("commit", 0, "batch"),
-        ("open", 0, "batch"),
-        ("commit", 1, "batch"),
-        ("open", 1, "batch"),  # the replay of batch 1 after the restart: the ledger has it, nothing written
-        ("commit", 1, "batch"),
-    ]
-    assert [r["epoch"] for r in ledger] == [1, 1, 2, 2, 3, 3]
+    states = _ledger_states(ledger)
+    # each execution announces its batch, then commits it; the replay of batch 1 writes nothing
+    assert [c for k, c, _ in states if k == "commit"] == [0, 1, 1]
+    assert {r["scope"] for r in ledger} == {"batch"}
+
+
+def _ledger_states(ledger: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """(kind, committed, epoch) of each state record, checked to alternate announcement and commit: an
+    ``open`` starts the next epoch, an ``intent`` continues the epoch of the commit before it."""
+    states = [(r["kind"], r["committed"], r["epoch"]) for r in ledger if r["kind"] != "ends"]
+    assert [k == "commit" for k, _, _ in states] == [i % 2 == 1 for i in range(len(states))]
+    epoch = 0
+    for kind, _, e in states:
+        if kind == "open":
+            assert e == epoch + 1
+            epoch = e
+        assert e == epoch
+    assert states[0][0] == "open"
+    return states
+
+
+def test_routed_streaming_write_keeps_one_epoch_across_micro_batches(
+    sp: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    """writeStream.format("s2") routed to two streams over five micro-batches writes every row once, and
+    the micro-batches the same planning process follows up on continue its epoch (an ``intent``, no
+    fence): each routed stream holds one fence record per epoch, fewer than the batches (one per batch
+    when every batch opened an epoch)."""
+    routed = ("out/eu", "out/us")
+    basin = new_basin(endpoint, "in", *routed)
+    src = sp.readStream.format("s2").options(**opts(endpoint, basin, **{"s2.stream": "in"})).load()
+    w = opts(endpoint, basin, **{"s2.stream-column": "dest", "s2.format": "raw", "s2.value-column": "body"})
+    dest = F.concat(F.lit("out/"), F.substring(F.col("body").cast("string"), 1, 2))
+    q = (
+        src.select("body", dest.alias("dest"))
+        .writeStream.format("s2")
+        .options(**w)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    sent = []
+    try:
+        for batch in range(5):
+            rows = [f"{'eu' if i % 2 else 'us'}-{batch}-{i}" for i in range(6)]
+            append(endpoint, basin, "in", bodies(*rows))
+            sent += rows
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    got = sorted(bytes(r.body).decode() for s in routed for r in read_stream(endpoint, basin, s))
+    assert got == sorted(sent)
+    states = _ledger_states(
+        [orjson.loads(r.body) for r in read_stream(endpoint, basin, f"_s2sink/ledger/{q.id}")]
+    )
+    batches = sum(1 for k, _, _ in states if k == "commit")
+    epochs = len({e for _, _, e in states})
+    fences = {s: _fence_records(endpoint, basin, s) for s in routed}
+    print(f"batches={batches} ledger_records={len(states)} epochs={epochs} fences={fences}")
+    assert batches >= 5
+    assert fences == dict.fromkeys(routed, epochs)
+    assert epochs < batches
+
+
+def _fence_records(endpoint: str, basin: str, stream: str) -> int:
+    records = run(read_all(endpoint, basin, stream, commands=True))
+    return sum(1 for r in records if r.headers == [(b"", b"fence")])
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
+from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
@@ -192,7 +193,8 @@ class Query:
         pool = SessionPool(self.service.client_factory)
         self.pools.append(pool)
         install_pool(pool)
-        _bookkeeping_streams.forget_all()  # the ledgers this process created or found
+        _bookkeeping_streams.forget_all()  # the ledgers and registers this process created or found
+        _sink_run._planned.clear()  # ... and the format("s2") executions it planned
         self.coordinator = None
         self.task_ids = 0
 

@@ -59,7 +59,6 @@ def test_the_plan_a_task_receives_does_not_grow_with_the_streams_written(countin
     assert many.plan_bytes <= C * few.plan_bytes
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 item 6: format('s2') opens a fencing epoch per micro-batch")
 def test_format_sink_steady_batch_costs_no_more_per_routed_stream_than_s2writer(counting: LiteServer) -> None:
     """A normal micro-batch of the format('s2') sink into 200 routed streams makes no more requests than the
     same batch through S2Writer's coordinator, give or take a quarter: no fence and re-send per stream."""
