@@ -14,9 +14,7 @@ MIB = 1024 * 1024
 
 
 def _cfg(**options: object) -> S2Config:
-    return S2Config.from_options(
-        {"s2.basin": "test-basin", "s2.auth-token": "t", **options}
-    )
+    return S2Config.from_options({"s2.basin": "test-basin", "s2.auth-token": "t", **options})
 
 
 def test_many_small_partitions_of_unknown_size_get_two_tasks_per_core() -> None:
