@@ -3,11 +3,18 @@ path (``sink.write-parallelism``, ``sink.driver-write.*``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
+
 import pytest
 
 from s2_sink._options import parse_write_parallelism
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.sizing import BYTES_PER_TASK, FrameShape, write_tasks
 from s2_sink.config import S2Config
+from s2_sink.datasource._write_options import parse_write_options
+from s2_sink.datasource._writer import warn_if_fragmented
 from s2_sink.errors import ConfigError
 
 MIB = 1024 * 1024
@@ -64,3 +71,32 @@ def test_driver_write_options_and_off_switch() -> None:
     assert _cfg(**{"sink.driver-write.max-rows": 0}).driver_write_max_rows == 0
     with pytest.raises(ConfigError, match=r"driver_write_max_rows \(sink\.driver-write\.max-rows\)"):
         _cfg(**{"sink.driver-write.max-rows": "-1"})
+
+
+def _metrics(records: int, nbytes: int) -> BatchMetrics:
+    m = aggregate(7, [], 0.1)
+    return dataclasses.replace(m, records=records, bytes=nbytes)
+
+
+def test_format_s2_warns_once_per_query_about_a_fragmented_batch(caplog: pytest.LogCaptureFixture) -> None:
+    """A format('s2') batch in far more partitions than cores, under 1 MiB each, logs one WARNING naming
+    coalesce; the same query's next batch does not repeat it; a batch whose partitions are big enough, or
+    few, does not warn."""
+    caplog.set_level(logging.WARNING, logger="s2_sink")
+    many = 4 * (os.cpu_count() or 1) + 1
+    assert not warn_if_fragmented("q-few", 2, _metrics(600, 60_000))
+    assert not warn_if_fragmented("q-big", many, _metrics(10**6, many * 2 * MIB))
+    assert caplog.text == ""
+    assert warn_if_fragmented("q-small", many, _metrics(600, 60_000))
+    assert "coalesce(n)" in caplog.text
+    assert f"{many} partitions" in caplog.text
+    assert not warn_if_fragmented("q-small", many, _metrics(600, 60_000))
+    assert caplog.text.count("coalesce(n)") == 1
+
+
+@pytest.mark.parametrize("key", ["sink.write-parallelism", "SINK.driver-write.max-rows"])
+def test_format_s2_refuses_the_foreach_batch_layout_options(key: str) -> None:
+    """format('s2') keeps Spark's partitioning: the options that size S2Writer's tasks are refused, naming
+    the option and the coalesce fix, rather than silently ignored."""
+    with pytest.raises(ConfigError, match=r"foreachBatch\(S2Writer.*df\.coalesce\(n\)"):
+        parse_write_options({key: "4"}, cfg=_cfg(**{"s2.stream": "s"}), streaming=True)
