@@ -6,9 +6,9 @@ So a batch of at most ``driver_write_max_rows`` rows and ``driver_write_max_byte
 task uses (`write_partition`), in this process, as partition 0 of the micro-batch: the same encoders,
 chunking, chunk tags, fencing, roll call and ledger, so the guarantee is the task path's.
 
-Deciding costs one JVM-only Spark job of one task: the frame is persisted (so a batch found too big is not
-computed twice, its shuffles included) and ``coalesce(1).limit(max_rows + 1)`` is collected, which stops
-reading once the limit is passed. A known size estimate far over the byte limit skips that job.
+Deciding costs one JVM-only Spark job: the frame is persisted (so a batch found too big is not computed
+twice, its shuffles included) and ``coalesce(cores).limit(max_rows + 1)`` is collected, each task stopping
+once the limit is passed. A known size estimate far over the byte limit skips that job.
 
 Exactly-once: the driver is one task attempt of partition 0 with task ids 0, 1, 2 (stage -1). A failed
 append (`WriteError`) is retried here as the next attempt, which signs in after the failed one, so the roll
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 
+from s2_sink._write.driver.sizing import cores
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.encoders._change_order import ORDER, sort_changes
@@ -72,7 +73,10 @@ def probe_small(
 
     cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        table = collect_arrow(cached.coalesce(1).limit(cfg.driver_write_max_rows + 1))
+        # One task per core, each stopping after the limit: coalesce(1) would run the batch's upstream
+        # stage (an aggregation's 200 state partitions) on one core.
+        probe = cached.coalesce(cores(frame)).limit(cfg.driver_write_max_rows + 1)
+        table = collect_arrow(probe)
         small = table.num_rows <= cfg.driver_write_max_rows and table.nbytes <= cfg.driver_write_max_bytes
         yield cached, table if small else None
     finally:

@@ -25,7 +25,7 @@ from s2_sink._options import WriteParallelism
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FrameShape", "frame_shape", "narrow", "size_estimate", "write_tasks"]
+__all__ = ["FrameShape", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def narrow(frame: DataFrame, shape: FrameShape, n: int) -> DataFrame:
 
 def frame_shape(frame: DataFrame, size_bytes: int | None) -> FrameShape:
     """The frame's partition count and the cluster's cores, from planning alone, with `size_estimate`."""
-    return FrameShape(_partitions(frame), size_bytes, _cores(frame))
+    return FrameShape(_partitions(frame), size_bytes, cores(frame))
 
 
 def _partitions(frame: DataFrame) -> int | None:
@@ -90,7 +90,8 @@ def size_estimate(frame: DataFrame) -> int | None:
     return None if size >= _UNKNOWN_SIZE else size
 
 
-def _cores(frame: DataFrame) -> int:
+def cores(frame: DataFrame) -> int:
+    """The cores Spark runs tasks on (classic: the default parallelism; else its setting, else 8)."""
     spark = frame.sparkSession
     sc = getattr(spark, "_sc", None)  # classic: the SparkContext knows its executors' cores
     if sc is not None:
