@@ -97,12 +97,12 @@ def _config(ctx: Ctx, stream: str, **extra: Any) -> Any:
     )
 
 
-def _writer(ctx: Ctx, stream: str, encoder: Any, delivery: str) -> Any:
+def _writer(ctx: Ctx, stream: str, encoder: Any, delivery: str, **cfg_extra: Any) -> Any:
     try:
         from s2_sink.writer import S2Writer
     except ImportError as exc:
         raise NotAvailable(f"s2_sink.writer.S2Writer not available ({exc})") from exc
-    cfg = _config(ctx, stream)
+    cfg = _config(ctx, stream, **cfg_extra)
     kwargs: dict[str, Any] = {"encoder": encoder, "delivery": delivery}
     if delivery == "exactly-once":
         kwargs["writer_id"] = f"bench-{uuid.uuid4().hex[:12]}"

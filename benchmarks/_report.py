@@ -104,6 +104,44 @@ def targets(results: Result) -> list[Result]:
             why=_latency_note(st),
         )
     )
+    beyond = st.get("beyond_noop", {}).get("s2writer_eo")
+    v = beyond["median_ms"] if beyond else None
+    tasks = st.get("beyond_noop", {}).get("s2writer_eo_tasks")
+    why = f"task path (driver writes off): median {tasks['median_ms']:.1f} ms" if tasks else ""
+    out.append(
+        _target(
+            "1k-row micro-batch exactly-once beyond noop (median)",
+            v,
+            "<= 30 ms",
+            v <= 30 if v is not None else None,
+            "ms",
+            why=why,
+        )
+    )
+    out.extend(_shape_targets(results.get("shape", {})))
+    return out
+
+
+def _shape_targets(shape: Result) -> list[Result]:
+    """The production-shape ratios (`benchmarks._shape`), where measured."""
+    out = []
+    for key, name, bound in (
+        ("aggregation", "200-partition update-mode aggregation, S2Writer upsert / noop (median batch)", 1.3),
+        ("partitions", "200k rows in 256 partitions / in 2 partitions (S2Writer exactly-once)", 1.5),
+    ):
+        r = shape.get(key, {})
+        ok = r.get("status") == "ok"
+        tasks = f"write tasks {r['write_tasks']}" if ok else str(r.get("reason", ""))
+        out.append(
+            _target(
+                name,
+                r["ratio"] if ok else None,
+                f"<= {bound}x",
+                r["ratio"] <= bound if ok else None,
+                "x",
+                why=tasks,
+            )
+        )
     return out
 
 

@@ -31,6 +31,7 @@ from benchmarks._format_sink import format_sink
 from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
 from benchmarks._report import chart, table, targets
+from benchmarks._shape import production_shape
 from benchmarks._streaming import Sink, latency, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ FULL = {
     "ingest_records": 1_000_000,
 }
 # The parts of a run besides the cases, in run order; `--only` names them like cases.
-SECTIONS = ("streaming", "format_streaming", "single_partition", "diagnostics", "lite_ingest")
+SECTIONS = ("streaming", "format_streaming", "single_partition", "diagnostics", "lite_ingest", "shape")
 SKIPPED = {"status": "skipped", "reason": "not selected with --only"}
 
 QUICK = {
@@ -225,9 +226,16 @@ def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
 
     sinks: dict[str, Sink] = {"noop": noop, "python_noop": python_noop, "naive": naive}
     out: dict[str, Any] = {}
-    for key, delivery in (("s2writer", "at-least-once"), ("s2writer_eo", "exactly-once")):
+    for key, delivery, extra in (
+        ("s2writer", "at-least-once", {}),
+        ("s2writer_eo", "exactly-once", {}),
+        # The same writer with the driver path off: what the Python tasks cost a 1k-row batch.
+        ("s2writer_eo_tasks", "exactly-once", {"driver_write_max_rows": 0}),
+    ):
         try:
-            sinks[key] = _writer(ctx, f"lat-{key}-{uuid.uuid4().hex[:8]}", _encoder("insert"), delivery)
+            sinks[key] = _writer(
+                ctx, f"lat-{key}-{uuid.uuid4().hex[:8]}", _encoder("insert"), delivery, **extra
+            )
         except NotAvailable as exc:
             out[key] = {"status": "not available", "reason": str(exc)}
     _log(f"  streaming: {', '.join(sinks)} on the same 1k-row micro-batches ...")
@@ -248,7 +256,7 @@ def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
             out[key] = {"status": "error", "reason": errors[key]}
         else:
             out[key] = summarize(durations[key])
-    order = ["noop", "python_noop", "naive", "s2writer", "s2writer_eo"]
+    order = ["noop", "python_noop", "naive", "s2writer", "s2writer_eo", "s2writer_eo_tasks"]
     return {
         "rows_per_batch": 1000,
         "sinks": {k: out[k] for k in order},
@@ -452,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
             if not args.quick and selected("diagnostics"):
                 _log("  diagnostics ...")
                 diagnostics["python_task_floor"] = _python_task_floor(meter, ctx)
+            shape = dict(SKIPPED)
+            if selected("shape"):
+                _log("  production shape: 200-partition aggregation, 256 vs 2 partitions ...")
+                shape = production_shape(spark, ctx, quick=args.quick)
             ingest = dict(SKIPPED)
             if selected("lite_ingest"):
                 _log("  lite ingest ...")
@@ -489,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         "format_streaming": format_streaming,
         "single_partition": single,
         "lite_ingest": ingest,
+        "shape": shape,
         "diagnostics": diagnostics,
     }
     results["targets"] = targets(results)

@@ -9,11 +9,14 @@ and two spellings of one name in the same map are an error rather than a silent 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from s2_sink.errors import ConfigError
 
-__all__ = ["OptionMap", "parse_bool"]
+__all__ = ["OptionMap", "WriteParallelism", "parse_bool", "parse_write_parallelism"]
+
+WriteParallelism = int | Literal["auto"]
+"""How many tasks write a micro-batch: ``"auto"`` (sized to the batch) or that many."""
 
 
 def parse_bool(name: str, raw: object) -> bool:
@@ -26,6 +29,19 @@ def parse_bool(name: str, raw: object) -> bool:
     if lowered not in ("true", "false"):
         raise ConfigError(f"option {name}={raw!r} must be true or false")
     return lowered == "true"
+
+
+def parse_write_parallelism(name: str, raw: object) -> WriteParallelism:
+    """``auto`` (any case) or a positive integer (an int or its digits); else a ConfigError naming `name`."""
+    if isinstance(raw, str):
+        text = raw.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    elif isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        return raw
+    raise ConfigError(f"option {name}={raw!r} must be auto or a positive integer (the number of write tasks)")
 
 
 class OptionMap(Mapping[str, Any]):

@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from s2_sink._env_hints import missing_token
-from s2_sink._options import OptionMap, parse_bool
+from s2_sink._options import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
 from s2_sink.errors import ConfigError
 
 __all__ = ["OPTION_KEYS", "WRITE_ONLY_OPTION_KEYS", "S2Config"]
@@ -146,6 +146,20 @@ class S2Config:
     session_idle_timeout_ms: int = 60_000
     """An executor closes a pooled client and its sessions after this many idle ms (1000-3600000). Default
     60000. Option ``sink.session.idle-timeout``."""
+
+    write_parallelism: WriteParallelism = "auto"
+    """How many tasks write a ``foreachBatch`` micro-batch: ``"auto"`` sizes it to the batch and the cores
+    (narrowing Spark's partitions without a shuffle), a positive number sets it. Option
+    ``sink.write-parallelism``. ``format("s2")`` writes keep Spark's partitioning (see docs/format-s2.md)."""
+
+    driver_write_max_rows: int = 10_000
+    """A ``foreachBatch`` micro-batch of at most this many rows (and ``driver_write_max_bytes``) is written
+    from the driver process, skipping the per-task cost; 0 = never. Default 10000. Option
+    ``sink.driver-write.max-rows``."""
+
+    driver_write_max_bytes: int = 8 * ONE_MIB
+    """...and of at most this many bytes of record frame (Arrow); 0 = never. Default 8 MiB. Option
+    ``sink.driver-write.max-bytes``."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -285,6 +299,9 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "sink.requests.max-inflight-bytes": ("max_inflight_bytes", _size_bytes),
     "sink.session.idle-timeout": ("session_idle_timeout_ms", _duration_ms),
     "sink.bulk-append": ("bulk_append", parse_bool),
+    "sink.write-parallelism": ("write_parallelism", parse_write_parallelism),
+    "sink.driver-write.max-rows": ("driver_write_max_rows", _int),
+    "sink.driver-write.max-bytes": ("driver_write_max_bytes", _size_bytes),
 }
 
 OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}
@@ -416,3 +433,6 @@ def _validate(cfg: S2Config) -> None:
     _check_range(cfg, "request_timeout_ms", 100, 600_000)
     _check_range(cfg, "connect_timeout_ms", 100, 600_000)
     _check_range(cfg, "session_idle_timeout_ms", 1000, 3_600_000)
+    _check_range(cfg, "driver_write_max_rows", 0, None)
+    _check_range(cfg, "driver_write_max_bytes", 0, None)
+    parse_write_parallelism("write_parallelism (sink.write-parallelism)", cfg.write_parallelism)

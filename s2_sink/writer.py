@@ -7,8 +7,10 @@ Per micro-batch, on the driver:
    rows that cannot be encoded;
 2. the delivery mode turns the batch into a `WritePlan` (exactly-once adds fencing, chunk tags and a
    recovery hook, and may skip or repartition a batch);
-3. one ``mapInArrow`` job appends every partition through the executors' pooled sessions and returns
-   small result rows — the batch DataFrame is evaluated exactly once;
+3. a small batch (``sink.driver-write.*``) is collected as Arrow and written from the driver process as
+   one partition (`s2_sink._write.driver.driver_write`); any other is narrowed to the number of write
+   tasks the batch warrants (`s2_sink._write.driver.sizing`) and one ``mapInArrow`` job appends every
+   partition through the executors' pooled sessions and returns small result rows;
 4. the delivery mode commits, and the metrics are aggregated, kept, logged and passed to ``on_metrics``.
 
 The writer is a plain picklable object: under Spark Connect ``foreachBatch`` pickles it to the
@@ -28,13 +30,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from s2_sink._options import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._write.driver.delivery import AtLeastOnce, DeliveryMode
+from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode
+from s2_sink._write.driver.driver_write import probe_small, write_on_driver
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
+from s2_sink._write.driver.sizing import FrameShape, frame_shape, narrow, size_estimate, write_tasks
 from s2_sink._write.plan import OnError
 from s2_sink._write.spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
 from s2_sink._write.task.partition_writer import map_partition
@@ -86,6 +91,11 @@ class S2Writer:
         preflight: before the first batch's tasks launch, check on the driver that the endpoint answers, the
             token is accepted and the basin and known target streams exist or will be created (once per
             writer object; `PreflightError` naming the endpoint, basin, stream and fix). Default ``True``.
+        write_parallelism: how many tasks write a micro-batch: ``"auto"`` sizes it to the batch (about
+            one to two per core; Spark's partitions are narrowed with ``coalesce``, no shuffle), a
+            positive number caps it at that (a by-key layout gets exactly that many). Default
+            ``cfg.write_parallelism`` (option ``sink.write-parallelism``, ``"auto"``). Small batches
+            (``cfg.driver_write_max_rows``/``max_bytes``) are written from the driver process instead.
     """
 
     def __init__(
@@ -104,6 +114,7 @@ class S2Writer:
         create_streams: bool | None = None,
         history_size: int = 100,
         preflight: bool = True,
+        write_parallelism: WriteParallelism | None = None,
     ) -> None:
         if not isinstance(cfg, S2Config):
             raise ConfigError(f"cfg must be an S2Config, got {type(cfg).__name__}")
@@ -120,6 +131,9 @@ class S2Writer:
         if not isinstance(preflight, bool):
             raise ConfigError(f"preflight must be a bool, got {preflight!r}")
         self._preflight_pending = preflight
+        self.write_parallelism: WriteParallelism = parse_write_parallelism(
+            "write_parallelism", cfg.write_parallelism if write_parallelism is None else write_parallelism
+        )
         self.spec = WriteSpec.build(
             cfg,
             Routing.build(stream=cfg.stream, stream_column=stream_column, shards=shards),
@@ -177,29 +191,48 @@ class S2Writer:
         if self._preflight_pending:  # once per writer object, before the first batch's tasks
             preflight_write(self.cfg, self.spec.streams_to_create(), what="S2Writer")
             self._preflight_pending = False
-        job = self.mode.prepare(batch_id, self.frame(batch_df))
-        if job is None:  # the ledger has this batch (logged there)
-            self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
-            return
-        self._create_known_streams()
-        out = job.frame
-        ordered = ORDER in out.columns
-        if (self.partition_by_key or ordered) and not job.plan.fixed_layout:  # a replay's layout wins
-            out = out.repartition(STREAM_COLUMN, KEY) if self.routing.routed else out.repartition(KEY)
-        # Every change of a (stream, key) is in one task now: sort them into change order (a replay's
-        # layout sorted them already and dropped the column).
-        out = sort_changes(out)
-        try:
-            rows = out.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()
-        except S2SinkError:
-            raise
-        except Exception as exc:
-            raise _translate(exc) from exc
-        metrics = aggregate(
-            batch_id, [r.asDict() for r in rows], time.monotonic() - started, delivery=self.mode.name
-        )
+        frame = self.frame(batch_df)
+        size = size_estimate(frame)
+        with probe_small(frame, self.cfg, size) as (frame, small):
+            shape = None if small is not None else frame_shape(frame, size)
+            tasks = 1 if shape is None else write_tasks(shape, self.write_parallelism)
+            job = self.mode.prepare(batch_id, frame, tasks=tasks)
+            if job is None:  # the ledger has this batch (logged there)
+                self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
+                return
+            self._create_known_streams()
+            try:
+                if small is not None:
+                    rows = write_on_driver(job, small)
+                else:
+                    assert shape is not None
+                    rows = [
+                        r.asDict()
+                        for r in self._laid_out(job, shape, tasks)
+                        .mapInArrow(map_partition(job.plan), RESULT_DDL)
+                        .collect()
+                    ]
+            except S2SinkError:
+                raise
+            except Exception as exc:
+                raise _translate(exc) from exc
+        path = "tasks" if small is None else "driver"
+        metrics = aggregate(batch_id, rows, time.monotonic() - started, delivery=self.mode.name, path=path)
         self.mode.commit(job, metrics)
         self._publish(metrics)
+
+    def _laid_out(self, job: BatchJob, shape: FrameShape, tasks: int) -> DataFrame:
+        """The job's frame in `tasks` write tasks: by (stream, key) for ordered upserts, else narrowed."""
+        out = job.frame
+        if not job.plan.fixed_layout:  # a replay's layout wins
+            if self.partition_by_key or ORDER in out.columns:
+                keys = [STREAM_COLUMN, KEY] if self.routing.routed else [KEY]
+                out = out.repartition(tasks, *keys)
+            else:
+                out = narrow(out, shape, tasks)
+        # Every change of a (stream, key) is in one task now: sort them into change order (a replay's
+        # layout sorted them already and dropped the column).
+        return sort_changes(out)
 
     def frame(self, batch_df: DataFrame) -> DataFrame:
         """The record frame to write for `batch_df`: frame columns, plus the target stream when routed

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["RecoveryLayout", "layout_hash", "repartition_for_recovery", "spark_xxhash64"]
 
 _SEED: Final = 42  # Spark's seed for both xxhash64 and the partitioner's murmur3
-_DEFAULT_PARTITIONS: Final = 200
 
 
 def _xxh64(data: bytes, seed: int) -> int:
@@ -97,11 +96,6 @@ class RecoveryLayout:
         return _murmur3_long(content, _SEED) % self.partitions  # Python's % is Spark's pmod
 
 
-def _partition_count(frame: DataFrame) -> int:
-    text = frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or ""
-    return int(text) if text.isdigit() and int(text) > 0 else _DEFAULT_PARTITIONS
-
-
 def _layout_hash_expr(present: set[str]) -> Column:
     """`layout_hash` as a Spark expression over the record frame's columns."""
     stream = [F.col(STREAM_COLUMN)] if STREAM_COLUMN in present else []
@@ -115,11 +109,14 @@ def _layout_hash_expr(present: set[str]) -> Column:
     return F.when(first["name"] == F.lit(KEY_HEADER), F.xxhash64(*stream, first["value"])).otherwise(whole)
 
 
-def repartition_for_recovery(frame: DataFrame) -> tuple[DataFrame, RecoveryLayout]:
-    """The replay's record frame laid out by `layout_hash` with each task's changes in change order, and
-    the `RecoveryLayout` its tasks check."""
+def repartition_for_recovery(frame: DataFrame, partitions: int) -> tuple[DataFrame, RecoveryLayout]:
+    """The replay's record frame laid out by `layout_hash` in `partitions` tasks (the writer sizes it like
+    any batch; tasks check their records against the layout's count, so any count is correct) with each
+    task's changes in change order, and the `RecoveryLayout` its tasks check."""
+    if partitions < 1:
+        raise ValueError(f"a recovery layout needs at least one partition, got {partitions}")
     present = set(frame.columns)
-    layout = RecoveryLayout(_partition_count(frame), routed=STREAM_COLUMN in present)
+    layout = RecoveryLayout(partitions, routed=STREAM_COLUMN in present)
     # An explicit count: adaptive execution does not coalesce it, so partition id == hash partition.
     laid_out = frame.repartition(layout.partitions, _layout_hash_expr(present))
     return sort_changes(laid_out), layout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from s2_sink._options import OptionMap, parse_bool
 from s2_sink._write.driver.routing import Routing
@@ -160,9 +161,24 @@ def _refuse_change_order(options: Mapping[str, str], encoder: Encoder, delivery:
         )
 
 
+FOREACH_BATCH_ONLY: Final = (
+    "sink.write-parallelism",
+    "sink.driver-write.max-rows",
+    "sink.driver-write.max-bytes",
+)
+"""S2Config options that shape how `S2Writer` lays out a micro-batch: refused by ``format("s2")`` writes."""
+
+
 def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming: bool) -> WriteOptions:
     """Validate the writer options against `cfg`, the connection settings (``s2.stream`` among them)."""
     options = OptionMap(options)
+    for key in FOREACH_BATCH_ONLY:
+        if key in options:  # a Python data source cannot repartition its input nor write from the driver
+            raise ConfigError(
+                f"option {options.spelling(key)}={options[key]!r} applies to foreachBatch(S2Writer(...)) "
+                "only: a format('s2') write keeps Spark's partitioning, one task per partition. Drop the "
+                "option, and narrow the frame with df.coalesce(n) before writeStream instead"
+            )
     encoder = _encoder(options)
     stream_column = _get(options, OPT_STREAM_COLUMN) or None
     # S2Writer lets stream_column override the config's stream; options name one or the other.

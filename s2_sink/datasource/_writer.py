@@ -22,6 +22,7 @@ adds no importer over the ``spark-core`` jar to that process, which PySpark's pe
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -44,11 +45,39 @@ if TYPE_CHECKING:
     from s2_sink._exactly_once.sink_run import SinkRun
     from s2_sink._write.plan import WritePlan
 
-__all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity"]
+__all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity", "warn_if_fragmented"]
 
 log = logging.getLogger(__name__)
 
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
+# A batch in more than this many partitions per core, under this many bytes each, pays the per-task cost
+# many times over for its data (each Python task costs ~150-400 ms before its first row).
+_PARTITIONS_PER_CORE = 4
+_SMALL_PARTITION_BYTES = 1024 * 1024
+_warned: set[str | None] = set()
+"""Queries (writer ids) this driver process already warned about a fragmented batch."""
+
+
+def warn_if_fragmented(writer_id: str | None, partitions: int, metrics: BatchMetrics) -> bool:
+    """Log one WARNING per query (per driver Python process) when a micro-batch came in far more partitions
+    than its size warrants: a Python data source cannot change its input's partitioning, the user can."""
+    cores = os.cpu_count() or 1
+    if writer_id in _warned or partitions <= _PARTITIONS_PER_CORE * cores:
+        return False
+    if metrics.bytes >= partitions * _SMALL_PARTITION_BYTES:
+        return False
+    _warned.add(writer_id)
+    log.warning(
+        "format('s2'): micro-batch %s arrived in %d partitions for %d records (%d bytes): each partition is "
+        "one Python write task with a fixed cost, and a Python data source cannot change its input's "
+        "partitioning. Narrow the frame before writing: df.coalesce(n).writeStream.format('s2') with n "
+        "about the number of cores, or write with foreachBatch(S2Writer(...)), which sizes its tasks itself",
+        metrics.batch_id,
+        partitions,
+        metrics.records,
+        metrics.bytes,
+    )
+    return True
 
 
 class S2CommitMessage(WriterCommitMessage):
@@ -233,6 +262,7 @@ class S2StreamWriter(StreamArrowWriterBase):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         metrics = _metrics(batchId, messages, self._delivery)
+        warn_if_fragmented(self._identity[0] if self._identity else None, len(messages), metrics)
         if self._identity is not None:
             runs = [m.run for m in messages if isinstance(m, S2CommitMessage) and m.run is not None]
             executions = {r.run for r in runs}

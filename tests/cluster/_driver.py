@@ -79,6 +79,10 @@ def main(path: str) -> int:
         retry_delay_ms=20,
         batch_max_records=scn.get("batch_max_records", 50),
         create_streams=True,
+        # These scenarios kill executors mid-write and fail shuffle fetches under the write: the executors'
+        # path, with the write stage in the partitions the scenario shaped.
+        driver_write_max_rows=0,
+        write_parallelism=scn.get("write_parallelism", 4),
     )
     writer = S2Writer(cfg, InsertEncoder(), delivery=scn["delivery"])
     gates = Gates(shared=scn["shared"], victim=scn["victim"], plan=scn["plan"])

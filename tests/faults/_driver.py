@@ -64,6 +64,9 @@ def main(path: str) -> int:
         retry_delay_ms=20,
         batch_max_records=scn.get("batch_max_records", 50),
         create_streams=True,
+        # The scenarios' batches are small: off, they test the executors' path; on, the driver's.
+        driver_write_max_rows=scn.get("driver_write_max_rows", 0),
+        max_inflight_requests=scn.get("max_inflight_requests", 16),
     )
     encoder = UpsertEncoder(key_columns=["k"]) if scn["encoder"] == "upsert" else InsertEncoder()
     writer = S2Writer(

@@ -102,6 +102,30 @@ def test_driver_killed_mid_batch_exactly_once(tmp: Path, eo_server: LiteServer) 
     assert out.epochs_of(1) == {1, 2}, out.origins
 
 
+@pytest.mark.timeout(900)
+def test_driver_killed_mid_driver_write_exactly_once(tmp: Path, eo_server: LiteServer) -> None:
+    """Small batches are written from the driver process itself; it is SIGKILLed while writing batch 1,
+    before its sixth append (five written, one at a time), and restarted from its checkpoint with a different
+    input split: the replay, again from the driver, is a recovery that fences the dead run's appends out,
+    reads back what they wrote and writes each missing row exactly once."""
+    out = run_scenario(
+        tmp,
+        eo_server.endpoint,
+        files=2,
+        rows=150,
+        rules=[{"point": "before_append", "batch": 1, "partition": 0, "chunk": 5, "action": "kill_driver"}],
+        restart_overrides=REPARTITION_ON_RESTART,
+        batch_max_records=10,
+        driver_write_max_rows=10_000,
+        max_inflight_requests=1,  # the appends before the kill are acknowledged, the later ones never sent
+    )
+    print(out.summary())
+    assert out.exits == [-9, 0]
+    assert out.exactly_once(), out.summary()
+    # Batch 1 was really written partly by the killed driver and completed by the restarted one.
+    assert out.epochs_of(1) == {1, 2}, out.origins
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_driver_kills_at_every_driver_point_exactly_once(tmp: Path, eo_server: LiteServer) -> None:

@@ -40,18 +40,13 @@ def test_python_partition_of_matches_spark_repartition(spark: SparkSession) -> N
     for i, body in enumerate(_BODIES * 4):
         rows.append((f"stream-{i % 4}-é", body, variants[i % 4](i, body)))
     schema = f"{STREAM_COLUMN} string, {BODY} binary, {HEADERS} {HEADERS_DDL}"
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "7")  # enough partitions to tell a wrong mapping
-    try:
-        _check_layouts(spark, rows, schema)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before or "2")
+    _check_layouts(spark, rows, schema)
 
 
 def _check_layouts(spark: SparkSession, rows: Sequence[tuple[str, bytes, object]], schema: str) -> None:
     for columns in ([STREAM_COLUMN, BODY, HEADERS], [BODY, HEADERS], [BODY]):
         frame = spark.createDataFrame(rows, schema).select(*columns)
-        laid, layout = repartition_for_recovery(frame)
+        laid, layout = repartition_for_recovery(frame, 7)  # enough partitions to tell a wrong mapping
         got = laid.select(
             *columns,
             F.spark_partition_id().alias("pid"),
@@ -85,22 +80,17 @@ def test_flat_changelog_rows_are_placed_by_stream_and_key(spark: SparkSession) -
         for i, body in enumerate(_BODIES * 3)
     ]
     schema = f"{STREAM_COLUMN} string, {BODY} binary, {KEY} binary, {ACTION} binary, {HEADERS} {HEADERS_DDL}"
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "7")
-    try:
-        for columns in ([STREAM_COLUMN, BODY, KEY, ACTION, HEADERS], [BODY, KEY, ACTION]):
-            laid, layout = repartition_for_recovery(spark.createDataFrame(rows, schema).select(*columns))
-            got = laid.select(*columns, F.spark_partition_id().alias("pid")).collect()
-            assert len(got) == len(rows)
-            assert len({r["pid"] for r in got}) > 1
-            for r in got:
-                stream = r[STREAM_COLUMN] if layout.routed else "events"
-                own = (
-                    [(bytes(h["name"]), bytes(h["value"])) for h in (r[HEADERS] or [])]
-                    if HEADERS in columns
-                    else []
-                )
-                headers = [(KEY_HEADER, bytes(r[KEY])), (ACTION_HEADER, bytes(r[ACTION])), *own]
-                assert layout.partition_of(stream, headers, bytes(r[BODY])) == r["pid"]
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before or "2")
+    for columns in ([STREAM_COLUMN, BODY, KEY, ACTION, HEADERS], [BODY, KEY, ACTION]):
+        laid, layout = repartition_for_recovery(spark.createDataFrame(rows, schema).select(*columns), 7)
+        got = laid.select(*columns, F.spark_partition_id().alias("pid")).collect()
+        assert len(got) == len(rows)
+        assert len({r["pid"] for r in got}) > 1
+        for r in got:
+            stream = r[STREAM_COLUMN] if layout.routed else "events"
+            own = (
+                [(bytes(h["name"]), bytes(h["value"])) for h in (r[HEADERS] or [])]
+                if HEADERS in columns
+                else []
+            )
+            headers = [(KEY_HEADER, bytes(r[KEY])), (ACTION_HEADER, bytes(r[ACTION])), *own]
+            assert layout.partition_of(stream, headers, bytes(r[BODY])) == r["pid"]

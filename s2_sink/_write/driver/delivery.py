@@ -34,14 +34,15 @@ class DeliveryMode(Protocol):
     """How a micro-batch is planned and committed.
 
     ``prepare`` runs on the driver before the write job and returns the job to run (possibly with a
-    repartitioned frame), or ``None`` when the batch must not be written again (already committed).
+    frame repartitioned into `tasks` partitions), or ``None`` when the batch must not be written again
+    (already committed).
     ``commit`` runs after every task succeeded, with the aggregated metrics. Both may raise `S2SinkError`
     subclasses; they run in the ``foreachBatch`` caller's process.
     """
 
     name: str
 
-    def prepare(self, batch_id: int, frame: DataFrame) -> BatchJob | None: ...
+    def prepare(self, batch_id: int, frame: DataFrame, *, tasks: int) -> BatchJob | None: ...
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None: ...
 
@@ -54,8 +55,8 @@ class AtLeastOnce:
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
 
-    def prepare(self, batch_id: int, frame: DataFrame) -> BatchJob | None:
-        """The frame as is, with the spec's at-least-once plan."""
+    def prepare(self, batch_id: int, frame: DataFrame, *, tasks: int) -> BatchJob | None:
+        """The frame as is, with the spec's at-least-once plan (`tasks` lays out replays only)."""
         return BatchJob(batch_id, frame, self.spec.plan(batch_id))
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None:

@@ -64,8 +64,9 @@ class ExactlyOnce:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["spec"])  # type: ignore[misc]
 
-    def prepare(self, batch_id: int, frame: DataFrame) -> BatchJob | None:
-        """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it."""
+    def prepare(self, batch_id: int, frame: DataFrame, *, tasks: int) -> BatchJob | None:
+        """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it; a replay
+        is laid out in `tasks` partitions."""
         spark = frame.sparkSession
         check_no_speculation(spark)
         ident = writer_identity(self.spec.writer_id, spark, self.spec.destination())
@@ -95,7 +96,7 @@ class ExactlyOnce:
                 batch_id,
             )
             # By exactly what the fingerprint covers, so all copies of a record are in one task.
-            frame, layout = repartition_for_recovery(frame)
+            frame, layout = repartition_for_recovery(frame, tasks)
             plan = plan_with_layout(plan, layout)
         return BatchJob(batch_id, frame, plan, coord)
 

@@ -59,6 +59,9 @@ class BatchMetrics:
     replay_skipped: bool = False
     """The ledger already had this batch committed (Spark replayed it after a restart): nothing was
     written, and every count is 0 (`skipped_replay`)."""
+    path: str = "tasks"
+    """Where the batch was written: ``"tasks"`` (Spark tasks, ``partitions`` of them) or ``"driver"`` (a
+    small batch written from the driver process, as one partition)."""
 
     @classmethod
     def skipped_replay(cls, batch_id: int, *, delivery: str = "exactly-once") -> BatchMetrics:
@@ -115,7 +118,7 @@ class BatchMetrics:
             f"appends={self.appends} retries={self.retries} skipped={self.skipped} "
             f"dead_lettered={self.dead_lettered} streams={len(self.streams)} partitions={self.partitions} "
             f"duration_s={self.duration_s:.3f} records_per_s={self.records_per_s:.0f} "
-            f"ack_p50_ms={p50} ack_p99_ms={p99} delivery={self.delivery}"
+            f"ack_p50_ms={p50} ack_p99_ms={p99} delivery={self.delivery} path={self.path}"
         )
 
 
@@ -129,7 +132,12 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def aggregate(
-    batch_id: int, rows: Iterable[Mapping[str, Any]], duration_s: float, *, delivery: str = "at-least-once"
+    batch_id: int,
+    rows: Iterable[Mapping[str, Any]],
+    duration_s: float,
+    *,
+    delivery: str = "at-least-once",
+    path: str = "tasks",
 ) -> BatchMetrics:
     """Fold the tasks' result rows (``results.RESULT_SCHEMA``) into one `BatchMetrics`."""
     rows_in = skipped = dead = 0
@@ -180,4 +188,5 @@ def aggregate(
         ack_latency_p99_ms=percentile(latencies, 99),
         per_stream=per_stream,
         delivery=delivery,
+        path=path,
     )

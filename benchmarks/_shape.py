@@ -1,0 +1,175 @@
+"""What Spark's shapes cost the writer (the ``shape`` section of ``benchmarks.run``).
+
+- ``aggregation``: ``groupBy(k).agg(...)`` in update mode over 200 shuffle (state) partitions, the same
+  streaming query into Spark's ``noop`` sink and into ``foreachBatch(S2Writer(cfg, UpsertEncoder(["k"])))``
+  (exactly-once); each query's micro-batch wall times from its progress (``triggerExecution``), the two
+  queries alternating in rounds so a drifting machine load hits both. Target: median ratio <= 1.3.
+- ``partitions``: the same 200k cached rows written by ``S2Writer`` (exactly-once, task path forced: the
+  driver path would hide what this measures) from 256 partitions and from 2, alternating; the fastest of
+  the rounds each. Target: ratio <= 1.5.
+
+The 1k-row micro-batch latency (target <= 30 ms beyond noop) is the ``streaming`` section's ``s2writer_eo``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from benchmarks import _s2
+from benchmarks._cases import _config, _encoder
+from benchmarks._data import dataset
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from benchmarks._cases import Ctx
+
+__all__ = ["production_shape"]
+
+AGG_TARGET = 1.3
+PARTITIONS_TARGET = 1.5
+
+
+def _agg_query(spark: SparkSession, rows: int, keys: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    src = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows)
+        .option("numPartitions", 2)
+        .load()
+    )
+    return (
+        src.withColumn("k", (F.col("value") % keys).cast("string"))
+        .groupBy("k")
+        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+    )
+
+
+def _run_query(spark: SparkSession, sink: Any, batches: int, tmp: str) -> list[float]:
+    """Micro-batch wall times (s) of one update-mode aggregation query run for `batches` batches."""
+    spark.conf.set("spark.sql.shuffle.partitions", "200")  # the state store keeps it in the checkpoint
+    try:
+        df = _agg_query(spark, rows=2000, keys=600)
+        writer = df.writeStream.outputMode("update")
+        writer = writer.format("noop") if sink is None else writer.foreachBatch(sink)
+        query = (
+            writer.option("checkpointLocation", tempfile.mkdtemp(prefix="ckpt-agg-", dir=tmp))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and query.isActive:
+            done = [p for p in query.recentProgress if p["numInputRows"] > 0]
+            if len(done) >= batches + 1:
+                break
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    done = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    # The first batch pays planning, state store creation and worker start-up: left out.
+    return [p["durationMs"]["triggerExecution"] / 1000 for p in done[1 : batches + 1]]
+
+
+def _aggregation(spark: SparkSession, ctx: Ctx, batches: int, rounds: int) -> dict[str, Any]:
+    from s2_sink.writer import S2Writer
+
+    times: dict[str, list[float]] = {"noop": [], "s2writer_upsert_eo": []}
+    tasks: list[int] = []
+    for r in range(rounds):
+        order = ["noop", "s2writer_upsert_eo"] if r % 2 == 0 else ["s2writer_upsert_eo", "noop"]
+        for name in order:
+            sink = None
+            if name != "noop":
+                cfg = _config(ctx, f"agg-{uuid.uuid4().hex[:8]}")
+                upsert = type(_encoder("upsert"))(["k"])
+                sink = S2Writer(cfg, upsert, writer_id=f"bench-agg-{uuid.uuid4().hex[:8]}")
+                sink = _Recorder(sink, tasks)
+            times[name].extend(_run_query(spark, sink, batches, ctx.tmp))
+    noop, s2 = statistics.median(times["noop"]), statistics.median(times["s2writer_upsert_eo"])
+    return {
+        "label": "update-mode aggregation over 200 state partitions, 600 keys/batch, UpsertEncoder "
+        "exactly-once vs the same query into noop",
+        "noop_median_ms": noop * 1000,
+        "s2writer_median_ms": s2 * 1000,
+        "batches": len(times["noop"]),
+        "write_tasks": sorted(set(tasks)),
+        "ratio": s2 / noop,
+        "target": AGG_TARGET,
+        "met": s2 / noop <= AGG_TARGET,
+    }
+
+
+class _Recorder:
+    """Passes each micro-batch on to the writer and keeps its task count (``BatchMetrics.partitions``)."""
+
+    def __init__(self, writer: Any, tasks: list[int]) -> None:
+        self.writer, self.tasks = writer, tasks
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.writer(df, batch_id)
+        if self.writer.last_metrics is not None:
+            self.tasks.append(self.writer.last_metrics.partitions)
+
+
+def _partitions(spark: SparkSession, ctx: Ctx, rows: int, rounds: int) -> dict[str, Any]:
+    from s2_sink.writer import S2Writer
+
+    frames = {n: dataset(spark, rows, n).cache() for n in (256, 2)}
+    for df in frames.values():
+        df.count()
+    best: dict[int, float] = {}
+    tasks: dict[int, int] = {}
+    for r in range(rounds):
+        for n in (256, 2) if r % 2 == 0 else (2, 256):
+            stream = f"parts-{n}-{uuid.uuid4().hex[:8]}"
+            writer = S2Writer(
+                _config(ctx, stream, driver_write_max_rows=0),
+                _encoder("insert"),
+                writer_id=f"bench-{stream}",
+            )
+            t0 = time.perf_counter()
+            writer(frames[n], 0)
+            took = time.perf_counter() - t0
+            assert writer.last_metrics is not None
+            assert writer.last_metrics.records == rows
+            tasks[n] = writer.last_metrics.partitions
+            best[n] = min(best.get(n, took), took)
+    for df in frames.values():
+        df.unpersist()
+    return {
+        "label": f"{rows:,} rows, S2Writer exactly-once (task path), 256 input partitions vs 2",
+        "s256_s": best[256],
+        "s2_s": best[2],
+        "write_tasks": {"256": tasks[256], "2": tasks[2]},
+        "ratio": best[256] / best[2],
+        "target": PARTITIONS_TARGET,
+        "met": best[256] / best[2] <= PARTITIONS_TARGET,
+    }
+
+
+def production_shape(spark: SparkSession, ctx: Ctx, *, quick: bool) -> dict[str, Any]:
+    """Both measurements (see module docstring); an error is reported, never a made-up number."""
+    out: dict[str, Any] = {}
+    _s2.ensure(ctx.endpoint, ctx.basin, [])
+    for key, run in (
+        ("aggregation", lambda: _aggregation(spark, ctx, batches=3 if quick else 6, rounds=2)),
+        (
+            "partitions",
+            lambda: _partitions(spark, ctx, 20_000 if quick else 200_000, rounds=1 if quick else 3),
+        ),
+    ):
+        try:
+            out[key] = {"status": "ok", **run()}
+        except Exception as exc:
+            out[key] = {"status": "error", "reason": f"{type(exc).__name__}: {str(exc).strip()[:300]}"}
+    return out

@@ -1,0 +1,106 @@
+"""How many tasks write a micro-batch: sized to the batch, not inherited from Spark's partitioning.
+
+Every Python write task costs a fixed ~150-400 ms before its first row (worker hand-off, import-cache
+invalidation, session set-up), so an aggregation's 200 state partitions written as they come cost 200 of
+those for a few hundred records. The writer instead picks the task count from what Spark knows without
+running a job (`FrameShape`: the partition count and the optimizer's size estimate where classic Spark
+exposes them, and the cluster's cores), and narrows the frame with ``coalesce(n)``: no shuffle, and a
+deterministic function of the parent partitions, so a retried task sees the same rows (exactly-once task
+retries rely on that). A layout that shuffles anyway (upsert by key, a recovery layout) gets the same n.
+
+``auto``: ``n = clamp(ceil(bytes / 32 MiB), cores, 2 x cores)``, ``2 x cores`` when the size is unknown.
+Fewer tasks than cores save nothing (idle cores run them at once), more than two waves only repeat the
+per-task floor. A number (``sink.write-parallelism``/``S2Writer(write_parallelism=n)``) is used as is.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from s2_sink._options import WriteParallelism
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["FrameShape", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_TASK: Final = 32 * 1024 * 1024
+_DEFAULT_CORES: Final = 8
+# The optimizer answers "unknown" with spark.sql.defaultSizeInBytes (Long.MaxValue): not an estimate.
+_UNKNOWN_SIZE: Final = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class FrameShape:
+    """What Spark knows about a frame before running it; ``None`` = unknown (Spark Connect, no stats)."""
+
+    partitions: int | None
+    size_bytes: int | None
+    cores: int
+
+
+def write_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:
+    """The number of write tasks for a frame of this shape (see module docstring)."""
+    if parallelism != "auto":
+        return parallelism
+    cores = max(1, shape.cores)
+    if shape.size_bytes is None:
+        return 2 * cores
+    return min(max(math.ceil(shape.size_bytes / BYTES_PER_TASK), cores), 2 * cores)
+
+
+def narrow(frame: DataFrame, shape: FrameShape, n: int) -> DataFrame:
+    """`frame` in at most `n` partitions, without a shuffle (unchanged when it has no more than `n`)."""
+    if shape.partitions is not None and shape.partitions <= n:
+        return frame
+    return frame.coalesce(n)  # a no-op where the partition count is unknown and already small
+
+
+def frame_shape(frame: DataFrame, size_bytes: int | None) -> FrameShape:
+    """The frame's partition count and the cluster's cores, from planning alone, with `size_estimate`."""
+    return FrameShape(_partitions(frame), size_bytes, cores(frame))
+
+
+def _partitions(frame: DataFrame) -> int | None:
+    jdf = getattr(frame, "_jdf", None)  # classic only; Spark Connect frames have no JVM handle
+    if jdf is None:
+        return None
+    try:
+        return int(jdf.queryExecution().toRdd().getNumPartitions())
+    except Exception:
+        log.debug("partition count unavailable", exc_info=True)
+        return None
+
+
+def size_estimate(frame: DataFrame) -> int | None:
+    """The optimizer's estimate of the frame's size in bytes; ``None`` when it has none (or on Connect)."""
+    jdf = getattr(frame, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
+    except Exception:
+        log.debug("size estimate unavailable", exc_info=True)
+        return None
+    return None if size >= _UNKNOWN_SIZE else size
+
+
+def cores(frame: DataFrame) -> int:
+    """The cores Spark runs tasks on (classic: the default parallelism; else its setting, else 8)."""
+    spark = frame.sparkSession
+    sc = getattr(spark, "_sc", None)  # classic: the SparkContext knows its executors' cores
+    if sc is not None:
+        try:
+            return max(1, int(sc.defaultParallelism))
+        except Exception:  # noqa: BLE001 - fall back to the configuration
+            pass
+    try:
+        text = spark.conf.get("spark.default.parallelism", None) or ""
+    except Exception:  # noqa: BLE001 - Spark Connect may refuse to read a conf
+        text = ""
+    return int(text) if text.isdigit() and int(text) > 0 else _DEFAULT_CORES

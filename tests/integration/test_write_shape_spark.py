@@ -1,0 +1,144 @@
+"""What Spark's shapes cost S2Writer, on classic local[2] Spark against the lite server: many small
+partitions are written in a few tasks, ordered upserts keep each key's order in a resized layout, and a
+small micro-batch is written from the driver process, exactly once, through a failed attempt and a dead
+run's replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from s2_sink import S2Writer
+from s2_sink._write.driver.driver_write import collect_arrow, write_on_driver
+from s2_sink.lite import LiteServer
+from tests.integration.test_upsert_order_spark import CHANGES, _encoder, _expected, _per_key, _split
+from tests.integration.test_writer_spark import bodies, cfg_for, rows_df
+
+pytestmark = pytest.mark.spark
+
+TASK_PATH: dict[str, Any] = {"driver_write_max_rows": 0}
+"""Config overrides that keep a batch on the task path however small it is."""
+
+
+def _ids(lite: LiteServer, basin: str, stream: str = "events") -> list[int]:
+    return [b["id"] for b in bodies(lite, basin, stream)]
+
+
+def test_256_small_partitions_are_written_in_few_tasks_exactly_once(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """20k rows in 256 partitions are written by at most 2 x cores tasks (coalesced, no shuffle), each row
+    once; with write_parallelism=12 the same rows take 12 tasks (the sizing decided the count)."""
+    cfg = cfg_for(lite, basin, create_streams=True, **TASK_PATH)
+    writer = S2Writer(cfg, writer_id="many-partitions")
+    df = rows_df(spark, 20_000, partitions=256)
+    writer(df, 0)
+    m = writer.last_metrics
+    assert m is not None
+    assert (m.path, m.records) == ("tasks", 20_000)
+    assert 1 <= m.partitions <= 2 * spark.sparkContext.defaultParallelism, m.partitions
+    assert sorted(_ids(lite, basin)) == list(range(20_000))
+
+    # The control: told to, the writer keeps more tasks (here 12 of the 256 partitions, coalesced).
+    wide = S2Writer(cfg.replace(stream="wide"), writer_id="wide", write_parallelism=12)
+    wide(df, 0)
+    assert wide.last_metrics is not None
+    assert wide.last_metrics.partitions == 12
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_ordered_upsert_keeps_each_keys_order_when_resized(
+    spark: SparkSession, lite: LiteServer, basin: str, parallelism: int
+) -> None:
+    """Upsert changes with order_by over 16 input partitions, written by `parallelism` tasks laid out by
+    key: each key's stream has its changes in pos order, each once."""
+    stream = f"resized-{parallelism}"
+    cfg = cfg_for(lite, basin, stream=stream, batch_max_records=5, **TASK_PATH)
+    writer = S2Writer(cfg, _encoder(), writer_id=stream, write_parallelism=parallelism)
+    writer(_split(spark, CHANGES, 4, 16), 0)
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.partitions == parallelism
+    assert _per_key(lite, basin, stream) == _expected(CHANGES)
+
+
+def test_small_ordered_upsert_from_the_driver_keeps_each_keys_order(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """The same changes under the default limits are small: written from the driver, in pos order."""
+    writer = S2Writer(cfg_for(lite, basin, stream="cdc", batch_max_records=5), _encoder(), writer_id="cdc")
+    writer(_split(spark, CHANGES, 5, 7), 0)
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.path == "driver"
+    assert _per_key(lite, basin, "cdc") == _expected(CHANGES)
+
+
+def test_small_batch_is_written_from_the_driver_exactly_once(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """A 1k-row micro-batch in 8 partitions is written from the driver (metrics say path=driver, one
+    partition); calling the writer again with the same batch id writes nothing; a batch over
+    driver_write_max_rows goes to the tasks."""
+    cfg = cfg_for(lite, basin, create_streams=True, driver_write_max_rows=1000)
+    writer = S2Writer(cfg, writer_id="small")
+    writer(rows_df(spark, 1000, partitions=8), 0)
+    m = writer.last_metrics
+    assert m is not None
+    assert (m.path, m.partitions, m.records) == ("driver", 1, 1000)
+    assert "path=driver" in m.log_line()
+    writer(rows_df(spark, 1000, partitions=8), 0)
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.replay_skipped
+    writer(rows_df(spark, 1001, partitions=8).filter("id >= 1000"), 1)
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.path == "driver"
+    writer(rows_df(spark, 3002, partitions=8).filter("id >= 1001"), 2)  # 2001 rows: over the limit
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.path == "tasks"
+    assert sorted(_ids(lite, basin)) == list(range(3002))
+
+
+def test_a_failed_driver_attempt_is_retried_as_a_retry(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """The connection drops after an append was applied but before its ack: the driver's attempt 0 fails
+    (exactly-once never re-sends a possibly-applied append), attempt 1 signs in after it, fences, reads
+    back what attempt 0 wrote and writes only the rest: every row once."""
+    cfg = cfg_for(lite, basin, create_streams=True, batch_max_records=50)
+    writer = S2Writer(cfg, writer_id="driver-retry")
+    writer(rows_df(spark, 10, partitions=1), 0)  # streams, ledger and roll call exist
+    lite.faults.drop_connections(after_appends=4, ambiguous=True)
+    try:
+        writer(rows_df(spark, 1010, partitions=4).filter("id >= 10"), 1)
+    finally:
+        lite.faults.clear()
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.path == "driver"
+    ids = _ids(lite, basin)
+    assert sorted(ids) == list(range(1010)), f"{len(ids) - len(set(ids))} duplicates"
+
+
+def test_a_dead_runs_small_batch_is_replayed_from_the_driver_exactly_once(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """A run wrote half of a small batch from its driver and died before the ledger commit; the restarted
+    writer replays the batch (split differently) as a recovery laid out in one partition, from its
+    driver, and subtracts what the dead run wrote: every row once."""
+    cfg = cfg_for(lite, basin, create_streams=True, batch_max_records=20)
+    dead = S2Writer(cfg, writer_id="dead-driver")
+    frame = dead.frame(rows_df(spark, 600, partitions=3))
+    job = dead.mode.prepare(0, frame, tasks=1)
+    assert job is not None
+    dead._create_known_streams()
+    half = collect_arrow(job.frame.coalesce(1)).slice(0, 300)
+    write_on_driver(job, pa.Table.from_batches(half.to_batches()))  # then the driver dies: no commit
+    assert len(_ids(lite, basin)) == 300
+
+    replay = S2Writer(cfg, writer_id="dead-driver")
+    replay(rows_df(spark, 600, partitions=5), 0)
+    assert replay.last_metrics is not None
+    assert replay.last_metrics.path == "driver"
+    ids = _ids(lite, basin)
+    assert sorted(ids) == list(range(600)), f"{len(ids) - len(set(ids))} duplicates"

@@ -1,0 +1,102 @@
+"""How many tasks write a micro-batch (`sizing.write_tasks`), and the options that steer it and the driver
+path (``sink.write-parallelism``, ``sink.driver-write.*``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import pytest
+
+from s2_sink._options import parse_write_parallelism
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
+from s2_sink._write.driver.sizing import BYTES_PER_TASK, FrameShape, write_tasks
+from s2_sink.config import S2Config
+from s2_sink.datasource._write_options import parse_write_options
+from s2_sink.datasource._writer import warn_if_fragmented
+from s2_sink.errors import ConfigError
+
+MIB = 1024 * 1024
+
+
+def _cfg(**options: object) -> S2Config:
+    return S2Config.from_options({"s2.basin": "test-basin", "s2.auth-token": "t", **options})
+
+
+def test_many_small_partitions_of_unknown_size_get_two_tasks_per_core() -> None:
+    """An aggregation's 200 state partitions with no size estimate are written in 2 x cores tasks."""
+    assert write_tasks(FrameShape(partitions=200, size_bytes=None, cores=2), "auto") == 4
+    assert write_tasks(FrameShape(partitions=200, size_bytes=None, cores=16), "auto") == 32
+
+
+def test_a_known_size_sets_the_count_between_cores_and_twice_cores() -> None:
+    """A known size asks for one task per 32 MiB, but never fewer than the cores (idle cores run them at
+    once) nor more than two waves."""
+    shape = FrameShape(partitions=256, size_bytes=10 * MIB, cores=2)
+    assert write_tasks(shape, "auto") == 2
+    assert write_tasks(FrameShape(256, 5 * BYTES_PER_TASK, cores=4), "auto") == 5
+    assert write_tasks(FrameShape(256, 100 * BYTES_PER_TASK, cores=4), "auto") == 8
+    assert write_tasks(FrameShape(256, 0, cores=1), "auto") == 1
+
+
+def test_a_number_is_used_as_given() -> None:
+    """``write_parallelism=n`` is n tasks whatever the shape."""
+    assert write_tasks(FrameShape(partitions=200, size_bytes=None, cores=2), 7) == 7
+    assert write_tasks(FrameShape(partitions=2, size_bytes=10 * BYTES_PER_TASK, cores=64), 1) == 1
+
+
+@pytest.mark.parametrize(("raw", "want"), [("auto", "auto"), ("AUTO ", "auto"), ("12", 12), (3, 3)])
+def test_write_parallelism_option_values(raw: object, want: object) -> None:
+    """``sink.write-parallelism`` takes auto (any case) or a positive integer, as an int or its digits."""
+    assert _cfg(**{"sink.write-parallelism": raw}).write_parallelism == want
+
+
+@pytest.mark.parametrize("raw", ["0", 0, -2, "many", True, 1.5])
+def test_bad_write_parallelism_names_the_option_and_value(raw: object) -> None:
+    """A value that is neither auto nor a positive integer is a ConfigError naming option and value."""
+    with pytest.raises(ConfigError, match=r"sink\.write-parallelism=.*must be auto or a positive integer"):
+        _cfg(**{"sink.write-parallelism": raw})
+    with pytest.raises(ConfigError, match="write_parallelism"):
+        parse_write_parallelism("write_parallelism", raw)
+
+
+def test_driver_write_options_and_off_switch() -> None:
+    """``sink.driver-write.max-rows``/``max-bytes`` set the driver path's limits (sizes in units), 0 turns
+    it off; a negative count is refused naming the option."""
+    cfg = _cfg(**{"sink.driver-write.max-rows": "500", "sink.driver-write.max-bytes": "2mib"})
+    assert (cfg.driver_write_max_rows, cfg.driver_write_max_bytes) == (500, 2 * MIB)
+    assert _cfg().driver_write_max_rows == 10_000
+    assert _cfg().driver_write_max_bytes == 8 * MIB
+    assert _cfg(**{"sink.driver-write.max-rows": 0}).driver_write_max_rows == 0
+    with pytest.raises(ConfigError, match=r"driver_write_max_rows \(sink\.driver-write\.max-rows\)"):
+        _cfg(**{"sink.driver-write.max-rows": "-1"})
+
+
+def _metrics(records: int, nbytes: int) -> BatchMetrics:
+    m = aggregate(7, [], 0.1)
+    return dataclasses.replace(m, records=records, bytes=nbytes)
+
+
+def test_format_s2_warns_once_per_query_about_a_fragmented_batch(caplog: pytest.LogCaptureFixture) -> None:
+    """A format('s2') batch in far more partitions than cores, under 1 MiB each, logs one WARNING naming
+    coalesce; the same query's next batch does not repeat it; a batch whose partitions are big enough, or
+    few, does not warn."""
+    caplog.set_level(logging.WARNING, logger="s2_sink")
+    many = 4 * (os.cpu_count() or 1) + 1
+    assert not warn_if_fragmented("q-few", 2, _metrics(600, 60_000))
+    assert not warn_if_fragmented("q-big", many, _metrics(10**6, many * 2 * MIB))
+    assert caplog.text == ""
+    assert warn_if_fragmented("q-small", many, _metrics(600, 60_000))
+    assert "coalesce(n)" in caplog.text
+    assert f"{many} partitions" in caplog.text
+    assert not warn_if_fragmented("q-small", many, _metrics(600, 60_000))
+    assert caplog.text.count("coalesce(n)") == 1
+
+
+@pytest.mark.parametrize("key", ["sink.write-parallelism", "SINK.driver-write.max-rows"])
+def test_format_s2_refuses_the_foreach_batch_layout_options(key: str) -> None:
+    """format('s2') keeps Spark's partitioning: the options that size S2Writer's tasks are refused, naming
+    the option and the coalesce fix, rather than silently ignored."""
+    with pytest.raises(ConfigError, match=r"foreachBatch\(S2Writer.*df\.coalesce\(n\)"):
+        parse_write_options({key: "4"}, cfg=_cfg(**{"s2.stream": "s"}), streaming=True)
