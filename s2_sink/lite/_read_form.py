@@ -42,6 +42,9 @@ _INLINE: Final = 12
 _PER_RECORD: Final = 3
 #: Batches of fewer records are built record by record.
 _BULK_FROM: Final = 32
+#: The bulk build joins its parts through Arrow's ``binary_view`` type, new in pyarrow 16; the package allows
+#: pyarrow 14 (Databricks Runtime 15.4 LTS ships 14.0.1), where every batch is built record by record.
+HAS_BINARY_VIEW: Final = hasattr(pa, "binary_view")
 #: Seq_nums and timestamps below this take at most 7 varint bytes, as the bulk build needs.
 _BULK_BELOW: Final = 1 << 49
 #: A record's length takes at most 3 varint bytes (below 2 MiB: records are at most 1 MiB).
@@ -154,7 +157,8 @@ def build_read_form(
     all or one each), with stored parts `pieces` in `buffers`."""
     n = len(pieces.length)
     last_ts = timestamps if isinstance(timestamps, int) else int(timestamps.max())
-    if n < _BULK_FROM or n > len(_SPREAD_OFFSETS) or first_seq + n > _BULK_BELOW or last_ts >= _BULK_BELOW:
+    too_big = first_seq + n > _BULK_BELOW or last_ts >= _BULK_BELOW
+    if not HAS_BINARY_VIEW or n < _BULK_FROM or n > len(_SPREAD_OFFSETS) or too_big:
         return _record_by_record(first_seq, timestamps, pieces, buffers)
     key = pieces.body_key
     views = np.zeros((_PER_RECORD * n, 4), dtype=np.uint32)

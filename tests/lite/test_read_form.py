@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from s2_sdk import Record
 
+from s2_sink.lite import _read_form as read_form
 from s2_sink.lite._append_input import parse_input
 from s2_sink.lite._batch import Batch, _lengths_by_keys
 from s2_sink.lite._read_form import _BULK_BELOW, _BULK_FROM
@@ -87,6 +89,18 @@ def test_reads_cut_across_batches_of_bulk_and_small_size() -> None:
         assert res.count == min(333, len(want) - len(got))
         got += res.records
     assert got == want
+
+
+def test_without_arrow_binary_view_batches_are_built_record_by_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a pyarrow older than 16 (no ``binary_view``; Databricks Runtime 15.4 LTS ships 14.0.1) a batch
+    large enough for the bulk build is built record by record instead, into the same bytes."""
+    monkeypatch.setattr(pa, "binary_view", lambda: pytest.fail("the bulk build ran without binary_view"))
+    monkeypatch.setattr(read_form, "HAS_BINARY_VIEW", False)
+    groups = [[Record(b"%d" % (k * 1000 + i)) for i in range(size)] for k, size in enumerate((1000, 40))]
+    stream, want, _ = appended(groups)
+    assert stream.collect(0, 2000, 1 << 20, None).records == want
 
 
 @settings(max_examples=30, deadline=None)
