@@ -15,6 +15,11 @@ outside the checkout, so it exercises what users get. Against an in-process lite
   reads back and subtracts, and the stream still holds every row once (the check fails if the crash did not
   fire).
 
+With ``--connect`` it runs the Spark Connect shape instead (a Databricks serverless job's: the session is
+``SparkSession.builder.remote("local[2]")``): ``foreachBatch(S2Writer)`` with an explicit ``writer_id`` over
+``availableNow``, restarted from its checkpoint for a second run with a new file, read back exactly; and
+``df.write.format("s2")`` / ``spark.read.format("s2")`` where the pyspark has the data source API.
+
 It prints progress on stderr and, last on stdout, one JSON object: the versions and each check's outcome.
 It exits 1 when any check failed.
 """
@@ -130,8 +135,11 @@ KILL_WORKER_MID_BATCH: dict[str, Any] = {
 class Smoke:
     """The checks of one leg, sharing one lite server, one Spark session and one basin."""
 
-    def __init__(self, spark: Any, endpoint: str, basin: str, work: Path, crashes: CrashPlan) -> None:
+    def __init__(
+        self, spark: Any, endpoint: str, basin: str, work: Path, crashes: CrashPlan, *, connect: bool = False
+    ) -> None:
         self.spark = spark
+        self.connect = connect
         self.endpoint = endpoint
         self.basin = basin
         self.work = work
@@ -182,7 +190,9 @@ class Smoke:
             basin_endpoint=self.endpoint,
             **cfg_extra,
         )
-        writer = s2_sink.S2Writer(cfg, InsertEncoder())  # exactly-once: the default
+        # Exactly-once (the default); under Connect the query id cannot be read where foreachBatch runs.
+        writer_id = f"compat-{stream}" if self.connect else None
+        writer = s2_sink.S2Writer(cfg, InsertEncoder(), writer_id=writer_id)
         query = (
             self.stream_of_files()
             .writeStream.foreachBatch(writer)
@@ -195,6 +205,23 @@ class Smoke:
     def foreach_batch_s2writer(self) -> str:
         self._foreach_batch_query("fb")
         return _same_rows("foreachBatch(S2Writer)", read_bodies(self.endpoint, self.basin, "fb"))
+
+    def foreach_batch_two_scheduled_runs(self) -> str:
+        """Two availableNow runs of one query from one checkpoint, the last file landing between them (the
+        serverless job shape): every row once."""
+        landing = self.work / "landing"
+        landing.mkdir()
+        files = sorted(self.source.iterdir())
+        for f in files[:-1]:
+            (landing / f.name).write_bytes(f.read_bytes())
+        original, self.source = self.source, landing
+        try:
+            self._foreach_batch_query("runs")
+            (landing / files[-1].name).write_bytes(files[-1].read_bytes())
+            self._foreach_batch_query("runs")
+        finally:
+            self.source = original
+        return _same_rows("two scheduled runs", read_bodies(self.endpoint, self.basin, "runs"))
 
     def foreach_batch_s2writer_worker_killed(self) -> str:
         def run() -> None:
@@ -285,7 +312,7 @@ def _pyspark_version() -> str:
 
 def _versions() -> dict[str, str]:
     out = {"python": ".".join(map(str, sys.version_info[:3]))}
-    for dist in ("pyspark", "s2-sink", "s2-sdk", "pyarrow", "numpy", "pandas"):
+    for dist in ("pyspark", "s2-sink", "s2-sdk", "protobuf", "grpcio-status", "pyarrow", "numpy", "pandas"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -315,10 +342,38 @@ def _session() -> Any:
     return spark
 
 
+def _connect_session() -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder.remote("local[2]")
+    for key, value in {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _connect_plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
+    """The Spark Connect shape: the scheduled foreachBatch job, and format("s2") where the API exists."""
+    from s2_sink.datasource._compat import HAS_DATASOURCE_API
+
+    checks = [("connect: foreachBatch(S2Writer), two runs", smoke.foreach_batch_two_scheduled_runs)]
+    if HAS_DATASOURCE_API:
+        import s2_sink
+
+        s2_sink.register(smoke.spark)
+        checks += [
+            ("connect: format batch write", smoke.format_batch_write),
+            ("connect: format batch read", smoke.format_batch_read),
+        ]
+    return checks
+
+
 def _plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
     """The checks this pyspark supports, plus the refusals it must make clearly."""
     from s2_sink.datasource._compat import HAS_DATASOURCE_API, HAS_STREAM_ARROW_WRITER
 
+    if smoke.connect:
+        return _connect_plan(smoke)
     checks: list[tuple[str, Callable[[], str]]] = [
         ("foreachBatch(S2Writer)", smoke.foreach_batch_s2writer),
         ("foreachBatch(S2Writer), worker killed", smoke.foreach_batch_s2writer_worker_killed),
@@ -342,19 +397,21 @@ def _plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
 
 
 def main() -> int:
+    connect = "--connect" in sys.argv[1:]
     import s2_sink
     from s2_sink.lite import LiteServer
     from s2_sink.testing import fresh_basin
 
     report: dict[str, Any] = {"versions": _versions(), "package": s2_sink.__file__, "checks": []}
+    report["versions"]["session"] = "connect" if connect else "classic"
     if not s2_sink.__file__ or not s2_sink.__file__.startswith(sys.prefix):
         raise SystemExit(f"s2_sink was imported from {s2_sink.__file__}, not from this virtualenv")
     with tempfile.TemporaryDirectory(prefix="s2-compat-") as tmp, LiteServer() as srv:
         crashes = CrashPlan(Path(tmp) / "crash-plan.json")
         os.environ["S2SINK_CRASH_PLAN"] = str(crashes.path)  # before Spark starts its Python workers
-        spark = _session()
+        spark = _connect_session() if connect else _session()
         try:
-            smoke = Smoke(spark, srv.endpoint, fresh_basin(srv.endpoint), Path(tmp), crashes)
+            smoke = Smoke(spark, srv.endpoint, fresh_basin(srv.endpoint), Path(tmp), crashes, connect=connect)
             for name, check in _plan(smoke):
                 started = time.monotonic()
                 _log(f"{name} ...")
