@@ -20,6 +20,10 @@ With ``--connect`` it runs the Spark Connect shape instead (a Databricks serverl
 ``availableNow``, restarted from its checkpoint for a second run with a new file, read back exactly; and
 ``df.write.format("s2")`` / ``spark.read.format("s2")`` where the pyspark has the data source API.
 
+With ``--client`` it checks a Spark Connect client environment where no local server can start (pyspark 3.5
+needs the spark-connect jar from Maven for one): the client's generated protos load and round-trip under the
+protobuf installed, its gRPC channel can be built, and the SDK appends to and reads back from the lite server.
+
 It prints progress on stderr and, last on stdout, one JSON object: the versions and each check's outcome.
 It exits 1 when any check failed.
 """
@@ -342,6 +346,39 @@ def _session() -> Any:
     return spark
 
 
+def _client_checks(endpoint: str, basin: str) -> list[tuple[str, Callable[[], str]]]:
+    """The Spark Connect client environment without a server (``--client``)."""
+
+    def protos() -> str:
+        import google.protobuf
+        from pyspark.sql.connect import proto
+        from pyspark.sql.connect.client import SparkConnectClient
+
+        plan = proto.Plan(root=proto.Relation(range=proto.Range(start=0, end=10, step=1)))
+        if proto.Plan.FromString(plan.SerializeToString()) != plan:
+            raise AssertionError("a Spark Connect plan did not survive a protobuf round trip")
+        SparkConnectClient("sc://127.0.0.1:15002")  # builds the gRPC channel; connects lazily
+        return f"Spark Connect protos and client load under protobuf {google.protobuf.__version__}"
+
+    def sdk_round_trip() -> str:
+        from s2_sdk import S2, AppendInput, Endpoints, Record
+
+        async def append() -> None:
+            async with S2("test", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+                rows = [json.dumps(r).encode() for r in expected_rows()]
+                for i in range(0, len(rows), 1000):
+                    await (
+                        s2.basin(basin)
+                        .stream("sdk")
+                        .append(AppendInput([Record(b) for b in rows[i : i + 1000]]))
+                    )
+
+        asyncio.run(append())
+        return _same_rows("SDK append and read", read_bodies(endpoint, basin, "sdk"))
+
+    return [("client: Spark Connect protos", protos), ("client: S2 SDK round trip", sdk_round_trip)]
+
+
 def _connect_session() -> Any:
     from pyspark.sql import SparkSession
 
@@ -398,21 +435,26 @@ def _plan(smoke: Smoke) -> list[tuple[str, Callable[[], str]]]:
 
 def main() -> int:
     connect = "--connect" in sys.argv[1:]
+    client_only = "--client" in sys.argv[1:]
     import s2_sink
     from s2_sink.lite import LiteServer
     from s2_sink.testing import fresh_basin
 
     report: dict[str, Any] = {"versions": _versions(), "package": s2_sink.__file__, "checks": []}
-    report["versions"]["session"] = "connect" if connect else "classic"
+    report["versions"]["session"] = "client" if client_only else "connect" if connect else "classic"
     if not s2_sink.__file__ or not s2_sink.__file__.startswith(sys.prefix):
         raise SystemExit(f"s2_sink was imported from {s2_sink.__file__}, not from this virtualenv")
     with tempfile.TemporaryDirectory(prefix="s2-compat-") as tmp, LiteServer() as srv:
         crashes = CrashPlan(Path(tmp) / "crash-plan.json")
         os.environ["S2SINK_CRASH_PLAN"] = str(crashes.path)  # before Spark starts its Python workers
-        spark = _connect_session() if connect else _session()
+        basin = fresh_basin(srv.endpoint)
+        spark = None if client_only else _connect_session() if connect else _session()
         try:
-            smoke = Smoke(spark, srv.endpoint, fresh_basin(srv.endpoint), Path(tmp), crashes, connect=connect)
-            for name, check in _plan(smoke):
+            if spark is None:
+                plan = _client_checks(srv.endpoint, basin)
+            else:
+                plan = _plan(Smoke(spark, srv.endpoint, basin, Path(tmp), crashes, connect=connect))
+            for name, check in plan:
                 started = time.monotonic()
                 _log(f"{name} ...")
                 try:
@@ -424,7 +466,8 @@ def main() -> int:
                 _log(f"{name}: {'ok' if ok else 'FAILED'} ({seconds} s) {detail[:300]}")
                 report["checks"].append({"name": name, "ok": ok, "seconds": seconds, "detail": detail})
         finally:
-            spark.stop()
+            if spark is not None:
+                spark.stop()
     print(json.dumps(report))
     return 0 if all(c["ok"] for c in report["checks"]) else 1
 
