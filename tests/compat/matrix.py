@@ -67,6 +67,9 @@ class RuntimeLeg:
     label: str  # the runtimes it stands for (two share a leg where their pins are the same)
     python: str
     smokes: tuple[str, ...] = ("classic",)  # smoke.py modes: classic, connect, client
+    # Continue in this earlier leg's virtualenv (same Python and pyspark), this leg's pins installed over it,
+    # rather than install pyspark again. Its pins list every package in which the two environments differ.
+    base: str = ""
 
     @property
     def constraints(self) -> Path:
@@ -83,14 +86,15 @@ class RuntimeLeg:
 
 PINS = Path(__file__).with_name("databricks")
 # Serverless v2 and v3 are Spark 3.5 Connect clients: pyspark 3.5 starts a local Connect server only with the
-# spark-connect jar fetched from Maven, so those legs check the client environment (``--client``).
+# spark-connect jar fetched from Maven, so those legs check the client environment (``--client``), each in
+# the virtualenv of the runtime with its pyspark and Python (15.4: 3.5.0 / 3.11; 16.4: 3.5.2 / 3.12).
 DATABRICKS_LEGS = (
     RuntimeLeg("dbr-15.4", "DBR 15.4 LTS", "3.11"),
+    RuntimeLeg("serverless-v2", "serverless v2", "3.11", ("client",), base="dbr-15.4"),
     RuntimeLeg("dbr-16.4", "DBR 16.4 LTS", "3.12"),
+    RuntimeLeg("serverless-v3", "serverless v3", "3.12", ("client",), base="dbr-16.4"),
     RuntimeLeg("dbr-17.3", "DBR 17.3 LTS + serverless v4", "3.12", ("classic", "connect")),
     RuntimeLeg("dbr-18", "DBR 18 LTS", "3.12"),
-    RuntimeLeg("serverless-v2", "serverless v2", "3.11", ("client",)),
-    RuntimeLeg("serverless-v3", "serverless v3", "3.12", ("client",)),
 )
 
 INSTALL_TIMEOUT_S = 1200
@@ -251,8 +255,9 @@ def _smoke(outcome: Outcome, vpy: str, home: Path, mode: str) -> bool:
     return False
 
 
-def run_leg(leg: Leg | RuntimeLeg, work: Path) -> Outcome:
-    """Create the leg's virtualenv, install as a user does, run the smoke; the virtualenv is removed after."""
+def run_leg(leg: Leg | RuntimeLeg, work: Path, *, keep: bool = False) -> Outcome:
+    """Create the leg's virtualenv (or take over its base leg's), install as a user does, run the smoke; the
+    virtualenv is removed after, unless ``keep`` (a later leg continues in it)."""
     outcome = Outcome(leg)
     what = f"{outcome.name} / Python {leg.python}"
     python = find_python(leg.python)
@@ -265,10 +270,15 @@ def run_leg(leg: Leg | RuntimeLeg, work: Path) -> Outcome:
     home = work / f"{outcome.name}-py{leg.python}"
     venv = home / "venv"
     home.mkdir(parents=True)
+    base = work / f"{leg.base}-py{leg.python}" / "venv" if isinstance(leg, RuntimeLeg) and leg.base else None
     try:
         _say(f"{what} ({python}): installing")
         started = time.monotonic()
-        code, out = _run([python, "-m", "venv", str(venv)], log=home / "venv.log", timeout=300, cwd=home)
+        if base is not None and base.is_dir():
+            base.rename(venv)  # a venv's scripts name its path, but `python -m pip` and the smoke do not mind
+            code, out = 0, ""
+        else:
+            code, out = _run([python, "-m", "venv", str(venv)], log=home / "venv.log", timeout=300, cwd=home)
         vpy = str(venv / "bin" / "python")
         step = "venv"
         for step, cmd in _install_commands(leg, vpy, work) if code == 0 else []:
@@ -293,7 +303,8 @@ def run_leg(leg: Leg | RuntimeLeg, work: Path) -> Outcome:
             outcome.status = "PASS"
         return outcome
     finally:
-        shutil.rmtree(venv, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(venv, ignore_errors=True)
 
 
 def summary(outcomes: list[Outcome]) -> str:
@@ -333,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="s2-compat-") as tmp:
+        bases = {leg.base for leg in legs if isinstance(leg, RuntimeLeg)}
         for leg in legs:
-            outcome = run_leg(leg, Path(tmp))
+            outcome = run_leg(leg, Path(tmp), keep=Outcome(leg).name in bases)
             outcomes.append(outcome)
             if outcome.status == "FAIL":
                 _say(f"FAIL {outcome.name} / Python {leg.python}: {outcome.reason}")

@@ -80,3 +80,14 @@ def test_pip_conflicts_are_read_from_its_report(tmp_path: Path) -> None:
         "incompatible.\n"
     )
     assert matrix._pip_conflicts(log) == ["grpcio-status 1.67.0 requires protobuf<6.0dev,>=5.26.1"]
+
+
+def test_a_leg_continues_only_in_an_earlier_leg_with_its_python_and_pyspark() -> None:
+    """A leg that takes over another's virtualenv comes after it and has the same Python and pyspark, so
+    installing its own pins over that environment changes only what its pins list."""
+    earlier: dict[str, matrix.RuntimeLeg] = {}
+    for leg in matrix.DATABRICKS_LEGS:
+        if leg.base:
+            base = earlier[leg.base]
+            assert (base.python, base.pyspark) == (leg.python, leg.pyspark), leg
+        earlier[leg.name] = leg
