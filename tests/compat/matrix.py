@@ -66,7 +66,9 @@ class RuntimeLeg:
     name: str  # the pins: tests/compat/databricks/<name>.txt
     label: str  # the runtimes it stands for (two share a leg where their pins are the same)
     python: str
-    smokes: tuple[str, ...] = ("classic",)  # smoke.py modes: classic, connect, client
+    smokes: tuple[str, ...] = (
+        "classic",
+    )  # smoke.py modes: classic, quick (no worker kills), connect, client
     # Continue in this earlier leg's virtualenv (same Python and pyspark), this leg's pins installed over it,
     # rather than install pyspark again. Its pins list every package in which the two environments differ.
     base: str = ""
@@ -93,8 +95,10 @@ DATABRICKS_LEGS = (
     RuntimeLeg("serverless-v2", "serverless v2", "3.11", ("client",), base="dbr-15.4"),
     RuntimeLeg("dbr-16.4", "DBR 16.4 LTS", "3.12"),
     RuntimeLeg("serverless-v3", "serverless v3", "3.12", ("client",), base="dbr-16.4"),
-    RuntimeLeg("dbr-17.3", "DBR 17.3 LTS + serverless v4", "3.12", ("classic", "connect")),
-    RuntimeLeg("dbr-18", "DBR 18 LTS", "3.12"),
+    # Their worker-killed checks run on the pyspark 4.0.5 and 4.1.4 legs; 15.4 and 16.4 keep theirs (the
+    # replay reads back through the oldest pyarrow and numpy the package allows).
+    RuntimeLeg("dbr-17.3", "DBR 17.3 LTS + serverless v4", "3.12", ("quick", "connect")),
+    RuntimeLeg("dbr-18", "DBR 18 LTS", "3.12", ("quick",)),
 )
 
 INSTALL_TIMEOUT_S = 1200
@@ -213,7 +217,7 @@ def _install_commands(leg: Leg | RuntimeLeg, vpy: str, work: Path) -> list[tuple
     if isinstance(leg, Leg):
         return [("install", [*pip, str(ROOT), f"pyspark[sql]=={leg.pyspark}"])]
     runtime = [*pip, "-r", str(leg.constraints)]
-    if "classic" not in leg.smokes:  # a serverless environment: its Spark Connect client, at the same pins
+    if not {"classic", "quick"} & set(leg.smokes):  # serverless only: its Spark Connect client, same pins
         runtime += ["-c", str(leg.constraints), f"pyspark[connect]=={leg.pyspark}"]
     wheels = work / "wheel"
     steps = [("runtime", runtime)]

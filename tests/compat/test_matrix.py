@@ -58,7 +58,7 @@ def test_databricks_legs_pin_what_the_package_touches() -> None:
             pins
         ), leg
         assert leg.pyspark == pins["pyspark"]
-        assert set(leg.smokes) <= {"classic", "connect", "client"}
+        assert set(leg.smokes) <= {"classic", "quick", "connect", "client"}
 
 
 def test_databricks_legs_cover_each_lts_runtime_and_serverless_version() -> None:
