@@ -216,7 +216,11 @@ def _install_commands(leg: Leg | RuntimeLeg, vpy: str, work: Path) -> list[tuple
     pip = [vpy, "-m", "pip", "install", "--quiet", "--no-compile"]
     if isinstance(leg, Leg):
         return [("install", [*pip, str(ROOT), f"pyspark[sql]=={leg.pyspark}"])]
-    runtime = [*pip, "-r", str(leg.constraints)]
+    # A leg that runs the Connect smoke keeps pip's bytecode compile: a Connect server gives the Python
+    # process it starts for foreachBatch 10 s to connect back, and compiling pandas and pyarrow on first
+    # import under load took longer (failed thrice at load average 18; compiled installs passed).
+    compiled = [arg for arg in pip if "connect" not in leg.smokes or arg != "--no-compile"]
+    runtime = [*compiled, "-r", str(leg.constraints)]
     if not {"classic", "quick"} & set(leg.smokes):  # serverless only: its Spark Connect client, same pins
         runtime += ["-c", str(leg.constraints), f"pyspark[connect]=={leg.pyspark}"]
     wheels = work / "wheel"
@@ -226,7 +230,7 @@ def _install_commands(leg: Leg | RuntimeLeg, vpy: str, work: Path) -> list[tuple
             ("wheel", [vpy, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)])
         )
     # As Databricks installs a cluster library or an environment dependency: the wheel alone, pip resolving.
-    return [*steps, ("library", [*pip, str(wheels / "s2_sink-*.whl")])]
+    return [*steps, ("library", [*compiled, str(wheels / "s2_sink-*.whl")])]
 
 
 def _expand(cmd: list[str]) -> list[str]:
