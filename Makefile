@@ -33,7 +33,7 @@ test-faults: $(STAMP)  ## exactly-once under killed executors and drivers and se
 test-fast: $(STAMP)  ## unit, lite-server and CLI tests only (no Spark)
 	$(PY) -m pytest -m "not spark and not connect and not slow" tests/unit tests/lite tests/cli
 
-test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and smoke each
+test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and per Databricks runtime, smoke each
 	$(PYTHON) tests/compat/matrix.py
 
 test-cluster: $(STAMP)  ## faults on a local Spark standalone cluster (master + 2 workers), about 10 min
