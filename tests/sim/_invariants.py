@@ -45,9 +45,9 @@ __all__ = [
 
 LEDGER_RECORD_BOUND = 66 * 1024
 """Bytes per ledger record (the ledger splits maps over 64 KiB into pieces)."""
-LEDGER_RECORDS_BOUND = 64 + 1 + 16
-"""Records past the ledger's trim point, besides ``open`` records: at most 63 deltas after a snapshot,
-the snapshot, and a few ``ends`` pieces and command records."""
+LEDGER_RECORDS_BOUND = 2 * 64 + 1 + 16
+"""Records past the ledger's trim point, besides ``open`` records: at most 63 deltas after a snapshot, each
+announced by an ``intent`` record, the snapshot, and a few ``ends`` pieces and command records."""
 
 Content = tuple[str, tuple[tuple[bytes, bytes], ...], bytes]
 Change = tuple[int, tuple[tuple[bytes, bytes], ...], bytes]

@@ -38,6 +38,7 @@ import pyarrow as pa
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import roll_call as _roll_call
 from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, writer_identity
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
@@ -58,6 +59,7 @@ from tests.sim._invariants import Violation, check_batches, check_ledger, check_
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
+from tests.sim._session import Session
 
 __all__ = ["BASIN", "Query"]
 
@@ -132,6 +134,8 @@ class Query:
         self.task_ids = 0
         self.stage_ids = 0
         self.coordinator: Coordinator | None = None
+        self.session_ops: Counter[int] = Counter()
+        """``zombies``: data appends per task actor so far."""
 
     # -- faults ------------------------------------------------------------------------------------------
 
@@ -145,6 +149,7 @@ class Query:
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
+            and self.sc.profile != "zombies"
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -156,6 +161,8 @@ class Query:
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
+        if self.sc.profile == "zombies":
+            return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
         choices: list[Verdict]
@@ -181,6 +188,19 @@ class Query:
             choices = ["crash_before"]
         self.faults += 1
         return choices[rng.randrange(len(choices))]
+
+    def _zombie_fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
+        """``zombies``: an attempt lost to Spark at its first data append (so it has the most left to append
+        after its retry's barrier), or a fetch failure at a later one (so the failing attempt and its
+        running siblings have written some of their records before the stage is retried)."""
+        if actor.role != "task" or op.kind != "session" or self.faults >= self.sc.max_faults:
+            return "ok"
+        self.session_ops[actor.id] += 1
+        first = self.session_ops[actor.id] == 1
+        if rng.random() >= (self.sc.fault_rate if first else self.sc.fault_rate / 2):
+            return "ok"
+        self.faults += 1
+        return "lost" if first else "fetch_failed"
 
     # -- runs --------------------------------------------------------------------------------------------
 
@@ -256,10 +276,20 @@ class Query:
         if self.delivery == "at-least-once":
             self._at_least_once_run(run, calm)
             return
-        spark_run = f"run-{run}" if self.sc.run_id_known else None
+        # The identity and the run id as `ExactlyOnce.prepare` resolves them (its recovery repartition needs
+        # a JVM, so the coordinator is driven here with what prepare would give it).
+        spark = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
+        check_no_speculation(spark)
+        ident = writer_identity(None, spark, self.spec.destination())
+        spark_run = query_run_id(spark, ident.query_id)
         if self.coordinator is None:
             self.coordinator = Coordinator(
-                self.cfg, WRITER_ID, query_id=QUERY_ID, static_streams=self.spec.static_streams()
+                self.cfg,
+                ident.writer_id,
+                query_id=ident.query_id,
+                static_streams=self.spec.static_streams(),
+                destination=self.spec.destination(),
+                predecessor=ident.predecessor,
             )
         coord = self.coordinator
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
