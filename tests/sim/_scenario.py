@@ -20,19 +20,26 @@ from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
 
-Profile = Literal["default", "stage-retries", "long", "upsert-order", "zombies"]
-PROFILES: tuple[Profile, ...] = ("default", "stage-retries", "long", "upsert-order", "zombies")
+Profile = Literal["default", "stage-retries", "long", "upsert-order", "task-zombies", "stage-zombies"]
+PROFILES: tuple[Profile, ...] = (
+    "default",
+    "stage-retries",
+    "long",
+    "upsert-order",
+    "task-zombies",
+    "stage-zombies",
+)
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
 one or two rows, past the ledger's first snapshot and trim (every 64th commit), with few faults.
 ``upsert-order`` writes changelogs with ``UpsertEncoder(order_by=...)`` (``compact`` in half of them) through
 ``foreachBatch(S2Writer)``, the only front door that takes ``order_by``: a few keys, several changes per key
 spread over the input partitions, tied positions and deletes, with stage retries among the faults.
-``zombies`` keeps superseded attempts appending: batches of four to eight rows over two or three
-partitions, one record per append (each task appends several times), and its faults are a task's attempt
-lost to Spark while it goes on (a task retry while the first attempt still appends) or a shuffle fetch
-failure (a stage retry whose attempts restart at 0 while the old ones append), at a data append; the
-drivers run without faults."""
+``task-zombies`` and ``stage-zombies`` keep superseded attempts appending: batches of 12 to 20 rows, one
+record per append (each task appends several times), the drivers without faults. In ``task-zombies``
+attempts are lost to Spark at their first data append and go on (a task retry while the first attempt
+still appends); in ``stage-zombies`` one or two shuffle fetch failures at a later data append retry the
+stage (attempt numbers restart at 0 while the old attempts have written some records and still append)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -95,8 +102,8 @@ class Scenario:
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
         if profile == "upsert-order":
             return cls._draw_upsert_order(seed)
-        if profile == "zombies":
-            return cls._draw_zombies(seed)
+        if profile in ("task-zombies", "stage-zombies"):
+            return cls._draw_zombies(seed, profile)
         rng = random.Random(f"scenario-{seed}")
         front: Literal["writer", "sink"] = "sink" if rng.random() < 0.3 else "writer"
         kind = rng.random()
@@ -167,7 +174,7 @@ class Scenario:
         )
 
     @classmethod
-    def _draw_zombies(cls, seed: int) -> Scenario:
+    def _draw_zombies(cls, seed: int, profile: Profile) -> Scenario:
         rng = random.Random(f"zombies-{seed}")
         kind = rng.random()
         routed = kind < 0.5
@@ -176,13 +183,13 @@ class Scenario:
         batches = tuple(
             tuple(
                 _row(rng, routed=routed, shards=shards, dlq=dlq, upsert=False)
-                for _ in range(rng.randint(6, 12))
+                for _ in range(rng.randint(12, 20))
             )
             for _ in range(rng.randint(1, 2))
         )
         return cls(
             seed=seed,
-            profile="zombies",
+            profile=profile,
             front="sink" if rng.random() < 0.2 else "writer",
             routed=routed,
             shards=shards,
@@ -193,8 +200,8 @@ class Scenario:
             batch_max_records=1,
             run_id_known=rng.random() < 0.3,
             same_split_on_replay=True,
-            fault_rate=0.5,
-            max_faults=rng.randint(2, 4),
+            fault_rate=0.6,
+            max_faults=rng.randint(3, 5),
             max_restarts=1,
             bulk=_bulk(rng),
         )

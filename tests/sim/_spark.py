@@ -135,7 +135,7 @@ class Query:
         self.stage_ids = 0
         self.coordinator: Coordinator | None = None
         self.session_ops: Counter[int] = Counter()
-        """``zombies``: data appends per task actor so far."""
+        """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
 
     # -- faults ------------------------------------------------------------------------------------------
 
@@ -149,7 +149,7 @@ class Query:
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
-            and self.sc.profile != "zombies"
+            and self.sc.profile not in ("task-zombies", "stage-zombies")
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -161,7 +161,7 @@ class Query:
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
-        if self.sc.profile == "zombies":
+        if self.sc.profile in ("task-zombies", "stage-zombies"):
             return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
@@ -190,17 +190,23 @@ class Query:
         return choices[rng.randrange(len(choices))]
 
     def _zombie_fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
-        """``zombies``: an attempt lost to Spark at its first data append (so it has the most left to append
-        after its retry's barrier), or a fetch failure at a later one (so the failing attempt and its
-        running siblings have written some of their records before the stage is retried)."""
+        """``task-zombies``: an attempt lost to Spark at its first data append (so it has the most left to
+        append after its retry's barrier); ``stage-zombies``: at most two fetch failures, each at a later
+        one (so the failing attempt and its running siblings have written some records before the stage is
+        retried), and no fault that would retry a partition by number and mask the stage retry."""
         if actor.role != "task" or op.kind != "session" or self.faults >= self.sc.max_faults:
             return "ok"
         self.session_ops[actor.id] += 1
         first = self.session_ops[actor.id] == 1
-        if rng.random() >= (self.sc.fault_rate if first else self.sc.fault_rate / 2):
+        if self.sc.profile == "task-zombies":
+            if not first or rng.random() >= self.sc.fault_rate:
+                return "ok"
+            self.faults += 1
+            return "lost"
+        if first or self.faults >= 2 or rng.random() >= self.sc.fault_rate / 3:
             return "ok"
         self.faults += 1
-        return "lost" if first else "fetch_failed"
+        return "fetch_failed"
 
     # -- runs --------------------------------------------------------------------------------------------
 

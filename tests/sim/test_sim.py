@@ -215,20 +215,21 @@ def test_the_checker_sees_a_record_written_twice() -> None:
         check_batches(service.store, BASIN, outcome.scenario, last)
 
 
-ZOMBIE_SCHEDULES = 60
+ZOMBIE_SCHEDULES = 30
 
 
-def test_superseded_attempts_that_go_on_appending_write_nothing_twice() -> None:
-    """The ``zombies`` profile: task attempts lost to Spark at their first data append, which go on
-    appending after their retry's barrier, and fetch failures that retry the stage (attempt numbers back to
-    0) while the old attempts still append: every row exactly once, and a read-committed reader never sees
-    past a commit, at every step. The schedules must have had both kinds of zombie."""
-    seen: Counter[str] = Counter()
+@pytest.mark.parametrize(
+    ("profile", "mark"), [("task-zombies", "goes on as a zombie"), ("stage-zombies", "stage retry")]
+)
+def test_superseded_attempts_that_go_on_appending_write_nothing_twice(profile: str, mark: str) -> None:
+    """``task-zombies``: task attempts lost to Spark at their first data append go on appending after their
+    retry's barrier; ``stage-zombies``: fetch failures retry the stage (attempt numbers back to 0) while the
+    old attempts have written some records and still append. Every row exactly once, and a read-committed
+    reader never sees past a commit, at every step; most schedules must have had such a zombie."""
+    had = 0
     for seed in range(ZOMBIE_SCHEDULES):
-        outcome = run_schedule(seed, "zombies")
+        outcome = run_schedule(seed, profile)  # type: ignore[arg-type]
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
-        seen["task retry"] += any("goes on as a zombie" in line for line in outcome.trace)
-        seen["stage retry"] += any("stage retry" in line for line in outcome.trace)
-    assert seen["task retry"] >= ZOMBIE_SCHEDULES // 2, seen
-    assert seen["stage retry"] >= ZOMBIE_SCHEDULES // 4, seen
+        had += any(mark in line for line in outcome.trace)
+    assert had > ZOMBIE_SCHEDULES // 2, f"only {had} of {ZOMBIE_SCHEDULES} {profile} schedules had a zombie"
