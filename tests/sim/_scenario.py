@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pyarrow as pa
@@ -20,7 +20,9 @@ from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
 
-Profile = Literal["default", "stage-retries", "long", "upsert-order", "task-zombies", "stage-zombies"]
+Profile = Literal[
+    "default", "stage-retries", "long", "upsert-order", "task-zombies", "stage-zombies", "renamed"
+]
 PROFILES: tuple[Profile, ...] = (
     "default",
     "stage-retries",
@@ -28,6 +30,7 @@ PROFILES: tuple[Profile, ...] = (
     "upsert-order",
     "task-zombies",
     "stage-zombies",
+    "renamed",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -39,7 +42,9 @@ spread over the input partitions, tied positions and deletes, with stage retries
 record per append (each task appends several times), the drivers without faults. In ``task-zombies``
 attempts are lost to Spark at their first data append and go on (a task retry while the first attempt
 still appends); in ``stage-zombies`` one or two shuffle fetch failures at a later data append retry the
-stage (attempt numbers restart at 0 while the old attempts have written some records and still append)."""
+stage (attempt numbers restart at 0 while the old attempts have written some records and still append).
+``renamed`` is ``default`` through ``foreachBatch(S2Writer)`` with at least one restart, where a restart
+with a new writer object names a new ``writer_id`` (the new identity takes over the old one's ledger)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -104,6 +109,9 @@ class Scenario:
             return cls._draw_upsert_order(seed)
         if profile in ("task-zombies", "stage-zombies"):
             return cls._draw_zombies(seed, profile)
+        if profile == "renamed":
+            base = cls.draw(seed)
+            return replace(base, profile="renamed", front="writer", fault_rate=max(base.fault_rate, 0.05))
         rng = random.Random(f"scenario-{seed}")
         front: Literal["writer", "sink"] = "sink" if rng.random() < 0.3 else "writer"
         kind = rng.random()

@@ -134,6 +134,8 @@ class Query:
         self.task_ids = 0
         self.stage_ids = 0
         self.coordinator: Coordinator | None = None
+        self.writer_name: str | None = None
+        """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
         self.session_ops: Counter[int] = Counter()
         """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
 
@@ -253,6 +255,11 @@ class Query:
         if self.sc.front == "sink":
             shapes = ["new process", "same process, new writer"]
         shape = shapes[self.sched.rng.randrange(len(shapes))]
+        if self.sc.profile == "renamed" and shape != "same process, same writer":
+            # A notebook restarts the query from its checkpoint with a writer_id spelled anew: the new
+            # identity must take over what the old one left (issue 25 item 3).
+            self.writer_name = f"renamed-{self.runs}"
+            self.sched.note(f"the restarted query's writer is S2Writer(writer_id={self.writer_name!r})")
         if shape == "new process":
             self._new_process()
         elif shape == "same process, new writer":
@@ -286,7 +293,7 @@ class Query:
         # a JVM, so the coordinator is driven here with what prepare would give it).
         spark = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
         check_no_speculation(spark)
-        ident = writer_identity(None, spark, self.spec.destination())
+        ident = writer_identity(self.writer_name, spark, self.spec.destination())
         spark_run = query_run_id(spark, ident.query_id)
         if self.coordinator is None:
             self.coordinator = Coordinator(
