@@ -21,7 +21,14 @@ from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
 
 Profile = Literal[
-    "default", "stage-retries", "long", "upsert-order", "task-zombies", "stage-zombies", "renamed"
+    "default",
+    "stage-retries",
+    "long",
+    "upsert-order",
+    "task-zombies",
+    "stage-zombies",
+    "renamed",
+    "cleared-fence",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -31,6 +38,7 @@ PROFILES: tuple[Profile, ...] = (
     "task-zombies",
     "stage-zombies",
     "renamed",
+    "cleared-fence",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -44,7 +52,9 @@ attempts are lost to Spark at their first data append and go on (a task retry wh
 still appends); in ``stage-zombies`` one or two shuffle fetch failures at a later data append retry the
 stage (attempt numbers restart at 0 while the old attempts have written some records and still append).
 ``renamed`` is ``default`` through ``foreachBatch(S2Writer)`` with at least one restart, where a restart
-with a new writer object names a new ``writer_id`` (the new identity takes over the old one's ledger)."""
+with a new writer object names a new ``writer_id`` (the new identity takes over the old one's ledger).
+``cleared-fence`` is ``task-zombies`` with an operator who clears the fence of the first stream a retry put
+its barrier on (``s2-sink fences clear``), while the superseded attempt may still append."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -107,7 +117,7 @@ class Scenario:
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
         if profile == "upsert-order":
             return cls._draw_upsert_order(seed)
-        if profile in ("task-zombies", "stage-zombies"):
+        if profile in ("task-zombies", "stage-zombies", "cleared-fence"):
             return cls._draw_zombies(seed, profile)
         if profile == "renamed":
             base = cls.draw(seed)

@@ -57,6 +57,7 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.writer import _ensure_streams
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
+from tests.sim._operator import spawn_fence_clearer
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
 from tests.sim._session import Session
@@ -151,7 +152,7 @@ class Query:
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
-            and self.sc.profile not in ("task-zombies", "stage-zombies")
+            and self.sc.profile not in ("task-zombies", "stage-zombies", "cleared-fence")
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -163,7 +164,7 @@ class Query:
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
-        if self.sc.profile in ("task-zombies", "stage-zombies"):
+        if self.sc.profile in ("task-zombies", "stage-zombies", "cleared-fence"):
             return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
@@ -200,7 +201,7 @@ class Query:
             return "ok"
         self.session_ops[actor.id] += 1
         first = self.session_ops[actor.id] == 1
-        if self.sc.profile == "task-zombies":
+        if self.sc.profile in ("task-zombies", "cleared-fence"):
             if not first or rng.random() >= self.sc.fault_rate:
                 return "ok"
             self.faults += 1
@@ -215,6 +216,8 @@ class Query:
     def start(self) -> None:
         self._new_process()
         self._spawn_run("new process")
+        if self.sc.profile == "cleared-fence":
+            spawn_fence_clearer(self.sched, self.service, self.cfg)
 
     def _new_process(self) -> None:
         """Module state of a fresh Python process: no pooled clients or sessions, no known ledgers."""
