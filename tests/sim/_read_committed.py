@@ -73,7 +73,7 @@ def check_read_committed(store: Store, basin: str, scenario: Scenario) -> None:
     """For every ledger and every data stream: the records below the ledger's committed end are those of
     batches ``<= committed``, each batch's exactly once (``R(b, s)``), nothing of a later batch."""
     streams = store.basin(basin).streams
-    want = expected(scenario)
+    want = expected(scenario, store)
     for name in sorted(streams):
         if not name.startswith(LEDGER_PREFIX):
             continue

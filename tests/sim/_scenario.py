@@ -29,6 +29,7 @@ Profile = Literal[
     "stage-zombies",
     "renamed",
     "cleared-fence",
+    "recreated",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -39,6 +40,7 @@ PROFILES: tuple[Profile, ...] = (
     "stage-zombies",
     "renamed",
     "cleared-fence",
+    "recreated",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -54,7 +56,9 @@ stage (attempt numbers restart at 0 while the old attempts have written some rec
 ``renamed`` is ``default`` through ``foreachBatch(S2Writer)`` with at least one restart, where a restart
 with a new writer object names a new ``writer_id`` (the new identity takes over the old one's ledger).
 ``cleared-fence`` is ``task-zombies`` with an operator who clears the fence of the first stream a retry put
-its barrier on (``s2-sink fences clear``), while the superseded attempt may still append."""
+its barrier on (``s2-sink fences clear``), while the superseded attempt may still append. ``recreated`` is
+``default`` (at least two batches) where a target stream batch 0 wrote is deleted once batch 0 commits and
+a later batch creates it again, empty."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -119,6 +123,11 @@ class Scenario:
             return cls._draw_upsert_order(seed)
         if profile in ("task-zombies", "stage-zombies", "cleared-fence"):
             return cls._draw_zombies(seed, profile)
+        if profile == "recreated":
+            base = cls.draw(seed)
+            return replace(
+                base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
+            )
         if profile == "renamed":
             base = cls.draw(seed)
             return replace(base, profile="renamed", front="writer", fault_rate=max(base.fault_rate, 0.05))

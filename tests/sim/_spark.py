@@ -57,7 +57,7 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.writer import _ensure_streams
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
-from tests.sim._operator import spawn_fence_clearer
+from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
 from tests.sim._session import Session
@@ -218,6 +218,11 @@ class Query:
         self._spawn_run("new process")
         if self.sc.profile == "cleared-fence":
             spawn_fence_clearer(self.sched, self.service, self.cfg)
+        if self.sc.profile == "recreated":
+            later = [r.stream for b in self.sc.batches[1:] for r in b if r.stream is not None]
+            first = {r.stream for r in self.sc.batches[0]}
+            targets = [s for s in later if s in first]
+            spawn_stream_recreator(self.sched, self.service, lambda: self.ledger_committed, targets)
 
     def _new_process(self) -> None:
         """Module state of a fresh Python process: no pooled clients or sessions, no known ledgers."""

@@ -257,3 +257,19 @@ def test_a_restart_under_a_new_writer_id_takes_over_and_writes_each_row_once() -
             pytest.fail(outcome.report(), pytrace=False)
         renamed += any("S2Writer(writer_id=" in line for line in outcome.trace)
     assert renamed >= RENAMED_SCHEDULES // 3, f"only {renamed} schedules restarted under a new writer_id"
+
+
+RECREATED_SCHEDULES = 60
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25 item 5: lands with the reset detection")
+def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit() -> None:
+    """``recreated``: once batch 0 commits, a target stream it wrote is deleted (S2's ``delete_on_empty``,
+    or an operator) and a later batch creates it again, empty, below the ledger's end for it. The writer
+    must fail closed or write each later row once, and a read-committed reader must never see a batch past
+    the commit. On the current code a reader bounded by the old end sees the uncommitted next batch (8 of
+    these 60), a chunk is cut, a row is written twice, or the query fails without saying why (11)."""
+    for seed in range(RECREATED_SCHEDULES):
+        outcome = run_schedule(seed, "recreated")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
