@@ -30,6 +30,7 @@ Profile = Literal[
     "renamed",
     "cleared-fence",
     "recreated",
+    "retry-readback",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -41,6 +42,7 @@ PROFILES: tuple[Profile, ...] = (
     "renamed",
     "cleared-fence",
     "recreated",
+    "retry-readback",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -58,7 +60,9 @@ with a new writer object names a new ``writer_id`` (the new identity takes over 
 ``cleared-fence`` is ``task-zombies`` with an operator who clears the fence of the first stream a retry put
 its barrier on (``s2-sink fences clear``), while the superseded attempt may still append. ``recreated`` is
 ``default`` (at least two batches) where a target stream batch 0 wrote is deleted once batch 0 commits and
-a later batch creates it again, empty."""
+a later batch creates it again, empty. ``retry-readback`` is ``task-zombies`` with two to six rows a batch:
+a lost attempt often ends before its retry's barrier, and the retry drops all it would write, so only the
+read-back end it reports covers the batch's records in the stream."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -121,7 +125,7 @@ class Scenario:
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
         if profile == "upsert-order":
             return cls._draw_upsert_order(seed)
-        if profile in ("task-zombies", "stage-zombies", "cleared-fence"):
+        if profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
             return cls._draw_zombies(seed, profile)
         if profile == "recreated":
             base = cls.draw(seed)
@@ -210,7 +214,7 @@ class Scenario:
         batches = tuple(
             tuple(
                 _row(rng, routed=routed, shards=shards, dlq=dlq, upsert=False)
-                for _ in range(rng.randint(12, 20))
+                for _ in range(rng.randint(2, 6) if profile == "retry-readback" else rng.randint(12, 20))
             )
             for _ in range(rng.randint(1, 2))
         )

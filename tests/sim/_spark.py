@@ -152,7 +152,7 @@ class Query:
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
-            and self.sc.profile not in ("task-zombies", "stage-zombies", "cleared-fence")
+            and self.sc.profile not in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback")
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -164,7 +164,7 @@ class Query:
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
-        if self.sc.profile in ("task-zombies", "stage-zombies", "cleared-fence"):
+        if self.sc.profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
             return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
@@ -201,7 +201,7 @@ class Query:
             return "ok"
         self.session_ops[actor.id] += 1
         first = self.session_ops[actor.id] == 1
-        if self.sc.profile in ("task-zombies", "cleared-fence"):
+        if self.sc.profile in ("task-zombies", "cleared-fence", "retry-readback"):
             if not first or rng.random() >= self.sc.fault_rate:
                 return "ok"
             self.faults += 1

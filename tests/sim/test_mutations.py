@@ -23,7 +23,7 @@ def _caught(mutation: str, profile: Profile) -> int:
     [
         ("zombie-check-off", "task-zombies"),
         ("roll-call-ignored", "stage-zombies"),
-        ("read-back-end-uncovered", "task-zombies"),
+        ("read-back-end-uncovered", "retry-readback"),
     ],
 )
 def test_the_simulation_catches_a_disabled_guard_in_most_schedules(mutation: str, profile: Profile) -> None:
