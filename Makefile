@@ -59,8 +59,15 @@ bench-quick: $(STAMP)  ## the harness in its <= 60 s mode
 soak: $(STAMP)  ## exactly-once soak: random faults over >= 50 micro-batches
 	$(PY) -m tests.faults.soak
 
-sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 seeded schedules (replay one: python -m tests.sim --seed N)
-	$(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile $${SIM_PROFILE:-default}
+sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 default schedules, 10,000 of each other profile (replay one: python -m tests.sim --seed N --profile P)
+	@if [ -n "$${SIM_PROFILE:-}" ]; then \
+	  $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile $$SIM_PROFILE; \
+	else \
+	  $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile default && \
+	  for p in stage-retries upsert-order task-zombies stage-zombies renamed cleared-fence retry-readback; do \
+	    $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_PROFILE_COUNT:-10000} --profile $$p || exit 1; \
+	  done; \
+	fi
 
 dist: $(STAMP)  ## build the wheel and sdist into dist/
 	$(PY) -m build --outdir dist .

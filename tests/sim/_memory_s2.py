@@ -22,6 +22,7 @@ import re
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import unquote
 
@@ -37,6 +38,7 @@ from s2_sdk import (
     S2ServerError,
     SeqNum,
     SeqNumMismatchError,
+    StreamInfo,
     StreamPosition,
     TailOffset,
 )
@@ -218,6 +220,15 @@ class MemoryBasin:
 
     def stream(self, name: str) -> MemoryStream:
         return MemoryStream(self._service, name)
+
+    async def list_all_streams(self, prefix: str = "") -> AsyncIterator[StreamInfo]:
+        """The basin's live streams whose names start with `prefix` (one scheduling point: a list call)."""
+        svc = self._service
+        verdict = await svc.step(Op("list", prefix))
+        names = sorted(n for n in svc.store.basin(svc.basin).streams if n.startswith(prefix))
+        svc.after(verdict)
+        for name in names:
+            yield StreamInfo(name=name, created_at=datetime.now(UTC), deleted_at=None)
 
     async def ensure_stream(self, name: str, config: object = None) -> None:
         del config  # retention: nothing expires in a simulated schedule

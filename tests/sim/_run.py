@@ -17,6 +17,7 @@ from tests.sim._invariants import (
     duplicates_untagged,
 )
 from tests.sim._memory_s2 import MemoryService
+from tests.sim._read_committed import ReadCommittedWatch, check_read_committed
 from tests.sim._scenario import Profile, Row, Scenario
 from tests.sim._scheduler import Scheduler
 from tests.sim._spark import BASIN, Query
@@ -85,6 +86,8 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
     service = MemoryService(sched, BASIN)
     query = Query(scenario, sched, service, delivery)
     sched.policy = query.policy
+    if delivery == "exactly-once":
+        sched.observe = ReadCommittedWatch(service.store, BASIN, scenario)
     violation: str | None = None
     duplicates = 0
     try:
@@ -107,6 +110,8 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
         else:
             raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
         check_ledger(service.store, BASIN)
+        if delivery == "exactly-once":
+            check_read_committed(service.store, BASIN, scenario)
     except AssertionError as exc:
         violation = f"{type(exc).__name__}: {exc}"
     finally:

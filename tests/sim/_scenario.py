@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pyarrow as pa
@@ -20,14 +20,49 @@ from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
 
-Profile = Literal["default", "stage-retries", "long", "upsert-order"]
-PROFILES: tuple[Profile, ...] = ("default", "stage-retries", "long", "upsert-order")
+Profile = Literal[
+    "default",
+    "stage-retries",
+    "long",
+    "upsert-order",
+    "task-zombies",
+    "stage-zombies",
+    "renamed",
+    "cleared-fence",
+    "recreated",
+    "retry-readback",
+]
+PROFILES: tuple[Profile, ...] = (
+    "default",
+    "stage-retries",
+    "long",
+    "upsert-order",
+    "task-zombies",
+    "stage-zombies",
+    "renamed",
+    "cleared-fence",
+    "recreated",
+    "retry-readback",
+)
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
 one or two rows, past the ledger's first snapshot and trim (every 64th commit), with few faults.
 ``upsert-order`` writes changelogs with ``UpsertEncoder(order_by=...)`` (``compact`` in half of them) through
 ``foreachBatch(S2Writer)``, the only front door that takes ``order_by``: a few keys, several changes per key
-spread over the input partitions, tied positions and deletes, with stage retries among the faults."""
+spread over the input partitions, tied positions and deletes, with stage retries among the faults.
+``task-zombies`` and ``stage-zombies`` keep superseded attempts appending: batches of 12 to 20 rows, one
+record per append (each task appends several times), the drivers without faults. In ``task-zombies``
+attempts are lost to Spark at their first data append and go on (a task retry while the first attempt
+still appends); in ``stage-zombies`` one or two shuffle fetch failures at a later data append retry the
+stage (attempt numbers restart at 0 while the old attempts have written some records and still append).
+``renamed`` is ``default`` through ``foreachBatch(S2Writer)`` with at least one restart, where a restart
+with a new writer object names a new ``writer_id`` (the new identity takes over the old one's ledger).
+``cleared-fence`` is ``task-zombies`` with an operator who clears the fence of the first stream a retry put
+its barrier on (``s2-sink fences clear``), while the superseded attempt may still append. ``recreated`` is
+``default`` (at least two batches) where a target stream batch 0 wrote is deleted once batch 0 commits and
+a later batch creates it again, empty. ``retry-readback`` is ``task-zombies`` with two to six rows a batch:
+a lost attempt often ends before its retry's barrier, and the retry drops all it would write, so only the
+read-back end it reports covers the batch's records in the stream."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -90,6 +125,16 @@ class Scenario:
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
         if profile == "upsert-order":
             return cls._draw_upsert_order(seed)
+        if profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
+            return cls._draw_zombies(seed, profile)
+        if profile == "recreated":
+            base = cls.draw(seed)
+            return replace(
+                base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
+            )
+        if profile == "renamed":
+            base = cls.draw(seed)
+            return replace(base, profile="renamed", front="writer", fault_rate=max(base.fault_rate, 0.05))
         rng = random.Random(f"scenario-{seed}")
         front: Literal["writer", "sink"] = "sink" if rng.random() < 0.3 else "writer"
         kind = rng.random()
@@ -156,6 +201,39 @@ class Scenario:
             order_by=True,
             compact=compact,
             changes=changes if compact else (),
+            bulk=_bulk(rng),
+        )
+
+    @classmethod
+    def _draw_zombies(cls, seed: int, profile: Profile) -> Scenario:
+        rng = random.Random(f"zombies-{seed}")
+        kind = rng.random()
+        routed = kind < 0.5
+        shards = 2 if kind < 0.2 else None
+        dlq = rng.random() < 0.2
+        batches = tuple(
+            tuple(
+                _row(rng, routed=routed, shards=shards, dlq=dlq, upsert=False)
+                for _ in range(rng.randint(2, 6) if profile == "retry-readback" else rng.randint(12, 20))
+            )
+            for _ in range(rng.randint(1, 2))
+        )
+        return cls(
+            seed=seed,
+            profile=profile,
+            front="sink" if rng.random() < 0.2 else "writer",
+            routed=routed,
+            shards=shards,
+            dlq=dlq,
+            upsert=False,
+            batches=batches,
+            shuffle_partitions=rng.randint(2, 3),
+            batch_max_records=1,
+            run_id_known=rng.random() < 0.3,
+            same_split_on_replay=True,
+            fault_rate=0.6,
+            max_faults=rng.randint(3, 5),
+            max_restarts=1,
             bulk=_bulk(rng),
         )
 

@@ -145,6 +145,9 @@ class Scheduler:
         own, so a schedule without a drop takes the same steps as before drops were simulated."""
         self.policy: Policy = lambda actor, op, rng: "ok"
         """Decides the fault at each step (the query's, set once it exists)."""
+        self.observe: Callable[[], None] | None = None
+        """Called at every step, the process quiet (an invariant that must hold at every step: it raises
+        an AssertionError, which ends the schedule as a failure naming it)."""
         self.max_steps = max_steps
         self.stall_s = stall_s
         self.actors: list[Actor] = []
@@ -396,6 +399,12 @@ class Scheduler:
         if not ready:
             self._fail(f"no actor can proceed: {[f'{f.actor.name} at {f.op}' for f in self._parked]}")
             return
+        if self.observe is not None:
+            try:
+                self.observe()
+            except AssertionError as exc:
+                self._fail(f"at step {self.steps}: {type(exc).__name__}: {exc}")
+                return
         self.steps += 1
         if self.steps > self.max_steps:
             self._fail(f"more than {self.max_steps} steps")

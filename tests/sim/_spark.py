@@ -38,6 +38,7 @@ import pyarrow as pa
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, writer_identity
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
@@ -56,8 +57,10 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.writer import _ensure_streams
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
+from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
+from tests.sim._session import Session
 
 __all__ = ["BASIN", "Query"]
 
@@ -132,6 +135,10 @@ class Query:
         self.task_ids = 0
         self.stage_ids = 0
         self.coordinator: Coordinator | None = None
+        self.writer_name: str | None = None
+        """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
+        self.session_ops: Counter[int] = Counter()
+        """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
 
     # -- faults ------------------------------------------------------------------------------------------
 
@@ -145,6 +152,7 @@ class Query:
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
+            and self.sc.profile not in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback")
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -156,6 +164,8 @@ class Query:
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
+        if self.sc.profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
+            return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
         choices: list[Verdict]
@@ -182,11 +192,37 @@ class Query:
         self.faults += 1
         return choices[rng.randrange(len(choices))]
 
+    def _zombie_fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
+        """``task-zombies``: an attempt lost to Spark at its first data append (so it has the most left to
+        append after its retry's barrier); ``stage-zombies``: at most two fetch failures, each at a later
+        one (so the failing attempt and its running siblings have written some records before the stage is
+        retried), and no fault that would retry a partition by number and mask the stage retry."""
+        if actor.role != "task" or op.kind != "session" or self.faults >= self.sc.max_faults:
+            return "ok"
+        self.session_ops[actor.id] += 1
+        first = self.session_ops[actor.id] == 1
+        if self.sc.profile in ("task-zombies", "cleared-fence", "retry-readback"):
+            if not first or rng.random() >= self.sc.fault_rate:
+                return "ok"
+            self.faults += 1
+            return "lost"
+        if first or self.faults >= 2 or rng.random() >= self.sc.fault_rate / 3:
+            return "ok"
+        self.faults += 1
+        return "fetch_failed"
+
     # -- runs --------------------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._new_process()
         self._spawn_run("new process")
+        if self.sc.profile == "cleared-fence":
+            spawn_fence_clearer(self.sched, self.service, self.cfg)
+        if self.sc.profile == "recreated":
+            later = [r.stream for b in self.sc.batches[1:] for r in b if r.stream is not None]
+            first = {r.stream for r in self.sc.batches[0]}
+            targets = [s for s in later if s in first]
+            spawn_stream_recreator(self.sched, self.service, lambda: self.ledger_committed, targets)
 
     def _new_process(self) -> None:
         """Module state of a fresh Python process: no pooled clients or sessions, no known ledgers."""
@@ -227,6 +263,11 @@ class Query:
         if self.sc.front == "sink":
             shapes = ["new process", "same process, new writer"]
         shape = shapes[self.sched.rng.randrange(len(shapes))]
+        if self.sc.profile == "renamed" and shape != "same process, same writer":
+            # A notebook restarts the query from its checkpoint with a writer_id spelled anew: the new
+            # identity must take over what the old one left (issue 25 item 3).
+            self.writer_name = f"renamed-{self.runs}"
+            self.sched.note(f"the restarted query's writer is S2Writer(writer_id={self.writer_name!r})")
         if shape == "new process":
             self._new_process()
         elif shape == "same process, new writer":
@@ -256,10 +297,20 @@ class Query:
         if self.delivery == "at-least-once":
             self._at_least_once_run(run, calm)
             return
-        spark_run = f"run-{run}" if self.sc.run_id_known else None
+        # The identity and the run id as `ExactlyOnce.prepare` resolves them (its recovery repartition needs
+        # a JVM, so the coordinator is driven here with what prepare would give it).
+        spark = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
+        check_no_speculation(spark)
+        ident = writer_identity(self.writer_name, spark, self.spec.destination())
+        spark_run = query_run_id(spark, ident.query_id)
         if self.coordinator is None:
             self.coordinator = Coordinator(
-                self.cfg, WRITER_ID, query_id=QUERY_ID, static_streams=self.spec.static_streams()
+                self.cfg,
+                ident.writer_id,
+                query_id=ident.query_id,
+                static_streams=self.spec.static_streams(),
+                destination=self.spec.destination(),
+                predecessor=ident.predecessor,
             )
         coord = self.coordinator
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
