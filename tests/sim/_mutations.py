@@ -24,8 +24,10 @@ from s2_sink._write.task.results import StreamTotals
 __all__ = ["MUTATIONS", "mutated"]
 
 
-async def _no_zombie_check(*args: Any, **kwargs: Any) -> None:
+async def _no_zombie_check(*args: Any, **kwargs: Any) -> int:
+    """The zombie check that finds nothing: no later attempt, no generation of the run seen."""
     del args, kwargs
+    return -1
 
 
 def _ignore_roll_call(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,8 +50,7 @@ def mutated(name: str) -> Iterator[None]:
     """The protocol with mutation `name` applied (every module's reference to the function replaced)."""
     patches: list[tuple[object, str, object]] = []
     if name == "zombie-check-off":
-        patches = [(fencing, "refuse_if_superseded", _no_zombie_check)]
-        patches.append((eo_task, "refuse_if_superseded", _no_zombie_check))
+        patches = [(fencing, "check_not_superseded", _no_zombie_check)]
     elif name == "roll-call-ignored":
         patches = [(eo_task, "sign_in", _ignore_roll_call(roll_call.sign_in))]
     elif name == "read-back-end-uncovered":

