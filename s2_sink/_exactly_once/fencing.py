@@ -1,8 +1,9 @@
 """Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
 
-A token is ``s2sink:<writer-hash8>:<epoch>.<gen>``, and a generation bump also names the task attempt
-that made it: ``s2sink:<writer-hash8>:<epoch>.<gen>~<partition>.<task-id>``, all four numbers in base 36
-so it fits S2's 36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes). ``epoch`` is the writer's
+A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~``, and a generation bump also names the task attempt
+that made it: ``s2sink:<writer-hash8>:<epoch>.<gen>~<partition>.<task-id>``; every number is in base 36,
+so a token fits S2's 36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes). Tokens of earlier versions,
+``s2sink:<writer-hash8>:<epoch>.<gen>`` in decimal (no ``~``), are still read. ``epoch`` is the writer's
 run number from the ledger: a restarted driver gets a higher one, so tasks of an older run (zombies) get
 ``412 fencing_token_mismatch`` once the new run has fenced a stream. ``gen`` is bumped by a task
 *retry* before it reads the stream back: the bump is a barrier after which nothing an earlier attempt
@@ -67,7 +68,7 @@ MAX_TOKEN_BYTES: Final = 36
 _PREFIX: Final = "s2sink"
 # writer, epoch, generation, and (bumps only) the attempt that made it: partition, task id.
 _TOKEN_RE: Final = re.compile(
-    r"^s2sink:([0-9a-f]{8}):([0-9a-z]+)\.([0-9a-z]+)(?:~([0-9a-z]+)\.([0-9a-z]+))?$"
+    r"^s2sink:([0-9a-f]{8}):([0-9a-z]+)\.([0-9a-z]+)(~(?:([0-9a-z]+)\.([0-9a-z]+))?)?$"
 )
 _B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 _MAX_ROUNDS: Final = 20
@@ -110,13 +111,11 @@ class Token:
     """The task attempt whose retry barrier set this generation (``None`` for generation 0)."""
 
     def __str__(self) -> str:
-        text = f"{_PREFIX}:{self.writer}:{self.epoch}.{self.gen}"
-        if self.by is None:
-            return text
-        # A bump token is all base 36, so a long run's retry still fits 36 bytes.
-        by = self.by
+        # One encoding, base 36, so a long run's retry still fits 36 bytes; the ``~`` tells it from the
+        # decimal tokens of earlier versions.
         run = f"{_b36(self.epoch)}.{_b36(self.gen)}"
-        return f"{_PREFIX}:{self.writer}:{run}~{_b36(by.partition)}.{_b36(by.task_id)}"
+        by = "" if self.by is None else f"{_b36(self.by.partition)}.{_b36(self.by.task_id)}"
+        return f"{_PREFIX}:{self.writer}:{run}~{by}"
 
     def encode(self) -> str:
         """The wire form; raises ValueError if it would exceed S2's 36-byte limit."""
@@ -131,11 +130,11 @@ class Token:
         m = _TOKEN_RE.match(text)
         if m is None:
             return None
-        if m.group(4) is None:
+        if m.group(4) is None:  # an earlier version's decimal token
             if not (m.group(2).isdigit() and m.group(3).isdigit()):
                 return None
             return cls(epoch=int(m.group(2)), gen=int(m.group(3)), writer=m.group(1))
-        by = TaskAttempt(int(m.group(4), 36), int(m.group(5), 36))
+        by = None if m.group(5) is None else TaskAttempt(int(m.group(5), 36), int(m.group(6), 36))
         return cls(epoch=int(m.group(2), 36), gen=int(m.group(3), 36), writer=m.group(1), by=by)
 
     def next_gen(self, by: TaskAttempt | None = None) -> Token:

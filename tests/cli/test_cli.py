@@ -243,7 +243,7 @@ def test_fences_clear_removes_tokens_and_says_whose_they_were(lite: LiteServer, 
     out = cli(lite.endpoint, "fences", "clear", "a", "b", "c", "--basin", basin)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
-        f"stream 'a': cleared fencing token 's2sink:{w}:3.1' (exactly-once writer with hash {w}, "
+        f"stream 'a': cleared fencing token 's2sink:{w}:3.1~' (exactly-once writer with hash {w}, "
         "whose writer id has no ledger in this basin, epoch 3, generation 1)",
         "stream 'b': cleared fencing token 'someone-else' (not an s2_sink token)",
         "stream 'c': had no fencing token",

@@ -97,14 +97,14 @@ def test_streams_describe_shows_tail_config_and_the_fence_by_writer_id(lite: Lit
     assert out.returncode == 0, out.stderr
     (doc,) = json_lines(out.stdout)
     assert doc["tail"]["seq_num"] == ends["events"] == 3
-    assert doc["fencing_token"] == f"s2sink:{h}:1.0"
+    assert doc["fencing_token"] == f"s2sink:{h}:1.0~"
     assert doc["fence"] == {"writer_hash": h, "writer_ids": ["orders-job"], "epoch": 1, "generation": 0}
     assert doc["config"]["retention_policy"] == 604800
 
     text = cli(lite.endpoint, "streams", "describe", "events", "--basin", basin)
     assert text.returncode == 0, text.stderr
     assert (
-        f"fencing token    's2sink:{h}:1.0' (exactly-once writer 'orders-job' (hash {h}), epoch 1, "
+        f"fencing token    's2sink:{h}:1.0~' (exactly-once writer 'orders-job' (hash {h}), epoch 1, "
         "generation 0)"
     ) in text.stdout
     assert f"last record at {iso(doc['tail']['timestamp'])}" in text.stdout
@@ -140,7 +140,7 @@ def test_fences_clear_names_the_writer_id_when_a_ledger_has_it(lite: LiteServer,
     out = cli(lite.endpoint, "fences", "clear", "events", "--basin", basin)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        f"stream 'events': cleared fencing token 's2sink:{h}:4.2' "
+        f"stream 'events': cleared fencing token 's2sink:{h}:4.2~' "
         f"(exactly-once writer 'orders-job' (hash {h}), epoch 4, generation 2)"
     )
 

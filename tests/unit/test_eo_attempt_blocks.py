@@ -103,10 +103,11 @@ def test_zombie_is_refused_after_a_siblings_later_barrier_hides_its_own(lite: Li
 
 def test_bump_tokens_fit_s2s_limit() -> None:
     """A barrier token names the attempt, all in base 36, within 36 bytes for long runs and big jobs; the
-    plain token keeps its decimal form."""
+    plain token is base 36 too (one encoding), and an earlier version's decimal one still parses."""
     from s2_sink._exactly_once.fencing import MAX_TOKEN_BYTES, TaskAttempt
 
-    assert str(Token(epoch=12, gen=0, writer="abcdef01")) == "s2sink:abcdef01:12.0"
+    assert str(Token(epoch=12, gen=0, writer="abcdef01")) == "s2sink:abcdef01:c.0~"
+    assert Token.parse("s2sink:abcdef01:12.0") == Token(epoch=12, gen=0, writer="abcdef01")
     assert Token.parse("s2sink:abcdef01:1z.0") is None
     token = Token(epoch=1_600_000, gen=1000, writer="abcdef01").next_gen(TaskAttempt(46_655, 2_000_000_000))
     assert len(token.encode()) <= MAX_TOKEN_BYTES

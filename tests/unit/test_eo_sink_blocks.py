@@ -64,7 +64,7 @@ def test_one_epoch_per_execution_skip_committed_and_conflicts(lite: LiteServer) 
     assert (r1.epoch, r1.recovery) == (1, False)
     plan = _plan(r1, cfg, 0)
     assert plan.fencing_token is not None
-    assert plan.fencing_token.endswith(":1.0")
+    assert plan.fencing_token.endswith(":1.0~")
     _write(plan, 0, [b"a", b"b"])
     commit_sink_run(cfg, "w", r1, 0, {"events": 3})
 

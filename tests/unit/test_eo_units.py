@@ -51,17 +51,20 @@ def test_fingerprint_ignores_the_tag_but_not_content() -> None:
 
 
 def test_token_format_parse_and_length() -> None:
-    """Tokens read s2sink:<hash8>:<epoch>.<gen>, parse back, order by (epoch, gen), fit 36 bytes."""
+    """Tokens read s2sink:<hash8>:<epoch>.<gen>~ in base 36, parse back, order by (epoch, gen), fit 36
+    bytes; an earlier version's decimal token (no ``~``) still parses to the same token."""
     w = writer_hash("query-1")
     tok = Token(epoch=12, gen=3, writer=w)
-    assert str(tok) == f"s2sink:{w}:12.3"
+    assert str(tok) == f"s2sink:{w}:c.3~"
     assert Token.parse(str(tok)) == tok
+    assert Token.parse(f"s2sink:{w}:12.3") == tok
+    assert Token.parse(f"s2sink:{w}:10.0") < Token.parse(str(Token(epoch=11, gen=0, writer=w)))
     assert Token.parse("someone-else") is None
     assert Token.parse("") is None
     assert Token(epoch=2, gen=0, writer=w) > Token(epoch=1, gen=9, writer=w)
     assert len(Token(epoch=10**8, gen=10**9, writer=w).encode()) <= MAX_TOKEN_BYTES
     with pytest.raises(ValueError, match="36 bytes"):
-        Token(epoch=10**15, gen=10**9, writer=w).encode()
+        Token(epoch=10**25, gen=10**9, writer=w).encode()
 
 
 def test_judge_current_token_rules() -> None:
