@@ -56,6 +56,8 @@ QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 RUN_ID_PROPERTY: Final = "sql.streaming.runId"
 """Spark's name for the id of one start of the query (a new one at every ``start()``). pyspark 4.1 sets only
 the query id as a local property, so this one is read where a runtime sets it and is None otherwise."""
+_JOB_GROUP_PROPERTY: Final = "spark.jobGroup.id"
+_UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 
 
@@ -97,18 +99,13 @@ def _query_id(spark: Any) -> str | None:
 def query_run_id(spark: Any, query_id: str | None = None) -> str | None:
     """The id of this start of the streaming query (None under Spark Connect): it changes when the query
     is started again, in a new process or in the same one. Where the runtime does not set it as a local
-    property (pyspark 4.1), classic Spark's query handle has it."""
+    property (pyspark 4.1), classic Spark's stream execution has set it as the job group of the thread that
+    runs the micro-batch (``spark.jobGroup.id``)."""
     run = _local_property(spark, RUN_ID_PROPERTY, "the streaming query's run id")
     if run is not None or query_id is None:
         return run
-    try:
-        spark.sparkContext  # noqa: B018 - Spark Connect has none: its query handles are remote calls
-        query = spark.streams.get(query_id)
-    except (AttributeError, NotImplementedError):
-        return None
-    except _SPARK_ERRORS:
-        return None
-    return str(query.runId) if query is not None and query.runId else None
+    group = _local_property(spark, _JOB_GROUP_PROPERTY, "the streaming query's job group")
+    return group if group is not None and _UUID_RE.match(group) else None
 
 
 class Identity(NamedTuple):

@@ -102,6 +102,8 @@ class ExactlyOnce:
 
     def _claim(self, coord: Coordinator, batch_id: int, spark_run: str | None) -> None:
         """Refuse a second writer object that begins a batch another live one began in the same start."""
+        if spark_run is None and not coord.one_start_per_process:
+            return  # classic Spark without a readable run id: another object may be a restart's
         key = (self.spec.cfg.basin, coord.writer_id)
         with _claims_lock:
             holder = _claims.get(key)
