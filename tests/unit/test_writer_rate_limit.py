@@ -48,16 +48,24 @@ def throttled(clock: ManualClock) -> Iterator[LiteServer]:
         yield srv
 
 
-def retry_waits(monkeypatch: pytest.MonkeyPatch, on_wait: Callable[[float], None]) -> list[float]:
+def retry_waits(
+    monkeypatch: pytest.MonkeyPatch, on_wait: Callable[[float], None], basin: str | None = None
+) -> list[float]:
     """Replaces asyncio's sleep for the appender's retry waits only (the calls from `Appender._recover`,
-    on the library's loop): each wait is recorded, handed to `on_wait` and returns at once. Every other
-    sleep (the session pool's reaper, the server's own) stays real."""
+    on the library's loop), of appenders writing to `basin` when given (an earlier test's appender may still
+    be winding down on the shared loop): each wait is recorded, handed to `on_wait` and returns at once.
+    Every other sleep (the session pool's reaper, the server's own) stays real."""
     waits: list[float] = []
     real_sleep = asyncio.sleep
     recover = Appender._recover.__code__
 
+    def ours(frame: Any) -> bool:
+        appender = frame.f_locals.get("self")
+        return basin is None or getattr(getattr(appender, "cfg", None), "basin", None) == basin
+
     def sleep(delay: float, result: object = None) -> Coroutine[Any, Any, object]:
-        if sys._getframe(1).f_code is recover:
+        caller = sys._getframe(1)
+        if caller.f_code is recover and ours(caller):
             waits.append(delay)
             on_wait(delay)
             return real_sleep(0, result)
@@ -85,8 +93,8 @@ def test_a_stream_that_keeps_landing_appends_writes_everything(
     """With the default retries, every run of refusals is waited out (the waits pass a window before the
     retries run out) and ends in progress, which starts the count again: all rows land once, in order,
     after more refusals in all than one stream may have in a row."""
-    waits = retry_waits(monkeypatch, clock.advance)
     basin = fresh_basin(throttled.endpoint)
+    waits = retry_waits(monkeypatch, clock.advance, basin)
     p = plan(throttled, basin, "trickle", bulk_append=bulk)
     result = stream_rows(write_partition(p, [frame(bodies(ROWS))], ctx(7)))["trickle"]
     got = [orjson.loads(r.body)["id"] for r in read_stream(throttled.endpoint, basin, "trickle")]
@@ -103,8 +111,8 @@ def test_a_stream_never_admitted_again_fails_after_its_retries(
     """The server's clock stands still, so after the first window's worth nothing is admitted again: the
     task fails after max_retries + session_retries waits, growing from the base delay and over a
     second in all, with a WriteError naming the stream, the rate limit and the fix."""
-    waits = retry_waits(monkeypatch, lambda _: None)
     basin = fresh_basin(throttled.endpoint)
+    waits = retry_waits(monkeypatch, lambda _: None, basin)
     p = plan(throttled, basin, "stuck", bulk_append=bulk)
     with pytest.raises(WriteError, match=r"'stuck'.*after 5 session retries.*rate limit") as failed:
         write_partition(p, [frame(bodies(ROWS))], ctx(7))
