@@ -87,7 +87,7 @@ def test_results_hold_every_row(quick_run: QuickRun) -> None:
     assert all(m["median_ms"] > 0 for m in fmt["modes"].values()), fmt
     assert res["single_partition"]["status"] in STATUSES
     assert res["lite_ingest"]["status"] in STATUSES
-    assert len(res["targets"]) == 9
+    assert len(res["targets"]) == 12
     assert all(t["status"] in {"pass", "fail", "n/a"} for t in res["targets"])
 
 
@@ -96,4 +96,4 @@ def test_printed_table_names_every_case(quick_run: QuickRun) -> None:
     out = quick_run.proc.stdout
     for i in range(1, 11):
         assert f"({i}) " in out
-    assert out.count("(target ") == 9
+    assert out.count("(target ") == 12
