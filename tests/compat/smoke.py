@@ -196,6 +196,9 @@ class Smoke:
             stream=stream,
             account_endpoint=self.endpoint,
             basin_endpoint=self.endpoint,
+            # The checks kill a task's Python worker mid-batch: the executors' path, not a small batch
+            # written from the driver (whose crash point would end the smoke itself).
+            driver_write_max_rows=0,
             **cfg_extra,
         )
         # Exactly-once (the default); under Connect the query id cannot be read where foreachBatch runs.
