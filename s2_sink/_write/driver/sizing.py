@@ -80,7 +80,9 @@ def size_estimate(frame: DataFrame) -> int | None:
     if jdf is None:
         return None
     try:
-        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
+        raw = jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+        # py4j hands a Scala BigInt over as a Python int; older gateways as a JVM object.
+        size = raw if isinstance(raw, int) else int(str(raw.toString()))
     except Exception:
         log.debug("size estimate unavailable", exc_info=True)
         return None
