@@ -1,7 +1,7 @@
 """What the exactly-once protocol costs per micro-batch, in S2 requests and records read, without Spark.
 
     python -m benchmarks.eo_cost [--tasks 10,1000] [--streams 1,1000] [--door s2writer|format|both]
-        [--until start|steady|retry|after-retry] [--json PATH]
+        [--until start|steady|retry|after-retry] [--spread] [--json PATH]
 
 The protocol's real blocks run against a lite server in this process that counts, per stream, every request
 by kind and every record it serves (``LiteServer(stats=True)``); nothing of the writer is wrapped. Spark is
@@ -15,7 +15,8 @@ with distinct task ids, so those are plain calls here.
 - the tasks: `write_partition` once per task, one after the other, each with its own partition and a new
   task id. Task p writes one record to each of its streams: the single stream ``events`` (S = 1), or the
   routed streams ``r/<i>`` with ``i ≡ p (mod T)`` (every stream gets one record when S >= T, else task p
-  writes to stream ``p mod S``).
+  writes to stream ``p mod S``). With ``--spread``, every task writes one record to every routed stream
+  (T x S records): partition 0's retry then moves the generation of all S streams, more than a plan ships.
 
 Four micro-batches of one run: ``start`` (the run's first: ledger load, ``open``, fences), ``steady`` (a
 normal batch), ``retry`` (partition 0's first attempt writes, then a second attempt of it), and
@@ -88,6 +89,8 @@ class BatchCost:
     task_side: Side
     plan_bytes: int
     seconds: float
+    spread: bool = False
+    """Every task wrote every routed stream."""
 
     @property
     def requests(self) -> int:
@@ -127,9 +130,11 @@ def _add(a: StatsSnapshot, b: StatsSnapshot) -> StatsSnapshot:
     )
 
 
-def _targets(partition: int, tasks: int, streams: int) -> list[str]:
+def _targets(partition: int, tasks: int, streams: int, spread: bool = False) -> list[str]:
     if streams == 1:
         return ["events"]
+    if spread:
+        return [f"r/{i}" for i in range(streams)]
     if streams >= tasks:
         return [f"r/{i}" for i in range(partition, streams, tasks)]
     return [f"r/{partition % streams}"]
@@ -146,13 +151,14 @@ def _frame(batch: int, partition: int, targets: list[str], routed: bool) -> pa.R
 class _Scenario:
     """One writer identity in a fresh basin, driven through `PHASES`."""
 
-    def __init__(self, srv: LiteServer, door: Door, tasks: int, streams: int) -> None:
+    def __init__(self, srv: LiteServer, door: Door, tasks: int, streams: int, spread: bool = False) -> None:
         assert srv.stats is not None
         self.srv = srv
         self.stats = srv.stats
         self.door = door
         self.tasks = tasks
         self.streams = streams
+        self.spread = spread
         basin = fresh_basin(srv.endpoint)
         routed = streams > 1
         self.cfg = S2Config(
@@ -167,7 +173,7 @@ class _Scenario:
         )
         self.spec = WriteSpec.build(self.cfg, routing)
         self.routed = routed
-        self.writer_id = f"cost-{door}-{tasks}-{streams}"
+        self.writer_id = f"cost-{door}-{tasks}-{streams}{'-spread' if spread else ''}"
         self.task_ids = itertools.count(1)
         self.coord = Coordinator(
             self.spec.cfg, self.writer_id, query_id=_QUERY, static_streams=self.spec.static_streams()
@@ -177,7 +183,7 @@ class _Scenario:
         return self.stats.snapshot()
 
     def _write(self, plan_of: Callable[[], WritePlan], batch: int, partition: int, attempt: int) -> list[Any]:
-        targets = _targets(partition, self.tasks, self.streams)
+        targets = _targets(partition, self.tasks, self.streams, self.spread)
         ctx = PartitionContext(batch, partition, attempt, next(self.task_ids), batch)
         frame = _frame(batch, partition, targets, self.routed)
         return list(write_partition(plan_of(), [frame], ctx).to_pylist())
@@ -204,6 +210,7 @@ class _Scenario:
             _side(written - planned),
             plan_bytes,
             time.monotonic() - started,
+            self.spread,
         )
 
     def _driver_plan(self, batch: int) -> tuple[Callable[[], WritePlan], Callable[[BatchMetrics], None], int]:
@@ -232,10 +239,11 @@ class _Scenario:
 
 
 def measure(
-    srv: LiteServer, door: Door, tasks: int, streams: int, *, until: str = PHASES[-1]
+    srv: LiteServer, door: Door, tasks: int, streams: int, *, until: str = PHASES[-1], spread: bool = False
 ) -> Iterator[BatchCost]:
-    """The micro-batches of `PHASES` for one scenario, in order, up to and including `until`."""
-    scenario = _Scenario(srv, door, tasks, streams)
+    """The micro-batches of `PHASES` for one scenario, in order, up to and including `until`; with
+    `spread`, every task writes every routed stream."""
+    scenario = _Scenario(srv, door, tasks, streams, spread)
     for batch, phase in enumerate(PHASES[: PHASES.index(until) + 1]):
         yield scenario.batch(batch, phase)
 
@@ -246,7 +254,7 @@ def _ints(text: str) -> list[int]:
 
 def _line(c: BatchCost) -> str:
     return (
-        f"{c.door:8} T={c.tasks:<6} S={c.streams:<7} {c.phase:11} "
+        f"{c.door:8} T={c.tasks:<6} S={c.streams:<7}{'*' if c.spread else ' '} {c.phase:11} "
         f"driver {c.driver.requests:>6} req {c.driver.records_read:>8} rec | "
         f"tasks {c.task_side.requests:>7} req {c.task_side.records_read:>10} rec "
         f"({c.task_side.records_read / c.tasks:>9.1f}/task) | plan {c.plan_bytes:>9} B | {c.seconds:6.1f} s"
@@ -261,13 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--door", choices=("s2writer", "format", "both"), default="both")
     ap.add_argument("--until", choices=PHASES, default=PHASES[-1], help="the last phase to run")
+    ap.add_argument("--spread", action="store_true", help="every task writes every routed stream")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     doors: list[Door] = ["s2writer", "format"] if args.door == "both" else [args.door]
     out: list[dict[str, Any]] = []
     with LiteServer(stats=True) as srv:
         for door, tasks, streams in itertools.product(doors, _ints(args.tasks), _ints(args.streams)):
-            for cost in measure(srv, door, tasks, streams, until=args.until):
+            for cost in measure(srv, door, tasks, streams, until=args.until, spread=args.spread):
                 print(_line(cost), flush=True)
                 out.append({**asdict(cost), "requests": cost.requests, "records_read": cost.records_read})
     doc = {"benchmark": "eo_cost", "results": out}

@@ -13,8 +13,9 @@ Attempts of one partition are ordered by Spark's task id (``taskAttemptId``), no
 ids come from one counter per SparkContext in launch order, so a later attempt always has a higher one,
 also across stage retries, which restart attempt numbers at 0 (SPARK-24552). On a 412, a task adopts a
 newer generation of its epoch, or fences over an empty (cleared) or foreign token, only if no fence since
-the micro-batch's start was made by a later attempt of its own partition (the fence records stay in the
-stream, so the zombie check reads them back, whatever the token is now): live siblings go on (a 412 means
+the micro-batch's start was made by a later attempt of its own partition (the zombie check: one record of
+the partition's sign-in register, or for a take-over the stream's fence records, which stay in the stream
+whatever the token is now): live siblings go on (a 412 means
 their append was not applied, so re-sending it is safe); an earlier attempt of a partition that was
 retried — a zombie — gets `FencedError` and never writes again. Every fence a task makes inside an epoch
 is a new generation named by the task (generation 0 only over an older run of ours), so a token it puts
@@ -34,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -44,6 +46,7 @@ from s2_sdk import (
     S2ClientError,
     S2ServerError,
     S2Stream,
+    SeqNumMismatchError,
 )
 
 from s2_sink._exactly_once.readback import read_span
@@ -52,6 +55,7 @@ from s2_sink.errors import FencedError, StreamResetError
 
 __all__ = [
     "MAX_TOKEN_BYTES",
+    "Attendance",
     "FenceResult",
     "TaskAttempt",
     "Token",
@@ -72,6 +76,10 @@ _TOKEN_RE: Final = re.compile(
 )
 _B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 _MAX_ROUNDS: Final = 20
+
+Attendance = Callable[[], Awaitable[bool]]
+"""Whether the task attempt is still its partition's last sign-in (`roll_call.still_last`: FencedError if
+a later attempt signed in; False if the register cannot tell)."""
 
 
 def writer_hash(writer_id: str) -> str:
@@ -197,6 +205,7 @@ async def fence_if_older(
     me: TaskAttempt | None = None,
     since: int = 0,
     end: int | None = None,
+    attendance: Attendance | None = None,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
@@ -211,7 +220,10 @@ async def fence_if_older(
     (cleared) or foreign token — is a new generation named by the attempt, above every generation of the
     epoch it saw: never the token an earlier attempt of this run may still append with. Only over an
     older run of ours does a task fence to ``mine`` itself (generation 0): no token of this run can have
-    been replaced by an older run's, whose fences are refused, so no barrier of this run is undone.
+    been replaced by an older run's, whose fences are refused, so no barrier of this run is undone; and
+    over the empty token of a stream that holds no record at all (a routed stream created in this run):
+    nobody ever fenced it, so there is no barrier to undo, and no generation to report to later batches.
+    `attendance` makes the zombie check read the attempt's sign-in register instead of the stream.
 
     `end` is the ledger's committed end of the stream, if it has one: before fencing over a token that is
     not ours (empty or foreign) the tail is read, and a tail below `end` is a stream deleted and recreated
@@ -229,31 +241,45 @@ async def fence_if_older(
         this_run = theirs is not None and (theirs.writer, theirs.epoch) == (mine.writer, mine.epoch)
         if theirs is not None and this_run:
             top = max(top, theirs.gen)
-        if me is not None and seen != checked and seen != str(mine):
+        older_run = theirs is not None and theirs.writer == mine.writer and theirs.epoch < mine.epoch
+        # A task's take-over of an empty token: is the stream new (no record, so no fence to check for)?
+        fresh = await _tail_checks(
+            stream,
+            end if theirs is None or theirs.writer != mine.writer else None,
+            new_stream=seen == "" and not bump and me is not None,
+        )
+        if me is not None and seen != checked and seen != str(mine) and not fresh:
             if theirs is not None and this_run and me.superseded_by(theirs.by):
                 _raise_superseded(name, me, theirs)
             if adopt is None or adopt.by != me:
-                top = max(top, await check_not_superseded(stream, me, mine, since))
+                # Adopting, bumping or fencing over an older run: the sign-in register answers. A take-over
+                # of an empty or foreign token scans the stream, so its new generation is above every
+                # generation of the run fenced there (rare: a cleared fence, a new writer).
+                ask = attendance if adopt is not None or bump or older_run else None
+                top = max(top, await check_not_superseded(stream, me, mine, since, ask))
             checked = seen
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
         # Otherwise fence; when seen == mine (no bump), that is a redundant fence proving the token is ours.
-        older_run = theirs is not None and theirs.writer == mine.writer and theirs.epoch < mine.epoch
-        if end is not None and (theirs is None or theirs.writer != mine.writer):
-            tail = (await stream.check_tail()).seq_num
-            if tail < end:
-                raise stream_reset(name, end, tail)
-        if not bump and (me is None or seen == str(mine) or older_run):
+        if not bump and (me is None or seen == str(mine) or older_run or fresh):
             target = mine
         else:
             target = Token(epoch=mine.epoch, gen=top + 1, writer=mine.writer, by=me)
         try:
+            # A new stream's generation 0 also needs it still empty: a barrier and a clear since the tail
+            # was read leave the token empty but not the stream.
             ack = await stream.append(
-                AppendInput(records=[CommandRecord.fence(target.encode())], fencing_token=seen)
+                AppendInput(
+                    records=[CommandRecord.fence(target.encode())],
+                    fencing_token=seen,
+                    match_seq_num=0 if fresh else None,
+                )
             )
         except FencingTokenMismatchError as exc:
             seen = exc.expected_fencing_token
             continue
+        except SeqNumMismatchError:
+            continue  # no longer new: look again
         except (S2ClientError, S2ServerError) as exc:
             # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
             # it landed, the next try gets a 412 that shows our token).
@@ -264,16 +290,33 @@ async def fence_if_older(
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
 
 
-async def check_not_superseded(stream: S2Stream, me: TaskAttempt, mine: Token, since: int) -> int:
+async def _tail_checks(stream: S2Stream, end: int | None, *, new_stream: bool) -> bool:
+    """Before fencing over a token that is not ours: a tail below the ledger's `end` is a stream reset
+    (`StreamResetError`). Whether the stream holds no record at all (asked for a `new_stream` only)."""
+    if end is None and not new_stream:
+        return False
+    tail = (await stream.check_tail()).seq_num
+    if end is not None and tail < end:
+        raise stream_reset(stream.name, end, tail)
+    return new_stream and tail == 0
+
+
+async def check_not_superseded(
+    stream: S2Stream, me: TaskAttempt, mine: Token, since: int, attendance: Attendance | None = None
+) -> int:
     """The zombie check: raise FencedError if a later attempt of `me`'s partition fenced `stream` in
     `mine`'s run at or after `since`; else the highest generation of that run among those fences (-1 if
-    none).
+    none, or not read).
 
     The current token names only the last fence, and may not be ours at all (an operator cleared the
-    fence, or another writer took the stream over after a retry's barrier): every fence command record of
-    ``[since, tail)`` is read back. Only tokens of the same writer and epoch count: task ids restart with
-    a new driver.
+    fence, or another writer took the stream over after a retry's barrier). With `attendance`, one record
+    answers: while `me` is its partition's last sign-in, no later attempt has fenced anything (every
+    attempt signs in before its first fence), and a later sign-in stops `me` whatever it fenced. Without
+    it, or when the register cannot tell, every fence command record of ``[since, tail)`` is read back.
+    Only tokens of the same writer and epoch count: task ids restart with a new driver.
     """
+    if attendance is not None and await attendance():
+        return -1
     top = -1
     end = (await stream.check_tail()).seq_num
     async for rec in read_span(stream, since, end):

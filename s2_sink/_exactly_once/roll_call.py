@@ -17,7 +17,13 @@ order of the partition's attempts; when another attempt got in between, it reads
 - An attempt of a later micro-batch or epoch signed in: the query has moved past this attempt's
   micro-batch (or run); it is a late zombie and stops before writing anything.
 - An earlier attempt that signed in before a later one and still writes meets the later attempt's
-  barrier (`fencing.refuse_if_superseded`).
+  barrier: on the 412 it re-reads the register (`still_last`) and finds the later sign-in.
+
+The register's records only move forward: a sign-in lands only after the record before it, and an
+attempt never signs in after a later attempt, micro-batch or epoch. So while an attempt's own sign-in is
+its register's last record, no later attempt of its partition has signed in, hence none has fenced any
+stream (a task signs in before its first fence): the zombie check reads that one record instead of
+scanning every stream it adopts a token on for fence records.
 
 A task reads one record and makes two requests whatever the number of tasks; the driver does not touch the
 registers. A register is created by the first sign-in that finds it missing. It keeps its records until
@@ -52,7 +58,16 @@ from s2_sink._exactly_once.fencing import TaskAttempt
 from s2_sink._transport.retry import Retries
 from s2_sink.errors import FencedError
 
-__all__ = ["REGISTER_PREFIX", "ROLL_PREFIX", "RollCall", "SignIn", "judge", "last_sign_in", "sign_in"]
+__all__ = [
+    "REGISTER_PREFIX",
+    "ROLL_PREFIX",
+    "RollCall",
+    "SignIn",
+    "judge",
+    "last_sign_in",
+    "sign_in",
+    "still_last",
+]
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +160,38 @@ async def last_sign_in(stream: S2Stream) -> tuple[SignIn | None, int] | None:
             return None, (await stream.check_tail()).seq_num
         rec = batch.records[-1]
         return SignIn.parse(bytes(rec.body)), rec.seq_num + 1
+
+
+async def still_last(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
+    """Whether `me`, signed in, is still its partition's last sign-in (one record read): then no later
+    attempt of the partition has signed in since, so none has fenced anything (every task attempt signs in
+    before its first fence). FencedError if a later attempt, micro-batch or epoch signed in since; False
+    when the register cannot tell (missing, or its last record is not a sign-in of this writer that
+    orders against `me`): the caller then scans the stream's fence records instead."""
+    name = roll.register(me.attempt.partition)
+    found = await last_sign_in(basin.stream(name))
+    if found is None or found[0] is None:
+        return False
+    last = found[0]
+    if last == me:
+        return True
+    if last.writer != me.writer or last.attempt.partition != me.attempt.partition:
+        return False
+    a = me.attempt
+    if (last.epoch, last.batch) > (me.epoch, me.batch):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} (epoch {me.epoch}): an attempt of micro-batch {last.batch} (epoch {last.epoch}) of "
+            f"its partition signed in since ({name!r}): the query has moved past this micro-batch, so this "
+            "is a late attempt and it stops without writing again"
+        )
+    if (last.epoch, last.batch) == (me.epoch, me.batch) and a.superseded_by(last.attempt):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} was superseded by a later attempt (task id {last.attempt.task_id}, signed in to "
+            f"{name!r}); it stops without writing again (Spark keeps the later attempt's result)"
+        )
+    return False
 
 
 async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:

@@ -46,6 +46,7 @@ from s2_sdk import Record
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.ends_cache import EndsRef, lookup
 from s2_sink._exactly_once.fencing import (
+    Attendance,
     TaskAttempt,
     Token,
     fence_if_older,
@@ -55,7 +56,7 @@ from s2_sink._exactly_once.fencing import (
 from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.readback import read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in
+from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in, still_last
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
@@ -81,6 +82,8 @@ class _Task:
 
     attempt: TaskAttempt
     starts: EndsRef
+    attendance: Attendance
+    """The zombie check's one-record question: is this attempt still its partition's last sign-in?"""
 
 
 _current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
@@ -90,6 +93,15 @@ thread, inherit it, so `TokenKeeper` (called without the task's identity) knows 
 
 def _attempt(ctx: PartitionContext) -> TaskAttempt:
     return TaskAttempt(ctx.partition_id, ctx.task_attempt_id)
+
+
+def _attendance(cfg: S2Config, roll: RollCall, signed: SignIn) -> Attendance:
+    """The zombie check by `signed`'s register (`roll_call.still_last`), asked afresh on every call."""
+
+    async def still() -> bool:
+        return await still_last(get_pool().client(cfg).basin(cfg.basin), roll, signed)
+
+    return still
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +159,7 @@ class TokenKeeper:
             me=task.attempt,
             since=end or 0,
             end=end,
+            attendance=task.attendance,
         )
         return str(result.token)
 
@@ -257,9 +270,10 @@ class Dedupe:
         # A stage retry restarts attempt numbers at 0: the roll call, not the number, says whether an
         # earlier attempt of this partition may have written (and stops a late zombie before it writes).
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
-        earlier = _runtime.run(sign_in(basin, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)))
+        signed = SignIn(self.writer, self.epoch, ctx.batch_id, me)
+        earlier = _runtime.run(sign_in(basin, self.roll, signed))
         retry = earlier or ctx.attempt_number > 0
-        _current_task.set(_Task(me, self.starts))
+        _current_task.set(_Task(me, self.starts, _attendance(self.cfg, self.roll, signed)))
         if not retry and not self.recovery:
             return None
         return _Filter(self, ctx, retry, plan.dlq_stream if self.recovery else None)
@@ -289,6 +303,7 @@ class Dedupe:
             me=me,
             since=end or 0,
             end=end,
+            attendance=_attendance(self.cfg, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"

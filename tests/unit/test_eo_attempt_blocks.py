@@ -4,12 +4,15 @@ task id (a stage retry restarts attempt numbers, SPARK-24552), and live siblings
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pytest
 
-from s2_sink._exactly_once.fencing import Token, writer_hash
+from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.plan import epoch_plan
 from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._write.driver.routing import Routing
@@ -19,7 +22,7 @@ from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
-from tests.faults._support import cfg_for, make_basin, read_all, run
+from tests.faults._support import cfg_for, client, make_basin, read_all, run
 
 ROLL = RollCall("w")
 """Where the tasks of these plans sign in (fresh registers in each test's basin)."""
@@ -157,3 +160,57 @@ def test_attempt_of_a_batch_its_partition_moved_past_writes_nothing(lite: LiteSe
     with pytest.raises(FencedError, match="moved past this micro-batch"):
         _write(plan, P0, partition=0, attempt=1, task_id=20)
     assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)
+
+
+def test_zombie_writing_on_is_stopped_by_its_register_when_another_partitions_barrier_is_last(
+    lite: LiteServer,
+) -> None:
+    """Partition 0's first attempt is still writing when its retry (task 20) puts up a barrier and writes
+    the partition, and then partition 1's retry puts up the stream's last barrier. The first attempt's next
+    append gets a 412 naming partition 1's generation, which it could adopt; its zombie check reads its
+    partition's register, finds the later sign-in of task 20 and stops: nothing is written twice."""
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=4)
+    plan = _plan(cfg)
+
+    async def run_start_fence() -> None:  # as the driver fences a static stream when the run opens
+        async with client(lite.endpoint) as s2:
+            await fence_if_older(s2.basin(basin).stream("events"), Token(1, 0, writer_hash("w")))
+
+    run(run_start_fence())
+
+    def frames() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"_s2_body": pa.array(P0[:5], pa.binary())})
+        deadline = time.monotonic() + 30
+        while sum(_bodies(lite.endpoint, basin).values()) < 4:  # its first append landed (no 412 yet)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # While the first attempt is between two Arrow batches, its retry and partition 1's run (threads
+        # of their own, as Spark's tasks: each has its own task context).
+        _in_thread(lambda: _write(plan, P0, partition=0, attempt=1, task_id=20))
+        _in_thread(lambda: _write(plan, P1, partition=1, attempt=1, task_id=21))
+        yield pa.record_batch({"_s2_body": pa.array(P0[5:], pa.binary())})
+
+    with pytest.raises(FencedError, match="superseded"):
+        write_partition(plan, frames(), PartitionContext(0, 0, 0, 10, 7))
+    last = _fence_tokens(lite.endpoint, basin)[-1]
+    assert last is not None
+    assert last.by is not None
+    assert last.by.partition == 1
+    assert _bodies(lite.endpoint, basin) == Counter(P0 + P1)
+
+
+def _in_thread(fn: Callable[[], None]) -> None:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+            errors.append(exc)
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]

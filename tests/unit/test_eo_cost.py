@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.eo_cost import BatchCost, measure
+from benchmarks.eo_cost import BatchCost, Door, measure
 from s2_sink.lite import LiteServer
 
 SMALL, LARGE = 10, 100
@@ -65,3 +65,46 @@ def test_format_sink_steady_batch_costs_no_more_per_routed_stream_than_s2writer(
     s2writer = {c.phase: c for c in measure(counting, "s2writer", 10, 200, until="steady")}["steady"]
     sink = {c.phase: c for c in measure(counting, "format", 10, 200, until="steady")}["steady"]
     assert sink.requests <= 1.25 * s2writer.requests
+
+
+def test_a_retried_batch_reads_no_more_records_per_task_as_tasks_grow(counting: LiteServer) -> None:
+    """In a micro-batch where one task is retried (its barrier moves the stream's generation and every other
+    task adopts it on a 412), 100 tasks read at most C times as many records per task as 10 tasks: a task
+    that adopts reads its sign-in register, one record, to know no later attempt of its partition fenced,
+    and the retry reads the stream back once (before: every adopting task scanned the batch's records so
+    far, T²/2 in all)."""
+    small = _steady(counting, SMALL, until="retry")["retry"]
+    large = _steady(counting, LARGE, until="retry")["retry"]
+    assert large.records_read / LARGE <= C * small.records_read / SMALL
+
+
+SPREAD_STREAMS = 24
+"""Routed streams every task writes: more than the newer generations a plan ships (16)."""
+
+
+@pytest.mark.parametrize("door", ["s2writer", "format"])
+def test_a_batch_after_a_retry_of_many_routed_streams_costs_linearly(
+    counting: LiteServer, door: Door
+) -> None:
+    """Every task writes each of 24 routed streams, and partition 0's retry moves the generation of all of
+    them (more than a plan ships; format('s2') ships none). In the next micro-batch, 32 tasks read at most
+    C times as many records, and make at most C times as many requests, per task as 8 tasks: a task meeting a
+    moved generation asks its register, not the stream, whether it may adopt it (before: it scanned what the
+    batch's other tasks had written to the stream so far)."""
+    few, many = 8, 32
+    small = {c.phase: c for c in measure(counting, door, few, SPREAD_STREAMS, spread=True)}["after-retry"]
+    large = {c.phase: c for c in measure(counting, door, many, SPREAD_STREAMS, spread=True)}["after-retry"]
+    assert large.records_read / many <= C * small.records_read / few
+    assert large.requests / many <= C * small.requests / few
+
+
+def test_routed_streams_new_in_a_run_cost_nothing_extra_in_later_batches(counting: LiteServer) -> None:
+    """A run's first micro-batch creates 100 routed streams, and the task that creates one fences it to the
+    epoch's generation 0 (the stream is empty, so no barrier was ever put up there), not to a generation of
+    its own. So the next micro-batch sends one append per stream and reads, fences and re-sends nothing
+    (before: every stream beyond the 16 generations a plan ships cost a 412, a tail, a scan and a re-send,
+    every batch)."""
+    steady = {c.phase: c for c in measure(counting, "s2writer", 10, 100, until="steady")}["steady"]
+    kinds = steady.task_side.requests_by_kind
+    assert kinds.get("append_session:data") == kinds.get("session_append:data") == 100
+    assert [k for k in kinds if k.endswith(":data") and not k.startswith(("append_session", "session"))] == []

@@ -9,7 +9,7 @@ import pytest
 from s2_sdk import AppendInput, Record
 
 from s2_sink._exactly_once.fencing import TaskAttempt
-from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in
+from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in, still_last
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import client, list_streams, make_basin, read_all, run
@@ -99,3 +99,35 @@ def test_register_trims_itself_and_keeps_its_last_sign_in(lite: LiteServer) -> N
         SignIn("abcdef01", 1, 256, TaskAttempt(0, 256)),
         SignIn("abcdef01", 1, 256, TaskAttempt(0, 257)),
     ]
+
+
+def _still(lite: LiteServer, basin: str, me: SignIn) -> bool:
+    async def go() -> bool:
+        async with client(lite.endpoint) as s2:
+            return await still_last(s2.basin(basin), ROLL, me)
+
+    return run(go())
+
+
+def test_an_attempt_is_still_last_until_a_later_attempt_batch_or_epoch_signs_in(lite: LiteServer) -> None:
+    """The zombie check's one-record question: an attempt whose sign-in is its register's last record is
+    still last (no later attempt of its partition can have fenced anything), another partition's sign-ins
+    do not change that, and once a later attempt, micro-batch or epoch of the partition signs in the
+    attempt stops. A register that cannot tell (missing, or last signed in by another writer hash) answers
+    False: the caller scans the stream instead."""
+    name = make_basin(lite.endpoint)
+    me = SignIn("abcdef01", 1, 5, TaskAttempt(0, 10))
+    assert _still(lite, name, me) is False  # no register yet
+    _go(lite, name, me)
+    _go(lite, name, SignIn("abcdef01", 1, 5, TaskAttempt(1, 30)))  # another partition's register
+    assert _still(lite, name, me) is True
+    _go(lite, name, SignIn("abcdef01", 1, 5, TaskAttempt(0, 20)))  # the partition's retry
+    with pytest.raises(FencedError, match="superseded"):
+        _still(lite, name, me)
+    retry = SignIn("abcdef01", 1, 5, TaskAttempt(0, 20))
+    assert _still(lite, name, retry) is True
+    _go(lite, name, SignIn("abcdef01", 1, 6, TaskAttempt(0, 21)))  # the next micro-batch
+    with pytest.raises(FencedError, match="moved past this micro-batch"):
+        _still(lite, name, retry)
+    _go(lite, name, SignIn("0123abcd", 1, 9, TaskAttempt(0, 40)))  # another writer hash
+    assert _still(lite, name, SignIn("abcdef01", 1, 6, TaskAttempt(0, 21))) is False

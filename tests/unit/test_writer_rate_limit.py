@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -52,8 +53,8 @@ def retry_waits(
     monkeypatch: pytest.MonkeyPatch, on_wait: Callable[[float], None], basin: str | None = None
 ) -> list[float]:
     """Replaces asyncio's sleep for the appender's retry waits only (the calls from `Appender._recover`,
-    on the library's loop), of appenders writing to `basin` when given (an earlier test's appender may still
-    be winding down on the shared loop): each wait is recorded, handed to `on_wait` and returns at once.
+    on the library's loop), of appenders writing to `basin` when given: each wait is recorded, handed to
+    `on_wait` and returns at once.
     Every other sleep (the session pool's reaper, the server's own) stays real."""
     waits: list[float] = []
     real_sleep = asyncio.sleep
@@ -124,3 +125,31 @@ def test_a_stream_never_admitted_again_fails_after_its_retries(
     assert sum(waits) >= WINDOW_S
     landed = read_stream(throttled.endpoint, basin, "stuck")
     assert [orjson.loads(r.body)["id"] for r in landed] == list(range(BATCHES_PER_SECOND))
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
+def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
+    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
+) -> None:
+    """One window's worth of appends lands and is acknowledged but not yet collected (nothing waits for
+    acks while the in-flight bounds allow more); then one-row batches are each refused, the refusal seen
+    when the next one is submitted, until the fifth retry. A recovery counts those early acks as progress
+    once; collecting them afterwards must not start the count again: the task fails after 5 waits in
+    all (10 before: the late collection renewed the budget)."""
+    basin = fresh_basin(throttled.endpoint)
+    waits = retry_waits(monkeypatch, lambda _: None, basin)
+    p = plan(throttled, basin, "late-acks", bulk_append=bulk)
+    retries = Backoff.for_sessions(p.cfg).retries
+    rows = bodies(BATCHES_PER_SECOND + 1 + retries)
+
+    def batches() -> Iterator[Any]:
+        yield frame(rows[:BATCHES_PER_SECOND])  # admitted: the window is full after these
+        for i in range(BATCHES_PER_SECOND, len(rows)):
+            time.sleep(0.3)  # the previous append's refusal reaches the client meanwhile
+            yield frame(rows[i : i + 1])
+
+    with pytest.raises(WriteError, match=r"'late-acks'.*after 5 session retries"):
+        write_partition(p, batches(), ctx(7))
+    assert len(waits) == retries == 5
+    landed = read_stream(throttled.endpoint, basin, "late-acks")
+    assert len(landed) == BATCHES_PER_SECOND

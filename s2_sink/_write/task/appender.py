@@ -246,7 +246,9 @@ class Appender:
         self.inflight_bytes -= chunk.nbytes
         if st.unacked and st.unacked[0] is chunk:
             st.unacked.popleft()
-        st.failures = 0
+            st.failures = 0  # progress: a fresh retry budget
+        # Otherwise a recovery took this ack off `unacked` and counted it as progress already: collected
+        # later, it must not reset the budget again (that doubled the retries of a stream never admitted).
         _crashpoints.hit("after_append_before_ack", **self.ctx.where(chunk.index))
         latency_ms = (time.monotonic() - chunk.submitted_at) * 1000
         st.totals.acked(chunk.count, chunk.nbytes, ack, latency_ms)
