@@ -20,6 +20,7 @@ from tests.sim._memory_s2 import MemoryService
 from tests.sim._read_committed import ReadCommittedWatch, check_read_committed
 from tests.sim._scenario import Profile, Row, Scenario
 from tests.sim._scheduler import Scheduler
+from tests.sim._sink_front import task_contexts
 from tests.sim._spark import BASIN, Query
 
 __all__ = ["Outcome", "run_schedule"]
@@ -73,7 +74,8 @@ def run_schedule(seed: int, profile: Profile = "default", delivery: Delivery = "
     level = logger.level
     logger.setLevel(logging.CRITICAL)  # thousands of schedules of retries and restarts: quiet, and faster
     try:
-        return _run(seed, profile, delivery)
+        with task_contexts():
+            return _run(seed, profile, delivery)
     finally:
         logger.setLevel(level)
 

@@ -16,7 +16,7 @@ from typing import Literal
 import pyarrow as pa
 
 from s2_sink._write.driver.routing import STREAM_COLUMN
-from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE, PAYLOAD
 
 __all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
 
@@ -311,13 +311,19 @@ def compacted(changes: tuple[Row, ...]) -> tuple[Row, ...]:
     return tuple(survivors)
 
 
-def frame_of(rows: list[Row], *, routed: bool, dlq: bool) -> pa.RecordBatch:
-    """The record frame of one partition, as the writer's encoder would hand it to the tasks."""
-    return _frame(tuple(rows), routed, dlq)
+def frame_of(
+    rows: list[Row], *, routed: bool, dlq: bool, payload: bool = False, stream_column: str = STREAM_COLUMN
+) -> pa.RecordBatch:
+    """The record frame of one partition, as the writer's encoder would hand it to the tasks: with
+    `payload`, a bad row's original payload (`S2Writer`'s frame under ``on_error="dlq"``; the row's body
+    stands for its JSON); the target stream in `stream_column` when `routed`."""
+    return _frame(tuple(rows), routed, dlq, payload, stream_column)
 
 
 @functools.lru_cache(maxsize=4096)
-def _frame(rows: tuple[Row, ...], routed: bool, dlq: bool) -> pa.RecordBatch:
+def _frame(
+    rows: tuple[Row, ...], routed: bool, dlq: bool, payload: bool, stream_column: str
+) -> pa.RecordBatch:
     # Cached (frames are immutable): retries, replays and other seeds' small partitions repeat, and
     # building Arrow arrays from Python lists was a tenth of a schedule's time.
     columns: dict[str, pa.Array] = {BODY: pa.array([r.body for r in rows], pa.binary())}
@@ -326,6 +332,8 @@ def _frame(rows: tuple[Row, ...], routed: bool, dlq: bool) -> pa.RecordBatch:
         columns[HEADERS] = pa.array(headers, HEADERS_ARROW_TYPE)
     if dlq:
         columns[ERROR] = pa.array([r.error for r in rows], pa.string())
+        if payload:
+            columns[PAYLOAD] = pa.array([r.body if r.error else None for r in rows], pa.binary())
     if routed:
-        columns[STREAM_COLUMN] = pa.array([r.stream for r in rows], pa.string())
+        columns[stream_column] = pa.array([r.stream for r in rows], pa.string())
     return pa.record_batch(columns)

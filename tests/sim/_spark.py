@@ -1,9 +1,11 @@
 """A model of what Spark does around the writer: driver runs, stages, task attempts, retries, restarts.
 
-It replaces Spark's scheduling and shuffles (the environment), never the writer: each driver run calls
-the real driver side (`Coordinator.begin_batch`/`commit_batch` as `S2Writer`'s exactly-once mode does,
-or `open_sink_run`/`SinkRun.plan_batch`/`commit_sink_run` for ``format("s2")``), and each task attempt
-runs the real `write_partition` with the plan's tagger, token keeper and dedupe hook.
+It replaces Spark's scheduling and shuffles (the environment), never the writer: each driver run drives
+the front door's own driver side — the delivery mode a real `S2Writer` holds (``writer.mode.prepare`` with
+the facts `session_facts` reads off a modelled session, then ``writer.mode.commit``: identity, claims,
+take-overs, one coordinator per query and the ledger commit all run for real; the sim applies the Python
+twin of the recovery layout the job asks for), or for ``format("s2")`` the real streaming writer — and
+each task attempt runs the real `write_partition` with the plan's tagger, token keeper and dedupe hook.
 
 Spark's behaviour modelled (each a source of faults the scheduler may pick):
 
@@ -27,7 +29,7 @@ Spark's behaviour modelled (each a source of faults the scheduler may pick):
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -37,36 +39,32 @@ import pyarrow as pa
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import sink_run as _sink_run
-from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, writer_identity
+from s2_sink._exactly_once.identity import SessionFacts, session_facts
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
-from s2_sink._exactly_once.task import plan_with_layout
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
-from s2_sink._write.driver.metrics import aggregate
-from s2_sink._write.driver.routing import Routing
+from s2_sink._write.driver import exactly_once as _exactly_once_mode
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.plan import PartitionContext, WritePlan
-from s2_sink._write.spec import Delivery, WriteSpec
+from s2_sink._write.spec import Delivery
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
-from s2_sink.encoders._change_order import sorted_indices
-from s2_sink.encoders._frame import BODY, HEADERS
 from s2_sink.errors import ReplayMismatchError
-from s2_sink.writer import _ensure_streams
+from s2_sink.writer import S2Writer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
+from tests.sim._partitioning import by_content, in_change_order, split
 from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
 from tests.sim._session import Session
+from tests.sim._sink_front import SinkFront
 
 __all__ = ["BASIN", "Query"]
 
 BASIN = "simulated-basin"
 QUERY_ID = "query-1"
-WRITER_ID = QUERY_ID  # the default identity: the streaming query id
 _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
 
@@ -109,18 +107,7 @@ class Query:
             request_timeout_ms=600_000,
             session_idle_timeout_ms=3_600_000,
         )
-        routing = Routing.build(
-            stream=self.cfg.stream,
-            stream_column="target" if scenario.routed and not scenario.shards else None,
-            shards=scenario.shards,
-        )
-        self.spec = WriteSpec.build(
-            self.cfg,
-            routing,
-            on_error="dlq" if scenario.dlq else "fail",
-            dlq_stream=DLQ_STREAM if scenario.dlq else None,
-            delivery=delivery,
-        )
+        self.sink = SinkFront(self.cfg, scenario, QUERY_ID) if scenario.front == "sink" else None
         self.pools: list[SessionPool] = []
         self.spark_committed = -1
         """The last batch in Spark's checkpoint (``commits/N``): a restart replays from the next."""
@@ -134,7 +121,8 @@ class Query:
         self.runs = 0
         self.task_ids = 0
         self.stage_ids = 0
-        self.coordinator: Coordinator | None = None
+        self.writer: S2Writer | None = None
+        """The ``foreachBatch`` function's `S2Writer` (kept by a restart in the same process, same writer)."""
         self.writer_name: str | None = None
         """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
         self.session_ops: Counter[int] = Counter()
@@ -231,7 +219,8 @@ class Query:
         install_pool(pool)
         _bookkeeping_streams.forget_all()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
-        self.coordinator = None
+        _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches
+        self.writer = None
         self.task_ids = 0
 
     def _spawn_run(self, shape: Shape) -> None:
@@ -249,8 +238,8 @@ class Query:
                 self._sink_run(run, calm)
             self.finished = True
         except ReplayMismatchError as exc:
-            self.refused = str(exc)
-            self.sched.note(f"driver run {run}: the replay is refused (ReplayMismatchError)")
+            self.refused = f"{type(exc).__name__}: {exc}"
+            self.sched.note(f"driver run {run}: refused ({type(exc).__name__})")
         except BaseException as exc:
             self.last_failure = f"{type(exc).__name__}: {exc}"
             self.sched.note(f"driver run {run} fails: {self.last_failure[:200]}")
@@ -271,7 +260,7 @@ class Query:
         if shape == "new process":
             self._new_process()
         elif shape == "same process, new writer":
-            self.coordinator = None
+            self.writer = None
         self._spawn_run(shape)
 
     def _spark_commit(self, batch: int) -> None:
@@ -286,105 +275,82 @@ class Query:
 
     # -- foreachBatch(S2Writer) ----------------------------------------------------------------------------
 
-    def _at_least_once_run(self, run: int, calm: bool) -> None:
-        """The control: ``S2Writer(delivery="at-least-once")`` under the same faults (no ledger, no tags)."""
-        for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            _runtime.run(_ensure_streams(self.cfg, self.spec.streams_to_create()))
-            self._stage(run, b, self._split(b, run), _writer_task(self.spec.plan(b), self.sc), calm)
-            self._spark_commit(b)
+    def _new_writer(self) -> S2Writer:
+        """The ``S2Writer`` a ``foreachBatch`` query is started with (no preflight: the first batch's
+        ``_create_known_streams`` and the ledger create what the schedule needs)."""
+        sc = self.sc
+        return S2Writer(
+            self.cfg,
+            None,  # the batches are record frames already
+            stream_column="target" if sc.routed and not sc.shards else None,
+            shards=sc.shards,
+            on_error="dlq" if sc.dlq else "fail",
+            dlq_stream=DLQ_STREAM if sc.dlq else None,
+            delivery=self.delivery,
+            writer_id=self.writer_name,
+            preflight=False,
+        )
 
     def _writer_run(self, run: int, calm: bool) -> None:
-        if self.delivery == "at-least-once":
-            self._at_least_once_run(run, calm)
-            return
-        # The identity and the run id as `ExactlyOnce.prepare` resolves them (its recovery repartition needs
-        # a JVM, so the coordinator is driven here with what prepare would give it).
-        spark = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
-        check_no_speculation(spark)
-        ident = writer_identity(self.writer_name, spark, self.spec.destination())
-        spark_run = query_run_id(spark, ident.query_id)
-        if self.coordinator is None:
-            self.coordinator = Coordinator(
-                self.cfg,
-                ident.writer_id,
-                query_id=ident.query_id,
-                static_streams=self.spec.static_streams(),
-                destination=self.spec.destination(),
-                predecessor=ident.predecessor,
-            )
-        coord = self.coordinator
+        """A start of ``foreachBatch(S2Writer(...))``."""
+        if self.writer is None:
+            self.writer = self._new_writer()
+        session = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
+        facts = session_facts(session) if self.writer.spec.exactly_once else None
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            _runtime.run(_ensure_streams(self.cfg, self.spec.streams_to_create()))  # as S2Writer does
-            epoch = coord.begin_batch(b, spark_run)
-            if epoch is None:
-                self.sched.note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
-            else:
-                plan = self.spec.plan(b, epoch)
-                parts = self._split(b, run)
-                if epoch.recovery:
-                    layout = RecoveryLayout(self.sc.shuffle_partitions, routed=self.sc.routed)
-                    parts = [self._in_change_order(p) for p in self._by_content(b, layout)]
-                    plan = plan_with_layout(plan, layout)
-                self.sched.note(f"driver run {run}: batch {b} epoch {epoch.token} recovery={epoch.recovery}")
-                results = self._stage(run, b, parts, _writer_task(plan, self.sc), calm)
-                coord.commit_batch(b, _ends(b, results))
-            self._committed(b)
+            self._write_batch(self.writer, facts, run, b, calm)
+            if self.writer.spec.exactly_once:
+                self._committed(b)
             self._spark_commit(b)
+
+    def _write_batch(
+        self, writer: S2Writer, facts: SessionFacts | None, run: int, b: int, calm: bool
+    ) -> None:
+        """What ``S2Writer.__call__`` does around the Spark job: ``mode.prepare`` with the session's facts,
+        stream creation, the recovery layout a replay asks for, ``mode.commit`` with the aggregated result
+        rows (the job itself modelled)."""
+        job = writer.mode.prepare(b, facts)
+        if job is None:
+            self.sched.note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
+            return
+        writer._create_known_streams()
+        parts = split(self.sc, b, run)
+        routed = writer.routing.routed
+        recovery = job.recovery_layout
+        if recovery:
+            layout = RecoveryLayout(self.sc.shuffle_partitions, routed=routed)
+            parts = [in_change_order(self.sc, p) for p in by_content(self.sc, b, layout)]
+            job = job.laid_out(layout)
+        if writer.spec.exactly_once:
+            token = job.plan.fencing_token
+            self.sched.note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
+        task = _writer_task(job.plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
+        results = self._stage(run, b, parts, task, calm)
+        writer.mode.commit(job, _metrics(b, results, writer.mode.name))
 
     # -- format("s2") --------------------------------------------------------------------------------------
 
     def _sink_run(self, run: int, calm: bool) -> None:
+        """A start of ``df.writeStream.format("s2")``: per micro-batch execution, the real streaming writer
+        pickled for the tasks (which plans the execution), its ``write`` in every task attempt, and
+        ``commit`` (``abort`` when the job fails) on a writer created again (`SinkFront`)."""
+        sink = self.sink
+        assert sink is not None
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            opened = open_sink_run(self.cfg, WRITER_ID, QUERY_ID, self.spec.static_streams())
-            self.sched.note(f"driver run {run}: batch {b} execution epoch {opened.epoch}")
+            shipped, planned = sink.ship()
+            assert planned._run is not None
+            self.sched.note(f"driver run {run}: batch {b} execution epoch {planned._run.epoch}")
             split_run = 0 if self.sc.same_split_on_replay else run
-            parts = self._split(b, split_run)
-            results = self._stage(run, b, parts, _sink_task(opened, self.spec, self.sc), calm)
-            commit_sink_run(self.cfg, WRITER_ID, opened, b, _ends(b, results), query_id=QUERY_ID)
+            parts = split(self.sc, b, split_run)
+            task = functools.partial(sink.write, shipped)
+            try:
+                messages = self._stage(run, b, parts, task, calm)
+            except (QueryFailed, ReplayMismatchError):
+                sink.abort(b, [])  # Spark aborts a failed write job (its finished tasks' messages)
+                raise
+            sink.commit(b, messages)
             self._committed(b)
             self._spark_commit(b)
-
-    # -- partitioning ---------------------------------------------------------------------------------------
-
-    def _split(self, batch: int, run: int) -> list[list[Row]]:
-        """How Spark splits the batch's rows in `run` (a replay may split them otherwise, SPARK-28650)."""
-        rng = random.Random(f"split-{self.sc.seed}-{run}-{batch}")
-        parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
-        for row in self.sc.batches[batch]:
-            parts[rng.randrange(len(parts))].append(row)
-        if self.sc.order_by:
-            return self._by_key(parts, rng)
-        return parts
-
-    def _by_key(self, split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
-        """What the writer asks of Spark with ``order_by``: ``repartition(_s2_stream?, _s2_key)`` (a hash of
-        the target stream and key over some partition count), then ``sort_changes`` in each partition."""
-        parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
-        for row in (r for p in split for r in p):
-            stream = (row.stream or SINGLE_STREAM).encode() if self.sc.routed else b""
-            h = hashlib.blake2b(stream + b"\0" + row.headers[0][1], digest_size=8).digest()
-            parts[int.from_bytes(h, "big") % len(parts)].append(row)
-        for p in parts:
-            rng.shuffle(p)  # the order a task fetches its shuffle blocks in is not the input order
-        return [self._in_change_order(p) for p in parts]
-
-    def _in_change_order(self, rows: list[Row]) -> list[Row]:
-        """``sortWithinPartitions(_s2_order, _s2_body, _s2_headers)`` of one partition (`sort_changes`), by
-        its Python twin; the rows as they are without ``order_by``."""
-        if not self.sc.order_by or len(rows) < 2:
-            return rows
-        frame = frame_of(rows, routed=self.sc.routed, dlq=self.sc.dlq)
-        order = [pa.array([r.order for r in rows], pa.int64())]
-        indices = sorted_indices(order, frame.column(BODY), frame.column(HEADERS))
-        return [rows[i] for i in indices.to_pylist()]
-
-    def _by_content(self, batch: int, layout: RecoveryLayout) -> list[list[Row]]:
-        """The recovery shuffle ``repartition(n, xxhash64(stream?, body, headers))``."""
-        parts: list[list[Row]] = [[] for _ in range(layout.partitions)]
-        for row in self.sc.batches[batch]:
-            stream = row.stream if row.stream is not None else SINGLE_STREAM
-            parts[layout.partition_of(stream, list(row.headers), row.body)].append(row)
-        return parts
 
     # -- one stage: task attempts, task retries, stage retries ----------------------------------------------
 
@@ -393,13 +359,13 @@ class Query:
         run: int,
         batch: int,
         parts: list[list[Row]],
-        body: Callable[[list[Row], PartitionContext], pa.RecordBatch | None],
+        body: Callable[[list[Row], PartitionContext], Any],
         calm: bool,
-    ) -> list[pa.RecordBatch]:
+    ) -> list[Any]:
         stage = self.stage_ids
         self.stage_ids += 1
         stage_attempt = 0
-        done: dict[int, pa.RecordBatch | None] = {}
+        done: dict[int, Any] = {}
         failures: Counter[int] = Counter()
         running: dict[int, tuple[Actor, int, int]] = {}
 
@@ -457,27 +423,16 @@ class Query:
             _runtime.run(pool.close_all())
 
 
-def _writer_task(plan: WritePlan, sc: Scenario) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
+def _writer_task(
+    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool
+) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
     def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch:
-        frames = [frame_of(rows, routed=sc.routed, dlq=sc.dlq)] if rows else []
+        frames = [frame_of(rows, routed=routed, dlq=dlq, payload=payload)] if rows else []
         return write_partition(plan, frames, ctx)
 
     return body
 
 
-def _sink_task(
-    opened: SinkRun, spec: WriteSpec, sc: Scenario
-) -> Callable[[list[Row], PartitionContext], pa.RecordBatch | None]:
-    def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch | None:
-        epoch = opened.plan_batch(ctx.batch_id, QUERY_ID)
-        if epoch is None:
-            return None
-        frames = [frame_of(rows, routed=sc.routed, dlq=sc.dlq)] if rows else []
-        return write_partition(spec.plan(ctx.batch_id, epoch), frames, ctx)
-
-    return body
-
-
-def _ends(batch: int, results: list[pa.RecordBatch]) -> dict[str, int]:
+def _metrics(batch: int, results: list[pa.RecordBatch], delivery: str) -> BatchMetrics:
     rows: list[dict[str, Any]] = [r for res in results for r in res.to_pylist()]
-    return aggregate(batch, rows, 0.0, delivery="exactly-once").end_positions()
+    return aggregate(batch, rows, 0.0, delivery=delivery)
