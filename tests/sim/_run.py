@@ -89,7 +89,7 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
     query = Query(scenario, sched, service, delivery)
     sched.policy = query.policy
     if delivery == "exactly-once":
-        sched.observe = ReadCommittedWatch(service.store, BASIN, scenario)
+        sched.observe = ReadCommittedWatch(service.store, BASIN, scenario, query.mirror_ledger)
     violation: str | None = None
     duplicates = 0
     try:
@@ -113,7 +113,7 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
             raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
         check_ledger(service.store, BASIN)
         if delivery == "exactly-once":
-            check_read_committed(service.store, BASIN, scenario)
+            check_read_committed(service.store, BASIN, scenario, query.mirror_ledger)
     except AssertionError as exc:
         violation = f"{type(exc).__name__}: {exc}"
     finally:

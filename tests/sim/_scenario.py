@@ -18,7 +18,17 @@ import pyarrow as pa
 from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE, PAYLOAD
 
-__all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
+__all__ = [
+    "MIRROR_STREAM",
+    "PROFILES",
+    "Profile",
+    "Row",
+    "Scenario",
+    "change_order",
+    "compacted",
+    "frame_of",
+    "key_of",
+]
 
 Profile = Literal[
     "default",
@@ -31,6 +41,7 @@ Profile = Literal[
     "cleared-fence",
     "recreated",
     "retry-readback",
+    "several-writers",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -43,6 +54,7 @@ PROFILES: tuple[Profile, ...] = (
     "cleared-fence",
     "recreated",
     "retry-readback",
+    "several-writers",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -62,11 +74,16 @@ its barrier on (``s2-sink fences clear``), while the superseded attempt may stil
 ``default`` (at least two batches) where a target stream batch 0 wrote is deleted once batch 0 commits and
 a later batch creates it again, empty. ``retry-readback`` is ``task-zombies`` with two to six rows a batch:
 a lost attempt often ends before its retry's barrier, and the retry drops all it would write, so only the
-read-back end it reports covers the batch's records in the stream."""
+read-back end it reports covers the batch's records in the stream. ``several-writers`` is ``default`` through
+``foreachBatch`` with a function that calls a second `S2Writer` after the query's own: one to another
+destination (`MIRROR_STREAM`, half the schedules), the same object again, or another object with the same
+destination (a quarter each, with Spark's run id known, as classic Spark's job group gives it)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
 DLQ_STREAM = "dead"
+MIRROR_STREAM = "mirror"
+"""``several-writers``: the second writer's stream (every good row of every batch, once)."""
 KEY = b"@key"
 ACTION = b"@action"
 
@@ -116,6 +133,8 @@ class Scenario:
     input."""
     changes: tuple[tuple[Row, ...], ...] = ()
     """With `compact`, every batch's changes before compaction (what the encoder was given)."""
+    second: Literal["", "mirror", "same object", "same destination"] = ""
+    """``several-writers``: what the ``foreachBatch`` function calls after the query's writer."""
     bulk: bool = True
     """The tasks append on the bulk path (``S2Config.bulk_append``, the default: serialized messages on
     S2S sessions of their own), else on the SDK's record path (its ``AppendSession``); three in four
@@ -131,6 +150,19 @@ class Scenario:
             base = cls.draw(seed)
             return replace(
                 base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
+            )
+        if profile == "several-writers":
+            base = cls.draw(seed)
+            pick = random.Random(f"several-writers-{seed}").random()
+            second: Literal["mirror", "same object", "same destination"] = (
+                "mirror" if pick < 0.5 else "same object" if pick < 0.75 else "same destination"
+            )
+            return replace(
+                base,
+                profile="several-writers",
+                front="writer",
+                second=second,
+                run_id_known=base.run_id_known or second != "mirror",
             )
         if profile == "renamed":
             base = cls.draw(seed)
@@ -242,6 +274,7 @@ class Scenario:
         kinds = [self.front, routing, "bulk appends" if self.bulk else "record appends"]
         kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
         kinds += ["order_by"] * self.order_by + ["compact"] * self.compact
+        kinds += [f"then S2Writer: {self.second}"] * bool(self.second)
         rows = "/".join(str(len(b)) for b in self.batches)
         return (
             f"seed {self.seed} [{self.profile}]: {', '.join(kinds)}; rows per batch {rows}; "

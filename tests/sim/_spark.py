@@ -39,8 +39,8 @@ import pyarrow as pa
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import sink_run as _sink_run
-from s2_sink._exactly_once.identity import SessionFacts, session_facts
-from s2_sink._exactly_once.ledger import LEDGER_PREFIX
+from s2_sink._exactly_once.identity import SessionFacts, session_facts, writer_identity
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
@@ -50,13 +50,13 @@ from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import Delivery
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
-from s2_sink.errors import ReplayMismatchError
+from s2_sink.errors import ConfigError, ReplayMismatchError
 from s2_sink.writer import S2Writer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
 from tests.sim._partitioning import by_content, in_change_order, split
-from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
+from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
 from tests.sim._session import Session
 from tests.sim._sink_front import SinkFront
@@ -123,6 +123,14 @@ class Query:
         self.stage_ids = 0
         self.writer: S2Writer | None = None
         """The ``foreachBatch`` function's `S2Writer` (kept by a restart in the same process, same writer)."""
+        self.second: S2Writer | None = None
+        """``several-writers``: the writer the function calls second (`_second_writer`)."""
+        mirror = self._second_writer() if scenario.second == "mirror" else None
+        self.mirror_ledger = None
+        """The ledger of the second writer's identity, when it writes to another destination."""
+        if mirror is not None:
+            ident = writer_identity(None, QUERY_ID, mirror.spec.destination())
+            self.mirror_ledger = ledger_stream_name(ident.writer_id)
         self.writer_name: str | None = None
         """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
         self.session_ops: Counter[int] = Counter()
@@ -237,7 +245,9 @@ class Query:
             else:
                 self._sink_run(run, calm)
             self.finished = True
-        except ReplayMismatchError as exc:
+        except (ReplayMismatchError, ConfigError) as exc:
+            if not self._accepted_refusal(exc):
+                raise
             self.refused = f"{type(exc).__name__}: {exc}"
             self.sched.note(f"driver run {run}: refused ({type(exc).__name__})")
         except BaseException as exc:
@@ -246,6 +256,17 @@ class Query:
             if not calm and not isinstance(exc, Violation):
                 self._restart()
             raise
+
+    def _accepted_refusal(self, exc: BaseException) -> bool:
+        """A documented refusal that stops the query for good: ``format("s2")``'s ReplayMismatchError, and
+        in ``several-writers`` a second call of one identity in a micro-batch (ConfigError naming the fix)."""
+        if isinstance(exc, ReplayMismatchError):
+            return True
+        return (
+            isinstance(exc, ConfigError)
+            and self.sc.second in ("same object", "same destination")
+            and "one S2Writer per target" in str(exc)
+        )
 
     def _restart(self) -> None:
         shapes: list[Shape] = ["new process", "same process, same writer", "same process, new writer"]
@@ -291,14 +312,37 @@ class Query:
             preflight=False,
         )
 
+    def _second_writer(self) -> S2Writer | None:
+        """``several-writers``: what the ``foreachBatch`` function calls after the query's writer: an
+        `S2Writer` to another destination (`MIRROR_STREAM`, bad rows skipped), the same object again, or
+        another object with the same destination."""
+        second = self.sc.second
+        if second == "mirror":
+            return S2Writer(
+                self.cfg.replace(stream=MIRROR_STREAM),
+                None,
+                on_error="skip" if self.sc.dlq else "fail",
+                delivery=self.delivery,
+                preflight=False,
+            )
+        if second == "same object":
+            return self.writer
+        return self._new_writer() if second == "same destination" else None
+
     def _writer_run(self, run: int, calm: bool) -> None:
-        """A start of ``foreachBatch(S2Writer(...))``."""
+        """A start of ``foreachBatch(f)``: `f` calls one `S2Writer` (in ``several-writers``, two)."""
         if self.writer is None:
             self.writer = self._new_writer()
+            self.second = self._second_writer()
         session = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
         facts = session_facts(session) if self.writer.spec.exactly_once else None
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
             self._write_batch(self.writer, facts, run, b, calm)
+            if self.second is not None:
+                if self.sc.second != "mirror":
+                    self._committed(b)  # this batch's records are all written; the second call is refused
+                self.sched.note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
+                self._write_batch(self.second, facts, run, b, calm)
             if self.writer.spec.exactly_once:
                 self._committed(b)
             self._spark_commit(b)

@@ -277,3 +277,30 @@ def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit()
         outcome = run_schedule(seed, "recreated")
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
+
+
+SEVERAL_WRITERS_SCHEDULES = 60
+
+
+def test_several_writers_in_one_micro_batch_write_each_row_once_or_are_refused() -> None:
+    """``several-writers``: the ``foreachBatch`` function calls a second `S2Writer` after the query's own.
+    To another destination (Spark's "write to multiple locations"), each writer has its own identity and
+    ledger: every row reaches both destinations exactly once, under every fault and restart, and a reader
+    bounded by either ledger never sees past its commit. The same object called again, or a second object
+    with the same destination, is refused with a ConfigError naming the fix — never a silent skip (which
+    would leave no trace in the streams, so every such schedule must end refused). Before identities
+    covered the destination, the second writer found the first one's commit and wrote nothing."""
+    seen: Counter[str] = Counter()
+    for seed in range(SEVERAL_WRITERS_SCHEDULES):
+        outcome = run_schedule(seed, "several-writers")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        second = outcome.scenario.second
+        if second == "mirror":
+            assert not outcome.refused, outcome.report()
+        else:
+            assert outcome.refused, f"a second {second} call was not refused:\n{outcome.report()}"
+        seen[second] += 1
+        seen["restarted"] += any("driver run 1 starts" in line for line in outcome.trace)
+    assert min(seen["mirror"], seen["same object"], seen["same destination"]) >= 10, seen
+    assert seen["restarted"] >= SEVERAL_WRITERS_SCHEDULES // 4, seen
