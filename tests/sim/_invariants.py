@@ -78,7 +78,9 @@ def expected(scenario: Scenario, store: Store | None = None) -> list[Counter[Con
     a deletion of their stream took away."""
     gone = GONE.get(store, {}) if store is not None else {}
     out: list[Counter[Content]] = []
-    for b, rows in enumerate(scenario.batches):
+    for b in range(max(len(scenario.batches), len(scenario.shared))):
+        rows = scenario.batches[b] if b < len(scenario.batches) else ()
+        rows += scenario.shared[b] if b < len(scenario.shared) else ()  # shared-writer: the other query's
         records = [_record_of(scenario, b, r) for r in rows]
         if scenario.second == "mirror":  # the second writer: every good row to its one stream
             records += [_content(MIRROR_STREAM, r.headers, r.body) for r in rows if r.error is None]

@@ -18,7 +18,7 @@ from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_
 from s2_sink._exactly_once.tags import find_tag, strip_tag
 from s2_sink.lite._store import Store
 from tests.sim._invariants import Content, Violation, _content, _show, expected
-from tests.sim._scenario import MIRROR_STREAM, Scenario
+from tests.sim._scenario import MIRROR_STREAM, OTHER_PREFIX, OTHER_QUERY_ID, Scenario
 
 __all__ = ["ReadCommittedWatch", "check_read_committed", "committed_ends"]
 
@@ -75,7 +75,7 @@ def check_read_committed(
     """For every ledger and every data stream: the records below the ledger's committed end are those of
     batches ``<= committed``, each batch's exactly once (``R(b, s)``), nothing of a later batch. In
     ``several-writers``, `mirror_ledger` (the second writer's) answers for `MIRROR_STREAM` alone, every
-    other ledger for every other stream."""
+    other ledger for every other stream; in ``shared-writer``, each query's ledger for its own streams."""
     streams = store.basin(basin).streams
     want = expected(scenario, store)
     for name in sorted(streams):
@@ -88,6 +88,9 @@ def check_read_committed(
         data = {s for s in streams if not s.startswith("_s2sink/")} | set(ends)
         if scenario.second == "mirror":
             data = {MIRROR_STREAM} if name == mirror_ledger else data - {MIRROR_STREAM}
+        if scenario.shared:  # each query's ledger answers for its own streams
+            other = name.startswith(LEDGER_PREFIX + OTHER_QUERY_ID)
+            data = {s for s in data if s.startswith(OTHER_PREFIX) == other}
         for stream in sorted(data):
             end = ends.get(stream, 0)
             seen = _prefix(store, basin, stream, end) if stream in streams and end > 0 else {}

@@ -20,6 +20,8 @@ from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE, PA
 
 __all__ = [
     "MIRROR_STREAM",
+    "OTHER_PREFIX",
+    "OTHER_QUERY_ID",
     "PROFILES",
     "Profile",
     "Row",
@@ -42,6 +44,7 @@ Profile = Literal[
     "recreated",
     "retry-readback",
     "several-writers",
+    "shared-writer",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -55,6 +58,7 @@ PROFILES: tuple[Profile, ...] = (
     "recreated",
     "retry-readback",
     "several-writers",
+    "shared-writer",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -77,11 +81,17 @@ a lost attempt often ends before its retry's barrier, and the retry drops all it
 read-back end it reports covers the batch's records in the stream. ``several-writers`` is ``default`` through
 ``foreachBatch`` with a function that calls a second `S2Writer` after the query's own: one to another
 destination (`MIRROR_STREAM`, half the schedules), the same object again, or another object with the same
-destination (a quarter each, with Spark's run id known, as classic Spark's job group gives it)."""
+destination (a quarter each, with Spark's run id known, as classic Spark's job group gives it).
+``shared-writer`` runs two concurrent ``foreachBatch`` queries (`OTHER_QUERY_ID` too) with one `S2Writer`
+object (a stream column, no dead letters: each query's rows go to streams of its own), their batches
+interleaved, each restarted in the same process with the same object after a failure."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
 DLQ_STREAM = "dead"
+OTHER_QUERY_ID = "query-2"
+"""``shared-writer``: the second query's id; its rows go to streams named ``q2-...``."""
+OTHER_PREFIX = "q2-"
 MIRROR_STREAM = "mirror"
 """``several-writers``: the second writer's stream (every good row of every batch, once)."""
 KEY = b"@key"
@@ -133,6 +143,8 @@ class Scenario:
     input."""
     changes: tuple[tuple[Row, ...], ...] = ()
     """With `compact`, every batch's changes before compaction (what the encoder was given)."""
+    shared: tuple[tuple[Row, ...], ...] = ()
+    """``shared-writer``: the micro-batches of the other query (`OTHER_QUERY_ID`)."""
     second: Literal["", "mirror", "same object", "same destination"] = ""
     """``several-writers``: what the ``foreachBatch`` function calls after the query's writer."""
     bulk: bool = True
@@ -151,6 +163,8 @@ class Scenario:
             return replace(
                 base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
             )
+        if profile == "shared-writer":
+            return cls._draw_shared(seed)
         if profile == "several-writers":
             base = cls.draw(seed)
             pick = random.Random(f"several-writers-{seed}").random()
@@ -200,6 +214,39 @@ class Scenario:
             max_faults=rng.randint(1, 5),
             max_restarts=rng.randint(1, 3),
             bulk=_bulk(rng),
+        )
+
+    @classmethod
+    def _draw_shared(cls, seed: int) -> Scenario:
+        """``shared-writer``: the default draw, routed by a stream column without dead letters, and the
+        other query's batches of the same shape to its own streams."""
+        base = cls.draw(seed)
+        rng = random.Random(f"shared-writer-{seed}")
+        upsert = base.upsert
+
+        def batches(prefix: str) -> tuple[tuple[Row, ...], ...]:
+            count = rng.choices((1, 2, 3), weights=(30, 45, 25))[0]
+            return tuple(
+                tuple(
+                    replace(r, stream=prefix + (r.stream or "")[2:])
+                    for r in (
+                        _row(rng, routed=True, shards=None, dlq=False, upsert=upsert)
+                        for _ in range(rng.randint(1, 5))
+                    )
+                )
+                for _ in range(count)
+            )
+
+        return replace(
+            base,
+            profile="shared-writer",
+            front="writer",
+            routed=True,
+            shards=None,
+            dlq=False,
+            batches=batches("r-"),
+            shared=batches(OTHER_PREFIX),
+            fault_rate=max(base.fault_rate, 0.05),
         )
 
     @classmethod
@@ -276,6 +323,8 @@ class Scenario:
         kinds += ["order_by"] * self.order_by + ["compact"] * self.compact
         kinds += [f"then S2Writer: {self.second}"] * bool(self.second)
         rows = "/".join(str(len(b)) for b in self.batches)
+        if self.shared:
+            rows += f" and {OTHER_QUERY_ID}'s " + "/".join(str(len(b)) for b in self.shared)
         return (
             f"seed {self.seed} [{self.profile}]: {', '.join(kinds)}; rows per batch {rows}; "
             f"shuffle partitions {self.shuffle_partitions}; {self.batch_max_records} records per append; "

@@ -33,6 +33,7 @@ import functools
 import random
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -56,7 +57,15 @@ from tests.sim._invariants import Violation, check_batches, check_ledger, check_
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
 from tests.sim._partitioning import by_content, in_change_order, split
-from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
+from tests.sim._scenario import (
+    DLQ_STREAM,
+    MIRROR_STREAM,
+    OTHER_QUERY_ID,
+    SINGLE_STREAM,
+    Row,
+    Scenario,
+    frame_of,
+)
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
 from tests.sim._session import Session
 from tests.sim._sink_front import SinkFront
@@ -84,8 +93,22 @@ class Query:
         sched: Scheduler,
         service: MemoryService,
         delivery: Delivery = "exactly-once",
+        *,
+        other: Query | None = None,
     ) -> None:
         self.sc = scenario
+        """What this query writes (``shared-writer``'s second query: the scenario's `Scenario.shared`)."""
+        self.check = scenario
+        """What the invariants check: every query's rows."""
+        self.query_id = QUERY_ID
+        self.other = other
+        """``shared-writer``: the other query, which shares this one's `S2Writer` object."""
+        self.prefix = ""
+        """Before this query's actor names (the second query's: ``q2.``)."""
+        if other is not None:
+            self.sc = replace(scenario, seed=scenario.seed + 1_000_000, batches=scenario.shared, shared=())
+            self.query_id, self.prefix = OTHER_QUERY_ID, "q2."
+            other.other = self
         self.delivery = delivery
         self.sched = sched
         self.service = service
@@ -107,7 +130,7 @@ class Query:
             request_timeout_ms=600_000,
             session_idle_timeout_ms=3_600_000,
         )
-        self.sink = SinkFront(self.cfg, scenario, QUERY_ID) if scenario.front == "sink" else None
+        self.sink = SinkFront(self.cfg, scenario, self.query_id) if scenario.front == "sink" else None
         self.pools: list[SessionPool] = []
         self.spark_committed = -1
         """The last batch in Spark's checkpoint (``commits/N``): a restart replays from the next."""
@@ -135,6 +158,11 @@ class Query:
         """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
         self.session_ops: Counter[int] = Counter()
         """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
+        if scenario.shared:  # one object for both queries, created in their one process
+            self.writer = other.writer if other is not None else self._new_writer()
+
+    def _note(self, text: str) -> None:
+        self.sched.note(f"{self.prefix}{text}")
 
     # -- faults ------------------------------------------------------------------------------------------
 
@@ -210,7 +238,8 @@ class Query:
     # -- runs --------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._new_process()
+        if self.other is None or self.prefix == "":
+            self._new_process()
         self._spawn_run("new process")
         if self.sc.profile == "cleared-fence":
             spawn_fence_clearer(self.sched, self.service, self.cfg)
@@ -228,15 +257,16 @@ class Query:
         _bookkeeping_streams.forget_all()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
         _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches
-        self.writer = None
+        if not self.sc.shared:
+            self.writer = None
         self.task_ids = 0
 
     def _spawn_run(self, shape: Shape) -> None:
         run = self.runs
         self.runs += 1
         calm = run >= self.sc.max_restarts
-        self.sched.note(f"driver run {run} starts ({shape}{', no faults' if calm else ''})")
-        self.sched.spawn(f"driver{run}", "driver", lambda: self._driver(run, calm), calm=calm)
+        self._note(f"driver run {run} starts ({shape}{', no faults' if calm else ''})")
+        self.sched.spawn(f"{self.prefix}driver{run}", "driver", lambda: self._driver(run, calm), calm=calm)
 
     def _driver(self, run: int, calm: bool) -> None:
         try:
@@ -249,10 +279,10 @@ class Query:
             if not self._accepted_refusal(exc):
                 raise
             self.refused = f"{type(exc).__name__}: {exc}"
-            self.sched.note(f"driver run {run}: refused ({type(exc).__name__})")
+            self._note(f"driver run {run}: refused ({type(exc).__name__})")
         except BaseException as exc:
             self.last_failure = f"{type(exc).__name__}: {exc}"
-            self.sched.note(f"driver run {run} fails: {self.last_failure[:200]}")
+            self._note(f"driver run {run} fails: {self.last_failure[:200]}")
             if not calm and not isinstance(exc, Violation):
                 self._restart()
             raise
@@ -272,12 +302,14 @@ class Query:
         shapes: list[Shape] = ["new process", "same process, same writer", "same process, new writer"]
         if self.sc.front == "sink":
             shapes = ["new process", "same process, new writer"]
+        if self.other is not None:  # the other query runs on in the process, with the shared object
+            shapes = ["same process, same writer"]
         shape = shapes[self.sched.rng.randrange(len(shapes))]
         if self.sc.profile == "renamed" and shape != "same process, same writer":
             # A notebook restarts the query from its checkpoint with a writer_id spelled anew: the new
             # identity must take over what the old one left (issue 25 item 3).
             self.writer_name = f"renamed-{self.runs}"
-            self.sched.note(f"the restarted query's writer is S2Writer(writer_id={self.writer_name!r})")
+            self._note(f"the restarted query's writer is S2Writer(writer_id={self.writer_name!r})")
         if shape == "new process":
             self._new_process()
         elif shape == "same process, new writer":
@@ -290,9 +322,21 @@ class Query:
 
     def _committed(self, batch: int) -> None:
         self.ledger_committed = max(self.ledger_committed, batch)
-        check_batches(self.service.store, BASIN, self.sc, self.ledger_committed)
-        check_upsert_order(self.service.store, BASIN, self.sc, self.ledger_committed)
+        upto = self.checked_upto()
+        check_batches(self.service.store, BASIN, self.check, upto)
+        check_upsert_order(self.service.store, BASIN, self.check, upto)
         check_ledger(self.service.store, BASIN)
+
+    def checked_upto(self) -> int:
+        """The last batch whose rows are all written: committed by every query that has such a batch."""
+        if self.other is None:
+            return self.ledger_committed
+        queries = (self, self.other)
+        last = max(len(q.sc.batches) for q in queries) - 1
+        b = -1
+        while b < last and all(q.ledger_committed > b or b + 1 >= len(q.sc.batches) for q in queries):
+            b += 1
+        return b
 
     # -- foreachBatch(S2Writer) ----------------------------------------------------------------------------
 
@@ -334,14 +378,14 @@ class Query:
         if self.writer is None:
             self.writer = self._new_writer()
             self.second = self._second_writer()
-        session = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
+        session = Session(self.query_id, f"{self.prefix}run-{run}", self.sc.run_id_known)
         facts = session_facts(session) if self.writer.spec.exactly_once else None
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
             self._write_batch(self.writer, facts, run, b, calm)
             if self.second is not None:
                 if self.sc.second != "mirror":
                     self._committed(b)  # this batch's records are all written; the second call is refused
-                self.sched.note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
+                self._note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
                 self._write_batch(self.second, facts, run, b, calm)
             if self.writer.spec.exactly_once:
                 self._committed(b)
@@ -355,7 +399,7 @@ class Query:
         rows (the job itself modelled)."""
         job = writer.mode.prepare(b, facts)
         if job is None:
-            self.sched.note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
+            self._note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
             return
         writer._create_known_streams()
         parts = split(self.sc, b, run)
@@ -367,7 +411,7 @@ class Query:
             job = job.laid_out(layout)
         if writer.spec.exactly_once:
             token = job.plan.fencing_token
-            self.sched.note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
+            self._note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
         task = _writer_task(job.plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
         results = self._stage(run, b, parts, task, calm)
         writer.mode.commit(job, _metrics(b, results, writer.mode.name))
@@ -383,7 +427,7 @@ class Query:
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
             shipped, planned = sink.ship()
             assert planned._run is not None
-            self.sched.note(f"driver run {run}: batch {b} execution epoch {planned._run.epoch}")
+            self._note(f"driver run {run}: batch {b} execution epoch {planned._run.epoch}")
             split_run = 0 if self.sc.same_split_on_replay else run
             parts = split(self.sc, b, split_run)
             task = functools.partial(sink.write, shipped)
@@ -417,7 +461,9 @@ class Query:
             tid = self.task_ids
             self.task_ids += 1
             ctx = PartitionContext(batch, p, attempt, tid, stage)
-            name = f"r{run}.b{batch}.p{p}.a{attempt}.t{tid}" + (f".s{stage_attempt}" if stage_attempt else "")
+            name = f"{self.prefix}r{run}.b{batch}.p{p}.a{attempt}.t{tid}" + (
+                f".s{stage_attempt}" if stage_attempt else ""
+            )
             actor = self.sched.spawn(name, "task", lambda: body(parts[p], ctx), calm=calm)
             running[actor.id] = (actor, p, attempt)
 
@@ -433,7 +479,7 @@ class Query:
             ]
             for actor, p, attempt in finished:
                 if actor.lost:
-                    self.sched.note(f"{actor.name} is lost to Spark and retried; it goes on as a zombie")
+                    self._note(f"{actor.name} is lost to Spark and retried; it goes on as a zombie")
                     failures[p] += 1
                     if failures[p] >= _MAX_TASK_ATTEMPTS:
                         raise QueryFailed(f"partition {p} of batch {batch} failed: attempt lost")
@@ -445,7 +491,7 @@ class Query:
                     if stage_attempt >= _MAX_STAGE_ATTEMPTS:
                         raise QueryFailed(f"stage of batch {batch} failed {stage_attempt} times")
                     zombies = [a.name for a, _, _ in running.values()]
-                    self.sched.note(f"stage retry {stage_attempt} of batch {batch}; zombies: {zombies}")
+                    self._note(f"stage retry {stage_attempt} of batch {batch}; zombies: {zombies}")
                     running.clear()
                     for q in range(len(parts)):
                         if q not in done:
