@@ -45,6 +45,7 @@ Profile = Literal[
     "retry-readback",
     "several-writers",
     "shared-writer",
+    "foreign-writer",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -59,6 +60,7 @@ PROFILES: tuple[Profile, ...] = (
     "retry-readback",
     "several-writers",
     "shared-writer",
+    "foreign-writer",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -84,7 +86,10 @@ destination (`MIRROR_STREAM`, half the schedules), the same object again, or ano
 destination (a quarter each, with Spark's run id known, as classic Spark's job group gives it).
 ``shared-writer`` runs two concurrent ``foreachBatch`` queries (`OTHER_QUERY_ID` too) with one `S2Writer`
 object (a stream column, no dead letters: each query's rows go to streams of its own), their batches
-interleaved, each restarted in the same process with the same object after a failure."""
+interleaved, each restarted in the same process with the same object after a failure. ``foreign-writer``
+is ``default`` (both front doors) with another exactly-once identity fencing a stream the query writes to:
+as soon as it holds a record, or once the first micro-batch is committed (`foreign_after_commit`, half the
+schedules)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -145,6 +150,8 @@ class Scenario:
     """With `compact`, every batch's changes before compaction (what the encoder was given)."""
     shared: tuple[tuple[Row, ...], ...] = ()
     """``shared-writer``: the micro-batches of the other query (`OTHER_QUERY_ID`)."""
+    foreign_after_commit: bool = False
+    """``foreign-writer``: the other identity fences a stream only once the first micro-batch is committed."""
     second: Literal["", "mirror", "same object", "same destination"] = ""
     """``several-writers``: what the ``foreachBatch`` function calls after the query's writer."""
     bulk: bool = True
@@ -163,6 +170,10 @@ class Scenario:
             return replace(
                 base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
             )
+        if profile == "foreign-writer":
+            base = cls.draw(seed)
+            after = random.Random(f"foreign-writer-{seed}").random() < 0.5
+            return replace(base, profile="foreign-writer", foreign_after_commit=after)
         if profile == "shared-writer":
             return cls._draw_shared(seed)
         if profile == "several-writers":

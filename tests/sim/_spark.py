@@ -36,39 +36,32 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-import pyarrow as pa
-
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import sink_run as _sink_run
-from s2_sink._exactly_once.identity import SessionFacts, session_facts, writer_identity
+from s2_sink._exactly_once.identity import writer_identity
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
-from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
 from s2_sink._write.driver import exactly_once as _exactly_once_mode
-from s2_sink._write.driver.metrics import BatchMetrics, aggregate
-from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import Delivery
-from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
-from s2_sink.errors import ConfigError, ReplayMismatchError
+from s2_sink.errors import ConfigError, FencedError, ReplayMismatchError
 from s2_sink.writer import S2Writer
+from tests.sim._foreign import FOREIGN_TOKEN, spawn_foreign_fencer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
-from tests.sim._partitioning import by_content, in_change_order, split
+from tests.sim._partitioning import split
 from tests.sim._scenario import (
-    DLQ_STREAM,
-    MIRROR_STREAM,
     OTHER_QUERY_ID,
     SINGLE_STREAM,
     Row,
     Scenario,
-    frame_of,
 )
 from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
-from tests.sim._session import Session
 from tests.sim._sink_front import SinkFront
+from tests.sim._writer_front import WriterFront
 
 __all__ = ["BASIN", "Query"]
 
@@ -84,7 +77,7 @@ class QueryFailed(Exception):
     """Spark gave up on the micro-batch (a task failed too often): the query stops with an error."""
 
 
-class Query:
+class Query(WriterFront):
     """One streaming query over the scenario's micro-batches, started again after every failure."""
 
     def __init__(
@@ -243,6 +236,9 @@ class Query:
         self._spawn_run("new process")
         if self.sc.profile == "cleared-fence":
             spawn_fence_clearer(self.sched, self.service, self.cfg)
+        if self.sc.profile == "foreign-writer":
+            after = self.sc.foreign_after_commit
+            spawn_foreign_fencer(self.sched, self.service, self.cfg, lambda: self.ledger_committed, after)
         if self.sc.profile == "recreated":
             later = [r.stream for b in self.sc.batches[1:] for r in b if r.stream is not None]
             first = {r.stream for r in self.sc.batches[0]}
@@ -275,12 +271,11 @@ class Query:
             else:
                 self._sink_run(run, calm)
             self.finished = True
-        except (ReplayMismatchError, ConfigError) as exc:
-            if not self._accepted_refusal(exc):
-                raise
-            self.refused = f"{type(exc).__name__}: {exc}"
-            self._note(f"driver run {run}: refused ({type(exc).__name__})")
         except BaseException as exc:
+            if self._accepted_refusal(exc):
+                self.refused = f"{type(exc).__name__}: {exc}"
+                self._note(f"driver run {run}: refused ({self.refused[:200]})")
+                return
             self.last_failure = f"{type(exc).__name__}: {exc}"
             self._note(f"driver run {run} fails: {self.last_failure[:200]}")
             if not calm and not isinstance(exc, Violation):
@@ -288,15 +283,17 @@ class Query:
             raise
 
     def _accepted_refusal(self, exc: BaseException) -> bool:
-        """A documented refusal that stops the query for good: ``format("s2")``'s ReplayMismatchError, and
-        in ``several-writers`` a second call of one identity in a micro-batch (ConfigError naming the fix)."""
+        """A documented refusal that stops the query for good: ``format("s2")``'s ReplayMismatchError; in
+        ``several-writers`` a second call of one identity in a micro-batch (ConfigError naming the fix); in
+        ``foreign-writer`` the other identity's token on a stream this writer committed to (FencedError
+        naming the fix, from the driver or, failing the job, from the tasks)."""
+        text = str(exc)
         if isinstance(exc, ReplayMismatchError):
             return True
-        return (
-            isinstance(exc, ConfigError)
-            and self.sc.second in ("same object", "same destination")
-            and "one S2Writer per target" in str(exc)
-        )
+        if isinstance(exc, ConfigError):
+            return self.sc.second in ("same object", "same destination") and "one S2Writer per target" in text
+        foreign = isinstance(exc, FencedError | QueryFailed) and FOREIGN_TOKEN in text
+        return self.sc.profile == "foreign-writer" and foreign and "clear the fence" in text
 
     def _restart(self) -> None:
         shapes: list[Shape] = ["new process", "same process, same writer", "same process, new writer"]
@@ -337,84 +334,6 @@ class Query:
         while b < last and all(q.ledger_committed > b or b + 1 >= len(q.sc.batches) for q in queries):
             b += 1
         return b
-
-    # -- foreachBatch(S2Writer) ----------------------------------------------------------------------------
-
-    def _new_writer(self) -> S2Writer:
-        """The ``S2Writer`` a ``foreachBatch`` query is started with (no preflight: the first batch's
-        ``_create_known_streams`` and the ledger create what the schedule needs)."""
-        sc = self.sc
-        return S2Writer(
-            self.cfg,
-            None,  # the batches are record frames already
-            stream_column="target" if sc.routed and not sc.shards else None,
-            shards=sc.shards,
-            on_error="dlq" if sc.dlq else "fail",
-            dlq_stream=DLQ_STREAM if sc.dlq else None,
-            delivery=self.delivery,
-            writer_id=self.writer_name,
-            preflight=False,
-        )
-
-    def _second_writer(self) -> S2Writer | None:
-        """``several-writers``: what the ``foreachBatch`` function calls after the query's writer: an
-        `S2Writer` to another destination (`MIRROR_STREAM`, bad rows skipped), the same object again, or
-        another object with the same destination."""
-        second = self.sc.second
-        if second == "mirror":
-            return S2Writer(
-                self.cfg.replace(stream=MIRROR_STREAM),
-                None,
-                on_error="skip" if self.sc.dlq else "fail",
-                delivery=self.delivery,
-                preflight=False,
-            )
-        if second == "same object":
-            return self.writer
-        return self._new_writer() if second == "same destination" else None
-
-    def _writer_run(self, run: int, calm: bool) -> None:
-        """A start of ``foreachBatch(f)``: `f` calls one `S2Writer` (in ``several-writers``, two)."""
-        if self.writer is None:
-            self.writer = self._new_writer()
-            self.second = self._second_writer()
-        session = Session(self.query_id, f"{self.prefix}run-{run}", self.sc.run_id_known)
-        facts = session_facts(session) if self.writer.spec.exactly_once else None
-        for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            self._write_batch(self.writer, facts, run, b, calm)
-            if self.second is not None:
-                if self.sc.second != "mirror":
-                    self._committed(b)  # this batch's records are all written; the second call is refused
-                self._note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
-                self._write_batch(self.second, facts, run, b, calm)
-            if self.writer.spec.exactly_once:
-                self._committed(b)
-            self._spark_commit(b)
-
-    def _write_batch(
-        self, writer: S2Writer, facts: SessionFacts | None, run: int, b: int, calm: bool
-    ) -> None:
-        """What ``S2Writer.__call__`` does around the Spark job: ``mode.prepare`` with the session's facts,
-        stream creation, the recovery layout a replay asks for, ``mode.commit`` with the aggregated result
-        rows (the job itself modelled)."""
-        job = writer.mode.prepare(b, facts)
-        if job is None:
-            self._note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
-            return
-        writer._create_known_streams()
-        parts = split(self.sc, b, run)
-        routed = writer.routing.routed
-        recovery = job.recovery_layout
-        if recovery:
-            layout = RecoveryLayout(self.sc.shuffle_partitions, routed=routed)
-            parts = [in_change_order(self.sc, p) for p in by_content(self.sc, b, layout)]
-            job = job.laid_out(layout)
-        if writer.spec.exactly_once:
-            token = job.plan.fencing_token
-            self._note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
-        task = _writer_task(job.plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
-        results = self._stage(run, b, parts, task, calm)
-        writer.mode.commit(job, _metrics(b, results, writer.mode.name))
 
     # -- format("s2") --------------------------------------------------------------------------------------
 
@@ -511,18 +430,3 @@ class Query:
     def close(self) -> None:
         for pool in self.pools:
             _runtime.run(pool.close_all())
-
-
-def _writer_task(
-    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool
-) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
-    def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch:
-        frames = [frame_of(rows, routed=routed, dlq=dlq, payload=payload)] if rows else []
-        return write_partition(plan, frames, ctx)
-
-    return body
-
-
-def _metrics(batch: int, results: list[pa.RecordBatch], delivery: str) -> BatchMetrics:
-    rows: list[dict[str, Any]] = [r for res in results for r in res.to_pylist()]
-    return aggregate(batch, rows, 0.0, delivery=delivery)

@@ -325,3 +325,25 @@ def test_one_writer_object_shared_by_two_queries_writes_each_querys_rows_once() 
             re.search(r"(^|q2\.)driver run [1-9]\d* starts", line.strip()) for line in outcome.trace
         )
     assert restarted >= SHARED_WRITER_SCHEDULES // 2, f"only {restarted} schedules restarted a query"
+
+
+FOREIGN_SCHEDULES = 60
+
+
+def test_a_foreign_writers_token_on_a_target_stream_is_taken_back_or_refused_never_silent() -> None:
+    """``foreign-writer``: another exactly-once identity fences a stream the query writes to (a take-over by
+    another query's writer), through either front door, as soon as the stream holds a record or once the
+    first micro-batch is committed. Every schedule either writes each row exactly once (the writer takes
+    the stream back where it never committed a write to it) with no reader past a commit, or stops with
+    the FencedError that names the other token and the fix (clear the fence, or another stream); a loss or
+    a duplicate is a violation. Both outcomes must occur, through both front doors."""
+    seen: Counter[str] = Counter()
+    for seed in range(FOREIGN_SCHEDULES):
+        outcome = run_schedule(seed, "foreign-writer")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        fenced = any(re.search(r"^\s*\d+ foreign: append .* fence s2sink:", line) for line in outcome.trace)
+        assert fenced, f"the other writer never fenced:\n{outcome.report()}"
+        seen[f"{outcome.scenario.front} {'refused' if outcome.refused else 'written'}"] += 1
+    assert all(seen[k] >= 1 for k in ("writer refused", "writer written", "sink written")), seen
+    assert seen["writer refused"] + seen["sink refused"] >= FOREIGN_SCHEDULES // 10, seen
