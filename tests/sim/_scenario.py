@@ -46,6 +46,7 @@ Profile = Literal[
     "several-writers",
     "shared-writer",
     "foreign-writer",
+    "ledger-reset",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -61,6 +62,7 @@ PROFILES: tuple[Profile, ...] = (
     "several-writers",
     "shared-writer",
     "foreign-writer",
+    "ledger-reset",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -89,7 +91,9 @@ object (a stream column, no dead letters: each query's rows go to streams of its
 interleaved, each restarted in the same process with the same object after a failure. ``foreign-writer``
 is ``default`` (both front doors) with another exactly-once identity fencing a stream the query writes to:
 as soon as it holds a record, or once the first micro-batch is committed (`foreign_after_commit`, half the
-schedules)."""
+schedules). ``ledger-reset`` is ``default`` (at least two batches) whose first driver run dies right after
+its ledger commit of batch 0 (before Spark's, half the schedules) or right after Spark's, and whose ledger
+stream is deleted before the query starts again (an operator, or ``delete_on_empty`` on the basin)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
@@ -150,6 +154,8 @@ class Scenario:
     """With `compact`, every batch's changes before compaction (what the encoder was given)."""
     shared: tuple[tuple[Row, ...], ...] = ()
     """``shared-writer``: the micro-batches of the other query (`OTHER_QUERY_ID`)."""
+    reset_after_spark: bool = False
+    """``ledger-reset``: the first run dies after Spark's commit of batch 0 (else right before it)."""
     foreign_after_commit: bool = False
     """``foreign-writer``: the other identity fences a stream only once the first micro-batch is committed."""
     second: Literal["", "mirror", "same object", "same destination"] = ""
@@ -170,6 +176,11 @@ class Scenario:
             return replace(
                 base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
             )
+        if profile == "ledger-reset":
+            base = cls.draw(seed)
+            batches = base.batches * 2 if len(base.batches) < 2 else base.batches
+            after_spark = random.Random(f"ledger-reset-{seed}").random() < 0.5
+            return replace(base, profile="ledger-reset", batches=batches, reset_after_spark=after_spark)
         if profile == "foreign-writer":
             base = cls.draw(seed)
             after = random.Random(f"foreign-writer-{seed}").random() < 0.5

@@ -46,7 +46,7 @@ from s2_sink._write.driver import exactly_once as _exactly_once_mode
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import Delivery
 from s2_sink.config import S2Config
-from s2_sink.errors import ConfigError, FencedError, ReplayMismatchError
+from s2_sink.errors import CommitError, ConfigError, FencedError, ReplayMismatchError
 from s2_sink.writer import S2Writer
 from tests.sim._foreign import FOREIGN_TOKEN, spawn_foreign_fencer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
@@ -59,7 +59,7 @@ from tests.sim._scenario import (
     Row,
     Scenario,
 )
-from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
+from tests.sim._scheduler import Actor, Op, Scheduler, SimCrash, Verdict
 from tests.sim._sink_front import SinkFront
 from tests.sim._writer_front import WriterFront
 
@@ -149,6 +149,8 @@ class Query(WriterFront):
             self.mirror_ledger = ledger_stream_name(ident.writer_id)
         self.writer_name: str | None = None
         """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
+        self.reset_pending = False
+        """``ledger-reset``: the ledger stream is deleted before the next start."""
         self.session_ops: Counter[int] = Counter()
         """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
         if scenario.shared:  # one object for both queries, created in their one process
@@ -286,12 +288,15 @@ class Query(WriterFront):
         """A documented refusal that stops the query for good: ``format("s2")``'s ReplayMismatchError; in
         ``several-writers`` a second call of one identity in a micro-batch (ConfigError naming the fix); in
         ``foreign-writer`` the other identity's token on a stream this writer committed to (FencedError
-        naming the fix, from the driver or, failing the job, from the tasks)."""
+        naming the fix, from the driver or, failing the job, from the tasks); in ``ledger-reset`` a writer
+        whose ledger is gone (CommitError naming the fix)."""
         text = str(exc)
         if isinstance(exc, ReplayMismatchError):
             return True
         if isinstance(exc, ConfigError):
             return self.sc.second in ("same object", "same destination") and "one S2Writer per target" in text
+        if isinstance(exc, CommitError) and self.sc.profile == "ledger-reset":
+            return "ledger" in text and "delete the streams under" in text
         foreign = isinstance(exc, FencedError | QueryFailed) and FOREIGN_TOKEN in text
         return self.sc.profile == "foreign-writer" and foreign and "clear the fence" in text
 
@@ -302,6 +307,9 @@ class Query(WriterFront):
         if self.other is not None:  # the other query runs on in the process, with the shared object
             shapes = ["same process, same writer"]
         shape = shapes[self.sched.rng.randrange(len(shapes))]
+        if self.reset_pending:
+            self._delete_ledgers()
+            shape = "new process"
         if self.sc.profile == "renamed" and shape != "same process, same writer":
             # A notebook restarts the query from its checkpoint with a writer_id spelled anew: the new
             # identity must take over what the old one left (issue 25 item 3).
@@ -312,6 +320,27 @@ class Query(WriterFront):
         elif shape == "same process, new writer":
             self.writer = None
         self._spawn_run(shape)
+
+    def _reset_point(self, run: int, batch: int, *, spark_committed: bool) -> None:
+        """``ledger-reset``: the first run's process dies here (after batch 0's ledger commit, before or after
+        Spark's); the restart finds the ledger stream deleted."""
+        if (self.sc.profile, run, batch, spark_committed) == (
+            "ledger-reset",
+            0,
+            0,
+            self.sc.reset_after_spark,
+        ):
+            self._note("driver run 0 stops; the ledger stream is deleted before the next start")
+            self.reset_pending = True
+            raise SimCrash()
+
+    def _delete_ledgers(self) -> None:
+        """The ledger streams are deleted (and the deletion completes) while the query is stopped."""
+        self.reset_pending = False
+        basin = self.service.store.basins[self.service.basin]
+        for name in [n for n in basin.streams if n.startswith(LEDGER_PREFIX)]:
+            self.service.store.delete_stream(self.service.basin, name)
+            basin.streams.pop(name, None)
 
     def _spark_commit(self, batch: int) -> None:
         self.sched.wait(Op("spark-commit", detail=f"batch {batch}"), lambda: True)
@@ -357,7 +386,9 @@ class Query(WriterFront):
                 raise
             sink.commit(b, messages)
             self._committed(b)
+            self._reset_point(run, b, spark_committed=False)
             self._spark_commit(b)
+            self._reset_point(run, b, spark_committed=True)
 
     # -- one stage: task attempts, task retries, stage retries ----------------------------------------------
 

@@ -62,6 +62,9 @@ class WriterFront:
     def _spark_commit(self, batch: int) -> None:
         raise NotImplementedError
 
+    def _reset_point(self, run: int, batch: int, *, spark_committed: bool) -> None:
+        raise NotImplementedError
+
     def _new_writer(self) -> S2Writer:
         """The ``S2Writer`` a ``foreachBatch`` query is started with (no preflight: the first batch's
         ``_create_known_streams`` and the ledger create what the schedule needs)."""
@@ -111,7 +114,9 @@ class WriterFront:
                 self._write_batch(self.second, facts, run, b, calm)
             if self.writer.spec.exactly_once:
                 self._committed(b)
+            self._reset_point(run, b, spark_committed=False)
             self._spark_commit(b)
+            self._reset_point(run, b, spark_committed=True)
 
     def _write_batch(
         self, writer: S2Writer, facts: SessionFacts | None, run: int, b: int, calm: bool

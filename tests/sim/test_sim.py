@@ -347,3 +347,26 @@ def test_a_foreign_writers_token_on_a_target_stream_is_taken_back_or_refused_nev
         seen[f"{outcome.scenario.front} {'refused' if outcome.refused else 'written'}"] += 1
     assert all(seen[k] >= 1 for k in ("writer refused", "writer written", "sink written")), seen
     assert seen["writer refused"] + seen["sink refused"] >= FOREIGN_SCHEDULES // 10, seen
+
+
+LEDGER_RESET_SCHEDULES = 60
+
+
+def test_a_deleted_ledger_between_runs_fails_closed_or_writes_each_row_once() -> None:
+    """``ledger-reset``: the first driver run dies right after its ledger commit of batch 0 (before Spark's
+    commit, so Spark replays batch 0, or after it), and the ledger stream is deleted before the query
+    starts again, through either front door. The writer cannot know what the lost ledger committed or left
+    half written, so the restart must stop before writing, with the CommitError that names the ledger, its
+    sign-in registers and the fix; a schedule whose first run died before the reset point writes each row
+    once. Before the check, about two in five of these 60 duplicated the replayed batch 0 or committed
+    batch 1 in a ledger that no longer covered batch 0."""
+    seen: Counter[str] = Counter()
+    for seed in range(LEDGER_RESET_SCHEDULES):
+        outcome = run_schedule(seed, "ledger-reset")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        reset = any("the ledger stream is deleted" in line for line in outcome.trace)
+        assert outcome.refused == reset, outcome.report()
+        seen[f"{outcome.scenario.front} {'refused' if reset else 'written'}"] += 1
+    assert seen["writer refused"] >= 10, seen
+    assert seen["sink refused"] >= 5, seen
