@@ -46,13 +46,14 @@ from s2_sink._write.driver import exactly_once as _exactly_once_mode
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import Delivery
 from s2_sink.config import S2Config
-from s2_sink.errors import CommitError, ConfigError, FencedError, ReplayMismatchError
+from s2_sink.errors import ReplayMismatchError
 from s2_sink.writer import S2Writer
-from tests.sim._foreign import FOREIGN_TOKEN, spawn_foreign_fencer
+from tests.sim._foreign import spawn_foreign_fencer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
 from tests.sim._partitioning import split
+from tests.sim._refusals import QueryFailed, accepted_refusal
 from tests.sim._scenario import (
     OTHER_QUERY_ID,
     SINGLE_STREAM,
@@ -71,10 +72,6 @@ _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
 
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
-
-
-class QueryFailed(Exception):
-    """Spark gave up on the micro-batch (a task failed too often): the query stops with an error."""
 
 
 class Query(WriterFront):
@@ -130,7 +127,7 @@ class Query(WriterFront):
         self.ledger_committed = -1
         self.finished = False
         self.refused: str | None = None
-        """A documented refusal that stops the query for good (``format("s2")``'s ReplayMismatchError)."""
+        """A documented refusal that stopped the query for good (`accepted_refusal`)."""
         self.last_failure = ""
         self.faults = 0
         self.zombie_steps = 0
@@ -274,7 +271,7 @@ class Query(WriterFront):
                 self._sink_run(run, calm)
             self.finished = True
         except BaseException as exc:
-            if self._accepted_refusal(exc):
+            if accepted_refusal(self.sc, exc):
                 self.refused = f"{type(exc).__name__}: {exc}"
                 self._note(f"driver run {run}: refused ({self.refused[:200]})")
                 return
@@ -283,22 +280,6 @@ class Query(WriterFront):
             if not calm and not isinstance(exc, Violation):
                 self._restart()
             raise
-
-    def _accepted_refusal(self, exc: BaseException) -> bool:
-        """A documented refusal that stops the query for good: ``format("s2")``'s ReplayMismatchError; in
-        ``several-writers`` a second call of one identity in a micro-batch (ConfigError naming the fix); in
-        ``foreign-writer`` the other identity's token on a stream this writer committed to (FencedError
-        naming the fix, from the driver or, failing the job, from the tasks); in ``ledger-reset`` a writer
-        whose ledger is gone (CommitError naming the fix)."""
-        text = str(exc)
-        if isinstance(exc, ReplayMismatchError):
-            return True
-        if isinstance(exc, ConfigError):
-            return self.sc.second in ("same object", "same destination") and "one S2Writer per target" in text
-        if isinstance(exc, CommitError) and self.sc.profile == "ledger-reset":
-            return "ledger" in text and "delete the streams under" in text
-        foreign = isinstance(exc, FencedError | QueryFailed) and FOREIGN_TOKEN in text
-        return self.sc.profile == "foreign-writer" and foreign and "clear the fence" in text
 
     def _restart(self) -> None:
         shapes: list[Shape] = ["new process", "same process, same writer", "same process, new writer"]
