@@ -5,8 +5,9 @@ Per micro-batch, on the driver:
 1. the encoder projects the batch into the record frame (JVM-side, Spark Connect compatible), the
    routing rule adds the target-stream column, and ``on_error="dlq"`` adds the original payload of
    rows that cannot be encoded;
-2. the delivery mode turns the batch into a `WritePlan` (exactly-once adds fencing, chunk tags and a
-   recovery hook, and may skip or repartition a batch);
+2. the delivery mode turns the batch into a `WritePlan` from the session's facts alone (exactly-once adds
+   fencing, chunk tags and a recovery hook, and may skip a batch or ask for a replay's recovery layout,
+   which the writer applies to the frame: `repartition_for_recovery`);
 3. a small batch (``sink.driver-write.*``) is collected as Arrow and written from the driver process as
    one partition (`s2_sink._write.driver.driver_write`); any other is narrowed to the number of write
    tasks the batch warrants (`s2_sink._write.driver.sizing`) and one ``mapInArrow`` job appends every
@@ -30,6 +31,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from s2_sink._exactly_once.identity import session_facts
+from s2_sink._exactly_once.recovery_layout import repartition_for_recovery
 from s2_sink._options import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
@@ -196,19 +199,20 @@ class S2Writer:
         with probe_small(frame, self.cfg, size) as (frame, small):
             shape = None if small is not None else frame_shape(frame, size)
             tasks = 1 if shape is None else write_tasks(shape, self.write_parallelism)
-            job = self.mode.prepare(batch_id, frame, tasks=tasks)
-            if job is None:  # the ledger has this batch (logged there)
+            prepared = self._prepare(batch_id, frame, tasks)
+            if prepared is None:  # the ledger has this batch (logged there)
                 self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
                 return
+            job, to_write = prepared
             self._create_known_streams()
             try:
                 if small is not None:
-                    rows = write_on_driver(job, small)
+                    rows = write_on_driver(job, to_write, small)
                 else:
                     assert shape is not None
                     rows = [
                         r.asDict()
-                        for r in self._laid_out(job, shape, tasks)
+                        for r in self._laid_out(job, to_write, shape, tasks)
                         .mapInArrow(map_partition(job.plan), RESULT_DDL)
                         .collect()
                     ]
@@ -221,9 +225,21 @@ class S2Writer:
         self.mode.commit(job, metrics)
         self._publish(metrics)
 
-    def _laid_out(self, job: BatchJob, shape: FrameShape, tasks: int) -> DataFrame:
+    def _prepare(self, batch_id: int, frame: DataFrame, tasks: int) -> tuple[BatchJob, DataFrame] | None:
+        """The delivery mode's job for the batch and the frame to write it from (a replay's laid out by
+        record content in `tasks` partitions), or None when the batch is not written again."""
+        session = session_facts(frame.sparkSession) if self.spec.exactly_once else None
+        job = self.mode.prepare(batch_id, session)
+        if job is None:
+            return None
+        if job.recovery_layout:
+            frame, layout = repartition_for_recovery(frame, tasks)
+            job = job.laid_out(layout)
+        return job, frame
+
+    def _laid_out(self, job: BatchJob, frame: DataFrame, shape: FrameShape, tasks: int) -> DataFrame:
         """The job's frame in `tasks` write tasks: by (stream, key) for ordered upserts, else narrowed."""
-        out = job.frame
+        out = frame
         if not job.plan.fixed_layout:  # a replay's layout wins
             if self.partition_by_key or ORDER in out.columns:
                 keys = [STREAM_COLUMN, KEY] if self.routing.routed else [KEY]

@@ -31,7 +31,7 @@ from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan, newest_tokens
 from s2_sink._exactly_once.roll_call import RollCall
-from s2_sink._exactly_once.takeover import check_destination, take_over
+from s2_sink._exactly_once.takeover import check_destination, check_not_lost, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
@@ -205,7 +205,10 @@ class Coordinator:
             predecessor=self.predecessor,
             cfg=self.cfg,
         )
-        return taken if taken is not None else state
+        if taken is not None:
+            return taken
+        await check_not_lost(basin, self.writer_id)
+        return state
 
     def roll_call(self) -> RollCall:
         """Where the tasks of the micro-batch about to begin sign in (no request: a task finds its

@@ -5,6 +5,10 @@ writers in one ``foreachBatch`` (Spark's "write to multiple locations") each kee
 named by the bare query id (before identities covered the destination) are taken over by the first writer of
 that query that finds its own ledger empty (`Coordinator`).
 
+`session_facts` is the Spark adapter: it reads what exactly-once needs of the ``foreachBatch`` call's session
+(speculation, query id, run id, Spark Connect) into a plain `SessionFacts`, so the delivery mode itself runs
+without Spark (the simulation in tests/sim drives it with facts of its own).
+
 The query id comes from (``sql.streaming.queryId`` local property, set by Spark
 on the thread that runs ``foreachBatch``; stable across restarts because it comes from the checkpoint's
 ``metadata``), like Delta's ``txnAppId``. ``writer_id`` overrides it. Under Spark Connect the function
@@ -20,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 from urllib.parse import urlparse
 
@@ -30,10 +35,13 @@ from s2_sink.errors import ConfigError
 __all__ = [
     "QUERY_ID_PROPERTY",
     "RUN_ID_PROPERTY",
+    "SessionFacts",
     "check_no_speculation",
     "query_id_from_checkpoint",
     "query_run_id",
     "resolve_identity",
+    "session_facts",
+    "speculation_refused",
     "validate_writer_id",
     "writer_identity",
 ]
@@ -118,10 +126,10 @@ class Identity(NamedTuple):
     predecessor: str | None
 
 
-def writer_identity(explicit: str | None, spark: Any, destination: str) -> Identity:
+def writer_identity(explicit: str | None, query_id: str | None, destination: str) -> Identity:
     """The identity of an `S2Writer` writing to ``destination``: the explicit ``writer_id``, else the query
     id and a hash of the destination. ConfigError when neither can be had."""
-    writer_id, query_id = resolve_identity(explicit, spark)
+    writer_id = _chosen_id(explicit, query_id)
     if explicit is not None:
         return Identity(writer_id, query_id, None)
     dest = hashlib.sha256(destination.encode()).hexdigest()[:8]
@@ -133,15 +141,19 @@ def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]
     if explicit is not None:
         validate_writer_id(explicit)
     query_id = _query_id(spark)
+    return _chosen_id(explicit, query_id), query_id
+
+
+def _chosen_id(explicit: str | None, query_id: str | None) -> str:
     if explicit is not None:
-        return explicit, query_id
+        return validate_writer_id(explicit)
     if query_id is None:
         raise ConfigError(
             "delivery='exactly-once' needs a stable writer identity: the streaming query id is not "
             "available here (Spark Connect, or the writer was called outside foreachBatch). Pass "
             "writer_id='<a name unique to this query, kept across restarts>' to S2Writer"
         )
-    return query_id, query_id
+    return query_id
 
 
 def check_no_speculation(spark: Any) -> None:
@@ -149,6 +161,20 @@ def check_no_speculation(spark: Any) -> None:
 
     A setting that cannot be read is refused too: exactly-once cannot tell that speculation is off.
     """
+    if _speculation_on(spark):
+        raise speculation_refused()
+
+
+def speculation_refused() -> ConfigError:
+    """The error for ``spark.speculation=true`` under exactly-once."""
+    return ConfigError(
+        "delivery='exactly-once' does not support speculative execution (spark.speculation=true): "
+        "a speculative copy of a task appends the same records concurrently with the original. Set "
+        "spark.speculation=false for this query, or use delivery='at-least-once'"
+    )
+
+
+def _speculation_on(spark: Any) -> bool:
     try:
         value = str(spark.conf.get("spark.speculation", "false")).strip().lower()
     except _SPARK_ERRORS as exc:
@@ -158,12 +184,40 @@ def check_no_speculation(spark: Any) -> None:
             "records concurrently with the original. Fix the session's connection to Spark, or use "
             "delivery='at-least-once'"
         ) from exc
-    if value == "true":
-        raise ConfigError(
-            "delivery='exactly-once' does not support speculative execution (spark.speculation=true): "
-            "a speculative copy of a task appends the same records concurrently with the original. Set "
-            "spark.speculation=false for this query, or use delivery='at-least-once'"
-        )
+    return value == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """What exactly-once needs of the session that calls ``foreachBatch``, as plain values."""
+
+    query_id: str | None
+    """The streaming query id (None: not readable here, e.g. Spark Connect)."""
+    run_id: str | None
+    """The id of this start of the query (None where the runtime does not expose it)."""
+    connect: bool = False
+    """A Spark Connect session: one start of the query per Python process."""
+    speculation: bool = False
+    """``spark.speculation=true`` (exactly-once refuses it)."""
+
+
+def session_facts(spark: Any) -> SessionFacts:
+    """Read `SessionFacts` off a SparkSession (ConfigError where a fact cannot be read). With speculation on,
+    nothing else is read: the write is refused for that first."""
+    connect = _is_connect(spark)
+    if _speculation_on(spark):
+        return SessionFacts(None, None, connect, speculation=True)
+    query_id = _query_id(spark)
+    return SessionFacts(query_id, query_run_id(spark, query_id), connect)
+
+
+def _is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session (it has no SparkContext)."""
+    try:
+        spark.sparkContext  # noqa: B018 - the property raises under Spark Connect
+    except (AttributeError, NotImplementedError):  # 4.x raises the one, 3.5 the other
+        return True
+    return False
 
 
 def _local_dir(location: str) -> str | None:

@@ -42,6 +42,7 @@ from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.roll_call import RollCall
+from s2_sink._exactly_once.takeover import check_not_lost
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
@@ -203,6 +204,8 @@ async def _open(
     it, so a commit leaves nothing in flight (docs/exactly-once.md, format("s2"))."""
     coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
     before = await coord.load()
+    if before.kind == "none":  # a new writer, or one whose ledger was deleted (then it stops)
+        await check_not_lost(get_pool().client(cfg).basin(cfg.basin), writer_id)
     _check_driver_identity(before, writer_id, query_id)
     token = await coord.open_run("batch")
     opened, tail = coord.ledger_position()

@@ -17,10 +17,13 @@ for its predecessor:
 - several found: `WriterConflictError` listing them (name the writer explicitly);
 - none, but where a query id is unknown (Spark Connect) a ledger with the same destination has a batch in
   flight: `WriterConflictError` naming both writer ids and the fix;
-- otherwise a new writer.
+- otherwise a new writer — unless its own task attempts' sign-in registers exist (`check_not_lost`): only
+  a started writer has them, so its ledger was deleted or recreated empty. What it committed and left half
+  written is gone with it, so the writer stops (`CommitError` naming the registers and the fix) rather than
+  write again what Spark replays.
 
-Cost: only at the first start of an identity whose ledger is empty: one listing of the basin's ledgers and one
-read of each ledger's last state.
+Cost: only at the first start of an identity whose ledger is empty: one listing of the basin's ledgers, one
+read of each ledger's last state, and one listing of the identity's registers.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from dataclasses import replace
 from s2_sdk import S2Basin
 
 from s2_sink._exactly_once.fencing import writer_hash
-from s2_sink._exactly_once.ledger import LEDGER_PREFIX, Ledger, LedgerState
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX, Ledger, LedgerState, ledger_stream_name
+from s2_sink._exactly_once.roll_call import REGISTER_PREFIX
 from s2_sink.config import S2Config
-from s2_sink.errors import WriterConflictError
+from s2_sink.errors import CommitError, WriterConflictError
 
-__all__ = ["check_destination", "take_over"]
+__all__ = ["check_destination", "check_not_lost", "take_over"]
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +153,20 @@ def check_destination(state: LedgerState, writer_id: str, destination: str | Non
         f"{destination}: two writers cannot share a writer_id. Give each its own writer_id, or none (the "
         "default identity covers the destination)"
     )
+
+
+async def check_not_lost(basin: S2Basin, writer_id: str) -> None:
+    """Refuse an identity whose ledger is empty while its sign-in registers exist (CommitError): its ledger
+    was deleted or recreated empty, and with it what it committed, so a batch Spark replays would be written
+    again and a half-written one would not be read back (see module docstring)."""
+    prefix = f"{REGISTER_PREFIX}{writer_id}/"
+    async for info in basin.list_all_streams(prefix=prefix):
+        if info.name[len(prefix) :].isdigit():  # a partition's register, not another writer id's below
+            raise CommitError(
+                f"exactly-once: the ledger of writer_id {writer_id!r} ({ledger_stream_name(writer_id)}) "
+                f"is empty, but its task attempts' sign-in registers ({prefix}...) exist: the ledger was "
+                "deleted or recreated empty, and with it which micro-batches were committed or left half "
+                "written. The writer stops rather than write a batch Spark replays a second time. To go on, "
+                "accepting that the batches in flight around the loss may be written twice, delete the "
+                f"streams under {prefix} and restart the query"
+            )

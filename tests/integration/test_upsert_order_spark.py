@@ -107,11 +107,12 @@ def test_replay_after_a_dead_run_keeps_each_keys_order(
     stream is its eight changes in pos order, each once."""
     cfg = _cfg(lite, basin, "cdc")
     dead = S2Writer(cfg, _encoder(), writer_id="w")
-    job = dead.mode.prepare(0, dead.frame(_split(spark, CHANGES, 5, 2)), tasks=2)
-    assert job is not None
+    prepared = dead._prepare(0, dead.frame(_split(spark, CHANGES, 5, 2)), tasks=2)
+    assert prepared is not None
+    job, frame = prepared
     prefix = [c for c in CHANGES if c[0] in KEYS[:3] and c[3] < 500]
-    survivors = job.frame.filter(job.frame["_s2_order"]["o0"] < 500).filter(
-        job.frame["_s2_key"].isin(*[orjson.dumps({"k": k}) for k in KEYS[:3]])
+    survivors = frame.filter(frame["_s2_order"]["o0"] < 500).filter(
+        frame["_s2_key"].isin(*[orjson.dumps({"k": k}) for k in KEYS[:3]])
     )
     laid = sort_changes(survivors.repartition("_s2_key"))
     laid.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()  # then the driver dies: no commit

@@ -130,11 +130,12 @@ def test_a_dead_runs_small_batch_is_replayed_from_the_driver_exactly_once(
     cfg = cfg_for(lite, basin, create_streams=True, batch_max_records=20)
     dead = S2Writer(cfg, writer_id="dead-driver")
     frame = dead.frame(rows_df(spark, 600, partitions=3))
-    job = dead.mode.prepare(0, frame, tasks=1)
-    assert job is not None
+    prepared = dead._prepare(0, frame, tasks=1)
+    assert prepared is not None
+    job, frame = prepared
     dead._create_known_streams()
-    half = collect_arrow(job.frame.coalesce(1)).slice(0, 300)
-    write_on_driver(job, pa.Table.from_batches(half.to_batches()))  # then the driver dies: no commit
+    half = collect_arrow(frame.coalesce(1)).slice(0, 300)
+    write_on_driver(job, frame, pa.Table.from_batches(half.to_batches()))  # then the driver dies: no commit
     assert len(_ids(lite, basin)) == 300
 
     replay = S2Writer(cfg, writer_id="dead-driver")

@@ -30,7 +30,7 @@ from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.tags import find_tag, strip_tag
 from s2_sink._write.task.dead_letters import DLQ_BATCH, DLQ_ERROR, DLQ_PARTITION, DLQ_ROW_HASH, DLQ_TARGET
 from s2_sink.lite._store import Store
-from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, change_order, key_of
+from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, SINGLE_STREAM, Row, Scenario, change_order, key_of
 
 __all__ = [
     "LEDGER_RECORDS_BOUND",
@@ -78,8 +78,12 @@ def expected(scenario: Scenario, store: Store | None = None) -> list[Counter[Con
     a deletion of their stream took away."""
     gone = GONE.get(store, {}) if store is not None else {}
     out: list[Counter[Content]] = []
-    for b, rows in enumerate(scenario.batches):
-        records = (_record_of(scenario, b, r) for r in rows)
+    for b in range(max(len(scenario.batches), len(scenario.shared))):
+        rows = scenario.batches[b] if b < len(scenario.batches) else ()
+        rows += scenario.shared[b] if b < len(scenario.shared) else ()  # shared-writer: the other query's
+        records = [_record_of(scenario, b, r) for r in rows]
+        if scenario.second == "mirror":  # the second writer: every good row to its one stream
+            records += [_content(MIRROR_STREAM, r.headers, r.body) for r in rows if r.error is None]
         out.append(Counter(c for c in records if b > gone.get(c[0], -1)))
     return out
 

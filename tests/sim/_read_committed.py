@@ -18,7 +18,7 @@ from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_
 from s2_sink._exactly_once.tags import find_tag, strip_tag
 from s2_sink.lite._store import Store
 from tests.sim._invariants import Content, Violation, _content, _show, expected
-from tests.sim._scenario import Scenario
+from tests.sim._scenario import MIRROR_STREAM, OTHER_PREFIX, OTHER_QUERY_ID, Scenario
 
 __all__ = ["ReadCommittedWatch", "check_read_committed", "committed_ends"]
 
@@ -69,9 +69,13 @@ def _prefix(store: Store, basin: str, stream: str, end: int) -> dict[int, Counte
     return out
 
 
-def check_read_committed(store: Store, basin: str, scenario: Scenario) -> None:
+def check_read_committed(
+    store: Store, basin: str, scenario: Scenario, mirror_ledger: str | None = None
+) -> None:
     """For every ledger and every data stream: the records below the ledger's committed end are those of
-    batches ``<= committed``, each batch's exactly once (``R(b, s)``), nothing of a later batch."""
+    batches ``<= committed``, each batch's exactly once (``R(b, s)``), nothing of a later batch. In
+    ``several-writers``, `mirror_ledger` (the second writer's) answers for `MIRROR_STREAM` alone, every
+    other ledger for every other stream; in ``shared-writer``, each query's ledger for its own streams."""
     streams = store.basin(basin).streams
     want = expected(scenario, store)
     for name in sorted(streams):
@@ -82,6 +86,11 @@ def check_read_committed(store: Store, basin: str, scenario: Scenario) -> None:
             continue
         committed, ends = found
         data = {s for s in streams if not s.startswith("_s2sink/")} | set(ends)
+        if scenario.second == "mirror":
+            data = {MIRROR_STREAM} if name == mirror_ledger else data - {MIRROR_STREAM}
+        if scenario.shared:  # each query's ledger answers for its own streams
+            other = name.startswith(LEDGER_PREFIX + OTHER_QUERY_ID)
+            data = {s for s in data if s.startswith(OTHER_PREFIX) == other}
         for stream in sorted(data):
             end = ends.get(stream, 0)
             seen = _prefix(store, basin, stream, end) if stream in streams and end > 0 else {}
@@ -104,8 +113,11 @@ def check_read_committed(store: Store, basin: str, scenario: Scenario) -> None:
 class ReadCommittedWatch:
     """Checks `check_read_committed` whenever a stream's tail moved since the last check."""
 
-    def __init__(self, store: Store, basin: str, scenario: Scenario) -> None:
+    def __init__(
+        self, store: Store, basin: str, scenario: Scenario, mirror_ledger: str | None = None
+    ) -> None:
         self.store, self.basin, self.scenario = store, basin, scenario
+        self.mirror_ledger = mirror_ledger
         self._last: tuple[tuple[str, int, int], ...] = ()
         self.checks = 0
 
@@ -119,4 +131,4 @@ class ReadCommittedWatch:
             return
         self._last = now
         self.checks += 1
-        check_read_committed(self.store, self.basin, self.scenario)
+        check_read_committed(self.store, self.basin, self.scenario, self.mirror_ledger)

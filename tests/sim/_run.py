@@ -18,8 +18,9 @@ from tests.sim._invariants import (
 )
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._read_committed import ReadCommittedWatch, check_read_committed
-from tests.sim._scenario import Profile, Row, Scenario
+from tests.sim._scenario import OTHER_QUERY_ID, Profile, Row, Scenario
 from tests.sim._scheduler import Scheduler
+from tests.sim._sink_front import task_contexts
 from tests.sim._spark import BASIN, Query
 
 __all__ = ["Outcome", "run_schedule"]
@@ -73,7 +74,8 @@ def run_schedule(seed: int, profile: Profile = "default", delivery: Delivery = "
     level = logger.level
     logger.setLevel(logging.CRITICAL)  # thousands of schedules of retries and restarts: quiet, and faster
     try:
-        return _run(seed, profile, delivery)
+        with task_contexts():
+            return _run(seed, profile, delivery)
     finally:
         logger.setLevel(level)
 
@@ -85,13 +87,16 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
     sched = Scheduler(seed)
     service = MemoryService(sched, BASIN)
     query = Query(scenario, sched, service, delivery)
+    other = Query(scenario, sched, service, delivery, other=query) if scenario.shared else None
     sched.policy = query.policy
     if delivery == "exactly-once":
-        sched.observe = ReadCommittedWatch(service.store, BASIN, scenario)
+        sched.observe = ReadCommittedWatch(service.store, BASIN, scenario, query.mirror_ledger)
     violation: str | None = None
     duplicates = 0
     try:
         query.start()
+        if other is not None:
+            other.start()
         sched.run()
         sched.join_threads()
         for actor in sched.actors:
@@ -101,8 +106,12 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
             if not query.finished:
                 raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
             duplicates = duplicates_untagged(service.store, BASIN, scenario)
+        elif other is not None and not other.finished:
+            raise Violation(
+                f"{OTHER_QUERY_ID} never completed; its last run failed with {other.last_failure}"
+            )
         elif query.finished:
-            check_batches(service.store, BASIN, scenario, len(scenario.batches) - 1)
+            check_batches(service.store, BASIN, scenario, len(scenario.batches) + len(scenario.shared))
             check_upsert_order(service.store, BASIN, scenario)
         elif query.refused is not None:
             check_batches(service.store, BASIN, scenario, query.ledger_committed)
@@ -111,7 +120,7 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
             raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
         check_ledger(service.store, BASIN)
         if delivery == "exactly-once":
-            check_read_committed(service.store, BASIN, scenario)
+            check_read_committed(service.store, BASIN, scenario, query.mirror_ledger)
     except AssertionError as exc:
         violation = f"{type(exc).__name__}: {exc}"
     finally:

@@ -16,9 +16,21 @@ from typing import Literal
 import pyarrow as pa
 
 from s2_sink._write.driver.routing import STREAM_COLUMN
-from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
+from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE, PAYLOAD
 
-__all__ = ["PROFILES", "Profile", "Row", "Scenario", "change_order", "compacted", "frame_of", "key_of"]
+__all__ = [
+    "MIRROR_STREAM",
+    "OTHER_PREFIX",
+    "OTHER_QUERY_ID",
+    "PROFILES",
+    "Profile",
+    "Row",
+    "Scenario",
+    "change_order",
+    "compacted",
+    "frame_of",
+    "key_of",
+]
 
 Profile = Literal[
     "default",
@@ -31,6 +43,10 @@ Profile = Literal[
     "cleared-fence",
     "recreated",
     "retry-readback",
+    "several-writers",
+    "shared-writer",
+    "foreign-writer",
+    "ledger-reset",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -43,6 +59,10 @@ PROFILES: tuple[Profile, ...] = (
     "cleared-fence",
     "recreated",
     "retry-readback",
+    "several-writers",
+    "shared-writer",
+    "foreign-writer",
+    "ledger-reset",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -62,11 +82,27 @@ its barrier on (``s2-sink fences clear``), while the superseded attempt may stil
 ``default`` (at least two batches) where a target stream batch 0 wrote is deleted once batch 0 commits and
 a later batch creates it again, empty. ``retry-readback`` is ``task-zombies`` with two to six rows a batch:
 a lost attempt often ends before its retry's barrier, and the retry drops all it would write, so only the
-read-back end it reports covers the batch's records in the stream."""
+read-back end it reports covers the batch's records in the stream. ``several-writers`` is ``default`` through
+``foreachBatch`` with a function that calls a second `S2Writer` after the query's own: one to another
+destination (`MIRROR_STREAM`, half the schedules), the same object again, or another object with the same
+destination (a quarter each, with Spark's run id known, as classic Spark's job group gives it).
+``shared-writer`` runs two concurrent ``foreachBatch`` queries (`OTHER_QUERY_ID` too) with one `S2Writer`
+object (a stream column, no dead letters: each query's rows go to streams of its own), their batches
+interleaved, each restarted in the same process with the same object after a failure. ``foreign-writer``
+is ``default`` (both front doors) with another exactly-once identity fencing a stream the query writes to:
+as soon as it holds a record, or once the first micro-batch is committed (`foreign_after_commit`, half the
+schedules). ``ledger-reset`` is ``default`` (at least two batches) whose first driver run dies right after
+its ledger commit of batch 0 (before Spark's, half the schedules) or right after Spark's, and whose ledger
+stream is deleted before the query starts again (an operator, or ``delete_on_empty`` on the basin)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
 SINGLE_STREAM = "events"
 DLQ_STREAM = "dead"
+OTHER_QUERY_ID = "query-2"
+"""``shared-writer``: the second query's id; its rows go to streams named ``q2-...``."""
+OTHER_PREFIX = "q2-"
+MIRROR_STREAM = "mirror"
+"""``several-writers``: the second writer's stream (every good row of every batch, once)."""
 KEY = b"@key"
 ACTION = b"@action"
 
@@ -116,6 +152,14 @@ class Scenario:
     input."""
     changes: tuple[tuple[Row, ...], ...] = ()
     """With `compact`, every batch's changes before compaction (what the encoder was given)."""
+    shared: tuple[tuple[Row, ...], ...] = ()
+    """``shared-writer``: the micro-batches of the other query (`OTHER_QUERY_ID`)."""
+    reset_after_spark: bool = False
+    """``ledger-reset``: the first run dies after Spark's commit of batch 0 (else right before it)."""
+    foreign_after_commit: bool = False
+    """``foreign-writer``: the other identity fences a stream only once the first micro-batch is committed."""
+    second: Literal["", "mirror", "same object", "same destination"] = ""
+    """``several-writers``: what the ``foreachBatch`` function calls after the query's writer."""
     bulk: bool = True
     """The tasks append on the bulk path (``S2Config.bulk_append``, the default: serialized messages on
     S2S sessions of their own), else on the SDK's record path (its ``AppendSession``); three in four
@@ -131,6 +175,30 @@ class Scenario:
             base = cls.draw(seed)
             return replace(
                 base, profile="recreated", batches=base.batches * 2 if len(base.batches) < 2 else base.batches
+            )
+        if profile == "ledger-reset":
+            base = cls.draw(seed)
+            batches = base.batches * 2 if len(base.batches) < 2 else base.batches
+            after_spark = random.Random(f"ledger-reset-{seed}").random() < 0.5
+            return replace(base, profile="ledger-reset", batches=batches, reset_after_spark=after_spark)
+        if profile == "foreign-writer":
+            base = cls.draw(seed)
+            after = random.Random(f"foreign-writer-{seed}").random() < 0.5
+            return replace(base, profile="foreign-writer", foreign_after_commit=after)
+        if profile == "shared-writer":
+            return cls._draw_shared(seed)
+        if profile == "several-writers":
+            base = cls.draw(seed)
+            pick = random.Random(f"several-writers-{seed}").random()
+            second: Literal["mirror", "same object", "same destination"] = (
+                "mirror" if pick < 0.5 else "same object" if pick < 0.75 else "same destination"
+            )
+            return replace(
+                base,
+                profile="several-writers",
+                front="writer",
+                second=second,
+                run_id_known=base.run_id_known or second != "mirror",
             )
         if profile == "renamed":
             base = cls.draw(seed)
@@ -168,6 +236,39 @@ class Scenario:
             max_faults=rng.randint(1, 5),
             max_restarts=rng.randint(1, 3),
             bulk=_bulk(rng),
+        )
+
+    @classmethod
+    def _draw_shared(cls, seed: int) -> Scenario:
+        """``shared-writer``: the default draw, routed by a stream column without dead letters, and the
+        other query's batches of the same shape to its own streams."""
+        base = cls.draw(seed)
+        rng = random.Random(f"shared-writer-{seed}")
+        upsert = base.upsert
+
+        def batches(prefix: str) -> tuple[tuple[Row, ...], ...]:
+            count = rng.choices((1, 2, 3), weights=(30, 45, 25))[0]
+            return tuple(
+                tuple(
+                    replace(r, stream=prefix + (r.stream or "")[2:])
+                    for r in (
+                        _row(rng, routed=True, shards=None, dlq=False, upsert=upsert)
+                        for _ in range(rng.randint(1, 5))
+                    )
+                )
+                for _ in range(count)
+            )
+
+        return replace(
+            base,
+            profile="shared-writer",
+            front="writer",
+            routed=True,
+            shards=None,
+            dlq=False,
+            batches=batches("r-"),
+            shared=batches(OTHER_PREFIX),
+            fault_rate=max(base.fault_rate, 0.05),
         )
 
     @classmethod
@@ -242,7 +343,10 @@ class Scenario:
         kinds = [self.front, routing, "bulk appends" if self.bulk else "record appends"]
         kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
         kinds += ["order_by"] * self.order_by + ["compact"] * self.compact
+        kinds += [f"then S2Writer: {self.second}"] * bool(self.second)
         rows = "/".join(str(len(b)) for b in self.batches)
+        if self.shared:
+            rows += f" and {OTHER_QUERY_ID}'s " + "/".join(str(len(b)) for b in self.shared)
         return (
             f"seed {self.seed} [{self.profile}]: {', '.join(kinds)}; rows per batch {rows}; "
             f"shuffle partitions {self.shuffle_partitions}; {self.batch_max_records} records per append; "
@@ -311,13 +415,19 @@ def compacted(changes: tuple[Row, ...]) -> tuple[Row, ...]:
     return tuple(survivors)
 
 
-def frame_of(rows: list[Row], *, routed: bool, dlq: bool) -> pa.RecordBatch:
-    """The record frame of one partition, as the writer's encoder would hand it to the tasks."""
-    return _frame(tuple(rows), routed, dlq)
+def frame_of(
+    rows: list[Row], *, routed: bool, dlq: bool, payload: bool = False, stream_column: str = STREAM_COLUMN
+) -> pa.RecordBatch:
+    """The record frame of one partition, as the writer's encoder would hand it to the tasks: with
+    `payload`, a bad row's original payload (`S2Writer`'s frame under ``on_error="dlq"``; the row's body
+    stands for its JSON); the target stream in `stream_column` when `routed`."""
+    return _frame(tuple(rows), routed, dlq, payload, stream_column)
 
 
 @functools.lru_cache(maxsize=4096)
-def _frame(rows: tuple[Row, ...], routed: bool, dlq: bool) -> pa.RecordBatch:
+def _frame(
+    rows: tuple[Row, ...], routed: bool, dlq: bool, payload: bool, stream_column: str
+) -> pa.RecordBatch:
     # Cached (frames are immutable): retries, replays and other seeds' small partitions repeat, and
     # building Arrow arrays from Python lists was a tenth of a schedule's time.
     columns: dict[str, pa.Array] = {BODY: pa.array([r.body for r in rows], pa.binary())}
@@ -326,6 +436,8 @@ def _frame(rows: tuple[Row, ...], routed: bool, dlq: bool) -> pa.RecordBatch:
         columns[HEADERS] = pa.array(headers, HEADERS_ARROW_TYPE)
     if dlq:
         columns[ERROR] = pa.array([r.error for r in rows], pa.string())
+        if payload:
+            columns[PAYLOAD] = pa.array([r.body if r.error else None for r in rows], pa.binary())
     if routed:
-        columns[STREAM_COLUMN] = pa.array([r.stream for r in rows], pa.string())
+        columns[stream_column] = pa.array([r.stream for r in rows], pa.string())
     return pa.record_batch(columns)

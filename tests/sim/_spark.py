@@ -1,9 +1,11 @@
 """A model of what Spark does around the writer: driver runs, stages, task attempts, retries, restarts.
 
-It replaces Spark's scheduling and shuffles (the environment), never the writer: each driver run calls
-the real driver side (`Coordinator.begin_batch`/`commit_batch` as `S2Writer`'s exactly-once mode does,
-or `open_sink_run`/`SinkRun.plan_batch`/`commit_sink_run` for ``format("s2")``), and each task attempt
-runs the real `write_partition` with the plan's tagger, token keeper and dedupe hook.
+It replaces Spark's scheduling and shuffles (the environment), never the writer: each driver run drives
+the front door's own driver side — the delivery mode a real `S2Writer` holds (``writer.mode.prepare`` with
+the facts `session_facts` reads off a modelled session, then ``writer.mode.commit``: identity, claims,
+take-overs, one coordinator per query and the ledger commit all run for real; the sim applies the Python
+twin of the recovery layout the job asks for), or for ``format("s2")`` the real streaming writer — and
+each task attempt runs the real `write_partition` with the plan's tagger, token keeper and dedupe hook.
 
 Spark's behaviour modelled (each a source of faults the scheduler may pick):
 
@@ -27,57 +29,52 @@ Spark's behaviour modelled (each a source of faults the scheduler may pick):
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
-
-import pyarrow as pa
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import sink_run as _sink_run
-from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, writer_identity
-from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
-from s2_sink._exactly_once.task import plan_with_layout
+from s2_sink._exactly_once.identity import writer_identity
+from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
-from s2_sink._write.driver.metrics import aggregate
-from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext, WritePlan
-from s2_sink._write.spec import Delivery, WriteSpec
-from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.driver import exactly_once as _exactly_once_mode
+from s2_sink._write.plan import PartitionContext
+from s2_sink._write.spec import Delivery
 from s2_sink.config import S2Config
-from s2_sink.encoders._change_order import sorted_indices
-from s2_sink.encoders._frame import BODY, HEADERS
 from s2_sink.errors import ReplayMismatchError
-from s2_sink.writer import _ensure_streams
+from s2_sink.writer import S2Writer
+from tests.sim._foreign import spawn_foreign_fencer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
-from tests.sim._scenario import DLQ_STREAM, SINGLE_STREAM, Row, Scenario, frame_of
-from tests.sim._scheduler import Actor, Op, Scheduler, Verdict
-from tests.sim._session import Session
+from tests.sim._partitioning import split
+from tests.sim._refusals import QueryFailed, accepted_refusal
+from tests.sim._scenario import (
+    OTHER_QUERY_ID,
+    SINGLE_STREAM,
+    Row,
+    Scenario,
+)
+from tests.sim._scheduler import Actor, Op, Scheduler, SimCrash, Verdict
+from tests.sim._sink_front import SinkFront
+from tests.sim._writer_front import WriterFront
 
 __all__ = ["BASIN", "Query"]
 
 BASIN = "simulated-basin"
 QUERY_ID = "query-1"
-WRITER_ID = QUERY_ID  # the default identity: the streaming query id
 _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
 
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
 
 
-class QueryFailed(Exception):
-    """Spark gave up on the micro-batch (a task failed too often): the query stops with an error."""
-
-
-class Query:
+class Query(WriterFront):
     """One streaming query over the scenario's micro-batches, started again after every failure."""
 
     def __init__(
@@ -86,8 +83,22 @@ class Query:
         sched: Scheduler,
         service: MemoryService,
         delivery: Delivery = "exactly-once",
+        *,
+        other: Query | None = None,
     ) -> None:
         self.sc = scenario
+        """What this query writes (``shared-writer``'s second query: the scenario's `Scenario.shared`)."""
+        self.check = scenario
+        """What the invariants check: every query's rows."""
+        self.query_id = QUERY_ID
+        self.other = other
+        """``shared-writer``: the other query, which shares this one's `S2Writer` object."""
+        self.prefix = ""
+        """Before this query's actor names (the second query's: ``q2.``)."""
+        if other is not None:
+            self.sc = replace(scenario, seed=scenario.seed + 1_000_000, batches=scenario.shared, shared=())
+            self.query_id, self.prefix = OTHER_QUERY_ID, "q2."
+            other.other = self
         self.delivery = delivery
         self.sched = sched
         self.service = service
@@ -109,36 +120,41 @@ class Query:
             request_timeout_ms=600_000,
             session_idle_timeout_ms=3_600_000,
         )
-        routing = Routing.build(
-            stream=self.cfg.stream,
-            stream_column="target" if scenario.routed and not scenario.shards else None,
-            shards=scenario.shards,
-        )
-        self.spec = WriteSpec.build(
-            self.cfg,
-            routing,
-            on_error="dlq" if scenario.dlq else "fail",
-            dlq_stream=DLQ_STREAM if scenario.dlq else None,
-            delivery=delivery,
-        )
+        self.sink = SinkFront(self.cfg, scenario, self.query_id) if scenario.front == "sink" else None
         self.pools: list[SessionPool] = []
         self.spark_committed = -1
         """The last batch in Spark's checkpoint (``commits/N``): a restart replays from the next."""
         self.ledger_committed = -1
         self.finished = False
         self.refused: str | None = None
-        """A documented refusal that stops the query for good (``format("s2")``'s ReplayMismatchError)."""
+        """A documented refusal that stopped the query for good (`accepted_refusal`)."""
         self.last_failure = ""
         self.faults = 0
         self.zombie_steps = 0
         self.runs = 0
         self.task_ids = 0
         self.stage_ids = 0
-        self.coordinator: Coordinator | None = None
+        self.writer: S2Writer | None = None
+        """The ``foreachBatch`` function's `S2Writer` (kept by a restart in the same process, same writer)."""
+        self.second: S2Writer | None = None
+        """``several-writers``: the writer the function calls second (`_second_writer`)."""
+        mirror = self._second_writer() if scenario.second == "mirror" else None
+        self.mirror_ledger = None
+        """The ledger of the second writer's identity, when it writes to another destination."""
+        if mirror is not None:
+            ident = writer_identity(None, QUERY_ID, mirror.spec.destination())
+            self.mirror_ledger = ledger_stream_name(ident.writer_id)
         self.writer_name: str | None = None
         """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
+        self.reset_pending = False
+        """``ledger-reset``: the ledger stream is deleted before the next start."""
         self.session_ops: Counter[int] = Counter()
         """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
+        if scenario.shared:  # one object for both queries, created in their one process
+            self.writer = other.writer if other is not None else self._new_writer()
+
+    def _note(self, text: str) -> None:
+        self.sched.note(f"{self.prefix}{text}")
 
     # -- faults ------------------------------------------------------------------------------------------
 
@@ -214,10 +230,14 @@ class Query:
     # -- runs --------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._new_process()
+        if self.other is None or self.prefix == "":
+            self._new_process()
         self._spawn_run("new process")
         if self.sc.profile == "cleared-fence":
             spawn_fence_clearer(self.sched, self.service, self.cfg)
+        if self.sc.profile == "foreign-writer":
+            after = self.sc.foreign_after_commit
+            spawn_foreign_fencer(self.sched, self.service, self.cfg, lambda: self.ledger_committed, after)
         if self.sc.profile == "recreated":
             later = [r.stream for b in self.sc.batches[1:] for r in b if r.stream is not None]
             first = {r.stream for r in self.sc.batches[0]}
@@ -231,15 +251,17 @@ class Query:
         install_pool(pool)
         _bookkeeping_streams.forget_all()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
-        self.coordinator = None
+        _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches
+        if not self.sc.shared:
+            self.writer = None
         self.task_ids = 0
 
     def _spawn_run(self, shape: Shape) -> None:
         run = self.runs
         self.runs += 1
         calm = run >= self.sc.max_restarts
-        self.sched.note(f"driver run {run} starts ({shape}{', no faults' if calm else ''})")
-        self.sched.spawn(f"driver{run}", "driver", lambda: self._driver(run, calm), calm=calm)
+        self._note(f"driver run {run} starts ({shape}{', no faults' if calm else ''})")
+        self.sched.spawn(f"{self.prefix}driver{run}", "driver", lambda: self._driver(run, calm), calm=calm)
 
     def _driver(self, run: int, calm: bool) -> None:
         try:
@@ -248,12 +270,13 @@ class Query:
             else:
                 self._sink_run(run, calm)
             self.finished = True
-        except ReplayMismatchError as exc:
-            self.refused = str(exc)
-            self.sched.note(f"driver run {run}: the replay is refused (ReplayMismatchError)")
         except BaseException as exc:
+            if accepted_refusal(self.sc, exc):
+                self.refused = f"{type(exc).__name__}: {exc}"
+                self._note(f"driver run {run}: refused ({self.refused[:200]})")
+                return
             self.last_failure = f"{type(exc).__name__}: {exc}"
-            self.sched.note(f"driver run {run} fails: {self.last_failure[:200]}")
+            self._note(f"driver run {run} fails: {self.last_failure[:200]}")
             if not calm and not isinstance(exc, Violation):
                 self._restart()
             raise
@@ -262,17 +285,43 @@ class Query:
         shapes: list[Shape] = ["new process", "same process, same writer", "same process, new writer"]
         if self.sc.front == "sink":
             shapes = ["new process", "same process, new writer"]
+        if self.other is not None:  # the other query runs on in the process, with the shared object
+            shapes = ["same process, same writer"]
         shape = shapes[self.sched.rng.randrange(len(shapes))]
+        if self.reset_pending:
+            self._delete_ledgers()
+            shape = "new process"
         if self.sc.profile == "renamed" and shape != "same process, same writer":
             # A notebook restarts the query from its checkpoint with a writer_id spelled anew: the new
             # identity must take over what the old one left (issue 25 item 3).
             self.writer_name = f"renamed-{self.runs}"
-            self.sched.note(f"the restarted query's writer is S2Writer(writer_id={self.writer_name!r})")
+            self._note(f"the restarted query's writer is S2Writer(writer_id={self.writer_name!r})")
         if shape == "new process":
             self._new_process()
         elif shape == "same process, new writer":
-            self.coordinator = None
+            self.writer = None
         self._spawn_run(shape)
+
+    def _reset_point(self, run: int, batch: int, *, spark_committed: bool) -> None:
+        """``ledger-reset``: the first run's process dies here (after batch 0's ledger commit, before or after
+        Spark's); the restart finds the ledger stream deleted."""
+        if (self.sc.profile, run, batch, spark_committed) == (
+            "ledger-reset",
+            0,
+            0,
+            self.sc.reset_after_spark,
+        ):
+            self._note("driver run 0 stops; the ledger stream is deleted before the next start")
+            self.reset_pending = True
+            raise SimCrash()
+
+    def _delete_ledgers(self) -> None:
+        """The ledger streams are deleted (and the deletion completes) while the query is stopped."""
+        self.reset_pending = False
+        basin = self.service.store.basins[self.service.basin]
+        for name in [n for n in basin.streams if n.startswith(LEDGER_PREFIX)]:
+            self.service.store.delete_stream(self.service.basin, name)
+            basin.streams.pop(name, None)
 
     def _spark_commit(self, batch: int) -> None:
         self.sched.wait(Op("spark-commit", detail=f"batch {batch}"), lambda: True)
@@ -280,111 +329,47 @@ class Query:
 
     def _committed(self, batch: int) -> None:
         self.ledger_committed = max(self.ledger_committed, batch)
-        check_batches(self.service.store, BASIN, self.sc, self.ledger_committed)
-        check_upsert_order(self.service.store, BASIN, self.sc, self.ledger_committed)
+        upto = self.checked_upto()
+        check_batches(self.service.store, BASIN, self.check, upto)
+        check_upsert_order(self.service.store, BASIN, self.check, upto)
         check_ledger(self.service.store, BASIN)
 
-    # -- foreachBatch(S2Writer) ----------------------------------------------------------------------------
-
-    def _at_least_once_run(self, run: int, calm: bool) -> None:
-        """The control: ``S2Writer(delivery="at-least-once")`` under the same faults (no ledger, no tags)."""
-        for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            _runtime.run(_ensure_streams(self.cfg, self.spec.streams_to_create()))
-            self._stage(run, b, self._split(b, run), _writer_task(self.spec.plan(b), self.sc), calm)
-            self._spark_commit(b)
-
-    def _writer_run(self, run: int, calm: bool) -> None:
-        if self.delivery == "at-least-once":
-            self._at_least_once_run(run, calm)
-            return
-        # The identity and the run id as `ExactlyOnce.prepare` resolves them (its recovery repartition needs
-        # a JVM, so the coordinator is driven here with what prepare would give it).
-        spark = Session(QUERY_ID, f"run-{run}", self.sc.run_id_known)
-        check_no_speculation(spark)
-        ident = writer_identity(self.writer_name, spark, self.spec.destination())
-        spark_run = query_run_id(spark, ident.query_id)
-        if self.coordinator is None:
-            self.coordinator = Coordinator(
-                self.cfg,
-                ident.writer_id,
-                query_id=ident.query_id,
-                static_streams=self.spec.static_streams(),
-                destination=self.spec.destination(),
-                predecessor=ident.predecessor,
-            )
-        coord = self.coordinator
-        for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            _runtime.run(_ensure_streams(self.cfg, self.spec.streams_to_create()))  # as S2Writer does
-            epoch = coord.begin_batch(b, spark_run)
-            if epoch is None:
-                self.sched.note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
-            else:
-                plan = self.spec.plan(b, epoch)
-                parts = self._split(b, run)
-                if epoch.recovery:
-                    layout = RecoveryLayout(self.sc.shuffle_partitions, routed=self.sc.routed)
-                    parts = [self._in_change_order(p) for p in self._by_content(b, layout)]
-                    plan = plan_with_layout(plan, layout)
-                self.sched.note(f"driver run {run}: batch {b} epoch {epoch.token} recovery={epoch.recovery}")
-                results = self._stage(run, b, parts, _writer_task(plan, self.sc), calm)
-                coord.commit_batch(b, _ends(b, results))
-            self._committed(b)
-            self._spark_commit(b)
+    def checked_upto(self) -> int:
+        """The last batch whose rows are all written: committed by every query that has such a batch."""
+        if self.other is None:
+            return self.ledger_committed
+        queries = (self, self.other)
+        last = max(len(q.sc.batches) for q in queries) - 1
+        b = -1
+        while b < last and all(q.ledger_committed > b or b + 1 >= len(q.sc.batches) for q in queries):
+            b += 1
+        return b
 
     # -- format("s2") --------------------------------------------------------------------------------------
 
     def _sink_run(self, run: int, calm: bool) -> None:
+        """A start of ``df.writeStream.format("s2")``: per micro-batch execution, the real streaming writer
+        pickled for the tasks (which plans the execution), its ``write`` in every task attempt, and
+        ``commit`` (``abort`` when the job fails) on a writer created again (`SinkFront`)."""
+        sink = self.sink
+        assert sink is not None
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            opened = open_sink_run(self.cfg, WRITER_ID, QUERY_ID, self.spec.static_streams())
-            self.sched.note(f"driver run {run}: batch {b} execution epoch {opened.epoch}")
+            shipped, planned = sink.ship()
+            assert planned._run is not None
+            self._note(f"driver run {run}: batch {b} execution epoch {planned._run.epoch}")
             split_run = 0 if self.sc.same_split_on_replay else run
-            parts = self._split(b, split_run)
-            results = self._stage(run, b, parts, _sink_task(opened, self.spec, self.sc), calm)
-            commit_sink_run(self.cfg, WRITER_ID, opened, b, _ends(b, results), query_id=QUERY_ID)
+            parts = split(self.sc, b, split_run)
+            task = functools.partial(sink.write, shipped)
+            try:
+                messages = self._stage(run, b, parts, task, calm)
+            except (QueryFailed, ReplayMismatchError):
+                sink.abort(b, [])  # Spark aborts a failed write job (its finished tasks' messages)
+                raise
+            sink.commit(b, messages)
             self._committed(b)
+            self._reset_point(run, b, spark_committed=False)
             self._spark_commit(b)
-
-    # -- partitioning ---------------------------------------------------------------------------------------
-
-    def _split(self, batch: int, run: int) -> list[list[Row]]:
-        """How Spark splits the batch's rows in `run` (a replay may split them otherwise, SPARK-28650)."""
-        rng = random.Random(f"split-{self.sc.seed}-{run}-{batch}")
-        parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
-        for row in self.sc.batches[batch]:
-            parts[rng.randrange(len(parts))].append(row)
-        if self.sc.order_by:
-            return self._by_key(parts, rng)
-        return parts
-
-    def _by_key(self, split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
-        """What the writer asks of Spark with ``order_by``: ``repartition(_s2_stream?, _s2_key)`` (a hash of
-        the target stream and key over some partition count), then ``sort_changes`` in each partition."""
-        parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
-        for row in (r for p in split for r in p):
-            stream = (row.stream or SINGLE_STREAM).encode() if self.sc.routed else b""
-            h = hashlib.blake2b(stream + b"\0" + row.headers[0][1], digest_size=8).digest()
-            parts[int.from_bytes(h, "big") % len(parts)].append(row)
-        for p in parts:
-            rng.shuffle(p)  # the order a task fetches its shuffle blocks in is not the input order
-        return [self._in_change_order(p) for p in parts]
-
-    def _in_change_order(self, rows: list[Row]) -> list[Row]:
-        """``sortWithinPartitions(_s2_order, _s2_body, _s2_headers)`` of one partition (`sort_changes`), by
-        its Python twin; the rows as they are without ``order_by``."""
-        if not self.sc.order_by or len(rows) < 2:
-            return rows
-        frame = frame_of(rows, routed=self.sc.routed, dlq=self.sc.dlq)
-        order = [pa.array([r.order for r in rows], pa.int64())]
-        indices = sorted_indices(order, frame.column(BODY), frame.column(HEADERS))
-        return [rows[i] for i in indices.to_pylist()]
-
-    def _by_content(self, batch: int, layout: RecoveryLayout) -> list[list[Row]]:
-        """The recovery shuffle ``repartition(n, xxhash64(stream?, body, headers))``."""
-        parts: list[list[Row]] = [[] for _ in range(layout.partitions)]
-        for row in self.sc.batches[batch]:
-            stream = row.stream if row.stream is not None else SINGLE_STREAM
-            parts[layout.partition_of(stream, list(row.headers), row.body)].append(row)
-        return parts
+            self._reset_point(run, b, spark_committed=True)
 
     # -- one stage: task attempts, task retries, stage retries ----------------------------------------------
 
@@ -393,13 +378,13 @@ class Query:
         run: int,
         batch: int,
         parts: list[list[Row]],
-        body: Callable[[list[Row], PartitionContext], pa.RecordBatch | None],
+        body: Callable[[list[Row], PartitionContext], Any],
         calm: bool,
-    ) -> list[pa.RecordBatch]:
+    ) -> list[Any]:
         stage = self.stage_ids
         self.stage_ids += 1
         stage_attempt = 0
-        done: dict[int, pa.RecordBatch | None] = {}
+        done: dict[int, Any] = {}
         failures: Counter[int] = Counter()
         running: dict[int, tuple[Actor, int, int]] = {}
 
@@ -407,7 +392,9 @@ class Query:
             tid = self.task_ids
             self.task_ids += 1
             ctx = PartitionContext(batch, p, attempt, tid, stage)
-            name = f"r{run}.b{batch}.p{p}.a{attempt}.t{tid}" + (f".s{stage_attempt}" if stage_attempt else "")
+            name = f"{self.prefix}r{run}.b{batch}.p{p}.a{attempt}.t{tid}" + (
+                f".s{stage_attempt}" if stage_attempt else ""
+            )
             actor = self.sched.spawn(name, "task", lambda: body(parts[p], ctx), calm=calm)
             running[actor.id] = (actor, p, attempt)
 
@@ -423,7 +410,7 @@ class Query:
             ]
             for actor, p, attempt in finished:
                 if actor.lost:
-                    self.sched.note(f"{actor.name} is lost to Spark and retried; it goes on as a zombie")
+                    self._note(f"{actor.name} is lost to Spark and retried; it goes on as a zombie")
                     failures[p] += 1
                     if failures[p] >= _MAX_TASK_ATTEMPTS:
                         raise QueryFailed(f"partition {p} of batch {batch} failed: attempt lost")
@@ -435,7 +422,7 @@ class Query:
                     if stage_attempt >= _MAX_STAGE_ATTEMPTS:
                         raise QueryFailed(f"stage of batch {batch} failed {stage_attempt} times")
                     zombies = [a.name for a, _, _ in running.values()]
-                    self.sched.note(f"stage retry {stage_attempt} of batch {batch}; zombies: {zombies}")
+                    self._note(f"stage retry {stage_attempt} of batch {batch}; zombies: {zombies}")
                     running.clear()
                     for q in range(len(parts)):
                         if q not in done:
@@ -455,29 +442,3 @@ class Query:
     def close(self) -> None:
         for pool in self.pools:
             _runtime.run(pool.close_all())
-
-
-def _writer_task(plan: WritePlan, sc: Scenario) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
-    def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch:
-        frames = [frame_of(rows, routed=sc.routed, dlq=sc.dlq)] if rows else []
-        return write_partition(plan, frames, ctx)
-
-    return body
-
-
-def _sink_task(
-    opened: SinkRun, spec: WriteSpec, sc: Scenario
-) -> Callable[[list[Row], PartitionContext], pa.RecordBatch | None]:
-    def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch | None:
-        epoch = opened.plan_batch(ctx.batch_id, QUERY_ID)
-        if epoch is None:
-            return None
-        frames = [frame_of(rows, routed=sc.routed, dlq=sc.dlq)] if rows else []
-        return write_partition(spec.plan(ctx.batch_id, epoch), frames, ctx)
-
-    return body
-
-
-def _ends(batch: int, results: list[pa.RecordBatch]) -> dict[str, int]:
-    rows: list[dict[str, Any]] = [r for res in results for r in res.to_pylist()]
-    return aggregate(batch, rows, 0.0, delivery="exactly-once").end_positions()

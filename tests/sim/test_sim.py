@@ -277,3 +277,96 @@ def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit()
         outcome = run_schedule(seed, "recreated")
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
+
+
+SEVERAL_WRITERS_SCHEDULES = 60
+
+
+def test_several_writers_in_one_micro_batch_write_each_row_once_or_are_refused() -> None:
+    """``several-writers``: the ``foreachBatch`` function calls a second `S2Writer` after the query's own.
+    To another destination (Spark's "write to multiple locations"), each writer has its own identity and
+    ledger: every row reaches both destinations exactly once, under every fault and restart, and a reader
+    bounded by either ledger never sees past its commit. The same object called again, or a second object
+    with the same destination, is refused with a ConfigError naming the fix — never a silent skip (which
+    would leave no trace in the streams, so every such schedule must end refused). Before identities
+    covered the destination, the second writer found the first one's commit and wrote nothing."""
+    seen: Counter[str] = Counter()
+    for seed in range(SEVERAL_WRITERS_SCHEDULES):
+        outcome = run_schedule(seed, "several-writers")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        second = outcome.scenario.second
+        if second == "mirror":
+            assert not outcome.refused, outcome.report()
+        else:
+            assert outcome.refused, f"a second {second} call was not refused:\n{outcome.report()}"
+        seen[second] += 1
+        seen["restarted"] += any("driver run 1 starts" in line for line in outcome.trace)
+    assert min(seen["mirror"], seen["same object"], seen["same destination"]) >= 10, seen
+    assert seen["restarted"] >= SEVERAL_WRITERS_SCHEDULES // 4, seen
+
+
+SHARED_WRITER_SCHEDULES = 40
+
+
+def test_one_writer_object_shared_by_two_queries_writes_each_querys_rows_once() -> None:
+    """``shared-writer``: two concurrent ``foreachBatch`` queries call one `S2Writer` object, their
+    micro-batches interleaved step by step, each restarted (same process, same object) after its failures: one
+    coordinator and ledger per query, so every row of each query is written exactly once and a reader
+    bounded by either query's ledger never sees past its commit. With one identity for the object whatever
+    the query (commits landing in whichever query's ledger), 31 of these 40 fail."""
+    restarted = 0
+    for seed in range(SHARED_WRITER_SCHEDULES):
+        outcome = run_schedule(seed, "shared-writer")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        assert any(line.lstrip(" 0123456789").startswith("q2.r") for line in outcome.trace)
+        restarted += any(
+            re.search(r"(^|q2\.)driver run [1-9]\d* starts", line.strip()) for line in outcome.trace
+        )
+    assert restarted >= SHARED_WRITER_SCHEDULES // 2, f"only {restarted} schedules restarted a query"
+
+
+FOREIGN_SCHEDULES = 60
+
+
+def test_a_foreign_writers_token_on_a_target_stream_is_taken_back_or_refused_never_silent() -> None:
+    """``foreign-writer``: another exactly-once identity fences a stream the query writes to (a take-over by
+    another query's writer), through either front door, as soon as the stream holds a record or once the
+    first micro-batch is committed. Every schedule either writes each row exactly once (the writer takes
+    the stream back where it never committed a write to it) with no reader past a commit, or stops with
+    the FencedError that names the other token and the fix (clear the fence, or another stream); a loss or
+    a duplicate is a violation. Both outcomes must occur, through both front doors."""
+    seen: Counter[str] = Counter()
+    for seed in range(FOREIGN_SCHEDULES):
+        outcome = run_schedule(seed, "foreign-writer")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        fenced = any(re.search(r"^\s*\d+ foreign: append .* fence s2sink:", line) for line in outcome.trace)
+        assert fenced, f"the other writer never fenced:\n{outcome.report()}"
+        seen[f"{outcome.scenario.front} {'refused' if outcome.refused else 'written'}"] += 1
+    assert all(seen[k] >= 1 for k in ("writer refused", "writer written", "sink written")), seen
+    assert seen["writer refused"] + seen["sink refused"] >= FOREIGN_SCHEDULES // 10, seen
+
+
+LEDGER_RESET_SCHEDULES = 60
+
+
+def test_a_deleted_ledger_between_runs_fails_closed_or_writes_each_row_once() -> None:
+    """``ledger-reset``: the first driver run dies right after its ledger commit of batch 0 (before Spark's
+    commit, so Spark replays batch 0, or after it), and the ledger stream is deleted before the query
+    starts again, through either front door. The writer cannot know what the lost ledger committed or left
+    half written, so the restart must stop before writing, with the CommitError that names the ledger, its
+    sign-in registers and the fix; a schedule whose first run died before the reset point writes each row
+    once. Before the check, about two in five of these 60 duplicated the replayed batch 0 or committed
+    batch 1 in a ledger that no longer covered batch 0."""
+    seen: Counter[str] = Counter()
+    for seed in range(LEDGER_RESET_SCHEDULES):
+        outcome = run_schedule(seed, "ledger-reset")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        reset = any("the ledger stream is deleted" in line for line in outcome.trace)
+        assert outcome.refused == reset, outcome.report()
+        seen[f"{outcome.scenario.front} {'refused' if reset else 'written'}"] += 1
+    assert seen["writer refused"] >= 10, seen
+    assert seen["sink refused"] >= 5, seen

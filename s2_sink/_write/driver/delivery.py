@@ -6,12 +6,14 @@ Exactly-once (`s2_sink._write.driver.exactly_once`) implements the same protocol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+from s2_sink._exactly_once.task import plan_with_layout
 
+if TYPE_CHECKING:
+    from s2_sink._exactly_once.identity import SessionFacts
+    from s2_sink._exactly_once.recovery_layout import RecoveryLayout
     from s2_sink._write.driver.metrics import BatchMetrics
     from s2_sink._write.plan import WritePlan
     from s2_sink._write.spec import WriteSpec
@@ -21,28 +23,35 @@ __all__ = ["AtLeastOnce", "BatchJob", "DeliveryMode"]
 
 @dataclass(frozen=True, slots=True)
 class BatchJob:
-    """One micro-batch as the delivery mode planned it: the frame to write and the plan to write it with."""
+    """One micro-batch as the delivery mode planned it: the plan to write it with."""
 
     batch_id: int
-    frame: DataFrame
     plan: WritePlan
     coord: object | None = None
     """The delivery mode's own handle on the batch (exactly-once: the coordinator that planned it)."""
+    recovery_layout: bool = False
+    """A replay: the caller lays the record frame out by record content (`repartition_for_recovery`, or
+    its Python twin `RecoveryLayout`) and writes with the job `laid_out` returns."""
+
+    def laid_out(self, layout: RecoveryLayout) -> BatchJob:
+        """This job once its frame is laid out by `layout`: tasks check and subtract by it."""
+        return replace(self, plan=plan_with_layout(self.plan, layout), recovery_layout=False)
 
 
 class DeliveryMode(Protocol):
     """How a micro-batch is planned and committed.
 
-    ``prepare`` runs on the driver before the write job and returns the job to run (possibly with a
-    frame repartitioned into `tasks` partitions), or ``None`` when the batch must not be written again
-    (already committed).
+    ``prepare`` runs on the driver before the write job and returns the job to run (possibly asking for a
+    recovery layout of the frame), or ``None`` when the batch must not be written again (already
+    committed). It sees no DataFrame: only the session's facts (`SessionFacts`, None for a mode that needs
+    none), so it runs without Spark.
     ``commit`` runs after every task succeeded, with the aggregated metrics. Both may raise `S2SinkError`
     subclasses; they run in the ``foreachBatch`` caller's process.
     """
 
     name: str
 
-    def prepare(self, batch_id: int, frame: DataFrame, *, tasks: int) -> BatchJob | None: ...
+    def prepare(self, batch_id: int, session: SessionFacts | None) -> BatchJob | None: ...
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None: ...
 
@@ -55,9 +64,9 @@ class AtLeastOnce:
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
 
-    def prepare(self, batch_id: int, frame: DataFrame, *, tasks: int) -> BatchJob | None:
-        """The frame as is, with the spec's at-least-once plan (`tasks` lays out replays only)."""
-        return BatchJob(batch_id, frame, self.spec.plan(batch_id))
+    def prepare(self, batch_id: int, session: SessionFacts | None) -> BatchJob | None:
+        """The spec's at-least-once plan (the session is not read)."""
+        return BatchJob(batch_id, self.spec.plan(batch_id))
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None:
         """Nothing to record."""

@@ -93,13 +93,14 @@ def collect_arrow(frame: DataFrame) -> pa.Table:
     return pa.Table.from_batches(batches, schema=batches[0].schema) if batches else pa.table({})
 
 
-def write_on_driver(job: BatchJob, table: pa.Table) -> list[dict[str, Any]]:
-    """Write the small batch `table` (the probe's rows) with `job`'s plan in this process; the result rows.
+def write_on_driver(job: BatchJob, frame: DataFrame, table: pa.Table) -> list[dict[str, Any]]:
+    """Write the small batch `table` (the probe's rows of `frame`) with `job`'s plan in this process; the
+    result rows.
 
     A batch in change order (``order_by``) or laid out for a replay is collected again, sorted, from the
-    persisted frame: the probe's rows are in no particular order."""
-    if ORDER in job.frame.columns or job.plan.fixed_layout:
-        table = collect_arrow(sort_changes(job.frame.coalesce(1)))
+    persisted `frame`: the probe's rows are in no particular order."""
+    if ORDER in frame.columns or job.plan.fixed_layout:
+        table = collect_arrow(sort_changes(frame.coalesce(1)))
     batches = table.to_batches(max_chunksize=_ARROW_CHUNK_ROWS)
     for attempt in range(_ATTEMPTS):
         ctx = PartitionContext(job.batch_id, 0, attempt, attempt, DRIVER_STAGE)

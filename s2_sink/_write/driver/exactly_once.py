@@ -3,11 +3,16 @@
 It plugs into the writer's two driver-side steps:
 
 - ``prepare``: refuse speculative execution; resolve the writer identity (``writer_id``, else the
-  streaming query id); ask the ledger whether the batch is already committed (then write nothing);
-  otherwise plan the batch under the run's epoch (`plan.epoch_plan`: fencing token, chunk tagger, token
-  keeper, dedupe hook, ``NO_SIDE_EFFECTS`` retries) and — for the replay of a batch a previous run may
-  have partly written — repartition the record frame by record content so every copy of a record is
-  written by one task.
+  streaming query id and the destination); ask the ledger whether the batch is already committed (then
+  write nothing); otherwise plan the batch under the run's epoch (`plan.epoch_plan`: fencing token, chunk
+  tagger, token keeper, dedupe hook, ``NO_SIDE_EFFECTS`` retries) and — for the replay of a batch a
+  previous run may have partly written — mark the job for a recovery layout: `S2Writer` repartitions the
+  record frame by record content (`repartition_for_recovery`) so every copy of a record is written by one
+  task, and hands the layout back with `BatchJob.laid_out`.
+
+It reads the session only through `SessionFacts` (plain values, read by `identity.session_facts`), and never
+touches the frame: the Spark steps stay in `S2Writer`, and the simulation (tests/sim) drives this very
+object without a JVM.
 - ``commit``: append the batch's ``commit`` record (with the streams' end positions) to the ledger.
 """
 
@@ -19,16 +24,12 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.identity import check_no_speculation, query_run_id, writer_identity
+from s2_sink._exactly_once.identity import SessionFacts, speculation_refused, writer_identity
 from s2_sink._exactly_once.plan import check_not_reset
-from s2_sink._exactly_once.recovery_layout import repartition_for_recovery
-from s2_sink._exactly_once.task import plan_with_layout
 from s2_sink._write.driver.delivery import BatchJob
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from s2_sink._write.driver.metrics import BatchMetrics
     from s2_sink._write.spec import WriteSpec
 
@@ -64,12 +65,14 @@ class ExactlyOnce:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["spec"])  # type: ignore[misc]
 
-    def prepare(self, batch_id: int, frame: DataFrame, *, tasks: int) -> BatchJob | None:
-        """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it; a replay
-        is laid out in `tasks` partitions."""
-        spark = frame.sparkSession
-        check_no_speculation(spark)
-        ident = writer_identity(self.spec.writer_id, spark, self.spec.destination())
+    def prepare(self, batch_id: int, session: SessionFacts | None) -> BatchJob | None:
+        """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it; a replay's
+        job asks for a recovery layout (`BatchJob.recovery_layout`)."""
+        if session is None:
+            raise TypeError("exactly-once prepares a batch with the session's facts (identity.session_facts)")
+        if session.speculation:
+            raise speculation_refused()
+        ident = writer_identity(self.spec.writer_id, session.query_id, self.spec.destination())
         with self._lock:
             coord = self._coords.get((ident.writer_id, ident.query_id))
             if coord is None:
@@ -81,11 +84,10 @@ class ExactlyOnce:
                     destination=self.spec.destination(),
                     predecessor=ident.predecessor,
                 )
-                coord.one_start_per_process = _is_connect(spark)
+                coord.one_start_per_process = session.connect
                 self._coords[(ident.writer_id, ident.query_id)] = coord
-        spark_run = query_run_id(spark, ident.query_id)
-        self._claim(coord, batch_id, spark_run)
-        epoch = coord.begin_batch(batch_id, spark_run)
+        self._claim(coord, batch_id, session.run_id)
+        epoch = coord.begin_batch(batch_id, session.run_id)
         if epoch is None:
             return None
         plan = self.spec.plan(batch_id, epoch)
@@ -96,9 +98,8 @@ class ExactlyOnce:
                 batch_id,
             )
             # By exactly what the fingerprint covers, so all copies of a record are in one task.
-            frame, layout = repartition_for_recovery(frame, tasks)
-            plan = plan_with_layout(plan, layout)
-        return BatchJob(batch_id, frame, plan, coord)
+            return BatchJob(batch_id, plan, coord, recovery_layout=True)
+        return BatchJob(batch_id, plan, coord)
 
     def _claim(self, coord: Coordinator, batch_id: int, spark_run: str | None) -> None:
         """Refuse a second writer object that begins a batch another live one began in the same start."""
@@ -125,12 +126,3 @@ class ExactlyOnce:
         check_not_reset(coord.state.ends, metrics.end_positions())
         coord.commit_batch(job.batch_id, metrics.end_positions())
         coord.remember_tokens(metrics.stream_tokens())
-
-
-def _is_connect(spark: Any) -> bool:
-    """Whether `spark` is a Spark Connect session (it has no SparkContext)."""
-    try:
-        spark.sparkContext  # noqa: B018 - the property raises under Spark Connect
-    except (AttributeError, NotImplementedError):  # 4.x raises the one, 3.5 the other
-        return True
-    return False

@@ -1,0 +1,62 @@
+"""How the simulated Spark splits a micro-batch into write tasks: the input split (which a replay may draw
+otherwise, SPARK-28650), the writer's repartition by (stream, key) with ``order_by`` and its sort into change
+order (`sorted_indices`, the Python twin of `sort_changes`), and a recovery's layout by record content
+(`RecoveryLayout`, the twin of `repartition_for_recovery`)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pyarrow as pa
+
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
+from s2_sink.encoders._change_order import sorted_indices
+from s2_sink.encoders._frame import BODY, HEADERS
+from tests.sim._scenario import SINGLE_STREAM, Row, Scenario, frame_of
+
+__all__ = ["by_content", "in_change_order", "split"]
+
+
+def split(sc: Scenario, batch: int, run: int) -> list[list[Row]]:
+    """How Spark splits the batch's rows in `run` (a replay may split them otherwise, SPARK-28650)."""
+    rng = random.Random(f"split-{sc.seed}-{run}-{batch}")
+    parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
+    for row in sc.batches[batch]:
+        parts[rng.randrange(len(parts))].append(row)
+    if sc.order_by:
+        return _by_key(sc, parts, rng)
+    return parts
+
+
+def _by_key(sc: Scenario, split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
+    """What the writer asks of Spark with ``order_by``: ``repartition(_s2_stream?, _s2_key)`` (a hash of
+    the target stream and key over some partition count), then ``sort_changes`` in each partition."""
+    parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
+    for row in (r for p in split for r in p):
+        stream = (row.stream or SINGLE_STREAM).encode() if sc.routed else b""
+        h = hashlib.blake2b(stream + b"\0" + row.headers[0][1], digest_size=8).digest()
+        parts[int.from_bytes(h, "big") % len(parts)].append(row)
+    for p in parts:
+        rng.shuffle(p)  # the order a task fetches its shuffle blocks in is not the input order
+    return [in_change_order(sc, p) for p in parts]
+
+
+def in_change_order(sc: Scenario, rows: list[Row]) -> list[Row]:
+    """``sortWithinPartitions(_s2_order, _s2_body, _s2_headers)`` of one partition (`sort_changes`), by
+    its Python twin; the rows as they are without ``order_by``."""
+    if not sc.order_by or len(rows) < 2:
+        return rows
+    frame = frame_of(rows, routed=sc.routed, dlq=sc.dlq)
+    order = [pa.array([r.order for r in rows], pa.int64())]
+    indices = sorted_indices(order, frame.column(BODY), frame.column(HEADERS))
+    return [rows[i] for i in indices.to_pylist()]
+
+
+def by_content(sc: Scenario, batch: int, layout: RecoveryLayout) -> list[list[Row]]:
+    """The recovery shuffle ``repartition(n, xxhash64(stream?, body, headers))``."""
+    parts: list[list[Row]] = [[] for _ in range(layout.partitions)]
+    for row in sc.batches[batch]:
+        stream = row.stream if row.stream is not None else SINGLE_STREAM
+        parts[layout.partition_of(stream, list(row.headers), row.body)].append(row)
+    return parts

@@ -1,0 +1,159 @@
+"""``foreachBatch`` around a real `S2Writer`, as the simulated query's driver runs it (`WriterFront`, a part
+of `tests.sim._spark.Query`): per micro-batch, what ``S2Writer.__call__`` does around the Spark job —
+``writer.mode.prepare`` with the facts `session_facts` reads off the modelled session, stream creation, the
+recovery layout a replay asks for (its Python twin), ``writer.mode.commit`` with the aggregated result rows —
+the job itself modelled by the query's stages. In ``several-writers`` the function calls a second writer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from s2_sink._exactly_once.identity import SessionFacts, session_facts
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
+from s2_sink._write.driver.metrics import BatchMetrics, aggregate
+from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import Delivery
+from s2_sink._write.task.partition_writer import write_partition
+from s2_sink.config import S2Config
+from s2_sink.writer import S2Writer
+from tests.sim._partitioning import by_content, in_change_order, split
+from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, Row, Scenario, frame_of
+from tests.sim._session import Session
+
+if TYPE_CHECKING:
+    from tests.sim._scheduler import Scheduler
+
+__all__ = ["WriterFront"]
+
+
+class WriterFront:
+    """The ``foreachBatch`` driver steps of `tests.sim._spark.Query` (which provides the attributes and the
+    stage, commit and note methods declared here)."""
+
+    sc: Scenario
+    cfg: S2Config
+    delivery: Delivery
+    sched: Scheduler
+    query_id: str
+    prefix: str
+    writer: S2Writer | None
+    second: S2Writer | None
+    writer_name: str | None
+
+    def _note(self, text: str) -> None:
+        raise NotImplementedError
+
+    def _stage(
+        self,
+        run: int,
+        batch: int,
+        parts: list[list[Row]],
+        body: Callable[[list[Row], PartitionContext], Any],
+        calm: bool,
+    ) -> list[Any]:
+        raise NotImplementedError
+
+    def _committed(self, batch: int) -> None:
+        raise NotImplementedError
+
+    def _spark_commit(self, batch: int) -> None:
+        raise NotImplementedError
+
+    def _reset_point(self, run: int, batch: int, *, spark_committed: bool) -> None:
+        raise NotImplementedError
+
+    def _new_writer(self) -> S2Writer:
+        """The ``S2Writer`` a ``foreachBatch`` query is started with (no preflight: the first batch's
+        ``_create_known_streams`` and the ledger create what the schedule needs)."""
+        sc = self.sc
+        return S2Writer(
+            self.cfg,
+            None,  # the batches are record frames already
+            stream_column="target" if sc.routed and not sc.shards else None,
+            shards=sc.shards,
+            on_error="dlq" if sc.dlq else "fail",
+            dlq_stream=DLQ_STREAM if sc.dlq else None,
+            delivery=self.delivery,
+            writer_id=self.writer_name,
+            preflight=False,
+        )
+
+    def _second_writer(self) -> S2Writer | None:
+        """``several-writers``: what the ``foreachBatch`` function calls after the query's writer: an
+        `S2Writer` to another destination (`MIRROR_STREAM`, bad rows skipped), the same object again, or
+        another object with the same destination."""
+        second = self.sc.second
+        if second == "mirror":
+            return S2Writer(
+                self.cfg.replace(stream=MIRROR_STREAM),
+                None,
+                on_error="skip" if self.sc.dlq else "fail",
+                delivery=self.delivery,
+                preflight=False,
+            )
+        if second == "same object":
+            return self.writer
+        return self._new_writer() if second == "same destination" else None
+
+    def _writer_run(self, run: int, calm: bool) -> None:
+        """A start of ``foreachBatch(f)``: `f` calls one `S2Writer` (in ``several-writers``, two)."""
+        if self.writer is None:
+            self.writer = self._new_writer()
+            self.second = self._second_writer()
+        session = Session(self.query_id, f"{self.prefix}run-{run}", self.sc.run_id_known)
+        facts = session_facts(session) if self.writer.spec.exactly_once else None
+        for b in range(self.spark_committed + 1, len(self.sc.batches)):
+            self._write_batch(self.writer, facts, run, b, calm)
+            if self.second is not None:
+                if self.sc.second != "mirror":
+                    self._committed(b)  # this batch's records are all written; the second call is refused
+                self._note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
+                self._write_batch(self.second, facts, run, b, calm)
+            if self.writer.spec.exactly_once:
+                self._committed(b)
+            self._reset_point(run, b, spark_committed=False)
+            self._spark_commit(b)
+            self._reset_point(run, b, spark_committed=True)
+
+    def _write_batch(
+        self, writer: S2Writer, facts: SessionFacts | None, run: int, b: int, calm: bool
+    ) -> None:
+        """What ``S2Writer.__call__`` does around the Spark job: ``mode.prepare`` with the session's facts,
+        stream creation, the recovery layout a replay asks for, ``mode.commit`` with the aggregated result
+        rows (the job itself modelled)."""
+        job = writer.mode.prepare(b, facts)
+        if job is None:
+            self._note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
+            return
+        writer._create_known_streams()
+        parts = split(self.sc, b, run)
+        routed = writer.routing.routed
+        recovery = job.recovery_layout
+        if recovery:
+            layout = RecoveryLayout(self.sc.shuffle_partitions, routed=routed)
+            parts = [in_change_order(self.sc, p) for p in by_content(self.sc, b, layout)]
+            job = job.laid_out(layout)
+        if writer.spec.exactly_once:
+            token = job.plan.fencing_token
+            self._note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
+        task = _writer_task(job.plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
+        results = self._stage(run, b, parts, task, calm)
+        writer.mode.commit(job, _metrics(b, results, writer.mode.name))
+
+
+def _writer_task(
+    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool
+) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
+    def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch:
+        frames = [frame_of(rows, routed=routed, dlq=dlq, payload=payload)] if rows else []
+        return write_partition(plan, frames, ctx)
+
+    return body
+
+
+def _metrics(batch: int, results: list[pa.RecordBatch], delivery: str) -> BatchMetrics:
+    rows: list[dict[str, Any]] = [r for res in results for r in res.to_pylist()]
+    return aggregate(batch, rows, 0.0, delivery=delivery)
