@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -55,6 +56,7 @@ __all__ = [
     "FenceResult",
     "TaskAttempt",
     "Token",
+    "check_not_reset",
     "check_not_superseded",
     "fence_if_older",
     "judge_current_token",
@@ -285,6 +287,15 @@ async def check_not_superseded(stream: S2Stream, me: TaskAttempt, mine: Token, s
                 _raise_superseded(stream.name, me, token)
             top = max(top, token.gen)
     return top
+
+
+def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int]) -> None:
+    """Before a commit: a stream whose acks end below the ledger's end for it was deleted and recreated
+    under the micro-batch (`StreamResetError`; the ledger keeps the higher end, which the stream no
+    longer has, so recording the batch would put its records behind every reader's committed end)."""
+    for stream, end in reported.items():
+        if end < committed.get(stream, 0):
+            raise stream_reset(stream, committed[stream], end)
 
 
 def stream_reset(stream: str, end: int, tail: int) -> StreamResetError:
