@@ -4,6 +4,7 @@ suggests. The zombie must still not append past its retry's barrier (issue 25 it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from s2_sdk import AppendInput, CommandRecord
@@ -11,11 +12,13 @@ from s2_sdk import AppendInput, CommandRecord
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
-from tests.sim._invariants import GONE
+from s2_sink.errors import StreamResetError
+from s2_sink.lite._store import Store
+from tests.sim._invariants import GONE, Violation, held_by
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._scheduler import Op, Scheduler
 
-__all__ = ["spawn_fence_clearer", "spawn_stream_recreator"]
+__all__ = ["check_reset_stop", "spawn_fence_clearer", "spawn_stream_recreator"]
 
 _BARRIER = "~"
 """A generation bumped by a task attempt carries ``~`` and the attempt in its token (fencing.Token)."""
@@ -69,8 +72,19 @@ def spawn_stream_recreator(
         if name is None:
             return
         sched.note(f"operator: {name} is deleted (and later created again, empty)")
-        GONE.setdefault(service.store, {})[name] = committed()
+        GONE.setdefault(service.store, {})[name] = held_by(service.store, service.basin, name)
         service.store.delete_stream(service.basin, name)
         del basin.streams[name]  # the deletion completes (lite: after DELETION_DELAY_S)
 
     sched.spawn("recreator", "driver", delete, calm=True)
+
+
+def check_reset_stop(error: StreamResetError, store: Store) -> None:
+    """A query stopped by `StreamResetError` is an accepted end only for a stream the schedule deleted, and
+    only if the error says what to do (the ledger must forget the old end)."""
+    named = re.search(r"stream '([^']+)'", str(error))
+    stream = named.group(1) if named else None
+    if stream not in GONE.get(store, {}):
+        raise Violation(f"StreamResetError for a stream nobody deleted ({stream}): {error}")
+    if "s2-sink ledger forget" not in str(error):
+        raise Violation(f"StreamResetError without the fix: {error}")

@@ -53,7 +53,7 @@ from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.encoders._change_order import sorted_indices
 from s2_sink.encoders._frame import BODY, HEADERS
-from s2_sink.errors import ReplayMismatchError
+from s2_sink.errors import ReplayMismatchError, StreamResetError
 from s2_sink.writer import _ensure_streams
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
@@ -128,6 +128,8 @@ class Query:
         self.finished = False
         self.refused: str | None = None
         """A documented refusal that stops the query for good (``format("s2")``'s ReplayMismatchError)."""
+        self.reset: StreamResetError | None = None
+        """The `StreamResetError` the last failed run stopped with, if that was its cause."""
         self.last_failure = ""
         self.faults = 0
         self.zombie_steps = 0
@@ -219,8 +221,8 @@ class Query:
         if self.sc.profile == "cleared-fence":
             spawn_fence_clearer(self.sched, self.service, self.cfg)
         if self.sc.profile == "recreated":
-            later = [r.stream for b in self.sc.batches[1:] for r in b if r.stream is not None]
-            first = {r.stream for r in self.sc.batches[0]}
+            later = [r.stream or SINGLE_STREAM for b in self.sc.batches[1:] for r in b]
+            first = {r.stream or SINGLE_STREAM for r in self.sc.batches[0]}
             targets = [s for s in later if s in first]
             spawn_stream_recreator(self.sched, self.service, lambda: self.ledger_committed, targets)
 
@@ -253,6 +255,8 @@ class Query:
             self.sched.note(f"driver run {run}: the replay is refused (ReplayMismatchError)")
         except BaseException as exc:
             self.last_failure = f"{type(exc).__name__}: {exc}"
+            cause = exc if isinstance(exc, StreamResetError) else exc.__cause__
+            self.reset = cause if isinstance(cause, StreamResetError) else None
             self.sched.note(f"driver run {run} fails: {self.last_failure[:200]}")
             if not calm and not isinstance(exc, Violation):
                 self._restart()
@@ -446,7 +450,8 @@ class Query:
                         raise actor.error
                     failures[p] += 1
                     if failures[p] >= _MAX_TASK_ATTEMPTS:
-                        raise QueryFailed(f"partition {p} of batch {batch} failed: {actor.outcome}")
+                        failed = f"partition {p} of batch {batch} failed: {actor.outcome}"
+                        raise QueryFailed(failed) from actor.error
                     launch(p, attempt + 1)
         return [r for r in done.values() if r is not None]
 
