@@ -70,6 +70,7 @@ WRITER_ID = QUERY_ID  # the default identity: the streaming query id
 _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
 
+ZOMBIE_PROFILES = ("task-zombies", "stage-zombies", "cleared-fence", "zombie-takeover", "retry-readback")
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
 
 
@@ -154,7 +155,7 @@ class Query:
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
-            and self.sc.profile not in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback")
+            and self.sc.profile not in ZOMBIE_PROFILES
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -166,7 +167,7 @@ class Query:
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
-        if self.sc.profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
+        if self.sc.profile in ZOMBIE_PROFILES:
             return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
@@ -203,7 +204,7 @@ class Query:
             return "ok"
         self.session_ops[actor.id] += 1
         first = self.session_ops[actor.id] == 1
-        if self.sc.profile in ("task-zombies", "cleared-fence", "retry-readback"):
+        if self.sc.profile in ("task-zombies", "cleared-fence", "zombie-takeover", "retry-readback"):
             if not first or rng.random() >= self.sc.fault_rate:
                 return "ok"
             self.faults += 1
@@ -218,8 +219,9 @@ class Query:
     def start(self) -> None:
         self._new_process()
         self._spawn_run("new process")
-        if self.sc.profile == "cleared-fence":
-            spawn_fence_clearer(self.sched, self.service, self.cfg)
+        if self.sc.profile in ("cleared-fence", "zombie-takeover"):
+            stall = self.sc.profile == "zombie-takeover"
+            spawn_fence_clearer(self.sched, self.service, self.cfg, stall_zombies=stall)
         if self.sc.profile == "recreated":
             later = [r.stream or SINGLE_STREAM for b in self.sc.batches[1:] for r in b]
             first = {r.stream or SINGLE_STREAM for r in self.sc.batches[0]}

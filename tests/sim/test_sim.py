@@ -225,6 +225,7 @@ ZOMBIE_SCHEDULES = 30
         ("task-zombies", "goes on as a zombie"),
         ("stage-zombies", "stage retry"),
         ("cleared-fence", "fences clear"),
+        ("zombie-takeover", "fences clear"),
         ("retry-readback", "goes on as a zombie"),
     ],
 )
@@ -233,7 +234,9 @@ def test_superseded_attempts_that_go_on_appending_write_nothing_twice(profile: s
     retry's barrier; ``stage-zombies``: fetch failures retry the stage (attempt numbers back to 0) while the
     old attempts have written some records and still append; ``cleared-fence``: an operator clears the fence
     of a stream a retry put its barrier on, while the superseded attempt may still append (without the
-    zombie check, 30 of 40 such schedules duplicate); ``retry-readback``: ``task-zombies`` with two to six
+    zombie check, 30 of 40 such schedules duplicate); ``zombie-takeover``: ``cleared-fence`` where the
+    lost attempt stalls until the fence is cleared and then comes back first (only the zombie check, which
+    reads the fences back, stops it); ``retry-readback``: ``task-zombies`` with two to six
     rows a batch, so a lost attempt often finishes before its retry, which then drops every record it would
     write. Every row exactly once, and a read-committed
     reader never sees past a commit, at every step; most schedules must have had such a zombie."""
