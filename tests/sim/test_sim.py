@@ -90,10 +90,10 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
         "zombie steps",
     ]
     assert all(seen[k] > 0 for k in wanted), seen
-    # The seeds are fixed, so this count is too (7 to 16 in the four chunks' 400; it moves when the
-    # protocol's steps move the draws): a generator change that stops connection drops from ending several
-    # sessions shows here.
-    assert seen["drop ending sessions at once"] >= PER_CHUNK // 80, seen
+    # The seeds are fixed, so this count is too (4 to 12 in the four chunks' 400, 7 to 16 before a task's
+    # fence over an empty token was checked again; it moves when the protocol's steps move the draws): a
+    # generator change that stops connection drops from ending several sessions shows here.
+    assert seen["drop ending sessions at once"] >= PER_CHUNK // 100, seen
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -275,7 +275,8 @@ def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit()
     schedule either writes each row once (what the deletion took is not the writer's to deliver), or stops
     with `StreamResetError` naming a deleted stream and ``s2-sink ledger forget``; in both, a
     read-committed reader never sees past a commit, at every step. Before: a task in a process that had
-    created the stream failed with 404 on every attempt, saying nothing of the deletion (14 of these 60)."""
+    created the stream failed with 404 on every attempt, saying nothing of the deletion (14 of these 60 when
+    only routed streams and shards were deleted)."""
     deleted = stopped = 0
     for seed in range(RECREATED_SCHEDULES):
         outcome = run_schedule(seed, "recreated")
