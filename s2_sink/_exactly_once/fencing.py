@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -59,6 +59,7 @@ __all__ = [
     "FenceResult",
     "TaskAttempt",
     "Token",
+    "check_not_reset",
     "check_not_superseded",
     "fence_if_older",
     "judge_current_token",
@@ -285,6 +286,7 @@ async def fence_if_older(
             # it landed, the next try gets a 412 that shows our token).
             await retries.after(exc)
             continue
+        await _check_again_over_unnamed(stream, me, mine, since, theirs)
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
@@ -328,6 +330,25 @@ async def check_not_superseded(
                 _raise_superseded(stream.name, me, token)
             top = max(top, token.gen)
     return top
+
+
+async def _check_again_over_unnamed(
+    stream: S2Stream, me: TaskAttempt | None, mine: Token, since: int, theirs: Token | None
+) -> None:
+    """After a task fenced over an empty (or foreign) token: such a token can come back after a later
+    attempt's barrier (an operator cleared it), so a fence conditional on it cannot tell that the check
+    before it went stale. The zombie check runs again over everything up to our fence."""
+    if me is not None and (theirs is None or theirs.writer != mine.writer):
+        await check_not_superseded(stream, me, mine, since)
+
+
+def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int]) -> None:
+    """Before a commit: a stream whose acks end below the ledger's end for it was deleted and recreated
+    under the micro-batch (`StreamResetError`; the ledger keeps the higher end, which the stream no
+    longer has, so recording the batch would put its records behind every reader's committed end)."""
+    for stream, end in reported.items():
+        if end < committed.get(stream, 0):
+            raise stream_reset(stream, committed[stream], end)
 
 
 def stream_reset(stream: str, end: int, tail: int) -> StreamResetError:

@@ -41,6 +41,7 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once.bookkeeping_streams import ensure_once
+from s2_sink._exactly_once.fencing import check_not_reset
 from s2_sink._exactly_once.ledger_records import (
     EndsFold,
     LedgerState,
@@ -266,7 +267,10 @@ class Ledger:
 
     def committed(self, batch_id: int, ends: dict[str, int], query_id: str | None = None) -> LedgerState:
         """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
-        tasks saw, is recorded when the ``open`` record could not know it."""
+        tasks saw, is recorded when the ``open`` record could not know it. Ends below the ledger's are a
+        stream deleted and recreated under the batch (`StreamResetError`), for both front doors: kept as
+        the maximum, the old end would let readers cap inside the new stream's later records."""
+        check_not_reset(self.state.ends, ends)
         merged = dict(self.state.ends)
         for stream, end in ends.items():
             merged[stream] = max(end, merged.get(stream, 0))

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from s2_sink._exactly_once.ends_cache import EndsRef
-from s2_sink._exactly_once.fencing import Token, stream_reset
+from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LedgerState
 from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._exactly_once.task import Dedupe, Replay, Tagger, TokenKeeper
 from s2_sink.config import S2Config
 
-__all__ = ["EpochPlan", "already_committed", "check_not_reset", "epoch_plan", "newest_tokens"]
+__all__ = ["EpochPlan", "already_committed", "epoch_plan", "newest_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -118,15 +118,6 @@ def _newer_generations(tokens: Mapping[str, str], writer: str, epoch: int) -> di
             newer.append((token.gen, stream, text))
     newer.sort(reverse=True)
     return {stream: text for _, stream, text in newer[:_MAX_SHIPPED_TOKENS]}
-
-
-def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int]) -> None:
-    """Before a commit: a stream whose acks end below the ledger's end for it was deleted and recreated
-    under the micro-batch (`StreamResetError`; the ledger keeps the higher end, which the stream no
-    longer has, so recording the batch would put its records behind every reader's committed end)."""
-    for stream, end in reported.items():
-        if end < committed.get(stream, 0):
-            raise stream_reset(stream, committed[stream], end)
 
 
 def already_committed(state: LedgerState, writer_id: str, batch_id: int) -> bool:

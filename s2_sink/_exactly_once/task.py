@@ -291,7 +291,9 @@ class Dedupe:
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
         if self.cfg.create_streams:
             # The barrier is this task's first request to the stream: a routed (or dead-letter) stream
-            # that no earlier attempt got to create would refuse the fence with 404 on every retry.
+            # that no earlier attempt got to create would refuse the fence with 404 on every retry. Asked
+            # of S2, not of the process's cache: the stream may have been deleted since it was created.
+            get_pool().forget_stream(self.cfg, stream)
             await get_pool().ensure_stream(self.cfg, stream)
         me = _attempt(ctx)
         end = await lookup(self.cfg, self.starts, stream)

@@ -175,6 +175,11 @@ class SessionPool:
         await entry.client.basin(cfg.basin).ensure_stream(stream)
         entry.ensured.add((cfg.basin, stream))
 
+    def forget_stream(self, cfg: S2Config, stream: str) -> None:
+        """`stream` answered 404 after this process ensured it (deleted since: S2's ``delete_on_empty``, or
+        an operator): the next `ensure_stream` asks S2 again instead of trusting the cache."""
+        self._client_entry(cfg).ensured.discard((cfg.basin, stream))
+
     # -- sessions ------------------------------------------------------------------------------------
 
     async def acquire(self, cfg: S2Config, stream: str) -> PooledSession:

@@ -42,6 +42,7 @@ __all__ = [
     "compare_upsert_order",
     "duplicates_untagged",
     "expected",
+    "held_by",
     "key_changes",
 ]
 
@@ -68,9 +69,10 @@ def _content(stream: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -
     return stream, tuple(hs), body
 
 
-GONE: weakref.WeakKeyDictionary[Store, dict[str, int]] = weakref.WeakKeyDictionary()
-"""Per store, the streams deleted (and created again) during the schedule, with the last batch committed
-when they were: those batches' records in them are gone, by the deletion, not by the writer."""
+GONE: weakref.WeakKeyDictionary[Store, dict[str, dict[int, Counter[Content]]]] = weakref.WeakKeyDictionary()
+"""Per store, the streams deleted (and created again) during the schedule, with what each held of every
+batch when it was deleted: those records are gone by the deletion, not by the writer (a batch in flight
+may have had some of its records acknowledged there too; they are lost whether it commits or not)."""
 
 
 def expected(scenario: Scenario, store: Store | None = None) -> list[Counter[Content]]:
@@ -84,7 +86,10 @@ def expected(scenario: Scenario, store: Store | None = None) -> list[Counter[Con
         records = [_record_of(scenario, b, r) for r in rows]
         if scenario.second == "mirror":  # the second writer: every good row to its one stream
             records += [_content(MIRROR_STREAM, r.headers, r.body) for r in rows if r.error is None]
-        out.append(Counter(c for c in records if b > gone.get(c[0], -1)))
+        want = Counter(records)
+        for held in gone.values():
+            want -= held.get(b, Counter())
+        out.append(want)
     return out
 
 
@@ -112,24 +117,31 @@ def written(store: Store, basin: str) -> dict[int, Counter[Content]]:
     for stream in store.basin(basin).streams.values():
         if stream.name.startswith("_s2sink/"):
             continue
-        left = 0
-        batch = -1
-        for rec in _records(store, basin, stream.name):
-            headers = [(h.name, h.value) for h in rec.headers]
-            if headers and headers[0][0] == b"":
-                if left:
-                    raise Violation(f"{stream.name}@{rec.seq_num}: a command record inside a chunk")
-                continue
-            if left == 0:
-                tag = find_tag(headers)
-                if tag is None:
-                    raise Violation(f"{stream.name}@{rec.seq_num}: a record outside any tagged chunk")
-                left, batch = tag.count, tag.batch
-            left -= 1
-            content = _content(stream.name, strip_tag(headers), rec.body)
-            out.setdefault(batch, Counter())[content] += 1
-        if left:
-            raise Violation(f"{stream.name}: the last chunk is missing {left} records")
+        for batch, held in held_by(store, basin, stream.name).items():
+            out[batch] = out.get(batch, Counter()) + held
+    return out
+
+
+def held_by(store: Store, basin: str, name: str) -> dict[int, Counter[Content]]:
+    """Per batch id, the records of the writer's chunks in data stream `name`."""
+    out: dict[int, Counter[Content]] = {}
+    left = 0
+    batch = -1
+    for rec in _records(store, basin, name):
+        headers = [(h.name, h.value) for h in rec.headers]
+        if headers and headers[0][0] == b"":
+            if left:
+                raise Violation(f"{name}@{rec.seq_num}: a command record inside a chunk")
+            continue
+        if left == 0:
+            tag = find_tag(headers)
+            if tag is None:
+                raise Violation(f"{name}@{rec.seq_num}: a record outside any tagged chunk")
+            left, batch = tag.count, tag.batch
+        left -= 1
+        out.setdefault(batch, Counter())[_content(name, strip_tag(headers), rec.body)] += 1
+    if left:
+        raise Violation(f"{name}: the last chunk is missing {left} records")
     return out
 
 

@@ -17,6 +17,7 @@ from tests.sim._invariants import (
     duplicates_untagged,
 )
 from tests.sim._memory_s2 import MemoryService
+from tests.sim._operator import check_reset_stop
 from tests.sim._read_committed import ReadCommittedWatch, check_read_committed
 from tests.sim._scenario import OTHER_QUERY_ID, Profile, Row, Scenario
 from tests.sim._scheduler import Scheduler
@@ -36,6 +37,8 @@ class Outcome:
     service: MemoryService
     violation: str | None = None
     refused: bool = False
+    reset: bool = False
+    """The query stopped with `StreamResetError` (``recreated`` only)."""
     faults: int = 0
     zombie_steps: int = 0
     """Steps taken by tasks of an earlier driver run after a restart."""
@@ -116,6 +119,10 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
         elif query.refused is not None:
             check_batches(service.store, BASIN, scenario, query.ledger_committed)
             check_upsert_order(service.store, BASIN, scenario, query.ledger_committed)
+        elif query.reset is not None and scenario.profile == "recreated":
+            # The writer failed closed on a stream the schedule deleted: an accepted stop of this profile.
+            check_reset_stop(query.reset, service.store)
+            check_batches(service.store, BASIN, scenario, query.ledger_committed)
         else:
             raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
         check_ledger(service.store, BASIN)
@@ -134,6 +141,7 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
         service,
         violation,
         refused=query.refused is not None,
+        reset=query.reset is not None and not query.finished,
         faults=query.faults,
         zombie_steps=query.zombie_steps,
         duplicates=duplicates,

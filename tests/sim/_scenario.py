@@ -41,6 +41,7 @@ Profile = Literal[
     "stage-zombies",
     "renamed",
     "cleared-fence",
+    "zombie-takeover",
     "recreated",
     "retry-readback",
     "several-writers",
@@ -57,6 +58,7 @@ PROFILES: tuple[Profile, ...] = (
     "stage-zombies",
     "renamed",
     "cleared-fence",
+    "zombie-takeover",
     "recreated",
     "retry-readback",
     "several-writers",
@@ -78,7 +80,10 @@ stage (attempt numbers restart at 0 while the old attempts have written some rec
 ``renamed`` is ``default`` through ``foreachBatch(S2Writer)`` with at least one restart, where a restart
 with a new writer object names a new ``writer_id`` (the new identity takes over the old one's ledger).
 ``cleared-fence`` is ``task-zombies`` with an operator who clears the fence of the first stream a retry put
-its barrier on (``s2-sink fences clear``), while the superseded attempt may still append. ``recreated`` is
+its barrier on (``s2-sink fences clear``), while the superseded attempt may still append.
+``zombie-takeover`` is ``cleared-fence`` where an attempt lost to Spark stalls (a GC pause, a partition)
+until the operator cleared its retry's barrier, then goes on: its next append meets an empty token that
+names nobody, the path only the zombie check (reading the fences back) guards. ``recreated`` is
 ``default`` (at least two batches) where a target stream batch 0 wrote is deleted once batch 0 commits and
 a later batch creates it again, empty. ``retry-readback`` is ``task-zombies`` with two to six rows a batch:
 a lost attempt often ends before its retry's barrier, and the retry drops all it would write, so only the
@@ -169,7 +174,7 @@ class Scenario:
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
         if profile == "upsert-order":
             return cls._draw_upsert_order(seed)
-        if profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
+        if profile in ("task-zombies", "stage-zombies", "cleared-fence", "zombie-takeover", "retry-readback"):
             return cls._draw_zombies(seed, profile)
         if profile == "recreated":
             base = cls.draw(seed)

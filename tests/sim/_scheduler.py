@@ -148,6 +148,9 @@ class Scheduler:
         self.observe: Callable[[], None] | None = None
         """Called at every step, the process quiet (an invariant that must hold at every step: it raises
         an AssertionError, which ends the schedule as a failure naming it)."""
+        self.defer: Callable[[Actor], bool] | None = None
+        """Actors whose steps wait while any other actor can take one (a process stalled, e.g. in a GC
+        pause, that goes on later): never a deadlock, a deferred actor steps when nothing else can."""
         self.max_steps = max_steps
         self.stall_s = stall_s
         self.actors: list[Actor] = []
@@ -409,6 +412,8 @@ class Scheduler:
         if self.steps > self.max_steps:
             self._fail(f"more than {self.max_steps} steps")
             return
+        if self.defer is not None:
+            ready = [f for f in ready if not self.defer(f.actor)] or ready
         ready.sort(key=lambda f: (f.actor.id, str(f.op), f.seq))
         fiber = ready[self.rng.randrange(len(ready))]
         actor = fiber.actor

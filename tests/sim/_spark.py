@@ -46,7 +46,7 @@ from s2_sink._write.driver import exactly_once as _exactly_once_mode
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import Delivery
 from s2_sink.config import S2Config
-from s2_sink.errors import ReplayMismatchError
+from s2_sink.errors import ReplayMismatchError, StreamResetError
 from s2_sink.writer import S2Writer
 from tests.sim._foreign import spawn_foreign_fencer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
@@ -71,6 +71,7 @@ QUERY_ID = "query-1"
 _MAX_TASK_ATTEMPTS = 4  # spark.task.maxFailures
 _MAX_STAGE_ATTEMPTS = 4  # spark.stage.maxConsecutiveAttempts
 
+ZOMBIE_PROFILES = ("task-zombies", "stage-zombies", "cleared-fence", "zombie-takeover", "retry-readback")
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
 
 
@@ -128,12 +129,10 @@ class Query(WriterFront):
         self.finished = False
         self.refused: str | None = None
         """A documented refusal that stopped the query for good (`accepted_refusal`)."""
+        self.reset: StreamResetError | None = None
+        """The `StreamResetError` the last failed run stopped with, if that was its cause."""
         self.last_failure = ""
-        self.faults = 0
-        self.zombie_steps = 0
-        self.runs = 0
-        self.task_ids = 0
-        self.stage_ids = 0
+        self.faults = self.zombie_steps = self.runs = self.task_ids = self.stage_ids = 0
         self.writer: S2Writer | None = None
         """The ``foreachBatch`` function's `S2Writer` (kept by a restart in the same process, same writer)."""
         self.second: S2Writer | None = None
@@ -168,7 +167,7 @@ class Query(WriterFront):
             verdict == "ok"
             and op.kind == "session"
             and self.sc.bulk
-            and self.sc.profile not in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback")
+            and self.sc.profile not in ZOMBIE_PROFILES
             and not actor.calm
             and self.faults < self.sc.max_faults
             and self.sched.drops.random() < self.sc.fault_rate
@@ -180,7 +179,7 @@ class Query(WriterFront):
     def _fault(self, actor: Actor, op: Op, rng: random.Random) -> Verdict:
         if actor.role == "task" and not actor.name.startswith(f"r{self.runs - 1}."):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
-        if self.sc.profile in ("task-zombies", "stage-zombies", "cleared-fence", "retry-readback"):
+        if self.sc.profile in ZOMBIE_PROFILES:
             return self._zombie_fault(actor, op, rng)
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
@@ -217,7 +216,7 @@ class Query(WriterFront):
             return "ok"
         self.session_ops[actor.id] += 1
         first = self.session_ops[actor.id] == 1
-        if self.sc.profile in ("task-zombies", "cleared-fence", "retry-readback"):
+        if self.sc.profile in ("task-zombies", "cleared-fence", "zombie-takeover", "retry-readback"):
             if not first or rng.random() >= self.sc.fault_rate:
                 return "ok"
             self.faults += 1
@@ -233,14 +232,15 @@ class Query(WriterFront):
         if self.other is None or self.prefix == "":
             self._new_process()
         self._spawn_run("new process")
-        if self.sc.profile == "cleared-fence":
-            spawn_fence_clearer(self.sched, self.service, self.cfg)
+        if self.sc.profile in ("cleared-fence", "zombie-takeover"):
+            stall = self.sc.profile == "zombie-takeover"
+            spawn_fence_clearer(self.sched, self.service, self.cfg, stall_zombies=stall)
         if self.sc.profile == "foreign-writer":
             after = self.sc.foreign_after_commit
             spawn_foreign_fencer(self.sched, self.service, self.cfg, lambda: self.ledger_committed, after)
         if self.sc.profile == "recreated":
-            later = [r.stream for b in self.sc.batches[1:] for r in b if r.stream is not None]
-            first = {r.stream for r in self.sc.batches[0]}
+            later = [r.stream or SINGLE_STREAM for b in self.sc.batches[1:] for r in b]
+            first = {r.stream or SINGLE_STREAM for r in self.sc.batches[0]}
             targets = [s for s in later if s in first]
             spawn_stream_recreator(self.sched, self.service, lambda: self.ledger_committed, targets)
 
@@ -276,6 +276,8 @@ class Query(WriterFront):
                 self._note(f"driver run {run}: refused ({self.refused[:200]})")
                 return
             self.last_failure = f"{type(exc).__name__}: {exc}"
+            cause = exc if isinstance(exc, StreamResetError) else exc.__cause__
+            self.reset = cause if isinstance(cause, StreamResetError) else None
             self._note(f"driver run {run} fails: {self.last_failure[:200]}")
             if not calm and not isinstance(exc, Violation):
                 self._restart()
@@ -433,7 +435,8 @@ class Query(WriterFront):
                         raise actor.error
                     failures[p] += 1
                     if failures[p] >= _MAX_TASK_ATTEMPTS:
-                        raise QueryFailed(f"partition {p} of batch {batch} failed: {actor.outcome}")
+                        failed = f"partition {p} of batch {batch} failed: {actor.outcome}"
+                        raise QueryFailed(failed) from actor.error
                     launch(p, attempt + 1)
         return [r for r in done.values() if r is not None]
 

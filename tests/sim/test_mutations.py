@@ -21,22 +21,14 @@ def _caught(mutation: str, profile: Profile) -> int:
 @pytest.mark.parametrize(
     ("mutation", "profile"),
     [
-        pytest.param(
-            "zombie-check-off",
-            "task-zombies",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 25 item 7: caught in 76% of task-zombies schedules before the task's re-fence "
-                "became a named generation (check_not_superseded), in 1 of 40 since; the profile must be "
-                "rebuilt around the new zombie path",
-            ),
-        ),
+        ("zombie-check-off", "zombie-takeover"),
         ("roll-call-ignored", "stage-zombies"),
         ("read-back-end-uncovered", "retry-readback"),
     ],
 )
 def test_the_simulation_catches_a_disabled_guard_in_most_schedules(mutation: str, profile: Profile) -> None:
-    """Without the zombie check a superseded attempt adopts its retry's barrier and appends on (duplicates);
+    """Without the zombie check a superseded attempt that comes back after an operator cleared its retry's
+    barrier takes the stream with a generation of its own and appends on (duplicates);
     with the roll call ignored a stage retry's attempt 0 reads nothing back (duplicates); with the read-back
     end not covered the commit records a stream end before records a retry dropped from its own appends (a
     read-committed reader misses them). Each is caught in more than half of its profile's schedules; the

@@ -90,10 +90,10 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
         "zombie steps",
     ]
     assert all(seen[k] > 0 for k in wanted), seen
-    # The seeds are fixed, so this count is too (7 to 16 in the four chunks' 400; it moves when the
-    # protocol's steps move the draws): a generator change that stops connection drops from ending several
-    # sessions shows here.
-    assert seen["drop ending sessions at once"] >= PER_CHUNK // 80, seen
+    # The seeds are fixed, so this count is too (4 to 12 in the four chunks' 400, 7 to 16 before a task's
+    # fence over an empty token was checked again; it moves when the protocol's steps move the draws): a
+    # generator change that stops connection drops from ending several sessions shows here.
+    assert seen["drop ending sessions at once"] >= PER_CHUNK // 100, seen
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -225,6 +225,7 @@ ZOMBIE_SCHEDULES = 30
         ("task-zombies", "goes on as a zombie"),
         ("stage-zombies", "stage retry"),
         ("cleared-fence", "fences clear"),
+        ("zombie-takeover", "fences clear"),
         ("retry-readback", "goes on as a zombie"),
     ],
 )
@@ -233,7 +234,9 @@ def test_superseded_attempts_that_go_on_appending_write_nothing_twice(profile: s
     retry's barrier; ``stage-zombies``: fetch failures retry the stage (attempt numbers back to 0) while the
     old attempts have written some records and still append; ``cleared-fence``: an operator clears the fence
     of a stream a retry put its barrier on, while the superseded attempt may still append (without the
-    zombie check, 30 of 40 such schedules duplicate); ``retry-readback``: ``task-zombies`` with two to six
+    zombie check, 30 of 40 such schedules duplicate); ``zombie-takeover``: ``cleared-fence`` where the
+    lost attempt stalls until the fence is cleared and then comes back first (only the zombie check, which
+    reads the fences back, stops it); ``retry-readback``: ``task-zombies`` with two to six
     rows a batch, so a lost attempt often finishes before its retry, which then drops every record it would
     write. Every row exactly once, and a read-committed
     reader never sees past a commit, at every step; most schedules must have had such a zombie."""
@@ -266,17 +269,25 @@ def test_a_restart_under_a_new_writer_id_takes_over_and_writes_each_row_once() -
 RECREATED_SCHEDULES = 60
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 item 5: lands with the reset detection")
 def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit() -> None:
     """``recreated``: once batch 0 commits, a target stream it wrote is deleted (S2's ``delete_on_empty``,
-    or an operator) and a later batch creates it again, empty, below the ledger's end for it. The writer
-    must fail closed or write each later row once, and a read-committed reader must never see a batch past
-    the commit. On the current code a reader bounded by the old end sees the uncommitted next batch (8 of
-    these 60), a chunk is cut, a row is written twice, or the query fails without saying why (11)."""
+    or an operator) and a later batch creates it again, empty, below the ledger's end for it. Every
+    schedule either writes each row once (what the deletion took is not the writer's to deliver), or stops
+    with `StreamResetError` naming a deleted stream and ``s2-sink ledger forget``; in both, a
+    read-committed reader never sees past a commit, at every step. Before: a task in a process that had
+    created the stream failed with 404 on every attempt, saying nothing of the deletion (14 of these 60 when
+    only routed streams and shards were deleted)."""
+    deleted = stopped = 0
     for seed in range(RECREATED_SCHEDULES):
         outcome = run_schedule(seed, "recreated")
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
+        deleted += any("is deleted" in line for line in outcome.trace)
+        stopped += outcome.reset
+    # The seeds are fixed, so these counts are too (53 and 52): a generator change that stops deleting
+    # streams, or a writer that stops failing closed, shows here.
+    assert deleted > RECREATED_SCHEDULES * 3 // 4, f"only {deleted} schedules deleted a stream"
+    assert stopped > RECREATED_SCHEDULES // 2, f"only {stopped} schedules stopped with StreamResetError"
 
 
 SEVERAL_WRITERS_SCHEDULES = 60

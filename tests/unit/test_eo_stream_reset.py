@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.plan import check_not_reset
+from s2_sink._exactly_once.fencing import check_not_reset
+from s2_sink._exactly_once.ledger import Ledger
+from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.plan import PartitionContext
@@ -34,9 +39,9 @@ def _frame(bodies: list[bytes]) -> pa.RecordBatch:
     return pa.record_batch({"_s2_body": pa.array(bodies, pa.binary())})
 
 
-def _committed_batch_0(lite: LiteServer) -> tuple[S2Config, WriteSpec, Coordinator, int]:
+def _committed_batch_0(lite: LiteServer, **kw: Any) -> tuple[S2Config, WriteSpec, Coordinator, int]:
     basin = make_basin(lite.endpoint, ["events"])
-    cfg = cfg_for(lite.endpoint, basin, batch_max_records=5)
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=5, **kw)
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
     coord = Coordinator(cfg, "w", query_id="q", static_streams=["events"])
     epoch = coord.begin_batch(0)
@@ -59,6 +64,24 @@ def _recreate(lite: LiteServer, basin: str) -> None:
                     if "being deleted" not in str(exc):
                         raise
                     await asyncio.sleep(0.05)
+            raise AssertionError("the stream was never deleted")
+
+    run(go())
+
+
+def _delete(lite: LiteServer, basin: str) -> None:
+    """Delete `events` and wait until it is gone (nobody creates it again)."""
+
+    async def go() -> None:
+        async with client(lite.endpoint) as s2:
+            await s2.basin(basin).delete_stream("events")
+            for _ in range(100):  # deletion completes in the background
+                try:
+                    await s2.basin(basin).stream("events").check_tail()
+                except S2ServerError as exc:
+                    if exc.status_code == 404:
+                        return
+                await asyncio.sleep(0.05)
             raise AssertionError("the stream was never deleted")
 
     run(go())
@@ -139,3 +162,57 @@ def test_ledger_forget_lets_the_writer_go_on_with_the_new_stream(lite: LiteServe
     restarted.commit_batch(1, metrics.end_positions())
     assert _bodies(lite, cfg.basin) == Counter(BATCH1)
     assert restarted.state.ends["events"] == metrics.end_positions()["events"] < end
+
+
+@pytest.mark.parametrize(("attempt", "task_id"), [(0, 10), (1, 20)])
+def test_a_stream_deleted_under_a_process_that_created_it_is_a_reset(
+    lite: LiteServer, attempt: int, task_id: int
+) -> None:
+    """With ``create_streams``, this process created the stream and remembers it; then the stream is deleted
+    (S2's ``delete_on_empty``) and nobody creates it. Batch 1's first attempt (its appends get 404) and a
+    retry (its barrier is the first request) create it again and stop with StreamResetError before
+    writing. Before: both failed with a 404 "stream not found" that said nothing of the deletion, on every
+    retry in that process, since its cache said the stream existed."""
+    cfg, spec, coord, end = _committed_batch_0(lite, create_streams=True)
+    _delete(lite, cfg.basin)
+    epoch = coord.begin_batch(1)
+    assert epoch is not None
+    with pytest.raises(StreamResetError, match=f"'events' ends at 0, below the end {end} "):
+        write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, attempt, task_id, 7))
+    assert run(read_all(lite.endpoint, cfg.basin, "events", commands=True)) == []
+
+
+def test_at_least_once_writes_on_to_a_stream_deleted_under_its_process(lite: LiteServer) -> None:
+    """At-least-once with ``create_streams``: a stream deleted after this process created it is created
+    again and written (before: every later append in the process failed with 404, its cache saying the
+    stream existed)."""
+    basin = make_basin(lite.endpoint)
+    cfg = cfg_for(lite.endpoint, basin, batch_max_records=5, create_streams=True)
+    spec = WriteSpec.build(
+        cfg, Routing.build(stream="events", stream_column=None, shards=None), delivery="at-least-once"
+    )
+    write_partition(spec.plan(0), [_frame(BATCH0)], PartitionContext(0, 0, 0, 1, 7))
+    _delete(lite, basin)
+    write_partition(spec.plan(1), [_frame(BATCH1)], PartitionContext(1, 0, 0, 2, 8))
+    assert _bodies(lite, basin) == Counter(BATCH1)
+
+
+def test_the_format_sink_commit_refuses_ends_below_the_ledgers(lite: LiteServer) -> None:
+    """``format("s2")``'s commit checks the ends too: an execution whose tasks report a stream end below
+    the ledger's (they wrote into the stream recreated under the batch) stops with StreamResetError and
+    the ledger keeps its last commit. Before, the commit kept the old end as the maximum, so readers would
+    later cap at it inside the new stream's records of uncommitted batches."""
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin)
+    first = open_sink_run(cfg, "w", "q", ["events"])
+    commit_sink_run(cfg, "w", first, 0, {"events": 21}, query_id="q")
+    second = open_sink_run(cfg, "w", "q", ["events"])
+    with pytest.raises(StreamResetError, match="'events' ends at 6, below the end 21"):
+        commit_sink_run(cfg, "w", second, 1, {"events": 6}, query_id="q")
+
+    async def state() -> tuple[int, dict[str, int]]:
+        ledger = Ledger(get_pool().client(cfg).basin(basin), "w", cfg=cfg)
+        st = await ledger.load()
+        return st.committed, dict(st.ends)
+
+    assert _runtime.run(state()) == (0, {"events": 21})

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.identity import SessionFacts, speculation_refused, writer_identity
-from s2_sink._exactly_once.plan import check_not_reset
 from s2_sink._write.driver.delivery import BatchJob
 from s2_sink.errors import ConfigError
 
@@ -123,6 +122,5 @@ class ExactlyOnce:
         """Record the batch in the ledger of the identity that planned it (one conditional append)."""
         coord = job.coord
         assert isinstance(coord, Coordinator)
-        check_not_reset(coord.state.ends, metrics.end_positions())
         coord.commit_batch(job.batch_id, metrics.end_positions())
         coord.remember_tokens(metrics.stream_tokens())

@@ -45,7 +45,7 @@ from s2_sdk import (
 
 from s2_sink import _crashpoints
 from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
-from s2_sink._transport.explain import explain
+from s2_sink._transport.explain import explain, is_s2_not_found
 from s2_sink._transport.retry import Backoff, no_side_effects, rate_limited, retryable
 from s2_sink._transport.session_pool import PooledSession, get_pool
 from s2_sink._wire import fencing_token_field
@@ -109,6 +109,8 @@ class _StreamAppends:
     failures: int = 0
     """Session failures since the last acknowledgement (the retry number of the next wait)."""
     token_changes: int = 0
+    recreated: bool = False
+    """The stream vanished under this task (404) and was created again (``create_streams``)."""
 
 
 class Appender:
@@ -273,6 +275,15 @@ class Appender:
                 except Exception as again:
                     exc = again
                     continue
+            if self._vanished(st, exc):
+                # A 404 applied nothing: create the stream again and re-send (under exactly-once the new
+                # stream's empty token refuses it, and the fence keeper checks for a reset stream).
+                try:
+                    await self._resend(st)
+                    return
+                except Exception as again:
+                    exc = again
+                    continue
             self._check_retryable(st, exc)
             if _forget_acked(st):
                 st.failures = 0  # acks arrived on the failed session: progress, a fresh retry budget
@@ -313,6 +324,16 @@ class Appender:
             if chunk.ticket is not None:
                 chunk.ticket.cancel()  # the dropped session's ticket will never resolve now
             await self._send(st, chunk)
+
+    def _vanished(self, st: _StreamAppends, exc: Exception) -> bool:
+        """Whether `st`'s stream, which this process created or found, is gone (deleted since: S2's
+        ``delete_on_empty``, or an operator) and is to be created again, once per task."""
+        gone = is_s2_not_found(exc) and isinstance(exc, S2ServerError) and exc.code == "stream_not_found"
+        if not (gone and self.cfg.create_streams) or st.recreated:
+            return False
+        st.recreated = True
+        self.pool.forget_stream(self.cfg, st.name)
+        return True
 
     def _check_retryable(self, st: _StreamAppends, exc: Exception) -> None:
         if isinstance(exc, FencingTokenMismatchError):
