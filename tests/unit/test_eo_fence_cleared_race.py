@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from s2_sdk import AppendAck, AppendInput, CommandRecord, S2Stream
+from s2_sdk import AppendAck, AppendInput, CommandRecord, Record, S2Stream
 
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, fence_if_older, writer_hash
 from s2_sink._transport import runtime as _runtime
@@ -52,6 +52,9 @@ def test_a_zombie_fencing_over_a_cleared_token_after_its_retrys_barrier_stops(li
     basin = make_basin(lite.endpoint, ["events"])
     cfg = cfg_for(lite.endpoint, basin)
     stream = _RacedStream(get_pool().client(cfg).basin(basin).stream("events"))
+    # A stream that holds a record: over the empty token of a stream that never held one, a task fences
+    # to generation 0 conditional on it staying empty, which the barrier alone already defeats.
+    _runtime.run(stream.append(AppendInput(records=[Record(body=b"an earlier run's record")])))
 
     async def zombie() -> object:
         return await fence_if_older(stream, MINE, current="", me=ZOMBIE, since=0)  # type: ignore[arg-type]
@@ -59,5 +62,6 @@ def test_a_zombie_fencing_over_a_cleared_token_after_its_retrys_barrier_stops(li
     with pytest.raises(FencedError, match=r"task id 1\) was superseded by a later attempt .*1\.1~0\.2"):
         _runtime.run(zombie())
     assert stream.raced
-    fences = [bytes(r.body).decode() for r in run(read_all(lite.endpoint, basin, "events", commands=True))]
+    records = run(read_all(lite.endpoint, basin, "events", commands=True))
+    fences = [bytes(r.body).decode() for r in records if r.headers == [(b"", CommandRecord.FENCE)]]
     assert fences == [str(Token(1, 1, MINE.writer, RETRY)), "", str(Token(1, 1, MINE.writer, ZOMBIE))]
