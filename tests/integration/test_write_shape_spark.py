@@ -142,3 +142,28 @@ def test_a_dead_runs_small_batch_is_replayed_from_the_driver_exactly_once(
     assert replay.last_metrics.path == "driver"
     ids = _ids(lite, basin)
     assert sorted(ids) == list(range(600)), f"{len(ids) - len(set(ids))} duplicates"
+
+
+def test_a_batch_after_a_big_one_skips_the_probe_until_one_is_small(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """A query's batches tend to stay big or small: after a batch over driver_write_max_rows the next one
+    goes to the tasks without the probe's Spark job (however small it is), and after a small one the probe
+    runs again and sends the small batch to the driver; every row once."""
+    cfg = cfg_for(lite, basin, create_streams=True, driver_write_max_rows=1000)
+    writer = S2Writer(cfg, writer_id="sticky")
+    paths = []
+    for batch_id, (lo, hi) in enumerate([(0, 2000), (2000, 2010), (2010, 2020), (2020, 2030)]):
+        jobs_before = _jobs(spark)
+        writer(rows_df(spark, hi, partitions=4).filter(f"id >= {lo}"), batch_id)
+        assert writer.last_metrics is not None
+        paths.append((writer.last_metrics.path, _jobs(spark) - jobs_before))
+    # big (probe + write), small but after a big one (the write job only), then the driver (the probe only)
+    assert paths == [("tasks", 2), ("tasks", 1), ("driver", 1), ("driver", 1)], paths
+    assert sorted(_ids(lite, basin)) == list(range(2030))
+
+
+def _jobs(spark: SparkSession) -> int:
+    """Spark jobs started so far in this thread's job group (none: every job of the test)."""
+    tracker = spark.sparkContext.statusTracker()
+    return len(tracker.getJobIdsForGroup(spark.sparkContext.getLocalProperty("spark.jobGroup.id")))
