@@ -79,7 +79,9 @@ def test_upsert_with_op_column_reuses_its_filter(spark: SparkSession, lite: Lite
     assert len(_rows(frame)) == 2
 
 
-def test_compacting_projection_is_built_for_each_batch(spark: SparkSession, lite: LiteServer, basin: str) -> None:
+def test_compacting_projection_is_built_for_each_batch(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
     """compact=True ranks and reorders rows (more than a filter and a select): no recipe, and each batch's
     frame is compacted from its own rows."""
     encoder = UpsertEncoder(["k"], op_column="op", order_by="pos", exclude_columns=["pos"], compact=True)
@@ -92,7 +94,9 @@ def test_compacting_projection_is_built_for_each_batch(spark: SparkSession, lite
     assert bodies_second == [b'{"v":4}', b'{"v":5}']
 
 
-def test_a_pickled_writer_builds_its_own_projection(spark: SparkSession, lite: LiteServer, basin: str) -> None:
+def test_a_pickled_writer_builds_its_own_projection(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
     """A writer pickled after a batch (as Spark Connect ships it) carries no Spark columns of the session
     that built them, and writes its next batch with a projection of its own."""
     writer = S2Writer(cfg_for(lite, basin, stream="pickled", create_streams=True), writer_id="memo-pickle")

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from s2_sink import S2Writer
 from s2_sink._write.driver.driver_write import collect_arrow, write_on_driver
+from s2_sink._write.driver.sizing import size_estimate
 from s2_sink.lite import LiteServer
 from tests.integration.test_upsert_order_spark import CHANGES, _encoder, _expected, _per_key, _split
 from tests.integration.test_writer_spark import bodies, cfg_for, rows_df
@@ -167,3 +168,19 @@ def _jobs(spark: SparkSession) -> int:
     """Spark jobs started so far in this thread's job group (none: every job of the test)."""
     tracker = spark.sparkContext.statusTracker()
     return len(tracker.getJobIdsForGroup(spark.sparkContext.getLocalProperty("spark.jobGroup.id")))
+
+
+def test_a_known_size_sizes_the_write_stage(spark: SparkSession, lite: LiteServer, basin: str) -> None:
+    """The optimizer knows a cached frame's size: 20k cached rows (about 2 MiB) in 256 partitions are far
+    below 32 MiB a task, so they are written by one task per core (an unknown size would get two)."""
+    df = rows_df(spark, 20_000, partitions=256).cache()
+    try:
+        df.count()
+        assert 0 < (size_estimate(df) or 0) < 32 * 1024 * 1024
+        writer = S2Writer(cfg_for(lite, basin, create_streams=True, **TASK_PATH), writer_id="known-size")
+        writer(df, 0)
+    finally:
+        df.unpersist()
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.partitions == spark.sparkContext.defaultParallelism
+    assert sorted(_ids(lite, basin)) == list(range(20_000))

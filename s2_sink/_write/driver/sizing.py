@@ -80,7 +80,9 @@ def size_estimate(frame: DataFrame) -> int | None:
     if jdf is None:
         return None
     try:
-        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
+        value = jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+        # Py4J hands a Scala BigInt over as a Python int (pyspark 4); a proxy where it does not.
+        size = value if isinstance(value, int) else int(str(value.toString()))
     except Exception:
         log.debug("size estimate unavailable", exc_info=True)
         return None
