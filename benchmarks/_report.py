@@ -142,6 +142,23 @@ def _shape_targets(shape: Result) -> list[Result]:
                 why=tasks,
             )
         )
+    r = shape.get("restart", {})
+    ok = r.get("status") == "ok"
+    for key, name, bound in (
+        ("restart", "scheduled availableNow job: restart (nothing in flight) / first run's batch", 1.5),
+        ("recovery", "scheduled availableNow job: recovery / first run's batch", 2.0),
+    ):
+        why = f"median batch {r[key + '_ms']:.0f} ms vs first {r['first_ms']:.0f} ms" if ok else ""
+        out.append(
+            _target(
+                name,
+                r[key + "_ratio"] if ok else None,
+                f"<= {bound}x",
+                r[key + "_ratio"] <= bound if ok else None,
+                "x",
+                why=why or str(r.get("reason", "")),
+            )
+        )
     return out
 
 

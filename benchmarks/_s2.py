@@ -18,6 +18,7 @@ __all__ = [
     "TOKEN",
     "count_rows",
     "data_records",
+    "data_records_all",
     "ensure",
     "naive_foreach_batch",
     "producer_per_partition",
@@ -79,6 +80,25 @@ def data_records(endpoint: str, basin: str, streams: Sequence[str]) -> int:
                 if head:
                     batch = await st.read(start=SeqNum(0), limit=ReadLimit(count=head))
                     total -= sum(1 for r in batch.records if _is_command(r.headers))
+            return total
+
+    return asyncio.run(go())
+
+
+def data_records_all(endpoint: str, basin: str, stream: str) -> int:
+    """The stream's data records, read back whole (command records anywhere are left out)."""
+    from s2_sdk import ReadLimit, SeqNum
+
+    async def go() -> int:
+        async with _client(endpoint) as s2:
+            st = s2.basin(basin).stream(stream)
+            held, pos, total = (await st.check_tail()).seq_num, 0, 0
+            while pos < held:
+                batch = await st.read(start=SeqNum(pos), limit=ReadLimit(count=1000))
+                if not batch.records:
+                    break
+                total += sum(1 for r in batch.records if not _is_command(r.headers))
+                pos = batch.records[-1].seq_num + 1
             return total
 
     return asyncio.run(go())

@@ -25,9 +25,9 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -38,7 +38,7 @@ from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode
-from s2_sink._write.driver.driver_write import probe_small, write_on_driver
+from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_driver
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
@@ -49,6 +49,7 @@ from s2_sink._write.task.partition_writer import map_partition
 from s2_sink._write.task.results import RESULT_DDL
 from s2_sink.config import S2Config
 from s2_sink.encoders import _jvm
+from s2_sink.encoders._base import FrameRecipe
 from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes
 from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP, TYPE_DDL
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
@@ -61,6 +62,8 @@ __all__ = ["Delivery", "S2Writer"]
 log = logging.getLogger(__name__)
 
 _FRAME_TYPES = {col: ddl for col, ddl in TYPE_DDL.items() if col != BODY}
+_FRAME_MEMOS = 8
+"""Schemas whose frame projection a writer keeps (a query's batches share one)."""
 
 
 class S2Writer:
@@ -155,6 +158,14 @@ class S2Writer:
         self.mode: DeliveryMode = ExactlyOnce(self.spec) if self.spec.exactly_once else AtLeastOnce(self.spec)
         self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
         self.last_metrics: BatchMetrics | None = None
+        self._frames: dict[str, _FrameMemo] = {}
+        self._likely_big: bool | None = None
+        """Whether the last batch written was over the driver-write limits (the next one then skips the
+        probe); None before the first."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark columns are handles on the session that built them: a pickled copy builds its own.
+        return {**self.__dict__, "_frames": {}}
 
     @property
     def cfg(self) -> S2Config:
@@ -195,8 +206,15 @@ class S2Writer:
             preflight_write(self.cfg, self.spec.streams_to_create(), what="S2Writer")
             self._preflight_pending = False
         frame = self.frame(batch_df)
-        size = size_estimate(frame)
-        with probe_small(frame, self.cfg, size) as (frame, small):
+        # The optimizer's estimate costs a planning pass: asked before the probe only when no earlier batch
+        # says whether the batches run small, else only to size a write stage.
+        estimated = self._likely_big is not False
+        size = size_estimate(frame) if estimated else None
+        ordered = self.encoder is not None and bool(self.encoder.change_order)
+        likely_big = bool(self._likely_big)
+        with probe_small(frame, self.cfg, size, ordered=ordered, likely_big=likely_big) as (frame, small):
+            if small is None and not estimated:
+                size = size_estimate(frame)
             shape = None if small is not None else frame_shape(frame, size)
             tasks = 1 if shape is None else write_tasks(shape, self.write_parallelism)
             prepared = self._prepare(batch_id, frame, tasks)
@@ -222,6 +240,8 @@ class S2Writer:
                 raise _translate(exc) from exc
         path = "tasks" if small is None else "driver"
         metrics = aggregate(batch_id, rows, time.monotonic() - started, delivery=self.mode.name, path=path)
+        # The next batch is probed unless this one was too big for the driver (see driver_write).
+        self._likely_big = small is None and not is_small(metrics.rows_in, metrics.bytes, self.cfg)
         self.mode.commit(job, metrics)
         self._publish(metrics)
 
@@ -252,8 +272,24 @@ class S2Writer:
 
     def frame(self, batch_df: DataFrame) -> DataFrame:
         """The record frame to write for `batch_df`: frame columns, plus the target stream when routed
-        and the original payload under ``on_error="dlq"``. Validates the schema (ConfigError)."""
+        and the original payload under ``on_error="dlq"``. Validates the schema (ConfigError).
+
+        Built once per schema (`_FrameMemo`): a micro-batch of a schema seen before is projected with the
+        column expressions built for it, the same expressions by name, validated then."""
         schema: StructType = batch_df.schema
+        key = schema.json()
+        memo = self._frames.get(key)
+        if memo is not None:
+            return memo.apply(batch_df)
+        frame, memo = self._build_frame(batch_df, schema)
+        if memo is not None:
+            if len(self._frames) >= _FRAME_MEMOS:
+                self._frames.clear()
+            self._frames[key] = memo
+        return frame
+
+    def _build_frame(self, batch_df: DataFrame, schema: StructType) -> tuple[DataFrame, _FrameMemo | None]:
+        """`frame` built from scratch, and its memo when it can be replayed on other batches."""
         self.routing.validate(schema)
         names = schema.fieldNames()
         keep = list(self.routing.source_columns())
@@ -261,32 +297,33 @@ class S2Writer:
             keep += [c for c in names if c not in keep]
         order = self.encoder.change_order if self.encoder is not None else ()
         keep += [c for c in order if c not in keep]
+        recipe: FrameRecipe | None = None
+        frame: DataFrame | None
         if self.encoder is None and BODY in names:
             frame = batch_df
             for col, ddl in _FRAME_TYPES.items():
                 if col not in names:
                     frame = frame.withColumn(col, F.lit(None).cast(ddl))
             with_headers = HEADERS in names
+            columns = frame.columns
         else:
             encoder = self.encoder if self.encoder is not None else _default_encoder()
             # The upsert changelog ships flat (_s2_key, _s2_action): an array of header structs per row
             # costs the JVM (building it, converting it to Arrow) more than the key JSON itself.
-            frame = encoder.project(
-                batch_df, keep=keep, exclude=self.routing.body_exclusions(), flat_changelog=True
-            )
+            exclude = self.routing.body_exclusions()
+            recipe = encoder.recipe(batch_df, keep=keep, exclude=exclude, flat_changelog=True)
+            if recipe is not None:
+                frame, columns = None, list(recipe.names)
+            else:  # a compacting projection: built for each batch
+                frame = encoder.project(batch_df, keep=keep, exclude=exclude, flat_changelog=True)
+                columns = frame.columns
             with_headers = encoder.emits_headers
-            if ACTION in frame.columns:  # only the rows' own headers are left in _s2_headers
+            if ACTION in columns:  # only the rows' own headers are left in _s2_headers
                 with_headers = encoder.headers_column is not None
         # A frame without the headers column means "no headers" to the partition writer; shipping a null
         # array<struct> column through Arrow costs the JVM more than the body itself (~15 us of CPU per row).
-        cols = [
-            F.col(BODY),
-            *([F.col(HEADERS)] if with_headers else []),
-            F.col(TIMESTAMP),
-            F.col(KEY),
-            F.col(ERROR),
-            *([F.col(ACTION)] if ACTION in frame.columns else []),
-        ]
+        wanted = frame_columns(with_headers, ACTION in columns)
+        cols = [F.col(c) for c in wanted]
         if self.routing.routed:
             cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
         if order:
@@ -294,7 +331,11 @@ class S2Writer:
         if self.on_error == "dlq":
             row_json = F.to_json(F.struct(*[_jvm.col(c) for c in names])).cast("binary")
             cols.append(F.when(F.col(ERROR).isNotNull(), row_json).alias(PAYLOAD_COLUMN))
-        return frame.select(*cols)
+        if recipe is None:
+            assert frame is not None
+            return frame.select(*cols), None
+        memo = _FrameMemo.of(recipe, cols, wanted)
+        return memo.apply(batch_df), memo
 
     def _create_known_streams(self) -> None:
         if not self.cfg.create_streams:
@@ -309,6 +350,41 @@ class S2Writer:
         log.info("%s", metrics.log_line())
         if self.on_metrics is not None:
             self.on_metrics(metrics)
+
+
+class _FrameMemo(NamedTuple):
+    """How `S2Writer.frame` projects every batch of one schema: the encoder's recipe, then the writer's
+    select (routing target, change order, dead-letter payload), all by column name."""
+
+    recipe: FrameRecipe
+    columns: list[Column] | None
+    """None: the recipe's columns are the frame."""
+
+    @classmethod
+    def of(cls, recipe: FrameRecipe, columns: list[Column], wanted: tuple[str, ...]) -> _FrameMemo:
+        """The memo of the encoder's `recipe` followed by the writer's `columns`, of which the first are
+        the frame columns `wanted`: the recipe alone, narrowed to them, when they are all (each select
+        costs Spark an analysis of the plan)."""
+        if len(columns) > len(wanted):
+            return cls(recipe, columns)
+        picked = [(c, n) for c, n in zip(recipe.columns, recipe.names, strict=True) if n in wanted]
+        return cls(FrameRecipe(recipe.where, [c for c, _ in picked], tuple(n for _, n in picked)), None)
+
+    def apply(self, batch_df: DataFrame) -> DataFrame:
+        frame = self.recipe.apply(batch_df)
+        return frame if self.columns is None else frame.select(*self.columns)
+
+
+def frame_columns(with_headers: bool, with_action: bool) -> tuple[str, ...]:
+    """The record frame's own columns, in order, as the writer ships them."""
+    return (
+        BODY,
+        *([HEADERS] if with_headers else []),
+        TIMESTAMP,
+        KEY,
+        ERROR,
+        *([ACTION] if with_action else []),
+    )
 
 
 async def _ensure_streams(cfg: S2Config, streams: list[str]) -> None:

@@ -11,7 +11,7 @@ Both produce the same bytes for the same rows wherever docs/encoding.md says so.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -35,7 +35,7 @@ from s2_sink.encoders._options import check_headers_column, check_timestamp_colu
 from s2_sink.encoders._types import require_column
 from s2_sink.errors import ConfigError
 
-__all__ = ["Encoder", "ErrorMode"]
+__all__ = ["Encoder", "ErrorMode", "FrameRecipe"]
 
 ErrorMode = Literal["raise", "column"]
 
@@ -155,6 +155,30 @@ class Encoder:
         ``_s2_key`` and ``_s2_action`` rather than in ``_s2_headers`` (see `_changelog`); other encoders
         ignore it.
         """
+        parts = self._parts(df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
+        return parts.source.select(*_frame_columns(parts, keep))
+
+    def recipe(
+        self,
+        df: DataFrame,
+        *,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        flat_changelog: bool = False,
+    ) -> FrameRecipe | None:
+        """`project` of ``df`` as a `FrameRecipe` that projects any DataFrame of ``df``'s schema the same
+        way (validated here, once), or None where the projection is more than a filter and a select of the
+        input's columns by name (``compact=True`` ranks and reorders rows)."""
+        parts = self._parts(df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
+        if parts.source is not df and parts.where is None:
+            return None
+        names = (BODY, HEADERS, TIMESTAMP, KEY, ERROR, *([] if parts.action is None else [ACTION]), *keep)
+        return FrameRecipe(parts.where, _frame_columns(parts, keep), names)
+
+    def _parts(
+        self, df: DataFrame, *, keep: Sequence[str], exclude: Sequence[str], flat_changelog: bool
+    ) -> JvmParts:
+        """Validate ``df``'s schema and build the projection's parts."""
         schema = df.schema
         _check_case_clashes(df, schema, skipped={*self.exclude_columns, *exclude} - set(keep))
         self.validate(schema, keep=keep, exclude=exclude)
@@ -168,17 +192,8 @@ class Encoder:
             flat = self._project_changelog(
                 df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
             )
-        parts = flat or self._project(
+        return flat or self._project(
             df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
-        )
-        return parts.source.select(
-            parts.body.alias(BODY),
-            parts.headers.alias(HEADERS),
-            parts.timestamp.alias(TIMESTAMP),
-            parts.key.alias(KEY),
-            parts.error.alias(ERROR),
-            *([] if parts.action is None else [parts.action.alias(ACTION)]),
-            *[_jvm.col(c) for c in keep],
         )
 
     def encode_arrow(
@@ -224,6 +239,33 @@ class Encoder:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
+
+
+class FrameRecipe(NamedTuple):
+    """A projection as a filter and a select of its input's columns by name, so it projects every DataFrame
+    of the schema it was built for: a writer builds it once per schema, not once per micro-batch (in classic
+    Spark each column expression built in Python is a round trip to the JVM, about a hundred of them)."""
+
+    where: Column | None
+    columns: list[Column]
+    names: tuple[str, ...]
+    """The frame's column names, in order."""
+
+    def apply(self, df: DataFrame) -> DataFrame:
+        """The record frame of ``df`` (of the schema the recipe was built for)."""
+        return (df if self.where is None else df.filter(self.where)).select(*self.columns)
+
+
+def _frame_columns(parts: JvmParts, keep: Sequence[str]) -> list[Column]:
+    return [
+        parts.body.alias(BODY),
+        parts.headers.alias(HEADERS),
+        parts.timestamp.alias(TIMESTAMP),
+        parts.key.alias(KEY),
+        parts.error.alias(ERROR),
+        *([] if parts.action is None else [parts.action.alias(ACTION)]),
+        *[_jvm.col(c) for c in keep],
+    ]
 
 
 def _check_case_clashes(df: DataFrame, schema: StructType, *, skipped: set[str]) -> None:

@@ -101,6 +101,9 @@ class JvmParts(NamedTuple):
     error: Column
     action: Column | None = None
     """The ``@action`` value, in the upsert changelog's flat form only."""
+    where: Column | None = None
+    """The filter that makes ``source`` from the input when that is all it does (``source`` is then the input
+    filtered by it; None when ``source`` is the input itself, or more than a filter of it)."""
 
 
 class ArrowParts(NamedTuple):

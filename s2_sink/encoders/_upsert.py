@@ -188,9 +188,10 @@ class UpsertEncoder(Encoder):
         size = _jvm.metered_expr(body, own if self.headers_column is not None else None, fixed)
         oversize = _jvm.oversize_error(size, key_json.cast("string"))
         error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
-        src = df.filter(action.isNull() | (action != _DROP)) if self.op_column is not None else df
+        where = (action.isNull() | (action != _DROP)) if self.op_column is not None else None
+        src = df.filter(where) if where is not None else df
         if not self.compact:
-            return JvmParts(src, body, own, timestamp, key_json, error, action=action_value)
+            return JvmParts(src, body, own, timestamp, key_json, error, action=action_value, where=where)
         return self._compact_jvm(
             src, body=body, headers=own, timestamp=timestamp, key=key_json, action=action_value, error=error
         )

@@ -167,3 +167,44 @@ def test_a_batch_the_optimizer_sizes_far_over_the_byte_limit_is_not_probed(
             assert not out.storageLevel.useMemory
     finally:
         df.unpersist()
+
+
+def test_a_batch_after_a_big_one_skips_the_probe_until_one_is_small(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """A query's batches tend to stay big or small: after a batch over driver_write_max_rows the next one
+    goes to the tasks without the probe's Spark job (however small it is), and after a small one the probe
+    runs again and sends the small batch to the driver; every row once."""
+    cfg = cfg_for(lite, basin, create_streams=True, driver_write_max_rows=1000)
+    writer = S2Writer(cfg, writer_id="sticky")
+    paths = []
+    for batch_id, (lo, hi) in enumerate([(0, 2000), (2000, 2010), (2010, 2020), (2020, 2030)]):
+        jobs_before = _jobs(spark)
+        writer(rows_df(spark, hi, partitions=4).filter(f"id >= {lo}"), batch_id)
+        assert writer.last_metrics is not None
+        paths.append((writer.last_metrics.path, _jobs(spark) - jobs_before))
+    # big (probe + write), small but after a big one (the write job only), then the driver (the probe only)
+    assert paths == [("tasks", 2), ("tasks", 1), ("driver", 1), ("driver", 1)], paths
+    assert sorted(_ids(lite, basin)) == list(range(2030))
+
+
+def _jobs(spark: SparkSession) -> int:
+    """Spark jobs started so far in this thread's job group (none: every job of the test)."""
+    tracker = spark.sparkContext.statusTracker()
+    return len(tracker.getJobIdsForGroup(spark.sparkContext.getLocalProperty("spark.jobGroup.id")))
+
+
+def test_a_known_size_sizes_the_write_stage(spark: SparkSession, lite: LiteServer, basin: str) -> None:
+    """The optimizer knows a cached frame's size: 20k cached rows (about 2 MiB) in 256 partitions are far
+    below 32 MiB a task, so they are written by one task per core (an unknown size would get two)."""
+    df = rows_df(spark, 20_000, partitions=256).cache()
+    try:
+        df.count()
+        assert 0 < (size_estimate(df) or 0) < 32 * 1024 * 1024
+        writer = S2Writer(cfg_for(lite, basin, create_streams=True, **TASK_PATH), writer_id="known-size")
+        writer(df, 0)
+    finally:
+        df.unpersist()
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.partitions == spark.sparkContext.defaultParallelism
+    assert sorted(_ids(lite, basin)) == list(range(20_000))

@@ -6,16 +6,23 @@ So a batch of at most ``driver_write_max_rows`` rows and ``driver_write_max_byte
 task uses (`write_partition`), in this process, as partition 0 of the micro-batch: the same encoders,
 chunking, chunk tags, fencing, roll call and ledger, so the guarantee is the task path's.
 
-Deciding costs one JVM-only Spark job: the frame is persisted (so a batch found too big is not computed
-twice, its shuffles included) and ``coalesce(cores).limit(max_rows + 1)`` is collected, each task stopping
-once the limit is passed. A known size estimate far over the byte limit skips that job.
+Deciding costs one JVM-only Spark job, which for a small batch is the only one: ``coalesce(cores).limit(
+max_rows + 1)`` of the frame is collected, each task stopping once the limit is passed, and a small batch is
+written from those very rows. A batch found too big is computed again by the write job, up to where the
+probe's tasks stopped (a ``foreachBatch`` batch is one RDD: Spark runs its shuffle stages once); persisting
+it instead would cost every small batch a cache of its rows, and every big one a copy of all of them. A
+batch in change order (``order_by``) is persisted, since it is collected again, sorted. A known size
+estimate far over the byte limit skips the probe, and so does a batch that follows a big one (the writer
+passes ``likely_big``): a query's batches tend to stay big or small, so a big stream pays no probe, and its
+first small batch (the task path's metrics count its rows) has the next one probed again.
 
 Exactly-once: the driver is one task attempt of partition 0 with task ids 0, 1, 2 (stage -1). A failed
 append (`WriteError`) is retried here as the next attempt, which signs in after the failed one, so the roll
 call makes it a retry (barrier, read back, subtract), as for a Spark task retry. Nothing else writes the
 batch in that epoch: the task path is chosen before anything is written and never after. A driver that
 dies mid-write leaves the batch uncommitted; the restarted query replays it as a recovery (a new epoch
-whose barrier fences the dead driver's appends out), laid out in one partition when it is small again.
+whose barrier fences the dead driver's appends out), laid out in one partition when it is small again: the
+probe's rows are that partition.
 Under Spark Connect, ``foreachBatch`` runs in a Python process on the server, next to the session: the
 batch is written from there.
 """
@@ -41,7 +48,7 @@ if TYPE_CHECKING:
     from s2_sink._write.driver.delivery import BatchJob
     from s2_sink.config import S2Config
 
-__all__ = ["DRIVER_STAGE", "collect_arrow", "probe_small", "write_on_driver"]
+__all__ = ["DRIVER_STAGE", "collect_arrow", "is_small", "probe_small", "write_on_driver"]
 
 log = logging.getLogger(__name__)
 
@@ -60,27 +67,51 @@ def enabled(cfg: S2Config) -> bool:
 
 @contextmanager
 def probe_small(
-    frame: DataFrame, cfg: S2Config, size_estimate: int | None
+    frame: DataFrame,
+    cfg: S2Config,
+    size_estimate: int | None,
+    *,
+    ordered: bool = False,
+    likely_big: bool = False,
 ) -> Iterator[tuple[DataFrame, pa.Table | None]]:
     """``(frame to write, table)``: `table` is the whole record frame as Arrow when the batch is small
-    enough to write from the driver, else ``None``; the frame to write is persisted while the block runs."""
-    if not enabled(cfg) or (
-        size_estimate is not None and size_estimate > _ESTIMATE_SLACK * cfg.driver_write_max_bytes
+    enough to write from the driver, else ``None``. An `ordered` frame (it has the change-order column) is
+    persisted while the block runs; `likely_big` (the previous batch was not small) skips the probe."""
+    if (
+        not enabled(cfg)
+        or likely_big
+        or (size_estimate is not None and size_estimate > _ESTIMATE_SLACK * cfg.driver_write_max_bytes)
     ):
         yield frame, None
+        return
+    if not ordered:
+        table = _probe(frame, cfg)
+        yield frame, table if _small(table, cfg) else None
         return
     from pyspark import StorageLevel  # noqa: PLC0415 - the writer imports pyspark already
 
     cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        # One task per core, each stopping after the limit: coalesce(1) would run the batch's upstream
-        # stage (an aggregation's 200 state partitions) on one core.
-        probe = cached.coalesce(cores(frame)).limit(cfg.driver_write_max_rows + 1)
-        table = collect_arrow(probe)
-        small = table.num_rows <= cfg.driver_write_max_rows and table.nbytes <= cfg.driver_write_max_bytes
-        yield cached, table if small else None
+        table = _probe(cached, cfg)
+        yield cached, table if _small(table, cfg) else None
     finally:
         cached.unpersist()
+
+
+def _probe(frame: DataFrame, cfg: S2Config) -> pa.Table:
+    # One task per core, each stopping after the limit: coalesce(1) would run the batch's upstream stage
+    # (an aggregation's 200 state partitions) on one core.
+    return collect_arrow(frame.coalesce(cores(frame)).limit(cfg.driver_write_max_rows + 1))
+
+
+def _small(table: pa.Table, cfg: S2Config) -> bool:
+    return is_small(int(table.num_rows), int(table.nbytes), cfg)
+
+
+def is_small(rows: int, nbytes: int | None, cfg: S2Config) -> bool:
+    """Whether a batch of `rows` rows (and `nbytes` bytes of record frame, when known) is within the
+    driver-write limits: the writer probes the next batch only after such a one."""
+    return rows <= cfg.driver_write_max_rows and (nbytes is None or nbytes <= cfg.driver_write_max_bytes)
 
 
 def collect_arrow(frame: DataFrame) -> pa.Table:
@@ -97,9 +128,10 @@ def write_on_driver(job: BatchJob, frame: DataFrame, table: pa.Table) -> list[di
     """Write the small batch `table` (the probe's rows of `frame`) with `job`'s plan in this process; the
     result rows.
 
-    A batch in change order (``order_by``) or laid out for a replay is collected again, sorted, from the
-    persisted `frame`: the probe's rows are in no particular order."""
-    if ORDER in frame.columns or job.plan.fixed_layout:
+    A batch in change order (``order_by``) is collected again, sorted, from the persisted frame: the
+    probe's rows are in no particular order. A replay's layout of one partition holds every row: the
+    probe's rows are it, in an order no replay depends on (a retry here writes the same table)."""
+    if ORDER in table.column_names:  # sorted by Spark, from the persisted frame (or the replay's layout)
         table = collect_arrow(sort_changes(frame.coalesce(1)))
     batches = table.to_batches(max_chunksize=_ARROW_CHUNK_ROWS)
     for attempt in range(_ATTEMPTS):
