@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +23,34 @@ class LiteProcess:
 
 
 @contextlib.contextmanager
-def lite_process() -> Iterator[LiteProcess]:
-    """``LiteServer(subprocess=True)`` (in memory, no faults) for the duration of the block."""
+def lite_process(tree: str | None = None) -> Iterator[LiteProcess]:
+    """``LiteServer(subprocess=True)`` (in memory, no faults) for the duration of the block; with `tree`, the
+    ``s2_sink.lite`` of that checkout instead (``--lite-from``: two clients measured against one server)."""
+    if tree is not None:
+        with _lite_from(tree) as lite:
+            yield lite
+        return
     from s2_sink.lite import LiteServer
 
     with LiteServer(subprocess=True) as srv:
         assert srv.process is not None
         yield LiteProcess(endpoint=srv.endpoint, pid=srv.process.pid)
+
+
+@contextlib.contextmanager
+def _lite_from(tree: str) -> Iterator[LiteProcess]:
+    cmd = [sys.executable, "-m", "s2_sink.lite", "--host", "127.0.0.1", "--port", "0"]
+    env = {**os.environ, "PYTHONPATH": tree}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tree, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith("http://"):
+            raise RuntimeError(f"the lite server of {tree} did not start (first line {line!r})")
+        yield LiteProcess(endpoint=line, pid=proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 def _cpu(pid: int) -> float:

@@ -78,6 +78,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", default=str(HERE), help="directory for results.json and results.png")
     p.add_argument(
+        "--lite-from",
+        metavar="CHECKOUT",
+        help="run the lite server of another checkout of this repository (e.g. a git worktree of an older "
+        "commit), so two versions of the sink are measured against one server",
+    )
+    p.add_argument(
         "--render",
         metavar="RESULTS_JSON",
         help="measure nothing: recompute the targets of a results.json, print its table, redraw its PNG",
@@ -439,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="s2bench-")
     try:
-        with lite_process() as lite:
+        with lite_process(args.lite_from) as lite:
             _log(f"lite server pid {lite.pid} at {lite.endpoint}; starting Spark ...")
             spark = _spark()
             jvm_pid = spark.sparkContext._gateway.proc.pid
