@@ -13,9 +13,13 @@ micro-batch Spark creates the writer on the driver, pickles it to the tasks, and
   static target streams to it;
 - executors (`SinkRun.plan_batch`): each task learns its micro-batch id; a batch the ledger already has
   is written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe
-  hook;
+  hook. The run carries the ledger's stream ends as `S2Writer`'s plans do (an `EndsRef`: the static
+  streams' inline, the rest by the ledger position of the state record), and its ledger states without
+  them, so what every task receives does not grow with the streams the writer ever committed;
 - driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open`` or
-  ``intent``.
+  ``intent``. The commit needs that state's ends (it merges the batch's into them): the process that
+  planned the execution keeps them; another process (Spark may commit in a different Python worker) reads
+  them back from the ledger once.
 
 Every execution announces its batch before its tasks start (the ``open`` of a new epoch, or an
 ``intent``), so a ledger ending in a ``commit`` has nothing in flight. The epoch keeps scope ``batch``
@@ -38,6 +42,7 @@ from dataclasses import dataclass, replace
 
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.coordinator import Coordinator, check_identity
+from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
@@ -64,10 +69,13 @@ class SinkRun:
     run: str
     epoch: int
     before: LedgerState
-    """The ledger as this execution found it: its last commit, and whether an epoch since may have written."""
+    """The ledger as this execution found it: its last commit, and whether an epoch since may have written
+    (without its stream ends: `ends` carries them)."""
+    ends: EndsRef
+    """The last commit's stream ends as the tasks get them (`EndsRef`)."""
     opened: LedgerState | None = None
-    """This execution's ``open`` or ``intent`` record, and the ledger's tail after it: commit appends on
-    top of them."""
+    """This execution's ``open`` or ``intent`` record (without its stream ends), and the ledger's tail
+    after it: commit appends on top of them."""
     opened_tail: int = 0
     roll: RollCall | None = None
     """Where the execution's task attempts sign in (`roll_call`); opened with the execution."""
@@ -114,7 +122,7 @@ class SinkRun:
             self.cfg,
             writer_hash(self.writer_id),
             self.epoch,
-            self.before.ends,
+            self.ends,
             recovery=self.recovery,
             roll=self.roll,
             replay="partition" if self.trust_partitioning else "partition-checked",
@@ -175,19 +183,23 @@ async def _plan(
             _check_driver_identity(before, writer_id, query_id)
             roll = Coordinator(cfg, writer_id).roll_call()
             plan_id = uuid.uuid4().hex
+            ends = EndsRef.of(writer_id, before.ends, state_at=ledger.state_at, keep=static_streams)
             await ledger.append(replace(ledger.intended(before.committed + 1), run=plan_id))
             assert ledger.tail is not None
-            return SinkRun(
-                cfg,
-                writer_id,
-                query_id,
-                plan_id,
-                last.epoch,
-                before,
-                opened=ledger.state,
-                opened_tail=ledger.tail,
-                roll=roll,
-                trust_partitioning=trust_partitioning,
+            return _shipped(
+                SinkRun(
+                    cfg,
+                    writer_id,
+                    query_id,
+                    plan_id,
+                    last.epoch,
+                    before,
+                    ends,
+                    opened=ledger.state,
+                    opened_tail=ledger.tail,
+                    roll=roll,
+                    trust_partitioning=trust_partitioning,
+                )
             ), True
     return await _open(cfg, writer_id, query_id, static_streams, trust_partitioning), False
 
@@ -207,21 +219,41 @@ async def _open(
     if before.kind == "none":  # a new writer, or one whose ledger was deleted (then it stops)
         await check_not_lost(get_pool().client(cfg).basin(cfg.basin), writer_id)
     _check_driver_identity(before, writer_id, query_id)
+    ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
     token = await coord.open_run("batch")
     opened, tail = coord.ledger_position()
     roll = coord.roll_call()
-    return SinkRun(
-        cfg,
-        writer_id,
-        query_id,
-        coord.run_id,
-        token.epoch,
-        before,
-        opened=opened,
-        opened_tail=tail,
-        roll=roll,
-        trust_partitioning=trust_partitioning,
+    return _shipped(
+        SinkRun(
+            cfg,
+            writer_id,
+            query_id,
+            coord.run_id,
+            token.epoch,
+            before,
+            ends,
+            opened=opened,
+            opened_tail=tail,
+            roll=roll,
+            trust_partitioning=trust_partitioning,
+        )
     )
+
+
+# Per execution id: the full state of its ``open`` or ``intent`` record (with the stream ends the run
+# shipped to the tasks leaves out), for the commit when it runs in the process that planned the execution.
+_opened: dict[str, LedgerState] = {}
+_OPENED_KEEP = 8
+
+
+def _shipped(run: SinkRun) -> SinkRun:
+    """`run` as Spark pickles it to every task: ledger states without their stream ends (`run.ends` has
+    them the way `S2Writer`'s plans do), so its size does not grow with the streams ever committed."""
+    assert run.opened is not None
+    _opened[run.run] = run.opened
+    while len(_opened) > _OPENED_KEEP:
+        del _opened[next(iter(_opened))]
+    return replace(run, before=replace(run.before, ends={}), opened=replace(run.opened, ends={}))
 
 
 def _check_driver_identity(before: LedgerState, writer_id: str, query_id: str | None) -> None:
@@ -259,7 +291,10 @@ async def _commit(
     if run is not None and run.opened is not None:
         # Happy path: one conditional append on top of our own open record. If anybody appended since,
         # the append fails and Ledger.append names the other run (WriterConflictError).
-        ledger.resume(run.opened, run.opened_tail)
+        opened = _opened.get(run.run)
+        if opened is None:  # committed in another process than the planning: read the ends back
+            opened = await ledger.load()
+        ledger.resume(opened, run.opened_tail)
         committed = max(batch_id, run.before.committed)
     else:
         state = await ledger.load()  # no task reported: commit on top of whatever opened this batch

@@ -5,6 +5,7 @@ execution it repairs."""
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 
 import orjson
@@ -12,16 +13,25 @@ import pyarrow as pa
 import pytest
 
 from s2_sink._exactly_once import sink_run as _sink_run
-from s2_sink._exactly_once.ledger import ledger_stream_name
+from s2_sink._exactly_once.ends_cache import lookup
+from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once.tags import find_tag
+from s2_sink._transport import runtime
+from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
-from s2_sink.errors import CommitError, FencedError, ReplayMismatchError, WriterConflictError
+from s2_sink.errors import (
+    CommitError,
+    FencedError,
+    ReplayMismatchError,
+    StreamResetError,
+    WriterConflictError,
+)
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
@@ -36,6 +46,7 @@ def new_process() -> None:
     """Model a new driver process (a restart, or a planning step in another Python worker): it knows no
     execution it planned before, which is all the sink keeps in process memory."""
     _sink_run._planned.clear()
+    _sink_run._opened.clear()
 
 
 def _plan(run_: SinkRun, cfg: S2Config, batch: int, query_id: str | None = "q") -> WritePlan:
@@ -336,3 +347,33 @@ def test_zombie_of_an_earlier_batch_cannot_write_into_the_continued_epoch(lite: 
     with pytest.raises(FencedError):
         write_partition(zombie_plan, [late], PartitionContext(0, 0, 0, 10, 0))
     assert _bodies(lite.endpoint, basin) == Counter([*bodies, b"one"])
+
+
+def test_the_run_ships_the_ends_by_reference_and_a_commit_elsewhere_reads_them_back(lite: LiteServer) -> None:
+    """With more committed streams than travel inline, the run Spark pickles to the tasks carries no ledger
+    ends but the static stream's and the ledger position of the rest, from which a task looks any end up;
+    a commit in another process than the planning (Spark's commit worker) reads the ends back, so it
+    merges the batch's ends into all of them and refuses an end below the ledger's (a reset stream)."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
+    many = {f"r/{i}": i + 1 for i in range(40)}
+    r1 = open_sink_run(cfg, "w", "q", ["events"])
+    _plan(r1, cfg, 0)
+    commit_sink_run(cfg, "w", r1, 0, {"events": 2, **many})
+
+    r2 = open_sink_run(cfg, "w", "q", ["events"])  # continues the epoch: an intent
+    shipped: SinkRun = pickle.loads(pickle.dumps(r2))
+    assert shipped.before.ends == {}
+    assert shipped.opened is not None
+    assert shipped.opened.ends == {}
+    assert dict(shipped.ends.inline) == {"events": 2}
+    assert shipped.ends.state_at is not None
+    assert runtime.run(lookup(cfg, shipped.ends, "r/7")) == 8
+    assert _plan(shipped, cfg, 1).fencing_token is not None
+
+    new_process()  # the commit runs in another Python worker
+    with pytest.raises(StreamResetError, match="r/39"):
+        commit_sink_run(cfg, "w", shipped, 1, {"r/39": 3})
+    commit_sink_run(cfg, "w", shipped, 1, {"r/39": 41, "r/40": 5})
+    state = runtime.run(Ledger(get_pool().client(cfg).basin(cfg.basin), "w", cfg=cfg).load())
+    assert (state.kind, state.committed) == ("commit", 1)
+    assert state.ends == {"events": 2, **many, "r/39": 41, "r/40": 5}
