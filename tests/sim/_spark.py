@@ -251,6 +251,7 @@ class Query(WriterFront):
         install_pool(pool)
         _bookkeeping_streams.forget_all()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
+        _sink_run._opened.clear()  # ... with the full ledger states their commits start from
         _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches
         if not self.sc.shared:
             self.writer = None
