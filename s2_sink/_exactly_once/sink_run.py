@@ -293,7 +293,9 @@ async def _commit(
         # the append fails and Ledger.append names the other run (WriterConflictError).
         opened = _opened.get(run.run)
         if opened is None:  # committed in another process than the planning: read the ends back
-            opened = await ledger.load()
+            seen = await ledger.peek()  # never creates a ledger deleted since: the append then fails
+            # A ledger appended to since fails the conditional append below, whatever the state read.
+            opened = seen[1] if seen is not None and seen[0] == run.opened_tail else run.opened
         ledger.resume(opened, run.opened_tail)
         committed = max(batch_id, run.before.committed)
     else:
