@@ -33,7 +33,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from s2_sink.encoders import _arrow_meta, _jvm
 from s2_sink.encoders import _messages as msg
-from s2_sink.encoders._base import Encoder, ErrorMode
+from s2_sink.encoders._base import Encoder, ErrorMode, FrameRecipe
 from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, HEADERS_DDL, ArrowParts, JvmParts
 from s2_sink.encoders._lists import list_parts
 from s2_sink.encoders._types import column_type
@@ -98,6 +98,17 @@ class KafkaEncoder(Encoder):
     ) -> DataFrame:
         bound = self._bind(df.columns)
         return Encoder.project(bound, df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
+
+    def recipe(
+        self,
+        df: DataFrame,
+        *,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        flat_changelog: bool = False,
+    ) -> FrameRecipe | None:
+        bound = self._bind(df.columns)
+        return Encoder.recipe(bound, df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
 
     def encode_arrow(
         self,
