@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -50,8 +50,9 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once.readback import read_span
+from s2_sink._exactly_once.resets import stream_reset
 from s2_sink._transport.retry import Retries
-from s2_sink.errors import FencedError, StreamResetError
+from s2_sink.errors import FencedError
 
 __all__ = [
     "MAX_TOKEN_BYTES",
@@ -59,11 +60,9 @@ __all__ = [
     "FenceResult",
     "TaskAttempt",
     "Token",
-    "check_not_reset",
     "check_not_superseded",
     "fence_if_older",
     "judge_current_token",
-    "stream_reset",
     "writer_hash",
 ]
 
@@ -340,28 +339,6 @@ async def _check_again_over_unnamed(
     before it went stale. The zombie check runs again over everything up to our fence."""
     if me is not None and (theirs is None or theirs.writer != mine.writer):
         await check_not_superseded(stream, me, mine, since)
-
-
-def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int]) -> None:
-    """Before a commit: a stream whose acks end below the ledger's end for it was deleted and recreated
-    under the micro-batch (`StreamResetError`; the ledger keeps the higher end, which the stream no
-    longer has, so recording the batch would put its records behind every reader's committed end)."""
-    for stream, end in reported.items():
-        if end < committed.get(stream, 0):
-            raise stream_reset(stream, committed[stream], end)
-
-
-def stream_reset(stream: str, end: int, tail: int) -> StreamResetError:
-    """The error for a target stream whose tail is below the ledger's committed end for it."""
-    return StreamResetError(
-        f"exactly-once: stream {stream!r} ends at {tail}, below the end {end} this writer's ledger committed "
-        "for it: the stream was deleted and recreated (S2's delete_on_empty after retention, or by hand), "
-        "and the records committed before that are gone. The writer cannot tell where the micro-batch's "
-        "records start in the new stream, so it stops before writing to it (nothing was written there). "
-        "To go on with the new stream, stop the query, make the ledger forget the old end with "
-        f"`s2-sink ledger forget WRITER_ID {stream}` (the writer id is the writer_id option, by default the "
-        "streaming query id), and restart: the writer then reads the new stream from its start"
-    )
 
 
 def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:

@@ -41,7 +41,6 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once.bookkeeping_streams import ensure_once
-from s2_sink._exactly_once.fencing import check_not_reset
 from s2_sink._exactly_once.ledger_records import (
     EndsFold,
     LedgerState,
@@ -50,6 +49,7 @@ from s2_sink._exactly_once.ledger_records import (
     record_base,
     state_of,
 )
+from s2_sink._exactly_once.resets import check_not_reset
 from s2_sink._transport.explain import explain
 from s2_sink._transport.retry import BOOKKEEPING, Retries, retryable
 from s2_sink.config import S2Config
