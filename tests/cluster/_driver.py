@@ -84,7 +84,14 @@ def main(path: str) -> int:
         driver_write_max_rows=0,
         write_parallelism=scn.get("write_parallelism", 4),
     )
-    writer = S2Writer(cfg, InsertEncoder(), delivery=scn["delivery"])
+    # The gates' victims are write tasks of the 4-way repartition below: keep 2 x cores of them (what `auto`
+    # gives a batch of unknown size) rather than one per core for these small known-size files.
+    writer = S2Writer(
+        cfg,
+        InsertEncoder(),
+        delivery=scn["delivery"],
+        write_parallelism=2 * spark.sparkContext.defaultParallelism,
+    )
     gates = Gates(shared=scn["shared"], victim=scn["victim"], plan=scn["plan"])
 
     def sink(batch_df: Any, batch_id: int) -> None:
