@@ -91,6 +91,8 @@ def rules(data: bytes) -> Any:
             return ("error", 422, "invalid")
     msn = inp.match_seq_num if inp.HasField("match_seq_num") else None
     token = inp.fencing_token if inp.HasField("fencing_token") else None
+    if token is not None and len(token.encode()) > 36:  # common/src/record/fencing.rs, FencingToken
+        return ("error", 422, "invalid")
     return (parts, sizes, commands, stamps, msn, token)
 
 
@@ -98,7 +100,7 @@ def rules(data: bytes) -> Any:
 @given(
     st.lists(records, min_size=1, max_size=30),
     st.none() | st.integers(0, 2**64 - 1),
-    st.none() | st.text(max_size=10),
+    st.none() | st.text(max_size=10) | st.text(min_size=30, max_size=40),
 )
 def test_any_input_is_decided_by_the_rules(recs: list[Any], msn: int | None, token: str | None) -> None:
     """SDK-serialized inputs: bodies of every length class, headers (binary, non-ASCII, empty values, names of

@@ -52,7 +52,9 @@ def test_read_starts_by_seq_num_timestamp_and_tail_offset(lite: LiteServer, basi
 
 
 def test_read_limits_count_bytes_until(lite: LiteServer, basin: str) -> None:
-    """count and (metered) bytes limits and the exclusive until timestamp bound a unary read."""
+    """count and (metered) bytes limits and the exclusive until timestamp bound a unary read; stored records
+    come without a tail, even when they reach it (lite/src/backend/read.rs, read_session: only live batches
+    carry one)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -65,8 +67,7 @@ def test_read_limits_count_bytes_until(lite: LiteServer, basin: str) -> None:
             assert [r.timestamp for r in got.records] == [1, 2, 3, 4]
             got = await st.read(start=SeqNum(8), limit=ReadLimit(count=100))
             assert [r.seq_num for r in got.records] == [8, 9]
-            assert got.tail is not None
-            assert got.tail.seq_num == 10
+            assert got.tail is None
 
     run(main())
 
@@ -185,7 +186,10 @@ def test_trim_hides_earlier_records(lite: LiteServer, basin: str) -> None:
 
 
 def test_invalid_command_records_are_422(lite: LiteServer, basin: str) -> None:
-    """Unknown commands, over-long fencing tokens and empty header names mixed with others are 422 invalid."""
+    """Unknown commands, over-long fencing tokens (a fence's or the input's own: 36 bytes at most) and empty
+    header names mixed with others are 422 invalid; a refused unary append does not auto-create its stream,
+    since S2 decodes the request before it opens the stream (api/src/v1/stream/extract.rs, AppendRequest;
+    common/src/record/fencing.rs, MAX_FENCING_TOKEN_LENGTH)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -197,12 +201,18 @@ def test_invalid_command_records_are_422(lite: LiteServer, basin: str) -> None:
                 Record(b"x", headers=[(b"", b"fence"), (b"k", b"v")]),
                 Record(b"x", headers=[(b"", b"v"), (b"", b"v")]),
             ]
-            for rec in bad:
+            inputs = [AppendInput(records=[Record(b"ok"), rec]) for rec in bad]
+            inputs.append(AppendInput(records=[Record(b"ok")], fencing_token="t" * 37))
+            for inp in inputs:
                 with pytest.raises(S2ServerError) as err:
-                    await st.append(AppendInput(records=[Record(b"ok"), rec]))
+                    await st.append(inp)
                 assert (err.value.status_code, err.value.code) == (422, "invalid")
-            # Nothing of the rejected batches was applied.
-            assert (await st.check_tail()).seq_num == 0
+            # Nothing of the rejected batches was applied, and the stream was never created.
+            with pytest.raises(S2ServerError) as missing:
+                await st.check_tail()
+            assert (missing.value.status_code, missing.value.code) == (404, "stream_not_found")
+            await st.append(AppendInput(records=[CommandRecord.fence("t" * 36)]))
+            await st.append(AppendInput(records=[Record(b"ok")], fencing_token="t" * 36))
 
     run(main())
 
@@ -282,15 +292,87 @@ def test_create_stream_on_append_and_on_read(lite: LiteServer) -> None:
     run(main())
 
 
-def test_stream_config_header_configures_an_auto_created_stream(lite: LiteServer, basin: str) -> None:
-    """The s2-stream-config header an SDK append carries configures a stream that the append auto-creates."""
+def test_an_auto_created_stream_takes_the_basin_defaults(lite: LiteServer) -> None:
+    """A stream created by an append gets the basin's default config; the s2-stream-config header the SDK can
+    send with it is not read (s2-lite has no code for it: lite/src/backend/core.rs,
+    stream_handle_with_auto_create provisions ``OptionalStreamConfig::default()``)."""
+    name = fresh_basin(lite.endpoint, default_stream_config={"retention_policy": {"age": 3600}})
 
     async def main() -> None:
         async with client(lite) as s2:
-            st = s2.basin(basin).stream("configured")
+            st = s2.basin(name).stream("configured")
             cfg = StreamConfig(retention_policy="infinite")
             await st.append(AppendInput(records=[Record(b"a")], stream_config=cfg))
-            got = await s2.basin(basin).get_stream_config("configured")
-            assert got.retention_policy == "infinite"
+            got = await s2.basin(name).get_stream_config("configured")
+            assert got.retention_policy == 3600
+
+    run(main())
+
+
+def test_reads_below_the_trim_point_get_what_is_left(lite: LiteServer, basin: str) -> None:
+    """A read that starts below the trim point is not a read of an unwritten position: it answers 200 with the
+    records left after the trim point, or none at all when the whole stream was trimmed (never 416, which is
+    kept for starts past the tail); sessions likewise end cleanly after what is left.
+
+    As s2-lite: lite/src/backend/read.rs, read_start_seq_num (416 only past the tail, or at it without
+    following) and read_session (the scan skips what was trimmed)."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=_recs(5)))
+            await st.append(AppendInput(records=[CommandRecord.trim(3)]))
+            got = await st.read(start=SeqNum(1), limit=ReadLimit(count=2))
+            assert [r.seq_num for r in got.records] == [3, 4]
+            await st.append(AppendInput(records=[CommandRecord.trim(1000)]))  # capped after itself: 7
+            assert (await st.check_tail()).seq_num == 7
+            for start in (0, 3, 6):
+                got = await st.read(start=SeqNum(start), limit=ReadLimit(count=10))
+                assert (got.records, got.tail) == ([], None)
+                async with st.read_session(start=SeqNum(start), limit=ReadLimit(count=10)) as session:
+                    assert [b async for b in session] == []
+            with pytest.raises(ReadUnwrittenError) as at_tail:
+                await st.read(start=SeqNum(7), limit=ReadLimit(count=10))
+            assert at_tail.value.tail.seq_num == 7
+
+    run(main())
+
+
+def test_zero_limits_read_nothing(lite: LiteServer, basin: str) -> None:
+    """count=0 or bytes=0 is a limit of zero records, not "no limit": a read below the tail answers 200 with
+    no records, a read at the tail that may not wait is 416, as for any bounded read
+    (common/src/read_extent.rs, ReadLimit::from_count_and_bytes; read.rs, read_start_seq_num)."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=_recs(3)))
+            for limit in (ReadLimit(count=0), ReadLimit(bytes=0), ReadLimit(count=5, bytes=0)):
+                assert (await st.read(start=SeqNum(0), limit=limit)).records == []
+                async with st.read_session(start=SeqNum(0), limit=limit) as session:
+                    assert [b async for b in session] == []
+                with pytest.raises(ReadUnwrittenError):
+                    await st.read(start=SeqNum(3), limit=limit)
+
+    run(main())
+
+
+def test_a_timestamp_start_past_every_record_reads_nothing(lite: LiteServer, basin: str) -> None:
+    """A timestamp start above the last record's timestamp is 416 (clamped: the tail, and 416 again for a
+    read that cannot wait); one at or below it that no record reaches any more (trimmed) starts at the tail
+    and answers 200 with nothing: the second 416 rule is for seq_num starts only (read.rs,
+    read_start_seq_num)."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            await st.append(AppendInput(records=[Record(b"a", timestamp=10), Record(b"b", timestamp=20)]))
+            with pytest.raises(ReadUnwrittenError):
+                await st.read(start=Timestamp(21))
+            with pytest.raises(ReadUnwrittenError):
+                await st.read(start=Timestamp(21), clamp_to_tail=True)
+            await st.append(AppendInput(records=[CommandRecord.trim(1000)]))  # the trim record takes ts 20
+            got = await st.read(start=Timestamp(20))
+            assert got.records == []
 
     run(main())

@@ -15,6 +15,7 @@ from s2_sdk import (
     S2ServerError,
     SeqNum,
     SeqNumMismatchError,
+    SequencedRecord,
     StreamConfig,
     TailOffset,
 )
@@ -184,9 +185,15 @@ def test_first_failure_poisons_the_session(lite: LiteServer, basin: str) -> None
     run(main())
 
 
-def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: str) -> None:
-    """A read session following a stream, and an append session writing to it, fail with stream_not_found
-    once the stream is deleted."""
+def test_deleting_a_stream_ends_its_sessions_as_s2_does(lite: LiteServer, basin: str) -> None:
+    """Deleting a stream appends its terminal trim record (a ``trim`` command to the last seq_num, which a
+    follower receives) and stops its streamer: an open append session's next input gets 503 unavailable
+    (nothing applied), the follower's session ends with 503 after that record, and new requests get 409
+    stream_deletion_pending. Never a 404 while the deletion is pending.
+
+    As s2-lite: lite/src/backend/streamer.rs (append_terminal_trim, terminal_trim_input; run exits once the
+    terminal trim is durable; append_permit fails with StreamerMissingInAction), read.rs (a closed follow
+    channel is StreamerMissingInAction), handlers/v1/error.rs (that is 503 unavailable)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -194,10 +201,11 @@ def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: s
             st = b.stream("doomed")
             await st.append(AppendInput(records=[Record(b"a")]))
             session = st.read_session(start=SeqNum(0))
+            seen: list[SequencedRecord] = []
 
             async def follow() -> None:
-                async for _ in session:
-                    pass
+                async for batch in session:
+                    seen.extend(batch.records)
 
             task = asyncio.create_task(follow())
             await asyncio.wait_for(session.caught_up(), 5)
@@ -210,9 +218,17 @@ def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: s
 
             with pytest.raises(S2ServerError) as appended:
                 await append_across_the_delete()
-            assert (appended.value.status_code, appended.value.code) == (404, "stream_not_found")
+            assert (appended.value.status_code, appended.value.code) == (503, "unavailable")
             with pytest.raises(S2ServerError) as followed:
                 await asyncio.wait_for(task, 5)
-            assert followed.value.status_code == 404
+            assert (followed.value.status_code, followed.value.code) == (503, "unavailable")
+            assert [r.body for r in seen[:2]] == [b"a", b"b"]
+            (terminal,) = seen[2:]
+            assert terminal.is_command_record()
+            assert (terminal.headers, terminal.body) == ([(b"", b"trim")], b"\xff" * 8)
+            for call in (st.check_tail, lambda: st.append(AppendInput(records=[Record(b"d")]))):
+                with pytest.raises(S2ServerError) as pending:
+                    await call()
+                assert (pending.value.status_code, pending.value.code) == (409, "stream_deletion_pending")
 
     run(main())

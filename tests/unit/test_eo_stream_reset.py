@@ -61,7 +61,7 @@ def _recreate(lite: LiteServer, basin: str) -> None:
                     await s2.basin(basin).create_stream("events")
                     return
                 except S2ServerError as exc:
-                    if "being deleted" not in str(exc):
+                    if exc.code != "stream_deletion_pending":
                         raise
                     await asyncio.sleep(0.05)
             raise AssertionError("the stream was never deleted")
