@@ -135,8 +135,8 @@ class S2Config:
     ``False``; loopback hosts are always allowed. Option ``s2.allow-insecure-http``."""
 
     create_streams: bool = False
-    """Create missing target streams (``ensure_stream``) before writing to them. Default ``False``: a
-    missing stream fails the batch. Option ``s2.create-streams``."""
+    """Create missing target streams before writing to them (a create: a stream that exists keeps its
+    config). Default ``False``: a missing stream fails the batch. Option ``s2.create-streams``."""
 
     bulk_append: bool = True
     """Encode appends straight from the Arrow record frame into protobuf bytes and send them on S2S

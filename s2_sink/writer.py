@@ -388,9 +388,7 @@ def frame_columns(with_headers: bool, with_action: bool) -> tuple[str, ...]:
 
 
 async def _ensure_streams(cfg: S2Config, streams: list[str]) -> None:
-    pool = get_pool()
-    for stream in streams:
-        await pool.ensure_stream(cfg, stream)
+    await get_pool().ensure_streams(cfg, streams)
 
 
 def _check_change_order(encoder: Encoder | None, spec: WriteSpec) -> None:

@@ -55,7 +55,9 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once.fencing import TaskAttempt
+from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Retries
+from s2_sink._transport.session_pool import create_if_missing
 from s2_sink.errors import FencedError
 
 __all__ = [
@@ -149,8 +151,8 @@ async def last_sign_in(stream: S2Stream) -> tuple[SignIn | None, int] | None:
         except ReadUnwrittenError as exc:  # an empty register
             return None, exc.tail.seq_num
         except S2ServerError as exc:
-            if exc.status_code == 404:
-                return None
+            if exc.status_code == 404 or is_stream_deleting(exc):
+                return None  # missing, or deleted and still being removed (409): created anew once gone
             await retries.after(exc)
             continue
         except S2ClientError as exc:
@@ -213,7 +215,7 @@ async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
                     f"exactly-once: the sign-in register {name!r} of partition {me.attempt.partition} "
                     "is missing again right after it was created; the task stops without writing"
                 )
-            await basin.ensure_stream(name, config=_CONFIG)
+            await create_if_missing(basin, name, _CONFIG)
             created = True
             continue
         last, tail = found
@@ -229,7 +231,7 @@ async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
         except SeqNumMismatchError:
             continue  # another attempt of this partition signed in between: decide again
         except (S2ClientError, S2ServerError) as exc:
-            if isinstance(exc, S2ServerError) and exc.status_code == 404:
+            if isinstance(exc, S2ServerError) and (exc.status_code == 404 or is_stream_deleting(exc)):
                 continue  # deleted since we read it: the next read creates it
             await retries.after(exc)  # may have landed: the next read tells
     assert decided is not None

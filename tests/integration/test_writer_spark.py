@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from pathlib import Path
@@ -11,6 +12,7 @@ import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from s2_sdk import S2, Endpoints, StreamConfig, Timestamping, TimestampingMode
 
 from s2_sink import S2Config, S2Writer
 from s2_sink._write.driver.metrics import BatchMetrics
@@ -422,3 +424,39 @@ def test_a_skipped_replay_says_so_in_last_metrics(spark: SparkSession, lite: Lit
     assert restarted.last_metrics.replay_skipped
     assert restarted.last_metrics.as_dict()["replay_skipped"] is True
     assert len(bodies(lite, basin, "events")) == 20
+
+
+def _stream_configs(lite: LiteServer, basin: str, names: list[str]) -> dict[str, tuple[Any, Any]]:
+    async def go() -> dict[str, tuple[Any, Any]]:
+        async with S2("test", endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint)) as s2:
+            out = {}
+            for name in names:
+                cfg = await s2.basin(basin).get_stream_config(name)
+                out[name] = (cfg.retention_policy, cfg.timestamping.mode if cfg.timestamping else None)
+            return out
+
+    return asyncio.run(go())
+
+
+def test_create_streams_keeps_the_config_of_a_stream_that_exists(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """A stream made with infinite retention and arrival timestamps keeps both after exactly-once and
+    at-least-once writes with create_streams=True (S2's ensure would set it to the basin's defaults: s2-lite
+    lite/src/backend/streams.rs, provision_stream); the ledger the writer creates has infinite retention."""
+    kept = StreamConfig(retention_policy="infinite", timestamping=Timestamping(mode=TimestampingMode.ARRIVAL))
+
+    async def make() -> None:
+        async with S2("test", endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint)) as s2:
+            await s2.basin(basin).create_stream("events", config=kept)
+
+    asyncio.run(make())
+    cfg = cfg_for(lite, basin, create_streams=True, driver_write_max_rows=0)
+    S2Writer(cfg, writer_id="kept-config")(rows_df(spark, 20), 0)
+    S2Writer(cfg, delivery="at-least-once")(rows_df(spark, 20), 1)
+    want = ("infinite", TimestampingMode.ARRIVAL)
+    assert _stream_configs(lite, basin, ["events", "_s2sink/ledger/kept-config"]) == {
+        "events": want,
+        "_s2sink/ledger/kept-config": ("infinite", TimestampingMode.CLIENT_PREFER),
+    }
+    assert len(bodies(lite, basin, "events")) == 40
