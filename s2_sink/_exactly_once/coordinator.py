@@ -33,6 +33,7 @@ from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan,
 from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.takeover import check_destination, check_not_lost, take_over
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
@@ -259,8 +260,8 @@ class Coordinator:
                     basin.stream(name), self._token, may_take_over=name not in written, end=written.get(name)
                 )
             except S2ServerError as exc:
-                if exc.status_code == 404:
-                    continue  # the tasks report the missing stream with the writer's own hint
+                if exc.status_code == 404 or is_stream_deleting(exc):
+                    continue  # the tasks report the missing (or deleting) stream with the writer's own hint
                 raise
 
     async def _commit(self, batch_id: int, ends: Mapping[str, int]) -> None:

@@ -50,7 +50,7 @@ from s2_sink._exactly_once.ledger_records import (
     state_of,
 )
 from s2_sink._exactly_once.resets import check_not_reset
-from s2_sink._transport.explain import explain
+from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.retry import BOOKKEEPING, Retries, retryable
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
@@ -111,7 +111,7 @@ class Ledger:
                 return seen
             state = (await self._read_state(tail))[0] if tail > 0 else LedgerState()
         except S2ServerError as exc:
-            if exc.code == "stream_not_found":
+            if exc.code == "stream_not_found" or is_stream_deleting(exc):
                 return None
             raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
         except S2Error as exc:

@@ -18,7 +18,7 @@ import s2_sdk
 
 from s2_sink._read.session import RUN_RECORDS, read_columns
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.explain import explain
+from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.read.batch import Positions, RecordColumns
@@ -115,8 +115,8 @@ async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
     try:
         return await _tail_of(basin, stream)
     except s2_sdk.S2ServerError as exc:
-        if exc.status_code == 404:
-            return None
+        if exc.status_code == 404 or is_stream_deleting(exc):
+            return None  # gone, or deleted and still being removed (S2 answers 409 until it is gone)
         raise
 
 

@@ -17,7 +17,7 @@ from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base
 from s2_sink._exactly_once.tags import find_tag, strip_tag
 from s2_sink.lite._store import Store
-from tests.sim._invariants import Content, Violation, _content, _show, expected
+from tests.sim._invariants import Content, Violation, _content, _show, expected, live_streams
 from tests.sim._scenario import MIRROR_STREAM, OTHER_PREFIX, OTHER_QUERY_ID, Scenario
 
 __all__ = ["ReadCommittedWatch", "check_read_committed", "committed_ends"]
@@ -76,7 +76,7 @@ def check_read_committed(
     batches ``<= committed``, each batch's exactly once (``R(b, s)``), nothing of a later batch. In
     ``several-writers``, `mirror_ledger` (the second writer's) answers for `MIRROR_STREAM` alone, every
     other ledger for every other stream; in ``shared-writer``, each query's ledger for its own streams."""
-    streams = store.basin(basin).streams
+    streams = live_streams(store, basin)
     want = expected(scenario, store)
     for name in sorted(streams):
         if not name.startswith(LEDGER_PREFIX):

@@ -154,7 +154,7 @@ def _digest(trace: list[str], service: MemoryService) -> str:
     for line in trace:
         h.update(line.encode() + b"\n")
     for stream in sorted(service.store.basin(BASIN).streams.values(), key=lambda s: s.name):
-        if stream.name.startswith("_s2sink/"):
+        if stream.name.startswith("_s2sink/") or stream.deleted_at is not None:
             continue
         h.update(stream.name.encode())
         for rec in stream.collect(0, 1 << 30, 1 << 62, None).records:

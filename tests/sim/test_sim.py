@@ -277,17 +277,35 @@ def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit()
     read-committed reader never sees past a commit, at every step. Before: a task in a process that had
     created the stream failed with 404 on every attempt, saying nothing of the deletion (14 of these 60 when
     only routed streams and shards were deleted)."""
-    deleted = stopped = 0
+    deleted = stopped = pending = 0
     for seed in range(RECREATED_SCHEDULES):
         outcome = run_schedule(seed, "recreated")
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
         deleted += any("is deleted" in line for line in outcome.trace)
         stopped += outcome.reset
-    # The seeds are fixed, so these counts are too (53 and 52): a generator change that stops deleting
-    # streams, or a writer that stops failing closed, shows here.
+        pending += _met_a_pending_deletion(outcome.trace)
+    # The seeds are fixed, so these counts are too (53, 52 and 5): a generator change that stops deleting
+    # streams, a writer that stops failing closed, or deletions that complete at once, show here.
     assert deleted > RECREATED_SCHEDULES * 3 // 4, f"only {deleted} schedules deleted a stream"
     assert stopped > RECREATED_SCHEDULES // 2, f"only {stopped} schedules stopped with StreamResetError"
+    assert pending >= 3, f"only {pending} schedules met a deletion still pending (409)"
+
+
+def _met_a_pending_deletion(trace: list[str]) -> bool:
+    """Whether a request for a deleted stream came while its deletion was pending (S2 answers it 409)."""
+    deleted = next(
+        (i for i, line in enumerate(trace) if "operator: " in line and " is deleted" in line), None
+    )
+    if deleted is None:
+        return False
+    name = trace[deleted].split("operator: ", 1)[1].split(" is deleted", 1)[0]
+    for line in trace[deleted + 1 :]:
+        if "operator: the deletion of" in line:
+            return False
+        if "recreator" not in line and (f" {name} " in line or line.endswith(f" {name}")):
+            return True
+    return False
 
 
 SEVERAL_WRITERS_SCHEDULES = 60

@@ -45,7 +45,7 @@ from s2_sdk import (
 
 from s2_sink import _crashpoints
 from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
-from s2_sink._transport.explain import explain, is_s2_not_found
+from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
 from s2_sink._transport.retry import Backoff, no_side_effects, rate_limited, retryable
 from s2_sink._transport.session_pool import PooledSession, get_pool
 from s2_sink._wire import fencing_token_field
@@ -276,8 +276,9 @@ class Appender:
                     exc = again
                     continue
             if self._vanished(st, exc):
-                # A 404 applied nothing: create the stream again and re-send (under exactly-once the new
-                # stream's empty token refuses it, and the fence keeper checks for a reset stream).
+                # A 404 (or a 409 of a deletion still pending) applied nothing: create the stream again and
+                # re-send (under exactly-once the new stream's empty token refuses it, and the fence keeper
+                # checks for a reset stream).
                 try:
                     await self._resend(st)
                     return
@@ -327,9 +328,12 @@ class Appender:
 
     def _vanished(self, st: _StreamAppends, exc: Exception) -> bool:
         """Whether `st`'s stream, which this process created or found, is gone (deleted since: S2's
-        ``delete_on_empty``, or an operator) and is to be created again, once per task."""
+        ``delete_on_empty``, or an operator) and is to be created again, once per task. S2 answers a
+        deleted stream's appends 409 ``stream_deletion_pending`` until the deletion completes, then 404;
+        creating it again waits for that (`create_if_missing`). An open session's next append gets 503
+        ``unavailable`` instead: retried as any 503, its next attempt meets the 409 or the 404."""
         gone = is_s2_not_found(exc) and isinstance(exc, S2ServerError) and exc.code == "stream_not_found"
-        if not (gone and self.cfg.create_streams) or st.recreated:
+        if not ((gone or is_stream_deleting(exc)) and self.cfg.create_streams) or st.recreated:
             return False
         st.recreated = True
         self.pool.forget_stream(self.cfg, st.name)
@@ -345,7 +349,7 @@ class Appender:
             raise self._error(st, exc, "append condition failed") from exc
         if isinstance(exc, S2ServerError):
             status = exc.status_code
-            if status in (401, 403, 404):
+            if status in (401, 403, 404) or is_stream_deleting(exc):
                 raise self._error(st, exc, explain(exc, self.cfg, stream=st.name).message) from exc
             if not retryable(exc):
                 raise self._error(st, exc, "request rejected") from exc
