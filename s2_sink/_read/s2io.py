@@ -160,29 +160,44 @@ def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
 
 def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
     """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
-    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not)."""
+    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not).
+    Trimmed records cost nothing: a range that starts in a trimmed gap spans it."""
 
     async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
+        handle = basin.stream(stream)
         end, used = first, 0
         # The server applies the byte limit (whole records only), so only what fits is transferred.
-        async with basin.stream(stream).read_session(
-            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
-        ) as session:
-            async for batch in session:
-                for record in batch.records:
-                    # Trimmed records cost nothing here: the batch spans them and its tasks report the loss.
-                    if record.seq_num >= stop:
-                        return stop, used
-                    end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        try:
+            async with handle.read_session(
+                start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
+            ) as session:
+                async for batch in session:
+                    for record in batch.records:
+                        # Trimmed records cost nothing: the batch spans them and its tasks report the loss.
+                        if record.seq_num >= stop:
+                            return stop, used
+                        end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        except s2_sdk.ReadUnwrittenError:
+            return stop, 0  # everything from ``first`` on is gone (as a server that answers 416 puts it)
+        if end == first:
+            end = await _past_trimmed(handle, first, stop)
         return end, used
 
+    return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
+
+
+async def _past_trimmed(handle: s2_sdk.S2Stream, first: int, stop: int) -> int:
+    """Where a byte-capped read from ``first`` that returned nothing may end: no record fits, or none is
+    left there. S2 answers a read below the trim point with what is left (``read.rs``,
+    ``read_start_seq_num``: 200, not 416), so the first record kept tells them apart: a trimmed gap before
+    it is spanned, up to ``stop``."""
     try:
-        return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
-    except ReadError as exc:
-        if isinstance(exc.__cause__, s2_sdk.ReadUnwrittenError):
-            # Everything from ``first`` on was trimmed: span it, the tasks report the loss.
-            return stop, 0
-        raise
+        batch = await handle.read(start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError:
+        return stop  # nothing left at all (as a server that answers 416 there puts it)
+    if not batch.records:
+        return stop  # everything from ``first`` on was trimmed
+    return min(int(batch.records[0].seq_num), stop)
 
 
 async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
