@@ -171,7 +171,9 @@ def reset(args: argparse.Namespace) -> int:
 
     async def go() -> LedgerState | None:
         async with open_basin(cfg) as basin:
-            await basin.stream(name).check_tail()  # a missing ledger is an error, not something to create
+            # A missing ledger is an error, not something to create (a check_tail would create it in a basin
+            # that creates streams on read; getting the config never creates).
+            await basin.get_stream_config(name)
             ledger = Ledger(basin, args.writer_id)
             before = await ledger.load()
             if before.kind == "none" or not args.yes:

@@ -262,6 +262,27 @@ def test_fences_clear_of_a_missing_stream_fails_without_creating_it(lite: LiteSe
     assert f"stream 'typo' does not exist in basin {basin!r}" in out.stderr
 
 
+def test_nothing_missing_is_created_in_a_basin_that_creates_streams_on_read(lite: LiteServer) -> None:
+    """In a basin with create_stream_on_read, where S2 creates a stream a check_tail asks for (s2-lite:
+    lite/src/backend/read.rs, open_for_check_tail), `fences clear` of a missing stream and `ledger reset` /
+    `ledger forget` of a writer without a ledger exit 3 and create nothing (they look the stream up by its
+    config, which never creates it)."""
+    basin = fresh_basin(lite.endpoint, create_stream_on_read=True)
+    for args in (
+        ("fences", "clear", "typo"),
+        ("ledger", "reset", "ghost", "--yes"),
+        ("ledger", "forget", "ghost", "events"),
+    ):
+        out = cli(lite.endpoint, *args, "--basin", basin)
+        assert out.returncode == 3, (args, out.stderr)
+
+    async def names() -> list[str]:
+        async with S2("t", endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint)) as s2:
+            return [s.name async for s in s2.basin(basin).list_all_streams()]
+
+    assert asyncio.run(names()) == []
+
+
 # -- tail -----------------------------------------------------------------------------------------------
 
 
@@ -287,6 +308,24 @@ def test_tail_prints_the_last_records_decoded_as_insert(lite: LiteServer, basin:
     assert rows[0]["headers"] == [["@key", "k1"]]
     assert rows[1]["text"] == "plain text"
     assert rows[2]["text"] == "base64:/wA="
+
+
+def test_tail_of_a_trimmed_stream_prints_each_record_once(lite: LiteServer, basin: str) -> None:
+    """`tail -n 5` of a stream trimmed near its end prints the records left, each once: S2 answers a read
+    from below the trim point with the records after it (s2-lite: lite/src/backend/read.rs), so a window
+    further back returns the same records again (before: printed twice)."""
+    append(
+        lite,
+        basin,
+        "events",
+        [
+            AppendInput(records=[Record(b'{"id":%d}' % i) for i in range(10)]),
+            AppendInput(records=[CommandRecord.trim(8)]),
+        ],
+    )
+    out = cli(lite.endpoint, "tail", "events", "-n", "5", "--basin", basin)
+    assert out.returncode == 0, out.stderr
+    assert [r["seq_num"] for r in json_lines(out.stdout)] == [8, 9]
 
 
 def test_tail_decodes_upsert_records_and_refuses_other_ones(lite: LiteServer, basin: str) -> None:
