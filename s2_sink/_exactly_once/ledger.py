@@ -64,6 +64,7 @@ LEDGER_PREFIX: Final = "_s2sink/ledger/"
 _BACKOFF: Final = replace(BOOKKEEPING, retries=7)
 # One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
 _APPEND_BYTES: Final = 512 * 1024
+_LEDGER_CONFIG: Final = StreamConfig(retention_policy="infinite")
 # Records read back from the tail first when looking for the last state record (then 8x more each time).
 _FIRST_WINDOW: Final = 16
 
@@ -91,16 +92,37 @@ class Ledger:
         ends folded from its base."""
         try:
             # Infinite retention: losing the last record would restart epochs below the streams' fences.
-            await ensure_once(self._basin, self.name, StreamConfig(retention_policy="infinite"))
+            await ensure_once(self._basin, self.name, _LEDGER_CONFIG)
             tail = (await self._stream.check_tail()).seq_num
             state, at = LedgerState(), -1
             if tail > 0:
                 state, at = await self._read_state(tail)
+            else:
+                await self._retain_forever()
         except S2Error as exc:
             why = explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
             raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {why}") from exc
         self.state, self.tail, self._state_at = state, tail, at
         return state
+
+    async def _retain_forever(self) -> None:
+        """An empty ledger may have been created by a reader's ``check_tail`` in a basin that creates streams
+        on read, with the basin's retention; nothing has used it yet, so its retention is made infinite (the
+        rest of its config is left as it is). A token that may not do so is told in the log."""
+        try:
+            config = await self._basin.get_stream_config(self.name)
+            if config.retention_policy != "infinite":
+                await self._basin.reconfigure_stream(self.name, config=_LEDGER_CONFIG)
+                log.warning(
+                    "ledger %s was created with retention %r (a read created it: the basin creates "
+                    "streams on read); its retention is now infinite",
+                    self.name,
+                    config.retention_policy,
+                )
+        except S2ServerError as exc:
+            if exc.status_code != 403:
+                raise
+            log.warning("ledger %s: cannot check its retention is infinite (403 %s)", self.name, exc.code)
 
     async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
         """The ledger's tail and state for a reader: never creates the stream (None when it does not exist);

@@ -17,7 +17,7 @@ from s2_sdk import StreamConfig, Timestamping, TimestampingMode
 
 from s2_sink._exactly_once import bookkeeping_streams
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.ledger import ledger_stream_name
+from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
 from s2_sink._exactly_once.roll_call import REGISTER_PREFIX
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
@@ -28,6 +28,7 @@ from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
+from s2_sink.testing import fresh_basin
 from tests.faults._support import cfg_for, client, make_basin, run
 
 KEPT = StreamConfig(
@@ -140,3 +141,26 @@ def test_missing_streams_are_created_together_and_existing_ones_left_alone(lite:
     assert sorted(_listed(lite.endpoint, basin)) == sorted(names)
     assert _configs(lite.endpoint, basin, ["s/0"])["s/0"][:2] == ("infinite", TimestampingMode.ARRIVAL)
     _runtime.run(ensure())  # known now: no request
+
+
+def test_a_ledger_a_reader_created_gets_infinite_retention(lite: LiteServer) -> None:
+    """In a basin that creates streams on read, a read-committed reader's check_tail of a ledger that does
+    not exist yet creates it with the basin's retention (s2-lite: lite/src/backend/read.rs,
+    open_for_check_tail). The writer's first load, finding it empty, sets its retention to infinite (the
+    ledger's last record must outlive any stream's fence); the rest of its config is left alone."""
+    basin = fresh_basin(lite.endpoint, create_stream_on_read=True)
+    cfg = cfg_for(lite.endpoint, basin)
+
+    async def peek_then_load() -> None:
+        ledger = Ledger(get_pool().client(cfg).basin(basin), "w", cfg=cfg)
+        assert await ledger.peek() == (0, LedgerState())  # the stream now exists, empty
+        await ledger.load()
+
+    name = ledger_stream_name("w")
+    bookkeeping_streams.forget_all()
+    _runtime.run(peek_then_load())
+    assert _configs(lite.endpoint, basin, [name])[name] == (
+        "infinite",
+        TimestampingMode.CLIENT_PREFER,
+        "express",
+    )
