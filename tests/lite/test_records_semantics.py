@@ -376,3 +376,28 @@ def test_a_timestamp_start_past_every_record_reads_nothing(lite: LiteServer, bas
             assert got.records == []
 
     run(main())
+
+
+def test_conditions_are_checked_before_timestamps(lite: LiteServer) -> None:
+    """An append is judged in S2's order: the fencing token, then match_seq_num, then each record's
+    timestamp, so a stale token on a client-require stream is a 412 even when a timestamp is missing too
+    (lite/src/backend/streamer.rs, sequence_records then sequenced_records)."""
+    name = fresh_basin(lite.endpoint)
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            b = s2.basin(name)
+            config = StreamConfig(timestamping=Timestamping(mode=TimestampingMode.CLIENT_REQUIRE))
+            await b.create_stream("req", config=config)
+            st = b.stream("req")
+            fence = Record(b"mine", headers=[(b"", b"fence")], timestamp=1)  # a command needs one too
+            await st.append(AppendInput(records=[fence]))
+            with pytest.raises(FencingTokenMismatchError):
+                await st.append(AppendInput(records=[Record(b"x")], fencing_token="stale"))
+            with pytest.raises(SeqNumMismatchError):
+                await st.append(AppendInput(records=[Record(b"x")], fencing_token="mine", match_seq_num=9))
+            with pytest.raises(S2ServerError) as missing:
+                await st.append(AppendInput(records=[Record(b"x")], fencing_token="mine"))
+            assert (missing.value.status_code, missing.value.code) == (422, "invalid")
+
+    run(main())
