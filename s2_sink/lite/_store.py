@@ -213,16 +213,21 @@ class Store:
         b = self.basins.get(basin)
         return {} if b is None else b.streams
 
-    def put_stream(self, basin: str, name: str, config: Json, created_at: float) -> Stream:
-        """Create (or reconfigure) a stream with a complete config."""
+    def put_stream(
+        self, basin: str, name: str, config: Json, created_at: float, cipher: str | None = None
+    ) -> Stream:
+        """Create (or reconfigure) a stream with a complete config; a new one takes the basin's cipher (or
+        `cipher`, on replay), as S2 records it at creation."""
         b = self._basin(basin)
         s = b.streams.get(name)
         if s is None:
             s = Stream(basin, name, config, created_at)
+            s.cipher = cipher if cipher is not None else b.config.get("stream_cipher")
             b.streams[name] = s
         else:
             s.config = config
-        self._log({"op": "stream", "basin": basin, "name": name, "config": config, "created_at": created_at})
+        doc = {"op": "stream", "basin": basin, "name": name, "config": config, "created_at": created_at}
+        self._log({**doc, "cipher": s.cipher} if s.cipher is not None else doc)
         return s
 
     def _existing(self, basin: str, name: str) -> tuple[Basin, Stream | None]:

@@ -63,6 +63,8 @@ class Stream:
     visible_ts: int = 0
     fencing_token: str = ""
     trim_point: int = 0
+    #: The basin's ``stream_cipher`` when it was created (shown; records are not encrypted here).
+    cipher: str | None = None
     #: The ``s2-request-token`` and config of the create call, so a retried create is answered as a success.
     creation_key: tuple[str, Json] | None = None
     #: Deleted or being deleted: sessions on it end, new requests get 409 ``stream_deletion_pending``.
@@ -81,7 +83,7 @@ class Stream:
             "name": self.name,
             "created_at": rfc3339(self.created_at),
             "deleted_at": deleted_at,
-            "cipher": None,
+            "cipher": self.cipher,
         }
 
     def tail(self) -> tuple[int, int]:

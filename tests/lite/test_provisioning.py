@@ -212,3 +212,22 @@ def test_listing_pages_through_more_than_a_thousand_streams(http: httpx.Client, 
     assert seen == names
     page = http.get("/v1/streams", headers=h, params={"limit": 5000}).json()
     assert (len(page["streams"]), page["has_more"]) == (1000, True)
+
+
+def test_the_differences_docs_lite_md_lists(http: httpx.Client) -> None:
+    """What docs/lite.md says still differs from s2-lite, where a client can check it: an unknown path is a
+    JSON 404 ``not_found`` and a known one with another method a 405 ``bad_path`` (s2-lite answers both with
+    an empty body); ``/metrics`` is not served; a basin's ``stream_cipher`` is kept and shown, and a stream
+    created in it names it (records are not encrypted)."""
+    resp = http.get("/v1/nothing-here")
+    assert (resp.status_code, resp.json()["code"]) == (404, "not_found")
+    resp = http.delete("/v1/basins")
+    assert (resp.status_code, resp.json()["code"]) == (405, "bad_path")
+    assert http.get("/metrics").status_code == 404
+    name = unique_basin_name("ciph")
+    doc = {"basin": name, "config": {"stream_cipher": "aegis-256"}}
+    assert http.post("/v1/basins", json=doc).status_code == 201
+    assert http.get(f"/v1/basins/{name}").json()["stream_cipher"] == "aegis-256"
+    made = http.post("/v1/streams", headers={"s2-basin": name}, json={"stream": "s"})
+    assert made.json()["cipher"] == "aegis-256"
+    assert http.delete(f"/v1/basins/{name}").status_code == 202
