@@ -15,6 +15,7 @@ from s2_sdk import (
     ReadBatch,
     S2ClientError,
     S2ServerError,
+    StreamConfig,
     StreamPosition,
 )
 
@@ -219,8 +220,11 @@ class _Basin:
     def stream(self, name: str) -> _FlakyStream:
         return self.held
 
-    async def ensure_stream(self, name: str, **_: object) -> None:
+    async def create_stream(self, name: str, **_: object) -> None:
         return None
+
+    async def get_stream_config(self, name: str) -> StreamConfig:
+        return StreamConfig(retention_policy="infinite")
 
 
 def _patch_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
