@@ -2,7 +2,9 @@
 module parses: each record stored as the canonical ``SequencedRecord`` encoding of its headers and body, its
 metered size, client timestamp and command, the input's conditions, or the error (400 for what protobuf
 refuses, 422 for limits and bad commands), whatever the layout of the bytes (over-long varints, fields out of
-order or repeated, unknown fields, empty fields written out, damaged bytes)."""
+order or repeated, unknown fields, empty fields written out, damaged bytes). S2's rules: s2-lite
+api/src/v1/stream/proto/mod.rs (AppendInput), common/src/stream.rs (AppendRecordBatch),
+common/src/record/mod.rs and command.rs (Record::try_from_parts)."""
 
 from __future__ import annotations
 

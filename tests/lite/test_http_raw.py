@@ -65,7 +65,9 @@ def test_json_append_and_read_raw_and_base64(http: httpx.Client, basin: str) -> 
 
 
 def test_percent_encoded_slash_is_part_of_the_stream_name(http: httpx.Client, basin: str) -> None:
-    """%2F in a path segment is a character of the stream name, never a separator."""
+    """%2F in a path segment is a character of the stream name, never a separator.
+
+    As s2-lite: lite/src/handlers/v1/paths.rs (the stream is one path segment)."""
     h = {"s2-basin": basin}
     assert (
         http.post("/v1/streams/a%2Fb/records", headers=h, json={"records": [{"body": "1"}]}).status_code
@@ -89,7 +91,10 @@ def _proto_append(http: httpx.Client, basin: str, inp: pb.AppendInput) -> httpx.
 
 
 def test_batch_and_record_limits_are_422(http: httpx.Client, basin: str) -> None:
-    """0 or 1001 records, more than 1 MiB metered per batch or per record, and empty header names are 422."""
+    """0 or 1001 records, more than 1 MiB metered per batch or per record, and empty header names are 422.
+
+    As s2-lite: common/src/stream.rs, AppendRecordBatch and AppendRecord; common/src/caps.rs,
+    RECORD_BATCH_MAX."""
     too_many = pb.AppendInput(records=[pb.AppendRecord(body=b"x") for _ in range(1001)])
     too_big = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * 600_000) for _ in range(2)])
     big_record = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * (1024 * 1024))])
@@ -107,7 +112,9 @@ def test_batch_and_record_limits_are_422(http: httpx.Client, basin: str) -> None
 
 
 def test_malformed_requests_are_400(http: httpx.Client, basin: str) -> None:
-    """A missing s2-basin header, junk protobuf, junk JSON and a bad query are 400 with the matching code."""
+    """A missing s2-basin header, junk protobuf, junk JSON and a bad query are 400 with the matching code.
+
+    As s2-lite: lite/src/handlers/v1/error.rs, ServiceError::to_response."""
     assert http.get("/v1/streams").json()["code"] == "bad_header"
     resp = http.post(
         "/v1/streams/x/records",
@@ -122,7 +129,9 @@ def test_malformed_requests_are_400(http: httpx.Client, basin: str) -> None:
 
 
 def test_unsupported_resources_are_501(http: httpx.Client) -> None:
-    """Access tokens, metrics and locations answer 501 not_implemented, like s2-lite."""
+    """Access tokens, metrics and locations answer 501 not_implemented, like s2-lite.
+
+    As s2-lite: lite/src/handlers/v1/access_tokens.rs, metrics.rs, locations.rs."""
     for path in ("/v1/access-tokens", "/v1/metrics", "/v1/locations"):
         resp = http.get(path)
         assert (resp.status_code, resp.json()["code"]) == (501, "not_implemented")
@@ -219,7 +228,9 @@ def test_read_session_heartbeats_at_the_tail_and_ends_after_wait(http: httpx.Cli
 
 
 def test_read_session_preflight_errors_are_plain_json_responses(http: httpx.Client, basin: str) -> None:
-    """A session that cannot start (416 beyond the tail) is answered with a normal JSON error, no frames."""
+    """A session that cannot start (416 beyond the tail) is answered with a normal JSON error, no frames.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, read (the session opens after read_start_seq_num)."""
     h = {"s2-basin": basin, "content-type": "s2s/proto"}
     http.post("/v1/streams/pf/records", headers={"s2-basin": basin}, json={"records": [{"body": "a"}]})
     resp = http.get("/v1/streams/pf/records", params={"seq_num": 5}, headers=h)
@@ -241,7 +252,10 @@ def test_read_session_preflight_errors_are_plain_json_responses(http: httpx.Clie
 def test_malformed_s2s_input_ends_the_session_with_bad_frame(
     http: httpx.Client, basin: str, frame: bytes, why: str
 ) -> None:
-    """An append session answers a malformed input frame with a terminal frame: status 400, code bad_frame."""
+    """An append session answers a malformed input frame with a terminal frame: status 400, code bad_frame.
+
+    As s2-lite: api/src/v1/stream/extract.rs, AppendRequest (Unexpected terminal frame as input); s2s.rs,
+    FrameDecoder."""
     good = pb.AppendInput(records=[pb.AppendRecord(body=b"ok")]).SerializeToString()
     body = (len(good) + 1).to_bytes(3, "big") + b"\x00" + good + frame
     h = {"s2-basin": basin, "content-type": "s2s/proto"}

@@ -34,7 +34,10 @@ def _recs(n: int, prefix: bytes = b"r", ts: int | None = None) -> list[Record]:
 
 
 def test_read_starts_by_seq_num_timestamp_and_tail_offset(lite: LiteServer, basin: str) -> None:
-    """seq_num, timestamp and tail_offset starts resolve to the right first record."""
+    """seq_num, timestamp and tail_offset starts resolve to the right first record.
+
+    As s2-lite: lite/src/backend/read.rs, read_start_seq_num and resolve_timestamp; api/src/v1/stream/mod.rs,
+    ReadStart."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -73,7 +76,9 @@ def test_read_limits_count_bytes_until(lite: LiteServer, basin: str) -> None:
 
 
 def test_unary_read_caps_at_1000_records(lite: LiteServer, basin: str) -> None:
-    """A unary read returns at most 1000 records even when more are asked for."""
+    """A unary read returns at most 1000 records even when more are asked for.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, prepare_read (RECORD_BATCH_MAX); common/src/caps.rs."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -87,7 +92,9 @@ def test_unary_read_caps_at_1000_records(lite: LiteServer, basin: str) -> None:
 
 
 def test_416_rules(lite: LiteServer, basin: str) -> None:
-    """Beyond the tail is 416 unless clamped; at the tail a read that cannot wait is 416, clamped or not."""
+    """Beyond the tail is 416 unless clamped; at the tail a read that cannot wait is 416, clamped or not.
+
+    As s2-lite: lite/src/backend/read.rs, read_start_seq_num; common/src/stream.rs, ReadEnd::may_follow."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -111,7 +118,9 @@ def test_416_rules(lite: LiteServer, basin: str) -> None:
 
 
 def test_long_poll_returns_when_records_arrive(lite: LiteServer, basin: str) -> None:
-    """A unary read at the tail with wait returns as soon as an append lands."""
+    """A unary read at the tail with wait returns as soon as an append lands.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, merge_read_session and MAX_UNARY_READ_WAIT."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -134,7 +143,10 @@ def test_long_poll_returns_when_records_arrive(lite: LiteServer, basin: str) -> 
 
 def test_match_seq_num_and_fencing_tokens(lite: LiteServer, basin: str) -> None:
     """match_seq_num must equal the tail (412 SeqNumMismatchError); fence records set the token that appends
-    must carry (412 FencingTokenMismatchError), appends without a token pass, an empty fence clears it."""
+    must carry (412 FencingTokenMismatchError), appends without a token pass, an empty fence clears it.
+
+    As s2-lite: lite/src/backend/streamer.rs, sequence_records and apply_command;
+    lite/src/handlers/v1/error.rs (AppendConditionFailed bodies)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -167,7 +179,10 @@ def test_match_seq_num_and_fencing_tokens(lite: LiteServer, basin: str) -> None:
 
 
 def test_trim_hides_earlier_records(lite: LiteServer, basin: str) -> None:
-    """A trim command record makes records before its target unreadable; reads start at the trim point."""
+    """A trim command record makes records before its target unreadable; reads start at the trim point.
+
+    As s2-lite: lite/src/backend/streamer.rs, apply_command (a trim is capped just after its own record);
+    bgtasks/stream_trim.rs."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -219,7 +234,9 @@ def test_invalid_command_records_are_422(lite: LiteServer, basin: str) -> None:
 
 def test_timestamps_client_prefer_capped_and_monotonic(lite: LiteServer, basin: str) -> None:
     """client-prefer: missing timestamps get arrival time, future ones are capped at arrival, and timestamps
-    never decrease."""
+    never decrease.
+
+    As s2-lite: lite/src/backend/streamer.rs, sequenced_records."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -239,7 +256,9 @@ def test_timestamps_client_prefer_capped_and_monotonic(lite: LiteServer, basin: 
 
 def test_timestamps_uncapped_client_require_and_arrival(lite: LiteServer) -> None:
     """uncapped keeps future client timestamps; client-require rejects a missing one (422); arrival ignores
-    client timestamps."""
+    client timestamps.
+
+    As s2-lite: lite/src/backend/streamer.rs, sequenced_records."""
     name = fresh_basin(lite.endpoint)
 
     async def main() -> None:
@@ -271,7 +290,10 @@ def test_timestamps_uncapped_client_require_and_arrival(lite: LiteServer) -> Non
 
 
 def test_create_stream_on_append_and_on_read(lite: LiteServer) -> None:
-    """Without auto-create an append to a missing stream is 404; create_stream_on_append/on_read create it."""
+    """Without auto-create an append to a missing stream is 404; create_stream_on_append/on_read create it.
+
+    As s2-lite: lite/src/backend/core.rs, stream_handle_with_auto_create; append.rs, open_for_append; read.rs,
+    open_for_read and open_for_check_tail."""
     plain = fresh_basin(lite.endpoint, create_stream_on_append=False)
     on_read = fresh_basin(lite.endpoint, create_stream_on_append=False, create_stream_on_read=True)
 

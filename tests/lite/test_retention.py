@@ -85,7 +85,9 @@ def test_retention_trims_by_arrival_age(srv: LiteServer, clock: ManualClock, htt
 
 def test_delete_on_empty_after_min_age(srv: LiteServer, clock: ManualClock, http: httpx.Client) -> None:
     """A stream with delete_on_empty is deleted once it has retained nothing and had no write for
-    min_age_secs; one that keeps records is not."""
+    min_age_secs; one that keeps records is not.
+
+    As s2-lite: lite/src/backend/bgtasks/stream_doe.rs; streamer.rs, handle_terminal_trim (DeleteOnEmpty)."""
     basin = fresh_basin(srv.endpoint)
     doe = {"delete_on_empty": {"min_age_secs": 60}}
     _make_stream(http, basin, "expiring", {**doe, "retention_policy": {"age": 10}})

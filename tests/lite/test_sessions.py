@@ -25,7 +25,9 @@ from tests.lite._sdk import client, run
 
 
 def test_pipelined_session_of_100k_records(lite: LiteServer, basin: str) -> None:
-    """100 batches of 1000 records pipelined through one session: one ack per batch, in order, contiguous."""
+    """100 batches of 1000 records pipelined through one session: one ack per batch, in order, contiguous.
+
+    As s2-lite: lite/src/backend/append.rs, append_session (acks in input order)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -48,7 +50,9 @@ def test_pipelined_session_of_100k_records(lite: LiteServer, basin: str) -> None
 
 def test_concurrent_writers_interleave_without_gaps(lite: LiteServer, basin: str) -> None:
     """Four sessions (on separate connections) appending to one stream: every record lands exactly once,
-    seq_nums are contiguous and each writer's batches keep their order."""
+    seq_nums are contiguous and each writer's batches keep their order.
+
+    As s2-lite: lite/src/backend/streamer.rs, handle_append (one sequencer per stream)."""
 
     async def writer(w: int) -> list[int]:
         async with client(lite) as s2:
@@ -78,7 +82,9 @@ def test_concurrent_writers_interleave_without_gaps(lite: LiteServer, basin: str
 
 
 def test_read_session_follows_the_tail_while_appends_happen(lite: LiteServer, basin: str) -> None:
-    """An unbounded read session from the tail reports caught-up, then delivers each new append live."""
+    """An unbounded read session from the tail reports caught-up, then delivers each new append live.
+
+    As s2-lite: lite/src/backend/read.rs, read_session (follow)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -106,7 +112,10 @@ def test_read_session_follows_the_tail_while_appends_happen(lite: LiteServer, ba
 
 
 def test_bounded_read_sessions_end_cleanly(lite: LiteServer, basin: str) -> None:
-    """Sessions bounded by count, bytes or until end without error once the bound or the tail is reached."""
+    """Sessions bounded by count, bytes or until end without error once the bound or the tail is reached.
+
+    As s2-lite: lite/src/backend/read.rs, read_session (EvaluatedReadLimit::Exhausted ends it);
+    api/src/v1/stream/s2s.rs."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -160,7 +169,10 @@ def test_compressed_sessions_and_unary_calls(lite: LiteServer, basin: str, compr
 
 def test_first_failure_poisons_the_session(lite: LiteServer, basin: str) -> None:
     """A failed match_seq_num inside a pipelined session raises SeqNumMismatchError; batches before it are
-    acked and applied, none after it are."""
+    acked and applied, none after it are.
+
+    As s2-lite: lite/src/backend/append.rs, SessionHandle (poisoned) and append_session (stops at the first
+    error)."""
 
     async def main() -> None:
         async with client(lite) as s2:

@@ -12,10 +12,10 @@ pending a new request gets 409 ``stream_deletion_pending``, then 404; an append 
 deletion gets 503 ``unavailable`` for what it sends next, and never writes into a stream created anew under
 the same name.
 
-Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``create_stream``; ``S2Stream.name``/
-``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``; and, for the
-bulk append path (`s2_sink._transport.append_session`), the basin transport the SDK client hands out
-(``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
+Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``create_stream``/``get_stream_config``;
+``S2Stream.name``/``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``;
+and, for the bulk append path (`s2_sink._transport.append_session`), the basin transport the SDK client hands
+out (``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
 lite server answers one (`AppendSessionResponse`), as a stream of the client's HTTP/2 connection
 (`tests.sim._connection`), which may drop under every session on it.
 """
@@ -43,6 +43,7 @@ from s2_sdk import (
     S2ServerError,
     SeqNum,
     SeqNumMismatchError,
+    StreamConfig,
     StreamInfo,
     StreamPosition,
     TailOffset,
@@ -240,6 +241,11 @@ class MemoryBasin:
         for name, deleting in found:
             now = datetime.now(UTC)
             yield StreamInfo(name=name, created_at=now, deleted_at=now if deleting else None)
+
+    async def get_stream_config(self, name: str) -> StreamConfig:
+        """Nothing expires in a simulated schedule: every stream keeps its records forever."""
+        self._service.stream(name)  # 404 / 409 as S2 answers them
+        return StreamConfig(retention_policy="infinite")
 
     async def create_stream(self, name: str, config: object = None) -> None:
         del config  # retention: nothing expires in a simulated schedule
