@@ -303,9 +303,8 @@ class MemoryStream:
             raise _sdk_error(exc) from None
         res = stream.collect(first, min(count, 1000), _ONE_MIB, None)
         records = [sequenced_record_from_proto(pb.SequencedRecord.FromString(r)) for r in res.records]
-        tail = StreamPosition(*stream.tail()) if res.next_seq >= stream.visible_seq else None
         svc.after(verdict)
-        return ReadBatch(records=records, tail=tail)
+        return ReadBatch(records=records, tail=None)  # stored records carry no tail (s2-lite read.rs)
 
     def append_session(
         self, *, max_unacked_bytes: int = 0, max_unacked_batches: int | None = None
