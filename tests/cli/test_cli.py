@@ -477,7 +477,7 @@ def test_lite_basin_flag_refuses_an_invalid_name() -> None:
         check=False,
     )
     assert out.returncode == 2
-    assert "basin name must be 8-48 characters of [a-z0-9-]" in out.stderr
+    assert "basin name must begin with a lowercase letter or number" in out.stderr  # S2's words
     assert "'Bad_Name'" in out.stderr
 
 
