@@ -221,7 +221,7 @@ class Scheduler:
         actor = _current.get()
         if actor is None:
             return "ok"
-        if actor.dead:
+        if actor.dead or not self._owns(actor):
             raise SimCrash
         fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         with self._cv:
@@ -254,6 +254,12 @@ class Scheduler:
             self._release(fiber, verdict)
             return True
 
+    def _owns(self, actor: Actor) -> bool:
+        """Whether `actor` is one of this schedule's. A thread of an earlier schedule that outlived it (its
+        join timed out on a loaded machine) reaches this one through the process-wide session pool: its
+        process is gone, so it dies at its next step instead of taking steps in a schedule not its own."""
+        return actor.id < len(self.actors) and self.actors[actor.id] is actor
+
     def _quiet_now(self) -> bool:
         """(Lock held, on the loop.) No thread runs and nothing else is due on the loop."""
         return self._loop_idle() and self._sleeper() is None
@@ -262,7 +268,7 @@ class Scheduler:
         """Park the calling actor's thread until `ready()` holds and the scheduler picks it."""
         actor = _current.get()
         assert actor is not None
-        if actor.dead:
+        if actor.dead or not self._owns(actor):
             raise SimCrash
         event = threading.Event()
         with self._cv:
