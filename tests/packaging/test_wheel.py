@@ -268,3 +268,32 @@ def test_base_install_runs_without_pyspark(base_report: dict[str, Any]) -> None:
     assert base_report["upsert_tail"].returncode == 2
     assert "pip install 's2-sink[spark]'" in base_report["upsert_tail"].stderr
 
+
+def test_bundle_artifacts_build_in_a_readme_venv(base_venv: Path, source: Path) -> None:
+    """The Databricks bundle's artifact builds (examples/databricks/databricks.yml) run as `databricks bundle
+    deploy` runs them, with the python of a virtualenv holding only the README's install (no `build`
+    module), and leave the s2-sink wheel and the job's wheel in the bundle's dist/."""
+    import yaml
+
+    bundle_dir = source / "examples" / "databricks"
+    artifacts = yaml.safe_load((bundle_dir / "databricks.yml").read_text())["artifacts"]
+    env = {**_clean_env(), "PATH": f"{base_venv.parent}{os.pathsep}{os.environ['PATH']}"}
+    env["VIRTUAL_ENV"] = str(base_venv.parent.parent)
+    no_build = subprocess.run([str(base_venv), "-c", "import build"], capture_output=True, check=False)
+    assert no_build.returncode != 0, "the README venv has `build`: this test would not show it is needed"
+    for name, artifact in artifacts.items():
+        proc = subprocess.run(
+            artifact["build"],
+            shell=True,
+            cwd=(bundle_dir / artifact["path"]).resolve(),
+            capture_output=True,
+            check=False,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        if proc.returncode != 0 and any(h in proc.stdout + proc.stderr for h in _OFFLINE_HINTS):
+            pytest.skip("no package index reachable to fetch the build backend")
+        assert proc.returncode == 0, f"{name}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    built = sorted(p.name.split("-")[0] for p in (bundle_dir / "dist").glob("*.whl"))
+    assert built == ["s2_orders_job", "s2_sink"]
