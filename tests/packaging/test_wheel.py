@@ -162,7 +162,7 @@ def base_report(base_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     )
     report["import"] = run(str(base_venv), "-c", probe)
     lite = subprocess.Popen(
-        [str(bin_dir / "s2-lite"), "--port", "0", "--basin", "base-install"],
+        [str(bin_dir / "s2-sink-lite"), "--port", "0", "--basin", "base-install"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
