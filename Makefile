@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# `make dist` builds in a venv of its own holding only `build` (which builds in an isolated environment).
+BUILD_VENV  := .venv-build
+BUILD_STAMP := $(BUILD_VENV)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help venv demo test test-fast test-slow test-faults test-compat test-cluster lint typecheck fmt bench bench-quick soak sim dist lite clean
@@ -69,11 +72,16 @@ sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 default schedul
 	  done; \
 	fi
 
-dist: $(STAMP)  ## build the wheel and sdist into dist/
-	$(PY) -m build --outdir dist .
+$(BUILD_STAMP):
+	@test -x $(BUILD_VENV)/bin/python || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install --quiet --upgrade pip build
+	@touch $(BUILD_STAMP)
+
+dist: $(BUILD_STAMP)  ## build the wheel and sdist into dist/ (in a small build venv, not the dev set)
+	$(BUILD_VENV)/bin/python -m build --outdir dist .
 
 lite: $(STAMP)  ## run the lite server on port 8080 in the foreground (extra flags: LITE_ARGS=--throttle)
 	$(PY) -m s2_sink.lite --port 8080 $(LITE_ARGS)
 
 clean:  ## remove build outputs and the venv
-	rm -rf $(VENV) dist build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BUILD_VENV) dist build *.egg-info .pytest_cache .mypy_cache .ruff_cache
