@@ -21,11 +21,12 @@ INSTALL_HINT = (
 @contextmanager
 def needs_pyspark(what: str) -> Iterator[None]:
     """Around an import that needs pyspark: if pyspark is missing, raise a ModuleNotFoundError saying that
-    ``what`` needs it and how to install it (chained to the original); other import errors pass through."""
+    ``what`` needs it and how to install it (chained to the original). Other import errors pass through,
+    a missing pyspark submodule too (an older pyspark lacks some: the features that need them say so)."""
     try:
         yield
     except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "pyspark":
+        if exc.name != "pyspark":
             raise
         raise ModuleNotFoundError(
             f"{what} needs pyspark, which is not installed: {INSTALL_HINT}", name="pyspark"

@@ -153,9 +153,11 @@ def base_report(base_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     probe = (
         "import json, s2_sink\n"
         "said = {}\n"
-        "for name in ('S2Writer', 'register', 'UpsertEncoder'):\n"
+        "for name in ('S2Writer', 'UpsertEncoder', 'register'):\n"
         "    try:\n"
-        "        getattr(s2_sink, name)\n"
+        "        found = getattr(s2_sink, name)\n"
+        "        if name == 'register':\n"
+        "            found(None)  # registering format('s2') with a session\n"
         "    except ModuleNotFoundError as exc:\n"
         "        said[name] = [exc.name, str(exc)]\n"
         "print(json.dumps({'version': s2_sink.__version__, 'file': s2_sink.__file__, 'said': said}))\n"
