@@ -281,7 +281,9 @@ def test_bundle_artifacts_build_in_a_readme_venv(base_venv: Path, source: Path) 
     artifacts = yaml.safe_load((bundle_dir / "databricks.yml").read_text())["artifacts"]
     env = {**_clean_env(), "PATH": f"{base_venv.parent}{os.pathsep}{os.environ['PATH']}"}
     env["VIRTUAL_ENV"] = str(base_venv.parent.parent)
-    no_build = subprocess.run([str(base_venv), "-c", "import build"], capture_output=True, check=False)
+    no_build = subprocess.run(
+        [str(base_venv), "-c", "import build"], capture_output=True, check=False, cwd=base_venv.parent
+    )
     assert no_build.returncode != 0, "the README venv has `build`: this test would not show it is needed"
     for name, artifact in artifacts.items():
         proc = subprocess.run(
