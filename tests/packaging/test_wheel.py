@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = Path(__file__).with_name("smoke_installed.py")
+ENTRY_POINTS = Path(__file__).with_name("spark_entry_points.py")
 # What pip prints when no package index can be reached: the check cannot run there, which is not a defect.
 _OFFLINE_HINTS = (
     "NewConnectionError",
@@ -150,19 +151,7 @@ def base_report(base_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     listed = run(str(base_venv), "-m", "pip", "list", "--format=json").stdout
     report: dict[str, Any] = {"installed": {d["name"].lower() for d in json.loads(listed)}}
     report["help"] = run(str(bin_dir / "s2-sink"), "--help")
-    probe = (
-        "import json, s2_sink\n"
-        "said = {}\n"
-        "for name in ('S2Writer', 'UpsertEncoder', 'register'):\n"
-        "    try:\n"
-        "        found = getattr(s2_sink, name)\n"
-        "        if name == 'register':\n"
-        "            found(None)  # registering format('s2') with a session\n"
-        "    except ModuleNotFoundError as exc:\n"
-        "        said[name] = [exc.name, str(exc)]\n"
-        "print(json.dumps({'version': s2_sink.__version__, 'file': s2_sink.__file__, 'said': said}))\n"
-    )
-    report["import"] = run(str(base_venv), "-c", probe)
+    report["import"] = run(str(base_venv), str(ENTRY_POINTS))
     lite = subprocess.Popen(
         [str(bin_dir / "s2-sink-lite"), "--port", "0", "--basin", "base-install"],
         stdout=subprocess.PIPE,
@@ -260,7 +249,7 @@ def test_base_install_runs_without_pyspark(base_report: dict[str, Any]) -> None:
     assert imported.returncode == 0, imported.stderr
     said = json.loads(imported.stdout.strip().splitlines()[-1])
     assert said["version"] == s2_sink.__version__
-    assert set(said["said"]) == {"S2Writer", "register", "UpsertEncoder"}
+    assert set(said["said"]) == {"S2Writer", "S2DataSource", "UpsertEncoder", "decode_json", "register"}
     for name, message in said["said"].values():
         assert name == "pyspark"
         assert "pip install 's2-sink[spark]'" in message

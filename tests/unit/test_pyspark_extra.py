@@ -6,46 +6,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from s2_sink._pyspark import needs_pyspark
 
-# A process in which `import pyspark` fails as it does where pyspark is not installed.
-_NO_PYSPARK = (
-    "import sys\n"
-    "class NoPyspark:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.partition('.')[0] == 'pyspark':\n"
-    "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-    "sys.meta_path.insert(0, NoPyspark())\n"
-)
-
-
-def _without_pyspark(code: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", _NO_PYSPARK + code], capture_output=True, text=True, check=True, timeout=120
-    )
-    return out.stdout.strip().splitlines()[-1]
+ENTRY_POINTS = Path(__file__).resolve().parents[1] / "packaging" / "spark_entry_points.py"
 
 
 def test_the_spark_entry_points_name_the_extra_and_the_rest_imports() -> None:
     """`import s2_sink`, the lite server and the CLI import without pyspark; S2Writer, register, S2DataSource
     and the encoders raise ModuleNotFoundError(name='pyspark') whose message names the spark extra; the
     record frame's constants, which the CLI uses, load."""
-    code = (
-        "import json, s2_sink, s2_sink.lite, s2_sink.cli._main, s2_sink.encoders as e\n"
-        "said = {}\n"
-        "for name in ('S2Writer', 'S2DataSource', 'UpsertEncoder', 'decode_json', 'register'):\n"
-        "    try:\n"
-        "        found = getattr(s2_sink, name)\n"
-        "        if name == 'register':\n"
-        "            found(None)  # registering format('s2') with a session\n"
-        "    except ModuleNotFoundError as exc:\n"
-        "        said[name] = [exc.name, str(exc)]\n"
-        "print(json.dumps({'said': said, 'body': e.BODY}))\n"
+    out = subprocess.run(
+        [sys.executable, str(ENTRY_POINTS), "--block-pyspark"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
-    report = json.loads(_without_pyspark(code))
+    report = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(report["said"]) == {"S2Writer", "register", "S2DataSource", "UpsertEncoder", "decode_json"}
     for name, message in report["said"].values():
         assert name == "pyspark"
