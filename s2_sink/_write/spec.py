@@ -152,6 +152,7 @@ class WriteSpec:
             stream=None if routed else self.routing.stream,
             stream_column=STREAM_COLUMN if routed else None,
             null_target=self.routing.null_target(),
+            routed_by=self.routing.routed_by(),
             on_error=self.on_error,
             dlq_stream=self.dlq_stream,
             payload_column=PAYLOAD_COLUMN if self.dlq_payload else None,
