@@ -13,6 +13,7 @@ import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from s2_sink import S2Writer
 from s2_sink.datasource import register
@@ -39,14 +40,22 @@ def _rows(spark: SparkSession, ids: range) -> DataFrame:
     return spark.createDataFrame([(i, _target(i)) for i in ids], "id long, target string")
 
 
-def _files(spark: SparkSession, tmp_path: Path, batches: list[range]) -> Path:
-    """One parquet file per micro-batch of (id, target) rows."""
+def _stream(spark: SparkSession, tmp_path: Path) -> DataFrame:
+    """A streaming source of two micro-batches of (id, target) rows, ids 0-39 and 40-79 (a parquet
+    file each)."""
     src = tmp_path / "src"
     src.mkdir()
-    for n, ids in enumerate(batches):
+    for n, ids in enumerate([range(40), range(40, 80)]):
         _rows(spark, ids).coalesce(1).write.parquet(str(tmp_path / f"stage{n}"))
         next((tmp_path / f"stage{n}").glob("*.parquet")).rename(src / f"part-{n:04d}.parquet")
-    return src
+    return spark.readStream.schema("id long, target string").option("maxFilesPerTrigger", 1).parquet(str(src))
+
+
+def _run(sink: DataStreamWriter, tmp_path: Path) -> None:
+    """Run the query until its source is drained; it must not fail."""
+    query = sink.option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    query.awaitTermination(240)
+    assert query.exception() is None
 
 
 def _ids(endpoint: str, basin: str, stream: str) -> list[int]:
@@ -80,18 +89,7 @@ def test_s2writer_query_dead_letters_poison_routing_values(
         on_error="dlq",
         dlq_stream="dead",
     )
-    batches = [range(40), range(40, 80)]
-    query = (
-        spark.readStream.schema("id long, target string")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(_files(spark, tmp_path, batches)))
-        .writeStream.foreachBatch(writer)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(240)
-    assert query.exception() is None
+    _run(_stream(spark, tmp_path).writeStream.foreachBatch(writer), tmp_path)
     letters = _check_landed(lite.endpoint, basin, range(80))
     assert [m.dead_lettered for m in writer.history] == [4, 4]
     empty, long = (dict(r.headers) for r in letters[:2])
@@ -139,25 +137,13 @@ def test_format_s2_streaming_write_dead_letters_poison_routing_values(
 ) -> None:
     """writeStream.format("s2") routed by a column (exactly-once, the default) over two micro-batches:
     the same outcome as S2Writer, good rows once in their streams and poison rows dead letters."""
-    batches = [range(40), range(40, 80)]
     options = opts(
         lite.endpoint,
         basin,
         **{"s2.stream-column": "target", "s2.on-error": "dlq", "s2.dlq-stream": "dead"},
         **{"s2.create-streams": "true"},
     )
-    query = (
-        sp.readStream.schema("id long, target string")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(_files(sp, tmp_path, batches)))
-        .writeStream.format("s2")
-        .options(**options)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(240)
-    assert query.exception() is None
+    _run(_stream(sp, tmp_path).writeStream.format("s2").options(**options), tmp_path)
     letters = _check_landed(lite.endpoint, basin, range(80))
     assert dict(letters[0].headers)[b"s2sink-error"].startswith(b"routing value '' of stream column 'target'")
 
