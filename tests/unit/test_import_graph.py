@@ -165,6 +165,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "s2_sink._logging",
         "s2_sink._crashpoints",
         "s2_sink._pyspark",
+        "s2_sink._stream_names",
     ),
     ("s2_sink._env_hints",),
     ("s2_sink.config",),
