@@ -208,6 +208,11 @@ class Scheduler:
         thread.start()
         return actor
 
+    @property
+    def over(self) -> bool:
+        """Whether the schedule ended (or failed): nothing of it may start again."""
+        return self._ended or self.failure is not None
+
     @staticmethod
     def current() -> Actor | None:
         """The actor running the calling code (None outside the simulation, e.g. the pool's reaper)."""
@@ -221,7 +226,9 @@ class Scheduler:
         actor = _current.get()
         if actor is None:
             return "ok"
-        if actor.dead:
+        if actor.dead or _scheduler.get() is not self:
+            # A dead actor, or one of an earlier schedule that ended without it (a violation stops a
+            # schedule at once): its process is gone, and it must not step this schedule's S2.
             raise SimCrash
         fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         with self._cv:
