@@ -21,6 +21,7 @@ change (docs/exactly-once.md, "Changing the writer between runs"):
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -44,10 +45,15 @@ def _short(text: str) -> str:
 
 
 def describe_encoder(encoder: object | None) -> str:
-    """The encoder's class and public settings as text: equal text, equal records for equal rows."""
+    """The encoder's class and settings as text: equal text, equal records for equal rows. The settings are
+    its constructor's arguments as it keeps them (not what it caches), else its public attributes."""
     if encoder is None:
         return NO_ENCODER
-    settings = sorted((k, v) for k, v in vars(encoder).items() if not k.startswith("_"))
+    names = [n for n in inspect.signature(type(encoder).__init__).parameters if n != "self"]
+    kept = vars(encoder)
+    settings = sorted((n, kept[n]) for n in names if n in kept) or sorted(
+        (k, v) for k, v in kept.items() if not k.startswith("_")
+    )
     return _short(f"{type(encoder).__name__}({', '.join(f'{k}={v!r}' for k, v in settings)})")
 
 
