@@ -19,30 +19,33 @@ from tests.unit._eo_writer import facts, write_batch
 ROWS = [Row(b'{"id":%d}' % i) for i in range(6)]
 
 
+@pytest.mark.parametrize("old_id", [None, "orders-v1"])
 def test_a_reader_of_a_renamed_writer_follows_it_to_its_new_ledger(
-    lite: LiteServer, caplog: pytest.LogCaptureFixture
+    lite: LiteServer, caplog: pytest.LogCaptureFixture, old_id: str | None
 ) -> None:
-    """The query's default identity committed batch 0; the query restarts under writer_id "orders", which
-    takes the ledger over and commits batch 1. A reader bound to the query id (the old identity) reads up to
-    batch 1's commit, as does one bound to the new id; the hop is logged once (before: the old reader kept
-    batch 0's ends and stopped advancing, saying nothing)."""
+    """The query's writer (its default identity, or writer_id "orders-v1") committed batch 0; the query
+    restarts under writer_id "orders-v2", which takes the ledger over and commits batch 1. A reader bound to
+    the old identity reads up to batch 1's commit, as does one bound to the new id; the hop is logged once
+    (before: the old reader kept batch 0's ends and stopped advancing, saying nothing)."""
     cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
-    assert write_batch(S2Writer(cfg, None, preflight=False), 0, [ROWS[:3]], facts("run-1")) == "written"
-    old = CommittedEnds(cfg, "q1")
-    first = old.fetch()["events"]
-    renamed = S2Writer(cfg, None, writer_id="orders", preflight=False)
+    first = S2Writer(cfg, None, writer_id=old_id, preflight=False)
+    assert write_batch(first, 0, [ROWS[:3]], facts("run-1")) == "written"
+    bound = old_id or "q1"
+    old = CommittedEnds(cfg, bound)
+    before = old.fetch()["events"]
+    renamed = S2Writer(cfg, None, writer_id="orders-v2", preflight=False)
     assert write_batch(renamed, 1, [ROWS[3:]], facts("run-2")) == "written"
     with caplog.at_level(logging.WARNING, logger="s2_sink._read.committed"):
         now = old.fetch()["events"]
         assert old.fetch()["events"] == now
-    assert now == first + 1 + 3  # the new run's fence record, then batch 1's three records
-    assert CommittedEnds(cfg, "orders").fetch()["events"] == now
+    assert now == before + 1 + 3  # the new run's fence record, then batch 1's three records
+    assert CommittedEnds(cfg, "orders-v2").fetch()["events"] == now
     hops = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
     assert hops == [
-        "read-committed (s2.committed-by=q1): writer_id 'q1' was taken over by writer_id 'orders': "
-        "reading up to its commits"
+        f"read-committed (s2.committed-by={bound}): writer_id {bound!r} was taken over by writer_id "
+        "'orders-v2': reading up to its commits"
     ]
-    assert old.current == "orders"
+    assert old.current == "orders-v2"
 
 
 def test_a_reader_bound_to_a_query_id_finds_the_querys_writer(lite: LiteServer) -> None:
