@@ -3,12 +3,18 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# `make dist` builds in a venv of its own holding only `build` (which builds in an isolated environment).
+BUILD_VENV  := .venv-build
+BUILD_STAMP := $(BUILD_VENV)/.installed
+# What `make test-s2` runs against another S2: SDK conformance, format("s2") reads, S2Writer end to end.
+S2_TESTS := tests/lite/test_sdk_records.py tests/lite/test_sessions.py tests/lite/test_records_semantics.py \
+	tests/integration/test_datasource_read.py tests/integration/test_writer_spark.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-slow test-faults test-compat test-cluster lint typecheck fmt bench bench-quick soak sim dist lite clean
+.PHONY: help venv demo test test-fast test-slow test-faults test-compat test-cluster test-s2 lint typecheck fmt bench bench-quick soak sim dist lite clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +44,13 @@ test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/
 
 test-cluster: $(STAMP)  ## faults on a local Spark standalone cluster (master + 2 workers), about 10 min
 	S2SINK_CLUSTER=1 $(PY) -m pytest -m cluster -rA tests/cluster
+
+test-s2:  ## SDK conformance, reads, writes against the S2 that S2_SINK_TEST_BASIN_PREFIX, S2_ACCESS_TOKEN name
+	@if [ -z "$${S2_SINK_TEST_BASIN_PREFIX:-}" ] || [ -z "$${S2_ACCESS_TOKEN:-}" ]; then \
+	  echo "test-s2: skipped: set S2_SINK_TEST_BASIN_PREFIX and S2_ACCESS_TOKEN (and S2_ACCOUNT_ENDPOINT, S2_BASIN_ENDPOINT for an S2 other than the cloud; CONTRIBUTING.md)"; \
+	else \
+	  $(MAKE) --no-print-directory venv && $(PY) -m pytest -rs -m "not connect" $(S2_TESTS); \
+	fi
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check .
@@ -69,11 +82,16 @@ sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 default schedul
 	  done; \
 	fi
 
-dist: $(STAMP)  ## build the wheel and sdist into dist/
-	$(PY) -m build --outdir dist .
+$(BUILD_STAMP):
+	@test -x $(BUILD_VENV)/bin/python || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install --quiet --upgrade pip build
+	@touch $(BUILD_STAMP)
+
+dist: $(BUILD_STAMP)  ## build the wheel and sdist into dist/ (in a small build venv, not the dev set)
+	$(BUILD_VENV)/bin/python -m build --outdir dist .
 
 lite: $(STAMP)  ## run the lite server on port 8080 in the foreground (extra flags: LITE_ARGS=--throttle)
 	$(PY) -m s2_sink.lite --port 8080 $(LITE_ARGS)
 
 clean:  ## remove build outputs and the venv
-	rm -rf $(VENV) dist build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BUILD_VENV) dist build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -19,11 +19,11 @@
 # MAGIC 1. Build the wheel: `make dist` -> `dist/s2_sink-<version>-py3-none-any.whl`.
 # MAGIC 2. Upload it to a Unity Catalog volume (or workspace files), e.g. `databricks fs cp
 # MAGIC    dist/s2_sink-0.1.0-py3-none-any.whl dbfs:/Volumes/main/default/libs/`.
-# MAGIC 3. Attach it to the job cluster as a library (`whl`), or in a notebook `%pip install
-# MAGIC    /Volumes/.../s2_sink-...whl`. Its dependencies (`s2-sdk` 0.13.x, which brings `h2` and
-# MAGIC    `zstandard`; `protobuf>=6.31.1,<7`, `orjson`, `httpx`, `xxhash`, `mmh3`) install from PyPI; the runtime's own
-# MAGIC    `pyspark`, `pyarrow` and `numpy` satisfy the rest. If pip tries to replace the runtime's `pyspark`,
-# MAGIC    install the wheel with `--no-deps` and those dependencies by name (docs/databricks.md).
+# MAGIC 3. Attach, in this order, the pinned dependencies of `examples/databricks/requirements.txt` (PyPI
+# MAGIC    libraries: `s2-sdk`, `protobuf` 6, `httpx`, `orjson`, `xxhash`, `mmh3`) and then the wheel (`whl`), as
+# MAGIC    the job definition below does; or in a notebook, one `%pip install` of the pins and then
+# MAGIC    `/Volumes/.../s2_sink-...whl` (docs/databricks.md). s2-sink does not depend on pyspark: the runtime's
+# MAGIC    own `pyspark`, `pyarrow`, `numpy` and `pandas` stay as they are.
 # MAGIC 4. Store the token: `databricks secrets create-scope s2` and `databricks secrets put-secret s2
 # MAGIC    access-token`.
 # MAGIC 5. Runtime: Databricks Runtime **15.4 LTS or later** recommended. `S2Writer` with `foreachBatch` needs
@@ -47,6 +47,12 @@
 # MAGIC                    "--checkpoint", "/Volumes/main/default/checkpoints/orders-to-s2",
 # MAGIC                    "--writer-id", "orders-to-s2-v1"]
 # MAGIC     libraries:
+# MAGIC       - pypi: {package: s2-sdk==0.13.0}
+# MAGIC       - pypi: {package: protobuf==6.33.6}
+# MAGIC       - pypi: {package: httpx==0.28.1}
+# MAGIC       - pypi: {package: orjson==3.13.0}
+# MAGIC       - pypi: {package: xxhash==4.1.0}
+# MAGIC       - pypi: {package: mmh3==5.3.1}
 # MAGIC       - whl: /Volumes/main/default/libs/s2_sink-0.1.0-py3-none-any.whl
 # MAGIC     new_cluster: {spark_version: "15.4.x-scala2.12", num_workers: 2, node_type_id: "i3.xlarge"}
 # MAGIC ```

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._logging import configure_from_env, configure_logging
+from s2_sink._pyspark import needs_pyspark
 from s2_sink._version import __version__
 from s2_sink._write.driver.metrics import BatchMetrics, StreamMetrics
 from s2_sink.config import S2Config
@@ -70,9 +71,11 @@ _ENCODERS = ("InsertEncoder", "KafkaEncoder", "UpsertChange", "UpsertEncoder", "
 
 
 def __getattr__(name: str) -> Any:
-    # The writer imports pyspark; load it on first use so `import s2_sink` stays light (lite server, CLI).
+    # The writer, the data source and the encoders import pyspark (an extra, or a platform's own): load them
+    # on first use, so `import s2_sink` stays light (lite server, CLI) and a missing pyspark is named as such.
     if name == "S2Writer":
-        from s2_sink.writer import S2Writer  # noqa: PLC0415
+        with needs_pyspark("s2_sink.S2Writer"):
+            from s2_sink.writer import S2Writer  # noqa: PLC0415
 
         return S2Writer
     if name in ("S2DataSource", "register"):

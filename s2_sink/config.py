@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from s2_sink._env_hints import missing_token
 from s2_sink._options import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
+from s2_sink._stream_names import shown, stream_name_problem
 from s2_sink.errors import ConfigError
 
 __all__ = ["OPTION_KEYS", "WRITE_ONLY_OPTION_KEYS", "S2Config"]
@@ -400,10 +401,12 @@ def _validate(cfg: S2Config) -> None:
         raise _bad(
             "basin", cfg.basin, "must be 8-48 characters of [a-z0-9-], not starting or ending with '-'"
         )
-    if cfg.stream is not None and (
-        not isinstance(cfg.stream, str) or not (1 <= len(cfg.stream.encode()) <= 512) or "\0" in cfg.stream
-    ):
-        raise _bad("stream", cfg.stream, "must be 1-512 bytes of UTF-8 without NUL")
+    if cfg.stream is not None:
+        if not isinstance(cfg.stream, str):
+            raise _bad("stream", cfg.stream, "must be a string")
+        problem = stream_name_problem(cfg.stream)
+        if problem is not None:
+            raise ConfigError(f"stream (s2.stream) {shown(cfg.stream)} {problem}")
     if not isinstance(cfg.access_token, str):
         # Never echo the value: it is a secret.
         raise ConfigError("access_token (s2.auth-token) must be a string")

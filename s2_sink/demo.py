@@ -21,6 +21,7 @@ import orjson
 from s2_sdk import S2, Endpoints, ReadLimit, SeqNum
 
 from s2_sink import BatchMetrics, S2Config
+from s2_sink._pyspark import needs_pyspark
 from s2_sink.testing import fresh_basin
 
 STREAM = "demo/orders"
@@ -61,8 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from pyspark.sql import DataFrame, SparkSession  # noqa: PLC0415 - keep `--help` fast
-    from pyspark.sql import functions as F  # noqa: PLC0415
+    with needs_pyspark("the demo"):
+        from pyspark.sql import DataFrame, SparkSession  # noqa: PLC0415 - keep `--help` fast
+        from pyspark.sql import functions as F  # noqa: PLC0415
 
     from s2_sink import S2Writer  # noqa: PLC0415
     from s2_sink.encoders import InsertEncoder  # noqa: PLC0415

@@ -53,8 +53,8 @@ def spark_xxhash64(stream: str | None, headers: Iterable[tuple[bytes, bytes]], b
     value is hashed with the previous hash as seed; an empty headers array adds nothing, like a null one,
     so both agree with the fingerprint."""
     h = _SEED
-    if stream is not None:
-        h = _xxh64(stream.encode(), h)
+    if stream is not None:  # surrogateescape: a poison target's bytes that are not UTF-8 (`stream_texts`)
+        h = _xxh64(stream.encode("utf-8", "surrogateescape"), h)
     if body is not None:
         h = _xxh64(body, h)
     for name, value in headers:

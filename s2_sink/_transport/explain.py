@@ -132,7 +132,8 @@ def _refusal(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: 
         return Explained(
             "basin",
             f"basin {cfg.basin!r} does not exist at {cfg.account_endpoint}: create it first "
-            f"(create_streams creates streams, not basins; for a local one: s2-lite --basin {cfg.basin})",
+            "(create_streams creates streams, not basins; for a local one: "
+            f"s2-sink-lite --basin {cfg.basin})",
         )
     if code == "stream_not_found":
         name = f"stream {stream!r}" if stream is not None else "the stream"

@@ -120,8 +120,12 @@ class WritePlan:
     null_target: str = "the target stream is null"
     """A null ``stream_column`` value in words, naming the user's routing column or template."""
 
+    routed_by: str = "the routing rule"
+    """Where ``stream_column``'s values come from in words (``stream column 'target'``), for a value that is
+    no stream name rows may go to (`s2_sink._stream_names.target_problem`): a bad row."""
+
     on_error: OnError = "fail"
-    """What to do with a bad row (``_s2_error`` set, null stream, record over 1 MiB): raise an
+    """What to do with a bad row (``_s2_error`` set, null or invalid stream, record over 1 MiB): raise an
     `EncodeError`, count and skip it, or append it to ``dlq_stream``."""
 
     dlq_stream: str | None = None

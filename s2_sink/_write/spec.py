@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from s2_sink._exactly_once.identity import validate_writer_id
 from s2_sink._exactly_once.shape import WriteShape, describe_encoder
+from s2_sink._stream_names import shown, target_problem
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.plan import OnError, WritePlan
 from s2_sink.config import S2Config
@@ -28,8 +29,6 @@ Delivery = Literal["exactly-once", "at-least-once"]
 
 PAYLOAD_COLUMN: Final = PAYLOAD
 """Frame column with a bad row's original payload (JSON of the input row), only under ``on_error="dlq"``."""
-
-_MAX_STREAM_NAME_BYTES: Final = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +118,12 @@ class WriteSpec:
                 f"{s.prefix}{s.dlq_stream}={dlq_stream!r} is used only with {s.on_error}=dlq, "
                 f"got {s.on_error}={on_error!r}"
             )
-        if dlq_stream is not None and (
-            not isinstance(dlq_stream, str) or not 1 <= len(dlq_stream.encode()) <= _MAX_STREAM_NAME_BYTES
-        ):
-            raise ConfigError(
-                f"{s.prefix}{s.dlq_stream} must be a stream name of 1-{_MAX_STREAM_NAME_BYTES} bytes, "
-                f"got {dlq_stream!r}"
-            )
+        if dlq_stream is not None:
+            if not isinstance(dlq_stream, str):
+                raise ConfigError(f"{s.prefix}{s.dlq_stream} must be a stream name, got {dlq_stream!r}")
+            problem = target_problem(dlq_stream)
+            if problem is not None:
+                raise ConfigError(f"{s.prefix}{s.dlq_stream}={shown(dlq_stream)} {problem}")
         if delivery not in ("exactly-once", "at-least-once"):
             raise ConfigError(f"{s.prefix}{s.delivery}={delivery!r} must be exactly-once | at-least-once")
         if delivery == "exactly-once" and writer_id is not None:
@@ -183,6 +181,7 @@ class WriteSpec:
             stream=None if routed else self.routing.stream,
             stream_column=STREAM_COLUMN if routed else None,
             null_target=self.routing.null_target(),
+            routed_by=self.routing.routed_by(),
             on_error=self.on_error,
             dlq_stream=self.dlq_stream,
             payload_column=PAYLOAD_COLUMN if self.dlq_payload else None,

@@ -6,7 +6,7 @@
   (`_streams_cmd`).
 - ``s2-sink fences clear STREAM...``: remove fencing tokens (`_fences_cmd`).
 - ``s2-sink tail STREAM``: print decoded insert or upsert records (`_tail_cmd`).
-- ``s2-sink lite``: the lite server, as ``s2-lite``.
+- ``s2-sink lite``: the lite server, as ``s2-sink-lite``.
 
 The protocol lives in the library (`s2_sink._exactly_once`, `s2_sink.encoders`); these modules only parse
 arguments, call it and put its answers and failures into words (`_failures`). Exit codes are in `EXIT_CODES`.

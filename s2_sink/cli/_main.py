@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lite = commands.add_parser(
         "lite",
-        help="run the lite S2 server (same as s2-lite; `s2-sink lite --help` for its flags)",
+        help="run the lite S2 server (same as s2-sink-lite; `s2-sink lite --help` for its flags)",
         add_help=False,
     )
     # Never parsed here: `main` hands everything after "lite" to the lite server's own parser.

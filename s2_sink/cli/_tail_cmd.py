@@ -16,10 +16,10 @@ from typing import Any, Final
 import orjson
 from s2_sdk import ReadLimit, S2Stream, SeqNum, SequencedRecord
 
+from s2_sink import encoders
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._failures import USAGE, CliFailure
 from s2_sink.cli._output import iso_ms
-from s2_sink.encoders import decode_upsert
 from s2_sink.errors import EncodeError
 
 __all__ = ["tail"]
@@ -52,7 +52,7 @@ def _insert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
 
 def _upsert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
     try:
-        (change,) = decode_upsert([record])
+        (change,) = encoders.decode_upsert([record])
     except EncodeError as exc:
         raise CliFailure(
             f"record {record.seq_num} is not an upsert record ({exc}); print it with --format insert"
@@ -111,6 +111,11 @@ def tail(args: argparse.Namespace) -> int:
     """Print the last ``-n`` records of the stream, then (``--follow``) new ones until interrupted."""
     if args.n < 0:
         raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
+    if args.format == "upsert":
+        try:  # the upsert decoder needs pyspark (an extra): say so before reading anything
+            encoders.decode_upsert  # noqa: B018
+        except ModuleNotFoundError as exc:
+            raise CliFailure(str(exc), USAGE) from exc
     cfg = config_from(args)
 
     async def go() -> None:

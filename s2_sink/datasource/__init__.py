@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from s2_sink.datasource._compat import require_datasource_api
+from s2_sink._pyspark import needs_pyspark
 
 if TYPE_CHECKING:
     from s2_sink.datasource._source import S2DataSource
@@ -30,6 +30,9 @@ def __getattr__(name: str) -> Any:
 def _source_class() -> type[S2DataSource]:
     # Imported on first use: executors import this package to unpickle the writer and need none of the
     # read side. On pyspark 3.5 (no data source API) the package imports, and using it says why not.
+    with needs_pyspark("format('s2')"):
+        from s2_sink.datasource._compat import require_datasource_api  # noqa: PLC0415
+
     require_datasource_api()
     from s2_sink.datasource._source import S2DataSource  # noqa: PLC0415
 

@@ -1,27 +1,37 @@
 """Where rows become S2 records: columnar encoders (JVM-side ``project`` and Arrow-side ``encode_arrow``),
 the matching decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
+
+The public names load on first use: the encoders and decoders need pyspark (the ``spark`` extra, or a
+platform's own), while the record frame's constants and the metered size, which the ``s2-sink`` command and
+the exactly-once bookkeeping use, do not.
 """
 
 from __future__ import annotations
 
-from s2_sink.encoders._base import Encoder, ErrorMode
-from s2_sink.encoders._decode import UpsertChange, decode_json, decode_upsert
-from s2_sink.encoders._frame import (
-    BODY,
-    ERROR,
-    FRAME_COLUMNS,
-    FRAME_DDL,
-    HEADERS,
-    KEY,
-    MAX_RECORD_BYTES,
-    TIMESTAMP,
-    raise_for_errors,
-)
-from s2_sink.encoders._insert import InsertEncoder
-from s2_sink.encoders._jvm import JSON_OPTIONS
-from s2_sink.encoders._kafka import KAFKA_KEY_HEADER, KafkaEncoder
-from s2_sink.encoders._metered import metered_bytes
-from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER, UpsertEncoder
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from s2_sink._pyspark import needs_pyspark
+
+if TYPE_CHECKING:
+    from s2_sink.encoders._base import Encoder, ErrorMode
+    from s2_sink.encoders._decode import UpsertChange, decode_json, decode_upsert
+    from s2_sink.encoders._frame import (
+        BODY,
+        ERROR,
+        FRAME_COLUMNS,
+        FRAME_DDL,
+        HEADERS,
+        KEY,
+        MAX_RECORD_BYTES,
+        TIMESTAMP,
+        raise_for_errors,
+    )
+    from s2_sink.encoders._insert import InsertEncoder
+    from s2_sink.encoders._jvm import JSON_OPTIONS
+    from s2_sink.encoders._kafka import KAFKA_KEY_HEADER, KafkaEncoder
+    from s2_sink.encoders._metered import metered_bytes
+    from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER, UpsertEncoder
 
 __all__ = [
     "ACTION_HEADER",
@@ -47,3 +57,39 @@ __all__ = [
     "metered_bytes",
     "raise_for_errors",
 ]
+
+# Each public name's module.
+_HOME = {
+    "Encoder": "_base",
+    "ErrorMode": "_base",
+    "UpsertChange": "_decode",
+    "decode_json": "_decode",
+    "decode_upsert": "_decode",
+    "BODY": "_frame",
+    "ERROR": "_frame",
+    "FRAME_COLUMNS": "_frame",
+    "FRAME_DDL": "_frame",
+    "HEADERS": "_frame",
+    "KEY": "_frame",
+    "MAX_RECORD_BYTES": "_frame",
+    "TIMESTAMP": "_frame",
+    "raise_for_errors": "_frame",
+    "InsertEncoder": "_insert",
+    "JSON_OPTIONS": "_jvm",
+    "KAFKA_KEY_HEADER": "_kafka",
+    "KafkaEncoder": "_kafka",
+    "metered_bytes": "_metered",
+    "ACTION_HEADER": "_upsert",
+    "KEY_HEADER": "_upsert",
+    "UpsertEncoder": "_upsert",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 's2_sink.encoders' has no attribute {name!r}")
+    with needs_pyspark(f"s2_sink.encoders.{name}"):
+        value = getattr(importlib.import_module(f"s2_sink.encoders.{home}"), name)
+    globals()[name] = value  # once: later lookups do not come back here
+    return value

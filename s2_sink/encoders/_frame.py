@@ -55,6 +55,7 @@ __all__ = [
     "JvmParts",
     "frame_arrow_schema",
     "raise_for_errors",
+    "stream_texts",
 ]
 
 BODY = "_s2_body"
@@ -145,3 +146,17 @@ def raise_for_errors(frame: pa.RecordBatch | pa.Table, *, stream: str | None = N
     where = f"stream {stream!r}: " if stream is not None else ""
     more = f" (and {failed - 1} more rows)" if failed > 1 else ""
     raise EncodeError(f"{where}{first}{more}")
+
+
+def stream_texts(targets: pa.Array) -> list[str | None]:
+    """The values of a `STREAM` column as Python text. Spark does not check that a cast to string is UTF-8,
+    so bytes that are not are kept as ``surrogateescape`` text: they fail the stream-name check (a bad
+    row, not a task crash), and ``text.encode("utf-8", "surrogateescape")`` gives back the bytes Spark
+    hashed."""
+    try:
+        texts: list[str | None] = targets.to_pylist()
+    except UnicodeDecodeError:
+        binary = pa.large_binary() if pa.types.is_large_string(targets.type) else pa.binary()
+        raw: list[bytes | None] = pc.cast(targets, binary).to_pylist()
+        return [None if b is None else b.decode("utf-8", "surrogateescape") for b in raw]
+    return texts

@@ -38,9 +38,9 @@ def validate_basin_name(name: str) -> None:
 
 
 def validate_stream_name(name: str) -> None:
-    """1-512 bytes of UTF-8 without NUL."""
-    if not (1 <= len(name.encode()) <= 512) or "\x00" in name:
-        raise invalid(f"stream name must be 1-512 bytes without NUL, got {name!r}")
+    """1-512 bytes of UTF-8 without NUL, not ``.`` or ``..`` (s2-lite's ``StreamNameStr::validate_str``)."""
+    if not (1 <= len(name.encode()) <= 512) or "\x00" in name or name in (".", ".."):
+        raise invalid(f"stream name must be 1-512 bytes without NUL, not '.' or '..', got {name!r}")
 
 
 @dataclass(eq=False)

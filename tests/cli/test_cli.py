@@ -171,7 +171,7 @@ def test_ledger_show_missing_ledger_and_missing_basin_are_told_apart(lite: LiteS
     no_basin = cli(lite.endpoint, "ledger", "show", "w", "--basin", missing)
     assert no_basin.returncode == 3
     assert f"basin {missing!r} does not exist at {lite.endpoint}" in no_basin.stderr
-    assert f"s2-lite --basin {missing}" in no_basin.stderr
+    assert f"s2-sink-lite --basin {missing}" in no_basin.stderr
 
 
 def test_ledger_show_finds_a_querys_writer_by_the_query_id(lite: LiteServer, basin: str) -> None:
@@ -424,7 +424,7 @@ BASINS = ("first-basin", "second-basin")
         [sys.executable, "-m", "s2_sink.lite", "--port", "0", "--basin", BASINS[0], "--basin", BASINS[1]],
         [sys.executable, "-m", "s2_sink", "lite", "--port", "0", "--basin", BASINS[0], "--basin", BASINS[1]],
     ],
-    ids=["s2-lite", "s2-sink-lite"],
+    ids=["python-m-lite", "s2-sink-lite-subcommand"],
     indirect=True,
 )
 def test_lite_basin_flag_creates_basins_and_prints_exports_to_eval(

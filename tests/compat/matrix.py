@@ -1,8 +1,9 @@
 """The compatibility run: install the package as users do, on each supported pyspark x Python, and smoke it.
 
-For each leg: a fresh virtualenv from that leg's Python, ``pip install <checkout> "pyspark[sql]==X"`` (pip
-resolves everything else, as for a user), then ``smoke.py`` with that virtualenv's python, from outside the
-checkout. A leg whose Python cannot be found is SKIPPED, loudly; ``--require-all`` makes that a failure.
+For each leg: a fresh virtualenv from that leg's Python, ``pip install "<checkout>[spark,lite]"
+"pyspark[sql]==X"`` (the README's local install; pip resolves everything else, as for a user), then
+``smoke.py`` with that virtualenv's python, from outside the checkout. A leg whose Python cannot be found is
+SKIPPED, loudly; ``--require-all`` makes that a failure.
 Prints a summary table; exits 1 when any leg failed.
 
     python tests/compat/matrix.py                 # every leg (make test-compat)
@@ -12,9 +13,11 @@ Prints a summary table; exits 1 when any leg failed.
 The Databricks legs (``DATABRICKS_LEGS``) emulate a runtime's Python environment instead: the virtualenv
 first gets the runtime's own pins (``tests/compat/databricks/<name>.txt``: pyspark at the runtime's Spark
 version, protobuf, grpcio, pyarrow, numpy, pandas, ...; plus ``pyspark[connect]`` for a serverless client),
-then the built wheel with a plain ``pip install <wheel>``, as Databricks installs a cluster library or a
-serverless environment dependency (pip moves what the wheel needs, e.g. protobuf 5 -> 6, and reports the
-conflicts it leaves), then the smoke: classic, ``--connect`` (a local Spark Connect server), or ``--client``
+then the pinned dependencies of the Databricks recipe (``examples/databricks/requirements.txt``) and the built
+wheel in one plain ``pip install``, in the order the recipe and the bundle list them, as Databricks installs
+cluster libraries or a serverless environment's dependencies (pip moves what the wheel needs, e.g. protobuf
+5 -> 6, and reports the conflicts it leaves; the leg fails if it moved the runtime's pyspark, pyarrow, numpy
+or pandas), then the smoke: classic, ``--connect`` (a local Spark Connect server), or ``--client``
 (the client environment only).
 
 Interpreters are looked up in this order: ``S2_COMPAT_PYTHON_3_12=/path/to/python`` (one per minor), pyenv's
@@ -39,6 +42,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = Path(__file__).with_name("smoke.py")
+# The Databricks recipe's pins: the docs, the bundle and these legs install them, then the wheel.
+DATABRICKS_REQUIREMENTS = ROOT / "examples" / "databricks" / "requirements.txt"
+# What a runtime ships that installing s2-sink must leave as it is.
+RUNTIME_KEPT = ("pyspark", "pyarrow", "numpy", "pandas")
 
 
 @dataclass(frozen=True)
@@ -215,7 +222,7 @@ def _install_commands(leg: Leg | RuntimeLeg, vpy: str, work: Path) -> list[tuple
     """The pip steps of a leg, each named for its log file."""
     pip = [vpy, "-m", "pip", "install", "--quiet", "--no-compile"]
     if isinstance(leg, Leg):
-        return [("install", [*pip, str(ROOT), f"pyspark[sql]=={leg.pyspark}"])]
+        return [("install", [*pip, f"{ROOT}[spark,lite]", f"pyspark[sql]=={leg.pyspark}"])]
     # A leg that runs the Connect smoke keeps pip's bytecode compile: a Connect server gives the Python
     # process it starts for foreachBatch 10 s to connect back, and compiling pandas and pyarrow on first
     # import under load took longer (failed thrice at load average 18; compiled installs passed).
@@ -229,8 +236,29 @@ def _install_commands(leg: Leg | RuntimeLeg, vpy: str, work: Path) -> list[tuple
         steps.append(
             ("wheel", [vpy, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)])
         )
-    # As Databricks installs a cluster library or an environment dependency: the wheel alone, pip resolving.
-    return [*steps, ("library", [*compiled, str(wheels / "s2_sink-*.whl")])]
+    # As Databricks installs the recipe's libraries or an environment's dependencies: the pins, then the
+    # wheel, pip resolving (no --no-deps: the wheel does not depend on pyspark, so the runtime's stays).
+    library = [*compiled, "-r", str(DATABRICKS_REQUIREMENTS), str(wheels / "s2_sink-*.whl")]
+    return [*steps, ("library", library)]
+
+
+def runtime_moved(leg: RuntimeLeg, vpy: str, home: Path) -> list[str]:
+    """The runtime's packages (``RUNTIME_KEPT``) whose installed version is no longer the runtime's pin."""
+    pins = dict(
+        line.split("==", 1)
+        for line in leg.constraints.read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    probe = (
+        "import json, sys; from importlib import metadata as m; "
+        "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    )
+    kept = [name for name in RUNTIME_KEPT if name in pins]
+    code, out = _run([vpy, "-c", probe, *kept], log=home / "kept.log", timeout=120, cwd=home)
+    if code != 0:
+        return [f"could not read the installed versions: {_tail(home / 'kept.log')}"]
+    installed = json.loads(out.strip().splitlines()[-1])
+    return [f"{n} {pins[n]} -> {installed[n]}" for n in kept if installed[n] != pins[n]]
 
 
 def _expand(cmd: list[str]) -> list[str]:
@@ -299,6 +327,10 @@ def run_leg(leg: Leg | RuntimeLeg, work: Path, *, keep: bool = False) -> Outcome
         if code != 0:
             detail = out.strip() or f"exit {code}"
             outcome.reason = f"{step} failed ({detail}):\n{_tail(home / f'{step}.log')}"
+            return outcome
+        moved = runtime_moved(leg, vpy, home) if isinstance(leg, RuntimeLeg) else []
+        if moved:
+            outcome.reason = f"installing s2-sink moved the runtime's {', '.join(moved)}"
             return outcome
         _say(f"{what}: installed in {outcome.install_s:.0f} s, smoke")
         for conflict in outcome.conflicts:

@@ -1,9 +1,10 @@
 """Every Python block of the project's markdown (`_blocks.doc_files`) runs as written, with only what the lite
 server prints.
 
-The lite server is started as a user starts it (``python -m s2_sink.lite --basin my-basin``); the blocks run
-in one child process (one ``local[2]`` Spark session for all of them) whose environment is this one plus the
-``export`` line the server printed, so the first example works exactly as the README says it does.
+The lite server is started as the README starts it (``s2-sink-lite --basin my-basin``); the blocks run in one
+child process (one ``local[2]`` Spark session for all of them) whose environment is this one plus the
+``export`` line the server printed, so the first example works exactly as the README says it does. After all
+of them, the README's quick start runs once more in the same directory, as a user who runs it twice.
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ from tests.docs._blocks import ROOT, Block, python_blocks
 BLOCKS = python_blocks()
 RUNNABLE = [b for b in BLOCKS if b.runnable]
 BASIN = "my-basin"
+AGAIN = " (again)"
+
+
+def _quick_start() -> list[Block]:
+    """The README's Python blocks under its "Quick start, locally" heading."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = lines.index("## Quick start, locally") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("## ")) + 1
+    return [b for b in RUNNABLE if b.path == "README.md" and start < b.line < end]
+
+
+QUICK_START = _quick_start()
 
 # Blocks deliberately not run, by file and first line: adding one to the docs means adding it here.
 NOT_RUN: set[tuple[str, str]] = set()
@@ -45,11 +58,12 @@ def _exports(stderr_path: Path, proc: subprocess.Popen[str], timeout: float = 30
 
 @pytest.fixture(scope="module")
 def lite_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """`python -m s2_sink.lite --port 0 --basin my-basin` in a child process, and the exports it prints."""
+    """`s2-sink-lite --port 0 --basin my-basin` (the installed script) in a child process, and the exports it
+    prints."""
     stderr_path = tmp_path_factory.mktemp("lite") / "stderr"
     with stderr_path.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "s2_sink.lite", "--port", "0", "--basin", BASIN],
+            [str(Path(sys.executable).parent / "s2-sink-lite"), "--port", "0", "--basin", BASIN],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -71,8 +85,9 @@ def results(lite_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     """Run every runnable block in one child process, in a fresh directory; its results by block id."""
     work = tmp_path_factory.mktemp("docs")
     blocks_path, results_path = work / "blocks.json", work / "results.json"
+    runs = [(b.id, b) for b in RUNNABLE] + [(b.id + AGAIN, b) for b in QUICK_START]
     blocks_path.write_text(
-        json.dumps([{"id": b.id, "path": b.path, "line": b.line, "code": b.code} for b in RUNNABLE])
+        json.dumps([{"id": run_id, "path": b.path, "line": b.line, "code": b.code} for run_id, b in runs])
     )
     run_dir = work / "cwd"
     run_dir.mkdir()
@@ -121,3 +136,25 @@ def test_block_runs(block: Block, results: dict[str, Any]) -> None:
     if result is None:
         pytest.fail(f"{block.id} did not run: {results.get('_crash', 'the runner stopped before it')}")
     assert result["ok"], f"{block.id} failed:\n{result['error']}\n--- the block ---\n{block.code}"
+
+
+def _printed_comment(code: str) -> list[str]:
+    """The words of the comment on the block's ``print(...)`` line that says what it prints."""
+    (line,) = [line for line in code.splitlines() if line.startswith("print(") and "#" in line]
+    return line.rsplit("#", 1)[1].split()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_readme_quick_start_run_twice_reads_back_what_it_wrote_once(results: dict[str, Any]) -> None:
+    """The quick start's blocks, run a second time in the same directory against the same server (its input
+    files, its checkpoint and its stream still there), run without error, and the read-back prints what its
+    comment says both times: the second run wrote nothing again."""
+    (read,) = [b for b in QUICK_START if 'format("s2")' in b.code and "count()" in b.code]
+    expected = _printed_comment(read.code)
+    for block in QUICK_START:
+        again = results.get(block.id + AGAIN)
+        assert again is not None, results.get("_crash", "the runner stopped before the second run")
+        assert again["ok"], f"{block.id}, second run, failed:\n{again['error']}"
+    assert results[read.id]["stdout"].split() == expected
+    assert results[read.id + AGAIN]["stdout"].split() == expected

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import tomllib
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -144,47 +142,3 @@ def test_options_page_names_every_option() -> None:
     arguments = set(inspect.signature(S2Writer.__init__).parameters) - {"self"}
     missing = sorted((set(OPTION_KEYS) | READ_KEYS | WRITE_KEYS | fields | arguments) - named)
     assert missing == []
-
-
-def _declared() -> dict[str, str]:
-    """The package's declared dependencies, by normalized name."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {_name(req): req for req in project["dependencies"]}
-
-
-def _name(requirement: str) -> str:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    assert match is not None, requirement
-    return match.group(1).lower().replace("_", "-")
-
-
-# What a Databricks runtime provides itself: the install instructions leave these to it.
-RUNTIME_PROVIDED = {"pyspark", "pyarrow", "numpy"}
-
-
-def test_databricks_no_deps_install_names_the_declared_dependencies() -> None:
-    """The `--no-deps` recipe of docs/databricks.md (the one install line naming packages) installs exactly
-    the dependencies pyproject declares, less what the runtime provides."""
-    text = (ROOT / "docs" / "databricks.md").read_text(encoding="utf-8")
-    lines = [
-        line
-        for block in _fenced_blocks(text)
-        for line in block.splitlines()
-        if line.removeprefix("%").startswith("pip install ") and "--no-deps" not in line and '"' in line
-    ]
-    assert len(lines) == 1, lines
-    named = {_name(word) for word in re.findall(r'"([^"]+)"', lines[0])}
-    assert named == set(_declared()) - RUNTIME_PROVIDED
-
-
-def test_databricks_notebook_lists_only_real_dependencies() -> None:
-    """Notebook 04's set-up names, as the wheel's dependencies, only packages the wheel or s2-sdk declare, and
-    every declared one the runtime does not provide."""
-    source = (ROOT / "notebooks" / "04_databricks_job.py").read_text(encoding="utf-8")
-    text = " ".join(line.removeprefix("# MAGIC").strip() for line in source.splitlines())
-    match = re.search(r"Its dependencies \((.*?)\) install from PyPI", text)
-    assert match is not None, "notebook 04 no longer says which dependencies install from PyPI"
-    named = {_name(word) for word in re.findall(r"`([^`]+)`", match.group(1))}
-    sdk = {_name(req) for req in metadata.requires("s2-sdk") or [] if "extra ==" not in req}
-    assert named - set(_declared()) - sdk == set()
-    assert set(_declared()) - RUNTIME_PROVIDED <= named

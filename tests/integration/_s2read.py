@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from s2_sdk import S2, Endpoints, ReadLimit, SeqNum, SequencedRecord
 
+from tests import s2_target
 
-def read_stream(endpoint: str, basin: str, stream: str, token: str = "test") -> list[SequencedRecord]:
+
+def _client(server: Any, token: str | None) -> S2:
+    """A client for an endpoint URL (the lite server's), or for the `lite` fixture's server, ours or another
+    S2 (`tests/s2_target.py`), with its token unless one is given."""
+    if isinstance(server, str):
+        return S2(token or "test", endpoints=Endpoints(account=server, basin=server))
+    account, basin = s2_target.endpoints(server)
+    return S2(token or s2_target.token(server), endpoints=Endpoints(account=account, basin=basin))
+
+
+def read_stream(server: Any, basin: str, stream: str, token: str | None = None) -> list[SequencedRecord]:
     """Every record of `stream` (command records excluded), read with unary reads up to the tail."""
 
     async def main() -> list[SequencedRecord]:
         out: list[SequencedRecord] = []
-        async with S2(token, endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+        async with _client(server, token) as s2:
             s = s2.basin(basin).stream(stream)
             tail = (await s.check_tail()).seq_num
             pos = 0
@@ -27,11 +39,11 @@ def read_stream(endpoint: str, basin: str, stream: str, token: str = "test") -> 
     return asyncio.run(main())
 
 
-def list_streams(endpoint: str, basin: str, prefix: str = "", token: str = "test") -> list[str]:
+def list_streams(server: Any, basin: str, prefix: str = "", token: str | None = None) -> list[str]:
     """Names of the streams of `basin` starting with `prefix`."""
 
     async def main() -> list[str]:
-        async with S2(token, endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+        async with _client(server, token) as s2:
             page = await s2.basin(basin).list_streams(prefix=prefix)
             return [s.name for s in page.items]
 

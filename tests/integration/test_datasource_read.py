@@ -6,7 +6,6 @@ import asyncio
 import importlib.util
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import s2_sdk
 from pyspark.sql import SparkSession
 
 from s2_sink.datasource import register
+from tests import s2_target
 
 pytestmark = [pytest.mark.spark]
 
@@ -25,12 +25,12 @@ pytestmark = [pytest.mark.spark]
 
 
 def _client(endpoint: str) -> s2_sdk.S2:
-    return s2_sdk.S2("test", endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
+    return s2_sdk.S2(s2_target.token(), endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
 
 
 def new_basin(endpoint: str, *streams: str) -> str:
     """A fresh basin with the given streams."""
-    name = f"t-{uuid.uuid4().hex[:16]}"
+    name = s2_target.basin_name()
 
     async def go() -> None:
         async with _client(endpoint) as s2:
@@ -94,7 +94,7 @@ def sp(spark: SparkSession) -> SparkSession:
 
 @pytest.fixture
 def endpoint(lite: Any) -> str:
-    """The lite server's endpoint."""
+    """The lite server's endpoint (or the one endpoint of the S2 the suite runs against)."""
     return str(lite.endpoint)
 
 

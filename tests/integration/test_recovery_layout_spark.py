@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from s2_sink._exactly_once.recovery_layout import repartition_for_recovery, spark_xxhash64
 from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER
-from s2_sink.encoders._frame import ACTION, BODY, HEADERS, HEADERS_DDL, KEY
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, HEADERS_DDL, KEY, stream_texts
 
 _BODIES = [
     b"",
@@ -94,3 +94,30 @@ def test_flat_changelog_rows_are_placed_by_stream_and_key(spark: SparkSession) -
             )
             headers = [(KEY_HEADER, bytes(r[KEY])), (ACTION_HEADER, bytes(r[ACTION])), *own]
             assert layout.partition_of(stream, headers, bytes(r[BODY])) == r["pid"]
+
+
+def test_poison_targets_are_placed_where_python_places_them(spark: SparkSession) -> None:
+    """Routed rows whose target is no valid stream name (empty, over 512 bytes, NUL, '.', and bytes that
+    are not UTF-8, which Spark's cast of binary to string lets through) become dead letters carrying
+    their row hash: a task reading the target the way it does (`stream_texts` over the Arrow it gets)
+    computes the hash and the partition Spark's replay layout gives them."""
+    targets = ["", "x" * 600, "a\0b", ".", "ok"]
+    rows = [(targets[i % 5].encode().hex(), b"row-%d" % i) for i in range(40)]
+    rows += [(("ff" * (i + 1)) + "41", b"bad-%d" % i) for i in range(5)]
+    frame = spark.createDataFrame(rows, "hex string, body binary").select(
+        F.unhex("hex").cast("string").alias(STREAM_COLUMN), F.col("body").alias(BODY)
+    )
+    laid, layout = repartition_for_recovery(frame, 7)
+    got = laid.select(
+        STREAM_COLUMN, BODY, F.spark_partition_id().alias("pid"), F.xxhash64(STREAM_COLUMN, BODY).alias("xx")
+    )
+    arrow = got.toArrow().combine_chunks().to_batches()[0]
+    texts = stream_texts(arrow.column(STREAM_COLUMN))
+    assert sum(1 for t in texts if t is not None and "\udcff" in t) == 5  # not UTF-8, as Spark had them
+    assert len(set(arrow.column("pid").to_pylist())) > 1
+    for text, body, pid, xx in zip(
+        texts, *(arrow.column(c).to_pylist() for c in (BODY, "pid", "xx")), strict=True
+    ):
+        assert text is not None
+        assert spark_xxhash64(text, [], body) == xx
+        assert layout.partition_of(text, [], body) == pid

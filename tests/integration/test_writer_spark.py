@@ -18,6 +18,7 @@ from s2_sink.encoders import InsertEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError, EncodeError, PreflightError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests import s2_target
 from tests.integration._eo_batches import new_driver_process
 from tests.integration._s2read import list_streams, read_stream
 
@@ -25,13 +26,14 @@ pytestmark = pytest.mark.spark
 
 
 def cfg_for(lite: LiteServer, basin: str, stream: str | None = "events", **kw: Any) -> S2Config:
-    """A config for the session's lite server."""
+    """A config for the session's lite server (or the S2 the suite runs against)."""
+    account, basin_endpoint = s2_target.endpoints(lite)
     return S2Config(
         basin=basin,
         stream=stream,
-        access_token="test",
-        account_endpoint=lite.endpoint,
-        basin_endpoint=lite.endpoint,
+        access_token=s2_target.token(lite),
+        account_endpoint=account,
+        basin_endpoint=basin_endpoint,
         **kw,
     )
 
@@ -51,7 +53,7 @@ def rows_df(spark: SparkSession, n: int, partitions: int = 2) -> DataFrame:
 
 def bodies(lite: LiteServer, basin: str, stream: str) -> list[dict[str, Any]]:
     """The JSON bodies of a stream, in stream order."""
-    return [orjson.loads(r.body) for r in read_stream(lite.endpoint, basin, stream)]
+    return [orjson.loads(r.body) for r in read_stream(lite, basin, stream)]
 
 
 def run_stream(spark: SparkSession, batches: list[DataFrame], writer: S2Writer, tmp_path: Path) -> None:
@@ -107,7 +109,7 @@ def test_streaming_query_upsert_encoder(
     run_stream(
         spark, [rows_df(spark, 25), rows_df(spark, 25).withColumn("amount", F.lit(-1))], writer, tmp_path
     )
-    records = read_stream(lite.endpoint, basin, "events")
+    records = read_stream(lite, basin, "events")
     assert len(records) == 50
     first = records[0]
     names = [h[0] for h in first.headers]
@@ -138,7 +140,7 @@ def test_route_by_template(spark: SparkSession, lite: LiteServer, basin: str) ->
         cfg_for(lite, basin, stream=None), stream_column="tpl/{region}", delivery="at-least-once"
     )
     writer(rows_df(spark, 60), 0)
-    assert sorted(list_streams(lite.endpoint, basin, "tpl/")) == ["tpl/ap", "tpl/eu", "tpl/us"]
+    assert sorted(list_streams(lite, basin, "tpl/")) == ["tpl/ap", "tpl/eu", "tpl/us"]
     assert {b["region"] for b in bodies(lite, basin, "tpl/eu")} == {"eu"}
 
 
@@ -149,11 +151,11 @@ def test_shards_by_key_hash_are_stable(spark: SparkSession, lite: LiteServer, ba
     writer = S2Writer(cfg, enc, shards=4, delivery="at-least-once", create_streams=True)
     writer(rows_df(spark, 200), 0)
     writer(rows_df(spark, 200), 1)
-    assert sorted(list_streams(lite.endpoint, basin, "sh/")) == [f"sh/{i}" for i in range(4)]
+    assert sorted(list_streams(lite, basin, "sh/")) == [f"sh/{i}" for i in range(4)]
     placement: dict[bytes, set[str]] = {}
     total = 0
     for i in range(4):
-        for r in read_stream(lite.endpoint, basin, f"sh/{i}"):
+        for r in read_stream(lite, basin, f"sh/{i}"):
             placement.setdefault(dict(r.headers)[b"@key"], set()).add(f"sh/{i}")
             total += 1
     assert total == 400
@@ -188,8 +190,8 @@ def test_bad_rows_go_to_the_dead_letter_stream(spark: SparkSession, lite: LiteSe
     writer(df, 0)
     assert writer.last_metrics is not None
     assert writer.last_metrics.dead_lettered == 3
-    assert len(read_stream(lite.endpoint, basin, "ok")) == 27
-    dead = read_stream(lite.endpoint, basin, "dead")
+    assert len(read_stream(lite, basin, "ok")) == 27
+    dead = read_stream(lite, basin, "dead")
     assert sorted(orjson.loads(r.body)["id"] for r in dead) == [0, 10, 20]
     assert b"is null" in dict(dead[0].headers)[b"s2sink-error"]
 
@@ -276,7 +278,7 @@ def test_empty_batch_is_a_no_op(spark: SparkSession, lite: LiteServer, basin: st
     assert writer.last_metrics is not None
     assert writer.last_metrics.rows_in == 0
     assert writer.last_metrics.streams == ()
-    assert "empty" not in list_streams(lite.endpoint, basin)
+    assert "empty" not in list_streams(lite, basin)
     assert any("s2 batch=5 rows_in=0" in r.getMessage() for r in caplog.records)
 
 

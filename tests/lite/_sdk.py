@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 from s2_sdk import S2, Endpoints, Retry, S2ServerError, Timeout
 
 from s2_sink.lite import LiteServer
+from tests import s2_target
+from tests.s2_target import ExternalS2
 
 T = TypeVar("T")
 
@@ -20,13 +22,16 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def client(srv: LiteServer | str, *, token: str = "test", request_s: float = 10.0, **kw: Any) -> S2:
-    """An official SDK client whose account and basin endpoints are the lite server."""
-    ep = srv if isinstance(srv, str) else srv.endpoint
+def client(
+    srv: LiteServer | ExternalS2 | str, *, token: str | None = None, request_s: float = 10.0, **kw: Any
+) -> S2:
+    """An official SDK client whose endpoints are the lite server's (or those of the S2 the suite runs
+    against, `tests/s2_target.py`), with its token unless one is given."""
+    account, basin = (srv, srv) if isinstance(srv, str) else s2_target.endpoints(srv)
     kw.setdefault("retry", Retry(max_attempts=1))
     return S2(
-        token,
-        endpoints=Endpoints(account=ep, basin=ep),
+        token if token is not None else "test" if isinstance(srv, str) else s2_target.token(srv),
+        endpoints=Endpoints(account=account, basin=basin),
         timeout=Timeout(request=timedelta(seconds=request_s), connection=timedelta(seconds=3)),
         **kw,
     )

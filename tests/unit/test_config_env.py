@@ -15,7 +15,7 @@ OTHER = "http://127.0.0.1:9999"
 
 @pytest.fixture
 def lite_exports(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The variables `s2-lite` prints, as a user pastes them."""
+    """The variables `s2-sink-lite` prints, as a user pastes them."""
     monkeypatch.setenv("S2_ACCOUNT_ENDPOINT", LITE)
     monkeypatch.setenv("S2_BASIN_ENDPOINT", LITE)
     monkeypatch.setenv("S2_ACCESS_TOKEN", "ignored")

@@ -90,7 +90,7 @@ def test_a_missing_basin_is_not_a_missing_stream(lite: LiteServer) -> None:
     text = str(no_basin.value)
     assert f"basin {missing!r} does not exist at {lite.endpoint}: create it first" in text
     assert "create_streams creates streams, not basins" in text
-    assert f"s2-lite --basin {missing}" in text
+    assert f"s2-sink-lite --basin {missing}" in text
 
     basin = fresh_basin(lite.endpoint, create_stream_on_append=False)
     with pytest.raises(WriteError) as no_stream:

@@ -46,8 +46,18 @@ SINGLE = Routing.build(stream="events", stream_column=None, shards=None)
         ),
         (
             {"on_error": "dlq", "dlq_stream": "x" * 513},
-            "dlq_stream must be a stream name",
-            "s2.dlq-stream must",
+            "dlq_stream='xxx",
+            "option s2.dlq-stream='xxx",
+        ),
+        (
+            {"on_error": "dlq", "dlq_stream": ".."},
+            "dlq_stream='..' is not a valid S2 stream name",
+            "option s2.dlq-stream='..' is not a valid S2 stream name",
+        ),
+        (
+            {"on_error": "dlq", "dlq_stream": "_s2sink/ledger/w"},
+            "dlq_stream='_s2sink/ledger/w' is among the sink's exactly-once ledgers",
+            "option s2.dlq-stream='_s2sink/ledger/w' is among",
         ),
         ({"delivery": "maybe"}, "delivery='maybe' must be", "option s2.delivery='maybe' must be"),
         ({"delivery": "exactly-once", "writer_id": "has spaces"}, "writer_id must be", "writer_id must be"),

@@ -3,7 +3,9 @@
 Each rule has two twins that must agree row for row: `Routing.expr`, the Spark expression `S2Writer`
 adds to the driver-built plan (so executors only read `STREAM_COLUMN`), and `Routing.arrow_targets`, the
 same rule over an Arrow batch for ``format("s2")``, whose tasks get rows without a driver-side plan.
-A null target (a null routing column) is a bad row, handled by ``on_error``.
+A null target (a null routing column) is a bad row, handled by ``on_error``; so is a target that is no
+stream rows may go to (`s2_sink._stream_names.target_problem`), checked where both twins' targets meet, on
+the task (`FrameInput`). Shard names are configuration, checked here on the driver.
 
 Shards use Spark's ``xxhash64`` of the record key (``_s2_key``; the body when the key is null), which is
 stable across Spark versions and runs, so a key always lands on the same shard ``<stream>/<n>``.
@@ -21,6 +23,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegralType, StringType, StructType
 
+from s2_sink._stream_names import shown, target_problem
 from s2_sink.encoders import _jvm
 from s2_sink.encoders._frame import STREAM
 from s2_sink.errors import ConfigError
@@ -57,6 +60,13 @@ class Routing:
                 raise ConfigError(
                     "shards needs a stream prefix: set S2Config.stream (s2.stream), e.g. 'events'"
                 )
+            last = f"{stream}/{shards - 1}"  # the longest shard name; all share the prefix
+            problem = target_problem(last)
+            if problem is not None:
+                raise ConfigError(
+                    f"shards={shards} over stream {shown(stream)} (s2.stream) makes shard names up to "
+                    f"'.../{shards - 1}', which {problem}: choose a shorter stream or fewer shards"
+                )
             return cls("shards", stream=stream, shards=shards)
         if stream_column is not None:
             if not isinstance(stream_column, str) or not stream_column:
@@ -69,6 +79,9 @@ class Routing:
             return cls("column", column=stream_column)
         if stream is None:
             raise ConfigError("no target stream: set S2Config.stream (s2.stream), stream_column or shards")
+        problem = target_problem(stream)
+        if problem is not None:
+            raise ConfigError(f"the target stream {shown(stream)} (S2Config.stream, s2.stream) {problem}")
         return cls("single", stream=stream)
 
     @property
@@ -96,6 +109,14 @@ class Routing:
             columns = ", ".join(repr(c) for c in _template_fields(self.template))
             return f"stream template {self.template!r} has a null column (one of {columns})"
         return "the target stream is null"
+
+    def routed_by(self) -> str:
+        """Where a routed row's target comes from, in the user's words (for a bad target's error)."""
+        if self.kind == "column":
+            return f"stream column {self.column!r}"
+        if self.kind == "template":
+            return f"stream template {self.template!r}"
+        return f"shards of stream {self.stream!r}" if self.kind == "shards" else f"stream {self.stream!r}"
 
     def body_exclusions(self) -> list[str]:
         """Input columns that must not be part of the record body (a dedicated stream-name column)."""

@@ -33,6 +33,7 @@ from s2_sink.encoders._frame import (
     DLQ_TARGET,
     DLQ_TRUNCATED,
     HEADERS,
+    stream_texts,
 )
 from s2_sink.encoders._metered import header_size, metered_size
 from s2_sink.errors import EncodeError
@@ -77,7 +78,7 @@ class BadRows:
         where = f"row {row} of partition {self.ctx.partition_id} in batch {self.plan.batch_id}"
         mode = self.plan.on_error
         if mode == "fail":
-            raise EncodeError(f"{where}: {err} (set on_error='skip' or 'dlq' to keep going)")
+            raise EncodeError(f"{where}: {err} (fix or filter such rows, or set on_error='skip' or 'dlq')")
         if mode == "skip":
             self.skipped += 1
             if self.skipped <= _LOGGED_SKIPS:
@@ -92,7 +93,8 @@ class BadRows:
             (DLQ_ERROR, err.encode()[:_MAX_ERROR_BYTES]),
             (DLQ_BATCH, str(self.plan.batch_id).encode()),
             (DLQ_PARTITION, str(self.ctx.partition_id).encode()),
-            (DLQ_TARGET, (target or "").encode()),
+            # A poison routing value may be long and not UTF-8: its bytes as Spark had them, cut.
+            (DLQ_TARGET, (target or "").encode("utf-8", "surrogateescape")[:_MAX_ERROR_BYTES]),
         ]
         if self.plan.chunk_tagger is not None:  # exactly-once (see module docstring)
             headers.append((DLQ_ROW_HASH, b"%016x" % (row_hash(self.plan, batch, i) & (2**64 - 1))))
@@ -107,7 +109,9 @@ class BadRows:
 def row_hash(plan: WritePlan, batch: pa.RecordBatch, i: int) -> int:
     """The `layout_hash` of row `i`'s stream (routed rows), body and headers: what places it in a replay."""
     names = batch.schema.names
-    stream = batch.column(plan.stream_column)[i].as_py() if plan.stream_column in names else None
+    stream = None
+    if plan.stream_column in names:
+        stream = stream_texts(batch.column(plan.stream_column).slice(i, 1))[0]
     body = batch.column(BODY)[i].as_py() if BODY in names else None
     raw = batch.column(HEADERS)[i].as_py() if HEADERS in names else None
     headers = [(h["name"], h["value"]) for h in raw or ()]

@@ -1,6 +1,7 @@
 """Where record-frame rows become records: one Arrow batch at a time, columns to SDK ``Record`` objects
 (without building per-row dicts) with their metered sizes, each good row handed to the `Chunker` under its
-target stream, each bad one to `BadRows`.
+target stream, each bad one to `BadRows` (a routed target that is no stream rows may go to is a bad row
+too, checked here, where ``S2Writer``'s and ``format("s2")``'s targets meet).
 
 On the bulk path (``spans``), a batch whose rows are all good records for the one fixed stream goes to
 the chunker as Arrow slices (`FrameSpan`), with no Python object per row; other batches (bad rows,
@@ -22,12 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from s2_sdk import Record
 
+from s2_sink._stream_names import shown, target_problem
 from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.task.frame_span import FrameSpan
 from s2_sink.encoders._changelog import changelog_metered, leading_headers, with_changelog_headers
-from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP, stream_texts
 from s2_sink.encoders._metered import metered_bytes
 
 __all__ = ["FrameInput"]
@@ -36,7 +38,7 @@ __all__ = ["FrameInput"]
 class FrameInput:
     """Feeds one task's frame batches, row by row in order, to a chunker."""
 
-    __slots__ = ("bad_rows", "chunker", "max_record", "plan", "rows_in", "spans")
+    __slots__ = ("bad_rows", "chunker", "good_targets", "max_record", "plan", "rows_in", "spans")
 
     def __init__(
         self, plan: WritePlan, chunker: Chunker[Record | FrameSpan], bad_rows: BadRows, max_record: int
@@ -49,6 +51,8 @@ class FrameInput:
         self.rows_in = 0
         self.spans = False
         """Hand all-good batches for the fixed stream to the chunker as `FrameSpan`s (the bulk path)."""
+        self.good_targets: set[str | None] = {None}
+        """Routed targets known to be stream names rows may go to (None: a null target, handled apart)."""
 
     def consume(self, batch: pa.RecordBatch) -> None:
         """Turn one Arrow batch of the frame into records and hand them on, in row order."""
@@ -101,8 +105,10 @@ class FrameInput:
     ) -> None:
         """A batch with bad rows or routed rows: each row to its stream, or to `BadRows`."""
         targets: list[str | None] | None = None
+        bad_targets: dict[str, str] = {}
         if self.plan.stream_column is not None:
-            targets = batch.column(self.plan.stream_column).to_pylist()
+            targets = stream_texts(batch.column(self.plan.stream_column))
+            bad_targets = self._bad_targets(targets)
         fixed = self.plan.stream
         for i, rec in enumerate(records):
             err = errors[i] if errors is not None else None
@@ -110,6 +116,8 @@ class FrameInput:
             if err is None:
                 if target is None:
                     err = self.plan.null_target
+                elif bad_targets and target in bad_targets:
+                    err = bad_targets[target]
                 elif rec is None:
                     err = f"{BODY} is null"
                 elif sizes[i] > self.max_record:
@@ -123,6 +131,20 @@ class FrameInput:
             assert rec is not None
             assert target is not None
             self.chunker.add(target, rec, sizes[i])
+
+    def _bad_targets(self, targets: list[str | None]) -> dict[str, str]:
+        """Each distinct routed target rows may not go to, with the reason in the user's words: a bad row
+        (an append to it would fail the batch on every replay, or land in the sink's bookkeeping). Names
+        found good are not checked again in this task's later batches."""
+        bad: dict[str, str] = {}
+        for target in set(targets).difference(self.good_targets):
+            assert target is not None  # None is in good_targets
+            problem = target_problem(target)
+            if problem is None:
+                self.good_targets.add(target)
+            else:
+                bad[target] = f"routing value {shown(target)} of {self.plan.routed_by} {problem}"
+        return bad
 
 
 def _records(body: pa.Array, header_col: pa.Array | None, stamp_col: pa.Array | None) -> list[Record | None]:

@@ -1,0 +1,67 @@
+"""What a stream name may be: S2's rule, and the sink's for the streams it writes rows to.
+
+S2 (s2-lite's ``StreamNameStr::validate_str``) refuses an empty name, ``.`` and ``..``, and names over 512
+bytes of UTF-8; the Python SDK also refuses a NUL character before sending. A name breaking the rule fails
+every append to it, so a routed row naming one would fail its micro-batch on each replay: the write path
+checks every routed name here first and treats a bad one as a bad row (``on_error``).
+
+Streams under ``_s2sink/`` are the exactly-once bookkeeping (ledgers, sign-in registers): valid names, but
+never a place for user rows, so a write target there is refused like an invalid name. Readers may still
+read them (``s2-sink`` and ``format("s2")`` read ledgers).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["BOOKKEEPING_PREFIX", "MAX_STREAM_NAME_BYTES", "shown", "stream_name_problem", "target_problem"]
+
+MAX_STREAM_NAME_BYTES: Final = 512
+"""S2's ``caps::MAX_STREAM_NAME_LEN``, in bytes of UTF-8."""
+
+BOOKKEEPING_PREFIX: Final = "_s2sink/"
+"""The prefix of every stream the exactly-once protocol keeps for itself."""
+
+_SHOWN_CHARS: Final = 40
+
+
+def stream_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid S2 stream name, as a clause to follow the name ("is not a valid S2 stream
+    name: it is empty"), or None when it is one."""
+    reason = _reason(name)
+    return None if reason is None else f"is not a valid S2 stream name: {reason}"
+
+
+def target_problem(name: str) -> str | None:
+    """Why rows may not be written to stream `name`, as a clause to follow the name: `stream_name_problem`,
+    or a name among the sink's own bookkeeping streams. None when rows may go there."""
+    problem = stream_name_problem(name)
+    if problem is None and name.startswith(BOOKKEEPING_PREFIX):
+        return (
+            f"is among the sink's exactly-once ledgers and registers (under {BOOKKEEPING_PREFIX!r}), "
+            "where no rows may go"
+        )
+    return problem
+
+
+def _reason(name: str) -> str | None:
+    if not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return "S2 refuses '.' and '..'"
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        return "it is not valid UTF-8"
+    if size > MAX_STREAM_NAME_BYTES:
+        return f"it is {size} bytes of UTF-8, over S2's limit of {MAX_STREAM_NAME_BYTES}"
+    if "\0" in name:
+        return "it contains a NUL character"
+    return None
+
+
+def shown(name: str) -> str:
+    """`name` as an error message shows it: its repr, cut after a few dozen characters."""
+    if len(name) <= _SHOWN_CHARS:
+        return repr(name)
+    return f"{name[:_SHOWN_CHARS]!r}... ({len(name)} characters)"
