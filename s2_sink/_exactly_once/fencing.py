@@ -205,6 +205,7 @@ async def fence_if_older(
     me: TaskAttempt | None = None,
     since: int = 0,
     end: int | None = None,
+    writer_id: str | None = None,
     attendance: Attendance | None = None,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
@@ -228,7 +229,7 @@ async def fence_if_older(
     `end` is the ledger's committed end of the stream, if it has one: before fencing over a token that is
     not ours (empty or foreign) the tail is read, and a tail below `end` is a stream deleted and recreated
     (`StreamResetError`): our appends carry a token, so none of them can land in a new incarnation of the
-    stream before one of these checked fences.
+    stream before one of these checked fences. `writer_id` names the writer in that error's fix.
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
@@ -246,6 +247,7 @@ async def fence_if_older(
         fresh = await _tail_checks(
             stream,
             end if theirs is None or theirs.writer != mine.writer else None,
+            writer_id or "WRITER_ID",
             new_stream=seen == "" and not bump and me is not None,
         )
         if me is not None and seen != checked and seen != str(mine) and not fresh:
@@ -291,14 +293,14 @@ async def fence_if_older(
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
 
 
-async def _tail_checks(stream: S2Stream, end: int | None, *, new_stream: bool) -> bool:
+async def _tail_checks(stream: S2Stream, end: int | None, writer_id: str, *, new_stream: bool) -> bool:
     """Before fencing over a token that is not ours: a tail below the ledger's `end` is a stream reset
     (`StreamResetError`). Whether the stream holds no record at all (asked for a `new_stream` only)."""
     if end is None and not new_stream:
         return False
     tail = (await stream.check_tail()).seq_num
     if end is not None and tail < end:
-        raise stream_reset(stream.name, end, tail)
+        raise stream_reset(stream.name, end, tail, writer_id)
     return new_stream and tail == 0
 
 

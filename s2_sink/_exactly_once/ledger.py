@@ -50,12 +50,13 @@ from s2_sink._exactly_once.ledger_records import (
     state_of,
 )
 from s2_sink._exactly_once.resets import check_not_reset
+from s2_sink._exactly_once.shape import WriteShape, shapes_of
 from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.retry import BOOKKEEPING, Retries, retryable
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
-__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
+__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "current_ledgers_of", "ledger_stream_name", "peek_all"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,33 @@ _FIRST_WINDOW: Final = 16
 def ledger_stream_name(writer_id: str) -> str:
     """The ledger stream of a writer identity."""
     return LEDGER_PREFIX + writer_id
+
+
+async def peek_all(
+    basin: S2Basin, *, cfg: S2Config | None = None, skip_unreadable: bool = False
+) -> dict[str, LedgerState]:
+    """Every writer id with a ledger in the basin and that ledger's last state (empty ones included), in
+    name order; never creates anything. A ledger that cannot be read is a CommitError, or with
+    `skip_unreadable` (lookups for a reader or an operator) left out."""
+    out: dict[str, LedgerState] = {}
+    async for info in basin.list_all_streams(prefix=LEDGER_PREFIX):
+        writer_id = info.name[len(LEDGER_PREFIX) :]
+        try:
+            peeked = await Ledger(basin, writer_id, cfg=cfg).peek()
+        except CommitError:
+            if not skip_unreadable:
+                raise
+            log.info("ledger %s cannot be read; left out of the lookup", writer_id)
+            continue
+        if peeked is not None:
+            out[writer_id] = peeked[1]
+    return out
+
+
+def current_ledgers_of(states: dict[str, LedgerState], query_id: str) -> list[str]:
+    """The writer ids whose ledgers (of `states`, from `peek_all`) hold query `query_id`'s batches now:
+    they record that query id and were not taken over by another identity."""
+    return [w for w, st in states.items() if st.query_id == query_id and st.moved_to is None]
 
 
 class Ledger:
@@ -282,19 +310,37 @@ class Ledger:
             self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
         )
 
-    def intended(self, batch_id: int) -> LedgerState:
+    def intended(self, batch_id: int, shape: WriteShape | None = None) -> LedgerState:
         """The ``intent`` record announcing `batch_id` on top of the current state: appended (and durable)
-        before any task of the batch starts, so a ledger ending in a ``commit`` has nothing in flight."""
-        return replace(self.state, kind="intent", intent=batch_id, announces=True)
+        before any task of the batch starts, so a ledger ending in a ``commit`` has nothing in flight. It
+        adds `shape`, the configuration the batch is written under, to the shapes in flight."""
+        shapes = shapes_of(self.state.shapes, shape, committed=False)
+        return replace(self.state, kind="intent", intent=batch_id, announces=True, shapes=shapes)
 
-    def committed(self, batch_id: int, ends: dict[str, int], query_id: str | None = None) -> LedgerState:
+    def committed(
+        self,
+        batch_id: int,
+        ends: dict[str, int],
+        query_id: str | None = None,
+        shape: WriteShape | None = None,
+    ) -> LedgerState:
         """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
-        tasks saw, is recorded when the ``open`` record could not know it. Ends below the ledger's are a
+        tasks saw, is recorded when the ``open`` record could not know it, and `shape`, the configuration
+        the batch was committed under, is the only one left in flight. Ends below the ledger's are a
         stream deleted and recreated under the batch (`StreamResetError`), for both front doors: kept as
         the maximum, the old end would let readers cap inside the new stream's later records."""
-        check_not_reset(self.state.ends, ends)
+        check_not_reset(self.state.ends, ends, self.writer_id)
         merged = dict(self.state.ends)
         for stream, end in ends.items():
             merged[stream] = max(end, merged.get(stream, 0))
         seen = self.state.query_id if self.state.query_id is not None else query_id
-        return replace(self.state, kind="commit", committed=batch_id, ends=merged, query_id=seen, intent=None)
+        shapes = shapes_of(self.state.shapes, shape, committed=True)
+        return replace(
+            self.state,
+            kind="commit",
+            committed=batch_id,
+            ends=merged,
+            query_id=seen,
+            intent=None,
+            shapes=shapes,
+        )

@@ -159,6 +159,7 @@ class TokenKeeper:
             me=task.attempt,
             since=end or 0,
             end=end,
+            writer_id=self.written.writer_id,
             attendance=task.attendance,
         )
         return str(result.token)
@@ -305,6 +306,7 @@ class Dedupe:
             me=me,
             since=end or 0,
             end=end,
+            writer_id=self.starts.writer_id,
             attendance=_attendance(self.cfg, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
@@ -332,7 +334,7 @@ class Dedupe:
             owns=None if owner is None or not recovery else owner.check(partition),
         )
         if found.end < found.start:  # a tail below the committed end: the range read was empty, not done
-            raise stream_reset(stream, found.start, found.end)
+            raise stream_reset(stream, found.start, found.end, self.starts.writer_id)
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
             "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",

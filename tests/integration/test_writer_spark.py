@@ -21,6 +21,7 @@ from s2_sink.errors import ConfigError, EncodeError, PreflightError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests import s2_target
+from tests.integration._eo_batches import new_driver_process
 from tests.integration._s2read import list_streams, read_stream
 
 pytestmark = pytest.mark.spark
@@ -420,6 +421,7 @@ def test_a_skipped_replay_says_so_in_last_metrics(spark: SparkSession, lite: Lit
     assert written is not None
     assert (written.records, written.replay_skipped) == (20, False)
 
+    new_driver_process()
     restarted = S2Writer(cfg, writer_id="replayed-writer")
     restarted(rows_df(spark, 20), 0)
     assert restarted.last_metrics == BatchMetrics.skipped_replay(0, delivery="exactly-once")

@@ -208,6 +208,11 @@ class Scheduler:
         thread.start()
         return actor
 
+    @property
+    def over(self) -> bool:
+        """Whether the schedule ended (or failed): nothing of it may start again."""
+        return self._ended or self.failure is not None
+
     @staticmethod
     def current() -> Actor | None:
         """The actor running the calling code (None outside the simulation, e.g. the pool's reaper)."""
