@@ -33,6 +33,7 @@ from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan,
 from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.takeover import check_destination, check_not_lost, take_over
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
@@ -207,7 +208,11 @@ class Coordinator:
         )
         if taken is not None:
             return taken
-        await check_not_lost(basin, self.writer_id)
+        await patiently(
+            Patience.of(self.cfg),
+            f"listing the sign-in registers of {self.writer_id!r}",
+            lambda: check_not_lost(basin, self.writer_id),
+        )
         return state
 
     def roll_call(self) -> RollCall:
@@ -256,7 +261,11 @@ class Coordinator:
                 await get_pool().ensure_stream(self.cfg, name)
             try:
                 await fence_if_older(
-                    basin.stream(name), self._token, may_take_over=name not in written, end=written.get(name)
+                    basin.stream(name),
+                    self._token,
+                    may_take_over=name not in written,
+                    end=written.get(name),
+                    patience=Patience.of(self.cfg),
                 )
             except S2ServerError as exc:
                 if exc.status_code == 404:

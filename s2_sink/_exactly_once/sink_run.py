@@ -49,6 +49,7 @@ from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.takeover import check_not_lost
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
@@ -217,7 +218,9 @@ async def _open(
     coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
     before = await coord.load()
     if before.kind == "none":  # a new writer, or one whose ledger was deleted (then it stops)
-        await check_not_lost(get_pool().client(cfg).basin(cfg.basin), writer_id)
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        what = f"listing the sign-in registers of {writer_id!r}"
+        await patiently(Patience.of(cfg), what, lambda: check_not_lost(basin, writer_id))
     _check_driver_identity(before, writer_id, query_id)
     ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
     token = await coord.open_run("batch")

@@ -38,7 +38,7 @@ class CommittedEnds:
 
         async def peek() -> tuple[int, LedgerState] | None:
             basin = get_pool().client(self._cfg).basin(self._cfg.basin)
-            return await Ledger(basin, self.writer_id).peek(self._seen)
+            return await Ledger(basin, self.writer_id, cfg=self._cfg).peek(self._seen)
 
         try:
             found = _runtime.run(peek())

@@ -44,6 +44,7 @@ from s2_sdk import (
     Timeout,
 )
 
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink.config import ONE_MIB, S2Config
 
 __all__ = ["ClientFactory", "PooledSession", "SessionPool", "get_pool", "install_pool"]
@@ -168,11 +169,13 @@ class SessionPool:
         return entry
 
     async def ensure_stream(self, cfg: S2Config, stream: str) -> None:
-        """Create `stream` in `cfg.basin` if missing (once per client and stream)."""
+        """Create `stream` in `cfg.basin` if missing (once per client and stream), retrying until the
+        delivery deadline (an ensure is idempotent)."""
         entry = self._client_entry(cfg)
         if (cfg.basin, stream) in entry.ensured:
             return
-        await entry.client.basin(cfg.basin).ensure_stream(stream)
+        basin = entry.client.basin(cfg.basin)
+        await patiently(Patience.of(cfg), f"creating stream {stream!r}", lambda: basin.ensure_stream(stream))
         entry.ensured.add((cfg.basin, stream))
 
     def forget_stream(self, cfg: S2Config, stream: str) -> None:
