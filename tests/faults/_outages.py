@@ -33,6 +33,8 @@ class Outages:
     down_s: Sequence[float]
     spans: list[tuple[float, float]] = field(default_factory=list)
     """(death, restart) of each outage, ``time.monotonic()`` seconds."""
+    restarts: list[float] = field(default_factory=list)
+    """When each outage ended, ``time.time()`` seconds (to compare with S2's record timestamps)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _up: threading.Event = field(default_factory=threading.Event)
 
@@ -56,6 +58,7 @@ class Outages:
                 return
             self.srv.restart()
             self.spans.append((died, time.monotonic()))
+            self.restarts.append(time.time())
             self._write_pid()
 
     def kill(self) -> None:

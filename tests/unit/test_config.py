@@ -293,3 +293,14 @@ def test_replace_revalidates() -> None:
     assert cfg.replace(batch_max_records=10).batch_max_records == 10
     with pytest.raises(ConfigError, match="batch_max_records"):
         cfg.replace(batch_max_records=2000)
+
+
+def test_both_front_doors_and_reads_take_the_delivery_deadline() -> None:
+    """S2Config.delivery_timeout_ms is option s2.delivery-timeout-ms for format("s2") reads and writes alike
+    (a read does not refuse it as a write option); the default is Kafka's two minutes."""
+    from s2_sink.datasource._source import read_config  # loads pyspark: only this test needs it
+
+    opts = {"s2.basin": "test-basin", "s2.endpoints.account": LOCAL, "s2.endpoints.basin": LOCAL}
+    assert S2Config.from_options(opts).delivery_timeout_ms == 120_000
+    assert S2Config.from_options({**opts, "S2.Delivery-Timeout-Ms": "5s"}).delivery_timeout_ms == 5000
+    assert read_config({**opts, "s2.stream": "s", "s2.delivery-timeout-ms": "0"}).delivery_timeout_ms == 0

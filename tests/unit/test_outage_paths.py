@@ -98,6 +98,26 @@ def test_an_exactly_once_task_waits_for_s2_and_writes_everything_once(
     assert lines[1].startswith("S2 answers again: appending to stream 'events' (batch 3, partition 1)")
 
 
+@pytest.mark.parametrize("fault", ["dropped after applying", "503 unavailable"])
+def test_an_exactly_once_task_fails_at_once_over_appends_that_may_have_landed(fault: str) -> None:
+    """Appends caught by a connection dropped after the server applied them, or refused with 503
+    ``unavailable`` (which S2 does not promise applied nothing), are not re-sent by an exactly-once task,
+    however long the deadline: the task fails at once, naming why, and Spark's retry reads back."""
+    with LiteServer(faults=True) as srv:
+        basin = fresh_basin(srv.endpoint)
+        plan = WritePlan(cfg=_cfg(srv, basin), batch_id=3, stream="events", resend_ambiguous=False)
+        if fault == "503 unavailable":
+            srv.faults.fail_next_appends(1, status=503)
+        else:
+            srv.faults.drop_connections(after_appends=1, ambiguous=True)
+        started = time.monotonic()
+        with pytest.raises(
+            WriteError, match="possibly applied appends are not re-sent in this delivery mode"
+        ):
+            write_partition(plan, [frame([str(i).encode() for i in range(3000)])], ctx(3, 1))
+    assert time.monotonic() - started < 10.0
+
+
 def test_past_the_deadline_a_task_fails_naming_the_option(server: LiteServer) -> None:
     """With s2.delivery-timeout-ms=1000 and S2 down for 3 s, the task fails after about a second with the
     words of a refused connection and the option to raise."""

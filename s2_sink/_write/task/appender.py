@@ -14,8 +14,9 @@ fencing, append conditions) fail at once; a ``412 fencing_token_mismatch`` goes 
 ``WritePlan.fence_keeper`` first (nothing refused by a 412 was applied: switching tokens is safe).
 
 Appends whose outcome is unknown are re-sent only where duplicates are allowed (``resend_ambiguous``).
-Under exactly-once the task fails instead and its retry reads back what landed, but only once S2 answers
-again (or the deadline passes): an outage must not spend Spark's task attempts in seconds.
+Under exactly-once the task fails at once instead, and its retry reads back what landed; during an outage
+that retry's first calls (sign-in, barrier, read-back) wait for S2 under the same deadline, so an outage
+costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Retries").
 
 Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
 bytes (`Chunk.wire`, the fencing token added at send time) on a `BulkAppendSession` of its own over the
@@ -31,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 from s2_sdk import (
     AppendAck,
@@ -293,7 +294,9 @@ class Appender:
             if _forget_acked(st):
                 retrying.progress()  # acks arrived on the failed session: progress, a fresh deadline
             if st.unacked and not self.plan.resend_ambiguous and not no_side_effects(exc):
-                await self._fail_once_s2_answers(st, exc)
+                # The task's retry reads back what landed; its own calls wait for S2 if it is still down.
+                why = "possibly applied appends are not re-sent in this delivery mode"
+                raise self._error(st, exc, f"{why}: the task's retry reads back what landed") from exc
             delay = retrying.wait(exc)
             if delay is None:
                 why = explain(retrying.give_up(exc), self.cfg, stream=st.name).message
@@ -310,27 +313,6 @@ class Appender:
                 return
             except Exception as again:
                 exc = again
-
-    async def _fail_once_s2_answers(self, st: _StreamAppends, exc: Exception) -> NoReturn:
-        """Fail the task over appends whose outcome is unknown (its retry reads back what landed), once S2
-        answers a read of the stream again or the deadline passes: while S2 is down, the retry would only
-        fail again and spend another of Spark's task attempts."""
-        retrying, failure = st.retrying, exc
-        probe = self.pool.client(self.cfg).basin(self.cfg.basin).stream(st.name)
-        why = "possibly applied appends are not re-sent in this delivery mode"
-        while (delay := retrying.wait(failure)) is not None:
-            await asyncio.sleep(delay)
-            try:
-                await probe.check_tail()
-            except Exception as again:
-                failure = again
-                continue
-            retrying.progress()
-            raise self._error(st, exc, f"{why}; S2 answers again: the task's retry reads back") from exc
-        if retryable(failure):  # the deadline passed
-            words = explain(retrying.give_up(failure), self.cfg, stream=st.name).message
-            raise self._error(st, exc, f"{why}, and S2 did not answer again: {words}") from exc
-        raise self._error(st, exc, why) from exc
 
     async def _resend(self, st: _StreamAppends) -> None:
         """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged."""
