@@ -26,7 +26,7 @@ from s2_sink.errors import PreflightError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream
-from tests.unit.test_writer_core import ctx, frame
+from tests.unit.test_writer_core import config, ctx, frame
 
 DOWN_S = 3.0
 
@@ -42,15 +42,7 @@ def server(tmp_path: Path) -> Iterator[LiteServer]:
 
 
 def _cfg(srv: LiteServer, basin: str, **kw: Any) -> S2Config:
-    return S2Config(
-        basin=basin,
-        stream="events",
-        access_token="test",
-        account_endpoint=srv.endpoint,
-        basin_endpoint=srv.endpoint,
-        retry_delay_ms=20,
-        **kw,
-    )
+    return config(srv, basin, retry_delay_ms=20, **kw)
 
 
 def _back_after(srv: LiteServer, seconds: float) -> threading.Thread:
