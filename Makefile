@@ -33,7 +33,7 @@ test: $(STAMP)  ## the suite: unit, simulation, docs, lite conformance, Spark in
 test-slow: $(STAMP)  ## end to end: the notebooks, Spark Connect servers, the installed wheel, the quick bench
 	$(PY) -m pytest --durations=10 -m slow --ignore=tests/faults --ignore=tests/cluster tests
 
-test-faults: $(STAMP)  ## exactly-once under killed executors and drivers and server faults, about 6 min
+test-faults: $(STAMP)  ## exactly-once under killed executors, drivers and servers and server faults, about 10 min
 	$(PY) -m pytest --durations=10 tests/faults
 
 test-fast: $(STAMP)  ## unit, lite-server and CLI tests only (no Spark)

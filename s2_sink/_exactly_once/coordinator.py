@@ -42,6 +42,7 @@ from s2_sink._exactly_once.shape import WriteShape, check_restart, shapes_of
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import is_stream_deleting
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
@@ -247,7 +248,11 @@ class Coordinator:
         )
         if taken is not None:
             return taken
-        await check_not_lost(basin, self.writer_id)
+        await patiently(
+            Patience.of(self.cfg),
+            f"listing the sign-in registers of {self.writer_id!r}",
+            lambda: check_not_lost(basin, self.writer_id),
+        )
         return state
 
     def roll_call(self) -> RollCall:
@@ -303,6 +308,7 @@ class Coordinator:
                     may_take_over=name not in written,
                     end=written.get(name),
                     writer_id=self.writer_id,
+                    patience=Patience.of(self.cfg),
                 )
             except S2ServerError as exc:
                 if exc.status_code == 404 or is_stream_deleting(exc):

@@ -52,7 +52,7 @@ from s2_sink._exactly_once.ledger_records import (
 from s2_sink._exactly_once.resets import check_not_reset
 from s2_sink._exactly_once.shape import WriteShape, shapes_of
 from s2_sink._transport.explain import explain, is_stream_deleting
-from s2_sink._transport.retry import BOOKKEEPING, Retries, retryable
+from s2_sink._transport.retry import Patience, Retrying, patiently, retryable
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
@@ -61,8 +61,6 @@ __all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "current_ledgers_of", "ledg
 log = logging.getLogger(__name__)
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
-# Ledger appends get one retry more than the other bookkeeping calls: eight attempts in all.
-_BACKOFF: Final = replace(BOOKKEEPING, retries=7)
 # One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
 _APPEND_BYTES: Final = 512 * 1024
 _LEDGER_CONFIG: Final = StreamConfig(retention_policy="infinite")
@@ -108,6 +106,7 @@ class Ledger:
     def __init__(self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None) -> None:
         self.name = ledger_stream_name(writer_id)
         self._cfg = cfg  # names the endpoint and the fix when the ledger cannot be read
+        self._patience = Patience.of(cfg) if cfg is not None else Patience()
         self.writer_id = writer_id
         self._basin = basin
         self._stream: S2Stream = basin.stream(self.name)
@@ -117,8 +116,9 @@ class Ledger:
 
     async def load(self) -> LedgerState:
         """Create the ledger stream if needed, then read its state: the last state record, with the stream
-        ends folded from its base."""
-        try:
+        ends folded from its base (retried until the delivery deadline: reads and an ensure)."""
+
+        async def read() -> tuple[int, LedgerState, int]:
             # Infinite retention: losing the last record would restart epochs below the streams' fences.
             await ensure_once(self._basin, self.name, _LEDGER_CONFIG)
             tail = (await self._stream.check_tail()).seq_num
@@ -127,9 +127,16 @@ class Ledger:
                 state, at = await self._read_state(tail)
             else:
                 await self._retain_forever()
+            return tail, state, at
+
+        try:
+            tail, state, at = await patiently(
+                self._patience, f"reading the exactly-once ledger {self.name!r}", read
+            )
         except S2Error as exc:
-            why = explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {why}") from exc
+            raise CommitError(
+                f"cannot read the exactly-once ledger {self.name!r}: {self._words(exc)}"
+            ) from exc
         self.state, self.tail, self._state_at = state, tail, at
         return state
 
@@ -155,18 +162,27 @@ class Ledger:
     async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
         """The ledger's tail and state for a reader: never creates the stream (None when it does not exist);
         `seen`, an earlier answer, is returned again while the tail has not moved (one request)."""
-        try:
-            tail = (await self._stream.check_tail()).seq_num
+
+        async def read() -> tuple[int, LedgerState] | None:
+            try:
+                tail = (await self._stream.check_tail()).seq_num
+            except S2ServerError as exc:
+                if exc.code == "stream_not_found" or is_stream_deleting(exc):
+                    return None
+                raise
             if seen is not None and seen[0] == tail:
                 return seen
-            state = (await self._read_state(tail))[0] if tail > 0 else LedgerState()
-        except S2ServerError as exc:
-            if exc.code == "stream_not_found" or is_stream_deleting(exc):
-                return None
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+            return tail, (await self._read_state(tail))[0] if tail > 0 else LedgerState()
+
+        try:
+            return await patiently(self._patience, f"reading the exactly-once ledger {self.name!r}", read)
         except S2Error as exc:
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
-        return tail, state
+            raise CommitError(
+                f"cannot read the exactly-once ledger {self.name!r}: {self._words(exc)}"
+            ) from exc
+
+    def _words(self, exc: BaseException) -> str:
+        return explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
 
     async def _read_state(self, tail: int) -> tuple[LedgerState, int]:
         window = _FIRST_WINDOW
@@ -241,38 +257,44 @@ class Ledger:
     async def append(self, state: LedgerState) -> None:
         """Append `state` if nobody else appended since we last looked; else WriterConflictError.
 
-        Transient failures (5xx, 408, 429, transport errors) are retried: after each, the ledger is re-read
-        — our record may have landed — and the append is repeated only if no other state record landed.
+        Transient failures (5xx, 408, 429, transport errors) are retried until the delivery deadline: after
+        each, the ledger is re-read — our record may have landed — and the append is repeated only if no
+        other state record landed.
         The condition (``match_seq_num``) makes a repeated append impossible to apply twice; pieces of a
         group whose state record did not land are ignored by loading.
         """
         if self.tail is None:
             raise CommitError("ledger not loaded")  # a programming error, not a user one
-        retries = Retries(_BACKOFF)
-        last: Exception | None = None
+        # A mismatch is retried too: the tail moved without a state record (a trim, pieces of a group).
+        retrying = Retrying(
+            self._patience,
+            f"appending to the exactly-once ledger {self.name!r}",
+            retry_on=lambda exc: retryable(exc) or isinstance(exc, SeqNumMismatchError),
+        )
         while True:
             expected, known = self.tail, self._state_at
             bodies, placed, snapshot = encode_state(self.state, state, expected)
             try:
                 end = await self._send(bodies, expected)
             except SeqNumMismatchError as exc:
-                last = exc
-            except S2ServerError as exc:
+                last: S2Error = exc  # somebody appended: our own earlier attempt, or another driver
+            except S2Error as exc:
                 if not retryable(exc):
                     raise CommitError(
-                        f"cannot append to the exactly-once ledger {self.name!r}: {exc}"
+                        f"cannot append to the exactly-once ledger {self.name!r}: {self._words(exc)}"
                     ) from exc
-                last = exc
-            except S2Error as exc:  # transport: the append may or may not have landed
-                last = exc
+                last = exc  # the append may or may not have landed
             else:
+                retrying.progress()
                 self.state, self.tail, self._state_at = placed, end, end - 1
                 if snapshot and placed.base > 0:
                     await self._trim(placed.base)
                 return
+            delay = retrying.wait(last)  # None past the deadline: raised once the ledger says what landed
             found = await self.load()
             if found == state:
                 log.info("ledger %s: our record landed despite %s", self.name, type(last).__name__)
+                retrying.progress()
                 return
             if self._state_at != known:
                 raise WriterConflictError(
@@ -281,11 +303,10 @@ class Ledger:
                     f"run is {state.run!r}). Two queries cannot share a writer identity: stop the other one "
                     "or give each its own writer_id"
                 ) from last
-            delay = retries.next_wait()
             if delay is None:
+                words = self._words(retrying.give_up(last))
                 raise CommitError(
-                    f"cannot append to the exactly-once ledger {self.name!r} after "
-                    f"{_BACKOFF.retries + 1} attempts: {last}"
+                    f"cannot append to the exactly-once ledger {self.name!r}: {words}"
                 ) from last
             await asyncio.sleep(delay)
 

@@ -50,6 +50,7 @@ from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.shape import WriteShape, check_restart
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_renamed
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
@@ -238,7 +239,8 @@ async def _open(
     if before.kind == "none":  # a new writer, a renamed one (refused), or one whose ledger was deleted
         basin = get_pool().client(cfg).basin(cfg.basin)
         await check_not_renamed(basin, writer_id, query_id, cfg=cfg)
-        await check_not_lost(basin, writer_id)
+        what = f"listing the sign-in registers of {writer_id!r}"
+        await patiently(Patience.of(cfg), what, lambda: check_not_lost(basin, writer_id))
     _check_driver_identity(before, writer_id, query_id)
     _check_changes(before, shape, writer_id)
     ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded

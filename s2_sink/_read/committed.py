@@ -64,7 +64,7 @@ class CommittedEnds:
         basin = get_pool().client(self._cfg).basin(self._cfg.basin)
         for _ in range(_MAX_HOPS):
             seen = self._seen
-            found = await Ledger(basin, self.current).peek(seen)
+            found = await Ledger(basin, self.current, cfg=self._cfg).peek(seen)
             if found is None and self.current == self.writer_id:
                 writer_id = await self._of_query(basin)
                 self._follow(

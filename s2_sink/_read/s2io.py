@@ -3,7 +3,9 @@
 The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
 client of ``s2_sink._transport.session_pool``, like the writer's: reads honour the same timeouts, retries and
 compression, and a reused Python worker keeps its connections warm from one task or planning call to the
-next. SDK failures surface as ``ReadError`` naming the basin and the streams, with the SDK error chained.
+next. Failures another attempt may fix are retried until the delivery deadline (``s2.delivery-timeout-ms``:
+every call here is a read); then, and for any other failure, they surface as ``ReadError`` naming the basin
+and the streams, with the SDK error chained.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import s2_sdk
 from s2_sink._read.session import RUN_RECORDS, read_columns
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain, is_stream_deleting
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.read.batch import Positions, RecordColumns
@@ -53,7 +56,8 @@ def _words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
 def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
     async def main() -> _T:
         # The pool is touched only from the loop, so the client is looked up there.
-        return await op(get_pool().client(cfg).basin(cfg.basin))
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        return await patiently(Patience.of(cfg), what, lambda: op(basin))
 
     try:
         return _runtime.run(main())
@@ -229,7 +233,10 @@ async def _range_columns(
     # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
-        async for batch in read_columns(handle, first, stop - first, run_records=run_records):
+        patience = Patience.of(cfg)
+        async for batch in read_columns(
+            handle, first, stop - first, run_records=run_records, patience=patience
+        ):
             for lo, hi in missing(batch.seq_nums, expected, stop):
                 on_gap(lo, hi)
             expected = int(batch.seq_nums[-1]) + 1

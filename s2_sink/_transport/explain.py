@@ -12,6 +12,9 @@ The cases told apart:
 - transport failures: a host that does not resolve (named), a refused connection, a connection closed
   before HTTP/2 started (a plain HTTP/1 server, or ``http://`` to a TLS port), and no answer within the
   request timeout.
+
+A failure the retries gave up on at the delivery deadline carries `deadline_note` (`_transport.retry`
+adds it), which the words end with: how long it was retried and the option that allows longer.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ from urllib.parse import urlsplit
 
 from s2_sdk import S2ClientError, S2ServerError
 
-from s2_sink._transport.sdk import ConnectError, ReadTimeoutError, TransportError
+from s2_sink._transport.sdk import (
+    AppendIndefiniteFailureError,
+    ConnectError,
+    ReadTimeoutError,
+    TransportError,
+)
 from s2_sink.config import S2Config
 
 __all__ = [
@@ -31,9 +39,11 @@ __all__ = [
     "Explained",
     "FailureKind",
     "basin_endpoint",
+    "deadline_note",
     "explain",
     "is_s2_not_found",
     "is_stream_deleting",
+    "past_deadline",
 ]
 
 FailureKind = Literal["token", "permission", "basin", "stream", "not_s2", "unreachable", "refused", "other"]
@@ -44,6 +54,7 @@ TOKEN_HINT: Final = (
 )
 """The fix for a 401, worded once for every path."""
 
+_DEADLINE: Final = "still failing after"
 _SCOPES_HINT: Final = "the permissions each mode needs are listed in docs/operations.md (Token scopes)"
 _S2_NOT_FOUND: Final = frozenset({"basin_not_found", "stream_not_found", "access_token_not_found"})
 _DELETING: Final = frozenset({"basin_deletion_pending", "stream_deletion_pending"})
@@ -60,6 +71,23 @@ class Explained:
 def basin_endpoint(cfg: S2Config) -> str:
     """The basin endpoint `cfg` dials, with its basin filled in."""
     return cfg.basin_endpoint.replace("{basin}", cfg.basin)
+
+
+def deadline_note(waited_s: float, timeout_s: float) -> str:
+    """The words for a failure retried until the delivery deadline ran out, naming the option to raise."""
+    option = f"s2.delivery-timeout-ms (S2Config.delivery_timeout_ms, now {round(timeout_s * 1000)})"
+    if timeout_s <= 0:
+        return f"{_DEADLINE} the SDK's retries, not retried further: to ride out outages, raise {option}"
+    return (
+        f"{_DEADLINE} {waited_s:.1f} s of retries, past the delivery deadline: to ride out longer outages, "
+        f"raise {option}"
+    )
+
+
+def past_deadline(exc: BaseException) -> bool:
+    """Whether a retry loop already gave up on `exc` at the delivery deadline (it carries `deadline_note`):
+    a loop around that one does not retry it again."""
+    return any(isinstance(n, str) and n.startswith(_DEADLINE) for n in getattr(exc, "__notes__", ()))
 
 
 def is_s2_not_found(exc: BaseException) -> bool:
@@ -121,12 +149,19 @@ def explain(
     stream_fix: str = "create it, or set create_streams=True (s2.create-streams)",
 ) -> Explained:
     """`exc` in words naming the endpoint, basin and `stream`, with the fix; `stream_fix` is the fix for a
-    missing stream on this path (a reader cannot create the stream it reads)."""
-    if isinstance(exc, S2ServerError):
-        return _refusal(exc, cfg, stream, stream_fix)
-    if isinstance(exc, S2ClientError | TransportError | OSError | TimeoutError):
-        return _transport(exc, cfg, basin_endpoint(cfg))
-    return Explained("other", f"basin {cfg.basin!r} at {basin_endpoint(cfg)}: {type(exc).__name__}: {exc}")
+    missing stream on this path (a reader cannot create the stream it reads). The SDK's
+    ``AppendIndefiniteFailureError`` is worded as its last attempt's error."""
+    failed = exc.final_attempt_error if isinstance(exc, AppendIndefiniteFailureError) else exc
+    if isinstance(failed, S2ServerError):
+        said = _refusal(failed, cfg, stream, stream_fix)
+    elif isinstance(failed, S2ClientError | TransportError | OSError | TimeoutError):
+        said = _transport(failed, cfg, basin_endpoint(cfg))
+    else:
+        said = Explained(
+            "other", f"basin {cfg.basin!r} at {basin_endpoint(cfg)}: {type(exc).__name__}: {exc}"
+        )
+    notes = [n for n in getattr(exc, "__notes__", ()) if isinstance(n, str) and n.startswith(_DEADLINE)]
+    return Explained(said.kind, "; ".join([said.message, *notes[:1]]))
 
 
 def _deleting(code: str, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:

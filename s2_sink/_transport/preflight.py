@@ -33,6 +33,7 @@ from s2_sdk import S2, S2Basin, S2Error, S2ServerError
 from s2_sink._options import OptionMap, parse_bool
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import PreflightError
@@ -108,6 +109,11 @@ def _run(cfg: S2Config, what: str, probe: str, streams: Sequence[str], create_st
         else:
             await _read_probe(client.basin(cfg.basin), streams)
 
+    async def patient() -> None:
+        # A query started during an outage waits for S2 as a running one does; the first wait's WARNING
+        # names the endpoint and the fix at once, for the case where it is the configuration.
+        await patiently(Patience.of(cfg), f"checking {what} before it starts", main)
+
     first = streams[0] if streams else None
     fix_stream = (
         "create it, or set create_streams=True (s2.create-streams)"
@@ -115,7 +121,7 @@ def _run(cfg: S2Config, what: str, probe: str, streams: Sequence[str], create_st
         else "check s2.stream / s2.streams"
     )
     try:
-        _runtime.run(main())
+        _runtime.run(patient())
     except _Missing as missing:
         where = f"basin {cfg.basin!r} at {cfg.basin_endpoint.replace('{basin}', cfg.basin)}"
         raise PreflightError(

@@ -49,7 +49,7 @@ from s2_sdk import (
 )
 
 from s2_sink._transport.explain import is_stream_deleting
-from s2_sink._transport.retry import Backoff
+from s2_sink._transport.retry import Backoff, Patience, patiently
 from s2_sink.config import ONE_MIB, S2Config
 
 __all__ = [
@@ -132,8 +132,8 @@ class PooledSession:
 CREATE_CONCURRENCY: Final = 16
 """Streams created at once by `SessionPool.ensure_streams` (a routed batch may name many new streams)."""
 
-DELETION_WAIT: Final = Backoff(first=0.1, cap=2.0, retries=20, jitter=False)
-"""How long a create waits for a deletion of the same name to complete: about 33 s in all."""
+DELETION_WAIT: Final = Patience(timeout_s=33.0, backoff=Backoff(first=0.1, cap=2.0, jitter=False))
+"""How long a create waits for a deletion of the same name to complete."""
 
 
 async def create_if_missing(basin: S2Basin, stream: str, config: StreamConfig | None = None) -> None:
@@ -145,19 +145,20 @@ async def create_if_missing(basin: S2Basin, stream: str, config: StreamConfig | 
     (infinite retention, ``arrival`` timestamps) to the defaults. 409 ``resource_already_exists`` is the
     answer that it exists. A name still being deleted (409 ``stream_deletion_pending``) is created once the
     deletion completes, waiting at most `DELETION_WAIT`; after that the 409 is raised."""
-    waits = DELETION_WAIT.delays()
-    while True:
+
+    async def create() -> None:
         try:
             await basin.create_stream(stream, config=config)
-            return
         except S2ServerError as exc:
-            if exc.status_code == 409 and exc.code == "resource_already_exists":
-                return
-            wait = next(waits, None) if is_stream_deleting(exc) else None
-            if wait is None:
+            if not (exc.status_code == 409 and exc.code == "resource_already_exists"):
                 raise
-            log.info("stream %s is being deleted: waiting %.1fs to create it again", stream, wait)
-            await asyncio.sleep(wait)
+
+    await patiently(
+        DELETION_WAIT,
+        f"creating stream {stream!r} (its deletion is pending)",
+        create,
+        retry_on=is_stream_deleting,
+    )
 
 
 def make_client(cfg: S2Config, *, sdk_retries: bool = True) -> S2:
@@ -216,11 +217,14 @@ class SessionPool:
 
     async def ensure_stream(self, cfg: S2Config, stream: str) -> None:
         """Create `stream` in `cfg.basin` if missing (once per client and stream), never changing one that
-        exists (see `create_if_missing`)."""
+        exists (see `create_if_missing`); retried until the delivery deadline (a create is idempotent)."""
         entry = self._client_entry(cfg)
         if (cfg.basin, stream) in entry.ensured:
             return
-        await create_if_missing(entry.client.basin(cfg.basin), stream)
+        basin = entry.client.basin(cfg.basin)
+        await patiently(
+            Patience.of(cfg), f"creating stream {stream!r}", lambda: create_if_missing(basin, stream)
+        )
         entry.ensured.add((cfg.basin, stream))
 
     async def ensure_streams(self, cfg: S2Config, streams: Iterable[str]) -> None:

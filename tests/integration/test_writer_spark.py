@@ -215,8 +215,8 @@ def test_bad_rows_fail_or_skip(spark: SparkSession, lite: LiteServer, basin: str
 def test_retries_through_injected_503s(
     spark: SparkSession, lite: LiteServer, basin: str, lite_faults: Any
 ) -> None:
-    """503s beyond the SDK's retries are retried per session and reported; no row is lost."""
-    cfg = cfg_for(lite, basin, max_retries=0, retry_delay_ms=10, session_retries=4)
+    """503s on append sessions are retried per session and reported; no row is lost."""
+    cfg = cfg_for(lite, basin, max_retries=0, retry_delay_ms=10)
     writer = S2Writer(cfg, delivery="at-least-once")
     lite_faults.fail_next_appends(2, status=503)
     writer(rows_df(spark, 2000), 0)
@@ -247,7 +247,6 @@ def test_wrong_token_is_a_clear_error(spark: SparkSession) -> None:
             access_token="not-the-right-one",
             account_endpoint=srv.endpoint,
             basin_endpoint=srv.endpoint,
-            session_retries=0,
         )
         words = r"refused the access token \(401 authn\): set S2_ACCESS_TOKEN"
         with pytest.raises(PreflightError, match=rf"^S2Writer: basin '{basin}' at .*{words}") as first:

@@ -15,9 +15,11 @@ decides the fault of its step, and lets only that one go on. Nothing depends on 
 seed gives the same schedule, step for step.
 
 The code under test reaches the loop through ``s2_sink._transport.runtime.run``; while a schedule runs, the
-scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing
-else). An actor is identified inside the code it calls (also in the coroutines it starts on the event
-loop, which inherit the thread's context) by a context variable.
+scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing else). It
+also stops the retry policy's clock: back-offs take no time here, so no retry loop reaches its delivery
+deadline, and when a loop gives up does not depend on how fast the machine runs the schedule. An actor is
+identified inside the code it calls (also in the coroutines it starts on the event loop, which inherit the
+thread's context) by a context variable.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from s2_sink._transport import retry as _retry
 from s2_sink._transport import runtime as _runtime
 
 __all__ = [
@@ -59,6 +62,11 @@ session drops, ending every session on it (`tests.sim._connection.MemoryConnecti
 _SLEEP_HORIZON_S = 5.0
 """A coroutine sleeping less than this (a retry back-off) is running; a longer timer is a timeout or the
 session pool's reaper, which a schedule never waits for."""
+
+
+def _stopped_clock() -> float:
+    """The retry policy's clock during a schedule: time does not pass (see the module docstring)."""
+    return 0.0
 
 
 class SimCrash(BaseException):
@@ -168,6 +176,7 @@ class Scheduler:
         """How many actor threads run code (see `Actor.thread_busy`)."""
         self._loop = _runtime.get_loop()
         self._original_run: Callable[..., Any] | None = None
+        self._original_clock: Callable[[], float] | None = None
 
     # -- actors ------------------------------------------------------------------------------------------
 
@@ -182,6 +191,7 @@ class Scheduler:
             if self._original_run is None:  # from the first actor until `run` ends
                 self._original_run = _runtime.run
                 _runtime.run = _tracked_run(self._original_run)
+                self._original_clock, _retry._clock = _retry._clock, _stopped_clock
 
         def main() -> None:
             _current.set(actor)
@@ -493,6 +503,8 @@ class Scheduler:
         finally:
             if self._original_run is not None:
                 _runtime.run = self._original_run
+            if self._original_clock is not None:
+                _retry._clock = self._original_clock
             self._end_leftovers()
 
     def _end_leftovers(self) -> None:

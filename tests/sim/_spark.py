@@ -115,7 +115,6 @@ class Query(ChangeFront, WiringFront, WriterFront):
             batch_max_records=scenario.batch_max_records,
             max_inflight_requests=2,
             retry_delay_ms=1,
-            session_retries=1,
             max_retries=1,
             bulk_append=scenario.bulk,
             # Timeouts are watchdogs the scheduler never waits for (it steps only a quiet process): far

@@ -24,7 +24,12 @@ _ONE_COL = StructType([StructField("id", LongType())])
 
 
 def _cfg(endpoint: str, basin: str, **kw: Any) -> S2Config:
-    base: dict[str, Any] = {"access_token": "test", "max_retries": 0, "retry_delay_ms": 10}
+    base: dict[str, Any] = {
+        "access_token": "test",
+        "max_retries": 0,
+        "retry_delay_ms": 10,
+        "delivery_timeout_ms": 0,
+    }
     return S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, **{**base, **kw})
 
 
@@ -34,6 +39,7 @@ def _options(endpoint: str, basin: str, **extra: str) -> dict[str, str]:
         "s2.endpoints.account": endpoint,
         "s2.endpoints.basin": endpoint,
         "s2.max-retries": "0",
+        "s2.delivery-timeout-ms": "0",
         **extra,
     }
 
@@ -101,7 +107,8 @@ def test_a_refused_token_fails_with_the_common_hint(guarded: LiteServer) -> None
 
 
 def test_not_s2_and_silent_endpoints_fail_fast() -> None:
-    """A server that is not S2 is called so; one that never answers fails within one attempt's timeouts."""
+    """A server that is not S2 is called so; one that never answers fails within one attempt's timeouts
+    (without retries: s2.delivery-timeout-ms=0)."""
     with (
         plain_http2_404() as endpoint,
         pytest.raises(PreflightError, match="does not look like an S2 server"),
