@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from s2_sdk import ReadLimit, S2Basin, SeqNum
+from s2_sdk import S2, ReadLimit, S2Basin, SeqNum
 
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
-from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._connect import config_from, open_basin, open_client, run_io
 from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
 from s2_sink.cli._output import iso_ms
 from s2_sink.cli._writers import LedgerSummary, ledger_summaries
@@ -149,9 +149,9 @@ def show(args: argparse.Namespace) -> int:
     cfg = config_from(args)
 
     async def go() -> tuple[str, list[Entry], int]:
-        async with open_basin(cfg) as basin:
-            writer_id = await _writer_of(basin, args.writer_id, cfg.basin)
-            return (writer_id, *await read_history(basin, writer_id))
+        async with open_client(cfg) as client:
+            writer_id = await _writer_of(client, args.writer_id, cfg.basin)
+            return (writer_id, *await read_history(client.basin(cfg.basin), writer_id))
 
     writer_id, entries, tail = run_io(cfg, None, go())
     name = ledger_stream_name(writer_id)
@@ -170,9 +170,10 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _writer_of(basin: S2Basin, name: str, basin_name: str) -> str:
+async def _writer_of(client: S2, name: str, basin_name: str) -> str:
     """`name` when it has a ledger; else the one writer whose ledger holds streaming query `name`'s batches
     (CliFailure naming them when there are several, or none)."""
+    basin = client.basin(basin_name)
     stream = ledger_stream_name(name)
     if [i async for i in basin.list_all_streams(prefix=stream) if i.name == stream]:
         return name  # its records are shown (an unreadable one as such)
@@ -186,6 +187,9 @@ async def _writer_of(basin: S2Basin, name: str, basin_name: str) -> str:
             "show one of them",
             NOT_FOUND,
         )
+    # S2 lists a missing basin's streams as none, and looks a stream up before its basin: the basin's own
+    # config answers 404 basin_not_found (worded by `run_io`).
+    await client.get_basin_config(basin_name)
     raise CliFailure(
         f"writer {name!r} has no ledger in basin {basin_name!r} (stream {ledger_stream_name(name)!r} does "
         "not exist), and no writer of a streaming query with that id does: it never ran exactly-once here. "
