@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks import _s2
 from benchmarks._cases import CASES, Case, Ctx, NotAvailable
-from benchmarks._data import dataset, json_body
+from benchmarks._data import DATASETS, dataset, json_body
 from benchmarks._format_sink import format_sink
 from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
@@ -62,6 +62,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes; finishes in about a minute")
     p.add_argument("--rows", type=int, help="rows of the main DataFrame (default 2M, quick 20k)")
     p.add_argument("--partitions", type=int, default=2, help="partitions of the main DataFrame (default 2)")
+    p.add_argument(
+        "--data",
+        default="events",
+        choices=DATASETS,
+        metavar="DATASET",
+        help="the rows every case writes: events (default: 5 columns, ~150 JSON bytes), wide (two longs, a "
+        "constant string, a timestamp, a 64-character hex string) or type:T (an id and one column of "
+        f"Spark type T: {', '.join(d.removeprefix('type:') for d in DATASETS[2:])})",
+    )
     p.add_argument("--big-rows", type=int, help="rows of the single-partition memory case (default 5M)")
     p.add_argument("--stream-batches", type=int, help="measured micro-batches per streaming sink")
     p.add_argument(
@@ -453,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             from pyspark.sql import functions as F
 
             _log("Spark up; caching the dataset ...")
-            df = dataset(spark, sizes["rows"], args.partitions).cache()
+            df = dataset(spark, sizes["rows"], args.partitions, args.data).cache()
             body = json_body(df)
             agg = body.agg(F.count("*").alias("n"), F.avg(F.octet_length("value")).alias("b")).collect()[0]
             bytes_per_row = float(agg["b"])
@@ -498,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_end": os.getloadavg()[0],
             "rows": sizes["rows"],
             "partitions": args.partitions,
+            "data": args.data,
             "json_bytes_per_row": bytes_per_row,
             "quick": args.quick,
             "repeat": repeat,
