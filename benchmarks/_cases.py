@@ -117,21 +117,14 @@ def _writer(ctx: Ctx, stream: str, encoder: Any, delivery: str, **cfg_extra: Any
         raise
 
 
-def encoding_projection(df: DataFrame) -> tuple[DataFrame, str]:
-    """The record frame the writer computes: the insert encoder's projection if it exists, else to_json."""
-    try:
-        return _encoder("insert").project(df), "InsertEncoder.project"
-    except NotAvailable:
-        return json_body(df), "to_json(struct(*))"
-
-
 # -- the cases --
 
 
 def _noop(ctx: Ctx) -> Prepared:
-    frame, how = encoding_projection(ctx.df)
+    frame = json_body(ctx.df)
     return Prepared(
-        action=lambda: frame.write.format("noop").mode("overwrite").save(), note=f"projection: {how}"
+        action=lambda: frame.write.format("noop").mode("overwrite").save(),
+        note="projection: to_json(struct(*))",
     )
 
 

@@ -225,18 +225,9 @@ def _run_cases(
 def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
     from benchmarks._cases import _encoder, _writer
 
-    recipes: dict[str, Any] = {}
-
-    def projected(df: Any) -> Any:
-        # The record frame, its projection built once per schema as S2Writer builds it: building Spark
-        # columns from Python costs ~0.3 ms per expression (a JVM round trip), no part of Spark's batch.
-        key = df.schema.json()
-        if key not in recipes:
-            recipes[key] = _encoder("insert").recipe(df)
-        return recipes[key].apply(df)
-
     def noop(df: Any, _bid: int) -> None:
-        projected(df).write.format("noop").mode("overwrite").save()
+        # Spark's own encoding of the rows (to_json) into its noop sink: the JVM's share of any sink.
+        json_body(df).write.format("noop").mode("overwrite").save()
 
     stream = f"lat-naive-{uuid.uuid4().hex[:8]}"
     _s2.ensure(ctx.endpoint, ctx.basin, [stream])
@@ -246,8 +237,8 @@ def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
         naive_write(json_body(df), bid)
 
     def python_noop(df: Any, _bid: int) -> None:
-        # The floor of any Python-task sink: one mapInArrow task that only counts rows.
-        projected(df).mapInArrow(_s2.count_rows, "n long").collect()
+        # The floor of any Python-task sink: one mapInArrow task that only counts the rows.
+        df.mapInArrow(_s2.count_rows, "n long").collect()
 
     sinks: dict[str, Sink] = {"noop": noop, "python_noop": python_noop, "naive": naive}
     out: dict[str, Any] = {}
@@ -337,7 +328,7 @@ def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> d
 
 
 def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
-    """What any Python-task sink pays before its own work, on the S2Writer's own record frame: a
+    """What any Python-task sink pays before its own work, on the rows S2Writer ships to its tasks: a
     ``mapInArrow`` that only counts rows (the Arrow transfer from the JVM, the same tasks), and PySpark's
     per-task ``importlib.invalidate_caches()`` timed inside the workers (`benchmarks._worker_probe`)."""
     from benchmarks._cases import _encoder, _writer
@@ -347,7 +338,7 @@ def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
         w = _writer(ctx, f"floor-{uuid.uuid4().hex[:8]}", _encoder("insert"), "at-least-once")
     except NotAvailable as exc:
         return {"status": "not available", "reason": str(exc)}
-    frame = w.frame(ctx.df)
+    frame, _ = w.rows(ctx.df)
     gc.collect()
     meter.start()
     try:
@@ -361,7 +352,7 @@ def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
     per_task_ms = sum(p["invalidate_cpu_ms"] for p in probes) / len(probes)
     return {
         "status": "ok",
-        "label": "a mapInArrow that only counts rows, over S2Writer's record frame",
+        "label": "a mapInArrow that only counts rows, over the rows S2Writer ships its tasks",
         "rows": sum(r["n"] for r in counted),
         "tasks": len(probes),
         "py_cpu_us_per_rec": (u.worker_cpu_s + u.driver_cpu_s) / n * 1e6,

@@ -21,7 +21,7 @@
 # MAGIC    dist/s2_sink-0.1.0-py3-none-any.whl dbfs:/Volumes/main/default/libs/`.
 # MAGIC 3. Attach it to the job cluster as a library (`whl`), or in a notebook `%pip install
 # MAGIC    /Volumes/.../s2_sink-...whl`. Its dependencies (`s2-sdk` 0.13.x, which brings `h2` and
-# MAGIC    `zstandard`; `protobuf>=6.31.1,<7`, `orjson`, `httpx`, `xxhash`, `mmh3`) install from PyPI; the runtime's own
+# MAGIC    `zstandard`; `protobuf>=6.31.1,<7`, `orjson`, `httpx`, `xxhash`) install from PyPI; the runtime's own
 # MAGIC    `pyspark`, `pyarrow` and `numpy` satisfy the rest. If pip tries to replace the runtime's `pyspark`,
 # MAGIC    install the wheel with `--no-deps` and those dependencies by name (docs/databricks.md).
 # MAGIC 4. Store the token: `databricks secrets create-scope s2` and `databricks secrets put-secret s2

@@ -1,5 +1,5 @@
-"""Where rows become S2 records: columnar encoders (JVM-side ``project`` and Arrow-side ``encode_arrow``),
-the matching decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
+"""Where rows become S2 records: columnar encoders (``encode_arrow``, Arrow kernels in Python), the matching
+decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from s2_sink.encoders._frame import (
     raise_for_errors,
 )
 from s2_sink.encoders._insert import InsertEncoder
-from s2_sink.encoders._jvm import JSON_OPTIONS
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER, KafkaEncoder
 from s2_sink.encoders._metered import metered_bytes
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER, UpsertEncoder
@@ -30,7 +29,6 @@ __all__ = [
     "FRAME_COLUMNS",
     "FRAME_DDL",
     "HEADERS",
-    "JSON_OPTIONS",
     "KAFKA_KEY_HEADER",
     "KEY",
     "KEY_HEADER",

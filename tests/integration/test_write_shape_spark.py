@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from s2_sink import S2Writer
+from s2_sink._exactly_once.identity import session_facts
 from s2_sink._write.driver.driver_write import collect_arrow, probe_small, write_on_driver
 from s2_sink._write.driver.sizing import size_estimate
 from s2_sink.lite import LiteServer
@@ -129,13 +130,12 @@ def test_a_dead_runs_small_batch_is_replayed_from_the_driver_exactly_once(
     driver, and subtracts what the dead run wrote: every row once."""
     cfg = cfg_for(lite, basin, create_streams=True, batch_max_records=20)
     dead = S2Writer(cfg, writer_id="dead-driver")
-    frame = dead.frame(rows_df(spark, 600, partitions=3))
-    prepared = dead._prepare(0, frame, tasks=1)
-    assert prepared is not None
-    job, frame = prepared
+    rows, encoding = dead.rows(rows_df(spark, 600, partitions=3))
+    job = dead.mode.prepare(0, session_facts(spark))
+    assert job is not None
     dead._create_known_streams()
-    half = collect_arrow(frame.coalesce(1)).slice(0, 300)
-    write_on_driver(job, frame, pa.Table.from_batches(half.to_batches()))  # then the driver dies: no commit
+    half = collect_arrow(rows.coalesce(1)).slice(0, 300)
+    write_on_driver(job, encoding, pa.Table.from_batches(half.to_batches()))  # the driver dies: no commit
     assert len(_ids(lite, basin)) == 300
 
     replay = S2Writer(cfg, writer_id="dead-driver")
@@ -151,20 +151,20 @@ def test_a_batch_the_optimizer_sizes_far_over_the_byte_limit_is_not_probed(
 ) -> None:
     """The optimizer's size estimate of a record frame is read (py4j hands ``sizeInBytes`` over as a Python
     int): a cached 20k-row batch has one, and with the driver-write byte limit far below it the batch goes
-    to the tasks without the probe job (no persist, no collect). Read wrongly, every batch of any size was
+    to the tasks without the probe job (no collect). Read wrongly, every batch of any size was
     persisted and probed first (the 2M-row benchmark paid ~30% more JVM CPU for it)."""
     df = rows_df(spark, 20_000).cache()
     try:
         df.count()
         writer = S2Writer(cfg_for(lite, basin, driver_write_max_bytes=4096), writer_id="sized")
-        frame = writer.frame(df)
-        size = size_estimate(frame)
+        rows, _ = writer.rows(df)
+        size = size_estimate(rows)
         assert size is not None
         assert size > 20_000, size
-        with probe_small(frame, writer.cfg, size) as (out, small):
+        jobs_before = _jobs(spark)
+        with probe_small(rows, writer.cfg, size) as small:
             assert small is None
-            assert out is frame
-            assert not out.storageLevel.useMemory
+        assert _jobs(spark) == jobs_before
     finally:
         df.unpersist()
 

@@ -1,20 +1,21 @@
 """Small micro-batches written from the driver process, skipping the per-task floor.
 
 A Python write task costs ~150-400 ms before its first row; a 1k-row micro-batch costs ~10 ms to append.
-So a batch of at most ``driver_write_max_rows`` rows and ``driver_write_max_bytes`` bytes of record frame
-(``sink.driver-write.*``; 0 = never) is collected on the driver as Arrow and written by the very entry a
-task uses (`write_partition`), in this process, as partition 0 of the micro-batch: the same encoders,
-chunking, chunk tags, fencing, roll call and ledger, so the guarantee is the task path's.
+So a batch of at most ``driver_write_max_rows`` rows and ``driver_write_max_bytes`` bytes of rows (in their
+Arrow form; ``sink.driver-write.*``; 0 = never) is collected on the driver as Arrow, encoded there and written
+by the very entry a task uses (`write_partition`), in this process, as partition 0 of the micro-batch: the
+same encoders, chunking, chunk tags, fencing, roll call and ledger, so the guarantee is the task path's. The
+rows are encoded as one batch, so an ordered changelog (``order_by``) is sorted and compacted across all
+of them, as Spark lays a big batch out for its tasks.
 
 Deciding costs one JVM-only Spark job, which for a small batch is the only one: ``coalesce(cores).limit(
-max_rows + 1)`` of the frame is collected, each task stopping once the limit is passed, and a small batch is
+max_rows + 1)`` of the rows is collected, each task stopping once the limit is passed, and a small batch is
 written from those very rows. A batch found too big is computed again by the write job, up to where the
 probe's tasks stopped (a ``foreachBatch`` batch is one RDD: Spark runs its shuffle stages once); persisting
 it instead would cost every small batch a cache of its rows, and every big one a copy of all of them. A
-batch in change order (``order_by``) is persisted, since it is collected again, sorted. A known size
-estimate far over the byte limit skips the probe, and so does a batch that follows a big one (the writer
-passes ``likely_big``): a query's batches tend to stay big or small, so a big stream pays no probe, and its
-first small batch (the task path's metrics count its rows) has the next one probed again.
+known size estimate far over the byte limit skips the probe, and so does a batch that follows a big one
+(the writer passes ``likely_big``): a query's batches tend to stay big or small, so a big stream pays no
+probe, and its first small batch (the task path's metrics count its rows) has the next one probed again.
 
 Exactly-once: the driver is one task attempt of partition 0 with task ids 0, 1, 2 (stage -1). A failed
 append (`WriteError`) is retried here as the next attempt, which signs in after the failed one, so the roll
@@ -32,20 +33,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._write.driver.sizing import cores
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.task.partition_writer import write_partition
-from s2_sink.encoders._change_order import ORDER, sort_changes
 from s2_sink.errors import WriteError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from s2_sink._write.driver.delivery import BatchJob
+    from s2_sink._write.frame_encoding import FrameEncoding
     from s2_sink.config import S2Config
 
 __all__ = ["DRIVER_STAGE", "collect_arrow", "is_small", "probe_small", "write_on_driver"]
@@ -67,35 +70,23 @@ def enabled(cfg: S2Config) -> bool:
 
 @contextmanager
 def probe_small(
-    frame: DataFrame,
+    rows: DataFrame,
     cfg: S2Config,
     size_estimate: int | None,
     *,
-    ordered: bool = False,
     likely_big: bool = False,
-) -> Iterator[tuple[DataFrame, pa.Table | None]]:
-    """``(frame to write, table)``: `table` is the whole record frame as Arrow when the batch is small
-    enough to write from the driver, else ``None``. An `ordered` frame (it has the change-order column) is
-    persisted while the block runs; `likely_big` (the previous batch was not small) skips the probe."""
+) -> Iterator[pa.Table | None]:
+    """The batch's rows as one Arrow table when the batch is small enough to write from the driver, else
+    ``None``; `likely_big` (the previous batch was not small) skips the probe."""
     if (
         not enabled(cfg)
         or likely_big
         or (size_estimate is not None and size_estimate > _ESTIMATE_SLACK * cfg.driver_write_max_bytes)
     ):
-        yield frame, None
+        yield None
         return
-    if not ordered:
-        table = _probe(frame, cfg)
-        yield frame, table if _small(table, cfg) else None
-        return
-    from pyspark import StorageLevel  # noqa: PLC0415 - the writer imports pyspark already
-
-    cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        table = _probe(cached, cfg)
-        yield cached, table if _small(table, cfg) else None
-    finally:
-        cached.unpersist()
+    table = _probe(rows, cfg)
+    yield table if _small(table, cfg) else None
 
 
 def _probe(frame: DataFrame, cfg: S2Config) -> pa.Table:
@@ -124,16 +115,15 @@ def collect_arrow(frame: DataFrame) -> pa.Table:
     return pa.Table.from_batches(batches, schema=batches[0].schema) if batches else pa.table({})
 
 
-def write_on_driver(job: BatchJob, frame: DataFrame, table: pa.Table) -> list[dict[str, Any]]:
-    """Write the small batch `table` (the probe's rows of `frame`) with `job`'s plan in this process; the
-    result rows.
+def write_on_driver(job: BatchJob, encoding: FrameEncoding, table: pa.Table) -> list[dict[str, Any]]:
+    """Write the small batch `table` (the probe's rows) with `job`'s plan in this process; the result rows.
 
-    A batch in change order (``order_by``) is collected again, sorted, from the persisted frame: the
-    probe's rows are in no particular order. A replay's layout of one partition holds every row: the
-    probe's rows are it, in an order no replay depends on (a retry here writes the same table)."""
-    if ORDER in table.column_names:  # sorted by Spark, from the persisted frame (or the replay's layout)
-        table = collect_arrow(sort_changes(frame.coalesce(1)))
-    batches = table.to_batches(max_chunksize=_ARROW_CHUNK_ROWS)
+    The rows are encoded as one Arrow batch, so an ordered changelog is sorted (and compacted) across the
+    whole batch, as Spark lays it out for the tasks. A replay is one partition: every record is its own."""
+    if job.recovery_layout:
+        job = job.laid_out(RecoveryLayout.single())
+    frames = replace(encoding, arranged=True).frames(table.combine_chunks().to_batches())
+    batches = [f.slice(i, _ARROW_CHUNK_ROWS) for f in frames for i in range(0, f.num_rows, _ARROW_CHUNK_ROWS)]
     for attempt in range(_ATTEMPTS):
         ctx = PartitionContext(job.batch_id, 0, attempt, attempt, DRIVER_STAGE)
         try:
