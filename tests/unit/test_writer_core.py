@@ -138,10 +138,14 @@ def test_routing_by_stream_column_keeps_order(lite: LiteServer, basin: str) -> N
 
 
 def test_bad_row_fail_names_row_and_reason(lite: LiteServer, basin: str) -> None:
-    """on_error='fail' raises EncodeError naming the row, partition, batch and the encoder's reason."""
+    """on_error='fail' raises EncodeError naming the row, partition, batch and the encoder's reason; a row
+    the driver writes (a small micro-batch) is named as the driver's, not as a partition's."""
     plan = WritePlan(cfg=config(lite, basin), batch_id=3, stream="events")
+    bad = [frame([b"a", b"", b"c"], errors=[None, "column 'x' is bad", None])]
     with pytest.raises(EncodeError, match=r"row 1 of partition 0 in batch 3: column 'x' is bad"):
-        write_partition(plan, [frame([b"a", b"", b"c"], errors=[None, "column 'x' is bad", None])], ctx(3))
+        write_partition(plan, bad, ctx(3))
+    with pytest.raises(EncodeError, match=r"row 1 of the driver's write in batch 3: column 'x' is bad"):
+        write_partition(plan, bad, PartitionContext.on_driver(3, 0))
 
 
 def test_bad_rows_skip_and_dlq(lite: LiteServer, basin: str) -> None:

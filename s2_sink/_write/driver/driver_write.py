@@ -17,9 +17,10 @@ known size estimate far over the byte limit skips the probe, and so does a batch
 (the writer passes ``likely_big``): a query's batches tend to stay big or small, so a big stream pays no
 probe, and its first small batch (the task path's metrics count its rows) has the next one probed again.
 
-Exactly-once: the driver is one task attempt of partition 0 with task ids 0, 1, 2 (stage -1). A failed
-append (`WriteError`) is retried here as the next attempt, which signs in after the failed one, so the roll
-call makes it a retry (barrier, read back, subtract), as for a Spark task retry. Nothing else writes the
+Exactly-once: each driver write is an attempt of its own kind (`PartitionContext.on_driver`): for the
+protocol, an attempt of the batch's only partition, ordered by its number. A failed append (`WriteError`) is
+retried here as the next attempt, which signs in after the failed one, so the roll call makes it a retry
+(barrier, read back, subtract), as for a Spark task retry. Nothing else writes the
 batch in that epoch: the task path is chosen before anything is written and never after. A driver that
 dies mid-write leaves the batch uncommitted; the restarted query replays it as a recovery (a new epoch
 whose barrier fences the dead driver's appends out), laid out in one partition when it is small again: the
@@ -51,12 +52,10 @@ if TYPE_CHECKING:
     from s2_sink._write.frame_encoding import FrameEncoding
     from s2_sink.config import S2Config
 
-__all__ = ["DRIVER_STAGE", "collect_arrow", "is_small", "probe_small", "write_on_driver"]
+__all__ = ["collect_arrow", "is_small", "probe_small", "write_on_driver"]
 
 log = logging.getLogger(__name__)
 
-DRIVER_STAGE: Final = -1
-"""The stage id of a driver write's `PartitionContext` (no Spark stage ran it)."""
 _ATTEMPTS: Final = 3
 """Driver attempts of one micro-batch's write (Spark's default task attempts less one)."""
 _ESTIMATE_SLACK: Final = 4
@@ -125,7 +124,7 @@ def write_on_driver(job: BatchJob, encoding: FrameEncoding, table: pa.Table) -> 
     frames = replace(encoding, arranged=True).frames(table.combine_chunks().to_batches())
     batches = [f.slice(i, _ARROW_CHUNK_ROWS) for f in frames for i in range(0, f.num_rows, _ARROW_CHUNK_ROWS)]
     for attempt in range(_ATTEMPTS):
-        ctx = PartitionContext(job.batch_id, 0, attempt, attempt, DRIVER_STAGE)
+        ctx = PartitionContext.on_driver(job.batch_id, attempt)
         try:
             rows: list[dict[str, Any]] = write_partition(job.plan, batches, ctx).to_pylist()
             return rows

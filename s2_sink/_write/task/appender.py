@@ -339,7 +339,7 @@ class Appender:
         if isinstance(exc, FencingTokenMismatchError):
             raise FencedError(
                 f"stream {st.name!r} is fenced by another writer (token {exc.expected_fencing_token!r}); "
-                f"batch {self.plan.batch_id}, partition {self.ctx.partition_id}"
+                f"batch {self.plan.batch_id}, {self.ctx.describe()}"
             ) from exc
         if isinstance(exc, AppendConditionError):
             raise self._error(st, exc, "append condition failed") from exc
@@ -359,7 +359,7 @@ class Appender:
     def _error(self, st: _StreamAppends, exc: BaseException, why: str) -> WriteError:
         return WriteError(
             f"append to stream {st.name!r} in basin {self.cfg.basin!r} failed: {why} "
-            f"(batch {self.plan.batch_id}, partition {self.ctx.partition_id}, "
+            f"(batch {self.plan.batch_id}, {self.ctx.describe()}, "
             f"attempt {self.ctx.attempt_number}): {_describe(exc)}"
         )
 
