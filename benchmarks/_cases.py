@@ -92,7 +92,6 @@ def _config(ctx: Ctx, stream: str, **extra: Any) -> Any:
         account_endpoint=ctx.endpoint,
         basin_endpoint=ctx.endpoint,
         create_streams=True,
-        bulk_append=True,  # the harness measures the bulk append path (benchmarks/README.md)
         **extra,
     )
 
@@ -187,7 +186,6 @@ def _datasource(ctx: Ctx) -> Prepared:
         .option("s2.endpoints.account", ctx.endpoint)
         .option("s2.endpoints.basin", ctx.endpoint)
         .option("s2.create-streams", "true")
-        .option("sink.bulk-append", "true")
     )
     return Prepared(action=writer.save, streams=[stream], at_least_once=True)
 

@@ -63,7 +63,7 @@ def targets(results: Result) -> list[Result]:
             "<= 1.5 us",
             v <= 1.5 if v is not None else None,
             "us",
-            why="Python workers + driver; JVM-side encoding shown separately",
+            why="Python workers + driver, encoding included",
         )
     )
     v = upsert["rows_per_s"] / w["rows_per_s"] if w and upsert else None

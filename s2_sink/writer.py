@@ -11,7 +11,7 @@ Per micro-batch, on the driver:
 3. a small batch (``sink.driver-write.*``) is collected as Arrow, encoded and written from the driver
    process (`s2_sink._write.driver.driver_write`); any other is narrowed to the number of write tasks the
    batch warrants (`s2_sink._write.driver.sizing`) and one ``mapInArrow`` job encodes and appends every
-   partition through the executors' pooled sessions and returns small result rows (a batch that needs a
+   partition through the executors' warm clients and returns small result rows (a batch that needs a
    layout first, `S2Writer._write_in_tasks`, is encoded in one stage and appended in a second);
 4. the delivery mode commits, and the metrics are aggregated, kept, logged and passed to ``on_metrics``.
 

@@ -3,7 +3,7 @@
 Each task encodes its Arrow batches with the write's `FrameEncoding` (the configured encoder's Arrow
 kernels; bad rows are left in ``_s2_error`` for the core's ``on_error`` handling; the target-stream column
 when rows are routed), and hands the record frames to ``partition_writer.write_partition``: the same
-encoding, chunking, pooled sessions and retries as ``S2Writer``. The driver's ``commit`` aggregates the
+encoding, chunking, sessions and retries as ``S2Writer``. The driver's ``commit`` aggregates the
 tasks' result rows into ``BatchMetrics``.
 
 Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once.sink_run`:

@@ -87,16 +87,15 @@ def bodies(n: int) -> list[bytes | None]:
     return [orjson.dumps({"id": i}) for i in range(n)]
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
 def test_a_stream_that_keeps_landing_appends_writes_everything(
-    throttled: LiteServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, bulk: bool
+    throttled: LiteServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the default retries, every run of refusals is waited out (the waits pass a window before the
     retries run out) and ends in progress, which starts the count again: all rows land once, in order,
     after more refusals in all than one stream may have in a row."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, clock.advance, basin)
-    p = plan(throttled, basin, "trickle", bulk_append=bulk)
+    p = plan(throttled, basin, "trickle")
     result = stream_rows(write_partition(p, [frame(bodies(ROWS))], ctx(7)))["trickle"]
     got = [orjson.loads(r.body)["id"] for r in read_stream(throttled.endpoint, basin, "trickle")]
     assert got == list(range(ROWS))
@@ -105,16 +104,15 @@ def test_a_stream_that_keeps_landing_appends_writes_everything(
     assert sum(waits) >= (ROWS // BATCHES_PER_SECOND) * WINDOW_S
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
 def test_a_stream_never_admitted_again_fails_after_its_retries(
-    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
+    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server's clock stands still, so after the first window's worth nothing is admitted again: the
     task fails after max_retries + session_retries waits, growing from the base delay and over a
     second in all, with a WriteError naming the stream, the rate limit and the fix."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, lambda _: None, basin)
-    p = plan(throttled, basin, "stuck", bulk_append=bulk)
+    p = plan(throttled, basin, "stuck")
     with pytest.raises(WriteError, match=r"'stuck'.*after 5 session retries.*rate limit") as failed:
         write_partition(p, [frame(bodies(ROWS))], ctx(7))
     assert "sink.batch.max-size" in str(failed.value)
@@ -127,9 +125,8 @@ def test_a_stream_never_admitted_again_fails_after_its_retries(
     assert [orjson.loads(r.body)["id"] for r in landed] == list(range(BATCHES_PER_SECOND))
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
 def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
-    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
+    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One window's worth of appends lands and is acknowledged but not yet collected (nothing waits for
     acks while the in-flight bounds allow more); then one-row batches are each refused, the refusal seen
@@ -138,7 +135,7 @@ def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
     all (10 before: the late collection renewed the budget)."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, lambda _: None, basin)
-    p = plan(throttled, basin, "late-acks", bulk_append=bulk)
+    p = plan(throttled, basin, "late-acks")
     retries = Backoff.for_sessions(p.cfg).retries
     rows = bodies(BATCHES_PER_SECOND + 1 + retries)
 

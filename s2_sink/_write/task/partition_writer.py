@@ -87,7 +87,7 @@ class _PartitionWriter:
         """Run the recovery hook (before the first row); without a filter, the bulk path may serve."""
         if self.plan.recovery is not None:
             self.filter = self.plan.recovery(self.plan, self.ctx)
-        self.input.spans = self.plan.cfg.bulk_append and self.filter is None
+        self.input.spans = self.filter is None
 
     def _send(self, stream: str, index: int, items: list[Record | FrameSpan], nbytes: int) -> None:
         """A closed chunk: drop what an earlier attempt already wrote, tag it, append it."""
