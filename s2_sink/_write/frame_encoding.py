@@ -147,7 +147,10 @@ class FrameEncoding:
 
     def frame_schema(self) -> StructType:
         """The Spark schema of `frame`'s output (a ``mapInArrow`` that returns frames declares it)."""
-        flat = self.flat_changelog and _is_upsert(self.encoder)
+        if self.encoder is None:  # a record frame already: its own flat changelog, if it has one
+            flat = ACTION in self.schema.fieldNames()
+        else:
+            flat = self.flat_changelog and _is_upsert(self.encoder)
         own = [*FRAME_COLUMNS, *([ACTION] if flat else [])]
         fields = [StructField(c, _spark_type(c), nullable=c != BODY) for c in own]
         fields += [self.schema[c] for c in self.keep if c not in own]
