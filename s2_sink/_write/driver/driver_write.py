@@ -38,11 +38,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._write.driver.sizing import cores
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink.encoders._change_order import col
 from s2_sink.errors import WriteError
 
 if TYPE_CHECKING:
@@ -88,10 +90,36 @@ def probe_small(
     yield table if _small(table, cfg) else None
 
 
-def _probe(frame: DataFrame, cfg: S2Config) -> pa.Table:
+def _probe(rows: DataFrame, cfg: S2Config) -> pa.Table:
     # One task per core, each stopping after the limit: coalesce(1) would run the batch's upstream stage
     # (an aggregation's 200 state partitions) on one core.
-    return collect_arrow(frame.coalesce(cores(frame)).limit(cfg.driver_write_max_rows + 1))
+    return collect_arrow(_nested_nullable(rows).coalesce(cores(rows)).limit(cfg.driver_write_max_rows + 1))
+
+
+def _nested_nullable(rows: DataFrame) -> DataFrame:
+    """`rows` with every nested field, element and value nullable: collecting as Arrow casts the batches to
+    the schema, which refuses a non-null field under a null struct (``when(c, struct(...))``), a shape
+    ``mapInArrow`` hands a task as it is."""
+    schema = rows.schema
+    relaxed = [_relaxed(f.dataType) for f in schema.fields]
+    if all(r == f.dataType for r, f in zip(relaxed, schema.fields, strict=True)):
+        return rows
+    return rows.select(
+        *[
+            col(f.name) if r == f.dataType else col(f.name).cast(r).alias(f.name)
+            for r, f in zip(relaxed, schema.fields, strict=True)
+        ]
+    )
+
+
+def _relaxed(dtype: DataType) -> DataType:
+    if isinstance(dtype, StructType):
+        return StructType([StructField(f.name, _relaxed(f.dataType), True) for f in dtype.fields])
+    if isinstance(dtype, ArrayType):
+        return ArrayType(_relaxed(dtype.elementType), True)
+    if isinstance(dtype, MapType):
+        return MapType(dtype.keyType, _relaxed(dtype.valueType), True)
+    return dtype
 
 
 def _small(table: pa.Table, cfg: S2Config) -> bool:
