@@ -58,7 +58,7 @@ def _typed(ident: Column, name: str) -> Column:
         "boolean": ident % 3 == 0,
         "tinyint": (ident % 256 - 128).cast("tinyint"),
         "smallint": (ident % 65_536 - 32_768).cast("smallint"),
-        "int": (ident * 7_919).cast("int"),
+        "int": (ident * 7_919 % 2_000_000_000).cast("int"),
         "bigint": ident * 1_000_003,
         "float": (ident.cast("float") / F.lit(7.0).cast("float")).cast("float"),
         "double": ident.cast("double") / 7,
