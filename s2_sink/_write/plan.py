@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from s2_sdk import Record  # annotations only: unpickling a plan need not load the SDK
 
 __all__ = [
+    "AttemptKind",
     "ChunkInfo",
     "ChunkTagger",
     "FenceKeeper",
@@ -34,15 +35,33 @@ __all__ = [
 OnError = Literal["fail", "skip", "dlq"]
 
 
+AttemptKind = Literal["task", "driver"]
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionContext:
-    """Identity of the Spark task writing one partition of one micro-batch."""
+    """Identity of the attempt writing one partition of one micro-batch: a Spark task, or (`on_driver`) the
+    driver process writing a small micro-batch itself."""
 
     batch_id: int
     partition_id: int
     attempt_number: int
     task_attempt_id: int
     stage_id: int
+    kind: AttemptKind = "task"
+    """A Spark task, or the driver's own write of a small micro-batch (`on_driver`)."""
+
+    @classmethod
+    def on_driver(cls, batch_id: int, attempt: int) -> PartitionContext:
+        """The driver's `attempt`-th write of a small micro-batch (`s2_sink._write.driver.driver_write`).
+        For exactly-once it is the batch's only partition, and its attempts are ordered by their number,
+        as a Spark task's are by task id: each signs in, tags and fences as a task attempt does, so a failed
+        attempt's successor is a retry (barrier, read back, subtract). It runs in no Spark stage."""
+        return cls(batch_id, 0, attempt, attempt, -1, kind="driver")
+
+    def describe(self) -> str:
+        """Who writes, for messages: ``partition 3`` or ``the driver's write``."""
+        return "the driver's write" if self.kind == "driver" else f"partition {self.partition_id}"
 
     def where(self, chunk: int) -> dict[str, int]:
         """Batch, partition, attempt and `chunk`, as the fault suite's crash points name a position."""

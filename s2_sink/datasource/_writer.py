@@ -1,9 +1,10 @@
 """``df.write.format("s2")`` and ``df.writeStream.format("s2")``: executors append through the writer core.
 
-Each task encodes its Arrow batches with the configured encoder's ``encode_arrow`` (bad rows are left in
-``_s2_error`` for the core's ``on_error`` handling), adds the target-stream column when rows are routed, and
-hands the record frame to ``partition_writer.write_partition``: the same chunking, pooled sessions and
-retries as ``S2Writer``. The driver's ``commit`` aggregates the tasks' result rows into ``BatchMetrics``.
+Each task encodes its Arrow batches with the write's `FrameEncoding` (the configured encoder's Arrow
+kernels; bad rows are left in ``_s2_error`` for the core's ``on_error`` handling; the target-stream column
+when rows are routed), and hands the record frames to ``partition_writer.write_partition``: the same
+encoding, chunking, sessions and retries as ``S2Writer``. The driver's ``commit`` aggregates the
+tasks' result rows into ``BatchMetrics``.
 
 Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once.sink_run`:
 each micro-batch execution is planned on the driver when Spark pickles the writer for the tasks, in the
@@ -33,7 +34,6 @@ from pyspark.sql.types import StructType
 
 from s2_sink._exactly_once.identity import QUERY_ID_PROPERTY, query_id_from_checkpoint
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
-from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.datasource._compat import StreamArrowWriterBase
 from s2_sink.datasource._write_keys import OPT_DELIVERY, OPT_WRITER_ID
 from s2_sink.datasource._write_options import WriteOptions
@@ -107,21 +107,6 @@ def check_overwrite(overwrite: bool) -> None:
         )
 
 
-def _frames(
-    batches: Iterator[pa.RecordBatch], schema: StructType, opts: WriteOptions
-) -> Iterator[pa.RecordBatch]:
-    routing = opts.spec.routing
-    keep = routing.source_columns()
-    exclude = routing.body_exclusions()
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        frame = opts.encoder.encode_arrow(batch, schema=schema, keep=keep, exclude=exclude, errors="column")
-        if routing.routed:
-            frame = frame.append_column(STREAM_COLUMN, routing.arrow_targets(frame))
-        yield frame
-
-
 def _write(
     plan: WritePlan,
     opts: WriteOptions,
@@ -134,7 +119,7 @@ def _write(
     from s2_sink._write.task.partition_writer import write_partition  # noqa: PLC0415 - task side only (module doc)
 
     started = time.monotonic()
-    result = write_partition(plan, _frames(batches, schema, opts))
+    result = write_partition(plan, opts.encoding(schema).frames(batches))
     return S2CommitMessage(result.to_pylist(), time.monotonic() - started, run, query_id)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -43,6 +43,9 @@ from s2_sink._write.task.results import StreamTotals, result_rows
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
 from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
 from s2_sink.errors import WriteError
+
+if TYPE_CHECKING:
+    from s2_sink._write.frame_encoding import FrameEncoding
 
 __all__ = ["map_partition", "task_context", "write_partition"]
 
@@ -84,7 +87,7 @@ class _PartitionWriter:
         """Run the recovery hook (before the first row); without a filter, the bulk path may serve."""
         if self.plan.recovery is not None:
             self.filter = self.plan.recovery(self.plan, self.ctx)
-        self.input.spans = self.plan.cfg.bulk_append and self.filter is None
+        self.input.spans = self.filter is None
 
     def _send(self, stream: str, index: int, items: list[Record | FrameSpan], nbytes: int) -> None:
         """A closed chunk: drop what an earlier attempt already wrote, tag it, append it."""
@@ -220,11 +223,14 @@ def write_partition(
     return writer.results((time.monotonic() - started) * 1000)
 
 
-def map_partition(plan: WritePlan) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """A `mapInArrow` function writing each partition with `plan` (a picklable closure)."""
+def map_partition(
+    plan: WritePlan, encoding: FrameEncoding | None = None
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """A `mapInArrow` function writing each partition with `plan` (a picklable closure): its rows encoded
+    by `encoding`, or (``None``) record frames already."""
 
     def _fn(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        yield write_partition(plan, batches)
+        yield write_partition(plan, batches if encoding is None else encoding.frames(batches))
 
     return _fn
 
