@@ -34,7 +34,7 @@ import xxhash
 
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink.encoders._changelog import KEY_HEADER
-from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
+from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY, stream_texts
 from s2_sink.encoders._frame import STREAM as STREAM_COLUMN
 
 if TYPE_CHECKING:
@@ -103,7 +103,9 @@ class RecoveryLayout:
         """Each record's placement key (int64) in a record frame (the changelog flat or not)."""
         names = frame.schema.names
         n = frame.num_rows
-        streams = frame.column(STREAM_COLUMN).to_pylist() if self.routed else [None] * n
+        # A routed target may be bytes that are not UTF-8 (Spark's cast lets them through): kept as
+        # surrogateescape text, hashed back to the same bytes (a poison target, a bad row but placed too).
+        streams = stream_texts(frame.column(STREAM_COLUMN)) if self.routed else [None] * n
         if ACTION in names:  # the changelog flat: every row is an upsert change, @key's value is _s2_key
             hashes = (
                 content_hash(s, (), k) for s, k in zip(streams, frame.column(KEY).to_pylist(), strict=True)
