@@ -266,7 +266,7 @@ class Dedupe:
     """Where the micro-batch's task attempts sign in (`roll_call`)."""
     replay: Replay = "content"
     layout: RecoveryLayout | None = None
-    """How a content replay was repartitioned (`repartition_for_recovery`); tasks check ownership by it."""
+    """How a content replay was laid out (by its placement keys); tasks check ownership by it."""
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)

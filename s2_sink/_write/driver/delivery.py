@@ -30,8 +30,8 @@ class BatchJob:
     coord: object | None = None
     """The delivery mode's own handle on the batch (exactly-once: the coordinator that planned it)."""
     recovery_layout: bool = False
-    """A replay: the caller lays the record frame out by record content (`repartition_for_recovery`, or
-    its Python twin `RecoveryLayout`) and writes with the job `laid_out` returns."""
+    """A replay: the caller lays the record frame out by record content (the placement keys of a
+    `RecoveryLayout`) and writes with the job `laid_out` returns."""
 
     def laid_out(self, layout: RecoveryLayout) -> BatchJob:
         """This job once its frame is laid out by `layout`: tasks check and subtract by it."""
