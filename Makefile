@@ -33,7 +33,7 @@ test: $(STAMP)  ## the suite: unit, simulation, docs, lite conformance, Spark in
 test-slow: $(STAMP)  ## end to end: the notebooks, Spark Connect servers, the installed wheel, the quick bench
 	$(PY) -m pytest --durations=10 -m slow --ignore=tests/faults --ignore=tests/cluster tests
 
-test-faults: $(STAMP)  ## exactly-once under killed executors and drivers and server faults, about 6 min
+test-faults: $(STAMP)  ## exactly-once under killed executors, drivers and servers and server faults, about 10 min
 	$(PY) -m pytest --durations=10 tests/faults
 
 test-fast: $(STAMP)  ## unit, lite-server and CLI tests only (no Spark)
@@ -77,7 +77,7 @@ sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 default schedul
 	  $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile $$SIM_PROFILE; \
 	else \
 	  $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile default && \
-	  for p in stage-retries upsert-order task-zombies stage-zombies renamed cleared-fence zombie-takeover retry-readback recreated several-writers shared-writer foreign-writer ledger-reset; do \
+	  for p in stage-retries upsert-order task-zombies stage-zombies renamed cleared-fence zombie-takeover retry-readback recreated several-writers shared-writer foreign-writer ledger-reset changed two-drivers named-writers unreadable-run-id; do \
 	    $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_PROFILE_COUNT:-10000} --profile $$p || exit 1; \
 	  done; \
 	fi

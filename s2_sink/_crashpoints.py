@@ -1,14 +1,16 @@
 """Named crash points for the fault-injection suite. Inert unless ``S2SINK_CRASH_PLAN`` names a file.
 
 The plan file is JSON: a list of rules ``{"point": "...", "batch": 3, "partition": 0, "chunk": 1,
-"attempt": 0, "action": "exit"|"kill_driver"|"kill_driver_jvm", "times": 1}``; omitted keys match
-anything (``attempt`` defaults to 0 so a retried task does not crash again). When a rule matches, the
+"attempt": 0, "action": "exit"|"kill_driver"|"kill_driver_jvm"|"kill_server", "times": 1}``; omitted keys
+match anything (``attempt`` defaults to 0 so a retried task does not crash again). When a rule matches, the
 process dies for real: ``exit`` is ``os._exit(137)`` (an executor Python worker, or the driver),
 ``kill_driver`` sends SIGKILL to the pid in the plan's ``driver_pid`` file (the calling worker goes on, a
 zombie), ``kill_driver_jvm`` also to the one in its ``jvm_pid`` file and then exits the calling process:
 the whole local-mode application at once, so no task the JVM had queued starts and a sink commit running
-in a Python worker stops right there. Each rule fires at most ``times`` times across all processes
-(marker files next to the plan, created atomically).
+in a Python worker stops right there. ``kill_server`` sends SIGKILL to the pid in its ``server_pid`` file
+(a lite server in its own process: an S2 outage that starts at this very point) and the caller goes on.
+Each rule fires at most ``times`` times across all processes (marker files next to the plan, created
+atomically).
 
 Points: ``task_start``, ``before_append``, ``mid_session``, ``after_append_before_ack``,
 ``after_ack_before_task_end`` (executors); ``after_tasks_before_commit``,
@@ -74,6 +76,11 @@ def _claim(index: int, times: int) -> bool:
 
 
 def _die(action: str) -> None:
+    if action == "kill_server":
+        assert _PLAN_PATH is not None
+        with open(_PLAN_PATH + ".server_pid", encoding="utf-8") as fh:
+            os.kill(int(fh.read().strip()), signal.SIGKILL)
+        return
     if action in ("kill_driver", "kill_driver_jvm"):
         assert _PLAN_PATH is not None
         suffixes = (".driver_pid", ".jvm_pid") if action == "kill_driver_jvm" else (".driver_pid",)

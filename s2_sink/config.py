@@ -83,18 +83,22 @@ class S2Config:
     ``NO_SIDE_EFFECTS``. Option ``s2.append-retry-policy``."""
 
     max_retries: int = 3
-    """Retries after the first attempt (0-100): the SDK's, for requests such as stream creation and
-    reads; for append sessions, the writer's own re-sends (with ``session_retries`` on top). Default 3.
-    Option ``s2.max-retries``."""
+    """The SDK's own retries of one request (stream creation, reads, ledger and fence appends), 0-100,
+    before the sink's retries take over (up to ``delivery_timeout_ms``). Append sessions are not retried
+    by the SDK. Default 3. Option ``s2.max-retries``."""
 
     retry_delay_ms: int = 100
-    """Base delay of the exponential backoff with jitter, in ms (1-60000). Default 100.
-    Option ``s2.retry-delay-ms``."""
+    """First wait of the sink's retries, in ms (1-60000): waits double up to ``max(2 s, this)``, with full
+    jitter; also the SDK's base delay. Default 100. Option ``s2.retry-delay-ms``."""
 
-    session_retries: int = 2
-    """Extra re-sends of a failed append session, on top of ``max_retries``: the writer reopens the
-    session and re-sends the chunks not yet acknowledged, in order (0-20). Default 2.
-    Option ``s2.session-retries``."""
+    delivery_timeout_ms: int = 120_000
+    """How long the sink keeps retrying an S2 that fails with errors another attempt may fix (unreachable,
+    503, 409 ``transaction_conflict``, 429, timeouts) before it gives up, in ms (0-86400000), counted from
+    the first failure since the last success of the call or append session. It bounds every S2 call of
+    writers (tasks and driver: appends, stream creation, the exactly-once ledger, fences, sign-ins,
+    read-backs) and readers (planning and reading); as Kafka's ``delivery.timeout.ms``, whose default it
+    takes. 0 = give up at the first failure the SDK's own retries (``max_retries``) did not fix. Default
+    120000. Option ``s2.delivery-timeout-ms``."""
 
     batch_max_records: int = MAX_BATCH_RECORDS
     """Records per append (1-1000). Default 1000. Option ``sink.batch.max-size``."""
@@ -136,8 +140,8 @@ class S2Config:
     ``False``; loopback hosts are always allowed. Option ``s2.allow-insecure-http``."""
 
     create_streams: bool = False
-    """Create missing target streams (``ensure_stream``) before writing to them. Default ``False``: a
-    missing stream fails the batch. Option ``s2.create-streams``."""
+    """Create missing target streams before writing to them (a create: a stream that exists keeps its
+    config). Default ``False``: a missing stream fails the batch. Option ``s2.create-streams``."""
 
     bulk_append: bool = True
     """Encode appends straight from the Arrow record frame into protobuf bytes and send them on S2S
@@ -192,6 +196,8 @@ class S2Config:
         for key, raw in opts.items():
             if key in skip:
                 continue
+            if key in _REMOVED:
+                raise ConfigError(f"option {opts.spelling(key)!r} was removed: {_REMOVED[key]}")
             spec = _OPTIONS.get(key)
             if spec is None:
                 known = ", ".join(sorted(_OPTIONS))
@@ -291,7 +297,7 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "sink.requests.max-buffered": ("max_buffered_requests", _int),
     "sink.requests.max-inflight": ("max_inflight_requests", _int),
     # Our own, for what the Flink connector lacks.
-    "s2.session-retries": ("session_retries", _int),
+    "s2.delivery-timeout-ms": ("delivery_timeout_ms", _duration_ms),
     "s2.request-timeout-ms": ("request_timeout_ms", _duration_ms),
     "s2.connect-timeout-ms": ("connect_timeout_ms", _duration_ms),
     "s2.compression": ("compression", _compression),
@@ -305,13 +311,18 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "sink.driver-write.max-bytes": ("driver_write_max_bytes", _size_bytes),
 }
 
+_REMOVED: Final[dict[str, str]] = {
+    "s2.session-retries": "a failed append session is retried until s2.delivery-timeout-ms passes without "
+    "an acknowledgement; set that option instead",
+}
+"""Options of earlier versions, refused with what replaces them."""
+
 OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}
 """Option key -> S2Config field name, for every key `S2Config.from_options` accepts."""
 
 WRITE_ONLY_OPTION_KEYS: Final = frozenset(
     {
         "s2.append-retry-policy",
-        "s2.session-retries",
         "s2.create-streams",
         *(key for key in _OPTIONS if key.startswith("sink.")),
     }
@@ -426,7 +437,7 @@ def _validate(cfg: S2Config) -> None:
             raise _bad(name, getattr(cfg, name), "must be a bool")
     _check_range(cfg, "max_retries", 0, 100)
     _check_range(cfg, "retry_delay_ms", 1, 60_000)
-    _check_range(cfg, "session_retries", 0, 20)
+    _check_range(cfg, "delivery_timeout_ms", 0, 86_400_000)
     _check_range(cfg, "batch_max_records", 1, MAX_BATCH_RECORDS)
     _check_range(cfg, "flush_buffer_bytes", 8, ONE_MIB)
     _check_range(cfg, "flush_timeout_ms", 0, 3_600_000)

@@ -90,7 +90,9 @@ class S2Writer:
             ``"skip"`` them (counted) or send them to ``dlq_stream`` (``"dlq"``, counted).
         dlq_stream: the dead-letter stream for ``on_error="dlq"``.
         delivery: ``"exactly-once"`` (default) or ``"at-least-once"``.
-        writer_id: identity of an exactly-once writer (default: the streaming query id).
+        writer_id: identity of an exactly-once writer (default: the streaming query id). Tells a query's
+            writers apart: several S2Writers in one ``foreachBatch`` need one each. Configuration is not
+            part of it, so a restart with changed settings goes on from the same ledger.
         on_metrics: called with each batch's `BatchMetrics` after it is written.
         create_streams: create missing target streams; default ``cfg.create_streams``.
         history_size: how many `BatchMetrics` ``history`` keeps.
@@ -155,7 +157,11 @@ class S2Writer:
         self.partition_by_key = partition_by_key
         self.on_metrics = on_metrics
         # Ledger, fencing, chunk tags and retry/replay subtraction: see docs/exactly-once.md.
-        self.mode: DeliveryMode = ExactlyOnce(self.spec) if self.spec.exactly_once else AtLeastOnce(self.spec)
+        self.mode: DeliveryMode = (
+            ExactlyOnce(self.spec, self.spec.shape(encoder))
+            if self.spec.exactly_once
+            else AtLeastOnce(self.spec)
+        )
         self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
         self.last_metrics: BatchMetrics | None = None
         self._frames: dict[str, _FrameMemo] = {}
@@ -388,9 +394,7 @@ def frame_columns(with_headers: bool, with_action: bool) -> tuple[str, ...]:
 
 
 async def _ensure_streams(cfg: S2Config, streams: list[str]) -> None:
-    pool = get_pool()
-    for stream in streams:
-        await pool.ensure_stream(cfg, stream)
+    await get_pool().ensure_streams(cfg, streams)
 
 
 def _check_change_order(encoder: Encoder | None, spec: WriteSpec) -> None:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from s2_sdk import S2Basin, StreamConfig
 
+from s2_sink._transport.session_pool import create_if_missing
+
 __all__ = ["ensure_once", "forget_all"]
 
 _known: set[tuple[str, str]] = set()
 
 
 async def ensure_once(basin: S2Basin, name: str, config: StreamConfig) -> None:
-    """Create `name` with `config` unless this process already created or found it."""
+    """Create `name` with `config` unless this process already created or found it; one that exists keeps
+    its config (`create_if_missing`: an ensure would reset what an operator changed)."""
     key = (basin.name, name)
     if key not in _known:
-        await basin.ensure_stream(name, config=config)
+        await create_if_missing(basin, name, config)
         _known.add(key)
 
 

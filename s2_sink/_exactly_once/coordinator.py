@@ -6,10 +6,17 @@ the ledger once every task succeeded.
 
 A run (one epoch) lasts as long as one start of the streaming query. A new start is seen however the
 query was restarted — a new process, or ``start()`` again in the same process with the same writer
-object — and every one of them reloads the ledger and opens a new epoch: the Spark run id changed, or
-(where it cannot be read, Spark Connect) a batch began and was never committed, or a batch id repeats or
-goes backwards. Within one start Spark calls ``foreachBatch`` one batch at a time, in increasing order,
-each call finishing before the next. Happy path I/O: two conditional ledger appends per micro-batch (an
+object — and every one of them reloads the ledger and opens a new epoch: the Spark run id changed, or a
+batch began and was never committed. Within one start Spark calls ``foreachBatch`` one batch at a time, in
+increasing order, each call finishing before the next, so a batch this start already committed, begun
+again, is a second call of the writer in one micro-batch: refused (`ConfigError`). Where the run id cannot
+be read (Spark Connect, where every start is a new process anyway, or a callback off Spark's thread) the
+writer cannot tell that second call from a restart in the same process, and refuses it too (fail closed).
+
+The first run of a start checks what the restart changed in the writer's configuration against what the
+ledger recorded (`shape.check_restart`): any change goes on when nothing is in flight; a micro-batch in
+flight refuses the changes its replay could not recover. Happy path I/O: two conditional ledger appends
+per micro-batch (an
 ``intent`` before its tasks start, the ``commit`` after they finished); a run
 additionally reads the ledger tail once, appends its ``open`` record and fences the static target
 streams once. The tasks sign in to their partitions' registers (`roll_call`); the driver does not.
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -31,8 +38,11 @@ from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan, newest_tokens
 from s2_sink._exactly_once.roll_call import RollCall
-from s2_sink._exactly_once.takeover import check_destination, check_not_lost, take_over
+from s2_sink._exactly_once.shape import WriteShape, check_restart, shapes_of
+from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, take_over
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import is_stream_deleting
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
@@ -52,34 +62,39 @@ class Coordinator:
         *,
         query_id: str | None = None,
         static_streams: Sequence[str] = (),
-        destination: str | None = None,
-        predecessor: str | None = None,
+        shape: WriteShape | None = None,
+        in_use: Callable[[str, str | None], bool] | None = None,
     ) -> None:
         self.cfg = cfg
         self.writer_id = writer_id
         self.writer = writer_hash(writer_id)
         """The hash in tokens and chunk tags: the writer id's, or the one of the identity it took over."""
         self.query_id = query_id
-        self.destination = destination
-        """What the writer writes to (`WriteSpec.destination`); None for the ``format("s2")`` sink."""
-        self.predecessor = predecessor
-        """A ledger this identity takes over when its own is empty (the bare query id of older versions)."""
-        self.one_start_per_process = False
-        """Spark Connect: each start of a query runs its ``foreachBatch`` in a new Python process with a new
-        writer object, so this coordinator serves one start, run id or not (`_check_not_called_twice`)."""
+        self.shape = shape
+        """What the writer's configuration makes of a row (recorded in the ledger, checked at restarts);
+        None where the caller records none."""
+        self.in_use = in_use
+        """``in_use(writer_id, spark_run)``: whether another writer object of this process writes under that
+        identity in that start of the query (never a predecessor to take over)."""
+        self.owner = uuid.uuid4().hex
+        """Tells this coordinator (a writer object's, for one identity) from others of the process."""
+        self.unknown_run = "the streaming query's run id cannot be read here"
+        """Why the run id is unknown, for the refusal of a second call (`_check_not_called_twice`)."""
         self.static_streams = list(static_streams)
         self.run_id = uuid.uuid4().hex
         self._ledger: Ledger | None = None
         self._tokens: dict[str, str] = {}
         """Per stream, the newest token tasks appended with (a task retry's generation): the next
         micro-batches' tasks start with it. Memory only: a new run fences with a new epoch anyway."""
+        self._reported: list[str] = []
+        """The configuration changes last logged (`_log_changes`)."""
         self._token: Token | None = None
         self._spark_run: str | None = None
         """The Spark run id (one start of the query) the open epoch serves, when readable."""
         self._pending: int | None = None
         """A batch this run began and has not committed."""
         self._last: int | None = None
-        """The last batch this run committed."""
+        """The last batch this start of the query committed or skipped (the ledger had it)."""
 
     @property
     def state(self) -> LedgerState:
@@ -99,12 +114,6 @@ class Coordinator:
         self._pending, self._last = None, batch_id
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
-    def began(self, batch_id: int, spark_run: str | None) -> bool:
-        """Whether this coordinator began or committed `batch_id` in the start of the query `spark_run`."""
-        if self._token is None or spark_run != self._spark_run:
-            return False
-        return batch_id in (self._pending, self._last)
-
     def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
         """Keep the newest token per stream the tasks of a committed micro-batch reported."""
         self._tokens = newest_tokens(self._tokens, reported)
@@ -115,26 +124,33 @@ class Coordinator:
             return True
         if spark_run is not None and spark_run != self._spark_run:
             return True
-        # Within one start a batch is committed before the next one begins, and ids only increase.
-        return self._pending is not None or (self._last is not None and batch_id <= self._last)
+        # Within one start a batch is committed before the next one begins, and ids only increase; a batch
+        # begun and never committed was a failed call (the query failed, or the function tries again).
+        return self._pending is not None
 
     def _check_not_called_twice(self, batch_id: int, spark_run: str | None) -> None:
         """Refuse a second call for a batch this start already committed: one `S2Writer` called twice in one
         micro-batch (two frames through one object) would otherwise find the batch committed and skip it.
 
         Within one start Spark never calls ``foreachBatch`` for a committed batch again; a restart has a new
-        run id (classic Spark), or under Spark Connect a new Python process and a new writer object.
+        run id. Where the run id cannot be read, a restart in this process cannot be told from a second call
+        and is refused too: never a silent skip (under Spark Connect a restart is a new process anyway).
         """
-        if self._token is None or self._pending is not None or self._last is None or batch_id > self._last:
+        if self._pending is not None or self._last is None or batch_id > self._last:
             return
-        if spark_run != self._spark_run:
+        if spark_run is not None and spark_run != self._spark_run:
             return  # a new start of the query
-        if spark_run is None and not self.one_start_per_process:
-            return  # classic Spark without a readable run id: a restart looks the same (the ledger decides)
+        unknown = (
+            ""
+            if spark_run is not None
+            else f" ({self.unknown_run}, so a restart of the query in this process that replays the batch "
+            "looks the same: restart it in a new Python process, where a new S2Writer starts from its ledger)"
+        )
         raise ConfigError(
             f"S2Writer was called again for micro-batch {batch_id}, which it already wrote in this run of "
-            f"the query (writer_id {self.writer_id!r}): one S2Writer writes one frame per micro-batch. Union "
-            "the frames into one, or create one S2Writer per target (each gets its own exactly-once identity)"
+            f"the query (writer_id {self.writer_id!r}){unknown}: one S2Writer writes one frame per "
+            "micro-batch. Union the frames into one, or create one S2Writer per target, each with a "
+            "writer_id of its own"
         )
 
     async def _begin(self, batch_id: int, spark_run: str | None) -> EpochPlan | None:
@@ -159,14 +175,18 @@ class Coordinator:
             self._spark_run, self._pending, self._last = spark_run, batch_id, None
             state = await self.load()
             if state.kind == "none":  # a new identity: another one may have written this query's batches
-                state = await self._take_over(state)
+                state = await self._take_over(state, batch_id)
             check_identity(state, self.writer_id, self.query_id, batch_id)
-            check_destination(state, self.writer_id, self.destination)
+            check_not_moved(state, self.writer_id)
             self.writer = state.writer or writer_hash(self.writer_id)
             if already_committed(state, self.writer_id, batch_id):
+                self._log_changes(state, batch_id, None)  # a batch the ledger has: skipped whatever changed
+                self._pending, self._last = None, batch_id  # a second call of this batch is refused
                 return None
             # A previous run may have written part of this batch before dying: replay it in recovery mode.
             recovery = state.may_have_written_next
+            in_flight = batch_id if recovery and batch_id == state.committed + 1 else None
+            self._log_changes(state, batch_id, in_flight)
             await self.open_run("run")
             log.info(
                 "exactly-once: writer %s opened run %s epoch %s at batch %s (recovery=%s)",
@@ -180,34 +200,59 @@ class Coordinator:
         assert self._token is not None
         state = self._ledger.state
         if already_committed(state, self.writer_id, batch_id):
+            self._pending, self._last = None, batch_id
             return None
         roll = self.roll_call()
         self._pending = batch_id
         # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
         # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
-        await self._ledger.append(self._ledger.intended(batch_id))
+        await self._ledger.append(self._ledger.intended(batch_id, self.shape))
         ends = self.ends_ref()
         epoch = self._token.epoch
         return epoch_plan(
             self.cfg, self.writer, epoch, ends, recovery=recovery, roll=roll, tokens=self._tokens
         )
 
-    async def _take_over(self, state: LedgerState) -> LedgerState:
+    def _log_changes(self, state: LedgerState, batch_id: int, in_flight: int | None) -> None:
+        """Check what this start changed in the writer's configuration (`shape.check_restart`: ConfigError
+        for a change a batch in flight cannot survive) and log it once."""
+        if self.shape is None:
+            return
+        changes = check_restart(state.shapes, self.shape, in_flight=in_flight, writer_id=self.writer_id)
+        if changes and changes != self._reported:  # a skipped batch records nothing: said once
+            self._reported = changes
+            log.warning(
+                "exactly-once: writer %s goes on from its ledger at micro-batch %s under a changed "
+                "configuration (%s)%s",
+                self.writer_id,
+                batch_id,
+                "; ".join(changes),
+                f"; micro-batch {in_flight} in flight is recovered" if in_flight is not None else "",
+            )
+
+    async def _take_over(self, state: LedgerState, batch_id: int) -> LedgerState:
         """The state of the identity this one takes over (see `takeover`), now in this ledger; `state`
         (empty) when there is none."""
         assert self._ledger is not None
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
+        in_use = self.in_use
+        spark_run = self._spark_run
         taken = await take_over(
             basin,
             self._ledger,
             query_id=self.query_id,
-            destination=self.destination,
-            predecessor=self.predecessor,
+            shape=self.shape,
+            batch_id=batch_id,
+            in_use=(lambda name: in_use(name, spark_run)) if in_use is not None else (lambda _: False),
             cfg=self.cfg,
         )
         if taken is not None:
             return taken
-        await check_not_lost(basin, self.writer_id)
+        await patiently(
+            Patience.of(self.cfg),
+            f"listing the sign-in registers of {self.writer_id!r}",
+            lambda: check_not_lost(basin, self.writer_id),
+        )
         return state
 
     def roll_call(self) -> RollCall:
@@ -235,12 +280,14 @@ class Coordinator:
         assert self._ledger.tail is not None
         return self._ledger.state, self._ledger.tail
 
-    async def open_run(self, scope: Literal["run", "batch"]) -> Token:
-        """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it."""
+    async def open_run(self, scope: Literal["run", "batch"], *, announce: WriteShape | None = None) -> Token:
+        """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it. An
+        ``open`` that announces the next batch (``format("s2")``) adds `announce`, the configuration it is
+        written under, to the shapes in flight."""
         assert self._ledger is not None
         opened = self._ledger.opened(self.run_id, self.query_id, scope)
-        if self.destination is not None and opened.dest is None:
-            opened = replace(opened, dest=self.destination)
+        if announce is not None:
+            opened = replace(opened, shapes=shapes_of(opened.shapes, announce, committed=False))
         await self._ledger.append(opened)
         self._token = Token(epoch=self._ledger.state.epoch, gen=0, writer=self.writer)
         await self._fence_static()
@@ -256,16 +303,21 @@ class Coordinator:
                 await get_pool().ensure_stream(self.cfg, name)
             try:
                 await fence_if_older(
-                    basin.stream(name), self._token, may_take_over=name not in written, end=written.get(name)
+                    basin.stream(name),
+                    self._token,
+                    may_take_over=name not in written,
+                    end=written.get(name),
+                    writer_id=self.writer_id,
+                    patience=Patience.of(self.cfg),
                 )
             except S2ServerError as exc:
-                if exc.status_code == 404:
-                    continue  # the tasks report the missing stream with the writer's own hint
+                if exc.status_code == 404 or is_stream_deleting(exc):
+                    continue  # the tasks report the missing (or deleting) stream with the writer's own hint
                 raise
 
     async def _commit(self, batch_id: int, ends: Mapping[str, int]) -> None:
         assert self._ledger is not None
-        await self._ledger.append(self._ledger.committed(batch_id, dict(ends)))
+        await self._ledger.append(self._ledger.committed(batch_id, dict(ends), shape=self.shape))
         log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Final
 from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base
 from s2_sink._exactly_once.readback import read_span
+from s2_sink._transport.retry import Patience
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
@@ -75,7 +76,8 @@ async def _fold(cfg: S2Config, writer_id: str, at: int) -> dict[str, int]:
     name = ledger_stream_name(writer_id)
     stream = get_pool().client(cfg).basin(cfg.basin).stream(name)
     state: dict[str, Any] | None = None
-    async for rec in read_span(stream, at, at + 1):
+    patience = Patience.of(cfg)
+    async for rec in read_span(stream, at, at + 1, patience=patience):
         if rec.seq_num == at and not rec.is_command_record():
             state = parse_record(rec.body, name)
     if state is None or state["kind"] == "ends":
@@ -83,7 +85,7 @@ async def _fold(cfg: S2Config, writer_id: str, at: int) -> dict[str, int]:
     base = record_base(state, at)
     fold = EndsFold()
     expected = base
-    async for rec in read_span(stream, base, at + 1):
+    async for rec in read_span(stream, base, at + 1, patience=patience):
         if rec.seq_num != expected:
             raise _moved_past(name, at)  # trimmed behind a later snapshot
         expected += 1

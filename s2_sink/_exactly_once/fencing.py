@@ -51,7 +51,7 @@ from s2_sdk import (
 
 from s2_sink._exactly_once.readback import read_span
 from s2_sink._exactly_once.resets import stream_reset
-from s2_sink._transport.retry import Retries
+from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
 from s2_sink.errors import FencedError
 
 __all__ = [
@@ -205,7 +205,9 @@ async def fence_if_older(
     me: TaskAttempt | None = None,
     since: int = 0,
     end: int | None = None,
+    writer_id: str | None = None,
     attendance: Attendance | None = None,
+    patience: Patience = DEFAULT_PATIENCE,
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
@@ -228,14 +230,18 @@ async def fence_if_older(
     `end` is the ledger's committed end of the stream, if it has one: before fencing over a token that is
     not ours (empty or foreign) the tail is read, and a tail below `end` is a stream deleted and recreated
     (`StreamResetError`): our appends carry a token, so none of them can land in a new incarnation of the
-    stream before one of these checked fences.
+    stream before one of these checked fences. `writer_id` names the writer in that error's fix.
+
+    Failures another attempt may fix are retried until `patience`'s deadline: every step is a read or a
+    conditional fence (if one landed, the next try's 412 shows our token).
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
-    retries = Retries()
+    retrying = Retrying(patience, f"fencing stream {name!r}")
     checked: str | None = None
     top = mine.gen  # the highest generation of this epoch seen on the stream
-    for _ in range(_MAX_ROUNDS + retries.backoff.retries):
+    rounds = 0  # token changes seen; retries of failures are bounded by the deadline instead
+    while rounds < _MAX_ROUNDS:
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         theirs = Token.parse(seen)
         this_run = theirs is not None and (theirs.writer, theirs.epoch) == (mine.writer, mine.epoch)
@@ -246,7 +252,9 @@ async def fence_if_older(
         fresh = await _tail_checks(
             stream,
             end if theirs is None or theirs.writer != mine.writer else None,
+            writer_id or "WRITER_ID",
             new_stream=seen == "" and not bump and me is not None,
+            patience=patience,
         )
         if me is not None and seen != checked and seen != str(mine) and not fresh:
             if theirs is not None and this_run and me.superseded_by(theirs.by):
@@ -256,7 +264,7 @@ async def fence_if_older(
                 # of an empty or foreign token scans the stream, so its new generation is above every
                 # generation of the run fenced there (rare: a cleared fence, a new writer).
                 ask = attendance if adopt is not None or bump or older_run else None
-                top = max(top, await check_not_superseded(stream, me, mine, since, ask))
+                top = max(top, await check_not_superseded(stream, me, mine, since, ask, patience=patience))
             checked = seen
         if adopt is not None and not bump and seen != str(mine):
             return FenceResult(adopt, None)
@@ -276,34 +284,51 @@ async def fence_if_older(
                 )
             )
         except FencingTokenMismatchError as exc:
-            seen = exc.expected_fencing_token
+            seen, rounds = exc.expected_fencing_token, rounds + 1
+            retrying.progress()
             continue
         except SeqNumMismatchError:
+            rounds += 1
+            retrying.progress()
             continue  # no longer new: look again
         except (S2ClientError, S2ServerError) as exc:
             # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
             # it landed, the next try gets a 412 that shows our token).
-            await retries.after(exc)
+            await retrying.after(exc)
             continue
-        await _check_again_over_unnamed(stream, me, mine, since, theirs)
+        retrying.progress()
+        await _check_again_over_unnamed(stream, me, mine, since, theirs, patience=patience)
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
 
 
-async def _tail_checks(stream: S2Stream, end: int | None, *, new_stream: bool) -> bool:
+async def _tail_checks(
+    stream: S2Stream, end: int | None, writer_id: str, *, new_stream: bool, patience: Patience
+) -> bool:
     """Before fencing over a token that is not ours: a tail below the ledger's `end` is a stream reset
     (`StreamResetError`). Whether the stream holds no record at all (asked for a `new_stream` only)."""
     if end is None and not new_stream:
         return False
-    tail = (await stream.check_tail()).seq_num
+    tail = await _tail(stream, patience)
     if end is not None and tail < end:
-        raise stream_reset(stream.name, end, tail)
+        raise stream_reset(stream.name, end, tail, writer_id)
     return new_stream and tail == 0
 
 
+async def _tail(stream: S2Stream, patience: Patience) -> int:
+    position = await patiently(patience, f"checking the tail of {stream.name!r}", stream.check_tail)
+    return int(position.seq_num)
+
+
 async def check_not_superseded(
-    stream: S2Stream, me: TaskAttempt, mine: Token, since: int, attendance: Attendance | None = None
+    stream: S2Stream,
+    me: TaskAttempt,
+    mine: Token,
+    since: int,
+    attendance: Attendance | None = None,
+    *,
+    patience: Patience = DEFAULT_PATIENCE,
 ) -> int:
     """The zombie check: raise FencedError if a later attempt of `me`'s partition fenced `stream` in
     `mine`'s run at or after `since`; else the highest generation of that run among those fences (-1 if
@@ -319,8 +344,8 @@ async def check_not_superseded(
     if attendance is not None and await attendance():
         return -1
     top = -1
-    end = (await stream.check_tail()).seq_num
-    async for rec in read_span(stream, since, end):
+    end = await _tail(stream, patience)
+    async for rec in read_span(stream, since, end, patience=patience):
         if rec.headers == [(b"", CommandRecord.FENCE)]:
             token = Token.parse(bytes(rec.body).decode("utf-8", "replace"))
             if token is None or (token.writer, token.epoch) != (mine.writer, mine.epoch):
@@ -332,13 +357,19 @@ async def check_not_superseded(
 
 
 async def _check_again_over_unnamed(
-    stream: S2Stream, me: TaskAttempt | None, mine: Token, since: int, theirs: Token | None
+    stream: S2Stream,
+    me: TaskAttempt | None,
+    mine: Token,
+    since: int,
+    theirs: Token | None,
+    *,
+    patience: Patience,
 ) -> None:
     """After a task fenced over an empty (or foreign) token: such a token can come back after a later
     attempt's barrier (an operator cleared it), so a fence conditional on it cannot tell that the check
     before it went stale. The zombie check runs again over everything up to our fence."""
     if me is not None and (theirs is None or theirs.writer != mine.writer):
-        await check_not_superseded(stream, me, mine, since)
+        await check_not_superseded(stream, me, mine, since, patience=patience)
 
 
 def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:

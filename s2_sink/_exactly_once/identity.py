@@ -1,31 +1,33 @@
 """Who is writing: the exactly-once writer identity, and the Spark settings exactly-once refuses.
 
-An `S2Writer`'s identity covers what it writes to: by default ``<query id>.<destination hash>``, so several
-writers in one ``foreachBatch`` (Spark's "write to multiple locations") each keep their own ledger. Ledgers
-named by the bare query id (before identities covered the destination) are taken over by the first writer of
-that query that finds its own ledger empty (`Coordinator`).
+An identity tells concurrent writers apart; it holds no configuration. `S2Writer`'s identity is its
+``writer_id`` if given, else the streaming query id (``sql.streaming.queryId``, set by Spark on the thread
+that runs ``foreachBatch`` and stable across restarts because it comes from the checkpoint's ``metadata``),
+like Delta's ``txnAppId``. So a restart under a changed writer (a dead-letter stream added, another
+routing, other options) goes on from the same ledger, which decides what may change (`shape`); a query's
+several writers are told apart by giving each a ``writer_id`` (a second writer under one identity in a
+micro-batch is refused, `_write.driver.exactly_once`). Under Spark Connect the function runs without a
+SparkContext; there the query id is not readable and an explicit ``writer_id`` is required. The
+``format("s2")`` sink's driver step runs in a Python worker without Spark's properties: it reads the query
+id from the checkpoint's ``metadata`` file when the checkpoint is on a file system the driver's Python can
+open.
 
 `session_facts` is the Spark adapter: it reads what exactly-once needs of the ``foreachBatch`` call's session
 (speculation, query id, run id, Spark Connect) into a plain `SessionFacts`, so the delivery mode itself runs
-without Spark (the simulation in tests/sim drives it with facts of its own).
-
-The query id comes from (``sql.streaming.queryId`` local property, set by Spark
-on the thread that runs ``foreachBatch``; stable across restarts because it comes from the checkpoint's
-``metadata``), like Delta's ``txnAppId``. ``writer_id`` overrides it. Under Spark Connect the function
-runs without a SparkContext; there the query id is looked up the same way when the server-side session
-exposes it, and otherwise an explicit ``writer_id`` is required. The ``format("s2")`` sink's driver step
-runs in a Python worker without Spark's properties: it reads the query id from the checkpoint's
-``metadata`` file when the checkpoint is on a file system the driver's Python can open.
+without Spark (the simulation in tests/sim drives it with facts of its own). The run id (one start of the
+query) is read from the name Spark gives the thread that runs the micro-batch, ``stream execution thread
+for [name ][id = <query id>, runId = <run id>]``: a user's ``setJobGroup`` or local properties cannot hide
+or forge it. Where it cannot be read (Spark Connect, a Python that does not run the callback on Spark's
+thread), the writer fails closed (`coordinator`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 from urllib.parse import urlparse
 
 from pyspark.errors import PySparkException
@@ -34,12 +36,12 @@ from s2_sink.errors import ConfigError
 
 __all__ = [
     "QUERY_ID_PROPERTY",
-    "RUN_ID_PROPERTY",
     "SessionFacts",
     "check_no_speculation",
     "query_id_from_checkpoint",
     "query_run_id",
     "resolve_identity",
+    "run_id_of_thread",
     "session_facts",
     "speculation_refused",
     "validate_writer_id",
@@ -61,11 +63,8 @@ _SPARK_ERRORS: Final = _spark_errors()
 
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""
-RUN_ID_PROPERTY: Final = "sql.streaming.runId"
-"""Spark's name for the id of one start of the query (a new one at every ``start()``). pyspark 4.1 sets only
-the query id as a local property, so this one is read where a runtime sets it and is None otherwise."""
-_JOB_GROUP_PROPERTY: Final = "spark.jobGroup.id"
-_UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_THREAD_NAME_RE: Final = re.compile(r"^stream execution thread for .*\[id = ([^,\]]+), runId = ([^\]]+)\]$")
+"""Spark's name for the thread that runs a query's micro-batches (``StreamExecution.prettyIdString``)."""
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 
 
@@ -104,44 +103,44 @@ def _query_id(spark: Any) -> str | None:
     return _local_property(spark, QUERY_ID_PROPERTY, "the streaming query id")
 
 
-def query_run_id(spark: Any, query_id: str | None = None) -> str | None:
-    """The id of this start of the streaming query (None under Spark Connect): it changes when the query
-    is started again, in a new process or in the same one. Where the runtime does not set it as a local
-    property (pyspark 4.1), classic Spark's stream execution has set it as the job group of the thread that
-    runs the micro-batch (``spark.jobGroup.id``)."""
-    run = _local_property(spark, RUN_ID_PROPERTY, "the streaming query's run id")
-    if run is not None or query_id is None:
-        return run
-    group = _local_property(spark, _JOB_GROUP_PROPERTY, "the streaming query's job group")
-    return group if group is not None and _UUID_RE.match(group) else None
+def query_run_id(spark: Any, query_id: str | None) -> str | None:
+    """The id of this start of the streaming query `query_id`, from the name of the thread calling
+    ``foreachBatch`` (classic Spark runs the Python function on the stream execution thread); None where it
+    cannot be read (Spark Connect, another thread, another query's name). A new id at every ``start()``."""
+    if query_id is None:
+        return None
+    try:
+        jvm = spark.sparkContext._jvm
+    except (AttributeError, NotImplementedError):  # Spark Connect
+        return None
+    if jvm is None:
+        return None
+    try:
+        name = str(jvm.java.lang.Thread.currentThread().getName())
+    except _SPARK_ERRORS:
+        return None  # unreadable: the writer fails closed
+    return run_id_of_thread(name, query_id)
 
 
-class Identity(NamedTuple):
-    """Who an `S2Writer` writes as: its writer id, the streaming query id (None if unknown), and the
-    identity it may have to take over from (the bare query id, the name of default identities before they
-    covered the destination)."""
-
-    writer_id: str
-    query_id: str | None
-    predecessor: str | None
+def run_id_of_thread(name: str, query_id: str) -> str | None:
+    """The run id in a stream execution thread's `name`, if the name is that of query `query_id`."""
+    match = _THREAD_NAME_RE.match(name)
+    if match is None or match.group(1) != query_id:
+        return None
+    return match.group(2)
 
 
-def writer_identity(explicit: str | None, query_id: str | None, destination: str) -> Identity:
-    """The identity of an `S2Writer` writing to ``destination``: the explicit ``writer_id``, else the query
-    id and a hash of the destination. ConfigError when neither can be had."""
-    writer_id = _chosen_id(explicit, query_id)
-    if explicit is not None:
-        return Identity(writer_id, query_id, None)
-    dest = hashlib.sha256(destination.encode()).hexdigest()[:8]
-    return Identity(f"{query_id}.{dest}", query_id, query_id)
+def writer_identity(explicit: str | None, query_id: str | None) -> tuple[str, str | None]:
+    """``(writer_id, query_id)`` of an `S2Writer`: the explicit ``writer_id``, else the streaming query id;
+    ConfigError when neither can be had. No configuration enters it (see the module docstring)."""
+    return _chosen_id(explicit, query_id), query_id
 
 
 def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:
-    """``(writer_id, query_id)``: the explicit id or the streaming query id; ConfigError if neither."""
+    """``(writer_id, query_id)`` read off `spark`: the explicit id or the streaming query id."""
     if explicit is not None:
         validate_writer_id(explicit)
-    query_id = _query_id(spark)
-    return _chosen_id(explicit, query_id), query_id
+    return writer_identity(explicit, _query_id(spark))
 
 
 def _chosen_id(explicit: str | None, query_id: str | None) -> str:
@@ -194,7 +193,7 @@ class SessionFacts:
     query_id: str | None
     """The streaming query id (None: not readable here, e.g. Spark Connect)."""
     run_id: str | None
-    """The id of this start of the query (None where the runtime does not expose it)."""
+    """The id of this start of the query (None where it cannot be read: the writer then fails closed)."""
     connect: bool = False
     """A Spark Connect session: one start of the query per Python process."""
     speculation: bool = False

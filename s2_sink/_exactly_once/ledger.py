@@ -50,20 +50,20 @@ from s2_sink._exactly_once.ledger_records import (
     state_of,
 )
 from s2_sink._exactly_once.resets import check_not_reset
-from s2_sink._transport.explain import explain
-from s2_sink._transport.retry import BOOKKEEPING, Retries, retryable
+from s2_sink._exactly_once.shape import WriteShape, shapes_of
+from s2_sink._transport.explain import explain, is_stream_deleting
+from s2_sink._transport.retry import Patience, Retrying, patiently, retryable
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
-__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "ledger_stream_name"]
+__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "current_ledgers_of", "ledger_stream_name", "peek_all"]
 
 log = logging.getLogger(__name__)
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
-# Ledger appends get one retry more than the other bookkeeping calls: eight attempts in all.
-_BACKOFF: Final = replace(BOOKKEEPING, retries=7)
 # One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
 _APPEND_BYTES: Final = 512 * 1024
+_LEDGER_CONFIG: Final = StreamConfig(retention_policy="infinite")
 # Records read back from the tail first when looking for the last state record (then 8x more each time).
 _FIRST_WINDOW: Final = 16
 
@@ -73,12 +73,40 @@ def ledger_stream_name(writer_id: str) -> str:
     return LEDGER_PREFIX + writer_id
 
 
+async def peek_all(
+    basin: S2Basin, *, cfg: S2Config | None = None, skip_unreadable: bool = False
+) -> dict[str, LedgerState]:
+    """Every writer id with a ledger in the basin and that ledger's last state (empty ones included), in
+    name order; never creates anything. A ledger that cannot be read is a CommitError, or with
+    `skip_unreadable` (lookups for a reader or an operator) left out."""
+    out: dict[str, LedgerState] = {}
+    async for info in basin.list_all_streams(prefix=LEDGER_PREFIX):
+        writer_id = info.name[len(LEDGER_PREFIX) :]
+        try:
+            peeked = await Ledger(basin, writer_id, cfg=cfg).peek()
+        except CommitError:
+            if not skip_unreadable:
+                raise
+            log.info("ledger %s cannot be read; left out of the lookup", writer_id)
+            continue
+        if peeked is not None:
+            out[writer_id] = peeked[1]
+    return out
+
+
+def current_ledgers_of(states: dict[str, LedgerState], query_id: str) -> list[str]:
+    """The writer ids whose ledgers (of `states`, from `peek_all`) hold query `query_id`'s batches now:
+    they record that query id and were not taken over by another identity."""
+    return [w for w, st in states.items() if st.query_id == query_id and st.moved_to is None]
+
+
 class Ledger:
     """Reads and conditionally appends the ledger stream of one writer identity (driver side)."""
 
     def __init__(self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None) -> None:
         self.name = ledger_stream_name(writer_id)
         self._cfg = cfg  # names the endpoint and the fix when the ledger cannot be read
+        self._patience = Patience.of(cfg) if cfg is not None else Patience()
         self.writer_id = writer_id
         self._basin = basin
         self._stream: S2Stream = basin.stream(self.name)
@@ -88,35 +116,73 @@ class Ledger:
 
     async def load(self) -> LedgerState:
         """Create the ledger stream if needed, then read its state: the last state record, with the stream
-        ends folded from its base."""
-        try:
+        ends folded from its base (retried until the delivery deadline: reads and an ensure)."""
+
+        async def read() -> tuple[int, LedgerState, int]:
             # Infinite retention: losing the last record would restart epochs below the streams' fences.
-            await ensure_once(self._basin, self.name, StreamConfig(retention_policy="infinite"))
+            await ensure_once(self._basin, self.name, _LEDGER_CONFIG)
             tail = (await self._stream.check_tail()).seq_num
             state, at = LedgerState(), -1
             if tail > 0:
                 state, at = await self._read_state(tail)
+            else:
+                await self._retain_forever()
+            return tail, state, at
+
+        try:
+            tail, state, at = await patiently(
+                self._patience, f"reading the exactly-once ledger {self.name!r}", read
+            )
         except S2Error as exc:
-            why = explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {why}") from exc
+            raise CommitError(
+                f"cannot read the exactly-once ledger {self.name!r}: {self._words(exc)}"
+            ) from exc
         self.state, self.tail, self._state_at = state, tail, at
         return state
+
+    async def _retain_forever(self) -> None:
+        """An empty ledger may have been created by a reader's ``check_tail`` in a basin that creates streams
+        on read, with the basin's retention; nothing has used it yet, so its retention is made infinite (the
+        rest of its config is left as it is). A token that may not do so is told in the log."""
+        try:
+            config = await self._basin.get_stream_config(self.name)
+            if config.retention_policy != "infinite":
+                await self._basin.reconfigure_stream(self.name, config=_LEDGER_CONFIG)
+                log.warning(
+                    "ledger %s was created with retention %r (a read created it: the basin creates "
+                    "streams on read); its retention is now infinite",
+                    self.name,
+                    config.retention_policy,
+                )
+        except S2ServerError as exc:
+            if exc.status_code != 403:
+                raise
+            log.warning("ledger %s: cannot check its retention is infinite (403 %s)", self.name, exc.code)
 
     async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
         """The ledger's tail and state for a reader: never creates the stream (None when it does not exist);
         `seen`, an earlier answer, is returned again while the tail has not moved (one request)."""
-        try:
-            tail = (await self._stream.check_tail()).seq_num
+
+        async def read() -> tuple[int, LedgerState] | None:
+            try:
+                tail = (await self._stream.check_tail()).seq_num
+            except S2ServerError as exc:
+                if exc.code == "stream_not_found" or is_stream_deleting(exc):
+                    return None
+                raise
             if seen is not None and seen[0] == tail:
                 return seen
-            state = (await self._read_state(tail))[0] if tail > 0 else LedgerState()
-        except S2ServerError as exc:
-            if exc.code == "stream_not_found":
-                return None
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
+            return tail, (await self._read_state(tail))[0] if tail > 0 else LedgerState()
+
+        try:
+            return await patiently(self._patience, f"reading the exactly-once ledger {self.name!r}", read)
         except S2Error as exc:
-            raise CommitError(f"cannot read the exactly-once ledger {self.name!r}: {exc}") from exc
-        return tail, state
+            raise CommitError(
+                f"cannot read the exactly-once ledger {self.name!r}: {self._words(exc)}"
+            ) from exc
+
+    def _words(self, exc: BaseException) -> str:
+        return explain(exc, self._cfg, stream=self.name).message if self._cfg is not None else str(exc)
 
     async def _read_state(self, tail: int) -> tuple[LedgerState, int]:
         window = _FIRST_WINDOW
@@ -191,38 +257,44 @@ class Ledger:
     async def append(self, state: LedgerState) -> None:
         """Append `state` if nobody else appended since we last looked; else WriterConflictError.
 
-        Transient failures (5xx, 408, 429, transport errors) are retried: after each, the ledger is re-read
-        — our record may have landed — and the append is repeated only if no other state record landed.
+        Transient failures (5xx, 408, 429, transport errors) are retried until the delivery deadline: after
+        each, the ledger is re-read — our record may have landed — and the append is repeated only if no
+        other state record landed.
         The condition (``match_seq_num``) makes a repeated append impossible to apply twice; pieces of a
         group whose state record did not land are ignored by loading.
         """
         if self.tail is None:
             raise CommitError("ledger not loaded")  # a programming error, not a user one
-        retries = Retries(_BACKOFF)
-        last: Exception | None = None
+        # A mismatch is retried too: the tail moved without a state record (a trim, pieces of a group).
+        retrying = Retrying(
+            self._patience,
+            f"appending to the exactly-once ledger {self.name!r}",
+            retry_on=lambda exc: retryable(exc) or isinstance(exc, SeqNumMismatchError),
+        )
         while True:
             expected, known = self.tail, self._state_at
             bodies, placed, snapshot = encode_state(self.state, state, expected)
             try:
                 end = await self._send(bodies, expected)
             except SeqNumMismatchError as exc:
-                last = exc
-            except S2ServerError as exc:
+                last: S2Error = exc  # somebody appended: our own earlier attempt, or another driver
+            except S2Error as exc:
                 if not retryable(exc):
                     raise CommitError(
-                        f"cannot append to the exactly-once ledger {self.name!r}: {exc}"
+                        f"cannot append to the exactly-once ledger {self.name!r}: {self._words(exc)}"
                     ) from exc
-                last = exc
-            except S2Error as exc:  # transport: the append may or may not have landed
-                last = exc
+                last = exc  # the append may or may not have landed
             else:
+                retrying.progress()
                 self.state, self.tail, self._state_at = placed, end, end - 1
                 if snapshot and placed.base > 0:
                     await self._trim(placed.base)
                 return
+            delay = retrying.wait(last)  # None past the deadline: raised once the ledger says what landed
             found = await self.load()
             if found == state:
                 log.info("ledger %s: our record landed despite %s", self.name, type(last).__name__)
+                retrying.progress()
                 return
             if self._state_at != known:
                 raise WriterConflictError(
@@ -231,11 +303,10 @@ class Ledger:
                     f"run is {state.run!r}). Two queries cannot share a writer identity: stop the other one "
                     "or give each its own writer_id"
                 ) from last
-            delay = retries.next_wait()
             if delay is None:
+                words = self._words(retrying.give_up(last))
                 raise CommitError(
-                    f"cannot append to the exactly-once ledger {self.name!r} after "
-                    f"{_BACKOFF.retries + 1} attempts: {last}"
+                    f"cannot append to the exactly-once ledger {self.name!r}: {words}"
                 ) from last
             await asyncio.sleep(delay)
 
@@ -260,19 +331,37 @@ class Ledger:
             self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
         )
 
-    def intended(self, batch_id: int) -> LedgerState:
+    def intended(self, batch_id: int, shape: WriteShape | None = None) -> LedgerState:
         """The ``intent`` record announcing `batch_id` on top of the current state: appended (and durable)
-        before any task of the batch starts, so a ledger ending in a ``commit`` has nothing in flight."""
-        return replace(self.state, kind="intent", intent=batch_id, announces=True)
+        before any task of the batch starts, so a ledger ending in a ``commit`` has nothing in flight. It
+        adds `shape`, the configuration the batch is written under, to the shapes in flight."""
+        shapes = shapes_of(self.state.shapes, shape, committed=False)
+        return replace(self.state, kind="intent", intent=batch_id, announces=True, shapes=shapes)
 
-    def committed(self, batch_id: int, ends: dict[str, int], query_id: str | None = None) -> LedgerState:
+    def committed(
+        self,
+        batch_id: int,
+        ends: dict[str, int],
+        query_id: str | None = None,
+        shape: WriteShape | None = None,
+    ) -> LedgerState:
         """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
-        tasks saw, is recorded when the ``open`` record could not know it. Ends below the ledger's are a
+        tasks saw, is recorded when the ``open`` record could not know it, and `shape`, the configuration
+        the batch was committed under, is the only one left in flight. Ends below the ledger's are a
         stream deleted and recreated under the batch (`StreamResetError`), for both front doors: kept as
         the maximum, the old end would let readers cap inside the new stream's later records."""
-        check_not_reset(self.state.ends, ends)
+        check_not_reset(self.state.ends, ends, self.writer_id)
         merged = dict(self.state.ends)
         for stream, end in ends.items():
             merged[stream] = max(end, merged.get(stream, 0))
         seen = self.state.query_id if self.state.query_id is not None else query_id
-        return replace(self.state, kind="commit", committed=batch_id, ends=merged, query_id=seen, intent=None)
+        shapes = shapes_of(self.state.shapes, shape, committed=True)
+        return replace(
+            self.state,
+            kind="commit",
+            committed=batch_id,
+            ends=merged,
+            query_id=seen,
+            intent=None,
+            shapes=shapes,
+        )

@@ -15,6 +15,10 @@ claimed by nobody and ignored.
 
 Records of version 1 (every record a full snapshot, no ``base``) still load: such a record is its own base.
 
+State records also carry ``shapes``: the writer configurations (`WriteShape`) that may have written the
+micro-batch in flight, so a restart under a changed configuration can tell what it may change
+(`shape.check_restart`).
+
 Version 3 adds the ``intent`` record: an `S2Writer` run appends ``{"kind": "intent", "batch": N}`` before any
 task of micro-batch N starts, so a ledger whose last state record is a version 3 ``commit`` says nothing is in
 flight, and the next run's first batch is a normal batch instead of a recovery. Version 2 records still load
@@ -28,6 +32,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from s2_sink._exactly_once.shape import WriteShape
 from s2_sink.errors import CommitError
 
 __all__ = [
@@ -68,8 +73,10 @@ class LedgerState:
     """The micro-batch an ``intent`` record announced (its tasks may have written)."""
     announces: bool = False
     """The writer of this state announces every batch with an ``intent`` before writing it (version 3)."""
-    dest: str | None = None
-    """What the writer writes to (`WriteSpec.destination`), recorded by `S2Writer` runs (version 3)."""
+    shapes: tuple[WriteShape, ...] = ()
+    """The configurations (`WriteShape`) of the epochs that may have written the micro-batch after
+    `committed`, the current one last; after a ``commit``, the committing one. Empty where the writer
+    records none (``format("s2")`` before its first shape, ledgers of earlier versions)."""
     writer: str | None = None
     """The hash in the writer's tokens and chunk tags when it is not the hash of the ledger's writer id: a
     ledger taken over from another identity keeps that identity's hash, so its writes read back as ours."""
@@ -90,7 +97,7 @@ class LedgerState:
 
 
 def _identity_fields(state: LedgerState) -> tuple[tuple[str, str | None], ...]:
-    return (("dest", state.dest), ("writer", state.writer), ("moved_to", state.moved_to))
+    return (("writer", state.writer), ("moved_to", state.moved_to))
 
 
 def _header(state: LedgerState) -> dict[str, Any]:
@@ -105,6 +112,7 @@ def _header(state: LedgerState) -> dict[str, Any]:
         **({"batch": state.intent} if state.kind == "intent" else {}),
         **({"announces": True} if state.announces else {}),
         **{k: v for k, v in _identity_fields(state) if v},
+        **({"shapes": [s.as_doc() for s in state.shapes]} if state.shapes else {}),
     }
 
 
@@ -172,7 +180,7 @@ def state_of(doc: dict[str, Any], ends: dict[str, int], base: int, since: int, w
             since=since,
             intent=int(doc["batch"]) if doc["kind"] == "intent" else None,
             announces=bool(doc.get("announces", False)),
-            dest=doc.get("dest"),
+            shapes=tuple(WriteShape.of_doc(d) for d in doc.get("shapes", ())),
             writer=doc.get("writer"),
             moved_to=doc.get("moved_to"),
         )

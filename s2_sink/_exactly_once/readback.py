@@ -28,7 +28,7 @@ from s2_sdk import (
 
 from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.tags import ChunkTag, find_tag
-from s2_sink._transport.retry import Retries
+from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
 
 __all__ = ["ReadBack", "read_back"]
 
@@ -62,6 +62,7 @@ async def read_back(
     elsewhere: Callable[[ChunkTag], bool] | None = None,
     end: int | None = None,
     owns: Callable[[list[tuple[bytes, bytes]], bytes], bool] | None = None,
+    patience: Patience = DEFAULT_PATIENCE,
 ) -> ReadBack:
     """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``
     (and, separately, of those matching `elsewhere` but not `match`).
@@ -69,16 +70,17 @@ async def read_back(
     `owns` (headers, body), when given, keeps only the matching chunks' records it accepts (counted in
     ``not_owned`` otherwise): in a content replay, another task writes and subtracts the rest.
     `end` defaults to the tail at call time; call this after a fencing barrier so nothing older can still
-    land past it. `start` is clamped to the stream's first retained record.
+    land past it. `start` is clamped to the stream's first retained record. Failures another attempt may
+    fix are retried until `patience`'s deadline (reads are idempotent).
     """
     name = stream.name
     if end is None:
-        end = (await stream.check_tail()).seq_num
+        end = (await patiently(patience, f"checking the tail of {name!r}", stream.check_tail)).seq_num
     out = ReadBack(name, start, end)
     pos = start
     remaining = 0  # records left in the current chunk (including ones not yet read)
     into: Fingerprints | None = None  # where the current chunk's fingerprints go, if anywhere
-    async for rec in read_span(stream, start, end):
+    async for rec in read_span(stream, start, end, patience=patience):
         if rec.seq_num > pos and remaining:
             # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
             remaining, into = 0, None
@@ -114,10 +116,13 @@ async def read_back(
     return out
 
 
-async def read_span(stream: S2Stream, start: int, end: int) -> AsyncIterator[SequencedRecord]:
+async def read_span(
+    stream: S2Stream, start: int, end: int, *, patience: Patience = DEFAULT_PATIENCE
+) -> AsyncIterator[SequencedRecord]:
     """The records of ``[start, end)`` in order (a start below the trim point reads from the first record
-    kept; nothing past what was written). Reads are idempotent, so transient failures are retried."""
-    retries = Retries()
+    kept; nothing past what was written). Reads are idempotent, so transient failures are retried until
+    `patience`'s deadline."""
+    retrying = Retrying(patience, f"reading back {stream.name!r} from seq_num {start}")
     pos = start
     while pos < end:
         try:
@@ -125,8 +130,9 @@ async def read_span(stream: S2Stream, start: int, end: int) -> AsyncIterator[Seq
         except ReadUnwrittenError:
             return
         except (S2ClientError, S2ServerError) as exc:
-            await retries.after(exc)
+            await retrying.after(exc)
             continue
+        retrying.progress()
         if not batch.records:
             return
         for rec in batch.records:

@@ -55,7 +55,9 @@ from s2_sdk import (
 )
 
 from s2_sink._exactly_once.fencing import TaskAttempt
-from s2_sink._transport.retry import Retries
+from s2_sink._transport.explain import is_stream_deleting
+from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
+from s2_sink._transport.session_pool import create_if_missing
 from s2_sink.errors import FencedError
 
 __all__ = [
@@ -140,36 +142,39 @@ def judge(me: SignIn, last: SignIn | None) -> bool:
     return last.attempt != a
 
 
-async def last_sign_in(stream: S2Stream) -> tuple[SignIn | None, int] | None:
-    """The register's last sign-in and its tail, or None if the register does not exist."""
-    retries = Retries()
-    while True:
+async def last_sign_in(
+    stream: S2Stream, *, patience: Patience = DEFAULT_PATIENCE
+) -> tuple[SignIn | None, int] | None:
+    """The register's last sign-in and its tail, or None if the register does not exist (reads retried
+    until `patience`'s deadline)."""
+
+    async def read() -> tuple[SignIn | None, int] | None:
         try:
             batch = await stream.read(start=TailOffset(1), limit=ReadLimit(count=1))
         except ReadUnwrittenError as exc:  # an empty register
             return None, exc.tail.seq_num
         except S2ServerError as exc:
-            if exc.status_code == 404:
-                return None
-            await retries.after(exc)
-            continue
-        except S2ClientError as exc:
-            await retries.after(exc)
-            continue
+            if exc.status_code == 404 or is_stream_deleting(exc):
+                return None  # missing, or deleted and still being removed (409): created anew once gone
+            raise
         if not batch.records:  # trimmed by hand to nothing: no sign-in left to go by
             return None, (await stream.check_tail()).seq_num
         rec = batch.records[-1]
         return SignIn.parse(bytes(rec.body)), rec.seq_num + 1
 
+    return await patiently(patience, f"reading the sign-in register {stream.name!r}", read)
 
-async def still_last(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
+
+async def still_last(
+    basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
+) -> bool:
     """Whether `me`, signed in, is still its partition's last sign-in (one record read): then no later
     attempt of the partition has signed in since, so none has fenced anything (every task attempt signs in
     before its first fence). FencedError if a later attempt, micro-batch or epoch signed in since; False
     when the register cannot tell (missing, or its last record is not a sign-in of this writer that
     orders against `me`): the caller then scans the stream's fence records instead."""
     name = roll.register(me.attempt.partition)
-    found = await last_sign_in(basin.stream(name))
+    found = await last_sign_in(basin.stream(name), patience=patience)
     if found is None or found[0] is None:
         return False
     last = found[0]
@@ -194,26 +199,29 @@ async def still_last(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
     return False
 
 
-async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
+async def sign_in(
+    basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
+) -> bool:
     """Sign `me` in; True if an earlier attempt of its partition signed in for the same micro-batch.
 
     Raises FencedError if a later attempt of its partition, or an attempt of a later micro-batch or epoch,
-    signed in first.
+    signed in first. Failures another attempt may fix are retried until `patience`'s deadline (a sign-in
+    is conditional, and the next read tells whether one whose outcome was unknown landed).
     """
     name = roll.register(me.attempt.partition)
     stream = basin.stream(name)
-    retries = Retries()
+    retrying = Retrying(patience, f"signing in to {name!r}")
     created = False
     decided: bool | None = None  # the decision behind our last append, if it may have landed
     while True:
-        found = await last_sign_in(stream)
+        found = await last_sign_in(stream, patience=patience)
         if found is None:  # the partition's first sign-in (or the register was deleted)
             if created:
                 raise FencedError(
                     f"exactly-once: the sign-in register {name!r} of partition {me.attempt.partition} "
                     "is missing again right after it was created; the task stops without writing"
                 )
-            await basin.ensure_stream(name, config=_CONFIG)
+            await patiently(patience, f"creating {name!r}", lambda: create_if_missing(basin, name, _CONFIG))
             created = True
             continue
         last, tail = found
@@ -229,9 +237,10 @@ async def sign_in(basin: S2Basin, roll: RollCall, me: SignIn) -> bool:
         except SeqNumMismatchError:
             continue  # another attempt of this partition signed in between: decide again
         except (S2ClientError, S2ServerError) as exc:
-            if isinstance(exc, S2ServerError) and exc.status_code == 404:
+            if isinstance(exc, S2ServerError) and (exc.status_code == 404 or is_stream_deleting(exc)):
                 continue  # deleted since we read it: the next read creates it
-            await retries.after(exc)  # may have landed: the next read tells
+            await retrying.after(exc)  # may have landed: the next read tells
+    retrying.progress()
     assert decided is not None
     log.debug("signed in %s to %s at %s (earlier attempt: %s)", me, name, tail, decided)
     return decided

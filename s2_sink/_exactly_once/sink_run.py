@@ -47,8 +47,10 @@ from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.roll_call import RollCall
-from s2_sink._exactly_once.takeover import check_not_lost
+from s2_sink._exactly_once.shape import WriteShape, check_restart
+from s2_sink._exactly_once.takeover import check_not_lost, check_not_renamed
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
@@ -142,13 +144,24 @@ def open_sink_run(
     static_streams: Sequence[str],
     *,
     trust_partitioning: bool = False,
+    shape: WriteShape | None = None,
 ) -> SinkRun:
     """Plan one micro-batch execution: continue this process's epoch with an ``intent`` when its last
-    execution committed and nothing was appended since, else open a new epoch (static streams fenced)."""
+    execution committed and nothing was appended since, else open a new epoch (static streams fenced).
+    `shape` is what the writer's options make of a row: recorded with the announcement, and checked
+    against the ledger's when the batch is in flight (`shape.check_restart`)."""
     key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
     last = _planned.pop(key, None)  # a failure below leaves no entry: the next planning opens an epoch
     run, reused = _runtime.run(
-        _plan(cfg, writer_id, query_id, static_streams, last=last, trust_partitioning=trust_partitioning)
+        _plan(
+            cfg,
+            writer_id,
+            query_id,
+            static_streams,
+            last=last,
+            trust_partitioning=trust_partitioning,
+            shape=shape,
+        )
     )
     _planned[key] = run
     log.info(
@@ -171,6 +184,7 @@ async def _plan(
     *,
     last: SinkRun | None,
     trust_partitioning: bool,
+    shape: WriteShape | None,
 ) -> tuple[SinkRun, bool]:
     if last is not None:
         ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
@@ -181,10 +195,11 @@ async def _plan(
             # retry's generation barrier, as S2Writer's across the batches of a run). Announce the next
             # batch under a fresh execution id, so the ledger shows whether *this* execution committed.
             _check_driver_identity(before, writer_id, query_id)
+            _check_changes(before, shape, writer_id)
             roll = Coordinator(cfg, writer_id).roll_call()
             plan_id = uuid.uuid4().hex
             ends = EndsRef.of(writer_id, before.ends, state_at=ledger.state_at, keep=static_streams)
-            await ledger.append(replace(ledger.intended(before.committed + 1), run=plan_id))
+            await ledger.append(replace(ledger.intended(before.committed + 1, shape), run=plan_id))
             assert ledger.tail is not None
             return _shipped(
                 SinkRun(
@@ -201,7 +216,10 @@ async def _plan(
                     trust_partitioning=trust_partitioning,
                 )
             ), True
-    return await _open(cfg, writer_id, query_id, static_streams, trust_partitioning), False
+    opened = await _open(
+        cfg, writer_id, query_id, static_streams, trust_partitioning=trust_partitioning, shape=shape
+    )
+    return opened, False
 
 
 async def _open(
@@ -209,18 +227,24 @@ async def _open(
     writer_id: str,
     query_id: str | None,
     static_streams: Sequence[str],
+    *,
     trust_partitioning: bool,
+    shape: WriteShape | None,
 ) -> SinkRun:
     """A new epoch: ledger ``open`` record (which announces the batch after the last commit), static
     streams fenced. Its scope stays ``batch``: each of its batches is announced by the record right before
     it, so a commit leaves nothing in flight (docs/exactly-once.md, format("s2"))."""
     coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
     before = await coord.load()
-    if before.kind == "none":  # a new writer, or one whose ledger was deleted (then it stops)
-        await check_not_lost(get_pool().client(cfg).basin(cfg.basin), writer_id)
+    if before.kind == "none":  # a new writer, a renamed one (refused), or one whose ledger was deleted
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        await check_not_renamed(basin, writer_id, query_id, cfg=cfg)
+        what = f"listing the sign-in registers of {writer_id!r}"
+        await patiently(Patience.of(cfg), what, lambda: check_not_lost(basin, writer_id))
     _check_driver_identity(before, writer_id, query_id)
+    _check_changes(before, shape, writer_id)
     ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
-    token = await coord.open_run("batch")
+    token = await coord.open_run("batch", announce=shape)
     opened, tail = coord.ledger_position()
     roll = coord.roll_call()
     return _shipped(
@@ -256,6 +280,21 @@ def _shipped(run: SinkRun) -> SinkRun:
     return replace(run, before=replace(run.before, ends={}), opened=replace(run.opened, ends={}))
 
 
+def _check_changes(before: LedgerState, shape: WriteShape | None, writer_id: str) -> None:
+    """What this execution's options change against the ledger's (ConfigError for a change the batch in
+    flight, the one after the last commit, cannot survive; logged once otherwise)."""
+    if shape is None:
+        return
+    in_flight = before.committed + 1 if before.may_have_written_next else None
+    changes = check_restart(before.shapes, shape, in_flight=in_flight, writer_id=writer_id)
+    if changes:
+        log.warning(
+            "exactly-once: writer %s goes on from its ledger under changed options (%s)",
+            writer_id,
+            "; ".join(changes),
+        )
+
+
 def _check_driver_identity(before: LedgerState, writer_id: str, query_id: str | None) -> None:
     if query_id is not None and before.query_id not in (None, query_id):
         # Refused on the driver when it knows the query; the tasks check it too (check_identity).
@@ -270,11 +309,12 @@ def commit_sink_run(
     ends: Mapping[str, int],
     *,
     query_id: str | None = None,
+    shape: WriteShape | None = None,
 ) -> None:
     """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported);
-    `query_id` is the streaming query id the tasks saw."""
+    `query_id` is the streaming query id the tasks saw, `shape` what the options make of a row."""
     _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends, query_id=query_id))
+    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends, query_id=query_id, shape=shape))
     _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
 
@@ -286,6 +326,7 @@ async def _commit(
     ends: Mapping[str, int],
     *,
     query_id: str | None,
+    shape: WriteShape | None,
 ) -> None:
     ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
     if run is not None and run.opened is not None:
@@ -304,5 +345,5 @@ async def _commit(
             return
         committed = max(batch_id, state.committed)
     # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
-    await ledger.append(ledger.committed(committed, dict(ends), query_id))
+    await ledger.append(ledger.committed(committed, dict(ends), query_id, shape))
     log.info("exactly-once: writer %s committed batch %s (%s)", writer_id, batch_id, run.run if run else "-")

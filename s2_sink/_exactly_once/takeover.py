@@ -1,22 +1,31 @@
-"""Take-overs between exactly-once identities, decided rather than guessed.
+"""Take-overs between exactly-once identities, decided on evidence rather than guessed.
 
-A writer whose ledger is empty is either new, or goes on with what another identity wrote to the same
-destination under another name: the bare query id of older versions (before identities covered the
-destination), or a ``writer_id`` spelled anew on the same checkpoint (Spark Connect needs an explicit one,
-so a notebook may rename it). That other identity may have committed batches Spark replays, or left one
-half-written; writing as a new identity would duplicate both. So at its first start a new identity looks
-for its predecessor:
+An identity is the query id or an explicit ``writer_id`` (`identity`), so a writer whose ledger is empty is
+either new, or the same writer under a new name: a ``writer_id`` spelled anew on the same checkpoint, given
+for the first time, or dropped. That earlier identity may have committed batches Spark replays, or left one
+half-written; writing as a new identity would duplicate both. So at its first start a new identity looks at
+the ledgers of the basin that name the same streaming query:
 
-- the ledger named by ``predecessor`` (the bare query id) when it names no other query, and any ledger whose
-  last state names the same streaming query (both ids known) and the same destination (or none recorded);
-- one found, not taken over already: take it over. Its state (epoch, committed batch, stream ends, and the
-  hash its tokens and chunk tags carry) goes into this ledger, after a ``moved_to`` record in the old one;
-  both appends are conditional, so two claimants cannot both win, and a crash between them is finished by
-  the next start. The writer goes on exactly once from there: a half-written batch is a recovery under the
-  old hash, so its records read back as ours;
-- several found: `WriterConflictError` listing them (name the writer explicitly);
-- none, but where a query id is unknown (Spark Connect) a ledger with the same destination has a batch in
-  flight: `WriterConflictError` naming both writer ids and the fix;
+- a ledger another writer object of this process uses in this start of the query is another writer of the
+  query (`in_use`): never a predecessor;
+- a ledger moved to another identity (``moved_to``) points at that identity's ledger, which is a candidate
+  in its own right; where that take-over was cut between its two appends (the other identity's ledger is
+  still empty), it is finished first, as the other identity's next start would finish it;
+- of the rest, the evidence is the routing each ledger recorded last (`WriteShape.routing`): the one ledger
+  with this writer's routing (or none recorded: ledgers of earlier versions) is taken over — its state
+  (epoch, committed batch, stream ends, configurations in flight, and the hash its tokens and chunk tags
+  carry) goes into this ledger, after a ``moved_to`` record in the old one; both appends are conditional,
+  and a ``moved_to`` naming another identity (two drivers starting together under new ids) is a
+  `WriterConflictError` naming both, so two claimants never both win. The writer then goes on exactly once:
+  a half-written batch is a recovery under the old hash (its records read back as ours), and a change of
+  configuration is checked as for any restart (`shape`). Several with this routing: `WriterConflictError`
+  listing them;
+- ledgers with another routing are other writers of the query, or this one renamed with a new routing:
+  the two cannot be told apart. Where that matters for this micro-batch (one of them has it in flight, or
+  committed it while Spark replays it), `WriterConflictError` naming them and the safe fixes; otherwise the
+  writer starts anew (each batch it writes is new to all of them);
+- where the query id is unknown (Spark Connect), ledgers cannot be matched to the query: a ledger with this
+  routing and a batch in flight under another ``writer_id`` is a `WriterConflictError` naming both ids;
 - otherwise a new writer — unless its own task attempts' sign-in registers exist (`check_not_lost`): only
   a started writer has them, so its ledger was deleted or recreated empty. What it committed and left half
   written is gone with it, so the writer stops (`CommitError` naming the registers and the fix) rather than
@@ -29,19 +38,46 @@ read of each ledger's last state, and one listing of the identity's registers.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from s2_sdk import S2Basin
 
 from s2_sink._exactly_once.fencing import writer_hash
-from s2_sink._exactly_once.ledger import LEDGER_PREFIX, Ledger, LedgerState, ledger_stream_name
+from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name, peek_all
 from s2_sink._exactly_once.roll_call import REGISTER_PREFIX
+from s2_sink._exactly_once.shape import WriteShape
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
-__all__ = ["check_destination", "check_not_lost", "take_over"]
+__all__ = ["check_not_lost", "check_not_moved", "check_not_renamed", "mark_moved", "take_over"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """Another identity's ledger that names this query."""
+
+    ledger: Ledger
+    state: LedgerState
+
+    @property
+    def writer_id(self) -> str:
+        return self.ledger.writer_id
+
+    def routing(self) -> str:
+        return self.state.shapes[-1].routing if self.state.shapes else "(not recorded)"
+
+    def matters_for(self, batch_id: int) -> bool:
+        """Whether this ledger has `batch_id` in flight or committed (a replay Spark runs again)."""
+        return self.state.may_have_written_next or batch_id <= self.state.committed
+
+    def described(self) -> str:
+        st = self.state
+        where = "committed" if st.committed >= 0 else "no batch committed"
+        flight = ", the next in flight" if st.may_have_written_next else ""
+        return f"{self.writer_id!r} ({self.routing()}; {where} up to {st.committed}{flight})"
 
 
 async def take_over(
@@ -49,109 +85,175 @@ async def take_over(
     ledger: Ledger,
     *,
     query_id: str | None,
-    destination: str | None,
-    predecessor: str | None,
+    shape: WriteShape | None,
+    batch_id: int,
+    in_use: Callable[[str], bool] = lambda _: False,
     cfg: S2Config | None = None,
 ) -> LedgerState | None:
-    """Take over the predecessor of `ledger`'s (empty) identity, if it has one; its state, now `ledger`'s."""
-    names = [predecessor] if predecessor is not None else []
-    if destination is not None:
-        listed = [
-            info.name[len(LEDGER_PREFIX) :] async for info in basin.list_all_streams(prefix=LEDGER_PREFIX)
-        ]
-        names += [n for n in listed if n not in names]
-    found: list[tuple[Ledger, LedgerState]] = []
-    for name in names:
-        if name == ledger.writer_id:
-            continue
-        other = Ledger(basin, name, cfg=cfg)
-        peeked = await other.peek()
-        if peeked is None or peeked[1].kind == "none":
-            continue
-        state = peeked[1]
-        if state.moved_to is not None and state.moved_to != ledger.writer_id:
-            continue  # another identity took it over
-        if _continues(state, name, query_id, destination, predecessor):
-            found.append((other, state))
-        elif _in_flight_elsewhere(state, query_id, destination):
-            raise WriterConflictError(
-                f"writer_id {ledger.writer_id!r} writes to {destination}, where writer_id {name!r} has "
-                f"micro-batch {state.intent if state.intent is not None else state.committed + 1} in flight "
-                "(its ledger has no commit for it) and the query id that would tell whether both are the "
-                f"same query is not known here. If this is the same query under a new writer_id, restart it "
-                f"once with writer_id={name!r} to finish that batch exactly once, then rename; if that batch "
-                f"is abandoned, run `s2-sink ledger reset {name}`"
-            )
-    if not found:
-        return None
-    if len(found) > 1:
+    """Take over the identity whose batches `ledger`'s (empty) identity goes on with, if there is one; its
+    state, now `ledger`'s. `in_use` says whether another writer object of this process writes under an
+    identity in this start of the query."""
+    me = ledger.writer_id
+    states = {w: st for w, st in (await peek_all(basin, cfg=cfg)).items() if w != me and st.kind != "none"}
+    found: list[_Found] = []
+    for name, state in states.items():
+        other = _Found(Ledger(basin, name, cfg=cfg), state)
+        if query_id is None or not _names_query(state, name, query_id):
+            _refuse_in_flight_elsewhere(me, other, query_id, shape)
+        elif state.moved_to == me:  # a take-over of ours that a crash interrupted: finish it
+            return await _move(ledger, other)
+        elif state.moved_to is not None:  # points at its successor, a candidate in its own right
+            if state.moved_to not in states and _related(state, shape):
+                # The successor's take-over was cut between its two appends: finish it as the successor's
+                # next start would (the same conditional appends), then go on from the successor.
+                successor = Ledger(basin, state.moved_to, cfg=cfg)
+                await successor.load()
+                if successor.state.kind == "none":
+                    await _move(successor, other)
+                found.append(_Found(successor, successor.state))
+        elif not in_use(name):  # else another writer of this query, writing in this start
+            found.append(other)
+    return await _decide(ledger, found, shape, batch_id)
+
+
+async def _decide(
+    ledger: Ledger, found: list[_Found], shape: WriteShape | None, batch_id: int
+) -> LedgerState | None:
+    """Of this query's ledgers, take over the one with this writer's routing; where none has it, refuse
+    if one of them has `batch_id` in flight or committed (see the module docstring)."""
+    me = ledger.writer_id
+    related = [f for f in found if _related(f.state, shape)]
+    if len(related) > 1:
         raise WriterConflictError(
-            f"writer_id {ledger.writer_id!r}: several ledgers wrote this query's batches to {destination} "
-            f"({', '.join(repr(o.writer_id) for o, _ in found)}); name the writer explicitly "
-            "(writer_id=...) with the one to go on from"
+            f"writer_id {me!r}: several ledgers wrote this query's batches with its routing "
+            f"({', '.join(f.described() for f in related)}); name the writer explicitly (writer_id=...) with "
+            "the one to go on from"
         )
-    other, state = found[0]
-    return await _move(ledger, other, state)
+    if related:
+        return await _move(ledger, related[0])
+    blocking = [f for f in found if f.matters_for(batch_id)]
+    if blocking:
+        mine = shape.routing if shape is not None else "(not recorded)"
+        raise WriterConflictError(
+            f"writer_id {me!r} ({mine}) starts without a ledger at micro-batch {batch_id}, and this "
+            f"query's ledger {', '.join(f.described() for f in blocking)} has that batch in flight or "
+            "committed under another routing. It is either another writer of this query, or this "
+            "writer's before a rename that also changed its routing; the two cannot be told apart, and a "
+            f"wrong guess would write micro-batch {batch_id} twice or lose it. If it is another writer of "
+            "the query, call that writer before this one in the foreachBatch function (it goes on from its "
+            "ledger, and this one then starts anew); if it is this writer, restart once with its previous "
+            f"writer_id and routing so micro-batch {batch_id} finishes, then change both"
+        )
+    return None
 
 
-def _continues(
-    state: LedgerState, name: str, query_id: str | None, destination: str | None, predecessor: str | None
-) -> bool:
-    """Whether the identity `name` wrote the batches this one goes on with."""
-    same_dest = state.dest is None or state.dest == destination
-    if name == predecessor:
-        return same_dest and state.query_id in (None, query_id)
-    return query_id is not None and state.query_id == query_id and same_dest
+def _names_query(state: LedgerState, name: str, query_id: str) -> bool:
+    """Whether the ledger `name` wrote batches of query `query_id`: it records that query id, or it is the
+    query's default identity (the query id itself) and records none (a ledger of an earlier version)."""
+    return state.query_id == query_id or (name == query_id and state.query_id is None)
 
 
-def _in_flight_elsewhere(state: LedgerState, query_id: str | None, destination: str | None) -> bool:
-    """A batch in flight under another identity with this destination, whose query cannot be compared."""
-    unknown_query = query_id is None or state.query_id is None
-    return (
-        unknown_query
-        and destination is not None
-        and state.dest == destination
-        and state.kind in ("open", "intent")
+def _related(state: LedgerState, shape: WriteShape | None) -> bool:
+    """Whether the routing a ledger recorded last is `shape`'s (or either is unknown: nothing says it is
+    not)."""
+    return shape is None or not state.shapes or state.shapes[-1].routing == shape.routing
+
+
+def _refuse_in_flight_elsewhere(
+    me: str, other: _Found, query_id: str | None, shape: WriteShape | None
+) -> None:
+    """Where the query ids cannot be compared, a ledger with this routing and a batch in flight under
+    another identity may be this writer's, renamed: WriterConflictError naming both ids and the fix."""
+    state = other.state
+    comparable = query_id is not None and state.query_id is not None
+    same_routing = shape is not None and bool(state.shapes) and _related(state, shape)
+    if comparable or not same_routing or state.moved_to is not None or state.kind not in ("open", "intent"):
+        return
+    batch = state.intent if state.intent is not None else state.committed + 1
+    raise WriterConflictError(
+        f"writer_id {me!r} writes with routing {shape.routing if shape else '-'}, where writer_id "
+        f"{other.writer_id!r} has micro-batch {batch} in flight (its ledger has no commit for it) and the "
+        "query id that would tell whether both are the same query is not known here. If this is the same "
+        f"query under a new writer_id, restart it once with writer_id={other.writer_id!r} to finish that "
+        "batch exactly once, then rename; if that batch is abandoned, run "
+        f"`s2-sink ledger reset {other.writer_id}`"
     )
 
 
-async def _move(ledger: Ledger, other: Ledger, state: LedgerState) -> LedgerState:
-    """Copy `other`'s state into `ledger` after marking `other` as moved (both conditional appends)."""
-    await other.load()
-    if other.state.moved_to is None:
-        await other.append(replace(other.state, moved_to=ledger.writer_id))
-    carried = replace(
-        other.state,
-        moved_to=None,
-        writer=other.state.writer or writer_hash(other.writer_id),
-    )
+async def _move(ledger: Ledger, other: _Found) -> LedgerState:
+    """Copy `other`'s state into `ledger` after marking `other` as moved to it (both conditional appends).
+    A ``moved_to`` naming another identity, there already or landing first, is a WriterConflictError: a
+    take-over is exclusive."""
+    me = ledger.writer_id
+    old = other.ledger
+    await mark_moved(old, me)
+    carried = replace(old.state, moved_to=None, writer=old.state.writer or writer_hash(old.writer_id))
     await ledger.append(carried)
     log.warning(
         "exactly-once: writer %s takes over from writer %s (its ledger: %s of batch %s, epoch %s): "
         "batches it committed are not written again, and a batch it left half-written is recovered",
-        ledger.writer_id,
-        other.writer_id,
-        state.kind,
-        state.committed,
-        state.epoch,
+        me,
+        old.writer_id,
+        carried.kind,
+        carried.committed,
+        carried.epoch,
     )
     return ledger.state
 
 
-def check_destination(state: LedgerState, writer_id: str, destination: str | None) -> None:
-    """Refuse a writer whose destination differs from the one its ledger recorded (WriterConflictError):
-    two writers sharing one explicit writer_id would share one ledger and skip each other's batches."""
-    if state.moved_to is not None:
+async def mark_moved(old: Ledger, me: str) -> None:
+    """Make `old`'s last record say it moved to `me` (a conditional append); WriterConflictError naming both
+    when it names another identity, there already or landing first: a take-over is exclusive."""
+    await old.load()
+    if old.state.moved_to is None:
+        try:
+            await old.append(replace(old.state, moved_to=me))
+        except WriterConflictError as exc:  # another append landed first: whose?
+            await old.load()
+            if old.state.moved_to in (None, me):
+                raise
+            raise _claimed(me, old.writer_id, old.state.moved_to) from exc
+    elif old.state.moved_to != me:
+        raise _claimed(me, old.writer_id, old.state.moved_to)
+
+
+def _claimed(me: str, old: str, other: str) -> WriterConflictError:
+    return WriterConflictError(
+        f"writer_id {me!r} would take over writer_id {old!r}, but writer_id {other!r} took it over first "
+        "(two drivers of the query starting together under new writer ids?). One query has one writer per "
+        f"target: stop the other driver, or write as {other!r}"
+    )
+
+
+async def check_not_renamed(
+    basin: S2Basin, writer_id: str, query_id: str | None, *, cfg: S2Config | None = None
+) -> None:
+    """``format("s2")``: refuse a new identity (its ledger empty) for a query whose batches another
+    identity's ledger holds (WriterConflictError naming it): a renamed ``s2.writer-id``, or one set or
+    dropped, on the same checkpoint would write a batch in flight or committed there again. The sink does
+    not take ledgers over (its driver does not know the batch it plans); the fix is the previous name."""
+    if query_id is None:
+        return
+    states = {w: st for w, st in (await peek_all(basin, cfg=cfg)).items() if w != writer_id}
+    holders = [w for w, st in states.items() if _names_query(st, w, query_id) and st.moved_to is None]
+    if holders:
         raise WriterConflictError(
-            f"writer_id {writer_id!r} was taken over by writer_id {state.moved_to!r}, which goes on with its "
-            f"batches: write as {state.moved_to!r}"
+            f"option s2.writer-id: this query ({query_id}) wrote its micro-batches as writer_id "
+            f"{holders[0]!r}, and now writes as {writer_id!r}, whose ledger is empty: a batch in flight or "
+            f"committed under {holders[0]!r} would be written again. Write as {holders[0]!r} (set "
+            f"s2.writer-id={holders[0]} again, or drop it if that is the query id); a new query (a new "
+            "checkpoint) may take any new name"
         )
-    if destination is None or state.dest is None or state.dest == destination:
+
+
+def check_not_moved(state: LedgerState, writer_id: str) -> None:
+    """Refuse an identity whose ledger another identity took over (WriterConflictError naming it)."""
+    if state.moved_to is None:
         return
     raise WriterConflictError(
-        f"writer_id {writer_id!r} writes to {state.dest} (its ledger says so), but this writer writes to "
-        f"{destination}: two writers cannot share a writer_id. Give each its own writer_id, or none (the "
-        "default identity covers the destination)"
+        f"writer_id {writer_id!r} was taken over by writer_id {state.moved_to!r}, which goes on with its "
+        f"batches: write as {state.moved_to!r}; a writer of another target of the query needs a writer_id of "
+        "its own"
     )
 
 

@@ -59,6 +59,7 @@ from s2_sink._exactly_once.resets import stream_reset
 from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in, still_last
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.retry import Patience
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.encoders._frame import DLQ_ROW_HASH
 from s2_sink.errors import FencedError, ReplayMismatchError
@@ -99,7 +100,8 @@ def _attendance(cfg: S2Config, roll: RollCall, signed: SignIn) -> Attendance:
     """The zombie check by `signed`'s register (`roll_call.still_last`), asked afresh on every call."""
 
     async def still() -> bool:
-        return await still_last(get_pool().client(cfg).basin(cfg.basin), roll, signed)
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        return await still_last(basin, roll, signed, patience=Patience.of(cfg))
 
     return still
 
@@ -159,7 +161,9 @@ class TokenKeeper:
             me=task.attempt,
             since=end or 0,
             end=end,
+            writer_id=self.written.writer_id,
             attendance=task.attendance,
+            patience=Patience.of(self.cfg),
         )
         return str(result.token)
 
@@ -271,7 +275,7 @@ class Dedupe:
         # earlier attempt of this partition may have written (and stops a late zombie before it writes).
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
         signed = SignIn(self.writer, self.epoch, ctx.batch_id, me)
-        earlier = _runtime.run(sign_in(basin, self.roll, signed))
+        earlier = _runtime.run(sign_in(basin, self.roll, signed, patience=Patience.of(self.cfg)))
         retry = earlier or ctx.attempt_number > 0
         _current_task.set(_Task(me, self.starts, _attendance(self.cfg, self.roll, signed)))
         if not retry and not self.recovery:
@@ -305,7 +309,9 @@ class Dedupe:
             me=me,
             since=end or 0,
             end=end,
+            writer_id=self.starts.writer_id,
             attendance=_attendance(self.cfg, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)),
+            patience=Patience.of(self.cfg),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
@@ -330,9 +336,10 @@ class Dedupe:
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
             owns=None if owner is None or not recovery else owner.check(partition),
+            patience=Patience.of(self.cfg),
         )
         if found.end < found.start:  # a tail below the committed end: the range read was empty, not done
-            raise stream_reset(stream, found.start, found.end)
+            raise stream_reset(stream, found.start, found.end, self.starts.writer_id)
         log.info(
             "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
             "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",

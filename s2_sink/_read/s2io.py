@@ -3,7 +3,9 @@
 The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
 client of ``s2_sink._transport.session_pool``, like the writer's: reads honour the same timeouts, retries and
 compression, and a reused Python worker keeps its connections warm from one task or planning call to the
-next. SDK failures surface as ``ReadError`` naming the basin and the streams, with the SDK error chained.
+next. Failures another attempt may fix are retried until the delivery deadline (``s2.delivery-timeout-ms``:
+every call here is a read); then, and for any other failure, they surface as ``ReadError`` naming the basin
+and the streams, with the SDK error chained.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import s2_sdk
 
 from s2_sink._read.session import RUN_RECORDS, read_columns
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.explain import explain
+from s2_sink._transport.explain import explain, is_stream_deleting
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.read.batch import Positions, RecordColumns
@@ -53,7 +56,8 @@ def _words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
 def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
     async def main() -> _T:
         # The pool is touched only from the loop, so the client is looked up there.
-        return await op(get_pool().client(cfg).basin(cfg.basin))
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        return await patiently(Patience.of(cfg), what, lambda: op(basin))
 
     try:
         return _runtime.run(main())
@@ -115,8 +119,8 @@ async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
     try:
         return await _tail_of(basin, stream)
     except s2_sdk.S2ServerError as exc:
-        if exc.status_code == 404:
-            return None
+        if exc.status_code == 404 or is_stream_deleting(exc):
+            return None  # gone, or deleted and still being removed (S2 answers 409 until it is gone)
         raise
 
 
@@ -160,29 +164,44 @@ def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
 
 def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
     """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
-    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not)."""
+    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not).
+    Trimmed records cost nothing: a range that starts in a trimmed gap spans it."""
 
     async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
+        handle = basin.stream(stream)
         end, used = first, 0
         # The server applies the byte limit (whole records only), so only what fits is transferred.
-        async with basin.stream(stream).read_session(
-            start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
-        ) as session:
-            async for batch in session:
-                for record in batch.records:
-                    # Trimmed records cost nothing here: the batch spans them and its tasks report the loss.
-                    if record.seq_num >= stop:
-                        return stop, used
-                    end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        try:
+            async with handle.read_session(
+                start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
+            ) as session:
+                async for batch in session:
+                    for record in batch.records:
+                        # Trimmed records cost nothing: the batch spans them and its tasks report the loss.
+                        if record.seq_num >= stop:
+                            return stop, used
+                        end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        except s2_sdk.ReadUnwrittenError:
+            return stop, 0  # everything from ``first`` on is gone (as a server that answers 416 puts it)
+        if end == first:
+            end = await _past_trimmed(handle, first, stop)
         return end, used
 
+    return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
+
+
+async def _past_trimmed(handle: s2_sdk.S2Stream, first: int, stop: int) -> int:
+    """Where a byte-capped read from ``first`` that returned nothing may end: no record fits, or none is
+    left there. S2 answers a read below the trim point with what is left (``read.rs``,
+    ``read_start_seq_num``: 200, not 416), so the first record kept tells them apart: a trimmed gap before
+    it is spanned, up to ``stop``."""
     try:
-        return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
-    except ReadError as exc:
-        if isinstance(exc.__cause__, s2_sdk.ReadUnwrittenError):
-            # Everything from ``first`` on was trimmed: span it, the tasks report the loss.
-            return stop, 0
-        raise
+        batch = await handle.read(start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError:
+        return stop  # nothing left at all (as a server that answers 416 there puts it)
+    if not batch.records:
+        return stop  # everything from ``first`` on was trimmed
+    return min(int(batch.records[0].seq_num), stop)
 
 
 async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
@@ -214,7 +233,10 @@ async def _range_columns(
     # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
-        async for batch in read_columns(handle, first, stop - first, run_records=run_records):
+        patience = Patience.of(cfg)
+        async for batch in read_columns(
+            handle, first, stop - first, run_records=run_records, patience=patience
+        ):
             for lo, hi in missing(batch.seq_nums, expected, stop):
                 on_gap(lo, hi)
             expected = int(batch.seq_nums[-1]) + 1

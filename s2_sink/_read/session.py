@@ -13,9 +13,10 @@ server keeps reading ahead within HTTP/2 flow control), as the SDK's own session
 
 It behaves as the SDK's bounded session does (``s2_sdk._s2s._read_session.run_read_session``): the
 same request (``GET /v1/streams/{stream}/records?seq_num=&count=`` with ``content-type: s2s/proto``),
-the same heartbeat timeout, the same retries (``retry`` of the client: backoff, attempts reset by each
-message, reconnects on server advice or draining, resuming after the last record delivered with the
-count that is left), the same errors (``parse_error_info``: a 416 raises ``ReadUnwrittenError``).
+the same heartbeat timeout, reconnects on server advice or draining, resuming after the last record
+delivered with the count that is left, the same errors (``parse_error_info``: a 416 raises
+``ReadUnwrittenError``). Its retries are the sink's (`s2_sink._transport.retry`): backoff until the
+delivery deadline, which each message received starts again.
 One thing differs on the wire: it tells the server that its connections take DATA frames of up to 1 MiB
 (`_MAX_FRAME_SIZE`), where the SDK leaves HTTP/2's 16 KiB.
 """
@@ -34,6 +35,7 @@ from h2.settings import SettingCodes
 
 from s2_sink._transport import h2_frame_text as _h2_frame_text
 from s2_sink._transport import sdk
+from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying
 from s2_sink._transport.sdk import (
     AdvisedReconnectLimiter,
     HttpClient,
@@ -41,8 +43,6 @@ from s2_sink._transport.sdk import (
     ReadTimeoutError,
     S2ClientError,
     TransportError,
-    compute_backoff,
-    http_retry_on,
     parse_error_info,
     read_messages,
     requires_reconnect,
@@ -77,17 +77,18 @@ async def read_columns(
     *,
     run_records: int = RUN_RECORDS,
     run_bytes: int = RUN_BYTES,
+    patience: Patience = DEFAULT_PATIENCE,
 ) -> AsyncGenerator[RecordColumns, None]:
     """The records from seq_num ``first`` on, at most ``count`` of them, in runs (never empty) of whole
     messages: a run is handed out once it holds ``run_records`` records or ``run_bytes`` bytes of messages,
     and at the end.
 
-    Ends at the count or at the tail (it never waits for new records), like a bounded SDK session.
+    Ends at the count or at the tail (it never waits for new records), like a bounded SDK session. A failed
+    session is resumed after the last record received, until `patience`'s deadline passes without a message.
     """
-    client, retry = sdk.stream_transport(handle)
+    client = sdk.stream_transport(handle)
     headers = _request_headers(handle)
-    max_retries = sdk.max_retries(retry)
-    attempt = 0
+    retrying = Retrying(patience, f"reading {handle.name!r} from seq_num {first}")
     reconnects = AdvisedReconnectLimiter()
     next_seq, remaining = first, count
     run = ReadRun()  # records already received stay in it across retries: the session resumes after them
@@ -103,7 +104,7 @@ async def read_columns(
                 await _advertise_large_frames(client)
                 advice_seen = False
                 async for message in _within_heartbeats(read_messages(response.aiter_bytes())):
-                    attempt = 0
+                    retrying.progress()
                     if message.reconnect_advised and not advice_seen:  # act on the first advice only
                         advice_seen = True
                         response.retire_connection()
@@ -115,16 +116,13 @@ async def read_columns(
                         break
             if not reconnect:
                 break
-        except (s2_sdk.S2Error, TransportError) as exc:  # what the SDK's retry rules judge
-            backoff = _retry_after(exc, attempt, max_retries, retry, reconnects, done=remaining == 0)
-            if backoff is None:
-                break
-            if not requires_reconnect(exc):
-                attempt += 1
-            log.debug(
-                "s2 source: retrying read session stream=%s error=%s backoff=%.3fs", handle.name, exc, backoff
-            )
-            await asyncio.sleep(backoff)
+        except (s2_sdk.S2Error, TransportError) as exc:
+            if requires_reconnect(exc):  # the server drains or retired the connection: at once, elsewhere
+                if remaining == 0:
+                    break
+                reconnects.record_reconnect()
+                continue
+            await retrying.after(exc)
     if run.records:
         yield run.take()
 
@@ -173,28 +171,3 @@ def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
     if key is not None:
         headers[sdk.ENCRYPTION_KEY_HEADER] = key
     return headers
-
-
-def _retry_after(
-    exc: Exception,
-    attempt: int,
-    max_retries: int,
-    retry: s2_sdk.Retry,
-    reconnects: AdvisedReconnectLimiter,
-    *,
-    done: bool,
-) -> float | None:
-    """Seconds to wait before resuming after ``exc``, None to end quietly; re-raises what is final."""
-    must_reconnect = requires_reconnect(exc)
-    if must_reconnect and done:
-        return None
-    if not (http_retry_on(exc) and (must_reconnect or attempt < max_retries)):
-        raise exc
-    if must_reconnect:
-        reconnects.record_reconnect()
-        return 0.0
-    return compute_backoff(
-        attempt,
-        min_base_delay=retry.min_base_delay.total_seconds(),
-        max_base_delay=retry.max_base_delay.total_seconds(),
-    )

@@ -7,9 +7,14 @@ The cases told apart:
 - 401: the token was refused (`TOKEN_HINT`, the same everywhere); 403: it lacks a permission;
 - 404 ``basin_not_found`` (``create_streams`` cannot help: it creates streams, not basins) and 404
   ``stream_not_found`` (it can); any other 404 comes from something that is not S2 (a proxy, a web server);
+- 409 ``stream_deletion_pending``: the stream was deleted and S2 is still removing it (S2 answers it until the
+  deletion completes, then 404); ``basin_deletion_pending`` likewise for the basin;
 - transport failures: a host that does not resolve (named), a refused connection, a connection closed
   before HTTP/2 started (a plain HTTP/1 server, or ``http://`` to a TLS port), and no answer within the
   request timeout.
+
+A failure the retries gave up on at the delivery deadline carries `deadline_note` (`_transport.retry`
+adds it), which the words end with: how long it was retried and the option that allows longer.
 """
 
 from __future__ import annotations
@@ -21,10 +26,25 @@ from urllib.parse import urlsplit
 
 from s2_sdk import S2ClientError, S2ServerError
 
-from s2_sink._transport.sdk import ConnectError, ReadTimeoutError, TransportError
+from s2_sink._transport.sdk import (
+    AppendIndefiniteFailureError,
+    ConnectError,
+    ReadTimeoutError,
+    TransportError,
+)
 from s2_sink.config import S2Config
 
-__all__ = ["TOKEN_HINT", "Explained", "FailureKind", "basin_endpoint", "explain", "is_s2_not_found"]
+__all__ = [
+    "TOKEN_HINT",
+    "Explained",
+    "FailureKind",
+    "basin_endpoint",
+    "deadline_note",
+    "explain",
+    "is_s2_not_found",
+    "is_stream_deleting",
+    "past_deadline",
+]
 
 FailureKind = Literal["token", "permission", "basin", "stream", "not_s2", "unreachable", "refused", "other"]
 
@@ -34,8 +54,10 @@ TOKEN_HINT: Final = (
 )
 """The fix for a 401, worded once for every path."""
 
+_DEADLINE: Final = "still failing after"
 _SCOPES_HINT: Final = "the permissions each mode needs are listed in docs/operations.md (Token scopes)"
 _S2_NOT_FOUND: Final = frozenset({"basin_not_found", "stream_not_found", "access_token_not_found"})
+_DELETING: Final = frozenset({"basin_deletion_pending", "stream_deletion_pending"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +73,32 @@ def basin_endpoint(cfg: S2Config) -> str:
     return cfg.basin_endpoint.replace("{basin}", cfg.basin)
 
 
+def deadline_note(waited_s: float, timeout_s: float) -> str:
+    """The words for a failure retried until the delivery deadline ran out, naming the option to raise."""
+    option = f"s2.delivery-timeout-ms (S2Config.delivery_timeout_ms, now {round(timeout_s * 1000)})"
+    if timeout_s <= 0:
+        return f"{_DEADLINE} the SDK's retries, not retried further: to ride out outages, raise {option}"
+    return (
+        f"{_DEADLINE} {waited_s:.1f} s of retries, past the delivery deadline: to ride out longer outages, "
+        f"raise {option}"
+    )
+
+
+def past_deadline(exc: BaseException) -> bool:
+    """Whether a retry loop already gave up on `exc` at the delivery deadline (it carries `deadline_note`):
+    a loop around that one does not retry it again."""
+    return any(isinstance(n, str) and n.startswith(_DEADLINE) for n in getattr(exc, "__notes__", ()))
+
+
 def is_s2_not_found(exc: BaseException) -> bool:
     """A 404 that S2 itself sent (a basin or stream that does not exist), not one from something else."""
     return isinstance(exc, S2ServerError) and exc.status_code == 404 and exc.code in _S2_NOT_FOUND
+
+
+def is_stream_deleting(exc: BaseException) -> bool:
+    """S2's 409 ``stream_deletion_pending``: the stream was deleted and is still being removed. Nothing of
+    the request was applied; once the deletion completes the same request gets 404 ``stream_not_found``."""
+    return isinstance(exc, S2ServerError) and exc.status_code == 409 and exc.code == "stream_deletion_pending"
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -104,12 +149,35 @@ def explain(
     stream_fix: str = "create it, or set create_streams=True (s2.create-streams)",
 ) -> Explained:
     """`exc` in words naming the endpoint, basin and `stream`, with the fix; `stream_fix` is the fix for a
-    missing stream on this path (a reader cannot create the stream it reads)."""
-    if isinstance(exc, S2ServerError):
-        return _refusal(exc, cfg, stream, stream_fix)
-    if isinstance(exc, S2ClientError | TransportError | OSError | TimeoutError):
-        return _transport(exc, cfg, basin_endpoint(cfg))
-    return Explained("other", f"basin {cfg.basin!r} at {basin_endpoint(cfg)}: {type(exc).__name__}: {exc}")
+    missing stream on this path (a reader cannot create the stream it reads). The SDK's
+    ``AppendIndefiniteFailureError`` is worded as its last attempt's error."""
+    failed = exc.final_attempt_error if isinstance(exc, AppendIndefiniteFailureError) else exc
+    if isinstance(failed, S2ServerError):
+        said = _refusal(failed, cfg, stream, stream_fix)
+    elif isinstance(failed, S2ClientError | TransportError | OSError | TimeoutError):
+        said = _transport(failed, cfg, basin_endpoint(cfg))
+    else:
+        said = Explained(
+            "other", f"basin {cfg.basin!r} at {basin_endpoint(cfg)}: {type(exc).__name__}: {exc}"
+        )
+    notes = [n for n in getattr(exc, "__notes__", ()) if isinstance(n, str) and n.startswith(_DEADLINE)]
+    return Explained(said.kind, "; ".join([said.message, *notes[:1]]))
+
+
+def _deleting(code: str, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
+    """A basin or stream deleted while in use: S2 answers 409 ``*_deletion_pending`` until it is gone."""
+    where = f"basin {cfg.basin!r} at {basin_endpoint(cfg)}"
+    kind: FailureKind = "basin" if code == "basin_deletion_pending" else "stream"
+    if kind == "basin":
+        what, fix = where, "create it again once it is gone"
+    else:
+        what = f"{f'stream {stream!r}' if stream is not None else 'the stream'} in {where}"
+        fix = stream_fix
+    return Explained(
+        kind,
+        f"{what} is being deleted (409 {code}): it was deleted while in use, and S2 answers so until the "
+        f"deletion completes; {fix}",
+    )
 
 
 def _refusal(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
@@ -123,11 +191,20 @@ def _refusal(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: 
             "permission",
             f"{where}: the access token may not do this (403 {code}: {exc.message}); {_SCOPES_HINT}",
         )
+    if status == 409 and code in _DELETING:
+        return _deleting(code, cfg, stream, stream_fix)
     if status != 404 or code == "access_token_not_found":
         target = f" on stream {stream!r}" if stream is not None else ""
         return Explained(
             "refused", f"{where} refused the request{target}: {exc.message} (HTTP {status}, {code})"
         )
+    return _not_found(exc, cfg, stream, stream_fix)
+
+
+def _not_found(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
+    endpoint = basin_endpoint(cfg)
+    where = f"basin {cfg.basin!r} at {endpoint}"
+    code = exc.code
     if code == "basin_not_found":
         return Explained(
             "basin",

@@ -11,9 +11,10 @@ What it asks S2, and why these requests:
 
 - writes: a one-entry ``list_streams`` page at each known target's name, which tells whether the stream exists
   without creating it (a ``check_tail`` would create it in a basin with ``create_stream_on_read``); only if it
-  does not, and ``create_streams`` is off, the basin's config, whose ``create_stream_on_append`` may create
-  it on the first append; a routed write whose streams are known only from the rows lists one page of the
-  basin;
+  does not, the basin's config, whose ``create_stream_on_append`` may create it on the first append (when
+  ``create_streams`` is off) and which tells whether the basin exists at all: S2 lists a missing basin's
+  streams as none (s2-lite ``list_streams`` scans a key range), so an empty listing does not; a routed write
+  whose streams are known only from the rows lists one page of the basin and reads its config;
 - reads: ``check_tail`` of the streams to read, the request planning makes next anyway.
 
 A 403 means the token works but may not make this request (a minimal append-only token, say): the
@@ -32,6 +33,7 @@ from s2_sdk import S2, S2Basin, S2Error, S2ServerError
 from s2_sink._options import OptionMap, parse_bool
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import PreflightError
@@ -62,8 +64,9 @@ class _Missing(Exception):
 
 
 async def _appends_create(client: S2, basin: str) -> bool:
-    """Whether appends to a missing stream create it (the basin's ``create_stream_on_append``); a token that
-    may not read the basin's config cannot tell, so the append is given the benefit of the doubt."""
+    """Whether appends to a missing stream create it (the basin's ``create_stream_on_append``); 404
+    ``basin_not_found`` if the basin does not exist. A token that may not read the basin's config cannot tell,
+    so the append is given the benefit of the doubt."""
     try:
         config = await client.get_basin_config(basin)
     except S2ServerError as exc:
@@ -77,11 +80,14 @@ async def _write_probe(client: S2, basin_name: str, streams: Sequence[str], crea
     basin = client.basin(basin_name)
     if not streams:
         await basin.list_streams(limit=1)
+        await _appends_create(client, basin_name)  # a 404 basin_not_found if there is no basin
         return
     for stream in streams[:MAX_PROBED_STREAMS]:
         page = await basin.list_streams(prefix=stream, limit=1)
-        found = any(i.name == stream and i.deleted_at is None for i in page.items)
-        if not found and not create_streams and not await _appends_create(client, basin_name):
+        if any(i.name == stream and i.deleted_at is None for i in page.items):
+            continue
+        # Not listed: the basin may not exist either (its config answers 404 basin_not_found then).
+        if not await _appends_create(client, basin_name) and not create_streams:
             raise _Missing(stream)
 
 
@@ -103,6 +109,11 @@ def _run(cfg: S2Config, what: str, probe: str, streams: Sequence[str], create_st
         else:
             await _read_probe(client.basin(cfg.basin), streams)
 
+    async def patient() -> None:
+        # A query started during an outage waits for S2 as a running one does; the first wait's WARNING
+        # names the endpoint and the fix at once, for the case where it is the configuration.
+        await patiently(Patience.of(cfg), f"checking {what} before it starts", main)
+
     first = streams[0] if streams else None
     fix_stream = (
         "create it, or set create_streams=True (s2.create-streams)"
@@ -110,7 +121,7 @@ def _run(cfg: S2Config, what: str, probe: str, streams: Sequence[str], create_st
         else "check s2.stream / s2.streams"
     )
     try:
-        _runtime.run(main())
+        _runtime.run(patient())
     except _Missing as missing:
         where = f"basin {cfg.basin!r} at {cfg.basin_endpoint.replace('{basin}', cfg.basin)}"
         raise PreflightError(

@@ -1,67 +1,131 @@
-"""Retry policy as pure parts: which failures another attempt may fix, which of them cannot have been
-applied, and how long to wait between attempts.
+"""The retry policy: which failures another attempt may fix, which of them cannot have been applied, how
+long to wait between attempts, and until when.
 
-These retries sit on top of the SDK's own (see docs/architecture.md, "Retries"): unary requests (stream
-creation, reads, fences, ledger appends) are retried by the SDK first, and the loops here only see what
-survived its ``max_retries``; append sessions are opened with SDK retries off, so the partition writer's
-session-level retry is the only one there.
+One policy for every S2 call of the sink (docs/architecture.md, "Retries"): a failure another attempt may
+fix (S2 unreachable, a 503, a 409 ``transaction_conflict``, a 429, a timeout) is retried with exponential
+backoff until the delivery deadline, ``S2Config.delivery_timeout_ms`` (option ``s2.delivery-timeout-ms``,
+120 s as Kafka's ``delivery.timeout.ms``), counted from the first failure since the call, or the append
+session, last made progress. Unary requests are retried by the SDK first (``max_retries``) and by the loops
+here after that; append sessions only here.
+
+Whether a retry may *re-send* is another question: an append whose outcome is unknown is never sent again
+by an exactly-once writer (`no_side_effects` tells the two apart), whatever the deadline says.
 
 Rate limits are waited out rather than raced: a 429 ``rate_limited`` refusal applied nothing, and an
 attempt inside the window that refused it is refused again, so its wait never jitters down to zero (see
 `Backoff.wait`).
+
+The pure parts (`retryable`, `no_side_effects`, `Backoff`, `Retrying.wait`, on a clock tests replace) decide;
+`Retrying.after` and `patiently` sleep, and log each outage once when it starts and once when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Final
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
 
 from s2_sdk import S2ClientError, S2ServerError
 
+from s2_sink._transport.explain import deadline_note, explain, past_deadline
+from s2_sink._transport.sdk import (
+    AppendIndefiniteFailureError,
+    ConnectError,
+    TransportError,
+    requires_reconnect,
+)
 from s2_sink.config import S2Config
 
 __all__ = [
-    "BOOKKEEPING",
-    "SESSION_MAX_DELAY_S",
+    "DEFAULT_PATIENCE",
+    "MAX_WAIT_S",
     "Backoff",
-    "Retries",
+    "Patience",
+    "Retrying",
     "no_side_effects",
+    "patiently",
     "rate_limited",
     "retry_after_s",
     "retryable",
 ]
 
-SESSION_MAX_DELAY_S = 30.0
-"""Longest wait between two attempts to re-open a failed append session."""
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_WAIT_S: Final = 2.0
+"""The longest wait between two attempts (unless ``retry_delay_ms`` is longer): once S2 answers again,
+the sink notices within this."""
+
+# S2's error codes that promise the request had no side effects, with the status each comes with (the
+# official server's api/src/v1/error.rs, ``ErrorCode::has_no_side_effects`` and ``ErrorCode::status``; its
+# Rust SDK trusts a code only with its own status). ``unavailable`` (503) is not one of them.
+_NO_SIDE_EFFECTS: Final = frozenset(
+    {
+        ("access_token_not_found", 404),
+        ("authn", 401),
+        ("bad_frame", 400),
+        ("bad_header", 400),
+        ("bad_json", 400),
+        ("bad_path", 400),
+        ("bad_proto", 400),
+        ("bad_query", 400),
+        ("basin_deletion_pending", 409),
+        ("basin_not_found", 404),
+        ("decryption_failed", 400),
+        ("hot_server", 502),
+        ("invalid", 422),
+        ("not_implemented", 501),
+        ("permission_denied", 403),
+        ("quota_exhausted", 403),
+        ("rate_limited", 429),
+        ("resource_already_exists", 409),
+        ("server_draining", 503),
+        ("stream_deletion_pending", 409),
+        ("stream_not_found", 404),
+        ("transaction_conflict", 409),
+    }
+)
 
 
 def retryable(exc: BaseException) -> bool:
     """Whether another attempt may succeed: 408, 429, 499 and 5xx responses, a 409
-    ``transaction_conflict``, and transport failures (the SDK wraps them in `S2ClientError`; raw
-    `OSError` and `TimeoutError` come from below it or from our own ack watchdog).
+    ``transaction_conflict``, and transport failures (the SDK wraps them in `S2ClientError`; its raw
+    ``TransportError`` reaches our own sessions; `OSError` and `TimeoutError` come from below it or from
+    our own ack watchdog).
 
     Authorization, missing resources, append conditions (412) and any other 4xx are final, and so is
-    anything that is not an S2 or transport error.
+    anything that is not an S2 or transport error. The SDK's ``AppendIndefiniteFailureError`` (its last
+    attempt failed, an earlier one may have applied) is judged by that last attempt's error.
     """
+    if isinstance(exc, AppendIndefiniteFailureError):
+        return retryable(exc.final_attempt_error)
     if isinstance(exc, S2ServerError):
         status = exc.status_code
         return status in (408, 429, 499) or status >= 500 or exc.code == "transaction_conflict"
-    return isinstance(exc, S2ClientError | OSError | TimeoutError)
+    return isinstance(exc, S2ClientError | TransportError | OSError | TimeoutError)
 
 
 def no_side_effects(exc: BaseException) -> bool:
-    """Whether nothing of the failed attempt can have been applied (as the SDK's ``has_no_side_effects``):
-    a ``429 rate_limited`` or ``502 hot_server`` refusal, or a connection that was never established."""
+    """Whether nothing of the failed attempt can have been applied, as S2 defines it: a refusal whose code
+    promises so (429 ``rate_limited``, 502 ``hot_server``, 503 ``server_draining``, 409
+    ``transaction_conflict``, and the final 4xx), or a request that never left: the connection could not be
+    made (the SDK's ``ConnectError``, raised before a request stream is reserved; a refused connection) or
+    was retired first (the official Rust SDK's ``has_no_side_effects``). Never an
+    ``AppendIndefiniteFailureError``: an earlier attempt of the SDK's may have applied."""
     if isinstance(exc, S2ServerError):
-        return (exc.status_code == 429 and exc.code == "rate_limited") or (
-            exc.status_code == 502 and exc.code == "hot_server"
-        )
+        return (exc.code, exc.status_code) in _NO_SIDE_EFFECTS
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
+        if isinstance(cause, AppendIndefiniteFailureError):
+            return False
+        if isinstance(cause, ConnectError | ConnectionRefusedError) or (
+            isinstance(cause, Exception) and requires_reconnect(cause)
+        ):
             return True
         cause = cause.__cause__
     return False
@@ -85,54 +149,32 @@ def retry_after_s(exc: BaseException) -> float | None:
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Exponential waits between attempts: ``first``, ``2 * first``, ``4 * first`` … each capped at
-    ``cap``, ``retries`` of them; with ``jitter``, each wait is drawn uniformly from ``[0, wait]`` (full
-    jitter, so that tasks failing together do not come back together)."""
+    ``cap``; with ``jitter``, each wait is drawn uniformly from ``[0, step]`` (full jitter, so that tasks
+    failing together do not come back together)."""
 
     first: float
     """The first wait, in seconds."""
 
     cap: float
-    """No wait is longer than this, in seconds."""
-
-    retries: int
-    """How many waits (attempts after the first) there are; the generator then ends."""
+    """No step is longer than this, in seconds."""
 
     jitter: bool = True
     """Full jitter (``True``) or the plain exponential sequence."""
-
-    @classmethod
-    def for_sessions(cls, cfg: S2Config) -> Backoff:
-        """The append-session retry of the partition writer: the SDK does not retry append sessions (see
-        `s2_sink._transport.session_pool`), so both ``max_retries`` and ``session_retries`` apply here."""
-        return cls(
-            first=cfg.retry_delay_ms / 1000,
-            cap=SESSION_MAX_DELAY_S,
-            retries=cfg.max_retries + cfg.session_retries,
-        )
 
     def step(self, retry: int) -> float:
         """The exponential step of retry number `retry` (0 = the first): ``first * 2**retry``, capped."""
         return min(self.first * 2.0 ** min(retry, 64), self.cap)
 
-    def delays(self, rng: random.Random | None = None) -> Iterator[float]:
-        """The waits, in seconds, in order; exhausted when no retry is left."""
-        uniform = (rng or random).uniform
-        for retry in range(self.retries):
-            step = self.step(retry)
-            yield uniform(0, step) if self.jitter else step
-
-    def wait(self, retry: int, exc: BaseException, rng: random.Random | None = None) -> float | None:
+    def wait(self, retry: int, exc: BaseException, rng: random.Random | None = None) -> float:
         """The wait before retry number `retry` (0 = the first since the last progress) after `exc`, in
-        seconds; ``None`` when no retry is left.
+        seconds.
 
-        Any failure but a rate limit: as `delays` (full jitter over the step). A ``429 rate_limited``
-        refusal: drawn from ``[step, 2 * step]`` (the SDK's own backoff shape, never near zero) and at
-        least the server's ``retry-after-ms`` hint. S2's append limits are one-second windows, so a run
-        of refusals is waited out once its waits add up to a second: with the session defaults (100 ms,
-        5 retries) that is by the fourth retry, whatever the draws.
+        Any failure but a rate limit: full jitter over the step. A ``429 rate_limited`` refusal: drawn from
+        ``[step, 2 * step]`` (the SDK's own backoff shape, never near zero) and at least the server's
+        ``retry-after-ms`` hint. S2's append limits are one-second windows, so a run of refusals is waited
+        out once its waits add up to a second: with the defaults (100 ms first) by the fourth retry,
+        whatever the draws.
         """
-        if not 0 <= retry < self.retries:
-            return None
         step = self.step(retry)
         uniform = (rng or random).uniform
         if not rate_limited(exc):
@@ -142,35 +184,152 @@ class Backoff:
         return wait if hint is None else max(wait, hint)
 
 
-BOOKKEEPING: Final = Backoff(first=0.1, cap=2.0, retries=6, jitter=False)
-"""Our retries over the SDK's for the exactly-once bookkeeping calls (fences, sign-ins, read-back reads,
-ledger appends): 6 more tries, 0.1 s doubling to 2 s, no jitter (each is conditional or idempotent)."""
+@dataclass(frozen=True, slots=True)
+class Patience:
+    """How long and how often the sink retries S2: `backoff` waits until `timeout_s` after the first
+    failure since the last progress. `cfg`, when known, words the failures (endpoint, basin, the fix)."""
+
+    timeout_s: float = 120.0
+    """The delivery deadline, in seconds (``S2Config.delivery_timeout_ms``)."""
+
+    backoff: Backoff = Backoff(first=0.1, cap=MAX_WAIT_S)
+
+    cfg: S2Config | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, cfg: S2Config) -> Patience:
+        """The policy `cfg` sets: ``delivery_timeout_ms``, waits from ``retry_delay_ms`` doubling to
+        ``max(MAX_WAIT_S, retry_delay_ms)``, full jitter."""
+        first = cfg.retry_delay_ms / 1000
+        return cls(cfg.delivery_timeout_ms / 1000, Backoff(first=first, cap=max(MAX_WAIT_S, first)), cfg)
+
+    def words(self, exc: BaseException) -> str:
+        """`exc` in words: `explain`'s, when the config is known."""
+        if self.cfg is not None:
+            return explain(exc, self.cfg).message
+        if isinstance(exc, S2ServerError):
+            return f"{type(exc).__name__} {exc.status_code} {exc.code}: {exc.message}"
+        return f"{type(exc).__name__}: {exc}"
 
 
-class Retries:
-    """One retry loop's budget under a `Backoff`: the single place a loop decides whether to try again.
+_clock: Callable[[], float] = time.monotonic
+"""Seconds, for deadlines (a test's fake clock replaces it)."""
 
-    ``await retries.after(exc)`` inside the ``except`` of an attempt waits before the next one, or re-raises
-    ``exc`` when it is final (``retry_on`` says no) or the budget is spent; `next_wait` is for a loop that
-    raises its own error when the budget is spent.
+DEFAULT_PATIENCE: Final = Patience()
+"""The policy of the default configuration (120 s, waits from 100 ms doubling to 2 s)."""
+
+
+class Retrying:
+    """One retry loop under a `Patience`: the single place a loop decides whether, and how long, to wait.
+
+    The deadline counts from the first failure since the loop last made progress (`progress`). The first
+    wait of an outage is logged (WARNING: what is retried, the error, how long until the deadline), and so
+    is its end, once each; the waits between are DEBUG.
     """
 
-    __slots__ = ("_retry_on", "_waits", "backoff")
+    __slots__ = ("_retry_on", "_rng", "failures", "fields", "patience", "since", "what")
 
     def __init__(
-        self, backoff: Backoff = BOOKKEEPING, *, retry_on: Callable[[BaseException], bool] = retryable
+        self,
+        patience: Patience,
+        what: str,
+        *,
+        retry_on: Callable[[BaseException], bool] = retryable,
+        rng: random.Random | None = None,
+        fields: Mapping[str, object] | None = None,
     ) -> None:
-        self.backoff = backoff
-        self._waits = backoff.delays()
+        self.patience = patience
+        self.what = what
+        """What is retried, for the log lines (``"appending to stream 'events'"``)."""
+        self.fields = dict(fields or {})
+        """The log lines' fields for JSON logs (``stream``, ``batch``, ``partition``)."""
+        self.failures = 0
+        """Failures since the last progress (the retry number of the next wait)."""
+        self.since: float | None = None
+        """When the first of them happened (`_clock`), None while there is none."""
         self._retry_on = retry_on
+        self._rng = rng
 
-    def next_wait(self) -> float | None:
-        """The wait before the next attempt, in seconds; None when the budget is spent."""
-        return next(self._waits, None)
+    def left(self) -> float:
+        """Seconds until the deadline (the whole timeout while nothing failed)."""
+        timeout = self.patience.timeout_s
+        return timeout if self.since is None else self.since + timeout - _clock()
+
+    def wait(self, exc: BaseException) -> float | None:
+        """The wait before the next attempt after `exc`, counted as a failure; None when `exc` is final or
+        the deadline has passed (`give_up` then words it), also an inner loop's. Logs the first wait of an
+        outage."""
+        if not self._retry_on(exc) or past_deadline(exc):
+            return None
+        if self.since is None:
+            self.since = _clock()
+        left = self.left()
+        if left <= 0:
+            return None
+        delay = min(self.patience.backoff.wait(self.failures, exc, self._rng), left)
+        self.failures += 1
+        extra = {**self.fields, "retry": self.failures, "delay_s": round(delay, 3)}
+        if self.failures == 1:
+            log.warning(
+                "waiting for S2: %s failed: %s; retrying for up to %.1f s more (the delivery deadline, "
+                "s2.delivery-timeout-ms=%s)",
+                self.what,
+                self.patience.words(exc),
+                left,
+                round(self.patience.timeout_s * 1000),
+                extra=extra,
+            )
+        else:
+            log.debug(
+                "retrying %s in %.3f s (retry %s): %s", self.what, delay, self.failures, exc, extra=extra
+            )
+        return delay
+
+    def give_up(self, exc: BaseException) -> BaseException:
+        """`exc`, with a note naming the deadline and its option if it was the deadline that ran out (the
+        note is part of `explain`'s words and of the traceback)."""
+        if self.since is not None and self._retry_on(exc) and self.left() <= 0 and not past_deadline(exc):
+            exc.add_note(deadline_note(_clock() - self.since, self.patience.timeout_s))
+        return exc
 
     async def after(self, exc: BaseException) -> None:
-        """Wait before the next attempt after ``exc``; re-raise ``exc`` if it is final or no retry is left."""
-        delay = self.next_wait() if self._retry_on(exc) else None
+        """Inside an attempt's ``except``: wait before the next attempt, or raise `exc` when it is final
+        or the deadline has passed."""
+        delay = self.wait(exc)
         if delay is None:
-            raise exc
+            raise self.give_up(exc)
         await asyncio.sleep(delay)
+
+    def progress(self) -> None:
+        """The loop got an answer: the next failure starts a new outage (logs the end of this one)."""
+        if self.failures:
+            assert self.since is not None
+            took = _clock() - self.since
+            log.warning(
+                "S2 answers again: %s succeeded after %.1f s and %s retries",
+                self.what,
+                took,
+                self.failures,
+                extra={**self.fields, "outage_s": round(took, 3), "retries": self.failures},
+            )
+        self.failures, self.since = 0, None
+
+
+async def patiently(
+    patience: Patience,
+    what: str,
+    op: Callable[[], Awaitable[T]],
+    *,
+    retry_on: Callable[[BaseException], bool] = retryable,
+) -> T:
+    """``await op()`` until it succeeds, retrying what `retry_on` allows until the deadline (the caller
+    vouches that `op` may be repeated: a read, an idempotent request, a conditional append it checks)."""
+    retrying = Retrying(patience, what, retry_on=retry_on)
+    while True:
+        try:
+            result = await op()
+        except Exception as exc:  # noqa: BLE001 - `after` re-raises what is final or past the deadline
+            await retrying.after(exc)
+            continue
+        retrying.progress()
+        return result

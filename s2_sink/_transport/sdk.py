@@ -3,7 +3,7 @@ client's or connection's internals is here, and nowhere else in the sink.
 
 s2-sdk exports a typed client (``S2``, ``S2Basin``, ``S2Stream``, records, errors) but not what the bulk
 paths need to speak S2S themselves over the SDK's own HTTP/2 connections: its protobuf messages, its S2S
-framing, its transport errors and retry rules, the stream's transport and settings, and the connections of
+framing, its transport errors and reconnect rules, the stream's transport and settings, and the connections of
 its pool (where a read session advertises larger HTTP/2 frames). Each is named below once, typed as we use
 it. `tests/unit/test_sdk_contract.py` checks every name and attribute relied on against the installed SDK
 and names the one that moved; `tests/unit/test_sdk_boundary.py` fails if another module imports
@@ -18,9 +18,15 @@ from typing import TYPE_CHECKING, Any
 import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from s2_sdk._client import HttpClient
-from s2_sdk._exceptions import ConnectError, ReadTimeoutError, S2ClientError, TransportError
+from s2_sdk._exceptions import (
+    AppendIndefiniteFailureError,
+    ConnectError,
+    ReadTimeoutError,
+    S2ClientError,
+    TransportError,
+)
 from s2_sdk._mappers import append_ack_from_proto, append_input_to_proto
-from s2_sdk._retrier import AdvisedReconnectLimiter, compute_backoff, http_retry_on, requires_reconnect
+from s2_sdk._retrier import AdvisedReconnectLimiter, requires_reconnect
 from s2_sdk._s2s import _stream_records_path
 from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
 from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENCRYPTION_KEY_HEADER",
     "AdvisedReconnectLimiter",
+    "AppendIndefiniteFailureError",
     "ConnectError",
     "HttpClient",
     "Message",
@@ -41,12 +48,9 @@ __all__ = [
     "append_ack_from_proto",
     "append_input_to_proto",
     "basin_transport",
-    "compute_backoff",
     "encryption_key",
     "frame_message",
     "h2_state",
-    "http_retry_on",
-    "max_retries",
     "maybe_compress",
     "parse_error_info",
     "pb",
@@ -73,15 +77,10 @@ def basin_transport(client: s2_sdk.S2, basin: str) -> HttpClient:
     return transport
 
 
-def stream_transport(handle: s2_sdk.S2Stream) -> tuple[HttpClient, s2_sdk.Retry]:
-    """A stream handle's transport and its retry settings, as its own sessions use them."""
-    return handle._client, handle._retry
-
-
-def max_retries(retry: s2_sdk.Retry) -> int:
-    """The number of retries ``retry`` allows (the SDK resolves its default here)."""
-    count: int = retry._max_retries()
-    return count
+def stream_transport(handle: s2_sdk.S2Stream) -> HttpClient:
+    """A stream handle's transport, as its own sessions use it."""
+    client: HttpClient = handle._client
+    return client
 
 
 def encryption_key(handle: s2_sdk.S2Stream) -> str | None:

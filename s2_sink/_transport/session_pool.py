@@ -29,9 +29,10 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from s2_sdk import (
     S2,
@@ -40,13 +41,27 @@ from s2_sdk import (
     Compression,
     Endpoints,
     Retry,
+    S2Basin,
+    S2ServerError,
     S2Stream,
+    StreamConfig,
     Timeout,
 )
 
+from s2_sink._transport.explain import is_stream_deleting
+from s2_sink._transport.retry import Backoff, Patience, patiently
 from s2_sink.config import ONE_MIB, S2Config
 
-__all__ = ["ClientFactory", "PooledSession", "SessionPool", "get_pool", "install_pool"]
+__all__ = [
+    "CREATE_CONCURRENCY",
+    "DELETION_WAIT",
+    "ClientFactory",
+    "PooledSession",
+    "SessionPool",
+    "create_if_missing",
+    "get_pool",
+    "install_pool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +116,7 @@ class _ClientEntry:
     last_used: float
     leased: int = 0
     ensured: set[tuple[str, str]] = field(default_factory=set)
+    """(basin, stream) this process created or found: a routed stream is created once per process."""
 
 
 @dataclass(slots=True, eq=False)
@@ -111,6 +127,38 @@ class PooledSession:
     session: AppendSession
     stream: S2Stream
     last_used: float
+
+
+CREATE_CONCURRENCY: Final = 16
+"""Streams created at once by `SessionPool.ensure_streams` (a routed batch may name many new streams)."""
+
+DELETION_WAIT: Final = Patience(timeout_s=33.0, backoff=Backoff(first=0.1, cap=2.0, jitter=False))
+"""How long a create waits for a deletion of the same name to complete."""
+
+
+async def create_if_missing(basin: S2Basin, stream: str, config: StreamConfig | None = None) -> None:
+    """Create `stream` with `config` (the basin's defaults for the rest) unless it exists; one that exists is
+    left as it is.
+
+    A create, not an ensure: S2's ensure (``PUT``) sets an existing stream's config to the one it asks for
+    merged with the basin's defaults, so ensuring a stream with no config would reset one a user configured
+    (infinite retention, ``arrival`` timestamps) to the defaults. 409 ``resource_already_exists`` is the
+    answer that it exists. A name still being deleted (409 ``stream_deletion_pending``) is created once the
+    deletion completes, waiting at most `DELETION_WAIT`; after that the 409 is raised."""
+
+    async def create() -> None:
+        try:
+            await basin.create_stream(stream, config=config)
+        except S2ServerError as exc:
+            if not (exc.status_code == 409 and exc.code == "resource_already_exists"):
+                raise
+
+    await patiently(
+        DELETION_WAIT,
+        f"creating stream {stream!r} (its deletion is pending)",
+        create,
+        retry_on=is_stream_deleting,
+    )
 
 
 def make_client(cfg: S2Config, *, sdk_retries: bool = True) -> S2:
@@ -168,12 +216,26 @@ class SessionPool:
         return entry
 
     async def ensure_stream(self, cfg: S2Config, stream: str) -> None:
-        """Create `stream` in `cfg.basin` if missing (once per client and stream)."""
+        """Create `stream` in `cfg.basin` if missing (once per client and stream), never changing one that
+        exists (see `create_if_missing`); retried until the delivery deadline (a create is idempotent)."""
         entry = self._client_entry(cfg)
         if (cfg.basin, stream) in entry.ensured:
             return
-        await entry.client.basin(cfg.basin).ensure_stream(stream)
+        basin = entry.client.basin(cfg.basin)
+        await patiently(
+            Patience.of(cfg), f"creating stream {stream!r}", lambda: create_if_missing(basin, stream)
+        )
         entry.ensured.add((cfg.basin, stream))
+
+    async def ensure_streams(self, cfg: S2Config, streams: Iterable[str]) -> None:
+        """`ensure_stream` for several streams, at most `CREATE_CONCURRENCY` requests at a time."""
+        gate = asyncio.Semaphore(CREATE_CONCURRENCY)
+
+        async def one(stream: str) -> None:
+            async with gate:
+                await self.ensure_stream(cfg, stream)
+
+        await asyncio.gather(*(one(s) for s in dict.fromkeys(streams)))
 
     def forget_stream(self, cfg: S2Config, stream: str) -> None:
         """`stream` answered 404 after this process ensured it (deleted since: S2's ``delete_on_empty``, or

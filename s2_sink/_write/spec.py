@@ -8,10 +8,11 @@ the `WritePlan` of one micro-batch, at-least-once or with the parts of an exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 from s2_sink._exactly_once.identity import validate_writer_id
+from s2_sink._exactly_once.shape import WriteShape, describe_encoder
 from s2_sink._stream_names import shown, target_problem
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.plan import OnError, WritePlan
@@ -40,12 +41,30 @@ class Spelling:
     dlq_stream: str
     delivery: str
     writer_id: str
+    encoder: str
+    routing: str
 
 
-KEYWORDS: Final = Spelling("", "on_error", "dlq_stream", "delivery", "writer_id")
+KEYWORDS: Final = Spelling(
+    "",
+    "on_error",
+    "dlq_stream",
+    "delivery",
+    "writer_id",
+    "encoder",
+    "routing (stream_column, shards, S2Config.stream)",
+)
 """`S2Writer`'s keyword arguments."""
 
-OPTIONS: Final = Spelling("option ", "s2.on-error", "s2.dlq-stream", "s2.delivery", "s2.writer-id")
+OPTIONS: Final = Spelling(
+    "option ",
+    "s2.on-error",
+    "s2.dlq-stream",
+    "s2.delivery",
+    "s2.writer-id",
+    "encoding (s2.format and its options)",
+    "routing (s2.stream, s2.stream-column)",
+)
 """``format("s2")``'s options."""
 
 
@@ -71,6 +90,8 @@ class WriteSpec:
     """``format("s2")`` only: a replay keeps the partitioning of the run it repairs."""
     dlq_payload: bool = False
     """Whether the record frame carries `PAYLOAD_COLUMN` (the original row) for dead letters."""
+    spelling: Spelling = field(default=KEYWORDS, compare=False)
+    """How the front door names the settings in messages (not part of what the write does)."""
 
     @classmethod
     def build(
@@ -116,23 +137,31 @@ class WriteSpec:
             writer_id=writer_id,
             trust_partitioning=trust_partitioning,
             dlq_payload=dlq_payload and on_error == "dlq",
+            spelling=spelling,
         )
 
     @property
     def exactly_once(self) -> bool:
         return self.delivery == "exactly-once"
 
-    def destination(self) -> str:
-        """What this write writes to, as text: the basin, the routing rule and the dead-letter stream. Two
-        writers of one query with different destinations are different exactly-once identities."""
+    def shape(self, encoder: object | None) -> WriteShape:
+        """What this write makes of a row with `encoder`: the settings an exactly-once ledger records and a
+        restart with a batch in flight may not change (`WriteShape`). Not part of the writer's identity."""
         r = self.routing
-        where = {
+        routing = {
             "single": f"stream={r.stream}",
             "column": f"column={r.column}",
             "template": f"template={r.template}",
             "shards": f"shards={r.shards}x{r.stream}",
         }[r.kind]
-        return f"basin={self.cfg.basin} {where} dlq={self.dlq_stream or '-'}"
+        s = self.spelling
+        return WriteShape(
+            describe_encoder(encoder),
+            routing,
+            self.on_error,
+            self.dlq_stream,
+            names=(s.encoder, s.routing, s.on_error, s.dlq_stream),
+        )
 
     def static_streams(self) -> list[str]:
         """The target streams known before any row is seen (fenced up front under exactly-once)."""

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from s2_sdk import S2Basin, S2Error
+from s2_sdk import S2, S2Basin, S2Error
 
 from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import make_client
@@ -44,9 +44,16 @@ def config_from(args: argparse.Namespace) -> S2Config:
 
 
 @asynccontextmanager
+async def open_client(cfg: S2Config) -> AsyncIterator[S2]:
+    """A client of its own, closed on the way out."""
+    async with make_client(cfg) as client:
+        yield client
+
+
+@asynccontextmanager
 async def open_basin(cfg: S2Config) -> AsyncIterator[S2Basin]:
     """The basin through a client of its own, closed on the way out."""
-    async with make_client(cfg) as client:
+    async with open_client(cfg) as client:
         yield client.basin(cfg.basin)
 
 

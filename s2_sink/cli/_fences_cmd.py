@@ -44,8 +44,8 @@ async def read_fence(stream: S2Stream) -> str:
 
 
 async def clear_fence(stream: S2Stream) -> str:
-    """Clear the stream's fence; returns the token that was on it (``""``: there was none)."""
-    await stream.check_tail()  # a missing stream is an error, even in a basin that creates streams on append
+    """Clear the stream's fence; returns the token that was on it (``""``: there was none). The caller
+    checks that the stream exists (`clear`)."""
     seen = _PROBE
     for _ in range(_ATTEMPTS):
         try:
@@ -73,6 +73,9 @@ def clear(args: argparse.Namespace) -> int:
 
         async def go(name: str = name) -> str:
             async with open_basin(cfg) as basin:
+                # A missing stream is an error, even in a basin that creates streams on append or on read
+                # (where a check_tail would create it): getting its config never creates it.
+                await basin.get_stream_config(name)
                 return await clear_fence(basin.stream(name))
 
         was = run_io(cfg, name, go())

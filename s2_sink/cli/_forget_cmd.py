@@ -40,7 +40,9 @@ def forget(args: argparse.Namespace) -> int:
 
     async def go() -> tuple[int, int]:
         async with open_basin(cfg) as basin:
-            await basin.stream(name).check_tail()  # a missing ledger is an error, not something to create
+            # A missing ledger is an error, not something to create (a check_tail would create it in a basin
+            # that creates streams on read; getting the config never creates).
+            await basin.get_stream_config(name)
             ledger = Ledger(basin, args.writer_id)
             state = await ledger.load()
             end = state.ends.get(stream)

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from s2_sdk import ReadLimit, S2Basin, SeqNum
+from s2_sdk import S2, ReadLimit, S2Basin, SeqNum
 
 from s2_sink._exactly_once.fencing import writer_hash
-from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
+from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
-from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._connect import config_from, open_basin, open_client, run_io
 from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
 from s2_sink.cli._output import iso_ms
 from s2_sink.cli._writers import LedgerSummary, ledger_summaries
@@ -99,6 +99,8 @@ def _as_doc(entry: Entry) -> dict[str, Any]:
         "scope": st.scope,
         "run": st.run,
         "query_id": st.query_id,
+        **({"moved_to": st.moved_to} if st.moved_to else {}),
+        **({"config": st.shapes[-1].as_doc()} if st.shapes else {}),
         "ends": st.ends,
     }
 
@@ -109,14 +111,24 @@ def _as_line(entry: Entry) -> str:
     st = entry.state
     ends = ", ".join(f"{s}={n}" for s, n in sorted(st.ends.items())) or "-"
     announced = f"  intent={st.intent}" if st.kind == "intent" else ""
+    moved = f"  moved_to={st.moved_to}" if st.moved_to else ""
+    config = ""
+    if st.shapes:
+        shape = st.shapes[-1]
+        config = f"  config: {shape.routing} on_error={shape.on_error} dlq={shape.dlq or '-'}"
     return (
         f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  {st.kind:<6}  epoch={st.epoch}  "
-        f"batch={st.committed}{announced}  scope={st.scope}  run={st.run}  query={st.query_id or '-'}  "
-        f"ends: {ends}"
+        f"batch={st.committed}{announced}  scope={st.scope}  run={st.run}  query={st.query_id or '-'}{moved}"
+        f"{config}  ends: {ends}"
     )
 
 
 def _summary(writer_id: str, last: LedgerState) -> str:
+    if last.moved_to is not None:
+        return (
+            f"writer {writer_id!r} was taken over by writer {last.moved_to!r}, which goes on with its "
+            f"batches: `s2-sink ledger show {last.moved_to}`"
+        )
     if last.kind == "commit" and last.committed < 0:
         done = "no committed batch (reset)"
     elif last.kind == "commit":
@@ -132,36 +144,60 @@ def _summary(writer_id: str, last: LedgerState) -> str:
 
 
 def show(args: argparse.Namespace) -> int:
-    """Print every ledger record decoded (or as JSON lines with ``--json``), then the resulting state."""
+    """Print every ledger record decoded (or as JSON lines with ``--json``), then the resulting state. A
+    streaming query id without a ledger of its own shows the ledger of that query's one writer."""
     cfg = config_from(args)
-    name = ledger_stream_name(args.writer_id)
 
-    async def go() -> tuple[list[Entry], int]:
-        async with open_basin(cfg) as basin:
-            return await read_history(basin, args.writer_id)
+    async def go() -> tuple[str, list[Entry], int]:
+        async with open_client(cfg) as client:
+            writer_id = await _writer_of(client, args.writer_id, cfg.basin)
+            return (writer_id, *await read_history(client.basin(cfg.basin), writer_id))
 
-    try:
-        entries, tail = run_io(cfg, name, go())
-    except CliFailure as exc:
-        if exc.missing == "stream":
-            raise CliFailure(
-                f"writer {args.writer_id!r} has no ledger in basin {cfg.basin!r} (stream {name!r} does not "
-                "exist): it never ran exactly-once here, or it runs under another writer id "
-                "(the streaming query id unless s2.writer-id / writer_id is set)",
-                NOT_FOUND,
-            ) from exc
-        raise
+    writer_id, entries, tail = run_io(cfg, None, go())
+    name = ledger_stream_name(writer_id)
     if args.json:
         for entry in entries:
             sys.stdout.write(orjson.dumps(_as_doc(entry)).decode() + "\n")
         return 0
+    if writer_id != args.writer_id:
+        print(f"{args.writer_id!r} is the streaming query id of writer {writer_id!r}")
     print(f"ledger {name!r} in basin {cfg.basin!r}: {len(entries)} records, tail {tail}")
     for entry in entries:
         print(_as_line(entry))
     last = entries[-1].state if entries else None
     if last is not None:
-        print(_summary(args.writer_id, last))
+        print(_summary(writer_id, last))
     return 0
+
+
+async def _writer_of(client: S2, name: str, basin_name: str) -> str:
+    """`name` when it has a ledger; else the one writer whose ledger holds streaming query `name`'s batches
+    (CliFailure naming them when there are several, or none)."""
+    basin = client.basin(basin_name)
+    stream = ledger_stream_name(name)
+    if [i async for i in basin.list_all_streams(prefix=stream) if i.name == stream]:
+        return name  # its records are shown (an unreadable one as such)
+    states = await peek_all(basin, skip_unreadable=True)
+    ids = current_ledgers_of(states, name)
+    if len(ids) == 1:
+        return ids[0]
+    if ids:
+        raise CliFailure(
+            f"{name!r} is the streaming query id of several exactly-once writers ({', '.join(ids)}): "
+            "show one of them",
+            NOT_FOUND,
+        )
+    # S2 lists a missing basin's streams as none, and looks a stream up before its basin: the basin's own
+    # config answers 404 basin_not_found (worded by `run_io`).
+    await client.get_basin_config(basin_name)
+    raise CliFailure(
+        f"writer {name!r} has no ledger in basin {basin_name!r} (stream {ledger_stream_name(name)!r} does "
+        "not exist), and no writer of a streaming query with that id does: it never ran exactly-once here. "
+        "The writer "
+        "id is the S2Writer's writer_id (s2.writer-id), by default the streaming query id; "
+        "`s2-sink ledger list` shows the basin's writers",
+        NOT_FOUND,
+    )
 
 
 def reset(args: argparse.Namespace) -> int:
@@ -171,7 +207,9 @@ def reset(args: argparse.Namespace) -> int:
 
     async def go() -> LedgerState | None:
         async with open_basin(cfg) as basin:
-            await basin.stream(name).check_tail()  # a missing ledger is an error, not something to create
+            # A missing ledger is an error, not something to create (a check_tail would create it in a basin
+            # that creates streams on read; getting the config never creates).
+            await basin.get_stream_config(name)
             ledger = Ledger(basin, args.writer_id)
             before = await ledger.load()
             if before.kind == "none" or not args.yes:

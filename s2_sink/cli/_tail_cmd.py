@@ -74,14 +74,19 @@ def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
 
 
 async def _read_range(stream: S2Stream, start: int, end: int) -> list[SequencedRecord]:
-    """The records in ``[start, end)`` that are not command records."""
+    """The records in ``[start, end)`` that are not command records. A start below the trim point reads from
+    the first record kept, which may lie at or past ``end``: those are left out."""
     out: list[SequencedRecord] = []
     pos = start
     while pos < end:
         batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
         if not batch.records:
             break
-        out.extend(r for r in batch.records if not r.is_command_record())
+        for record in batch.records:
+            if record.seq_num >= end:
+                return out
+            if not record.is_command_record():
+                out.append(record)
         pos = batch.records[-1].seq_num + 1
     return out
 

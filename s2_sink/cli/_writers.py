@@ -10,10 +10,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from s2_sdk import S2Basin, S2Error
+from s2_sdk import S2Basin, S2Error, S2ServerError
 
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, Ledger, LedgerState
+from s2_sink._transport.explain import is_stream_deleting
 from s2_sink.errors import CommitError
 
 __all__ = ["LedgerSummary", "describe_token", "ledger_summaries", "writer_ids", "writers_by_hash"]
@@ -79,7 +80,12 @@ async def ledger_summaries(basin: S2Basin) -> list[LedgerSummary]:
     out: list[LedgerSummary] = []
     for writer_id in await writer_ids(basin):
         ledger = Ledger(basin, writer_id)
-        position = await basin.stream(ledger.name).check_tail()
+        try:
+            position = await basin.stream(ledger.name).check_tail()
+        except S2ServerError as exc:
+            if exc.status_code == 404 or is_stream_deleting(exc):
+                continue  # deleted between the listing and now
+            raise
         try:
             peeked = await ledger.peek()
         except CommitError as exc:

@@ -230,6 +230,7 @@ class S2StreamWriter(StreamArrowWriterBase):
                 query_id,
                 spec.static_streams(),
                 trust_partitioning=spec.trust_partitioning,
+                shape=spec.shape(self._opts.encoder),
             )
         return dict(self.__dict__)
 
@@ -281,6 +282,7 @@ class S2StreamWriter(StreamArrowWriterBase):
                 batchId,
                 metrics.end_positions(),
                 query_id=min(seen) if len(seen) == 1 else None,
+                shape=self._opts.spec.shape(self._opts.encoder),
             )
         log.info("%s", metrics.log_line())
 

@@ -1,5 +1,5 @@
 """``python -m s2_sink.lite --port 8080 [--host 127.0.0.1] [--basin NAME]... [--data-dir DIR] [--token TOKEN]
-[--allow-faults] [--throttle]``."""
+[--allow-faults] [--throttle] [--deletion-delay SECONDS]``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from s2_sink.lite._errors import ApiError
-from s2_sink.lite._store import validate_basin_name
+from s2_sink.lite._store import DELETION_DELAY_S, validate_basin_name
 from s2_sink.lite.server import serve
 
 
@@ -38,12 +38,15 @@ def exports(endpoint: str, token: str | None) -> str:
 
 
 async def _create_basins(endpoint: str, names: list[str], token: str | None) -> None:
-    """Create (ensure) the basins through the server's own API, as any client would."""
+    """Create the basins that do not exist yet through the server's own API, as any client would (create,
+    not ensure: an ensure would reset the config of one kept in ``--data-dir``)."""
     headers = {"authorization": f"Bearer {token or 'ignored'}"}
-    config = {"config": {"create_stream_on_append": True}}
     async with httpx.AsyncClient(http1=False, http2=True, timeout=10.0) as client:
         for name in names:
-            resp = await client.put(f"{endpoint}/v1/basins/{name}", json=config, headers=headers)
+            doc = {"basin": name, "config": {"create_stream_on_append": True}}
+            resp = await client.post(f"{endpoint}/v1/basins", json=doc, headers=headers)
+            if resp.status_code == 409 and resp.json().get("code") == "resource_already_exists":
+                continue
             if resp.status_code >= 300:
                 raise RuntimeError(f"cannot create basin {name!r}: HTTP {resp.status_code} {resp.text}")
 
@@ -74,6 +77,14 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m s2_sink.lite")
         "--throttle",
         action="store_true",
         help="enforce S2's per-stream append limits (200 batches/s per connection, 100 MiB/s) with 429s",
+    )
+    parser.add_argument(
+        "--deletion-delay",
+        type=float,
+        default=DELETION_DELAY_S,
+        metavar="SECONDS",
+        help=f"how long a deleted basin or stream stays pending (409 *_deletion_pending) before it is gone "
+        f"(default {DELETION_DELAY_S})",
     )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     args = parser.parse_args(argv)
@@ -110,6 +121,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m s2_sink.lite")
             token=args.token,
             faults=args.allow_faults,
             throttle=args.throttle,
+            deletion_delay_s=args.deletion_delay,
             ready=ready,
         )
     )

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from s2_sink.lite._append_input import parse_input
 from s2_sink.lite._appends import Appender, AppendSession, ConnectionDropped
 from s2_sink.lite._clock import Clock
 from s2_sink.lite._configs import Json, parse_json
@@ -18,15 +19,16 @@ from s2_sink.lite._durability import DurableLog, encode_meta
 from s2_sink.lite._errors import ApiError, bad
 from s2_sink.lite._faults import Faults, FaultsDisabledError
 from s2_sink.lite._jsonfmt import ack_to_json, append_input_from_json, read_batch_to_json
+from s2_sink.lite._names import validate_stream_name
 from s2_sink.lite._payloads import (
     JSON,
     Response,
     basin_header,
     decoded_body,
     is_proto,
+    json_body,
     json_response,
     s2_format,
-    stream_config_header,
     wants_proto,
 )
 from s2_sink.lite._read_out import S2SOut, SSEOut
@@ -48,6 +50,13 @@ RouteHandler = Callable[[Request, dict[str, str], str], None]
 
 _PROTO = [("content-type", "application/protobuf")]
 _INTERNAL = b'{"code":"other","message":"internal server error"}'
+
+
+def _names(req: Request, stream: str) -> tuple[str, str]:
+    """(basin, stream) of a records route: the ``s2-basin`` header, then the stream's path segment."""
+    basin = basin_header(req)
+    validate_stream_name(stream, "bad_path")
+    return basin, stream
 
 
 class LiteApp:
@@ -75,6 +84,8 @@ class LiteApp:
         self.tasks: set[asyncio.Task[None]] = set()
         if log_ is not None:
             store.on_meta = lambda doc: log_.write(encode_meta(doc))
+        # A deletion's terminal trim record is committed like any append: live readers see it once durable.
+        store.commit_terminal = lambda stream, batch: self.appender.commit(stream, batch, lambda: None)
         self.router: Router[RouteHandler] = Router()
         for method, pattern, handler in ControlPlane(store, self.durable).routes():
             self.router.add(method, pattern, self._unary_route(handler))
@@ -145,40 +156,48 @@ class LiteApp:
     # -- records ---------------------------------------------------------------------------------------------
 
     def _stream_for(self, req: Request, name: str, auto: str) -> Stream:
-        return self.store.stream(
-            basin_header(req), name, auto_create=auto, header_config=stream_config_header(req)
-        )
+        return self.store.stream(*_names(req, name), auto_create=auto)
 
     def _append(self, req: Request, params: dict[str, str], query: str) -> None:
-        stream = self._stream_for(req, params["stream"], "append")
         ctype = req.headers.get("content-type", "")
-        if ctype == "s2s/proto":
-            # An auto-created stream's metadata entry precedes the session's appends in the log, so it is
+        if ctype.split(";")[0].strip().lower() == "s2s/proto":
+            # The stream is opened before any input is read (S2: ``open_for_append``, then the session); an
+            # auto-created stream's metadata entry precedes the session's appends in the log, so it is
             # durable before any of their acks.
-            AppendSession(self.appender, req, stream)
+            AppendSession(self.appender, req, self._stream_for(req, params["stream"], "append"))
             return
-        self._unary(req, lambda body: self._unary_append(req, stream, ctype, body))
+        names = _names(req, params["stream"])
+        self._unary(req, lambda body: self._unary_append(req, names, ctype, body))
 
     def _read(self, req: Request, params: dict[str, str], query: str) -> None:
+        names = _names(req, params["stream"])
         read = ReadParams.parse(query)
-        stream = self._stream_for(req, params["stream"], "read")
-        if req.headers.get("content-type", "") == "s2s/proto":
+        if req.headers.get("content-type", "").split(";")[0].strip().lower() == "s2s/proto":
+            stream = self.store.stream(*names, auto_create="read")
             out = S2SOut(req.headers.get("accept-encoding"))
             self.spawn(req, read_session(req, stream, read, out, stats=self.stats))
             return
-        if req.headers.get("accept", "").split(",")[0].strip() == "text/event-stream":
+        if req.headers.get("accept", "").split(",")[0].split(";")[0].strip() == "text/event-stream":
             last_event_id = req.headers.get("last-event-id")
             delivered = read.resume(last_event_id) if last_event_id else (0, 0)
+            stream = self.store.stream(*names, auto_create="read")
             self.spawn(
                 req, read_session(req, stream, read, SSEOut(s2_format(req)), delivered, stats=self.stats)
             )
             return
+        stream = self.store.stream(*names, auto_create="read")
         self._unary(req, lambda body: self._unary_read(req, stream, read))
 
-    async def _unary_append(self, req: Request, stream: Stream, ctype: str, body: bytes) -> Response:
-        body = decoded_body(req, body)
-        payload = body if is_proto(ctype) else append_input_from_json(parse_json(body), s2_format(req))
-        ack = await self.appender.unary(req, stream, payload)
+    async def _unary_append(self, req: Request, names: tuple[str, str], ctype: str, body: bytes) -> Response:
+        # The input is decoded and checked before the stream is looked up (S2 extracts the request first):
+        # a refused append never auto-creates its stream.
+        if is_proto(ctype):
+            payload = decoded_body(req, body)
+        else:
+            payload = append_input_from_json(json_body(req, body), s2_format(req))
+        parsed = parse_input(payload)
+        stream = self.store.stream(*names, auto_create="append")
+        ack = await self.appender.unary(req, stream, payload, parsed)
         if wants_proto(req):
             return 200, _PROTO, ack
         return json_response(200, ack_to_json(ack))

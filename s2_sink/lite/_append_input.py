@@ -68,6 +68,9 @@ def parse_input(data: bytes) -> ParsedInput:
     if metered > ONE_MIB:
         raise invalid(f"a batch may hold at most 1 MiB of metered bytes, got {metered}")
     _check_commands(commands)
+    if token is not None and len(token.encode()) > MAX_FENCING_TOKEN:
+        # The input's own token is held to a fence's limit, after its records (api/src/v1/stream/proto).
+        raise invalid(f"fencing token must not exceed {MAX_FENCING_TOKEN} bytes in length")
     return ParsedInput(parts, sizes, commands, client_ts, msn, token)
 
 

@@ -12,10 +12,11 @@ from collections import deque
 from collections.abc import Callable
 
 from s2_sink.lite import _faults
+from s2_sink.lite._append_input import ParsedInput
 from s2_sink.lite._batch import Batch
 from s2_sink.lite._clock import Clock
 from s2_sink.lite._durability import DurableLog, encode_append
-from s2_sink.lite._errors import ApiError, bad, not_found
+from s2_sink.lite._errors import ApiError, bad, conflict
 from s2_sink.lite._faults import Faults
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._request import Request
@@ -53,11 +54,14 @@ class Appender:
         self.throttle = throttle
         self.stats = stats
 
-    def sequence(self, req: Request, stream: Stream, payload: bytes) -> Batch:
-        """Admit (throttling) and sequence one encoded AppendInput; raises ApiError without applying it."""
+    def sequence(
+        self, req: Request, stream: Stream, payload: bytes, parsed: ParsedInput | None = None
+    ) -> Batch:
+        """Admit (throttling) and sequence one encoded AppendInput (`parsed` already, or not); raises ApiError
+        without applying it."""
         if self.throttle is not None:
             self.throttle.admit(req.conn, stream, len(payload))
-        batch = stream.sequence(payload, self.clock.now_ms())
+        batch = stream.sequence(payload if parsed is None else parsed, self.clock.now_ms())
         if self.stats is not None:
             self.stats.appended(stream.name, batch.end - batch.start)
         return batch
@@ -75,7 +79,9 @@ class Appender:
             self.log.write(encode_append(stream, batch))
             self.log.commit(durable)
 
-    async def unary(self, req: Request, stream: Stream, payload: bytes) -> bytes:
+    async def unary(
+        self, req: Request, stream: Stream, payload: bytes, parsed: ParsedInput | None = None
+    ) -> bytes:
         """Append one encoded AppendInput; returns the encoded ack once durable."""
         action = _faults.PASS
         faults = self.faults
@@ -88,7 +94,7 @@ class Appender:
             if action == _faults.DROP_BEFORE:
                 req.abort_connection()
                 raise ConnectionDropped
-        batch = self.sequence(req, stream, payload)
+        batch = self.sequence(req, stream, payload, parsed)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def resolve() -> None:
@@ -159,7 +165,13 @@ class AppendSession:
         if self.appender.stats is not None:
             self.appender.stats.request("session_append", stream.name)
         if stream.deleted:
-            self.fail(not_found("stream_not_found", f"stream {stream.name!r} was deleted"))
+            # S2's streamer (streamer.rs): once a deletion's terminal trim is sequenced an append is refused
+            # with 409 (``handle_append``); once it is durable the streamer is gone and what an open session
+            # sends next cannot be admitted (``append_permit``: 503 ``unavailable``). Nothing is applied.
+            if stream.visible_seq < stream.next_seq:
+                self.fail(conflict("stream_deletion_pending", "stream deletion pending"))
+            else:
+                self.fail(ApiError(503, "unavailable", "streamer missing in action"))
             return
         action = _faults.PASS
         faults = self.appender.faults

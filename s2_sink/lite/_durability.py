@@ -127,7 +127,7 @@ def _apply_meta(store: Store, doc: Json) -> None:
         store.basins.pop(doc["name"], None)
     elif op == "stream":
         if doc["basin"] in store.basins:
-            store.put_stream(doc["basin"], doc["name"], doc["config"], doc["created_at"])
+            store.put_stream(doc["basin"], doc["name"], doc["config"], doc["created_at"], doc.get("cipher"))
     elif op == "stream_del":
         b = store.basins.get(doc["basin"])
         if b is not None:

@@ -1,9 +1,10 @@
 """How a read session is written out, behind one small interface: S2S frames (``content-type: s2s/proto``)
 or server-sent events (``accept: text/event-stream``).
 
-SSE events follow the API's ``ReadEvent``: ``batch`` (a JSON ReadBatch, with ``id: <next seq_num>,<records so
-far>,<metered bytes so far>``, which a client sends back as ``last-event-id`` to resume), ``ping``
-(``{"timestamp": <ms>}``, the heartbeat) and ``error`` (the ErrorInfo JSON as text; always last).
+SSE events follow the API's ``ReadEvent`` (``api/src/v1/stream/sse.rs``): ``batch`` (a JSON ReadBatch, with
+``id: <seq_num of its last record>,<records so far>,<metered bytes so far>``, which a client sends back as
+``last-event-id`` to resume), ``ping`` (``{"timestamp": <ms>, "tail": <position>}``, the heartbeat),
+``error`` (the ErrorInfo JSON as text; always last) and, when a session ends without error, ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,18 @@ class ReadOut(Protocol):
     def error(self, exc: ApiError) -> bytes:
         """The last message of a session that fails after it started."""
 
+    def done(self) -> bytes:
+        """The last message of a session that ended without error (may be empty)."""
+
 
 class S2SOut:
     """S2S frames of ReadBatch protobufs; a heartbeat is an empty batch with the tail; errors are terminal."""
 
-    headers = [("content-type", "s2s/proto")]
+    headers = [
+        ("content-type", "s2s/proto"),
+        ("cache-control", "no-cache, no-transform"),
+        ("x-accel-buffering", "no"),
+    ]
 
     def __init__(self, accept_encoding: str | None) -> None:
         self._compression = pick_compression(accept_encoding)
@@ -58,12 +66,20 @@ class S2SOut:
         """A terminal frame."""
         return encode_terminal(exc)
 
+    def done(self) -> bytes:
+        """Nothing: the session just ends."""
+        return b""
+
 
 class SSEOut:
     """Server-sent events with JSON bodies in the request's ``s2-format``."""
 
     # No caching or buffering by proxies: events must reach the client as they are written.
-    headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+    headers = [
+        ("content-type", "text/event-stream"),
+        ("cache-control", "no-cache, no-transform"),
+        ("x-accel-buffering", "no"),
+    ]
 
     def __init__(self, fmt: str) -> None:
         self._fmt = fmt
@@ -75,9 +91,15 @@ class SSEOut:
         return b"event: batch\ndata: " + data + f"\nid: {seq},{count},{nbytes}\n\n".encode()
 
     def heartbeat(self, tail: tuple[int, int]) -> bytes:
-        """An ``event: ping``."""
-        return b"event: ping\ndata: " + orjson.dumps({"timestamp": now_ms()}) + b"\n\n"
+        """An ``event: ping`` with the time and the tail."""
+        seq, ts = tail
+        ping = {"timestamp": now_ms(), "tail": {"seq_num": seq, "timestamp": ts}}
+        return b"event: ping\ndata: " + orjson.dumps(ping) + b"\n\n"
 
     def error(self, exc: ApiError) -> bytes:
         """An ``event: error``."""
         return b"event: error\ndata: " + exc.body() + b"\n\n"
+
+    def done(self) -> bytes:
+        """The ``[DONE]`` event."""
+        return b"data: [DONE]\n\n"

@@ -12,14 +12,23 @@ from array import array
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from s2_sink.lite._append_input import parse_input
+from s2_sink.lite._append_input import ParsedInput, parse_input
 from s2_sink.lite._batch import Batch, sequenced
 from s2_sink.lite._clock import rfc3339
 from s2_sink.lite._configs import Json
 from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
-from s2_sink.lite._wire import RawList
+from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["ReadResult", "Stream"]
+
+_MAX_U64 = (1 << 64) - 1
+_TERMINAL_TRIM: bytes = pb.AppendInput(
+    records=[
+        pb.AppendRecord(
+            timestamp=_MAX_U64, headers=[pb.Header(name=b"", value=b"trim")], body=_MAX_U64.to_bytes(8, "big")
+        )
+    ]
+).SerializeToString()
 
 
 @dataclass(slots=True)
@@ -54,8 +63,10 @@ class Stream:
     visible_ts: int = 0
     fencing_token: str = ""
     trim_point: int = 0
-    #: The ``s2-request-token`` of the create call, so a retried create is answered as a success.
-    request_token: str | None = None
+    #: The basin's ``stream_cipher`` when it was created (shown; records are not encrypted here).
+    cipher: str | None = None
+    #: The ``s2-request-token`` and config of the create call, so a retried create is answered as a success.
+    creation_key: tuple[str, Json] | None = None
     #: Deleted or being deleted: sessions on it end, new requests get 409 ``stream_deletion_pending``.
     deleted: bool = False
     #: When the deletion was asked for (epoch seconds); the stream is gone once it completes.
@@ -72,7 +83,7 @@ class Stream:
             "name": self.name,
             "created_at": rfc3339(self.created_at),
             "deleted_at": deleted_at,
-            "cipher": None,
+            "cipher": self.cipher,
         }
 
     def tail(self) -> tuple[int, int]:
@@ -101,12 +112,15 @@ class Stream:
 
     # -- appends ---------------------------------------------------------------------------------------------
 
-    def sequence(self, data: bytes, arrival: int) -> Batch:
+    def sequence(self, data: bytes | ParsedInput, arrival: int, *, terminal: bool = False) -> Batch:
         """Validate and sequence one encoded ``AppendInput``; returns the (not yet visible) batch.
 
-        Raises ApiError 400/412/422. Checks happen before any state changes, so a failed append has no effect.
+        Raises ApiError 400/412/422. Checks happen before any state changes, so a failed append has no
+        effect. As S2's streamer (``sequence_records``): the fencing token, then ``match_seq_num``, are
+        checked against the state before this batch, then each record's timestamp is assigned. A `terminal`
+        batch (the trim record of a deletion) changes neither the trim point nor the fencing token.
         """
-        p = parse_input(data)
+        p = data if isinstance(data, ParsedInput) else parse_input(data)
         n = len(p.parts)
         ts_cfg = self.config["timestamping"]
         mode = ts_cfg["mode"]
@@ -114,13 +128,12 @@ class Stream:
         client_ts = p.client_ts
         commands = p.commands
         ts_list: list[int] | None = None
-        if mode == "client-require" and len(client_ts) != n:
-            raise invalid("timestamping mode client-require needs a timestamp on every record")
-        # Append conditions are checked against the state before this batch.
         if p.fencing_token is not None and p.fencing_token != self.fencing_token:
             raise fencing_token_mismatch(self.fencing_token)
         if p.match_seq_num is not None and p.match_seq_num != self.next_seq:
             raise seq_num_mismatch(self.next_seq)
+        if mode == "client-require" and len(client_ts) != n:
+            raise invalid("record timestamp was required but was missing")
         prev = self.last_ts
         if not client_ts or mode == "arrival":
             ts0 = max(arrival, prev)
@@ -146,7 +159,7 @@ class Stream:
             last_ts=last_ts,
             arrival=arrival,
         )
-        for i, op, body in commands:
+        for i, op, body in () if terminal else commands:
             if op == b"fence":
                 self.fencing_token = body.decode()
             else:
@@ -154,6 +167,11 @@ class Stream:
                 self.trim_point = max(self.trim_point, min(desired, start + i + 1))
         self.add_batch(batch)
         return batch
+
+    def sequence_terminal(self, arrival: int) -> Batch:
+        """The ``trim`` command record to the last seq_num that S2 appends to a stream it deletes
+        (``streamer.rs``, ``terminal_trim_input``: timestamp ``u64::MAX``, capped as any client timestamp)."""
+        return self.sequence(_TERMINAL_TRIM, arrival, terminal=True)
 
     def add_batch(self, batch: Batch) -> None:
         """Record a sequenced batch (also used by log replay)."""

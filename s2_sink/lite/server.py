@@ -23,7 +23,7 @@ from s2_sink.lite._faults import FaultCounters, Faults
 from s2_sink.lite._janitor import Janitor
 from s2_sink.lite._listener import SniffingProtocol
 from s2_sink.lite._stats import RequestStats
-from s2_sink.lite._store import Store
+from s2_sink.lite._store import DELETION_DELAY_S, Store
 
 __all__ = ["LiteServer", "RemoteFaults", "serve"]
 
@@ -73,10 +73,11 @@ async def start_server(
     throttle: bool = False,
     clock: Clock | None = None,
     stats: RequestStats | None = None,
+    deletion_delay_s: float = DELETION_DELAY_S,
 ) -> _Running:
     """Replay the log (if any) and start listening."""
     loop = asyncio.get_running_loop()
-    store = Store(clock)
+    store = Store(clock, deletion_delay_s=deletion_delay_s)
     durable_log: DurableLog | None = None
     if data_dir is not None:
         # Startup work before listening: blocking file I/O is fine here.
@@ -98,10 +99,13 @@ async def serve(
     token: str | None = None,
     faults: bool = False,
     throttle: bool = False,
+    deletion_delay_s: float = DELETION_DELAY_S,
     ready: Any = None,
 ) -> None:
     """Run until SIGINT/SIGTERM; ``ready(endpoint)`` is called once listening."""
-    running = await start_server(host, port, data_dir, token, Faults(faults), throttle=throttle)
+    running = await start_server(
+        host, port, data_dir, token, Faults(faults), throttle=throttle, deletion_delay_s=deletion_delay_s
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -166,7 +170,8 @@ class LiteServer:
     ``srv.faults`` to inject faults. ``throttle=True`` enforces S2's per-stream append limits with 429s.
     ``clock`` (in-process servers only) replaces the real clock, e.g. with a ``ManualClock`` a test advances.
     ``stats=True`` (in-process servers only) counts requests by kind and records appended and read per stream
-    in ``srv.stats`` (`RequestStats`; ``srv.stats.snapshot()``).
+    in ``srv.stats`` (`RequestStats`; ``srv.stats.snapshot()``). ``deletion_delay_s`` is how long a deleted
+    basin or stream stays pending (409 ``*_deletion_pending``) before it is gone (404).
     """
 
     def __init__(
@@ -181,6 +186,7 @@ class LiteServer:
         clock: Clock | None = None,
         subprocess: bool = False,
         stats: bool = False,
+        deletion_delay_s: float = DELETION_DELAY_S,
     ) -> None:
         if clock is not None and subprocess:
             raise ValueError("clock= needs an in-process server: it cannot be passed to a subprocess")
@@ -193,6 +199,7 @@ class LiteServer:
         self.allow_faults = faults
         self.throttle = throttle
         self.clock = clock
+        self.deletion_delay_s = deletion_delay_s
         self.subprocess = subprocess
         self.stats: RequestStats | None = RequestStats() if stats else None
         self.endpoint = ""
@@ -236,6 +243,7 @@ class LiteServer:
                     throttle=self.throttle,
                     clock=self.clock,
                     stats=self.stats,
+                    deletion_delay_s=self.deletion_delay_s,
                 )
             except BaseException as exc:
                 error.append(exc)
@@ -265,6 +273,8 @@ class LiteServer:
             cmd.append("--allow-faults")
         if self.throttle:
             cmd.append("--throttle")
+        if self.deletion_delay_s != DELETION_DELAY_S:
+            cmd += ["--deletion-delay", str(self.deletion_delay_s)]
         self.process = sp.Popen(cmd, stdout=sp.PIPE, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()

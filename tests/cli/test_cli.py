@@ -21,13 +21,18 @@ from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
+from s2_sink._write.driver.routing import Routing
 from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.cli import EXIT_CODES
 from s2_sink.config import S2Config
 from s2_sink.encoders import ACTION_HEADER, KEY_HEADER
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name
+from s2_sink.writer import S2Writer
+from tests.sim._scenario import Row
+from tests.unit._eo_writer import facts, write_batch
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
 
@@ -89,10 +94,14 @@ def frame(bodies: list[bytes]) -> pa.RecordBatch:
     )
 
 
-def write_exactly_once(cfg: S2Config, writer_id: str, batches: list[list[bytes]]) -> dict[str, int]:
+def write_exactly_once(
+    cfg: S2Config, writer_id: str, batches: list[list[bytes]], query_id: str = "query-1"
+) -> dict[str, int]:
     """Write micro-batches the way `S2Writer` does exactly-once, without Spark: the coordinator's plan,
     the partition writer, the ledger commit. Returns the stream ends of the last commit."""
-    coord = Coordinator(cfg, writer_id, query_id="query-1", static_streams=[str(cfg.stream)])
+    routing = Routing.build(stream=cfg.stream, stream_column=None, shards=None)
+    shape = WriteSpec.build(cfg, routing).shape(None)  # what the writer records: its routing tells it apart
+    coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=[str(cfg.stream)], shape=shape)
     ends: dict[str, int] = {}
     for batch_id, bodies in enumerate(batches):
         bp = coord.begin_batch(batch_id)
@@ -155,6 +164,7 @@ def test_ledger_show_missing_ledger_and_missing_basin_are_told_apart(lite: LiteS
     no_ledger = cli(lite.endpoint, "ledger", "show", "never-ran", "--basin", basin)
     assert no_ledger.returncode == 3
     assert f"writer 'never-ran' has no ledger in basin {basin!r}" in no_ledger.stderr
+    assert "`s2-sink ledger list` shows the basin's writers" in no_ledger.stderr
     assert "Traceback" not in no_ledger.stderr
 
     missing = unique_basin_name()
@@ -162,6 +172,37 @@ def test_ledger_show_missing_ledger_and_missing_basin_are_told_apart(lite: LiteS
     assert no_basin.returncode == 3
     assert f"basin {missing!r} does not exist at {lite.endpoint}" in no_basin.stderr
     assert f"s2-sink-lite --basin {missing}" in no_basin.stderr
+
+
+def test_ledger_show_finds_a_querys_writer_by_the_query_id(lite: LiteServer, basin: str) -> None:
+    """`ledger show QUERY_ID` where the query's writer has an explicit writer_id shows that writer's ledger
+    (before: exit 3, no ledger named by the query id); a query of several writers lists them (exit 3); a
+    ledger taken over by another writer id says which one goes on."""
+    cfg = config(lite, basin)
+    rows = [Row(b'{"a":1}')]
+    orders = S2Writer(cfg, None, writer_id="orders-job", preflight=False)
+    assert write_batch(orders, 0, [rows], facts(query_id="query-1")) == "written"
+    shown = cli(lite.endpoint, "ledger", "show", "query-1", "--basin", basin)
+    assert shown.returncode == 0, shown.stderr
+    assert "'query-1' is the streaming query id of writer 'orders-job'" in shown.stdout
+    assert "ledger '_s2sink/ledger/orders-job'" in shown.stdout
+    assert "config: stream=events on_error=fail dlq=-" in shown.stdout
+
+    audit = S2Writer(cfg.replace(stream="audit"), None, writer_id="audit-job", create_streams=True)
+    assert write_batch(audit, 0, [rows], facts(query_id="query-1")) == "written"
+    both = cli(lite.endpoint, "ledger", "show", "query-1", "--basin", basin)
+    assert both.returncode == 3
+    assert "'query-1' is the streaming query id of several exactly-once writers (audit-job, orders-job)" in (
+        both.stderr
+    )
+
+    renamed = S2Writer(cfg, None, writer_id="orders-v2", preflight=False)
+    assert write_batch(renamed, 1, [rows], facts("run-2", query_id="query-1")) == "written"
+    moved = cli(lite.endpoint, "ledger", "show", "orders-job", "--basin", basin)
+    assert moved.returncode == 0, moved.stderr
+    assert "moved_to=orders-v2" in moved.stdout
+    assert "writer 'orders-job' was taken over by writer 'orders-v2'" in moved.stdout
+    assert "`s2-sink ledger show orders-v2`" in moved.stdout
 
 
 def test_ledger_reset_needs_yes_then_lets_a_new_query_start_at_batch_zero(
@@ -262,6 +303,27 @@ def test_fences_clear_of_a_missing_stream_fails_without_creating_it(lite: LiteSe
     assert f"stream 'typo' does not exist in basin {basin!r}" in out.stderr
 
 
+def test_nothing_missing_is_created_in_a_basin_that_creates_streams_on_read(lite: LiteServer) -> None:
+    """In a basin with create_stream_on_read, where S2 creates a stream a check_tail asks for (s2-lite:
+    lite/src/backend/read.rs, open_for_check_tail), `fences clear` of a missing stream and `ledger reset` /
+    `ledger forget` of a writer without a ledger exit 3 and create nothing (they look the stream up by its
+    config, which never creates it)."""
+    basin = fresh_basin(lite.endpoint, create_stream_on_read=True)
+    for args in (
+        ("fences", "clear", "typo"),
+        ("ledger", "reset", "ghost", "--yes"),
+        ("ledger", "forget", "ghost", "events"),
+    ):
+        out = cli(lite.endpoint, *args, "--basin", basin)
+        assert out.returncode == 3, (args, out.stderr)
+
+    async def names() -> list[str]:
+        async with S2("t", endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint)) as s2:
+            return [s.name async for s in s2.basin(basin).list_all_streams()]
+
+    assert asyncio.run(names()) == []
+
+
 # -- tail -----------------------------------------------------------------------------------------------
 
 
@@ -287,6 +349,24 @@ def test_tail_prints_the_last_records_decoded_as_insert(lite: LiteServer, basin:
     assert rows[0]["headers"] == [["@key", "k1"]]
     assert rows[1]["text"] == "plain text"
     assert rows[2]["text"] == "base64:/wA="
+
+
+def test_tail_of_a_trimmed_stream_prints_each_record_once(lite: LiteServer, basin: str) -> None:
+    """`tail -n 5` of a stream trimmed near its end prints the records left, each once: S2 answers a read
+    from below the trim point with the records after it (s2-lite: lite/src/backend/read.rs), so a window
+    further back returns the same records again (before: printed twice)."""
+    append(
+        lite,
+        basin,
+        "events",
+        [
+            AppendInput(records=[Record(b'{"id":%d}' % i) for i in range(10)]),
+            AppendInput(records=[CommandRecord.trim(8)]),
+        ],
+    )
+    out = cli(lite.endpoint, "tail", "events", "-n", "5", "--basin", basin)
+    assert out.returncode == 0, out.stderr
+    assert [r["seq_num"] for r in json_lines(out.stdout)] == [8, 9]
 
 
 def test_tail_decodes_upsert_records_and_refuses_other_ones(lite: LiteServer, basin: str) -> None:
@@ -438,7 +518,7 @@ def test_lite_basin_flag_refuses_an_invalid_name() -> None:
         check=False,
     )
     assert out.returncode == 2
-    assert "basin name must be 8-48 characters of [a-z0-9-]" in out.stderr
+    assert "basin name must begin with a lowercase letter or number" in out.stderr  # S2's words
     assert "'Bad_Name'" in out.stderr
 
 

@@ -32,7 +32,7 @@ def test_ledger_list_shows_each_writer_with_its_last_batch_and_time(lite: LiteSe
     before = int(time.time() * 1000)
     cfg = config(lite, basin)
     write_exactly_once(cfg, "orders-job", [[b"a"], [b"b"], [b"c"]])
-    write_exactly_once(cfg.replace(stream="other"), "audit-job", [[b"x"]])
+    write_exactly_once(cfg.replace(stream="other"), "audit-job", [[b"x"]], query_id="query-2")
     append(lite, basin, "plain", [AppendInput(records=[Record(b"not a ledger")])])
     after = int(time.time() * 1000)
 
@@ -40,7 +40,7 @@ def test_ledger_list_shows_each_writer_with_its_last_batch_and_time(lite: LiteSe
     assert out.returncode == 0, out.stderr
     docs = json_lines(out.stdout)
     assert [(d["writer_id"], d["kind"], d["epoch"], d["committed"], d["query_id"]) for d in docs] == [
-        ("audit-job", "commit", 1, 0, "query-1"),
+        ("audit-job", "commit", 1, 0, "query-2"),
         ("orders-job", "commit", 1, 2, "query-1"),
     ]
     assert [d["writer_hash"] for d in docs] == [writer_hash("audit-job"), writer_hash("orders-job")]

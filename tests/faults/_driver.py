@@ -67,6 +67,7 @@ def main(path: str) -> int:
         # The scenarios' batches are small: off, they test the executors' path; on, the driver's.
         driver_write_max_rows=scn.get("driver_write_max_rows", 0),
         max_inflight_requests=scn.get("max_inflight_requests", 16),
+        **({"delivery_timeout_ms": scn["delivery_timeout_ms"]} if "delivery_timeout_ms" in scn else {}),
     )
     encoder = UpsertEncoder(key_columns=["k"]) if scn["encoder"] == "upsert" else InsertEncoder()
     writer = S2Writer(
@@ -120,6 +121,8 @@ def _format_options(scn: dict[str, Any]) -> dict[str, str]:
     }
     if scn["encoder"] == "upsert":
         options |= {"s2.format": "upsert", "s2.key-columns": "k"}
+    if "delivery_timeout_ms" in scn:
+        options["s2.delivery-timeout-ms"] = str(scn["delivery_timeout_ms"])
     if scn.get("replay_partitioning"):
         options["s2.replay-partitioning"] = scn["replay_partitioning"]
     return options

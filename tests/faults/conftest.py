@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,19 @@ def eo_server() -> Iterator[LiteServer]:
     """A lite server in its own process (so Spark drivers in other processes can reach it), faults allowed."""
     with LiteServer(subprocess=True, faults=True) as srv:
         yield srv
+
+
+@pytest.fixture
+def tmp(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A private work directory (not pytest's tmp_path: other pytest sessions on the machine rotate those
+    away, and a driver restart needs its checkpoint for minutes). Kept on failure for the driver logs."""
+    path = Path(tempfile.mkdtemp(prefix="s2sink-faults-"))
+    yield path
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.passed:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        print(f"driver logs kept in {path}")
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,6 @@ run the target streams are read back and every input id must appear exactly once
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -42,19 +40,6 @@ DRIVER_KILLS: list[dict[str, Any]] = [
 # Replays after a restart split the input files differently, so a replayed batch is partitioned
 # differently from the attempt that died (SPARK-28650): (partition, batch) cannot be a dedupe key.
 REPARTITION_ON_RESTART = {"max_partition_bytes": 1500}
-
-
-@pytest.fixture
-def tmp(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A private work directory (not pytest's tmp_path: other pytest sessions on the machine rotate those
-    away, and a driver restart needs its checkpoint for minutes). Kept on failure for the driver logs."""
-    path = Path(tempfile.mkdtemp(prefix="s2sink-faults-"))
-    yield path
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.passed:
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        print(f"driver logs kept in {path}")
 
 
 @pytest.mark.timeout(600)

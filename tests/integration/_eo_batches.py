@@ -14,9 +14,19 @@ from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 
-__all__ = ["commit", "open_execution", "write_partitions"]
+__all__ = ["commit", "new_driver_process", "open_execution", "write_partitions"]
 
 QUERY_ID = "query-1"
+
+
+def new_driver_process() -> None:
+    """What a restarted driver process starts with, for a test that restarts "the driver" in its own
+    process by calling a new `S2Writer` outside any streaming query (no run id to tell the starts apart):
+    no writer of the process has begun a micro-batch. Without it the new writer is refused, as a second
+    writer of one identity in a micro-batch would be."""
+    from s2_sink._write.driver import exactly_once
+
+    exactly_once._claims.clear()
 
 
 def open_execution(cfg: S2Config, writer_id: str) -> SinkRun:

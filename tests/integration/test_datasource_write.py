@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from decimal import Decimal
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+from s2_sdk import S2, Endpoints, StreamConfig, Timestamping, TimestampingMode
 
 from s2_sink._exactly_once.tags import find_tag
 from s2_sink.config import S2Config
@@ -359,3 +361,34 @@ def test_bad_write_options_fail_on_the_driver(
     with pytest.raises(Exception, match="ConfigError") as info:
         df.write.format("s2").options(**opts(endpoint, "unused-basin", **extra)).mode(mode).save()
     assert message in str(info.value)
+
+
+def test_create_streams_keeps_the_config_of_a_stream_that_exists(
+    sp: SparkSession, endpoint: str, tmp_path: Path
+) -> None:
+    """df.write.format("s2") and writeStream.format("s2") with s2.create-streams=true write to a stream made
+    with infinite retention and arrival timestamps and leave both as they were (S2's ensure would set them
+    to the basin's defaults: s2-lite lite/src/backend/streams.rs, provision_stream)."""
+    basin = new_basin(endpoint, "in")
+    kept = StreamConfig(retention_policy="infinite", timestamping=Timestamping(mode=TimestampingMode.ARRIVAL))
+
+    async def make() -> None:
+        async with S2("test", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+            await s2.basin(basin).create_stream("out", config=kept)
+
+    async def config() -> tuple[Any, Any]:
+        async with S2("test", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+            got = await s2.basin(basin).get_stream_config("out")
+            return got.retention_policy, got.timestamping.mode if got.timestamping else None
+
+    asyncio.run(make())
+    w = opts(endpoint, basin, **{"s2.stream": "out", "s2.create-streams": "true"})
+    _table(sp).write.format("s2").options(**w).mode("append").save()
+    append(endpoint, basin, "in", bodies("a", "b"))
+    q = _copy_query(sp, endpoint, basin, tmp_path / "ck", **{"s2.create-streams": "true"})
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert asyncio.run(config()) == ("infinite", TimestampingMode.ARRIVAL)
+    assert len(read_stream(endpoint, basin, "out")) == 12 + 2

@@ -18,6 +18,7 @@ from s2_sink._write.task.results import RESULT_DDL
 from s2_sink.encoders import UpsertEncoder
 from s2_sink.encoders._change_order import sort_changes
 from s2_sink.lite import LiteServer
+from tests.integration._eo_batches import new_driver_process
 from tests.integration._s2read import read_stream
 
 pytestmark = pytest.mark.spark
@@ -119,6 +120,7 @@ def test_replay_after_a_dead_run_keeps_each_keys_order(
     assert _per_key(lite, basin, "cdc") == _expected(prefix)
 
     caplog.set_level(logging.WARNING, logger="s2_sink")
+    new_driver_process()
     replay = S2Writer(cfg, _encoder(), writer_id="w")
     replay(_split(spark, CHANGES, 6, 5), 0)
     assert "replays after a driver restart" in caplog.text  # the recovery path ran

@@ -14,7 +14,9 @@ from pyspark.sql import SparkSession
 from s2_sink import S2Writer
 from s2_sink._write.driver.driver_write import collect_arrow, probe_small, write_on_driver
 from s2_sink._write.driver.sizing import size_estimate
+from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
+from tests.integration._eo_batches import new_driver_process
 from tests.integration.test_upsert_order_spark import CHANGES, _encoder, _expected, _per_key, _split
 from tests.integration.test_writer_spark import bodies, cfg_for, rows_df
 
@@ -80,8 +82,9 @@ def test_small_batch_is_written_from_the_driver_exactly_once(
     spark: SparkSession, lite: LiteServer, basin: str
 ) -> None:
     """A 1k-row micro-batch in 8 partitions is written from the driver (metrics say path=driver, one
-    partition); calling the writer again with the same batch id writes nothing; a batch over
-    driver_write_max_rows goes to the tasks."""
+    partition); a restarted driver's writer called with the same batch id writes nothing (the same writer
+    called again, outside a streaming query's run, is refused: a second call cannot be told from a
+    restart); a batch over driver_write_max_rows goes to the tasks."""
     cfg = cfg_for(lite, basin, create_streams=True, driver_write_max_rows=1000)
     writer = S2Writer(cfg, writer_id="small")
     writer(rows_df(spark, 1000, partitions=8), 0)
@@ -89,6 +92,10 @@ def test_small_batch_is_written_from_the_driver_exactly_once(
     assert m is not None
     assert (m.path, m.partitions, m.records) == ("driver", 1, 1000)
     assert "path=driver" in m.log_line()
+    with pytest.raises(ConfigError, match="called again for micro-batch 0"):
+        writer(rows_df(spark, 1000, partitions=8), 0)
+    new_driver_process()
+    writer = S2Writer(cfg, writer_id="small")
     writer(rows_df(spark, 1000, partitions=8), 0)
     assert writer.last_metrics is not None
     assert writer.last_metrics.replay_skipped
@@ -138,6 +145,7 @@ def test_a_dead_runs_small_batch_is_replayed_from_the_driver_exactly_once(
     write_on_driver(job, frame, pa.Table.from_batches(half.to_batches()))  # then the driver dies: no commit
     assert len(_ids(lite, basin)) == 300
 
+    new_driver_process()
     replay = S2Writer(cfg, writer_id="dead-driver")
     replay(rows_df(spark, 600, partitions=5), 0)
     assert replay.last_metrics is not None

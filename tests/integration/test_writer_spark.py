@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from pathlib import Path
@@ -11,6 +12,7 @@ import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from s2_sdk import S2, Endpoints, StreamConfig, Timestamping, TimestampingMode
 
 from s2_sink import S2Config, S2Writer
 from s2_sink._write.driver.metrics import BatchMetrics
@@ -19,6 +21,7 @@ from s2_sink.errors import ConfigError, EncodeError, PreflightError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests import s2_target
+from tests.integration._eo_batches import new_driver_process
 from tests.integration._s2read import list_streams, read_stream
 
 pytestmark = pytest.mark.spark
@@ -212,8 +215,8 @@ def test_bad_rows_fail_or_skip(spark: SparkSession, lite: LiteServer, basin: str
 def test_retries_through_injected_503s(
     spark: SparkSession, lite: LiteServer, basin: str, lite_faults: Any
 ) -> None:
-    """503s beyond the SDK's retries are retried per session and reported; no row is lost."""
-    cfg = cfg_for(lite, basin, max_retries=0, retry_delay_ms=10, session_retries=4)
+    """503s on append sessions are retried per session and reported; no row is lost."""
+    cfg = cfg_for(lite, basin, max_retries=0, retry_delay_ms=10)
     writer = S2Writer(cfg, delivery="at-least-once")
     lite_faults.fail_next_appends(2, status=503)
     writer(rows_df(spark, 2000), 0)
@@ -244,7 +247,6 @@ def test_wrong_token_is_a_clear_error(spark: SparkSession) -> None:
             access_token="not-the-right-one",
             account_endpoint=srv.endpoint,
             basin_endpoint=srv.endpoint,
-            session_retries=0,
         )
         words = r"refused the access token \(401 authn\): set S2_ACCESS_TOKEN"
         with pytest.raises(PreflightError, match=rf"^S2Writer: basin '{basin}' at .*{words}") as first:
@@ -418,9 +420,46 @@ def test_a_skipped_replay_says_so_in_last_metrics(spark: SparkSession, lite: Lit
     assert written is not None
     assert (written.records, written.replay_skipped) == (20, False)
 
+    new_driver_process()
     restarted = S2Writer(cfg, writer_id="replayed-writer")
     restarted(rows_df(spark, 20), 0)
     assert restarted.last_metrics == BatchMetrics.skipped_replay(0, delivery="exactly-once")
     assert restarted.last_metrics.replay_skipped
     assert restarted.last_metrics.as_dict()["replay_skipped"] is True
     assert len(bodies(lite, basin, "events")) == 20
+
+
+def _stream_configs(lite: LiteServer, basin: str, names: list[str]) -> dict[str, tuple[Any, Any]]:
+    async def go() -> dict[str, tuple[Any, Any]]:
+        async with S2("test", endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint)) as s2:
+            out = {}
+            for name in names:
+                cfg = await s2.basin(basin).get_stream_config(name)
+                out[name] = (cfg.retention_policy, cfg.timestamping.mode if cfg.timestamping else None)
+            return out
+
+    return asyncio.run(go())
+
+
+def test_create_streams_keeps_the_config_of_a_stream_that_exists(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """A stream made with infinite retention and arrival timestamps keeps both after exactly-once and
+    at-least-once writes with create_streams=True (S2's ensure would set it to the basin's defaults: s2-lite
+    lite/src/backend/streams.rs, provision_stream); the ledger the writer creates has infinite retention."""
+    kept = StreamConfig(retention_policy="infinite", timestamping=Timestamping(mode=TimestampingMode.ARRIVAL))
+
+    async def make() -> None:
+        async with S2("test", endpoints=Endpoints(account=lite.endpoint, basin=lite.endpoint)) as s2:
+            await s2.basin(basin).create_stream("events", config=kept)
+
+    asyncio.run(make())
+    cfg = cfg_for(lite, basin, create_streams=True, driver_write_max_rows=0)
+    S2Writer(cfg, writer_id="kept-config")(rows_df(spark, 20), 0)
+    S2Writer(cfg, delivery="at-least-once")(rows_df(spark, 20), 1)
+    want = ("infinite", TimestampingMode.ARRIVAL)
+    assert _stream_configs(lite, basin, ["events", "_s2sink/ledger/kept-config"]) == {
+        "events": want,
+        "_s2sink/ledger/kept-config": ("infinite", TimestampingMode.CLIENT_PREFER),
+    }
+    assert len(bodies(lite, basin, "events")) == 40

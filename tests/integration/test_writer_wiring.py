@@ -1,7 +1,8 @@
 """Exactly-once under the ways users wire the writer, in real Spark through the public API.
 
-Spark's "write to multiple locations" pattern (two writers in one ``foreachBatch``), one writer called twice
-in a batch, and a query restarted from its checkpoint under a new ``writer_id``.
+Spark's "write to multiple locations" pattern (two writers in one ``foreachBatch``, each with its
+``writer_id``; without them the second is refused, and naming them fixes it), one writer called twice in a
+batch, and a query restarted from its checkpoint under a new ``writer_id``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from s2_sink import S2Writer
 from s2_sink.lite import LiteServer
+from tests.integration._s2read import list_streams
 from tests.integration.test_writer_spark import bodies, cfg_for, rows_df
 
 
@@ -52,10 +54,10 @@ def test_two_writers_in_one_foreach_batch_each_write_exactly_once(
     spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
 ) -> None:
     """Spark's "write to multiple locations": one function writes every row to stream a and the small ones to
-    stream b, with two default-identity writers. Each keeps its own ledger, so neither skips the other's
-    batches: a 300/300, b 200/200 (before, b got 0 and no error)."""
-    to_a = S2Writer(cfg_for(lite, basin, "a", create_streams=True))
-    to_b = S2Writer(cfg_for(lite, basin, "b", create_streams=True))
+    stream b, each writer with its writer_id. Each keeps its own ledger, so neither skips the other's
+    batches: a 300/300, b 200/200 (before identities were per writer, b got 0 and no error)."""
+    to_a = S2Writer(cfg_for(lite, basin, "a", create_streams=True), writer_id="orders-to-a")
+    to_b = S2Writer(cfg_for(lite, basin, "b", create_streams=True), writer_id="orders-to-b")
 
     def both(df: DataFrame, batch_id: int) -> None:
         to_a(df, batch_id)
@@ -68,6 +70,40 @@ def test_two_writers_in_one_foreach_batch_each_write_exactly_once(
     assert a == list(range(300))
     assert b == [i for i in range(300) if i % 3 != 2]
     assert len(b) == 200
+
+
+def test_two_writers_without_writer_ids_are_refused_and_the_fix_writes_each_row_once(
+    spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
+) -> None:
+    """The same function with two writers that share the query's default identity: the second is refused
+    before it writes (ConfigError: a writer_id for each), after the first committed micro-batch 0. The user
+    names both and restarts from the checkpoint: the writer to a goes on from the query id's ledger (its
+    routing is the one that ledger recorded) and skips the replayed batch 0, the writer to b starts anew
+    and writes it. a 300/300, b 200/200, nothing twice."""
+    cfg_a = cfg_for(lite, basin, "a", create_streams=True)
+    cfg_b = cfg_for(lite, basin, "b", create_streams=True)
+
+    def both_of(to_a: S2Writer, to_b: S2Writer) -> Callable[[DataFrame, int], None]:
+        def both(df: DataFrame, batch_id: int) -> None:
+            to_a(df, batch_id)
+            to_b(df.filter("id % 3 != 2"), batch_id)
+
+        return both
+
+    source = _stream_files(spark, tmp_path, [150, 150])
+    failure = _run(source, both_of(S2Writer(cfg_a), S2Writer(cfg_b)), tmp_path / "ckpt")
+    assert failure is not None
+    assert "two S2Writer objects write micro-batch 0" in str(failure)
+    assert "give each S2Writer a writer_id of its own" in str(failure)
+    assert len(bodies(lite, basin, "a")) == 150
+    assert "b" not in list_streams(lite.endpoint, basin)  # refused before anything, its stream included
+
+    named = both_of(S2Writer(cfg_a, writer_id="orders-to-a"), S2Writer(cfg_b, writer_id="orders-to-b"))
+    assert _run(source, named, tmp_path / "ckpt") is None
+    a = sorted(b["id"] for b in bodies(lite, basin, "a"))
+    b = sorted(b["id"] for b in bodies(lite, basin, "b"))
+    assert a == list(range(300))
+    assert b == [i for i in range(300) if i % 3 != 2]
 
 
 def test_one_writer_called_twice_in_a_batch_is_refused(
@@ -85,6 +121,7 @@ def test_one_writer_called_twice_in_a_batch_is_refused(
     assert failure is not None
     assert "called again for micro-batch 0" in str(failure)
     assert "Union the frames" in str(failure)
+    assert "writer_id of its own" in str(failure)
 
 
 def test_two_writer_objects_for_one_destination_are_refused(

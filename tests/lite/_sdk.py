@@ -38,20 +38,25 @@ def client(
 
 
 async def deletion_completes(
-    lookup: Callable[[], Awaitable[object]], timeout_s: float = 10.0
+    pending: Callable[[], Awaitable[object]],
+    timeout_s: float = 10.0,
+    *,
+    gone: Callable[[], Awaitable[object]] | None = None,
 ) -> S2ServerError:
-    """Call ``lookup`` until it fails with 404 (the asynchronous deletion finished); until then it must fail
-    with 409 ``*_deletion_pending``. Returns the 404 error."""
+    """While an asynchronous deletion runs, ``pending`` fails with 409 ``*_deletion_pending``; once it is
+    done, ``gone`` (by default ``pending`` itself) fails with 404. Returns that 404 error."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            await lookup()
-        except S2ServerError as exc:
-            if exc.status_code == 404:
-                return exc
-            if exc.status_code != 409 or not exc.code.endswith("_deletion_pending"):
+        for call in (gone, pending) if gone is not None else (pending,):
+            try:
+                await call()
+            except S2ServerError as exc:
+                if exc.status_code == 404:
+                    return exc
+                if call is pending and exc.status_code == 409 and exc.code.endswith("_deletion_pending"):
+                    continue
                 raise AssertionError(f"expected 409 *_deletion_pending while deleting, got {exc!r}") from exc
-        else:
-            raise AssertionError("a resource being deleted answered as if it were not")
+            if call is pending:
+                raise AssertionError("a resource being deleted answered as if it were not")
         assert time.monotonic() < deadline, "the deletion did not complete in time"
         await asyncio.sleep(0.05)

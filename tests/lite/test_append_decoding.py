@@ -2,7 +2,9 @@
 module parses: each record stored as the canonical ``SequencedRecord`` encoding of its headers and body, its
 metered size, client timestamp and command, the input's conditions, or the error (400 for what protobuf
 refuses, 422 for limits and bad commands), whatever the layout of the bytes (over-long varints, fields out of
-order or repeated, unknown fields, empty fields written out, damaged bytes)."""
+order or repeated, unknown fields, empty fields written out, damaged bytes). S2's rules: s2-lite
+api/src/v1/stream/proto/mod.rs (AppendInput), common/src/stream.rs (AppendRecordBatch),
+common/src/record/mod.rs and command.rs (Record::try_from_parts)."""
 
 from __future__ import annotations
 
@@ -91,6 +93,8 @@ def rules(data: bytes) -> Any:
             return ("error", 422, "invalid")
     msn = inp.match_seq_num if inp.HasField("match_seq_num") else None
     token = inp.fencing_token if inp.HasField("fencing_token") else None
+    if token is not None and len(token.encode()) > 36:  # common/src/record/fencing.rs, FencingToken
+        return ("error", 422, "invalid")
     return (parts, sizes, commands, stamps, msn, token)
 
 
@@ -98,7 +102,7 @@ def rules(data: bytes) -> Any:
 @given(
     st.lists(records, min_size=1, max_size=30),
     st.none() | st.integers(0, 2**64 - 1),
-    st.none() | st.text(max_size=10),
+    st.none() | st.text(max_size=10) | st.text(min_size=30, max_size=40),
 )
 def test_any_input_is_decided_by_the_rules(recs: list[Any], msn: int | None, token: str | None) -> None:
     """SDK-serialized inputs: bodies of every length class, headers (binary, non-ASCII, empty values, names of

@@ -20,8 +20,12 @@ from tests.lite._sdk import client, deletion_completes, run
 
 
 def test_basin_lifecycle_and_provision_results(lite: LiteServer) -> None:
-    """create/ensure report created/updated/unchanged; get/reconfigure round-trip; delete gives 409
-    basin_deletion_pending while it runs, then 404."""
+    """create/ensure report created/updated/unchanged, and an ensure sets the basin's config to the one it
+    asks for; get/reconfigure round-trip; a basin being deleted still answers its config (S2 does not check
+    the deletion there) but refuses to be ensured again (409 basin_deletion_pending), then it is 404.
+
+    As s2-lite: lite/src/backend/basins.rs, provision_basin (ProvisionMode::Ensure replaces the config),
+    get_basin_config, delete_basin."""
     name = unique_basin_name("cp")
 
     async def main() -> None:
@@ -36,16 +40,19 @@ def test_basin_lifecycle_and_provision_results(lite: LiteServer) -> None:
             changed = await s2.ensure_basin(name, config=BasinConfig(create_stream_on_read=True))
             assert changed.status == EnsureStatus.CONFIG_UPDATED
             cfg = await s2.get_basin_config(name)
-            assert cfg.create_stream_on_append is True
+            assert cfg.create_stream_on_append is False  # replaced, not patched
             assert cfg.create_stream_on_read is True
-            cfg = await s2.reconfigure_basin(name, config=BasinConfig(create_stream_on_read=False))
-            assert cfg.create_stream_on_read is False
+            cfg = await s2.reconfigure_basin(name, config=BasinConfig(create_stream_on_append=True))
+            assert cfg.create_stream_on_read is True
             assert cfg.create_stream_on_append is True
             await s2.delete_basin(name)
+            assert (await s2.get_basin_config(name)).create_stream_on_append is True
             with pytest.raises(S2ServerError) as pending:
-                await s2.get_basin_config(name)
+                await s2.ensure_basin(name)
             assert (pending.value.status_code, pending.value.code) == (409, "basin_deletion_pending")
-            gone = await deletion_completes(lambda: s2.get_basin_config(name))
+            gone = await deletion_completes(
+                lambda: s2.ensure_basin(name), gone=lambda: s2.get_basin_config(name)
+            )
             assert gone.code == "basin_not_found"
             await s2.delete_basin(name, ignore_not_found=True)
             created = await s2.ensure_basin(name)
@@ -124,14 +131,25 @@ def test_stream_lifecycle_with_slash_and_space_names(lite: LiteServer, basin: st
 
 
 def test_missing_basin_and_stream_are_404(lite: LiteServer, basin: str) -> None:
-    """Stream calls on an unknown basin give basin_not_found; an unknown stream gives stream_not_found."""
+    """A data call (check-tail) on a stream of an unknown basin gives basin_not_found, on an unknown stream
+    stream_not_found; get-config and delete look the stream up alone (stream_not_found), and listing an
+    unknown basin's streams finds none.
+
+    As s2-lite: lite/src/backend/core.rs, stream_handle_with_auto_create (the stream, then the basin);
+    streams.rs, get_stream_config, delete_stream_with_condition, list_streams (a key-range scan)."""
+    nope = unique_basin_name("nope")
 
     async def main() -> None:
         async with client(lite) as s2:
             with pytest.raises(S2ServerError) as nb:
-                await s2.basin(unique_basin_name("nope")).list_streams()
+                await s2.basin(nope).stream("missing").check_tail()
             assert (nb.value.status_code, nb.value.code) == (404, "basin_not_found")
-            s2.basin(basin)
+            for call in (s2.basin(nope).get_stream_config, s2.basin(nope).delete_stream):
+                with pytest.raises(S2ServerError) as ns:
+                    await call("missing")
+                assert (ns.value.status_code, ns.value.code) == (404, "stream_not_found")
+            page = await s2.basin(nope).list_streams()
+            assert (page.items, page.has_more) == ([], False)
             with pytest.raises(S2ServerError) as ns:
                 await s2.basin(basin).stream("missing").check_tail()
             assert (ns.value.status_code, ns.value.code) == (404, "stream_not_found")

@@ -1,4 +1,5 @@
-"""Durability with a data directory: restart keeps everything, and SIGKILL loses no acknowledged record."""
+"""Durability with a data directory: restart keeps everything, and SIGKILL loses no acknowledged record (an
+ack only once durable, as s2-lite: lite/src/backend/streamer.rs, on_db_durable_seq_advanced)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fault hooks: real 503s, dropped TCP connections (before apply and after durable-before-ack), delayed acks,
-driven in-process and over HTTP."""
+driven in-process and over HTTP. The hooks are the lite server's own (s2-lite has none: docs/lite.md)."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_json_append_and_read_raw_and_base64(http: httpx.Client, basin: str) -> 
         "/v1/streams/j%2Fson/records", params={"seq_num": 1}, headers={**h, "s2-format": "base64"}
     ).json()
     assert base64.b64decode(got["records"][0]["body"]) == binary
-    assert got["tail"]["seq_num"] == 2
+    assert "tail" not in got  # stored records, not live ones: no tail (lite/src/backend/read.rs)
     resp = http.post(
         "/v1/streams/j%2Fson/records", headers=h, json={"records": [{"body": "x"}], "match_seq_num": 0}
     )
@@ -65,7 +65,9 @@ def test_json_append_and_read_raw_and_base64(http: httpx.Client, basin: str) -> 
 
 
 def test_percent_encoded_slash_is_part_of_the_stream_name(http: httpx.Client, basin: str) -> None:
-    """%2F in a path segment is a character of the stream name, never a separator."""
+    """%2F in a path segment is a character of the stream name, never a separator.
+
+    As s2-lite: lite/src/handlers/v1/paths.rs (the stream is one path segment)."""
     h = {"s2-basin": basin}
     assert (
         http.post("/v1/streams/a%2Fb/records", headers=h, json={"records": [{"body": "1"}]}).status_code
@@ -89,7 +91,10 @@ def _proto_append(http: httpx.Client, basin: str, inp: pb.AppendInput) -> httpx.
 
 
 def test_batch_and_record_limits_are_422(http: httpx.Client, basin: str) -> None:
-    """0 or 1001 records, more than 1 MiB metered per batch or per record, and empty header names are 422."""
+    """0 or 1001 records, more than 1 MiB metered per batch or per record, and empty header names are 422.
+
+    As s2-lite: common/src/stream.rs, AppendRecordBatch and AppendRecord; common/src/caps.rs,
+    RECORD_BATCH_MAX."""
     too_many = pb.AppendInput(records=[pb.AppendRecord(body=b"x") for _ in range(1001)])
     too_big = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * 600_000) for _ in range(2)])
     big_record = pb.AppendInput(records=[pb.AppendRecord(body=b"x" * (1024 * 1024))])
@@ -107,7 +112,9 @@ def test_batch_and_record_limits_are_422(http: httpx.Client, basin: str) -> None
 
 
 def test_malformed_requests_are_400(http: httpx.Client, basin: str) -> None:
-    """A missing s2-basin header, junk protobuf, junk JSON and a bad query are 400 with the matching code."""
+    """A missing s2-basin header, junk protobuf, junk JSON and a bad query are 400 with the matching code.
+
+    As s2-lite: lite/src/handlers/v1/error.rs, ServiceError::to_response."""
     assert http.get("/v1/streams").json()["code"] == "bad_header"
     resp = http.post(
         "/v1/streams/x/records",
@@ -122,7 +129,9 @@ def test_malformed_requests_are_400(http: httpx.Client, basin: str) -> None:
 
 
 def test_unsupported_resources_are_501(http: httpx.Client) -> None:
-    """Access tokens, metrics and locations answer 501 not_implemented, like s2-lite."""
+    """Access tokens, metrics and locations answer 501 not_implemented, like s2-lite.
+
+    As s2-lite: lite/src/handlers/v1/access_tokens.rs, metrics.rs, locations.rs."""
     for path in ("/v1/access-tokens", "/v1/metrics", "/v1/locations"):
         resp = http.get(path)
         assert (resp.status_code, resp.json()["code"]) == (501, "not_implemented")
@@ -151,25 +160,26 @@ def test_token_protected_server_rejects_other_tokens_with_401() -> None:
 
 
 def test_create_with_a_replayed_request_token_is_not_a_conflict(http: httpx.Client, basin: str) -> None:
-    """A create retried with the same s2-request-token succeeds (noop); another token gets 409."""
+    """A create retried with the same s2-request-token and config succeeds (201, noop); another token, or the
+    same token with another config, gets 409 resource_already_exists.
+
+    As s2-lite: lite/src/backend/basins.rs and streams.rs, creation_idempotency_key (token and config);
+    lite/src/handlers/v1/basins.rs, create_basin (201 for both outcomes)."""
     name = f"rt-{basin[2:]}"
     first = http.post("/v1/basins", json={"basin": name}, headers={"s2-request-token": "tok-a"})
     assert (first.status_code, first.headers["s2-provision-result"]) == (201, "created")
     again = http.post("/v1/basins", json={"basin": name}, headers={"s2-request-token": "tok-a"})
-    assert (again.status_code, again.headers["s2-provision-result"]) == (200, "noop")
+    assert (again.status_code, again.headers["s2-provision-result"]) == (201, "noop")
+    other = {"basin": name, "config": {"create_stream_on_read": True}}
+    assert http.post("/v1/basins", json=other, headers={"s2-request-token": "tok-a"}).status_code == 409
     assert (
         http.post("/v1/basins", json={"basin": name}, headers={"s2-request-token": "tok-b"}).status_code
         == 409
     )
     h = {"s2-basin": name}
-    assert (
-        http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "x"}).status_code
-        == 201
-    )
-    assert (
-        http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "x"}).status_code
-        == 201
-    )
+    for outcome in ("created", "noop"):
+        resp = http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "x"})
+        assert (resp.status_code, resp.headers["s2-provision-result"]) == (201, outcome)
     resp = http.post("/v1/streams", json={"stream": "s"}, headers={**h, "s2-request-token": "y"})
     assert (resp.status_code, resp.json()["code"]) == (409, "resource_already_exists")
     assert http.delete(f"/v1/basins/{name}").status_code == 202
@@ -195,8 +205,12 @@ def _session(http: httpx.Client, basin: str, **params: int) -> list[pb.ReadBatch
 
 
 def test_read_session_heartbeats_at_the_tail_and_ends_after_wait(http: httpx.Client, basin: str) -> None:
-    """An S2S read session delivers records with the tail; started at the tail it sends a heartbeat (no
-    records, tail set) and, with `wait`, ends cleanly once that long passes without records."""
+    """An S2S read session delivers stored records without a tail, then, reaching the tail of a read that
+    may follow, a heartbeat (no records, tail set); started at the tail it sends the heartbeat at once and,
+    with `wait`, ends cleanly once that long passes without records.
+
+    As s2-lite: lite/src/backend/read.rs, read_session (catch-up batches have ``tail: None``; following
+    yields ``Heartbeat(tail)``)."""
     http.post(
         "/v1/streams/hb/records",
         headers={"s2-basin": basin},
@@ -204,7 +218,8 @@ def test_read_session_heartbeats_at_the_tail_and_ends_after_wait(http: httpx.Cli
     )
     batches = _session(http, basin, seq_num=0, count=10, wait=1)
     assert [r.body for r in batches[0].records] == [b"a", b"b"]
-    assert batches[0].tail.seq_num == 2
+    assert not batches[0].HasField("tail")
+    assert (len(batches[1].records), batches[1].tail.seq_num) == (0, 2)
     batches = _session(http, basin, seq_num=2, wait=1)
     assert len(batches) == 1
     assert not batches[0].records
@@ -213,7 +228,9 @@ def test_read_session_heartbeats_at_the_tail_and_ends_after_wait(http: httpx.Cli
 
 
 def test_read_session_preflight_errors_are_plain_json_responses(http: httpx.Client, basin: str) -> None:
-    """A session that cannot start (416 beyond the tail) is answered with a normal JSON error, no frames."""
+    """A session that cannot start (416 beyond the tail) is answered with a normal JSON error, no frames.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, read (the session opens after read_start_seq_num)."""
     h = {"s2-basin": basin, "content-type": "s2s/proto"}
     http.post("/v1/streams/pf/records", headers={"s2-basin": basin}, json={"records": [{"body": "a"}]})
     resp = http.get("/v1/streams/pf/records", params={"seq_num": 5}, headers=h)
@@ -235,7 +252,10 @@ def test_read_session_preflight_errors_are_plain_json_responses(http: httpx.Clie
 def test_malformed_s2s_input_ends_the_session_with_bad_frame(
     http: httpx.Client, basin: str, frame: bytes, why: str
 ) -> None:
-    """An append session answers a malformed input frame with a terminal frame: status 400, code bad_frame."""
+    """An append session answers a malformed input frame with a terminal frame: status 400, code bad_frame.
+
+    As s2-lite: api/src/v1/stream/extract.rs, AppendRequest (Unexpected terminal frame as input); s2s.rs,
+    FrameDecoder."""
     good = pb.AppendInput(records=[pb.AppendRecord(body=b"ok")]).SerializeToString()
     body = (len(good) + 1).to_bytes(3, "big") + b"\x00" + good + frame
     h = {"s2-basin": basin, "content-type": "s2s/proto"}
@@ -251,7 +271,10 @@ def test_malformed_s2s_input_ends_the_session_with_bad_frame(
 
 def test_sse_read_session_sends_batch_and_ping_events(http: httpx.Client, basin: str) -> None:
     """Accept: text/event-stream reads as server-sent events: `batch` events with JSON ReadBatches and a
-    `seq,count,bytes` id, a `ping` when following the tail, and a clean end once `wait` passes."""
+    `<last seq_num>,<count>,<bytes>` id, a `ping` with the tail when following it, and, once `wait` passes,
+    a `[DONE]` event.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, read (EventStream); api/src/v1/stream/sse.rs."""
     h = {"s2-basin": basin}
     http.post("/v1/streams/sse/records", headers=h, json={"records": [{"body": "a"}, {"body": "b"}]})
     with http.stream(
@@ -269,8 +292,9 @@ def test_sse_read_session_sends_batch_and_ping_events(http: httpx.Client, basin:
     assert events[0]["event"] == "batch"
     batch = json.loads(events[0]["data"])
     assert [r["body"] for r in batch["records"]] == ["a", "b"]
-    assert events[0]["id"] == "2,2,18"
-    assert all(e["event"] in ("batch", "ping") for e in events)
+    assert events[0]["id"] == "1,2,18"
+    assert [e.get("event") for e in events[1:]] == ["ping", None]
+    assert events[-1] == {"data": "[DONE]"}
     with http.stream(
         "GET",
         "/v1/streams/sse/records",
@@ -281,5 +305,7 @@ def test_sse_read_session_sends_batch_and_ping_events(http: httpx.Client, basin:
     events = [
         dict(line.split(": ", 1) for line in block.splitlines()) for block in text.strip().split("\n\n")
     ]
-    assert [e["event"] for e in events] == ["ping"]
-    assert json.loads(events[0]["data"])["timestamp"] > 0
+    assert [e.get("event") for e in events] == ["ping", None]
+    ping = json.loads(events[0]["data"])
+    assert ping["timestamp"] > 0
+    assert ping["tail"]["seq_num"] == 2

@@ -39,5 +39,6 @@ def test_readme_curl_example() -> None:
     assert '"body":"hello"' in out
     assert '"body":"world"' in out
     assert "event: batch" in out
-    assert "id: 2,2,26" in out
+    assert "id: 1,2,26" in out  # the last record's seq_num, records and bytes so far
+    assert "data: [DONE]" in out
     assert out.rstrip().splitlines()[-1].startswith('{"tail":{"seq_num":2,')

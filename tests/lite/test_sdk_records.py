@@ -11,7 +11,9 @@ from tests.lite._sdk import client, run
 
 
 def test_unary_append_then_read_back(lite: LiteServer, basin: str) -> None:
-    """A unary append is acked with contiguous seq_nums and reads back byte-identical with headers."""
+    """A unary append is acked with contiguous seq_nums and reads back byte-identical with headers.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, append and read."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -32,7 +34,9 @@ def test_unary_append_then_read_back(lite: LiteServer, basin: str) -> None:
 
 def test_pipelined_session_and_producer_ack_in_order(lite: LiteServer, basin: str) -> None:
     """
-    An append session acks each pipelined batch in order; a producer with match_seq_num continues after it."""
+    An append session acks each pipelined batch in order; a producer with match_seq_num continues after it.
+
+    As s2-lite: lite/src/backend/append.rs, append_session."""
 
     async def main() -> None:
         async with client(lite) as s2:

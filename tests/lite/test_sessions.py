@@ -15,6 +15,7 @@ from s2_sdk import (
     S2ServerError,
     SeqNum,
     SeqNumMismatchError,
+    SequencedRecord,
     StreamConfig,
     TailOffset,
 )
@@ -24,7 +25,9 @@ from tests.lite._sdk import client, run
 
 
 def test_pipelined_session_of_100k_records(lite: LiteServer, basin: str) -> None:
-    """100 batches of 1000 records pipelined through one session: one ack per batch, in order, contiguous."""
+    """100 batches of 1000 records pipelined through one session: one ack per batch, in order, contiguous.
+
+    As s2-lite: lite/src/backend/append.rs, append_session (acks in input order)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -47,7 +50,9 @@ def test_pipelined_session_of_100k_records(lite: LiteServer, basin: str) -> None
 
 def test_concurrent_writers_interleave_without_gaps(lite: LiteServer, basin: str) -> None:
     """Four sessions (on separate connections) appending to one stream: every record lands exactly once,
-    seq_nums are contiguous and each writer's batches keep their order."""
+    seq_nums are contiguous and each writer's batches keep their order.
+
+    As s2-lite: lite/src/backend/streamer.rs, handle_append (one sequencer per stream)."""
 
     async def writer(w: int) -> list[int]:
         async with client(lite) as s2:
@@ -77,7 +82,9 @@ def test_concurrent_writers_interleave_without_gaps(lite: LiteServer, basin: str
 
 
 def test_read_session_follows_the_tail_while_appends_happen(lite: LiteServer, basin: str) -> None:
-    """An unbounded read session from the tail reports caught-up, then delivers each new append live."""
+    """An unbounded read session from the tail reports caught-up, then delivers each new append live.
+
+    As s2-lite: lite/src/backend/read.rs, read_session (follow)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -105,7 +112,10 @@ def test_read_session_follows_the_tail_while_appends_happen(lite: LiteServer, ba
 
 
 def test_bounded_read_sessions_end_cleanly(lite: LiteServer, basin: str) -> None:
-    """Sessions bounded by count, bytes or until end without error once the bound or the tail is reached."""
+    """Sessions bounded by count, bytes or until end without error once the bound or the tail is reached.
+
+    As s2-lite: lite/src/backend/read.rs, read_session (EvaluatedReadLimit::Exhausted ends it);
+    api/src/v1/stream/s2s.rs."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -159,7 +169,10 @@ def test_compressed_sessions_and_unary_calls(lite: LiteServer, basin: str, compr
 
 def test_first_failure_poisons_the_session(lite: LiteServer, basin: str) -> None:
     """A failed match_seq_num inside a pipelined session raises SeqNumMismatchError; batches before it are
-    acked and applied, none after it are."""
+    acked and applied, none after it are.
+
+    As s2-lite: lite/src/backend/append.rs, SessionHandle (poisoned) and append_session (stops at the first
+    error)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -184,9 +197,15 @@ def test_first_failure_poisons_the_session(lite: LiteServer, basin: str) -> None
     run(main())
 
 
-def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: str) -> None:
-    """A read session following a stream, and an append session writing to it, fail with stream_not_found
-    once the stream is deleted."""
+def test_deleting_a_stream_ends_its_sessions_as_s2_does(lite: LiteServer, basin: str) -> None:
+    """Deleting a stream appends its terminal trim record (a ``trim`` command to the last seq_num, which a
+    follower receives) and stops its streamer: an open append session's next input gets 503 unavailable
+    (nothing applied), the follower's session ends with 503 after that record, and new requests get 409
+    stream_deletion_pending. Never a 404 while the deletion is pending.
+
+    As s2-lite: lite/src/backend/streamer.rs (append_terminal_trim, terminal_trim_input; run exits once the
+    terminal trim is durable; append_permit fails with StreamerMissingInAction), read.rs (a closed follow
+    channel is StreamerMissingInAction), handlers/v1/error.rs (that is 503 unavailable)."""
 
     async def main() -> None:
         async with client(lite) as s2:
@@ -194,10 +213,11 @@ def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: s
             st = b.stream("doomed")
             await st.append(AppendInput(records=[Record(b"a")]))
             session = st.read_session(start=SeqNum(0))
+            seen: list[SequencedRecord] = []
 
             async def follow() -> None:
-                async for _ in session:
-                    pass
+                async for batch in session:
+                    seen.extend(batch.records)
 
             task = asyncio.create_task(follow())
             await asyncio.wait_for(session.caught_up(), 5)
@@ -210,9 +230,24 @@ def test_deleting_a_stream_ends_its_sessions_with_404(lite: LiteServer, basin: s
 
             with pytest.raises(S2ServerError) as appended:
                 await append_across_the_delete()
-            assert (appended.value.status_code, appended.value.code) == (404, "stream_not_found")
+            assert (appended.value.status_code, appended.value.code) == (503, "unavailable")
             with pytest.raises(S2ServerError) as followed:
                 await asyncio.wait_for(task, 5)
-            assert followed.value.status_code == 404
+            assert (followed.value.status_code, followed.value.code) == (503, "unavailable")
+            assert [r.body for r in seen[:2]] == [b"a", b"b"]
+            (terminal,) = seen[2:]
+            assert terminal.is_command_record()
+            assert (terminal.headers, terminal.body) == ([(b"", b"trim")], b"\xff" * 8)
+            for call in (st.check_tail, lambda: st.append(AppendInput(records=[Record(b"d")]))):
+                with pytest.raises(S2ServerError) as pending:
+                    await call()
+                # 409 while the deletion is pending (the lite server keeps it so for 0.5 s); an S2 that
+                # completed it by now answers 404 (make test-s2).
+                assert (pending.value.status_code, pending.value.code) in (
+                    (409, "stream_deletion_pending"),
+                    (404, "stream_not_found"),
+                )
+                if isinstance(lite, LiteServer):
+                    assert pending.value.status_code == 409
 
     run(main())

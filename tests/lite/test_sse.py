@@ -1,4 +1,7 @@
-"""Read sessions over server-sent events (HTTP/1.1 and HTTP/2): resumable batch ids, pings, errors."""
+"""Read sessions over server-sent events (HTTP/1.1 and HTTP/2): resumable batch ids, pings, errors, as
+s2-lite sends them (lite/src/handlers/v1/records.rs, read, ``ReadRequest::EventStream``;
+api/src/v1/stream/sse.rs: ``batch`` events with a ``<last seq_num>,<count>,<bytes>`` id, ``ping`` events
+with the time and the tail, ``error`` events, and ``data: [DONE]`` when a session ends without error)."""
 
 from __future__ import annotations
 
@@ -62,7 +65,8 @@ def _append(http: httpx.Client, basin: str, stream: str, bodies: list[str], **hd
 
 
 def test_bounded_read_in_raw_and_base64(http: httpx.Client, basin: str) -> None:
-    """A bounded SSE read sends batch events in the requested s2-format, each with a seq,count,bytes id."""
+    """A bounded SSE read sends batch events in the requested s2-format, each with a seq,count,bytes id,
+    then the done event."""
     _append(http, basin, "b", ["héllo", "wörld", "third"])
     binary = base64.b64encode(b"\x00\xff").decode()
     _append(http, basin, "b", [binary], **{"s2-format": "base64"})
@@ -72,44 +76,50 @@ def test_bounded_read_in_raw_and_base64(http: httpx.Client, basin: str) -> None:
         assert resp.headers["content-type"] == "text/event-stream"
         assert resp.http_version == http.get("/ping").http_version
         got = list(events(resp))
-    assert [e.event for e in got] == ["batch"]
+    assert [(e.event, e.data if e.event == "message" else "") for e in got] == [
+        ("batch", ""),
+        ("message", "[DONE]"),
+    ]
     batch = got[0].json()
     assert [r["body"] for r in batch["records"]][:3] == ["héllo", "wörld", "third"]
-    assert batch["tail"]["seq_num"] == 4
+    assert "tail" not in batch  # stored records: only live ones carry the tail
     metered = sum(8 + len(r["body"].encode()) for r in batch["records"][:3]) + 8 + 2
-    assert got[0].id == f"4,4,{metered}"
+    assert got[0].id == f"3,4,{metered}"
     params = {"seq_num": 3, "count": 1}
     with http.stream(
         "GET", "/v1/streams/b/records", params=params, headers={**h, "s2-format": "base64"}
     ) as resp:
-        (only,) = list(events(resp))
+        only, _ = list(events(resp))
     assert base64.b64decode(only.json()["records"][0]["body"]) == b"\x00\xff"
 
 
 def test_resume_from_last_event_id(http: httpx.Client, basin: str) -> None:
-    """A batch id sent back as last-event-id resumes after that batch; the count bound and ids carry on."""
+    """A batch id sent back as last-event-id resumes after that batch; the count bound and ids carry on, and a
+    session resumed with its bound met reads nothing (a limit of zero: api/src/v1/stream/mod.rs, ReadEnd;
+    records.rs, apply_last_event_id)."""
     _append(http, basin, "r", [f"r{i}" for i in range(6)])
     h = {"s2-basin": basin, **SSE}
     with http.stream("GET", "/v1/streams/r/records", params={"seq_num": 0}, headers=h) as resp:
         first = next(events(resp))
-    assert (first.event, first.id) == ("batch", "6,6,60")
+    assert (first.event, first.id) == ("batch", "5,6,60")
     _append(http, basin, "r", [f"r{i}" for i in range(6, 10)])
     params = {"seq_num": 0, "count": 8}
     resumed = {**h, "last-event-id": first.id}
     with http.stream("GET", "/v1/streams/r/records", params=params, headers=resumed) as resp:
         rest = list(events(resp))
     assert [r["body"] for r in rest[0].json()["records"]] == ["r6", "r7"]
-    assert [e.id for e in rest] == ["8,8,80"]
-    done = {**h, "last-event-id": "8,8,80"}
+    assert [e.id for e in rest] == ["7,8,80", None]
+    done = {**h, "last-event-id": "7,8,80"}
     with http.stream("GET", "/v1/streams/r/records", params=params, headers=done) as resp:
         assert resp.status_code == 200
-        assert list(events(resp)) == []
+        assert [e.data for e in events(resp)] == ["[DONE]"]
     bad = http.get("/v1/streams/r/records", headers={**h, "last-event-id": "nope"})
     assert (bad.status_code, bad.json()["code"]) == (400, "bad_header")
 
 
 def test_session_follows_the_tail_with_pings(http: httpx.Client, basin: str) -> None:
-    """At the tail a session pings at once, delivers new records as they land, and pings again when idle."""
+    """At the tail a session pings at once (with the tail), delivers new records as they land (with the tail
+    after them), and pings again when idle, every 5-15 s (lite/src/backend/read.rs, new_heartbeat_sleep)."""
     _append(http, basin, "f", ["old"])
     h = {"s2-basin": basin, **SSE}
     with http.stream("GET", "/v1/streams/f/records", params={"seq_num": 1}, headers=h) as resp:
@@ -117,18 +127,21 @@ def test_session_follows_the_tail_with_pings(http: httpx.Client, basin: str) -> 
         ping = next(stream)
         assert ping.event == "ping"
         assert ping.json()["timestamp"] >= 0
+        assert ping.json()["tail"]["seq_num"] == 1
         _append(http, basin, "f", ["new"])
         batch = next(stream)
         assert [r["body"] for r in batch.json()["records"]] == ["new"]
-        assert batch.id == "2,1,11"
+        assert batch.json()["tail"]["seq_num"] == 2
+        assert batch.id == "1,1,11"
         idle_since = time.monotonic()
         assert next(stream).event == "ping"
-        # Heartbeats come every 5-10 s while idle, well inside the SDKs' 20-25 s liveness timeouts.
-        assert 4.5 <= time.monotonic() - idle_since <= 11
+        # Heartbeats come every 5-15 s while idle, inside the SDKs' 20-25 s liveness timeouts.
+        assert 4.5 <= time.monotonic() - idle_since <= 16
 
 
 def test_errors_before_and_during_a_session(http: httpx.Client, basin: str) -> None:
-    """A start past the tail is a 416 JSON answer; deleting the stream ends a session with an error event."""
+    """A start past the tail is a 416 JSON answer; deleting the stream sends its terminal trim record, then
+    ends the session with an error event: 503 unavailable, its streamer gone (streamer.rs, read.rs)."""
     _append(http, basin, "e", ["x"])
     h = {"s2-basin": basin, **SSE}
     resp = http.get("/v1/streams/e/records", params={"seq_num": 5, "count": 1}, headers=h)
@@ -141,5 +154,7 @@ def test_errors_before_and_during_a_session(http: httpx.Client, basin: str) -> N
         assert next(stream).event == "ping"
         assert http.delete("/v1/streams/e", headers={"s2-basin": basin}).status_code == 202
         rest = list(stream)
-    assert [e.event for e in rest] == ["error"]
-    assert rest[0].json()["code"] == "stream_not_found"
+    assert [e.event for e in rest] == ["batch", "error"]
+    (terminal,) = rest[0].json()["records"]
+    assert terminal["headers"] == [["", "trim"]]
+    assert rest[1].json()["code"] == "unavailable"

@@ -1,4 +1,5 @@
-"""S2's per-stream append limits under ``throttle=True``: 429 rate_limited before anything is applied."""
+"""S2's per-stream append limits under ``throttle=True``: 429 rate_limited before anything is applied. s2-lite
+has no rate limits; this is the lite server's own option, for tests of the writer's 429 handling."""
 
 from __future__ import annotations
 

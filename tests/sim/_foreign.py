@@ -34,7 +34,9 @@ def spawn_foreign_fencer(
         if basin is None or (after_commit and committed() < 0):
             return None
         written = [
-            s.name for s in basin.streams.values() if not s.name.startswith("_s2sink/") and s.tail()[0] > 0
+            s.name
+            for s in basin.streams.values()
+            if not s.name.startswith("_s2sink/") and s.tail()[0] > 0 and s.deleted_at is None
         ]
         return min(written, default=None)
 

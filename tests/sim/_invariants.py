@@ -30,6 +30,8 @@ from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.tags import find_tag, strip_tag
 from s2_sink._write.task.dead_letters import DLQ_BATCH, DLQ_ERROR, DLQ_PARTITION, DLQ_ROW_HASH, DLQ_TARGET
 from s2_sink.lite._store import Store
+from s2_sink.lite._stream import Stream
+from tests.sim._changes import CHANGES, ChangeLog, records_under
 from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, SINGLE_STREAM, Row, Scenario, change_order, key_of
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "expected",
     "held_by",
     "key_changes",
+    "live_streams",
 ]
 
 LEDGER_RECORD_BOUND = 66 * 1024
@@ -84,7 +87,7 @@ def expected(scenario: Scenario, store: Store | None = None) -> list[Counter[Con
         rows = scenario.batches[b] if b < len(scenario.batches) else ()
         rows += scenario.shared[b] if b < len(scenario.shared) else ()  # shared-writer: the other query's
         records = [_record_of(scenario, b, r) for r in rows]
-        if scenario.second == "mirror":  # the second writer: every good row to its one stream
+        if scenario.second in ("mirror", "unnamed mirror"):  # the second writer: every good row, once
             records += [_content(MIRROR_STREAM, r.headers, r.body) for r in rows if r.error is None]
         want = Counter(records)
         for held in gone.values():
@@ -105,25 +108,36 @@ def _record_of(scenario: Scenario, batch: int, row: Row) -> Content:
     return _content(DLQ_STREAM, headers, row.body)
 
 
+def live_streams(store: Store, basin: str) -> dict[str, Stream]:
+    """The basin's streams but those being deleted: what a deletion takes is recorded apart (`GONE`), and a
+    deleting stream answers nothing but 409 (`tests.sim._operator.spawn_stream_recreator`)."""
+    return {n: s for n, s in store.basin(basin).streams.items() if s.deleted_at is None}
+
+
 def _records(store: Store, basin: str, name: str) -> list[pb.SequencedRecord]:
     stream = store.stream(basin, name)
     res = stream.collect(0, 1 << 30, 1 << 62, None)
     return [pb.SequencedRecord.FromString(r) for r in res.records]
 
 
-def written(store: Store, basin: str) -> dict[int, Counter[Content]]:
-    """Per batch id, the records of the writer's chunks in every data stream."""
+def written(
+    store: Store, basin: str, untagged: Counter[Content] | None = None
+) -> dict[int, Counter[Content]]:
+    """Per batch id, the records of the writer's chunks in every data stream (`held_by`)."""
     out: dict[int, Counter[Content]] = {}
-    for stream in store.basin(basin).streams.values():
+    for stream in live_streams(store, basin).values():
         if stream.name.startswith("_s2sink/"):
             continue
-        for batch, held in held_by(store, basin, stream.name).items():
+        for batch, held in held_by(store, basin, stream.name, untagged).items():
             out[batch] = out.get(batch, Counter()) + held
     return out
 
 
-def held_by(store: Store, basin: str, name: str) -> dict[int, Counter[Content]]:
-    """Per batch id, the records of the writer's chunks in data stream `name`."""
+def held_by(
+    store: Store, basin: str, name: str, untagged: Counter[Content] | None = None
+) -> dict[int, Counter[Content]]:
+    """Per batch id, the records of the writer's chunks in data stream `name`. A record outside any tagged
+    chunk is a violation, or with `untagged` (a schedule with at-least-once runs) counted there."""
     out: dict[int, Counter[Content]] = {}
     left = 0
     batch = -1
@@ -135,6 +149,9 @@ def held_by(store: Store, basin: str, name: str) -> dict[int, Counter[Content]]:
             continue
         if left == 0:
             tag = find_tag(headers)
+            if tag is None and untagged is not None:
+                untagged[_content(name, headers, rec.body)] += 1
+                continue
             if tag is None:
                 raise Violation(f"{name}@{rec.seq_num}: a record outside any tagged chunk")
             left, batch = tag.count, tag.batch
@@ -146,7 +163,12 @@ def held_by(store: Store, basin: str, name: str) -> dict[int, Counter[Content]]:
 
 
 def check_batches(store: Store, basin: str, scenario: Scenario, committed: int) -> None:
-    """Exactly once for batches ``<= committed``; no more than the input for the others."""
+    """Exactly once for batches ``<= committed``; no more than the input for the others (``changed``:
+    under the configurations that wrote and committed each batch, `ChangeLog`)."""
+    log = CHANGES.get(store)
+    if log is not None:
+        _check_changed(store, basin, log)
+        return
     want = expected(scenario, store)
     have = written(store, basin)
     for b in sorted(have):
@@ -162,12 +184,32 @@ def check_batches(store: Store, basin: str, scenario: Scenario, committed: int) 
             raise Violation(f"batch {b} is committed but misses {_show(missing)}")
 
 
+def _check_changed(store: Store, basin: str, log: ChangeLog) -> None:
+    """``changed``: every batch's tagged records within the rules of `ChangeLog.check`; every batch Spark
+    committed after an at-least-once run wrote it, whole among the untagged records and its tagged chunks."""
+    untagged: Counter[Content] = Counter()
+    have = written(store, basin, untagged)
+    for b in sorted(have):
+        if b >= len(log.scenario.batches):
+            raise Violation(f"records tagged with batch {b}, which the query never had")
+    for b in range(len(log.scenario.batches)):
+        why = log.check(b, have.get(b, Counter()), "the streams")
+        if why is not None:
+            raise Violation(why)
+    for b, config in sorted(log.alo.items()):
+        missing = records_under(log.scenario.batches[b], b, config) - have.get(b, Counter())
+        lost = missing - untagged
+        if lost:
+            raise Violation(f"batch {b}, written at least once ({config.describe()}), lost {_show(lost)}")
+        untagged -= missing
+
+
 def duplicates_untagged(store: Store, basin: str, scenario: Scenario) -> int:
     """The at-least-once control: records written beyond the input, over all batches (its records carry no
     chunk tags); a lost record is a violation even there."""
     want: Counter[Content] = sum(expected(scenario), Counter())
     have: Counter[Content] = Counter()
-    for stream in store.basin(basin).streams.values():
+    for stream in live_streams(store, basin).values():
         for rec in _records(store, basin, stream.name):
             headers = [(h.name, h.value) for h in rec.headers]
             if not (headers and headers[0][0] == b""):
@@ -180,7 +222,7 @@ def duplicates_untagged(store: Store, basin: str, scenario: Scenario) -> int:
 
 def check_ledger(store: Store, basin: str) -> None:
     """Ledger records and their number past the trim point stay bounded."""
-    for stream in store.basin(basin).streams.values():
+    for stream in live_streams(store, basin).values():
         if not stream.name.startswith(LEDGER_PREFIX):
             continue
         records = _records(store, basin, stream.name)
@@ -201,7 +243,7 @@ def check_ledger(store: Store, basin: str) -> None:
 def key_changes(store: Store, basin: str) -> dict[tuple[str, bytes], list[Change]]:
     """Per (data stream, ``@key``), the changes in the stream in sequence-number order."""
     out: dict[tuple[str, bytes], list[Change]] = {}
-    for stream in store.basin(basin).streams.values():
+    for stream in live_streams(store, basin).values():
         if stream.name.startswith("_s2sink/") or stream.name == DLQ_STREAM:
             continue
         left = 0

@@ -7,10 +7,15 @@ go through the lite server's 416 and clamping rules (``ReadParams.resolve_start`
 Only the transport is replaced: each call is a step of the `Scheduler`, which may refuse it, lose its
 reply after applying it, or kill the caller's process before or after it.
 
-Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``ensure_stream``; ``S2Stream.name``/
-``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``; and, for the
-bulk append path (`s2_sink._transport.append_session`), the basin transport the SDK client hands out
-(``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
+A deleted stream answers as S2 answers one (s2-lite ``streamer.rs``, ``streams.rs``): while its deletion is
+pending a new request gets 409 ``stream_deletion_pending``, then 404; an append session opened before the
+deletion gets 503 ``unavailable`` for what it sends next, and never writes into a stream created anew under
+the same name.
+
+Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``create_stream``/``get_stream_config``;
+``S2Stream.name``/``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``;
+and, for the bulk append path (`s2_sink._transport.append_session`), the basin transport the SDK client hands
+out (``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
 lite server answers one (`AppendSessionResponse`), as a stream of the client's HTTP/2 connection
 (`tests.sim._connection`), which may drop under every session on it.
 """
@@ -38,6 +43,7 @@ from s2_sdk import (
     S2ServerError,
     SeqNum,
     SeqNumMismatchError,
+    StreamConfig,
     StreamInfo,
     StreamPosition,
     TailOffset,
@@ -117,10 +123,10 @@ class MemoryService:
         except ApiError as exc:
             raise _sdk_error(exc) from None
 
-    def apply_append(self, name: str, inp: AppendInput) -> AppendAck:
+    def apply_append(self, name: str, inp: AppendInput, opened: Stream | None = None) -> AppendAck:
         """Sequence one append as the lite server does; raises the SDK's error for a refused one."""
         try:
-            stream, batch = self.sequence(name, append_input_to_proto(inp).SerializeToString())
+            stream, batch = self.sequence(name, append_input_to_proto(inp).SerializeToString(), opened)
         except ApiError as exc:
             raise _sdk_error(exc) from None
         return AppendAck(
@@ -129,9 +135,12 @@ class MemoryService:
             tail=StreamPosition(stream.next_seq, stream.last_ts),
         )
 
-    def sequence(self, name: str, data: bytes) -> tuple[Stream, Batch]:
-        """Sequence one serialized ``AppendInput`` as the lite server does (raises its `ApiError`)."""
-        stream = self.store.stream(self.basin, name)
+    def sequence(self, name: str, data: bytes, opened: Stream | None = None) -> tuple[Stream, Batch]:
+        """Sequence one serialized ``AppendInput`` as the lite server does (raises its `ApiError`); an append
+        session's input goes to the stream it `opened` on, which a deletion ends (503, nothing applied)."""
+        if opened is not None and opened.deleted:
+            raise ApiError(503, "unavailable", "streamer missing in action")
+        stream = opened if opened is not None else self.store.stream(self.basin, name)
         self._arrival += 1
         batch = stream.sequence(data, self._arrival)
         stream.make_visible(batch.end, batch.last_ts)
@@ -222,20 +231,28 @@ class MemoryBasin:
         return MemoryStream(self._service, name)
 
     async def list_all_streams(self, prefix: str = "") -> AsyncIterator[StreamInfo]:
-        """The basin's live streams whose names start with `prefix` (one scheduling point: a list call)."""
+        """The basin's streams whose names start with `prefix` (one scheduling point: a list call); one being
+        deleted is listed with ``deleted_at``, as S2 lists it."""
         svc = self._service
         verdict = await svc.step(Op("list", prefix))
-        names = sorted(n for n in svc.store.basin(svc.basin).streams if n.startswith(prefix))
+        streams = svc.store.basin(svc.basin).streams
+        found = sorted((n, s.deleted_at is not None) for n, s in streams.items() if n.startswith(prefix))
         svc.after(verdict)
-        for name in names:
-            yield StreamInfo(name=name, created_at=datetime.now(UTC), deleted_at=None)
+        for name, deleting in found:
+            now = datetime.now(UTC)
+            yield StreamInfo(name=name, created_at=now, deleted_at=now if deleting else None)
 
-    async def ensure_stream(self, name: str, config: object = None) -> None:
+    async def get_stream_config(self, name: str) -> StreamConfig:
+        """Nothing expires in a simulated schedule: every stream keeps its records forever."""
+        self._service.stream(name)  # 404 / 409 as S2 answers them
+        return StreamConfig(retention_policy="infinite")
+
+    async def create_stream(self, name: str, config: object = None) -> None:
         del config  # retention: nothing expires in a simulated schedule
         svc = self._service
         verdict = await svc.step(Op("ensure", name))
         try:
-            svc.store.ensure_stream(svc.basin, name, None)
+            svc.store.create_stream(svc.basin, name, None)
         except ApiError as exc:
             raise _sdk_error(exc) from None
         svc.after(verdict)
@@ -286,9 +303,8 @@ class MemoryStream:
             raise _sdk_error(exc) from None
         res = stream.collect(first, min(count, 1000), _ONE_MIB, None)
         records = [sequenced_record_from_proto(pb.SequencedRecord.FromString(r)) for r in res.records]
-        tail = StreamPosition(*stream.tail()) if res.next_seq >= stream.visible_seq else None
         svc.after(verdict)
-        return ReadBatch(records=records, tail=tail)
+        return ReadBatch(records=records, tail=None)  # stored records carry no tail (s2-lite read.rs)
 
     def append_session(
         self, *, max_unacked_bytes: int = 0, max_unacked_batches: int | None = None
@@ -304,6 +320,9 @@ class Session:
     def __init__(self, service: MemoryService, stream: str) -> None:
         self._service = service
         self._stream = stream
+        self._opened: Stream | None = None
+        """The stream the session's request opened on (its first submit), as S2's session holds its
+        streamer."""
         self._failed: BaseException | None = None
 
     async def submit(self, inp: AppendInput) -> asyncio.Future[AppendAck]:
@@ -314,7 +333,9 @@ class Session:
             return fut
         try:
             verdict = await svc.step(Op("session", self._stream, _describe(inp)))
-            ack = svc.apply_append(self._stream, inp)
+            if self._opened is None:
+                self._opened = svc.stream(self._stream)
+            ack = svc.apply_append(self._stream, inp, self._opened)
             svc.after(verdict)
         except (S2ServerError, S2ClientError) as exc:
             self._failed = exc
@@ -384,8 +405,10 @@ class AppendSessionResponse:
         self._stream = stream
         self._content = content
         self._error: ApiError | None = None
+        self._opened: Stream | None = None
+        """The stream the session opened on: a deletion ends the session (503), whatever comes after."""
         try:
-            service.store.stream(service.basin, stream)
+            self._opened = service.store.stream(service.basin, stream)
         except ApiError as exc:
             self._error = exc
         self.status_code = 200 if self._error is None else self._error.status
@@ -479,7 +502,7 @@ class AppendSessionResponse:
             return encode_terminal(refusal), True
         self.touched = True
         try:
-            stream, batch = svc.sequence(self._stream, payload)
+            stream, batch = svc.sequence(self._stream, payload, self._opened)
         except ApiError as exc:
             return encode_terminal(exc), True
         if verdict == "ambiguous":
@@ -504,7 +527,7 @@ class AppendSessionResponse:
         done = 0
         for payload in sent[:applied]:
             try:
-                self._service.sequence(self._stream, payload)
+                self._service.sequence(self._stream, payload, self._opened)
             except ApiError:
                 break  # refused: the server ends the session there, nothing after it is applied
             done += 1

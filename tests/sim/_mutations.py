@@ -6,8 +6,21 @@
   attempt number restarted at 0 (a stage retry) is treated as a first attempt and reads nothing back.
 - ``read-back-end-uncovered``: `StreamTotals.covers` does nothing, so a retry that dropped records an earlier
   attempt wrote reports an end before them and the ledger commits a stream end short of the batch.
+- ``change-unchecked``: `shape.check_restart` never refuses, so a restart with another routing or dead-letter
+  stream recovers a batch in flight by reading back streams its written rows are not in (``changed``).
+- ``takeover-not-exclusive``: `takeover.mark_moved` marks a ledger moved only when nobody did, and goes on
+  when another identity did (the take-over before it was exclusive): two drivers under new ids both take one
+  ledger over (``two-drivers``).
+- ``second-call-unchecked``: without a run id, a second call of one identity in a micro-batch returns early
+  from the checks (`Coordinator._check_not_called_twice`, `ExactlyOnce._claim`) and finds the batch
+  committed (``unreadable-run-id``).
+- ``reader-ignores-moved-to``: `CommittedEnds` reads the ledger it is bound to only, not the one a take-over
+  moved its batches to (``two-drivers``).
+- ``takeover-ignores-routing``: `takeover._related` takes any ledger of the query for this writer's, so a
+  second writer named after the refusal, called first, takes the first writer's ledger over
+  (``named-writers``).
 
-``python -m tests.sim.mutations MUTATION PROFILE COUNT`` counts the schedules that catch one.
+``python -m tests.sim._mutations MUTATION PROFILE COUNT`` counts the schedules that catch one.
 """
 
 from __future__ import annotations
@@ -15,10 +28,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
-from s2_sink._exactly_once import fencing, roll_call
+from s2_sink._exactly_once import coordinator, fencing, roll_call, takeover
 from s2_sink._exactly_once import task as eo_task
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.ledger import Ledger
+from s2_sink._read.committed import CommittedEnds
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.task.results import StreamTotals
 
 __all__ = ["MUTATIONS", "mutated"]
@@ -42,7 +61,40 @@ def _no_cover(self: StreamTotals, end: int) -> None:
     del self, end
 
 
-MUTATIONS: tuple[str, ...] = ("zombie-check-off", "roll-call-ignored", "read-back-end-uncovered")
+async def _moved_unless_taken(old: Any, me: str) -> None:
+    """The take-over's mark before it was exclusive: append ``moved_to`` only where none is."""
+    await old.load()
+    if old.state.moved_to is None:
+        await old.append(replace(old.state, moved_to=me))
+
+
+def _early_return_without_run(original: Callable[..., Any]) -> Callable[..., Any]:
+    def check(self: Any, coord_or_batch: Any, *args: Any) -> Any:
+        spark_run = args[-1]
+        if spark_run is None:
+            return None
+        return original(self, coord_or_batch, *args)
+
+    return check
+
+
+async def _not_followed(self: CommittedEnds) -> tuple[int, Any]:
+    basin = get_pool().client(self._cfg).basin(self._cfg.basin)
+    found = await Ledger(basin, self.writer_id).peek(self._seen)
+    assert found is not None
+    return found
+
+
+MUTATIONS: tuple[str, ...] = (
+    "zombie-check-off",
+    "roll-call-ignored",
+    "read-back-end-uncovered",
+    "change-unchecked",
+    "takeover-not-exclusive",
+    "second-call-unchecked",
+    "reader-ignores-moved-to",
+    "takeover-ignores-routing",
+)
 
 
 @contextlib.contextmanager
@@ -55,6 +107,23 @@ def mutated(name: str) -> Iterator[None]:
         patches = [(eo_task, "sign_in", _ignore_roll_call(roll_call.sign_in))]
     elif name == "read-back-end-uncovered":
         patches = [(StreamTotals, "covers", _no_cover)]
+    elif name == "change-unchecked":
+        patches = [(coordinator, "check_restart", lambda shapes, new, *, in_flight, writer_id: [])]
+    elif name == "takeover-not-exclusive":
+        patches = [(takeover, "mark_moved", _moved_unless_taken)]
+    elif name == "second-call-unchecked":
+        patches = [
+            (
+                Coordinator,
+                "_check_not_called_twice",
+                _early_return_without_run(Coordinator._check_not_called_twice),
+            ),
+            (ExactlyOnce, "_claim", _early_return_without_run(ExactlyOnce._claim)),
+        ]
+    elif name == "reader-ignores-moved-to":
+        patches = [(CommittedEnds, "_find", _not_followed)]
+    elif name == "takeover-ignores-routing":
+        patches = [(takeover, "_related", lambda state, shape: True)]
     else:
         raise ValueError(f"unknown mutation {name!r}; one of {MUTATIONS}")
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]

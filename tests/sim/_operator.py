@@ -90,7 +90,9 @@ def spawn_stream_recreator(
 ) -> None:
     """An actor that, once batch 0 is committed, deletes the first of `streams` that exists (S2's
     ``delete_on_empty`` on a quiet routed stream, or an operator): the next batch's writer creates it
-    anew, empty, below the ledger's end for it (issue 25 item 5)."""
+    anew, empty, below the ledger's end for it (issue 25 item 5). The deletion stays pending for some steps
+    of the others, as S2 removes a stream in the background: meanwhile the stream answers 409
+    ``stream_deletion_pending``, and a session open on it 503."""
 
     def delete() -> None:
         def others_done() -> bool:
@@ -106,7 +108,11 @@ def spawn_stream_recreator(
         sched.note(f"operator: {name} is deleted (and later created again, empty)")
         GONE.setdefault(service.store, {})[name] = held_by(service.store, service.basin, name)
         service.store.delete_stream(service.basin, name)
-        del basin.streams[name]  # the deletion completes (lite: after DELETION_DELAY_S)
+        deleting = basin.streams[name]
+        sched.wait(Op("wait", detail=f"the deletion of {name} completes"), lambda: True)
+        if basin.streams.get(name) is deleting:
+            del basin.streams[name]  # the deletion completes (lite: after its deletion delay)
+            sched.note(f"operator: the deletion of {name} completed")
 
     sched.spawn("recreator", "driver", delete, calm=True)
 

@@ -18,7 +18,7 @@ from tests.sim._invariants import (
 )
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import check_reset_stop
-from tests.sim._read_committed import ReadCommittedWatch, check_read_committed
+from tests.sim._read_committed import ReadCommittedWatch, check_read_committed, check_readers_follow
 from tests.sim._scenario import OTHER_QUERY_ID, Profile, Row, Scenario
 from tests.sim._scheduler import Scheduler
 from tests.sim._sink_front import task_contexts
@@ -127,7 +127,7 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
             raise Violation(f"the query never completed; its last run failed with {query.last_failure}")
         check_ledger(service.store, BASIN)
         if delivery == "exactly-once":
-            check_read_committed(service.store, BASIN, scenario, query.mirror_ledger)
+            _check_exactly_once_end(service, scenario, query)
     except AssertionError as exc:
         violation = f"{type(exc).__name__}: {exc}"
     finally:
@@ -148,13 +148,26 @@ def _run(seed: int, profile: Profile, delivery: Delivery) -> Outcome:
     )
 
 
+def _check_exactly_once_end(service: MemoryService, scenario: Scenario, query: Query) -> None:
+    """What an exactly-once schedule must end with besides every row once: readers of every ledger
+    bounded by committed batches, following take-overs; a second call of one identity refused."""
+    check_read_committed(service.store, BASIN, scenario, query.mirror_ledger)
+    if query.finished and not scenario.shared:
+        check_readers_follow(service.store, query.cfg)
+    if scenario.second in ("same object", "same destination") and query.refused is None:
+        raise Violation(
+            f"a second call of one identity in a micro-batch ({scenario.second}) was not refused: its frame "
+            "was skipped, or written on top of the first"
+        )
+
+
 def _digest(trace: list[str], service: MemoryService) -> str:
     """A hash of the schedule and of every record of every data stream (ledger records hold run uuids)."""
     h = hashlib.sha256()
     for line in trace:
         h.update(line.encode() + b"\n")
     for stream in sorted(service.store.basin(BASIN).streams.values(), key=lambda s: s.name):
-        if stream.name.startswith("_s2sink/"):
+        if stream.name.startswith("_s2sink/") or stream.deleted_at is not None:
             continue
         h.update(stream.name.encode())
         for rec in stream.collect(0, 1 << 30, 1 << 62, None).records:

@@ -11,15 +11,19 @@ from __future__ import annotations
 import functools
 import random
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
 from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE, PAYLOAD
 
+if TYPE_CHECKING:
+    from tests.sim._changes import RunConfig
+
 __all__ = [
     "MIRROR_STREAM",
+    "MIRROR_WRITER",
     "OTHER_PREFIX",
     "OTHER_QUERY_ID",
     "PROFILES",
@@ -48,6 +52,10 @@ Profile = Literal[
     "shared-writer",
     "foreign-writer",
     "ledger-reset",
+    "changed",
+    "two-drivers",
+    "named-writers",
+    "unreadable-run-id",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -65,6 +73,10 @@ PROFILES: tuple[Profile, ...] = (
     "shared-writer",
     "foreign-writer",
     "ledger-reset",
+    "changed",
+    "two-drivers",
+    "named-writers",
+    "unreadable-run-id",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -108,6 +120,8 @@ OTHER_QUERY_ID = "query-2"
 OTHER_PREFIX = "q2-"
 MIRROR_STREAM = "mirror"
 """``several-writers``: the second writer's stream (every good row of every batch, once)."""
+MIRROR_WRITER = "mirror-writer"
+"""``several-writers``: the second writer's ``writer_id`` (a query's writers are told apart by it)."""
 KEY = b"@key"
 ACTION = b"@action"
 
@@ -124,6 +138,8 @@ class Row:
     """An encoder error: the row becomes a dead letter."""
     order: int | None = None
     """``upsert-order`` only: the change's ``order_by`` value (a CDC log position; ties are common)."""
+    column: str | None = None
+    """``changed`` only: the row's value in the stream column, its target when the writer routes by it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +179,15 @@ class Scenario:
     """``ledger-reset``: the first run dies after Spark's commit of batch 0 (else right before it)."""
     foreign_after_commit: bool = False
     """``foreign-writer``: the other identity fences a stream only once the first micro-batch is committed."""
-    second: Literal["", "mirror", "same object", "same destination"] = ""
-    """``several-writers``: what the ``foreachBatch`` function calls after the query's writer."""
+    second: Literal["", "mirror", "same object", "same destination", "unnamed mirror"] = ""
+    """``several-writers``: what the ``foreachBatch`` function calls after the query's writer
+    (``named-writers``: a writer to `MIRROR_STREAM` without a ``writer_id``, until the refusal names both)."""
+    second_first: bool = False
+    """``named-writers``: once both writers are named, the function calls the mirror writer first."""
+    racer_stalls: bool = False
+    """``two-drivers``: the first of the two drivers stalls once it has looked at the old ledger."""
+    configs: tuple[RunConfig, ...] = ()
+    """``changed``: the writer each start of the query runs with (`tests.sim._changes`), in start order."""
     bulk: bool = True
     """The tasks append on the bulk path (``S2Config.bulk_append``, the default: serialized messages on
     S2S sessions of their own), else on the SDK's record path (its ``AppendSession``); three in four
@@ -172,6 +195,10 @@ class Scenario:
 
     @classmethod
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
+        if profile == "changed":
+            from tests.sim._changes import draw_changed
+
+            return draw_changed(seed)
         if profile == "upsert-order":
             return cls._draw_upsert_order(seed)
         if profile in ("task-zombies", "stage-zombies", "cleared-fence", "zombie-takeover", "retry-readback"):
@@ -192,19 +219,21 @@ class Scenario:
             return replace(base, profile="foreign-writer", foreign_after_commit=after)
         if profile == "shared-writer":
             return cls._draw_shared(seed)
+        if profile in ("two-drivers", "named-writers", "unreadable-run-id"):
+            from tests.sim._wirings import draw_wiring
+
+            return draw_wiring(seed, profile)
         if profile == "several-writers":
             base = cls.draw(seed)
             pick = random.Random(f"several-writers-{seed}").random()
             second: Literal["mirror", "same object", "same destination"] = (
                 "mirror" if pick < 0.5 else "same object" if pick < 0.75 else "same destination"
             )
-            return replace(
-                base,
-                profile="several-writers",
-                front="writer",
-                second=second,
-                run_id_known=base.run_id_known or second != "mirror",
-            )
+            # A second writer to another stream, beside the query's own, is told apart from an earlier start's
+            # writer by Spark's run id (classic Spark names it in the stream execution thread's name); the
+            # calls of one identity twice are refused with or without it.
+            known = base.run_id_known or second == "mirror"
+            return replace(base, profile="several-writers", front="writer", second=second, run_id_known=known)
         if profile == "renamed":
             base = cls.draw(seed)
             return replace(base, profile="renamed", front="writer", fault_rate=max(base.fault_rate, 0.05))
@@ -274,6 +303,9 @@ class Scenario:
             batches=batches("r-"),
             shared=batches(OTHER_PREFIX),
             fault_rate=max(base.fault_rate, 0.05),
+            # One object restarted in the process that runs the other query: only Spark's run id tells a
+            # restart from a second call (classic Spark names it in the stream execution thread's name).
+            run_id_known=True,
         )
 
     @classmethod

@@ -15,9 +15,11 @@ decides the fault of its step, and lets only that one go on. Nothing depends on 
 seed gives the same schedule, step for step.
 
 The code under test reaches the loop through ``s2_sink._transport.runtime.run``; while a schedule runs, the
-scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing
-else). An actor is identified inside the code it calls (also in the coroutines it starts on the event
-loop, which inherit the thread's context) by a context variable.
+scheduler wraps it to know when an actor's thread only waits for its coroutine (it changes nothing else). It
+also stops the retry policy's clock: back-offs take no time here, so no retry loop reaches its delivery
+deadline, and when a loop gives up does not depend on how fast the machine runs the schedule. An actor is
+identified inside the code it calls (also in the coroutines it starts on the event loop, which inherit the
+thread's context) by a context variable.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from s2_sink._transport import retry as _retry
 from s2_sink._transport import runtime as _runtime
 
 __all__ = [
@@ -59,6 +62,11 @@ session drops, ending every session on it (`tests.sim._connection.MemoryConnecti
 _SLEEP_HORIZON_S = 5.0
 """A coroutine sleeping less than this (a retry back-off) is running; a longer timer is a timeout or the
 session pool's reaper, which a schedule never waits for."""
+
+
+def _stopped_clock() -> float:
+    """The retry policy's clock during a schedule: time does not pass (see the module docstring)."""
+    return 0.0
 
 
 class SimCrash(BaseException):
@@ -168,6 +176,7 @@ class Scheduler:
         """How many actor threads run code (see `Actor.thread_busy`)."""
         self._loop = _runtime.get_loop()
         self._original_run: Callable[..., Any] | None = None
+        self._original_clock: Callable[[], float] | None = None
 
     # -- actors ------------------------------------------------------------------------------------------
 
@@ -182,6 +191,7 @@ class Scheduler:
             if self._original_run is None:  # from the first actor until `run` ends
                 self._original_run = _runtime.run
                 _runtime.run = _tracked_run(self._original_run)
+                self._original_clock, _retry._clock = _retry._clock, _stopped_clock
 
         def main() -> None:
             _current.set(actor)
@@ -208,6 +218,11 @@ class Scheduler:
         thread.start()
         return actor
 
+    @property
+    def over(self) -> bool:
+        """Whether the schedule ended (or failed): nothing of it may start again."""
+        return self._ended or self.failure is not None
+
     @staticmethod
     def current() -> Actor | None:
         """The actor running the calling code (None outside the simulation, e.g. the pool's reaper)."""
@@ -221,7 +236,7 @@ class Scheduler:
         actor = _current.get()
         if actor is None:
             return "ok"
-        if actor.dead:
+        if actor.dead or not self._owns(actor):
             raise SimCrash
         fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         with self._cv:
@@ -254,6 +269,12 @@ class Scheduler:
             self._release(fiber, verdict)
             return True
 
+    def _owns(self, actor: Actor) -> bool:
+        """Whether `actor` is one of this schedule's. A thread of an earlier schedule that outlived it (its
+        join timed out on a loaded machine) reaches this one through the process-wide session pool: its
+        process is gone, so it dies at its next step instead of taking steps in a schedule not its own."""
+        return actor.id < len(self.actors) and self.actors[actor.id] is actor
+
     def _quiet_now(self) -> bool:
         """(Lock held, on the loop.) No thread runs and nothing else is due on the loop."""
         return self._loop_idle() and self._sleeper() is None
@@ -262,7 +283,7 @@ class Scheduler:
         """Park the calling actor's thread until `ready()` holds and the scheduler picks it."""
         actor = _current.get()
         assert actor is not None
-        if actor.dead:
+        if actor.dead or not self._owns(actor):
             raise SimCrash
         event = threading.Event()
         with self._cv:
@@ -482,6 +503,8 @@ class Scheduler:
         finally:
             if self._original_run is not None:
                 _runtime.run = self._original_run
+            if self._original_clock is not None:
+                _retry._clock = self._original_clock
             self._end_leftovers()
 
     def _end_leftovers(self) -> None:

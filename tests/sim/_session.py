@@ -7,21 +7,27 @@ __all__ = ["Session"]
 
 class Session:
     """What `ExactlyOnce.prepare` reads of ``frame.sparkSession`` in classic Spark: the conf, the driver
-    thread's local properties (the query id; the run id only where the runtime sets it, `run_id_known`)
-    and the query handle (``spark.streams.get(query_id).runId``, where classic Spark has the run id)."""
+    thread's local properties (the query id) and, through py4j, the name of the JVM thread the micro-batch
+    runs on, which carries the run id: ``stream execution thread for [id = <query id>, runId = <run id>]``.
+    With `run_id_known` false the callback runs on another thread (``Thread-7``): the run id is unknown."""
 
     def __init__(self, query_id: str, run_id: str, run_id_known: bool) -> None:
-        self._query_id = query_id
         self.conf = {"spark.speculation": "false"}
         self.sparkContext = self
         self._props = {"sql.streaming.queryId": query_id}
-        if run_id_known:
-            self._props["sql.streaming.runId"] = run_id
-        self.streams = self
-        self.runId = run_id
+        self._thread = (
+            f"stream execution thread for [id = {query_id}, runId = {run_id}]" if run_id_known else "Thread-7"
+        )
+        self._jvm = self
+        self.java = self
+        self.lang = self
+        self.Thread = self
 
     def getLocalProperty(self, name: str) -> str | None:
         return self._props.get(name)
 
-    def get(self, query_id: str) -> Session | None:
-        return self if query_id == self._query_id else None
+    def currentThread(self) -> Session:
+        return self
+
+    def getName(self) -> str:
+        return self._thread

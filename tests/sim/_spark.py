@@ -38,7 +38,6 @@ from typing import Any, Literal
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import sink_run as _sink_run
-from s2_sink._exactly_once.identity import writer_identity
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
@@ -48,13 +47,15 @@ from s2_sink._write.spec import Delivery
 from s2_sink.config import S2Config
 from s2_sink.errors import ReplayMismatchError, StreamResetError
 from s2_sink.writer import S2Writer
+from tests.sim._changes import ChangeFront
 from tests.sim._foreign import spawn_foreign_fencer
 from tests.sim._invariants import Violation, check_batches, check_ledger, check_upsert_order
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._operator import spawn_fence_clearer, spawn_stream_recreator
 from tests.sim._partitioning import split
-from tests.sim._refusals import QueryFailed, accepted_refusal
+from tests.sim._refusals import QueryFailed, accepted_refusal, asks_for_a_new_process
 from tests.sim._scenario import (
+    MIRROR_WRITER,
     OTHER_QUERY_ID,
     SINGLE_STREAM,
     Row,
@@ -62,6 +63,7 @@ from tests.sim._scenario import (
 )
 from tests.sim._scheduler import Actor, Op, Scheduler, SimCrash, Verdict
 from tests.sim._sink_front import SinkFront
+from tests.sim._wirings import WiringFront
 from tests.sim._writer_front import WriterFront
 
 __all__ = ["BASIN", "Query"]
@@ -75,7 +77,7 @@ ZOMBIE_PROFILES = ("task-zombies", "stage-zombies", "cleared-fence", "zombie-tak
 Shape = Literal["new process", "same process, same writer", "same process, new writer"]
 
 
-class Query(WriterFront):
+class Query(ChangeFront, WiringFront, WriterFront):
     """One streaming query over the scenario's micro-batches, started again after every failure."""
 
     def __init__(
@@ -113,7 +115,6 @@ class Query(WriterFront):
             batch_max_records=scenario.batch_max_records,
             max_inflight_requests=2,
             retry_delay_ms=1,
-            session_retries=1,
             max_retries=1,
             bulk_append=scenario.bulk,
             # Timeouts are watchdogs the scheduler never waits for (it steps only a quiet process): far
@@ -121,6 +122,8 @@ class Query(WriterFront):
             request_timeout_ms=600_000,
             session_idle_timeout_ms=3_600_000,
         )
+        if scenario.configs:  # changed: the stream column or shards override the one stream
+            self.cfg = self.cfg.replace(stream=SINGLE_STREAM)
         self.sink = SinkFront(self.cfg, scenario, self.query_id) if scenario.front == "sink" else None
         self.pools: list[SessionPool] = []
         self.spark_committed = -1
@@ -137,18 +140,19 @@ class Query(WriterFront):
         """The ``foreachBatch`` function's `S2Writer` (kept by a restart in the same process, same writer)."""
         self.second: S2Writer | None = None
         """``several-writers``: the writer the function calls second (`_second_writer`)."""
-        mirror = self._second_writer() if scenario.second == "mirror" else None
-        self.mirror_ledger = None
-        """The ledger of the second writer's identity, when it writes to another destination."""
-        if mirror is not None:
-            ident = writer_identity(None, QUERY_ID, mirror.spec.destination())
-            self.mirror_ledger = ledger_stream_name(ident.writer_id)
+        mirrored = scenario.second in ("mirror", "unnamed mirror")
+        self.mirror_ledger = ledger_stream_name(MIRROR_WRITER) if mirrored else None
+        """The ledger of the second writer's identity, when it writes to another stream."""
         self.writer_name: str | None = None
         """``renamed``: the explicit writer_id of the current start (None: the default identity)."""
         self.reset_pending = False
         """``ledger-reset``: the ledger stream is deleted before the next start."""
+        self.new_process_fixes = 0
+        """Restarts in a new process that a refusal without a run id asked for (`asks_for_a_new_process`)."""
         self.session_ops: Counter[int] = Counter()
         """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
+        self._setup_changes(scenario, service.store)
+        self._setup_wirings(scenario)
         if scenario.shared:  # one object for both queries, created in their one process
             self.writer = other.writer if other is not None else self._new_writer()
 
@@ -181,6 +185,9 @@ class Query(WriterFront):
             self.zombie_steps += 1  # a task of an earlier run goes on after the restart
         if self.sc.profile in ZOMBIE_PROFILES:
             return self._zombie_fault(actor, op, rng)
+        first = self._first_run_fault(actor, op)
+        if first is not None:
+            return first  # type: ignore[return-value]
         if actor.calm or self.faults >= self.sc.max_faults or rng.random() >= self.sc.fault_rate:
             return "ok"
         choices: list[Verdict]
@@ -257,10 +264,15 @@ class Query(WriterFront):
             self.writer = None
         self.task_ids = 0
 
-    def _spawn_run(self, shape: Shape) -> None:
+    def _spawn_run(self, shape: Shape, *, fresh: bool = False) -> None:
+        if self.sched.over:  # a driver of a schedule that ended: its process is gone
+            return
+        if fresh:
+            self._new_process()
         run = self.runs
         self.runs += 1
         calm = run >= self.sc.max_restarts
+        self._configure(run, calm)
         self._note(f"driver run {run} starts ({shape}{', no faults' if calm else ''})")
         self.sched.spawn(f"{self.prefix}driver{run}", "driver", lambda: self._driver(run, calm), calm=calm)
 
@@ -276,6 +288,21 @@ class Query(WriterFront):
                 self.refused = f"{type(exc).__name__}: {exc}"
                 self._note(f"driver run {run}: refused ({self.refused[:200]})")
                 return
+            ledger = ledger_stream_name(self.writer_name or self.query_id)
+            if self._fix_refused_change(exc, self.service.store, BASIN, ledger):
+                self._note(f"driver run {run} refused: {str(exc)[:160]}; restarted with the previous writer")
+                self._spawn_run("new process", fresh=True)
+                return
+            if self._follow_wiring_fix(exc):
+                self._spawn_run("new process", fresh=True)
+                return
+            if asks_for_a_new_process(exc) and self.new_process_fixes < 4:
+                # Without a run id, a restart in the same process with the same writer cannot be told from
+                # a second call: refused before writing, naming the fix, which the user follows.
+                self.new_process_fixes += 1
+                self._note(f"driver run {run} refused: {str(exc)[:120]}; restarted in a new process")
+                self._spawn_run("new process", fresh=True)
+                return
             self.last_failure = f"{type(exc).__name__}: {exc}"
             cause = exc if isinstance(exc, StreamResetError) else exc.__cause__
             self.reset = cause if isinstance(cause, StreamResetError) else None
@@ -285,6 +312,8 @@ class Query(WriterFront):
             raise
 
     def _restart(self) -> None:
+        if self.sched.over or self._race():
+            return
         shapes: list[Shape] = ["new process", "same process, same writer", "same process, new writer"]
         if self.sc.front == "sink":
             shapes = ["new process", "same process, new writer"]

@@ -20,10 +20,11 @@ from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.writer import S2Writer
 from tests.sim._partitioning import by_content, in_change_order, split
-from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, Row, Scenario, frame_of
+from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, MIRROR_WRITER, Row, Scenario, frame_of
 from tests.sim._session import Session
 
 if TYPE_CHECKING:
+    from tests.sim._changes import RunConfig
     from tests.sim._scheduler import Scheduler
 
 __all__ = ["WriterFront"]
@@ -42,6 +43,8 @@ class WriterFront:
     writer: S2Writer | None
     second: S2Writer | None
     writer_name: str | None
+    config: RunConfig | None
+    second_first: bool
 
     def _note(self, text: str) -> None:
         raise NotImplementedError
@@ -68,7 +71,14 @@ class WriterFront:
     def _new_writer(self) -> S2Writer:
         """The ``S2Writer`` a ``foreachBatch`` query is started with (no preflight: the first batch's
         ``_create_known_streams`` and the ledger create what the schedule needs)."""
+        return self._writer_named(self.writer_name)
+
+    def _writer_named(self, writer_id: str | None) -> S2Writer:
         sc = self.sc
+        if self.config is not None:  # changed: the configuration of this start
+            return S2Writer(
+                self.cfg, None, writer_id=writer_id, preflight=False, **self.config.writer_kwargs()
+            )
         return S2Writer(
             self.cfg,
             None,  # the batches are record frames already
@@ -77,45 +87,57 @@ class WriterFront:
             on_error="dlq" if sc.dlq else "fail",
             dlq_stream=DLQ_STREAM if sc.dlq else None,
             delivery=self.delivery,
-            writer_id=self.writer_name,
+            writer_id=writer_id,
             preflight=False,
         )
 
     def _second_writer(self) -> S2Writer | None:
         """``several-writers``: what the ``foreachBatch`` function calls after the query's writer: an
-        `S2Writer` to another destination (`MIRROR_STREAM`, bad rows skipped), the same object again, or
-        another object with the same destination."""
+        `S2Writer` to another destination (`MIRROR_STREAM`, bad rows skipped; ``named-writers``: without a
+        ``writer_id`` until the user names it), the same object again, or another object with the same
+        destination."""
         second = self.sc.second
-        if second == "mirror":
+        if second in ("mirror", "unnamed mirror"):
+            named = second == "mirror" or self.writer_name is not None
             return S2Writer(
                 self.cfg.replace(stream=MIRROR_STREAM),
                 None,
                 on_error="skip" if self.sc.dlq else "fail",
                 delivery=self.delivery,
+                writer_id=MIRROR_WRITER if named else None,
                 preflight=False,
             )
         if second == "same object":
             return self.writer
         return self._new_writer() if second == "same destination" else None
 
-    def _writer_run(self, run: int, calm: bool) -> None:
-        """A start of ``foreachBatch(f)``: `f` calls one `S2Writer` (in ``several-writers``, two)."""
-        if self.writer is None:
+    def _writer_run(self, run: int, calm: bool, own: S2Writer | None = None) -> None:
+        """A start of ``foreachBatch(f)``: `f` calls one `S2Writer` (in ``several-writers``, two; the mirror
+        writer first where ``named-writers`` says so). `own`: a driver with a writer object of its own
+        (``two-drivers``)."""
+        if own is None and self.writer is None:
             self.writer = self._new_writer()
             self.second = self._second_writer()
+        writer = own or self.writer
+        assert writer is not None
+        second = None if own is not None else self.second
         session = Session(self.query_id, f"{self.prefix}run-{run}", self.sc.run_id_known)
-        facts = session_facts(session) if self.writer.spec.exactly_once else None
+        facts = session_facts(session) if writer.spec.exactly_once else None
         for b in range(self.spark_committed + 1, len(self.sc.batches)):
-            self._write_batch(self.writer, facts, run, b, calm)
-            if self.second is not None:
-                if self.sc.second != "mirror":
-                    self._committed(b)  # this batch's records are all written; the second call is refused
-                self._note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
-                self._write_batch(self.second, facts, run, b, calm)
-            if self.writer.spec.exactly_once:
+            calls = [writer] if second is None else [writer, second]
+            if self.second_first:
+                calls.reverse()
+            for i, w in enumerate(calls):
+                if i:
+                    if self.sc.second not in ("mirror", "unnamed mirror"):
+                        self._committed(b)  # this batch's records are all written; the second call is refused
+                    self._note(f"driver run {run}: batch {b}, the second S2Writer call ({self.sc.second})")
+                self._write_batch(w, facts, run, b, calm)
+            if writer.spec.exactly_once:
                 self._committed(b)
             self._reset_point(run, b, spark_committed=False)
             self._spark_commit(b)
+            self._spark_committed(b, writer.spec.exactly_once)
             self._reset_point(run, b, spark_committed=True)
 
     def _write_batch(
@@ -128,6 +150,8 @@ class WriterFront:
         if job is None:
             self._note(f"driver run {run}: batch {b} is in the ledger, nothing to write")
             return
+        if writer is self.writer:
+            self._wrote(b, writer.spec.exactly_once)
         writer._create_known_streams()
         parts = split(self.sc, b, run)
         routed = writer.routing.routed
@@ -141,6 +165,8 @@ class WriterFront:
             self._note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
         task = _writer_task(job.plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
         results = self._stage(run, b, parts, task, calm)
+        if writer is self.writer and writer.spec.exactly_once:
+            self._committing(b)
         writer.mode.commit(job, _metrics(b, results, writer.mode.name))
 
 

@@ -38,7 +38,7 @@ def _message(*bodies: bytes, token: str | None = None) -> bytes:
 def _service(*streams: str) -> MemoryService:
     service = MemoryService(Scheduler(0), BASIN)
     for name in streams:
-        service.store.ensure_stream(BASIN, name, None)
+        service.store.create_stream(BASIN, name, None)
     return service
 
 

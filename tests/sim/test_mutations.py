@@ -24,6 +24,11 @@ def _caught(mutation: str, profile: Profile) -> int:
         ("zombie-check-off", "zombie-takeover"),
         ("roll-call-ignored", "stage-zombies"),
         ("read-back-end-uncovered", "retry-readback"),
+        ("change-unchecked", "changed"),
+        ("takeover-not-exclusive", "two-drivers"),
+        ("second-call-unchecked", "unreadable-run-id"),
+        ("reader-ignores-moved-to", "two-drivers"),
+        ("takeover-ignores-routing", "named-writers"),
     ],
 )
 def test_the_simulation_catches_a_disabled_guard_in_most_schedules(mutation: str, profile: Profile) -> None:
@@ -31,7 +36,11 @@ def test_the_simulation_catches_a_disabled_guard_in_most_schedules(mutation: str
     barrier takes the stream with a generation of its own and appends on (duplicates);
     with the roll call ignored a stage retry's attempt 0 reads nothing back (duplicates); with the read-back
     end not covered the commit records a stream end before records a retry dropped from its own appends (a
-    read-committed reader misses them). Each is caught in more than half of its profile's schedules; the
-    same schedules pass unmutated (test_sim.py)."""
+    read-committed reader misses them); with a batch in flight not checked against a changed writer, the
+    replay reads back streams its rows are not in (duplicates); with take-overs not exclusive, two drivers
+    under new ids both go on from one ledger (duplicates); without a run id, returning early skips a second
+    call (its frame lost); a reader not following a take-over stops at the old ledger's commits; a take-over
+    that ignores the routing gives a new writer another writer's ledger (lost and duplicated rows). Each is
+    caught in more than half of its profile's schedules; the same schedules pass unmutated (test_sim.py)."""
     caught = _caught(mutation, profile)
     assert caught > SCHEDULES // 2, f"{mutation}: caught in only {caught} of {SCHEDULES} {profile} schedules"

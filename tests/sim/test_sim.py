@@ -277,17 +277,35 @@ def test_a_target_stream_deleted_and_created_again_is_never_read_past_a_commit()
     read-committed reader never sees past a commit, at every step. Before: a task in a process that had
     created the stream failed with 404 on every attempt, saying nothing of the deletion (14 of these 60 when
     only routed streams and shards were deleted)."""
-    deleted = stopped = 0
+    deleted = stopped = pending = 0
     for seed in range(RECREATED_SCHEDULES):
         outcome = run_schedule(seed, "recreated")
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
         deleted += any("is deleted" in line for line in outcome.trace)
         stopped += outcome.reset
-    # The seeds are fixed, so these counts are too (53 and 52): a generator change that stops deleting
-    # streams, or a writer that stops failing closed, shows here.
+        pending += _met_a_pending_deletion(outcome.trace)
+    # The seeds are fixed, so these counts are too (53, 52 and 5): a generator change that stops deleting
+    # streams, a writer that stops failing closed, or deletions that complete at once, show here.
     assert deleted > RECREATED_SCHEDULES * 3 // 4, f"only {deleted} schedules deleted a stream"
     assert stopped > RECREATED_SCHEDULES // 2, f"only {stopped} schedules stopped with StreamResetError"
+    assert pending >= 3, f"only {pending} schedules met a deletion still pending (409)"
+
+
+def _met_a_pending_deletion(trace: list[str]) -> bool:
+    """Whether a request for a deleted stream came while its deletion was pending (S2 answers it 409)."""
+    deleted = next(
+        (i for i, line in enumerate(trace) if "operator: " in line and " is deleted" in line), None
+    )
+    if deleted is None:
+        return False
+    name = trace[deleted].split("operator: ", 1)[1].split(" is deleted", 1)[0]
+    for line in trace[deleted + 1 :]:
+        if "operator: the deletion of" in line:
+            return False
+        if "recreator" not in line and (f" {name} " in line or line.endswith(f" {name}")):
+            return True
+    return False
 
 
 SEVERAL_WRITERS_SCHEDULES = 60
@@ -295,12 +313,11 @@ SEVERAL_WRITERS_SCHEDULES = 60
 
 def test_several_writers_in_one_micro_batch_write_each_row_once_or_are_refused() -> None:
     """``several-writers``: the ``foreachBatch`` function calls a second `S2Writer` after the query's own.
-    To another destination (Spark's "write to multiple locations"), each writer has its own identity and
-    ledger: every row reaches both destinations exactly once, under every fault and restart, and a reader
-    bounded by either ledger never sees past its commit. The same object called again, or a second object
-    with the same destination, is refused with a ConfigError naming the fix — never a silent skip (which
-    would leave no trace in the streams, so every such schedule must end refused). Before identities
-    covered the destination, the second writer found the first one's commit and wrote nothing."""
+    To another stream with a ``writer_id`` of its own (Spark's "write to multiple locations"), each writer
+    has its own identity and ledger: every row reaches both destinations exactly once, under every fault and
+    restart, and a reader bounded by either ledger never sees past its commit. The same object called again,
+    or a second object with the same destination, is refused with a ConfigError naming the fix — never a
+    silent skip (which would leave no trace in the streams, so every such schedule must end refused)."""
     seen: Counter[str] = Counter()
     for seed in range(SEVERAL_WRITERS_SCHEDULES):
         outcome = run_schedule(seed, "several-writers")
@@ -381,3 +398,77 @@ def test_a_deleted_ledger_between_runs_fails_closed_or_writes_each_row_once() ->
         seen[f"{outcome.scenario.front} {'refused' if reset else 'written'}"] += 1
     assert seen["writer refused"] >= 10, seen
     assert seen["sink refused"] >= 5, seen
+
+
+CHANGED_SCHEDULES = 80
+
+
+def test_a_restart_under_a_changed_writer_goes_on_from_its_ledger_exactly_once() -> None:
+    """``changed``: each start of the query runs with a writer of its own configuration — routing (one stream,
+    a stream column, two or three shards), ``on_error`` and two dead-letter streams, write parallelism,
+    delivery mode — and the first run dies with its first batch written but not committed. The identity
+    holds no configuration, so every restart goes on from the ledger: a batch in flight is recovered under
+    a change it survives, a change it cannot survive (routing, another dead-letter stream) is refused and
+    the fix the error names (the configuration the ledger recorded) finishes it, and a batch the ledger has
+    is skipped whatever changed. Committed batches hold exactly what their committing configuration makes;
+    at-least-once runs lose nothing. With the check of a batch in flight off, 26 of the first 40 duplicate."""
+    seen: Counter[str] = Counter()
+    for seed in range(CHANGED_SCHEDULES):
+        outcome = run_schedule(seed, "changed")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        trace = "\n".join(outcome.trace)
+        seen["restarted changed"] += trace.count("the query restarts with S2Writer(") > 1
+        seen["refused and fixed"] += "restarted with the previous writer" in trace
+        seen["at-least-once run"] += "at-least-once" in trace
+    # The seeds are fixed, so these counts are too: a generator change that stops changing the writer, or
+    # a writer that stops refusing the changes a batch in flight cannot survive, shows here.
+    assert seen["restarted changed"] >= CHANGED_SCHEDULES // 2, seen
+    assert seen["refused and fixed"] >= CHANGED_SCHEDULES // 4, seen
+    assert seen["at-least-once run"] >= CHANGED_SCHEDULES // 10, seen
+
+
+WIRING_SCHEDULES = 30
+
+
+def test_two_drivers_taking_over_one_ledger_under_new_ids_never_both_win() -> None:
+    """``two-drivers``: the first run under ``writer_id="v1"`` dies with a batch in flight; two drivers of the
+    query start together under new ids (in three schedules in four the first stalls between finding ``v1``
+    unclaimed and taking it over, until the other's take-over landed). Exactly one goes on, the other
+    stops with the WriterConflictError naming both; every row once, and a reader bound to ``v1`` follows the
+    take-over to the winner's commits. Before take-overs were exclusive, 25 of the first 40 duplicated."""
+    refused = 0
+    for seed in range(WIRING_SCHEDULES):
+        outcome = run_schedule(seed, "two-drivers")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        stops = [line for line in outcome.trace if " stops: " in line]
+        assert len(stops) == 1, outcome.report()
+        refused += "took it over first" in stops[0]
+    assert refused >= WIRING_SCHEDULES // 2, f"only {refused} schedules refused the late claimant"
+
+
+def test_two_writers_named_after_the_refusal_go_on_from_the_right_ledgers() -> None:
+    """``named-writers``: a second writer without a ``writer_id`` is refused before writing (the first one
+    committed the batch); the user names both and restarts, in three schedules in four calling the new
+    writer first, which meets the query id's ledger under another routing with the replayed batch
+    committed: refused naming the fixes, of which calling the other writer first is taken. The writer of the
+    first stream goes on from that ledger, the other starts anew: every row once in both streams. With any
+    ledger of the query taken for the new writer's, 29 of the first 40 lose or duplicate."""
+    for seed in range(WIRING_SCHEDULES):
+        outcome = run_schedule(seed, "named-writers")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        assert any("both writers get a writer_id" in line for line in outcome.trace), outcome.report()
+
+
+def test_a_second_call_without_a_run_id_is_refused_never_skipped() -> None:
+    """``unreadable-run-id``: the same writer object, or another with the same destination, called a second
+    time in a micro-batch where Spark's run id cannot be read: every schedule ends in the ConfigError, which
+    also names a restart in a new process (what a restart in the same process looks like). Returning early
+    without a run id, as before, skips the second call in every one of them."""
+    for seed in range(WIRING_SCHEDULES):
+        outcome = run_schedule(seed, "unreadable-run-id")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        assert outcome.refused, outcome.report()

@@ -106,7 +106,7 @@ def test_from_options_own_keys() -> None:
             "s2.compression": "ZSTD",
             "s2.create-streams": "true",
             "s2.allow-insecure-http": "false",
-            "s2.session-retries": 0,
+            "s2.delivery-timeout-ms": "2min",
             "s2.request-timeout-ms": "1500ms",
             "s2.connect-timeout-ms": 700,
             "sink.requests.max-inflight-bytes": "4mib",
@@ -115,7 +115,7 @@ def test_from_options_own_keys() -> None:
     )
     assert cfg.compression == "zstd"
     assert cfg.create_streams is True
-    assert cfg.session_retries == 0
+    assert cfg.delivery_timeout_ms == 120_000
     assert cfg.request_timeout_ms == 1500
     assert cfg.connect_timeout_ms == 700
     assert cfg.max_inflight_bytes == 4 * 1024 * 1024
@@ -182,6 +182,13 @@ def test_from_options_requires_basin(monkeypatch: pytest.MonkeyPatch) -> None:
         ("sink.flush-buffer.timeout", "soon", r"sink\.flush-buffer\.timeout.*'soon'"),
         ("s2.append-retry-policy", "SOME", r"s2\.append-retry-policy.*'SOME'"),
         ("s2.max-retries", "-1", r"s2\.max-retries.*-1"),
+        ("s2.delivery-timeout-ms", "-5", r"s2\.delivery-timeout-ms.*'-5'"),
+        ("s2.delivery-timeout-ms", "2 days", r"s2\.delivery-timeout-ms.*'2 days'"),
+        (
+            "s2.delivery-timeout-ms",
+            str(86_400_001),
+            r"delivery_timeout_ms \(s2\.delivery-timeout-ms\).*86400001",
+        ),
         ("sink.requests.max-inflight", "0", r"sink\.requests\.max-inflight.*0"),
         ("s2.compression", "lz4", r"s2\.compression.*'lz4'"),
         ("s2.create-streams", "maybe", r"s2\.create-streams.*'maybe'"),
@@ -193,6 +200,16 @@ def test_bad_values_name_option_and_value(key: str, value: str, pattern: str) ->
     opts = {"s2.basin": "test-basin", "s2.endpoints.account": LOCAL, "s2.endpoints.basin": LOCAL, key: value}
     with pytest.raises(ConfigError, match=pattern):
         S2Config.from_options(opts)
+
+
+def test_the_removed_session_retries_option_names_what_replaces_it() -> None:
+    """s2.session-retries (append sessions were retried that many times more) is refused with the option
+    that now bounds those retries, the delivery deadline."""
+    opts = {"s2.basin": "test-basin", "s2.endpoints.account": LOCAL, "s2.endpoints.basin": LOCAL}
+    with pytest.raises(
+        ConfigError, match=r"option 's2\.Session-Retries' was removed: .*s2\.delivery-timeout-ms"
+    ):
+        S2Config.from_options({**opts, "s2.Session-Retries": "2"})
 
 
 @pytest.mark.parametrize("basin", ["short", "Upper-Case-Basin", "-leading-dash", "x" * 49, "has_underscore"])
@@ -276,3 +293,14 @@ def test_replace_revalidates() -> None:
     assert cfg.replace(batch_max_records=10).batch_max_records == 10
     with pytest.raises(ConfigError, match="batch_max_records"):
         cfg.replace(batch_max_records=2000)
+
+
+def test_both_front_doors_and_reads_take_the_delivery_deadline() -> None:
+    """S2Config.delivery_timeout_ms is option s2.delivery-timeout-ms for format("s2") reads and writes alike
+    (a read does not refuse it as a write option); the default is Kafka's two minutes."""
+    from s2_sink.datasource._source import read_config  # loads pyspark: only this test needs it
+
+    opts = {"s2.basin": "test-basin", "s2.endpoints.account": LOCAL, "s2.endpoints.basin": LOCAL}
+    assert S2Config.from_options(opts).delivery_timeout_ms == 120_000
+    assert S2Config.from_options({**opts, "S2.Delivery-Timeout-Ms": "5s"}).delivery_timeout_ms == 5000
+    assert read_config({**opts, "s2.stream": "s", "s2.delivery-timeout-ms": "0"}).delivery_timeout_ms == 0

@@ -226,7 +226,13 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     assert [r.body for r in runs[0].to_records()] == [r.body for r in records]
     # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, _):
-        cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, max_retries=0)
+        cfg = S2Config(
+            basin=basin,
+            account_endpoint=endpoint,
+            basin_endpoint=endpoint,
+            max_retries=0,
+            delivery_timeout_ms=0,
+        )
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 5000\) in basin '{basin}'"):
             list(_s2io.read_range_columns(cfg, "s", 0, 5000, _no_gap))
 

@@ -85,6 +85,41 @@ def test_streams_share_the_byte_budget(lite: LiteServer, basin: str) -> None:
     assert positions(small.latestOffset()) == {"a": 1, "c": 1}
 
 
+def _trim(endpoint: str, basin: str, stream: str, to: int) -> None:
+    """Append a trim command record (its trim point is capped just after itself)."""
+
+    async def go() -> None:
+        s2 = s2_sdk.S2("test", endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
+        async with s2:
+            trim = s2_sdk.AppendInput(records=[s2_sdk.CommandRecord.trim(to)])
+            await s2.basin(basin).stream(stream).append(trim)
+
+    asyncio.run(go())
+
+
+def test_a_stream_trimmed_past_all_its_records_is_spanned_in_one_batch(lite: LiteServer, basin: str) -> None:
+    """Everything from the frontier on was trimmed: S2 answers the byte-capped read below the trim point with
+    no records (200, not 416: s2-lite lite/src/backend/read.rs, read_start_seq_num), and the planner spans
+    the whole gap in one micro-batch (its task reports the loss) instead of one seq_num per micro-batch."""
+    _append(lite.endpoint, basin, "s", [100] * 5)
+    reader = _reader(lite.endpoint, basin, **{"s2.stream": "s", "s2.max-bytes-per-trigger": "250"})
+    _trim(lite.endpoint, basin, "s", 1000)  # the trim record is seq_num 5: the trim point is 6, the tail
+    assert _ends(reader, "s", 2) == [6, 6]
+
+
+def test_a_stream_trimmed_partway_spans_the_gap_and_meters_what_is_left(lite: LiteServer, basin: str) -> None:
+    """Records trimmed from the frontier on cost nothing: a batch spans the gap and takes what fits after it;
+    when the first record kept is larger than the cap, the gap alone is one batch and that record the next."""
+    _append(lite.endpoint, basin, "s", [100] * 10)
+    reader = _reader(lite.endpoint, basin, **{"s2.stream": "s", "s2.max-bytes-per-trigger": "250"})
+    _trim(lite.endpoint, basin, "s", 6)
+    assert _ends(reader, "s", 2) == [8, 11]  # 8, 9 and the 22-byte trim record fit in 250
+    _append(lite.endpoint, basin, "big", [100, 100, 100, 1000])
+    big = _reader(lite.endpoint, basin, **{"s2.stream": "big", "s2.max-bytes-per-trigger": "250"})
+    _trim(lite.endpoint, basin, "big", 3)  # the trim record (22 bytes) is seq_num 4
+    assert _ends(big, "big", 4) == [3, 4, 5, 5]
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "1MB", ""])
 def test_a_bad_byte_cap_names_the_option_and_the_value(value: str) -> None:
     """s2.max-bytes-per-trigger takes a positive integer; anything else is a ConfigError naming it."""

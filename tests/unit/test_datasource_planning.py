@@ -236,7 +236,8 @@ def test_option_names_are_case_insensitive_on_both_sides() -> None:
 
 
 @pytest.mark.parametrize(
-    "key", ["s2.writer-id", "s2.create-streams", "sink.batch.max-size", "S2.Session-Retries", "s2.on-error"]
+    "key",
+    ["s2.writer-id", "s2.create-streams", "sink.batch.max-size", "S2.Append-Retry-Policy", "s2.on-error"],
 )
 def test_a_read_refuses_write_options_naming_the_side(key: str) -> None:
     """A write-only option on a read (format('s2') options or S2Config's append settings) is refused with

@@ -95,3 +95,34 @@ def test_a_bad_token_raises_read_error(guarded: LiteServer) -> None:
     assert isinstance(info.value.__cause__, s2_sdk.S2ServerError)
     assert info.value.__cause__.status_code == 401
     assert "wrong-token" not in str(info.value)
+
+
+def test_listing_pages_past_a_thousand_streams(lite: LiteServer, basin: str) -> None:
+    """A prefix with more streams than one page (S2 lists at most 1000) is listed whole, page after page
+    (s2-lite: common/src/resources.rs, ListLimit; lite/src/backend/streams.rs, list_streams)."""
+    names = [f"p/{i:04d}" for i in range(1003)]
+    with httpx.Client(base_url=lite.endpoint, timeout=10.0) as client:
+        for name in names:
+            resp = client.put(f"/v1/streams/{name.replace('/', '%2F')}", headers={"s2-basin": basin})
+            assert resp.status_code == 201, resp.text
+    assert _s2io.list_streams(_cfg(lite.endpoint, basin), "p/") == names
+
+
+def test_positions_of_a_stream_trimmed_to_nothing(lite: LiteServer, basin: str) -> None:
+    """Everything trimmed: S2 answers reads below the trim point with no records (200, not 416), and the
+    reader's positions are the tail: the first record kept, a timestamp's position; a range read reports
+    the whole range as a gap (s2-lite: lite/src/backend/read.rs, read_start_seq_num)."""
+    _append(lite.endpoint, basin, "t", "a", "b", "c")
+    cfg = _cfg(lite.endpoint, basin)
+
+    async def trim() -> None:
+        client = get_pool().client(cfg)
+        records = [s2_sdk.CommandRecord.trim(1000)]
+        await client.basin(basin).stream("t").append(s2_sdk.AppendInput(records=records))
+
+    _runtime.run(trim())  # the trim record is seq_num 3: everything below 4 is gone
+    assert _s2io.first_seqs(cfg, ["t"]) == {"t": 4}
+    assert _s2io.resolve_timestamp(cfg, ["t"], 1) == {"t": 4}
+    gaps: list[tuple[int, int]] = []
+    assert list(_s2io.read_range_columns(cfg, "t", 0, 4, lambda lo, hi: gaps.append((lo, hi)))) == []
+    assert gaps == [(0, 4)]

@@ -262,10 +262,11 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(lite: LiteS
 
 def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(lite: LiteServer) -> None:
     """The same coordinator (the same S2Writer object) after the query is started again in the same
-    process: a new Spark run id, or without one a batch that began and was never committed or a batch id
-    that repeats, reloads the ledger and opens a new epoch (in recovery mode when a batch was announced); an
-    ordinary next batch of the same start stays in the epoch; a batch the same start committed, seen again
-    (same run id, or under Spark Connect), is refused as a second call."""
+    process: a new Spark run id, or without one a batch that began and was never committed, reloads the
+    ledger and opens a new epoch (in recovery mode when a batch was announced); an ordinary next batch of
+    the same start stays in the epoch; a batch the same start committed, seen again with the same run id or
+    without one, is refused as a second call (without a run id a restart in this process cannot be told
+    from it: fail closed, never a silent skip)."""
     cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
     c = Coordinator(cfg, "wid", query_id="q1", static_streams=["events"])
     p0 = c.begin_batch(0, "run-a")
@@ -284,24 +285,24 @@ def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(lite: Lit
     assert q1 is not None
     assert (Token.parse(q1.token).epoch, q1.recovery) == (3, True)
     c.commit_batch(1, {"events": 8})
-    # ... and so is a committed batch id seen again: the ledger has it, nothing is written
-    assert c.begin_batch(1, None) is None
+    # ... but a committed batch id seen again is refused: it may be a second call in the micro-batch
+    with pytest.raises(ConfigError, match=r"called again for micro-batch 1.*run id cannot be read"):
+        c.begin_batch(1, None)
     p2 = c.begin_batch(2, None)
     assert p2 is not None
-    assert (Token.parse(p2.token).epoch, p2.recovery) == (4, False)
+    assert (Token.parse(p2.token).epoch, p2.recovery) == (3, False)
     assert p2.dedupe.starts.inline == {"events": 8}
-    # under Spark Connect a start is one process and one writer object: a batch this start committed, seen
-    # again, is a second call (refused, never skipped: one S2Writer called twice in one micro-batch)
-    c.one_start_per_process = True
     c.commit_batch(2, {"events": 9})
     with pytest.raises(ConfigError, match="called again for micro-batch 2"):
         c.begin_batch(2, None)
     # with a run id, the same: a new start sees the committed batch (skipped), the same start is refused
     assert c.begin_batch(2, "run-c") is None
+    with pytest.raises(ConfigError, match="called again for micro-batch 2"):
+        c.begin_batch(2, "run-c")
     p3 = c.begin_batch(3, "run-c")
     assert p3 is not None
     # a new epoch, but no recovery: the ledger ends in batch 2's commit, nothing announced batch 3
-    assert (Token.parse(p3.token).epoch, p3.recovery) == (5, False)
+    assert (Token.parse(p3.token).epoch, p3.recovery) == (4, False)
     c.commit_batch(3, {"events": 10})
     with pytest.raises(ConfigError, match="called again for micro-batch 3"):
         c.begin_batch(3, "run-c")

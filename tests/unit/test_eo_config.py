@@ -12,7 +12,7 @@ from py4j.protocol import Py4JNetworkError
 from pyspark.errors import PySparkAttributeError
 from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
-from s2_sink._exactly_once.identity import check_no_speculation, resolve_identity
+from s2_sink._exactly_once.identity import check_no_speculation, resolve_identity, run_id_of_thread
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 from tests.faults._support import cfg_for
@@ -109,3 +109,15 @@ def test_unexpected_errors_in_the_checks_are_not_swallowed() -> None:
         check_no_speculation(_ConnectLikeSession(conf_error=TypeError("not a session")))
     with pytest.raises(TypeError, match="not a session"):
         resolve_identity(None, _ClassicLikeSession(TypeError("not a session")))
+
+
+def test_the_run_id_is_read_from_the_stream_execution_threads_name() -> None:
+    """Spark names the thread that runs a query's micro-batches ``stream execution thread for [<name> ][id =
+    <query id>, runId = <run id>]``; the run id is read from it for that query only (a user's job group or
+    local properties do not enter), and a name that is not such a thread's gives none."""
+    qid, rid = "7926ebd8-9183-4198-b71b-c3296d043e1d", "bb960e68-ded6-4675-8649-ea92c6f2a801"
+    assert run_id_of_thread(f"stream execution thread for [id = {qid}, runId = {rid}]", qid) == rid
+    named = f"stream execution thread for orders [to s2] [id = {qid}, runId = {rid}]"
+    assert run_id_of_thread(named, qid) == rid
+    assert run_id_of_thread(named, "another-query") is None
+    assert run_id_of_thread("Thread-7", qid) is None

@@ -57,7 +57,7 @@ def _delete_ledger(lite: LiteServer, basin: str, writer_id: str, *, recreate: bo
                 try:
                     await s2.basin(basin).stream(name).check_tail()
                 except S2ServerError as exc:
-                    if "being deleted" not in str(exc):  # gone
+                    if exc.code != "stream_deletion_pending":  # gone
                         if recreate:
                             await s2.basin(basin).create_stream(name)
                         return

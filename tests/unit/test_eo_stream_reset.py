@@ -61,7 +61,7 @@ def _recreate(lite: LiteServer, basin: str) -> None:
                     await s2.basin(basin).create_stream("events")
                     return
                 except S2ServerError as exc:
-                    if "being deleted" not in str(exc):
+                    if exc.code != "stream_deletion_pending":
                         raise
                     await asyncio.sleep(0.05)
             raise AssertionError("the stream was never deleted")
@@ -107,7 +107,7 @@ def test_recreated_stream_retry_does_not_rewrite(lite: LiteServer) -> None:
         message = str(refused.value)
         assert "'events'" in message
         assert f"ends at 0, below the end {end} " in message
-        assert "s2-sink ledger forget" in message
+        assert "`s2-sink ledger forget w events`" in message  # the actual writer id, ready to run
     assert _bodies(lite, cfg.basin) == Counter()
 
 
@@ -126,9 +126,9 @@ def test_restart_after_recreation_fails_at_the_run_start_fence(lite: LiteServer)
 def test_commit_refuses_ends_below_the_ledgers() -> None:
     """The commit's backstop: acks that end below the ledger's end for a stream (a stream recreated under
     the batch) are refused rather than recorded; streams at or past it, or new ones, pass."""
-    check_not_reset({"a": 10, "b": 5}, {"a": 10, "b": 7, "c": 1})
-    with pytest.raises(StreamResetError, match="'b' ends at 4, below the end 5"):
-        check_not_reset({"a": 10, "b": 5}, {"a": 12, "b": 4})
+    check_not_reset({"a": 10, "b": 5}, {"a": 10, "b": 7, "c": 1}, "w")
+    with pytest.raises(StreamResetError, match=r"'b' ends at 4, below the end 5.*ledger forget w b"):
+        check_not_reset({"a": 10, "b": 5}, {"a": 12, "b": 4}, "w")
 
 
 def test_ledger_forget_lets_the_writer_go_on_with_the_new_stream(lite: LiteServer) -> None:
@@ -158,7 +158,7 @@ def test_ledger_forget_lets_the_writer_go_on_with_the_new_stream(lite: LiteServe
     assert epoch is not None
     result = write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 1, 7))
     metrics = aggregate(1, result.to_pylist(), 1.0, delivery="exactly-once")
-    check_not_reset(restarted.state.ends, metrics.end_positions())
+    check_not_reset(restarted.state.ends, metrics.end_positions(), "w")
     restarted.commit_batch(1, metrics.end_positions())
     assert _bodies(lite, cfg.basin) == Counter(BATCH1)
     assert restarted.state.ends["events"] == metrics.end_positions()["events"] < end

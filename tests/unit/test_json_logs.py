@@ -56,15 +56,16 @@ def test_a_real_retry_warning_is_one_json_line(
     captured: io.StringIO, lite: LiteServer, basin: str, lite_faults: Any
 ) -> None:
     """A warning logged by a real write (an append refused with 503 once, then retried) is one JSON line
-    with its stream, batch, partition and retry as fields."""
+    with its stream, batch, partition, retry and the deadline's option as fields."""
     lite_faults.fail_next_appends(1, status=503)
-    cfg = config(lite, basin, max_retries=0, retry_delay_ms=1, session_retries=2)
+    cfg = config(lite, basin, max_retries=0, retry_delay_ms=1)
     write_partition(WritePlan(cfg=cfg, batch_id=4, stream="events"), [frame([b"x"])], ctx(4, 1))
     warnings = [d for d in _lines(captured) if d["level"] == "WARNING"]
     assert warnings, captured.getvalue()
     first = warnings[0]
-    assert first["logger"] == "s2_sink._write.task.appender"
+    assert first["logger"] == "s2_sink._transport.retry"
     assert (first["stream"], first["batch"], first["partition"], first["retry"]) == ("events", 4, 1, 1)
+    assert first["s2.delivery-timeout-ms"] == 120000
 
 
 def test_the_environment_variable_turns_json_on_at_import() -> None:

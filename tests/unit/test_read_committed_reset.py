@@ -31,7 +31,7 @@ async def _recreate_with(endpoint: str, basin: str, stream: str, bodies: list[by
                 await b.create_stream(stream)
                 break
             except s2_sdk.S2ServerError as exc:
-                if "being deleted" not in str(exc):
+                if exc.code != "stream_deletion_pending":
                     raise
                 await asyncio.sleep(0.05)
         records = [s2_sdk.Record(body=x) for x in bodies]

@@ -1,8 +1,11 @@
-"""The retry policy's pure parts, and the retry loops that use them with the sleep patched out."""
+"""The retry policy's pure parts on a fake clock, and the retry loops that use them with the sleep and the
+clock faked: every loop retries what another attempt may fix until the delivery deadline, then raises the
+error with words that name the option."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from dataclasses import dataclass, field
@@ -15,29 +18,53 @@ from s2_sdk import (
     ReadBatch,
     S2ClientError,
     S2ServerError,
+    StreamConfig,
     StreamPosition,
 )
 
-from s2_sink._exactly_once import fencing as _fencing
-from s2_sink._exactly_once import ledger as _ledger
-from s2_sink._exactly_once.fencing import Token, fence_if_older
+from s2_sink._exactly_once.fencing import TaskAttempt, Token, fence_if_older
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.readback import read_back
+from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in
 from s2_sink._transport import retry as _retry
+from s2_sink._transport.explain import explain, past_deadline
 from s2_sink._transport.retry import (
-    SESSION_MAX_DELAY_S,
+    MAX_WAIT_S,
     Backoff,
+    Patience,
+    Retrying,
     no_side_effects,
+    patiently,
     rate_limited,
     retry_after_s,
     retryable,
 )
+from s2_sink._transport.sdk import AppendIndefiniteFailureError, ConnectError, TransportError
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
+
+CFG = S2Config(
+    basin="my-basin-1",
+    stream="s",
+    access_token="t",
+    account_endpoint="http://127.0.0.1:9",
+    basin_endpoint="http://127.0.0.1:9",
+)
 
 
 def server_error(status: int, code: str = "x") -> S2ServerError:
     return S2ServerError(code, "refused", status)
+
+
+def refused() -> S2ClientError:
+    """A refused connection as the SDK reports it: S2ClientError <- ConnectError <- ConnectionRefusedError."""
+    err = S2ClientError("connect")
+    err.__cause__ = ConnectError("[Errno 111] Connection refused")
+    err.__cause__.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    return err
+
+
+# -- what is retried ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("status", [408, 429, 499, 500, 502, 503, 504, 599])
@@ -63,10 +90,17 @@ def test_fencing_mismatch_is_final() -> None:
 
 
 @pytest.mark.parametrize(
-    "exc", [S2ClientError("connection reset"), ConnectionResetError(), TimeoutError("no ack")]
+    "exc",
+    [
+        S2ClientError("connection reset"),
+        ConnectionResetError(),
+        TimeoutError("no ack"),
+        TransportError("gone"),
+    ],
 )
 def test_transport_failures_are_retryable(exc: Exception) -> None:
-    """Transport failures (wrapped by the SDK or raw) and our ack watchdog's timeout are retried."""
+    """Transport failures (wrapped by the SDK, the SDK's own on our sessions, or raw) and our ack watchdog's
+    timeout are retried."""
     assert retryable(exc)
 
 
@@ -76,44 +110,75 @@ def test_unexpected_errors_are_final(exc: Exception) -> None:
     assert not retryable(exc)
 
 
-def test_no_side_effects_matches_the_sdk_definition() -> None:
-    """Only rate-limit and hot-server refusals and refused connections cannot have been applied."""
-    assert no_side_effects(server_error(429, "rate_limited"))
-    assert no_side_effects(server_error(502, "hot_server"))
-    assert not no_side_effects(server_error(429, "other"))
-    assert not no_side_effects(server_error(503, "unavailable"))
-    assert not no_side_effects(S2ClientError("reset"))
-    refused = S2ClientError("connect")
-    refused.__cause__ = OSError("wrapped")
-    refused.__cause__.__cause__ = ConnectionRefusedError()
-    assert no_side_effects(refused)
+def test_no_side_effects_follows_s2s_own_definition() -> None:
+    """S2 promises no side effects for 429 rate_limited, 502 hot_server, 503 server_draining and 409
+    transaction_conflict (api/src/v1/error.rs, ``has_no_side_effects``), each only with its own status; not
+    for 503 unavailable, 500 or 504. A connection that could not be made (any ConnectError: nothing of the
+    request left) applied nothing; one that broke after the request left may have."""
+    for code, status in [
+        ("rate_limited", 429),
+        ("hot_server", 502),
+        ("server_draining", 503),
+        ("transaction_conflict", 409),
+    ]:
+        assert no_side_effects(server_error(status, code)), code
+    for code, status in [
+        ("unavailable", 503),
+        ("other", 500),
+        ("upstream_timeout", 504),
+        ("rate_limited", 503),
+    ]:
+        assert not no_side_effects(server_error(status, code)), (code, status)
+    assert no_side_effects(refused())
+    timed_out = S2ClientError("connect")
+    timed_out.__cause__ = ConnectError("Connection to 10.0.0.1:443 timed out")
+    assert no_side_effects(timed_out)
+    reset = S2ClientError("reset")
+    reset.__cause__ = TransportError("Connection reset by peer")
+    assert not no_side_effects(reset)
+    assert not no_side_effects(TimeoutError("no acknowledgement"))
+
+
+def test_an_indefinite_append_is_judged_by_its_last_attempt_but_may_have_applied() -> None:
+    """The SDK's AppendIndefiniteFailureError (its last attempt was refused a connection, an earlier one
+    may have landed: a unary ledger append caught by an outage) is retried as its last attempt's error is,
+    is never side-effect free, and is worded as its last attempt's error."""
+    indefinite = AppendIndefiniteFailureError(refused())
+    assert retryable(indefinite)
+    assert not no_side_effects(indefinite)
+    assert not retryable(AppendIndefiniteFailureError(server_error(403, "permission_denied")))
+    assert explain(indefinite, CFG).message.startswith(
+        "cannot reach S2 at http://127.0.0.1:9: connection refused"
+    )
+
+
+# -- how long to wait --------------------------------------------------------------------------------------
 
 
 def test_plain_backoff_doubles_up_to_the_cap() -> None:
-    """Without jitter the waits are first, 2x, 4x ... capped, and exactly `retries` of them."""
-    waits = list(Backoff(first=0.1, cap=2.0, retries=7, jitter=False).delays())
-    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
-    assert list(Backoff(first=1, cap=1, retries=0).delays()) == []
+    """Without jitter the waits are first, 2x, 4x ... capped."""
+    plain = Backoff(first=0.1, cap=2.0, jitter=False)
+    assert [plain.wait(n, server_error(503)) for n in range(7)] == pytest.approx(
+        [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    )
+    assert plain.step(10_000) == 2.0
 
 
 def test_jittered_backoff_stays_under_each_exponential_step() -> None:
     """Full jitter draws each wait from [0, step]; a seeded generator makes the draw reproducible."""
-    policy = Backoff(first=0.5, cap=3.0, retries=6)
-    steps = list(Backoff(first=0.5, cap=3.0, retries=6, jitter=False).delays())
-    waits = list(policy.delays(random.Random(7)))
-    assert len(waits) == 6
-    assert all(0 <= w <= s for w, s in zip(waits, steps, strict=True))
-    assert waits == list(policy.delays(random.Random(7)))
-    assert waits != steps
+    policy = Backoff(first=0.5, cap=3.0)
+    waits = [policy.wait(n, server_error(503), random.Random(n)) for n in range(6)]
+    assert all(0 <= w <= policy.step(n) for n, w in enumerate(waits))
+    assert waits == [policy.wait(n, server_error(503), random.Random(n)) for n in range(6)]
+    assert waits != [policy.step(n) for n in range(6)]
 
 
-def test_session_backoff_comes_from_the_config() -> None:
-    """The append-session retry starts at retry_delay_ms and allows max_retries + session_retries."""
-    cfg = S2Config(
-        basin="my-basin-1", stream="s", access_token="t", max_retries=4, session_retries=3, retry_delay_ms=250
-    )
-    policy = Backoff.for_sessions(cfg)
-    assert policy == Backoff(first=0.25, cap=SESSION_MAX_DELAY_S, retries=7, jitter=True)
+def test_the_policy_comes_from_the_config() -> None:
+    """delivery_timeout_ms is the deadline; waits start at retry_delay_ms and double up to 2 s (or to
+    retry_delay_ms when that is longer); the default is Kafka's two minutes."""
+    assert Patience.of(CFG) == Patience(120.0, Backoff(first=0.1, cap=MAX_WAIT_S))
+    slow = CFG.replace(retry_delay_ms=5000, delivery_timeout_ms=30_000)
+    assert Patience.of(slow) == Patience(30.0, Backoff(first=5.0, cap=5.0))
 
 
 def rate_limit(retry_after_ms: int | None = None) -> S2ServerError:
@@ -142,70 +207,191 @@ def test_retry_after_hint_is_read_from_the_sdk_error() -> None:
     assert retry_after_s(ValueError("x")) is None
 
 
-def test_other_failures_wait_as_the_full_jitter_backoff() -> None:
-    """Anything but a rate limit: retry n waits exactly what `delays` draws for it (full jitter, down to
-    zero), and nothing once the retries are used up."""
-    policy = Backoff(first=0.1, cap=30.0, retries=5)
-    drawn = list(policy.delays(random.Random(3)))
-    for exc in (server_error(503), server_error(429, "other"), S2ClientError("reset")):
-        rng = random.Random(3)
-        assert [policy.wait(n, exc, rng) for n in range(5)] == drawn
-    assert policy.wait(5, server_error(503)) is None
-    assert policy.wait(-1, server_error(503)) is None
-
-
 def test_rate_limit_waits_never_jitter_towards_zero() -> None:
     """A 429 rate_limited retry n waits between its step and twice its step (first * 2**n), over many
-    draws: with the session defaults, a run of refusals without progress has waited out S2's one-second
-    window by the fourth retry, and the fifth and last is still to come."""
-    policy = Backoff.for_sessions(S2Config(basin="my-basin-1", stream="s", access_token="t"))
-    assert policy.retries == 5
+    draws: with the default policy, a run of refusals has waited out S2's one-second window by the fourth
+    retry."""
+    policy = Patience.of(CFG).backoff
     rng = random.Random(11)
     for _ in range(200):
         waits = [policy.wait(n, rate_limit(), rng) for n in range(5)]
         for n, wait in enumerate(waits):
-            assert wait is not None
             assert policy.step(n) <= wait <= 2 * policy.step(n)
-        assert sum(w for w in waits[:4] if w is not None) >= 1.0
-    assert policy.wait(5, rate_limit(), rng) is None
-    plain = Backoff(first=0.1, cap=30.0, retries=3, jitter=False)
+        assert sum(waits[:4]) >= 1.0
+    plain = Backoff(first=0.1, cap=30.0, jitter=False)
     assert [plain.wait(n, rate_limit()) for n in range(3)] == pytest.approx([0.1, 0.2, 0.4])
-    assert Backoff(first=1.0, cap=1.5, retries=3).wait(2, rate_limit(), rng) == pytest.approx(1.5)
+    assert Backoff(first=1.0, cap=1.5).wait(2, rate_limit(), rng) == pytest.approx(1.5)
 
 
 def test_rate_limit_waits_honour_the_servers_hint() -> None:
     """A retry-after-ms hint raises the wait to it; a hint shorter than the backoff does not shorten it."""
-    policy = Backoff(first=0.1, cap=30.0, retries=5, jitter=False)
+    policy = Backoff(first=0.1, cap=30.0, jitter=False)
     assert policy.wait(0, rate_limit(retry_after_ms=450)) == pytest.approx(0.45)
     assert policy.wait(2, rate_limit(retry_after_ms=5)) == pytest.approx(0.4)
     assert policy.wait(4, rate_limit(retry_after_ms=2500)) == pytest.approx(2.5)
 
 
+# -- until when: the deadline, on a fake clock -------------------------------------------------------------
+
+
+@dataclass
+class FakeTime:
+    """The retry module's clock and this thread's asyncio.sleep, advanced only by the waits."""
+
+    now: float = 1000.0
+    slept: list[float] = field(default_factory=list)
+
+    def clock(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """Event loops on other threads (the library's runtime loop) keep the real sleep."""
+    fake = FakeTime()
+    real_sleep = asyncio.sleep
+    mine = threading.get_ident()
+
+    async def sleep(delay: float, result: object = None) -> object:
+        if threading.get_ident() != mine:
+            return await real_sleep(delay, result)
+        fake.slept.append(delay)
+        fake.now += delay
+        return result
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    monkeypatch.setattr(_retry, "_clock", fake.clock)
+    return fake
+
+
+PLAIN = Patience(timeout_s=10.0, backoff=Backoff(first=0.5, cap=2.0, jitter=False))
+
+
+def test_waits_continue_until_the_deadline_and_the_last_one_is_cut_to_it(fake_time: FakeTime) -> None:
+    """From the first failure, waits grow to the cap until the deadline; the last wait ends at the deadline,
+    and the next failure gives up."""
+    retrying = Retrying(PLAIN, "testing")
+    waits = []
+    while (delay := retrying.wait(server_error(503))) is not None:
+        waits.append(delay)
+        fake_time.now += delay + 0.25  # each attempt takes a quarter second
+    assert waits == pytest.approx([0.5, 1.0, 2.0, 2.0, 2.0, 1.25])
+    assert fake_time.now - 1000.0 == pytest.approx(10.25)  # the deadline, and the attempt after it
+    assert retrying.left() <= 0
+
+
+def test_progress_starts_the_deadline_again(fake_time: FakeTime) -> None:
+    """An answer between failures (an ack, a read) ends the outage: the next failure has the whole
+    timeout again and the first wait again."""
+    retrying = Retrying(PLAIN, "testing")
+    for _ in range(3):
+        delay = retrying.wait(refused())
+        assert delay is not None
+        fake_time.now += 9.0
+        retrying.progress()
+    assert retrying.wait(refused()) == pytest.approx(0.5)
+    assert retrying.left() == pytest.approx(10.0)
+
+
+def test_a_final_error_is_not_waited_on(fake_time: FakeTime) -> None:
+    """A 403 gives up at once, without a deadline note."""
+    retrying = Retrying(PLAIN, "testing")
+    denied = server_error(403, "permission_denied")
+    assert retrying.wait(denied) is None
+    assert retrying.give_up(denied) is denied
+    assert not past_deadline(denied)
+
+
+def test_past_the_deadline_the_words_name_the_option(fake_time: FakeTime) -> None:
+    """Given up at the deadline, the error keeps explain's words and ends with how long it was retried
+    and the option to raise; a loop around one that gave up does not retry it again."""
+    patience = Patience.of(CFG.replace(delivery_timeout_ms=5000))
+    retrying = Retrying(patience, "reading the exactly-once ledger 'x'")
+    exc = refused()
+    while (delay := retrying.wait(exc)) is not None:
+        fake_time.now += delay
+    fake_time.now += 0.5
+    retrying.give_up(exc)
+    words = explain(exc, CFG).message
+    assert words.startswith("cannot reach S2 at http://127.0.0.1:9: connection refused")
+    assert "still failing after 5.5 s of retries, past the delivery deadline" in words
+    assert "raise s2.delivery-timeout-ms (S2Config.delivery_timeout_ms, now 5000)" in words
+    assert Retrying(patience, "outer").wait(exc) is None
+    retrying.give_up(exc)
+    assert len(exc.__notes__) == 1
+
+
+def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(
+    fake_time: FakeTime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first wait says what is retried, the error in words and how long until the deadline; the waits
+    after it are DEBUG; the first answer says how long it took."""
+    retrying = Retrying(Patience.of(CFG), "appending to stream 'events'")
+    with caplog.at_level(logging.DEBUG, logger="s2_sink._transport.retry"):
+        for _ in range(5):
+            delay = retrying.wait(refused())
+            assert delay is not None
+            fake_time.now += delay + 1
+        retrying.progress()
+        retrying.progress()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("waiting for S2: appending to stream 'events' failed: cannot reach S2 at")
+    assert (
+        "retrying for up to 120.0 s more (the delivery deadline, s2.delivery-timeout-ms=120000)"
+        in warnings[0]
+    )
+    assert warnings[1].startswith("S2 answers again: appending to stream 'events' succeeded after")
+    assert "and 5 retries" in warnings[1]
+
+
+def test_patiently_returns_the_first_answer(fake_time: FakeTime) -> None:
+    """A call failing twice, then answering, returns the answer after two waits."""
+    failures = [server_error(503), refused()]
+
+    async def op() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "answer"
+
+    assert asyncio.run(patiently(PLAIN, "testing", op)) == "answer"
+    assert fake_time.slept == pytest.approx([0.5, 1.0])
+
+
+# -- the loops ---------------------------------------------------------------------------------------------
+
+
 @dataclass
 class _FlakyStream:
     """An SDK stream whose appends and reads fail with `errors`, in order, then succeed (reads find
-    nothing; the tail stays where it is)."""
+    nothing; the tail stays where it is); `down` makes every call fail as a refused connection."""
 
     errors: list[Exception]
     name: str = "events"
     appends: list[AppendInput] = field(default_factory=list)
-
+    down: bool = False
     reads: int = 0
     tail: int = 5
 
-    async def append(self, inp: AppendInput) -> AppendAck:
-        self.appends.append(inp)
+    def _fail(self) -> None:
+        if self.down:
+            raise refused()
         if self.errors:
             raise self.errors.pop(0)
+
+    async def append(self, inp: AppendInput) -> AppendAck:
+        self.appends.append(inp)
+        self._fail()
         return AppendAck(StreamPosition(0, 0), StreamPosition(1, 0), StreamPosition(1, 0))
 
     async def check_tail(self) -> StreamPosition:
+        if self.down:
+            raise refused()
         return StreamPosition(self.tail, 0)
 
     async def read(self, **_: object) -> ReadBatch:
         self.reads += 1
-        if self.errors:
-            raise self.errors.pop(0)
+        self._fail()
         return ReadBatch(records=[])
 
 
@@ -219,100 +405,132 @@ class _Basin:
     def stream(self, name: str) -> _FlakyStream:
         return self.held
 
-    async def ensure_stream(self, name: str, **_: object) -> None:
-        return None
+    async def create_stream(self, name: str, **_: object) -> None:
+        if self.held.down:
+            raise refused()
+
+    async def get_stream_config(self, name: str) -> StreamConfig:
+        return StreamConfig(retention_policy="infinite")
 
 
-def _patch_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Replaces asyncio's sleep (for this test, on this thread) with one recording the requested waits.
-
-    Event loops on other threads (the session's in-process lite server, the library's runtime loop) keep
-    the real sleep: their periodic waits are not the retries under test."""
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-    mine = threading.get_ident()
-
-    async def sleep(delay: float, result: object = None) -> object:
-        if threading.get_ident() != mine:
-            return await real_sleep(delay, result)
-        slept.append(delay)
-        return result
-
-    for module in (_retry, _ledger):  # the shared retry helper sleeps for the loops; the ledger's own wait
-        assert module.asyncio is asyncio
-    monkeypatch.setattr(asyncio, "sleep", sleep)
-    return slept
-
-
-def _fence(stream: _FlakyStream) -> _fencing.FenceResult:
+def _fence(stream: _FlakyStream, patience: Patience = PLAIN) -> object:
     mine = Token(epoch=1, gen=0, writer="abcdef12")
-    return asyncio.run(fence_if_older(stream, mine, current=""))  # type: ignore[arg-type]
+    return asyncio.run(fence_if_older(stream, mine, current="", patience=patience))  # type: ignore[arg-type]
 
 
-def test_fence_retries_transient_failures_with_its_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fence failing with a 503, a reset and a transaction conflict is repeated after 0.1, 0.2 and
-    0.4 s, and then lands."""
+def test_fence_retries_transient_failures(fake_time: FakeTime) -> None:
+    """A fence failing with a 503, a reset and a transaction conflict is repeated after each wait, then
+    lands."""
     conflict = server_error(409, "transaction_conflict")
     stream = _FlakyStream([server_error(503), S2ClientError("reset"), conflict])
-    slept = _patch_sleep(monkeypatch)
     result = _fence(stream)
-    assert slept == pytest.approx([0.1, 0.2, 0.4])
-    assert result.position == 1
+    assert fake_time.slept == pytest.approx([0.5, 1.0, 2.0])
+    assert result.position == 1  # type: ignore[attr-defined]
     assert len(stream.appends) == 4
 
 
-def test_fence_gives_up_after_six_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The seventh consecutive transient failure is raised, after waits capped at 2 s."""
-    stream = _FlakyStream([server_error(503) for _ in range(7)])
-    slept = _patch_sleep(monkeypatch)
+def test_fence_gives_up_at_the_deadline(fake_time: FakeTime) -> None:
+    """Failing for good, the fence is attempted until the deadline and the last failure is raised with
+    the deadline's note."""
+    stream = _FlakyStream([server_error(503) for _ in range(100)])
     with pytest.raises(S2ServerError) as failed:
         _fence(stream)
     assert failed.value.status_code == 503
-    assert slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0])
-    assert len(stream.appends) == 7
+    assert sum(fake_time.slept) == pytest.approx(10.0)
+    assert past_deadline(failed.value)
 
 
-def test_fence_does_not_retry_a_final_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fence_does_not_retry_a_final_error(fake_time: FakeTime) -> None:
     """A 403 is raised at once, without waiting."""
     stream = _FlakyStream([server_error(403, "permission_denied")])
-    slept = _patch_sleep(monkeypatch)
     with pytest.raises(S2ServerError) as failed:
         _fence(stream)
     assert failed.value.status_code == 403
-    assert slept == []
+    assert fake_time.slept == []
 
 
-def test_read_back_retries_six_times_then_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read-back repeats a failed read after 0.1 s doubling to 2 s, six times, then raises the seventh
-    failure; a final error (403) is raised at once."""
-    slept = _patch_sleep(monkeypatch)
+def test_read_back_retries_until_the_deadline(fake_time: FakeTime) -> None:
+    """Read-back repeats failed reads until the deadline, then raises; a final error (403) at once."""
     stream = _FlakyStream([server_error(503), S2ClientError("reset")])
-    found = asyncio.run(read_back(stream, writer="abcdef12", start=0, match=lambda _: True))  # type: ignore[arg-type]
-    assert (slept, stream.reads, found.records_scanned) == (pytest.approx([0.1, 0.2]), 3, 0)
-    slept.clear()
-    stream = _FlakyStream([server_error(500) for _ in range(7)])
+
+    def back(s: _FlakyStream) -> object:
+        return asyncio.run(read_back(s, writer="w", start=0, match=lambda _: True, patience=PLAIN))  # type: ignore[arg-type]
+
+    found = back(stream)
+    assert (fake_time.slept, stream.reads, found.records_scanned) == ([0.5, 1.0], 3, 0)  # type: ignore[attr-defined]
+    fake_time.slept.clear()
+    with pytest.raises(S2ClientError):
+        back(_FlakyStream([], down=True, tail=5))
+    assert sum(fake_time.slept) == pytest.approx(10.0)
+    fake_time.slept.clear()
     with pytest.raises(S2ServerError):
-        asyncio.run(read_back(stream, writer="abcdef12", start=0, match=lambda _: True))  # type: ignore[arg-type]
-    assert slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0])
-    assert stream.reads == 7
-    slept.clear()
-    with pytest.raises(S2ServerError):
-        asyncio.run(read_back(_FlakyStream([server_error(403)]), writer="w", start=0, match=lambda _: True))  # type: ignore[arg-type]
-    assert slept == []
+        back(_FlakyStream([server_error(403)]))
+    assert fake_time.slept == []
 
 
-def test_ledger_append_makes_eight_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ledger append failing with 503s is attempted eight times, 0.1 s doubling to 2 s apart, then
-    fails with a CommitError naming the attempts."""
-    slept = _patch_sleep(monkeypatch)
-    stream = _FlakyStream([server_error(503) for _ in range(8)], tail=0)
+def test_sign_in_waits_for_s2(fake_time: FakeTime) -> None:
+    """A sign-in whose register cannot be read, then appended to, waits until both answer."""
+    stream = _FlakyStream([server_error(503), S2ClientError("reset"), server_error(503)], tail=0)
+    me = SignIn("abcdef12", 1, 0, TaskAttempt(0, 7))
+    earlier = asyncio.run(sign_in(_Basin(stream), RollCall("w"), me, patience=PLAIN))  # type: ignore[arg-type]
+    assert earlier is False
+    assert len(fake_time.slept) == 3
+
+
+def test_ledger_append_retries_until_the_deadline(fake_time: FakeTime) -> None:
+    """A ledger append failing with 503s is repeated until the delivery deadline (re-reading the ledger
+    after each: the record may have landed), then fails with a CommitError in words naming the option."""
+    stream = _FlakyStream([server_error(503) for _ in range(1000)], tail=0)
+    cfg = CFG.replace(delivery_timeout_ms=10_000)
 
     async def go() -> None:
-        ledger = Ledger(_Basin(stream), "w")  # type: ignore[arg-type]
+        ledger = Ledger(_Basin(stream), "w", cfg=cfg)  # type: ignore[arg-type]
         await ledger.load()
         await ledger.append(ledger.opened("run", None))
 
-    with pytest.raises(CommitError, match="after 8 attempts"):
+    with pytest.raises(
+        CommitError, match=r"cannot append to the exactly-once ledger '_s2sink/ledger/w'"
+    ) as e:
         asyncio.run(go())
-    assert len(stream.appends) == 8
-    assert slept == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
+    assert "s2.delivery-timeout-ms (S2Config.delivery_timeout_ms, now 10000)" in str(e.value)
+    assert sum(fake_time.slept) == pytest.approx(10.0)
+    assert len(stream.appends) == len(fake_time.slept) + 1
+
+
+def test_ledger_append_retries_an_indefinite_failure_and_finds_its_record(fake_time: FakeTime) -> None:
+    """The SDK's own retry of a ledger append ends in AppendIndefiniteFailureError (the first attempt may
+    have landed, the last could not connect): the ledger waits, re-reads, and appends again."""
+    stream = _FlakyStream([AppendIndefiniteFailureError(refused())], tail=0)
+
+    async def go() -> Ledger:
+        ledger = Ledger(_Basin(stream), "w", cfg=CFG)  # type: ignore[arg-type]
+        await ledger.load()
+        await ledger.append(ledger.opened("run", None))
+        return ledger
+
+    ledger = asyncio.run(go())
+    assert len(stream.appends) == 2
+    assert ledger.tail == 1
+    assert len(fake_time.slept) == 1
+
+
+def test_ledger_load_waits_for_s2_to_come_back(fake_time: FakeTime) -> None:
+    """The ledger cannot be read for 30 s (connection refused): loading waits, then reads it."""
+
+    @dataclass
+    class Outage(_FlakyStream):
+        back_at: float = 1030.0
+
+        def _fail(self) -> None:
+            if fake_time.now < self.back_at:
+                raise refused()
+
+        async def check_tail(self) -> StreamPosition:
+            self._fail()
+            return StreamPosition(self.tail, 0)
+
+    stream = Outage([], tail=0)
+    ledger = Ledger(_Basin(stream), "w", cfg=CFG)  # type: ignore[arg-type]
+    assert asyncio.run(ledger.load()).kind == "none"
+    assert ledger.tail == 0
+    assert 30.0 <= sum(fake_time.slept) <= 30.0 + MAX_WAIT_S

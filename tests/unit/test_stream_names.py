@@ -101,8 +101,9 @@ def test_configured_names_are_checked_on_the_driver() -> None:
 
 
 def test_the_lite_server_refuses_dot_names_like_s2(lite: LiteServer, basin: str) -> None:
-    """The lite server follows s2-lite's rule on creation: '.' and '..' are refused, '...' is a name."""
+    """The lite server follows s2-lite's rule on creation (common/src/stream.rs, ``validate_str``; a body's
+    name is refused as ``400 bad_json``): '.', '..' and '' are refused, '...' is a name."""
     with httpx.Client(http1=False, http2=True, base_url=lite.endpoint, timeout=10.0) as http:
-        for name, status in ((".", 422), ("..", 422), ("...", 201), ("", 422)):
+        for name, status in ((".", 400), ("..", 400), ("...", 201), ("", 400)):
             resp = http.post("/v1/streams", json={"stream": name}, headers={"s2-basin": basin})
             assert resp.status_code == status, (name, resp.text)

@@ -187,9 +187,9 @@ def test_oversized_record_is_a_bad_row(lite: LiteServer, basin: str) -> None:
     assert result["events"]["records"] == 1
 
 
-def test_503s_beyond_sdk_retries_use_session_retries(lite: LiteServer, basin: str, lite_faults: Any) -> None:
-    """Appends failing with 503 more often than the SDK retries are re-sent on a fresh session."""
-    cfg = config(lite, basin, max_retries=0, retry_delay_ms=10, session_retries=3)
+def test_503s_are_re_sent_on_a_fresh_session(lite: LiteServer, basin: str, lite_faults: Any) -> None:
+    """Appends failing with 503 (append sessions get no SDK retries) are re-sent on a fresh session."""
+    cfg = config(lite, basin, max_retries=0, retry_delay_ms=10)
     lite_faults.fail_next_appends(2, status=503)
     plan = WritePlan(cfg=cfg, batch_id=0, stream="events")
     result = stream_rows(write_partition(plan, [frame([str(i).encode() for i in range(5000)])], ctx()))
@@ -201,14 +201,16 @@ def test_503s_beyond_sdk_retries_use_session_retries(lite: LiteServer, basin: st
 def test_retries_exhausted_names_stream_batch_partition(
     lite: LiteServer, basin: str, lite_faults: Any
 ) -> None:
-    """When every retry fails, WriteError names the stream, batch and partition and chains the SDK error."""
-    cfg = config(lite, basin, max_retries=0, retry_delay_ms=1, session_retries=1)
-    lite_faults.fail_next_appends(100, status=503)
+    """When every retry until the delivery deadline fails, WriteError names the stream, batch and partition
+    and the option, and chains the SDK error."""
+    cfg = config(lite, basin, max_retries=0, retry_delay_ms=1, delivery_timeout_ms=300)
+    lite_faults.fail_next_appends(10_000, status=503)
     plan = WritePlan(cfg=cfg, batch_id=42, stream="events")
     with pytest.raises(
         WriteError,
-        match=rf"'events'.*after 1 session retries: basin '{basin}' at {lite.endpoint} refused the request "
-        r"on stream 'events': .*\(HTTP 503, unavailable\) \(batch 42, partition 5",
+        match=rf"'events'.*after \d+ session retries: basin '{basin}' at {lite.endpoint} refused the request "
+        r"on stream 'events': .*\(HTTP 503, unavailable\); still failing after 0\.\d s of retries, past the "
+        r"delivery deadline: .*raise s2\.delivery-timeout-ms .*\(batch 42, partition 5",
     ) as info:
         write_partition(plan, [frame([b"x"] * 10)], ctx(42, 5))
     assert info.value.__cause__ is not None

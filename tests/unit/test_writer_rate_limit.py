@@ -2,9 +2,9 @@
 
 The server refuses the 201st batch of a second on a stream and connection with 429 ``rate_limited`` (a
 session ends with that terminal frame; nothing after it is applied). The appender's retry waits are the
-only thing that moves the server's clock here, so what the tests see follows from the retry policy
-alone, not from how fast this machine is: a stream that keeps landing appends writes everything, on
-both append paths, while one the server never admits again fails after its configured retries.
+only thing that moves the server's clock, and the retry policy's, here, so what the tests see follows
+from the retry policy alone, not from how fast this machine is: a stream that keeps landing appends writes
+everything, on both append paths, while one the server never admits again fails at its delivery deadline.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from s2_sink._transport.retry import Backoff
+from s2_sink._transport import retry as _retry
+from s2_sink._transport.retry import Patience
 from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.appender import Appender
 from s2_sink._write.task.partition_writer import write_partition
@@ -34,6 +35,10 @@ ROWS = 3 * BATCHES_PER_SECOND + 50
 
 WINDOW_S = 1.0
 """The throttle's window: a second after the first append of a full one, there is room again."""
+
+DEADLINE_MS = 1500
+"""The delivery deadline of these writes: longer than a window, shorter than the retries of a run of
+refusals could stretch without it."""
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +58,12 @@ def retry_waits(
     monkeypatch: pytest.MonkeyPatch, on_wait: Callable[[float], None], basin: str | None = None
 ) -> list[float]:
     """Replaces asyncio's sleep for the appender's retry waits only (the calls from `Appender._recover`,
-    on the library's loop), of appenders writing to `basin` when given: each wait is recorded, handed to
-    `on_wait` and returns at once.
+    on the library's loop), of appenders writing to `basin` when given: each wait is recorded, moves the
+    retry policy's clock, is handed to `on_wait` and returns at once.
     Every other sleep (the session pool's reaper, the server's own) stays real."""
     waits: list[float] = []
     real_sleep = asyncio.sleep
+    monkeypatch.setattr(_retry, "_clock", lambda: sum(waits))
     recover = Appender._recover.__code__
 
     def ours(frame: Any) -> bool:
@@ -79,7 +85,9 @@ def retry_waits(
 def plan(srv: LiteServer, basin: str, stream: str, **kw: Any) -> WritePlan:
     """One record per append, every append in flight at once (so acks are collected late: a refusal is
     met while acks of the same session are still uncollected)."""
-    cfg = config(srv, basin, batch_max_records=1, max_inflight_requests=10_000, **kw)
+    cfg = config(
+        srv, basin, batch_max_records=1, max_inflight_requests=10_000, delivery_timeout_ms=DEADLINE_MS, **kw
+    )
     return WritePlan(cfg=cfg, batch_id=7, stream=stream)
 
 
@@ -91,9 +99,9 @@ def bodies(n: int) -> list[bytes | None]:
 def test_a_stream_that_keeps_landing_appends_writes_everything(
     throttled: LiteServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, bulk: bool
 ) -> None:
-    """With the default retries, every run of refusals is waited out (the waits pass a window before the
-    retries run out) and ends in progress, which starts the count again: all rows land once, in order,
-    after more refusals in all than one stream may have in a row."""
+    """Every run of refusals is waited out (the waits pass a window before the deadline) and ends in
+    progress, which starts the deadline again: all rows land once, in order, after more waiting in all
+    than one stream may do without progress."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, clock.advance, basin)
     p = plan(throttled, basin, "trickle", bulk_append=bulk)
@@ -101,28 +109,30 @@ def test_a_stream_that_keeps_landing_appends_writes_everything(
     got = [orjson.loads(r.body)["id"] for r in read_stream(throttled.endpoint, basin, "trickle")]
     assert got == list(range(ROWS))
     assert result["records"] == ROWS
-    assert result["retries"] == len(waits) > Backoff.for_sessions(p.cfg).retries
-    assert sum(waits) >= (ROWS // BATCHES_PER_SECOND) * WINDOW_S
+    assert result["retries"] == len(waits)
+    assert sum(waits) >= (ROWS // BATCHES_PER_SECOND) * WINDOW_S > DEADLINE_MS / 1000
 
 
 @pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
-def test_a_stream_never_admitted_again_fails_after_its_retries(
+def test_a_stream_never_admitted_again_fails_at_its_deadline(
     throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
 ) -> None:
     """The server's clock stands still, so after the first window's worth nothing is admitted again: the
-    task fails after max_retries + session_retries waits, growing from the base delay and over a
-    second in all, with a WriteError naming the stream, the rate limit and the fix."""
+    task fails once its waits, growing from the base delay (never jittered towards zero), reach the
+    delivery deadline, with a WriteError naming the stream, the rate limit, the fix and the option."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, lambda _: None, basin)
     p = plan(throttled, basin, "stuck", bulk_append=bulk)
-    with pytest.raises(WriteError, match=r"'stuck'.*after 5 session retries.*rate limit") as failed:
+    with pytest.raises(WriteError, match=r"'stuck'.*session retries.*rate limit") as failed:
         write_partition(p, [frame(bodies(ROWS))], ctx(7))
     assert "sink.batch.max-size" in str(failed.value)
-    policy = Backoff.for_sessions(p.cfg)
-    assert len(waits) == policy.retries == 5
-    for n, wait in enumerate(waits):
+    assert f"raise s2.delivery-timeout-ms (S2Config.delivery_timeout_ms, now {DEADLINE_MS})" in str(
+        failed.value
+    )
+    policy = Patience.of(p.cfg).backoff
+    for n, wait in enumerate(waits[:-1]):
         assert policy.step(n) <= wait <= 2 * policy.step(n)
-    assert sum(waits) >= WINDOW_S
+    assert sum(waits) == pytest.approx(DEADLINE_MS / 1000)  # the last wait ends at the deadline
     landed = read_stream(throttled.endpoint, basin, "stuck")
     assert [orjson.loads(r.body)["id"] for r in landed] == list(range(BATCHES_PER_SECOND))
 
@@ -133,14 +143,13 @@ def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
 ) -> None:
     """One window's worth of appends lands and is acknowledged but not yet collected (nothing waits for
     acks while the in-flight bounds allow more); then one-row batches are each refused, the refusal seen
-    when the next one is submitted, until the fifth retry. A recovery counts those early acks as progress
-    once; collecting them afterwards must not start the count again: the task fails after 5 waits in
-    all (10 before: the late collection renewed the budget)."""
+    when the next one is submitted, until the deadline. A recovery counts those early acks as progress
+    once; collecting them afterwards must not start the deadline again: the task fails once its waits
+    reach one deadline (two before: the late collection renewed the budget)."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, lambda _: None, basin)
     p = plan(throttled, basin, "late-acks", bulk_append=bulk)
-    retries = Backoff.for_sessions(p.cfg).retries
-    rows = bodies(BATCHES_PER_SECOND + 1 + retries)
+    rows = bodies(BATCHES_PER_SECOND + 1 + 12)
 
     def batches() -> Iterator[Any]:
         yield frame(rows[:BATCHES_PER_SECOND])  # admitted: the window is full after these
@@ -148,8 +157,8 @@ def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
             time.sleep(0.3)  # the previous append's refusal reaches the client meanwhile
             yield frame(rows[i : i + 1])
 
-    with pytest.raises(WriteError, match=r"'late-acks'.*after 5 session retries"):
+    with pytest.raises(WriteError, match=r"'late-acks'.*session retries"):
         write_partition(p, batches(), ctx(7))
-    assert len(waits) == retries == 5
+    assert sum(waits) == pytest.approx(DEADLINE_MS / 1000)
     landed = read_stream(throttled.endpoint, basin, "late-acks")
     assert len(landed) == BATCHES_PER_SECOND

@@ -3,24 +3,26 @@
 It plugs into the writer's two driver-side steps:
 
 - ``prepare``: refuse speculative execution; resolve the writer identity (``writer_id``, else the
-  streaming query id and the destination); ask the ledger whether the batch is already committed (then
-  write nothing); otherwise plan the batch under the run's epoch (`plan.epoch_plan`: fencing token, chunk
-  tagger, token keeper, dedupe hook, ``NO_SIDE_EFFECTS`` retries) and — for the replay of a batch a
-  previous run may have partly written — mark the job for a recovery layout: `S2Writer` repartitions the
-  record frame by record content (`repartition_for_recovery`) so every copy of a record is written by one
-  task, and hands the layout back with `BatchJob.laid_out`.
+  streaming query id: no configuration in it, see `identity`); refuse a second writer object under that
+  identity in the same micro-batch (`_claim`: a query's writers are told apart by their ``writer_id``); ask
+  the ledger whether the batch is already committed (then write nothing); otherwise plan the batch under the
+  run's epoch (`plan.epoch_plan`: fencing token, chunk tagger, token keeper, dedupe hook, ``NO_SIDE_EFFECTS``
+  retries) and — for the replay of a batch a previous run may have partly written — mark the job for a
+  recovery layout: `S2Writer` repartitions the record frame by record content (`repartition_for_recovery`)
+  so every copy of a record is written by one task, and hands the layout back with `BatchJob.laid_out`.
+- ``commit``: append the batch's ``commit`` record (with the streams' end positions) to the ledger.
 
 It reads the session only through `SessionFacts` (plain values, read by `identity.session_facts`), and never
 touches the frame: the Spark steps stay in `S2Writer`, and the simulation (tests/sim) drives this very
 object without a JVM.
-- ``commit``: append the batch's ``commit`` record (with the streams' end positions) to the ledger.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._exactly_once.coordinator import Coordinator
@@ -29,6 +31,7 @@ from s2_sink._write.driver.delivery import BatchJob
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
+    from s2_sink._exactly_once.shape import WriteShape
     from s2_sink._write.driver.metrics import BatchMetrics
     from s2_sink._write.spec import WriteSpec
 
@@ -36,10 +39,26 @@ __all__ = ["ExactlyOnce"]
 
 log = logging.getLogger(__name__)
 
-# Which live ExactlyOnce object last began each identity's micro-batches in this process, and in which start
-# of the query: two S2Writer objects with one destination in one foreachBatch share an identity, and the
-# second would find the first one's commit and skip its batch.
-_claims: weakref.WeakValueDictionary[tuple[str, str], ExactlyOnce] = weakref.WeakValueDictionary()
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """A micro-batch begun under an identity in this process: by which coordinator (one per writer object
+    and identity), for which query, in which start of it (Spark's run id; None where unreadable)."""
+
+    owner: str
+    query_id: str | None
+    start: str | None
+    batch: int
+    routing: str
+
+
+# Per (endpoint, basin, writer id): the micro-batch last begun under that identity in this process. Another
+# coordinator (another writer object) beginning the same micro-batch of the same start under one identity
+# is a second writer of the query without a writer_id of its own: it would share the first one's ledger
+# and find the batch committed. And an identity another writer object writes under in this start is never
+# a predecessor to take over (`Coordinator.in_use`). Records, not references: a writer object made and
+# dropped inside the function (``S2Writer(cfg)(df, batch_id)``) is still seen.
+_claims: dict[tuple[str, str, str], _Claim] = {}
 _claims_lock = threading.Lock()
 
 
@@ -52,17 +71,19 @@ class ExactlyOnce:
 
     name = "exactly-once"
 
-    def __init__(self, spec: WriteSpec) -> None:
+    def __init__(self, spec: WriteSpec, shape: WriteShape | None = None) -> None:
         self.spec = spec
+        self.shape = shape
+        """What the writer's configuration makes of a row (recorded in the ledger, checked at restarts)."""
         self._coords: dict[tuple[str, str | None], Coordinator] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         # SDK clients do not pickle; a deserialized copy (Spark Connect) re-reads the ledger on first use.
-        return {"spec": self.spec}
+        return {"spec": self.spec, "shape": self.shape}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["spec"])  # type: ignore[misc]
+        self.__init__(state["spec"], state.get("shape"))  # type: ignore[misc]
 
     def prepare(self, batch_id: int, session: SessionFacts | None) -> BatchJob | None:
         """The exactly-once job for this micro-batch, or ``None`` if the ledger already has it; a replay's
@@ -71,20 +92,21 @@ class ExactlyOnce:
             raise TypeError("exactly-once prepares a batch with the session's facts (identity.session_facts)")
         if session.speculation:
             raise speculation_refused()
-        ident = writer_identity(self.spec.writer_id, session.query_id, self.spec.destination())
+        writer_id, query_id = writer_identity(self.spec.writer_id, session.query_id)
         with self._lock:
-            coord = self._coords.get((ident.writer_id, ident.query_id))
+            coord = self._coords.get((writer_id, query_id))
             if coord is None:
                 coord = Coordinator(
                     self.spec.cfg,
-                    ident.writer_id,
-                    query_id=ident.query_id,
+                    writer_id,
+                    query_id=query_id,
                     static_streams=self.spec.static_streams(),
-                    destination=self.spec.destination(),
-                    predecessor=ident.predecessor,
+                    shape=self.shape,
                 )
-                coord.one_start_per_process = session.connect
-                self._coords[(ident.writer_id, ident.query_id)] = coord
+                self._coords[(writer_id, query_id)] = coord
+        coord.in_use = _InUse(self.spec, coord.owner, query_id, session.connect)
+        if session.connect:
+            coord.unknown_run = "Spark Connect does not expose the streaming query's run id"
         self._claim(coord, batch_id, session.run_id)
         epoch = coord.begin_batch(batch_id, session.run_id)
         if epoch is None:
@@ -100,23 +122,48 @@ class ExactlyOnce:
             return BatchJob(batch_id, plan, coord, recovery_layout=True)
         return BatchJob(batch_id, plan, coord)
 
+    def _key(self, writer_id: str) -> tuple[str, str, str]:
+        return _key(self.spec)(writer_id)
+
     def _claim(self, coord: Coordinator, batch_id: int, spark_run: str | None) -> None:
-        """Refuse a second writer object that begins a batch another live one began in the same start."""
-        if spark_run is None and not coord.one_start_per_process:
-            return  # classic Spark without a readable run id: another object may be a restart's
-        key = (self.spec.cfg.basin, coord.writer_id)
+        """Refuse a second writer object that begins a micro-batch another one began in the same start
+        under the same identity (where the start cannot be told, in any: fail closed)."""
+        routing = self.spec.shape(None).routing
         with _claims_lock:
-            holder = _claims.get(key)
-            if holder is not None and holder is not self:
-                other = holder._coords.get((coord.writer_id, coord.query_id))
-                if other is not None and other.began(batch_id, spark_run):
-                    raise ConfigError(
-                        f"two S2Writer objects write micro-batch {batch_id} to {self.spec.destination()} "
-                        f"under one exactly-once identity ({coord.writer_id!r}): the second would find the "
-                        "batch committed and skip it. Use one S2Writer per target, give each its own "
-                        "writer_id, or union the frames into one write"
-                    )
-            _claims[key] = self
+            held = _claims.get(self._key(coord.writer_id))
+            if (
+                held is not None
+                and held.owner != coord.owner
+                and (held.query_id, held.start, held.batch) == (coord.query_id, spark_run, batch_id)
+            ):
+                raise self._second_writer(coord, held.routing, batch_id, spark_run)
+            _claims[self._key(coord.writer_id)] = _Claim(
+                coord.owner, coord.query_id, spark_run, batch_id, routing
+            )
+
+    def _second_writer(
+        self, coord: Coordinator, theirs: str, batch_id: int, spark_run: str | None
+    ) -> ConfigError:
+        mine = self.spec.shape(None).routing
+        if self.spec.writer_id is None:
+            who = f"under the query's default exactly-once identity, its query id {coord.writer_id!r}"
+        else:
+            who = f"under one writer_id, {coord.writer_id!r}"
+        restart = ""
+        if spark_run is None and not coord.unknown_run.startswith("Spark Connect"):
+            restart = (
+                f" ({coord.unknown_run}, so a restart of the query in this process with a new S2Writer "
+                "looks the same: if that is what this is, restart it in a new Python process, where the new "
+                "S2Writer starts from its ledger)"
+            )
+        return ConfigError(
+            f"two S2Writer objects write micro-batch {batch_id} of the streaming query {who} (one writes "
+            f"{theirs}, this one {mine}); sharing one ledger, the second would find the batch committed and "
+            f"skip it, so nothing of this one's frame was written{restart}. A query's writers are told apart "
+            "by their writer_id: give each S2Writer a writer_id of its own, kept across restarts (one per "
+            "target; the writer that wrote this query's batches so far then goes on from its ledger), or "
+            "union the frames into one write"
+        )
 
     def commit(self, job: BatchJob, metrics: BatchMetrics) -> None:
         """Record the batch in the ledger of the identity that planned it (one conditional append)."""
@@ -124,3 +171,30 @@ class ExactlyOnce:
         assert isinstance(coord, Coordinator)
         coord.commit_batch(job.batch_id, metrics.end_positions())
         coord.remember_tokens(metrics.stream_tokens())
+
+
+class _InUse:
+    """`Coordinator.in_use` of one writer object: whether another writer object of this process writes
+    under an identity in this start of the query. Without a run id a start is one process under Spark
+    Connect; in classic Spark it cannot be told (another object may be a previous start's): no, and the
+    take-over decides on evidence or refuses."""
+
+    def __init__(self, spec: WriteSpec, owner: str, query_id: str | None, connect: bool) -> None:
+        self._key = _key(spec)
+        self._owner, self._query_id, self._connect = owner, query_id, connect
+
+    def __call__(self, writer_id: str, spark_run: str | None) -> bool:
+        if spark_run is None and not self._connect:
+            return False
+        with _claims_lock:
+            held = _claims.get(self._key(writer_id))
+        return (
+            held is not None
+            and held.owner != self._owner
+            and (held.query_id, held.start) == (self._query_id, spark_run)
+        )
+
+
+def _key(spec: WriteSpec) -> Callable[[str], tuple[str, str, str]]:
+    cfg = spec.cfg
+    return lambda writer_id: (cfg.basin_endpoint or "", cfg.basin, writer_id)

@@ -5,17 +5,18 @@ Runs on the process's background loop (`s2_sink._transport.runtime`). A task nev
 collected oldest first, and a sent chunk is kept (for re-sending) only until it is acknowledged.
 
 Retries: append sessions are opened without SDK retries (see `_transport.session_pool` for why). When a
-session fails, the appender drops it, waits (`s2_sink._transport.retry.Backoff.for_sessions`) and re-sends the
-stream's unacknowledged chunks, in order, on a fresh session: at most ``max_retries + session_retries``
-times without progress, then the task fails with a `WriteError` naming the stream, batch, partition and
-cause. Any acknowledgement of the stream's appends is progress and starts the count again, also one that
-arrived on the failed session just before it failed, so a stream that keeps landing appends under a
-rate limit never runs out of retries. A ``429 rate_limited`` refusal (nothing applied) is waited out,
-not raced: its waits never jitter down to zero (`s2_sink._transport.retry.Backoff.wait`), so with the default
-retry settings a run of refusals spans S2's one-second rate window before the stream gives up. Errors
-that retrying cannot fix (auth, missing stream, fencing, append conditions) fail at once. A ``412
-fencing_token_mismatch`` goes to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was
-applied, so switching tokens and re-sending is safe).
+session fails, the appender drops it, waits (`s2_sink._transport.retry`) and re-sends the stream's
+unacknowledged chunks, in order, on a fresh session, until the delivery deadline (``delivery_timeout_ms``)
+passes without an acknowledgement of the stream (also one that arrived on the failed session); then the
+task fails with a `WriteError` naming the stream, batch, partition, the cause and the option. A ``429
+rate_limited`` refusal is waited out, not raced. Errors that retrying cannot fix (auth, missing stream,
+fencing, append conditions) fail at once; a ``412 fencing_token_mismatch`` goes to
+``WritePlan.fence_keeper`` first (nothing refused by a 412 was applied: switching tokens is safe).
+
+Appends whose outcome is unknown are re-sent only where duplicates are allowed (``resend_ambiguous``).
+Under exactly-once the task fails at once instead, and its retry reads back what landed; during an outage
+that retry's first calls (sign-in, barrier, read-back) wait for S2 under the same deadline, so an outage
+costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Retries").
 
 Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
 bytes (`Chunk.wire`, the fencing token added at send time) on a `BulkAppendSession` of its own over the
@@ -45,8 +46,8 @@ from s2_sdk import (
 
 from s2_sink import _crashpoints
 from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
-from s2_sink._transport.explain import explain, is_s2_not_found
-from s2_sink._transport.retry import Backoff, no_side_effects, rate_limited, retryable
+from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
+from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
 from s2_sink._transport.session_pool import PooledSession, get_pool
 from s2_sink._wire import fencing_token_field
 from s2_sink._write.plan import PartitionContext, WritePlan
@@ -100,14 +101,14 @@ class _StreamAppends:
     token: str | None
     """The fencing token appends go out with."""
     totals: StreamTotals
+    retrying: Retrying
+    """The stream's retries since its last acknowledgement (its deadline)."""
     session: PooledSession | None = None
     """The record path's SDK session."""
     bulk: BulkAppendSession | None = None
     """The bulk path's session."""
     unacked: deque[Chunk] = field(default_factory=deque)
     """Sent and not yet known to be acknowledged, oldest first (acks come in this order)."""
-    failures: int = 0
-    """Session failures since the last acknowledgement (the retry number of the next wait)."""
     token_changes: int = 0
     recreated: bool = False
     """The stream vanished under this task (404) and was created again (``create_streams``)."""
@@ -125,7 +126,7 @@ class Appender:
         self.inflight_bytes = 0
         # The SDK's ack deadline is request_timeout_ms; this watchdog only catches a stuck session.
         self.ack_deadline_s = self.cfg.request_timeout_ms / 1000 * 2 + 1
-        self.backoff = Backoff.for_sessions(self.cfg)
+        self.patience = Patience.of(self.cfg)
         self.pool = get_pool()
         self.bulk = self.cfg.bulk_append
 
@@ -169,7 +170,11 @@ class Appender:
         if st is None:
             totals = StreamTotals(latency_sample=self.plan.latency_sample)
             token = self.plan.stream_tokens.get(name, self.plan.fencing_token)
-            st = self.streams[name] = _StreamAppends(name, token=token, totals=totals)
+            batch, partition = self.plan.batch_id, self.ctx.partition_id
+            fields = {"stream": name, "batch": batch, "partition": partition}
+            what = f"appending to stream {name!r} (batch {batch}, partition {partition})"
+            retrying = Retrying(self.patience, what, fields=fields)
+            st = self.streams[name] = _StreamAppends(name, token, totals, retrying)
         return st
 
     def _is_open(self, st: _StreamAppends) -> bool:
@@ -248,7 +253,7 @@ class Appender:
         self.inflight_bytes -= chunk.nbytes
         if st.unacked and st.unacked[0] is chunk:
             st.unacked.popleft()
-            st.failures = 0  # progress: a fresh retry budget
+            st.retrying.progress()  # a fresh deadline
         # Otherwise a recovery took this ack off `unacked` and counted it as progress already: collected
         # later, it must not reset the budget again (that doubled the retries of a stream never admitted).
         _crashpoints.hit("after_append_before_ack", **self.ctx.where(chunk.index))
@@ -276,8 +281,9 @@ class Appender:
                     exc = again
                     continue
             if self._vanished(st, exc):
-                # A 404 applied nothing: create the stream again and re-send (under exactly-once the new
-                # stream's empty token refuses it, and the fence keeper checks for a reset stream).
+                # A 404 (or a 409 of a deletion still pending) applied nothing: create the stream again and
+                # re-send (under exactly-once the new stream's empty token refuses it, and the fence keeper
+                # checks for a reset stream).
                 try:
                     await self._resend(st)
                     return
@@ -285,29 +291,23 @@ class Appender:
                     exc = again
                     continue
             self._check_retryable(st, exc)
+            retrying = st.retrying
             if _forget_acked(st):
-                st.failures = 0  # acks arrived on the failed session: progress, a fresh retry budget
-            delay = self.backoff.wait(st.failures, exc)
+                retrying.progress()  # acks arrived on the failed session: progress, a fresh deadline
+            if st.unacked and not self.plan.resend_ambiguous and not no_side_effects(exc):
+                # The task's retry reads back what landed; its own calls wait for S2 if it is still down.
+                why = "possibly applied appends are not re-sent in this delivery mode"
+                raise self._error(st, exc, f"{why}: the task's retry reads back what landed") from exc
+            delay = retrying.wait(exc)
             if delay is None:
-                why = explain(exc, self.cfg, stream=st.name).message
+                why = explain(retrying.give_up(exc), self.cfg, stream=st.name).message
                 if rate_limited(exc):
                     why += (
-                        "; the stream stayed over S2's append rate limit through every retry: send fewer, "
-                        "larger appends (sink.batch.max-size) or allow more retries "
-                        "(s2.session-retries)"
+                        "; the stream stayed over S2's append rate limit: send fewer, larger appends "
+                        "(sink.batch.max-size)"
                     )
-                raise self._error(st, exc, f"after {self.backoff.retries} session retries: {why}") from exc
-            st.failures += 1
+                raise self._error(st, exc, f"after {retrying.failures} session retries: {why}") from exc
             st.totals.retries += 1
-            log.warning(
-                "append session failed, retrying stream=%s batch=%s partition=%s retry=%s delay=%.3fs: %s",
-                st.name,
-                self.plan.batch_id,
-                self.ctx.partition_id,
-                st.failures,
-                delay,
-                _describe(exc),
-            )
             await asyncio.sleep(delay)
             try:
                 await self._resend(st)
@@ -327,9 +327,12 @@ class Appender:
 
     def _vanished(self, st: _StreamAppends, exc: Exception) -> bool:
         """Whether `st`'s stream, which this process created or found, is gone (deleted since: S2's
-        ``delete_on_empty``, or an operator) and is to be created again, once per task."""
+        ``delete_on_empty``, or an operator) and is to be created again, once per task. S2 answers a
+        deleted stream's appends 409 ``stream_deletion_pending`` until the deletion completes, then 404;
+        creating it again waits for that (`create_if_missing`). An open session's next append gets 503
+        ``unavailable`` instead: retried as any 503, its next attempt meets the 409 or the 404."""
         gone = is_s2_not_found(exc) and isinstance(exc, S2ServerError) and exc.code == "stream_not_found"
-        if not (gone and self.cfg.create_streams) or st.recreated:
+        if not ((gone or is_stream_deleting(exc)) and self.cfg.create_streams) or st.recreated:
             return False
         st.recreated = True
         self.pool.forget_stream(self.cfg, st.name)
@@ -345,16 +348,12 @@ class Appender:
             raise self._error(st, exc, "append condition failed") from exc
         if isinstance(exc, S2ServerError):
             status = exc.status_code
-            if status in (401, 403, 404):
+            if status in (401, 403, 404) or is_stream_deleting(exc):
                 raise self._error(st, exc, explain(exc, self.cfg, stream=st.name).message) from exc
             if not retryable(exc):
                 raise self._error(st, exc, "request rejected") from exc
         elif not retryable(exc):
             raise self._error(st, exc, "unexpected error") from exc
-        if not self.plan.resend_ambiguous and st.unacked and not no_side_effects(exc):
-            raise self._error(
-                st, exc, "possibly applied appends are not re-sent in this delivery mode"
-            ) from exc
 
     def _error(self, st: _StreamAppends, exc: BaseException, why: str) -> WriteError:
         return WriteError(
