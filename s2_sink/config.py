@@ -70,8 +70,7 @@ class S2Config:
     the lite server, which ignores it). Never shown in repr, logs or errors. Option ``s2.auth-token``."""
 
     account_endpoint: str = field(default_factory=lambda: _env("S2_ACCOUNT_ENDPOINT", CLOUD_ACCOUNT_ENDPOINT))
-    """Account endpoint origin. Default ``S2_ACCOUNT_ENDPOINT``, else ``https://a.s2.dev``.
-    Option ``s2.endpoints.account``."""
+    """Account endpoint: ``S2_ACCOUNT_ENDPOINT``, else ``https://a.s2.dev`` (``s2.endpoints.account``)."""
 
     basin_endpoint: str = field(default_factory=lambda: _env("S2_BASIN_ENDPOINT", CLOUD_BASIN_ENDPOINT))
     """Basin endpoint origin; may contain ``{basin}``. Default ``S2_BASIN_ENDPOINT``, else
@@ -132,8 +131,7 @@ class S2Config:
     """TCP/TLS connect timeout in ms (100-600000). Default 3000. Option ``s2.connect-timeout-ms``."""
 
     compression: CompressionName = "none"
-    """Compression of append frames: ``none``, ``zstd`` or ``gzip``. Default ``none``. Option
-    ``s2.compression``."""
+    """Append frame compression: ``none`` (default), ``zstd`` or ``gzip``. Option ``s2.compression``."""
 
     allow_insecure_http: bool = False
     """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text). Default
