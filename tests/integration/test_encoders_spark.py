@@ -13,7 +13,17 @@ from hypothesis import HealthCheck, assume, given, settings
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, DoubleType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DayTimeIntervalType,
+    DoubleType,
+    MapType,
+    NullType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from s2_sink.config import S2Config
 from s2_sink.encoders import (
@@ -106,6 +116,31 @@ def _spark_readable(schema: StructType) -> StructType:
     return StructType([f for f in schema.fields if ok(f.dataType)])
 
 
+def _without_reader_defects(schema: StructType) -> StructType:
+    """`schema` without the columns where Spark's JSON reader itself is wrong (pyspark 4.1.1), so the random
+    test below judges the encoder only:
+    - ``interval second``: Spark's own ``to_json`` writes -1 µs as ``INTERVAL '-00.000001' SECOND``, the text
+      the encoder writes too, and ``from_json`` reads it back as +1 µs (the sign of a value under a second);
+    - an array of structs with a null-typed field: the column read back fails pyspark's ``toArrow`` (a struct
+      child shorter than its array)."""
+
+    def ok(t: DataType) -> bool:
+        if isinstance(t, DayTimeIntervalType):
+            return t.startField != DayTimeIntervalType.SECOND
+        if isinstance(t, ArrayType):
+            inner = t.elementType
+            if isinstance(inner, StructType) and any(isinstance(f.dataType, NullType) for f in inner.fields):
+                return False
+            return ok(inner)
+        if isinstance(t, MapType):
+            return ok(t.keyType) and ok(t.valueType)
+        if isinstance(t, StructType):
+            return all(ok(f.dataType) for f in t.fields)
+        return True
+
+    return StructType([f for f in schema.fields if ok(f.dataType)])
+
+
 def test_sparks_json_reader_reads_every_type_back(spark: SparkSession, every_type: DataFrame) -> None:
     """Spark's JSON reader, given the schema, turns the bodies back into exactly the rows they were encoded
     from: every type (NaN and the infinities, signed zeros, tiny decimals, intervals, base64 binary,
@@ -150,14 +185,14 @@ def test_output_does_not_depend_on_the_session_time_zone(spark: SparkSession, ev
     assert b'"ts":"2024-01-02T03:04:05.123456Z"' in before[0]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(case=schema_and_rows(max_rows=4))
 def test_random_schemas_read_back_with_sparks_json_reader(spark: SparkSession, case: Any) -> None:
     """For arbitrary schemas and values, Spark's JSON reader reads the bodies back into the rows."""
     schema, rows = case
     # Spark resolves column names case-insensitively: to it, columns 'I' and 'i' are one ambiguous column.
     assume(len({name.lower() for name in schema.fieldNames()}) == len(schema.fields))
-    readable = _spark_readable(schema)
+    readable = _without_reader_defects(_spark_readable(schema))
     assume(rows and readable.fields)
     try:
         df = spark.createDataFrame(pa.Table.from_batches([batch_of(schema, rows)]), schema).coalesce(1)
