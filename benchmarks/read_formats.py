@@ -40,8 +40,8 @@ from s2_sink._read.formats import (
     materialized_batches,
     records_to_batch,
 )
-from s2_sink._read.options import ReadFormat
-from s2_sink._wire.read.batch import RecordColumns, parse_read_batch
+from s2_sink._read.read_options import ReadFormat
+from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 
 __all__ = ["main"]
 

@@ -53,7 +53,9 @@ def _append(endpoint: str, basin: str, stream: str, records: list[s2_sdk.Record]
         endpoints = s2_sdk.Endpoints(account=endpoint, basin=endpoint)
         async with s2_sdk.S2("trace", endpoints=endpoints) as s2:
             for lo in range(0, len(records), 1000):
-                await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=records[lo : lo + 1000]))
+                await (
+                    s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=records[lo : lo + 1000]))
+                )
 
     asyncio.run(go())
 
@@ -105,14 +107,14 @@ def trace_modules(read: Callable[[], object]) -> dict[str, Any]:
 
 
 def _loop_thread() -> threading.Thread | None:
-    from s2_sink._transport import runtime  # noqa: PLC0415 - the shared loop, whatever module holds it
+    from s2_sink._transport import runtime
 
     runtime.get_loop()
     return next((t for t in threading.enumerate() if t.name == "s2-sink-loop"), None)
 
 
 def _set_on_loop(profile: Callable[..., object] | None) -> None:
-    from s2_sink._transport import runtime  # noqa: PLC0415
+    from s2_sink._transport import runtime
 
     async def set_it() -> None:
         sys.setprofile(profile)
@@ -127,11 +129,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--list", action="store_true", help="print each thread's module sequence")
     args = parser.parse_args(argv)
 
-    from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: PLC0415
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from s2_sink.datasource import S2DataSource  # noqa: PLC0415
-    from s2_sink.lite import LiteServer  # noqa: PLC0415
-    from s2_sink.testing import fresh_basin  # noqa: PLC0415
+    from s2_sink.datasource import S2DataSource
+    from s2_sink.lite import LiteServer
+    from s2_sink.testing import fresh_basin
 
     with LiteServer(subprocess=True) as srv:
         basin = fresh_basin(srv.endpoint)

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from s2_sink._read.options import OPT_FAIL_ON_DATA_LOSS
+from s2_sink._read.read_options import OPT_FAIL_ON_DATA_LOSS
 from s2_sink.errors import ReadError
 
 __all__ = ["GapHandler", "LossPolicy", "gap_handler"]

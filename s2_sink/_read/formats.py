@@ -32,7 +32,7 @@ from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.json_body import decode_bodies
 from s2_sink._read.json_bulk import decode_bodies_bulk
 from s2_sink._read.kafka_columns import KAFKA_RECORD_COLUMNS, kafka_column
-from s2_sink._read.options import ReadFormat
+from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.schemas import (
     ACTION_COLUMN,
     KAFKA_SCHEMA,
@@ -53,7 +53,7 @@ from s2_sink._read.upsert_columns import (
     upsert_column,
 )
 from s2_sink._wire.arrow_calls import call, cast, int32_array, repeated, uint64_array
-from s2_sink._wire.read.batch import RecordColumns
+from s2_sink._wire.read.record_columns import RecordColumns
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError

@@ -1,4 +1,5 @@
-"""Header lookups over record columns (`s2_sink._wire.read.batch.RecordColumns`), for all records at once.
+"""Header lookups over record columns (`s2_sink._wire.read.record_columns.RecordColumns`), for all records
+at once.
 
 A record's headers are the entries ``header_offsets[i]:header_offsets[i + 1]`` of ``names`` / ``values``,
 so "the first header named X of every record" is one comparison over all names and a pass over the hits.
@@ -11,7 +12,7 @@ import pyarrow as pa
 
 from s2_sink._wire.arrow_calls import bools, call, int64_array, repeated
 from s2_sink._wire.layout import Bools, Ints
-from s2_sink._wire.read.batch import RecordColumns
+from s2_sink._wire.read.record_columns import RecordColumns
 
 __all__ = ["entry_owners", "first_header", "named", "take_or_null"]
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from s2_sink._read import s2io as _s2io
 from s2_sink._read.offsets import Offsets, cap_committed_tails
-from s2_sink._read.options import Bound, ReadOptions
+from s2_sink._read.read_options import Bound, ReadOptions
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError
 

@@ -24,7 +24,7 @@ from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire.read.batch import Positions, RecordColumns
+from s2_sink._wire.read.record_columns import Positions, RecordColumns
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 

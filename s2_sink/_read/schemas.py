@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._read.options import ReadFormat
+from s2_sink._read.read_options import ReadFormat
 from s2_sink.errors import ConfigError
 
 __all__ = [

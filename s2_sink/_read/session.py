@@ -33,8 +33,7 @@ import s2_sdk
 from h2.connection import H2Connection
 from h2.settings import SettingCodes
 
-from s2_sink._transport import h2_frame_text as _h2_frame_text
-from s2_sink._transport import sdk
+from s2_sink._transport import hyperframe_repr_patch, sdk
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying
 from s2_sink._transport.sdk import (
     AdvisedReconnectLimiter,
@@ -47,14 +46,14 @@ from s2_sink._transport.sdk import (
     read_messages,
     requires_reconnect,
 )
-from s2_sink._wire.read.batch import RecordColumns
+from s2_sink._wire.read.record_columns import RecordColumns
 from s2_sink._wire.read.run import Arrival, ReadRun
 
 __all__ = ["RUN_BYTES", "RUN_RECORDS", "read_columns"]
 
 log = logging.getLogger(__name__)
 
-_h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
+hyperframe_repr_patch.install()  # h2 would hex-encode every DATA frame it receives (see that module)
 
 RUN_RECORDS: Final = 8192
 RUN_BYTES: Final = 8 * 1024 * 1024

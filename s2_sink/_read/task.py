@@ -10,8 +10,8 @@ from pyspark.sql.types import StructType
 from s2_sink._read import s2io as _s2io
 from s2_sink._read.data_loss import LossPolicy, gap_handler
 from s2_sink._read.formats import columns_to_batch, materialized_batches
-from s2_sink._read.options import ReadFormat
 from s2_sink._read.partition import S2Partition
+from s2_sink._read.read_options import ReadFormat
 from s2_sink.config import S2Config
 
 __all__ = ["read_partition"]

@@ -22,7 +22,7 @@ from s2_sink._read.utf8_text import utf8_text
 from s2_sink._wire.arrow_calls import bool_array, call, repeated, valid_rows
 from s2_sink._wire.arrow_views import binary_view, validity
 from s2_sink._wire.layout import Bools, Ints
-from s2_sink._wire.read.batch import RecordColumns, concat_columns
+from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.errors import ReadError
 
 __all__ = [

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from s2_sink._read.options import ReadOptions
+    from s2_sink._read.read_options import ReadOptions
     from s2_sink.config import S2Config
 
 __all__ = ["S2BatchReader"]
@@ -37,11 +37,11 @@ class S2BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from s2_sink._read.committed import CommittedEnds  # noqa: PLC0415
         from s2_sink._read.offsets import cap_committed, plan_ranges  # noqa: PLC0415
-        from s2_sink._read.options import (  # noqa: PLC0415
+        from s2_sink._read.planner import resolve_bound, resolve_streams  # noqa: PLC0415
+        from s2_sink._read.read_options import (  # noqa: PLC0415
             OPT_ENDING_POSITION,
             OPT_STARTING_POSITION,
         )
-        from s2_sink._read.planner import resolve_bound, resolve_streams  # noqa: PLC0415
 
         streams = resolve_streams(self._cfg, self._opts)
         # Read-committed: the committed ends first, then the tails (see _committed).

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from s2_sink._read.offsets import Offsets
-from s2_sink._read.options import OPT_FAIL_ON_DATA_LOSS
+from s2_sink._read.read_options import OPT_FAIL_ON_DATA_LOSS
 from s2_sink.errors import ReadError
 
 __all__ = ["EPOCHS_KEY", "Epochs", "join", "positions", "recreated", "refuse_or_warn", "split"]

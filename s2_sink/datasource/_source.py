@@ -14,8 +14,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from s2_sink._options import OptionMap
-from s2_sink._read import options as ro
+from s2_sink._option_map import OptionMap
+from s2_sink._read import read_options as ro
 from s2_sink._read.schemas import check_schema, default_schema
 from s2_sink.config import S2Config
 from s2_sink.datasource._compat import require_stream_arrow_writer

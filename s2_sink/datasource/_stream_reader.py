@@ -58,9 +58,9 @@ from s2_sink._read.offsets import (
     max_merge,
     plan_ranges,
 )
-from s2_sink._read.options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planner import resolve_bound, resolve_streams, sorted_offsets
+from s2_sink._read.read_options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink._read.task import read_partition
 from s2_sink.config import S2Config
 from s2_sink.datasource._recreated import Epochs, join, recreated, refuse_or_warn, split

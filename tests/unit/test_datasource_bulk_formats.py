@@ -23,11 +23,11 @@ from s2_sink._read.formats import (
     records_to_batch,
 )
 from s2_sink._read.json_splice import splice_objects
-from s2_sink._wire.read.batch import RecordColumns, parse_read_batch
+from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 
-from .test_read_batch_wire import _message, bodies, small_blobs
+from .test_wire_record_columns import _message, bodies, small_blobs
 
 SETTINGS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

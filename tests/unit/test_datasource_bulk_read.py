@@ -19,11 +19,11 @@ from s2_sink._read import s2io as _s2io
 from s2_sink._read.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch, records_to_batch
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire.read.batch import parse_read_batch
+from s2_sink._wire.read.record_columns import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 
-from .test_read_batch_wire import _message, records
+from .test_wire_record_columns import _message, records
 
 
 def _cfg(endpoint: str, basin: str) -> S2Config:

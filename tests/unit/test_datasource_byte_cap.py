@@ -9,7 +9,7 @@ import pytest
 import s2_sdk
 
 from s2_sink import ConfigError
-from s2_sink._read.options import parse_read_options
+from s2_sink._read.read_options import parse_read_options
 from s2_sink.datasource._recreated import positions
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader

@@ -13,8 +13,8 @@ import s2_sdk
 
 from s2_sink import ConfigError, ReadError
 from s2_sink._read import s2io as _s2io
-from s2_sink._read.options import parse_read_options
 from s2_sink._read.partition import S2Partition
+from s2_sink._read.read_options import parse_read_options
 from s2_sink._read.task import read_partition
 from s2_sink.config import S2Config
 from s2_sink.datasource._recreated import positions

@@ -78,7 +78,7 @@ def test_a_batch_write_commit_loads_neither_the_sdk_nor_protobuf() -> None:
 def test_the_writer_options_spell_the_preflight_option_as_the_preflight_does() -> None:
     """`_write_options` and `_read_options` spell ``s2.preflight`` out instead of importing
     `s2_sink._transport.preflight` (which loads the SDK); all must name the same option."""
-    from s2_sink._read.options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
+    from s2_sink._read.read_options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
     from s2_sink._transport.preflight import OPT_PREFLIGHT
     from s2_sink.datasource._source import READ_KEYS
     from s2_sink.datasource._write_keys import OPT_PREFLIGHT as WRITE_OPT_PREFLIGHT
@@ -135,7 +135,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "from pyspark import cloudpickle\n"
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
         "import s2_sink._read.task  # what read() imports\n"
-        "import s2_sink._wire.read.batch, s2_sink._read.json_bulk\n"
+        "import s2_sink._wire.read.record_columns, s2_sink._read.json_bulk\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
     out = _python(code)
@@ -192,7 +192,7 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
         "import sys\n"
         "import s2_sdk._generated.s2.v1.s2_pb2 as pb\n"
         "from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType\n"
-        "from s2_sink._wire.read.batch import parse_read_batch\n"
+        "from s2_sink._wire.read.record_columns import parse_read_batch\n"
         "from s2_sink._read import formats as f\n"
         "batch = pb.ReadBatch()\n"
         "for i in range(4):\n"

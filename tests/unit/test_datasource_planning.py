@@ -12,7 +12,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from s2_sink._read.formats import RAW_SCHEMA
 from s2_sink._read.offsets import advance, cap_total, max_merge, plan_ranges
-from s2_sink._read.options import Bound, parse_read_options
+from s2_sink._read.read_options import Bound, parse_read_options
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._write_options import parse_write_options

@@ -161,7 +161,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "s2_sink.errors",
         "s2_sink._version",
-        "s2_sink._options",
+        "s2_sink._option_map",
         "s2_sink._logging",
         "s2_sink._crashpoints",
         "s2_sink._pyspark",

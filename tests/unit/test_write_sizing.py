@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from s2_sink._options import parse_write_parallelism
+from s2_sink._option_map import parse_write_parallelism
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.sizing import BYTES_PER_TASK, FrameShape, write_tasks
 from s2_sink.config import S2Config
