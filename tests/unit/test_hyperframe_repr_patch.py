@@ -1,5 +1,5 @@
-"""The cheaper HTTP/2 frame text (`_transport.hyperframe_repr_patch`) that the read session and the lite server
-install."""
+"""The cheaper HTTP/2 frame text (`_transport.hyperframe_repr_patch`) that the read session and the lite
+server install."""
 
 from __future__ import annotations
 
