@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2_sdk import SequencedRecord
 
-from s2_sink._read.s2io import missing
+from s2_sink._read.session import missing
 from s2_sink._wire.read.record_columns import Tail, parse_read_batch
 from s2_sink._wire.read.run import ReadRun
 from tests.unit.test_wire_record_columns import _as_records, _message, records, tails

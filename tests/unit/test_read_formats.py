@@ -14,7 +14,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once.tags import TAG_HEADER
-from s2_sink._read.formats import (
+from s2_sink._read.rows.formats import (
     KAFKA_SCHEMA,
     UPSERT_SCHEMA,
     columns_to_batch,
@@ -22,7 +22,7 @@ from s2_sink._read.formats import (
     materialized_batches,
     records_to_batch,
 )
-from s2_sink._read.json_splice import splice_objects
+from s2_sink._read.rows.json_splice import splice_objects
 from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError

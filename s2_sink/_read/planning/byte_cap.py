@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from s2_sink._read import s2io as _s2io
-from s2_sink._read.offsets import Offsets
+from s2_sink._read.planning import lookups as _lookups
+from s2_sink._read.planning.offsets import Offsets
 from s2_sink.config import S2Config
 
 __all__ = ["cap_bytes"]
@@ -31,7 +31,7 @@ def cap_bytes(cfg: S2Config, frontier: Mapping[str, int], target: Mapping[str, i
         share = budget // (len(pending) - index)
         if share <= 0:
             break
-        end, used = _s2io.measure_range(cfg, stream, out[stream], target[stream], share)
+        end, used = _lookups.measure_range(cfg, stream, out[stream], target[stream], share)
         out[stream] = end
         budget -= used
     if pending and all(out[s] == frontier.get(s, 0) for s in pending):
