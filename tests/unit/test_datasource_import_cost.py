@@ -228,7 +228,7 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
 
 
 def test_the_schemas_spell_the_record_frames_timestamp_column_as_the_frame_does() -> None:
-    """`schemas` spells ``_s2_timestamp`` out instead of importing the encoders; both must agree."""
+    """`schemas` takes ``_s2_timestamp`` from the shared leaf module, not from the encoders; both agree."""
     from s2_sink._read.rows.schemas import META_COLUMNS
     from s2_sink.encoders._frame import TIMESTAMP
 
