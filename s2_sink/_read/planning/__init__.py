@@ -5,7 +5,8 @@ recreated streams.
 - `offsets`: the offset maps and their pure arithmetic (merges, caps, ranges, lag).
 - `bounds`: the streams read and where each starts or ends (options -> seq_nums).
 - `lookups`: the S2 calls planning makes (listings, tails, first records, timestamps, byte measures).
-- `byte_cap`: ``s2.max-bytes-per-trigger``; `committed`: read-committed ends from a writer's ledger.
+- `committed`: read-committed ends from a writer's ledger.
 - `data_loss`: trimmed records and recreated streams under ``s2.fail-on-data-loss``.
-- `micro_batches`: the streaming reader's planning state, from one offset to the next.
+- `micro_batches`: the streaming reader's planning state, from one offset to the next, and the byte cap
+  (``s2.max-bytes-per-trigger``).
 """

@@ -8,7 +8,11 @@ offset log on restart; `s2_sink.datasource._stream_reader` adapts it to Spark's 
 
 Caps: ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap each end offset relative to the
 frontier (the last end planned or told about; pyspark 4.1 gives no start offset). An AvailableNow run reads
-up to the tails it started with (`drain_to_tails`), in capped batches.
+up to the tails it started with (`drain_to_tails`), in capped batches. The record cap costs nothing
+(`offsets.cap_total`); the byte cap (`cap_bytes`) measures: offsets are seq_nums and a tail lookup says
+nothing about sizes, so per stream with new records it reads ahead from the frontier with the server's byte
+limit and ends the batch after the last record that fits. The bytes of a planned batch are thus read twice
+(once here, once by the tasks), so prefer the record cap when record sizes are even.
 
 Data loss: a position in the offset log can point below the first record still stored once retention or a
 trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
@@ -32,10 +36,10 @@ INFO.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.bounds import resolve_bound, resolve_streams
-from s2_sink._read.planning.byte_cap import cap_bytes
 from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink._read.planning.data_loss import Epochs, join, recreated, refuse_or_warn, split
 from s2_sink._read.planning.offsets import (
@@ -52,9 +56,31 @@ from s2_sink._read.planning.offsets import (
 from s2_sink._read.read_options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink.config import S2Config
 
-__all__ = ["MicroBatches"]
+__all__ = ["MicroBatches", "cap_bytes"]
 
 log = logging.getLogger(__name__)
+
+
+def cap_bytes(cfg: S2Config, frontier: Mapping[str, int], target: Mapping[str, int], limit: int) -> Offsets:
+    """Move from ``frontier`` towards ``target`` by at most ``limit`` metered bytes in total.
+
+    Streams with new records share the budget in name order, each taking at most an even share of what is
+    left, so what one stream does not use rolls over to the next. A batch always moves: when not even one
+    record fits, it takes the first stream's next record alone.
+    """
+    out = {s: frontier.get(s, 0) for s in {*frontier, *target}}
+    pending = sorted(s for s, seq in target.items() if seq > out[s])
+    budget = limit
+    for index, stream in enumerate(pending):
+        share = budget // (len(pending) - index)
+        if share <= 0:
+            break
+        end, used = _lookups.measure_range(cfg, stream, out[stream], target[stream], share)
+        out[stream] = end
+        budget -= used
+    if pending and all(out[s] == frontier.get(s, 0) for s in pending):
+        out[pending[0]] += 1
+    return out
 
 
 class MicroBatches:
