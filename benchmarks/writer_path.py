@@ -54,7 +54,7 @@ from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._writer import S2BatchWriter
+from s2_sink.datasource._spark_writers import S2BatchWriter
 from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
 from s2_sink.testing import fresh_basin
 

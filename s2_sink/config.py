@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from s2_sink._env_hints import missing_token
-from s2_sink._options import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
+from s2_sink._option_map import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
 from s2_sink._stream_names import shown, stream_name_problem
 from s2_sink.errors import ConfigError
 

@@ -34,7 +34,7 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from s2_sink._exactly_once.identity import session_facts
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._options import WriteParallelism, parse_write_parallelism
+from s2_sink._option_map import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.session_pool import get_pool

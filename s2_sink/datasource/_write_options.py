@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from s2_sink._options import OptionMap, parse_bool
+from s2_sink._option_map import OptionMap, parse_bool
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
@@ -64,7 +64,7 @@ class WriteOptions:
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Option names are case-insensitive: one lookup rule for every option (s2_sink._options).
+    # Option names are case-insensitive: one lookup rule for every option (s2_sink._option_map).
     value = (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
     return None if value is None else value.strip()
 

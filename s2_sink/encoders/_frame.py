@@ -25,6 +25,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s2_sink._frame_names import TIMESTAMP_COLUMN
 from s2_sink.errors import EncodeError
 
 __all__ = [
@@ -56,7 +57,7 @@ __all__ = [
 
 BODY = "_s2_body"
 HEADERS = "_s2_headers"
-TIMESTAMP = "_s2_timestamp"
+TIMESTAMP = TIMESTAMP_COLUMN
 KEY = "_s2_key"
 ERROR = "_s2_error"
 FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)

@@ -53,9 +53,9 @@ from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto, sequenced_record_from_proto
 
 from s2_sink.config import S2Config
+from s2_sink.lite._api_errors import ApiError, bad
 from s2_sink.lite._appends import ack_for
 from s2_sink.lite._batch import Batch
-from s2_sink.lite._errors import ApiError, bad
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._store import Store

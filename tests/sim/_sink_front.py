@@ -34,8 +34,8 @@ from s2_sink._write.driver.routing import Routing
 from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
+from s2_sink.datasource._spark_writers import S2CommitMessage, S2StreamWriter, sink_identity
 from s2_sink.datasource._write_options import WriteOptions
-from s2_sink.datasource._writer import S2CommitMessage, S2StreamWriter, sink_identity
 from s2_sink.encoders import Encoder
 from s2_sink.encoders._frame import frame_arrow_schema
 from tests.sim._scenario import DLQ_STREAM, Row, Scenario, frame_of

@@ -24,7 +24,7 @@ from s2_sdk import AppendInput, Record, S2ServerError
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
-from s2_sink._read import s2io
+from s2_sink._read.planning import lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
@@ -224,7 +224,7 @@ def test_readers_take_a_stream_being_deleted_as_gone(held: LiteServer, clock: Ma
     basin = make_basin(held.endpoint, ["events", "kept"])
     cfg = cfg_for(held.endpoint, basin)
     _delete(held, basin)
-    assert s2io.tails(cfg, ["events", "kept"], missing_ok=True) == {"kept": 0}
+    assert lookups.tails(cfg, ["events", "kept"], missing_ok=True) == {"kept": 0}
 
     async def ledger_of(writer: str) -> object:
         ledger = Ledger(get_pool().client(cfg).basin(basin), writer, cfg=cfg)

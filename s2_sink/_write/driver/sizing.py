@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from s2_sink._options import WriteParallelism
+from s2_sink._option_map import WriteParallelism
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from s2_sink import ReadError
-from s2_sink._read import s2io as _s2io
-from s2_sink._read.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch, records_to_batch
+from s2_sink._read import session as _session
+from s2_sink._read.rows.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch, records_to_batch
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire.read.batch import parse_read_batch
+from s2_sink._wire.read.record_columns import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 
-from .test_read_batch_wire import _message, records
+from .test_wire_record_columns import _message, records
 
 
 def _cfg(endpoint: str, basin: str) -> S2Config:
@@ -76,11 +76,11 @@ def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) ->
     cfg = _cfg(lite.endpoint, basin)
     for first, stop in ((0, 1505), (3, 1503), (699, 701)):
         sdk = _sdk_records(lite.endpoint, basin, "s", first, stop)
-        batches = list(_s2io.read_range_columns(cfg, "s", first, stop, _no_gap))
+        batches = list(_session.read_range_columns(cfg, "s", first, stop, _no_gap))
         assert [r for cols in batches for r in cols.to_records()] == sdk
         assert len(sdk) == stop - first
     # Runs of one message each (the default joins them): records come message by message, the same ones.
-    per_message = list(_s2io.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
+    per_message = list(_session.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
     assert len(per_message) > 1
     assert [r for cols in per_message for r in cols.to_records()] == _sdk_records(
         lite.endpoint, basin, "s", 0, 1505
@@ -98,7 +98,9 @@ def test_read_connections_accept_frames_of_a_whole_read_batch(lite: LiteServer, 
     )
     for _ in range(2):  # the first read advertises on a new connection, the second reuses it
         got = [
-            r.body for cols in _s2io.read_range_columns(cfg, "s", 0, 3000, _no_gap) for r in cols.to_records()
+            r.body
+            for cols in _session.read_range_columns(cfg, "s", 0, 3000, _no_gap)
+            for r in cols.to_records()
         ]
         assert got == [r.body for r in records]
 
@@ -113,7 +115,7 @@ def test_bulk_reads_of_a_missing_stream_raise_read_error(lite: LiteServer, basin
     """Reading a stream that does not exist raises ReadError naming the stream, the range and the basin,
     with the SDK's error chained."""
     with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
-        list(_s2io.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
+        list(_session.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
     assert isinstance(info.value.__cause__, s2_sdk.S2Error)
 
 
@@ -209,7 +211,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
         got: list[bytes] = []
         before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
         # Runs of one message each, so that what the first connection brought is handed out before the cut.
-        for cols in _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
+        for cols in _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
             got.extend(r.body for r in cols.to_records())
             if len(accepted) == 1:
                 before_cut = len(got)
@@ -219,7 +221,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     # In runs longer than the read, what the first connection brought waits in the run across the retry.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, accepted):
         runs = list(
-            _s2io.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
+            _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
         )
     assert len(accepted) >= 2
     assert len(runs) == 1
@@ -234,7 +236,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
             delivery_timeout_ms=0,
         )
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 5000\) in basin '{basin}'"):
-            list(_s2io.read_range_columns(cfg, "s", 0, 5000, _no_gap))
+            list(_session.read_range_columns(cfg, "s", 0, 5000, _no_gap))
 
 
 def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) -> None:
@@ -242,7 +244,7 @@ def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) ->
     ``run_records`` records (the last run holds what is left), in order, each record once."""
     _append(lite.endpoint, basin, "s", [[s2_sdk.Record(body=b"{}")] * 700 for _ in range(30)])
     runs = list(
-        _s2io.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
+        _session.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
     )
     sizes = [len(r) for r in runs]
     # A message holds at most 1000 records, so a run stops within one message past the threshold.

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from s2_sink._options import OptionMap, parse_bool
+from s2_sink._option_map import OptionMap, parse_bool
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -102,7 +102,7 @@ class ReadOptions:
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Option names are case-insensitive: one lookup rule for every option (s2_sink._options).
+    # Option names are case-insensitive: one lookup rule for every option (s2_sink._option_map).
     return (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
 
 

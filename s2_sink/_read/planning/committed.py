@@ -23,8 +23,8 @@ from typing import Final
 from s2_sdk import S2Basin
 
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
-from s2_sink._read.offsets import Offsets
-from s2_sink._read.options import OPT_COMMITTED_BY, OPT_ISOLATION
+from s2_sink._read.planning.offsets import Offsets
+from s2_sink._read.read_options import OPT_COMMITTED_BY, OPT_ISOLATION
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config

@@ -12,12 +12,11 @@ import pytest
 import s2_sdk
 
 from s2_sink import ConfigError, ReadError
-from s2_sink._read import s2io as _s2io
-from s2_sink._read.options import parse_read_options
-from s2_sink._read.partition import S2Partition
-from s2_sink._read.task import read_partition
+from s2_sink._read.partition import S2Partition, read_partition
+from s2_sink._read.planning import lookups as _lookups
+from s2_sink._read.planning.data_loss import positions
+from s2_sink._read.read_options import parse_read_options
 from s2_sink.config import S2Config
-from s2_sink.datasource._recreated import positions
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.lite import LiteServer
@@ -80,7 +79,7 @@ def test_warn_policy_goes_on_from_the_trim_point_and_logs_the_numbers(
     """With the warn policy the read returns the records from the trim point on and logs one WARNING with
     the stream, the basin, the count and the positions as key=value pairs."""
     _trimmed_stream(lite.endpoint, basin, "s")
-    with caplog.at_level(logging.WARNING, logger="s2_sink._read.data_loss"):
+    with caplog.at_level(logging.WARNING, logger="s2_sink._read.planning.data_loss"):
         got = _bodies_read(lite.endpoint, basin, S2Partition("s", 1, 7), "warn")
     assert got == [b"r4", b"r5", b"r6"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -114,7 +113,7 @@ def test_first_seqs_is_the_first_stored_record_or_the_tail(lite: LiteServer, bas
     _append(lite.endpoint, basin, "full", _bodies("x"))
     _append(lite.endpoint, basin, "gone", _bodies("y"))
     _append(lite.endpoint, basin, "gone", [s2_sdk.CommandRecord.trim(2)])
-    assert _s2io.first_seqs(_cfg(lite.endpoint, basin), ["s", "full", "gone"]) == {
+    assert _lookups.first_seqs(_cfg(lite.endpoint, basin), ["s", "full", "gone"]) == {
         "s": 4,
         "full": 0,
         "gone": 2,
@@ -166,7 +165,7 @@ def test_lag_is_logged_per_planned_batch(
     _append(lite.endpoint, basin, "b", _bodies("b0", "b1"))
     reader = _stream_reader(lite.endpoint, basin, **{"s2.streams": "a,b", "s2.max-records-per-trigger": "4"})
     reader.initialOffset()
-    logger = "s2_sink.datasource._stream_reader"
+    logger = "s2_sink._read.planning.micro_batches"
     with caplog.at_level(logging.INFO, logger=logger):
         assert positions(reader.latestOffset()) == {"a": 2, "b": 2}
         assert positions(reader.latestOffset()) == {"a": 6, "b": 2}

@@ -18,7 +18,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._read.options import ReadFormat
+from s2_sink._frame_names import TIMESTAMP_COLUMN
+from s2_sink._read.read_options import ReadFormat
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -81,7 +82,7 @@ UPSERT_SCHEMA = StructType(
 META_COLUMNS: dict[str, DataType] = {
     "_s2_stream": StringType(),
     "_s2_seq_num": LongType(),
-    "_s2_timestamp": TimestampType(),  # the record frame's timestamp column (`encoders._frame.TIMESTAMP`)
+    TIMESTAMP_COLUMN: TimestampType(),  # the record frame's timestamp column too
 }
 ACTION_COLUMN = "_s2_action"
 """The column that receives an upsert record's action (``u`` / ``d``)."""

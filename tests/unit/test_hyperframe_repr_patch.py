@@ -1,4 +1,5 @@
-"""The cheaper HTTP/2 frame text (`_transport.h2_frame_text`) the read session and the lite server install."""
+"""The cheaper HTTP/2 frame text (`_transport.hyperframe_repr_patch`) that the read session and the lite
+server install."""
 
 from __future__ import annotations
 
@@ -24,6 +25,6 @@ def test_importing_the_read_path_or_the_lite_server_installs_the_cheaper_text() 
     """The bulk read session's module and the lite server's HTTP/2 module install it: h2 formats every
     received frame's repr."""
     import s2_sink.lite._http2  # noqa: F401
-    from s2_sink._transport import h2_frame_text as _h2_frame_text
+    from s2_sink._transport import hyperframe_repr_patch as _patch
 
-    assert hyperframe.frame._raw_data_repr is _h2_frame_text._short_data_repr
+    assert hyperframe.frame._raw_data_repr is _patch._short_data_repr

@@ -11,7 +11,8 @@ import pytest
 import s2_sdk
 
 from s2_sink import ReadError, S2SinkError
-from s2_sink._read import s2io as _s2io
+from s2_sink._read import session as _session
+from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink.config import S2Config
@@ -57,9 +58,9 @@ def test_reads_use_the_pools_client_for_the_config(lite: LiteServer, basin: str)
     cfg = _cfg(lite.endpoint, basin, access_token=f"tok-{uuid.uuid4().hex}", compression="zstd")
     before = _runtime.run(_client_count())
 
-    assert _s2io.list_streams(cfg, "") == ["s"]
-    assert _s2io.tails(cfg, ["s"]) == {"s": 3}
-    batches = list(_s2io.read_range_columns(cfg, "s", 1, 3, _no_gap))
+    assert _lookups.list_streams(cfg, "") == ["s"]
+    assert _lookups.tails(cfg, ["s"]) == {"s": 3}
+    batches = list(_session.read_range_columns(cfg, "s", 1, 3, _no_gap))
 
     assert [r.body for batch in batches for r in batch.to_records()] == [b"r1", b"r2"]
     assert _runtime.run(_client_count()) == before + 1
@@ -70,7 +71,7 @@ def test_tail_of_a_missing_stream_raises_read_error(lite: LiteServer, basin: str
     basin, with the SDK's 404 chained."""
     cfg = _cfg(lite.endpoint, basin)
     with pytest.raises(ReadError, match=rf"'no-such-stream'.*basin '{basin}'") as info:
-        _s2io.tails(cfg, ["no-such-stream"])
+        _lookups.tails(cfg, ["no-such-stream"])
     assert isinstance(info.value, S2SinkError)
     assert isinstance(info.value.__cause__, s2_sdk.S2ServerError)
     assert info.value.__cause__.status_code == 404
@@ -81,7 +82,7 @@ def test_reading_a_missing_stream_raises_read_error(lite: LiteServer, basin: str
     the basin, with the SDK error chained."""
     cfg = _cfg(lite.endpoint, basin)
     with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
-        list(_s2io.read_range_columns(cfg, "gone", 0, 5, _no_gap))
+        list(_session.read_range_columns(cfg, "gone", 0, 5, _no_gap))
     assert isinstance(info.value.__cause__, s2_sdk.S2Error)
 
 
@@ -91,7 +92,7 @@ def test_a_bad_token_raises_read_error(guarded: LiteServer) -> None:
     basin = fresh_basin(guarded.endpoint, token="right-token")
     cfg = _cfg(guarded.endpoint, basin, access_token="wrong-token", max_retries=0)
     with pytest.raises(ReadError, match=rf"listing streams with prefix '' in basin '{basin}'") as info:
-        _s2io.list_streams(cfg, "")
+        _lookups.list_streams(cfg, "")
     assert isinstance(info.value.__cause__, s2_sdk.S2ServerError)
     assert info.value.__cause__.status_code == 401
     assert "wrong-token" not in str(info.value)
@@ -105,7 +106,7 @@ def test_listing_pages_past_a_thousand_streams(lite: LiteServer, basin: str) -> 
         for name in names:
             resp = client.put(f"/v1/streams/{name.replace('/', '%2F')}", headers={"s2-basin": basin})
             assert resp.status_code == 201, resp.text
-    assert _s2io.list_streams(_cfg(lite.endpoint, basin), "p/") == names
+    assert _lookups.list_streams(_cfg(lite.endpoint, basin), "p/") == names
 
 
 def test_positions_of_a_stream_trimmed_to_nothing(lite: LiteServer, basin: str) -> None:
@@ -121,8 +122,8 @@ def test_positions_of_a_stream_trimmed_to_nothing(lite: LiteServer, basin: str) 
         await client.basin(basin).stream("t").append(s2_sdk.AppendInput(records=records))
 
     _runtime.run(trim())  # the trim record is seq_num 3: everything below 4 is gone
-    assert _s2io.first_seqs(cfg, ["t"]) == {"t": 4}
-    assert _s2io.resolve_timestamp(cfg, ["t"], 1) == {"t": 4}
+    assert _lookups.first_seqs(cfg, ["t"]) == {"t": 4}
+    assert _lookups.resolve_timestamp(cfg, ["t"], 1) == {"t": 4}
     gaps: list[tuple[int, int]] = []
-    assert list(_s2io.read_range_columns(cfg, "t", 0, 4, lambda lo, hi: gaps.append((lo, hi)))) == []
+    assert list(_session.read_range_columns(cfg, "t", 0, 4, lambda lo, hi: gaps.append((lo, hi)))) == []
     assert gaps == [(0, 4)]

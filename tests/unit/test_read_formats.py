@@ -14,7 +14,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once.tags import TAG_HEADER
-from s2_sink._read.formats import (
+from s2_sink._read.rows.formats import (
     KAFKA_SCHEMA,
     UPSERT_SCHEMA,
     columns_to_batch,
@@ -22,12 +22,12 @@ from s2_sink._read.formats import (
     materialized_batches,
     records_to_batch,
 )
-from s2_sink._read.json_splice import splice_objects
-from s2_sink._wire.read.batch import RecordColumns, parse_read_batch
+from s2_sink._read.rows.json_splice import splice_objects
+from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 
-from .test_read_batch_wire import _message, bodies, small_blobs
+from .test_wire_record_columns import _message, bodies, small_blobs
 
 SETTINGS = settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

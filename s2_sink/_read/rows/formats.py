@@ -29,11 +29,10 @@ from pyspark.sql.types import (
 )
 
 from s2_sink._exactly_once.tags import TAG_HEADER
-from s2_sink._read.json_body import decode_bodies
-from s2_sink._read.json_bulk import decode_bodies_bulk
-from s2_sink._read.kafka_columns import KAFKA_RECORD_COLUMNS, kafka_column
-from s2_sink._read.options import ReadFormat
-from s2_sink._read.schemas import (
+from s2_sink._read.read_options import ReadFormat
+from s2_sink._read.rows.json_columns import decode_bodies, decode_bodies_bulk
+from s2_sink._read.rows.kafka_columns import KAFKA_RECORD_COLUMNS, kafka_column
+from s2_sink._read.rows.schemas import (
     ACTION_COLUMN,
     KAFKA_SCHEMA,
     META_COLUMNS,
@@ -43,7 +42,7 @@ from s2_sink._read.schemas import (
     default_schema,
     is_typed_upsert,
 )
-from s2_sink._read.upsert_columns import (
+from s2_sink._read.rows.upsert_columns import (
     ACTION_HEADER,
     KEY_HEADER,
     UPSERT_RECORD_COLUMNS,
@@ -53,7 +52,7 @@ from s2_sink._read.upsert_columns import (
     upsert_column,
 )
 from s2_sink._wire.arrow_calls import call, cast, int32_array, repeated, uint64_array
-from s2_sink._wire.read.batch import RecordColumns
+from s2_sink._wire.read.record_columns import RecordColumns
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
-from s2_sink._read.committed import CommittedEnds
-from s2_sink._read.formats import RAW_SCHEMA
-from s2_sink._read.offsets import cap_committed
-from s2_sink._read.options import parse_read_options
 from s2_sink._read.partition import S2Partition
+from s2_sink._read.planning.committed import CommittedEnds
+from s2_sink._read.planning.data_loss import positions
+from s2_sink._read.planning.offsets import cap_committed
+from s2_sink._read.read_options import parse_read_options
+from s2_sink._read.rows.formats import RAW_SCHEMA
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._recreated import positions
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer

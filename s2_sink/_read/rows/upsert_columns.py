@@ -16,13 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink._read.header_lookup import first_header, take_or_null
-from s2_sink._read.json_splice import splice_objects
-from s2_sink._read.utf8_text import utf8_text
+from s2_sink._read.rows.header_text import first_header, take_or_null, utf8_text
+from s2_sink._read.rows.json_splice import splice_objects
 from s2_sink._wire.arrow_calls import bool_array, call, repeated, valid_rows
 from s2_sink._wire.arrow_views import binary_view, validity
 from s2_sink._wire.layout import Bools, Ints
-from s2_sink._wire.read.batch import RecordColumns, concat_columns
+from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.errors import ReadError
 
 __all__ = [

@@ -11,7 +11,7 @@ import pytest
 import s2_sdk
 
 from s2_sink._read.partition import S2Partition
-from s2_sink.datasource._recreated import EPOCHS_KEY, join, positions, recreated, split
+from s2_sink._read.planning.data_loss import EPOCHS_KEY, join, positions, recreated, split
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.errors import ReadError
@@ -111,7 +111,7 @@ def test_told_to_go_on_the_new_stream_is_read_from_its_start_with_a_warning(
     _recreate(lite.endpoint, basin, "x")
     _append(lite.endpoint, basin, "x", 7)
     reader = _restarted(lite.endpoint, basin, end, **{"s2.fail-on-data-loss": "false"})
-    with caplog.at_level(logging.WARNING, logger="s2_sink.datasource._recreated"):
+    with caplog.at_level(logging.WARNING, logger="s2_sink._read.planning.data_loss"):
         nxt = reader.latestOffset()
     assert positions(nxt) == {"x": 7}
     (record,) = [r for r in caplog.records if "stream recreated" in r.getMessage()]

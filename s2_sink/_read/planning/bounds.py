@@ -1,31 +1,33 @@
-"""Driver-side planning of the batch and streaming readers: which streams, where they start and end."""
+"""Driver-side planning of the batch and streaming readers: which streams, where they start and end; and
+the ranges of a batch read."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
 
-from s2_sink._read import s2io as _s2io
-from s2_sink._read.offsets import Offsets, cap_committed_tails
-from s2_sink._read.options import Bound, ReadOptions
+from s2_sink._read.planning import lookups as _lookups
+from s2_sink._read.planning.offsets import (
+    Offsets,
+    cap_committed,
+    cap_committed_tails,
+    plan_ranges,
+    sorted_offsets,
+)
+from s2_sink._read.read_options import OPT_ENDING_POSITION, OPT_STARTING_POSITION, Bound, ReadOptions
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError
 
-__all__ = ["resolve_bound", "resolve_streams", "sorted_offsets"]
+__all__ = ["batch_ranges", "resolve_bound", "resolve_streams"]
 
 log = logging.getLogger(__name__)
-
-
-def sorted_offsets(offsets: Offsets) -> Offsets:
-    """Offsets with keys in name order: Spark compares offsets by their JSON text, so order must be stable."""
-    return {stream: int(offsets[stream]) for stream in sorted(offsets)}
 
 
 def resolve_streams(cfg: S2Config, opts: ReadOptions) -> list[str]:
     """The named streams, or the live streams under the prefix (listed again on every call)."""
     if opts.stream_prefix is None:
         return list(opts.streams)
-    found = _s2io.list_streams(cfg, opts.stream_prefix)
+    found = _lookups.list_streams(cfg, opts.stream_prefix)
     log.debug("s2 source: %d streams under prefix %r", len(found), opts.stream_prefix)
     return found
 
@@ -50,13 +52,13 @@ def resolve_bound(
         return {}
     if bound.kind == "earliest":
         if stored_earliest:
-            return sorted_offsets(_s2io.first_seqs(cfg, streams))
+            return sorted_offsets(_lookups.first_seqs(cfg, streams))
         return sorted_offsets(dict.fromkeys(streams, 0))
     if bound.kind == "latest":
-        return sorted_offsets(cap_committed_tails(_s2io.tails(cfg, streams), committed, fail=True))
+        return sorted_offsets(cap_committed_tails(_lookups.tails(cfg, streams), committed, fail=True))
     if bound.kind == "timestamp":
         assert bound.timestamp is not None
-        return sorted_offsets(_s2io.resolve_timestamp(cfg, streams, bound.timestamp))
+        return sorted_offsets(_lookups.resolve_timestamp(cfg, streams, bound.timestamp))
     given = bound.seq_num_map()
     unknown = sorted(set(given) - set(streams))
     if unknown:
@@ -73,3 +75,24 @@ def resolve_bound(
         committed=committed,
     )
     return sorted_offsets({**defaults, **{s: given[s] for s in streams if s in given}})
+
+
+def batch_ranges(cfg: S2Config, opts: ReadOptions) -> list[tuple[str, int, int]]:
+    """The ``(stream, first, stop)`` ranges of a batch read, one Spark partition each."""
+    from s2_sink._read.planning.committed import CommittedEnds  # noqa: PLC0415 - read-committed only
+
+    streams = resolve_streams(cfg, opts)
+    # Read-committed: the committed ends first, then the tails (see `committed`).
+    by = opts.committed_by
+    committed = CommittedEnds(cfg, by).fetch() if by is not None else None
+    start = resolve_bound(cfg, opts.start, streams, option=OPT_STARTING_POSITION, committed=committed)
+    end = resolve_bound(cfg, opts.end, streams, option=OPT_ENDING_POSITION, committed=committed)
+    end = cap_committed(end, committed)  # explicit seq_num and timestamp ends too
+    if opts.materialize:
+        # The latest row per key needs the key's whole history in one task: one partition per stream.
+        per_partition = max([end[s] - start.get(s, 0) for s in end] + [1])
+    else:
+        per_partition = opts.records_per_partition
+    ranges = plan_ranges(start, end, per_partition)
+    log.info("s2 source: batch read of %d streams in %d partitions", len(streams), len(ranges))
+    return ranges

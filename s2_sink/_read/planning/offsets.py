@@ -1,4 +1,5 @@
-"""Offsets of the s2 source: a JSON dict ``{stream name: next seq_num to read}``.
+"""Offsets of the s2 source: a JSON dict ``{stream name: next seq_num to read}``, and the arithmetic of
+planning on them: merges, the per-trigger and read-committed caps, ranges per partition, the reader's lag.
 
 Pure functions (no I/O) so the planning rules are testable without Spark or a server.
 """
@@ -16,13 +17,21 @@ __all__ = [
     "cap_committed",
     "cap_committed_tails",
     "cap_total",
+    "lag_by_stream",
+    "lag_records",
     "max_merge",
     "plan_ranges",
+    "sorted_offsets",
 ]
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, int]
+
+
+def sorted_offsets(offsets: Offsets) -> Offsets:
+    """Offsets with keys in name order: Spark compares offsets by their JSON text, so order must be stable."""
+    return {stream: int(offsets[stream]) for stream in sorted(offsets)}
 
 
 def max_merge(a: Mapping[str, int], b: Mapping[str, int]) -> Offsets:
@@ -124,3 +133,13 @@ def plan_ranges(
             ranges.append((stream, lo, stop))
             lo = stop
     return ranges
+
+
+def lag_by_stream(end: Mapping[str, int], tails: Mapping[str, int]) -> dict[str, int]:
+    """Records between ``end`` and the tail of every stream whose tail is known (never negative)."""
+    return {stream: max(tail - end.get(stream, 0), 0) for stream, tail in sorted(tails.items())}
+
+
+def lag_records(end: Mapping[str, int], tails: Mapping[str, int]) -> int:
+    """Records between ``end`` and the tails, over all streams."""
+    return sum(lag_by_stream(end, tails).values())

@@ -1,30 +1,28 @@
-"""S2 calls of the s2 source: stream listing and position lookups (driver) and range reads (executors).
+"""The S2 calls of read planning: stream listings, creation times, tails, first stored records, timestamps,
+and byte measures of a range (driver side; a task's range reads are `s2_sink._read.session`'s).
 
 The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
 client of ``s2_sink._transport.session_pool``, like the writer's: reads honour the same timeouts, retries and
 compression, and a reused Python worker keeps its connections warm from one task or planning call to the
 next. Failures another attempt may fix are retried until the delivery deadline (``s2.delivery-timeout-ms``:
 every call here is a read); then, and for any other failure, they surface as ``ReadError`` naming the basin
-and the streams, with the SDK error chained.
+and the streams, with the SDK error chained (`session.read_error_words`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-import numpy as np
 import s2_sdk
 
-from s2_sink._read.session import RUN_RECORDS, read_columns
+from s2_sink._read.session import read_error_words
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.explain import explain, is_stream_deleting
+from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
-from s2_sink._transport.sdk import TransportError
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire.read.batch import Positions, RecordColumns
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
@@ -33,8 +31,6 @@ __all__ = [
     "list_streams",
     "listed_epochs",
     "measure_range",
-    "missing",
-    "read_range_columns",
     "resolve_timestamp",
     "stream_epochs",
     "tails",
@@ -43,14 +39,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-
-def _words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
-    if isinstance(exc, s2_sdk.ReadUnwrittenError):
-        return str(exc)  # a position past the tail: callers look at the cause, it is no failure to explain
-    return explain(
-        exc, cfg, stream=stream, stream_fix="check s2.stream / s2.streams / s2.stream-prefix"
-    ).message
 
 
 def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
@@ -62,7 +50,8 @@ def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]
     try:
         return _runtime.run(main())
     except s2_sdk.S2Error as exc:
-        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {_words(exc, cfg)}") from exc
+        words = read_error_words(exc, cfg)
+        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {words}") from exc
 
 
 async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
@@ -224,98 +213,3 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
         return dict(zip(streams, found, strict=True))
 
     return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)
-
-
-async def _range_columns(
-    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
-) -> AsyncGenerator[RecordColumns, None]:
-    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
-    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
-    expected = first
-    try:
-        patience = Patience.of(cfg)
-        async for batch in read_columns(
-            handle, first, stop - first, run_records=run_records, patience=patience
-        ):
-            for lo, hi in missing(batch.seq_nums, expected, stop):
-                on_gap(lo, hi)
-            expected = int(batch.seq_nums[-1]) + 1
-            # Trimmed records shift what the count covers: keep only [first, stop).
-            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
-            if len(kept):
-                yield kept
-            if expected >= stop:
-                return
-    except s2_sdk.ReadUnwrittenError:
-        # The start resolved to the tail: everything from ``expected`` on was trimmed.
-        pass
-    if expected < stop:
-        on_gap(expected, stop)
-
-
-def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
-    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
-    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
-    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
-    after[0] = expected
-    after[1:] = seq_nums[:-1] + np.uint64(1)
-    jumps = np.flatnonzero(seq_nums > after)
-    return [
-        (lo, min(hi, stop))
-        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
-        if lo < stop
-    ]
-
-
-async def _next(batches: AsyncGenerator[_T, None]) -> _T:
-    return await anext(batches)
-
-
-async def _close(batches: AsyncGenerator[_T, None]) -> None:
-    await batches.aclose()
-
-
-def _drive(
-    batches: AsyncGenerator[_T, None], cfg: S2Config, stream: str, first: int, stop: int
-) -> Iterator[_T]:
-    """Step ``batches`` on the shared loop from a synchronous caller, SDK errors as ReadError."""
-    try:
-        while True:
-            try:
-                batch = _runtime.run(_next(batches))
-            except StopAsyncIteration:
-                return
-            yield batch
-    except (s2_sdk.S2Error, TransportError) as exc:
-        raise ReadError(
-            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
-            f"{_words(exc, cfg, stream)}"
-        ) from exc
-    finally:
-        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
-        # async-generator hook closes ``batches`` once it is collected too.
-        if not _runtime.in_loop_thread():
-            _runtime.run(_close(batches))
-
-
-def read_range_columns(
-    cfg: S2Config,
-    stream: str,
-    first: int,
-    stop: int,
-    on_gap: Callable[[int, int], None],
-    *,
-    run_records: int = RUN_RECORDS,
-) -> Iterator[RecordColumns]:
-    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches of
-    record columns decoded in bulk from the wire (`session`), in runs of about ``run_records``.
-
-    ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
-    expired); it may raise to stop the read.
-
-    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
-    the session is still reading, and the session is closed however the caller stops iterating.
-    """
-    return _drive(
-        _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records), cfg, stream, first, stop
-    )

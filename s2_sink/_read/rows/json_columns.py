@@ -1,5 +1,6 @@
-"""JSON bodies -> Arrow columns in bulk with Arrow's JSON reader, where it gives exactly what the
-record-by-record decoder (``encoders.decode_json``) gives; that decoder otherwise.
+"""JSON bodies -> Arrow columns of a Spark schema: in bulk with Arrow's JSON reader where it gives exactly
+what the record-by-record decoder gives (`decode_bodies`: the encoders' ``decode_json``, one JSON mapping
+both ways); that decoder otherwise.
 
 The bodies are joined with newlines and read as newline-delimited JSON with the schema given, unknown
 fields ignored. The bulk reader is used only where its result is provably the same:
@@ -18,6 +19,7 @@ record-by-record decoder, which raises its own error naming the record and the f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -37,13 +39,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._read.json_body import decode_bodies
 from s2_sink._wire.arrow_calls import call, cast, int32_array, valid_rows
 from s2_sink._wire.arrow_views import binary_view
 from s2_sink._wire.layout import Bytes
+from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
+from s2_sink.errors import EncodeError, ReadError
 
-__all__ = ["decode_bodies_bulk"]
+__all__ = ["decode_bodies", "decode_bodies_bulk"]
 
 _BULK_TYPES: Final = (
     StringType,
@@ -66,6 +69,14 @@ _NEWLINE: Final = pa.Array.from_buffers(
     pa.binary(), 1, [None, pa.py_buffer(np.array([0, 1], dtype=np.int32)), pa.py_buffer(b"\n")]
 )
 """The separator of `_joined`, as a one-value binary array (``pa.scalar`` would import pandas)."""
+
+
+def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) -> pa.RecordBatch:
+    """Decode JSON object bodies into a batch with one column per field of ``schema``."""
+    try:
+        return decode_json(bodies, schema)
+    except EncodeError as exc:
+        raise ReadError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc
 
 
 def _bulk_type(dtype: DataType) -> bool:
