@@ -1,6 +1,6 @@
 """The write path both front doors share (`S2Writer` and ``format("s2")`` writes), in the order a row travels.
 
-- `spec`: what a write does, validated once on the driver; `plan`: what the driver tells each task
+- `spec`: what a write does, validated once on the driver; `write_plan`: what the driver tells each task
   (the contract between the two sides).
 - `driver/`: runs in the driver process: delivery modes, routing (which stream a row goes to), metrics.
 - `task/`: runs inside a Spark task: rows become records (`frame_input`, `frame_span`), appends are cut

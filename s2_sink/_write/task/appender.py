@@ -47,9 +47,9 @@ from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_delet
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire import fencing_token_field
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.task.frame_span import serialize_records
 from s2_sink._write.task.results import StreamTotals
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.errors import FencedError, WriteError
 
 __all__ = ["Appender", "Chunk"]

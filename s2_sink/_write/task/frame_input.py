@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 from s2_sdk import Record
 
 from s2_sink._stream_names import shown, target_problem
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.task.frame_span import FrameSpan
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.encoders._changelog import changelog_metered, leading_headers, with_changelog_headers
 from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP, stream_texts
 from s2_sink.encoders._metered import metered_bytes

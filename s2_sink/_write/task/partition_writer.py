@@ -33,13 +33,13 @@ from s2_sdk import Record
 
 from s2_sink import _crashpoints
 from s2_sink._transport import runtime as _runtime
-from s2_sink._write.plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink._write.task.appender import Appender, Chunk
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.task.frame_input import FrameInput
 from s2_sink._write.task.frame_span import FrameSpan, records_of, serialize_spans
 from s2_sink._write.task.results import StreamTotals, result_rows
+from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
 from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
 from s2_sink.errors import WriteError
