@@ -51,8 +51,8 @@ from s2_sink._write.task.results import RESULT_DDL
 from s2_sink._write.write_plan import OnError
 from s2_sink.config import S2Config
 from s2_sink.encoders._change_order import ORDER, col, compact_changes, order_struct, sort_changes
+from s2_sink.encoders._column_checks import check_json_type
 from s2_sink.encoders._frame import BODY, KEY
-from s2_sink.encoders._types import check_json_type
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
