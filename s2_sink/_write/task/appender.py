@@ -348,7 +348,9 @@ async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
         await asyncio.wait_for(session.close(), timeout=grace_s)
     except TimeoutError:
         session.abort()
-    except Exception as exc:
+    except Exception as exc:  # narrowed below: any exception can be what failed the session
+        if exc is not session.error:
+            raise  # not the session's failure (reported already): a fault of the close itself
         log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
 
 
