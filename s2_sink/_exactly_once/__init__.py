@@ -8,7 +8,7 @@ See docs/exactly-once.md for the mechanism and the argument for why it is correc
 - `tags`: the ``@s2sink`` chunk tag on the first record of every append.
 - `fingerprint`: the content hash of a record that retries and replays subtract.
 - `readback`: collect what a writer already wrote into a stream range.
-- `sign_in_registers`: the register per partition every task attempt signs in to (a retry, or a zombie?).
+- `sign_in_registers`: the register per partition task attempts sign in to (first attempt, retry or zombie).
 - `task_hooks`: the executor-side pieces (tagger, token keeper, dedupe hook) shipped in the write plan.
 - `epoch_plan`: those pieces for one micro-batch under one epoch, built in one place for both front doors.
 - `identity`: the writer identity (``writer_id`` or the streaming query id) and the Spark settings refused.
