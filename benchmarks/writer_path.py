@@ -47,11 +47,11 @@ from s2_sdk._client import Connection
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
-from s2_sink._exactly_once.task import Tagger
+from s2_sink._exactly_once.task_hooks import Tagger
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._spark_writers import S2BatchWriter

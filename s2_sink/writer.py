@@ -45,14 +45,14 @@ from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.driver.sizing import FrameShape, frame_shape, narrow, size_estimate, write_tasks
 from s2_sink._write.frame_encoding import PLACE, FrameEncoding
-from s2_sink._write.plan import OnError
 from s2_sink._write.spec import KEYWORDS, Delivery, WriteSpec
 from s2_sink._write.task.partition_writer import map_partition
 from s2_sink._write.task.results import RESULT_DDL
+from s2_sink._write.write_plan import OnError
 from s2_sink.config import S2Config
 from s2_sink.encoders._change_order import ORDER, col, compact_changes, order_struct, sort_changes
+from s2_sink.encoders._column_checks import check_json_type
 from s2_sink.encoders._frame import BODY, KEY
-from s2_sink.encoders._types import check_json_type
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from s2_sink._exactly_once.sink_run import SinkRun
-    from s2_sink._write.plan import WritePlan
+    from s2_sink._write.write_plan import WritePlan
 
 __all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity", "warn_if_fragmented"]
 

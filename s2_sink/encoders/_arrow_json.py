@@ -40,8 +40,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink.encoders._column_checks import INTEGRAL_TYPES
 from s2_sink.encoders._lists import list_parts
-from s2_sink.encoders._types import INTEGRAL_TYPES
 
 __all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string"]
 

@@ -15,9 +15,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from s2_sink.encoders import _arrow_meta
+from s2_sink.encoders._column_checks import check_headers_column, check_timestamp_column, require_column
 from s2_sink.encoders._frame import ArrowParts, frame_arrow_schema, raise_for_errors
-from s2_sink.encoders._options import check_headers_column, check_timestamp_column
-from s2_sink.encoders._types import require_column
 from s2_sink.errors import ConfigError
 
 __all__ = ["Encoder", "ErrorMode"]

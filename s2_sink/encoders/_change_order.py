@@ -34,8 +34,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink.encoders._column_checks import INTEGRAL_TYPES, column_type
 from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY
-from s2_sink.encoders._types import INTEGRAL_TYPES, column_type
 from s2_sink.errors import ConfigError
 
 __all__ = [

@@ -13,8 +13,8 @@ from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._column_checks import check_json_type, column_type
 from s2_sink.encoders._frame import ArrowParts
-from s2_sink.encoders._types import check_json_type, column_type
 from s2_sink.errors import ConfigError
 
 __all__ = ["InsertEncoder"]

@@ -32,9 +32,9 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._base import Encoder, ErrorMode
+from s2_sink.encoders._column_checks import column_type
 from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts
 from s2_sink.encoders._lists import list_parts
-from s2_sink.encoders._types import column_type
 from s2_sink.errors import ConfigError
 
 __all__ = ["KAFKA_KEY_HEADER", "KafkaEncoder"]

@@ -28,9 +28,9 @@ from s2_sink.encoders._change_order import (
     sorted_indices,
 )
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers, changelog_metered
+from s2_sink.encoders._column_checks import check_json_type, column_type, require_column
 from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, ArrowParts
 from s2_sink.encoders._ops import DELETE, DROP, UPSERT
-from s2_sink.encoders._types import check_json_type, column_type, require_column
 from s2_sink.errors import ConfigError
 
 __all__ = ["ACTION_HEADER", "KEY_HEADER", "UpsertEncoder"]

@@ -31,8 +31,8 @@ from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import OPTIONS, WriteSpec
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.datasource._spark_writers import S2CommitMessage, S2StreamWriter, sink_identity
 from s2_sink.datasource._write_options import WriteOptions

@@ -42,8 +42,8 @@ from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
 from s2_sink._write.driver import exactly_once as _exactly_once_mode
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import Delivery
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.errors import ReplayMismatchError, StreamResetError
 from s2_sink.writer import S2Writer

@@ -19,8 +19,8 @@ from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.config import S2Config
 from s2_sink.errors import PreflightError, WriteError
 from s2_sink.lite import LiteServer

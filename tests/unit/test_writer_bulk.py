@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 from s2_sdk import S2, AppendInput, CommandRecord, Endpoints
 
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream

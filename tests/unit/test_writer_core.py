@@ -11,8 +11,8 @@ import pytest
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import ChunkInfo, PartitionContext, WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import ChunkInfo, PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.errors import EncodeError, WriteError
 from s2_sink.lite import LiteServer

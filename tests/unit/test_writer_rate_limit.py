@@ -20,9 +20,9 @@ import pytest
 
 from s2_sink._transport import retry as _retry
 from s2_sink._transport.retry import Patience
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.appender import Appender
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.errors import WriteError
 from s2_sink.lite import LiteServer, ManualClock
 from s2_sink.lite._throttle import BATCHES_PER_SECOND

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from s2_sink._exactly_once.task import plan_with_layout
+from s2_sink._exactly_once.task_hooks import plan_with_layout
 
 if TYPE_CHECKING:
     from s2_sink._exactly_once.identity import SessionFacts
     from s2_sink._exactly_once.recovery_layout import RecoveryLayout
     from s2_sink._write.driver.metrics import BatchMetrics
-    from s2_sink._write.plan import WritePlan
     from s2_sink._write.spec import WriteSpec
+    from s2_sink._write.write_plan import WritePlan
 
 __all__ = ["AtLeastOnce", "BatchJob", "DeliveryMode"]
 

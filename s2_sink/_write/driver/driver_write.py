@@ -42,8 +42,8 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._write.driver.sizing import cores
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.encoders._change_order import col
 from s2_sink.errors import WriteError
 

@@ -47,9 +47,9 @@ from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_delet
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire import fencing_token_field
-from s2_sink._write.plan import PartitionContext, WritePlan
-from s2_sink._write.task.frame_span import serialize_records
+from s2_sink._write.task.frame_records import serialize_records
 from s2_sink._write.task.results import StreamTotals
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.errors import FencedError, WriteError
 
 __all__ = ["Appender", "Chunk"]
@@ -64,8 +64,8 @@ _CLOSE_GRACE_S: Final = 10.0
 @dataclass(slots=True, eq=False)
 class Chunk:
     """One append: its records (tagged, if tagging) as SDK records or as a serialized ``AppendInput``
-    without fencing token (`s2_sink._write.task.frame_span`), their count and metered size and, once sent, its
-    ack ticket. Records are serialized when first sent."""
+    without fencing token (`s2_sink._write.task.frame_records`), their count and metered size and, once
+    sent, its ack ticket. Records are serialized when first sent."""
 
     stream: str
     index: int
@@ -348,7 +348,9 @@ async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
         await asyncio.wait_for(session.close(), timeout=grace_s)
     except TimeoutError:
         session.abort()
-    except Exception as exc:
+    except Exception as exc:  # narrowed below: any exception can be what failed the session
+        if exc is not session.error:
+            raise  # not the session's failure (reported already): a fault of the close itself
         log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from s2_sdk import Record
 
 from s2_sink._exactly_once.recovery_layout import layout_hash
-from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.encoders._frame import (
     BODY,
     DLQ_BATCH,

@@ -16,9 +16,9 @@ from typing import Final
 from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LedgerState
-from s2_sink._exactly_once.roll_call import RollCall
+from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
-from s2_sink._exactly_once.task import Dedupe, Replay, Tagger, TokenKeeper
+from s2_sink._exactly_once.task_hooks import Dedupe, Replay, Tagger, TokenKeeper
 from s2_sink.config import S2Config
 
 __all__ = ["EpochPlan", "already_committed", "epoch_plan", "newest_tokens"]

@@ -1,4 +1,5 @@
-"""Which Spark SQL types the JSON encoders accept, checked once on the driver.
+"""Checks of the input's columns, run once on the driver by the encoders' ``validate()``: which Spark SQL
+types the JSON encoders accept, and the metadata columns every encoder shares (headers, timestamp).
 
 The full type → JSON table lives in docs/encoding.md; this module enforces its "supported" column.
 """
@@ -17,6 +18,7 @@ from pyspark.sql.types import (
     DoubleType,
     FloatType,
     IntegerType,
+    IntegralType,
     LongType,
     MapType,
     NullType,
@@ -29,7 +31,14 @@ from pyspark.sql.types import (
 
 from s2_sink.errors import ConfigError
 
-__all__ = ["INTEGRAL_TYPES", "check_json_type", "column_type", "require_column"]
+__all__ = [
+    "INTEGRAL_TYPES",
+    "check_headers_column",
+    "check_json_type",
+    "check_timestamp_column",
+    "column_type",
+    "require_column",
+]
 
 INTEGRAL_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
@@ -94,3 +103,32 @@ def require_column(schema: StructType, name: str, role: str) -> None:
         raise ConfigError(
             f"{role} column {name!r} is not in the DataFrame; its columns are {schema.fieldNames()}"
         )
+
+
+def check_headers_column(schema: StructType, name: str) -> None:
+    """The headers column must be ``array<struct<key:string|binary,value:binary|string>>`` (Kafka's)."""
+    dtype = column_type(schema, name, "headers")
+    element = dtype.elementType if isinstance(dtype, ArrayType) else None
+    names = element.fieldNames() if isinstance(element, StructType) else []
+    if not isinstance(element, StructType) or sorted(names) != ["key", "value"]:
+        raise ConfigError(
+            f"headers column {name!r} has type {dtype.simpleString()}; expected "
+            "array<struct<key:string,value:binary>> (the shape Spark's Kafka sink uses)"
+        )
+    for field in element.fields:
+        if not isinstance(field.dataType, StringType | BinaryType):
+            raise ConfigError(
+                f"headers column {name!r} field {field.name!r} has type {field.dataType.simpleString()}; "
+                "expected string or binary"
+            )
+
+
+def check_timestamp_column(schema: StructType, name: str) -> DataType:
+    """The timestamp column must be epoch milliseconds (integral) or ``timestamp``; returns its type."""
+    dtype = column_type(schema, name, "timestamp")
+    if not isinstance(dtype, IntegralType | TimestampType):
+        raise ConfigError(
+            f"timestamp column {name!r} has type {dtype.simpleString()}; expected bigint milliseconds since "
+            "the epoch or timestamp (timestamp_ntz has no instant: convert it with to_utc_timestamp)"
+        )
+    return dtype

@@ -1,4 +1,4 @@
-"""The per-partition registers task attempts sign in to (`roll_call`), against the lite server: what a
+"""The per-partition registers task attempts sign in to (`sign_in_registers`), against the lite server: what a
 sign-in finds, how two attempts racing for one register are ordered, and the register's trims."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from s2_sdk import AppendInput, Record
 
 from s2_sink._exactly_once.fencing import TaskAttempt
-from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in, still_last
+from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import client, list_streams, make_basin, read_all, run

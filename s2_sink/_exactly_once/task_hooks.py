@@ -1,4 +1,5 @@
-"""Executor side of exactly-once delivery: chunk tags, token adoption and retry/replay subtraction.
+"""The exactly-once hooks a `WritePlan` carries to every task: chunk tags, token adoption and retry/replay
+subtraction.
 
 Three picklable objects travel in the `WritePlan` to every task of a micro-batch:
 
@@ -12,7 +13,7 @@ Three picklable objects travel in the `WritePlan` to every task of a micro-batch
   token change or adoption, and every take-over is a new generation named by the attempt, so a cleared
   or taken-over fence never hands a zombie its old token back. It learns which attempt it serves from a
   context variable `Dedupe` sets on the task thread; without one it refuses to change tokens at all.
-- `Dedupe` (the writer's recovery hook) signs each task attempt in (`roll_call`) and is otherwise
+- `Dedupe` (the writer's recovery hook) signs each task attempt in (`sign_in_registers`) and is otherwise
   inert on the happy path (first attempt, normal batch). For a retry (an earlier attempt of the
   partition signed in, whatever the attempt number) or a replay after a driver restart
   (``recovery=True``), on the first chunk for each stream it (1) puts a barrier on the stream — a
@@ -56,7 +57,7 @@ from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.readback import read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._exactly_once.resets import stream_reset
-from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in, still_last
+from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.retry import Patience
@@ -65,7 +66,7 @@ from s2_sink.encoders._frame import DLQ_ROW_HASH
 from s2_sink.errors import FencedError, ReplayMismatchError
 
 if TYPE_CHECKING:
-    from s2_sink._write.plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
+    from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
     from s2_sink.config import S2Config
 
 __all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper", "plan_with_layout"]
@@ -97,7 +98,7 @@ def _attempt(ctx: PartitionContext) -> TaskAttempt:
 
 
 def _attendance(cfg: S2Config, roll: RollCall, signed: SignIn) -> Attendance:
-    """The zombie check by `signed`'s register (`roll_call.still_last`), asked afresh on every call."""
+    """The zombie check by `signed`'s register (`sign_in_registers.still_last`), asked afresh each call."""
 
     async def still() -> bool:
         basin = get_pool().client(cfg).basin(cfg.basin)
@@ -263,7 +264,7 @@ class Dedupe:
     starts: EndsRef
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
     roll: RollCall
-    """Where the micro-batch's task attempts sign in (`roll_call`)."""
+    """Where the micro-batch's task attempts sign in (`sign_in_registers`)."""
     replay: Replay = "content"
     layout: RecoveryLayout | None = None
     """How a content replay was laid out (by its placement keys); tasks check ownership by it."""

@@ -1,4 +1,5 @@
-"""Roll call: every task attempt of an exactly-once micro-batch signs in before its first append.
+"""Sign-in registers (the roll call): every task attempt of an exactly-once micro-batch signs in before its
+first append.
 
 Spark restarts attempt numbers at 0 when it retries a whole stage (a ``FetchFailed`` after an executor
 was lost, SPARK-24552), and pyspark's `TaskContext` has no stage attempt number, so a task cannot tell
@@ -11,7 +12,7 @@ order of the partition's attempts; when another attempt got in between, it reads
 
 - An earlier attempt of its partition (lower task id) signed in for the same epoch and micro-batch: this
   attempt is a retry, whatever its attempt number, so it puts up a barrier and reads back before writing
-  (`task.Dedupe`).
+  (`task_hooks.Dedupe`).
 - A later attempt (higher task id; Spark hands out task ids in launch order) signed in first: this one
   is a zombie that started late; it stops before writing anything.
 - An attempt of a later micro-batch or epoch signed in: the query has moved past this attempt's
