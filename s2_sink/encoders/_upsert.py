@@ -111,11 +111,10 @@ class UpsertEncoder(Encoder):
             if clash:
                 raise ConfigError(f"compact=True needs the column names {clash} free; rename those columns")
 
-    def _action_arrow(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array | None]:
-        n = len(batch)
-        if self.op_column is None:
-            return pa.repeat(pa.scalar("u"), n), None
-        op = pc.cast(batch.column(self.op_column), pa.string())
+    @staticmethod
+    def _action_arrow(batch: pa.RecordBatch, op_column: str) -> tuple[pa.Array, pa.Array | None]:
+        """Each row's action (``u``, ``d``, `_DROP`, null for an unknown op) and error."""
+        op = pc.cast(batch.column(op_column), pa.string())
         action = pc.if_else(
             pc.is_in(op, pa.array(UPSERT)),
             "u",
@@ -128,10 +127,10 @@ class UpsertEncoder(Encoder):
         if action.null_count == 0:
             return action, None
         unknown = pc.binary_join_element_wise(
-            msg.unknown_op_prefix(self.op_column), op, msg.unknown_op_suffix(), ""
+            msg.unknown_op_prefix(op_column), op, msg.unknown_op_suffix(), ""
         )
         error = pc.if_else(
-            pc.is_null(op), msg.null_op(self.op_column), pc.if_else(pc.is_null(action), unknown, None)
+            pc.is_null(op), msg.null_op(op_column), pc.if_else(pc.is_null(action), unknown, None)
         )
         return action, error
 
@@ -147,8 +146,9 @@ class UpsertEncoder(Encoder):
         arranged: bool,
         flat_changelog: bool,
     ) -> ArrowParts:
-        action, op_error = self._action_arrow(batch)
+        action, op_error = None, None  # without an op column every row is an upsert
         if self.op_column is not None:  # drop update pre-images before anything else
+            action, op_error = self._action_arrow(batch, self.op_column)
             keep = pc.fill_null(pc.not_equal(action, _DROP), True)
             if not pc.all(keep).as_py():
                 batch, action, headers, timestamp, error = (
@@ -170,11 +170,16 @@ class UpsertEncoder(Encoder):
             if batch.column(c).null_count
         ]
         frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
-        values = pc.cast(json_object(data_columns, frags, n), pa.binary())
-        # only a known delete has an empty body (an unknown op keeps its row's JSON for a dead letter)
-        body = pc.if_else(pc.fill_null(pc.equal(action, "d"), False), pa.scalar(b""), values)
+        body = pc.cast(json_object(data_columns, frags, n), pa.binary())
+        if action is None:
+            action_value = pa.repeat(pa.scalar(b"u"), n)
+        else:
+            # only a known delete has an empty body (an unknown op keeps its row's JSON for a dead letter)
+            deletes = pc.fill_null(pc.equal(action, "d"), False)
+            if pc.any(deletes).as_py():
+                body = pc.if_else(deletes, pa.scalar(b""), body)
+            action_value = pc.cast(pc.fill_null(action, ""), pa.binary())
         key = pc.cast(key_json, pa.binary())
-        action_value = pc.cast(pc.fill_null(action, ""), pa.binary())
         arrange = arranged and self.arranges
         if flat_changelog and not arrange:
             oversize = _arrow_meta.oversize_errors(
