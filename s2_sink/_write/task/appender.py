@@ -29,6 +29,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -142,6 +143,14 @@ class Appender:
         except Exception as exc:
             await self._recover(st, exc)
         _crashpoints.hit("mid_session", **self.ctx.where(chunk.index))
+
+    async def create_streams(self, streams: Iterable[str]) -> None:
+        """With ``create_streams``, create those of `streams` this task has not appended to yet, if
+        missing, concurrently (bounded: `SessionPool.ensure_streams`; each once per process)."""
+        if self.cfg.create_streams:
+            new = [s for s in streams if s not in self.streams]
+            if new:
+                await self.pool.ensure_streams(self.cfg, new)
 
     async def drain(self) -> None:
         """Await every acknowledgement."""
