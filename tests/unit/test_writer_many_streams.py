@@ -4,18 +4,23 @@ order, over a bounded number of open append sessions."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from s2_sdk import TimestampingMode
 
-from s2_sink._transport import sdk
+from s2_sink._transport import sdk, session_pool
 from s2_sink._transport.append_session import BulkAppendSession
 from s2_sink._write.plan import WritePlan
 from s2_sink._write.task import appender
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink.lite import LiteServer
+from tests.faults._support import make_basin
 from tests.integration._s2read import read_stream
+from tests.unit.test_create_streams_keeps_config import KEPT, _configs, _configure
 from tests.unit.test_writer_core import config, ctx, frame, stream_rows
 
 STREAMS = 300
@@ -67,3 +72,42 @@ def test_open_append_sessions_stay_bounded(
     assert [int(r.body) for r in read_stream(lite.endpoint, basin, "tenant/007")] == list(
         range(7, ROWS, STREAMS)
     )
+
+
+def test_a_tasks_new_streams_are_created_together_once_and_existing_ones_kept(
+    lite: LiteServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``create_streams``, the streams a task meets are created concurrently (at most
+    `CREATE_CONCURRENCY` at once; before, one after the other as each stream's first append went out),
+    once per process (a second batch asks S2 nothing), and a stream that exists keeps its configuration."""
+    basin = make_basin(lite.endpoint)
+    _configure(lite.endpoint, basin, ["tenant/000", "tenant/299"], KEPT, create=True)
+    calls: list[str] = []
+    now = [0]
+    most = [0]
+    create = session_pool.create_if_missing
+
+    async def counted(b: Any, stream: str, config: Any = None) -> None:
+        calls.append(stream)
+        now[0] += 1
+        most[0] = max(most[0], now[0])
+        try:
+            await asyncio.sleep(0.005)  # a create takes a round trip: let the others start meanwhile
+            await create(b, stream, config)
+        finally:
+            now[0] -= 1
+
+    monkeypatch.setattr(session_pool, "create_if_missing", counted)
+    cfg = config(lite, basin, create_streams=True)
+    plan = WritePlan(cfg=cfg, batch_id=0, stream_column="_s2_stream")
+    write_partition(plan, _batches(), ctx())
+    assert sorted(calls) == sorted({f"tenant/{i:03d}" for i in range(STREAMS)})
+    assert 1 < most[0] <= session_pool.CREATE_CONCURRENCY
+    calls.clear()
+    write_partition(dataclasses.replace(plan, batch_id=1), _batches(), ctx(1))
+    assert calls == []
+    kept = ("infinite", TimestampingMode.ARRIVAL, "express")
+    assert _configs(lite.endpoint, basin, ["tenant/000", "tenant/299"]) == dict.fromkeys(
+        ["tenant/000", "tenant/299"], kept
+    )
+    assert len(read_stream(lite.endpoint, basin, "tenant/299")) == 2 * ROWS // STREAMS
