@@ -132,7 +132,7 @@ def _routed_targets(r: Result) -> list[Result]:
         why = (
             f"{r['streams']:,} streams x {r['rows_per_stream']:,} rows; "
             f"wall {r[f'wall_ratio{suffix}']:.2f}x; "
-            f"{r[f'ms_per_task_stream{suffix}']:.2f} ms client CPU per (task, stream) beyond the rows"
+            f"{r[f'ms_per_stream{suffix}']:.2f} ms client CPU per stream beyond the rows"
             if ok
             else str(r.get("reason", ""))
         )

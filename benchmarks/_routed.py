@@ -121,10 +121,10 @@ def routed(
         one, many = out[f"one{suffix}"], out[f"routed{suffix}"]
         result[f"ratio{suffix}"] = many["client_cpu_us_per_row"] / one["client_cpu_us_per_row"]
         result[f"wall_ratio{suffix}"] = many["median_batch_s"] / one["median_batch_s"]
-        # What a (task, stream) pair costs beyond the rows: the extra client CPU over the pairs of a batch.
-        pairs = (many["write_tasks"] or 1) * streams
+        # What a stream costs a micro-batch beyond its rows: the extra client CPU over the streams (each
+        # touched by one task or by several, as the writer split the batch).
         extra = (many["client_cpu_us_per_row"] - one["client_cpu_us_per_row"]) * rows
-        result[f"ms_per_task_stream{suffix}"] = extra / pairs / 1000
+        result[f"ms_per_stream{suffix}"] = extra / streams / 1000
     return result
 
 
