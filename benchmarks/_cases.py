@@ -92,7 +92,6 @@ def _config(ctx: Ctx, stream: str, **extra: Any) -> Any:
         account_endpoint=ctx.endpoint,
         basin_endpoint=ctx.endpoint,
         create_streams=True,
-        bulk_append=True,  # the harness measures the bulk append path (benchmarks/README.md)
         **extra,
     )
 
@@ -117,21 +116,14 @@ def _writer(ctx: Ctx, stream: str, encoder: Any, delivery: str, **cfg_extra: Any
         raise
 
 
-def encoding_projection(df: DataFrame) -> tuple[DataFrame, str]:
-    """The record frame the writer computes: the insert encoder's projection if it exists, else to_json."""
-    try:
-        return _encoder("insert").project(df), "InsertEncoder.project"
-    except NotAvailable:
-        return json_body(df), "to_json(struct(*))"
-
-
 # -- the cases --
 
 
 def _noop(ctx: Ctx) -> Prepared:
-    frame, how = encoding_projection(ctx.df)
+    frame = json_body(ctx.df)
     return Prepared(
-        action=lambda: frame.write.format("noop").mode("overwrite").save(), note=f"projection: {how}"
+        action=lambda: frame.write.format("noop").mode("overwrite").save(),
+        note="projection: to_json(struct(*))",
     )
 
 
@@ -194,7 +186,6 @@ def _datasource(ctx: Ctx) -> Prepared:
         .option("s2.endpoints.account", ctx.endpoint)
         .option("s2.endpoints.basin", ctx.endpoint)
         .option("s2.create-streams", "true")
-        .option("sink.bulk-append", "true")
     )
     return Prepared(action=writer.save, streams=[stream], at_least_once=True)
 

@@ -63,7 +63,7 @@ def targets(results: Result) -> list[Result]:
             "<= 1.5 us",
             v <= 1.5 if v is not None else None,
             "us",
-            why="Python workers + driver; JVM-side encoding shown separately",
+            why="Python workers + driver, encoding included",
         )
     )
     v = upsert["rows_per_s"] / w["rows_per_s"] if w and upsert else None
@@ -184,7 +184,8 @@ def table(results: Result) -> str:
     m = results["meta"]
     lines = [
         f"s2_sink benchmark  {m['date']}  cores={m['cores']}  load(1m) start={m['load_start']:.2f} "
-        f"end={m['load_end']:.2f}  rows={m['rows']:,}  partitions={m['partitions']}  "
+        f"end={m['load_end']:.2f}  data={m.get('data', 'events')}  rows={m['rows']:,}  "
+        f"partitions={m['partitions']}  "
         f"json bytes/row={m['json_bytes_per_row']:.1f}  mode={'quick' if m['quick'] else 'full'}  "
         f"wall={m['elapsed_s']:.0f}s  cpu={m['run_cpu_s']:.0f}s  best of {m['repeat']} round(s)",
         "",

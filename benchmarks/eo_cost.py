@@ -47,13 +47,13 @@ import pyarrow as pa
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.lite._stats import StatsSnapshot

@@ -31,7 +31,8 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 from s2_sdk import SequencedRecord
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
-from s2_sink._read.formats import (
+from s2_sink._read.read_options import ReadFormat
+from s2_sink._read.rows.formats import (
     KAFKA_SCHEMA,
     RAW_SCHEMA,
     UPSERT_SCHEMA,
@@ -40,8 +41,7 @@ from s2_sink._read.formats import (
     materialized_batches,
     records_to_batch,
 )
-from s2_sink._read.options import ReadFormat
-from s2_sink._wire.read.batch import RecordColumns, parse_read_batch
+from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 
 __all__ = ["main"]
 

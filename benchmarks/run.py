@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks import _s2
 from benchmarks._cases import CASES, Case, Ctx, NotAvailable
-from benchmarks._data import dataset, json_body
+from benchmarks._data import DATASETS, dataset, json_body
 from benchmarks._format_sink import format_sink
 from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
@@ -62,6 +62,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes; finishes in about a minute")
     p.add_argument("--rows", type=int, help="rows of the main DataFrame (default 2M, quick 20k)")
     p.add_argument("--partitions", type=int, default=2, help="partitions of the main DataFrame (default 2)")
+    p.add_argument(
+        "--data",
+        default="events",
+        choices=DATASETS,
+        metavar="DATASET",
+        help="the rows every case writes: events (default: 5 columns, ~150 JSON bytes), wide (two longs, a "
+        "constant string, a timestamp, a 64-character hex string) or type:T (an id and one column of "
+        f"Spark type T: {', '.join(d.removeprefix('type:') for d in DATASETS[2:])})",
+    )
     p.add_argument("--big-rows", type=int, help="rows of the single-partition memory case (default 5M)")
     p.add_argument("--stream-batches", type=int, help="measured micro-batches per streaming sink")
     p.add_argument(
@@ -216,18 +225,9 @@ def _run_cases(
 def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
     from benchmarks._cases import _encoder, _writer
 
-    recipes: dict[str, Any] = {}
-
-    def projected(df: Any) -> Any:
-        # The record frame, its projection built once per schema as S2Writer builds it: building Spark
-        # columns from Python costs ~0.3 ms per expression (a JVM round trip), no part of Spark's batch.
-        key = df.schema.json()
-        if key not in recipes:
-            recipes[key] = _encoder("insert").recipe(df)
-        return recipes[key].apply(df)
-
     def noop(df: Any, _bid: int) -> None:
-        projected(df).write.format("noop").mode("overwrite").save()
+        # Spark's own encoding of the rows (to_json) into its noop sink: the JVM's share of any sink.
+        json_body(df).write.format("noop").mode("overwrite").save()
 
     stream = f"lat-naive-{uuid.uuid4().hex[:8]}"
     _s2.ensure(ctx.endpoint, ctx.basin, [stream])
@@ -237,8 +237,8 @@ def _streaming(spark: Any, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
         naive_write(json_body(df), bid)
 
     def python_noop(df: Any, _bid: int) -> None:
-        # The floor of any Python-task sink: one mapInArrow task that only counts rows.
-        projected(df).mapInArrow(_s2.count_rows, "n long").collect()
+        # The floor of any Python-task sink: one mapInArrow task that only counts the rows.
+        df.mapInArrow(_s2.count_rows, "n long").collect()
 
     sinks: dict[str, Sink] = {"noop": noop, "python_noop": python_noop, "naive": naive}
     out: dict[str, Any] = {}
@@ -328,7 +328,7 @@ def _single_partition(spark: Any, meter: ProcessMeter, ctx: Ctx, rows: int) -> d
 
 
 def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
-    """What any Python-task sink pays before its own work, on the S2Writer's own record frame: a
+    """What any Python-task sink pays before its own work, on the rows S2Writer ships to its tasks: a
     ``mapInArrow`` that only counts rows (the Arrow transfer from the JVM, the same tasks), and PySpark's
     per-task ``importlib.invalidate_caches()`` timed inside the workers (`benchmarks._worker_probe`)."""
     from benchmarks._cases import _encoder, _writer
@@ -338,7 +338,7 @@ def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
         w = _writer(ctx, f"floor-{uuid.uuid4().hex[:8]}", _encoder("insert"), "at-least-once")
     except NotAvailable as exc:
         return {"status": "not available", "reason": str(exc)}
-    frame = w.frame(ctx.df)
+    frame, _ = w.rows(ctx.df)
     gc.collect()
     meter.start()
     try:
@@ -352,7 +352,7 @@ def _python_task_floor(meter: ProcessMeter, ctx: Ctx) -> dict[str, Any]:
     per_task_ms = sum(p["invalidate_cpu_ms"] for p in probes) / len(probes)
     return {
         "status": "ok",
-        "label": "a mapInArrow that only counts rows, over S2Writer's record frame",
+        "label": "a mapInArrow that only counts rows, over the rows S2Writer ships its tasks",
         "rows": sum(r["n"] for r in counted),
         "tasks": len(probes),
         "py_cpu_us_per_rec": (u.worker_cpu_s + u.driver_cpu_s) / n * 1e6,
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             from pyspark.sql import functions as F
 
             _log("Spark up; caching the dataset ...")
-            df = dataset(spark, sizes["rows"], args.partitions).cache()
+            df = dataset(spark, sizes["rows"], args.partitions, args.data).cache()
             body = json_body(df)
             agg = body.agg(F.count("*").alias("n"), F.avg(F.octet_length("value")).alias("b")).collect()[0]
             bytes_per_row = float(agg["b"])
@@ -498,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_end": os.getloadavg()[0],
             "rows": sizes["rows"],
             "partitions": args.partitions,
+            "data": args.data,
             "json_bytes_per_row": bytes_per_row,
             "quick": args.quick,
             "repeat": repeat,

@@ -1,4 +1,4 @@
-"""One task's write path without Spark, bulk vs record path: a record frame through `write_partition`.
+"""One task's write path without Spark: a record frame through `write_partition`.
 
     python -m benchmarks.writer_path [--rows 200000] [--batch 10000] [--headers [--flat]]
         [--exactly-once-tags]
@@ -7,15 +7,15 @@
 
 A lite server runs in its own process (its CPU is measured apart). The frame holds ~100-byte JSON bodies
 (with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them; with ``--flat`` too, as
-the ``_s2_key``/``_s2_action`` columns ``S2Writer`` ships from the JVM) in Arrow batches of
-``--batch`` rows, as ``mapInArrow`` hands them to a task; it is written with ``bulk_append=True`` and then
-``False`` (with ``--exactly-once-tags``, a chunk tag on every append, as exactly-once writes it).
+the ``_s2_key``/``_s2_action`` columns the upsert encoder writes for the writers) in Arrow batches of
+``--batch`` rows, as ``mapInArrow`` hands them to a task (with ``--exactly-once-tags``, a chunk tag on every
+append, as exactly-once writes it).
 
 With ``--datasource``, the rows are the harness's five columns (``id, ts, user, kind, payload``, about 150
-JSON bytes) and the two paths are a ``df.write.format("s2")`` task (`S2BatchWriter.write`: the insert
-encoder's ``encode_arrow`` on each batch, then `write_partition`) and ``frame``, `write_partition` of the
-frame that encoder makes, encoded before the clock starts (an ``S2Writer`` task, whose frame Spark's JVM
-encodes). Both take the bulk path; their difference is what a data source task adds in Python.
+JSON bytes) and the two measurements are a ``df.write.format("s2")`` task (`S2BatchWriter.write`: the
+insert encoder on each batch, then `write_partition`; an ``S2Writer`` task does the same) and ``frame``,
+`write_partition` of the frame that encoder makes, encoded before the clock starts: their difference is what
+encoding costs a task.
 
 Reported per path: this process's CPU (the Python worker's share: frame input, chunking, encoding,
 session I/O), split into the task's thread (frame input, chunking, serializing) and the event loop's
@@ -47,14 +47,14 @@ from s2_sdk._client import Connection
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
-from s2_sink._exactly_once.task import Tagger
+from s2_sink._exactly_once.task_hooks import Tagger
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._writer import S2BatchWriter
+from s2_sink.datasource._spark_writers import S2BatchWriter
 from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
 from s2_sink.testing import fresh_basin
 
@@ -64,7 +64,7 @@ __all__ = ["main"]
 def _batches(rows: int, batch: int, with_headers: bool, flat: bool = False) -> list[pa.RecordBatch]:
     body, headers = _frame(rows, with_headers=with_headers)
     columns: dict[str, pa.Array] = {BODY: body}
-    if headers is not None and flat:  # the changelog's flat form, as S2Writer ships it from the JVM
+    if headers is not None and flat:  # the changelog's flat form, as the writers encode it
         values = headers.flatten().field("value")
         columns |= {KEY: values[0::2], ACTION: values[1::2]}
     elif headers is not None:
@@ -85,9 +85,31 @@ _ROWS_SCHEMA = StructType(
 )
 
 
-def _rows(rows: int, batch: int) -> list[pa.RecordBatch]:
-    """The harness's rows (`benchmarks._data.shape`), built in Arrow as Spark hands them to a task."""
+_WIDE_SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("user_id", LongType()),
+        StructField("source", StringType()),
+        StructField("ts", TimestampType()),
+        StructField("digest", StringType()),
+    ]
+)
+
+
+def _rows(rows: int, batch: int, data: str = "events") -> list[pa.RecordBatch]:
+    """The harness's rows (`benchmarks._data.shape`, or `.wide`), in Arrow as Spark hands them to a task."""
     ids = range(rows)
+    if data == "wide":
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "user_id": pa.array([i % 100_000 for i in ids], pa.int64()),
+                "source": ["web-checkout"] * rows,
+                "ts": pa.array([1_700_000_000_000_000 + i * 1013 for i in ids], pa.timestamp("us", tz="UTC")),
+                "digest": [hashlib.sha256(str(i).encode()).hexdigest() for i in ids],
+            }
+        )
+        return table.to_batches(batch)  # type: ignore[no-any-return]
     table = pa.table(
         {
             "id": pa.array(ids, pa.int64()),
@@ -168,20 +190,19 @@ def _timed(write: Callable[[], object], n: int, lite: LiteProcess) -> dict[str, 
     }
 
 
-def _config(lite: LiteProcess, *, bulk: bool) -> S2Config:
+def _config(lite: LiteProcess) -> S2Config:
     return S2Config(
         basin=fresh_basin(lite.endpoint, token="bench"),
         stream="w",
         access_token="bench",
         account_endpoint=lite.endpoint,
         basin_endpoint=lite.endpoint,
-        bulk_append=bulk,
     )
 
 
-def _measure(lite: LiteProcess, batches: list[pa.RecordBatch], *, bulk: bool, tags: bool) -> dict[str, Any]:
+def _measure(lite: LiteProcess, batches: list[pa.RecordBatch], *, tags: bool) -> dict[str, Any]:
     plan = WritePlan(
-        cfg=_config(lite, bulk=bulk),
+        cfg=_config(lite),
         batch_id=0,
         stream="w",
         chunk_tagger=Tagger("bench", 1) if tags else None,
@@ -192,35 +213,32 @@ def _measure(lite: LiteProcess, batches: list[pa.RecordBatch], *, bulk: bool, ta
     return _timed(lambda: write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0)), n, lite)
 
 
-def _datasource_writer(lite: LiteProcess) -> S2BatchWriter:
-    cfg = _config(lite, bulk=True)
+def _datasource_writer(lite: LiteProcess, schema: StructType, upsert: bool) -> S2BatchWriter:
+    cfg = _config(lite)
     options = {
         "s2.basin": cfg.basin,
         "s2.stream": "w",
         "s2.auth-token": "bench",
         "s2.endpoints.account": lite.endpoint,
         "s2.endpoints.basin": lite.endpoint,
-        "sink.bulk-append": "true",
     }
-    writer = S2DataSource(options).writer(_ROWS_SCHEMA, overwrite=False)
+    if upsert:
+        options |= {"s2.format": "upsert", "s2.key-columns": "id"}
+    writer = S2DataSource(options).writer(schema, overwrite=False)
     assert isinstance(writer, S2BatchWriter)
     return writer
 
 
-def _measure_datasource(lite: LiteProcess, rows: list[pa.RecordBatch]) -> dict[str, dict[str, Any]]:
-    """A data source task on `rows`, and `write_partition` of the frame its encoder makes of them."""
-    writer = _datasource_writer(lite)
+def _measure_datasource(
+    lite: LiteProcess, rows: list[pa.RecordBatch], schema: StructType, upsert: bool
+) -> dict[str, dict[str, Any]]:
+    """A data source task on `rows`, and `write_partition` of the frames its encoding makes of them."""
+    writer = _datasource_writer(lite, schema, upsert)
     writer.write(iter(rows[:1]))  # warm up the client and the encoder
     n = sum(b.num_rows for b in rows)
     out = {"datasource": _timed(lambda: writer.write(iter(rows)), n, lite)}
-    opts = writer._opts  # the same encoder and plan as the task
-    routing = opts.spec.routing
-    frame = [
-        opts.encoder.encode_arrow(
-            b, schema=_ROWS_SCHEMA, keep=routing.source_columns(), exclude=routing.body_exclusions()
-        )
-        for b in rows
-    ]
+    opts = writer._opts  # the same encoding and plan as the task
+    frame = list(opts.encoding(schema).frames(rows))
     plan = opts.spec.plan(0)
     out["frame"] = _timed(lambda: write_partition(plan, frame, PartitionContext(1, 0, 0, 0, 0)), n, lite)
     return out
@@ -241,6 +259,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help='a format("s2") task on five raw columns vs write_partition of their encoded frame',
     )
     parser.add_argument(
+        "--data",
+        choices=("events", "wide"),
+        default="events",
+        help="with --datasource: the harness's rows (events) or the wide ones (benchmarks._data.wide)",
+    )
+    parser.add_argument("--upsert", action="store_true", help="with --datasource: the upsert encoder, key id")
+    parser.add_argument(
         "--counts",
         action="store_true",
         help="also count loop callbacks, hops and sender writes per 1000 records",
@@ -252,14 +277,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         with lite_process() as lite:
             if args.datasource:
-                out.update(_measure_datasource(lite, _rows(args.rows, args.batch)))
+                schema = _WIDE_SCHEMA if args.data == "wide" else _ROWS_SCHEMA
+                rows = _rows(args.rows, args.batch, args.data)
+                out.update(_measure_datasource(lite, rows, schema, args.upsert))
                 for name in ("datasource", "frame"):
                     print(f"{name:>10}: {out[name]}")
             else:
                 batches = _batches(args.rows, args.batch, args.headers, args.flat)
-                for name, bulk in (("bulk", True), ("records", False)):
-                    out[name] = _measure(lite, batches, bulk=bulk, tags=args.exactly_once_tags)
-                    print(f"{name:>7}: {out[name]}")
+                out["bulk"] = _measure(lite, batches, tags=args.exactly_once_tags)
+                print(f"   bulk: {out['bulk']}")
     finally:
         _runtime.run(get_pool().close_all())
     print(json.dumps(out))

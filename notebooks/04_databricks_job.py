@@ -20,7 +20,7 @@
 # MAGIC 2. Upload it to a Unity Catalog volume (or workspace files), e.g. `databricks fs cp
 # MAGIC    dist/s2_sink-0.1.0-py3-none-any.whl dbfs:/Volumes/main/default/libs/`.
 # MAGIC 3. Attach, in this order, the pinned dependencies of `examples/databricks/requirements.txt` (PyPI
-# MAGIC    libraries: `s2-sdk`, `protobuf` 6, `httpx`, `orjson`, `xxhash`, `mmh3`) and then the wheel (`whl`), as
+# MAGIC    libraries: `s2-sdk`, `protobuf` 6, `httpx`, `orjson`, `xxhash`) and then the wheel (`whl`), as
 # MAGIC    the job definition below does; or in a notebook, one `%pip install` of the pins and then
 # MAGIC    `/Volumes/.../s2_sink-...whl` (docs/databricks.md). s2-sink does not depend on pyspark: the runtime's
 # MAGIC    own `pyspark`, `pyarrow`, `numpy` and `pandas` stay as they are.
@@ -52,7 +52,6 @@
 # MAGIC       - pypi: {package: httpx==0.28.1}
 # MAGIC       - pypi: {package: orjson==3.13.0}
 # MAGIC       - pypi: {package: xxhash==4.1.0}
-# MAGIC       - pypi: {package: mmh3==5.3.1}
 # MAGIC       - whl: /Volumes/main/default/libs/s2_sink-0.1.0-py3-none-any.whl
 # MAGIC     new_cluster: {spark_version: "15.4.x-scala2.12", num_workers: 2, node_type_id: "i3.xlarge"}
 # MAGIC ```

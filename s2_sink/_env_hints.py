@@ -44,7 +44,7 @@ def driver_only_vars(spark: Any) -> list[str]:
         sc = spark.sparkContext
         jvm_env = sc._jvm.System.getenv()
         executor_env = dict(sc.environment)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext; any failure means "cannot tell"
+    except AttributeError:  # Spark Connect: no SparkContext (PySparkAttributeError); no JVM here: none
         return []
     return [
         name

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 
-__all__ = ["INSTALL_HINT", "needs_pyspark"]
+__all__ = ["INSTALL_HINT", "needs_pyspark", "spark_errors"]
 
 INSTALL_HINT = (
     "for a local Spark, pip install 's2-sink[spark]'; on Databricks or another platform that ships Spark, "
@@ -31,3 +32,17 @@ def needs_pyspark(what: str) -> Iterator[None]:
         raise ModuleNotFoundError(
             f"{what} needs pyspark, which is not installed: {INSTALL_HINT}", name="pyspark"
         ) from exc
+
+
+@cache
+def spark_errors() -> tuple[type[Exception], ...]:
+    """What a failed call into Spark raises: PySpark's errors (a Spark Connect RPC's, a JVM error classic
+    PySpark converts), and py4j's (a JVM error it does not convert, a method the gateway refuses or lacks,
+    a lost gateway). A Connect-only install has no py4j. Called where pyspark is already in use."""
+    from pyspark.errors import PySparkException  # noqa: PLC0415 - pyspark is an extra
+
+    try:
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
+    except ImportError:
+        return (PySparkException,)
+    return (PySparkException, Py4JError)

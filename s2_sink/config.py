@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from s2_sink._env_hints import missing_token
-from s2_sink._options import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
+from s2_sink._option_map import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
 from s2_sink._stream_names import shown, stream_name_problem
 from s2_sink.errors import ConfigError
 
@@ -140,15 +140,6 @@ class S2Config:
     create_streams: bool = False
     """Create missing target streams before writing to them (a create: a stream that exists keeps its
     config). Default ``False``: a missing stream fails the batch. Option ``s2.create-streams``."""
-
-    bulk_append: bool = True
-    """Encode appends straight from the Arrow record frame into protobuf bytes and send them on S2S
-    sessions of their own (no SDK record per row). ``False`` = the SDK's record path. Default ``True``.
-    Option ``sink.bulk-append``."""
-
-    session_idle_timeout_ms: int = 60_000
-    """An executor closes a pooled client and its sessions after this many idle ms (1000-3600000). Default
-    60000. Option ``sink.session.idle-timeout``."""
 
     write_parallelism: WriteParallelism = "auto"
     """How many tasks write a ``foreachBatch`` micro-batch: ``"auto"`` sizes it to the batch and the cores
@@ -302,8 +293,6 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
     "s2.allow-insecure-http": ("allow_insecure_http", parse_bool),
     "s2.create-streams": ("create_streams", parse_bool),
     "sink.requests.max-inflight-bytes": ("max_inflight_bytes", _size_bytes),
-    "sink.session.idle-timeout": ("session_idle_timeout_ms", _duration_ms),
-    "sink.bulk-append": ("bulk_append", parse_bool),
     "sink.write-parallelism": ("write_parallelism", parse_write_parallelism),
     "sink.driver-write.max-rows": ("driver_write_max_rows", _int),
     "sink.driver-write.max-bytes": ("driver_write_max_bytes", _size_bytes),
@@ -312,8 +301,9 @@ _OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
 _REMOVED: Final[dict[str, str]] = {
     "s2.session-retries": "a failed append session is retried until s2.delivery-timeout-ms passes without "
     "an acknowledgement; set that option instead",
+    "sink.session.idle-timeout": "append sessions are no longer pooled between tasks; drop it",
 }
-"""Options of earlier versions, refused with what replaces them."""
+"""Options of earlier releases that are gone, refused with why and what to do rather than as unknown."""
 
 OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}
 """Option key -> S2Config field name, for every key `S2Config.from_options` accepts."""
@@ -444,7 +434,6 @@ def _validate(cfg: S2Config) -> None:
     _check_range(cfg, "max_inflight_bytes", ONE_MIB, None)
     _check_range(cfg, "request_timeout_ms", 100, 600_000)
     _check_range(cfg, "connect_timeout_ms", 100, 600_000)
-    _check_range(cfg, "session_idle_timeout_ms", 1000, 3_600_000)
     _check_range(cfg, "driver_write_max_rows", 0, None)
     _check_range(cfg, "driver_write_max_bytes", 0, None)
     parse_write_parallelism("write_parallelism (sink.write-parallelism)", cfg.write_parallelism)

@@ -2,16 +2,17 @@
 
 Per micro-batch, on the driver:
 
-1. the encoder projects the batch into the record frame (JVM-side, Spark Connect compatible), the
-   routing rule adds the target-stream column, and ``on_error="dlq"`` adds the original payload of
-   rows that cannot be encoded;
+1. the batch is narrowed to the columns the encoder reads (with the target stream Spark computes for
+   column and template routing) and validated once per schema; the encoding itself (`FrameEncoding`: the
+   encoder's Arrow kernels, shard routing, a bad row's payload under ``on_error="dlq"``) runs where the
+   rows are written, as it does for ``format("s2")``;
 2. the delivery mode turns the batch into a `WritePlan` from the session's facts alone (exactly-once adds
-   fencing, chunk tags and a recovery hook, and may skip a batch or ask for a replay's recovery layout,
-   which the writer applies to the frame: `repartition_for_recovery`);
-3. a small batch (``sink.driver-write.*``) is collected as Arrow and written from the driver process as
-   one partition (`s2_sink._write.driver.driver_write`); any other is narrowed to the number of write
-   tasks the batch warrants (`s2_sink._write.driver.sizing`) and one ``mapInArrow`` job appends every
-   partition through the executors' pooled sessions and returns small result rows;
+   fencing, chunk tags and a recovery hook, and may skip a batch or ask for a replay's recovery layout);
+3. a small batch (``sink.driver-write.*``) is collected as Arrow, encoded and written from the driver
+   process (`s2_sink._write.driver.driver_write`); any other is narrowed to the number of write tasks the
+   batch warrants (`s2_sink._write.driver.sizing`) and one ``mapInArrow`` job encodes and appends every
+   partition through the executors' warm clients and returns small result rows (a batch that needs a
+   layout first, `S2Writer._write_in_tasks`, is encoded in one stage and appended in a second);
 4. the delivery mode commits, and the metrics are aggregated, kept, logged and passed to ``on_metrics``.
 
 The writer is a plain picklable object: under Spark Connect ``foreachBatch`` pickles it to the
@@ -29,11 +30,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from s2_sink._exactly_once.identity import session_facts
-from s2_sink._exactly_once.recovery_layout import repartition_for_recovery
-from s2_sink._options import WriteParallelism, parse_write_parallelism
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
+from s2_sink._option_map import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.session_pool import get_pool
@@ -43,15 +44,15 @@ from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.driver.sizing import FrameShape, frame_shape, narrow, size_estimate, write_tasks
-from s2_sink._write.plan import OnError
-from s2_sink._write.spec import KEYWORDS, PAYLOAD_COLUMN, Delivery, WriteSpec
+from s2_sink._write.frame_encoding import PLACE, FrameEncoding
+from s2_sink._write.spec import KEYWORDS, Delivery, WriteSpec
 from s2_sink._write.task.partition_writer import map_partition
 from s2_sink._write.task.results import RESULT_DDL
+from s2_sink._write.write_plan import OnError
 from s2_sink.config import S2Config
-from s2_sink.encoders import _jvm
-from s2_sink.encoders._base import FrameRecipe
-from s2_sink.encoders._change_order import ORDER, order_struct, sort_changes
-from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP, TYPE_DDL
+from s2_sink.encoders._change_order import ORDER, col, compact_changes, order_struct, sort_changes
+from s2_sink.encoders._column_checks import check_json_type
+from s2_sink.encoders._frame import BODY, KEY
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
@@ -61,9 +62,8 @@ __all__ = ["Delivery", "S2Writer"]
 
 log = logging.getLogger(__name__)
 
-_FRAME_TYPES = {col: ddl for col, ddl in TYPE_DDL.items() if col != BODY}
-_FRAME_MEMOS = 8
-"""Schemas whose frame projection a writer keeps (a query's batches share one)."""
+_MEMOS = 8
+"""Schemas whose column selection a writer keeps (a query's batches share one)."""
 
 
 class S2Writer:
@@ -164,14 +164,14 @@ class S2Writer:
         )
         self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
         self.last_metrics: BatchMetrics | None = None
-        self._frames: dict[str, _FrameMemo] = {}
+        self._memos: dict[str, _RowsMemo] = {}
         self._likely_big: bool | None = None
         """Whether the last batch written was over the driver-write limits (the next one then skips the
         probe); None before the first."""
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark columns are handles on the session that built them: a pickled copy builds its own.
-        return {**self.__dict__, "_frames": {}}
+        return {**self.__dict__, "_memos": {}}
 
     @property
     def cfg(self) -> S2Config:
@@ -211,35 +211,29 @@ class S2Writer:
         if self._preflight_pending:  # once per writer object, before the first batch's tasks
             preflight_write(self.cfg, self.spec.streams_to_create(), what="S2Writer")
             self._preflight_pending = False
-        frame = self.frame(batch_df)
+        rows_df, encoding = self.rows(batch_df)
         # The optimizer's estimate costs a planning pass: asked before the probe only when no earlier batch
         # says whether the batches run small, else only to size a write stage.
         estimated = self._likely_big is not False
-        size = size_estimate(frame) if estimated else None
-        ordered = self.encoder is not None and bool(self.encoder.change_order)
+        size = size_estimate(rows_df) if estimated else None
         likely_big = bool(self._likely_big)
-        with probe_small(frame, self.cfg, size, ordered=ordered, likely_big=likely_big) as (frame, small):
+        with probe_small(rows_df, self.cfg, size, likely_big=likely_big) as small:
             if small is None and not estimated:
-                size = size_estimate(frame)
-            shape = None if small is not None else frame_shape(frame, size)
+                size = size_estimate(rows_df)
+            shape = None if small is not None else frame_shape(rows_df, size)
             tasks = 1 if shape is None else write_tasks(shape, self.write_parallelism)
-            prepared = self._prepare(batch_id, frame, tasks)
-            if prepared is None:  # the ledger has this batch (logged there)
+            session = session_facts(rows_df.sparkSession) if self.spec.exactly_once else None
+            job = self.mode.prepare(batch_id, session)
+            if job is None:  # the ledger has this batch (logged there)
                 self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
                 return
-            job, to_write = prepared
             self._create_known_streams()
             try:
                 if small is not None:
-                    rows = write_on_driver(job, to_write, small)
+                    rows = write_on_driver(job, encoding, small)
                 else:
                     assert shape is not None
-                    rows = [
-                        r.asDict()
-                        for r in self._laid_out(job, to_write, shape, tasks)
-                        .mapInArrow(map_partition(job.plan), RESULT_DDL)
-                        .collect()
-                    ]
+                    rows = self._write_in_tasks(job, rows_df, encoding, shape, tasks)
             except S2SinkError:
                 raise
             except Exception as exc:
@@ -251,97 +245,75 @@ class S2Writer:
         self.mode.commit(job, metrics)
         self._publish(metrics)
 
-    def _prepare(self, batch_id: int, frame: DataFrame, tasks: int) -> tuple[BatchJob, DataFrame] | None:
-        """The delivery mode's job for the batch and the frame to write it from (a replay's laid out by
-        record content in `tasks` partitions), or None when the batch is not written again."""
-        session = session_facts(frame.sparkSession) if self.spec.exactly_once else None
-        job = self.mode.prepare(batch_id, session)
-        if job is None:
-            return None
+    def _write_in_tasks(
+        self, job: BatchJob, rows_df: DataFrame, encoding: FrameEncoding, shape: FrameShape, tasks: int
+    ) -> list[dict[str, Any]]:
+        """The batch written by `tasks` Spark tasks, each encoding and appending its rows; the result rows.
+
+        One ``mapInArrow`` stage does both unless the batch needs a layout first (`laid_out`): a replay's
+        by record content, an ordered changelog's by (stream, key), a compaction across the batch."""
+        encoder = encoding.encoder
+        by_key = self.partition_by_key or bool(encoder is not None and encoder.change_order)
+        if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
+            narrowed = narrow(rows_df, shape, tasks)
+            return _collect(narrowed.mapInArrow(map_partition(job.plan, encoding), RESULT_DDL))
         if job.recovery_layout:
-            frame, layout = repartition_for_recovery(frame, tasks)
-            job = job.laid_out(layout)
-        return job, frame
+            layout = RecoveryLayout.of(rows_df.sparkSession, tasks, routed=self.routing.routed)
+            encoding, job = encoding.laid_out(layout), job.laid_out(layout)
+        frame = laid_out(rows_df, encoding, tasks=tasks, by_key=by_key, shape=shape)
+        return _collect(frame.mapInArrow(map_partition(job.plan), RESULT_DDL))
 
-    def _laid_out(self, job: BatchJob, frame: DataFrame, shape: FrameShape, tasks: int) -> DataFrame:
-        """The job's frame in `tasks` write tasks: by (stream, key) for ordered upserts, else narrowed."""
-        out = frame
-        if not job.plan.fixed_layout:  # a replay's layout wins
-            if self.partition_by_key or ORDER in out.columns:
-                keys = [STREAM_COLUMN, KEY] if self.routing.routed else [KEY]
-                out = out.repartition(tasks, *keys)
-            else:
-                out = narrow(out, shape, tasks)
-        # Every change of a (stream, key) is in one task now: sort them into change order (a replay's
-        # layout sorted them already and dropped the column).
-        return sort_changes(out)
+    def rows(self, batch_df: DataFrame) -> tuple[DataFrame, FrameEncoding]:
+        """What the tasks are handed for `batch_df` (the columns the encoder reads, and the target stream
+        Spark computes for column and template routing) and how they encode it. Validates the schema
+        (ConfigError).
 
-    def frame(self, batch_df: DataFrame) -> DataFrame:
-        """The record frame to write for `batch_df`: frame columns, plus the target stream when routed
-        and the original payload under ``on_error="dlq"``. Validates the schema (ConfigError).
-
-        Built once per schema (`_FrameMemo`): a micro-batch of a schema seen before is projected with the
-        column expressions built for it, the same expressions by name, validated then."""
+        Built once per schema (`_RowsMemo`): a micro-batch of a schema seen before is selected with the
+        column expressions built for it (in classic Spark each column built from Python is a round trip to
+        the JVM)."""
         schema: StructType = batch_df.schema
         key = schema.json()
-        memo = self._frames.get(key)
-        if memo is not None:
-            return memo.apply(batch_df)
-        frame, memo = self._build_frame(batch_df, schema)
-        if memo is not None:
-            if len(self._frames) >= _FRAME_MEMOS:
-                self._frames.clear()
-            self._frames[key] = memo
-        return frame
+        memo = self._memos.get(key)
+        if memo is None:
+            memo = self._build_rows(batch_df, schema)
+            if len(self._memos) >= _MEMOS:
+                self._memos.clear()
+            self._memos[key] = memo
+        return memo.apply(batch_df), memo.encoding
 
-    def _build_frame(self, batch_df: DataFrame, schema: StructType) -> tuple[DataFrame, _FrameMemo | None]:
-        """`frame` built from scratch, and its memo when it can be replayed on other batches."""
+    def _build_rows(self, batch_df: DataFrame, schema: StructType) -> _RowsMemo:
         self.routing.validate(schema)
         names = schema.fieldNames()
-        keep = list(self.routing.source_columns())
-        if self.on_error == "dlq":
-            keep += [c for c in names if c not in keep]
-        order = self.encoder.change_order if self.encoder is not None else ()
-        keep += [c for c in order if c not in keep]
-        recipe: FrameRecipe | None = None
-        frame: DataFrame | None
-        if self.encoder is None and BODY in names:
-            frame = batch_df
-            for col, ddl in _FRAME_TYPES.items():
-                if col not in names:
-                    frame = frame.withColumn(col, F.lit(None).cast(ddl))
-            with_headers = HEADERS in names
-            columns = frame.columns
+        encoder = self.encoder
+        if encoder is None and BODY not in names:
+            encoder = _default_encoder()
+        exclude = self.routing.body_exclusions()
+        order = encoder.change_order if encoder is not None else ()
+        if encoder is not None:
+            encoder.validate(schema, keep=[*self.routing.source_columns(), *order], exclude=exclude)
+            read = encoder.input_columns(schema, exclude)
         else:
-            encoder = self.encoder if self.encoder is not None else _default_encoder()
-            # The upsert changelog ships flat (_s2_key, _s2_action): an array of header structs per row
-            # costs the JVM (building it, converting it to Arrow) more than the key JSON itself.
-            exclude = self.routing.body_exclusions()
-            recipe = encoder.recipe(batch_df, keep=keep, exclude=exclude, flat_changelog=True)
-            if recipe is not None:
-                frame, columns = None, list(recipe.names)
-            else:  # a compacting projection: built for each batch
-                frame = encoder.project(batch_df, keep=keep, exclude=exclude, flat_changelog=True)
-                columns = frame.columns
-            with_headers = encoder.emits_headers
-            if ACTION in columns:  # only the rows' own headers are left in _s2_headers
-                with_headers = encoder.headers_column is not None
-        # A frame without the headers column means "no headers" to the partition writer; shipping a null
-        # array<struct> column through Arrow costs the JVM more than the body itself (~15 us of CPU per row).
-        wanted = frame_columns(with_headers, ACTION in columns)
-        cols = [F.col(c) for c in wanted]
-        if self.routing.routed:
-            cols.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
-        if order:
-            cols.append(order_struct(order).alias(ORDER))
-        if self.on_error == "dlq":
-            row_json = F.to_json(F.struct(*[_jvm.col(c) for c in names])).cast("binary")
-            cols.append(F.when(F.col(ERROR).isNotNull(), row_json).alias(PAYLOAD_COLUMN))
-        if recipe is None:
-            assert frame is not None
-            return frame.select(*cols), None
-        memo = _FrameMemo.of(recipe, cols, wanted)
-        return memo.apply(batch_df), memo
+            read = list(names)
+        shipped = [c for c in names if c in {*read, *order}]
+        if self.on_error == "dlq":  # a dead letter's body is the whole input row, as JSON
+            shipped = [c for c in names if c in shipped or _json_typed(schema[c].dataType)]
+        _check_case_clashes(batch_df, schema, shipped)
+        columns = [col(c) for c in shipped]
+        if self.routing.routed and self.routing.kind != "shards":  # Spark's text of any column type
+            columns.append(self.routing.expr(KEY, BODY).alias(STREAM_COLUMN))
+        fields = [schema[c] for c in shipped]
+        if len(columns) > len(shipped):
+            fields.append(StructField(STREAM_COLUMN, StringType()))
+        whole = [f.name for f in fields] == names  # every column, in order: no select needed
+        encoding = FrameEncoding(
+            encoder,
+            StructType(fields),
+            self.routing,
+            keep=order,
+            payload=self.on_error == "dlq",
+            arranged=False,
+        )
+        return _RowsMemo(None if whole else columns, encoding)
 
     def _create_known_streams(self) -> None:
         if not self.cfg.create_streams:
@@ -358,38 +330,68 @@ class S2Writer:
             self.on_metrics(metrics)
 
 
-class _FrameMemo(NamedTuple):
-    """How `S2Writer.frame` projects every batch of one schema: the encoder's recipe, then the writer's
-    select (routing target, change order, dead-letter payload), all by column name."""
+class _RowsMemo(NamedTuple):
+    """How `S2Writer.rows` selects and encodes every batch of one schema."""
 
-    recipe: FrameRecipe
     columns: list[Column] | None
-    """None: the recipe's columns are the frame."""
-
-    @classmethod
-    def of(cls, recipe: FrameRecipe, columns: list[Column], wanted: tuple[str, ...]) -> _FrameMemo:
-        """The memo of the encoder's `recipe` followed by the writer's `columns`, of which the first are
-        the frame columns `wanted`: the recipe alone, narrowed to them, when they are all (each select
-        costs Spark an analysis of the plan)."""
-        if len(columns) > len(wanted):
-            return cls(recipe, columns)
-        picked = [(c, n) for c, n in zip(recipe.columns, recipe.names, strict=True) if n in wanted]
-        return cls(FrameRecipe(recipe.where, [c for c, _ in picked], tuple(n for _, n in picked)), None)
+    """The select that makes the rows shipped to the tasks; None: the batch as it is."""
+    encoding: FrameEncoding
 
     def apply(self, batch_df: DataFrame) -> DataFrame:
-        frame = self.recipe.apply(batch_df)
-        return frame if self.columns is None else frame.select(*self.columns)
+        return batch_df if self.columns is None else batch_df.select(*self.columns)
 
 
-def frame_columns(with_headers: bool, with_action: bool) -> tuple[str, ...]:
-    """The record frame's own columns, in order, as the writer ships them."""
-    return (
-        BODY,
-        *([HEADERS] if with_headers else []),
-        TIMESTAMP,
-        KEY,
-        ERROR,
-        *([ACTION] if with_action else []),
+def laid_out(
+    rows_df: DataFrame, encoding: FrameEncoding, *, tasks: int, by_key: bool, shape: FrameShape | None = None
+) -> DataFrame:
+    """The record frames of `rows_df` laid out for `tasks` write tasks, by Spark: encoded in a first,
+    narrow stage (each task the rows of one input partition, in input order), compacted across the batch
+    (``compact=True``), then placed by a replay's placement keys (`FrameEncoding.layout`), else by
+    (stream, key) when `by_key`, else narrowed; each task's changes sorted into change order."""
+    encoder = encoding.encoder
+    order = encoder.change_order if encoder is not None else ()
+    frame = rows_df.mapInArrow(encoding.map_fn(), encoding.frame_schema())
+    if getattr(encoder, "compact", False):
+        frame = compact_changes(frame, order)
+    if encoding.layout is not None:  # a replay's layout wins
+        frame = frame.repartition(tasks, F.col(PLACE))
+    elif by_key:
+        frame = frame.repartition(tasks, *([STREAM_COLUMN] if encoding.routing.routed else []), KEY)
+    elif shape is not None:
+        frame = narrow(frame, shape, tasks)
+    if order:  # every change of a (stream, key) is in one task now: sort them into change order
+        frame = sort_changes(frame.withColumn(ORDER, order_struct(order)))
+    return frame
+
+
+def _collect(results: DataFrame) -> list[dict[str, Any]]:
+    return [r.asDict() for r in results.collect()]
+
+
+def _json_typed(dtype: DataType) -> bool:
+    """Whether a column of `dtype` has a JSON mapping (a dead letter's payload leaves the others out)."""
+    try:
+        check_json_type(dtype, "payload")
+    except ConfigError:
+        return False
+    return True
+
+
+def _check_case_clashes(df: DataFrame, schema: StructType, selected: list[str]) -> None:
+    """ConfigError for a selected column whose name differs only in case from another's: Spark resolves it
+    as ambiguous unless ``spark.sql.caseSensitive`` is on (the session is asked only when there is one)."""
+    first: dict[str, str] = {}
+    for name in schema.fieldNames():
+        first.setdefault(name.lower(), name)
+    picked = set(selected)
+    clashes = [(first[n.lower()], n) for n in schema.fieldNames() if first[n.lower()] != n]
+    clashes = [(a, b) for a, b in clashes if a in picked or b in picked]
+    if not clashes or str(df.sparkSession.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return
+    pairs = ", ".join(f"{a!r} and {b!r}" for a, b in clashes)
+    raise ConfigError(
+        f"columns {pairs} differ only in case: Spark resolves them as one ambiguous column while "
+        "spark.sql.caseSensitive is false; rename one of them (or set spark.sql.caseSensitive=true)"
     )
 
 

@@ -2,7 +2,7 @@
 
 A format("s2") driver runs in a long-lived Python worker and opens its ledger once per micro-batch; the
 create-if-missing call is needed once per process, not once per batch. (Sign-in registers are created by
-the first task that finds one missing, `roll_call`.)
+the first task that finds one missing, `sign_in_registers`.)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ flight refuses the changes its replay could not recover. Happy path I/O: two con
 per micro-batch (an
 ``intent`` before its tasks start, the ``commit`` after they finished); a run
 additionally reads the ledger tail once, appends its ``open`` record and fences the static target
-streams once. The tasks sign in to their partitions' registers (`roll_call`); the driver does not.
+streams once. The tasks sign in to their partitions' registers (`sign_in_registers`); the driver does not.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from s2_sdk import S2ServerError
 
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.ends_cache import EndsRef
+from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch_plan, newest_tokens
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
-from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan, newest_tokens
-from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.shape import WriteShape, check_restart, shapes_of
+from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import is_stream_deleting

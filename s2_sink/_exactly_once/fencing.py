@@ -78,8 +78,8 @@ _B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 _MAX_ROUNDS: Final = 20
 
 Attendance = Callable[[], Awaitable[bool]]
-"""Whether the task attempt is still its partition's last sign-in (`roll_call.still_last`: FencedError if
-a later attempt signed in; False if the register cannot tell)."""
+"""Whether the task attempt is still its partition's last sign-in (`sign_in_registers.still_last`:
+FencedError if a later attempt signed in; False if the register cannot tell)."""
 
 
 def writer_hash(writer_id: str) -> str:

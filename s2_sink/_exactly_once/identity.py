@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlparse
 
-from pyspark.errors import PySparkException
-
+from s2_sink._pyspark import spark_errors
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -49,17 +48,7 @@ __all__ = [
 ]
 
 
-def _spark_errors() -> tuple[type[Exception], ...]:
-    """What a failed call into Spark raises: PySpark's errors (Spark Connect, captured JVM errors), and
-    py4j's when classic PySpark cannot reach its JVM (a Connect-only install has no py4j)."""
-    try:
-        from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
-    except ImportError:
-        return (PySparkException,)
-    return (PySparkException, Py4JError)
-
-
-_SPARK_ERRORS: Final = _spark_errors()
+_SPARK_ERRORS: Final = spark_errors()
 
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""

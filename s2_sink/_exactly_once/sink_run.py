@@ -43,11 +43,11 @@ from dataclasses import dataclass, replace
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.coordinator import Coordinator, check_identity
 from s2_sink._exactly_once.ends_cache import EndsRef
+from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
-from s2_sink._exactly_once.plan import EpochPlan, already_committed, epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall
 from s2_sink._exactly_once.shape import WriteShape, check_restart
+from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_renamed
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.retry import Patience, patiently
@@ -80,7 +80,7 @@ class SinkRun:
     after it: commit appends on top of them."""
     opened_tail: int = 0
     roll: RollCall | None = None
-    """Where the execution's task attempts sign in (`roll_call`); opened with the execution."""
+    """Where the execution's task attempts sign in (`sign_in_registers`); opened with the execution."""
     trust_partitioning: bool = False
     """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
 

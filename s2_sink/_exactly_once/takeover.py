@@ -45,8 +45,8 @@ from s2_sdk import S2Basin
 
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name, peek_all
-from s2_sink._exactly_once.roll_call import REGISTER_PREFIX
 from s2_sink._exactly_once.shape import WriteShape
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 

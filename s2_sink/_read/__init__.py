@@ -1,11 +1,12 @@
-"""Where reads happen: S2 read sessions, the planning of ranges, and read records turned into Spark rows.
+"""Where reads happen, by stage: planning (driver), the S2 reads (tasks), rows (formats).
 
 ``s2_sink.datasource`` is the thin Spark adapter over this package: it parses options and hands Spark the
-readers; everything it reads goes through here.
+readers; everything it plans or reads goes through here. Stages import only the ones below them:
 
-- `s2io`, `session`: S2 calls of the reader (listing, positions, range reads over an S2S read session).
-- `planner`, `offsets`, `partition`, `committed`, `byte_cap`, `lag`: which ranges a batch reads, driver side.
-- `task`: one read task's range, yielded as Arrow batches; `data_loss`: trimmed records on the way.
-- `formats`, `schemas`, `json_body`, `json_bulk`, `json_splice`, `kafka_columns`, `upsert_columns`,
-  `header_lookup`, `utf8_text`: record columns into the output schema's columns.
+- `read_options`: the reader options, parsed and validated on the driver.
+- `rows/`: record columns into the rows of each format (Arrow batches of the output schema).
+- `session`: a task's S2 reads: a range over an S2S read session, as record columns, gaps reported.
+- `planning/`: which streams, which ranges, where each micro-batch ends (offsets, caps, read-committed
+  ends, data loss and recreated streams, lag); its S2 lookups in `planning/lookups`.
+- `partition`: the unit of work, one range of one stream, and its read by one task (session -> rows).
 """

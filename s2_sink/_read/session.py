@@ -1,5 +1,6 @@
-"""An S2S read session that hands out its ``ReadBatch`` messages as record columns, a run of several at a time
-(`s2_sink._wire.read.run`).
+"""A read task's S2 reads: a range of one stream, read on an S2S read session that hands out its
+``ReadBatch`` messages as record columns, a run of several at a time (`s2_sink._wire.read.run`), with the
+records the range lost (trimmed or expired) reported as gaps.
 
 The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
 to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
@@ -26,15 +27,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Final
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from typing import Final, TypeVar
 
+import numpy as np
 import s2_sdk
 from h2.connection import H2Connection
 from h2.settings import SettingCodes
 
-from s2_sink._transport import h2_frame_text as _h2_frame_text
-from s2_sink._transport import sdk
+from s2_sink._transport import hyperframe_repr_patch, sdk
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import explain
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying
 from s2_sink._transport.sdk import (
     AdvisedReconnectLimiter,
@@ -47,14 +50,19 @@ from s2_sink._transport.sdk import (
     read_messages,
     requires_reconnect,
 )
-from s2_sink._wire.read.batch import RecordColumns
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._wire.read.record_columns import Positions, RecordColumns
 from s2_sink._wire.read.run import Arrival, ReadRun
+from s2_sink.config import S2Config
+from s2_sink.errors import ReadError
 
-__all__ = ["RUN_BYTES", "RUN_RECORDS", "read_columns"]
+__all__ = ["RUN_BYTES", "RUN_RECORDS", "missing", "read_columns", "read_error_words", "read_range_columns"]
 
 log = logging.getLogger(__name__)
 
-_h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
+_T = TypeVar("_T")
+
+hyperframe_repr_patch.install()  # h2 would hex-encode every DATA frame it receives (see that module)
 
 RUN_RECORDS: Final = 8192
 RUN_BYTES: Final = 8 * 1024 * 1024
@@ -171,3 +179,107 @@ def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
     if key is not None:
         headers[sdk.ENCRYPTION_KEY_HEADER] = key
     return headers
+
+
+def read_error_words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
+    """The failure in words for a ReadError (a read past the tail says so as the SDK does)."""
+    if isinstance(exc, s2_sdk.ReadUnwrittenError):
+        return str(exc)  # a position past the tail: callers look at the cause, it is no failure to explain
+    return explain(
+        exc, cfg, stream=stream, stream_fix="check s2.stream / s2.streams / s2.stream-prefix"
+    ).message
+
+
+async def _range_columns(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
+) -> AsyncGenerator[RecordColumns, None]:
+    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
+    expected = first
+    try:
+        patience = Patience.of(cfg)
+        async for batch in read_columns(
+            handle, first, stop - first, run_records=run_records, patience=patience
+        ):
+            for lo, hi in missing(batch.seq_nums, expected, stop):
+                on_gap(lo, hi)
+            expected = int(batch.seq_nums[-1]) + 1
+            # Trimmed records shift what the count covers: keep only [first, stop).
+            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
+            if len(kept):
+                yield kept
+            if expected >= stop:
+                return
+    except s2_sdk.ReadUnwrittenError:
+        # The start resolved to the tail: everything from ``expected`` on was trimmed.
+        pass
+    if expected < stop:
+        on_gap(expected, stop)
+
+
+def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
+    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
+    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
+    after[0] = expected
+    after[1:] = seq_nums[:-1] + np.uint64(1)
+    jumps = np.flatnonzero(seq_nums > after)
+    return [
+        (lo, min(hi, stop))
+        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
+        if lo < stop
+    ]
+
+
+async def _next(batches: AsyncGenerator[_T, None]) -> _T:
+    return await anext(batches)
+
+
+async def _close(batches: AsyncGenerator[_T, None]) -> None:
+    await batches.aclose()
+
+
+def _drive(
+    batches: AsyncGenerator[_T, None], cfg: S2Config, stream: str, first: int, stop: int
+) -> Iterator[_T]:
+    """Step ``batches`` on the shared loop from a synchronous caller, SDK errors as ReadError."""
+    try:
+        while True:
+            try:
+                batch = _runtime.run(_next(batches))
+            except StopAsyncIteration:
+                return
+            yield batch
+    except (s2_sdk.S2Error, TransportError) as exc:
+        raise ReadError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{read_error_words(exc, cfg, stream)}"
+        ) from exc
+    finally:
+        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
+        # async-generator hook closes ``batches`` once it is collected too.
+        if not _runtime.in_loop_thread():
+            _runtime.run(_close(batches))
+
+
+def read_range_columns(
+    cfg: S2Config,
+    stream: str,
+    first: int,
+    stop: int,
+    on_gap: Callable[[int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
+) -> Iterator[RecordColumns]:
+    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches of
+    record columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``.
+
+    ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
+    expired); it may raise to stop the read.
+
+    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
+    the session is still reading, and the session is closed however the caller stops iterating.
+    """
+    return _drive(
+        _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records), cfg, stream, first, stop
+    )

@@ -30,7 +30,7 @@ from typing import Final
 
 from s2_sdk import S2, S2Basin, S2Error, S2ServerError
 
-from s2_sink._options import OptionMap, parse_bool
+from s2_sink._option_map import OptionMap, parse_bool
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
 from s2_sink._transport.retry import Patience, patiently

@@ -3,8 +3,8 @@
 - `append/`: the append side. `fields`: the append messages' field keys and the small pieces every encoder
   joins; `headers`: a record's ``headers`` fields in bulk (its own, and leading ones such as ``@key``);
   `proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
-- `read/`: the read side. `batch`: serialized ``ReadBatch`` messages -> record columns; `run`: several of
-  them decoded together; `varints`: varints read at many positions at once.
+- `read/`: the read side. `record_columns`: serialized ``ReadBatch`` messages -> record columns; `run`:
+  several of them decoded together; `varints`: varints read at many positions at once.
 - shared: `layout` (vectorised protobuf field layout over numpy), `arrow_views` (numpy views of Arrow
   binary arrays, and arrays over numpy buffers), `arrow_calls` (Arrow kernels called without pandas).
 

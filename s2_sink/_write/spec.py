@@ -15,13 +15,13 @@ from s2_sink._exactly_once.identity import validate_writer_id
 from s2_sink._exactly_once.shape import WriteShape, describe_encoder
 from s2_sink._stream_names import shown, target_problem
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.plan import OnError, WritePlan
+from s2_sink._write.write_plan import OnError, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.encoders._frame import PAYLOAD
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
-    from s2_sink._exactly_once.plan import EpochPlan
+    from s2_sink._exactly_once.epoch_plan import EpochPlan
 
 __all__ = ["KEYWORDS", "OPTIONS", "PAYLOAD_COLUMN", "Delivery", "Spelling", "WriteSpec"]
 

@@ -18,7 +18,7 @@ from s2_sdk import S2Basin, StreamConfig
 
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
 from s2_sink.cli._connect import config_from, open_basin, run_io
 from s2_sink.cli._fences_cmd import read_fence
 from s2_sink.cli._output import iso_ms

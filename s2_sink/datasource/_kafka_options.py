@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from s2_sink._options import OptionMap
+from s2_sink._option_map import OptionMap
 from s2_sink.datasource._option_sides import OUR_PREFIXES
 from s2_sink.errors import ConfigError
 

@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Final, Literal
 
-from s2_sink._options import OptionMap
+from s2_sink._option_map import OptionMap
 from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
 from s2_sink.errors import ConfigError
 

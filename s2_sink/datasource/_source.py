@@ -14,9 +14,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from s2_sink._options import OptionMap
-from s2_sink._read import options as ro
-from s2_sink._read.schemas import check_schema, default_schema
+from s2_sink._option_map import OptionMap
+from s2_sink._read import read_options as ro
+from s2_sink._read.rows.schemas import check_schema, default_schema
 from s2_sink.config import S2Config
 from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._kafka_options import refuse_kafka_options
@@ -116,8 +116,8 @@ class S2DataSource(DataSource):
         return S2StreamReader(cfg, opts, schema)
 
     def _writer_options(self, schema: StructType, overwrite: bool, *, streaming: bool) -> WriteOptions:
+        from s2_sink.datasource._spark_writers import check_overwrite  # noqa: PLC0415
         from s2_sink.datasource._write_options import WRITE_KEYS, parse_write_options  # noqa: PLC0415
-        from s2_sink.datasource._writer import check_overwrite  # noqa: PLC0415
 
         check_overwrite(overwrite)
         check_side(self._opts, "write", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
@@ -134,14 +134,14 @@ class S2DataSource(DataSource):
         return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from s2_sink.datasource._writer import S2BatchWriter  # noqa: PLC0415
+        from s2_sink.datasource._spark_writers import S2BatchWriter  # noqa: PLC0415
 
         opts = self._writer_options(schema, overwrite, streaming=False)
         return S2BatchWriter(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         require_stream_arrow_writer()  # pyspark 4.0: refused here, on the driver, before options are read
-        from s2_sink.datasource._writer import S2StreamWriter, sink_identity  # noqa: PLC0415
+        from s2_sink.datasource._spark_writers import S2StreamWriter, sink_identity  # noqa: PLC0415
 
         opts = self._writer_options(schema, overwrite, streaming=True)
         identity = None

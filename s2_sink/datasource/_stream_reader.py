@@ -1,8 +1,5 @@
-"""``spark.readStream.format("s2")``: micro-batches over per-stream seq_num offsets.
-
-Offsets are ``{stream: next seq_num}`` plus each stream's creation time under the key ``""``
-(`_recreated`); the offset log in the checkpoint makes reading exactly-once: a restarted query replays a
-planned batch with the same offsets and continues after the last committed one.
+"""``spark.readStream.format("s2")``: Spark's streaming reader API over the micro-batch planning of
+`s2_sink._read.planning.micro_batches` (offsets, caps, data loss, read-committed, lag).
 
 Per-trigger limits, two Spark APIs:
 
@@ -16,58 +13,24 @@ Per-trigger limits, two Spark APIs:
   ``getDefaultReadLimit()``, or ``ReadAllAvailable`` when the trigger wants everything; and, because the
   reader is a ``SupportsTriggerAvailableNow``, ``prepareForTriggerAvailableNow()`` fixes the tails an
   AvailableNow run drains, in capped batches. ``reportLatestOffset()`` puts the tails into the query progress.
-
-Data loss: a position in the offset log can point below the first record still stored once retention or a
-trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
-``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
-discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
-are not counted as lost. A stream deleted and created again under the checkpoint is caught on the driver
-(`_recreated`: another creation time, or a tail below the checkpointed position) under the same option.
-
-Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
-AvailableNow run's target are capped by the ends of the writer's latest commit (`committed`), so a
-micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
-latest offset reported to the progress count up to those ends, not the tails.
-
-Lag: no released pyspark (up to 4.3) lets a Python source report custom metrics to
-``StreamingQueryProgress``; on 4.2+ the tails go into the progress as the source's ``latestOffset``, and on
-every version each planned batch logs the records between its end offset and the tail (``lag_records``) at
-INFO.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from s2_sink._read import s2io as _s2io
-from s2_sink._read.byte_cap import cap_bytes
-from s2_sink._read.committed import CommittedEnds
-from s2_sink._read.data_loss import LossPolicy
-from s2_sink._read.lag import lag_by_stream, lag_records
-from s2_sink._read.offsets import (
-    Offsets,
-    advance,
-    cap_committed_tails,
-    cap_total,
-    max_merge,
-    plan_ranges,
-)
-from s2_sink._read.options import OPT_STARTING_POSITION, ReadOptions
-from s2_sink._read.partition import S2Partition
-from s2_sink._read.planner import resolve_bound, resolve_streams, sorted_offsets
-from s2_sink._read.task import read_partition
+from s2_sink._read.partition import S2Partition, read_partition
+from s2_sink._read.planning.data_loss import LossPolicy
+from s2_sink._read.planning.micro_batches import MicroBatches
+from s2_sink._read.read_options import ReadOptions
 from s2_sink.config import S2Config
-from s2_sink.datasource._recreated import Epochs, join, recreated, refuse_or_warn, split
 
 __all__ = ["S2StreamReader"]
-
-log = logging.getLogger(__name__)
 
 
 def _available_now_mixin() -> type:
@@ -93,108 +56,14 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._cfg = cfg
         self._opts = opts
         self._schema = schema
-        # Driver-only planning state (lives as long as the query run; rebuilt from the offset log on restart).
-        self._initial: Offsets | None = None
-        self._frontier: Offsets | None = None
-        # First stored seq_num of streams that joined after the start (prefix reads); see partitions().
-        self._joined: Offsets = {}
-        self._last_lag: int | None = None
-        self._tails: Offsets | None = None  # what the last latestOffset saw, for reportLatestOffset
-        self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
-        self._epochs: Epochs = {}  # creation times of the streams the frontier was read from (_recreated)
-        self._restarts: Offsets = {}  # recreated streams: where their new incarnation starts
-        by = opts.committed_by
-        self._committed = CommittedEnds(cfg, by) if by is not None else None
-
-    def _committed_ends(self) -> Offsets | None:
-        """Read-committed: the writer's committed ends, taken before the tails they cap (see _committed)."""
-        return self._committed.fetch() if self._committed is not None else None
+        self._plan = MicroBatches(cfg, opts)
 
     def initialOffset(self) -> dict[str, object]:
-        initial = self._initial_positions()
-        return join(initial, self._epochs)
-
-    def _initial_positions(self) -> Offsets:
-        # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
-        if self._initial is None:
-            streams = resolve_streams(self._cfg, self._opts)
-            self._initial = resolve_bound(
-                self._cfg,
-                self._opts.start,
-                streams,
-                option=OPT_STARTING_POSITION,
-                stored_earliest=True,
-                committed=self._committed_ends(),
-            )
-            self._epochs = _s2io.stream_epochs(self._cfg, list(self._initial))
-            log.info("s2 source: initial offsets %s", self._initial)
-        self._frontier = max_merge(self._frontier or {}, self._initial)
-        return dict(self._initial)
+        return self._plan.initial()
 
     def latestOffset(self, start: dict[str, object] | None = None, limit: object = None) -> dict[str, object]:
-        if start is None:
-            # pyspark 4.1: no start offset, so caps apply from the tracked frontier.
-            frontier = self._frontier if self._frontier is not None else self._initial_positions()
-            was = dict(self._epochs)
-        else:
-            frontier, was = split(start)
-            was = {**self._epochs, **was}
         max_records, max_bytes = self._caps(limit)
-        prefix = self._opts.stream_prefix
-        # A prefix read's one listing names the streams and their creation times.
-        listed = _s2io.listed_epochs(self._cfg, prefix) if prefix is not None else None
-        streams = sorted(listed) if listed is not None else list(self._opts.streams)
-        committed = self._committed_ends()
-        # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
-        found = _s2io.tails(self._cfg, streams, missing_ok=prefix is not None)
-        if listed is not None:
-            now = {s: listed[s] for s in found if s in listed}
-        else:
-            now = _s2io.stream_epochs(self._cfg, list(found))
-        frontier = self._restart_recreated(frontier, was, now, found)
-        self._epochs.update(now)
-        found = cap_committed_tails(found, committed, fail=self._opts.fail_on_data_loss)
-        self._tails = sorted_offsets(found)
-        if self._available_now is not None:
-            # An AvailableNow run reads up to the tails it started with, and no stream created since.
-            found = {s: min(t, self._available_now[s]) for s, t in found.items() if s in self._available_now}
-        joined = [s for s in found if s not in frontier]
-        if joined:
-            # A stream new to the query is read from its first stored record: earlier ones are not a loss.
-            self._joined.update(_s2io.first_seqs(self._cfg, joined))
-            frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
-        target = advance(frontier, found)
-        end = cap_total(frontier, target, max_records)
-        if max_bytes is not None:
-            # Whichever cap comes first: measure bytes only within what the record cap allows.
-            end = cap_bytes(self._cfg, frontier, end, max_bytes)
-        end = sorted_offsets(end)
-        self._frontier = max_merge(self._frontier or {}, end)
-        self._log_lag(frontier, end, found)
-        return join(end, {**was, **now})
-
-    def _restart_recreated(self, frontier: Offsets, was: Epochs, now: Epochs, tails: Offsets) -> Offsets:
-        """The frontier with every recreated stream (see _recreated) moved to its new first record; fails
-        the query instead under s2.fail-on-data-loss=true."""
-        streams = recreated(frontier, was, now, tails)
-        if not streams:
-            return frontier
-        firsts = {} if self._opts.fail_on_data_loss else _s2io.first_seqs(self._cfg, streams)
-        for stream in streams:  # fails on the first one unless told to go on
-            refuse_or_warn(
-                self._cfg.basin,
-                stream,
-                position=frontier[stream],
-                tail=tails.get(stream),
-                was=was.get(stream),
-                now=now.get(stream),
-                fail=self._opts.fail_on_data_loss,
-                restart_at=firsts.get(stream),
-            )
-        self._restarts.update(firsts)
-        if self._frontier is not None:
-            self._frontier.update(firsts)  # max_merge would keep the old stream's higher position
-        return {**frontier, **firsts}
+        return self._plan.latest(start, max_records, max_bytes)
 
     def _caps(self, limit: object) -> tuple[int | None, int | None]:
         """(records, bytes) caps for a batch: the options', unless Spark asks for everything."""
@@ -216,54 +85,14 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
 
     def prepareForTriggerAvailableNow(self) -> None:
         """pyspark 4.2+, Trigger.AvailableNow: drain up to today's tails, in batches of the caps."""
-        streams = resolve_streams(self._cfg, self._opts)
-        committed = self._committed_ends()
-        tails = _s2io.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
-        self._available_now = cap_committed_tails(tails, committed, fail=self._opts.fail_on_data_loss)
-        log.info("s2 source: AvailableNow run reads up to %s", self._available_now)
+        self._plan.drain_to_tails()
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         """pyspark 4.2+: the tails seen last, shown as the source's latest offset in the query progress."""
-        return dict(self._tails) if self._tails is not None else None
-
-    def _log_lag(self, frontier: Offsets, end: Offsets, found: dict[str, int]) -> None:
-        planned = sum(end[s] - frontier.get(s, 0) for s in end)
-        lag = lag_records(end, found)
-        # An idle query asks every trigger: log when a batch is planned or the lag moved, not on every poll.
-        if planned or lag != self._last_lag:
-            log.info(
-                "s2 source: planned batch batch_records=%d lag_records=%d streams=%d lag_by_stream=%s",
-                planned,
-                lag,
-                len(found),
-                {s: n for s, n in lag_by_stream(end, found).items() if n},
-            )
-        self._last_lag = lag
+        return self._plan.tails_seen()
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
-        (begin, was), (stop, now) = split(start), split(end)
-        again = recreated(begin, was, now, stop)
-        if again:
-            # The batch in which a stream was found recreated reads the new one from its first record
-            # (looked up again when the batch is replayed after a restart).
-            unknown = [s for s in again if s not in self._restarts]
-            if unknown:
-                self._restarts.update(_s2io.first_seqs(self._cfg, unknown))
-            begin = {**begin, **{s: min(self._restarts[s], stop[s]) for s in again}}
-            if self._frontier is not None:
-                self._frontier.update({s: stop[s] for s in again})
-        self._frontier = max_merge(self._frontier or {}, stop)
-        self._epochs.update(now)
-        joined = [s for s in stop if s not in begin]
-        if joined:
-            # The previous end does not name a stream that joined in this batch: start it where latestOffset
-            # found its first stored record (looked up again after a restart).
-            unknown = [s for s in joined if s not in self._joined]
-            if unknown:
-                self._joined.update(_s2io.first_seqs(self._cfg, unknown))
-            begin = {**{s: min(self._joined[s], stop[s]) for s in joined}, **begin}
-        ranges = plan_ranges(begin, stop, self._opts.records_per_partition)
-        return [S2Partition(s, lo, hi) for s, lo, hi in ranges]
+        return [S2Partition(s, lo, hi) for s, lo, hi in self._plan.ranges(start, end)]
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         if partition is None:

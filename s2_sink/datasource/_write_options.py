@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from s2_sink._options import OptionMap, parse_bool
+from s2_sink._option_map import OptionMap, parse_bool
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
@@ -38,6 +38,11 @@ from s2_sink.datasource._write_keys import (
 from s2_sink.encoders import Encoder, InsertEncoder, KafkaEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from s2_sink._write.frame_encoding import FrameEncoding
+
 __all__ = ["WRITE_KEYS", "WriteOptions", "parse_write_options"]
 
 _INSERT_ONLY = (OPT_KEY_COLUMN, OPT_VALUE_COLUMN)
@@ -51,9 +56,15 @@ class WriteOptions:
     encoder: Encoder
     spec: WriteSpec
 
+    def encoding(self, schema: StructType) -> FrameEncoding:
+        """How a task of this write turns its rows (of `schema`) into record frames."""
+        from s2_sink._write.frame_encoding import FrameEncoding  # noqa: PLC0415 - the task side only
+
+        return FrameEncoding(self.encoder, schema, self.spec.routing, payload=self.spec.dlq_payload)
+
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Option names are case-insensitive: one lookup rule for every option (s2_sink._options).
+    # Option names are case-insensitive: one lookup rule for every option (s2_sink._option_map).
     value = (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
     return None if value is None else value.strip()
 

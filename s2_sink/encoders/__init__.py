@@ -1,5 +1,5 @@
-"""Where rows become S2 records: columnar encoders (JVM-side ``project`` and Arrow-side ``encode_arrow``),
-the matching decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
+"""Where rows become S2 records: columnar encoders (``encode_arrow``, Arrow kernels in Python), the matching
+decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
 
 The public names load on first use: the encoders and decoders need pyspark (the ``spark`` extra, or a
 platform's own), while the record frame's constants and the metered size, which the ``s2-sink`` command and
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
         raise_for_errors,
     )
     from s2_sink.encoders._insert import InsertEncoder
-    from s2_sink.encoders._jvm import JSON_OPTIONS
     from s2_sink.encoders._kafka import KAFKA_KEY_HEADER, KafkaEncoder
     from s2_sink.encoders._metered import metered_bytes
     from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER, UpsertEncoder
@@ -40,7 +39,6 @@ __all__ = [
     "FRAME_COLUMNS",
     "FRAME_DDL",
     "HEADERS",
-    "JSON_OPTIONS",
     "KAFKA_KEY_HEADER",
     "KEY",
     "KEY_HEADER",
@@ -75,7 +73,6 @@ _HOME = {
     "TIMESTAMP": "_frame",
     "raise_for_errors": "_frame",
     "InsertEncoder": "_insert",
-    "JSON_OPTIONS": "_jvm",
     "KAFKA_KEY_HEADER": "_kafka",
     "KafkaEncoder": "_kafka",
     "metered_bytes": "_metered",

@@ -1,17 +1,22 @@
-"""Arrow columns → JSON text, column by column (the Python twin of Spark's ``to_json``).
+"""Arrow columns → JSON text, column by column (the type mapping is docs/encoding.md's table).
 
 A column's JSON text is a list of parts (``Parts``): literal strings and null-free string arrays whose
 element-wise concatenation is, for each row, the JSON text of that row's value (``null`` for nulls). A JSON
 object is then one element-wise concatenation of every column's parts between the literal field names, so
 the quotes around strings and timestamps cost no pass of their own. Work is done by Arrow kernels and numpy;
-only day-time intervals and the decimals that ``BigDecimal`` writes in E-notation go value by value
-through Python.
+only binary values (base64) and day-time intervals (Spark's ANSI literal, which Spark's JSON reader parses
+back) go value by value through Python.
+
+Numbers are Arrow's text (shortest round-trip digits for floats, ``BigDecimal``'s layout for decimals), which
+every JSON reader parses to the same value; a float that Arrow prints as an integer gets ``.0``, so readers
+that infer types see a floating-point number, and NaN and the infinities are the strings Spark writes and
+reads (``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
 """
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Callable, Sequence
-from decimal import Decimal
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -35,11 +40,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink.encoders._base64_text import base64_text
-from s2_sink.encoders._float_text import java_float_text
-from s2_sink.encoders._java_text import java_decimal, java_interval
+from s2_sink.encoders._column_checks import INTEGRAL_TYPES
 from s2_sink.encoders._lists import list_parts
-from s2_sink.encoders._types import INTEGRAL_TYPES
 
 __all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string"]
 
@@ -108,14 +110,29 @@ def _quoted(arr: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', arr, '"', "")
 
 
-def _decimals(arr: pa.Array, scale: int) -> pa.Array:
+_NON_FINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
+
+
+def _floats(arr: pa.Array) -> Parts:
     text = pc.cast(arr, pa.string())
-    if scale > 6:  # BigDecimal.toString switches to E-notation below 1e-6 (zero included): redo those rows
-        tiny = pc.less(pc.abs(arr), pa.scalar(Decimal("0.000001"), arr.type))
-        if pc.any(tiny).as_py():
-            redone = _per_value(pc.if_else(tiny, arr, pa.scalar(None, arr.type)), java_decimal)
-            text = pc.if_else(pc.fill_null(tiny, False), redone, text)
-    return _finish(text, arr)
+    values = arr.to_numpy(zero_copy_only=False)  # nulls read as NaN: their text is replaced by the caller
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(values)
+        integral = finite & (values == np.trunc(values))
+    if not finite.all():
+        text = pc.if_else(pa.array(finite), text, pc.fill_null(_non_finite(text), ""))
+    if not integral.any():
+        return [text]
+    # Arrow writes 12.0 as "12", a JSON integer, which a reader inferring types would take for one (and
+    # 1e15 as "1e+15", which is a floating-point number already)
+    bare = pc.and_(pa.array(integral), pc.invert(pc.match_substring(text, "e")))
+    return [text, pc.if_else(bare, ".0", "")]
+
+
+def _non_finite(text: pa.Array) -> pa.Array:
+    """Spark's quoted text of NaN and the infinities, from Arrow's ``nan``/``inf``/``-inf``."""
+    names = pa.array(list(_NON_FINITE))
+    return pc.take(pa.array(list(_NON_FINITE.values())), pc.index_in(text, value_set=names))
 
 
 def _join_lists(offsets: pa.Array, fragments: pa.Array, arr: pa.Array, open_: str, close: str) -> pa.Array:
@@ -148,7 +165,7 @@ def json_parts(arr: pa.Array, dtype: DataType) -> Parts:
     if isinstance(dtype, TimestampType | TimestampNTZType):
         return _timestamps(arr, utc=isinstance(dtype, TimestampType))
     if isinstance(dtype, DoubleType | FloatType):
-        text: Parts = [*java_float_text(arr)]
+        text = _floats(arr)
         return text if arr.null_count == 0 else [_finish(_joined(text, len(arr)), arr)]
     return [_fragments(arr, dtype)]
 
@@ -159,15 +176,15 @@ def _fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
     if isinstance(dtype, BooleanType):
         return _finish(pc.if_else(arr, "true", "false"), arr)
     if isinstance(dtype, DecimalType):
-        return _decimals(arr, dtype.scale)
+        return _finish(pc.cast(arr, pa.string()), arr)
     if isinstance(dtype, BinaryType):
-        return _finish(_quoted(base64_text(arr)), arr)
+        return _per_value(arr, lambda v: '"' + binascii.b2a_base64(v, newline=False).decode() + '"')
     if isinstance(dtype, DateType):
         return _finish(_quoted(pc.strftime(arr, "%Y-%m-%d")), arr)
     if isinstance(dtype, DayTimeIntervalType):
         micros = pc.cast(pc.cast(arr, pa.duration("us")), pa.int64())
         start, end = dtype.startField, dtype.endField
-        return _per_value(micros, lambda v: json_string(java_interval(v, start, end)))
+        return _per_value(micros, lambda v: '"' + _interval(v, start, end) + '"')
     if isinstance(dtype, ArrayType):
         offsets, items = list_parts(arr)
         return _join_lists(offsets, json_fragments(items, dtype.elementType), arr, "[", "]")
@@ -183,6 +200,29 @@ def _fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
         parts = [json_parts(c, f.dataType) for c, f in zip(children, dtype.fields, strict=True)]
         return _finish(json_object(dtype.names, parts, len(arr)), arr)
     raise TypeError(f"no JSON mapping for {dtype.simpleString()}")  # validate() rejects these on the driver
+
+
+_UNITS_US = (86_400_000_000, 3_600_000_000, 60_000_000, 1_000_000)
+_FIELD_NAMES = ("DAY", "HOUR", "MINUTE", "SECOND")
+
+
+def _interval(micros: int, start: int, end: int) -> str:
+    """Spark's ANSI literal of a value of ``interval <start> to <end>`` (fields 0=DAY .. 3=SECOND), e.g.
+    ``INTERVAL '1 02:03:04.000005' DAY TO SECOND``: the text Spark's JSON reader parses back."""
+    sign = "-" if micros < 0 else ""
+    rest = abs(micros)
+    parts: list[str] = []
+    for field in range(start, end + 1):
+        value, rest = divmod(rest, _UNITS_US[field])
+        text = str(value) if field == 0 else f"{value:02d}"
+        if field == 3 and rest:
+            text += "." + f"{rest:06d}".rstrip("0")
+        parts.append(text)
+    body = parts[0]
+    for field, text in zip(range(start + 1, end + 1), parts[1:], strict=True):
+        body += (" " if field == 1 else ":") + text
+    names = _FIELD_NAMES[start] if start == end else f"{_FIELD_NAMES[start]} TO {_FIELD_NAMES[end]}"
+    return f"INTERVAL '{sign}{body}' {names}"
 
 
 _TIMESTAMP_WIDTH = len("2024-01-02 03:04:05.123456")

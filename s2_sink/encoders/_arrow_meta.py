@@ -1,4 +1,4 @@
-"""Arrow twins of ``_jvm``'s metadata expressions: headers, timestamps, metered size, errors."""
+"""The record frame's metadata columns over Arrow batches: headers, timestamps, metered size, errors."""
 
 from __future__ import annotations
 
@@ -70,9 +70,14 @@ def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.A
     return millis, pc.if_else(negative, text, pa.scalar(None, pa.string()))
 
 
-def oversize_errors(body: pa.Array, headers: pa.Array, key_text: pa.Array | None) -> pa.Array | None:
-    """Messages for records over 1 MiB metered (naming the key), or None when every record fits."""
+def oversize_errors(
+    body: pa.Array, headers: pa.Array, key_text: pa.Array | None, *, extra: pa.Array | None = None
+) -> pa.Array | None:
+    """Messages for records over 1 MiB metered (naming the key), or None when every record fits; `extra`
+    adds headers carried beside `headers` (the upsert changelog's flat form)."""
     sizes = metered_bytes(body, headers)
+    if extra is not None:
+        sizes = pc.add(sizes, extra)
     over = pc.greater(sizes, MAX_RECORD_BYTES)
     if not pc.any(over).as_py():
         return None

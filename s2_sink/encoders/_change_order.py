@@ -17,7 +17,7 @@ from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -34,15 +34,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink.encoders import _jvm
-from s2_sink.encoders._frame import ACTION, BODY, HEADERS, KEY
-from s2_sink.encoders._types import INTEGRAL_TYPES, column_type
+from s2_sink.encoders._column_checks import INTEGRAL_TYPES, column_type
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY
 from s2_sink.errors import ConfigError
 
 __all__ = [
     "ORDER",
+    "RANK",
+    "SEQ",
     "check_key_column",
     "check_order_column",
+    "col",
+    "compact_changes",
     "null_order_column",
     "order_by_columns",
     "order_struct",
@@ -52,6 +55,9 @@ __all__ = [
 
 ORDER: Final = "_s2_order"
 """Frame column the writer sorts a key's changes by: ``struct(*order_by)``; dropped before the write."""
+SEQ: Final = "_s2_seq"
+RANK: Final = "_s2_rank"
+"""Columns `compact_changes` adds to a frame for its ranking (and drops)."""
 
 # Types with one total order that Spark and Arrow agree on (maps have none; arrays and structs do in
 # Spark, but a change position is a scalar, and Arrow cannot sort them).
@@ -111,9 +117,41 @@ def null_order_column(column: str) -> str:
     return f"order_by column {column!r} is null: a change without a position cannot be ordered"
 
 
+def col(name: str) -> Column:
+    """A top-level column by its exact name (dots and backticks in names are not paths)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def order_struct(order_by: Sequence[str]) -> Column:
     """The `ORDER` column's expression: the ``order_by`` values in a struct, compared field by field."""
-    return F.struct(*[_jvm.col(c).alias(f"o{i}") for i, c in enumerate(order_by)])
+    return F.struct(*[col(c).alias(f"o{i}") for i, c in enumerate(order_by)])
+
+
+def compact_changes(frame: DataFrame, order_by: Sequence[str]) -> DataFrame:
+    """An upsert record frame (the changelog flat, the ``order_by`` columns kept) with only each key's last
+    good change of the micro-batch, and every bad row (``UpsertEncoder(compact=True)`` across a batch).
+
+    With `order_by`, "last" is the last by it, ties by the record's bytes (the same survivor for any
+    split), and the writer lays the survivors out by key and change order afterwards. Without, "last" and
+    "order" are the input order (``_s2_seq`` = input partition << 33 + position, taken right after the
+    narrow encoding step, so it is the input's), and each input partition's survivors are put back
+    together, in input order."""
+    names = frame.columns
+    framed = frame.withColumn(SEQ, F.monotonically_increasing_id())
+    if order_by:
+        last = [*(col(c).desc() for c in order_by), F.col(BODY).desc(), F.col(ACTION).desc()]
+        last += [F.col(HEADERS).desc()] if HEADERS in names else []
+    else:
+        last = [F.col(SEQ).desc()]
+    # Bad rows are ranked apart and all kept (they become dead letters): a bad last change must not push
+    # out the key's last good one, or the compacted table would differ from the uncompacted one (and from
+    # the Arrow path's per-batch compaction, which leaves bad rows out of the ranking too).
+    good = F.col(ERROR).isNull()
+    rank = F.row_number().over(Window.partitionBy(KEY, good).orderBy(*last))
+    survivors = framed.withColumn(RANK, rank).filter((good & (F.col(RANK) == 1)) | ~good)
+    if not order_by:
+        survivors = survivors.repartition(F.shiftright(F.col(SEQ), 33)).sortWithinPartitions(SEQ)
+    return survivors.select(*[col(c) for c in names])
 
 
 def sort_changes(frame: DataFrame) -> DataFrame:

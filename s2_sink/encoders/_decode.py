@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders._arrow_types import to_arrow_schema
-from s2_sink.encoders._types import INTEGRAL_TYPES, check_json_type
+from s2_sink.encoders._column_checks import INTEGRAL_TYPES, check_json_type
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER
 from s2_sink.errors import EncodeError
 

@@ -20,15 +20,13 @@ and then every record's headers are ``(@key, _s2_key)``, ``(@action, _s2_action)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s2_sink._frame_names import TIMESTAMP_COLUMN
 from s2_sink.errors import EncodeError
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
 
 __all__ = [
     "ACTION",
@@ -52,7 +50,6 @@ __all__ = [
     "TIMESTAMP",
     "TYPE_DDL",
     "ArrowParts",
-    "JvmParts",
     "frame_arrow_schema",
     "raise_for_errors",
     "stream_texts",
@@ -60,7 +57,7 @@ __all__ = [
 
 BODY = "_s2_body"
 HEADERS = "_s2_headers"
-TIMESTAMP = "_s2_timestamp"
+TIMESTAMP = TIMESTAMP_COLUMN
 KEY = "_s2_key"
 ERROR = "_s2_error"
 FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)
@@ -82,29 +79,20 @@ DLQ_ROW_HASH = b"s2sink-row-hash"
 MAX_RECORD_BYTES = 1024 * 1024
 
 HEADERS_DDL = "array<struct<name:binary,value:binary>>"
-TYPE_DDL = {BODY: "binary", HEADERS: HEADERS_DDL, TIMESTAMP: "bigint", KEY: "binary", ERROR: "string"}
-"""Each frame column's Spark SQL type."""
-FRAME_DDL = ", ".join(f"{name} {ddl}" for name, ddl in TYPE_DDL.items())
+TYPE_DDL = {
+    BODY: "binary",
+    HEADERS: HEADERS_DDL,
+    TIMESTAMP: "bigint",
+    KEY: "binary",
+    ERROR: "string",
+    ACTION: "binary",
+    STREAM: "string",
+    PAYLOAD: "binary",
+}
+"""Each frame column's Spark SQL type (the first five are every frame's; the others are optional)."""
+FRAME_DDL = ", ".join(f"{name} {TYPE_DDL[name]}" for name in (BODY, HEADERS, TIMESTAMP, KEY, ERROR))
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
-
-
-class JvmParts(NamedTuple):
-    """An encoder's projection before its parts are named frame columns: the rows to project (``source``,
-    possibly filtered or reordered) and a Spark column for each frame column."""
-
-    source: DataFrame
-    body: Column
-    headers: Column
-    """The record's headers; in the upsert changelog's flat form, the rows' own headers only."""
-    timestamp: Column
-    key: Column
-    error: Column
-    action: Column | None = None
-    """The ``@action`` value, in the upsert changelog's flat form only."""
-    where: Column | None = None
-    """The filter that makes ``source`` from the input when that is all it does (``source`` is then the input
-    filtered by it; None when ``source`` is the input itself, or more than a filter of it)."""
 
 
 class ArrowParts(NamedTuple):
@@ -117,10 +105,13 @@ class ArrowParts(NamedTuple):
     timestamp: pa.Array
     key: pa.Array
     error: pa.Array
+    action: pa.Array | None = None
+    """The ``@action`` values in the upsert changelog's flat form (``headers`` then holds the rows' own)."""
 
 
-def frame_arrow_schema(kept: pa.Schema | None = None) -> pa.Schema:
-    """The Arrow schema of a record frame, followed by the kept columns' fields."""
+def frame_arrow_schema(kept: pa.Schema | None = None, *, action: bool = False) -> pa.Schema:
+    """The Arrow schema of a record frame (with ``_s2_action`` in the changelog's flat form), followed by
+    the kept columns' fields."""
     fields = [
         pa.field(BODY, pa.binary(), nullable=False),
         pa.field(HEADERS, HEADERS_ARROW_TYPE),
@@ -128,6 +119,8 @@ def frame_arrow_schema(kept: pa.Schema | None = None) -> pa.Schema:
         pa.field(KEY, pa.binary()),
         pa.field(ERROR, pa.string()),
     ]
+    if action:
+        fields.append(pa.field(ACTION, pa.binary()))
     if kept is not None:
         fields.extend(kept)
     return pa.schema(fields)

@@ -7,16 +7,14 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
-from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
-from s2_sink.encoders._frame import ArrowParts, JvmParts
-from s2_sink.encoders._types import check_json_type, column_type
+from s2_sink.encoders._column_checks import check_json_type, column_type
+from s2_sink.encoders._frame import ArrowParts
 from s2_sink.errors import ConfigError
 
 __all__ = ["InsertEncoder"]
@@ -88,37 +86,6 @@ class InsertEncoder(Encoder):
         for name in data_columns:
             check_json_type(schema[name].dataType, name)
 
-    # -- JVM --------------------------------------------------------------------------------
-    def _key_jvm(self, df: DataFrame) -> tuple[Column, Column | None]:
-        if self.key_column is None:
-            return F.lit(None).cast("binary"), None
-        col = _jvm.col(self.key_column)
-        text = col.cast("string")
-        return (col if isinstance(df.schema[self.key_column].dataType, BinaryType) else text).cast(
-            "binary"
-        ), text
-
-    def _project(
-        self,
-        df: DataFrame,
-        *,
-        data_columns: list[str],
-        headers: Column,
-        timestamp: Column,
-        errors: list[Column],
-    ) -> JvmParts:
-        key, key_text = self._key_jvm(df)
-        if self.format == "raw":
-            value = _jvm.col(self.value_column)
-            body = F.coalesce(value.cast("binary"), F.lit(b""))
-            errors = [*errors, F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))]
-        else:
-            body = _jvm.json_body(data_columns)
-        size = _jvm.metered_expr(body, headers if self.headers_column is not None else None)
-        error = _jvm.first_error(*errors, _jvm.oversize_error(size, key_text))
-        return JvmParts(df, body, headers, timestamp, key, error)
-
-    # -- Arrow --------------------------------------------------------------------------------
     def _encode(
         self,
         batch: pa.RecordBatch,
@@ -128,6 +95,8 @@ class InsertEncoder(Encoder):
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
+        arranged: bool,
+        flat_changelog: bool,
     ) -> ArrowParts:
         n = len(batch)
         key_text: pa.Array | None = None

@@ -27,16 +27,14 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders import _messages as msg
-from s2_sink.encoders._base import Encoder, ErrorMode, FrameRecipe
-from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, HEADERS_DDL, ArrowParts, JvmParts
+from s2_sink.encoders._base import Encoder, ErrorMode
+from s2_sink.encoders._column_checks import column_type
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts
 from s2_sink.encoders._lists import list_parts
-from s2_sink.encoders._types import column_type
 from s2_sink.errors import ConfigError
 
 __all__ = ["KAFKA_KEY_HEADER", "KafkaEncoder"]
@@ -69,10 +67,6 @@ class KafkaEncoder(Encoder):
         self.value_column = value_column
         self.key_column = key_column
 
-    @property
-    def emits_headers(self) -> bool:
-        return True  # the key header, whenever a row has a key
-
     def _bind(self, columns: Collection[str]) -> KafkaEncoder:
         """A copy with the optional columns resolved against the frame's column names."""
         bound = copy.copy(self)
@@ -88,28 +82,6 @@ class KafkaEncoder(Encoder):
     def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
         Encoder.validate(self._bind(schema.fieldNames()), schema, keep=keep, exclude=exclude)
 
-    def project(
-        self,
-        df: DataFrame,
-        *,
-        keep: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        flat_changelog: bool = False,
-    ) -> DataFrame:
-        bound = self._bind(df.columns)
-        return Encoder.project(bound, df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
-
-    def recipe(
-        self,
-        df: DataFrame,
-        *,
-        keep: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        flat_changelog: bool = False,
-    ) -> FrameRecipe | None:
-        bound = self._bind(df.columns)
-        return Encoder.recipe(bound, df, keep=keep, exclude=exclude, flat_changelog=flat_changelog)
-
     def encode_arrow(
         self,
         batch: pa.RecordBatch,
@@ -124,6 +96,29 @@ class KafkaEncoder(Encoder):
         return Encoder.encode_arrow(
             bound, batch, schema=schema, keep=keep, exclude=exclude, errors=errors, stream=stream
         )
+
+    def encode_frame(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        schema: StructType,
+        keep: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        arranged: bool = True,
+        flat_changelog: bool = False,
+    ) -> pa.RecordBatch:
+        return Encoder.encode_frame(
+            self._bind(schema.fieldNames()),
+            batch,
+            schema=schema,
+            keep=keep,
+            exclude=exclude,
+            arranged=arranged,
+            flat_changelog=flat_changelog,
+        )
+
+    def input_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
+        return Encoder.input_columns(self._bind(schema.fieldNames()), schema, exclude)
 
     def _metadata_columns(self) -> tuple[str, ...]:
         key = (self.key_column,) if self.key_column else ()
@@ -143,33 +138,6 @@ class KafkaEncoder(Encoder):
                     f"binary or string (cast it, e.g. to_json(...) or CAST({name} AS STRING))"
                 )
 
-    # -- JVM --------------------------------------------------------------------------------
-    def _project(
-        self,
-        df: DataFrame,
-        *,
-        data_columns: list[str],
-        headers: Column,
-        timestamp: Column,
-        errors: list[Column],
-    ) -> JvmParts:
-        value = _jvm.col(self.value_column)
-        body = F.coalesce(value.cast("binary"), F.lit(b""))
-        none = F.array().cast(HEADERS_DDL)
-        key: Column = F.lit(None).cast("binary")
-        key_text: Column | None = None
-        all_headers = F.coalesce(headers, none)
-        if self.key_column is not None:
-            key = _jvm.col(self.key_column).cast("binary")
-            key_text = _jvm.col(self.key_column).cast("string")
-            key_header = F.array(F.struct(F.lit(KAFKA_KEY_HEADER).alias("name"), key.alias("value")))
-            all_headers = F.concat(F.when(key.isNotNull(), key_header).otherwise(none), all_headers)
-        null_value = F.when(value.isNull(), F.lit(msg.null_column("value", self.value_column)))
-        size = _jvm.metered_expr(body, all_headers)
-        error = _jvm.first_error(*errors, null_value, _jvm.oversize_error(size, key_text))
-        return JvmParts(df, body, all_headers, timestamp, key, error)
-
-    # -- Arrow --------------------------------------------------------------------------------
     def _encode(
         self,
         batch: pa.RecordBatch,
@@ -179,6 +147,8 @@ class KafkaEncoder(Encoder):
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
+        arranged: bool,
+        flat_changelog: bool,
     ) -> ArrowParts:
         n = len(batch)
         value = batch.column(self.value_column)

@@ -1,9 +1,9 @@
 """S2's metered record size, the one definition: ``8 + len(body)`` plus ``2 + len(name) + len(value)`` per
 header (as ``s2_sdk.metered_bytes``). Appends and records are capped in these units.
 
-Three twins of the formula: `metered_bytes` over whole Arrow columns (encoders, the partition writer),
-`metered_size` for one record (dead letters, re-counting a filtered chunk), and ``_jvm.metered_expr`` as a
-Spark Column (the JVM-side encoders); all are built from the constants below and tested equal to the SDK.
+Two forms of the formula: `metered_bytes` over whole Arrow columns (encoders, the partition writer) and
+`metered_size` for one record (dead letters, re-counting a filtered chunk); both are built from the constants
+below and tested equal to the SDK.
 """
 
 from __future__ import annotations

@@ -12,42 +12,29 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructType
 
-from s2_sink.encoders import _arrow_meta, _jvm
+from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._change_order import (
+    RANK,
+    SEQ,
     check_key_column,
     check_order_column,
     null_order_column,
     order_by_columns,
     sorted_indices,
 )
-from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers
-from s2_sink.encoders._frame import (
-    ACTION,
-    BODY,
-    ERROR,
-    FRAME_COLUMNS,
-    HEADERS,
-    HEADERS_DDL,
-    KEY,
-    TIMESTAMP,
-    ArrowParts,
-    JvmParts,
-)
+from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers, changelog_metered
+from s2_sink.encoders._column_checks import check_json_type, column_type, require_column
+from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, ArrowParts
 from s2_sink.encoders._ops import DELETE, DROP, UPSERT
-from s2_sink.encoders._types import check_json_type, column_type, require_column
 from s2_sink.errors import ConfigError
 
 __all__ = ["ACTION_HEADER", "KEY_HEADER", "UpsertEncoder"]
 
-_SEQ = "_s2_seq"
-_RANK = "_s2_rank"
 _DROP = "-"
 
 
@@ -63,11 +50,6 @@ class UpsertEncoder(Encoder):
     log position). With it, a key's changes are written in that order and ``compact`` keeps the last by
     it, whatever the partitioning (ties: see `_change_order`). Without it, the order is the input order.
     """
-
-    @property
-    def emits_headers(self) -> bool:
-        """Upsert records always carry ``@key`` and ``@action``."""
-        return True
 
     key_columns: tuple[str, ...]
     op_column: str | None
@@ -100,6 +82,10 @@ class UpsertEncoder(Encoder):
         """The ``order_by`` columns."""
         return self.order_by
 
+    @property
+    def arranges(self) -> bool:
+        return bool(self.order_by) or self.compact
+
     def _metadata_columns(self) -> tuple[str, ...]:
         op = (self.op_column,) if self.op_column else ()
         return (*super()._metadata_columns(), *op, *self.key_columns)
@@ -121,144 +107,14 @@ class UpsertEncoder(Encoder):
         for name in data_columns:
             check_json_type(schema[name].dataType, name)
         if self.compact:
-            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, ACTION, _SEQ, _RANK)]
+            clash = [c for c in schema.fieldNames() if c in (*FRAME_COLUMNS, ACTION, SEQ, RANK)]
             if clash:
                 raise ConfigError(f"compact=True needs the column names {clash} free; rename those columns")
 
-    # -- JVM --------------------------------------------------------------------------------
-    def _action_jvm(self, df: DataFrame) -> tuple[Column, Column | None]:
-        if self.op_column is None:
-            return F.lit("u"), None
-        op = _jvm.col(self.op_column)
-        action = (
-            F.when(op.isin(*UPSERT), F.lit("u"))
-            .when(op.isin(*DELETE), F.lit("d"))
-            .when(op.isin(*DROP), F.lit(_DROP))
-        )
-        unknown = F.concat(F.lit(msg.unknown_op_prefix(self.op_column)), op, F.lit(msg.unknown_op_suffix()))
-        error = F.when(op.isNull(), F.lit(msg.null_op(self.op_column))).when(action.isNull(), unknown)
-        return action, error
-
-    def _project(
-        self,
-        df: DataFrame,
-        *,
-        data_columns: list[str],
-        headers: Column,
-        timestamp: Column,
-        errors: list[Column],
-    ) -> JvmParts:
-        flat = self._project_changelog(
-            df, data_columns=data_columns, headers=headers, timestamp=timestamp, errors=errors
-        )
-        assert flat.action is not None  # the changelog's flat form always has one
-        listed = F.array(
-            F.struct(F.lit(KEY_HEADER).alias("name"), flat.key.alias("value")),
-            F.struct(F.lit(ACTION_HEADER).alias("name"), flat.action.alias("value")),
-        )
-        if self.headers_column is not None:
-            listed = F.concat(listed, F.coalesce(flat.headers, F.array().cast(HEADERS_DDL)))
-        return flat._replace(headers=listed, action=None)
-
-    def _project_changelog(
-        self,
-        df: DataFrame,
-        *,
-        data_columns: list[str],
-        headers: Column,
-        timestamp: Column,
-        errors: list[Column],
-    ) -> JvmParts:
-        """The changelog flat (see `_changelog`): no array of header structs is built per row."""
-        key_json = _jvm.json_key(df.schema, list(self.key_columns))
-        action, op_error = self._action_jvm(df)
-        nulls = [F.when(_jvm.col(c).isNull(), F.lit(msg.null_key_column(c))) for c in self.key_columns]
-        nulls += [F.when(_jvm.col(c).isNull(), F.lit(null_order_column(c))) for c in self.order_by]
-        body = F.when(action == "d", F.lit(b"")).otherwise(_jvm.json_body(data_columns))
-        action_value = F.coalesce(action, F.lit("")).cast("binary")
-        own = headers  # null when there is no headers column
-        # @key and @action: 2 bytes each of overhead, the names, the key JSON and the 1-byte action
-        fixed = (
-            4
-            + len(KEY_HEADER)
-            + len(ACTION_HEADER)
-            + F.octet_length(key_json)
-            + F.octet_length(F.coalesce(action, F.lit("")))
-        )
-        size = _jvm.metered_expr(body, own if self.headers_column is not None else None, fixed)
-        oversize = _jvm.oversize_error(size, key_json.cast("string"))
-        error = _jvm.first_error(*errors, *nulls, *([op_error] if op_error is not None else []), oversize)
-        where = (action.isNull() | (action != _DROP)) if self.op_column is not None else None
-        src = df.filter(where) if where is not None else df
-        if not self.compact:
-            return JvmParts(src, body, own, timestamp, key_json, error, action=action_value, where=where)
-        return self._compact_jvm(
-            src, body=body, headers=own, timestamp=timestamp, key=key_json, action=action_value, error=error
-        )
-
-    def _compact_jvm(
-        self,
-        df: DataFrame,
-        *,
-        body: Column,
-        headers: Column,
-        timestamp: Column,
-        key: Column,
-        action: Column,
-        error: Column,
-    ) -> JvmParts:
-        framed = df.select(
-            F.col("*"),
-            body.alias(BODY),
-            headers.alias(HEADERS),
-            timestamp.alias(TIMESTAMP),
-            key.alias(KEY),
-            action.alias(ACTION),
-            error.alias(ERROR),
-            F.monotonically_increasing_id().alias(_SEQ),
-        )
-        if self.order_by:
-            # The last change by order_by, ties by the record's bytes (the same survivor for any split):
-            # within one key, the headers (@key, @action, own) compare as @action, then the own ones.
-            last = [
-                *(_jvm.col(c).desc() for c in self.order_by),
-                F.col(BODY).desc(),
-                F.col(ACTION).desc(),
-                F.col(HEADERS).desc(),
-            ]
-        else:
-            # _s2_seq = (input partition << 33) + position: "last" and "order" both mean input order
-            last = [F.col(_SEQ).desc()]
-        # Bad rows are ranked apart and all kept (they become dead letters): a bad last change must not push
-        # out the key's last good one, or the compacted table would differ from the uncompacted one (and from
-        # the Arrow path's _last_per_key, which leaves bad rows out of the ranking too).
-        good = F.col(ERROR).isNull()
-        rank = F.row_number().over(Window.partitionBy(KEY, good).orderBy(*last))
-        ranked = framed.withColumn(_RANK, rank)
-        survivors = ranked.filter((good & (F.col(_RANK) == 1)) | ~good)
-        # With order_by the writer lays the survivors out by key and change order; without, put each input
-        # partition's survivors back together, in input order.
-        ordered = (
-            survivors
-            if self.order_by
-            else survivors.repartition(F.shiftright(F.col(_SEQ), 33)).sortWithinPartitions(_SEQ)
-        )
-        return JvmParts(
-            ordered,
-            ordered[BODY],
-            ordered[HEADERS],
-            ordered[TIMESTAMP],
-            ordered[KEY],
-            ordered[ERROR],
-            action=ordered[ACTION],
-        )
-
-    # -- Arrow --------------------------------------------------------------------------------
-    def _action_arrow(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array | None]:
-        n = len(batch)
-        if self.op_column is None:
-            return pa.repeat(pa.scalar("u"), n), None
-        op = pc.cast(batch.column(self.op_column), pa.string())
+    @staticmethod
+    def _action_arrow(batch: pa.RecordBatch, op_column: str) -> tuple[pa.Array, pa.Array | None]:
+        """Each row's action (``u``, ``d``, `_DROP`, null for an unknown op) and error."""
+        op = pc.cast(batch.column(op_column), pa.string())
         action = pc.if_else(
             pc.is_in(op, pa.array(UPSERT)),
             "u",
@@ -271,10 +127,10 @@ class UpsertEncoder(Encoder):
         if action.null_count == 0:
             return action, None
         unknown = pc.binary_join_element_wise(
-            msg.unknown_op_prefix(self.op_column), op, msg.unknown_op_suffix(), ""
+            msg.unknown_op_prefix(op_column), op, msg.unknown_op_suffix(), ""
         )
         error = pc.if_else(
-            pc.is_null(op), msg.null_op(self.op_column), pc.if_else(pc.is_null(action), unknown, None)
+            pc.is_null(op), msg.null_op(op_column), pc.if_else(pc.is_null(action), unknown, None)
         )
         return action, error
 
@@ -287,9 +143,12 @@ class UpsertEncoder(Encoder):
         headers: pa.Array,
         timestamp: pa.Array,
         error: pa.Array,
+        arranged: bool,
+        flat_changelog: bool,
     ) -> ArrowParts:
-        action, op_error = self._action_arrow(batch)
+        action, op_error = None, None  # without an op column every row is an upsert
         if self.op_column is not None:  # drop update pre-images before anything else
+            action, op_error = self._action_arrow(batch, self.op_column)
             keep = pc.fill_null(pc.not_equal(action, _DROP), True)
             if not pc.all(keep).as_py():
                 batch, action, headers, timestamp, error = (
@@ -311,16 +170,27 @@ class UpsertEncoder(Encoder):
             if batch.column(c).null_count
         ]
         frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
-        values = pc.cast(json_object(data_columns, frags, n), pa.binary())
-        # as in the JVM: only a known delete has an empty body (an unknown op keeps its row's JSON for a DLQ)
-        body = pc.if_else(pc.fill_null(pc.equal(action, "d"), False), pa.scalar(b""), values)
-        changelog = changelog_headers(
-            pc.cast(key_json, pa.binary()), pc.cast(pc.fill_null(action, ""), pa.binary()), headers
-        )
+        body = pc.cast(json_object(data_columns, frags, n), pa.binary())
+        if action is None:
+            action_value = pa.repeat(pa.scalar(b"u"), n)
+        else:
+            # only a known delete has an empty body (an unknown op keeps its row's JSON for a dead letter)
+            deletes = pc.fill_null(pc.equal(action, "d"), False)
+            if pc.any(deletes).as_py():
+                body = pc.if_else(deletes, pa.scalar(b""), body)
+            action_value = pc.cast(pc.fill_null(action, ""), pa.binary())
+        key = pc.cast(key_json, pa.binary())
+        arrange = arranged and self.arranges
+        if flat_changelog and not arrange:
+            oversize = _arrow_meta.oversize_errors(
+                body, headers, key_json, extra=changelog_metered(key, action_value)
+            )
+            error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
+            return ArrowParts(batch, body, headers, timestamp, key, error, action=action_value)
+        changelog = changelog_headers(key, action_value, headers)
         oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
         error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
-        key = pc.cast(key_json, pa.binary())
-        if self.order_by:  # rows in change order: "last" below is then the last by order_by
+        if arrange and self.order_by:  # rows in change order: "last" below is then the last by order_by
             order = sorted_indices(
                 [batch.column(c) for c in self.order_by],
                 body,
@@ -329,7 +199,7 @@ class UpsertEncoder(Encoder):
             batch, body, changelog, timestamp, key, error = (
                 a.take(order) for a in (batch, body, changelog, timestamp, key, error)
             )
-        if self.compact:
+        if arrange and self.compact:
             survive = _last_per_key(key, error)
             if not pc.all(survive).as_py():
                 batch, body, changelog, timestamp, key, error = (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from s2_sink.lite._errors import ApiError
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._store import DELETION_DELAY_S, validate_basin_name
 from s2_sink.lite.server import serve
 

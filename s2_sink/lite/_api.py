@@ -10,13 +10,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from s2_sink.lite._api_errors import ApiError, bad
 from s2_sink.lite._append_input import parse_input
 from s2_sink.lite._appends import Appender, AppendSession, ConnectionDropped
 from s2_sink.lite._clock import Clock
 from s2_sink.lite._configs import Json, parse_json
 from s2_sink.lite._control import ControlPlane, UnaryHandler
 from s2_sink.lite._durability import DurableLog, encode_meta
-from s2_sink.lite._errors import ApiError, bad
 from s2_sink.lite._faults import Faults, FaultsDisabledError
 from s2_sink.lite._jsonfmt import ack_to_json, append_input_from_json, read_batch_to_json
 from s2_sink.lite._names import validate_stream_name

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from s2_sink.lite._errors import ApiError, invalid
+from s2_sink.lite._api_errors import ApiError, invalid
 from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["MAX_BATCH_RECORDS", "ONE_MIB", "ParsedInput", "parse_input"]

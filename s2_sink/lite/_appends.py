@@ -12,11 +12,11 @@ from collections import deque
 from collections.abc import Callable
 
 from s2_sink.lite import _faults
+from s2_sink.lite._api_errors import ApiError, bad, conflict
 from s2_sink.lite._append_input import ParsedInput
 from s2_sink.lite._batch import Batch
 from s2_sink.lite._clock import Clock
 from s2_sink.lite._durability import DurableLog, encode_append
-from s2_sink.lite._errors import ApiError, bad, conflict
 from s2_sink.lite._faults import Faults
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._request import Request

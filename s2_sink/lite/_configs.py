@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from s2_sink.lite._errors import bad, invalid
+from s2_sink.lite._api_errors import bad, invalid
 
 __all__ = [
     "Json",

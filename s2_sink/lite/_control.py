@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from s2_sink.lite._api_errors import ApiError, bad
 from s2_sink.lite._configs import basin_config_json
-from s2_sink.lite._errors import ApiError, bad
 from s2_sink.lite._names import validate_basin_name, validate_stream_name
 from s2_sink.lite._payloads import Response, basin_header, json_body, json_response, page
 from s2_sink.lite._request import Request

@@ -10,7 +10,7 @@ import gzip
 
 import zstandard
 
-from s2_sink.lite._errors import ApiError, bad
+from s2_sink.lite._api_errors import ApiError, bad
 
 __all__ = [
     "COMPRESS_GZIP",

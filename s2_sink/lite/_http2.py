@@ -22,7 +22,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from s2_sink._transport import h2_frame_text as _h2_frame_text
+from s2_sink._transport import hyperframe_repr_patch
 from s2_sink.lite._request import App
 
 __all__ = ["H2Protocol", "H2Request"]
@@ -30,7 +30,7 @@ __all__ = ["H2Protocol", "H2Request"]
 log = logging.getLogger(__name__)
 
 
-_h2_frame_text.install()  # h2 would hex-encode every DATA frame it receives (see _h2_frame_text)
+hyperframe_repr_patch.install()  # h2 would hex-encode every DATA frame it receives (see that module)
 
 _WINDOW = 16 * 1024 * 1024
 _MAX_FRAME = 4 * 1024 * 1024 - 1

@@ -6,7 +6,7 @@ import base64
 import binascii
 from typing import Any
 
-from s2_sink.lite._errors import bad
+from s2_sink.lite._api_errors import bad
 from s2_sink.lite._wire import pb
 
 __all__ = ["ack_to_json", "append_input_from_json", "read_batch_to_json"]

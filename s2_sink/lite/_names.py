@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from s2_sink.lite._errors import bad
+from s2_sink.lite._api_errors import bad
 
 __all__ = ["Where", "validate_basin_name", "validate_stream_name"]
 

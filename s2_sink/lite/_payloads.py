@@ -8,8 +8,8 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from s2_sink.lite._api_errors import bad
 from s2_sink.lite._configs import parse_json
-from s2_sink.lite._errors import bad
 from s2_sink.lite._framing import COMPRESS_GZIP, COMPRESS_ZSTD, decompress
 from s2_sink.lite._names import validate_basin_name, validate_stream_name
 from s2_sink.lite._request import Request

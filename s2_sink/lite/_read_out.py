@@ -13,8 +13,8 @@ from typing import Protocol
 
 import orjson
 
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._clock import now_ms
-from s2_sink.lite._errors import ApiError
 from s2_sink.lite._framing import encode_frame, encode_terminal, pick_compression
 from s2_sink.lite._jsonfmt import read_batch_to_json
 from s2_sink.lite._wire import read_batch

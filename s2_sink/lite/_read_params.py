@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from s2_sink.lite._errors import bad, invalid, read_unwritten
+from s2_sink.lite._api_errors import bad, invalid, read_unwritten
 from s2_sink.lite._stream import Stream
 
 __all__ = ["ReadParams"]

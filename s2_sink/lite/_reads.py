@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._append_input import MAX_BATCH_RECORDS, ONE_MIB
-from s2_sink.lite._errors import ApiError
 from s2_sink.lite._read_out import ReadOut
 from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._request import Request

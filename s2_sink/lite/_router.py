@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 from urllib.parse import unquote
 
-from s2_sink.lite._errors import ApiError, bad
+from s2_sink.lite._api_errors import ApiError, bad
 
 __all__ = ["Match", "Router", "split_path"]
 

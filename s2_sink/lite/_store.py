@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from s2_sink.lite._api_errors import conflict, not_found
 from s2_sink.lite._batch import Batch
 from s2_sink.lite._clock import Clock, rfc3339
 from s2_sink.lite._configs import (
@@ -37,7 +38,6 @@ from s2_sink.lite._configs import (
     reconfigure_basin,
     reconfigure_stream,
 )
-from s2_sink.lite._errors import conflict, not_found
 from s2_sink.lite._names import validate_basin_name, validate_stream_name
 from s2_sink.lite._stream import Stream
 

@@ -12,11 +12,11 @@ from array import array
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+from s2_sink.lite._api_errors import fencing_token_mismatch, invalid, seq_num_mismatch
 from s2_sink.lite._append_input import ParsedInput, parse_input
 from s2_sink.lite._batch import Batch, sequenced
 from s2_sink.lite._clock import rfc3339
 from s2_sink.lite._configs import Json
-from s2_sink.lite._errors import fencing_token_mismatch, invalid, seq_num_mismatch
 from s2_sink.lite._wire import RawList, pb
 
 __all__ = ["ReadResult", "Stream"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from weakref import WeakKeyDictionary
 
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._clock import Clock
-from s2_sink.lite._errors import ApiError
 from s2_sink.lite._stream import Stream
 
 __all__ = ["BATCHES_PER_SECOND", "BYTES_PER_SECOND", "Throttle"]

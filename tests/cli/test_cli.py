@@ -22,9 +22,9 @@ from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.cli import EXIT_CODES
 from s2_sink.config import S2Config
 from s2_sink.encoders import ACTION_HEADER, KEY_HEADER

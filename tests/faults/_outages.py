@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, SignIn
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, SignIn
 from s2_sink.lite import LiteServer
 from tests.faults._support import list_streams, read_all, run
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 
 __all__ = ["commit", "new_driver_process", "open_execution", "write_partitions"]

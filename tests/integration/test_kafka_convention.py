@@ -6,13 +6,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from s2_sink.config import S2Config
 from s2_sink.datasource import register
-from s2_sink.encoders import FRAME_COLUMNS, KafkaEncoder
+from s2_sink.encoders import KafkaEncoder
 from s2_sink.writer import S2Writer
 from tests.integration.test_datasource_read import new_basin, opts
 
@@ -142,18 +141,3 @@ def test_raw_read_shows_the_key_header(sp: SparkSession, lite: Any) -> None:
     (row,) = raw.collect()
     assert [(bytes(h.key), bytes(h.value)) for h in row.headers] == [(b"@kafka-key", b"k"), (b"h", b"x")]
     assert bytes(row.body) == b"v"
-
-
-def test_jvm_and_arrow_frames_are_identical(sp: SparkSession) -> None:
-    """project() (the writer's path) and encode_arrow() (format("s2") writes) give the same frame, for
-    Kafka's binary columns and for a string key and value without headers or timestamp (null value too)."""
-    strings = sp.createDataFrame([("k", "v"), (None, "ü"), ("", None)], "key string, value string").coalesce(
-        1
-    )
-    for df in (kafka_frame(sp), strings):
-        encoder = KafkaEncoder()
-        jvm = encoder.project(df).toArrow().select(list(FRAME_COLUMNS))
-        arrow = pa.Table.from_batches(
-            [encoder.encode_arrow(b, schema=df.schema, errors="column") for b in df.toArrow().to_batches()]
-        ).select(list(FRAME_COLUMNS))
-        assert jvm.to_pylist() == arrow.to_pylist()

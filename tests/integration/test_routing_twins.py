@@ -1,8 +1,10 @@
 """The routing rule's two twins agree: the Spark expression `S2Writer` plans on the driver and the Arrow
-computation ``format("s2")`` tasks run give every row the same target stream (null = bad row)."""
+computation tasks run (``format("s2")``'s columns and templates, every writer's shards) give every row the
+same target stream (null = bad row)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
@@ -68,3 +70,26 @@ def test_double_columns_differ_so_format_s2_refuses_them(spark: SparkSession) ->
         routing.validate_arrow(StructType([StructField("d", DoubleType())]))
     for kind in (StringType(), LongType(), BooleanType()):
         routing.validate_arrow(StructType([StructField("d", kind)]))
+
+
+@pytest.mark.parametrize("shards", [1, 7, 100_000])
+def test_shards_in_arrow_are_sparks_xxhash64(spark: SparkSession, shards: int) -> None:
+    """The shard a task computes for a record (XXH64 of its key, else of its body) is the one Spark's
+    ``pmod(xxhash64(coalesce(_s2_key, _s2_body)), n)`` names: keys of every length class (under 4, 4-7,
+    8-31 bytes and 32-byte stripes), empty and non-UTF-8 keys, and null keys that fall back to the body."""
+    keys: list[bytes | None] = [
+        None,
+        b"",
+        b"\xff\xfe",
+        *(bytes(range(n)) for n in (1, 3, 4, 7, 8, 31, 32, 100)),
+    ]
+    keys += [f"user-{i}".encode() for i in range(200)]
+    bodies = [b'{"n":%d}' % i for i in range(len(keys))]
+    df = spark.createDataFrame(list(zip(keys, bodies, strict=True)), "_s2_key binary, _s2_body binary")
+    routing = Routing.build(stream="events", stream_column=None, shards=shards)
+    jvm = [row[0] for row in df.select(routing.expr("_s2_key", "_s2_body")).collect()]
+    batch = pa.RecordBatch.from_pydict(
+        {"_s2_key": pa.array(keys, pa.binary()), "_s2_body": pa.array(bodies, pa.binary())}
+    )
+    assert routing.arrow_targets(batch).to_pylist() == jvm
+    assert len(set(jvm)) > min(shards, 10) // 2  # the keys spread

@@ -13,11 +13,12 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from s2_sink import S2Config, S2Writer
+from s2_sink._exactly_once.identity import session_facts
 from s2_sink._write.task.partition_writer import map_partition
 from s2_sink._write.task.results import RESULT_DDL
 from s2_sink.encoders import UpsertEncoder
-from s2_sink.encoders._change_order import sort_changes
 from s2_sink.lite import LiteServer
+from s2_sink.writer import laid_out
 from tests.integration._eo_batches import new_driver_process
 from tests.integration._s2read import read_stream
 
@@ -108,14 +109,13 @@ def test_replay_after_a_dead_run_keeps_each_keys_order(
     stream is its eight changes in pos order, each once."""
     cfg = _cfg(lite, basin, "cdc")
     dead = S2Writer(cfg, _encoder(), writer_id="w")
-    prepared = dead._prepare(0, dead.frame(_split(spark, CHANGES, 5, 2)), tasks=2)
-    assert prepared is not None
-    job, frame = prepared
+    rows, encoding = dead.rows(_split(spark, CHANGES, 5, 2))
+    job = dead.mode.prepare(0, session_facts(spark))
+    assert job is not None
+    assert not job.recovery_layout  # the dead run's first batch
     prefix = [c for c in CHANGES if c[0] in KEYS[:3] and c[3] < 500]
-    survivors = frame.filter(frame["_s2_order"]["o0"] < 500).filter(
-        frame["_s2_key"].isin(*[orjson.dumps({"k": k}) for k in KEYS[:3]])
-    )
-    laid = sort_changes(survivors.repartition("_s2_key"))
+    survivors = rows.filter(rows["pos"] < 500).filter(rows["k"].isin(*KEYS[:3]))
+    laid = laid_out(survivors, encoding, tasks=2, by_key=True)
     laid.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()  # then the driver dies: no commit
     assert _per_key(lite, basin, "cdc") == _expected(prefix)
 

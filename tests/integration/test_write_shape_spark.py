@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from s2_sink import S2Writer
+from s2_sink._exactly_once.identity import session_facts
 from s2_sink._write.driver.driver_write import collect_arrow, probe_small, write_on_driver
 from s2_sink._write.driver.sizing import size_estimate
 from s2_sink.errors import ConfigError
@@ -136,13 +137,12 @@ def test_a_dead_runs_small_batch_is_replayed_from_the_driver_exactly_once(
     driver, and subtracts what the dead run wrote: every row once."""
     cfg = cfg_for(lite, basin, create_streams=True, batch_max_records=20)
     dead = S2Writer(cfg, writer_id="dead-driver")
-    frame = dead.frame(rows_df(spark, 600, partitions=3))
-    prepared = dead._prepare(0, frame, tasks=1)
-    assert prepared is not None
-    job, frame = prepared
+    rows, encoding = dead.rows(rows_df(spark, 600, partitions=3))
+    job = dead.mode.prepare(0, session_facts(spark))
+    assert job is not None
     dead._create_known_streams()
-    half = collect_arrow(frame.coalesce(1)).slice(0, 300)
-    write_on_driver(job, frame, pa.Table.from_batches(half.to_batches()))  # then the driver dies: no commit
+    half = collect_arrow(rows.coalesce(1)).slice(0, 300)
+    write_on_driver(job, encoding, pa.Table.from_batches(half.to_batches()))  # the driver dies: no commit
     assert len(_ids(lite, basin)) == 300
 
     new_driver_process()
@@ -159,20 +159,20 @@ def test_a_batch_the_optimizer_sizes_far_over_the_byte_limit_is_not_probed(
 ) -> None:
     """The optimizer's size estimate of a record frame is read (py4j hands ``sizeInBytes`` over as a Python
     int): a cached 20k-row batch has one, and with the driver-write byte limit far below it the batch goes
-    to the tasks without the probe job (no persist, no collect). Read wrongly, every batch of any size was
+    to the tasks without the probe job (no collect). Read wrongly, every batch of any size was
     persisted and probed first (the 2M-row benchmark paid ~30% more JVM CPU for it)."""
     df = rows_df(spark, 20_000).cache()
     try:
         df.count()
         writer = S2Writer(cfg_for(lite, basin, driver_write_max_bytes=4096), writer_id="sized")
-        frame = writer.frame(df)
-        size = size_estimate(frame)
+        rows, _ = writer.rows(df)
+        size = size_estimate(rows)
         assert size is not None
         assert size > 20_000, size
-        with probe_small(frame, writer.cfg, size) as (out, small):
+        jobs_before = _jobs(spark)
+        with probe_small(rows, writer.cfg, size) as small:
             assert small is None
-            assert out is frame
-            assert not out.storageLevel.useMemory
+        assert _jobs(spark) == jobs_before
     finally:
         df.unpersist()
 
@@ -216,3 +216,34 @@ def test_a_known_size_sizes_the_write_stage(spark: SparkSession, lite: LiteServe
     assert writer.last_metrics is not None
     assert writer.last_metrics.partitions == spark.sparkContext.defaultParallelism
     assert sorted(_ids(lite, basin)) == list(range(20_000))
+
+
+def test_a_small_batch_with_a_null_struct_over_non_null_fields_is_written_from_the_driver(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """``when(c, struct(...))`` makes a nullable struct of non-null fields; collecting such rows as Arrow
+    casts them to that schema, which refuses the null structs. The driver's probe relaxes the nested
+    fields first: the small batch is written from the driver, with the bodies the task path writes."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(40).select(
+        "id",
+        F.when(
+            F.col("id") % 10 != 3,
+            F.struct(
+                (F.col("id") % 10).alias("x"), F.concat(F.lit("s"), F.col("id").cast("string")).alias("y")
+            ),
+        ).alias("st"),
+    )
+    assert not df.schema["st"].dataType.fields[1].nullable
+    got = {}
+    for path, extra in (("driver", {}), ("tasks", TASK_PATH)):
+        cfg = cfg_for(lite, basin, stream=f"nested-{path}", create_streams=True, **extra)
+        writer = S2Writer(cfg, delivery="at-least-once")
+        writer(df, 0)
+        assert writer.last_metrics is not None
+        assert writer.last_metrics.path == path
+        got[path] = sorted(bodies(lite, basin, f"nested-{path}"), key=lambda b: b["id"])
+    assert got["driver"] == got["tasks"]
+    assert got["driver"][3] == {"id": 3, "st": None}
+    assert got["driver"][4] == {"id": 4, "st": {"x": 4, "y": "s4"}}

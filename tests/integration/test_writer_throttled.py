@@ -24,13 +24,10 @@ def throttled() -> Iterator[LiteServer]:
         yield srv
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
-def test_throttled_write_completes_exactly_once(
-    spark: SparkSession, throttled: LiteServer, bulk: bool
-) -> None:
+def test_throttled_write_completes_exactly_once(spark: SparkSession, throttled: LiteServer) -> None:
     """One record per batch drives each task's session past 200 batches/s: the server refuses with 429, the
     writer waits the window out, reopens its session and re-sends, every row lands once, and the retries
-    show in the metrics. On both append paths (the bulk one is the faster, so it is refused the more)."""
+    show in the metrics."""
     basin = fresh_basin(throttled.endpoint)
     cfg = S2Config(
         basin=basin,
@@ -39,9 +36,8 @@ def test_throttled_write_completes_exactly_once(
         account_endpoint=throttled.endpoint,
         basin_endpoint=throttled.endpoint,
         batch_max_records=1,
-        bulk_append=bulk,
     )
-    writer = S2Writer(cfg, InsertEncoder(), writer_id=f"throttled-writer-{bulk}")
+    writer = S2Writer(cfg, InsertEncoder(), writer_id="throttled-writer")
     writer(spark.range(1200, numPartitions=2), 0)
     ids = sorted(orjson.loads(r.body)["id"] for r in read_stream(throttled.endpoint, basin, "events"))
     assert ids == list(range(1200))

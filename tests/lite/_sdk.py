@@ -38,25 +38,26 @@ def client(
 
 
 async def deletion_completes(
-    pending: Callable[[], Awaitable[object]],
+    probe: Callable[[], Awaitable[object]],
     timeout_s: float = 10.0,
     *,
-    gone: Callable[[], Awaitable[object]] | None = None,
+    answers_while_pending: bool = False,
 ) -> S2ServerError:
-    """While an asynchronous deletion runs, ``pending`` fails with 409 ``*_deletion_pending``; once it is
-    done, ``gone`` (by default ``pending`` itself) fails with 404. Returns that 404 error."""
+    """Polls ``probe`` until the asynchronous deletion is done and it fails with 404; returns that error.
+    While the deletion runs the probe fails with 409 ``*_deletion_pending``, or, where S2 still answers it
+    (``answers_while_pending``: a basin's config), succeeds. A mutating call is not a probe: once the deletion
+    finishes between two calls it would legitimately succeed, so tests assert its 409 once, before polling."""
     deadline = time.monotonic() + timeout_s
     while True:
-        for call in (gone, pending) if gone is not None else (pending,):
-            try:
-                await call()
-            except S2ServerError as exc:
-                if exc.status_code == 404:
-                    return exc
-                if call is pending and exc.status_code == 409 and exc.code.endswith("_deletion_pending"):
-                    continue
+        try:
+            await probe()
+        except S2ServerError as exc:
+            if exc.status_code == 404:
+                return exc
+            if not (exc.status_code == 409 and exc.code.endswith("_deletion_pending")):
                 raise AssertionError(f"expected 409 *_deletion_pending while deleting, got {exc!r}") from exc
-            if call is pending:
+        else:
+            if not answers_while_pending:
                 raise AssertionError("a resource being deleted answered as if it were not")
         assert time.monotonic() < deadline, "the deletion did not complete in time"
         await asyncio.sleep(0.05)

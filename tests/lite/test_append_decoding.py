@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from s2_sdk import AppendInput, CommandRecord, Record
 from s2_sdk._mappers import append_input_to_proto
 
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._append_input import ONE_MIB, parse_input
-from s2_sink.lite._errors import ApiError
 from s2_sink.lite._wire import pb, varint
 
 blobs = st.one_of(

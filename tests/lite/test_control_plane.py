@@ -50,9 +50,7 @@ def test_basin_lifecycle_and_provision_results(lite: LiteServer) -> None:
             with pytest.raises(S2ServerError) as pending:
                 await s2.ensure_basin(name)
             assert (pending.value.status_code, pending.value.code) == (409, "basin_deletion_pending")
-            gone = await deletion_completes(
-                lambda: s2.ensure_basin(name), gone=lambda: s2.get_basin_config(name)
-            )
+            gone = await deletion_completes(lambda: s2.get_basin_config(name), answers_while_pending=True)
             assert gone.code == "basin_not_found"
             await s2.delete_basin(name, ignore_not_found=True)
             created = await s2.ensure_basin(name)

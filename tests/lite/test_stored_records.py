@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from s2_sdk import CommandRecord, Record
 
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._durability import encode_append, encode_meta, replay
-from s2_sink.lite._errors import ApiError
 from s2_sink.lite._store import Store
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._wire import pb

@@ -10,7 +10,7 @@ import pytest
 from s2_sdk import AppendInput, Record, S2ServerError, SeqNum
 
 from s2_sink.lite import LiteServer, ManualClock
-from s2_sink.lite._errors import ApiError
+from s2_sink.lite._api_errors import ApiError
 from s2_sink.lite._stream import Stream
 from s2_sink.lite._throttle import BATCHES_PER_SECOND, Throttle
 from s2_sink.testing import fresh_basin

@@ -13,9 +13,9 @@ deletion gets 503 ``unavailable`` for what it sends next, and never writes into 
 the same name.
 
 Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``create_stream``/``get_stream_config``;
-``S2Stream.name``/``check_tail``/``append``/``read``/``append_session``; ``AppendSession.submit``/``close``;
-and, for the bulk append path (`s2_sink._transport.append_session`), the basin transport the SDK client hands
-out (``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
+``S2Stream.name``/``check_tail``/``append``/``read``; and, for the append sessions
+(`s2_sink._transport.append_session`), the basin transport the SDK client hands out
+(``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
 lite server answers one (`AppendSessionResponse`), as a stream of the client's HTTP/2 connection
 (`tests.sim._connection`), which may drop under every session on it.
 """
@@ -53,9 +53,9 @@ from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto, sequenced_record_from_proto
 
 from s2_sink.config import S2Config
+from s2_sink.lite._api_errors import ApiError, bad
 from s2_sink.lite._appends import ack_for
 from s2_sink.lite._batch import Batch
-from s2_sink.lite._errors import ApiError, bad
 from s2_sink.lite._framing import FrameReader, encode_frame, encode_terminal
 from s2_sink.lite._read_params import ReadParams
 from s2_sink.lite._store import Store
@@ -104,9 +104,9 @@ class MemoryService:
         self.drops: list[int] = []
         """How many sessions each connection drop ended."""
 
-    def client_factory(self, cfg: S2Config, *, sdk_retries: bool = True) -> S2:
+    def client_factory(self, cfg: S2Config) -> S2:
         """`ClientFactory` for the session pool: a client of this service."""
-        del cfg, sdk_retries
+        del cfg
         return cast(S2, MemoryS2(self))
 
     async def end_sessions(self) -> None:
@@ -305,47 +305,6 @@ class MemoryStream:
         records = [sequenced_record_from_proto(pb.SequencedRecord.FromString(r)) for r in res.records]
         svc.after(verdict)
         return ReadBatch(records=records, tail=None)  # stored records carry no tail (s2-lite read.rs)
-
-    def append_session(
-        self, *, max_unacked_bytes: int = 0, max_unacked_batches: int | None = None
-    ) -> Session:
-        del max_unacked_bytes, max_unacked_batches
-        return Session(self._service, self._name)
-
-
-class Session:
-    """Stands in for ``s2_sdk.AppendSession``: each submit is one step, acknowledged at once. A failed
-    append ends the session, as it does S2's (later submits fail with the same error)."""
-
-    def __init__(self, service: MemoryService, stream: str) -> None:
-        self._service = service
-        self._stream = stream
-        self._opened: Stream | None = None
-        """The stream the session's request opened on (its first submit), as S2's session holds its
-        streamer."""
-        self._failed: BaseException | None = None
-
-    async def submit(self, inp: AppendInput) -> asyncio.Future[AppendAck]:
-        svc = self._service
-        fut: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
-        if self._failed is not None:
-            fut.set_exception(self._failed)
-            return fut
-        try:
-            verdict = await svc.step(Op("session", self._stream, _describe(inp)))
-            if self._opened is None:
-                self._opened = svc.stream(self._stream)
-            ack = svc.apply_append(self._stream, inp, self._opened)
-            svc.after(verdict)
-        except (S2ServerError, S2ClientError) as exc:
-            self._failed = exc
-            fut.set_exception(exc)
-            return fut
-        fut.set_result(ack)
-        return fut
-
-    async def close(self) -> None:
-        return None
 
 
 class MemoryTransport:

@@ -2,7 +2,7 @@
 
 - ``zombie-check-off``: `fencing.refuse_if_superseded` returns without checking, so a superseded task
   attempt adopts a later attempt's barrier token and goes on appending.
-- ``roll-call-ignored``: `roll_call.sign_in` signs in but reports no earlier attempt, so a retry whose
+- ``roll-call-ignored``: `sign_in_registers.sign_in` signs in but reports no earlier attempt, so a retry whose
   attempt number restarted at 0 (a stage retry) is treated as a first attempt and reads nothing back.
 - ``read-back-end-uncovered``: `StreamTotals.covers` does nothing, so a retry that dropped records an earlier
   attempt wrote reports an end before them and the ledger commits a stream end short of the batch.
@@ -31,11 +31,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from s2_sink._exactly_once import coordinator, fencing, roll_call, takeover
-from s2_sink._exactly_once import task as eo_task
+from s2_sink._exactly_once import coordinator, fencing, sign_in_registers, takeover, task_hooks
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
-from s2_sink._read.committed import CommittedEnds
+from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.task.results import StreamTotals
@@ -104,7 +103,7 @@ def mutated(name: str) -> Iterator[None]:
     if name == "zombie-check-off":
         patches = [(fencing, "check_not_superseded", _no_zombie_check)]
     elif name == "roll-call-ignored":
-        patches = [(eo_task, "sign_in", _ignore_roll_call(roll_call.sign_in))]
+        patches = [(task_hooks, "sign_in", _ignore_roll_call(sign_in_registers.sign_in))]
     elif name == "read-back-end-uncovered":
         patches = [(StreamTotals, "covers", _no_cover)]
     elif name == "change-unchecked":

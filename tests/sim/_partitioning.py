@@ -1,7 +1,8 @@
 """How the simulated Spark splits a micro-batch into write tasks: the input split (which a replay may draw
 otherwise, SPARK-28650), the writer's repartition by (stream, key) with ``order_by`` and its sort into change
 order (`sorted_indices`, the Python twin of `sort_changes`), and a recovery's layout by record content
-(`RecoveryLayout`, the twin of `repartition_for_recovery`)."""
+(`RecoveryLayout.partition_of`: the partition whose placement key the encoding stage ships with each record,
+where Spark's repartition puts it)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def in_change_order(sc: Scenario, rows: list[Row]) -> list[Row]:
 
 
 def by_content(sc: Scenario, batch: int, layout: RecoveryLayout) -> list[list[Row]]:
-    """The recovery shuffle ``repartition(n, xxhash64(stream?, body, headers))``."""
+    """The recovery shuffle: ``repartition(n, placement key)``, each record in partition `partition_of`."""
     parts: list[list[Row]] = [[] for _ in range(layout.partitions)]
     for row in sc.batches[batch]:
         stream = row.stream if row.stream is not None else SINGLE_STREAM

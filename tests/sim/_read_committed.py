@@ -1,10 +1,10 @@
 """The read-committed invariant: a reader bounded by a ledger's committed ends sees exactly the committed
 micro-batches' records, never part of one and never a record of a batch past the commit.
 
-The ends are folded from the ledger's records as `CommittedEnds.fetch` (s2_sink/_read/committed.py, through
-`Ledger.peek`) folds them: the last state record, the ``ends`` pieces from its base on. It is read straight
-from the in-memory store, so checking costs the schedule no steps; `ReadCommittedWatch` checks at every
-scheduler step at which some stream moved (the process is quiet there, so the store is consistent).
+The ends are folded from the ledger's records as `CommittedEnds.fetch` (s2_sink/_read/planning/committed.py,
+through `Ledger.peek`) folds them: the last state record, the ``ends`` pieces from its base on. It is read
+straight from the in-memory store, so checking costs the schedule no steps; `ReadCommittedWatch` checks at
+every scheduler step at which some stream moved (the process is quiet there, so the store is consistent).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base
 from s2_sink._exactly_once.tags import find_tag, strip_tag
-from s2_sink._read.committed import CommittedEnds
+from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink.config import S2Config
 from s2_sink.lite._store import Store
 from tests.sim._changes import CHANGES, ChangeLog

@@ -188,10 +188,6 @@ class Scenario:
     """``two-drivers``: the first of the two drivers stalls once it has looked at the old ledger."""
     configs: tuple[RunConfig, ...] = ()
     """``changed``: the writer each start of the query runs with (`tests.sim._changes`), in start order."""
-    bulk: bool = True
-    """The tasks append on the bulk path (``S2Config.bulk_append``, the default: serialized messages on
-    S2S sessions of their own), else on the SDK's record path (its ``AppendSession``); three in four
-    schedules take the default."""
 
     @classmethod
     def draw(cls, seed: int, profile: Profile = "default") -> Scenario:
@@ -269,7 +265,6 @@ class Scenario:
             fault_rate=0.005 if long else rng.choice((0.02, 0.05, 0.1)),
             max_faults=rng.randint(1, 5),
             max_restarts=rng.randint(1, 3),
-            bulk=_bulk(rng),
         )
 
     @classmethod
@@ -339,7 +334,6 @@ class Scenario:
             order_by=True,
             compact=compact,
             changes=changes if compact else (),
-            bulk=_bulk(rng),
         )
 
     @classmethod
@@ -372,12 +366,11 @@ class Scenario:
             fault_rate=0.6,
             max_faults=rng.randint(3, 5),
             max_restarts=1,
-            bulk=_bulk(rng),
         )
 
     def describe(self) -> str:
         routing = f"{self.shards} shards" if self.shards else "routed" if self.routed else "one stream"
-        kinds = [self.front, routing, "bulk appends" if self.bulk else "record appends"]
+        kinds = [self.front, routing]
         kinds += ["dlq"] * self.dlq + ["upsert"] * self.upsert
         kinds += ["order_by"] * self.order_by + ["compact"] * self.compact
         kinds += [f"then S2Writer: {self.second}"] * bool(self.second)
@@ -390,11 +383,6 @@ class Scenario:
             f"run id {'known' if self.run_id_known else 'unknown'}; fault rate {self.fault_rate} "
             f"(at most {self.max_faults}), at most {self.max_restarts} restarts"
         )
-
-
-def _bulk(rng: random.Random) -> bool:
-    """Drawn last, so the rest of a seed's scenario is what it was before the bulk path was simulated."""
-    return rng.random() < 0.75
 
 
 def _row(rng: random.Random, *, routed: bool, shards: int | None, dlq: bool, upsert: bool) -> Row:

@@ -11,7 +11,7 @@ properties ``streaming.sql.batchId`` and ``sql.streaming.queryId``), and the dri
   schedule runs, ``TaskContext.get()`` answers each thread its own context (`task_contexts`), with the
   fields Spark's worker sets;
 - the encoder: the simulated batches are record frames already (what an encoder makes of the rows, as for
-  ``foreachBatch``), so `RecordFrames.encode_arrow` hands them on with the stream column kept for routing;
+  ``foreachBatch``), so `RecordFrames.encode_frame` hands them on with the stream column kept for routing;
   the routing's own Arrow twin adds the target column, as for any ``format("s2")`` write.
 """
 
@@ -31,13 +31,13 @@ from pyspark import TaskContext
 from pyspark.sql.types import StructType
 
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import OPTIONS, WriteSpec
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
+from s2_sink.datasource._spark_writers import S2CommitMessage, S2StreamWriter, sink_identity
 from s2_sink.datasource._write_options import WriteOptions
-from s2_sink.datasource._writer import S2CommitMessage, S2StreamWriter, sink_identity
 from s2_sink.encoders import Encoder
-from s2_sink.encoders._frame import BODY, ERROR, HEADERS
+from s2_sink.encoders._frame import frame_arrow_schema
 from tests.sim._scenario import DLQ_STREAM, Row, Scenario, frame_of
 
 __all__ = ["SinkFront", "task_contexts"]
@@ -54,19 +54,26 @@ class RecordFrames(Encoder):
     def __init__(self) -> None:
         super().__init__(headers_column=None, timestamp_column=None, exclude_columns=())
 
-    def encode_arrow(
+    def encode_frame(
         self,
         batch: pa.RecordBatch,
         *,
-        schema: StructType | None = None,
+        schema: StructType,
         keep: Sequence[str] = (),
         exclude: Sequence[str] = (),
-        errors: str = "raise",
-        stream: str | None = None,
+        arranged: bool = True,
+        flat_changelog: bool = False,
     ) -> pa.RecordBatch:
-        del schema, exclude, errors, stream
-        names = [c for c in (BODY, HEADERS, ERROR, *keep) if c in batch.schema.names]
-        return batch.select(names)
+        del schema, exclude, arranged, flat_changelog
+        n = batch.num_rows
+        names = batch.schema.names
+        frame = frame_arrow_schema()
+        columns = [batch.column(f.name) if f.name in names else pa.nulls(n, f.type) for f in frame]
+        kept = [c for c in keep if c in names]
+        return pa.RecordBatch.from_arrays(
+            [*columns, *(batch.column(c) for c in kept)],
+            schema=frame_arrow_schema(pa.schema([batch.schema.field(c) for c in kept])),
+        )
 
 
 class _PerThread:

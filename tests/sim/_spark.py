@@ -42,8 +42,8 @@ from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import SessionPool, install_pool
 from s2_sink._write.driver import exactly_once as _exactly_once_mode
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import Delivery
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.errors import ReplayMismatchError, StreamResetError
 from s2_sink.writer import S2Writer
@@ -116,11 +116,9 @@ class Query(ChangeFront, WiringFront, WriterFront):
             max_inflight_requests=2,
             retry_delay_ms=1,
             max_retries=1,
-            bulk_append=scenario.bulk,
             # Timeouts are watchdogs the scheduler never waits for (it steps only a quiet process): far
             # enough that a slow machine does not make one fire and change the schedule.
             request_timeout_ms=600_000,
-            session_idle_timeout_ms=3_600_000,
         )
         if scenario.configs:  # changed: the stream column or shards override the one stream
             self.cfg = self.cfg.replace(stream=SINGLE_STREAM)
@@ -170,7 +168,6 @@ class Query(ChangeFront, WiringFront, WriterFront):
         if (
             verdict == "ok"
             and op.kind == "session"
-            and self.sc.bulk
             and self.sc.profile not in ZOMBIE_PROFILES
             and not actor.calm
             and self.faults < self.sc.max_faults
@@ -192,9 +189,8 @@ class Query(ChangeFront, WiringFront, WriterFront):
             return "ok"
         choices: list[Verdict]
         if op.kind == "session":
-            choices = ["refuse", "ambiguous", "crash_before", "crash_after", "lost"]
-            if self.sc.bulk:
-                choices.append("reconnect")  # S2's advice on an ack: finish this session, open another
+            # "reconnect": S2's advice on an ack: finish this session, open another
+            choices = ["refuse", "ambiguous", "crash_before", "crash_after", "lost", "reconnect"]
             if self.sc.profile in ("stage-retries", "upsert-order"):
                 choices += ["fetch_failed", "fetch_failed"]
         elif op.kind == "append" and op.detail.startswith("fence"):

@@ -14,9 +14,9 @@ import pyarrow as pa
 from s2_sink._exactly_once.identity import SessionFacts, session_facts
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import Delivery
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.writer import S2Writer
 from tests.sim._partitioning import by_content, in_change_order, split

@@ -31,9 +31,7 @@ def _exercised(outcomes: list[Outcome]) -> Counter[str]:
     """What the schedules did, counted from their traces: faults, restart shapes, retries, replays."""
     seen: Counter[str] = Counter()
     for o in outcomes:
-        path = "bulk" if o.scenario.bulk else "record"
         seen[o.scenario.front] += 1
-        seen[path] += 1
         seen["zombie steps"] += o.zombie_steps > 0
         seen["refused replay"] += o.refused
         seen["drop ending sessions at once"] += any(ended >= 2 for ended in o.service.drops)
@@ -42,7 +40,7 @@ def _exercised(outcomes: list[Outcome]) -> Counter[str]:
             if fault:
                 seen[fault.group(1)] += 1
                 if ": session " in line:
-                    seen[f"{path} session {fault.group(1)}"] += 1
+                    seen[f"session {fault.group(1)}"] += 1
             shape = re.search(r"driver run [1-9]\d* starts \(([a-z ,]+?)[,)]", line)
             if shape:
                 seen[f"restart: {shape.group(1)}"] += 1
@@ -54,12 +52,11 @@ def _exercised(outcomes: list[Outcome]) -> Counter[str]:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
     """400 schedules per chunk (1,600 in all), both front doors, one stream or routed, dead letters and
-    upserts, on the bulk append path (three in four) and the SDK's record path, with lost replies, refused
-    appends, reconnect advice, connections dropped under several bulk sessions at once, crashes at every
-    step of tasks and drivers, task retries, attempts Spark gave up on that go on, restarts of every
-    shape, zombies and replays split differently: every row exactly once after every commit and at the
-    end. The chunk must also have exercised each of those faults, the bulk session's among them, or it
-    proves nothing."""
+    upserts, with lost replies, refused appends, reconnect advice, connections dropped under several
+    sessions at once, crashes at every step of tasks and drivers, task retries, attempts Spark gave up on
+    that go on, restarts of every shape, zombies and replays split differently: every row exactly once
+    after every commit and at the end. The chunk must also have exercised each of those faults, the
+    session's among them, or it proves nothing."""
     outcomes = []
     for seed in range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK):
         outcome = run_schedule(seed)
@@ -70,14 +67,12 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
     wanted = [
         "writer",
         "sink",
-        "bulk",
-        "record",
-        "bulk session refuse",
-        "bulk session ambiguous",
-        "bulk session crash_before",
-        "bulk session crash_after",
-        "bulk session reconnect",
-        "bulk session drop",
+        "session refuse",
+        "session ambiguous",
+        "session crash_before",
+        "session crash_after",
+        "session reconnect",
+        "session drop",
         "refuse",
         "ambiguous",
         "crash_before",

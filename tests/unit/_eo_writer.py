@@ -15,8 +15,8 @@ from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.writer import S2Writer

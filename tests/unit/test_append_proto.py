@@ -534,3 +534,22 @@ def test_packed_varint_fields_match_protobuf(rows: list[tuple[int, int, bool]]) 
         for a, b, p in rows
     ]
     assert [data[lo:hi].tobytes() for lo, hi in itertools.pairwise(offsets.tolist())] == want
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 2**64 - 1), st.booleans()), max_size=20),
+    st.binary(min_size=1, max_size=6),
+    st.binary(min_size=1, max_size=6),
+)
+def test_packed_literal_and_multibyte_key_fields(
+    rows: list[tuple[int, bool]], literal: bytes, key: bytes
+) -> None:
+    """A field of key bytes alone (a constant header) and a field whose key is several bytes (a header's name
+    and its value's key) pack as those bytes, then the varint protobuf writes, where present."""
+    values = np.array([v for v, _ in rows], dtype=np.uint64)
+    present = np.array([p for _, p in rows], dtype=np.bool_)
+    fields = [(None, literal, None, None), (present, key, values, varint_sizes(values))]
+    offsets, data = pack_fields(len(rows), fields)
+    varints = [pb.AppendRecord(timestamp=v).SerializeToString()[1:] for v, _ in rows]  # less the 0x08 key
+    want = [literal + (key + varint if p else b"") for varint, (_, p) in zip(varints, rows, strict=True)]
+    assert [data[lo:hi].tobytes() for lo, hi in itertools.pairwise(offsets.tolist())] == want

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.read_formats import TYPED, _by_record, _columns, _from_columns, _materialize_by_record
-from s2_sink._read.formats import KAFKA_SCHEMA, UPSERT_SCHEMA, materialized_batches
+from s2_sink._read.rows.formats import KAFKA_SCHEMA, UPSERT_SCHEMA, materialized_batches
 
 
 def test_both_ways_of_every_timed_case_give_the_same_batches() -> None:

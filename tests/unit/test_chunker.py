@@ -12,11 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from s2_sdk import Record
 
-from s2_sink._write.plan import OnError, PartitionContext, WritePlan
 from s2_sink._write.task.chunker import Chunker, cut_points, prefix_sums
 from s2_sink._write.task.dead_letters import BadRows
-from s2_sink._write.task.frame_input import FrameInput
-from s2_sink._write.task.frame_span import FrameSpan, records_of
+from s2_sink._write.task.frame_records import FrameInput, FrameSpan, records_of
+from s2_sink._write.write_plan import OnError, PartitionContext, WritePlan
 from s2_sink.config import ONE_MIB, S2Config
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 from s2_sink.encoders._metered import metered_size

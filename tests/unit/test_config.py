@@ -110,7 +110,6 @@ def test_from_options_own_keys() -> None:
             "s2.request-timeout-ms": "1500ms",
             "s2.connect-timeout-ms": 700,
             "sink.requests.max-inflight-bytes": "4mib",
-            "sink.session.idle-timeout": "1min",
         }
     )
     assert cfg.compression == "zstd"
@@ -119,7 +118,6 @@ def test_from_options_own_keys() -> None:
     assert cfg.request_timeout_ms == 1500
     assert cfg.connect_timeout_ms == 700
     assert cfg.max_inflight_bytes == 4 * 1024 * 1024
-    assert cfg.session_idle_timeout_ms == 60_000
 
 
 def test_option_keys_cover_every_field() -> None:
@@ -133,6 +131,14 @@ def test_from_options_unknown_key() -> None:
     """An unknown option key is an error naming the key."""
     with pytest.raises(ConfigError, match=r"'s2\.bsain'"):
         S2Config.from_options({"s2.basin": "test-basin", "s2.bsain": "x"})
+
+
+@pytest.mark.parametrize("key", ["sink.session.idle-timeout", "Sink.Session.Idle-Timeout"])
+def test_a_removed_option_says_so(key: str) -> None:
+    """An option of an earlier release that is gone names itself, says it was removed and why, and asks to
+    drop it, rather than being an unknown option."""
+    with pytest.raises(ConfigError, match=rf"option '{key}' was removed: .*; drop it"):
+        S2Config.from_options({"s2.basin": "test-basin", key: "true"})
 
 
 def test_from_options_names_are_case_insensitive() -> None:

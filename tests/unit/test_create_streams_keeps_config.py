@@ -18,14 +18,14 @@ from s2_sdk import StreamConfig, Timestamping, TimestampingMode
 from s2_sink._exactly_once import bookkeeping_streams
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
-from s2_sink._exactly_once.roll_call import REGISTER_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin

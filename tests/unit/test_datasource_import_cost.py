@@ -22,7 +22,7 @@ def test_importing_the_data_source_and_its_writer_leaves_pandas_out() -> None:
     of CPU) on its first conversion of a Python value, so no module on that path may convert one at
     import time."""
     code = (
-        "import sys, s2_sink.datasource, s2_sink.datasource._writer, s2_sink.encoders; "
+        "import sys, s2_sink.datasource, s2_sink.datasource._spark_writers, s2_sink.encoders; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
     )
     out = _python(code)
@@ -33,16 +33,16 @@ def test_executors_unpickling_the_writer_import_none_of_the_read_side() -> None:
     """A task's Python worker imports the writer's module to unpickle it; the data source class and the
     reading modules stay unimported until something asks for them."""
     code = (
-        "import sys, s2_sink.datasource._writer; "
+        "import sys, s2_sink.datasource._spark_writers; "
         "print(sorted(m for m in sys.modules if m.startswith('s2_sink.datasource.')))"
     )
     out = _python(code)
     assert out.strip() == str(
         [
             "s2_sink.datasource._compat",
+            "s2_sink.datasource._spark_writers",
             "s2_sink.datasource._write_keys",
             "s2_sink.datasource._write_options",
-            "s2_sink.datasource._writer",
         ]
     )
 
@@ -56,7 +56,7 @@ def test_a_batch_write_commit_loads_neither_the_sdk_nor_protobuf() -> None:
         "import pickle, sys\n"
         "from pyspark.sql.types import LongType, StructField, StructType\n"
         "from s2_sink.datasource._source import S2DataSource\n"
-        "from s2_sink.datasource._writer import S2CommitMessage\n"
+        "from s2_sink.datasource._spark_writers import S2CommitMessage\n"
         "opts = {'s2.basin': 'commit-basin', 's2.stream': 's', 's2.preflight': 'false',\n"
         "        's2.endpoints.account': 'http://127.0.0.1:9', 's2.endpoints.basin': 'http://127.0.0.1:9'}\n"
         "w = S2DataSource(opts).writer(StructType([StructField('id', LongType())]), False)\n"
@@ -78,7 +78,7 @@ def test_a_batch_write_commit_loads_neither_the_sdk_nor_protobuf() -> None:
 def test_the_writer_options_spell_the_preflight_option_as_the_preflight_does() -> None:
     """`_write_options` and `_read_options` spell ``s2.preflight`` out instead of importing
     `s2_sink._transport.preflight` (which loads the SDK); all must name the same option."""
-    from s2_sink._read.options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
+    from s2_sink._read.read_options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
     from s2_sink._transport.preflight import OPT_PREFLIGHT
     from s2_sink.datasource._source import READ_KEYS
     from s2_sink.datasource._write_keys import OPT_PREFLIGHT as WRITE_OPT_PREFLIGHT
@@ -96,11 +96,12 @@ _NOT_IN_A_READ_TASK = (
     "pandas",
     "s2_sink._exactly_once.ledger",
     "s2_sink._wire.append.proto",
-    "s2_sink.datasource._writer",
+    "s2_sink.datasource._spark_writers",
     "s2_sink.datasource._write_options",
     "s2_sink.datasource._stream_reader",
-    "s2_sink._read.committed",
-    "s2_sink._read.planner",
+    "s2_sink._read.planning.committed",
+    "s2_sink._read.planning.bounds",
+    "s2_sink._read.planning.micro_batches",
 )
 
 
@@ -134,13 +135,14 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "before = set(sys.modules)\n"
         "from pyspark import cloudpickle\n"
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
-        "import s2_sink._read.task  # what read() imports\n"
-        "import s2_sink._wire.read.batch, s2_sink._read.json_bulk\n"
+        "import s2_sink._read.partition, s2_sink._read.session  # what read() imports\n"
+        "import s2_sink._read.planning.data_loss, s2_sink._read.rows.formats\n"
+        "import s2_sink._wire.read.record_columns, s2_sink._read.rows.json_columns\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
     out = _python(code)
     imported = ast.literal_eval(out.strip())
-    assert "s2_sink._read.task" in imported
+    assert "s2_sink._read.partition" in imported
     unwanted = [m for m in imported if m.startswith(_NOT_IN_A_READ_TASK)]
     assert unwanted == []
 
@@ -161,8 +163,8 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
         "S2DataSource(opts).schema()\n"
         "created = set(sys.modules) - before\n"
         "S2DataSource({**opts, 's2.format': 'json'}).reader(StructType([StructField('id', LongType())]))\n"
-        "import s2_sink._transport.preflight, s2_sink._read.planner, s2_sink._read.offsets\n"
-        "import s2_sink._read.committed  # what the preflight and partitions() import\n"
+        "import s2_sink._transport.preflight, s2_sink._read.planning.bounds, s2_sink._read.planning.offsets\n"
+        "import s2_sink._read.planning.committed  # what the preflight and partitions() import\n"
         "print(repr((sorted(created), sorted(set(sys.modules) - before - created))))\n"
     )
     out = _python(code)
@@ -174,9 +176,9 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
     assert "s2_sdk" in planned
     unwanted = ("pandas", "pyarrow.compute", "s2_sink.encoders", "s2_sink.datasource._write_options")
     unwanted += (
-        "s2_sink._read.formats",
-        "s2_sink._read.json_bulk",
-        "s2_sink._read.task",
+        "s2_sink._read.rows.formats",
+        "s2_sink._read.rows.json_columns",
+        "s2_sink._read.rows.upsert_columns",
     )
     assert [m for m in planned if m.startswith(unwanted)] == []
 
@@ -192,8 +194,8 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
         "import sys\n"
         "import s2_sdk._generated.s2.v1.s2_pb2 as pb\n"
         "from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType\n"
-        "from s2_sink._wire.read.batch import parse_read_batch\n"
-        "from s2_sink._read import formats as f\n"
+        "from s2_sink._wire.read.record_columns import parse_read_batch\n"
+        "from s2_sink._read.rows import formats as f\n"
         "batch = pb.ReadBatch()\n"
         "for i in range(4):\n"
         "    r = batch.records.add(seq_num=i, timestamp=5, body=b'{\"v\": 1}' if i % 2 else b'')\n"
@@ -226,8 +228,8 @@ def test_reading_any_format_leaves_pandas_out(fmt: str) -> None:
 
 
 def test_the_schemas_spell_the_record_frames_timestamp_column_as_the_frame_does() -> None:
-    """`schemas` spells ``_s2_timestamp`` out instead of importing the encoders; both must agree."""
-    from s2_sink._read.schemas import META_COLUMNS
+    """`schemas` takes ``_s2_timestamp`` from the shared leaf module, not from the encoders; both agree."""
+    from s2_sink._read.rows.schemas import META_COLUMNS
     from s2_sink.encoders._frame import TIMESTAMP
 
     assert TIMESTAMP in META_COLUMNS

@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from s2_sink._read.formats import RAW_SCHEMA
-from s2_sink._read.offsets import advance, cap_total, max_merge, plan_ranges
-from s2_sink._read.options import Bound, parse_read_options
+from s2_sink._read.planning.offsets import advance, cap_total, max_merge, plan_ranges
+from s2_sink._read.read_options import Bound, parse_read_options
+from s2_sink._read.rows.formats import RAW_SCHEMA
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
+from s2_sink.datasource._spark_writers import sink_identity
 from s2_sink.datasource._write_options import parse_write_options
-from s2_sink.datasource._writer import sink_identity
 from s2_sink.errors import CommitError, ConfigError
 
 offsets = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 10_000), max_size=4)

@@ -16,9 +16,9 @@ from s2_sink._exactly_once import ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin

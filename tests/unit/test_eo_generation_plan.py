@@ -15,9 +15,9 @@ from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.fencing import TaskAttempt, Token
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 

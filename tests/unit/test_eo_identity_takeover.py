@@ -225,8 +225,8 @@ class _Race:
         self.old, self.other = old, other
         self.raced = False
 
-    def client_factory(self, cfg: S2Config, *, sdk_retries: bool = True) -> S2:
-        return _RacedClient(make_client(cfg, sdk_retries=sdk_retries), self)  # type: ignore[return-value]
+    def client_factory(self, cfg: S2Config) -> S2:
+        return _RacedClient(make_client(cfg), self)  # type: ignore[return-value]
 
 
 class _RacedClient:

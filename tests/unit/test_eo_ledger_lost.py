@@ -18,9 +18,9 @@ from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.sink_run import open_sink_run
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 from s2_sink.lite import LiteServer

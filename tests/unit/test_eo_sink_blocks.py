@@ -21,9 +21,9 @@ from s2_sink._transport import runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.errors import (
     CommitError,

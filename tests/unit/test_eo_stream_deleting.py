@@ -24,14 +24,14 @@ from s2_sdk import AppendInput, Record, S2ServerError
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
-from s2_sink._read import s2io
+from s2_sink._read.planning import lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.errors import StreamResetError, WriteError
 from s2_sink.lite import LiteServer, ManualClock
@@ -145,23 +145,24 @@ def test_a_pending_deletion_met_by_an_exactly_once_batch_ends_in_a_reset(
 def test_an_open_session_meets_503_and_the_retry_ends_in_a_reset(
     held: LiteServer, clock: ManualClock
 ) -> None:
-    """The record path keeps batch 0's append session open in the pool; the stream is deleted under it. Its
-    next append gets 503 unavailable (S2's streamer is gone), which applied nothing; the task fails without
-    re-sending under exactly-once, and its retry, meeting the 409 and then the completed deletion, stops with
-    StreamResetError. Nothing of batch 1 is written anywhere."""
-    cfg, spec, coord, end = _committed_batch_0(held, create_streams=True, bulk_append=False)
-    assert _runtime.run(_idle_sessions()) > 0  # batch 0's session waits in the pool
-    _delete(held, cfg.basin)
+    """Batch 1's task has its append session open and its first chunk landed when the stream is deleted
+    under it. The session's next append gets 503 unavailable (S2's streamer is gone), which applied nothing;
+    the task fails without re-sending under exactly-once, and its retry, meeting the 409 and then the
+    completed deletion, stops with StreamResetError. Nothing of batch 1 is written to the new stream."""
+    cfg, spec, coord, end = _committed_batch_0(held, create_streams=True)
     epoch = coord.begin_batch(1)
     assert epoch is not None
     plan = spec.plan(1, epoch)
+
+    def frames() -> Iterator[pa.RecordBatch]:
+        yield _frame(BATCH1[:5])  # one whole chunk (batch_max_records=5), handed over with its batch
+        _wait_for_tail(held, cfg.basin, above=end)  # landed: the session is open on the old stream
+        _delete(held, cfg.basin)
+        yield _frame(BATCH1[5:])
+
     done = _complete_later(clock, after_s=1.5)  # whichever attempt meets the 409 waits it out
-    first = _raises(
-        WriteError, lambda: write_partition(plan, [_frame(BATCH1)], PartitionContext(1, 0, 0, 10, 7))
-    )
-    # Today the task fails on the 503 without re-sending (it may have been applied, for all the appender
-    # knows); a retry of the 503 within the task would meet the 409 and end in the reset at once.
-    assert "503 unavailable" in str(first) or isinstance(first, StreamResetError), first
+    first = _raises(WriteError, lambda: write_partition(plan, frames(), PartitionContext(1, 0, 0, 10, 7)))
+    assert "503 unavailable" in str(first), first
     retry = _raises(
         StreamResetError, lambda: write_partition(plan, [_frame(BATCH1)], PartitionContext(1, 0, 1, 20, 7))
     )
@@ -170,8 +171,17 @@ def test_an_open_session_meets_503_and_the_retry_ends_in_a_reset(
     assert run(read_all(held.endpoint, cfg.basin, "events", commands=True)) == []
 
 
-async def _idle_sessions() -> int:
-    return int(get_pool().stats()["idle_sessions"])
+def _wait_for_tail(srv: LiteServer, basin: str, above: int, within_s: float = 10.0) -> None:
+    """Wait until the stream's tail is past `above` (an append landed)."""
+
+    async def tail() -> int:
+        async with client(srv.endpoint) as s2:
+            return int((await s2.basin(basin).stream("events").check_tail()).seq_num)
+
+    deadline = time.monotonic() + within_s
+    while run(tail()) <= above:
+        assert time.monotonic() < deadline, "the first chunk never landed"
+        time.sleep(0.02)
 
 
 def test_at_least_once_writes_once_to_the_stream_created_after_a_pending_deletion(
@@ -214,7 +224,7 @@ def test_readers_take_a_stream_being_deleted_as_gone(held: LiteServer, clock: Ma
     basin = make_basin(held.endpoint, ["events", "kept"])
     cfg = cfg_for(held.endpoint, basin)
     _delete(held, basin)
-    assert s2io.tails(cfg, ["events", "kept"], missing_ok=True) == {"kept": 0}
+    assert lookups.tails(cfg, ["events", "kept"], missing_ok=True) == {"kept": 0}
 
     async def ledger_of(writer: str) -> object:
         ledger = Ledger(get_pool().client(cfg).basin(basin), writer, cfg=cfg)

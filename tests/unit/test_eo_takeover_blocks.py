@@ -15,15 +15,15 @@ import pyarrow as pa
 import pytest
 from s2_sdk import AppendInput, CommandRecord
 
+from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, writer_hash
-from s2_sink._exactly_once.plan import epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall
+from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.routing import Routing
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.cli._fences_cmd import clear_fence
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError

@@ -96,15 +96,6 @@ def test_judge_takes_over_a_foreign_s2sink_token_only_on_streams_it_never_wrote(
         judge_current_token("s", "user-token", mine, may_take_over=True)
 
 
-def test_xxh64_matches_the_reference_vectors() -> None:
-    """The recovery layout's XXH64 is the reference algorithm (Spark's `XXH64.hashUnsafeBytes`), all
-    length paths: empty, under 4/8/32 bytes, stripes plus tails."""
-    from s2_sink._exactly_once.recovery_layout import _xxh64
-
-    assert _xxh64(b"", 0) == 0xEF46DB3751D8E999
-    assert _xxh64(b"abc", 0) == 0x44BC2CF5AD770999
-
-
 def test_fingerprint_leaves_out_a_dead_letters_partition_but_not_its_row_hash() -> None:
     base = [(b"s2sink-error", b"bad"), (b"s2sink-batch-id", b"3")]
     p0 = fingerprint("dlq", [*base, (b"s2sink-partition", b"0")], b"x")

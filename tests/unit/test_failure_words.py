@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from s2_sink._exactly_once.ledger import Ledger
-from s2_sink._read import s2io as _s2io
+from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import TOKEN_HINT
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.cli._failures import DENIED, NOT_FOUND
 from s2_sink.cli._failures import explain as cli_explain
 from s2_sink.config import S2Config
@@ -70,7 +70,7 @@ def test_a_refused_token_reads_the_same_on_every_path(guarded: LiteServer) -> No
         _load_ledger(cfg)
     messages.append(str(ledger.value))
     with pytest.raises(ReadError) as read:
-        _s2io.list_streams(cfg, "")
+        _lookups.list_streams(cfg, "")
     messages.append(str(read.value))
     cli = cli_explain(read.value.__cause__, cfg, None)  # type: ignore[arg-type]  # the SDK's 401
     assert cli.code == DENIED
@@ -111,7 +111,7 @@ def test_a_server_that_is_not_s2_is_told_apart_from_a_missing_stream() -> None:
         with pytest.raises(WriteError) as write:
             _write(cfg)
         with pytest.raises(ReadError) as read:
-            _s2io.tails(cfg, ["events"])
+            _lookups.tails(cfg, ["events"])
     for err in (write.value, read.value):
         assert f"{endpoint} answered 404 without an S2 error code" in str(err)
         assert "does not look like an S2 server" in str(err)
@@ -124,7 +124,7 @@ def test_transport_failures_name_the_endpoint_and_the_host() -> None:
         _write(_cfg("http://127.0.0.1:1", "some-basin", **_FAST))
     unresolved = "https://no-such-host.invalid"
     with pytest.raises(ReadError) as dns:
-        _s2io.list_streams(_cfg(unresolved, "some-basin", **_FAST), "")
+        _lookups.list_streams(_cfg(unresolved, "some-basin", **_FAST), "")
     assert f"cannot reach S2 at {unresolved}: host 'no-such-host.invalid' does not resolve" in str(dns.value)
 
 
@@ -143,7 +143,7 @@ def test_a_silent_endpoint_fails_within_the_timeout_bound(retries: int, deadline
         write_s = time.monotonic() - started
         started = time.monotonic()
         with pytest.raises(ReadError) as read:
-            _s2io.tails(cfg, ["events"])
+            _lookups.tails(cfg, ["events"])
         read_s = time.monotonic() - started
     slack = 3.0  # scheduling on a loaded machine
     assert write_s <= deadline_ms / 1000 + (2 * 0.3 + 1) + 0.2 + slack

@@ -161,11 +161,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "s2_sink.errors",
         "s2_sink._version",
-        "s2_sink._options",
+        "s2_sink._option_map",
         "s2_sink._logging",
         "s2_sink._crashpoints",
         "s2_sink._pyspark",
         "s2_sink._stream_names",
+        "s2_sink._frame_names",
     ),
     ("s2_sink._env_hints",),
     ("s2_sink.config",),
@@ -178,7 +179,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 ALLOWED_UPWARD = {
     # The exactly-once hooks implement the write plan's seams (`ChunkTagger`, `RecordFilter`, ...) and lay a
     # replay out on the plan: the plan is the contract between the write path and exactly-once.
-    ("s2_sink._exactly_once.task", "s2_sink._write.plan"),
+    ("s2_sink._exactly_once.task_hooks", "s2_sink._write.write_plan"),
 }
 
 
@@ -222,6 +223,84 @@ def test_read_and_write_paths_are_apart() -> None:
         or (m.startswith("s2_sink._write") and t.startswith("s2_sink._read"))
     ]
     assert not crossing, "; ".join(crossing)
+
+
+# The read path by stage: each stage (a module or a package of `_read`) may import the stages it names, and
+# itself; nothing else of `_read`.
+READ_STAGES: dict[str, frozenset[str]] = {
+    "s2_sink._read": frozenset(),
+    "s2_sink._read.read_options": frozenset(),
+    # Record columns into rows: pure Arrow over the wire's columns; knows no S2 call and no planning.
+    "s2_sink._read.rows": frozenset({"s2_sink._read.read_options"}),
+    # A task's S2 reads: knows nothing of formats or planning.
+    "s2_sink._read.session": frozenset(),
+    # The driver's planning: its lookups go through the session's error words, never through the rows.
+    "s2_sink._read.planning": frozenset({"s2_sink._read.read_options", "s2_sink._read.session"}),
+    # One task's range: the session's records into rows, under the planning's loss policy.
+    "s2_sink._read.partition": frozenset(
+        {
+            "s2_sink._read.read_options",
+            "s2_sink._read.session",
+            "s2_sink._read.rows",
+            "s2_sink._read.planning",
+        }
+    ),
+}
+
+
+def _read_stage(module: str) -> str | None:
+    inside = [s for s in READ_STAGES if module == s or module.startswith(s + ".")]
+    return max(inside, key=len) if inside else None
+
+
+def test_read_stages_import_only_the_stages_below() -> None:
+    """Rows, session and planning of the read path stay apart: rows never call S2 or plan, the session never
+    builds rows or plans, planning never builds rows; only a task's `partition` joins session and rows."""
+    graph = import_graph(ROOT, "s2_sink")
+    wrong = []
+    for module, targets in graph.items():
+        stage = _read_stage(module)
+        if stage is None:
+            continue
+        for target in targets:
+            there = _read_stage(target)
+            if there is not None and there != stage and there not in READ_STAGES[stage]:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against the read stages: " + "; ".join(sorted(wrong))
+
+
+def test_every_read_module_is_in_a_stage() -> None:
+    """A new module of `_read` belongs to a stage (the package itself holds none of the read)."""
+    graph = import_graph(ROOT, "s2_sink")
+    loose = [m for m in graph if m.startswith("s2_sink._read.") and _read_stage(m) == "s2_sink._read"]
+    assert not loose, f"add to READ_STAGES or move into a stage: {loose}"
+
+
+def test_the_spark_adapter_reads_through_the_stages() -> None:
+    """`datasource/` adapts Spark's API: its readers call planning and a task's `partition`, never the
+    session or the formats themselves."""
+    graph = import_graph(ROOT, "s2_sink")
+    direct = [
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m.startswith("s2_sink.datasource")
+        for t in targets
+        if t.startswith(
+            ("s2_sink._read.session", "s2_sink._read.rows.formats", "s2_sink._read.planning.lookups")
+        )
+    ]
+    assert not direct, "; ".join(sorted(direct))
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A module's file name says what it holds, once in the package (``__init__``/``__main__`` aside)."""
+    by_name: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "s2_sink").rglob("*.py")):
+        if path.stem in ("__init__", "__main__"):
+            continue
+        by_name.setdefault(path.stem.lstrip("_"), set()).add(path.relative_to(ROOT).as_posix())
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, shared
 
 
 def test_the_sink_does_not_import_the_lite_server() -> None:

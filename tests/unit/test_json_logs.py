@@ -15,8 +15,8 @@ import pytest
 
 from s2_sink import configure_logging
 from s2_sink._write.driver.metrics import aggregate
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.lite import LiteServer
 from tests.unit.test_writer_core import config, ctx, frame
 

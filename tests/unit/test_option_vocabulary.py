@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from s2_sink import ConfigError, S2Config
-from s2_sink._options import parse_bool
-from s2_sink._read.options import parse_read_options
+from s2_sink._option_map import parse_bool
+from s2_sink._read.read_options import parse_read_options
 from s2_sink.datasource._write_options import parse_write_options
 
 

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from s2_sink._exactly_once.ledger import Ledger
-from s2_sink._read import s2io as _s2io
+from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.config import S2Config
 from s2_sink.errors import PreflightError, WriteError
 from s2_sink.lite import LiteServer
@@ -145,7 +145,7 @@ def test_the_ledger_and_a_readers_planning_wait_for_s2(server: LiteServer) -> No
     assert _runtime.run(ledger()) == 2
     back.join()
     back = _back_after(server, DOWN_S)
-    assert _s2io.tails(cfg, ["_s2sink/ledger/outage-writer"]) == {"_s2sink/ledger/outage-writer": 2}
+    assert _lookups.tails(cfg, ["_s2sink/ledger/outage-writer"]) == {"_s2sink/ledger/outage-writer": 2}
     back.join()
 
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from s2_sink._read.committed import CommittedEnds
+from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
 from s2_sink.writer import S2Writer
@@ -35,7 +35,7 @@ def test_a_reader_of_a_renamed_writer_follows_it_to_its_new_ledger(
     before = old.fetch()["events"]
     renamed = S2Writer(cfg, None, writer_id="orders-v2", preflight=False)
     assert write_batch(renamed, 1, [ROWS[3:]], facts("run-2")) == "written"
-    with caplog.at_level(logging.WARNING, logger="s2_sink._read.committed"):
+    with caplog.at_level(logging.WARNING, logger="s2_sink._read.planning.committed"):
         now = old.fetch()["events"]
         assert old.fetch()["events"] == now
     assert now == before + 1 + 3  # the new run's fence record, then batch 1's three records

@@ -7,10 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2_sdk import SequencedRecord
 
-from s2_sink._read.s2io import missing
-from s2_sink._wire.read.batch import Tail, parse_read_batch
+from s2_sink._read.session import missing
+from s2_sink._wire.read.record_columns import Tail, parse_read_batch
 from s2_sink._wire.read.run import ReadRun
-from tests.unit.test_read_batch_wire import _as_records, _message, records, tails
+from tests.unit.test_wire_record_columns import _as_records, _message, records, tails
 
 
 def _out_of_order(recs: list[SequencedRecord]) -> bytes:

@@ -25,7 +25,7 @@ from s2_sdk import (
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, fence_if_older
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.readback import read_back
-from s2_sink._exactly_once.roll_call import RollCall, SignIn, sign_in
+from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in
 from s2_sink._transport import retry as _retry
 from s2_sink._transport.explain import explain, past_deadline
 from s2_sink._transport.retry import (

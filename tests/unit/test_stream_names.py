@@ -16,7 +16,7 @@ from s2_sdk import S2ClientError
 from s2_sdk._validators import validate_stream
 
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.roll_call import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
 from s2_sink._stream_names import BOOKKEEPING_PREFIX, shown, stream_name_problem, target_problem
 from s2_sink._write.driver.routing import Routing
 from s2_sink.config import S2Config

@@ -9,12 +9,12 @@ import os
 
 import pytest
 
-from s2_sink._options import parse_write_parallelism
+from s2_sink._option_map import parse_write_parallelism
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.sizing import BYTES_PER_TASK, FrameShape, write_tasks
 from s2_sink.config import S2Config
+from s2_sink.datasource._spark_writers import warn_if_fragmented
 from s2_sink.datasource._write_options import parse_write_options
-from s2_sink.datasource._writer import warn_if_fragmented
 from s2_sink.errors import ConfigError
 
 MIB = 1024 * 1024

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import Token, writer_hash
-from s2_sink._exactly_once.plan import epoch_plan
-from s2_sink._exactly_once.roll_call import RollCall
+from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import KEYWORDS, OPTIONS, PAYLOAD_COLUMN, WriteSpec

@@ -1,6 +1,7 @@
-"""The bulk append path of the writer (Arrow slices -> serialized appends on bulk sessions) against the
-lite server, side by side with the SDK record path (``bulk_append=False``): the official SDK reads back
-the same records, headers and timestamps, cut into the same chunks, with the same tags and totals."""
+"""The writer's two encodings of a chunk against the lite server: Arrow slices serialized in bulk (a batch of
+good records for the one fixed stream) and SDK records serialized by the SDK's own mapping (routed rows,
+bad rows, a recovering task), both on the same kind of session. The official SDK reads back the same
+records, headers and timestamps, cut into the same chunks, with the same tags and totals."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 from s2_sdk import S2, AppendInput, CommandRecord, Endpoints
 
-from s2_sink._write.plan import PartitionContext, WritePlan
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream
@@ -36,14 +37,18 @@ def rows(n: int) -> tuple[list[bytes], list[list[tuple[bytes, bytes]] | None], l
 
 
 def write(
-    lite: LiteServer, basin: str, stream: str, batches: list[pa.RecordBatch], **kw: Any
+    lite: LiteServer, basin: str, stream: str, batches: list[pa.RecordBatch], *, bulk: bool = True, **kw: Any
 ) -> dict[str | None, dict[str, Any]]:
-    """Write `batches` as one partition to `stream`; the result rows by stream."""
+    """Write `batches` as one partition to `stream`; the result rows by stream. ``bulk=False`` routes every
+    row to `stream` by a column, which takes the SDK record encoding."""
     tagger = kw.pop("tagger", None)
+    if not bulk:
+        batches = [b.append_column("_s2_stream", pa.array([stream] * b.num_rows)) for b in batches]
     plan = WritePlan(
         cfg=config(lite, basin, **kw),
         batch_id=3,
-        stream=stream,
+        stream=stream if bulk else None,
+        stream_column=None if bulk else "_s2_stream",
         chunk_tagger=tagger,
         chunk_tag_reserve=64 if tagger is not None else 0,
         on_error="skip",
@@ -66,7 +71,7 @@ def split(batch: pa.RecordBatch, sizes: list[int]) -> list[pa.RecordBatch]:
     return out
 
 
-def test_bulk_path_writes_what_the_record_path_writes(lite: LiteServer, basin: str) -> None:
+def test_bulk_encoding_writes_what_the_record_encoding_writes(lite: LiteServer, basin: str) -> None:
     """Record for record (bodies, headers incl. the chunk tag, timestamps), the same chunks (chunk
     infos the tagger saw, chunk boundaries across Arrow batches) and the same result rows."""
     bodies, headers, stamps = rows(2300)
@@ -80,7 +85,7 @@ def test_bulk_path_writes_what_the_record_path_writes(lite: LiteServer, basin: s
             "s",
             batches,
             tagger=tags[bulk],
-            bulk_append=bulk,
+            bulk=bulk,
             batch_max_records=300,
             flush_buffer_bytes=200_000,
         )["s"]
@@ -106,11 +111,11 @@ def test_bulk_path_writes_what_the_record_path_writes(lite: LiteServer, basin: s
 
 def test_a_chunk_of_good_batches_and_a_batch_with_bad_rows(lite: LiteServer, basin: str) -> None:
     """An all-good batch (Arrow slices) and a batch with a skipped bad row (SDK records) share a chunk:
-    it goes out whole, in row order, as on the record path."""
+    it goes out whole, in row order, as routed rows do."""
     good = frame([f"g{i}".encode() for i in range(5)], headers=[[(b"h", b"1")]] * 5)
     bad = frame([b"b0", None, b"b2"], headers=[None, None, [(b"h", b"2")]])
     for bulk in (True, False):
-        result = write(lite, basin, f"mixed-{bulk}", [good, bad, good], bulk_append=bulk)
+        result = write(lite, basin, f"mixed-{bulk}", [good, bad, good], bulk=bulk)
         assert result[None]["skipped"] == 1
         assert result[f"mixed-{bulk}"]["appends"] == 1
     # (No client timestamps: S2 stamps the arrival times, which differ.)

@@ -79,7 +79,7 @@ def test_flat_changelog_reads_back_as_the_list_form(lite: LiteServer, basin: str
             "s",
             batches,
             tagger=tags[name],
-            bulk_append=bulk,
+            bulk=bulk,
             batch_max_records=200,
             flush_buffer_bytes=30_000,
         )["s"]
@@ -102,7 +102,7 @@ def test_bad_rows_of_a_flat_batch_take_the_record_path(lite: LiteServer, basin: 
     good = flat([b"g0", b"g1"], [b"k0", b"k1"], [b"u", b"d"], [[(b"h", b"1")], None])
     bad = flat([b"b0", b"b1"], [b"k2", b"k3"], [b"u", b""], [None, None], errors=[None, "unknown op"])
     for bulk in (True, False):
-        result = write(lite, basin, f"mixed-{bulk}", [good, bad, good], bulk_append=bulk)
+        result = write(lite, basin, f"mixed-{bulk}", [good, bad, good], bulk=bulk)
         assert result[None]["skipped"] == 1
         assert result[f"mixed-{bulk}"]["appends"] == 1
         assert [(b, h) for b, h, _ in back(lite, basin, f"mixed-{bulk}")] == [

@@ -20,9 +20,9 @@ import pytest
 
 from s2_sink._transport import retry as _retry
 from s2_sink._transport.retry import Patience
-from s2_sink._write.plan import WritePlan
 from s2_sink._write.task.appender import Appender
 from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.errors import WriteError
 from s2_sink.lite import LiteServer, ManualClock
 from s2_sink.lite._throttle import BATCHES_PER_SECOND
@@ -95,16 +95,15 @@ def bodies(n: int) -> list[bytes | None]:
     return [orjson.dumps({"id": i}) for i in range(n)]
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
 def test_a_stream_that_keeps_landing_appends_writes_everything(
-    throttled: LiteServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, bulk: bool
+    throttled: LiteServer, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every run of refusals is waited out (the waits pass a window before the deadline) and ends in
     progress, which starts the deadline again: all rows land once, in order, after more waiting in all
     than one stream may do without progress."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, clock.advance, basin)
-    p = plan(throttled, basin, "trickle", bulk_append=bulk)
+    p = plan(throttled, basin, "trickle")
     result = stream_rows(write_partition(p, [frame(bodies(ROWS))], ctx(7)))["trickle"]
     got = [orjson.loads(r.body)["id"] for r in read_stream(throttled.endpoint, basin, "trickle")]
     assert got == list(range(ROWS))
@@ -113,16 +112,15 @@ def test_a_stream_that_keeps_landing_appends_writes_everything(
     assert sum(waits) >= (ROWS // BATCHES_PER_SECOND) * WINDOW_S > DEADLINE_MS / 1000
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
 def test_a_stream_never_admitted_again_fails_at_its_deadline(
-    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
+    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server's clock stands still, so after the first window's worth nothing is admitted again: the
     task fails once its waits, growing from the base delay (never jittered towards zero), reach the
     delivery deadline, with a WriteError naming the stream, the rate limit, the fix and the option."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, lambda _: None, basin)
-    p = plan(throttled, basin, "stuck", bulk_append=bulk)
+    p = plan(throttled, basin, "stuck")
     with pytest.raises(WriteError, match=r"'stuck'.*session retries.*rate limit") as failed:
         write_partition(p, [frame(bodies(ROWS))], ctx(7))
     assert "sink.batch.max-size" in str(failed.value)
@@ -137,9 +135,8 @@ def test_a_stream_never_admitted_again_fails_at_its_deadline(
     assert [orjson.loads(r.body)["id"] for r in landed] == list(range(BATCHES_PER_SECOND))
 
 
-@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "record"])
 def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
-    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch, bulk: bool
+    throttled: LiteServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One window's worth of appends lands and is acknowledged but not yet collected (nothing waits for
     acks while the in-flight bounds allow more); then one-row batches are each refused, the refusal seen
@@ -148,7 +145,7 @@ def test_acks_collected_after_a_recovery_counted_them_do_not_renew_the_retries(
     reach one deadline (two before: the late collection renewed the budget)."""
     basin = fresh_basin(throttled.endpoint)
     waits = retry_waits(monkeypatch, lambda _: None, basin)
-    p = plan(throttled, basin, "late-acks", bulk_append=bulk)
+    p = plan(throttled, basin, "late-acks")
     rows = bodies(BATCHES_PER_SECOND + 1 + 12)
 
     def batches() -> Iterator[Any]:

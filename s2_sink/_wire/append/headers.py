@@ -3,15 +3,14 @@
 A record's own headers come from a ``list<struct<name, value>>`` column: every entry is serialized
 once, and a row's headers, consecutive entries, are then one value by offsets alone. Leading headers
 (one name for every row, a value column, e.g. the upsert ``@key``/``@action``) need no list at all:
-each is a prefix (a constant, fixed-width numpy rows, or packed varints, whichever the value lengths
-allow) joined ahead of the value bytes, or, where every row holds the same value (the ``@action`` of a
-batch of upserts), one constant.
+each is its fields up to the value (packed with the record's own key and length) then the value bytes,
+or, where every row holds the same value (the ``@action`` of a batch of upserts), one constant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -26,15 +25,28 @@ from s2_sink._wire.append.fields import (
     per_row,
 )
 from s2_sink._wire.arrow_views import BinaryView, as_large_binary, binary_view, large_binary, validity
-from s2_sink._wire.layout import Bytes, Ints, pack_fields, varint_sizes
+from s2_sink._wire.layout import Ints, VarintField, pack_fields, varint_sizes
 from s2_sink.encoders._frame import HEADERS
 from s2_sink.errors import EncodeError
 
-__all__ = ["Header", "LeadingHeader", "check_leading", "headers_bytes", "leading_fields", "own_headers"]
+__all__ = [
+    "Header",
+    "LeadingHeader",
+    "Part",
+    "check_leading",
+    "headers_bytes",
+    "leading_fields",
+    "own_headers",
+]
 
 Header = tuple[bytes, bytes]
 LeadingHeader = tuple[bytes, pa.Array]
 """A header every row carries first: its name, and a binary column of each row's value."""
+
+Part: TypeAlias = pa.Array | list[VarintField]
+"""A piece of every record: a binary column joined as it is, or small fields (keys, lengths, a constant
+header) that numpy packs row by row together with the fields beside them (`s2_sink._wire.layout`), so
+each run of them costs the row-wise join one column."""
 
 
 def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.Array:
@@ -90,10 +102,10 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), data])
 
 
-def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tuple[list[pa.Array], Ints]:
-    """The ``headers`` fields of rows ``first:first + n`` for the `leading` headers, as columns (and
-    scalars) to join into each record in order, and their total bytes per row."""
-    parts: list[pa.Array] = []
+def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tuple[list[Part], Ints]:
+    """The ``headers`` fields of rows ``first:first + n`` for the `leading` headers, as parts to join into
+    each record in order (see `Part`), and their total bytes per row."""
+    parts: list[Part] = []
     total = np.zeros(n, dtype=np.int64)
     for name, column in leading:
         values = as_large_binary(column.slice(first, n), f"leading header {name!r}")
@@ -108,13 +120,21 @@ def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tupl
         same = _same_value(view)
         if same is not None:  # e.g. @action of a batch of upserts only: the same header in every row
             header = field(RECORD_HEADERS, named + (field(HEADER_VALUE, same) if same else b""))
-            parts.append(pa.scalar(header, pa.large_binary()))
+            parts.append([(None, header, None, None)])
             total += len(header)
             continue
         value_len = view.lengths
-        prefix, prefix_len = _value_prefix(named, value_len)
-        parts += [*prefix, values]
-        total += prefix_len + value_len
+        value_size = varint_sizes(value_len)
+        header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
+        header_size = varint_sizes(header_len)
+        fields: list[VarintField] = [(None, RECORD_HEADERS, header_len, header_size)]
+        if value_len.min() > 0:  # the name's bytes and the value's key in one
+            fields.append((None, named + bytes([HEADER_VALUE]), value_len, value_size))
+        else:
+            fields += [(None, named, None, None)] if named else []
+            fields.append((value_len > 0, HEADER_VALUE, value_len, value_size))
+        parts += [fields, values]
+        total += 1 + header_size + header_len
     return parts, total
 
 
@@ -130,38 +150,6 @@ def _same_value(view: BinaryView) -> bytes | None:
 
 #: Values up to this long are looked at for one shared by every row (a code, a flag, a version).
 _SAME_VALUE_BYTES: Final = 16
-
-
-def _value_prefix(named: bytes, value_len: Ints) -> tuple[list[pa.Array | pa.Scalar], Ints]:
-    """A leading header's field up to its value: ``headers`` key, length, the serialized name, and the
-    value's key and length (absent for an empty value), as parts to join, and their bytes per row."""
-    n = len(value_len)
-    value_size = varint_sizes(value_len)
-    header_len = len(named) + np.where(value_len > 0, 1 + value_size + value_len, 0)
-    header_size = varint_sizes(header_len)
-    prefix_len = 1 + header_size + len(named) + np.where(value_len > 0, 1 + value_size, 0)
-    if n and value_len.min() == value_len.max():  # e.g. the 1-byte @action: the same bytes in every row
-        # the field of any such value, cut before the value's bytes
-        size = int(value_len[0])
-        one = field(RECORD_HEADERS, named + (field(HEADER_VALUE, bytes(size)) if size else b""))
-        return [pa.scalar(one[: len(one) - size], pa.large_binary())], prefix_len
-    if n and value_len.min() > 0 and header_len.max() < 0x80:
-        # 1-byte lengths (keys under ~110 bytes): fixed-width rows, written column-wise by numpy
-        width = 4 + len(named)
-        rows: Bytes = np.empty((n, width), dtype=np.uint8)
-        rows[:] = np.frombuffer(bytes([RECORD_HEADERS, 0, *named, HEADER_VALUE, 0]), dtype=np.uint8)
-        rows[:, 1] = header_len
-        rows[:, -1] = value_len
-        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
-        return [large_binary((offsets, rows.reshape(-1)))], prefix_len
-    header_key = (None, RECORD_HEADERS, header_len, header_size)
-    value_key = (value_len > 0, HEADER_VALUE, value_len, value_size)
-    parts = [
-        large_binary(pack_fields(n, [header_key])),
-        pa.scalar(named, pa.large_binary()),
-        large_binary(pack_fields(n, [value_key])),
-    ]
-    return parts, prefix_len
 
 
 def check_leading(leading: Sequence[LeadingHeader], rows: int) -> None:

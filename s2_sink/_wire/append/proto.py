@@ -9,10 +9,11 @@ Fields are written in field-number order, as protobuf serializers do; proto3 ``b
 presence (body, header name and value) are omitted when empty, ``optional`` ones are written whenever
 set (a timestamp of 0, an empty fencing token).
 
-How: numpy computes every field's size over whole columns and packs the small parts (keys and
-varints) row by row; Arrow's ``binary_join_element_wise`` then concatenates, row by row, those parts
-with the Arrow buffers' own bytes (names, values, bodies) in C++; leading headers are joined
-straight into the record, ahead of its own headers. The records come out back to back in one
+How: numpy computes every field's size over whole columns and packs the small parts (keys,
+varints, constant headers) row by row, one column for each run of them; Arrow's
+``binary_join_element_wise`` then concatenates, row by row, those columns with the Arrow buffers' own
+bytes (names, values, bodies) in C++; leading headers are joined straight into the record, ahead of
+its own headers. The records come out back to back in one
 buffer, each chunk's trailer (match_seq_num, fencing token) joined after its last record, so a chunk
 is one slice of that buffer.
 """
@@ -42,13 +43,14 @@ from s2_sink._wire.append.fields import (
 from s2_sink._wire.append.headers import (
     Header,
     LeadingHeader,
+    Part,
     check_leading,
     headers_bytes,
     leading_fields,
     own_headers,
 )
 from s2_sink._wire.arrow_views import as_large_binary, binary_view, large_binary, validity
-from s2_sink._wire.layout import Bools, Bytes, Ints, pack_fields, varint_sizes
+from s2_sink._wire.layout import Bools, Bytes, Ints, VarintField, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, TIMESTAMP
 from s2_sink.errors import EncodeError
 
@@ -242,25 +244,34 @@ def _records_block(
     record_key = (None, INPUT_RECORDS, record_len, varint_sizes(record_len))
     stamp = (stamped, RECORD_TIMESTAMP, stamps, stamp_size)
     body_key = (body_len > 0, RECORD_BODY, body_len, body_size)
-    # Arrow's join costs about as much per row for an all-empty column as for a full one: columns
-    # without a byte are left out, and without headers the body's key and length are packed with the
-    # record's (a body-only frame is two columns joined, not six).
-    headers = [part for part in (*lead_parts, own, extra_headers) if not _empty(part)]
-    if headers:
-        parts = [
-            large_binary(pack_fields(n, [record_key, stamp])),
-            *headers,
-            large_binary(pack_fields(n, [body_key])),
-        ]
-    else:
-        parts = [large_binary(pack_fields(n, [record_key, stamp, body_key]))]
-    return join(*parts, bodies, *([] if _empty(trailer) else [trailer]))
+    # Arrow's join costs about as much per row for an all-empty column as for a full one, and about as
+    # much again for each column: columns without a byte are left out, and the small fields between the
+    # columns of bytes are packed into one column per run (a body-only frame is two columns joined, an
+    # upsert's @key, @action and body four).
+    own_parts = [part for part in (own, extra_headers) if not _empty(part)]
+    parts = _packed_runs(n, [[record_key, stamp], *lead_parts, *own_parts, [body_key], bodies])
+    return join(*parts, *([] if _empty(trailer) else [trailer]))
 
 
-def _empty(part: pa.Array | pa.Scalar) -> bool:
-    """Whether `part` (a binary column, or a scalar repeated in every row) adds no byte to any row."""
-    if isinstance(part, pa.Scalar):
-        return not part.as_py()
+def _packed_runs(n: int, parts: list[Part]) -> list[pa.Array]:
+    """`parts` as columns to join: each run of field lists packed into one column."""
+    out: list[pa.Array] = []
+    run: list[VarintField] = []
+    for part in parts:
+        if isinstance(part, list):
+            run += part
+            continue
+        if run:
+            out.append(large_binary(pack_fields(n, run)))
+            run = []
+        out.append(part)
+    if run:
+        out.append(large_binary(pack_fields(n, run)))
+    return out
+
+
+def _empty(part: pa.Array) -> bool:
+    """Whether `part` (a binary column) adds no byte to any row."""
     offsets = binary_view(part).offsets
     return bool(offsets[-1] == offsets[0])
 

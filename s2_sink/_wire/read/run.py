@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from s2_sink._wire.read.batch import (
+from s2_sink._wire.read.record_columns import (
     RecordColumns,
     Skim,
     Tail,

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from s2_sink._exactly_once.task import plan_with_layout
+from s2_sink._exactly_once.task_hooks import plan_with_layout
 
 if TYPE_CHECKING:
     from s2_sink._exactly_once.identity import SessionFacts
     from s2_sink._exactly_once.recovery_layout import RecoveryLayout
     from s2_sink._write.driver.metrics import BatchMetrics
-    from s2_sink._write.plan import WritePlan
     from s2_sink._write.spec import WriteSpec
+    from s2_sink._write.write_plan import WritePlan
 
 __all__ = ["AtLeastOnce", "BatchJob", "DeliveryMode"]
 
@@ -30,8 +30,8 @@ class BatchJob:
     coord: object | None = None
     """The delivery mode's own handle on the batch (exactly-once: the coordinator that planned it)."""
     recovery_layout: bool = False
-    """A replay: the caller lays the record frame out by record content (`repartition_for_recovery`, or
-    its Python twin `RecoveryLayout`) and writes with the job `laid_out` returns."""
+    """A replay: the caller lays the record frame out by record content (the placement keys of a
+    `RecoveryLayout`) and writes with the job `laid_out` returns."""
 
     def laid_out(self, layout: RecoveryLayout) -> BatchJob:
         """This job once its frame is laid out by `layout`: tasks check and subtract by it."""

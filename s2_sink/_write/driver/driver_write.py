@@ -1,24 +1,26 @@
 """Small micro-batches written from the driver process, skipping the per-task floor.
 
 A Python write task costs ~150-400 ms before its first row; a 1k-row micro-batch costs ~10 ms to append.
-So a batch of at most ``driver_write_max_rows`` rows and ``driver_write_max_bytes`` bytes of record frame
-(``sink.driver-write.*``; 0 = never) is collected on the driver as Arrow and written by the very entry a
-task uses (`write_partition`), in this process, as partition 0 of the micro-batch: the same encoders,
-chunking, chunk tags, fencing, roll call and ledger, so the guarantee is the task path's.
+So a batch of at most ``driver_write_max_rows`` rows and ``driver_write_max_bytes`` bytes of rows (in their
+Arrow form; ``sink.driver-write.*``; 0 = never) is collected on the driver as Arrow, encoded there and written
+by the very entry a task uses (`write_partition`), in this process, as partition 0 of the micro-batch: the
+same encoders, chunking, chunk tags, fencing, roll call and ledger, so the guarantee is the task path's. The
+rows are encoded as one batch, so an ordered changelog (``order_by``) is sorted and compacted across all
+of them, as Spark lays a big batch out for its tasks.
 
 Deciding costs one JVM-only Spark job, which for a small batch is the only one: ``coalesce(cores).limit(
-max_rows + 1)`` of the frame is collected, each task stopping once the limit is passed, and a small batch is
+max_rows + 1)`` of the rows is collected, each task stopping once the limit is passed, and a small batch is
 written from those very rows. A batch found too big is computed again by the write job, up to where the
 probe's tasks stopped (a ``foreachBatch`` batch is one RDD: Spark runs its shuffle stages once); persisting
 it instead would cost every small batch a cache of its rows, and every big one a copy of all of them. A
-batch in change order (``order_by``) is persisted, since it is collected again, sorted. A known size
-estimate far over the byte limit skips the probe, and so does a batch that follows a big one (the writer
-passes ``likely_big``): a query's batches tend to stay big or small, so a big stream pays no probe, and its
-first small batch (the task path's metrics count its rows) has the next one probed again.
+known size estimate far over the byte limit skips the probe, and so does a batch that follows a big one
+(the writer passes ``likely_big``): a query's batches tend to stay big or small, so a big stream pays no
+probe, and its first small batch (the task path's metrics count its rows) has the next one probed again.
 
-Exactly-once: the driver is one task attempt of partition 0 with task ids 0, 1, 2 (stage -1). A failed
-append (`WriteError`) is retried here as the next attempt, which signs in after the failed one, so the roll
-call makes it a retry (barrier, read back, subtract), as for a Spark task retry. Nothing else writes the
+Exactly-once: each driver write is an attempt of its own kind (`PartitionContext.on_driver`): for the
+protocol, an attempt of the batch's only partition, ordered by its number. A failed append (`WriteError`) is
+retried here as the next attempt, which signs in after the failed one, so the roll call makes it a retry
+(barrier, read back, subtract), as for a Spark task retry. Nothing else writes the
 batch in that epoch: the task path is chosen before anything is written and never after. A driver that
 dies mid-write leaves the batch uncommitted; the restarted query replays it as a recovery (a new epoch
 whose barrier fences the dead driver's appends out), laid out in one partition when it is small again: the
@@ -32,28 +34,30 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._write.driver.sizing import cores
-from s2_sink._write.plan import PartitionContext
 from s2_sink._write.task.partition_writer import write_partition
-from s2_sink.encoders._change_order import ORDER, sort_changes
+from s2_sink._write.write_plan import PartitionContext
+from s2_sink.encoders._change_order import col
 from s2_sink.errors import WriteError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from s2_sink._write.driver.delivery import BatchJob
+    from s2_sink._write.frame_encoding import FrameEncoding
     from s2_sink.config import S2Config
 
-__all__ = ["DRIVER_STAGE", "collect_arrow", "is_small", "probe_small", "write_on_driver"]
+__all__ = ["collect_arrow", "is_small", "probe_small", "write_on_driver"]
 
 log = logging.getLogger(__name__)
 
-DRIVER_STAGE: Final = -1
-"""The stage id of a driver write's `PartitionContext` (no Spark stage ran it)."""
 _ATTEMPTS: Final = 3
 """Driver attempts of one micro-batch's write (Spark's default task attempts less one)."""
 _ESTIMATE_SLACK: Final = 4
@@ -67,41 +71,55 @@ def enabled(cfg: S2Config) -> bool:
 
 @contextmanager
 def probe_small(
-    frame: DataFrame,
+    rows: DataFrame,
     cfg: S2Config,
     size_estimate: int | None,
     *,
-    ordered: bool = False,
     likely_big: bool = False,
-) -> Iterator[tuple[DataFrame, pa.Table | None]]:
-    """``(frame to write, table)``: `table` is the whole record frame as Arrow when the batch is small
-    enough to write from the driver, else ``None``. An `ordered` frame (it has the change-order column) is
-    persisted while the block runs; `likely_big` (the previous batch was not small) skips the probe."""
+) -> Iterator[pa.Table | None]:
+    """The batch's rows as one Arrow table when the batch is small enough to write from the driver, else
+    ``None``; `likely_big` (the previous batch was not small) skips the probe."""
     if (
         not enabled(cfg)
         or likely_big
         or (size_estimate is not None and size_estimate > _ESTIMATE_SLACK * cfg.driver_write_max_bytes)
     ):
-        yield frame, None
+        yield None
         return
-    if not ordered:
-        table = _probe(frame, cfg)
-        yield frame, table if _small(table, cfg) else None
-        return
-    from pyspark import StorageLevel  # noqa: PLC0415 - the writer imports pyspark already
-
-    cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        table = _probe(cached, cfg)
-        yield cached, table if _small(table, cfg) else None
-    finally:
-        cached.unpersist()
+    table = _probe(rows, cfg)
+    yield table if _small(table, cfg) else None
 
 
-def _probe(frame: DataFrame, cfg: S2Config) -> pa.Table:
+def _probe(rows: DataFrame, cfg: S2Config) -> pa.Table:
     # One task per core, each stopping after the limit: coalesce(1) would run the batch's upstream stage
     # (an aggregation's 200 state partitions) on one core.
-    return collect_arrow(frame.coalesce(cores(frame)).limit(cfg.driver_write_max_rows + 1))
+    return collect_arrow(_nested_nullable(rows).coalesce(cores(rows)).limit(cfg.driver_write_max_rows + 1))
+
+
+def _nested_nullable(rows: DataFrame) -> DataFrame:
+    """`rows` with every nested field, element and value nullable: collecting as Arrow casts the batches to
+    the schema, which refuses a non-null field under a null struct (``when(c, struct(...))``), a shape
+    ``mapInArrow`` hands a task as it is."""
+    schema = rows.schema
+    relaxed = [_relaxed(f.dataType) for f in schema.fields]
+    if all(r == f.dataType for r, f in zip(relaxed, schema.fields, strict=True)):
+        return rows
+    return rows.select(
+        *[
+            col(f.name) if r == f.dataType else col(f.name).cast(r).alias(f.name)
+            for r, f in zip(relaxed, schema.fields, strict=True)
+        ]
+    )
+
+
+def _relaxed(dtype: DataType) -> DataType:
+    if isinstance(dtype, StructType):
+        return StructType([StructField(f.name, _relaxed(f.dataType), True) for f in dtype.fields])
+    if isinstance(dtype, ArrayType):
+        return ArrayType(_relaxed(dtype.elementType), True)
+    if isinstance(dtype, MapType):
+        return MapType(dtype.keyType, _relaxed(dtype.valueType), True)
+    return dtype
 
 
 def _small(table: pa.Table, cfg: S2Config) -> bool:
@@ -124,18 +142,17 @@ def collect_arrow(frame: DataFrame) -> pa.Table:
     return pa.Table.from_batches(batches, schema=batches[0].schema) if batches else pa.table({})
 
 
-def write_on_driver(job: BatchJob, frame: DataFrame, table: pa.Table) -> list[dict[str, Any]]:
-    """Write the small batch `table` (the probe's rows of `frame`) with `job`'s plan in this process; the
-    result rows.
+def write_on_driver(job: BatchJob, encoding: FrameEncoding, table: pa.Table) -> list[dict[str, Any]]:
+    """Write the small batch `table` (the probe's rows) with `job`'s plan in this process; the result rows.
 
-    A batch in change order (``order_by``) is collected again, sorted, from the persisted frame: the
-    probe's rows are in no particular order. A replay's layout of one partition holds every row: the
-    probe's rows are it, in an order no replay depends on (a retry here writes the same table)."""
-    if ORDER in table.column_names:  # sorted by Spark, from the persisted frame (or the replay's layout)
-        table = collect_arrow(sort_changes(frame.coalesce(1)))
-    batches = table.to_batches(max_chunksize=_ARROW_CHUNK_ROWS)
+    The rows are encoded as one Arrow batch, so an ordered changelog is sorted (and compacted) across the
+    whole batch, as Spark lays it out for the tasks. A replay is one partition: every record is its own."""
+    if job.recovery_layout:
+        job = job.laid_out(RecoveryLayout.single())
+    frames = replace(encoding, arranged=True).frames(table.combine_chunks().to_batches())
+    batches = [f.slice(i, _ARROW_CHUNK_ROWS) for f in frames for i in range(0, f.num_rows, _ARROW_CHUNK_ROWS)]
     for attempt in range(_ATTEMPTS):
-        ctx = PartitionContext(job.batch_id, 0, attempt, attempt, DRIVER_STAGE)
+        ctx = PartitionContext.on_driver(job.batch_id, attempt)
         try:
             rows: list[dict[str, Any]] = write_partition(job.plan, batches, ctx).to_pylist()
             return rows

@@ -8,8 +8,9 @@ It plugs into the writer's two driver-side steps:
   the ledger whether the batch is already committed (then write nothing); otherwise plan the batch under the
   run's epoch (`plan.epoch_plan`: fencing token, chunk tagger, token keeper, dedupe hook, ``NO_SIDE_EFFECTS``
   retries) and — for the replay of a batch a previous run may have partly written — mark the job for a
-  recovery layout: `S2Writer` repartitions the record frame by record content (`repartition_for_recovery`)
-  so every copy of a record is written by one task, and hands the layout back with `BatchJob.laid_out`.
+  recovery layout: `S2Writer` lays the record frame out by record content (`writer.laid_out`, by the
+  placement keys of a `RecoveryLayout`) so every copy of a record is written by one task, and hands the
+  layout back with `BatchJob.laid_out`.
 - ``commit``: append the batch's ``commit`` record (with the streams' end positions) to the ledger.
 
 It reads the session only through `SessionFacts` (plain values, read by `identity.session_facts`), and never

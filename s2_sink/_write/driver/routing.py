@@ -1,14 +1,16 @@
 """Which stream each row goes to: one stream, a column, a template over columns, or key-hash shards.
 
 Each rule has two twins that must agree row for row: `Routing.expr`, the Spark expression `S2Writer`
-adds to the driver-built plan (so executors only read `STREAM_COLUMN`), and `Routing.arrow_targets`, the
-same rule over an Arrow batch for ``format("s2")``, whose tasks get rows without a driver-side plan.
+adds to the rows it ships to its tasks for column and template rules (Spark's cast of any column type to
+text), and `Routing.arrow_targets`, the same rule over an Arrow batch: ``format("s2")``'s column and
+template rules, and every writer's shards, which hash the encoded record in the task.
 A null target (a null routing column) is a bad row, handled by ``on_error``; so is a target that is no
 stream rows may go to (`s2_sink._stream_names.target_problem`), checked where both twins' targets meet, on
 the task (`FrameInput`). Shard names are configuration, checked here on the driver.
 
-Shards use Spark's ``xxhash64`` of the record key (``_s2_key``; the body when the key is null), which is
-stable across Spark versions and runs, so a key always lands on the same shard ``<stream>/<n>``.
+Shards use Spark's ``xxhash64`` of the record key (``_s2_key``; the body when the key is null), the XXH64
+of its bytes with seed 42, stable across Spark versions and runs, so a key always lands on the same shard
+``<stream>/<n>``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any, Final, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegralType, StringType, StructType
 
 from s2_sink._stream_names import shown, target_problem
-from s2_sink.encoders import _jvm
-from s2_sink.encoders._frame import STREAM
+from s2_sink.encoders._change_order import col as column_named
+from s2_sink.encoders._frame import BODY, KEY, STREAM
 from s2_sink.errors import ConfigError
 
 __all__ = ["STREAM_COLUMN", "Routing"]
@@ -33,6 +36,7 @@ __all__ = ["STREAM_COLUMN", "Routing"]
 STREAM_COLUMN: Final = STREAM
 
 _MAX_SHARDS: Final = 100_000
+_SPARK_SEED: Final = 42
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +162,7 @@ class Routing:
             return F.lit(self.stream)
         if self.kind == "column":
             assert self.column is not None
-            return _jvm.col(self.column).cast("string")
+            return column_named(self.column).cast("string")
         if self.kind == "template":
             assert self.template is not None
             parts: list[Column] = []
@@ -166,7 +170,7 @@ class Routing:
                 if literal:
                     parts.append(F.lit(literal))
                 if field_name is not None:
-                    parts.append(_jvm.col(field_name).cast("string"))
+                    parts.append(column_named(field_name).cast("string"))
             return F.concat(*parts)
         assert self.shards is not None
         assert self.stream is not None
@@ -174,9 +178,11 @@ class Routing:
         return F.concat(F.lit(self.stream + "/"), shard.cast("string"))
 
     def arrow_targets(self, frame: pa.RecordBatch) -> pa.Array:
-        """Each row's target stream over an Arrow batch holding the source columns: `expr`'s twin for
-        column and template rules (null = bad row). Single-stream and shard rules need no per-row target
-        (single) or Spark's own hash (shards), so they have no twin."""
+        """Each row's target stream over an Arrow record frame: `expr`'s twin (null = bad row). Column and
+        template rules read the source columns kept in the frame, shards its ``_s2_key`` and ``_s2_body``;
+        a single-stream rule has no per-row target."""
+        if self.kind == "shards":
+            return self._shard_targets(frame.column(KEY), frame.column(BODY))
         if self.kind == "column":
             assert self.column is not None
             return pc.cast(frame.column(self.column), pa.string())
@@ -194,6 +200,19 @@ class Routing:
         # Like Spark's concat, a null part makes the whole target null.
         return pc.binary_join_element_wise(*parts, "")
 
+    def _shard_targets(self, key: pa.Array, body: pa.Array) -> pa.Array:
+        """``<stream>/<pmod(xxhash64(coalesce(key, body)), shards)>`` per row, as Spark computes it."""
+        assert self.shards is not None
+        content = pc.coalesce(pc.cast(key, pa.binary()), pc.cast(body, pa.binary()))
+        shards = self.shards
+        index = [
+            None if v is None else _signed(xxhash.xxh64_intdigest(v, _SPARK_SEED)) % shards
+            for v in content.to_pylist()
+        ]
+        return pc.binary_join_element_wise(
+            f"{self.stream}/", pc.cast(pa.array(index, pa.int64()), pa.string()), ""
+        )
+
     def known_streams(self) -> list[str] | None:
         """Every stream the rule can target, when that set is fixed (single stream, shards)."""
         if self.kind == "single":
@@ -203,6 +222,11 @@ class Routing:
             assert self.shards is not None
             return [f"{self.stream}/{i}" for i in range(self.shards)]
         return None
+
+
+def _signed(h: int) -> int:
+    """An unsigned 64-bit hash as the signed long Spark's ``xxhash64`` returns."""
+    return h - (1 << 64) if h >> 63 else h
 
 
 def _template_fields(template: str) -> list[str]:

@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from s2_sink._options import WriteParallelism
+from s2_sink._option_map import WriteParallelism
+from s2_sink._pyspark import spark_errors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,7 +84,7 @@ def size_estimate(frame: DataFrame) -> int | None:
         raw = jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
         # py4j hands a Scala BigInt over as a Python int; older gateways as a JVM object.
         size = raw if isinstance(raw, int) else int(str(raw.toString()))
-    except Exception:
+    except spark_errors():  # the JVM failed to plan it, or the gateway refuses or lacks these methods
         log.debug("size estimate unavailable", exc_info=True)
         return None
     return None if size >= _UNKNOWN_SIZE else size
@@ -96,10 +97,10 @@ def cores(frame: DataFrame) -> int:
     if sc is not None:
         try:
             return max(1, int(sc.defaultParallelism))
-        except Exception:  # noqa: BLE001 - fall back to the configuration
+        except spark_errors():  # a gateway that refuses the call (a locked-down cluster): the setting
             pass
     try:
         text = spark.conf.get("spark.default.parallelism", None) or ""
-    except Exception:  # noqa: BLE001 - Spark Connect may refuse to read a conf
+    except spark_errors():  # a Spark Connect server (or a gateway) that refuses to read the conf: 8
         text = ""
     return int(text) if text.isdigit() and int(text) > 0 else _DEFAULT_CORES

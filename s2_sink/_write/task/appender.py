@@ -1,4 +1,4 @@
-"""One task's appends pipelined over pooled append sessions (the bytes leave in `_transport.append_session`).
+"""One task's appends pipelined over its append sessions (the bytes leave in `_transport.append_session`).
 
 Runs on the process's background loop (`s2_sink._transport.runtime`). A task never has more than
 ``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes unacknowledged; acks are
@@ -18,10 +18,9 @@ Under exactly-once the task fails at once instead, and its retry reads back what
 that retry's first calls (sign-in, barrier, read-back) wait for S2 under the same deadline, so an outage
 costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Retries").
 
-Two kinds of session, chosen by ``S2Config.bulk_append``: the bulk path sends every chunk as serialized
-bytes (`Chunk.wire`, the fencing token added at send time) on a `BulkAppendSession` of its own over the
-shared client's transport; the record path sends SDK ``AppendInput`` objects on the pool's SDK sessions.
-A stream uses one kind for all its chunks, so its appends stay in one ordered session.
+Every chunk goes out as a serialized ``AppendInput`` (`Chunk.wire`, the fencing token added at send time;
+a chunk of SDK records is serialized by the SDK's own mapping) on a `BulkAppendSession` per stream, over
+the shared client's transport, so a stream's appends stay in one ordered session.
 """
 
 from __future__ import annotations
@@ -30,14 +29,12 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from s2_sdk import (
     AppendAck,
     AppendConditionError,
-    AppendInput,
     Compression,
     FencingTokenMismatchError,
     Record,
@@ -48,11 +45,11 @@ from s2_sink import _crashpoints
 from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
 from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
-from s2_sink._transport.session_pool import PooledSession, get_pool
+from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire import fencing_token_field
-from s2_sink._write.plan import PartitionContext, WritePlan
-from s2_sink._write.task.frame_span import serialize_records
+from s2_sink._write.task.frame_records import serialize_records
 from s2_sink._write.task.results import StreamTotals
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.errors import FencedError, WriteError
 
 __all__ = ["Appender", "Chunk"]
@@ -67,8 +64,8 @@ _CLOSE_GRACE_S: Final = 10.0
 @dataclass(slots=True, eq=False)
 class Chunk:
     """One append: its records (tagged, if tagging) as SDK records or as a serialized ``AppendInput``
-    without fencing token (`s2_sink._write.task.frame_span`), their count and metered size and, once sent, its
-    ack ticket."""
+    without fencing token (`s2_sink._write.task.frame_records`), their count and metered size and, once
+    sent, its ack ticket. Records are serialized when first sent."""
 
     stream: str
     index: int
@@ -80,17 +77,11 @@ class Chunk:
     submitted_at: float = 0.0
 
     def message(self, token: str | None) -> bytes:
-        """The serialized ``AppendInput`` with `token` (the bulk session's input)."""
+        """The serialized ``AppendInput`` with `token` (the session's input)."""
         if self.wire is None:
             assert self.records is not None
             self.wire, self.records = serialize_records(self.records), None
         return self.wire + fencing_token_field(token)
-
-    def append_input(self, token: str | None) -> AppendInput:
-        """The SDK's input (the record path)."""
-        if self.records is None:
-            raise TypeError("a serialized chunk goes on a bulk session (bulk_append=True)")
-        return AppendInput(records=self.records, fencing_token=token)
 
 
 @dataclass(slots=True, eq=False)
@@ -103,10 +94,8 @@ class _StreamAppends:
     totals: StreamTotals
     retrying: Retrying
     """The stream's retries since its last acknowledgement (its deadline)."""
-    session: PooledSession | None = None
-    """The record path's SDK session."""
     bulk: BulkAppendSession | None = None
-    """The bulk path's session."""
+    """The stream's open session."""
     unacked: deque[Chunk] = field(default_factory=deque)
     """Sent and not yet known to be acknowledged, oldest first (acks come in this order)."""
     token_changes: int = 0
@@ -128,7 +117,6 @@ class Appender:
         self.ack_deadline_s = self.cfg.request_timeout_ms / 1000 * 2 + 1
         self.patience = Patience.of(self.cfg)
         self.pool = get_pool()
-        self.bulk = self.cfg.bulk_append
 
     def totals(self, stream: str) -> StreamTotals | None:
         """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
@@ -161,7 +149,7 @@ class Appender:
             await self._await_oldest()
 
     async def release_all(self, healthy: bool) -> None:
-        """Return the sessions to the pool; a session with unacknowledged appends is dropped."""
+        """Close the sessions; one with unacknowledged appends is dropped at once."""
         for st in self.streams.values():
             await self._drop(st, healthy=healthy and not st.unacked)
 
@@ -170,37 +158,30 @@ class Appender:
         if st is None:
             totals = StreamTotals(latency_sample=self.plan.latency_sample)
             token = self.plan.stream_tokens.get(name, self.plan.fencing_token)
-            batch, partition = self.plan.batch_id, self.ctx.partition_id
-            fields = {"stream": name, "batch": batch, "partition": partition}
-            what = f"appending to stream {name!r} (batch {batch}, partition {partition})"
+            batch = self.plan.batch_id
+            fields = {"stream": name, "batch": batch, "partition": self.ctx.partition_id}
+            what = f"appending to stream {name!r} (batch {batch}, {self.ctx.describe()})"
             retrying = Retrying(self.patience, what, fields=fields)
             st = self.streams[name] = _StreamAppends(name, token, totals, retrying)
         return st
 
     def _is_open(self, st: _StreamAppends) -> bool:
-        return (st.bulk if self.bulk else st.session) is not None
+        return st.bulk is not None
 
     async def _open(self, st: _StreamAppends) -> None:
         if self.cfg.create_streams:
             await self.pool.ensure_stream(self.cfg, st.name)
-        if self.bulk:
-            transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
-            st.bulk = BulkAppendSession(transport, st.name, _COMPRESSION[self.cfg.compression])
-        else:
-            st.session = await self.pool.acquire(self.cfg, st.name)
+        transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
+        st.bulk = BulkAppendSession(transport, st.name, _COMPRESSION[self.cfg.compression])
 
     async def _send(self, st: _StreamAppends, chunk: Chunk) -> None:
         """Submit `chunk` on `st`'s open session and keep its ticket."""
-        if st.bulk is not None:
-            if not st.bulk.accepting:
-                await self._reconnect(st)
-            chunk.submitted_at = time.monotonic()
-            # Already a future; the session marks a failed one's error retrieved itself.
-            chunk.ticket = st.bulk.submit(chunk.message(st.token), chunk.count)
-            return
-        assert st.session is not None
+        assert st.bulk is not None
+        if not st.bulk.accepting:
+            await self._reconnect(st)
         chunk.submitted_at = time.monotonic()
-        chunk.ticket = _future(await st.session.session.submit(chunk.append_input(st.token)))
+        # Already a future; the session marks a failed one's error retrieved itself.
+        chunk.ticket = st.bulk.submit(chunk.message(st.token), chunk.count)
 
     async def _reconnect(self, st: _StreamAppends) -> None:
         """`st`'s bulk session takes no more appends. After the server's reconnect advice, wait for what
@@ -223,10 +204,7 @@ class Appender:
         await self._open(st)
 
     async def _drop(self, st: _StreamAppends, *, healthy: bool) -> None:
-        """Let go of `st`'s session: back to the pool (SDK, when healthy) or closed."""
-        if st.session is not None:
-            await self.pool.release(st.session, healthy=healthy)
-            st.session = None
+        """Close `st`'s session (with a grace period for its acks when `healthy`)."""
         if st.bulk is not None:
             session, st.bulk = st.bulk, None
             await _close_bulk(session, grace_s=_CLOSE_GRACE_S if healthy else 1.0)
@@ -342,7 +320,7 @@ class Appender:
         if isinstance(exc, FencingTokenMismatchError):
             raise FencedError(
                 f"stream {st.name!r} is fenced by another writer (token {exc.expected_fencing_token!r}); "
-                f"batch {self.plan.batch_id}, partition {self.ctx.partition_id}"
+                f"batch {self.plan.batch_id}, {self.ctx.describe()}"
             ) from exc
         if isinstance(exc, AppendConditionError):
             raise self._error(st, exc, "append condition failed") from exc
@@ -358,7 +336,7 @@ class Appender:
     def _error(self, st: _StreamAppends, exc: BaseException, why: str) -> WriteError:
         return WriteError(
             f"append to stream {st.name!r} in basin {self.cfg.basin!r} failed: {why} "
-            f"(batch {self.plan.batch_id}, partition {self.ctx.partition_id}, "
+            f"(batch {self.plan.batch_id}, {self.ctx.describe()}, "
             f"attempt {self.ctx.attempt_number}): {_describe(exc)}"
         )
 
@@ -370,7 +348,9 @@ async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
         await asyncio.wait_for(session.close(), timeout=grace_s)
     except TimeoutError:
         session.abort()
-    except Exception as exc:
+    except Exception as exc:  # narrowed below: any exception can be what failed the session
+        if exc is not session.error:
+            raise  # not the session's failure (reported already): a fault of the close itself
         log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
 
 
@@ -395,19 +375,6 @@ async def _settled(ticket: asyncio.Future[AppendAck], within_s: float) -> bool:
         timer.cancel()
         ticket.remove_done_callback(wake)
     return ticket.done()
-
-
-def _future(ticket: Awaitable[AppendAck]) -> asyncio.Future[AppendAck]:
-    """The ticket as a future whose failure is always marked retrieved (stale tickets of a dropped
-    session are replaced, never awaited)."""
-    fut = asyncio.ensure_future(ticket)
-    fut.add_done_callback(_retrieve)
-    return fut
-
-
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _forget_acked(st: _StreamAppends) -> bool:

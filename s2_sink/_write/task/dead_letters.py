@@ -23,7 +23,7 @@ import pyarrow as pa
 from s2_sdk import Record
 
 from s2_sink._exactly_once.recovery_layout import layout_hash
-from s2_sink._write.plan import PartitionContext, WritePlan
+from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.encoders._frame import (
     BODY,
     DLQ_BATCH,
@@ -75,7 +75,7 @@ class BadRows:
         """Row `i` of `batch` (row `row` of the partition) is bad because of `err`: raise `EncodeError`
         (``fail``), count it (``skip``, returns ``None``) or return its dead letter and its metered size
         (``dlq``)."""
-        where = f"row {row} of partition {self.ctx.partition_id} in batch {self.plan.batch_id}"
+        where = f"row {row} of {self.ctx.describe()} in batch {self.plan.batch_id}"
         mode = self.plan.on_error
         if mode == "fail":
             raise EncodeError(f"{where}: {err} (fix or filter such rows, or set on_error='skip' or 'dlq')")

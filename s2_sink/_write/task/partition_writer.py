@@ -9,9 +9,9 @@ path a row travels inside the task.
 2. the `Chunker` cuts each target stream's records into appends, deterministically (see `chunker`);
 3. each chunk, as it is closed, is filtered by the recovery hook's `RecordFilter` (exactly-once task
    retries), tagged by the ``chunk_tagger`` and serialized in bulk when it is made of Arrow slices
-   (`s2_sink._write.task.frame_span`); closed chunks are handed to the `Appender` in groups (one hop to the
-   event loop per group, not per chunk), which pipelines them over its sessions,
-   collects acknowledgements and re-sends after session failures;
+   (`s2_sink._write.task.frame_records`); closed chunks are handed to the `Appender` in groups (one hop to
+   the event loop per group, not per chunk), which pipelines them over its sessions, collects
+   acknowledgements and re-sends after session failures;
 4. the task returns small per-stream result rows (`s2_sink._write.task.results.RESULT_SCHEMA`).
 
 Memory stays bounded: the partition is streamed one Arrow batch at a time; at most
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -33,16 +33,18 @@ from s2_sdk import Record
 
 from s2_sink import _crashpoints
 from s2_sink._transport import runtime as _runtime
-from s2_sink._write.plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink._write.task.appender import Appender, Chunk
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
-from s2_sink._write.task.frame_input import FrameInput
-from s2_sink._write.task.frame_span import FrameSpan, records_of, serialize_spans
+from s2_sink._write.task.frame_records import FrameInput, FrameSpan, records_of, serialize_spans
 from s2_sink._write.task.results import StreamTotals, result_rows
+from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
 from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
 from s2_sink.errors import WriteError
+
+if TYPE_CHECKING:
+    from s2_sink._write.frame_encoding import FrameEncoding
 
 __all__ = ["map_partition", "task_context", "write_partition"]
 
@@ -84,7 +86,7 @@ class _PartitionWriter:
         """Run the recovery hook (before the first row); without a filter, the bulk path may serve."""
         if self.plan.recovery is not None:
             self.filter = self.plan.recovery(self.plan, self.ctx)
-        self.input.spans = self.plan.cfg.bulk_append and self.filter is None
+        self.input.spans = self.filter is None
 
     def _send(self, stream: str, index: int, items: list[Record | FrameSpan], nbytes: int) -> None:
         """A closed chunk: drop what an earlier attempt already wrote, tag it, append it."""
@@ -220,11 +222,14 @@ def write_partition(
     return writer.results((time.monotonic() - started) * 1000)
 
 
-def map_partition(plan: WritePlan) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """A `mapInArrow` function writing each partition with `plan` (a picklable closure)."""
+def map_partition(
+    plan: WritePlan, encoding: FrameEncoding | None = None
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """A `mapInArrow` function writing each partition with `plan` (a picklable closure): its rows encoded
+    by `encoding`, or (``None``) record frames already."""
 
     def _fn(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        yield write_partition(plan, batches)
+        yield write_partition(plan, batches if encoding is None else encoding.frames(batches))
 
     return _fn
 

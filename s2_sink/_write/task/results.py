@@ -11,7 +11,7 @@ from typing import Any, Final
 import pyarrow as pa
 from s2_sdk import AppendAck
 
-from s2_sink._write.plan import PartitionContext
+from s2_sink._write.write_plan import PartitionContext
 
 __all__ = ["RESULT_DDL", "RESULT_SCHEMA", "StreamTotals", "result_rows"]
 

@@ -1,0 +1,133 @@
+"""The exactly-once parts of a micro-batch's write plan, built in one place for both front doors.
+
+`S2Writer` (one epoch per run, `coordinator`) and the ``format("s2")`` sink (one epoch per micro-batch
+execution, `sink_run`) differ in when they open an epoch and how a replay is laid out, not in what a task
+needs to write under it: `epoch_plan` builds that, and `already_committed` is the one "the ledger has this
+batch, write nothing" check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from s2_sink._exactly_once.ends_cache import EndsRef
+from s2_sink._exactly_once.fencing import Token
+from s2_sink._exactly_once.ledger import LedgerState
+from s2_sink._exactly_once.sign_in_registers import RollCall
+from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
+from s2_sink._exactly_once.task_hooks import Dedupe, Replay, Tagger, TokenKeeper
+from s2_sink.config import S2Config
+
+__all__ = ["EpochPlan", "already_committed", "epoch_plan", "newest_tokens"]
+
+log = logging.getLogger(__name__)
+
+# A blind re-send of a chunk that may already be applied could duplicate it: under exactly-once the SDK
+# retries only what certainly had no side effects, and the task retry's dedupe hook sorts out the rest.
+_RETRY_POLICY: Final = "NO_SIDE_EFFECTS"
+
+
+@dataclass(frozen=True, slots=True)
+class EpochPlan:
+    """How the tasks write one micro-batch under an exactly-once epoch; the pieces go into the `WritePlan`."""
+
+    cfg: S2Config
+    """The writer's config with the ``NO_SIDE_EFFECTS`` append retry policy."""
+    token: str
+    """The epoch's fencing token, sent with every append."""
+    tagger: Tagger
+    keeper: TokenKeeper
+    dedupe: Dedupe
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    """Per stream, a newer generation of the epoch's token that an earlier micro-batch's task retry left
+    there: tasks start that stream with it (no 412, no zombie check, on every later batch)."""
+
+    @property
+    def recovery(self) -> bool:
+        """A replay after a driver restart: an earlier run may have written part of the micro-batch."""
+        return self.dedupe.recovery
+
+    @property
+    def tag_reserve(self) -> int:
+        """Metered bytes every append keeps free for the chunk tag."""
+        return TAG_RESERVE_BYTES
+
+
+def epoch_plan(
+    cfg: S2Config,
+    writer: str,
+    epoch: int,
+    starts: Mapping[str, int] | EndsRef,
+    *,
+    recovery: bool,
+    roll: RollCall,
+    replay: Replay = "content",
+    tokens: Mapping[str, str] | None = None,
+) -> EpochPlan:
+    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends (all of
+    them, or an `EndsRef` that names where the ledger has them), `roll` where the micro-batch's task
+    attempts sign in, `tokens` the tokens tasks of earlier micro-batches last appended with per stream
+    (only newer generations of this epoch are shipped)."""
+    eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
+    ends = starts if isinstance(starts, EndsRef) else EndsRef(roll.writer_id, dict(starts))
+    token = Token(epoch=epoch, gen=0, writer=writer).encode()
+    return EpochPlan(
+        tokens=_newer_generations(tokens or {}, writer, epoch),
+        cfg=eo_cfg,
+        token=token,
+        tagger=Tagger(writer, epoch),
+        keeper=TokenKeeper(eo_cfg, token, ends),
+        dedupe=Dedupe(
+            cfg=eo_cfg,
+            token=token,
+            writer=writer,
+            epoch=epoch,
+            recovery=recovery,
+            starts=ends,
+            roll=roll,
+            replay=replay,
+        ),
+    )
+
+
+def newest_tokens(tokens: Mapping[str, str], reported: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """`tokens` updated with the newest token of ours tasks reported per stream (by epoch, generation)."""
+    out = dict(tokens)
+    for stream, texts in reported.items():
+        for text in texts:
+            new, old = Token.parse(text), Token.parse(out.get(stream, ""))
+            if new is not None and (old is None or (old.writer == new.writer and new > old)):
+                out[stream] = text
+    return out
+
+
+_MAX_SHIPPED_TOKENS = 16
+"""Tokens of newer generations a plan carries at most, the highest generations first: every routed stream a
+task first fenced carries a named generation, and shipping them all would make the plan grow with the
+streams written (the rest cost their tasks one 412 and an adoption check, as before)."""
+
+
+def _newer_generations(tokens: Mapping[str, str], writer: str, epoch: int) -> dict[str, str]:
+    newer: list[tuple[int, str, str]] = []
+    for stream, text in tokens.items():
+        token = Token.parse(text)
+        if token is not None and (token.writer, token.epoch) == (writer, epoch) and token.gen > 0:
+            newer.append((token.gen, stream, text))
+    newer.sort(reverse=True)
+    return {stream: text for _, stream, text in newer[:_MAX_SHIPPED_TOKENS]}
+
+
+def already_committed(state: LedgerState, writer_id: str, batch_id: int) -> bool:
+    """Whether the ledger already has `batch_id` (a replay after Spark lost its own commit): write nothing."""
+    if batch_id > state.committed:
+        return False
+    log.info(
+        "exactly-once: batch %s of writer %s already committed (ledger at %s); writing nothing",
+        batch_id,
+        writer_id,
+        state.committed,
+    )
+    return True

@@ -1,0 +1,247 @@
+"""Sign-in registers (the roll call): every task attempt of an exactly-once micro-batch signs in before its
+first append.
+
+Spark restarts attempt numbers at 0 when it retries a whole stage (a ``FetchFailed`` after an executor
+was lost, SPARK-24552), and pyspark's `TaskContext` has no stage attempt number, so a task cannot tell
+from its context whether an earlier attempt of its partition already wrote part of it. The sign-in tells
+it. Each partition of a writer has a register stream, ``_s2sink/register/<writer_id>/<partition>``, whose
+last record is the last attempt of that partition to sign in, ``{writer, epoch, batch, partition, task
+id}``. An attempt reads that record (one record before the tail), decides, and appends its own sign-in on
+the condition that nothing was appended since (``match_seq_num``), so the register's records are a total
+order of the partition's attempts; when another attempt got in between, it reads again and decides again.
+
+- An earlier attempt of its partition (lower task id) signed in for the same epoch and micro-batch: this
+  attempt is a retry, whatever its attempt number, so it puts up a barrier and reads back before writing
+  (`task_hooks.Dedupe`).
+- A later attempt (higher task id; Spark hands out task ids in launch order) signed in first: this one
+  is a zombie that started late; it stops before writing anything.
+- An attempt of a later micro-batch or epoch signed in: the query has moved past this attempt's
+  micro-batch (or run); it is a late zombie and stops before writing anything.
+- An earlier attempt that signed in before a later one and still writes meets the later attempt's
+  barrier: on the 412 it re-reads the register (`still_last`) and finds the later sign-in.
+
+The register's records only move forward: a sign-in lands only after the record before it, and an
+attempt never signs in after a later attempt, micro-batch or epoch. So while an attempt's own sign-in is
+its register's last record, no later attempt of its partition has signed in, hence none has fenced any
+stream (a task signs in before its first fence): the zombie check reads that one record instead of
+scanning every stream it adopts a token on for fence records.
+
+A task reads one record and makes two requests whatever the number of tasks; the driver does not touch the
+registers. A register is created by the first sign-in that finds it missing. It keeps its records until
+trimmed (no retention: a register that forgot its last sign-in would let a zombie of a long-gone batch sign
+in as a first attempt); every `_TRIM_EVERY` records a sign-in carries a trim command before it, so a
+register holds at most that many records and always its last sign-in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from s2_sdk import (
+    AppendInput,
+    CommandRecord,
+    ReadLimit,
+    ReadUnwrittenError,
+    Record,
+    S2Basin,
+    S2ClientError,
+    S2ServerError,
+    S2Stream,
+    SeqNumMismatchError,
+    StreamConfig,
+    TailOffset,
+)
+
+from s2_sink._exactly_once.fencing import TaskAttempt
+from s2_sink._transport.explain import is_stream_deleting
+from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
+from s2_sink._transport.session_pool import create_if_missing
+from s2_sink.errors import FencedError
+
+__all__ = [
+    "REGISTER_PREFIX",
+    "ROLL_PREFIX",
+    "RollCall",
+    "SignIn",
+    "judge",
+    "last_sign_in",
+    "sign_in",
+    "still_last",
+]
+
+log = logging.getLogger(__name__)
+
+REGISTER_PREFIX: Final = "_s2sink/register/"
+ROLL_PREFIX: Final = "_s2sink/attempts/"
+"""Where releases before the registers kept one roll stream per writer; no longer read or written."""
+# A sign-in at a multiple of this position trims the register behind it.
+_TRIM_EVERY: Final = 256
+# Records stay until trimmed: the last sign-in must outlive any zombie of its partition.
+_CONFIG: Final = StreamConfig(retention_policy="infinite")
+
+
+@dataclass(frozen=True, slots=True)
+class RollCall:
+    """Where a writer's task attempts sign in: one register stream per partition (no position: a sign-in
+    reads the register's last record)."""
+
+    writer_id: str
+
+    def register(self, partition: int) -> str:
+        """The register stream of `partition` (the partition is the last path segment: a writer_id may
+        contain ``/`` but the partition never does)."""
+        return f"{REGISTER_PREFIX}{self.writer_id}/{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class SignIn:
+    """One attempt's sign-in record."""
+
+    writer: str
+    epoch: int
+    batch: int
+    attempt: TaskAttempt
+
+    def encode(self) -> bytes:
+        a = self.attempt
+        doc = {"w": self.writer, "e": self.epoch, "b": self.batch, "p": a.partition, "t": a.task_id}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def parse(cls, body: bytes) -> SignIn | None:
+        try:
+            d = json.loads(body)
+            return cls(d["w"], int(d["e"]), int(d["b"]), TaskAttempt(int(d["p"]), int(d["t"])))
+        except (ValueError, KeyError, TypeError):
+            return None  # a command record or something that is not ours
+
+
+def judge(me: SignIn, last: SignIn | None) -> bool:
+    """Whether `me` is a retry (an earlier attempt of its partition signed in for the same epoch and
+    micro-batch), given the register's last sign-in; FencedError if `me` must stop without writing."""
+    if last is None or last.writer != me.writer or last.attempt.partition != me.attempt.partition:
+        return False  # nothing of this partition under this writer hash: the first attempt
+    a = me.attempt
+    if (last.epoch, last.batch) > (me.epoch, me.batch):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} (epoch {me.epoch}) found that an attempt of micro-batch {last.batch} (epoch "
+            f"{last.epoch}) of its partition already signed in: the query has moved past this "
+            "micro-batch, so this is a late attempt of it and it stops without writing"
+        )
+    if (last.epoch, last.batch) < (me.epoch, me.batch):
+        return False
+    if me.attempt.superseded_by(last.attempt):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} was superseded by a later attempt (task id {last.attempt.task_id}) before it "
+            "started writing; it stops without writing"
+        )
+    return last.attempt != a
+
+
+async def last_sign_in(
+    stream: S2Stream, *, patience: Patience = DEFAULT_PATIENCE
+) -> tuple[SignIn | None, int] | None:
+    """The register's last sign-in and its tail, or None if the register does not exist (reads retried
+    until `patience`'s deadline)."""
+
+    async def read() -> tuple[SignIn | None, int] | None:
+        try:
+            batch = await stream.read(start=TailOffset(1), limit=ReadLimit(count=1))
+        except ReadUnwrittenError as exc:  # an empty register
+            return None, exc.tail.seq_num
+        except S2ServerError as exc:
+            if exc.status_code == 404 or is_stream_deleting(exc):
+                return None  # missing, or deleted and still being removed (409): created anew once gone
+            raise
+        if not batch.records:  # trimmed by hand to nothing: no sign-in left to go by
+            return None, (await stream.check_tail()).seq_num
+        rec = batch.records[-1]
+        return SignIn.parse(bytes(rec.body)), rec.seq_num + 1
+
+    return await patiently(patience, f"reading the sign-in register {stream.name!r}", read)
+
+
+async def still_last(
+    basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
+) -> bool:
+    """Whether `me`, signed in, is still its partition's last sign-in (one record read): then no later
+    attempt of the partition has signed in since, so none has fenced anything (every task attempt signs in
+    before its first fence). FencedError if a later attempt, micro-batch or epoch signed in since; False
+    when the register cannot tell (missing, or its last record is not a sign-in of this writer that
+    orders against `me`): the caller then scans the stream's fence records instead."""
+    name = roll.register(me.attempt.partition)
+    found = await last_sign_in(basin.stream(name), patience=patience)
+    if found is None or found[0] is None:
+        return False
+    last = found[0]
+    if last == me:
+        return True
+    if last.writer != me.writer or last.attempt.partition != me.attempt.partition:
+        return False
+    a = me.attempt
+    if (last.epoch, last.batch) > (me.epoch, me.batch):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} (epoch {me.epoch}): an attempt of micro-batch {last.batch} (epoch {last.epoch}) of "
+            f"its partition signed in since ({name!r}): the query has moved past this micro-batch, so this "
+            "is a late attempt and it stops without writing again"
+        )
+    if (last.epoch, last.batch) == (me.epoch, me.batch) and a.superseded_by(last.attempt):
+        raise FencedError(
+            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
+            f"{me.batch} was superseded by a later attempt (task id {last.attempt.task_id}, signed in to "
+            f"{name!r}); it stops without writing again (Spark keeps the later attempt's result)"
+        )
+    return False
+
+
+async def sign_in(
+    basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
+) -> bool:
+    """Sign `me` in; True if an earlier attempt of its partition signed in for the same micro-batch.
+
+    Raises FencedError if a later attempt of its partition, or an attempt of a later micro-batch or epoch,
+    signed in first. Failures another attempt may fix are retried until `patience`'s deadline (a sign-in
+    is conditional, and the next read tells whether one whose outcome was unknown landed).
+    """
+    name = roll.register(me.attempt.partition)
+    stream = basin.stream(name)
+    retrying = Retrying(patience, f"signing in to {name!r}")
+    created = False
+    decided: bool | None = None  # the decision behind our last append, if it may have landed
+    while True:
+        found = await last_sign_in(stream, patience=patience)
+        if found is None:  # the partition's first sign-in (or the register was deleted)
+            if created:
+                raise FencedError(
+                    f"exactly-once: the sign-in register {name!r} of partition {me.attempt.partition} "
+                    "is missing again right after it was created; the task stops without writing"
+                )
+            await patiently(patience, f"creating {name!r}", lambda: create_if_missing(basin, name, _CONFIG))
+            created = True
+            continue
+        last, tail = found
+        if decided is not None and last == me:
+            break  # our conditional append landed (its acknowledgement was lost): nothing came between
+        decided = judge(me, last)
+        records = [Record(body=me.encode())]
+        if tail > 0 and tail % _TRIM_EVERY == 0:
+            records.insert(0, CommandRecord.trim(tail))  # keeps the trim command and our sign-in
+        try:
+            await stream.append(AppendInput(records=records, match_seq_num=tail))
+            break
+        except SeqNumMismatchError:
+            continue  # another attempt of this partition signed in between: decide again
+        except (S2ClientError, S2ServerError) as exc:
+            if isinstance(exc, S2ServerError) and (exc.status_code == 404 or is_stream_deleting(exc)):
+                continue  # deleted since we read it: the next read creates it
+            await retrying.after(exc)  # may have landed: the next read tells
+    retrying.progress()
+    assert decided is not None
+    log.debug("signed in %s to %s at %s (earlier attempt: %s)", me, name, tail, decided)
+    return decided

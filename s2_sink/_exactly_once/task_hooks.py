@@ -1,0 +1,395 @@
+"""The exactly-once hooks a `WritePlan` carries to every task: chunk tags, token adoption and retry/replay
+subtraction.
+
+Three picklable objects travel in the `WritePlan` to every task of a micro-batch:
+
+- `Tagger` puts the ``@s2sink`` tag on the first record of each append.
+- `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this attempt may
+  adopt the token (a newer generation of this run, set by a retrying sibling task), take the stream
+  (back) over (empty token after a fence clear, an older run of ours, another writer's where we never
+  committed: conditional fence, then re-send — a 412 means nothing was applied), or must stop
+  (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition put a
+  barrier up since the batch started — this attempt is a zombie). The zombie check runs before any
+  token change or adoption, and every take-over is a new generation named by the attempt, so a cleared
+  or taken-over fence never hands a zombie its old token back. It learns which attempt it serves from a
+  context variable `Dedupe` sets on the task thread; without one it refuses to change tokens at all.
+- `Dedupe` (the writer's recovery hook) signs each task attempt in (`sign_in_registers`) and is otherwise
+  inert on the happy path (first attempt, normal batch). For a retry (an earlier attempt of the
+  partition signed in, whatever the attempt number) or a replay after a driver restart
+  (``recovery=True``), on the first chunk for each stream it (1) puts a barrier on the stream — a
+  conditional fence to a newer generation (retry) or to this run's epoch (replay), so appends still in
+  flight from the failed attempt or the old run can no longer land after it; (2) reads the stream back
+  from the last committed position; (3) drops from what it writes the multiset of fingerprints already
+  there: those of this partition's earlier attempts (retry: same partitioning within a run) or of every
+  earlier write of this micro-batch that this task owns (replay: the batch was repartitioned by exactly
+  what the fingerprint covers, so all copies of a record are in one task; see `recovery_layout`). A
+  replay task refuses a record it does not own.
+
+  A replay that could not be repartitioned (the ``format("s2")`` sink) subtracts what earlier executions
+  wrote under this task's partition id. With ``replay="partition-checked"`` it refuses
+  (`ReplayMismatchError`) a record it still has to write that an earlier execution wrote under another
+  partition id: either the replay is partitioned differently (SPARK-28650) or the record is duplicated
+  across partitions, and no single task can tell which copy is whose. ``replay="partition"`` trusts the
+  partitioning to be the same (the user says so) and writes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+from s2_sdk import Record
+
+from s2_sink import _crashpoints
+from s2_sink._exactly_once.ends_cache import EndsRef, lookup
+from s2_sink._exactly_once.fencing import (
+    Attendance,
+    TaskAttempt,
+    Token,
+    fence_if_older,
+    judge_current_token,
+)
+from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
+from s2_sink._exactly_once.readback import read_back
+from s2_sink._exactly_once.recovery_layout import RecoveryLayout
+from s2_sink._exactly_once.resets import stream_reset
+from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
+from s2_sink._exactly_once.tags import ChunkTag
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.retry import Patience
+from s2_sink._transport.session_pool import get_pool
+from s2_sink.encoders._frame import DLQ_ROW_HASH
+from s2_sink.errors import FencedError, ReplayMismatchError
+
+if TYPE_CHECKING:
+    from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
+    from s2_sink.config import S2Config
+
+__all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper", "plan_with_layout"]
+
+log = logging.getLogger(__name__)
+
+Replay = Literal["content", "partition", "partition-checked"]
+"""How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
+(partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """The task attempt running on this thread and the micro-batch's start positions (for the 412 path)."""
+
+    attempt: TaskAttempt
+    starts: EndsRef
+    attendance: Attendance
+    """The zombie check's one-record question: is this attempt still its partition's last sign-in?"""
+
+
+_current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
+"""Set by `Dedupe` on the task thread before any append; the appender's coroutines, started from that
+thread, inherit it, so `TokenKeeper` (called without the task's identity) knows which attempt it serves."""
+
+
+def _attempt(ctx: PartitionContext) -> TaskAttempt:
+    return TaskAttempt(ctx.partition_id, ctx.task_attempt_id)
+
+
+def _attendance(cfg: S2Config, roll: RollCall, signed: SignIn) -> Attendance:
+    """The zombie check by `signed`'s register (`sign_in_registers.still_last`), asked afresh each call."""
+
+    async def still() -> bool:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        return await still_last(basin, roll, signed, patience=Patience.of(cfg))
+
+    return still
+
+
+@dataclass(frozen=True, slots=True)
+class Tagger:
+    """`ChunkTagger`: the ``@s2sink`` header of a chunk."""
+
+    writer: str
+    epoch: int
+
+    def __call__(self, ctx: PartitionContext, chunk: ChunkInfo) -> tuple[bytes, bytes]:
+        tag = ChunkTag(
+            self.writer,
+            self.epoch,
+            ctx.batch_id,
+            ctx.partition_id,
+            ctx.attempt_number,
+            chunk.index,
+            chunk.record_count,
+        )
+        return tag.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenKeeper:
+    """Decides what to do when an append's fencing token is refused (see module docstring)."""
+
+    cfg: S2Config
+    token: str
+    written: EndsRef
+    """Streams this writer committed writes to (a foreign s2_sink token there means it was displaced)."""
+
+    async def __call__(self, stream: str, current: str) -> str:
+        mine = Token.parse(self.token)
+        assert mine is not None
+        end = await lookup(self.cfg, self.written, stream)
+        take_over = end is None
+        # Raises FencedError when we must stop.
+        judge_current_token(stream, current, mine, may_take_over=take_over)
+        task = _current_task.get()
+        if task is None:
+            raise FencedError(
+                f"stream {stream!r}: fencing token {current!r} replaced this writer's token {mine}, and "
+                "this task cannot tell whether a later attempt of its own partition put a barrier up "
+                "since (its recovery hook did not run), so it stops rather than risk writing as a "
+                "superseded attempt"
+            )
+        s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        # Adopting a sibling's barrier, taking a cleared or foreign token back, or fencing over an older
+        # run: the zombie check runs first on every path, and any new token is a generation of our own.
+        result = await fence_if_older(
+            s2_stream,
+            mine,
+            current=current,
+            may_take_over=take_over,
+            me=task.attempt,
+            since=end or 0,
+            end=end,
+            writer_id=self.written.writer_id,
+            attendance=task.attendance,
+            patience=Patience.of(self.cfg),
+        )
+        return str(result.token)
+
+
+@dataclass(slots=True)
+class _Filter:
+    """`RecordFilter` for one task: per stream, the fingerprints still to subtract (filled lazily)."""
+
+    hook: Dedupe
+    ctx: PartitionContext
+    retry: bool
+    """An earlier attempt of this partition may have written (in this epoch): put up a barrier first."""
+    dlq_stream: str | None = None
+    pending: dict[str, Fingerprints] = field(default_factory=dict)
+    foreign: dict[str, Fingerprints] = field(default_factory=dict)
+    read_ends: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0
+
+    def __call__(self, stream: str, records: list[Record]) -> list[Record]:
+        layout = self.hook.layout
+        owner = None if layout is None else _Owner(layout, stream, dead_letters=stream == self.dlq_stream)
+        if owner is not None:
+            self._check_layout(owner, records)
+        left = self.pending.get(stream)
+        if left is None:
+            left, self.foreign[stream], self.read_ends[stream] = _runtime.run(
+                self.hook.written_before(stream, self.ctx, owner, retry=self.retry)
+            )
+            self.pending[stream] = left
+        foreign = self.foreign[stream]
+        if not left and not foreign:
+            return records
+        kept: list[Record] = []
+        for rec in records:
+            fp = fingerprint(stream, rec.headers, rec.body)
+            n = left.get(fp, 0)
+            if n > 0:
+                if n == 1:
+                    del left[fp]  # an empty multiset turns the filter off for this stream
+                else:
+                    left[fp] = n - 1
+                self.skipped += 1
+            elif fp in foreign:
+                raise ReplayMismatchError(
+                    f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
+                    f"partly wrote, and a record partition {self.ctx.partition_id} still has to write to "
+                    f"stream {stream!r} was written by that run from another partition. Either the replay "
+                    "is partitioned differently (SPARK-28650) or identical records are spread over several "
+                    "partitions: no single task can tell whether this copy is new, so the task stops "
+                    "before writing it (nothing was duplicated). If this query's partitioning does not "
+                    "change between runs (same source partitions, input splits and "
+                    "spark.sql.shuffle.partitions), restart with option s2.replay-partitioning=same; "
+                    "otherwise write with foreachBatch(S2Writer(...)), which repartitions replays by "
+                    "record content"
+                )
+            else:
+                kept.append(rec)
+        if len(kept) != len(records):
+            log.info(
+                "exactly-once: skipped %s already-written records stream=%s batch=%s partition=%s attempt=%s",
+                len(records) - len(kept),
+                stream,
+                self.ctx.batch_id,
+                self.ctx.partition_id,
+                self.ctx.attempt_number,
+            )
+        return kept
+
+    def _check_layout(self, owner: _Owner, records: list[Record]) -> None:
+        """Fail closed unless every record is this task's under the content layout: a replay laid out
+        otherwise (repartitioned again after it, or coalesced) could have one record in two tasks that
+        would both subtract the same earlier copy, losing one."""
+        mine, stream, layout = self.ctx.partition_id, owner.stream, owner.layout
+        for rec in records:
+            theirs = owner.partition(rec.headers, rec.body)
+            if theirs != mine:
+                raise ReplayMismatchError(
+                    f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
+                    f"partly wrote and must be laid out by record content ({layout.partitions} hash "
+                    f"partitions), but partition {mine} holds a record of stream {stream!r} that belongs "
+                    f"to partition {theirs}: the replay was repartitioned or coalesced after the writer "
+                    "laid it out. The task stops before writing anything it cannot account for; write "
+                    "the replay's frame as the delivery mode returns it (WritePlan.fixed_layout)"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Dedupe:
+    """`RecoveryHook` of an exactly-once micro-batch (see module docstring)."""
+
+    cfg: S2Config
+    token: str
+    writer: str
+    epoch: int
+    recovery: bool
+    """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
+    starts: EndsRef
+    """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
+    roll: RollCall
+    """Where the micro-batch's task attempts sign in (`sign_in_registers`)."""
+    replay: Replay = "content"
+    layout: RecoveryLayout | None = None
+    """How a content replay was laid out (by its placement keys); tasks check ownership by it."""
+
+    def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
+        _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
+        me = _attempt(ctx)
+        # A stage retry restarts attempt numbers at 0: the roll call, not the number, says whether an
+        # earlier attempt of this partition may have written (and stops a late zombie before it writes).
+        basin = get_pool().client(self.cfg).basin(self.cfg.basin)
+        signed = SignIn(self.writer, self.epoch, ctx.batch_id, me)
+        earlier = _runtime.run(sign_in(basin, self.roll, signed, patience=Patience.of(self.cfg)))
+        retry = earlier or ctx.attempt_number > 0
+        _current_task.set(_Task(me, self.starts, _attendance(self.cfg, self.roll, signed)))
+        if not retry and not self.recovery:
+            return None
+        return _Filter(self, ctx, retry, plan.dlq_stream if self.recovery else None)
+
+    async def written_before(
+        self, stream: str, ctx: PartitionContext, owner: _Owner | None = None, *, retry: bool
+    ) -> tuple[Fingerprints, Fingerprints, int]:
+        """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
+        task must subtract, (partition replays) those earlier executions wrote from other partitions, and
+        the end of the range read.
+        With a content `layout`, only records whose content this task owns count: another task writes
+        (and subtracts) the others."""
+        mine = Token.parse(self.token)
+        assert mine is not None
+        s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
+        if self.cfg.create_streams:
+            # The barrier is this task's first request to the stream: a routed (or dead-letter) stream
+            # that no earlier attempt got to create would refuse the fence with 404 on every retry. Asked
+            # of S2, not of the process's cache: the stream may have been deleted since it was created.
+            get_pool().forget_stream(self.cfg, stream)
+            await get_pool().ensure_stream(self.cfg, stream)
+        me = _attempt(ctx)
+        end = await lookup(self.cfg, self.starts, stream)
+        fenced = await fence_if_older(
+            s2_stream,
+            mine,
+            bump=retry,
+            may_take_over=end is None,
+            me=me,
+            since=end or 0,
+            end=end,
+            writer_id=self.starts.writer_id,
+            attendance=_attendance(self.cfg, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)),
+            patience=Patience.of(self.cfg),
+        )
+        batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
+        by_partition = self.replay != "content"
+
+        def match(tag: ChunkTag) -> bool:
+            if tag.batch != batch:
+                return False
+            if recovery and by_partition:
+                return tag.partition == partition
+            if recovery:
+                return True
+            return tag.epoch == mine.epoch and tag.partition == partition
+
+        def elsewhere(tag: ChunkTag) -> bool:
+            # Earlier executions only: this execution's other tasks are writing their own records right now.
+            return tag.batch == batch and tag.epoch < mine.epoch and tag.partition != partition
+
+        found = await read_back(
+            s2_stream,
+            writer=self.writer,
+            start=end or 0,
+            match=match,
+            elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
+            owns=None if owner is None or not recovery else owner.check(partition),
+            patience=Patience.of(self.cfg),
+        )
+        if found.end < found.start:  # a tail below the committed end: the range read was empty, not done
+            raise stream_reset(stream, found.start, found.end, self.starts.writer_id)
+        log.info(
+            "exactly-once read-back stream=%s batch=%s partition=%s attempt=%s recovery=%s token=%s "
+            "range=[%s,%s) found=%s records in %s chunks (%s owned by other tasks)",
+            stream,
+            batch,
+            partition,
+            ctx.attempt_number,
+            recovery,
+            fenced.token,
+            found.start,
+            found.end,
+            sum(found.fingerprints.values()),
+            len(found.chunks),
+            found.not_owned,
+        )
+        return Counter(found.fingerprints), Counter(found.elsewhere), found.end
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    """Which replay task owns a record of `stream` under `layout`: a data record by its content, a dead
+    letter by its bad row's content hash (``s2sink-row-hash``; a dead letter without one is nobody's)."""
+
+    layout: RecoveryLayout
+    stream: str
+    dead_letters: bool
+
+    def partition(self, headers: list[tuple[bytes, bytes]], body: bytes) -> int | None:
+        if not self.dead_letters:
+            return self.layout.partition_of(self.stream, headers, body)
+        for name, value in headers:
+            if name == DLQ_ROW_HASH:
+                try:
+                    content = int(value, 16)
+                except ValueError:
+                    return None
+                return self.layout.partition_of_hash(content - (1 << 64) if content >> 63 else content)
+        return None
+
+    def check(self, partition: int) -> Callable[[list[tuple[bytes, bytes]], bytes], bool]:
+        def owns(headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+            return self.partition(headers, body) == partition
+
+        return owns
+
+
+def plan_with_layout(plan: WritePlan, layout: RecoveryLayout) -> WritePlan:
+    """`plan` whose recovery hook checks record ownership under the replay's content `layout`."""
+    hook = plan.recovery
+    if not isinstance(hook, Dedupe):
+        raise TypeError(f"an exactly-once replay needs the Dedupe recovery hook, got {hook!r}")
+    return replace(plan, recovery=replace(hook, layout=layout), fixed_layout=True)

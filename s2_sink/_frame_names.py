@@ -1,0 +1,15 @@
+"""Column names that the write path's record frame and the read path's rows share, spelled once.
+
+A leaf module: the read side's schemas are imported where Spark creates the source, which must not load
+the encoders (and with them Arrow's compute kernels); the encoders' frame takes the same name from here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["TIMESTAMP_COLUMN"]
+
+TIMESTAMP_COLUMN: Final = "_s2_timestamp"
+"""A record's timestamp: in the record frame, milliseconds (null: S2 assigns it); in the rows of a read's
+``json``/``upsert`` schema, the record's timestamp as a Spark timestamp."""

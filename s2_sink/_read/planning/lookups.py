@@ -1,0 +1,215 @@
+"""The S2 calls of read planning: stream listings, creation times, tails, first stored records, timestamps,
+and byte measures of a range (driver side; a task's range reads are `s2_sink._read.session`'s).
+
+The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
+client of ``s2_sink._transport.session_pool``, like the writer's: reads honour the same timeouts, retries and
+compression, and a reused Python worker keeps its connections warm from one task or planning call to the
+next. Failures another attempt may fix are retried until the delivery deadline (``s2.delivery-timeout-ms``:
+every call here is a read); then, and for any other failure, they surface as ``ReadError`` naming the basin
+and the streams, with the SDK error chained (`session.read_error_words`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import s2_sdk
+
+from s2_sink._read.session import read_error_words
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.explain import is_stream_deleting
+from s2_sink._transport.retry import Patience, patiently
+from s2_sink._transport.session_pool import get_pool
+from s2_sink.config import S2Config
+from s2_sink.errors import ReadError
+
+__all__ = [
+    "first_seqs",
+    "list_streams",
+    "listed_epochs",
+    "measure_range",
+    "resolve_timestamp",
+    "stream_epochs",
+    "tails",
+]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
+    async def main() -> _T:
+        # The pool is touched only from the loop, so the client is looked up there.
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        return await patiently(Patience.of(cfg), what, lambda: op(basin))
+
+    try:
+        return _runtime.run(main())
+    except s2_sdk.S2Error as exc:
+        words = read_error_words(exc, cfg)
+        raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {words}") from exc
+
+
+async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
+    return int((await basin.stream(stream).check_tail()).seq_num)
+
+
+def _created(info: s2_sdk.StreamInfo) -> str:
+    created = info.created_at
+    return created.isoformat() if hasattr(created, "isoformat") else str(created)
+
+
+def listed_epochs(cfg: S2Config, prefix: str) -> dict[str, str]:
+    """The live streams whose name starts with ``prefix``, each with its creation time (RFC 3339)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
+        found: dict[str, str] = {}
+        start_after = ""
+        while True:
+            page = await basin.list_streams(prefix=prefix, start_after=start_after)
+            found.update({info.name: _created(info) for info in page.items if info.deleted_at is None})
+            if not page.has_more or not page.items:
+                return found
+            start_after = page.items[-1].name
+
+    return _run(cfg, f"listing streams with prefix {prefix!r}", op)
+
+
+def list_streams(cfg: S2Config, prefix: str) -> list[str]:
+    """Names of the live streams whose name starts with ``prefix``, sorted."""
+    return sorted(listed_epochs(cfg, prefix))
+
+
+async def _epoch_of(basin: s2_sdk.S2Basin, stream: str) -> str | None:
+    # Listing sorts by name, so the stream itself is the first name with its own name as prefix.
+    page = await basin.list_streams(prefix=stream, limit=1)
+    for info in page.items:
+        if info.name == stream and info.deleted_at is None:
+            return _created(info)
+    return None
+
+
+def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
+    """Per live stream, its creation time (RFC 3339): a stream deleted and created again under the same name
+    gets a new one. Streams not found are left out."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
+        found = await asyncio.gather(*(_epoch_of(basin, s) for s in streams))
+        return {s: e for s, e in zip(streams, found, strict=True) if e is not None}
+
+    return _run(cfg, f"looking up the creation time of {list(streams)!r}", op)
+
+
+async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
+    try:
+        return await _tail_of(basin, stream)
+    except s2_sdk.S2ServerError as exc:
+        if exc.status_code == 404 or is_stream_deleting(exc):
+            return None  # gone, or deleted and still being removed (S2 answers 409 until it is gone)
+        raise
+
+
+def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) -> dict[str, int]:
+    """The tail (next seq_num to be assigned) of every stream, looked up concurrently.
+
+    ``missing_ok``: leave out streams that no longer exist (deleted between listing and lookup) instead
+    of failing.
+    """
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        if not missing_ok:
+            found = await asyncio.gather(*(_tail_of(basin, s) for s in streams))
+            return dict(zip(streams, found, strict=True))
+        maybe = await asyncio.gather(*(_tail_or_none(basin, s) for s in streams))
+        return {s: t for s, t in zip(streams, maybe, strict=True) if t is not None}
+
+    return _run(cfg, f"checking the tail of {list(streams)!r}", op)
+
+
+async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:
+    try:
+        batch = await basin.stream(stream).read(start=s2_sdk.SeqNum(0), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError as exc:
+        # Nothing stored (empty, or everything trimmed): the first position is the tail.
+        return int(exc.tail.seq_num)
+    if batch.records:
+        return int(batch.records[0].seq_num)
+    return int((await basin.stream(stream).check_tail()).seq_num)
+
+
+def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
+    """Per stream, the first seq_num still stored (after trims and retention), or the tail if none is."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_first_seq(basin, s) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"finding the first stored record of {list(streams)!r}", op)
+
+
+def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
+    """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
+    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not).
+    Trimmed records cost nothing: a range that starts in a trimmed gap spans it."""
+
+    async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
+        handle = basin.stream(stream)
+        end, used = first, 0
+        # The server applies the byte limit (whole records only), so only what fits is transferred.
+        try:
+            async with handle.read_session(
+                start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=stop - first, bytes=max_bytes)
+            ) as session:
+                async for batch in session:
+                    for record in batch.records:
+                        # Trimmed records cost nothing: the batch spans them and its tasks report the loss.
+                        if record.seq_num >= stop:
+                            return stop, used
+                        end, used = record.seq_num + 1, used + s2_sdk.metered_bytes([record])
+        except s2_sdk.ReadUnwrittenError:
+            return stop, 0  # everything from ``first`` on is gone (as a server that answers 416 puts it)
+        if end == first:
+            end = await _past_trimmed(handle, first, stop)
+        return end, used
+
+    return _run(cfg, f"measuring {stream!r} seq_nums [{first}, {stop})", op)
+
+
+async def _past_trimmed(handle: s2_sdk.S2Stream, first: int, stop: int) -> int:
+    """Where a byte-capped read from ``first`` that returned nothing may end: no record fits, or none is
+    left there. S2 answers a read below the trim point with what is left (``read.rs``,
+    ``read_start_seq_num``: 200, not 416), so the first record kept tells them apart: a trimmed gap before
+    it is spanned, up to ``stop``."""
+    try:
+        batch = await handle.read(start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError:
+        return stop  # nothing left at all (as a server that answers 416 there puts it)
+    if not batch.records:
+        return stop  # everything from ``first`` on was trimmed
+    return min(int(batch.records[0].seq_num), stop)
+
+
+async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
+    handle = basin.stream(stream)
+    try:
+        batch = await handle.read(start=s2_sdk.Timestamp(timestamp), limit=s2_sdk.ReadLimit(count=1))
+    except s2_sdk.ReadUnwrittenError as exc:
+        # Nothing at or after the timestamp yet: the position is the tail.
+        return int(exc.tail.seq_num)
+    if batch.records:
+        return int(batch.records[0].seq_num)
+    return int((await handle.check_tail()).seq_num)
+
+
+def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> dict[str, int]:
+    """Per stream, the seq_num of the first record whose timestamp is >= ``timestamp`` (or the tail)."""
+
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        found = await asyncio.gather(*(_seq_at(basin, s, timestamp) for s in streams))
+        return dict(zip(streams, found, strict=True))
+
+    return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)

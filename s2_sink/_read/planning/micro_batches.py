@@ -1,0 +1,248 @@
+"""The streaming read's planning on the driver: from one micro-batch's end offset to the next.
+
+Offsets are ``{stream: next seq_num}`` plus each stream's creation time under the key ``""``
+(`data_loss`); the offset log in the checkpoint makes reading exactly-once: a restarted query replays a
+planned batch with the same offsets and continues after the last committed one. `MicroBatches` keeps what
+one query run learnt (the frontier, streams that joined, recreated streams' new starts), rebuilt from the
+offset log on restart; `s2_sink.datasource._stream_reader` adapts it to Spark's streaming reader API.
+
+Caps: ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap each end offset relative to the
+frontier (the last end planned or told about; pyspark 4.1 gives no start offset). An AvailableNow run reads
+up to the tails it started with (`drain_to_tails`), in capped batches. The record cap costs nothing
+(`offsets.cap_total`); the byte cap (`cap_bytes`) measures: offsets are seq_nums and a tail lookup says
+nothing about sizes, so per stream with new records it reads ahead from the frontier with the server's byte
+limit and ends the batch after the last record that fits. The bytes of a planned batch are thus read twice
+(once here, once by the tasks), so prefer the record cap when record sizes are even.
+
+Data loss: a position in the offset log can point below the first record still stored once retention or a
+trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
+``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
+discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
+are not counted as lost. A stream deleted and created again under the checkpoint is caught here
+(`data_loss.recreated`: another creation time, or a tail below the checkpointed position) under the same
+option.
+
+Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
+AvailableNow run's target are capped by the ends of the writer's latest commit (`committed`), so a
+micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
+tails reported to the progress count up to those ends, not the tails.
+
+Lag: no released pyspark (up to 4.3) lets a Python source report custom metrics to
+``StreamingQueryProgress``; on 4.2+ the tails go into the progress as the source's ``latestOffset``, and on
+every version each planned batch logs the records between its end offset and the tail (``lag_records``) at
+INFO.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from s2_sink._read.planning import lookups as _lookups
+from s2_sink._read.planning.bounds import resolve_bound, resolve_streams
+from s2_sink._read.planning.committed import CommittedEnds
+from s2_sink._read.planning.data_loss import Epochs, join, recreated, refuse_or_warn, split
+from s2_sink._read.planning.offsets import (
+    Offsets,
+    advance,
+    cap_committed_tails,
+    cap_total,
+    lag_by_stream,
+    lag_records,
+    max_merge,
+    plan_ranges,
+    sorted_offsets,
+)
+from s2_sink._read.read_options import OPT_STARTING_POSITION, ReadOptions
+from s2_sink.config import S2Config
+
+__all__ = ["MicroBatches", "cap_bytes"]
+
+log = logging.getLogger(__name__)
+
+
+def cap_bytes(cfg: S2Config, frontier: Mapping[str, int], target: Mapping[str, int], limit: int) -> Offsets:
+    """Move from ``frontier`` towards ``target`` by at most ``limit`` metered bytes in total.
+
+    Streams with new records share the budget in name order, each taking at most an even share of what is
+    left, so what one stream does not use rolls over to the next. A batch always moves: when not even one
+    record fits, it takes the first stream's next record alone.
+    """
+    out = {s: frontier.get(s, 0) for s in {*frontier, *target}}
+    pending = sorted(s for s, seq in target.items() if seq > out[s])
+    budget = limit
+    for index, stream in enumerate(pending):
+        share = budget // (len(pending) - index)
+        if share <= 0:
+            break
+        end, used = _lookups.measure_range(cfg, stream, out[stream], target[stream], share)
+        out[stream] = end
+        budget -= used
+    if pending and all(out[s] == frontier.get(s, 0) for s in pending):
+        out[pending[0]] += 1
+    return out
+
+
+class MicroBatches:
+    """The planning state of one streaming query run, on the driver (plain data: pickles with the reader)."""
+
+    def __init__(self, cfg: S2Config, opts: ReadOptions) -> None:
+        self._cfg = cfg
+        self._opts = opts
+        # Driver-only planning state (lives as long as the query run; rebuilt from the offset log on restart).
+        self._initial: Offsets | None = None
+        self._frontier: Offsets | None = None
+        # First stored seq_num of streams that joined after the start (prefix reads); see `ranges`.
+        self._joined: Offsets = {}
+        self._last_lag: int | None = None
+        self._tails: Offsets | None = None  # what the last `latest` saw (`tails_seen`)
+        self._available_now: Offsets | None = None  # the tails an AvailableNow run drains to
+        self._epochs: Epochs = {}  # creation times of the streams the frontier was read from (`data_loss`)
+        self._restarts: Offsets = {}  # recreated streams: where their new incarnation starts
+        by = opts.committed_by
+        self._committed = CommittedEnds(cfg, by) if by is not None else None
+
+    def _committed_ends(self) -> Offsets | None:
+        """Read-committed: the writer's committed ends, taken before the tails they cap (see `committed`)."""
+        return self._committed.fetch() if self._committed is not None else None
+
+    def initial(self) -> dict[str, object]:
+        """The first offset of a query with no checkpointed one: the start option's positions."""
+        initial = self._initial_positions()
+        return join(initial, self._epochs)
+
+    def _initial_positions(self) -> Offsets:
+        # Resolved once per run: Spark may ask again before the first batch; "latest" must not move meanwhile.
+        if self._initial is None:
+            streams = resolve_streams(self._cfg, self._opts)
+            self._initial = resolve_bound(
+                self._cfg,
+                self._opts.start,
+                streams,
+                option=OPT_STARTING_POSITION,
+                stored_earliest=True,
+                committed=self._committed_ends(),
+            )
+            self._epochs = _lookups.stream_epochs(self._cfg, list(self._initial))
+            log.info("s2 source: initial offsets %s", self._initial)
+        self._frontier = max_merge(self._frontier or {}, self._initial)
+        return dict(self._initial)
+
+    def latest(
+        self, start: dict[str, object] | None, max_records: int | None, max_bytes: int | None
+    ) -> dict[str, object]:
+        """The next end offset from ``start`` (None: from the tracked frontier), within the caps."""
+        if start is None:
+            # pyspark 4.1: no start offset, so caps apply from the tracked frontier.
+            frontier = self._frontier if self._frontier is not None else self._initial_positions()
+            was = dict(self._epochs)
+        else:
+            frontier, was = split(start)
+            was = {**self._epochs, **was}
+        prefix = self._opts.stream_prefix
+        # A prefix read's one listing names the streams and their creation times.
+        listed = _lookups.listed_epochs(self._cfg, prefix) if prefix is not None else None
+        streams = sorted(listed) if listed is not None else list(self._opts.streams)
+        committed = self._committed_ends()
+        # Under a prefix a listed stream may be deleted before its tail is read: skip it then.
+        found = _lookups.tails(self._cfg, streams, missing_ok=prefix is not None)
+        if listed is not None:
+            now = {s: listed[s] for s in found if s in listed}
+        else:
+            now = _lookups.stream_epochs(self._cfg, list(found))
+        frontier = self._restart_recreated(frontier, was, now, found)
+        self._epochs.update(now)
+        found = cap_committed_tails(found, committed, fail=self._opts.fail_on_data_loss)
+        self._tails = sorted_offsets(found)
+        if self._available_now is not None:
+            # An AvailableNow run reads up to the tails it started with, and no stream created since.
+            found = {s: min(t, self._available_now[s]) for s, t in found.items() if s in self._available_now}
+        joined = [s for s in found if s not in frontier]
+        if joined:
+            # A stream new to the query is read from its first stored record: earlier ones are not a loss.
+            self._joined.update(_lookups.first_seqs(self._cfg, joined))
+            frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
+        target = advance(frontier, found)
+        end = cap_total(frontier, target, max_records)
+        if max_bytes is not None:
+            # Whichever cap comes first: measure bytes only within what the record cap allows.
+            end = cap_bytes(self._cfg, frontier, end, max_bytes)
+        end = sorted_offsets(end)
+        self._frontier = max_merge(self._frontier or {}, end)
+        self._log_lag(frontier, end, found)
+        return join(end, {**was, **now})
+
+    def _restart_recreated(self, frontier: Offsets, was: Epochs, now: Epochs, tails: Offsets) -> Offsets:
+        """The frontier with every recreated stream (see `data_loss`) moved to its new first record; fails
+        the query instead under s2.fail-on-data-loss=true."""
+        streams = recreated(frontier, was, now, tails)
+        if not streams:
+            return frontier
+        firsts = {} if self._opts.fail_on_data_loss else _lookups.first_seqs(self._cfg, streams)
+        for stream in streams:  # fails on the first one unless told to go on
+            refuse_or_warn(
+                self._cfg.basin,
+                stream,
+                position=frontier[stream],
+                tail=tails.get(stream),
+                was=was.get(stream),
+                now=now.get(stream),
+                fail=self._opts.fail_on_data_loss,
+                restart_at=firsts.get(stream),
+            )
+        self._restarts.update(firsts)
+        if self._frontier is not None:
+            self._frontier.update(firsts)  # max_merge would keep the old stream's higher position
+        return {**frontier, **firsts}
+
+    def drain_to_tails(self) -> None:
+        """Trigger.AvailableNow: end the run at today's tails, reached in batches of the caps."""
+        streams = resolve_streams(self._cfg, self._opts)
+        committed = self._committed_ends()
+        tails = _lookups.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
+        self._available_now = cap_committed_tails(tails, committed, fail=self._opts.fail_on_data_loss)
+        log.info("s2 source: AvailableNow run reads up to %s", self._available_now)
+
+    def tails_seen(self) -> dict[str, int] | None:
+        """The tails the last `latest` saw (capped by the committed ends under read-committed)."""
+        return dict(self._tails) if self._tails is not None else None
+
+    def _log_lag(self, frontier: Offsets, end: Offsets, found: dict[str, int]) -> None:
+        planned = sum(end[s] - frontier.get(s, 0) for s in end)
+        lag = lag_records(end, found)
+        # An idle query asks every trigger: log when a batch is planned or the lag moved, not on every poll.
+        if planned or lag != self._last_lag:
+            log.info(
+                "s2 source: planned batch batch_records=%d lag_records=%d streams=%d lag_by_stream=%s",
+                planned,
+                lag,
+                len(found),
+                {s: n for s, n in lag_by_stream(end, found).items() if n},
+            )
+        self._last_lag = lag
+
+    def ranges(self, start: dict[str, object], end: dict[str, object]) -> list[tuple[str, int, int]]:
+        """The ``(stream, first, stop)`` ranges of the micro-batch from ``start`` to ``end``; records what
+        they tell of the frontier (after a restart, Spark's first call restores it)."""
+        (begin, was), (stop, now) = split(start), split(end)
+        again = recreated(begin, was, now, stop)
+        if again:
+            # The batch in which a stream was found recreated reads the new one from its first record
+            # (looked up again when the batch is replayed after a restart).
+            unknown = [s for s in again if s not in self._restarts]
+            if unknown:
+                self._restarts.update(_lookups.first_seqs(self._cfg, unknown))
+            begin = {**begin, **{s: min(self._restarts[s], stop[s]) for s in again}}
+            if self._frontier is not None:
+                self._frontier.update({s: stop[s] for s in again})
+        self._frontier = max_merge(self._frontier or {}, stop)
+        self._epochs.update(now)
+        joined = [s for s in stop if s not in begin]
+        if joined:
+            # The previous end does not name a stream that joined in this batch: start it where `latest`
+            # found its first stored record (looked up again after a restart).
+            unknown = [s for s in joined if s not in self._joined]
+            if unknown:
+                self._joined.update(_lookups.first_seqs(self._cfg, unknown))
+            begin = {**{s: min(self._joined[s], stop[s]) for s in joined}, **begin}
+        return plan_ranges(begin, stop, self._opts.records_per_partition)

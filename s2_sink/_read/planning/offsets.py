@@ -1,0 +1,145 @@
+"""Offsets of the s2 source: a JSON dict ``{stream name: next seq_num to read}``, and the arithmetic of
+planning on them: merges, the per-trigger and read-committed caps, ranges per partition, the reader's lag.
+
+Pure functions (no I/O) so the planning rules are testable without Spark or a server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from s2_sink.errors import ReadError
+
+__all__ = [
+    "Offsets",
+    "advance",
+    "cap_committed",
+    "cap_committed_tails",
+    "cap_total",
+    "lag_by_stream",
+    "lag_records",
+    "max_merge",
+    "plan_ranges",
+    "sorted_offsets",
+]
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[str, int]
+
+
+def sorted_offsets(offsets: Offsets) -> Offsets:
+    """Offsets with keys in name order: Spark compares offsets by their JSON text, so order must be stable."""
+    return {stream: int(offsets[stream]) for stream in sorted(offsets)}
+
+
+def max_merge(a: Mapping[str, int], b: Mapping[str, int]) -> Offsets:
+    """Per-stream maximum of two offsets (positions only move forward)."""
+    out = dict(a)
+    for stream, seq in b.items():
+        out[stream] = max(out.get(stream, 0), seq)
+    return out
+
+
+def advance(frontier: Mapping[str, int], tails: Mapping[str, int]) -> Offsets:
+    """The uncapped next end: every stream at its tail, never behind the frontier.
+
+    A stream the frontier does not know yet (discovered under a prefix) starts at 0, so nothing it holds is
+    skipped. A stream that vanished from the listing keeps its frontier position: offsets never go backwards.
+    """
+    out = dict(frontier)
+    for stream, tail in tails.items():
+        out[stream] = max(frontier.get(stream, 0), tail)
+    return out
+
+
+def cap_committed(positions: Mapping[str, int], committed: Mapping[str, int] | None) -> Offsets:
+    """``positions`` no further than a writer's committed ends (read-committed); unchanged without them.
+
+    A stream the writer never committed to is capped at 0: none of its records is known to be committed.
+    """
+    if committed is None:
+        return dict(positions)
+    return {stream: min(seq, committed.get(stream, 0)) for stream, seq in positions.items()}
+
+
+def cap_committed_tails(
+    tails: Mapping[str, int], committed: Mapping[str, int] | None, *, fail: bool
+) -> Offsets:
+    """Stream `tails` capped by a writer's committed ends, like `cap_committed`, for a stream whose tail
+    is below its committed end too: it was deleted and recreated, the committed records are gone, and
+    everything in the new stream is uncommitted (the exactly-once writer refuses to write to it until its
+    ledger forgets the old end). ``min(tail, end)`` would put the cap inside that uncommitted data, so such
+    a stream fails the read (`fail`, ``s2.fail-on-data-loss=true``) or is capped at 0: nothing of the new
+    stream is read until the writer commits in it past the reader's position.
+    """
+    if committed is None:
+        return dict(tails)
+    reset = {s: (t, committed[s]) for s, t in tails.items() if t < committed.get(s, 0)}
+    if reset and fail:
+        stream, (tail, end) = min(reset.items())
+        raise ReadError(
+            f"s2 source (read-committed): stream {stream!r} ends at {tail}, below the end {end} the "
+            "writer's ledger (option s2.committed-by) committed for it: the stream was deleted and "
+            "recreated, so the committed records are gone and what it holds now is not committed. "
+            "Restart once the writer goes on with the new stream (s2-sink ledger forget), set "
+            "s2.fail-on-data-loss=false to skip it until the writer commits in it again, or read with "
+            "s2.isolation=read-uncommitted"
+        )
+    for stream, (tail, end) in sorted(reset.items()):
+        log.warning(
+            "s2 source: stream %s ends at %s, below its committed end %s (deleted and recreated): "
+            "reading none of it until the writer commits in it again",
+            stream,
+            tail,
+            end,
+        )
+    capped = cap_committed(tails, committed)
+    return {s: 0 if s in reset else seq for s, seq in capped.items()}
+
+
+def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int | None) -> Offsets:
+    """Move from ``frontier`` towards ``target`` by at most ``limit`` records in total.
+
+    The budget is shared fairly (water-filling): streams with little new data take all of it, the rest
+    split what is left evenly. Deterministic, so replanning gives the same answer.
+    """
+    if limit is None:
+        return max_merge(frontier, target)
+    out = {s: frontier.get(s, 0) for s in {*frontier, *target}}
+    pending = {s: seq - out[s] for s, seq in target.items() if seq > out[s]}
+    budget = limit
+    # Smallest demand first: whatever a stream does not use rolls over to the larger ones after it.
+    order = sorted(pending, key=lambda s: (pending[s], s))
+    for index, stream in enumerate(order):
+        share = budget // (len(order) - index)
+        take = min(pending[stream], share if index < len(order) - 1 else budget)
+        out[stream] += take
+        budget -= take
+    return out
+
+
+def plan_ranges(
+    start: Mapping[str, int], end: Mapping[str, int], per_partition: int
+) -> list[tuple[str, int, int]]:
+    """Split ``[start, end)`` of every stream into ``(stream, first, stop)`` ranges of <= per_partition."""
+    ranges: list[tuple[str, int, int]] = []
+    for stream in sorted(end):
+        lo = start.get(stream, 0)
+        hi = end[stream]
+        while lo < hi:
+            stop = min(hi, lo + per_partition)
+            ranges.append((stream, lo, stop))
+            lo = stop
+    return ranges
+
+
+def lag_by_stream(end: Mapping[str, int], tails: Mapping[str, int]) -> dict[str, int]:
+    """Records between ``end`` and the tail of every stream whose tail is known (never negative)."""
+    return {stream: max(tail - end.get(stream, 0), 0) for stream, tail in sorted(tails.items())}
+
+
+def lag_records(end: Mapping[str, int], tails: Mapping[str, int]) -> int:
+    """Records between ``end`` and the tails, over all streams."""
+    return sum(lag_by_stream(end, tails).values())

@@ -1,0 +1,9 @@
+"""Read records (record columns, `s2_sink._wire.read.record_columns`) turned into the rows of each
+``s2.format``, as Arrow batches in the output schema's types.
+
+- `schemas`: the output schemas and which user schemas each format can produce (no Arrow kernels: the
+  source's creation imports it).
+- `formats`: one batch per run of records, per format; and the record-by-record reference of the same.
+- `json_columns`: JSON bodies decoded into a schema's columns (Arrow's reader where it provably agrees).
+- `json_splice`, `kafka_columns`, `upsert_columns`, `header_text`: the pieces of the formats.
+"""

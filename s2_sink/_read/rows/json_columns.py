@@ -1,0 +1,237 @@
+"""JSON bodies -> Arrow columns of a Spark schema: in bulk with Arrow's JSON reader where it gives exactly
+what the record-by-record decoder gives (`decode_bodies`: the encoders' ``decode_json``, one JSON mapping
+both ways); that decoder otherwise.
+
+The bodies are joined with newlines and read as newline-delimited JSON with the schema given, unknown
+fields ignored. The bulk reader is used only where its result is provably the same:
+
+- the schema's columns are strings, integers, booleans, doubles or timestamps (timestamps are read as
+  strings and cast, and only in the one shape both parsers read alike: ``YYYY-MM-DDTHH:MM:SS[.ffffff]``
+  with ``Z`` or a ``+HH:MM`` offset, years 1000-8999);
+- every body starts with ``{`` and ends with ``}`` and holds no raw line break, and the reader returns
+  one row per body (so no body is empty or two objects);
+- the bodies are valid UTF-8 and hold no ``NaN`` / ``Infinity`` token (Arrow reads them, orjson does not).
+
+Arrow's reader is stricter than the record-by-record decoder everywhere else (a value of another JSON
+type, a repeated key, a number out of range: an error), so any error it raises sends the bodies to the
+record-by-record decoder, which raises its own error naming the record and the field, or decodes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.json as pj
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from s2_sink._wire.arrow_calls import call, cast, int32_array, valid_rows
+from s2_sink._wire.arrow_views import binary_view
+from s2_sink._wire.layout import Bytes
+from s2_sink.encoders import decode_json
+from s2_sink.encoders._arrow_types import to_arrow_schema
+from s2_sink.errors import EncodeError, ReadError
+
+__all__ = ["decode_bodies", "decode_bodies_bulk"]
+
+_BULK_TYPES: Final = (
+    StringType,
+    LongType,
+    IntegerType,
+    ShortType,
+    ByteType,
+    BooleanType,
+    DoubleType,
+    TimestampType,
+)
+_TIMESTAMP_SHAPE: Final = (
+    r"^(1[0-9]|[2-8][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+"""The timestamp texts read in bulk, as a regular expression (`timestamps_shaped` checks it)."""
+_NON_FINITE: Final = (b"NaN", b"Infinity")
+_OPEN, _CLOSE, _LF, _CR = ord("{"), ord("}"), ord("\n"), ord("\r")
+_NEWLINE: Final = pa.Array.from_buffers(
+    pa.binary(), 1, [None, pa.py_buffer(np.array([0, 1], dtype=np.int32)), pa.py_buffer(b"\n")]
+)
+"""The separator of `_joined`, as a one-value binary array (``pa.scalar`` would import pandas)."""
+
+
+def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) -> pa.RecordBatch:
+    """Decode JSON object bodies into a batch with one column per field of ``schema``."""
+    try:
+        return decode_json(bodies, schema)
+    except EncodeError as exc:
+        raise ReadError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc
+
+
+def _bulk_type(dtype: DataType) -> bool:
+    return isinstance(dtype, _BULK_TYPES)
+
+
+def decode_bodies_bulk(bodies: pa.Array, schema: StructType, *, where: str) -> pa.RecordBatch:
+    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema``."""
+    decoded = _arrow_read(bodies, schema) if all(_bulk_type(f.dataType) for f in schema.fields) else None
+    if decoded is None:
+        return decode_bodies(bodies.to_pylist(), schema, where=where)
+    return decoded
+
+
+def _joined(bodies: pa.Array) -> pa.Buffer | None:
+    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts."""
+    offsets, data = binary_view(bodies)
+    lengths = np.diff(offsets)
+    if (lengths < 2).any():
+        return None
+    span = data[int(offsets[0]) : int(offsets[-1])]
+    if (data[offsets[:-1]] != _OPEN).any() or (data[offsets[1:] - 1] != _CLOSE).any():
+        return None
+    if (span == _LF).any() or (span == _CR).any():
+        return None
+    try:
+        str(span.data, "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if _holds_non_finite(span):
+        return None
+    # One list of all the bodies, joined by Arrow with a newline between them (one copy, in C++).
+    one_list = pa.ListArray.from_arrays(int32_array(np.array([0, len(bodies)], dtype=np.int32)), bodies)
+    joined: pa.Array = call("binary_join", [one_list, _NEWLINE])
+    buffer: pa.Buffer = joined.buffers()[2]
+    return buffer
+
+
+def _holds_non_finite(data: Bytes) -> bool:
+    """Whether ``NaN`` or ``Infinity`` occurs in ``data``: one numpy pass per token's first byte."""
+    for token in _NON_FINITE:
+        at = np.flatnonzero(data[: max(len(data) - len(token) + 1, 0)] == token[0])
+        for k in range(1, len(token)):
+            at = at[data[at + k] == token[k]]
+        if at.size:
+            return True
+    return False
+
+
+def _arrow_read(bodies: pa.Array, schema: StructType) -> pa.RecordBatch | None:
+    if len(bodies) == 0 or bodies.null_count:
+        return None
+    joined = _joined(bodies)
+    if joined is None:
+        return None
+    target = to_arrow_schema(schema)
+    read_as = pa.schema(
+        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in target]
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(joined),
+            read_options=pj.ReadOptions(use_threads=False, block_size=joined.size + 1),
+            parse_options=pj.ParseOptions(
+                explicit_schema=read_as, unexpected_field_behavior="ignore", newlines_in_values=False
+            ),
+        )
+        if table.num_rows != len(bodies):
+            return None
+        columns = []
+        for field in target:
+            column = table.column(field.name).combine_chunks()
+            if pa.types.is_timestamp(field.type):
+                if not timestamps_shaped(column):
+                    return None
+                column = cast(column, field.type)
+            columns.append(column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+_DIGIT: Final = (ord("0"), ord("9"))
+# The fixed part, ``YYYY-MM-DDTHH:MM:SS``: (lowest, highest) byte at each position (years 1000-8999).
+_DATE_TIME: Final = (
+    (ord("1"), ord("8")), _DIGIT, _DIGIT, _DIGIT, (ord("-"),) * 2, _DIGIT, _DIGIT, (ord("-"),) * 2,
+    _DIGIT, _DIGIT, (ord("T"),) * 2, _DIGIT, _DIGIT, (ord(":"),) * 2, _DIGIT, _DIGIT, (ord(":"),) * 2,
+    _DIGIT, _DIGIT,
+)  # fmt: skip
+_OFFSET: Final = (
+    (ord("+"), ord("-")),
+    (ord("0"), ord("2")),
+    _DIGIT,
+    (ord(":"),) * 2,
+    (ord("0"), ord("5")),
+    _DIGIT,
+)
+_BASE = len(_DATE_TIME)
+_SHORTEST, _LONGEST = _BASE + 1, _BASE + 7 + 6  # YYYY-MM-DDTHH:MM:SSZ, ...SS.ffffff+HH:MM
+
+
+def _bounds(length: int, zone: int) -> tuple[Bytes, Bytes] | None:
+    """Per-position (lowest, highest) bytes of the texts of ``length`` bytes with a zone part of ``zone``
+    bytes (1: ``Z``, 6: ``+HH:MM``), or None if no such text has the shape."""
+    fraction = length - _BASE - zone  # "" or "." and 1 to 6 digits
+    if fraction < 0 or fraction == 1 or fraction > 7:
+        return None
+    zone_part = ((ord("Z"),) * 2,) if zone == 1 else _OFFSET
+    dot = ((ord("."),) * 2,) if fraction else ()
+    spans = (*_DATE_TIME, *dot, *(_DIGIT,) * max(fraction - 1, 0), *zone_part)
+    lows = np.array([lo for lo, _ in spans], dtype=np.uint8)
+    highs = np.array([hi for _, hi in spans], dtype=np.uint8)
+    return lows, highs
+
+
+def _shaped(texts: Bytes, zone: int) -> npt.NDArray[np.bool_]:
+    """Which rows of ``texts`` (one text per row, all of one length) have the shape, for one zone part."""
+    bounds = _bounds(texts.shape[1], zone)
+    if bounds is None:
+        return np.zeros(len(texts), dtype=np.bool_)
+    lows, highs = bounds
+    ok: npt.NDArray[np.bool_] = np.asarray(((texts >= lows) & (texts <= highs)).all(axis=1))
+    if zone == 6:
+        sign, hour, hour_low = texts[:, -6], texts[:, -5], texts[:, -4]
+        ok &= (sign == ord("+")) | (sign == ord("-"))  # not "," between them
+        ok &= (hour != ord("2")) | (hour_low <= ord("3"))  # hours 00-23
+    return ok
+
+
+def timestamps_shaped(column: pa.Array) -> bool:
+    """Whether every non-null text of the string ``column`` matches `_TIMESTAMP_SHAPE`, checked with numpy
+    position by position for each distinct text length (a regular expression costs more than Arrow's
+    whole JSON parse)."""
+    offsets, data = binary_view(column)
+    lengths = np.diff(offsets)
+    rows = np.flatnonzero(valid_rows(column))
+    if not rows.size:
+        return True
+    row_lengths = lengths[rows]
+    if row_lengths.min() < _SHORTEST or row_lengths.max() > _LONGEST:
+        return False
+    # (np.unique would import numpy.ma, a hundredth of a second in a fresh worker.)
+    for length in np.flatnonzero(np.bincount(row_lengths)).tolist():
+        at = rows[row_lengths == length]
+        if len(at) == len(lengths):  # every row, all of one length: the texts are one block, viewed as rows
+            texts = data[int(offsets[0]) : int(offsets[-1])].reshape(len(at), length)
+        else:
+            texts = data[offsets[at][:, None] + np.arange(length)]
+        ends_z = texts[:, -1] == ord("Z")
+        if ends_z.all():  # the usual case: one zone form only, checked once
+            ok = _shaped(texts, 1)
+        elif not ends_z.any():
+            ok = _shaped(texts, 6)
+        else:
+            ok = np.where(ends_z, _shaped(texts, 1), _shaped(texts, 6))
+        if not ok.all():
+            return False
+    return True

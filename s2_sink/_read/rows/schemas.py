@@ -1,0 +1,137 @@
+"""The output schemas of the s2 source, and which user schemas each format can produce.
+
+Apart from the conversions (`formats`), which import Arrow's compute kernels, the SDK and the decoders:
+Spark creates the data source and plans a read each in a fresh Python process, which needs the schemas and
+none of those.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from s2_sink._frame_names import TIMESTAMP_COLUMN
+from s2_sink._read.read_options import ReadFormat
+from s2_sink.errors import ConfigError
+
+__all__ = [
+    "ACTION_COLUMN",
+    "KAFKA_SCHEMA",
+    "META_COLUMNS",
+    "RAW_SCHEMA",
+    "UPSERT_SCHEMA",
+    "check_schema",
+    "default_schema",
+    "is_typed_upsert",
+]
+
+_HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", BinaryType(), False), StructField("value", BinaryType(), False)]), False
+)
+
+#: Where a record stands in its stream: the first columns of every schema the source shows.
+_POSITION = (
+    StructField("stream", StringType(), False),
+    StructField("seq_num", LongType(), False),
+    StructField("timestamp", TimestampType(), False),
+)
+
+RAW_SCHEMA = StructType(
+    [
+        *_POSITION,
+        StructField("headers", _HEADERS_TYPE, False),
+        StructField("body", BinaryType(), False),
+    ]
+)
+
+KAFKA_SCHEMA = StructType(
+    [
+        *_POSITION,
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), False),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType(
+                    [StructField("key", StringType(), False), StructField("value", BinaryType(), False)]
+                ),
+                False,
+            ),
+            False,
+        ),
+    ]
+)
+
+UPSERT_SCHEMA = StructType(
+    [
+        *_POSITION,
+        StructField("key", StringType(), False),
+        StructField("action", StringType(), False),
+        StructField("value", StringType(), True),
+    ]
+)
+
+META_COLUMNS: dict[str, DataType] = {
+    "_s2_stream": StringType(),
+    "_s2_seq_num": LongType(),
+    TIMESTAMP_COLUMN: TimestampType(),  # the record frame's timestamp column too
+}
+ACTION_COLUMN = "_s2_action"
+"""The column that receives an upsert record's action (``u`` / ``d``)."""
+
+
+def default_schema(fmt: ReadFormat) -> StructType:
+    """The schema Spark shows when the user gives none (json has none: it needs a user schema)."""
+    if fmt == "raw":
+        return RAW_SCHEMA
+    if fmt == "upsert":
+        return UPSERT_SCHEMA
+    if fmt == "kafka":
+        return KAFKA_SCHEMA
+    raise ConfigError(
+        "s2.format=json needs a schema: spark.read.format('s2').schema('id long, name string')..., "
+        "or read s2.format=raw and parse the body yourself"
+    )
+
+
+def is_typed_upsert(schema: StructType) -> bool:
+    # A subset of the standard columns is a projection; anything else is a table schema to decode into.
+    return not _subset_of(schema, UPSERT_SCHEMA)
+
+
+def _subset_of(schema: StructType, full: StructType) -> bool:
+    known = {f.name: f.dataType for f in full.fields}
+    return all(f.name in known and known[f.name] == f.dataType for f in schema.fields)
+
+
+def check_schema(fmt: ReadFormat, schema: StructType) -> None:
+    """Reject a user schema the format cannot produce, naming the column."""
+    if not schema.fields:
+        raise ConfigError("the schema given to format('s2') has no columns")
+    if fmt in ("raw", "kafka"):
+        known = {f.name: f.dataType for f in (RAW_SCHEMA if fmt == "raw" else KAFKA_SCHEMA).fields}
+        for f in schema.fields:
+            if f.name not in known:
+                raise ConfigError(
+                    f"column {f.name!r} is not produced by s2.format={fmt}; columns are {list(known)}"
+                )
+            if known[f.name] != f.dataType:
+                raise ConfigError(
+                    f"column {f.name!r} of s2.format={fmt} has type {known[f.name].simpleString()}, "
+                    f"not {f.dataType.simpleString()}"
+                )
+        return
+    for f in schema.fields:
+        expected = META_COLUMNS.get(f.name) or (StringType() if f.name == ACTION_COLUMN else None)
+        if expected is not None and f.dataType != expected:
+            raise ConfigError(f"column {f.name!r} must have type {expected.simpleString()}")
+        if f.name == ACTION_COLUMN and fmt != "upsert":
+            raise ConfigError(f"column {ACTION_COLUMN!r} exists only with s2.format=upsert")

@@ -1,0 +1,287 @@
+"""Where record-frame rows become records: one Arrow batch at a time, columns to SDK ``Record`` objects
+(without building per-row dicts) with their metered sizes, each good row handed to the `Chunker` under its
+target stream, each bad one to `BadRows` (a routed target that is no stream rows may go to is a bad row
+too, checked here, where ``S2Writer``'s and ``format("s2")``'s targets meet).
+
+On the bulk path (``spans``), a batch whose rows are all good records for the one fixed stream goes to
+the chunker as Arrow slices (`FrameSpan`), with no Python object per row: its rows are serialized once per
+batch in bulk (`s2_sink._wire`), and a chunk's ``AppendInput`` is joined from those bytes (or, for a chunk
+of records, serialized from them: `serialize_spans`, `serialize_records`). Other batches (bad rows,
+routing) take the record path.
+
+A chunk is serialized once, without a fencing token: the token is the message's last field, so the
+appender adds it when sending (`s2_sink._wire.fencing_token_field`) and a token change after a 412
+re-sends the same record bytes under a new one.
+
+The frame is ``_s2_body``, ``_s2_headers`` (may be absent: no headers), ``_s2_timestamp``, ``_s2_key``,
+``_s2_error`` (see `s2_sink.encoders._frame`), plus, when rows are routed, ``WritePlan.stream_column``,
+and, in the upsert changelog's flat form, ``_s2_action``: the bulk path writes ``@key``/``@action``
+straight from the columns; the record path first puts them back into ``_s2_headers``
+(`s2_sink.encoders._changelog`), so everything downstream sees one layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from s2_sdk import AppendInput, Record
+
+from s2_sink._stream_names import shown, target_problem
+from s2_sink._transport.sdk import append_input_to_proto
+from s2_sink._wire import EncodedRecords, LeadingHeader, encode_records, record_field
+from s2_sink._write.task.chunker import Chunker
+from s2_sink._write.task.dead_letters import BadRows
+from s2_sink._write.write_plan import WritePlan
+from s2_sink.encoders._changelog import changelog_metered, leading_headers, with_changelog_headers
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, TIMESTAMP, stream_texts
+from s2_sink.encoders._metered import metered_bytes
+
+__all__ = ["FrameInput", "FrameSpan", "records_of", "serialize_records", "serialize_spans"]
+
+Header = tuple[bytes, bytes]
+
+
+class FrameInput:
+    """Feeds one task's frame batches, row by row in order, to a chunker."""
+
+    __slots__ = ("bad_rows", "chunker", "good_targets", "max_record", "plan", "rows_in", "spans")
+
+    def __init__(
+        self, plan: WritePlan, chunker: Chunker[Record | FrameSpan], bad_rows: BadRows, max_record: int
+    ) -> None:
+        self.plan = plan
+        self.chunker = chunker
+        self.bad_rows = bad_rows
+        self.max_record = max_record
+        """Records over this many metered bytes are bad rows (S2's limit less the chunk tag reserve)."""
+        self.rows_in = 0
+        self.spans = False
+        """Hand all-good batches for the fixed stream to the chunker as `FrameSpan`s (the bulk path)."""
+        self.good_targets: set[str | None] = {None}
+        """Routed targets known to be stream names rows may go to (None: a null target, handled apart)."""
+
+    def consume(self, batch: pa.RecordBatch) -> None:
+        """Turn one Arrow batch of the frame into records and hand them on, in row order."""
+        n = batch.num_rows
+        if n == 0:
+            return
+        first_row = self.rows_in
+        self.rows_in += n
+        names = batch.schema.names
+        body_col = batch.column(BODY)
+        header_col = batch.column(HEADERS) if HEADERS in names else None
+        metered = metered_bytes(body_col, header_col)
+        if ACTION in names:
+            metered = pc.add(metered, changelog_metered(batch.column(KEY), batch.column(ACTION)))
+        # A null body is a bad row: its size is never used.
+        sizes = pc.fill_null(metered, 0).to_numpy(zero_copy_only=False)
+        stamp_col = batch.column(TIMESTAMP) if TIMESTAMP in names else None
+        has_errors = ERROR in names and batch.column(ERROR).null_count < n
+        stream = self.plan.stream
+        all_good = (
+            not has_errors
+            and self.plan.stream_column is None
+            and stream is not None
+            and int(sizes.max()) <= self.max_record
+            and body_col.null_count == 0
+        )
+        if all_good and self.spans:
+            assert stream is not None
+            span = FrameSpan.of(body_col, header_col, stamp_col, leading_headers(batch))
+            self.chunker.add_span(stream, sizes, span.slice)
+            return
+        if ACTION in names:
+            batch = with_changelog_headers(batch)
+            header_col = batch.column(HEADERS)
+        records = _records(body_col, header_col, stamp_col)
+        if all_good:
+            assert stream is not None
+            self.chunker.add_run(stream, records, sizes)  # type: ignore[arg-type]
+            return
+        errors: list[str | None] | None = batch.column(ERROR).to_pylist() if has_errors else None
+        self._row_by_row(batch, first_row, records, sizes.tolist(), errors)
+
+    def _row_by_row(
+        self,
+        batch: pa.RecordBatch,
+        first_row: int,
+        records: list[Record | None],
+        sizes: list[int],
+        errors: list[str | None] | None,
+    ) -> None:
+        """A batch with bad rows or routed rows: each row to its stream, or to `BadRows`."""
+        targets: list[str | None] | None = None
+        bad_targets: dict[str, str] = {}
+        if self.plan.stream_column is not None:
+            targets = stream_texts(batch.column(self.plan.stream_column))
+            bad_targets = self._bad_targets(targets)
+        fixed = self.plan.stream
+        for i, rec in enumerate(records):
+            err = errors[i] if errors is not None else None
+            target = targets[i] if targets is not None else fixed
+            if err is None:
+                if target is None:
+                    err = self.plan.null_target
+                elif bad_targets and target in bad_targets:
+                    err = bad_targets[target]
+                elif rec is None:
+                    err = f"{BODY} is null"
+                elif sizes[i] > self.max_record:
+                    err = f"record of {sizes[i]} metered bytes exceeds the {self.max_record}-byte limit"
+            if err is not None:
+                letter = self.bad_rows.handle(batch, i, first_row + i, err, target)
+                if letter is not None:
+                    assert self.plan.dlq_stream is not None
+                    self.chunker.add(self.plan.dlq_stream, *letter)
+                continue
+            assert rec is not None
+            assert target is not None
+            self.chunker.add(target, rec, sizes[i])
+
+    def _bad_targets(self, targets: list[str | None]) -> dict[str, str]:
+        """Each distinct routed target rows may not go to, with the reason in the user's words: a bad row
+        (an append to it would fail the batch on every replay, or land in the sink's bookkeeping). Names
+        found good are not checked again in this task's later batches."""
+        bad: dict[str, str] = {}
+        for target in set(targets).difference(self.good_targets):
+            assert target is not None  # None is in good_targets
+            problem = target_problem(target)
+            if problem is None:
+                self.good_targets.add(target)
+            else:
+                bad[target] = f"routing value {shown(target)} of {self.plan.routed_by} {problem}"
+        return bad
+
+
+def _records(body: pa.Array, header_col: pa.Array | None, stamp_col: pa.Array | None) -> list[Record | None]:
+    """Each row as an SDK record (``None`` where the body is null)."""
+    n = len(body)
+    bodies: list[bytes | None] = body.to_pylist()
+    headers = _headers(header_col) if header_col is not None else None
+    stamps: list[int | None] | None = None
+    if stamp_col is not None and stamp_col.null_count < n:
+        stamps = stamp_col.to_pylist()
+    hdrs: Iterable[list[Header] | None] = headers if headers is not None else itertools.repeat(None, n)
+    tss: Iterable[int | None] = stamps if stamps is not None else itertools.repeat(None, n)
+    return [
+        Record(b, h or [], t) if b is not None else None for b, h, t in zip(bodies, hdrs, tss, strict=False)
+    ]
+
+
+def _headers(col: pa.Array) -> list[list[Header] | None]:
+    """``array<struct<name,value>>`` -> per-row header lists, via the flat child arrays (no dicts)."""
+    if col.null_count == len(col) or len(col.values) == 0:
+        return [None] * len(col)
+    offsets: list[int] = col.offsets.to_pylist()
+    flat = col.values
+    names: list[bytes] = flat.field("name").to_pylist()
+    values: list[bytes] = flat.field("value").to_pylist()
+    pairs = list(zip(names, values, strict=True))
+    valid = col.is_valid().to_pylist() if col.null_count else None
+    out: list[list[Header] | None] = []
+    for i in range(len(col)):
+        lo, hi = offsets[i], offsets[i + 1]
+        out.append(pairs[lo:hi] if hi > lo and (valid is None or valid[i]) else None)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpan:
+    """Rows ``lo:hi`` of one record-frame batch, all good records: its ``_s2_body`` (no nulls),
+    ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such column), the headers every
+    record carries ahead of its own (``leading``: the upsert changelog's flat form), and every row of the
+    batch already serialized (`s2_sink._wire.encode_records`, once per batch, shared by its spans)."""
+
+    body: pa.Array
+    headers: pa.Array | None
+    timestamp: pa.Array | None
+    leading: tuple[LeadingHeader, ...]
+    encoded: EncodedRecords
+    lo: int
+    hi: int
+
+    @classmethod
+    def of(
+        cls,
+        body: pa.Array,
+        headers: pa.Array | None,
+        timestamp: pa.Array | None,
+        leading: Sequence[LeadingHeader] = (),
+    ) -> FrameSpan:
+        """All rows of a batch, serialized in bulk (raises `EncodeError` for a row S2 cannot take)."""
+        encoded = encode_records(body, headers, timestamp, leading)
+        return cls(body, headers, timestamp, tuple(leading), encoded, 0, len(body))
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def slice(self, lo: int, hi: int) -> FrameSpan:
+        """Rows ``lo:hi`` of this span."""
+        return replace(self, lo=self.lo + lo, hi=self.lo + hi)
+
+    def wire(self, lo: int) -> memoryview:
+        """The serialized ``records`` fields of rows ``lo:`` of this span (a view, no copy)."""
+        offsets = self.encoded.offsets
+        return self.encoded.data[offsets[self.lo + lo] : offsets[self.hi]].data
+
+    def record(self, i: int) -> tuple[bytes, list[Header], int | None]:
+        """Row ``i`` of this span: body, headers, timestamp."""
+        row = self.lo + i
+        body: bytes = self.body[row].as_py()
+        headers = self.headers[row].as_py() if self.headers is not None else None
+        stamp: int | None = self.timestamp[row].as_py() if self.timestamp is not None else None
+        lead = [(name, column[row].as_py()) for name, column in self.leading]
+        return body, [*lead, *((h["name"], h["value"]) for h in headers or ())], stamp
+
+    def columns(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None, list[LeadingHeader]]:
+        """The span's rows of each column (body, headers, timestamp, the leading headers')."""
+        n = len(self)
+        return (
+            self.body.slice(self.lo, n),
+            None if self.headers is None else self.headers.slice(self.lo, n),
+            None if self.timestamp is None else self.timestamp.slice(self.lo, n),
+            [(name, column.slice(self.lo, n)) for name, column in self.leading],
+        )
+
+
+def serialize_spans(spans: Sequence[FrameSpan], tag: Header | None) -> bytes:
+    """One ``AppendInput`` (no fencing token) holding the spans' rows in order: the rows' bytes as
+    serialized per batch, joined; with a `tag`, the first record is serialized again with the tag after
+    its own headers (the exactly-once chunk tag goes last)."""
+    parts: list[bytes | memoryview] = []
+    skip = 0
+    if tag is not None:
+        body, headers, stamp = spans[0].record(0)
+        parts.append(record_field(body, [*headers, tag], stamp))
+        skip = 1
+    for k, span in enumerate(spans):
+        parts.append(span.wire(skip if k == 0 else 0))
+    return b"".join(parts)
+
+
+def serialize_records(records: list[Record]) -> bytes:
+    """One ``AppendInput`` (no fencing token) of SDK records, serialized by the SDK's own mapping (the
+    record path's chunks, when they travel on a bulk session)."""
+    data: bytes = append_input_to_proto(AppendInput(records=records)).SerializeToString()
+    return data
+
+
+def records_of(spans: Sequence[FrameSpan]) -> list[Record]:
+    """The spans' rows as SDK records (a chunk that mixes spans with records takes the record path)."""
+    out: list[Record] = []
+    for span in spans:
+        body, header_col, stamp_col, leading = span.columns()
+        n = len(span)
+        bodies: list[bytes] = body.to_pylist()
+        headers = header_col.to_pylist() if header_col is not None else [None] * n
+        stamps = stamp_col.to_pylist() if stamp_col is not None else [None] * n
+        leads = [[(name, value) for value in column.to_pylist()] for name, column in leading]
+        for i, (b, hs, ts) in enumerate(zip(bodies, headers, stamps, strict=True)):
+            pairs = [lead[i] for lead in leads]
+            pairs += [(h["name"], h["value"]) for h in hs or ()]
+            out.append(Record(b, pairs, ts))
+    return out

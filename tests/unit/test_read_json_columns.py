@@ -1,0 +1,201 @@
+"""Bulk JSON decoding of read records: exactly the record-by-record decoder's rows, or its error."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from s2_sink._read.rows import json_columns as _json_columns
+from s2_sink._read.rows.json_columns import decode_bodies, decode_bodies_bulk
+from s2_sink.encoders import BODY, InsertEncoder
+from s2_sink.errors import ReadError
+
+SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("name", StringType()),
+        StructField("score", DoubleType()),
+        StructField("ok", BooleanType()),
+        StructField("ts", TimestampType()),
+        StructField("n", IntegerType()),
+        StructField("tiny", ByteType()),
+    ]
+)
+
+
+def _text(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+numbers = st.one_of(
+    st.integers(-(2**70), 2**70).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(_text),
+    st.sampled_from(["1.0", "1e2", "-0", "300", "-129", "1e400", "NaN", "Infinity", "-Infinity", "01"]),
+)
+strings = st.one_of(
+    st.text(max_size=12).map(_text),  # non-ASCII, escapes (\n, \", \u0001)
+    st.sampled_from(['"\\ud800"', '"a\\u00e9b"', '"5"', '"NaN"', '"true"']),
+)
+timestamps = st.one_of(
+    st.datetimes(min_value=dt.datetime(1000, 1, 1), max_value=dt.datetime(8999, 12, 31)).map(
+        lambda d: '"' + d.isoformat(timespec="microseconds")[:-3] + 'Z"'
+    ),
+    st.builds(
+        lambda date, frac, zone: f'"{date}T12:34:56{frac}{zone}"',
+        st.sampled_from(["2023-11-14", "2024-02-29", "2023-02-29", "2023-02-30", "0999-12-31", "9999-12-31"]),
+        st.sampled_from(["", ".1", ".12", ".123456", ".1234567", "."]),
+        st.sampled_from(["Z", "+05:30", "-08:00", "+24:00", "", "+0530", "z"]),
+    ),
+    st.sampled_from(
+        ['"2023-11-14T23:59:60Z"', '"2023-11-14T24:00:00Z"', '"2023-11-14 12:00:00Z"', '"2023-11-14"']
+    ),
+)
+values = st.one_of(numbers, strings, timestamps, st.sampled_from(["true", "false", "null", "{}", "[1]"]))
+fields = st.lists(
+    st.tuples(st.sampled_from([f.name for f in SCHEMA.fields] + ["other"]), values), max_size=9
+).map(lambda pairs: "{" + ",".join(f'"{k}":{v}' for k, v in pairs) + "}")
+typed_values = {
+    "id": st.integers(-(2**63), 2**63 - 1).map(str),
+    "name": st.text(max_size=12).map(_text),
+    "score": st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False).map(_text), st.integers(-(10**20), 10**20).map(str)
+    ),
+    "ok": st.sampled_from(["true", "false"]),
+    "ts": timestamps,
+    "n": st.integers(-(2**31), 2**31 - 1).map(str),
+    "tiny": st.integers(-128, 127).map(str),
+}
+typed = st.fixed_dictionaries(
+    {}, optional={k: st.one_of(v, st.just("null")) for k, v in typed_values.items()}
+).map(lambda row: "{" + ", ".join(f'"{k}": {v}' for k, v in row.items()) + "}")
+odd_bodies = st.sampled_from(
+    [
+        b"",
+        b"[1]",
+        b"{}{}",
+        b'{"id":1}\n',
+        b"\xff",
+        b' {"id":1}',
+        b"null",
+        b'{"id":1} ',
+        b'{"name":"\xff"}',
+        b"{}",
+    ]
+)
+bodies = st.lists(
+    st.one_of(
+        typed.map(str.encode),
+        typed.map(str.encode),
+        fields.map(str.encode),
+        odd_bodies,
+        st.just(b'{"id":1,"name":"x","ts":"2023-11-14T22:13:21.234Z"}'),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _outcome(decode: object) -> str:
+    try:
+        batch = decode()  # type: ignore[operator]
+    except ReadError as exc:
+        return f"ReadError: {exc}"
+    return repr(batch.to_pylist())  # repr: NaN compares equal to itself
+
+
+@settings(max_examples=400, deadline=None)
+@given(bodies)
+@example([b'{"id":9223372036854775808}'])  # beyond int64: once an OverflowError instead of a ReadError
+def test_bulk_json_gives_the_record_decoders_rows_or_error(texts: list[bytes]) -> None:
+    """Any bodies -- well typed, of the wrong JSON type, out of range, malformed, empty, two objects,
+    NaN tokens, invalid UTF-8, odd timestamps -- decode in bulk to exactly what the record-by-record
+    decoder gives, or fail with exactly its ReadError."""
+    bulk = _outcome(lambda: decode_bodies_bulk(pa.array(texts, pa.binary()), SCHEMA, where="stream 's'"))
+    one_by_one = _outcome(lambda: decode_bodies(texts, SCHEMA, where="stream 's'"))
+    assert bulk == one_by_one
+
+
+def test_the_writers_bodies_take_the_bulk_reader() -> None:
+    """Bodies as InsertEncoder writes them (the benchmark's shape) are read by Arrow's JSON reader, not
+    handed to the record-by-record decoder, and decode to the same rows."""
+    schema = StructType(
+        [StructField("id", LongType()), StructField("ts", TimestampType()), StructField("u", StringType())]
+    )
+    rows = [
+        {"id": i, "ts": dt.datetime(2023, 11, 14, 22, 13, 21, 234000 + i, tzinfo=dt.UTC), "u": f"user-é{i}"}
+        for i in range(50)
+    ]
+    arrow = pa.RecordBatch.from_pylist(
+        rows, schema=pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("u", pa.string())])
+    )
+    texts = InsertEncoder().encode_arrow(arrow, schema=schema).column(BODY)
+    bulk = _json_columns._arrow_read(texts.cast(pa.binary()), schema)
+    assert bulk is not None
+    assert bulk.to_pylist() == decode_bodies(texts.to_pylist(), schema, where="s").to_pylist()
+    assert [r["id"] for r in bulk.to_pylist()] == list(range(50))
+
+
+@pytest.mark.parametrize("dtype", [StructType([StructField("x", LongType())]), None])
+def test_other_types_decode_record_by_record(dtype: StructType | None) -> None:
+    """A schema with a type outside the bulk set (a struct here) or a body-free batch still decodes, by the
+    record-by-record decoder."""
+    schema = StructType([StructField("id", LongType())] + ([StructField("s", dtype)] if dtype else []))
+    texts = [b'{"id":1,"s":{"x":2}}', b'{"id":2}']
+    got = decode_bodies_bulk(pa.array(texts, pa.binary()), schema, where="s").to_pylist()
+    assert got == decode_bodies(texts, schema, where="s").to_pylist()
+
+
+shape_texts = st.one_of(
+    st.builds(
+        lambda year, rest, frac, zone: f"{year:04d}{rest}{frac}{zone}",
+        st.integers(0, 9999),
+        st.sampled_from(
+            ["-11-14T22:13:21", "-02-29T23:59:60", "-1x-14T22:13:21", "-11-14 22:13:21", "-11-14"]
+        ),
+        st.sampled_from(["", ".", ".1", ".123", ".123456", ".1234567", ".12a"]),
+        st.sampled_from(["Z", "z", "", "+05:30", "-08:00", "+23:59", "+24:00", "+19:60", ",05:30", "+0530"]),
+    ),
+    st.text(alphabet="0123456789-:T.Z+,", max_size=32),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(shape_texts, st.none()), max_size=12), st.integers(0, 3))
+def test_the_timestamp_shape_check_agrees_with_its_regular_expression(
+    texts: list[str | None], skip: int
+) -> None:
+    """The numpy shape check accepts a column exactly when every non-null text matches the shape's
+    regular expression (slices and nulls included)."""
+    import pyarrow.compute as pc
+
+    column = pa.array(["x"] * skip + texts, pa.string())[skip:]
+    matches = pc.match_substring_regex(column, _json_columns._TIMESTAMP_SHAPE)
+    assert _json_columns.timestamps_shaped(column) == (matches.false_count == 0)
+
+
+def test_an_integer_beyond_its_field_is_a_read_error_naming_the_field() -> None:
+    """A long field holding 2**63 fails as a ReadError naming the field and the record, on both paths."""
+    texts = [b'{"id":1}', b'{"id":9223372036854775808}']
+    for decode in (
+        lambda: decode_bodies_bulk(pa.array(texts, pa.binary()), SCHEMA, where="stream 's'"),
+        lambda: decode_bodies(texts, SCHEMA, where="stream 's'"),
+    ):
+        with pytest.raises(ReadError, match=r"'id' \(bigint\) of record 1"):
+            decode()
