@@ -66,7 +66,10 @@ def test_a_dead_letter_stream_added_after_a_bad_row_writes_each_row_once(
     assert failure is not None
     assert "set on_error='skip' or 'dlq'" in str(failure)
     written = sum(_keys(lite, basin, "orders").values())
-    assert 0 < written < GOOD  # the failure came after some appends landed
+    # The failure came after appends landed: some of the good rows, or (when the other tasks and the failing
+    # task's rows before its null key all land first, as they can on a loaded machine) all of them. Either
+    # way a restart that took the new configuration for a new writer would write them again.
+    assert 0 < written <= GOOD
 
     fixed = S2Writer(
         cfg, UpsertEncoder(["id"]), on_error="dlq", dlq_stream="orders-dead", write_parallelism=4
