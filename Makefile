@@ -77,7 +77,7 @@ sim: $(STAMP)  ## exactly-once deterministic simulation: 100,000 default schedul
 	  $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile $$SIM_PROFILE; \
 	else \
 	  $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_COUNT:-100000} --profile default && \
-	  for p in stage-retries upsert-order task-zombies stage-zombies renamed cleared-fence zombie-takeover retry-readback recreated several-writers shared-writer foreign-writer ledger-reset changed two-drivers named-writers unreadable-run-id; do \
+	  for p in stage-retries upsert-order task-zombies stage-zombies renamed cleared-fence zombie-takeover retry-readback recreated several-writers shared-writer foreign-writer ledger-reset changed two-drivers named-writers unreadable-run-id many-streams; do \
 	    $(PY) -m tests.sim --seed $${SIM_SEED:-0} --count $${SIM_PROFILE_COUNT:-10000} --profile $$p || exit 1; \
 	  done; \
 	fi

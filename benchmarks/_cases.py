@@ -81,7 +81,7 @@ def _encoder(kind: str) -> Any:
     return cls(["id"])
 
 
-def _config(ctx: Ctx, stream: str, **extra: Any) -> Any:
+def _config(ctx: Ctx, stream: str | None, **extra: Any) -> Any:
     try:
         from s2_sink.config import S2Config
     except ImportError as exc:

@@ -119,6 +119,33 @@ def targets(results: Result) -> list[Result]:
         )
     )
     out.extend(_shape_targets(results.get("shape", {})))
+    out.extend(_routed_targets(results.get("routed", {})))
+    return out
+
+
+def _routed_targets(r: Result) -> list[Result]:
+    """Routed to many streams over one stream, client CPU per row (`benchmarks._routed`), where measured."""
+    ok = r.get("status") == "ok"
+    out = []
+    for suffix, delivery in (("", "at-least-once"), ("_eo", "exactly-once")):
+        v = r[f"ratio{suffix}"] if ok else None
+        why = (
+            f"{r['streams']:,} streams x {r['rows_per_stream']:,} rows; "
+            f"wall {r[f'wall_ratio{suffix}']:.2f}x; "
+            f"{r[f'ms_per_stream{suffix}']:.2f} ms client CPU per stream beyond the rows"
+            if ok
+            else str(r.get("reason", ""))
+        )
+        out.append(
+            _target(
+                f"S2Writer routed to many streams / one stream, client CPU per row, {delivery}",
+                v,
+                f"<= {r.get('target', 2.0)}x",
+                v <= r["target"] if v is not None else None,
+                "x",
+                why=why,
+            )
+        )
     return out
 
 
@@ -252,6 +279,7 @@ def table(results: Result) -> str:
         lines.append(f"lite server ingest (the server's own rate, no target): {li['summary']}")
     else:
         lines.append(f"lite server ingest: {li.get('status', 'n/a').upper()}: {li.get('reason', '')}")
+    lines += _routed_lines(results.get("routed", {}))
     diag = results.get("diagnostics", {}).get("s2writer_no_null_headers", {})
     if diag.get("status") == "ok":
         w = _case(results, "s2writer")
@@ -266,6 +294,25 @@ def table(results: Result) -> str:
         note = f"  ({t['note']})" if t["note"] else ""
         lines.append(f"  [{t['status'].upper():>4}] {t['name']}: {val} (target {t['bound']}){note}")
     return "\n".join(lines)
+
+
+def _routed_lines(r: Result) -> list[str]:
+    if r.get("status") != "ok":
+        return [f"routed: {r.get('status', 'n/a').upper()}: {r.get('reason', '')}"]
+    lines = [
+        f"routed ({r['label']}; {r['batches']} measured micro-batch(es) after a first that creates "
+        "the streams):",
+        f"  {'writer':<10} {'delivery':<14} {'streams':>7} {'tasks':>5} {'first s':>8} {'median s':>8} "
+        f"{'py us/row':>9} {'jvm us':>7} {'client us':>9} {'lite us':>7}  read-back",
+    ]
+    for key, w in r["writers"].items():
+        lines.append(
+            f"  {key:<10} {w['delivery']:<14} {w['streams']:>7,} {w['write_tasks'] or 0:>5} "
+            f"{w['first_batch_s']:>8.2f} {w['median_batch_s']:>8.2f} {w['py_cpu_us_per_row']:>9.2f} "
+            f"{w['jvm_cpu_us_per_row']:>7.2f} {w['client_cpu_us_per_row']:>9.2f} "
+            f"{w['lite_cpu_us_per_row']:>7.2f}  {w['read_back']}"
+        )
+    return lines
 
 
 def _k(v: float) -> str:

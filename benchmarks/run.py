@@ -31,6 +31,7 @@ from benchmarks._format_sink import format_sink
 from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
 from benchmarks._report import chart, table, targets
+from benchmarks._routed import routed
 from benchmarks._shape import production_shape
 from benchmarks._streaming import Sink, latency, summarize
 
@@ -43,9 +44,20 @@ FULL = {
     "stream_batches": 60,
     "stream_warmup": 5,
     "ingest_records": 1_000_000,
+    "streams": 1000,
+    "rows_per_stream": 100,
+    "routed_batches": 3,
 }
 # The parts of a run besides the cases, in run order; `--only` names them like cases.
-SECTIONS = ("streaming", "format_streaming", "single_partition", "diagnostics", "lite_ingest", "shape")
+SECTIONS = (
+    "streaming",
+    "format_streaming",
+    "single_partition",
+    "diagnostics",
+    "lite_ingest",
+    "shape",
+    "routed",
+)
 SKIPPED = {"status": "skipped", "reason": "not selected with --only"}
 
 QUICK = {
@@ -54,6 +66,9 @@ QUICK = {
     "stream_batches": 3,
     "stream_warmup": 1,
     "ingest_records": 20_000,
+    "streams": 50,
+    "rows_per_stream": 100,
+    "routed_batches": 1,
 }
 
 
@@ -73,6 +88,22 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--big-rows", type=int, help="rows of the single-partition memory case (default 5M)")
     p.add_argument("--stream-batches", type=int, help="measured micro-batches per streaming sink")
+    p.add_argument(
+        "--streams",
+        type=int,
+        help="the routed section: streams a micro-batch is routed to (default 1000, quick 50)",
+    )
+    p.add_argument(
+        "--rows-per-stream",
+        type=int,
+        help="the routed section: rows per stream per micro-batch (default 100)",
+    )
+    p.add_argument(
+        "--routed-batches",
+        type=int,
+        help="the routed section: measured micro-batches per writer, after an untimed first "
+        "(default 3, quick 1)",
+    )
     p.add_argument(
         "--repeat",
         type=int,
@@ -376,6 +407,22 @@ def diagnostic_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _routed_section(meter: ProcessMeter, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
+    try:
+        res = routed(
+            meter,
+            ctx,
+            streams=sizes["streams"],
+            rows_per_stream=sizes["rows_per_stream"],
+            batches=sizes["routed_batches"],
+        )
+    except NotAvailable as exc:
+        return {"status": "not available", "reason": str(exc)}
+    except Exception as exc:
+        return {"status": "error", "reason": _reason(exc)}
+    return {"status": "ok", **res}
+
+
 def _lite_ingest(lite: LiteProcess, records: int) -> dict[str, Any]:
     try:
         return {"status": "ok", **ingest_rate(lite, records)}
@@ -431,8 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         sizes["rows"] = args.rows
     if args.big_rows:
         sizes["big_rows"] = args.big_rows
-    if args.stream_batches:
-        sizes["stream_batches"] = args.stream_batches
+    for name in ("stream_batches", "streams", "rows_per_stream", "routed_batches"):
+        if getattr(args, name):
+            sizes[name] = getattr(args, name)
     only = set(args.only.split(",")) if args.only else None
 
     def selected(section: str) -> bool:
@@ -480,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
             if selected("shape"):
                 _log("  production shape: 200-partition aggregation, 256 vs 2 partitions, restarts ...")
                 shape = production_shape(spark, ctx, quick=args.quick)
+            many = dict(SKIPPED)
+            if selected("routed"):
+                _log(f"  routed: one stream vs {sizes['streams']:,} streams, both deliveries ...")
+                many = _routed_section(meter, ctx, sizes)
             ingest = dict(SKIPPED)
             if selected("lite_ingest"):
                 _log("  lite ingest ...")
@@ -519,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         "single_partition": single,
         "lite_ingest": ingest,
         "shape": shape,
+        "routed": many,
         "diagnostics": diagnostics,
     }
     results["targets"] = targets(results)

@@ -4,6 +4,7 @@
         [--exactly-once-tags]
     python -m benchmarks.writer_path --datasource [--rows 200000] [--batch 10000]
     python -m benchmarks.writer_path --counts ...
+    python -m benchmarks.writer_path --streams 1000 [--profile]
 
 A lite server runs in its own process (its CPU is measured apart). The frame holds ~100-byte JSON bodies
 (with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them; with ``--flat`` too, as
@@ -22,6 +23,10 @@ session I/O), split into the task's thread (frame input, chunking, serializing) 
 (sessions, HTTP/2, acks), and the server's, in microseconds per record, and wall-clock records/s. The last
 line of output is one JSON object.
 
+With ``--streams N``, the rows are routed (row i to stream ``s<i mod N>``, as ``stream_column`` routes
+them), so one task appends to N streams; ``--profile`` prints the cProfile of the task's thread and of
+the event loop's thread (top functions by cumulative time).
+
 With ``--counts``, each path also reports, per 1000 records, the event loop's callbacks and iterations,
 the task thread's hops to the loop and the HTTP/2 sender's writes: counts that do not move with the load
 of a shared machine (CPU times do), to compare two versions of the write path (the counting itself costs
@@ -34,8 +39,10 @@ import argparse
 import asyncio
 import asyncio.events
 import collections
+import cProfile
 import hashlib
 import json
+import pstats
 import resource
 import time
 from collections.abc import Callable
@@ -50,6 +57,7 @@ from benchmarks.append_proto import _frame
 from s2_sink._exactly_once.task_hooks import Tagger
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
+from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
@@ -61,9 +69,13 @@ from s2_sink.testing import fresh_basin
 __all__ = ["main"]
 
 
-def _batches(rows: int, batch: int, with_headers: bool, flat: bool = False) -> list[pa.RecordBatch]:
+def _batches(
+    rows: int, batch: int, with_headers: bool, flat: bool = False, streams: int = 0
+) -> list[pa.RecordBatch]:
     body, headers = _frame(rows, with_headers=with_headers)
     columns: dict[str, pa.Array] = {BODY: body}
+    if streams:
+        columns[STREAM_COLUMN] = pa.array([f"s{i % streams:06d}" for i in range(rows)])
     if headers is not None and flat:  # the changelog's flat form, as the writers encode it
         values = headers.flatten().field("value")
         columns |= {KEY: values[0::2], ACTION: values[1::2]}
@@ -200,17 +212,38 @@ def _config(lite: LiteProcess) -> S2Config:
     )
 
 
-def _measure(lite: LiteProcess, batches: list[pa.RecordBatch], *, tags: bool) -> dict[str, Any]:
+def _measure(
+    lite: LiteProcess, batches: list[pa.RecordBatch], *, tags: bool, routed: bool, profile: bool
+) -> dict[str, Any]:
     plan = WritePlan(
-        cfg=_config(lite),
+        cfg=_config(lite).replace(create_streams=True),
         batch_id=0,
-        stream="w",
+        stream=None if routed else "w",
+        stream_column=STREAM_COLUMN if routed else None,
         chunk_tagger=Tagger("bench", 1) if tags else None,
         chunk_tag_reserve=256 if tags else 0,
     )
-    write_partition(plan, [batches[0].slice(0, 10)], PartitionContext(0, 0, 0, 0, 0))  # warm up the client
+    # Warm up the client, and create the streams (a first micro-batch does; later ones find them).
+    write_partition(plan, batches, PartitionContext(0, 0, 0, 0, 0))
     n = sum(b.num_rows for b in batches)
-    return _timed(lambda: write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0)), n, lite)
+    if not profile:
+        return _timed(lambda: write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0)), n, lite)
+    task_prof, loop_prof = cProfile.Profile(), cProfile.Profile()
+
+    async def on_loop(enable: bool) -> None:
+        loop_prof.enable() if enable else loop_prof.disable()
+
+    _runtime.run(on_loop(True))
+    task_prof.enable()
+    out = _timed(lambda: write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0)), n, lite)
+    task_prof.disable()
+    _runtime.run(on_loop(False))
+    for name, prof in (("task thread", task_prof), ("event loop thread", loop_prof)):
+        print(f"--- {name}: cumulative ---")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
+        print(f"--- {name}: own time ---")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    return out
 
 
 def _datasource_writer(lite: LiteProcess, schema: StructType, upsert: bool) -> S2BatchWriter:
@@ -265,6 +298,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="with --datasource: the harness's rows (events) or the wide ones (benchmarks._data.wide)",
     )
     parser.add_argument("--upsert", action="store_true", help="with --datasource: the upsert encoder, key id")
+    parser.add_argument("--streams", type=int, default=0, help="route the rows over this many streams")
+    parser.add_argument("--profile", action="store_true", help="cProfile the task and event loop threads")
     parser.add_argument(
         "--counts",
         action="store_true",
@@ -283,8 +318,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for name in ("datasource", "frame"):
                     print(f"{name:>10}: {out[name]}")
             else:
-                batches = _batches(args.rows, args.batch, args.headers, args.flat)
-                out["bulk"] = _measure(lite, batches, tags=args.exactly_once_tags)
+                batches = _batches(args.rows, args.batch, args.headers, args.flat, args.streams)
+                out["bulk"] = _measure(
+                    lite,
+                    batches,
+                    tags=args.exactly_once_tags,
+                    routed=args.streams > 0,
+                    profile=args.profile,
+                )
                 print(f"   bulk: {out['bulk']}")
     finally:
         _runtime.run(get_pool().close_all())

@@ -111,9 +111,10 @@ class S2Config:
     and bytes only (deterministic, which exactly-once relies on). Default 1000. Option
     ``sink.flush-buffer.timeout``."""
 
-    max_buffered_requests: int = 64
+    max_buffered_requests: int = 10_000
     """Partially filled batches one task may hold at once across routed streams (1-100000). When exceeded,
-    the fullest one is sent early. Default 64. Option ``sink.requests.max-buffered``."""
+    or when they hold more than ``max_inflight_bytes`` together, the fullest are sent early (smaller
+    appends than the rows would fill). Default 10000. Option ``sink.requests.max-buffered``."""
 
     max_inflight_requests: int = 16
     """Unacknowledged appends one task may have in flight across its streams (1-10000). Default 16.

@@ -43,7 +43,7 @@ from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_d
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.driver.sizing import FrameShape, frame_shape, narrow, size_estimate, write_tasks
+from s2_sink._write.driver.sizing import StreamSplit, frame_shape, narrow, size_estimate, write_tasks
 from s2_sink._write.frame_encoding import PLACE, FrameEncoding
 from s2_sink._write.spec import KEYWORDS, Delivery, WriteSpec
 from s2_sink._write.task.partition_writer import map_partition
@@ -56,6 +56,7 @@ from s2_sink.encoders._frame import BODY, KEY
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 
 if TYPE_CHECKING:
+    from s2_sink._write.driver.sizing import FrameShape
     from s2_sink.encoders import Encoder
 
 __all__ = ["Delivery", "S2Writer"]
@@ -165,6 +166,7 @@ class S2Writer:
         self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
         self.last_metrics: BatchMetrics | None = None
         self._memos: dict[str, _RowsMemo] = {}
+        self._split = StreamSplit()  # routed batches: narrowed, or by target stream (sizing.py)
         self._likely_big: bool | None = None
         """Whether the last batch written was over the driver-write limits (the next one then skips the
         probe); None before the first."""
@@ -255,8 +257,11 @@ class S2Writer:
         encoder = encoding.encoder
         by_key = self.partition_by_key or bool(encoder is not None and encoder.change_order)
         if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
-            narrowed = narrow(rows_df, shape, tasks)
-            return _collect(narrowed.mapInArrow(map_partition(job.plan, encoding), RESULT_DDL))
+            by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
+            split = rows_df.repartition(tasks, STREAM_COLUMN) if by_stream else narrow(rows_df, shape, tasks)
+            rows = _collect(split.mapInArrow(map_partition(job.plan, encoding), RESULT_DDL))
+            self._split.observe(rows, sum(r["rows_in"] for r in rows), by_stream=by_stream)
+            return rows
         if job.recovery_layout:
             layout = RecoveryLayout.of(rows_df.sparkSession, tasks, routed=self.routing.routed)
             encoding, job = encoding.laid_out(layout), job.laid_out(layout)

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from s2_sink import S2Writer
 from s2_sink._exactly_once.identity import session_facts
@@ -247,3 +248,32 @@ def test_a_small_batch_with_a_null_struct_over_non_null_fields_is_written_from_t
     assert got["driver"] == got["tasks"]
     assert got["driver"][3] == {"id": 3, "st": None}
     assert got["driver"][4] == {"id": 4, "st": {"x": 4, "y": "s4"}}
+
+
+def test_batches_spread_over_many_streams_are_split_by_stream_exactly_once(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """Rows routed to 200 streams, spread over both input partitions: the first batch is narrowed (every
+    task appends to every stream: 400 appends), the next ones go by target stream (each stream's rows in
+    one task: 200 appends); every stream holds each of its rows once per batch, in order per input
+    partition."""
+    cfg = cfg_for(lite, basin, create_streams=True, stream=None, **TASK_PATH)
+    writer = S2Writer(cfg, stream_column="tenant", writer_id="spread")
+    df = rows_df(spark, 4_000).withColumn(
+        "tenant", F.concat(F.lit("t/"), F.lpad((F.col("id") % 200).cast("string"), 3, "0"))
+    )
+    appends = []
+    for batch in range(3):
+        writer(df, batch)
+        m = writer.last_metrics
+        assert m is not None
+        assert (m.records, len(m.streams)) == (4_000, 200)
+        appends.append(m.appends)
+    assert appends == [400, 200, 200]
+    for s in (0, 7, 199):
+        ids = _ids(lite, basin, f"t/{s:03d}")
+        assert sorted(ids) == sorted(list(range(s, 4_000, 200)) * 3)
+        for batch in range(3):  # each input partition's rows (ids below 2,000, and the rest) in order
+            written = ids[20 * batch : 20 * (batch + 1)]
+            for part in ([i for i in written if i < 2_000], [i for i in written if i >= 2_000]):
+                assert part == sorted(part)

@@ -27,7 +27,26 @@ def split(sc: Scenario, batch: int, run: int) -> list[list[Row]]:
         parts[rng.randrange(len(parts))].append(row)
     if sc.order_by:
         return _by_key(sc, parts, rng)
+    if sc.profile == "many-streams" and rng.random() < 0.5:
+        return _by_stream(parts, rng)
     return parts
+
+
+def _by_stream(split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
+    """The writer's split of a batch whose tasks shared its streams: ``repartition(n, _s2_stream)``, each
+    stream's rows in one task, each input partition's rows in their order, the input partitions' blocks
+    fetched in any order."""
+    n = rng.randint(1, 3)
+    blocks: list[list[list[Row]]] = [[[] for _ in split] for _ in range(n)]
+    for i, part in enumerate(split):
+        for row in part:
+            h = hashlib.blake2b((row.stream or "").encode(), digest_size=8).digest()
+            blocks[int.from_bytes(h, "big") % n][i].append(row)
+    out = []
+    for task in blocks:
+        rng.shuffle(task)
+        out.append([r for block in task for r in block])
+    return out
 
 
 def _by_key(sc: Scenario, split: list[list[Row]], rng: random.Random) -> list[list[Row]]:

@@ -56,6 +56,7 @@ Profile = Literal[
     "two-drivers",
     "named-writers",
     "unreadable-run-id",
+    "many-streams",
 ]
 PROFILES: tuple[Profile, ...] = (
     "default",
@@ -77,6 +78,7 @@ PROFILES: tuple[Profile, ...] = (
     "two-drivers",
     "named-writers",
     "unreadable-run-id",
+    "many-streams",
 )
 """``stage-retries`` adds shuffle fetch failures: Spark retries the stage, attempt numbers restart at 0
 (SPARK-24552) and the old stage attempt's tasks go on as zombies. ``long`` runs 66 to 75 micro-batches of
@@ -113,6 +115,8 @@ its ledger commit of batch 0 (before Spark's, half the schedules) or right after
 stream is deleted before the query starts again (an operator, or ``delete_on_empty`` on the basin)."""
 
 ROUTED_STREAMS = ("r-a", "r-b", "r-c")
+MANY_STREAMS = tuple(f"m-{i:03d}" for i in range(300))
+"""``many-streams``: the stream column's values (a batch's rows touch a hundred of them or more)."""
 SINGLE_STREAM = "events"
 DLQ_STREAM = "dead"
 OTHER_QUERY_ID = "query-2"
@@ -230,6 +234,8 @@ class Scenario:
             # calls of one identity twice are refused with or without it.
             known = base.run_id_known or second == "mirror"
             return replace(base, profile="several-writers", front="writer", second=second, run_id_known=known)
+        if profile == "many-streams":
+            return cls._draw_many(seed)
         if profile == "renamed":
             base = cls.draw(seed)
             return replace(base, profile="renamed", front="writer", fault_rate=max(base.fault_rate, 0.05))
@@ -265,6 +271,28 @@ class Scenario:
             fault_rate=0.005 if long else rng.choice((0.02, 0.05, 0.1)),
             max_faults=rng.randint(1, 5),
             max_restarts=rng.randint(1, 3),
+        )
+
+    @classmethod
+    def _draw_many(cls, seed: int) -> Scenario:
+        """``many-streams``: the default draw, routed by a stream column over `MANY_STREAMS` (300), 40 to
+        120 rows a batch (a task's rows spread over dozens of streams, past the 64 append sessions a task
+        keeps open at times), small appends; Spark splits a batch by target stream half the time
+        (`_partitioning.split`), as the writer asks when a batch's tasks share its streams."""
+        base = cls.draw(seed)
+        rng = random.Random(f"many-streams-{seed}")
+        batches = tuple(
+            tuple(
+                replace(
+                    _row(rng, routed=True, shards=None, dlq=base.dlq, upsert=base.upsert),
+                    stream=rng.choice(MANY_STREAMS),
+                )
+                for _ in range(rng.randint(40, 120))
+            )
+            for _ in range(rng.choices((1, 2, 3), weights=(30, 45, 25))[0])
+        )
+        return replace(
+            base, profile="many-streams", routed=True, shards=None, order_by=False, batches=batches
         )
 
     @classmethod

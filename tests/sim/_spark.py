@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
+from s2_sink._exactly_once import ends_cache as _ends_cache
 from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
@@ -256,6 +257,7 @@ class Query(ChangeFront, WiringFront, WriterFront):
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
         _sink_run._opened.clear()  # ... with the full ledger states their commits start from
         _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches
+        _ends_cache._folds.clear()  # ... and the ledger folds of over 32 stream ends its tasks looked up
         if not self.sc.shared:
             self.writer = None
         self.task_ids = 0

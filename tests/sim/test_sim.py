@@ -91,6 +91,23 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
     assert seen["drop ending sessions at once"] >= PER_CHUNK // 100, seen
 
 
+MANY_STREAMS_SCHEDULES = 12
+
+
+def test_routed_schedules_over_hundreds_of_streams_write_every_row_exactly_once() -> None:
+    """Rows routed over 300 streams, a task's rows spread over dozens of them, the batch split by target
+    stream or not, under the default faults: every row exactly once, through task retries and recoveries."""
+    outcomes = []
+    for seed in range(MANY_STREAMS_SCHEDULES):
+        outcome = run_schedule(seed, "many-streams")
+        if outcome.violation is not None:
+            pytest.fail(outcome.report(), pytrace=False)
+        outcomes.append(outcome)
+    seen = _exercised(outcomes)
+    assert seen["task retry"] > 0, seen
+    assert seen["recovery batch"] > 0, seen
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_long_schedules_snapshot_and_trim_the_ledger_and_stay_exactly_once(seed: int) -> None:
     """66 to 75 micro-batches with a few faults and restarts: the ledger writes its snapshot at the 64th

@@ -11,7 +11,7 @@ import pytest
 
 from s2_sink._option_map import parse_write_parallelism
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
-from s2_sink._write.driver.sizing import BYTES_PER_TASK, FrameShape, write_tasks
+from s2_sink._write.driver.sizing import BYTES_PER_TASK, PROBE_EVERY, FrameShape, StreamSplit, write_tasks
 from s2_sink.config import S2Config
 from s2_sink.datasource._spark_writers import warn_if_fragmented
 from s2_sink.datasource._write_options import parse_write_options
@@ -100,3 +100,29 @@ def test_format_s2_refuses_the_foreach_batch_layout_options(key: str) -> None:
     the option and the coalesce fix, rather than silently ignored."""
     with pytest.raises(ConfigError, match=r"foreachBatch\(S2Writer.*df\.coalesce\(n\)"):
         parse_write_options({key: "4"}, cfg=_cfg(**{"s2.stream": "s"}), streaming=True)
+
+
+def _result_rows(tasks: int, streams: int, rows: int) -> list[dict[str, object]]:
+    """Task result rows of a batch whose `tasks` tasks each appended to all `streams` streams."""
+    out: list[dict[str, object]] = []
+    for _ in range(tasks):
+        out.append({"stream": None, "rows_in": rows // tasks})
+        out.extend({"stream": f"s{i}", "rows_in": 0} for i in range(streams))
+    return out
+
+
+def test_batches_whose_tasks_share_many_streams_are_split_by_stream_until_the_next_probe() -> None:
+    """Two tasks sharing 1,000 streams over 100,000 rows: the next batches go by stream; a batch split so
+    keeps it; every PROBE_EVERY-th batch is narrowed again to see. One stream shared by two tasks, or
+    streams the tasks do not share, never pay the shuffle."""
+    split = StreamSplit()
+    assert not split.next_by_stream()
+    split.observe(_result_rows(2, 1, 100_000), 100_000, by_stream=False)
+    assert not split.next_by_stream()
+    split.observe(_result_rows(2, 1000, 100_000), 100_000, by_stream=False)
+    taken = [split.next_by_stream() for _ in range(PROBE_EVERY + 1)]
+    assert taken == [True] * PROBE_EVERY + [False]
+    apart = [{"stream": None, "rows_in": 50_000}, *({"stream": f"a{i}"} for i in range(500))]
+    apart += [{"stream": None, "rows_in": 50_000}, *({"stream": f"b{i}"} for i in range(500))]
+    split.observe(apart, 100_000, by_stream=False)
+    assert not split.next_by_stream()

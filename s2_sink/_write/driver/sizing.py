@@ -11,6 +11,12 @@ retries rely on that). A layout that shuffles anyway (upsert by key, a recovery 
 ``auto``: ``n = clamp(ceil(bytes / 32 MiB), cores, 2 x cores)``, ``2 x cores`` when the size is unknown.
 Fewer tasks than cores save nothing (idle cores run them at once), more than two waves only repeat the
 per-task floor. A number (``sink.write-parallelism``/``S2Writer(write_parallelism=n)``) is used as is.
+
+The split, for rows routed to many streams (`StreamSplit`): every task appends to every stream its rows
+name, and each (task, stream) costs an append session and its result row whatever the rows, so when the
+tasks of a batch shared its streams widely, the next batches are repartitioned by target stream instead
+(``repartition(n, stream)``: each stream's rows in one task, a shuffle). A batch split that way cannot show
+whether narrowing would still spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see.
 """
 
 from __future__ import annotations
@@ -26,12 +32,16 @@ from s2_sink._pyspark import spark_errors
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FrameShape", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
+__all__ = ["FrameShape", "StreamSplit", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
 
 log = logging.getLogger(__name__)
 
 BYTES_PER_TASK: Final = 32 * 1024 * 1024
 _DEFAULT_CORES: Final = 8
+ROWS_PER_SESSION: Final = 1000
+"""A (task, stream) beyond one per stream costs about the client CPU of this many rows of a shuffle (an
+append session and a result row: ~1 ms against ~1 us per row; ``benchmarks.run --only routed``)."""
+PROBE_EVERY: Final = 16
 # The optimizer answers "unknown" with spark.sql.defaultSizeInBytes (Long.MaxValue): not an estimate.
 _UNKNOWN_SIZE: Final = 1 << 62
 
@@ -53,6 +63,33 @@ def write_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:
     if shape.size_bytes is None:
         return 2 * cores
     return min(max(math.ceil(shape.size_bytes / BYTES_PER_TASK), cores), 2 * cores)
+
+
+@dataclass(slots=True)
+class StreamSplit:
+    """Whether a routed batch's write tasks get their rows by target stream or narrowed (module docstring)."""
+
+    by_stream: bool = False
+    batches: int = 0
+    """Batches split by stream since the last narrowed one."""
+
+    def next_by_stream(self) -> bool:
+        """Whether the next batch is split by stream (counted as one)."""
+        if self.by_stream and self.batches < PROBE_EVERY:
+            self.batches += 1
+            return True
+        return False
+
+    def observe(self, rows: list[dict[str, object]], rows_in: int, *, by_stream: bool) -> None:
+        """A batch's task result rows (one per task and stream): a narrowed batch whose (task, stream)
+        pairs beyond one per stream cost more than a shuffle of its rows makes the next ones split by
+        stream; a batch split by stream keeps it (until the next probe)."""
+        if by_stream:
+            return
+        pairs = sum(1 for r in rows if r["stream"] is not None)
+        streams = len({r["stream"] for r in rows if r["stream"] is not None})
+        self.by_stream = (pairs - streams) * ROWS_PER_SESSION > rows_in
+        self.batches = 0
 
 
 def narrow(frame: DataFrame, shape: FrameShape, n: int) -> DataFrame:

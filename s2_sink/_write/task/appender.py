@@ -29,6 +29,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -59,6 +60,12 @@ log = logging.getLogger(__name__)
 _MAX_TOKEN_CHANGES: Final = 16
 _COMPRESSION: Final = {"none": Compression.NONE, "zstd": Compression.ZSTD, "gzip": Compression.GZIP}
 _CLOSE_GRACE_S: Final = 10.0
+_OPEN_SESSIONS: Final = 64
+"""Append sessions one task keeps open at most (more while more streams have appends in flight): a task
+routing to thousands of streams closes the least recently used idle one before opening another, so its
+HTTP/2 streams stay few (h2 scans a connection's open streams to open one; S2 caps them per connection)."""
+_CLOSING_SESSIONS: Final = 16
+"""Idle sessions closing at once, at most (a close waits for the server to end the session)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -117,6 +124,10 @@ class Appender:
         self.ack_deadline_s = self.cfg.request_timeout_ms / 1000 * 2 + 1
         self.patience = Patience.of(self.cfg)
         self.pool = get_pool()
+        self.recent: dict[str, None] = {}
+        """Streams with an open session, least recently sent to first."""
+        self.closing: list[asyncio.Task[None]] = []
+        """Idle sessions closed to make room (`_make_room`), awaited by `release_all`."""
 
     def totals(self, stream: str) -> StreamTotals | None:
         """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
@@ -143,6 +154,14 @@ class Appender:
             await self._recover(st, exc)
         _crashpoints.hit("mid_session", **self.ctx.where(chunk.index))
 
+    async def create_streams(self, streams: Iterable[str]) -> None:
+        """With ``create_streams``, create those of `streams` this task has not appended to yet, if
+        missing, concurrently (bounded: `SessionPool.ensure_streams`; each once per process)."""
+        if self.cfg.create_streams:
+            new = [s for s in streams if s not in self.streams]
+            if new:
+                await self.pool.ensure_streams(self.cfg, new)
+
     async def drain(self) -> None:
         """Await every acknowledgement."""
         while self.inflight:
@@ -152,6 +171,8 @@ class Appender:
         """Close the sessions; one with unacknowledged appends is dropped at once."""
         for st in self.streams.values():
             await self._drop(st, healthy=healthy and not st.unacked)
+        if self.closing:
+            await asyncio.gather(*self.closing)
 
     def _stream(self, name: str) -> _StreamAppends:
         st = self.streams.get(name)
@@ -171,8 +192,26 @@ class Appender:
     async def _open(self, st: _StreamAppends) -> None:
         if self.cfg.create_streams:
             await self.pool.ensure_stream(self.cfg, st.name)
+        await self._make_room()
         transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
         st.bulk = BulkAppendSession(transport, st.name, _COMPRESSION[self.cfg.compression])
+        self.recent[st.name] = None
+
+    async def _make_room(self) -> None:
+        """At `_OPEN_SESSIONS` open sessions, close the least recently used one with nothing in flight
+        (half-closed now, its end awaited later; at most `_CLOSING_SESSIONS` closing at once)."""
+        if len(self.recent) < _OPEN_SESSIONS:
+            return
+        self.closing = [t for t in self.closing if not t.done()]
+        if len(self.closing) >= _CLOSING_SESSIONS:
+            await asyncio.wait(self.closing, return_when=asyncio.FIRST_COMPLETED)
+        for name in self.recent:
+            st = self.streams[name]
+            if st.bulk is not None and not st.unacked:
+                session, st.bulk = st.bulk, None
+                del self.recent[name]
+                self.closing.append(asyncio.create_task(_close_bulk(session, grace_s=_CLOSE_GRACE_S)))
+                return
 
     async def _send(self, st: _StreamAppends, chunk: Chunk) -> None:
         """Submit `chunk` on `st`'s open session and keep its ticket."""
@@ -182,6 +221,9 @@ class Appender:
         chunk.submitted_at = time.monotonic()
         # Already a future; the session marks a failed one's error retrieved itself.
         chunk.ticket = st.bulk.submit(chunk.message(st.token), chunk.count)
+        if len(self.recent) > 1:  # the stream is now the most recently used
+            self.recent.pop(st.name, None)
+            self.recent[st.name] = None
 
     async def _reconnect(self, st: _StreamAppends) -> None:
         """`st`'s bulk session takes no more appends. After the server's reconnect advice, wait for what
@@ -207,6 +249,7 @@ class Appender:
         """Close `st`'s session (with a grace period for its acks when `healthy`)."""
         if st.bulk is not None:
             session, st.bulk = st.bulk, None
+            self.recent.pop(st.name, None)
             await _close_bulk(session, grace_s=_CLOSE_GRACE_S if healthy else 1.0)
 
     async def _await_oldest(self) -> None:

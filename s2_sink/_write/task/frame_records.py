@@ -3,11 +3,14 @@
 target stream, each bad one to `BadRows` (a routed target that is no stream rows may go to is a bad row
 too, checked here, where ``S2Writer``'s and ``format("s2")``'s targets meet).
 
-On the bulk path (``spans``), a batch whose rows are all good records for the one fixed stream goes to
-the chunker as Arrow slices (`FrameSpan`), with no Python object per row: its rows are serialized once per
-batch in bulk (`s2_sink._wire`), and a chunk's ``AppendInput`` is joined from those bytes (or, for a chunk
-of records, serialized from them: `serialize_spans`, `serialize_records`). Other batches (bad rows,
-routing) take the record path.
+On the bulk path (``spans``), a batch whose rows are all good records goes to the chunker as Arrow
+slices (`FrameSpan`), with no Python object per row: for the one fixed stream as it is; routed, grouped by
+target stream first (a stable sort, so each stream's rows keep their order; rows of different streams
+have no order between them), so that a stream's rows of the batch are one run, cut into few appends
+however many streams the batch interleaves. Its rows are serialized once per batch in bulk
+(`s2_sink._wire`), and a chunk's ``AppendInput`` is joined from those bytes (or, for a chunk of records,
+serialized from them: `serialize_spans`, `serialize_records`). Batches with bad rows take the record path,
+row by row.
 
 A chunk is serialized once, without a fencing token: the token is the message's last field, so the
 appender adds it when sending (`s2_sink._wire.fencing_token_field`) and a token change after a 412
@@ -23,9 +26,11 @@ straight from the columns; the record path first puts them back into ``_s2_heade
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from s2_sdk import AppendInput, Record
@@ -94,6 +99,15 @@ class FrameInput:
             span = FrameSpan.of(body_col, header_col, stamp_col, leading_headers(batch))
             self.chunker.add_span(stream, sizes, span.slice)
             return
+        if (
+            self.spans
+            and self.plan.stream_column is not None
+            and not has_errors
+            and body_col.null_count == 0
+            and int(sizes.max()) <= self.max_record
+            and self._grouped(batch, sizes)
+        ):
+            return
         if ACTION in names:
             batch = with_changelog_headers(batch)
             header_col = batch.column(HEADERS)
@@ -104,6 +118,38 @@ class FrameInput:
             return
         errors: list[str | None] | None = batch.column(ERROR).to_pylist() if has_errors else None
         self._row_by_row(batch, first_row, records, sizes.tolist(), errors)
+
+    def _grouped(self, batch: pa.RecordBatch, sizes: npt.NDArray[np.int64]) -> bool:
+        """A routed batch of good records, grouped by target stream and handed on as one span per stream;
+        False (nothing handed on) when a target is null or no stream rows may go to."""
+        assert self.plan.stream_column is not None
+        targets = batch.column(self.plan.stream_column)
+        if targets.null_count:
+            return False
+        encoded = pc.dictionary_encode(targets)
+        names = stream_texts(encoded.dictionary)
+        if self._bad_targets(names):
+            return False
+        ids = encoded.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(ids, kind="stable")  # streams in order of first appearance, rows in order
+        grouped = batch.take(pa.array(order))
+        ids = ids[order]
+        sizes = sizes[order]
+        starts = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist()]
+        ends = [*starts[1:], len(ids)]
+        body = grouped.column(BODY)
+        names_in = grouped.schema.names
+        span = FrameSpan.of(
+            body,
+            grouped.column(HEADERS) if HEADERS in names_in else None,
+            grouped.column(TIMESTAMP) if TIMESTAMP in names_in else None,
+            leading_headers(grouped),
+        )
+        for lo, hi in zip(starts, ends, strict=True):
+            stream = names[int(ids[lo])]
+            assert stream is not None
+            self.chunker.add_span(stream, sizes[lo:hi], _shifted(span, lo))
+        return True
 
     def _row_by_row(
         self,
@@ -120,6 +166,9 @@ class FrameInput:
             targets = stream_texts(batch.column(self.plan.stream_column))
             bad_targets = self._bad_targets(targets)
         fixed = self.plan.stream
+        # Routed rows are handed on grouped by stream (in order of first appearance, each stream's rows in
+        # order), as the bulk path groups them (`_grouped`): the same rows make the same chunks either way.
+        groups: dict[str, tuple[list[Record], list[int]]] | None = {} if targets is not None else None
         for i, rec in enumerate(records):
             err = errors[i] if errors is not None else None
             target = targets[i] if targets is not None else fixed
@@ -140,7 +189,16 @@ class FrameInput:
                 continue
             assert rec is not None
             assert target is not None
-            self.chunker.add(target, rec, sizes[i])
+            if groups is None:
+                self.chunker.add(target, rec, sizes[i])
+                continue
+            group = groups.get(target)
+            if group is None:
+                group = groups[target] = ([], [])
+            group[0].append(rec)
+            group[1].append(sizes[i])
+        for target, (recs, rec_sizes) in (groups or {}).items():
+            self.chunker.add_run(target, recs, rec_sizes)
 
     def _bad_targets(self, targets: list[str | None]) -> dict[str, str]:
         """Each distinct routed target rows may not go to, with the reason in the user's words: a bad row
@@ -155,6 +213,11 @@ class FrameInput:
             else:
                 bad[target] = f"routing value {shown(target)} of {self.plan.routed_by} {problem}"
         return bad
+
+
+def _shifted(span: FrameSpan, lo: int) -> Callable[[int, int], FrameSpan]:
+    """Rows ``a:b`` of the run that starts at row `lo` of `span`."""
+    return lambda a, b: span.slice(lo + a, lo + b)
 
 
 def _records(body: pa.Array, header_col: pa.Array | None, stamp_col: pa.Array | None) -> list[Record | None]:

@@ -15,7 +15,8 @@ path a row travels inside the task.
 4. the task returns small per-stream result rows (`s2_sink._write.task.results.RESULT_SCHEMA`).
 
 Memory stays bounded: the partition is streamed one Arrow batch at a time; at most
-``max_buffered_requests`` partial chunks are held; at most 16 closed chunks (and no more than
+``max_buffered_requests`` partial chunks, of at most ``max_inflight_bytes`` metered bytes together, are
+held; at most 16 closed chunks (and no more than
 ``max_inflight_requests`` chunks or ``max_inflight_bytes`` bytes) wait for their hand-over to the
 event loop, never past their Arrow batch; sent chunks are kept only until acknowledged, and at most
 ``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes are unacknowledged.
@@ -73,6 +74,7 @@ class _PartitionWriter:
             max_records=cfg.batch_max_records,
             max_bytes=max_bytes,
             max_open=cfg.max_buffered_requests,
+            max_held=cfg.max_inflight_bytes,
             emit=self._send,
         )
         self.bad_rows = BadRows(plan, ctx, max_record)
@@ -150,6 +152,8 @@ class _PartitionWriter:
             _runtime.run(self._append(chunks))
 
     async def _append(self, chunks: list[Chunk], *, drain: bool = False) -> None:
+        # Streams new to this task are created (if missing) together, not one per append in turn.
+        await self.appender.create_streams(c.stream for c in chunks)
         for chunk in chunks:
             # Fault-suite crash points (inert unless S2SINK_CRASH_PLAN is set): tests/faults.
             _crashpoints.hit("before_append", **self.ctx.where(chunk.index))
