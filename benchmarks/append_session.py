@@ -13,6 +13,11 @@ encoder writes them), over one pipelined session per path:
 
 Reported per path: client CPU (this process) and server CPU in microseconds per record, and wall-clock
 records/s. The last line of output is one JSON object.
+
+With ``--streams N``, the rows go to N streams instead, one append per stream (16 at a time, as a task's
+in-flight bound allows), two ways: ``session``, a ``BulkAppendSession`` per stream (open, one append,
+close), and ``unary``, one unary append per stream (``append_once``, what a task sends a stream's only
+append as); reported per stream as well.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from s2_sdk import S2, AppendInput, Endpoints, Record, Retry, Timeout
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
-from s2_sink._transport.append_session import BulkAppendSession, basin_transport
+from s2_sink._transport.append_session import BulkAppendSession, append_once, basin_transport
 from s2_sink._wire import encode_append_inputs
 from s2_sink.testing import fresh_basin
 
@@ -107,14 +112,71 @@ def _measure(
     }
 
 
+def _per_stream(lite: LiteProcess, streams: int, body: pa.Array) -> dict[str, Any]:
+    """One append per stream over `streams` streams, as a session each and as a unary append each."""
+    basin = fresh_basin(lite.endpoint, token="bench")
+    per = len(body) // streams
+    names = [f"s{i:06d}" for i in range(streams)]
+    messages = encode_append_inputs(body, None, None, [0, per], fencing_token=None)
+    message = messages[0]
+
+    async def session(transport: Any, name: str) -> None:
+        bulk = BulkAppendSession(transport, name)
+        await bulk.submit(message, per)
+        await bulk.close()
+
+    async def unary(transport: Any, name: str) -> None:
+        await append_once(transport, name, message, per)
+
+    async def go() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with _client(lite) as client:
+            b = client.basin(basin)
+            gate = asyncio.Semaphore(16)
+
+            async def create(_: Any, name: str) -> None:
+                await b.create_stream(name)
+
+            async def bounded(fn: Callable[[Any, str], Awaitable[None]], transport: Any, name: str) -> None:
+                async with gate:
+                    await fn(transport, name)
+
+            await asyncio.gather(*(bounded(create, None, n) for n in names))
+            transport = basin_transport(client, basin)
+            for name, path in (("session", session), ("unary", unary)):
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                server, wall = _cpu(lite.pid), time.perf_counter()
+                await asyncio.gather(*(bounded(path, transport, n) for n in names))
+                wall = time.perf_counter() - wall
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                client_cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+                server_cpu = _cpu(lite.pid) - server
+                out[name] = {
+                    "client_us_per_stream": round(client_cpu / streams * 1e6),
+                    "server_us_per_stream": round(server_cpu / streams * 1e6),
+                    "streams_per_s": round(streams / wall),
+                }
+        return out
+
+    return asyncio.run(go())
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--headers", action="store_true", help="two headers per record (@key, @action)")
+    parser.add_argument("--streams", type=int, default=0, help="one append to each of this many streams")
     args = parser.parse_args(argv)
     body, headers = _frame(args.rows, with_headers=args.headers)
     out: dict[str, Any] = {"rows": args.rows, "chunk": args.chunk, "headers": args.headers}
+    if args.streams:
+        with lite_process() as lite:
+            out |= _per_stream(lite, args.streams, body)
+        for name in ("session", "unary"):
+            print(f"{name:>7}: {out[name]}")
+        print(json.dumps(out))
+        return out
     with lite_process() as lite:
         for name, path in (("sdk", _sdk), ("bulk", _bulk)):
             out[name] = _measure(lite, path, body, headers, args.chunk)

@@ -23,6 +23,9 @@ session I/O), split into the task's thread (frame input, chunking, serializing) 
 (sessions, HTTP/2, acks), and the server's, in microseconds per record, and wall-clock records/s. The last
 line of output is one JSON object.
 
+Each path also reports the process's peak RSS and the most file descriptors and HTTP/2 streams it had
+open during the write (sampled every 20 ms): with very many streams, what stays bounded.
+
 With ``--streams N``, the rows are routed (row i to stream ``s<i mod N>``, as ``stream_column`` routes
 them), so one task appends to N streams; ``--profile`` prints the cProfile of the task's thread and of
 the event loop's thread (top functions by cumulative time).
@@ -42,8 +45,10 @@ import collections
 import cProfile
 import hashlib
 import json
+import os
 import pstats
 import resource
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +61,7 @@ from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
 from s2_sink._exactly_once.task_hooks import Tagger
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport import sdk
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink._write.task.partition_writer import write_partition
@@ -180,12 +186,46 @@ def _count_events() -> None:
     Connection.send_data = counted_send  # type: ignore[method-assign]
 
 
+class _Peaks:
+    """The most file descriptors and HTTP/2 streams this process had open during a write, sampled every
+    20 ms (the streams on the event loop's thread: h2 drops closed streams while it counts open ones)."""
+
+    def __init__(self) -> None:
+        self.fds = self.h2_streams = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> _Peaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        loop = _runtime.get_loop()
+        while not self._stop.wait(0.02):
+            self.fds = max(self.fds, len(os.listdir("/proc/self/fd")))
+            loop.call_soon_threadsafe(self._count_streams)
+
+    def _count_streams(self) -> None:
+        streams = 0
+        for entry in list(get_pool()._clients.values()):
+            for transport in list(entry.client._basin_clients.values()):
+                for conn in sdk.pooled_connections(transport):
+                    state = sdk.h2_state(conn)
+                    streams += state.open_outbound_streams if state is not None else 0
+        self.h2_streams = max(self.h2_streams, streams)
+
+
 def _timed(write: Callable[[], object], n: int, lite: LiteProcess) -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     loop, task = _runtime.run(_loop_cpu()), time.thread_time()
     _COUNTS.clear()
     server, wall = _cpu(lite.pid), time.perf_counter()
-    write()
+    with _Peaks() as peaks:
+        write()
     wall = time.perf_counter() - wall
     counted = {f"{k}_per_1000": round(v * 1000 / n, 2) for k, v in sorted(_COUNTS.items())}
     task, loop = time.thread_time() - task, _runtime.run(_loop_cpu()) - loop
@@ -199,6 +239,9 @@ def _timed(write: Callable[[], object], n: int, lite: LiteProcess) -> dict[str, 
         "loop_thread_us_per_record": round(loop / n * 1e6, 3),
         "server_us_per_record": round(server / n * 1e6, 3),
         "records_per_s": round(n / wall),
+        "peak_rss_mib": round(after.ru_maxrss / 1024),
+        "max_open_fds": peaks.fds,
+        "max_open_h2_streams": peaks.h2_streams,
     }
 
 

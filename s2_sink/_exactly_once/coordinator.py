@@ -265,9 +265,7 @@ class Coordinator:
         there are many) by the ledger position tasks look them up at, only off the happy path."""
         assert self._ledger is not None
         state = self._ledger.state
-        return EndsRef.of(
-            self.writer_id, state.ends, state_at=self._ledger.state_at, keep=self.static_streams
-        )
+        return EndsRef.of(self.writer_id, state, state_at=self._ledger.state_at, keep=self.static_streams)
 
     async def load(self) -> LedgerState:
         """Load the ledger's state (creating the ledger stream if needed)."""

@@ -9,6 +9,10 @@ state record, then the snapshot and deltas from its base, at most a few dozen re
 
 The ledger is trimmed only behind a new snapshot, which a commit writes after every task of its micro-batch
 finished; a task that finds the position trimmed is a zombie of a batch the query has moved past, and stops.
+
+A position alone does not name a state record: a ledger deleted and written anew (its registers deleted too,
+as `takeover.check_not_lost` asks) numbers its records from 0 again. So a reference carries the run and epoch
+of its state record too, the fold checks them, and a process's folds are kept under all four.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from s2_sink._exactly_once.ledger import ledger_stream_name
-from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base
+from s2_sink._exactly_once.ledger_records import EndsFold, LedgerState, parse_record, record_base
 from s2_sink._exactly_once.readback import read_span
 from s2_sink._transport.retry import Patience
 from s2_sink._transport.session_pool import get_pool
@@ -43,37 +47,49 @@ class EndsRef:
     inline: Mapping[str, int] = field(default_factory=dict)
     state_at: int | None = None
     """The ledger state record the other ends were folded at; None: `inline` holds every end."""
+    state_run: str = ""
+    state_epoch: int = 0
+    """The run and epoch that state record names (a position of a ledger written anew can hold another)."""
 
     @classmethod
     def of(
-        cls, writer_id: str, ends: Mapping[str, int], *, state_at: int | None, keep: Iterable[str] = ()
+        cls,
+        writer_id: str,
+        state: LedgerState,
+        *,
+        state_at: int | None,
+        keep: Iterable[str] = (),
     ) -> EndsRef:
-        """`ends` inline if they are few (or `state_at` is unknown), else the `keep` streams' ends inline
-        and the rest by reference to the ledger record at `state_at`."""
+        """The ends of `state` (the ledger's state record at `state_at`): inline if they are few (or
+        `state_at` is unknown), else the `keep` streams' ends inline and the rest by reference."""
+        ends = state.ends
         if state_at is None or len(ends) <= _INLINE_MAX:
             return cls(writer_id, dict(ends))
-        return cls(writer_id, {s: ends[s] for s in keep if s in ends}, state_at)
+        inline = {s: ends[s] for s in keep if s in ends}
+        return cls(writer_id, inline, state_at, state.run, state.epoch)
 
 
-_folds: OrderedDict[tuple[str, str, int], asyncio.Future[dict[str, int]]] = OrderedDict()
+_folds: OrderedDict[tuple[str, str, int, str, int], asyncio.Future[dict[str, int]]] = OrderedDict()
 
 
 async def lookup(cfg: S2Config, ref: EndsRef, stream: str) -> int | None:
     """E_s of `stream`, or None if the writer never committed a write to it."""
     if stream in ref.inline or ref.state_at is None:
         return ref.inline.get(stream)
-    key = (cfg.basin, ref.writer_id, ref.state_at)
+    key = (cfg.basin, ref.writer_id, ref.state_at, ref.state_run, ref.state_epoch)
     fold = _folds.get(key)
     if fold is None or (fold.done() and fold.exception() is not None):
-        fold = asyncio.ensure_future(_fold(cfg, ref.writer_id, ref.state_at))
+        fold = asyncio.ensure_future(_fold(cfg, ref))
         _folds[key] = fold  # concurrent tasks of this process wait on the same fold
         while len(_folds) > _KEEP:
             _folds.popitem(last=False)
     return (await asyncio.shield(fold)).get(stream)
 
 
-async def _fold(cfg: S2Config, writer_id: str, at: int) -> dict[str, int]:
-    name = ledger_stream_name(writer_id)
+async def _fold(cfg: S2Config, ref: EndsRef) -> dict[str, int]:
+    assert ref.state_at is not None
+    at = ref.state_at
+    name = ledger_stream_name(ref.writer_id)
     stream = get_pool().client(cfg).basin(cfg.basin).stream(name)
     state: dict[str, Any] | None = None
     patience = Patience.of(cfg)
@@ -82,6 +98,8 @@ async def _fold(cfg: S2Config, writer_id: str, at: int) -> dict[str, int]:
             state = parse_record(rec.body, name)
     if state is None or state["kind"] == "ends":
         raise _moved_past(name, at)
+    if (str(state["run"]), int(state["epoch"])) != (ref.state_run, ref.state_epoch):
+        raise _moved_past(name, at)  # another ledger's record: this one was deleted and written anew
     base = record_base(state, at)
     fold = EndsFold()
     expected = base

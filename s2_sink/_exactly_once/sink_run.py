@@ -198,7 +198,7 @@ async def _plan(
             _check_changes(before, shape, writer_id)
             roll = Coordinator(cfg, writer_id).roll_call()
             plan_id = uuid.uuid4().hex
-            ends = EndsRef.of(writer_id, before.ends, state_at=ledger.state_at, keep=static_streams)
+            ends = EndsRef.of(writer_id, before, state_at=ledger.state_at, keep=static_streams)
             await ledger.append(replace(ledger.intended(before.committed + 1, shape), run=plan_id))
             assert ledger.tail is not None
             return _shipped(

@@ -45,9 +45,10 @@ from s2_sink._transport.sdk import (
     stream_records_path,
 )
 
-__all__ = ["BulkAppendSession", "SessionClosedError", "basin_transport"]
+__all__ = ["BulkAppendSession", "SessionClosedError", "append_once", "basin_transport"]
 
 _HEADERS: Final = {"content-type": "s2s/proto", "accept": "s2s/proto"}
+_UNARY_HEADERS: Final = {"content-type": "application/x-protobuf", "accept": "application/x-protobuf"}
 
 
 class SessionClosedError(S2ClientError):
@@ -198,13 +199,40 @@ class BulkAppendSession:
                 ticket.add_done_callback(_retrieve)
 
 
+def append_once(client: HttpClient, stream: str, message: bytes, records: int) -> asyncio.Task[AppendAck]:
+    """One serialized ``AppendInput`` of `records` records as a unary append (``POST`` of the message, the
+    ack in the answer), started now; its ticket resolves with the ack or fails as a session's would.
+
+    For a stream's only append of a task: its HTTP/2 stream carries the request and ends with the answer,
+    where a session takes a headers write, a data write and a half-close, and a runner task to read acks
+    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`)."""
+    ticket = asyncio.get_running_loop().create_task(_append_once(client, stream, message, records))
+    ticket.add_done_callback(_retrieve)  # failures are collected by the appender, or dropped with it
+    return ticket
+
+
+async def _append_once(client: HttpClient, stream: str, message: bytes, records: int) -> AppendAck:
+    try:
+        response = await client.unary_request(
+            "POST", stream_records_path(stream), headers=dict(_UNARY_HEADERS), content=message
+        )
+    except TransportError as exc:
+        raise _client_error(exc) from exc  # judged as a session's transport failure (`_transport.retry`)
+    ack = pb.AppendAck()
+    ack.ParseFromString(response.content)
+    count = ack.end.seq_num - ack.start.seq_num
+    if count != records:
+        raise S2ClientError(f"invalid ack: {count} records acknowledged for an append of {records}")
+    return append_ack_from_proto(ack)
+
+
 def _client_error(exc: TransportError) -> S2ClientError:
     err = S2ClientError(f"{type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
 
 
-def _retrieve(fut: asyncio.Future[AppendAck]) -> None:
+def _retrieve(fut: asyncio.Future[AppendAck]) -> None:  # a failure is reported by whoever awaits it
     with contextlib.suppress(BaseException):
         fut.exception()
 

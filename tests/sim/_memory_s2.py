@@ -17,7 +17,8 @@ Surface: ``S2.basin``/``close``; ``S2Basin.name``/``stream``/``create_stream``/`
 (`s2_sink._transport.append_session`), the basin transport the SDK client hands out
 (``S2._get_basin_client``): ``HttpClient.streaming_request`` for an S2S append session, answered as the
 lite server answers one (`AppendSessionResponse`), as a stream of the client's HTTP/2 connection
-(`tests.sim._connection`), which may drop under every session on it.
+(`tests.sim._connection`), which may drop under every session on it; ``HttpClient.unary_request`` for a
+unary append (a stream's only append of a task).
 """
 
 from __future__ import annotations
@@ -308,13 +309,33 @@ class MemoryStream:
 
 
 class MemoryTransport:
-    """Stands in for the SDK's ``HttpClient`` of the basin, for the request the bulk path makes on it: an
+    """Stands in for the SDK's ``HttpClient`` of the basin, for the requests the bulk path makes on it: an
     S2S append session (``POST /v1/streams/{stream}/records``, ``content-type: s2s/proto``), a stream of
-    the client's connection."""
+    the client's connection, and a unary append of one serialized ``AppendInput`` (the same path,
+    ``application/x-protobuf``), one scheduler step as `MemoryStream.append` (refused, applied with its
+    reply lost: the transport error of a reset HTTP/2 stream, or the process dies before or after it)."""
 
     def __init__(self, service: MemoryService, client: MemoryS2) -> None:
         self._service = service
         self._client = client
+
+    async def unary_request(
+        self, method: str, path: str, *, headers: dict[str, str] | None = None, content: bytes | None = None
+    ) -> UnaryResponse:
+        found = _RECORDS_PATH.fullmatch(path)
+        ctype = (headers or {}).get("content-type")
+        if method != "POST" or found is None or ctype != "application/x-protobuf" or content is None:
+            raise AssertionError(f"the in-memory S2 answers only unary appends, not {method} {path}")
+        svc, name = self._service, unquote(found.group(1))
+        verdict = await svc.step(Op("append", name, _describe_message(content)))
+        try:
+            stream, batch = svc.sequence(name, content)
+        except ApiError as exc:
+            raise _sdk_error(exc) from None
+        if verdict == "ambiguous":
+            raise ProtocolError("Stream reset with error code 2", error_code=2)
+        svc.after(verdict)
+        return UnaryResponse(ack_for(stream, batch))
 
     @asynccontextmanager
     async def streaming_request(
@@ -339,6 +360,14 @@ class MemoryTransport:
             yield response
         finally:
             response.end()  # as the SDK's request ends: its sender stops, its stream leaves the connection
+
+
+class UnaryResponse:
+    """A unary answer: its body (the SDK raises for the others)."""
+
+    def __init__(self, content: bytes) -> None:
+        self.status_code = 200
+        self.content = content
 
 
 class AppendSessionResponse:

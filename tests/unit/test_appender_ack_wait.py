@@ -6,7 +6,7 @@ import asyncio
 
 from s2_sdk import AppendAck, StreamPosition
 
-from s2_sink._write.task.appender import _settled
+from s2_sink._write.task.tickets import settled as _settled
 
 ACK = AppendAck(StreamPosition(0, 0), StreamPosition(3, 0), StreamPosition(3, 0))
 

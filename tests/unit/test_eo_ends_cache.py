@@ -4,6 +4,7 @@ read-back) looks it up in the ledger and reads back from there, not from the str
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import pickle
 from collections import Counter
@@ -11,9 +12,12 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from s2_sdk import S2ServerError
 
-from s2_sink._exactly_once import ends_cache
+from s2_sink._exactly_once import bookkeeping_streams, ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.task_hooks import TokenKeeper
+from s2_sink._transport import runtime as _runtime
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import WriteSpec
@@ -22,7 +26,7 @@ from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.faults._support import read_all, run
+from tests.faults._support import client, read_all, run
 
 STREAMS = [f"r/{i}" for i in range(100)]
 
@@ -81,3 +85,67 @@ def test_retry_on_a_routed_stream_reads_back_from_the_end_looked_up_in_the_ledge
     # from 0 each would read 8
     assert read["r/57"] <= 12
     assert read["_s2sink/ledger/routed-job"] > 0  # the end came from the ledger
+
+
+def _plan_after_batch_0(cfg: S2Config, run_id: str, rows_per_stream: int) -> tuple[WritePlan, Coordinator]:
+    """Batch 0 routed to `STREAMS` (`rows_per_stream` each) written and committed under writer id
+    ``ledger-anew``, and the plan of batch 1 (its ends by reference to the ledger)."""
+    spec = WriteSpec.build(cfg, Routing.build(stream=None, stream_column="target", shards=None))
+    coord = Coordinator(spec.cfg, "ledger-anew", query_id=None, static_streams=spec.static_streams())
+    epoch = coord.begin_batch(0, run_id)
+    assert epoch is not None
+    bodies = [b"%s-%d" % (run_id.encode(), i) for i in range(100 * rows_per_stream)]
+    frame = _frame(bodies, [STREAMS[i % 100] for i in range(len(bodies))])
+    rows = list(write_partition(spec.plan(0, epoch), [frame], PartitionContext(0, 0, 0, 1, 0)).to_pylist())
+    coord.commit_batch(0, aggregate(0, rows, 0.0, delivery="exactly-once").end_positions())
+    epoch = coord.begin_batch(1, run_id)
+    assert epoch is not None
+    return spec.plan(1, epoch), coord
+
+
+def test_a_ledger_written_anew_is_not_read_from_an_earlier_ledgers_fold(counting: LiteServer) -> None:
+    """An executor process that looked up the ends of a ledger's state record at position P, then meets a
+    plan of the same writer id whose ledger was deleted and written anew (its registers deleted too, the
+    documented way on) with a state record at the same P, gets the new record's ends. Before, the fold was
+    kept by (basin, writer id, position) alone and the old ledger's end came back (here 2 for r/57
+    where the new ledger has 4): a task's read-back would start inside the stream's earlier batches."""
+    basin = fresh_basin(counting.endpoint)
+    cfg = S2Config(
+        basin=basin, access_token="t", account_endpoint=counting.endpoint, basin_endpoint=counting.endpoint
+    )
+    ends_cache._folds.clear()
+    old, _ = _plan_after_batch_0(cfg, "run-1", rows_per_stream=1)
+    old_ref = _ends(old)
+    assert old_ref.state_at is not None
+    old_end = _runtime.run(ends_cache.lookup(cfg, old_ref, "r/57"))  # this process keeps the fold
+
+    async def delete_bookkeeping() -> None:
+        async with client(counting.endpoint) as s2:
+            b = s2.basin(basin)
+            names = [s.name for s in (await b.list_streams(prefix="_s2sink/")).items]
+            for name in names:
+                await b.delete_stream(name)
+            for name in names:
+                for _ in range(100):  # deletion completes in the background
+                    try:
+                        await b.stream(name).check_tail()
+                    except S2ServerError as exc:
+                        if exc.code != "stream_deletion_pending":
+                            break
+                    await asyncio.sleep(0.05)
+
+    run(delete_bookkeeping())
+    bookkeeping_streams.forget_all()  # a new driver; the executor process (this one) stays
+    new, coord = _plan_after_batch_0(cfg, "run-2", rows_per_stream=2)
+    new_ref = _ends(new)
+    assert new_ref.state_at == old_ref.state_at  # the collision this test is about
+    assert coord._ledger is not None
+    assert (
+        _runtime.run(ends_cache.lookup(cfg, new_ref, "r/57")) == coord._ledger.state.ends["r/57"] != old_end
+    )
+
+
+def _ends(plan: WritePlan) -> ends_cache.EndsRef:
+    keeper = plan.fence_keeper
+    assert isinstance(keeper, TokenKeeper)
+    return keeper.written

@@ -101,7 +101,8 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
                 return missing
             transport = sdk.stream_transport(stream)
             assert sdk.basin_transport(client, basin) is not None
-            missing += [m for path in ("_pool._hosts", "_base_url") if (m := _missing(transport, path))]
+            paths = ("_pool._hosts", "_base_url", "unary_request")
+            missing += [m for path in paths if (m := _missing(transport, path))]
             if missing:
                 return missing
             conns = list(sdk.pooled_connections(transport))

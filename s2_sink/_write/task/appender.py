@@ -11,7 +11,8 @@ passes without an acknowledgement of the stream (also one that arrived on the fa
 task fails with a `WriteError` naming the stream, batch, partition, the cause and the option. A ``429
 rate_limited`` refusal is waited out, not raced. Errors that retrying cannot fix (auth, missing stream,
 fencing, append conditions) fail at once; a ``412 fencing_token_mismatch`` goes to
-``WritePlan.fence_keeper`` first (nothing refused by a 412 was applied: switching tokens is safe).
+``WritePlan.fence_keeper`` first (nothing refused by a 412 was applied: switching tokens is safe), asked
+for every in-flight stream a 412 refused at once (the first exactly-once batch over new streams).
 
 Appends whose outcome is unknown are re-sent only where duplicates are allowed (``resend_ambiguous``).
 Under exactly-once the task fails at once instead, and its retry reads back what landed; during an outage
@@ -20,7 +21,9 @@ costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Re
 
 Every chunk goes out as a serialized ``AppendInput`` (`Chunk.wire`, the fencing token added at send time;
 a chunk of SDK records is serialized by the SDK's own mapping) on a `BulkAppendSession` per stream, over
-the shared client's transport, so a stream's appends stay in one ordered session.
+the shared client's transport, so a stream's appends stay in one ordered session; a stream's last chunk
+of the task, with nothing of the stream in flight, goes as one unary append instead (`append_once`:
+nothing can overtake it, and a small stream costs no session).
 """
 
 from __future__ import annotations
@@ -34,26 +37,27 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from s2_sdk import (
-    AppendAck,
     AppendConditionError,
     Compression,
     FencingTokenMismatchError,
-    Record,
     S2ServerError,
 )
 
 from s2_sink import _crashpoints
-from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
+from s2_sink._transport.append_session import (
+    BulkAppendSession,
+    append_once,
+    basin_transport,
+)
 from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire import fencing_token_field
-from s2_sink._write.task.frame_records import serialize_records
 from s2_sink._write.task.results import StreamTotals
+from s2_sink._write.task.tickets import Chunk, cause, close_bulk, describe, is_acked, retrieve, settled
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.errors import FencedError, WriteError
 
-__all__ = ["Appender", "Chunk"]
+__all__ = ["Appender"]
 
 log = logging.getLogger(__name__)
 
@@ -64,31 +68,10 @@ _OPEN_SESSIONS: Final = 64
 """Append sessions one task keeps open at most (more while more streams have appends in flight): a task
 routing to thousands of streams closes the least recently used idle one before opening another, so its
 HTTP/2 streams stay few (h2 scans a connection's open streams to open one; S2 caps them per connection)."""
+_KEEPERS: Final = 16
+"""Fence keepers asked at once, at most (`Appender._keep_refused`)."""
 _CLOSING_SESSIONS: Final = 16
 """Idle sessions closing at once, at most (a close waits for the server to end the session)."""
-
-
-@dataclass(slots=True, eq=False)
-class Chunk:
-    """One append: its records (tagged, if tagging) as SDK records or as a serialized ``AppendInput``
-    without fencing token (`s2_sink._write.task.frame_records`), their count and metered size and, once
-    sent, its ack ticket. Records are serialized when first sent."""
-
-    stream: str
-    index: int
-    count: int
-    nbytes: int
-    records: list[Record] | None = None
-    wire: bytes | None = None
-    ticket: asyncio.Future[AppendAck] | None = None
-    submitted_at: float = 0.0
-
-    def message(self, token: str | None) -> bytes:
-        """The serialized ``AppendInput`` with `token` (the session's input)."""
-        if self.wire is None:
-            assert self.records is not None
-            self.wire, self.records = serialize_records(self.records), None
-        return self.wire + fencing_token_field(token)
 
 
 @dataclass(slots=True, eq=False)
@@ -106,6 +89,9 @@ class _StreamAppends:
     unacked: deque[Chunk] = field(default_factory=deque)
     """Sent and not yet known to be acknowledged, oldest first (acks come in this order)."""
     token_changes: int = 0
+    keeping: tuple[str, asyncio.Task[str]] | None = None
+    """The token a 412 of this stream named and the fence keeper's answer, asked before the stream's
+    recovery (`_keep_refused`)."""
     recreated: bool = False
     """The stream vanished under this task (404) and was created again (``create_streams``)."""
 
@@ -128,6 +114,8 @@ class Appender:
         """Streams with an open session, least recently sent to first."""
         self.closing: list[asyncio.Task[None]] = []
         """Idle sessions closed to make room (`_make_room`), awaited by `release_all`."""
+        self.keeping: list[asyncio.Task[str]] = []
+        """The fence keepers asked (`_keep`), cancelled by `release_all` if still running."""
 
     def totals(self, stream: str) -> StreamTotals | None:
         """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
@@ -147,9 +135,12 @@ class Appender:
         self.inflight.append(chunk)
         self.inflight_bytes += chunk.nbytes
         try:
-            if not self._is_open(st):
-                await self._open(st)
-            await self._send(st, chunk)
+            if chunk.last and st.bulk is None and len(st.unacked) == 1:
+                self._send_once(st, chunk)
+            else:
+                if not self._is_open(st):
+                    await self._open(st)
+                await self._send(st, chunk)
         except Exception as exc:
             await self._recover(st, exc)
         _crashpoints.hit("mid_session", **self.ctx.where(chunk.index))
@@ -169,7 +160,12 @@ class Appender:
 
     async def release_all(self, healthy: bool) -> None:
         """Close the sessions; one with unacknowledged appends is dropped at once."""
+        for task in self.keeping:
+            task.cancel()  # asked ahead for a stream the failed task will not recover
         for st in self.streams.values():
+            for chunk in st.unacked:
+                if chunk.ticket is not None and not chunk.ticket.done():
+                    chunk.ticket.cancel()  # a unary append still in flight (a session's is dropped below)
             await self._drop(st, healthy=healthy and not st.unacked)
         if self.closing:
             await asyncio.gather(*self.closing)
@@ -210,7 +206,7 @@ class Appender:
             if st.bulk is not None and not st.unacked:
                 session, st.bulk = st.bulk, None
                 del self.recent[name]
-                self.closing.append(asyncio.create_task(_close_bulk(session, grace_s=_CLOSE_GRACE_S)))
+                self.closing.append(asyncio.create_task(close_bulk(session, grace_s=_CLOSE_GRACE_S)))
                 return
 
     async def _send(self, st: _StreamAppends, chunk: Chunk) -> None:
@@ -224,6 +220,14 @@ class Appender:
         if len(self.recent) > 1:  # the stream is now the most recently used
             self.recent.pop(st.name, None)
             self.recent[st.name] = None
+
+    def _send_once(self, st: _StreamAppends, chunk: Chunk) -> None:
+        """Send `chunk`, its stream's last and only unacknowledged one, as a unary append (no session:
+        nothing can overtake it). A failure is recovered as a session's (`_recover` re-sends it on a
+        session)."""
+        transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
+        chunk.submitted_at = time.monotonic()
+        chunk.ticket = append_once(transport, st.name, chunk.message(st.token), chunk.count)
 
     async def _reconnect(self, st: _StreamAppends) -> None:
         """`st`'s bulk session takes no more appends. After the server's reconnect advice, wait for what
@@ -250,7 +254,44 @@ class Appender:
         if st.bulk is not None:
             session, st.bulk = st.bulk, None
             self.recent.pop(st.name, None)
-            await _close_bulk(session, grace_s=_CLOSE_GRACE_S if healthy else 1.0)
+            await close_bulk(session, grace_s=_CLOSE_GRACE_S if healthy else 1.0)
+
+    def _keeps(self, st: _StreamAppends, exc: BaseException) -> bool:
+        """Whether `exc` is a 412 of `st`'s token the fence keeper is asked about."""
+        return (
+            isinstance(exc, FencingTokenMismatchError)
+            and self.plan.fence_keeper is not None
+            and st.token_changes < _MAX_TOKEN_CHANGES
+        )
+
+    def _keep(self, st: _StreamAppends, exc: FencingTokenMismatchError) -> asyncio.Task[str]:
+        """The fence keeper's answer to `exc`, started now."""
+        assert self.plan.fence_keeper is not None
+        task = asyncio.ensure_future(self.plan.fence_keeper(st.name, exc.expected_fencing_token))
+        task.add_done_callback(retrieve)
+        self.keeping.append(task)
+        return task
+
+    def _keep_refused(self) -> None:
+        """Ask the fence keeper about every in-flight stream whose append a 412 refused, at once: a task's
+        first appends to streams fenced by nobody (or by another run) are all refused, and each answer
+        takes a read and a fence; asked one stream after the other as their acks are collected, the first
+        exactly-once batch over 1,000 streams took ~30 s. At most `_KEEPERS` run at once."""
+        self.keeping = [t for t in self.keeping if not t.done()]
+        for chunk in self.inflight:
+            if len(self.keeping) >= _KEEPERS:
+                return
+            st = self.streams[chunk.stream]
+            ticket = chunk.ticket
+            if st.keeping is not None or ticket is None or not ticket.done() or ticket.cancelled():
+                continue
+            failure = ticket.exception()
+            if failure is None or not isinstance(failure, Exception):
+                continue
+            exc = cause(failure)
+            if self._keeps(st, exc) and st.unacked and st.unacked[0] is chunk:
+                assert isinstance(exc, FencingTokenMismatchError)
+                st.keeping = (exc.expected_fencing_token, self._keep(st, exc))
 
     async def _await_oldest(self) -> None:
         chunk = self.inflight[0]
@@ -259,7 +300,7 @@ class Appender:
             ticket = chunk.ticket
             assert ticket is not None
             wait = chunk.submitted_at + self.ack_deadline_s - time.monotonic()
-            if not await _settled(ticket, max(wait, 0.001)):
+            if not await settled(ticket, max(wait, 0.001)):
                 # The SDK bounds each attempt by request_timeout_ms; this watchdog covers a session
                 # that stops making progress altogether (it is then dropped and its chunks re-sent).
                 err = TimeoutError(f"no acknowledgement within {self.ack_deadline_s:.1f}s")
@@ -269,6 +310,8 @@ class Appender:
                 ack = ticket.result()  # a cancelled ticket raises CancelledError, as awaiting it would
                 break
             except Exception as exc:
+                if self.plan.fence_keeper is not None and isinstance(cause(exc), FencingTokenMismatchError):
+                    self._keep_refused()
                 await self._recover(st, exc)
         self.inflight.popleft()
         self.inflight_bytes -= chunk.nbytes
@@ -283,17 +326,16 @@ class Appender:
 
     async def _recover(self, st: _StreamAppends, exc: Exception) -> None:
         """Reopen `st`'s session and re-send its unacknowledged chunks, or raise when it cannot."""
-        if isinstance(exc, SessionClosedError) and isinstance(exc.__cause__, Exception):
-            exc = exc.__cause__  # judge the failure that closed the session
+        exc = cause(exc)
         while True:
             await self._drop(st, healthy=False)
-            if (
-                isinstance(exc, FencingTokenMismatchError)
-                and self.plan.fence_keeper is not None
-                and st.token_changes < _MAX_TOKEN_CHANGES
-            ):
+            if self._keeps(st, exc):
                 # Nothing refused by a 412 was applied: switch tokens and re-send without backoff.
-                st.token = st.totals.token = await self.plan.fence_keeper(st.name, exc.expected_fencing_token)
+                assert isinstance(exc, FencingTokenMismatchError)
+                keeping, st.keeping = st.keeping, None
+                if keeping is None or keeping[0] != exc.expected_fencing_token:
+                    keeping = (exc.expected_fencing_token, self._keep(st, exc))
+                st.token = st.totals.token = await keeping[1]
                 st.token_changes += 1
                 try:
                     await self._resend(st)
@@ -337,10 +379,17 @@ class Appender:
                 exc = again
 
     async def _resend(self, st: _StreamAppends) -> None:
-        """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged."""
+        """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged (its last
+        and only one as a unary append again)."""
+        if len(st.unacked) == 1 and st.unacked[0].last and not is_acked(st.unacked[0]):
+            chunk = st.unacked[0]
+            if chunk.ticket is not None:
+                chunk.ticket.cancel()
+            self._send_once(st, chunk)
+            return
         await self._open(st)
         for chunk in st.unacked:
-            if _acked(chunk):
+            if is_acked(chunk):
                 continue  # acknowledged before the session failed; _await_oldest collects it
             if chunk.ticket is not None:
                 chunk.ticket.cancel()  # the dropped session's ticket will never resolve now
@@ -380,62 +429,15 @@ class Appender:
         return WriteError(
             f"append to stream {st.name!r} in basin {self.cfg.basin!r} failed: {why} "
             f"(batch {self.plan.batch_id}, {self.ctx.describe()}, "
-            f"attempt {self.ctx.attempt_number}): {_describe(exc)}"
+            f"attempt {self.ctx.attempt_number}): {describe(exc)}"
         )
-
-
-async def _close_bulk(session: BulkAppendSession, grace_s: float) -> None:
-    """Half-close a bulk session and let the server end it (a failed one re-raises its error, which
-    was reported already); a timed-out close cancels its runner."""
-    try:
-        await asyncio.wait_for(session.close(), timeout=grace_s)
-    except TimeoutError:
-        session.abort()
-    except Exception as exc:  # narrowed below: any exception can be what failed the session
-        if exc is not session.error:
-            raise  # not the session's failure (reported already): a fault of the close itself
-        log.debug("closing bulk append session stream=%s: %s", session.stream, type(exc).__name__)
-
-
-async def _settled(ticket: asyncio.Future[AppendAck], within_s: float) -> bool:
-    """Wait until `ticket` is done or `within_s` seconds have passed, never cancelling it; whether it is
-    done. Awaited once per append: ``asyncio.wait_for(asyncio.shield(ticket))`` passes an ack through four
-    loop callbacks before the waiting task runs, this through one (none when the ack is already in)."""
-    if ticket.done():
-        return True
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    ticket.add_done_callback(wake)
-    timer = loop.call_later(within_s, wake)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-        ticket.remove_done_callback(wake)
-    return ticket.done()
 
 
 def _forget_acked(st: _StreamAppends) -> bool:
     """Take the acknowledged chunks off the front of `st.unacked` (`Appender._await_oldest` still
     collects their acks); whether there were any."""
     acked = False
-    while st.unacked and _acked(st.unacked[0]):
+    while st.unacked and is_acked(st.unacked[0]):
         st.unacked.popleft()
         acked = True
     return acked
-
-
-def _acked(chunk: Chunk) -> bool:
-    t = chunk.ticket
-    return t is not None and t.done() and not t.cancelled() and t.exception() is None
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, S2ServerError):
-        return f"{type(exc).__name__} {exc.status_code} {exc.code}: {exc.message}"
-    return f"{type(exc).__name__}: {exc}"

@@ -107,11 +107,25 @@ class Chunker(Generic[T]):
     ) -> None:
         """Records ``0:n`` of a run (sizes given) for `stream`, cut as `add` would; ``put`` moves the
         records ``lo:hi`` into the open chunk's items."""
-        prefix = prefix_sums(sizes)
-        n = len(prefix) - 1
+        sizes = np.asarray(sizes, dtype=np.int64)
+        n = len(sizes)
         if n == 0:
             return
         buf = self._buffer(stream)
+        if buf.count + n < self.max_records:
+            total = int(sizes.sum())
+            if buf.nbytes + total <= self.max_bytes:
+                # The run fits the open chunk, no cut (a routed stream's few rows of an Arrow batch): the
+                # cut points' arrays and searches cost more than the rows.
+                if not buf.count:
+                    self._opened(stream)
+                put(buf, 0, n)
+                buf.count += n
+                buf.nbytes += total
+                self._held += total
+                self._shed()
+                return
+        prefix = prefix_sums(sizes)
         cuts = cut_points(
             prefix,
             max_records=self.max_records,

@@ -34,11 +34,12 @@ from s2_sdk import Record
 
 from s2_sink import _crashpoints
 from s2_sink._transport import runtime as _runtime
-from s2_sink._write.task.appender import Appender, Chunk
+from s2_sink._write.task.appender import Appender
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.task.frame_records import FrameInput, FrameSpan, records_of, serialize_spans
 from s2_sink._write.task.results import StreamTotals, result_rows
+from s2_sink._write.task.tickets import Chunk
 from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
 from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
@@ -83,6 +84,8 @@ class _PartitionWriter:
         self.closed: list[Chunk] = []
         """Chunks closed since the last hand-off to the appender, in order."""
         self.closed_bytes = 0
+        self.ending = False
+        """The end of the input: the chunks closed now are their streams' last (`Chunk.last`)."""
 
     def start(self) -> None:
         """Run the recovery hook (before the first row); without a filter, the bulk path may serve."""
@@ -111,7 +114,7 @@ class _PartitionWriter:
             first = records[0]  # the tag goes last: positional readers of @key/@action stay undisturbed
             records = [Record(first.body, [*first.headers, (name, value)], first.timestamp), *records[1:]]
             nbytes += tag_size
-        self._submit(Chunk(stream, index, len(records), nbytes, records=records))
+        self._submit(Chunk(stream, index, len(records), nbytes, records=records, last=self.ending))
 
     def _send_spans(self, stream: str, index: int, spans: list[FrameSpan], nbytes: int) -> None:
         """A closed chunk of Arrow slices (no recovery filter is active): tag it, serialize it in bulk,
@@ -121,7 +124,7 @@ class _PartitionWriter:
         if self.plan.chunk_tagger is not None:
             tag = self._tag(ChunkInfo(stream, index, count, nbytes))
             nbytes += header_size(*tag)
-        self._submit(Chunk(stream, index, count, nbytes, wire=serialize_spans(spans, tag)))
+        self._submit(Chunk(stream, index, count, nbytes, wire=serialize_spans(spans, tag), last=self.ending))
 
     def _tag(self, info: ChunkInfo) -> tuple[bytes, bytes]:
         assert self.plan.chunk_tagger is not None
@@ -168,6 +171,7 @@ class _PartitionWriter:
 
     def finish(self) -> None:
         """Send the partial chunks and await every acknowledgement."""
+        self.ending = True
         self.chunker.flush()
         chunks, self.closed, self.closed_bytes = self.closed, [], 0
         _runtime.run(self._append(chunks, drain=True))

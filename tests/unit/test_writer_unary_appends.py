@@ -1,0 +1,137 @@
+"""A stream's only append of a task goes out as a unary append, not an append session of its own, and the
+first exactly-once batch over many new streams asks the fence keeper about them concurrently; against the
+lite server (its request accounting tells unary appends from sessions)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.task_hooks import TokenKeeper
+from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
+from s2_sink._write.spec import WriteSpec
+from s2_sink._write.task import appender
+from s2_sink._write.task.partition_writer import write_partition
+from s2_sink._write.write_plan import PartitionContext, WritePlan
+from s2_sink.config import S2Config
+from s2_sink.lite import LiteServer
+from s2_sink.testing import fresh_basin
+from tests.integration._s2read import read_stream
+from tests.unit.test_writer_core import config, ctx, frame, stream_rows
+
+STREAMS = 300
+ROWS = 3000  # ten rows per stream, interleaved row by row
+
+
+@pytest.fixture(scope="module")
+def counting() -> Iterator[LiteServer]:
+    """A lite server of its own that counts requests by kind, with fault hooks."""
+    with LiteServer(stats=True, faults=True) as srv:
+        yield srv
+
+
+def _routed() -> list[pa.RecordBatch]:
+    bodies = [str(i).encode() for i in range(ROWS)]
+    return [frame(bodies, streams=[f"t/{i % STREAMS:03d}" for i in range(ROWS)])]
+
+
+def test_a_streams_only_append_of_a_task_is_one_unary_append(counting: LiteServer) -> None:
+    """300 streams of ten rows: one unary append each and no append session (before, a session each:
+    its headers, data and half-close writes and a runner task, ~20% more client CPU per stream); a stream
+    whose chunks close before the end of the input keeps its session."""
+    assert counting.stats is not None
+    basin = fresh_basin(counting.endpoint)
+    before = counting.stats.snapshot()
+    plan = WritePlan(cfg=config(counting, basin, create_streams=True), batch_id=0, stream_column="_s2_stream")
+    rows = stream_rows(write_partition(plan, _routed(), ctx()))
+    kinds = Counter(
+        kind for (kind, _), n in (counting.stats.snapshot() - before).requests.items() for _ in range(n)
+    )
+    assert kinds["append"] == STREAMS
+    assert kinds["append_session"] == 0
+    assert {r["appends"] for name, r in rows.items() if name is not None} == {1}
+    assert [int(r.body) for r in read_stream(counting.endpoint, basin, "t/007")] == list(
+        range(7, ROWS, STREAMS)
+    )
+
+    before = counting.stats.snapshot()
+    big = WritePlan(cfg=config(counting, basin, batch_max_records=1000), batch_id=0, stream="events")
+    write_partition(big, [frame([str(i).encode() for i in range(5000)])], ctx())
+    counted = (counting.stats.snapshot() - before).requests
+    assert counted[("append_session", "events")] == 1
+    assert counted[("append", "events")] == 0
+    assert [int(r.body) for r in read_stream(counting.endpoint, basin, "events")] == list(range(5000))
+
+
+def test_unary_appends_refused_are_re_sent_and_land_once(counting: LiteServer) -> None:
+    """Unary appends refused with 503 (nothing applied) are re-sent: every row lands once, in order."""
+    basin = fresh_basin(counting.endpoint)
+    cfg = config(counting, basin, create_streams=True, max_retries=0, retry_delay_ms=10)
+    counting.faults.fail_next_appends(5, status=503)
+    try:
+        plan = WritePlan(cfg=cfg, batch_id=0, stream_column="_s2_stream")
+        rows = stream_rows(write_partition(plan, _routed(), ctx()))
+    finally:
+        counting.faults.clear()
+    assert sum(r["retries"] for name, r in rows.items() if name is not None) >= 1
+    for s in range(STREAMS):
+        got = [int(r.body) for r in read_stream(counting.endpoint, basin, f"t/{s:03d}")]
+        assert got == list(range(s, ROWS, STREAMS))
+
+
+def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_together(
+    counting: LiteServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first exactly-once batch routed to 100 new streams: each stream's first append is refused (412,
+    no token of ours on it) and the fence keeper reads and fences it; those answers are asked concurrently
+    (at most `_KEEPERS` at once; before, one stream after the other as the acks were collected), and each
+    row lands once."""
+    basin = fresh_basin(counting.endpoint)
+    cfg = S2Config(
+        basin=basin,
+        access_token="t",
+        account_endpoint=counting.endpoint,
+        basin_endpoint=counting.endpoint,
+        create_streams=True,
+    )
+    spec = WriteSpec.build(cfg, Routing.build(stream=None, stream_column="target", shards=None))
+    coord = Coordinator(spec.cfg, "first-batch", query_id=None, static_streams=spec.static_streams())
+    epoch = coord.begin_batch(0, "run-1")
+    assert epoch is not None
+    now, most, asked = [0], [0], []
+    keep = TokenKeeper.__call__
+
+    async def counted(self: TokenKeeper, stream: str, current: str) -> str:
+        asked.append(stream)
+        now[0] += 1
+        most[0] = max(most[0], now[0])
+        try:
+            await asyncio.sleep(0.01)  # an answer takes round trips: let the others start meanwhile
+            return await keep(self, stream, current)
+        finally:
+            now[0] -= 1
+
+    monkeypatch.setattr(TokenKeeper, "__call__", counted)
+    streams = [f"r/{i}" for i in range(100)]
+    bodies = [b"row-%d" % i for i in range(300)]
+    batch = pa.record_batch(
+        {
+            "_s2_body": pa.array(bodies, pa.binary()),
+            STREAM_COLUMN: pa.array([streams[i % 100] for i in range(300)]),
+        }
+    )
+    ids = itertools.count(1)
+    write_partition(spec.plan(0, epoch), [batch], PartitionContext(0, 0, 0, next(ids), 0))
+    assert sorted(asked) == sorted(streams)
+    assert 1 < most[0] <= appender._KEEPERS
+    got: Counter[bytes] = Counter()
+    for s in streams:
+        records = read_stream(counting.endpoint, basin, s)
+        got.update(bytes(r.body) for r in records if not (r.headers and r.headers[0][0] == b""))  # no fences
+    assert got == Counter(bodies)
