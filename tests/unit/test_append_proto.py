@@ -21,6 +21,7 @@ from s2_sink._wire.append import proto as append_proto
 from s2_sink._wire.layout import pack_fields, varint_sizes
 from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
 from s2_sink.errors import EncodeError
+from tests.hypothesis_profiles import examples
 
 Header = tuple[bytes, bytes]
 Row = tuple[bytes, list[Header] | None, int | None]
@@ -176,7 +177,7 @@ def encode(case: Case) -> list[bytes]:
     )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=BIG_DATA)
+@settings(max_examples=examples(150, fast=30), deadline=None, suppress_health_check=BIG_DATA)
 @given(cases(), st.sampled_from([None, 1, 3]), st.sampled_from([None, 1, 100]))
 def test_bytes_equal_the_sdk_serialization(
     case: Case, block_rows: int | None, block_bytes: int | None
@@ -197,7 +198,7 @@ def test_bytes_equal_the_sdk_serialization(
         assert got == want.SerializeToString()
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=BIG_DATA)
+@settings(max_examples=examples(100, fast=25), deadline=None, suppress_health_check=BIG_DATA)
 @given(cases(), st.sampled_from([None, 1, 3]))
 def test_rows_encoded_once_join_into_the_sdk_serialization(case: Case, block_rows: int | None) -> None:
     """The bulk writer's way: every row serialized once (`encode_records`), a chunk joined from its
@@ -221,7 +222,7 @@ def test_rows_encoded_once_join_into_the_sdk_serialization(case: Case, block_row
         assert got == append_input_to_proto(want).SerializeToString()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=BIG_DATA)
+@settings(max_examples=examples(60, fast=15), deadline=None, suppress_health_check=BIG_DATA)
 @given(cases())
 def test_parsed_records_are_the_rows(case: Case) -> None:
     """Read field by field (not through the SDK's mapping), each chunk holds its rows' bodies,
@@ -279,7 +280,7 @@ def with_leading(case: Case, leading: list[tuple[bytes, list[bytes]]]) -> Case:
     return Case(**{**case.__dict__, "rows": rows})
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=BIG_DATA)
+@settings(max_examples=examples(100, fast=25), deadline=None, suppress_health_check=BIG_DATA)
 @given(leading_cases(), st.sampled_from([None, 1, 3]))
 def test_leading_headers_equal_the_sdk_serialization(
     drawn: tuple[Case, list[tuple[bytes, list[bytes]]], list[tuple[bytes, pa.Array]]], block_rows: int | None

@@ -114,7 +114,8 @@ changes = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+# Random in every profile: derandomized, even 300 examples missed ties broken by headers made on purpose.
+@settings(max_examples=300, deadline=None, derandomize=False)
 @given(rows=changes, split=st.data(), compact=st.booleans(), with_headers=st.booleans())
 def test_any_split_of_the_same_changes_gives_the_same_stream_per_key(
     rows: list[dict[str, Any]], split: st.DataObject, compact: bool, with_headers: bool

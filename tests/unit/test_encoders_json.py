@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders import BODY, InsertEncoder, decode_json
+from tests.hypothesis_profiles import examples
 
 from ._encoders_strategies import batch_of, normalized, schema_and_rows
 
@@ -40,7 +41,7 @@ def bodies(schema: StructType, rows: list[dict[str, Any]]) -> list[bytes]:
 
 
 # One property for both checks: drawing the cases costs more than checking them.
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300, fast=150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows())
 def test_every_supported_type_round_trips_in_complete_json_objects(
     case: tuple[StructType, list[dict[str, Any]]],

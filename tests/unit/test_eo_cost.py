@@ -11,6 +11,8 @@ import pytest
 from benchmarks.eo_cost import BatchCost, Door, measure
 from s2_sink.lite import LiteServer
 
+pytestmark = pytest.mark.scale  # tens of seconds of CPU: make test runs it, make test-fast does not
+
 SMALL, LARGE = 10, 100
 """Task counts compared: big enough apart that T² shows (10x the tasks), small enough for a unit test."""
 C = 2.0

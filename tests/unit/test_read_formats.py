@@ -26,11 +26,14 @@ from s2_sink._read.rows.json_splice import splice_objects
 from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
+from tests.hypothesis_profiles import examples
 
 from .test_wire_record_columns import _message, bodies, small_blobs
 
 SETTINGS = settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(200, fast=40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 TYPED_UPSERT = StructType(

@@ -10,6 +10,7 @@ from s2_sdk._mappers import read_batch_from_proto
 
 from s2_sink._wire.read import record_columns as _read_batch
 from s2_sink._wire.read.record_columns import RecordColumns, Tail, concat_columns, parse_read_batch
+from tests.hypothesis_profiles import examples
 
 Header = tuple[bytes, bytes]
 
@@ -76,7 +77,9 @@ def _sdk(message: bytes) -> tuple[list[SequencedRecord], Tail | None]:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(300, fast=50),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(st.lists(records, max_size=12), tails)
 def test_bulk_decode_equals_the_sdk_parse(recs: list[SequencedRecord], tail: Tail | None) -> None:
