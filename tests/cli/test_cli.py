@@ -38,7 +38,7 @@ from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name
 from s2_sink.writer import S2Writer
 from tests.sim._scenario import Row
-from tests.unit._eo_writer import facts, write_batch
+from tests.unit.exactly_once._writer import facts, write_batch
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
 

@@ -22,7 +22,7 @@ from s2_sink.errors import EncodeError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 from tests.integration._s2read import list_streams, read_stream
-from tests.unit.test_writer_core import config, ctx, stream_rows
+from tests.unit.write.test_partition_writer import config, ctx, stream_rows
 
 NOT_UTF8 = b"ok/\xff"
 """A routing value Spark can hold (a binary column cast to string is not checked) and S2 cannot."""

@@ -15,8 +15,8 @@ from s2_sink.encoders._frame import ACTION, HEADERS, HEADERS_ARROW_TYPE, KEY
 from s2_sink.encoders._metered import metered_bytes
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.unit.test_writer_bulk import back, split, write
-from tests.unit.test_writer_core import RecordingTagger, frame
+from tests.unit.write.test_chunk_encodings import back, split, write
+from tests.unit.write.test_partition_writer import RecordingTagger, frame
 
 Header = tuple[bytes, bytes]
 

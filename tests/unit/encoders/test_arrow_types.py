@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 
 from s2_sink.encoders._arrow_types import to_arrow_schema, to_arrow_type
 from s2_sink.errors import ConfigError
-from tests.unit._encoders_strategies import spark_types
+from tests.unit.encoders._strategies import spark_types
 
 
 @pytest.mark.parametrize(

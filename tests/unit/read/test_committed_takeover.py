@@ -14,7 +14,7 @@ from s2_sink.lite import LiteServer
 from s2_sink.writer import S2Writer
 from tests.faults._support import cfg_for, make_basin
 from tests.sim._scenario import Row
-from tests.unit._eo_writer import facts, write_batch
+from tests.unit.exactly_once._writer import facts, write_batch
 
 ROWS = [Row(b'{"id":%d}' % i) for i in range(6)]
 

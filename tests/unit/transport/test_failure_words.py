@@ -22,8 +22,8 @@ from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, ReadError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name
-from tests.unit._odd_servers import plain_http2_404, silent
-from tests.unit.test_writer_core import ctx, frame
+from tests.unit.transport._odd_servers import plain_http2_404, silent
+from tests.unit.write.test_partition_writer import ctx, frame
 
 _FAST: dict[str, Any] = {"max_retries": 0, "delivery_timeout_ms": 0, "retry_delay_ms": 10}
 

@@ -30,7 +30,7 @@ from s2_sink.lite import LiteServer
 from s2_sink.writer import S2Writer
 from tests.faults._support import cfg_for, make_basin
 from tests.sim._scenario import Row
-from tests.unit._eo_writer import bodies, facts, ledger_state, write_batch, write_tasks
+from tests.unit.exactly_once._writer import bodies, facts, ledger_state, write_batch, write_tasks
 
 GOOD = [Row(b'{"id":%d}' % i) for i in range(12)]
 BAD = Row(b'{"id":null}', error="upsert key column 'id' is null")

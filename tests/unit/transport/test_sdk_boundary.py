@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "s2_sink"
 BOUNDARY = PACKAGE / "_transport" / "sdk.py"
 LITE = PACKAGE / "lite"

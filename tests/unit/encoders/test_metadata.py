@@ -41,8 +41,7 @@ from s2_sink.encoders import (
     metered_bytes,
 )
 from s2_sink.errors import ConfigError, EncodeError
-
-from ._encoders_strategies import batch_of
+from tests.unit.encoders._strategies import batch_of
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 

@@ -22,8 +22,7 @@ from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.read.record_columns import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
-
-from .test_wire_record_columns import _message, records
+from tests.unit.wire.test_record_columns import _message, records
 
 
 def _cfg(endpoint: str, basin: str) -> S2Config:

@@ -21,8 +21,8 @@ from s2_sink._write.write_plan import WritePlan
 from s2_sink.lite import LiteServer
 from tests.faults._support import make_basin
 from tests.integration._s2read import read_stream
-from tests.unit.test_create_streams_keeps_config import KEPT, _configs, _configure
-from tests.unit.test_writer_core import config, ctx, frame, stream_rows
+from tests.unit.transport.test_create_streams_keeps_config import KEPT, _configs, _configure
+from tests.unit.write.test_partition_writer import config, ctx, frame, stream_rows
 
 STREAMS = 300
 ROWS = 3000  # ten rows per stream, the streams interleaved row by row

@@ -18,7 +18,7 @@ from s2_sink.datasource import S2DataSource
 from s2_sink.errors import ConfigError, PreflightError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name
-from tests.unit._odd_servers import plain_http2_404, silent
+from tests.unit.transport._odd_servers import plain_http2_404, silent
 
 _ONE_COL = StructType([StructField("id", LongType())])
 

@@ -27,8 +27,7 @@ from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 from tests.hypothesis_profiles import examples
-
-from .test_wire_record_columns import _message, bodies, small_blobs
+from tests.unit.wire.test_record_columns import _message, bodies, small_blobs
 
 SETTINGS = settings(
     max_examples=examples(200, fast=40),

@@ -30,8 +30,7 @@ from pyspark.sql.types import (
 
 from s2_sink.encoders import BODY, InsertEncoder, decode_json
 from tests.hypothesis_profiles import examples
-
-from ._encoders_strategies import batch_of, normalized, schema_and_rows
+from tests.unit.encoders._strategies import batch_of, normalized, schema_and_rows
 
 
 def bodies(schema: StructType, rows: list[dict[str, Any]]) -> list[bytes]:

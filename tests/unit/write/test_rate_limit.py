@@ -28,7 +28,7 @@ from s2_sink.lite import LiteServer, ManualClock
 from s2_sink.lite._throttle import BATCHES_PER_SECOND
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream
-from tests.unit.test_writer_core import config, ctx, frame, stream_rows
+from tests.unit.write.test_partition_writer import config, ctx, frame, stream_rows
 
 ROWS = 3 * BATCHES_PER_SECOND + 50
 """One record per append: more than three windows' worth of batches on one stream."""

@@ -11,7 +11,7 @@ from s2_sink._read.session import missing
 from s2_sink._wire.read.record_columns import Tail, parse_read_batch
 from s2_sink._wire.read.run import ReadRun
 from tests.hypothesis_profiles import examples
-from tests.unit.test_wire_record_columns import _as_records, _message, small_blobs, tails
+from tests.unit.wire.test_record_columns import _as_records, _message, small_blobs, tails
 
 
 def _out_of_order(recs: list[SequencedRecord]) -> bytes:

@@ -17,7 +17,7 @@ from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream
-from tests.unit.test_writer_core import RecordingTagger, config, ctx, frame, stream_rows
+from tests.unit.write.test_partition_writer import RecordingTagger, config, ctx, frame, stream_rows
 
 MAX_RECORD = 1024 * 1024
 

@@ -26,7 +26,7 @@ from s2_sink.errors import PreflightError, WriteError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream
-from tests.unit.test_writer_core import config, ctx, frame
+from tests.unit.write.test_partition_writer import config, ctx, frame
 
 DOWN_S = 3.0
 

@@ -2,8 +2,9 @@
 
 An SDK release that renamed or moved one fails here with the name of the attribute, instead of failing
 somewhere in a bulk append or read. The static part needs only the installed SDK (no server), so it runs
-against any s2-sdk release in a scratch environment (``python -m pytest tests/unit/test_sdk_contract.py -k
-names``); the live part checks the attributes of real objects, a client's connections to the lite server.
+against any s2-sdk release in a scratch environment
+(``python -m pytest tests/unit/transport/test_sdk_contract.py -k names``); the live part checks the
+attributes of real objects, a client's connections to the lite server.
 """
 
 from __future__ import annotations

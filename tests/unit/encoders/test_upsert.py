@@ -21,8 +21,7 @@ from pyspark.sql.types import (
 
 from s2_sink.encoders import BODY, ERROR, HEADERS, KEY, UpsertChange, UpsertEncoder, decode_upsert
 from s2_sink.errors import ConfigError, EncodeError
-
-from ._encoders_strategies import atomic_types, normalized, schema_and_rows, values_of
+from tests.unit.encoders._strategies import atomic_types, normalized, schema_and_rows, values_of
 
 SCHEMA = StructType(
     [
