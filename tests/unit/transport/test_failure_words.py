@@ -128,7 +128,10 @@ def test_transport_failures_name_the_endpoint_and_the_host() -> None:
     assert f"cannot reach S2 at {unresolved}: host 'no-such-host.invalid' does not resolve" in str(dns.value)
 
 
-@pytest.mark.parametrize(("retries", "deadline_ms"), [(0, 0), (1, 1500)])
+@pytest.mark.parametrize(
+    ("retries", "deadline_ms"),
+    [(0, 0), pytest.param(1, 1500, marks=pytest.mark.waits)],  # waits the bound
+)
 def test_a_silent_endpoint_fails_within_the_timeout_bound(retries: int, deadline_ms: int) -> None:
     """A server that accepts TCP and never replies fails a task's writes and a driver call within the
     delivery deadline plus one attempt ((max_retries + 1) x (connect + request timeout) for a unary call;

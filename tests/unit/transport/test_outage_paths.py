@@ -66,6 +66,7 @@ def _outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+@pytest.mark.waits  # rides out an outage of the server
 def test_an_exactly_once_task_waits_for_s2_and_writes_everything_once(
     server: LiteServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -110,6 +111,7 @@ def test_an_exactly_once_task_fails_at_once_over_appends_that_may_have_landed(fa
     assert time.monotonic() - started < 10.0
 
 
+@pytest.mark.waits  # rides out an outage of the server
 def test_past_the_deadline_a_task_fails_naming_the_option(server: LiteServer) -> None:
     """With s2.delivery-timeout-ms=1000 and S2 down for 3 s, the task fails after about a second with the
     words of a refused connection and the option to raise."""
@@ -128,6 +130,7 @@ def test_past_the_deadline_a_task_fails_naming_the_option(server: LiteServer) ->
     assert "past the delivery deadline: to ride out longer outages, raise s2.delivery-timeout-ms" in words
 
 
+@pytest.mark.waits  # rides out an outage of the server
 def test_the_ledger_and_a_readers_planning_wait_for_s2(server: LiteServer) -> None:
     """The driver's ledger load and append, and a read's planning (tails), made while S2 is down, return
     once it is back."""
@@ -149,6 +152,7 @@ def test_the_ledger_and_a_readers_planning_wait_for_s2(server: LiteServer) -> No
     back.join()
 
 
+@pytest.mark.waits  # rides out an outage of the server
 def test_a_query_started_during_an_outage_waits_in_its_preflight(server: LiteServer) -> None:
     """The driver's preflight retries like everything else: started while S2 is down, it passes once S2 is
     back; with s2.delivery-timeout-ms=0 it fails at once, naming the endpoint and the option."""
