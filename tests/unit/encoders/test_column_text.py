@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, DoubleType, FloatType, StringType, TimestampNTZType, TimestampType
 
 from s2_sink.encoders._arrow_json import json_fragments, json_string
+from tests.hypothesis_profiles import examples
 
 # Doubles drawn from their bit patterns reach every exponent, subnormals and NaN payloads alike.
 _DOUBLE_BITS = st.integers(0, 2**64 - 1).map(lambda b: struct.unpack("<d", struct.pack("<Q", b))[0])
@@ -106,7 +107,7 @@ def test_nulls_and_slices_keep_their_rows() -> None:
     assert json_fragments(pa.array([0.1], pa.float32()), FloatType()).to_pylist() == ["0.1"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, fast=60), deadline=None)
 @given(
     st.lists(
         st.one_of(st.none(), st.text(), st.text(alphabet=st.characters(max_codepoint=0x7F))), max_size=20

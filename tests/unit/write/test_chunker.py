@@ -19,6 +19,7 @@ from s2_sink._write.write_plan import OnError, PartitionContext, WritePlan
 from s2_sink.config import ONE_MIB, S2Config
 from s2_sink.encoders._frame import BODY, ERROR, HEADERS, HEADERS_ARROW_TYPE
 from s2_sink.encoders._metered import metered_size
+from tests.hypothesis_profiles import examples
 
 LOCAL = "http://127.0.0.1:1"
 STREAM_COLUMN = "_target"
@@ -146,7 +147,7 @@ def split(table: pa.Table, cuts: list[int]) -> list[pa.RecordBatch]:
     return [batch for lo, hi in itertools.pairwise(bounds) for batch in table.slice(lo, hi - lo).to_batches()]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150, fast=30), deadline=None)
 @given(cases(), st.lists(st.integers(0, 10_000), max_size=8))
 def test_any_split_into_arrow_batches_gives_the_same_chunks(case: Case, cuts: list[int]) -> None:
     """The rows as one Arrow batch, as one batch per row, or split anywhere make identical chunks, as
@@ -162,7 +163,7 @@ def test_any_split_into_arrow_batches_gives_the_same_chunks(case: Case, cuts: li
     assert sorted(chunk(case, split(table, list(range(table.num_rows)))).chunks) == whole
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150, fast=30), deadline=None)
 @given(cases(), st.lists(st.integers(0, 10_000), max_size=8))
 def test_arrow_slices_make_the_chunks_records_make(case: Case, cuts: list[int]) -> None:
     """The bulk path's input (all-good batches as Arrow slices, batches with bad rows as records, both
@@ -175,7 +176,7 @@ def test_arrow_slices_make_the_chunks_records_make(case: Case, cuts: list[int]) 
         assert by_spans.records == by_records.records
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150, fast=30), deadline=None)
 @given(cases())
 def test_every_chunk_respects_both_caps(case: Case) -> None:
     """No chunk holds more than max_records records, or more than max_bytes unless it is one record,
@@ -190,7 +191,7 @@ def test_every_chunk_respects_both_caps(case: Case) -> None:
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150, fast=30), deadline=None)
 @given(cases())
 def test_chunks_concatenate_back_to_the_input_in_order(case: Case) -> None:
     """Per stream, the chunks in index order are exactly that stream's good rows, in row order, with
@@ -250,7 +251,7 @@ def test_a_run_and_single_adds_cut_alike() -> None:
     assert [c[2] for c in by_run] == [["r0", "r1", "r2"], ["r3"], ["r4"], ["r5", "r6", "r7"], ["r8"]]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, fast=60), deadline=None)
 @given(
     st.lists(st.integers(0, 120), max_size=80),
     st.lists(st.integers(0, 80), max_size=5),
@@ -289,7 +290,7 @@ def _rows(first: int, lo: int, hi: int) -> tuple[int, int]:
     return first + lo, first + hi
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, fast=60), deadline=None)
 @given(
     st.lists(st.integers(0, 120), max_size=80),
     st.lists(st.integers(0, 80), max_size=5),
@@ -321,7 +322,7 @@ def test_spans_cut_where_single_adds_cut(
     assert all(a < b for _, _, items, _ in by_span for a, b in items)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, fast=60), deadline=None)
 @given(st.lists(st.integers(0, 120), max_size=60), st.integers(1, 7), st.integers(8, 200), st.data())
 def test_cut_points_close_every_chunk_where_the_caps_say(
     sizes: list[int], max_records: int, max_bytes: int, data: st.DataObject
