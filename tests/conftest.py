@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import tests.hypothesis_profiles  # noqa: F401  (registers the fast profile before --hypothesis-profile loads it)
 from s2_sink.lite import Faults, LiteServer, RemoteFaults
 from s2_sink.testing import fresh_basin
 from tests.s2_target import ExternalS2, external_s2

@@ -5,9 +5,9 @@ s2-sdk exports a typed client (``S2``, ``S2Basin``, ``S2Stream``, records, error
 paths need to speak S2S themselves over the SDK's own HTTP/2 connections: its protobuf messages, its S2S
 framing, its transport errors and reconnect rules, the stream's transport and settings, and the connections of
 its pool (where a read session advertises larger HTTP/2 frames). Each is named below once, typed as we use
-it. `tests/unit/test_sdk_contract.py` checks every name and attribute relied on against the installed SDK
-and names the one that moved; `tests/unit/test_sdk_boundary.py` fails if another module imports
-``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
+it. `tests/unit/transport/test_sdk_contract.py` checks every name and attribute relied on against the
+installed SDK and names the one that moved; `tests/unit/transport/test_sdk_boundary.py` fails if another
+module imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,14 @@
-"""The ``s2-sink`` command, run in a subprocess as a user runs it, against the session's lite server."""
+"""The ``s2-sink`` command against the session's lite server: through its ``main`` in this process (its
+arguments, environment, stdout, stderr and exit code, as a user sees them), and in real processes where the
+process is what is tested (the console script, ``python -m s2_sink.lite``, ``tail --follow`` stopped by
+SIGINT, a reader closing the pipe)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -12,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pyarrow as pa
 import pytest
@@ -25,36 +31,29 @@ from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
-from s2_sink.cli import EXIT_CODES
+from s2_sink.cli import EXIT_CODES, main
 from s2_sink.config import S2Config
 from s2_sink.encoders import ACTION_HEADER, KEY_HEADER
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin, unique_basin_name
 from s2_sink.writer import S2Writer
 from tests.sim._scenario import Row
-from tests.unit._eo_writer import facts, write_batch
+from tests.unit.exactly_once._writer import facts, write_batch
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
 
 
-def cli(
-    endpoint: str, *args: str, token: str = "test", timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """``python -m s2_sink ARGS`` with the lite server's exports in the environment."""
-    env = {
-        **os.environ,
-        "S2_ACCOUNT_ENDPOINT": endpoint,
-        "S2_BASIN_ENDPOINT": endpoint,
-        "S2_ACCESS_TOKEN": token,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "s2_sink", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def cli(endpoint: str, *args: str, token: str = "test") -> subprocess.CompletedProcess[str]:
+    """``s2-sink ARGS`` with the lite server's exports in the environment: the command's ``main`` run in this
+    process (a subprocess would add only an interpreter start), its stdout, stderr and exit code captured."""
+    env = {"S2_ACCOUNT_ENDPOINT": endpoint, "S2_BASIN_ENDPOINT": endpoint, "S2_ACCESS_TOKEN": token}
+    out, err = io.StringIO(), io.StringIO()
+    with patch.dict(os.environ, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: --help, or arguments it refuses
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return subprocess.CompletedProcess(["s2-sink", *args], code, out.getvalue(), err.getvalue())
 
 
 def config(lite: LiteServer, basin: str) -> S2Config:

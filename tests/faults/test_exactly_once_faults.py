@@ -254,7 +254,8 @@ def test_format_sink_task_retries_and_driver_kill_exactly_once(tmp: Path, eo_ser
     # Batch 0 had epoch 1; the killed execution of batch 1 continued it (planned by the same Python worker
     # after batch 0's commit; epoch 2 if another worker planned it); the replay after the restart opened the
     # next epoch. The killed execution wrote part of batch 1 (in 1 of 8 runs, all of it: its Python workers
-    # outlived the kill; the replay then subtracted everything). test_eo_sink_blocks covers the completion.
+    # outlived the kill; the replay then subtracted everything). tests/unit/exactly_once/test_sink_blocks.py
+    # covers the completion.
     assert out.epochs_of(0) == {1}, out.origins
     killed = min(out.epochs_of(1))
     assert killed in {1, 2}, out.origins

@@ -41,7 +41,7 @@ from s2_sink.encoders import (
 from s2_sink.encoders._frame import ACTION
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer, laid_out
-from tests.unit._encoders_strategies import batch_of, normalized, schema_and_rows
+from tests.unit.encoders._strategies import batch_of, normalized, schema_and_rows
 
 pytestmark = pytest.mark.spark
 

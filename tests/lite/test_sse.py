@@ -117,6 +117,7 @@ def test_resume_from_last_event_id(http: httpx.Client, basin: str) -> None:
     assert (bad.status_code, bad.json()["code"]) == (400, "bad_header")
 
 
+@pytest.mark.waits  # 5-15 s for the idle heartbeat
 def test_session_follows_the_tail_with_pings(http: httpx.Client, basin: str) -> None:
     """At the tail a session pings at once (with the tail), delivers new records as they land (with the tail
     after them), and pings again when idle, every 5-15 s (lite/src/backend/read.rs, new_heartbeat_sleep)."""

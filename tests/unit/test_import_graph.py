@@ -8,6 +8,7 @@ names (``from pkg import name`` is an edge to ``pkg.name`` when that is a module
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +51,16 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 graph[name].update(t for t in _targets(node, name, path, known) if t != name)
     return graph
+
+
+@functools.cache
+def _parsed_package() -> dict[str, frozenset[str]]:
+    return {name: frozenset(targets) for name, targets in import_graph(ROOT, "s2_sink").items()}
+
+
+def package_graph() -> dict[str, set[str]]:
+    """The package's import graph, parsed once per session (each test gets its own copy)."""
+    return {name: set(targets) for name, targets in _parsed_package().items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -135,7 +146,7 @@ def test_the_graph_sees_type_only_and_relative_imports(tmp_path: Path) -> None:
 
 def test_the_real_graph_has_the_edges_it_should() -> None:
     """A check that the walk reads the package: known runtime and type-only edges are there."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     assert "s2_sink._write.driver.routing" in graph["s2_sink._write.spec"]
     assert (
         "s2_sink._write.driver.metrics" in graph["s2_sink._write.driver.delivery"]
@@ -145,13 +156,13 @@ def test_the_real_graph_has_the_edges_it_should() -> None:
 
 def test_no_import_cycles_in_the_package() -> None:
     """No two modules of s2_sink (outside the lite server) import each other, directly or around a loop."""
-    found = [c for c in cycles(import_graph(ROOT, "s2_sink")) if not _in_lite(c)]
+    found = [c for c in cycles(package_graph()) if not _in_lite(c)]
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
 
 
 def test_no_import_cycles_in_the_lite_server() -> None:
     """No two modules of the lite server import each other, directly or around a loop."""
-    found = [c for c in cycles(import_graph(ROOT, "s2_sink")) if _in_lite(c)]
+    found = [c for c in cycles(package_graph()) if _in_lite(c)]
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
 
 
@@ -198,7 +209,7 @@ def test_layers_import_only_downward() -> None:
     paths; exactly-once imports nothing back from the
     write path but its plan (the seams it implements); the read and write paths do not import each other's
     front doors; nothing below the front doors imports them."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     wrong = []
     for module, targets in graph.items():
         if _in_lite([module]):
@@ -214,7 +225,7 @@ def test_layers_import_only_downward() -> None:
 
 def test_read_and_write_paths_are_apart() -> None:
     """The read path (`_read`) and the write path (`_write`) share lower layers, never each other."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     crossing = [
         f"{m} -> {t}"
         for m, targets in graph.items()
@@ -256,7 +267,7 @@ def _read_stage(module: str) -> str | None:
 def test_read_stages_import_only_the_stages_below() -> None:
     """Rows, session and planning of the read path stay apart: rows never call S2 or plan, the session never
     builds rows or plans, planning never builds rows; only a task's `partition` joins session and rows."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     wrong = []
     for module, targets in graph.items():
         stage = _read_stage(module)
@@ -271,7 +282,7 @@ def test_read_stages_import_only_the_stages_below() -> None:
 
 def test_every_read_module_is_in_a_stage() -> None:
     """A new module of `_read` belongs to a stage (the package itself holds none of the read)."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     loose = [m for m in graph if m.startswith("s2_sink._read.") and _read_stage(m) == "s2_sink._read"]
     assert not loose, f"add to READ_STAGES or move into a stage: {loose}"
 
@@ -279,7 +290,7 @@ def test_every_read_module_is_in_a_stage() -> None:
 def test_the_spark_adapter_reads_through_the_stages() -> None:
     """`datasource/` adapts Spark's API: its readers call planning and a task's `partition`, never the
     session or the formats themselves."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     direct = [
         f"{m} -> {t}"
         for m, targets in graph.items()
@@ -306,6 +317,6 @@ def test_no_two_modules_share_a_name() -> None:
 def test_the_sink_does_not_import_the_lite_server() -> None:
     """The lite server ships in the same distribution but is its own program: only the CLI's ``s2-sink lite``,
     the demo and the `testing` helpers (which start one) import it."""
-    graph = import_graph(ROOT, "s2_sink")
+    graph = package_graph()
     users = {m for m, targets in graph.items() if not _in_lite([m]) and any(_in_lite([t]) for t in targets)}
     assert users <= {"s2_sink.cli._main", "s2_sink.demo", "s2_sink.testing"}, sorted(users)

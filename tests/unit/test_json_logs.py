@@ -18,7 +18,7 @@ from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import WritePlan
 from s2_sink.lite import LiteServer
-from tests.unit.test_writer_core import config, ctx, frame
+from tests.unit.write.test_partition_writer import config, ctx, frame
 
 
 @pytest.fixture
