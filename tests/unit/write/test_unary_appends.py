@@ -23,7 +23,7 @@ from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream
-from tests.unit.test_writer_core import config, ctx, frame, stream_rows
+from tests.unit.write.test_partition_writer import config, ctx, frame, stream_rows
 
 STREAMS = 300
 ROWS = 3000  # ten rows per stream, interleaved row by row
