@@ -12,7 +12,7 @@ read): the session, the rows and the loss policy are imported by `read_partition
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from s2_sink._read.planning.data_loss import LossPolicy
     from s2_sink._read.read_options import ReadFormat
+    from s2_sink._wire.read.record_columns import RecordColumns
     from s2_sink.config import S2Config
 
 __all__ = ["S2Partition", "read_partition"]
@@ -52,7 +53,7 @@ def read_partition(
     Records arrive as columns decoded in bulk from the wire and stay columns in every format; the rows of
     small ranges are handed to Spark together, in batches of about ``session.RUN_RECORDS`` rows."""
     from s2_sink._read.planning.data_loss import gap_handler  # noqa: PLC0415 - the task's (module doc)
-    from s2_sink._read.rows.formats import columns_to_batch, materialized_batches  # noqa: PLC0415
+    from s2_sink._read.rows.formats import materialized_batches, several_to_batch  # noqa: PLC0415
     from s2_sink._read.session import RUN_BYTES, RUN_RECORDS, read_range_columns, read_ranges_columns  # noqa: PLC0415
 
     if partition.materialize:
@@ -63,7 +64,7 @@ def read_partition(
                 fmt, schema, stream, read_range_columns(cfg, stream, first, stop, on_gap)
             )
         return
-    pending: list[pa.RecordBatch] = []
+    pending: list[tuple[str, RecordColumns]] = []
     rows = size = 0
     runs = read_ranges_columns(cfg, partition.ranges, lambda stream: gap_handler(cfg.basin, stream, on_loss))
     for stream, columns in runs:  # runs of several read batches of one range (`session.RUN_RECORDS`)
@@ -71,19 +72,10 @@ def read_partition(
         data = columns.take(~commands) if commands.any() else columns
         if not len(data):
             continue
-        pending.append(columns_to_batch(fmt, schema, stream, data))
+        pending.append((stream, data))
         rows, size = rows + len(data), size + data.bodies.nbytes
         if rows >= RUN_RECORDS or size >= RUN_BYTES:
-            yield _joined(pending)
+            yield several_to_batch(fmt, schema, pending)
             pending, rows, size = [], 0, 0
     if pending:
-        yield _joined(pending)
-
-
-def _joined(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
-    """One batch of the rows of ``batches`` (same schema): Spark pays per batch it is handed."""
-    if len(batches) == 1:
-        return batches[0]
-    import pyarrow as pa  # noqa: PLC0415 - the task's (module doc)
-
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        yield several_to_batch(fmt, schema, pending)

@@ -279,9 +279,10 @@ async def _ranges_columns(
     *,
     run_records: int,
     concurrency: int,
-) -> AsyncGenerator[tuple[str, RecordColumns], None]:
+) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
     """The records of every range, each range's in order, ranges interleaved: ``concurrency`` readers take
-    the next range when done with one, and hand their runs over a queue that bounds what waits."""
+    the next range when done with one, and hand their runs over a queue that bounds what waits; the runs
+    come out as many as are ready at once."""
     todo = iter(ranges)
     out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
 
@@ -298,17 +299,36 @@ async def _ranges_columns(
     running = len(tasks)
     try:
         while running:
+            # Whatever is ready goes in one hand-off: each costs the task's thread a wake-up.
+            ready: list[tuple[str, RecordColumns]] = []
             item = await out.get()
-            if isinstance(item, _Done):
-                running -= 1
-            elif isinstance(item, Exception):
-                raise item
-            else:
-                yield item  # type: ignore[misc]
+            while True:
+                if isinstance(item, _Done):
+                    running -= 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    ready.append(item)  # type: ignore[arg-type]
+                if out.empty():
+                    break
+                item = out.get_nowait()
+            if ready:
+                yield ready
     finally:
-        for task in tasks:
+        await _stop(tasks, out)
+
+
+async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
+    """End the readers (the consumer stopped, or one failed). A reader may be handing over to the full
+    queue, or inside the SDK's transport, which can turn a cancellation into a transport error that the
+    reader then hands over too: so the queue is emptied and the readers cancelled until all have ended."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        while not out.empty():
+            out.get_nowait()
+        _, pending = await asyncio.wait(pending, timeout=0.05)
 
 
 async def _next(batches: AsyncGenerator[_T, None]) -> _T:
@@ -342,10 +362,10 @@ def read_ranges_columns(
     try:
         while True:
             try:
-                batch = _runtime.run(_next(batches))
+                ready = _runtime.run(_next(batches))
             except StopAsyncIteration:
                 return
-            yield batch
+            yield from ready
     finally:
         # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
         # async-generator hook closes ``batches`` once it is collected too.

@@ -46,6 +46,13 @@ LOOKUP_CONCURRENCY: Final = 64
 that a listing of a hundred thousand does not open as many requests."""
 
 
+def _names(streams: Sequence[str], shown: int = 10) -> str:
+    """The streams for a message: all of a few, the first `shown` of many and how many there are."""
+    if len(streams) <= shown:
+        return repr(list(streams))
+    return f"{list(streams)[:shown]!r} and {len(streams) - shown} more streams"
+
+
 async def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) -> list[_T]:
     """``lookup(stream)`` of every stream, concurrently (at most `LOOKUP_CONCURRENCY` at once), in order."""
     gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
@@ -117,7 +124,7 @@ def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
         found = await _each(streams, lambda s: _epoch_of(basin, s))
         return {s: e for s, e in zip(streams, found, strict=True) if e is not None}
 
-    return _run(cfg, f"looking up the creation time of {list(streams)!r}", op)
+    return _run(cfg, f"looking up the creation time of {_names(streams)}", op)
 
 
 async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
@@ -143,7 +150,7 @@ def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) ->
         maybe = await _each(streams, lambda s: _tail_or_none(basin, s))
         return {s: t for s, t in zip(streams, maybe, strict=True) if t is not None}
 
-    return _run(cfg, f"checking the tail of {list(streams)!r}", op)
+    return _run(cfg, f"checking the tail of {_names(streams)}", op)
 
 
 async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:
@@ -164,7 +171,7 @@ def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
         found = await _each(streams, lambda s: _first_seq(basin, s))
         return dict(zip(streams, found, strict=True))
 
-    return _run(cfg, f"finding the first stored record of {list(streams)!r}", op)
+    return _run(cfg, f"finding the first stored record of {_names(streams)}", op)
 
 
 def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
@@ -228,4 +235,4 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
         found = await _each(streams, lambda s: _seq_at(basin, s, timestamp))
         return dict(zip(streams, found, strict=True))
 
-    return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)
+    return _run(cfg, f"finding timestamp {timestamp} in {_names(streams)}", op)
