@@ -319,9 +319,9 @@ async def _ranges_columns(
 
 
 async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
-    """End the readers (the consumer stopped, or one failed). A reader may be handing over to the full
-    queue, or inside the SDK's transport, which can turn a cancellation into a transport error that the
-    reader then hands over too: so the queue is emptied and the readers cancelled until all have ended."""
+    """End the readers (the consumer stopped, or one failed). A cancelled reader can end with an error of
+    its own rather than the cancellation (the SDK's transport cleaning up) and hand that over to the full
+    queue, where it would wait for ever: so the queue is emptied and the readers cancelled until all ended."""
     pending = {task for task in tasks if not task.done()}
     while pending:
         for task in pending:
