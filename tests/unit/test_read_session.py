@@ -275,3 +275,34 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
         next(runs)
         runs.close()  # returns once every reader has ended
     assert read_all() == {name: list(range(5, 25)) for name in names}
+
+
+def test_a_record_that_does_not_decode_among_many_streams_names_its_stream(
+    lite: LiteServer, basin: str
+) -> None:
+    """Small streams' records are converted to rows together; a body that does not decode into the schema
+    fails the read naming its own stream, not the batch's other streams."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from s2_sink._read.partition import S2Partition, read_partition
+
+    names = [f"j/{i:02d}" for i in range(12)]
+    for name in names:
+        _append(lite.endpoint, basin, name, [[s2_sdk.Record(body=b'{"n": %d}' % j) for j in range(3)]])
+    _append(
+        lite.endpoint, basin, "j/bad", [[s2_sdk.Record(body=b'{"n": 1}'), s2_sdk.Record(body=b"not json")]]
+    )
+    schema = StructType([StructField("n", LongType()), StructField("_s2_stream", StringType())])
+    good = S2Partition([(name, 0, 3) for name in names])
+    rows = [
+        r
+        for b in read_partition(_cfg(lite.endpoint, basin), "json", schema, good, on_loss="fail")
+        for r in b.to_pylist()
+    ]
+    assert sorted((r["_s2_stream"], r["n"]) for r in rows) == [(name, j) for name in names for j in range(3)]
+    bad = S2Partition(
+        [*((name, 0, 3) for name in names[:6]), ("j/bad", 0, 2), *((name, 0, 3) for name in names[6:])]
+    )
+    with pytest.raises(ReadError, match=r"stream 'j/bad'") as info:
+        list(read_partition(_cfg(lite.endpoint, basin), "json", schema, bad, on_loss="fail"))
+    assert "j/00" not in str(info.value)
