@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks._read_many import read_many_lines, read_many_targets
+
 __all__ = ["chart", "client_cpu", "table", "targets"]
 
 Result = dict[str, Any]
@@ -120,6 +122,7 @@ def targets(results: Result) -> list[Result]:
     )
     out.extend(_shape_targets(results.get("shape", {})))
     out.extend(_routed_targets(results.get("routed", {})))
+    out.extend(read_many_targets(results.get("read_many", {})))
     return out
 
 
@@ -280,6 +283,7 @@ def table(results: Result) -> str:
     else:
         lines.append(f"lite server ingest: {li.get('status', 'n/a').upper()}: {li.get('reason', '')}")
     lines += _routed_lines(results.get("routed", {}))
+    lines += read_many_lines(results.get("read_many", {}))
     diag = results.get("diagnostics", {}).get("s2writer_no_null_headers", {})
     if diag.get("status") == "ok":
         w = _case(results, "s2writer")

@@ -83,7 +83,7 @@ def _written(lite: LiteProcess, rows: int) -> dict[str, str]:
 def _read(options: dict[str, str], rows: int) -> int:
     reader = S2DataSource(options).reader(_ROWS_SCHEMA)
     rows_read = 0
-    for batch in reader.read(S2Partition("w", 0, rows)):
+    for batch in reader.read(S2Partition([("w", 0, rows)])):
         assert isinstance(batch, pa.RecordBatch)
         rows_read += batch.num_rows
     return rows_read

@@ -30,6 +30,7 @@ from benchmarks._data import DATASETS, dataset, json_body
 from benchmarks._format_sink import format_sink
 from benchmarks._lite import LiteProcess, ingest_rate, lite_process
 from benchmarks._procs import ProcessMeter
+from benchmarks._read_many import read_many
 from benchmarks._report import chart, table, targets
 from benchmarks._routed import routed
 from benchmarks._shape import production_shape
@@ -47,6 +48,7 @@ FULL = {
     "streams": 1000,
     "rows_per_stream": 100,
     "routed_batches": 3,
+    "read_rounds": 3,
 }
 # The parts of a run besides the cases, in run order; `--only` names them like cases.
 SECTIONS = (
@@ -57,6 +59,7 @@ SECTIONS = (
     "lite_ingest",
     "shape",
     "routed",
+    "read_many",
 )
 SKIPPED = {"status": "skipped", "reason": "not selected with --only"}
 
@@ -69,6 +72,7 @@ QUICK = {
     "streams": 50,
     "rows_per_stream": 100,
     "routed_batches": 1,
+    "read_rounds": 1,
 }
 
 
@@ -103,6 +107,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="the routed section: measured micro-batches per writer, after an untimed first "
         "(default 3, quick 1)",
+    )
+    p.add_argument(
+        "--read-rounds",
+        type=int,
+        help="the read_many section (--streams x --rows-per-stream records): measured rounds (default 3)",
     )
     p.add_argument(
         "--repeat",
@@ -423,6 +432,20 @@ def _routed_section(meter: ProcessMeter, ctx: Ctx, sizes: dict[str, int]) -> dic
     return {"status": "ok", **res}
 
 
+def _read_many_section(meter: ProcessMeter, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
+    try:
+        res = read_many(
+            meter,
+            ctx,
+            streams=sizes["streams"],
+            rows_per_stream=sizes["rows_per_stream"],
+            rounds=sizes["read_rounds"],
+        )
+    except Exception as exc:
+        return {"status": "error", "reason": _reason(exc)}
+    return {"status": "ok", **res}
+
+
 def _lite_ingest(lite: LiteProcess, records: int) -> dict[str, Any]:
     try:
         return {"status": "ok", **ingest_rate(lite, records)}
@@ -478,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes["rows"] = args.rows
     if args.big_rows:
         sizes["big_rows"] = args.big_rows
-    for name in ("stream_batches", "streams", "rows_per_stream", "routed_batches"):
+    for name in ("stream_batches", "streams", "rows_per_stream", "routed_batches", "read_rounds"):
         if getattr(args, name):
             sizes[name] = getattr(args, name)
     only = set(args.only.split(",")) if args.only else None
@@ -532,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
             if selected("routed"):
                 _log(f"  routed: one stream vs {sizes['streams']:,} streams, both deliveries ...")
                 many = _routed_section(meter, ctx, sizes)
+            reads = dict(SKIPPED)
+            if selected("read_many"):
+                _log(f"  read_many: one stream vs {sizes['streams']:,} streams ...")
+                reads = _read_many_section(meter, ctx, sizes)
             ingest = dict(SKIPPED)
             if selected("lite_ingest"):
                 _log("  lite ingest ...")
@@ -572,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         "lite_ingest": ingest,
         "shape": shape,
         "routed": many,
+        "read_many": reads,
         "diagnostics": diagnostics,
     }
     results["targets"] = targets(results)

@@ -1,5 +1,10 @@
-"""The unit of work of the s2 source: one seq_num range of one stream, planned on the driver and read by one
-Spark task into Arrow batches of the output schema.
+"""The unit of work of the s2 source: seq_num ranges of one or more streams, planned on the driver and read by
+one Spark task into Arrow batches of the output schema.
+
+Small streams share a partition (`planning.offsets.pack_ranges`): a Spark task costs a Python worker's
+floor, about what thousands of records cost, so a partition per small stream would make reading many of
+them cost that floor per stream. The task reads its ranges several at a time (`session.read_ranges_columns`)
+and hands Spark batches of several streams' rows.
 
 `S2Partition` is planned in processes that need none of the reading (creating the source, planning a
 read): the session, the rows and the loss policy are imported by `read_partition`, in the task.
@@ -7,7 +12,7 @@ read): the session, the rows and the loss policy are imported by `read_partition
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
@@ -18,43 +23,59 @@ if TYPE_CHECKING:
 
     from s2_sink._read.planning.data_loss import LossPolicy
     from s2_sink._read.read_options import ReadFormat
+    from s2_sink._wire.read.record_columns import RecordColumns
     from s2_sink.config import S2Config
 
 __all__ = ["S2Partition", "read_partition"]
 
 
 class S2Partition(InputPartition):
-    """Records of ``stream`` with ``first <= seq_num < stop``. Plain data: it is pickled to the executor."""
+    """Records of each ``(stream, first, stop)`` of ``ranges``: ``first <= seq_num < stop``. Plain data: it
+    is pickled to the executor."""
 
-    def __init__(self, stream: str, first: int, stop: int, *, materialize: bool = False) -> None:
-        super().__init__((stream, first, stop))
-        self.stream = stream
-        self.first = first
-        self.stop = stop
+    def __init__(self, ranges: Iterable[tuple[str, int, int]], *, materialize: bool = False) -> None:
+        self.ranges = tuple(ranges)
+        super().__init__(self.ranges)
         self.materialize = materialize
 
     def __repr__(self) -> str:
-        return f"S2Partition(stream={self.stream!r}, first={self.first}, stop={self.stop})"
+        shown = ", ".join(f"{s!r}[{lo}, {hi})" for s, lo, hi in self.ranges[:3])
+        more = f", ... ({len(self.ranges)} ranges)" if len(self.ranges) > 3 else ""
+        return f"S2Partition({shown}{more})"
 
 
 def read_partition(
     cfg: S2Config, fmt: ReadFormat, schema: StructType, partition: S2Partition, *, on_loss: LossPolicy
 ) -> Iterator[pa.RecordBatch]:
-    """Every data record of the range (command records such as fences and trims are skipped); records of
-    the range that were trimmed or expired are handled by ``on_loss``.
+    """Every data record of the ranges (command records such as fences and trims are skipped); records of
+    a range that were trimmed or expired are handled by ``on_loss``.
 
-    Records arrive as columns decoded in bulk from the wire and stay columns in every format."""
+    Records arrive as columns decoded in bulk from the wire and stay columns in every format; the rows of
+    small ranges are handed to Spark together, in batches of about ``session.RUN_RECORDS`` rows."""
     from s2_sink._read.planning.data_loss import gap_handler  # noqa: PLC0415 - the task's (module doc)
-    from s2_sink._read.rows.formats import columns_to_batch, materialized_batches  # noqa: PLC0415
-    from s2_sink._read.session import read_range_columns  # noqa: PLC0415
+    from s2_sink._read.rows.formats import materialized_batches, several_to_batch  # noqa: PLC0415
+    from s2_sink._read.session import RUN_BYTES, RUN_RECORDS, read_range_columns, read_ranges_columns  # noqa: PLC0415
 
-    on_gap = gap_handler(cfg.basin, partition.stream, on_loss)
-    ranges = read_range_columns(cfg, partition.stream, partition.first, partition.stop, on_gap)
     if partition.materialize:
-        yield from materialized_batches(fmt, schema, partition.stream, ranges)
+        # The latest row per key needs each stream's records in order: one range after the other.
+        for stream, first, stop in partition.ranges:
+            on_gap = gap_handler(cfg.basin, stream, on_loss)
+            yield from materialized_batches(
+                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, on_gap)
+            )
         return
-    for columns in ranges:  # runs of several read batches (`session.RUN_RECORDS`)
+    pending: list[tuple[str, RecordColumns]] = []
+    rows = size = 0
+    runs = read_ranges_columns(cfg, partition.ranges, lambda stream: gap_handler(cfg.basin, stream, on_loss))
+    for stream, columns in runs:  # runs of several read batches of one range (`session.RUN_RECORDS`)
         commands = columns.commands()
         data = columns.take(~commands) if commands.any() else columns
-        if len(data):
-            yield columns_to_batch(fmt, schema, partition.stream, data)
+        if not len(data):
+            continue
+        pending.append((stream, data))
+        rows, size = rows + len(data), size + data.bodies.nbytes
+        if rows >= RUN_RECORDS or size >= RUN_BYTES:
+            yield several_to_batch(fmt, schema, pending)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield several_to_batch(fmt, schema, pending)

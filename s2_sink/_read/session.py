@@ -25,9 +25,10 @@ One thing differs on the wire: it tells the server that its connections take DAT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
 from typing import Final, TypeVar
 
 import numpy as np
@@ -56,7 +57,17 @@ from s2_sink._wire.read.run import Arrival, ReadRun
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
-__all__ = ["RUN_BYTES", "RUN_RECORDS", "missing", "read_columns", "read_error_words", "read_range_columns"]
+__all__ = [
+    "RANGE_CONCURRENCY",
+    "RUN_BYTES",
+    "RUN_RECORDS",
+    "Range",
+    "missing",
+    "read_columns",
+    "read_error_words",
+    "read_range_columns",
+    "read_ranges_columns",
+]
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +242,95 @@ def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, in
     ]
 
 
+Range = tuple[str, int, int]
+"""``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop``."""
+
+RANGE_CONCURRENCY: Final = 16
+"""Ranges of one task read at once, each on its own session (HTTP/2 streams of the pooled connections):
+a task that reads many small streams waits for one round trip per stream otherwise."""
+
+
+class _Done:
+    """A range reader's last word on the queue: it has no range left."""
+
+
+async def _read_one(
+    cfg: S2Config,
+    rng: Range,
+    on_gap: Callable[[int, int], None],
+    run_records: int,
+    out: asyncio.Queue[object],
+) -> None:
+    stream, first, stop = rng
+    try:
+        async for columns in _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records):
+            await out.put((stream, columns))
+    except (s2_sdk.S2Error, TransportError) as exc:
+        raise ReadError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{read_error_words(exc, cfg, stream)}"
+        ) from exc
+
+
+async def _ranges_columns(
+    cfg: S2Config,
+    ranges: Sequence[Range],
+    on_gap: Callable[[str], Callable[[int, int], None]],
+    *,
+    run_records: int,
+    concurrency: int,
+) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
+    """The records of every range, each range's in order, ranges interleaved: ``concurrency`` readers take
+    the next range when done with one, and hand their runs over a queue that bounds what waits; the runs
+    come out as many as are ready at once."""
+    todo = iter(ranges)
+    out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
+
+    async def reader() -> None:
+        try:
+            for rng in todo:  # shared: each range is taken by one reader
+                await _read_one(cfg, rng, on_gap(rng[0]), run_records, out)
+        except Exception as exc:  # noqa: BLE001 - the consumer raises it (a cancellation is not one)
+            await out.put(exc)
+            return
+        await out.put(_Done())
+
+    tasks = [asyncio.create_task(reader()) for _ in range(min(concurrency, len(ranges)))]
+    running = len(tasks)
+    try:
+        while running:
+            # Whatever is ready goes in one hand-off: each costs the task's thread a wake-up.
+            ready: list[tuple[str, RecordColumns]] = []
+            item = await out.get()
+            while True:
+                if isinstance(item, _Done):
+                    running -= 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    ready.append(item)  # type: ignore[arg-type]
+                if out.empty():
+                    break
+                item = out.get_nowait()
+            if ready:
+                yield ready
+    finally:
+        await _stop(tasks, out)
+
+
+async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
+    """End the readers (the consumer stopped, or one failed). A cancelled reader can end with an error of
+    its own rather than the cancellation (the SDK's transport cleaning up) and hand that over to the full
+    queue, where it would wait for ever: so the queue is emptied and the readers cancelled until all ended."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        while not out.empty():
+            out.get_nowait()
+        _, pending = await asyncio.wait(pending, timeout=0.05)
+
+
 async def _next(batches: AsyncGenerator[_T, None]) -> _T:
     return await anext(batches)
 
@@ -239,22 +339,33 @@ async def _close(batches: AsyncGenerator[_T, None]) -> None:
     await batches.aclose()
 
 
-def _drive(
-    batches: AsyncGenerator[_T, None], cfg: S2Config, stream: str, first: int, stop: int
-) -> Iterator[_T]:
-    """Step ``batches`` on the shared loop from a synchronous caller, SDK errors as ReadError."""
+def read_ranges_columns(
+    cfg: S2Config,
+    ranges: Sequence[Range],
+    on_gap: Callable[[str], Callable[[int, int], None]],
+    *,
+    run_records: int = RUN_RECORDS,
+    concurrency: int = RANGE_CONCURRENCY,
+) -> Generator[tuple[str, RecordColumns], None, None]:
+    """``(stream, columns)`` of every range's records, command records included, in batches of record
+    columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``: each range's
+    in seq_num order, up to ``concurrency`` ranges read at once and their runs interleaved.
+
+    ``on_gap(stream)(lo, hi)`` is called for every run of seq_nums of a range of ``stream`` that is no
+    longer stored (trimmed or expired); it may raise to stop the read. A failed read raises ReadError
+    naming its range.
+
+    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
+    the sessions are still reading, and they are closed however the caller stops iterating.
+    """
+    batches = _ranges_columns(cfg, ranges, on_gap, run_records=run_records, concurrency=concurrency)
     try:
         while True:
             try:
-                batch = _runtime.run(_next(batches))
+                ready = _runtime.run(_next(batches))
             except StopAsyncIteration:
                 return
-            yield batch
-    except (s2_sdk.S2Error, TransportError) as exc:
-        raise ReadError(
-            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
-            f"{read_error_words(exc, cfg, stream)}"
-        ) from exc
+            yield from ready
     finally:
         # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
         # async-generator hook closes ``batches`` once it is collected too.
@@ -271,15 +382,9 @@ def read_range_columns(
     *,
     run_records: int = RUN_RECORDS,
 ) -> Iterator[RecordColumns]:
-    """Records of ``stream`` with ``first <= seq_num < stop``, command records included, in batches of
-    record columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``.
-
-    ``on_gap(lo, hi)`` is called for every run of seq_nums of the range that is no longer stored (trimmed or
-    expired); it may raise to stop the read.
-
-    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
-    the session is still reading, and the session is closed however the caller stops iterating.
-    """
-    return _drive(
-        _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records), cfg, stream, first, stop
-    )
+    """`read_ranges_columns` of one range: its records in seq_num order."""
+    with contextlib.closing(
+        read_ranges_columns(cfg, [(stream, first, stop)], lambda _: on_gap, run_records=run_records)
+    ) as batches:
+        for _, columns in batches:
+            yield columns

@@ -20,7 +20,7 @@ __all__ = ["S2BatchReader"]
 
 
 class S2BatchReader(DataSourceReader):
-    """Plans one partition per stream range on the driver; each task reads its range with the SDK.
+    """Plans the stream ranges on the driver, small streams sharing a partition; each task reads its ranges.
 
     Spark pickles the reader into every read task, whose fresh Python worker imports this module: the
     planning (`s2_sink._read.planning`: stream listing, positions, read-committed ends) is imported where
@@ -35,8 +35,8 @@ class S2BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from s2_sink._read.planning.bounds import batch_ranges  # noqa: PLC0415 - the driver's (class doc)
 
-        ranges = batch_ranges(self._cfg, self._opts)
-        return [S2Partition(s, lo, hi, materialize=self._opts.materialize) for s, lo, hi in ranges]
+        parts = batch_ranges(self._cfg, self._opts)
+        return [S2Partition(ranges, materialize=self._opts.materialize) for ranges in parts]
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         if partition is None:

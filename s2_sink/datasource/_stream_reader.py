@@ -92,7 +92,7 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         return self._plan.tails_seen()
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
-        return [S2Partition(s, lo, hi) for s, lo, hi in self._plan.ranges(start, end)]
+        return [S2Partition(ranges) for ranges in self._plan.ranges(start, end)]
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         if partition is None:

@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.offsets import (
     Offsets,
+    Range,
     cap_committed,
     cap_committed_tails,
+    pack_ranges,
     plan_ranges,
     sorted_offsets,
 )
@@ -77,8 +79,8 @@ def resolve_bound(
     return sorted_offsets({**defaults, **{s: given[s] for s in streams if s in given}})
 
 
-def batch_ranges(cfg: S2Config, opts: ReadOptions) -> list[tuple[str, int, int]]:
-    """The ``(stream, first, stop)`` ranges of a batch read, one Spark partition each."""
+def batch_ranges(cfg: S2Config, opts: ReadOptions) -> list[list[Range]]:
+    """The ``(stream, first, stop)`` ranges of a batch read, grouped by Spark partition."""
     from s2_sink._read.planning.committed import CommittedEnds  # noqa: PLC0415 - read-committed only
 
     streams = resolve_streams(cfg, opts)
@@ -93,6 +95,6 @@ def batch_ranges(cfg: S2Config, opts: ReadOptions) -> list[tuple[str, int, int]]
         per_partition = max([end[s] - start.get(s, 0) for s in end] + [1])
     else:
         per_partition = opts.records_per_partition
-    ranges = plan_ranges(start, end, per_partition)
-    log.info("s2 source: batch read of %d streams in %d partitions", len(streams), len(ranges))
-    return ranges
+    parts = pack_ranges(plan_ranges(start, end, per_partition), per_partition)
+    log.info("s2 source: batch read of %d streams in %d partitions", len(streams), len(parts))
+    return parts

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import s2_sdk
 
@@ -27,6 +27,7 @@ from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
 __all__ = [
+    "LOOKUP_CONCURRENCY",
     "first_seqs",
     "list_streams",
     "listed_epochs",
@@ -39,6 +40,28 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+LOOKUP_CONCURRENCY: Final = 64
+"""Per-stream lookups in flight at once: enough to hide round trips over a thousand streams, few enough
+that a listing of a hundred thousand does not open as many requests."""
+
+
+def _names(streams: Sequence[str], shown: int = 10) -> str:
+    """The streams for a message: all of a few, the first `shown` of many and how many there are."""
+    if len(streams) <= shown:
+        return repr(list(streams))
+    return f"{list(streams)[:shown]!r} and {len(streams) - shown} more streams"
+
+
+async def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) -> list[_T]:
+    """``lookup(stream)`` of every stream, concurrently (at most `LOOKUP_CONCURRENCY` at once), in order."""
+    gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
+
+    async def one(stream: str) -> _T:
+        async with gate:
+            return await lookup(stream)
+
+    return await asyncio.gather(*(one(s) for s in streams))
 
 
 def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
@@ -98,10 +121,10 @@ def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
     gets a new one. Streams not found are left out."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
-        found = await asyncio.gather(*(_epoch_of(basin, s) for s in streams))
+        found = await _each(streams, lambda s: _epoch_of(basin, s))
         return {s: e for s, e in zip(streams, found, strict=True) if e is not None}
 
-    return _run(cfg, f"looking up the creation time of {list(streams)!r}", op)
+    return _run(cfg, f"looking up the creation time of {_names(streams)}", op)
 
 
 async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
@@ -122,12 +145,12 @@ def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) ->
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
         if not missing_ok:
-            found = await asyncio.gather(*(_tail_of(basin, s) for s in streams))
+            found = await _each(streams, lambda s: _tail_of(basin, s))
             return dict(zip(streams, found, strict=True))
-        maybe = await asyncio.gather(*(_tail_or_none(basin, s) for s in streams))
+        maybe = await _each(streams, lambda s: _tail_or_none(basin, s))
         return {s: t for s, t in zip(streams, maybe, strict=True) if t is not None}
 
-    return _run(cfg, f"checking the tail of {list(streams)!r}", op)
+    return _run(cfg, f"checking the tail of {_names(streams)}", op)
 
 
 async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:
@@ -145,10 +168,10 @@ def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
     """Per stream, the first seq_num still stored (after trims and retention), or the tail if none is."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
-        found = await asyncio.gather(*(_first_seq(basin, s) for s in streams))
+        found = await _each(streams, lambda s: _first_seq(basin, s))
         return dict(zip(streams, found, strict=True))
 
-    return _run(cfg, f"finding the first stored record of {list(streams)!r}", op)
+    return _run(cfg, f"finding the first stored record of {_names(streams)}", op)
 
 
 def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
@@ -209,7 +232,7 @@ def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> 
     """Per stream, the seq_num of the first record whose timestamp is >= ``timestamp`` (or the tail)."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
-        found = await asyncio.gather(*(_seq_at(basin, s, timestamp) for s in streams))
+        found = await _each(streams, lambda s: _seq_at(basin, s, timestamp))
         return dict(zip(streams, found, strict=True))
 
-    return _run(cfg, f"finding timestamp {timestamp} in {list(streams)!r}", op)
+    return _run(cfg, f"finding timestamp {timestamp} in {_names(streams)}", op)

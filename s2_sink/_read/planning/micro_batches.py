@@ -44,12 +44,14 @@ from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink._read.planning.data_loss import Epochs, join, recreated, refuse_or_warn, split
 from s2_sink._read.planning.offsets import (
     Offsets,
+    Range,
     advance,
     cap_committed_tails,
     cap_total,
     lag_by_stream,
     lag_records,
     max_merge,
+    pack_ranges,
     plan_ranges,
     sorted_offsets,
 )
@@ -221,9 +223,10 @@ class MicroBatches:
             )
         self._last_lag = lag
 
-    def ranges(self, start: dict[str, object], end: dict[str, object]) -> list[tuple[str, int, int]]:
-        """The ``(stream, first, stop)`` ranges of the micro-batch from ``start`` to ``end``; records what
-        they tell of the frontier (after a restart, Spark's first call restores it)."""
+    def ranges(self, start: dict[str, object], end: dict[str, object]) -> list[list[Range]]:
+        """The ``(stream, first, stop)`` ranges of the micro-batch from ``start`` to ``end``, grouped by
+        Spark partition; records what they tell of the frontier (after a restart, Spark's first call
+        restores it)."""
         (begin, was), (stop, now) = split(start), split(end)
         again = recreated(begin, was, now, stop)
         if again:
@@ -245,4 +248,5 @@ class MicroBatches:
             if unknown:
                 self._joined.update(_lookups.first_seqs(self._cfg, unknown))
             begin = {**{s: min(self._joined[s], stop[s]) for s in joined}, **begin}
-        return plan_ranges(begin, stop, self._opts.records_per_partition)
+        per_partition = self._opts.records_per_partition
+        return pack_ranges(plan_ranges(begin, stop, per_partition), per_partition)

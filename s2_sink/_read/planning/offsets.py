@@ -7,7 +7,8 @@ Pure functions (no I/O) so the planning rules are testable without Spark or a se
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 from s2_sink.errors import ReadError
 
@@ -20,6 +21,7 @@ __all__ = [
     "lag_by_stream",
     "lag_records",
     "max_merge",
+    "pack_ranges",
     "plan_ranges",
     "sorted_offsets",
 ]
@@ -27,6 +29,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, int]
+Range = tuple[str, int, int]
+"""``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop``."""
+
+MAX_RANGES_PER_PARTITION: Final = 1000
+"""Ranges one partition reads at most. A range costs its task an S2 read session (a round trip, read
+several at once), far less than a Spark task's floor, so a thousand small streams share one task; past
+that, more partitions let more cores read."""
 
 
 def sorted_offsets(offsets: Offsets) -> Offsets:
@@ -120,11 +129,9 @@ def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int
     return out
 
 
-def plan_ranges(
-    start: Mapping[str, int], end: Mapping[str, int], per_partition: int
-) -> list[tuple[str, int, int]]:
+def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], per_partition: int) -> list[Range]:
     """Split ``[start, end)`` of every stream into ``(stream, first, stop)`` ranges of <= per_partition."""
-    ranges: list[tuple[str, int, int]] = []
+    ranges: list[Range] = []
     for stream in sorted(end):
         lo = start.get(stream, 0)
         hi = end[stream]
@@ -133,6 +140,26 @@ def plan_ranges(
             ranges.append((stream, lo, stop))
             lo = stop
     return ranges
+
+
+def pack_ranges(
+    ranges: Sequence[Range], per_partition: int, *, max_ranges: int = MAX_RANGES_PER_PARTITION
+) -> list[list[Range]]:
+    """``ranges`` (of `plan_ranges`) grouped, in order, into partitions of at most ``per_partition`` records
+    and ``max_ranges`` ranges: a full piece of a large stream stays alone, small streams share."""
+    parts: list[list[Range]] = []
+    current: list[Range] = []
+    records = 0
+    for rng in ranges:
+        n = rng[2] - rng[1]
+        if current and (records + n > per_partition or len(current) >= max_ranges):
+            parts.append(current)
+            current, records = [], 0
+        current.append(rng)
+        records += n
+    if current:
+        parts.append(current)
+    return parts
 
 
 def lag_by_stream(end: Mapping[str, int], tails: Mapping[str, int]) -> dict[str, int]:

@@ -20,6 +20,7 @@ path is tested against (its results and error messages must be theirs), not used
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +53,7 @@ from s2_sink._read.rows.upsert_columns import (
     upsert_column,
 )
 from s2_sink._wire.arrow_calls import call, cast, int32_array, repeated, uint64_array
-from s2_sink._wire.read.record_columns import RecordColumns
+from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
@@ -68,6 +69,7 @@ __all__ = [
     "materialize",
     "materialized_batches",
     "records_to_batch",
+    "several_to_batch",
 ]
 
 
@@ -229,10 +231,30 @@ def _to_target(schema: StructType, arrays: list[pa.Array]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(typed, schema=target)
 
 
-def _meta_column(name: str, stream: str, columns: RecordColumns) -> pa.Array:
+class StreamRuns(NamedTuple):
+    """Whose records a batch of several streams holds: ``(stream, records)`` runs, in record order."""
+
+    runs: tuple[tuple[str, int], ...]
+
+    def __repr__(self) -> str:
+        return ", ".join(repr(stream) for stream, _ in self.runs)
+
+
+def _stream_column(stream: str | StreamRuns, count: int) -> pa.Array:
+    if isinstance(stream, str):
+        return repeated(stream.encode(), count, pa.string())
+    names = [name.encode() for name, _ in stream.runs]
+    counts = np.array([n for _, n in stream.runs], dtype=np.int64)
+    offsets = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(np.repeat(np.array([len(b) for b in names], dtype=np.int32), counts), out=offsets[1:])
+    data = b"".join(name * int(n) for name, n in zip(names, counts, strict=True))
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _meta_column(name: str, stream: str | StreamRuns, columns: RecordColumns) -> pa.Array:
     # Arrays from buffers and kernels called directly: pa.array / pa.scalar would import pandas.
     if name in ("stream", "_s2_stream"):
-        return repeated(stream.encode(), len(columns), pa.string())
+        return _stream_column(stream, len(columns))
     if name in ("seq_num", "_s2_seq_num"):
         return cast(uint64_array(columns.seq_nums), pa.int64())
     # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
@@ -247,10 +269,11 @@ def _headers_column(columns: RecordColumns) -> pa.Array:
 
 
 def columns_to_batch(
-    fmt: ReadFormat, schema: StructType, stream: str, columns: RecordColumns
+    fmt: ReadFormat, schema: StructType, stream: str | StreamRuns, columns: RecordColumns
 ) -> pa.RecordBatch:
     """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as `records_to_batch`
-    gives from the same records)."""
+    gives from the same records) of one stream, or of several one after the other (`StreamRuns`: errors
+    then name them all; `several_to_batch` names the one)."""
     if fmt == "raw":
         raw = [
             _headers_column(columns)
@@ -270,7 +293,7 @@ def columns_to_batch(
         ]
         return _to_target(schema, kafka)
     if fmt == "upsert" and not is_typed_upsert(schema):
-        found = changes(stream, columns)
+        found = changes(str(stream) if isinstance(stream, str) else repr(stream), columns)
         upsert = [
             upsert_column(f.name, found, columns)
             if f.name in UPSERT_RECORD_COLUMNS
@@ -282,7 +305,7 @@ def columns_to_batch(
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     action: pa.Array | None = None
     if fmt == "upsert":
-        bodies, found = merged_bodies(stream, columns)
+        bodies, found = merged_bodies(str(stream) if isinstance(stream, str) else repr(stream), columns)
         action = upsert_column("action", found, columns)
     else:
         bodies = columns.bodies
@@ -296,6 +319,23 @@ def columns_to_batch(
         for f in schema.fields
     ]
     return _to_target(schema, arrays)
+
+
+def several_to_batch(
+    fmt: ReadFormat, schema: StructType, parts: Sequence[tuple[str, RecordColumns]]
+) -> pa.RecordBatch:
+    """One Arrow batch of the records of several streams (`columns_to_batch` of them one after the other),
+    converted together: a conversion costs Arrow calls whatever its length. A record that fails to convert
+    fails as in its own stream's batch, naming that stream."""
+    if len(parts) == 1:
+        return columns_to_batch(fmt, schema, *parts[0])
+    runs = StreamRuns(tuple((stream, len(columns)) for stream, columns in parts))
+    try:
+        return columns_to_batch(fmt, schema, runs, concat_columns([columns for _, columns in parts]))
+    except ReadError:
+        for stream, columns in parts:  # the failing stream's own error, naming it
+            columns_to_batch(fmt, schema, stream, columns)
+        raise
 
 
 def materialized_batches(

@@ -128,7 +128,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
     source = S2DataSource(options)
     reader = source.reader(StructType([StructField("id", LongType())]))
     task = tmp_path / "task.pickle"
-    task.write_bytes(cloudpickle.dumps((source, reader, S2Partition("s", 0, 10))))
+    task.write_bytes(cloudpickle.dumps((source, reader, S2Partition([("s", 0, 10)]))))
     code = (
         "import sys\n"
         "import pyspark.sql.worker.plan_data_source_read  # the worker's own read function\n"

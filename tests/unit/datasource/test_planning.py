@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from s2_sink._read.planning.offsets import advance, cap_total, max_merge, plan_ranges
+from s2_sink._read.planning.offsets import advance, cap_total, max_merge, pack_ranges, plan_ranges
 from s2_sink._read.read_options import Bound, parse_read_options
 from s2_sink._read.rows.formats import RAW_SCHEMA
 from s2_sink.config import S2Config
@@ -113,6 +113,36 @@ def test_ranges_tile_each_stream_exactly(start: dict[str, int], end: dict[str, i
             assert covered[stream] == hi
         else:
             assert stream not in covered
+
+
+many_offsets = st.dictionaries(st.from_regex(r"[a-z]{1,3}", fullmatch=True), st.integers(0, 500), max_size=60)
+
+
+@given(end=many_offsets, per=st.integers(1, 800), most=st.integers(1, 50))
+def test_packed_partitions_keep_every_range_once_within_both_bounds(
+    end: dict[str, int], per: int, most: int
+) -> None:
+    """Packing keeps the planned ranges in order, each once, in partitions of at most ``per`` records and
+    ``most`` ranges, and never leaves room for the next range: a new partition starts only when the range
+    would break a bound."""
+    ranges = plan_ranges({}, end, per)
+    parts = pack_ranges(ranges, per, max_ranges=most)
+    assert [r for part in parts for r in part] == ranges
+    sizes = [sum(hi - lo for _, lo, hi in part) for part in parts]
+    assert all(part and len(part) <= most and size <= per for part, size in zip(parts, sizes, strict=True))
+    for part, size, after in zip(parts, sizes, parts[1:], strict=False):
+        _, lo, hi = after[0]
+        assert len(part) == most or size + hi - lo > per
+
+
+def test_small_streams_share_partitions_and_large_ones_split() -> None:
+    """A thousand streams of 100 records fill partitions of ``per`` records; a large stream's full pieces
+    stay alone and its remainder shares with the next small streams."""
+    small = {f"s{i:04d}": 100 for i in range(1000)}
+    assert [len(p) for p in pack_ranges(plan_ranges({}, small, 50_000), 50_000)] == [500, 500]
+    assert len(pack_ranges(plan_ranges({}, small, 500_000), 500_000)) == 1
+    parts = pack_ranges(plan_ranges({}, {"a": 250, "b": 10, "c": 10}, 100), 100)
+    assert parts == [[("a", 0, 100)], [("a", 100, 200)], [("a", 200, 250), ("b", 0, 10), ("c", 0, 10)]]
 
 
 # The data source's driver-side entry points, called directly (Spark calls them while planning).

@@ -50,7 +50,7 @@ def _options(endpoint: str, basin: str, **extra: str) -> dict[str, str]:
 
 
 def _bodies_read(endpoint: str, basin: str, partition: S2Partition, policy: str) -> list[bytes]:
-    source = S2DataSource(_options(endpoint, basin, **{"s2.stream": partition.stream}))
+    source = S2DataSource(_options(endpoint, basin, **{"s2.stream": partition.ranges[0][0]}))
     batches = read_partition(
         _cfg(endpoint, basin),
         "raw",
@@ -66,7 +66,7 @@ def test_fail_policy_names_the_lost_records_the_stream_and_the_option(lite: Lite
     basin, and the option that lets the read go on."""
     _trimmed_stream(lite.endpoint, basin, "s")
     with pytest.raises(ReadError) as info:
-        _bodies_read(lite.endpoint, basin, S2Partition("s", 1, 7), "fail")
+        _bodies_read(lite.endpoint, basin, S2Partition([("s", 1, 7)]), "fail")
     message = str(info.value)
     assert f"3 records of stream 's' in basin '{basin}' (seq_nums [1, 4))" in message
     assert "were trimmed or expired" in message
@@ -80,7 +80,7 @@ def test_warn_policy_goes_on_from_the_trim_point_and_logs_the_numbers(
     the stream, the basin, the count and the positions as key=value pairs."""
     _trimmed_stream(lite.endpoint, basin, "s")
     with caplog.at_level(logging.WARNING, logger="s2_sink._read.planning.data_loss"):
-        got = _bodies_read(lite.endpoint, basin, S2Partition("s", 1, 7), "warn")
+        got = _bodies_read(lite.endpoint, basin, S2Partition([("s", 1, 7)]), "warn")
     assert got == [b"r4", b"r5", b"r6"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -93,18 +93,43 @@ def test_a_range_trimmed_entirely_is_a_loss_of_all_of_it(lite: LiteServer, basin
     reached the tail (the server then answers the read with 416)."""
     _trimmed_stream(lite.endpoint, basin, "s")
     with pytest.raises(ReadError, match=r"2 records of stream 's'.*\[0, 2\)"):
-        _bodies_read(lite.endpoint, basin, S2Partition("s", 0, 2), "fail")
+        _bodies_read(lite.endpoint, basin, S2Partition([("s", 0, 2)]), "fail")
 
     _append(lite.endpoint, basin, "t", _bodies("a", "b", "c"))
     _append(lite.endpoint, basin, "t", [s2_sdk.CommandRecord.trim(100)])  # clamps to the tail: 4
     with pytest.raises(ReadError, match=r"4 records of stream 't'.*\[0, 4\)"):
-        _bodies_read(lite.endpoint, basin, S2Partition("t", 0, 4), "fail")
+        _bodies_read(lite.endpoint, basin, S2Partition([("t", 0, 4)]), "fail")
+
+
+def test_a_loss_in_a_partition_of_many_streams_names_its_stream(
+    lite: LiteServer, basin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In a partition shared by many small streams, a trimmed head of one of them fails the read naming
+    that stream and its lost seq_nums (not a neighbour's); warned, it is logged for that stream alone and
+    every other record of the partition is read once."""
+    names = [f"m/{i:02d}" for i in range(40)]
+    for name in names:
+        _append(lite.endpoint, basin, name, _bodies(*(f"{name}:{j}" for j in range(3))))
+    _trimmed_stream(lite.endpoint, basin, "m/lost")
+    partition = S2Partition(
+        [*((n, 0, 3) for n in names[:20]), ("m/lost", 1, 7), *((n, 0, 3) for n in names[20:])]
+    )
+    with pytest.raises(ReadError) as info:
+        _bodies_read(lite.endpoint, basin, partition, "fail")
+    assert f"3 records of stream 'm/lost' in basin '{basin}' (seq_nums [1, 4))" in str(info.value)
+    with caplog.at_level(logging.WARNING, logger="s2_sink._read.planning.data_loss"):
+        got = _bodies_read(lite.endpoint, basin, partition, "warn")
+    expected = [f"{n}:{j}".encode() for n in names for j in range(3)] + [b"r4", b"r5", b"r6"]
+    assert sorted(got) == sorted(expected)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "stream=m/lost" in warnings[0]
 
 
 def test_batch_reads_ignore_trimmed_records(lite: LiteServer, basin: str) -> None:
     """The batch reader's policy reads what is retained and raises nothing."""
     _trimmed_stream(lite.endpoint, basin, "s")
-    assert _bodies_read(lite.endpoint, basin, S2Partition("s", 0, 6), "ignore") == [b"r4", b"r5"]
+    assert _bodies_read(lite.endpoint, basin, S2Partition([("s", 0, 6)]), "ignore") == [b"r4", b"r5"]
 
 
 def test_first_seqs_is_the_first_stored_record_or_the_tail(lite: LiteServer, basin: str) -> None:
@@ -153,7 +178,7 @@ def test_streams_joining_under_a_prefix_start_at_their_first_stored_record(
     end = positions(reader.latestOffset())
     assert end == {"p/a": 1, "p/b": 11}
     parts = reader.partitions(dict(start), dict(end))
-    assert [(p.stream, p.first, p.stop) for p in parts] == [("p/a", 0, 1), ("p/b", 4, 11)]  # type: ignore[attr-defined]
+    assert [r for p in parts for r in p.ranges] == [("p/a", 0, 1), ("p/b", 4, 11)]  # type: ignore[attr-defined]
 
 
 def test_lag_is_logged_per_planned_batch(

@@ -120,7 +120,7 @@ def test_told_to_go_on_the_new_stream_is_read_from_its_start_with_a_warning(
     for planner in (reader, _reader(lite.endpoint, basin, **{"s2.stream": "x"})):  # a replay plans alike
         (part,) = planner.partitions(_logged(end), _logged(nxt))
         assert isinstance(part, S2Partition)
-        assert (part.stream, part.first, part.stop) == ("x", 0, 7)
+        assert part.ranges == (("x", 0, 7),)
     assert positions(reader.latestOffset()) == {"x": 7}  # and it goes on from there
 
 

@@ -250,3 +250,58 @@ def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) ->
     assert all(2000 <= n < 3000 for n in sizes[:-1]), sizes
     assert 0 < sizes[-1] < 3000
     assert [int(s) for r in runs for s in r.seq_nums] == list(range(30 * 700))
+
+
+def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServer, basin: str) -> None:
+    """Ranges of 60 streams read several at a time: each range's records once, in seq_num order within
+    the range; a caller that stops after the first run ends the sessions (no reader is left handing over
+    to a queue nobody empties) and the next read of the same ranges on the same loop is whole."""
+    names = [f"r/{i:02d}" for i in range(60)]
+    for name in names:
+        _append(lite.endpoint, basin, name, [[s2_sdk.Record(body=f"{name}:{j}".encode()) for j in range(30)]])
+    cfg = _cfg(lite.endpoint, basin)
+    ranges = [(name, 5, 25) for name in names]
+
+    def read_all() -> dict[str, list[int]]:
+        got: dict[str, list[int]] = {}
+        for stream, cols in _session.read_ranges_columns(cfg, ranges, lambda _: _no_gap, concurrency=4):
+            got.setdefault(stream, []).extend(cols.seq_nums.tolist())
+        return got
+
+    assert read_all() == {name: list(range(5, 25)) for name in names}
+    for _ in range(3):
+        runs = _session.read_ranges_columns(cfg, ranges, lambda _: _no_gap, concurrency=4)
+        next(runs)
+        runs.close()  # returns once every reader has ended
+    assert read_all() == {name: list(range(5, 25)) for name in names}
+
+
+def test_a_record_that_does_not_decode_among_many_streams_names_its_stream(
+    lite: LiteServer, basin: str
+) -> None:
+    """Small streams' records are converted to rows together; a body that does not decode into the schema
+    fails the read naming its own stream, not the batch's other streams."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from s2_sink._read.partition import S2Partition, read_partition
+
+    names = [f"j/{i:02d}" for i in range(12)]
+    for name in names:
+        _append(lite.endpoint, basin, name, [[s2_sdk.Record(body=b'{"n": %d}' % j) for j in range(3)]])
+    _append(
+        lite.endpoint, basin, "j/bad", [[s2_sdk.Record(body=b'{"n": 1}'), s2_sdk.Record(body=b"not json")]]
+    )
+    schema = StructType([StructField("n", LongType()), StructField("_s2_stream", StringType())])
+    good = S2Partition([(name, 0, 3) for name in names])
+    rows = [
+        r
+        for b in read_partition(_cfg(lite.endpoint, basin), "json", schema, good, on_loss="fail")
+        for r in b.to_pylist()
+    ]
+    assert sorted((r["_s2_stream"], r["n"]) for r in rows) == [(name, j) for name in names for j in range(3)]
+    bad = S2Partition(
+        [*((name, 0, 3) for name in names[:6]), ("j/bad", 0, 2), *((name, 0, 3) for name in names[6:])]
+    )
+    with pytest.raises(ReadError, match=r"stream 'j/bad'") as info:
+        list(read_partition(_cfg(lite.endpoint, basin), "json", schema, bad, on_loss="fail"))
+    assert "j/00" not in str(info.value)
