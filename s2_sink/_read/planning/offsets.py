@@ -37,6 +37,12 @@ MAX_RANGES_PER_PARTITION: Final = 1000
 several at once), far less than a Spark task's floor, so a thousand small streams share one task; past
 that, more partitions let more cores read."""
 
+SHARED_RANGE_FRACTION: Final = 10
+"""A range shares a partition only when it holds at most 1/10 of ``s2.records-per-partition`` records: a
+stream of tens of thousands of records keeps a task of its own, so medium streams still read on as many cores
+as before, while a stream of a few hundred records does not cost a Spark task (Spark packs small files, not
+large ones, into a partition the same way)."""
+
 
 def sorted_offsets(offsets: Offsets) -> Offsets:
     """Offsets with keys in name order: Spark compares offsets by their JSON text, so order must be stable."""
@@ -146,15 +152,20 @@ def pack_ranges(
     ranges: Sequence[Range], per_partition: int, *, max_ranges: int = MAX_RANGES_PER_PARTITION
 ) -> list[list[Range]]:
     """``ranges`` (of `plan_ranges`) grouped, in order, into partitions of at most ``per_partition`` records
-    and ``max_ranges`` ranges: a full piece of a large stream stays alone, small streams share."""
+    and ``max_ranges`` ranges: a range of more than ``per_partition // SHARED_RANGE_FRACTION`` records stays
+    alone, small ones share."""
+    small = per_partition // SHARED_RANGE_FRACTION
     parts: list[list[Range]] = []
     current: list[Range] = []
     records = 0
     for rng in ranges:
         n = rng[2] - rng[1]
-        if current and (records + n > per_partition or len(current) >= max_ranges):
+        if current and (n > small or records + n > per_partition or len(current) >= max_ranges):
             parts.append(current)
             current, records = [], 0
+        if n > small:
+            parts.append([rng])
+            continue
         current.append(rng)
         records += n
     if current:

@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from s2_sink._read.planning.offsets import advance, cap_total, max_merge, pack_ranges, plan_ranges
+from s2_sink._read.planning.offsets import (
+    SHARED_RANGE_FRACTION,
+    advance,
+    cap_total,
+    max_merge,
+    pack_ranges,
+    plan_ranges,
+)
 from s2_sink._read.read_options import Bound, parse_read_options
 from s2_sink._read.rows.formats import RAW_SCHEMA
 from s2_sink.config import S2Config
@@ -123,26 +130,35 @@ def test_packed_partitions_keep_every_range_once_within_both_bounds(
     end: dict[str, int], per: int, most: int
 ) -> None:
     """Packing keeps the planned ranges in order, each once, in partitions of at most ``per`` records and
-    ``most`` ranges, and never leaves room for the next range: a new partition starts only when the range
-    would break a bound."""
+    ``most`` ranges; a range of more than a tenth of ``per`` records is alone, and small ranges never leave
+    room for the next small one: a new partition starts only when the range would break a bound."""
     ranges = plan_ranges({}, end, per)
     parts = pack_ranges(ranges, per, max_ranges=most)
     assert [r for part in parts for r in part] == ranges
     sizes = [sum(hi - lo for _, lo, hi in part) for part in parts]
     assert all(part and len(part) <= most and size <= per for part, size in zip(parts, sizes, strict=True))
+
+    def large(rng: tuple[str, int, int]) -> bool:
+        return rng[2] - rng[1] > per // SHARED_RANGE_FRACTION
+
+    assert all(len(part) == 1 for part in parts if any(large(r) for r in part))
     for part, size, after in zip(parts, sizes, parts[1:], strict=False):
         _, lo, hi = after[0]
-        assert len(part) == most or size + hi - lo > per
+        assert large(part[0]) or large(after[0]) or len(part) == most or size + hi - lo > per
 
 
 def test_small_streams_share_partitions_and_large_ones_split() -> None:
-    """A thousand streams of 100 records fill partitions of ``per`` records; a large stream's full pieces
-    stay alone and its remainder shares with the next small streams."""
+    """A thousand streams of 100 records fill partitions of ``per`` records; a large stream's pieces stay
+    alone, and so does a medium stream (more than a tenth of ``per``), so it reads on a core of its own."""
     small = {f"s{i:04d}": 100 for i in range(1000)}
     assert [len(p) for p in pack_ranges(plan_ranges({}, small, 50_000), 50_000)] == [500, 500]
     assert len(pack_ranges(plan_ranges({}, small, 500_000), 500_000)) == 1
     parts = pack_ranges(plan_ranges({}, {"a": 250, "b": 10, "c": 10}, 100), 100)
-    assert parts == [[("a", 0, 100)], [("a", 100, 200)], [("a", 200, 250), ("b", 0, 10), ("c", 0, 10)]]
+    assert parts == [[("a", 0, 100)], [("a", 100, 200)], [("a", 200, 250)], [("b", 0, 10), ("c", 0, 10)]]
+    medium = {f"m{i:02d}": 100_000 for i in range(64)}
+    assert len(pack_ranges(plan_ranges({}, medium, 500_000), 500_000)) == 64
+    smallish = {f"m{i:02d}": 20_000 for i in range(50)}
+    assert [len(p) for p in pack_ranges(plan_ranges({}, smallish, 500_000), 500_000)] == [25, 25]
 
 
 # The data source's driver-side entry points, called directly (Spark calls them while planning).
