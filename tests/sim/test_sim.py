@@ -85,10 +85,10 @@ def test_schedules_write_every_row_exactly_once(chunk: int) -> None:
         "zombie steps",
     ]
     assert all(seen[k] > 0 for k in wanted), seen
-    # The seeds are fixed, so this count is too (4 to 12 in the four chunks' 400, 7 to 16 before a task's
-    # fence over an empty token was checked again; it moves when the protocol's steps move the draws): a
-    # generator change that stops connection drops from ending several sessions shows here.
-    assert seen["drop ending sessions at once"] >= PER_CHUNK // 100, seen
+    # The seeds are fixed, so this count is too (3 to 6 in the four chunks' 400 since a small stream's only
+    # append of a task is a unary append, not a session: 10 to 14 before; it moves when the protocol's steps
+    # move the draws): a generator change that stops connection drops from ending several sessions shows here.
+    assert seen["drop ending sessions at once"] >= PER_CHUNK // 200, seen
 
 
 MANY_STREAMS_SCHEDULES = 12
