@@ -63,7 +63,7 @@ def test_quick_run_succeeds_and_writes_both_files(quick_run: QuickRun) -> None:
 def test_results_hold_every_row(quick_run: QuickRun) -> None:
     """results.json holds every case (measured, or saying why not: never an error), the baselines measured,
     the streaming latencies (foreachBatch sinks, and format("s2") in both delivery modes), the
-    single-partition memory case, the lite ingest rate, the routed section and all sixteen targets."""
+    single-partition memory case, the lite ingest rate, the routed section, the reads of many streams and all eighteen targets."""
     assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
     res = json.loads((quick_run.out / "results.json").read_text())
     assert [c["key"] for c in res["cases"]] == CASE_KEYS
@@ -88,13 +88,14 @@ def test_results_hold_every_row(quick_run: QuickRun) -> None:
     assert res["single_partition"]["status"] in STATUSES
     assert res["lite_ingest"]["status"] in STATUSES
     assert res["routed"]["status"] in STATUSES
-    assert len(res["targets"]) == 16
+    assert res["read_many"]["status"] in STATUSES
+    assert len(res["targets"]) == 18
     assert all(t["status"] in {"pass", "fail", "n/a"} for t in res["targets"])
 
 
 def test_printed_table_names_every_case(quick_run: QuickRun) -> None:
-    """The printed table has a line for each of the ten cases and one per target (sixteen)."""
+    """The printed table has a line for each of the ten cases and one per target (eighteen)."""
     out = quick_run.proc.stdout
     for i in range(1, 11):
         assert f"({i}) " in out
-    assert out.count("(target ") == 16
+    assert out.count("(target ") == 18
