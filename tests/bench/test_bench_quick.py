@@ -63,7 +63,8 @@ def test_quick_run_succeeds_and_writes_both_files(quick_run: QuickRun) -> None:
 def test_results_hold_every_row(quick_run: QuickRun) -> None:
     """results.json holds every case (measured, or saying why not: never an error), the baselines measured,
     the streaming latencies (foreachBatch sinks, and format("s2") in both delivery modes), the
-    single-partition memory case, the lite ingest rate, the routed section, the reads of many streams and all eighteen targets."""
+    single-partition memory case, the lite ingest rate, the routed section, the reads of many streams and
+    all eighteen targets."""
     assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
     res = json.loads((quick_run.out / "results.json").read_text())
     assert [c["key"] for c in res["cases"]] == CASE_KEYS
