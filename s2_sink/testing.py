@@ -36,7 +36,9 @@ def fresh_basin(
     }
     if default_stream_config is not None:
         config["default_stream_config"] = default_stream_config
-    with httpx.Client(http1=False, http2=True, timeout=10.0) as client:
+    # A plain-HTTP endpoint (a lite server) needs no TLS context (building one parses the whole CA bundle).
+    tls = endpoint.lower().startswith("https:")
+    with httpx.Client(http1=False, http2=True, timeout=10.0, verify=tls) as client:
         resp = client.put(
             f"{endpoint}/v1/basins/{name}",
             json={"config": config},

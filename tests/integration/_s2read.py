@@ -21,20 +21,30 @@ def _client(server: Any, token: str | None) -> S2:
 
 def read_stream(server: Any, basin: str, stream: str, token: str | None = None) -> list[SequencedRecord]:
     """Every record of `stream` (command records excluded), read with unary reads up to the tail."""
+    return read_streams(server, basin, [stream], token)[stream]
 
-    async def main() -> list[SequencedRecord]:
+
+def read_streams(
+    server: Any, basin: str, streams: list[str], token: str | None = None
+) -> dict[str, list[SequencedRecord]]:
+    """`read_stream` of each of `streams`, on one client (each new client parses the CA bundle)."""
+
+    async def one(s2: S2, stream: str) -> list[SequencedRecord]:
         out: list[SequencedRecord] = []
-        async with _client(server, token) as s2:
-            s = s2.basin(basin).stream(stream)
-            tail = (await s.check_tail()).seq_num
-            pos = 0
-            while pos < tail:
-                batch = await s.read(start=SeqNum(pos), limit=ReadLimit(count=1000))
-                if not batch.records:
-                    break
-                out.extend(r for r in batch.records if not r.is_command_record())
-                pos = batch.records[-1].seq_num + 1
+        s = s2.basin(basin).stream(stream)
+        tail = (await s.check_tail()).seq_num
+        pos = 0
+        while pos < tail:
+            batch = await s.read(start=SeqNum(pos), limit=ReadLimit(count=1000))
+            if not batch.records:
+                break
+            out.extend(r for r in batch.records if not r.is_command_record())
+            pos = batch.records[-1].seq_num + 1
         return out
+
+    async def main() -> dict[str, list[SequencedRecord]]:
+        async with _client(server, token) as s2:
+            return {stream: await one(s2, stream) for stream in streams}
 
     return asyncio.run(main())
 

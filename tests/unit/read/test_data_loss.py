@@ -27,10 +27,17 @@ def _cfg(endpoint: str, basin: str) -> S2Config:
 
 
 def _append(endpoint: str, basin: str, stream: str, records: list[s2_sdk.Record]) -> None:
+    _appends(endpoint, basin, [(stream, records)])
+
+
+def _appends(endpoint: str, basin: str, appends: list[tuple[str, list[s2_sdk.Record]]]) -> None:
+    """Each (stream, records) appended in turn, on one client (each new client parses the CA bundle)."""
+
     async def go() -> None:
         s2 = s2_sdk.S2("test", endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
         async with s2:
-            await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=records))
+            for stream, records in appends:
+                await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=records))
 
     asyncio.run(go())
 
@@ -41,8 +48,11 @@ def _bodies(*texts: str) -> list[s2_sdk.Record]:
 
 def _trimmed_stream(endpoint: str, basin: str, stream: str) -> None:
     """Records 0..9, then a trim to seq_num 4 (the trim record is seq_num 10): 0..3 are gone."""
-    _append(endpoint, basin, stream, _bodies(*(f"r{i}" for i in range(10))))
-    _append(endpoint, basin, stream, [s2_sdk.CommandRecord.trim(4)])
+    _appends(
+        endpoint,
+        basin,
+        [(stream, _bodies(*(f"r{i}" for i in range(10)))), (stream, [s2_sdk.CommandRecord.trim(4)])],
+    )
 
 
 def _options(endpoint: str, basin: str, **extra: str) -> dict[str, str]:
@@ -108,8 +118,7 @@ def test_a_loss_in_a_partition_of_many_streams_names_its_stream(
     that stream and its lost seq_nums (not a neighbour's); warned, it is logged for that stream alone and
     every other record of the partition is read once."""
     names = [f"m/{i:02d}" for i in range(40)]
-    for name in names:
-        _append(lite.endpoint, basin, name, _bodies(*(f"{name}:{j}" for j in range(3))))
+    _appends(lite.endpoint, basin, [(name, _bodies(*(f"{name}:{j}" for j in range(3)))) for name in names])
     _trimmed_stream(lite.endpoint, basin, "m/lost")
     partition = S2Partition(
         [*((n, 0, 3) for n in names[:20]), ("m/lost", 1, 7), *((n, 0, 3) for n in names[20:])]

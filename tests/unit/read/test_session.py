@@ -30,10 +30,17 @@ def _cfg(endpoint: str, basin: str) -> S2Config:
 
 
 def _append(endpoint: str, basin: str, stream: str, batches: list[list[s2_sdk.Record]]) -> None:
+    _appends(endpoint, basin, {stream: batches})
+
+
+def _appends(endpoint: str, basin: str, streams: dict[str, list[list[s2_sdk.Record]]]) -> None:
+    """Each stream's batches appended in turn, on one client (each new client parses the CA bundle)."""
+
     async def go() -> None:
         async with s2_sdk.S2("test", endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint)) as s2:
-            for recs in batches:
-                await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=recs))
+            for stream, batches in streams.items():
+                for recs in batches:
+                    await s2.basin(basin).stream(stream).append(s2_sdk.AppendInput(records=recs))
 
     asyncio.run(go())
 
@@ -257,8 +264,11 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
     the range; a caller that stops after the first run ends the sessions (no reader is left handing over
     to a queue nobody empties) and the next read of the same ranges on the same loop is whole."""
     names = [f"r/{i:02d}" for i in range(60)]
-    for name in names:
-        _append(lite.endpoint, basin, name, [[s2_sdk.Record(body=f"{name}:{j}".encode()) for j in range(30)]])
+    _appends(
+        lite.endpoint,
+        basin,
+        {n: [[s2_sdk.Record(body=f"{n}:{j}".encode()) for j in range(30)]] for n in names},
+    )
     cfg = _cfg(lite.endpoint, basin)
     ranges = [(name, 5, 25) for name in names]
 
@@ -286,11 +296,9 @@ def test_a_record_that_does_not_decode_among_many_streams_names_its_stream(
     from s2_sink._read.partition import S2Partition, read_partition
 
     names = [f"j/{i:02d}" for i in range(12)]
-    for name in names:
-        _append(lite.endpoint, basin, name, [[s2_sdk.Record(body=b'{"n": %d}' % j) for j in range(3)]])
-    _append(
-        lite.endpoint, basin, "j/bad", [[s2_sdk.Record(body=b'{"n": 1}'), s2_sdk.Record(body=b"not json")]]
-    )
+    good_rows = {n: [[s2_sdk.Record(body=b'{"n": %d}' % j) for j in range(3)]] for n in names}
+    bad_rows = [[s2_sdk.Record(body=b'{"n": 1}'), s2_sdk.Record(body=b"not json")]]
+    _appends(lite.endpoint, basin, {**good_rows, "j/bad": bad_rows})
     schema = StructType([StructField("n", LongType()), StructField("_s2_stream", StringType())])
     good = S2Partition([(name, 0, 3) for name in names])
     rows = [

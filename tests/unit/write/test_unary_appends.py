@@ -22,7 +22,7 @@ from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.integration._s2read import read_stream
+from tests.integration._s2read import read_stream, read_streams
 from tests.unit.write.test_partition_writer import config, ctx, frame, stream_rows
 
 STREAMS = 300
@@ -80,9 +80,9 @@ def test_unary_appends_refused_are_re_sent_and_land_once(counting: LiteServer) -
     finally:
         counting.faults.clear()
     assert sum(r["retries"] for name, r in rows.items() if name is not None) >= 1
-    for s in range(STREAMS):
-        got = [int(r.body) for r in read_stream(counting.endpoint, basin, f"t/{s:03d}")]
-        assert got == list(range(s, ROWS, STREAMS))
+    streams = read_streams(counting.endpoint, basin, [f"t/{s:03d}" for s in range(STREAMS)])
+    for s, records in enumerate(streams.values()):
+        assert [int(r.body) for r in records] == list(range(s, ROWS, STREAMS))
 
 
 def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_together(
@@ -131,7 +131,6 @@ def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_to
     assert sorted(asked) == sorted(streams)
     assert 1 < most[0] <= appender._KEEPERS
     got: Counter[bytes] = Counter()
-    for s in streams:
-        records = read_stream(counting.endpoint, basin, s)
+    for records in read_streams(counting.endpoint, basin, streams).values():
         got.update(bytes(r.body) for r in records if not (r.headers and r.headers[0][0] == b""))  # no fences
     assert got == Counter(bodies)
