@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 
 from s2_sink.encoders import BODY, ERROR, HEADERS, KEY, UpsertEncoder
 from s2_sink.errors import ConfigError
+from tests.hypothesis_profiles import examples
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 SCHEMA = StructType(
@@ -114,8 +115,18 @@ changes = st.lists(
 )
 
 
-# Random in every profile: derandomized, even 300 examples missed ties broken by headers made on purpose.
-@settings(max_examples=300, deadline=None, derandomize=False)
+def test_changes_tied_on_everything_but_headers_come_out_in_one_order_whatever_their_arrival() -> None:
+    """Two changes of a key with one order_by value and one body, told apart only by their headers, are
+    written in the same order whichever arrives first (the property below draws such ties too rarely to
+    find a tie left in arrival order within its fast count)."""
+    enc = UpsertEncoder(["k"], op_column="op", order_by="pos", headers_column="h")
+    x, y = (change("a", 1, 7, h=[{"key": name, "value": b"1"}]) for name in "xy")
+    shorter = change("a", 1, 7, h=[])
+    assert per_key(encode(enc, [x, y, shorter])) == per_key(encode(enc, [shorter, y, x]))
+    assert per_key(encode(enc, [y, x])) == per_key(encode(enc, [x, y]))
+
+
+@settings(max_examples=examples(300, fast=60), deadline=None)
 @given(rows=changes, split=st.data(), compact=st.booleans(), with_headers=st.booleans())
 def test_any_split_of_the_same_changes_gives_the_same_stream_per_key(
     rows: list[dict[str, Any]], split: st.DataObject, compact: bool, with_headers: bool
