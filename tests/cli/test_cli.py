@@ -480,31 +480,34 @@ def test_lite_basin_flag_creates_basins_and_prints_exports_to_eval(
         f"export S2_ACCOUNT_ENDPOINT={endpoint} S2_BASIN_ENDPOINT={endpoint} S2_ACCESS_TOKEN=ignored"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("S2_")}
-    for basin in BASINS:
-        # What a user's program does with the exports: the library's config from the environment.
-        env["FIRST_WRITE"] = (
-            "import asyncio, sys\n"
-            "from s2_sdk import AppendInput, Record\n"
-            "from s2_sink._transport.session_pool import make_client\n"
-            "from s2_sink.config import S2Config\n"
-            "cfg = S2Config.from_env(basin=sys.argv[1])\n"
-            "async def go():\n"
-            "    async with make_client(cfg) as client:\n"
-            "        await client.basin(cfg.basin).stream('first').append(AppendInput([Record(b'{}')]))\n"
-            "asyncio.run(go())\n"
-        )
-        script = (
-            f"{lines[1]}\n"
-            f'{sys.executable} -c "$FIRST_WRITE" {basin} && '
-            f"{sys.executable} -m s2_sink tail first --basin {basin}"
-        )
-        out = subprocess.run(
-            ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
-        )
-        assert out.returncode == 0, out.stderr
-        assert json_lines(out.stdout) == [
-            {"seq_num": 0, "timestamp": json_lines(out.stdout)[0]["timestamp"], "value": {}}
-        ]
+    # What a user's program does with the exports: the library's config from the environment, a first write
+    # to each basin (one process for both: an interpreter start each is the test's cost); then the CLI.
+    env["FIRST_WRITE"] = (
+        "import asyncio, sys\n"
+        "from s2_sdk import AppendInput, Record\n"
+        "from s2_sink._transport.session_pool import make_client\n"
+        "from s2_sink.config import S2Config\n"
+        "async def go(basin):\n"
+        "    cfg = S2Config.from_env(basin=basin)\n"
+        "    async with make_client(cfg) as client:\n"
+        "        stream = client.basin(cfg.basin).stream('first')\n"
+        "        await stream.append(AppendInput([Record(b'{}')]))\n"
+        "        print(basin, (await stream.check_tail()).seq_num)\n"
+        "for basin in sys.argv[1:]:\n"
+        "    asyncio.run(go(basin))\n"
+    )
+    script = (
+        f"{lines[1]}\n"
+        f'{sys.executable} -c "$FIRST_WRITE" {" ".join(BASINS)} && '
+        f"{sys.executable} -m s2_sink tail first --basin {BASINS[1]}"
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    written, tailed = out.stdout.splitlines()[:2], json_lines("\n".join(out.stdout.splitlines()[2:]))
+    assert written == [f"{basin} 1" for basin in BASINS]  # each basin's first write created its stream
+    assert tailed == [{"seq_num": 0, "timestamp": tailed[0]["timestamp"], "value": {}}]
 
 
 def test_lite_basin_flag_refuses_an_invalid_name() -> None:
