@@ -533,9 +533,7 @@ def test_console_script_help_lists_commands_and_exit_codes() -> None:
         assert command in out.stdout
     for code, meaning in EXIT_CODES.items():
         assert f"{code:<4} {meaning}" in out.stdout
-    reset_help = subprocess.run(
-        [str(script), "ledger", "reset", "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
+    reset_help = cli("http://127.0.0.1:9", "ledger", "reset", "--help")  # a subcommand's help: in-process
     assert "exactly-once no longer covers batches from before the reset" in " ".join(
         reset_help.stdout.split()
     )
