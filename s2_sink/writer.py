@@ -166,7 +166,7 @@ class S2Writer:
         self.history: collections.deque[BatchMetrics] = collections.deque(maxlen=history_size)
         self.last_metrics: BatchMetrics | None = None
         self._memos: dict[str, _RowsMemo] = {}
-        self._split = StreamSplit()  # routed batches: narrowed, or by target stream (sizing.py)
+        self._split = StreamSplit(self.cfg.max_inflight_bytes)  # routed batches: narrowed or by stream
         self._likely_big: bool | None = None
         """Whether the last batch written was over the driver-write limits (the next one then skips the
         probe); None before the first."""
@@ -258,7 +258,7 @@ class S2Writer:
         by_key = self.partition_by_key or bool(encoder is not None and encoder.change_order)
         if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
             by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
-            split = rows_df.repartition(tasks, STREAM_COLUMN) if by_stream else narrow(rows_df, shape, tasks)
+            split = self._split.split(rows_df, tasks) if by_stream else narrow(rows_df, shape, tasks)
             rows = _collect(split.mapInArrow(map_partition(job.plan, encoding), RESULT_DDL))
             self._split.observe(rows, sum(r["rows_in"] for r in rows), by_stream=by_stream)
             return rows

@@ -17,15 +17,18 @@ import logging
 
 from s2_sink.lite._store import Store
 
-__all__ = ["Janitor"]
+__all__ = ["SWEEP_INTERVAL_S", "Janitor"]
 
 log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 0.2
+"""Seconds between sweeps, by default: short, so a test sees a retention or a deletion complete quickly."""
 
 
 class Janitor:
     """Sweeps a store periodically."""
 
-    def __init__(self, store: Store, interval: float = 0.2) -> None:
+    def __init__(self, store: Store, interval: float = SWEEP_INTERVAL_S) -> None:
         self.store = store
         self.interval = interval
 

@@ -20,7 +20,7 @@ from s2_sink.lite._api import LiteApp
 from s2_sink.lite._clock import Clock
 from s2_sink.lite._durability import LOG_NAME, DurableLog, replay
 from s2_sink.lite._faults import FaultCounters, Faults
-from s2_sink.lite._janitor import Janitor
+from s2_sink.lite._janitor import SWEEP_INTERVAL_S, Janitor
 from s2_sink.lite._listener import SniffingProtocol
 from s2_sink.lite._stats import RequestStats
 from s2_sink.lite._store import DELETION_DELAY_S, Store
@@ -74,6 +74,7 @@ async def start_server(
     clock: Clock | None = None,
     stats: RequestStats | None = None,
     deletion_delay_s: float = DELETION_DELAY_S,
+    sweep_interval_s: float = SWEEP_INTERVAL_S,
 ) -> _Running:
     """Replay the log (if any) and start listening."""
     loop = asyncio.get_running_loop()
@@ -87,7 +88,7 @@ async def start_server(
     app = LiteApp(store, durable_log, faults, token, clock=store.clock, throttle=throttle, stats=stats)
     conns: set[asyncio.Transport] = set()
     server = await loop.create_server(lambda: SniffingProtocol(app, conns), host, port, reuse_address=True)
-    janitor = asyncio.ensure_future(Janitor(store).run())
+    janitor = asyncio.ensure_future(Janitor(store, sweep_interval_s).run())
     return _Running(app, server, conns, janitor)
 
 
@@ -171,7 +172,9 @@ class LiteServer:
     ``clock`` (in-process servers only) replaces the real clock, e.g. with a ``ManualClock`` a test advances.
     ``stats=True`` (in-process servers only) counts requests by kind and records appended and read per stream
     in ``srv.stats`` (`RequestStats`; ``srv.stats.snapshot()``). ``deletion_delay_s`` is how long a deleted
-    basin or stream stays pending (409 ``*_deletion_pending``) before it is gone (404).
+    basin or stream stays pending (409 ``*_deletion_pending``) before it is gone (404). ``sweep_interval_s``
+    (in-process servers only) is how often retention, ``delete_on_empty`` and due deletions are swept, over
+    every stream (S2's own background tasks run every 60 s; a harness holding 100,000 streams sweeps less).
     """
 
     def __init__(
@@ -187,11 +190,14 @@ class LiteServer:
         subprocess: bool = False,
         stats: bool = False,
         deletion_delay_s: float = DELETION_DELAY_S,
+        sweep_interval_s: float = SWEEP_INTERVAL_S,
     ) -> None:
         if clock is not None and subprocess:
             raise ValueError("clock= needs an in-process server: it cannot be passed to a subprocess")
         if stats and subprocess:
             raise ValueError("stats=True needs an in-process server: its counters live in this process")
+        if sweep_interval_s != SWEEP_INTERVAL_S and subprocess:
+            raise ValueError("sweep_interval_s= needs an in-process server")
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir) if data_dir is not None else None
@@ -200,6 +206,7 @@ class LiteServer:
         self.throttle = throttle
         self.clock = clock
         self.deletion_delay_s = deletion_delay_s
+        self.sweep_interval_s = sweep_interval_s
         self.subprocess = subprocess
         self.stats: RequestStats | None = RequestStats() if stats else None
         self.endpoint = ""
@@ -244,6 +251,7 @@ class LiteServer:
                     clock=self.clock,
                     stats=self.stats,
                     deletion_delay_s=self.deletion_delay_s,
+                    sweep_interval_s=self.sweep_interval_s,
                 )
             except BaseException as exc:
                 error.append(exc)

@@ -16,6 +16,7 @@ from s2_sink import S2Writer
 from s2_sink._exactly_once.identity import session_facts
 from s2_sink._write.driver.driver_write import collect_arrow, probe_small, write_on_driver
 from s2_sink._write.driver.sizing import size_estimate
+from s2_sink.config import ONE_MIB
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
 from tests.integration._eo_batches import new_driver_process
@@ -276,4 +277,36 @@ def test_batches_spread_over_many_streams_are_split_by_stream_exactly_once(
         for batch in range(3):  # each input partition's rows (ids below 2,000, and the rest) in order
             written = ids[20 * batch : 20 * (batch + 1)]
             for part in ([i for i in written if i < 2_000], [i for i in written if i >= 2_000]):
+                assert part == sorted(part)
+
+
+def test_a_split_over_the_open_chunk_cap_sends_each_stream_once_in_row_order(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """Rows routed to 100 streams, each task's share over what its open chunks may hold (1 MiB): a split by
+    stream hands a task its streams interleaved, and shedding the fullest chunks early would send each stream
+    in several appends; the split orders each task's rows by stream, so each stream goes in one append, each
+    input partition's rows in order, every row once."""
+    cfg = cfg_for(lite, basin, create_streams=True, stream=None, max_inflight_bytes=ONE_MIB, **TASK_PATH)
+    writer = S2Writer(cfg, stream_column="tenant", writer_id="grouped")
+    df = (
+        rows_df(spark, 30_000)
+        .withColumn("tenant", F.concat(F.lit("g/"), F.lpad((F.col("id") % 100).cast("string"), 3, "0")))
+        .withColumn("pad", F.lit("x" * 80))
+    )
+    appends = []
+    for batch in range(3):
+        writer(df, batch)
+        m = writer.last_metrics
+        assert m is not None
+        assert (m.records, len(m.streams)) == (30_000, 100)
+        appends.append(m.appends)
+    assert appends[0] > 200  # narrowed: every task appends to every stream
+    assert appends[1:] == [100, 100]
+    for s in (0, 42, 99):
+        ids = _ids(lite, basin, f"g/{s:03d}")
+        assert sorted(ids) == sorted(list(range(s, 30_000, 100)) * 3)
+        for batch in range(1, 3):
+            written = ids[300 * batch : 300 * (batch + 1)]
+            for part in ([i for i in written if i < 15_000], [i for i in written if i >= 15_000]):
                 assert part == sorted(part)

@@ -159,7 +159,8 @@ def test_long_poll_returns_when_records_arrive(lite: LiteServer, basin: str) -> 
 
 def test_match_seq_num_and_fencing_tokens(lite: LiteServer, basin: str) -> None:
     """match_seq_num must equal the tail (412 SeqNumMismatchError); fence records set the token that appends
-    must carry (412 FencingTokenMismatchError), appends without a token pass, an empty fence clears it.
+    must carry (412 FencingTokenMismatchError, also when match_seq_num is wrong too), appends without a token
+    pass, an empty fence clears it. Unary appends (POST), as the sink's small streams send them.
 
     As s2-lite: lite/src/backend/streamer.rs, sequence_records and apply_command;
     lite/src/handlers/v1/error.rs (AppendConditionFailed bodies)."""
@@ -175,6 +176,8 @@ def test_match_seq_num_and_fencing_tokens(lite: LiteServer, basin: str) -> None:
             with pytest.raises(FencingTokenMismatchError) as fm:
                 await st.append(AppendInput(records=_recs(1), fencing_token="other"))
             assert fm.value.expected_fencing_token == "tok-1"
+            with pytest.raises(FencingTokenMismatchError):  # the token is checked before match_seq_num
+                await st.append(AppendInput(records=_recs(1), fencing_token="other", match_seq_num=0))
             ack = await st.append(AppendInput(records=_recs(1), fencing_token="tok-1"))
             assert ack.start.seq_num == 3
             await st.append(AppendInput(records=_recs(1)))

@@ -158,3 +158,21 @@ def test_the_deletion_delay_is_an_option() -> None:
             time.sleep(1.0)  # several sweeps of the real clock
             resp = c.get("/v1/streams/s", headers={"s2-basin": basin})
             assert (resp.status_code, resp.json()["code"]) == (409, "stream_deletion_pending")
+
+
+def test_the_sweep_interval_is_an_option() -> None:
+    """``LiteServer(sweep_interval_s=...)`` (in-process) sweeps that seldom: a deletion past its delay stays
+    pending until the next sweep (a harness holding 100,000 streams sweeps once a minute, as S2-lite's
+    background tasks run). A subprocess server refuses it."""
+    clock = ManualClock()
+    with LiteServer(clock=clock, sweep_interval_s=3600) as seldom:
+        basin = fresh_basin(seldom.endpoint)
+        with httpx.Client(base_url=seldom.endpoint, timeout=10) as c:
+            _make_stream(c, basin, "s", {})
+            assert c.delete("/v1/streams/s", headers={"s2-basin": basin}).status_code == 202
+            clock.advance(60)
+            time.sleep(0.5)  # two default sweeps of the real clock
+            resp = c.get("/v1/streams/s", headers={"s2-basin": basin})
+            assert (resp.status_code, resp.json()["code"]) == (409, "stream_deletion_pending")
+    with pytest.raises(ValueError, match="sweep_interval_s"):
+        LiteServer(subprocess=True, sweep_interval_s=60)

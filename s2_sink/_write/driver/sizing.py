@@ -17,6 +17,9 @@ name, and each (task, stream) costs an append session and its result row whateve
 tasks of a batch shared its streams widely, the next batches are repartitioned by target stream instead
 (``repartition(n, stream)``: each stream's rows in one task, a shuffle). A batch split that way cannot show
 whether narrowing would still spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see.
+When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
+would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
+each task's rows by stream (`StreamSplit.grouped`), keeping each input partition's row order within a stream.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pyspark.sql import functions as F
+
 from s2_sink._option_map import WriteParallelism
 from s2_sink._pyspark import spark_errors
+from s2_sink._write.driver.routing import STREAM_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,6 +48,7 @@ ROWS_PER_SESSION: Final = 1000
 """A (task, stream) beyond one per stream costs about the client CPU of this many rows of a shuffle (an
 append session and a result row: ~1 ms against ~1 us per row; ``benchmarks.run --only routed``)."""
 PROBE_EVERY: Final = 16
+_ROW_ORDER: Final = "_s2_row_order"
 # The optimizer answers "unknown" with spark.sql.defaultSizeInBytes (Long.MaxValue): not an estimate.
 _UNKNOWN_SIZE: Final = 1 << 62
 
@@ -69,7 +76,12 @@ def write_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:
 class StreamSplit:
     """Whether a routed batch's write tasks get their rows by target stream or narrowed (module docstring)."""
 
+    held_bytes: int = 16 * 1024 * 1024
+    """What a task's open chunks may hold (``max_inflight_bytes``)."""
     by_stream: bool = False
+    grouped: bool = False
+    """Batches split by stream also order each task's rows by stream: a task's rows outweighed
+    `held_bytes`."""
     batches: int = 0
     """Batches split by stream since the last narrowed one."""
 
@@ -80,6 +92,16 @@ class StreamSplit:
             return True
         return False
 
+    def split(self, frame: DataFrame, n: int) -> DataFrame:
+        """`frame` in `n` partitions by target stream (each stream's rows in one task); `grouped`, each
+        task's rows ordered by stream, and within a stream by input partition and row (an id taken before
+        the shuffle, so a partition's rows keep their order on each stream)."""
+        if not self.grouped:
+            return frame.repartition(n, STREAM_COLUMN)
+        columns = frame.columns
+        ordered = frame.withColumn(_ROW_ORDER, F.monotonically_increasing_id()).repartition(n, STREAM_COLUMN)
+        return ordered.sortWithinPartitions(STREAM_COLUMN, _ROW_ORDER).select(*columns)
+
     def observe(self, rows: list[dict[str, object]], rows_in: int, *, by_stream: bool) -> None:
         """A batch's task result rows (one per task and stream): a narrowed batch whose (task, stream)
         pairs beyond one per stream cost more than a shuffle of its rows makes the next ones split by
@@ -89,6 +111,12 @@ class StreamSplit:
         pairs = sum(1 for r in rows if r["stream"] is not None)
         streams = len({r["stream"] for r in rows if r["stream"] is not None})
         self.by_stream = (pairs - streams) * ROWS_PER_SESSION > rows_in
+        per_task: dict[object, int] = {}
+        for r in rows:
+            if r["stream"] is not None:
+                task = r.get("partition")
+                per_task[task] = per_task.get(task, 0) + int(str(r.get("bytes") or 0))
+        self.grouped = self.by_stream and max(per_task.values(), default=0) > self.held_bytes
         self.batches = 0
 
 

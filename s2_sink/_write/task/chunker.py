@@ -181,12 +181,14 @@ class Chunker(Generic[T]):
 
     def _shed(self) -> None:
         """Past ``max_held`` bytes in open chunks, emit the fullest (by bytes, then by stream name) until
-        they hold no more."""
+        they hold at most seven eighths of it: one sort of the open chunks per eighth of ``max_held`` sent,
+        not one per item added (thousands of open chunks at the cap made every add a sort)."""
         if self.max_held is None or self._held <= self.max_held:
             return
+        low = self.max_held - self.max_held // 8
         fullest = sorted(self._open, key=lambda s: (self._buffers[s].nbytes, s), reverse=True)
         for stream in fullest:
-            if self._held <= self.max_held:
+            if self._held <= low:
                 break
             self._close(stream, self._buffers[stream])
 

@@ -126,3 +126,24 @@ def test_batches_whose_tasks_share_many_streams_are_split_by_stream_until_the_ne
     apart += [{"stream": None, "rows_in": 50_000}, *({"stream": f"b{i}"} for i in range(500))]
     split.observe(apart, 100_000, by_stream=False)
     assert not split.next_by_stream()
+
+
+def test_a_split_orders_each_tasks_rows_by_stream_only_when_they_outweigh_the_held_bytes() -> None:
+    """Streams interleaved in a task whose rows outweigh what its open chunks may hold would each be sent in
+    several small appends (the fullest shed early): such a batch's split also orders each task's rows by
+    stream. A split that fits, or a narrowed batch that stays narrowed, is not sorted."""
+
+    def rows(tasks: int, streams: int, stream_bytes: int) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for p in range(tasks):
+            out.append({"partition": p, "stream": None, "rows_in": 100 * streams})
+            out.extend({"partition": p, "stream": f"s{i}", "bytes": stream_bytes} for i in range(streams))
+        return out
+
+    split = StreamSplit(held_bytes=16 * 1024 * 1024)
+    split.observe(rows(2, 1000, 7_500), 200_000, by_stream=False)  # 7.5 MB a task: fits
+    assert (split.by_stream, split.grouped) == (True, False)
+    split.observe(rows(2, 10_000, 7_500), 2_000_000, by_stream=False)  # 75 MB a task
+    assert (split.by_stream, split.grouped) == (True, True)
+    split.observe(rows(2, 1, 75_000_000), 2_000_000, by_stream=False)  # one stream: never split
+    assert (split.by_stream, split.grouped) == (False, False)
