@@ -213,13 +213,11 @@ def append_once(client: HttpClient, stream: str, message: bytes, records: int) -
 
 async def _append_once(client: HttpClient, stream: str, message: bytes, records: int) -> AppendAck:
     try:
-        response = await client.unary_request(
-            "POST", stream_records_path(stream), headers=dict(_UNARY_HEADERS), content=message
-        )
+        content = await sdk.post_corked(client, stream_records_path(stream), _UNARY_HEADERS, message)
     except TransportError as exc:
         raise _client_error(exc) from exc  # judged as a session's transport failure (`_transport.retry`)
     ack = pb.AppendAck()
-    ack.ParseFromString(response.content)
+    ack.ParseFromString(content)
     count = ack.end.seq_num - ack.start.seq_num
     if count != records:
         raise S2ClientError(f"invalid ack: {count} records acknowledged for an append of {records}")
