@@ -205,7 +205,8 @@ def append_once(client: HttpClient, stream: str, message: bytes, records: int) -
 
     For a stream's only append of a task: its HTTP/2 stream carries the request and ends with the answer,
     where a session takes a headers write, a data write and a half-close, and a runner task to read acks
-    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`)."""
+    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`). The unary appends
+    started in one turn of the loop leave in one socket write (`sdk.post_corked`)."""
     ticket = asyncio.get_running_loop().create_task(_append_once(client, stream, message, records))
     ticket.add_done_callback(_retrieve)  # failures are collected by the appender, or dropped with it
     return ticket
