@@ -205,7 +205,8 @@ def append_once(client: HttpClient, stream: str, message: bytes, records: int) -
 
     For a stream's only append of a task: its HTTP/2 stream carries the request and ends with the answer,
     where a session takes a headers write, a data write and a half-close, and a runner task to read acks
-    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`)."""
+    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`). The unary appends
+    started in one turn of the loop leave in one socket write (`sdk.post_corked`)."""
     ticket = asyncio.get_running_loop().create_task(_append_once(client, stream, message, records))
     ticket.add_done_callback(_retrieve)  # failures are collected by the appender, or dropped with it
     return ticket
@@ -213,13 +214,11 @@ def append_once(client: HttpClient, stream: str, message: bytes, records: int) -
 
 async def _append_once(client: HttpClient, stream: str, message: bytes, records: int) -> AppendAck:
     try:
-        response = await client.unary_request(
-            "POST", stream_records_path(stream), headers=dict(_UNARY_HEADERS), content=message
-        )
+        content = await sdk.post_corked(client, stream_records_path(stream), _UNARY_HEADERS, message)
     except TransportError as exc:
         raise _client_error(exc) from exc  # judged as a session's transport failure (`_transport.retry`)
     ack = pb.AppendAck()
-    ack.ParseFromString(response.content)
+    ack.ParseFromString(content)
     count = ack.end.seq_num - ack.start.seq_num
     if count != records:
         raise S2ClientError(f"invalid ack: {count} records acknowledged for an append of {records}")

@@ -12,17 +12,29 @@ module imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
-from s2_sdk._client import HttpClient
+from s2_sdk._client import (
+    _COMPRESSION_ENCODING,
+    _ENCODING_COMPRESSION,
+    HttpClient,
+    Response,
+    _header_value,
+    _raise_response_error,
+)
+from s2_sdk._compression import compress, decompress
 from s2_sdk._exceptions import (
     AppendIndefiniteFailureError,
     ConnectError,
+    ProtocolError,
     ReadTimeoutError,
     S2ClientError,
+    ServerDrainingError,
     TransportError,
 )
 from s2_sdk._mappers import append_ack_from_proto, append_input_to_proto
@@ -55,6 +67,7 @@ __all__ = [
     "parse_error_info",
     "pb",
     "pooled_connections",
+    "post_corked",
     "read_messages",
     "requires_reconnect",
     "stream_records_path",
@@ -108,3 +121,120 @@ async def advertise_settings(conn: Any, settings: dict[int, int]) -> None:
     async with conn._write_lock:
         conn._h2.update_settings(settings)
         await conn._flush(force=True)
+
+
+async def post_corked(client: HttpClient, path: str, headers: dict[str, str], body: bytes) -> bytes:
+    """``POST`` `body` as the transport's ``unary_request`` does (same pool, errors, timeout and
+    compression) and return the answer's body, but write its HEADERS and DATA frames to the socket together
+    with those of every other request started in the same turn of the event loop.
+
+    ``unary_request`` writes each request's HEADERS frame (a socket write and a drain), then its DATA frame
+    (a second write): for a task's many small streams, a unary append each, those writes were a fifth of a
+    stream's client CPU (`benchmarks.append_session --streams`). A body larger than the flow-control window
+    or a frame sends its rest as ``unary_request`` does. A transport that is not the SDK's own (the
+    simulation's in-memory S2 stands in for it) is asked through its ``unary_request``."""
+    if not isinstance(client, HttpClient):
+        stand_in: Any = client
+        answer = await stand_in.unary_request("POST", path, headers=dict(headers), content=body)
+        return bytes(answer.content)
+    h2_headers = client._build_headers("POST", path, headers)
+    if client._compression != s2_sdk.Compression.NONE:
+        body = compress(body, client._compression)
+        h2_headers.append(("content-encoding", _COMPRESSION_ENCODING[client._compression]))
+    h2_headers.append(("content-length", str(len(body))))
+    pc, state = await client._pool.checkout(client._base_url)
+    conn = pc._conn
+    stream_id: int | None = None
+    try:
+        async with conn._write_lock:
+            stream_id, rest = _send_corked(conn, state, h2_headers, body)
+        if rest:
+            await conn.send_data(stream_id, rest, end_stream=True)
+        async with asyncio.timeout(client._request_timeout):
+            answer_headers = await state.response_headers
+            chunks = []
+            while (item := await state.data_queue.get()) is not None:
+                chunks.append(item[0] if isinstance(item, tuple) else item)
+        if state.error is not None and not state.end_stream_received:
+            raise state.error
+        return _answer(answer_headers, b"".join(chunks))
+    except ServerDrainingError:
+        pc.retire()
+        raise
+    except TimeoutError:
+        raise ReadTimeoutError("Request timed out") from None
+    finally:
+        await _release(pc, stream_id, state)
+
+
+def _send_corked(conn: Any, state: Any, headers: list[tuple[str, str]], body: bytes) -> tuple[int, bytes]:
+    """Open the reserved HTTP/2 stream and queue its frames (under the connection's write lock), the
+    write left to `_uncork`; returns the stream id and what of the body did not fit."""
+    if state.error is not None:
+        raise state.error
+    if conn._pending_streams.pop(id(state), None) is None:
+        raise ProtocolError("Stream reservation missing")
+    h2: H2Connection = conn._h2
+    stream_id: int = h2.get_next_available_stream_id()
+    conn._streams[stream_id] = state
+    try:
+        h2.send_headers(stream_id, headers)
+        first = min(len(body), h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
+        if first or not body:
+            h2.send_data(stream_id, body[:first], end_stream=first == len(body))
+    except BaseException:
+        conn._streams.pop(stream_id, None)
+        raise
+    waiting = _corked.get(conn)
+    if waiting is None:
+        waiting = _corked[conn] = []
+        asyncio.get_running_loop().call_soon(_uncork, conn)
+    waiting.append(state)
+    return stream_id, body[first:]
+
+
+_corked: dict[Any, list[Any]] = {}
+"""Per connection, the requests whose frames wait in its HTTP/2 buffer for this turn's write."""
+
+
+def _uncork(conn: Any) -> None:
+    asyncio.get_running_loop().create_task(_write_corked(conn, _corked.pop(conn)))
+
+
+async def _write_corked(conn: Any, states: list[Any]) -> None:
+    """One socket write of the corked requests' frames; a failed write fails them (as a failed write of
+    ``unary_request`` fails its request)."""
+    try:
+        async with conn._write_lock:
+            await conn._flush(force=True)
+    except (TransportError, OSError) as exc:
+        for state in states:
+            conn._fail_stream(state, exc)
+
+
+def _answer(headers: list[tuple[str, str]], content: bytes) -> bytes:
+    """The answer's body, decompressed; an error answer raised as ``unary_request`` raises it."""
+    status = int(_header_value(headers, ":status") or 0)
+    encoding = _header_value(headers, "content-encoding")
+    if encoding is not None and encoding in _ENCODING_COMPRESSION:
+        content = decompress(content, _ENCODING_COMPRESSION[encoding])
+    if not 200 <= status < 300:
+        response = Response(status, content, headers)
+        _raise_response_error(response, retry_after_ms=_header_value(headers, "retry-after-ms"))
+    return content
+
+
+async def _release(pc: Any, stream_id: int | None, state: Any) -> None:
+    """Give the request's HTTP/2 stream back as ``unary_request`` does (its window acknowledged, reset if
+    unfinished, the connection closed if retired and idle)."""
+    conn = pc._conn
+    if stream_id is not None:
+        if state.unacked_flow_bytes:
+            with contextlib.suppress(TransportError, OSError):  # a failing connection fails its streams
+                await conn.ack_all_data(stream_id, state)
+        if not state.ended.is_set():
+            await conn.reset_stream(stream_id)
+    conn.release_stream(stream_id, state)
+    pc.touch_idle()
+    if pc.is_retired and pc.is_idle:
+        await pc.close()

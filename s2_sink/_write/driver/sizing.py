@@ -44,9 +44,12 @@ log = logging.getLogger(__name__)
 
 BYTES_PER_TASK: Final = 32 * 1024 * 1024
 _DEFAULT_CORES: Final = 8
-ROWS_PER_SESSION: Final = 1000
-"""A (task, stream) beyond one per stream costs about the client CPU of this many rows of a shuffle (an
-append session and a result row: ~1 ms against ~1 us per row; ``benchmarks.run --only routed``)."""
+ROWS_PER_SESSION: Final = 250
+"""A (task, stream) beyond one per stream costs about the client CPU of this many rows of a shuffle: so a
+batch of two tasks sharing every stream is split while its streams average fewer rows than this. Measured
+at 1,000 streams x 100 rows in two tasks (``benchmarks.run --only routed``, narrowed against split): ~0.57
+ms of Python CPU per extra (task, stream) (a unary append and a result row) against ~2.1 us of JVM CPU per
+row shuffled, a break-even near 270 rows per stream."""
 PROBE_EVERY: Final = 16
 _ROW_ORDER: Final = "_s2_row_order"
 # The optimizer answers "unknown" with spark.sql.defaultSizeInBytes (Long.MaxValue): not an estimate.

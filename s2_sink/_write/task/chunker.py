@@ -91,19 +91,26 @@ class Chunker(Generic[T]):
         column of sizes (`cut_points`) rather than item by item (the single-stream fast path)."""
         self._add_cut(stream, sizes, lambda buf, lo, hi: buf.items.extend(items[lo:hi]))
 
-    def add_span(self, stream: str, sizes: npt.ArrayLike, span: Callable[[int, int], T]) -> None:
+    def add_span(
+        self, stream: str, sizes: npt.ArrayLike, span: Callable[[int, int], T], total: int | None = None
+    ) -> None:
         """Consecutive records for one stream, given only their sizes: each chunk gets, for the records
         ``lo:hi`` of this run it holds, the one item ``span(lo, hi)`` (e.g. a slice of Arrow columns), so
-        no object per record is made. The cuts are those `add` would make record by record."""
+        no object per record is made. The cuts are those `add` would make record by record; `total`, the
+        sum of `sizes` when the caller has it already."""
 
         def put(buf: _Buffer[T], lo: int, hi: int) -> None:
             if hi > lo:
                 buf.items.append(span(lo, hi))
 
-        self._add_cut(stream, sizes, put)
+        self._add_cut(stream, sizes, put, total)
 
     def _add_cut(
-        self, stream: str, sizes: npt.ArrayLike, put: Callable[[_Buffer[T], int, int], None]
+        self,
+        stream: str,
+        sizes: npt.ArrayLike,
+        put: Callable[[_Buffer[T], int, int], None],
+        total: int | None = None,
     ) -> None:
         """Records ``0:n`` of a run (sizes given) for `stream`, cut as `add` would; ``put`` moves the
         records ``lo:hi`` into the open chunk's items."""
@@ -113,7 +120,8 @@ class Chunker(Generic[T]):
             return
         buf = self._buffer(stream)
         if buf.count + n < self.max_records:
-            total = int(sizes.sum())
+            if total is None:
+                total = int(sizes.sum())
             if buf.nbytes + total <= self.max_bytes:
                 # The run fits the open chunk, no cut (a routed stream's few rows of an Arrow batch): the
                 # cut points' arrays and searches cost more than the rows.

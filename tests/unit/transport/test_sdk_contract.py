@@ -23,10 +23,19 @@ NAMES = (
     ("s2_sdk._generated.s2.v1.s2_pb2", "AppendInput"),
     ("s2_sdk._generated.s2.v1.s2_pb2", "ReadBatch"),
     ("s2_sdk._client", "HttpClient"),
+    ("s2_sdk._client", "Response"),
+    ("s2_sdk._client", "_COMPRESSION_ENCODING"),
+    ("s2_sdk._client", "_ENCODING_COMPRESSION"),
+    ("s2_sdk._client", "_header_value"),
+    ("s2_sdk._client", "_raise_response_error"),
+    ("s2_sdk._compression", "compress"),
+    ("s2_sdk._compression", "decompress"),
     ("s2_sdk._exceptions", "AppendIndefiniteFailureError"),
     ("s2_sdk._exceptions", "ConnectError"),
+    ("s2_sdk._exceptions", "ProtocolError"),
     ("s2_sdk._exceptions", "ReadTimeoutError"),
     ("s2_sdk._exceptions", "S2ClientError"),
+    ("s2_sdk._exceptions", "ServerDrainingError"),
     ("s2_sdk._exceptions", "TransportError"),
     ("s2_sdk._mappers", "append_ack_from_proto"),
     ("s2_sdk._mappers", "append_input_to_proto"),
@@ -68,6 +77,16 @@ def test_names_the_boundary_behave_as_relied_on() -> None:
     assert asyncio.run(parse()) == [b"body"]
 
 
+def test_the_request_state_has_the_fields_a_corked_post_reads() -> None:
+    """`sdk.post_corked` waits on an HTTP/2 request's state as ``unary_request`` does."""
+    import dataclasses
+
+    from s2_sdk._client import _StreamState
+
+    wanted = {"response_headers", "data_queue", "ended", "error", "end_stream_received", "unacked_flow_bytes"}
+    assert not wanted - {f.name for f in dataclasses.fields(_StreamState)}, f"s2-sdk {s2_sdk.__version__}"
+
+
 def _missing(obj: object, path: str) -> str | None:
     """The first attribute along ``path`` (dotted) that ``obj`` lacks, else None."""
     for part in path.split("."):
@@ -102,15 +121,38 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
                 return missing
             transport = sdk.stream_transport(stream)
             assert sdk.basin_transport(client, basin) is not None
-            paths = ("_pool._hosts", "_base_url", "unary_request")
+            paths = (
+                "_pool._hosts",
+                "_pool.checkout",
+                "_base_url",
+                "_build_headers",
+                "_compression",
+                "_request_timeout",
+                "unary_request",
+            )
             missing += [m for path in paths if (m := _missing(transport, path))]
             if missing:
                 return missing
             conns = list(sdk.pooled_connections(transport))
             assert conns, "no pooled connection after an append: the pool walk finds nothing"
             for conn in conns:
-                paths = ("_h2", "is_available", "_write_lock", "_flush")
+                paths = (
+                    "_h2",
+                    "is_available",
+                    "_write_lock",
+                    "_flush",
+                    "_pending_streams",
+                    "_streams",
+                    "_fail_stream",
+                    "send_data",
+                    "reset_stream",
+                    "ack_all_data",
+                    "release_stream",
+                )
                 missing += [m for path in paths if (m := _missing(conn, path))]
+            for pooled in transport._pool._hosts[transport._base_url]:
+                paths = ("_conn", "retire", "touch_idle", "is_retired", "is_idle")
+                missing += [m for path in paths if (m := _missing(pooled, path))]
             state = sdk.h2_state(conns[0])
             assert state is not None
             assert hasattr(state, "update_settings")
