@@ -175,14 +175,17 @@ _advertised: weakref.WeakSet[H2Connection] = weakref.WeakSet()
 
 
 async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator[Message, None]:
-    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout."""
+    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout. A timeout
+    scope, not ``wait_for``: that wraps each wait in a task of its own (Python 3.11), a cost per message."""
     while True:
         try:
-            yield await asyncio.wait_for(anext(messages), timeout=_HEARTBEAT_TIMEOUT)
+            async with asyncio.timeout(_HEARTBEAT_TIMEOUT):
+                message = await anext(messages)
         except StopAsyncIteration:
             return
         except TimeoutError:
             raise ReadTimeoutError("Read session heartbeat timeout") from None
+        yield message
 
 
 def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
