@@ -66,7 +66,7 @@ def _lite_process() -> Iterator[LiteProcess]:
 
 def _written(lite: LiteProcess, rows: int) -> dict[str, str]:
     """The read options of a stream holding ``rows`` records of the harness's rows."""
-    writer = _datasource_writer(lite)
+    writer = _datasource_writer(lite, _ROWS_SCHEMA, upsert=False)
     for lo in range(0, rows, 100_000):
         writer.write(iter(_rows(min(100_000, rows - lo), 10_000)))
     cfg = writer._opts.spec.plan(0).cfg  # the basin the writer made

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -417,30 +418,35 @@ def diagnostic_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _routed_section(meter: ProcessMeter, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
-    try:
-        res = routed(
+    return _many_streams_section(
+        lambda: routed(
             meter,
             ctx,
             streams=sizes["streams"],
             rows_per_stream=sizes["rows_per_stream"],
             batches=sizes["routed_batches"],
         )
-    except NotAvailable as exc:
-        return {"status": "not available", "reason": str(exc)}
-    except Exception as exc:
-        return {"status": "error", "reason": _reason(exc)}
-    return {"status": "ok", **res}
+    )
 
 
 def _read_many_section(meter: ProcessMeter, ctx: Ctx, sizes: dict[str, int]) -> dict[str, Any]:
-    try:
-        res = read_many(
+    return _many_streams_section(
+        lambda: read_many(
             meter,
             ctx,
             streams=sizes["streams"],
             rows_per_stream=sizes["rows_per_stream"],
             rounds=sizes["read_rounds"],
         )
+    )
+
+
+def _many_streams_section(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A many-streams section's result: its measures, or why there are none."""
+    try:
+        res = measure()
+    except NotAvailable as exc:
+        return {"status": "not available", "reason": str(exc)}
     except Exception as exc:
         return {"status": "error", "reason": _reason(exc)}
     return {"status": "ok", **res}

@@ -1,6 +1,7 @@
 """A read task's S2 reads: a range of one stream, read on an S2S read session that hands out its
 ``ReadBatch`` messages as record columns, a run of several at a time (`s2_sink._wire.read.run`), with the
-records the range lost (trimmed or expired) reported as gaps.
+records the range lost (trimmed or expired) reported as gaps. The runs of ranges read at once are decoded
+together (`decode_held`): a small stream's run costs its share of one decode, not a decode of its own.
 
 The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
 to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
@@ -53,7 +54,7 @@ from s2_sink._transport.sdk import (
 )
 from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.read.record_columns import Positions, RecordColumns
-from s2_sink._wire.read.run import Arrival, ReadRun
+from s2_sink._wire.read.run import Arrival, Held, ReadRun, decode_held
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
@@ -97,10 +98,10 @@ async def read_columns(
     run_records: int = RUN_RECORDS,
     run_bytes: int = RUN_BYTES,
     patience: Patience = DEFAULT_PATIENCE,
-) -> AsyncGenerator[RecordColumns, None]:
+) -> AsyncGenerator[Held, None]:
     """The records from seq_num ``first`` on, at most ``count`` of them, in runs (never empty) of whole
-    messages: a run is handed out once it holds ``run_records`` records or ``run_bytes`` bytes of messages,
-    and at the end.
+    messages, not decoded yet (`decode_held`): a run is handed out once it holds ``run_records`` records or
+    ``run_bytes`` bytes of messages, and at the end.
 
     Ends at the count or at the tail (it never waits for new records), like a bounded SDK session. A failed
     session is resumed after the last record received, until `patience`'s deadline passes without a message.
@@ -174,14 +175,17 @@ _advertised: weakref.WeakSet[H2Connection] = weakref.WeakSet()
 
 
 async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator[Message, None]:
-    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout."""
+    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout. A timeout
+    scope, not ``wait_for``: that wraps each wait in a task of its own (Python 3.11), a cost per message."""
     while True:
         try:
-            yield await asyncio.wait_for(anext(messages), timeout=_HEARTBEAT_TIMEOUT)
+            async with asyncio.timeout(_HEARTBEAT_TIMEOUT):
+                message = await anext(messages)
         except StopAsyncIteration:
             return
         except TimeoutError:
             raise ReadTimeoutError("Read session heartbeat timeout") from None
+        yield message
 
 
 def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
@@ -201,24 +205,32 @@ def read_error_words(exc: BaseException, cfg: S2Config, stream: str | None = Non
     ).message
 
 
-async def _range_columns(
+async def _range_runs(
     cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
-) -> AsyncGenerator[RecordColumns, None]:
+) -> AsyncGenerator[Held, None]:
     handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
     # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
         patience = Patience.of(cfg)
-        async for batch in read_columns(
-            handle, first, stop - first, run_records=run_records, patience=patience
-        ):
+        runs = read_columns(handle, first, stop - first, run_records=run_records, patience=patience)
+        async for held in runs:
+            if held.last_seq_num - expected + 1 == held.records and held.last_seq_num < stop:
+                # As many records as seq_nums up to the last, all below ``stop``: no jump, nothing to cut,
+                # and the run stays undecoded for the consumer to decode with others.
+                expected = held.last_seq_num + 1
+                yield held
+                if expected >= stop:
+                    return
+                continue
+            (batch,) = decode_held([held])
             for lo, hi in missing(batch.seq_nums, expected, stop):
                 on_gap(lo, hi)
             expected = int(batch.seq_nums[-1]) + 1
             # Trimmed records shift what the count covers: keep only [first, stop).
             kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
             if len(kept):
-                yield kept
+                yield Held.of(kept)
             if expected >= stop:
                 return
     except s2_sdk.ReadUnwrittenError:
@@ -243,7 +255,8 @@ def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, in
 
 
 Range = tuple[str, int, int]
-"""``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop``."""
+"""``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop`` (planned by
+`planning.offsets`, read here)."""
 
 RANGE_CONCURRENCY: Final = 16
 """Ranges of one task read at once, each on its own session (HTTP/2 streams of the pooled connections):
@@ -263,8 +276,8 @@ async def _read_one(
 ) -> None:
     stream, first, stop = rng
     try:
-        async for columns in _range_columns(cfg, stream, first, stop, on_gap, run_records=run_records):
-            await out.put((stream, columns))
+        async for held in _range_runs(cfg, stream, first, stop, on_gap, run_records=run_records):
+            await out.put((stream, held))
     except (s2_sdk.S2Error, TransportError) as exc:
         raise ReadError(
             f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
@@ -282,7 +295,7 @@ async def _ranges_columns(
 ) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
     """The records of every range, each range's in order, ranges interleaved: ``concurrency`` readers take
     the next range when done with one, and hand their runs over a queue that bounds what waits; the runs
-    come out as many as are ready at once."""
+    come out as many as are ready at once, decoded together."""
     todo = iter(ranges)
     out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
 
@@ -300,7 +313,7 @@ async def _ranges_columns(
     try:
         while running:
             # Whatever is ready goes in one hand-off: each costs the task's thread a wake-up.
-            ready: list[tuple[str, RecordColumns]] = []
+            ready: list[tuple[str, Held]] = []
             item = await out.get()
             while True:
                 if isinstance(item, _Done):
@@ -313,7 +326,8 @@ async def _ranges_columns(
                     break
                 item = out.get_nowait()
             if ready:
-                yield ready
+                decoded = decode_held([held for _, held in ready])
+                yield [(stream, columns) for (stream, _), columns in zip(ready, decoded, strict=True)]
     finally:
         await _stop(tasks, out)
 

@@ -28,13 +28,14 @@ def _client(endpoint: str) -> s2_sdk.S2:
     return s2_sdk.S2(s2_target.token(), endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
 
 
-def new_basin(endpoint: str, *streams: str) -> str:
-    """A fresh basin with the given streams."""
+def new_basin(endpoint: str, *streams: str, create_on_append: bool = False) -> str:
+    """A fresh basin with the given streams (and any stream an append names, with ``create_on_append``)."""
     name = s2_target.basin_name()
 
     async def go() -> None:
         async with _client(endpoint) as s2:
-            await s2.create_basin(name)
+            config = s2_sdk.BasinConfig(create_stream_on_append=True) if create_on_append else None
+            await s2.create_basin(name, config=config)
             basin = s2.basin(name)
             for stream in streams:
                 await basin.create_stream(stream)

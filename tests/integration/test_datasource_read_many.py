@@ -12,13 +12,9 @@ import s2_sdk
 from pyspark.sql import SparkSession
 
 from s2_sink.datasource import register
-from tests import s2_target
+from tests.integration.test_datasource_read import _client, new_basin, opts
 
 pytestmark = [pytest.mark.spark]
-
-
-def _client(endpoint: str) -> s2_sdk.S2:
-    return s2_sdk.S2(s2_target.token(), endpoints=s2_sdk.Endpoints(account=endpoint, basin=endpoint))
 
 
 def _fill(endpoint: str, basin: str, streams: dict[str, int], *, first: int = 0) -> None:
@@ -39,21 +35,6 @@ def _fill(endpoint: str, basin: str, streams: dict[str, int], *, first: int = 0)
     asyncio.run(go())
 
 
-def _new_basin(endpoint: str) -> str:
-    name = s2_target.basin_name()
-
-    async def go() -> None:
-        async with _client(endpoint) as s2:
-            await s2.create_basin(name, config=s2_sdk.BasinConfig(create_stream_on_append=True))
-
-    asyncio.run(go())
-    return name
-
-
-def _opts(endpoint: str, basin: str, **extra: str) -> dict[str, str]:
-    return {"s2.basin": basin, "s2.endpoints.account": endpoint, "s2.endpoints.basin": endpoint, **extra}
-
-
 @pytest.fixture(scope="module")
 def sp(spark: SparkSession) -> SparkSession:
     register(spark)
@@ -71,7 +52,7 @@ def test_batch_read_of_many_streams_reads_each_record_once_in_few_partitions(
     """120 small streams and one large one under a prefix: every record once with its stream and seq_num,
     the commands of a stream left out, and the planned partitions bounded by s2.records-per-partition (the
     small streams share them; the large stream is split) rather than one per stream."""
-    basin = _new_basin(endpoint)
+    basin = new_basin(endpoint, create_on_append=True)
     sizes = {f"t/{i:03d}": 1 + i % 7 for i in range(120)}
     _fill(endpoint, basin, {**sizes, "t/big": 450})
 
@@ -93,7 +74,7 @@ def test_batch_read_of_many_streams_reads_each_record_once_in_few_partitions(
     records = sum(sizes.values()) + 450
     df = (
         sp.read.format("s2")
-        .options(**_opts(endpoint, basin, **{"s2.stream-prefix": "t/", "s2.records-per-partition": "200"}))
+        .options(**opts(endpoint, basin, **{"s2.stream-prefix": "t/", "s2.records-per-partition": "200"}))
         .load()
     )
     got = sorted((r.stream, r.seq_num, bytes(r.body).decode()) for r in df.collect())
@@ -104,7 +85,7 @@ def test_batch_read_of_many_streams_reads_each_record_once_in_few_partitions(
 
     typed = (
         sp.read.format("s2")
-        .options(**_opts(endpoint, basin, **{"s2.stream-prefix": "t/0", "s2.format": "kafka"}))
+        .options(**opts(endpoint, basin, **{"s2.stream-prefix": "t/0", "s2.format": "kafka"}))
         .load()
     )
     assert typed.rdd.getNumPartitions() == 1
@@ -120,10 +101,10 @@ def test_streaming_read_of_many_streams_across_micro_batches(
     """A prefix read of 60 streams with s2.max-records-per-trigger: each micro-batch within the cap and
     read in few partitions; streams created while the query runs are read from their first record; after a
     restart from the checkpoint every record has been delivered once."""
-    basin = _new_basin(endpoint)
+    basin = new_basin(endpoint, create_on_append=True)
     first = {f"u/{i:02d}": 5 for i in range(60)}
     _fill(endpoint, basin, first)
-    options = _opts(
+    options = opts(
         endpoint,
         basin,
         **{"s2.stream-prefix": "u/", "s2.max-records-per-trigger": "120", "s2.records-per-partition": "100"},
@@ -179,9 +160,9 @@ def test_a_recreated_stream_among_many_fails_the_query(
 ) -> None:
     """One of 50 streams deleted and created again between two runs fails the restarted query naming it
     (s2.fail-on-data-loss defaults to true), as it does for a stream read alone."""
-    basin = _new_basin(endpoint)
+    basin = new_basin(endpoint, create_on_append=True)
     _fill(endpoint, basin, {f"v/{i:02d}": 3 for i in range(50)})
-    options = _opts(endpoint, basin, **{"s2.stream-prefix": "v/"})
+    options = opts(endpoint, basin, **{"s2.stream-prefix": "v/"})
 
     def start() -> Any:
         return (

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.offsets import (
     Offsets,
-    Range,
     cap_committed,
     cap_committed_tails,
     pack_ranges,
@@ -19,6 +19,9 @@ from s2_sink._read.planning.offsets import (
 from s2_sink._read.read_options import OPT_ENDING_POSITION, OPT_STARTING_POSITION, Bound, ReadOptions
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from s2_sink._read.session import Range
 
 __all__ = ["batch_ranges", "resolve_bound", "resolve_streams"]
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.bounds import resolve_bound, resolve_streams
@@ -44,7 +45,6 @@ from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink._read.planning.data_loss import Epochs, join, recreated, refuse_or_warn, split
 from s2_sink._read.planning.offsets import (
     Offsets,
-    Range,
     advance,
     cap_committed_tails,
     cap_total,
@@ -57,6 +57,9 @@ from s2_sink._read.planning.offsets import (
 )
 from s2_sink._read.read_options import OPT_STARTING_POSITION, ReadOptions
 from s2_sink.config import S2Config
+
+if TYPE_CHECKING:
+    from s2_sink._read.session import Range
 
 __all__ = ["MicroBatches", "cap_bytes"]
 

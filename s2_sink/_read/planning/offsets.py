@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from s2_sink.errors import ReadError
+
+if TYPE_CHECKING:
+    from s2_sink._read.session import Range
 
 __all__ = [
     "Offsets",
@@ -29,8 +32,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, int]
-Range = tuple[str, int, int]
-"""``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop``."""
 
 MAX_RANGES_PER_PARTITION: Final = 1000
 """Ranges one partition reads at most. A range costs its task an S2 read session (a round trip, read

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pyarrow as pa
 import pytest
@@ -313,3 +313,25 @@ def test_a_record_that_does_not_decode_among_many_streams_names_its_stream(
     with pytest.raises(ReadError, match=r"stream 'j/bad'") as info:
         list(read_partition(_cfg(lite.endpoint, basin), "json", schema, bad, on_loss="fail"))
     assert "j/00" not in str(info.value)
+
+
+def test_a_session_silent_past_the_heartbeat_timeout_fails_and_messages_in_time_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Messages that arrive within the heartbeat timeout are handed on, in order; silence longer than it
+    is a ReadTimeoutError (retried by the session as the SDK's is), not a wait for ever."""
+    monkeypatch.setattr(_session, "_HEARTBEAT_TIMEOUT", 0.2)
+
+    async def arriving(stall: float) -> AsyncIterator[object]:
+        for i in range(3):
+            await asyncio.sleep(0.01)
+            yield i
+        await asyncio.sleep(stall)
+        yield 3
+
+    async def collect(stall: float) -> list[object]:
+        return [m async for m in _session._within_heartbeats(arriving(stall))]  # type: ignore[arg-type]
+
+    assert asyncio.run(collect(0.01)) == [0, 1, 2, 3]
+    with pytest.raises(_session.ReadTimeoutError):
+        asyncio.run(collect(5.0))

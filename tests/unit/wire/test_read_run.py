@@ -9,7 +9,7 @@ from s2_sdk import SequencedRecord
 
 from s2_sink._read.session import missing
 from s2_sink._wire.read.record_columns import Tail, parse_read_batch
-from s2_sink._wire.read.run import ReadRun
+from s2_sink._wire.read.run import ReadRun, decode_held
 from tests.hypothesis_profiles import examples
 from tests.unit.wire.test_record_columns import _as_records, _message, small_blobs, tails
 
@@ -56,7 +56,8 @@ def test_a_run_holds_what_each_message_gives_alone(
         expected.extend(_as_records(alone))
     assert run.records == len(expected)
     if expected:
-        assert _as_records(run.take()) == expected
+        (columns,) = decode_held([run.take()])
+        assert _as_records(columns) == expected
         assert run.records == run.size == 0
 
 
@@ -71,7 +72,8 @@ def test_messages_are_walked_on_arrival_and_parsed_at_once_if_the_walk_cannot_re
     tail_first = _message([], Tail(9, 9)) + _message(recs[3:], None)
     assert run.add(tail_first) == (2, 4, Tail(9, 9))
     assert [type(p).__name__ for p in run._parts] == ["Skim", "Skim", "RecordColumns"]
-    assert _as_records(run.take()) == recs
+    (columns,) = decode_held([run.take()])
+    assert _as_records(columns) == recs
 
 
 @given(st.sets(st.integers(0, 200), min_size=1), st.integers(0, 200), st.integers(0, 250))
@@ -84,3 +86,43 @@ def test_missing_seq_nums_are_the_jumps_before_stop(seqs: set[int], expected: in
             want.append((at, min(s, stop)))
         at = s + 1
     assert missing(np.array(got, dtype=np.uint64), expected, stop) == want
+
+
+headed = st.builds(  # with headers (command records among them), small bodies: many draws stay fast
+    SequencedRecord,
+    seq_num=st.integers(0, 2**64 - 1),
+    body=small_blobs,
+    headers=st.lists(st.tuples(small_blobs, small_blobs), max_size=3),
+    timestamp=st.integers(0, 2**64 - 1),
+)
+
+
+@settings(max_examples=examples(150, fast=30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.lists(st.tuples(st.lists(headed, min_size=1, max_size=4), layouts), min_size=1, max_size=3),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_runs_decoded_together_give_each_runs_records(
+    runs: list[list[tuple[list[SequencedRecord], str]]],
+) -> None:
+    """Runs of several streams decoded in one go (walked messages joined across runs, parsed ones between
+    them) are cut back into each run's records, headers included; each run knows its count and last
+    seq_num before it is decoded."""
+    held, expected = [], []
+    for messages in runs:
+        run = ReadRun()
+        records = []
+        for drawn, layout in messages:
+            recs = drawn
+            if layout != "canonical":  # this layout is written without headers
+                recs = [SequencedRecord(r.seq_num, r.body, [], r.timestamp) for r in drawn]
+            run.add(_message(recs, None) if layout == "canonical" else _out_of_order(recs))
+            records.extend(recs)
+        held.append(run.take())
+        expected.append(records)
+    decoded = decode_held(held)
+    assert [_as_records(columns) for columns in decoded] == expected
+    assert [(h.records, h.last_seq_num) for h in held] == [(len(e), e[-1].seq_num) for e in expected]
