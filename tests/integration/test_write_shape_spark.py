@@ -287,26 +287,29 @@ def test_a_split_over_the_open_chunk_cap_sends_each_stream_once_in_row_order(
     stream hands a task its streams interleaved, and shedding the fullest chunks early would send each stream
     in several appends; the split orders each task's rows by stream, so each stream goes in one append, each
     input partition's rows in order, every row once."""
+    # 200 rows per stream: below the split's threshold (`ROWS_PER_SESSION`), so the batch is split.
+    rows, streams = 20_000, 100
     cfg = cfg_for(lite, basin, create_streams=True, stream=None, max_inflight_bytes=ONE_MIB, **TASK_PATH)
     writer = S2Writer(cfg, stream_column="tenant", writer_id="grouped")
     df = (
-        rows_df(spark, 30_000)
-        .withColumn("tenant", F.concat(F.lit("g/"), F.lpad((F.col("id") % 100).cast("string"), 3, "0")))
-        .withColumn("pad", F.lit("x" * 80))
+        rows_df(spark, rows)
+        .withColumn("tenant", F.concat(F.lit("g/"), F.lpad((F.col("id") % streams).cast("string"), 3, "0")))
+        .withColumn("pad", F.lit("x" * 160))
     )
     appends = []
     for batch in range(3):
         writer(df, batch)
         m = writer.last_metrics
         assert m is not None
-        assert (m.records, len(m.streams)) == (30_000, 100)
+        assert (m.records, len(m.streams)) == (rows, streams)
         appends.append(m.appends)
-    assert appends[0] > 200  # narrowed: every task appends to every stream
-    assert appends[1:] == [100, 100]
+    assert appends[0] >= 2 * streams  # narrowed: every task appends to every stream
+    assert appends[1:] == [streams, streams]
+    per_stream = rows // streams
     for s in (0, 42, 99):
         ids = _ids(lite, basin, f"g/{s:03d}")
-        assert sorted(ids) == sorted(list(range(s, 30_000, 100)) * 3)
+        assert sorted(ids) == sorted(list(range(s, rows, streams)) * 3)
         for batch in range(1, 3):
-            written = ids[300 * batch : 300 * (batch + 1)]
-            for part in ([i for i in written if i < 15_000], [i for i in written if i >= 15_000]):
+            written = ids[per_stream * batch : per_stream * (batch + 1)]
+            for part in ([i for i in written if i < rows // 2], [i for i in written if i >= rows // 2]):
                 assert part == sorted(part)
