@@ -36,8 +36,8 @@ test-slow: $(STAMP)  ## end to end: the notebooks, Spark Connect servers, the in
 test-faults: $(STAMP)  ## exactly-once under killed executors, drivers and servers and server faults, about 10 min
 	$(PY) -m pytest --durations=10 tests/faults
 
-test-fast: $(STAMP)  ## unit, lite-server and CLI tests on two processes: no Spark, scale or waits tests; fewer property examples
-	$(PY) -m pytest -n 2 --hypothesis-profile=fast -m "not spark and not connect and not slow and not scale and not waits" tests/unit tests/lite tests/cli
+test-fast: $(STAMP)  ## unit, lite-server and CLI tests on four processes: no Spark, scale or waits tests; fewer property examples
+	$(PY) -m pytest -n 4 --hypothesis-profile=fast -m "not spark and not connect and not slow and not scale and not waits" tests/unit tests/lite tests/cli
 
 test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and per Databricks runtime, smoke each
 	$(PYTHON) tests/compat/matrix.py
