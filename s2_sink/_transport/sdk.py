@@ -197,8 +197,14 @@ _corked: dict[Any, list[Any]] = {}
 """Per connection, the requests whose frames wait in its HTTP/2 buffer for this turn's write."""
 
 
+_writing: set[asyncio.Task[None]] = set()
+"""The corked writes in flight: the event loop keeps only a weak reference to a task."""
+
+
 def _uncork(conn: Any) -> None:
-    asyncio.get_running_loop().create_task(_write_corked(conn, _corked.pop(conn)))
+    task = asyncio.get_running_loop().create_task(_write_corked(conn, _corked.pop(conn)))
+    _writing.add(task)
+    task.add_done_callback(_writing.discard)
 
 
 async def _write_corked(conn: Any, states: list[Any]) -> None:
