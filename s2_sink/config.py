@@ -9,13 +9,12 @@ The token and the endpoints not passed explicitly come from the SDK's variables 
 prints are enough to point any example at it; an explicit argument or option always wins.
 
 The access token never appears in `repr`, logs or error messages: it is excluded from the dataclass
-repr, and the pool keys sessions by a hash of it (`token_fingerprint`).
+repr, and the client pool keys clients by a hash of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import ipaddress
 import os
 import re
@@ -161,11 +160,6 @@ class S2Config:
 
     def __str__(self) -> str:
         return repr(self)
-
-    @property
-    def token_fingerprint(self) -> str:
-        """A short hash of the access token: identifies it in pool keys without revealing it."""
-        return hashlib.sha256(self.access_token.encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> S2Config:
         """A copy with some fields changed (validated again)."""

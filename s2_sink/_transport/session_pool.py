@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 from collections.abc import Iterable
@@ -70,7 +71,7 @@ class _ClientKey:
         return cls(
             cfg.account_endpoint,
             cfg.basin_endpoint,
-            cfg.token_fingerprint,
+            hashlib.sha256(cfg.access_token.encode()).hexdigest()[:16],  # the token, not kept
             cfg.append_retry_policy,
             cfg.max_retries,
             cfg.retry_delay_ms,
