@@ -12,6 +12,7 @@ read): the session, the rows and the loss policy are imported by `read_partition
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -56,17 +57,20 @@ def read_partition(
     from s2_sink._read.rows.formats import materialized_batches, several_to_batch  # noqa: PLC0415
     from s2_sink._read.session import RUN_BYTES, RUN_RECORDS, read_range_columns, read_ranges_columns  # noqa: PLC0415
 
+    def on_gap(stream: str, first: int, stop: int) -> None:  # the loss policy's code runs on a loss only
+        gap_handler(cfg.basin, stream, on_loss)(first, stop)
+
     if partition.materialize:
         # The latest row per key needs each stream's records in order: one range after the other.
         for stream, first, stop in partition.ranges:
-            on_gap = gap_handler(cfg.basin, stream, on_loss)
+            gaps = functools.partial(on_gap, stream)
             yield from materialized_batches(
-                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, on_gap)
+                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, gaps)
             )
         return
     pending: list[tuple[str, RecordColumns]] = []
     rows = size = 0
-    runs = read_ranges_columns(cfg, partition.ranges, lambda stream: gap_handler(cfg.basin, stream, on_loss))
+    runs = read_ranges_columns(cfg, partition.ranges, on_gap)
     for stream, columns in runs:  # runs of several read batches of one range (`session.RUN_RECORDS`)
         commands = columns.commands()
         data = columns.take(~commands) if commands.any() else columns

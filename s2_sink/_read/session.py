@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
@@ -97,18 +98,19 @@ async def read_columns(
     *,
     run_records: int = RUN_RECORDS,
     run_bytes: int = RUN_BYTES,
-    patience: Patience = DEFAULT_PATIENCE,
+    cfg: S2Config | None = None,
 ) -> AsyncGenerator[Held, None]:
     """The records from seq_num ``first`` on, at most ``count`` of them, in runs (never empty) of whole
     messages, not decoded yet (`decode_held`): a run is handed out once it holds ``run_records`` records or
     ``run_bytes`` bytes of messages, and at the end.
 
     Ends at the count or at the tail (it never waits for new records), like a bounded SDK session. A failed
-    session is resumed after the last record received, until `patience`'s deadline passes without a message.
+    session is resumed after the last record received, until the deadline of ``cfg``'s retry policy (the
+    default one without it) passes without a message.
     """
     client = sdk.stream_transport(handle)
     headers = _request_headers(handle)
-    retrying = Retrying(patience, f"reading {handle.name!r} from seq_num {first}")
+    retrying: Retrying | None = None  # made on the first failure: a read that never fails needs none
     reconnects = AdvisedReconnectLimiter()
     next_seq, remaining = first, count
     run = ReadRun()  # records already received stay in it across retries: the session resumes after them
@@ -124,7 +126,8 @@ async def read_columns(
                 await _advertise_large_frames(client)
                 advice_seen = False
                 async for message in _within_heartbeats(read_messages(response.aiter_bytes())):
-                    retrying.progress()
+                    if retrying is not None:
+                        retrying.progress()
                     if message.reconnect_advised and not advice_seen:  # act on the first advice only
                         advice_seen = True
                         response.retire_connection()
@@ -142,9 +145,15 @@ async def read_columns(
                     break
                 reconnects.record_reconnect()
                 continue
+            retrying = retrying or _retrying(handle, first, cfg)
             await retrying.after(exc)
     if run.records:
         yield run.take()
+
+
+def _retrying(handle: s2_sdk.S2Stream, first: int, cfg: S2Config | None) -> Retrying:
+    patience = DEFAULT_PATIENCE if cfg is None else Patience.of(cfg)
+    return Retrying(patience, f"reading {handle.name!r} from seq_num {first}")
 
 
 def _resume_point(arrival: Arrival, remaining: int) -> tuple[int, int]:
@@ -212,8 +221,7 @@ async def _range_runs(
     # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
-        patience = Patience.of(cfg)
-        runs = read_columns(handle, first, stop - first, run_records=run_records, patience=patience)
+        runs = read_columns(handle, first, stop - first, run_records=run_records, cfg=cfg)
         async for held in runs:
             if held.last_seq_num - expected + 1 == held.records and held.last_seq_num < stop:
                 # As many records as seq_nums up to the last, all below ``stop``: no jump, nothing to cut,
@@ -288,7 +296,7 @@ async def _read_one(
 async def _ranges_columns(
     cfg: S2Config,
     ranges: Sequence[Range],
-    on_gap: Callable[[str], Callable[[int, int], None]],
+    on_gap: Callable[[str, int, int], None],
     *,
     run_records: int,
     concurrency: int,
@@ -302,7 +310,7 @@ async def _ranges_columns(
     async def reader() -> None:
         try:
             for rng in todo:  # shared: each range is taken by one reader
-                await _read_one(cfg, rng, on_gap(rng[0]), run_records, out)
+                await _read_one(cfg, rng, functools.partial(on_gap, rng[0]), run_records, out)
         except Exception as exc:  # noqa: BLE001 - the consumer raises it (a cancellation is not one)
             await out.put(exc)
             return
@@ -356,7 +364,7 @@ async def _close(batches: AsyncGenerator[_T, None]) -> None:
 def read_ranges_columns(
     cfg: S2Config,
     ranges: Sequence[Range],
-    on_gap: Callable[[str], Callable[[int, int], None]],
+    on_gap: Callable[[str, int, int], None],
     *,
     run_records: int = RUN_RECORDS,
     concurrency: int = RANGE_CONCURRENCY,
@@ -365,7 +373,7 @@ def read_ranges_columns(
     columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``: each range's
     in seq_num order, up to ``concurrency`` ranges read at once and their runs interleaved.
 
-    ``on_gap(stream)(lo, hi)`` is called for every run of seq_nums of a range of ``stream`` that is no
+    ``on_gap(stream, lo, hi)`` is called for every run of seq_nums of a range of ``stream`` that is no
     longer stored (trimmed or expired); it may raise to stop the read. A failed read raises ReadError
     naming its range.
 
@@ -398,7 +406,9 @@ def read_range_columns(
 ) -> Iterator[RecordColumns]:
     """`read_ranges_columns` of one range: its records in seq_num order."""
     with contextlib.closing(
-        read_ranges_columns(cfg, [(stream, first, stop)], lambda _: on_gap, run_records=run_records)
+        read_ranges_columns(
+            cfg, [(stream, first, stop)], lambda _, lo, hi: on_gap(lo, hi), run_records=run_records
+        )
     ) as batches:
         for _, columns in batches:
             yield columns

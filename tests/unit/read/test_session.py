@@ -274,13 +274,15 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
 
     def read_all() -> dict[str, list[int]]:
         got: dict[str, list[int]] = {}
-        for stream, cols in _session.read_ranges_columns(cfg, ranges, lambda _: _no_gap, concurrency=4):
+        for stream, cols in _session.read_ranges_columns(
+            cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4
+        ):
             got.setdefault(stream, []).extend(cols.seq_nums.tolist())
         return got
 
     assert read_all() == {name: list(range(5, 25)) for name in names}
     for _ in range(3):
-        runs = _session.read_ranges_columns(cfg, ranges, lambda _: _no_gap, concurrency=4)
+        runs = _session.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4)
         next(runs)
         runs.close()  # returns once every reader has ended
     assert read_all() == {name: list(range(5, 25)) for name in names}
