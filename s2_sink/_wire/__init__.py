@@ -5,8 +5,8 @@
   `proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
 - `read/`: the read side. `record_columns`: serialized ``ReadBatch`` messages -> record columns; `run`:
   several of them decoded together; `varints`: varints read at many positions at once.
-- shared: `layout` (vectorised protobuf field layout over numpy), `arrow_views` (numpy views of Arrow
-  binary arrays, and arrays over numpy buffers), `arrow_calls` (Arrow kernels called without pandas).
+- shared: `layout` (vectorised protobuf field layout over numpy), `arrow_arrays` (Arrow arrays over numpy
+  buffers and numpy views of them, Arrow kernels called without pandas).
 
 The append encoder's names are imported on first use: a read task's fresh Python worker imports this
 package for `read.batch` and pays for nothing it does not run.

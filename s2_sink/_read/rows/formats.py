@@ -52,7 +52,7 @@ from s2_sink._read.rows.upsert_columns import (
     merged_bodies,
     upsert_column,
 )
-from s2_sink._wire.arrow_calls import call, cast, int32_array, repeated, uint64_array
+from s2_sink._wire.arrow_arrays import call, cast, int32_array, repeated, uint64_array
 from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER

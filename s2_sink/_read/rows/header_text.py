@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from s2_sink._wire.arrow_calls import bools, call, int64_array, repeated
+from s2_sink._wire.arrow_arrays import bools, call, int64_array, repeated
 from s2_sink._wire.layout import Bools, Ints
 from s2_sink._wire.read.record_columns import RecordColumns
 

@@ -39,8 +39,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._wire.arrow_calls import call, cast, int32_array, valid_rows
-from s2_sink._wire.arrow_views import binary_view
+from s2_sink._wire.arrow_arrays import binary_view, call, cast, int32_array, valid_rows
 from s2_sink._wire.layout import Bytes
 from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema

@@ -20,8 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink._wire.arrow_calls import bool_array, empty_binary, repeated, take, valid_rows
-from s2_sink._wire.arrow_views import binary_view
+from s2_sink._wire.arrow_arrays import binary_view, bool_array, empty_binary, repeated, take, valid_rows
 from s2_sink._wire.layout import Bools, Bytes, Ints
 
 __all__ = ["splice_objects"]

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.rows.header_text import entry_owners, first_header, named, take_or_null, utf8_text
-from s2_sink._wire.arrow_calls import int32_array, take
+from s2_sink._wire.arrow_arrays import int32_array, take
 from s2_sink._wire.read.record_columns import RecordColumns
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 

@@ -18,8 +18,7 @@ import pyarrow.compute as pc
 
 from s2_sink._read.rows.header_text import first_header, take_or_null, utf8_text
 from s2_sink._read.rows.json_splice import splice_objects
-from s2_sink._wire.arrow_calls import bool_array, call, repeated, valid_rows
-from s2_sink._wire.arrow_views import binary_view, validity
+from s2_sink._wire.arrow_arrays import binary_view, bool_array, call, repeated, valid_rows, validity
 from s2_sink._wire.layout import Bools, Ints
 from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.errors import ReadError

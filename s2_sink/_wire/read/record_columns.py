@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from s2_sdk import SequencedRecord
 
 from s2_sink._transport.sdk import pb
-from s2_sink._wire.arrow_calls import empty_binary, take
+from s2_sink._wire.arrow_arrays import empty_binary, take
 from s2_sink._wire.layout import Bools, Bytes, Ints
 from s2_sink._wire.read.varints import TooLong, read_varints
 
