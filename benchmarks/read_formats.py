@@ -32,14 +32,13 @@ from s2_sdk import SequencedRecord
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
 from s2_sink._read.read_options import ReadFormat
+from s2_sink._read.rows.by_record import materialize, records_to_batch
 from s2_sink._read.rows.formats import (
     KAFKA_SCHEMA,
     RAW_SCHEMA,
     UPSERT_SCHEMA,
     columns_to_batch,
-    materialize,
     materialized_batches,
-    records_to_batch,
 )
 from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
 

@@ -3,7 +3,8 @@
 
 - `schemas`: the output schemas and which user schemas each format can produce (no Arrow kernels: the
   source's creation imports it).
-- `formats`: one batch per run of records, per format; and the record-by-record reference of the same.
-- `json_columns`: JSON bodies decoded into a schema's columns (Arrow's reader where it provably agrees).
+- `formats`: one batch per run of records, per format; JSON bodies decoded into a schema's columns (Arrow's
+  reader where it provably agrees).
+- `by_record`: the record-by-record reference of the same conversions (tests hold the formats to it).
 - `json_splice`, `kafka_columns`, `upsert_columns`, `header_text`: the pieces of the formats.
 """

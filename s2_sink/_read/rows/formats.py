@@ -12,26 +12,51 @@
   latest change, when it is an update, in seq_num order.
 
 Reads build every format from record columns (`columns_to_batch`, `materialized_batches`) with Arrow and
-numpy kernels over all records at once (`kafka_columns`, `upsert_columns`). `records_to_batch` and
-`materialize` are the same conversions spelled out one SDK record at a time: the reference the column
-path is tested against (its results and error messages must be theirs), not used by reads.
+numpy kernels over all records at once (`kafka_columns`, `upsert_columns`); `by_record` spells the same
+conversions out one SDK record at a time, the reference they are tested against.
+
+JSON bodies become a schema's columns in bulk with Arrow's JSON reader where it gives exactly
+what the record-by-record decoder gives (`decode_bodies`: the encoders' ``decode_json``, one JSON mapping
+both ways); that decoder otherwise.
+
+The bodies are joined with newlines and read as newline-delimited JSON with the schema given, unknown
+fields ignored. The bulk reader is used only where its result is provably the same:
+
+- the schema's columns are strings, integers, booleans, doubles or timestamps (timestamps are read as
+  strings and cast, and only in the one shape both parsers read alike: ``YYYY-MM-DDTHH:MM:SS[.ffffff]``
+  with ``Z`` or a ``+HH:MM`` offset, years 1000-8999);
+- every body starts with ``{`` and ends with ``}`` and holds no raw line break, and the reader returns
+  one row per body (so no body is empty or two objects);
+- the bodies are valid UTF-8 and hold no ``NaN`` / ``Infinity`` token (Arrow reads them, orjson does not).
+
+Arrow's reader is stricter than the record-by-record decoder everywhere else (a value of another JSON
+type, a repeated key, a number out of range: an error), so any error it raises sends the bodies to the
+record-by-record decoder, which raises its own error naming the record and the field, or decodes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
-import s2_sdk
+import pyarrow.json as pj
 from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
     StructType,
+    TimestampType,
 )
 
-from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.json_columns import decode_bodies, decode_bodies_bulk
 from s2_sink._read.rows.kafka_columns import KAFKA_RECORD_COLUMNS, kafka_column
 from s2_sink._read.rows.schemas import (
     ACTION_COLUMN,
@@ -44,19 +69,26 @@ from s2_sink._read.rows.schemas import (
     is_typed_upsert,
 )
 from s2_sink._read.rows.upsert_columns import (
-    ACTION_HEADER,
-    KEY_HEADER,
     UPSERT_RECORD_COLUMNS,
     changes,
     latest_changes,
     merged_bodies,
     upsert_column,
 )
-from s2_sink._wire.arrow_arrays import call, cast, int32_array, repeated, uint64_array
+from s2_sink._wire.arrow_arrays import (
+    binary_view,
+    call,
+    cast,
+    int32_array,
+    repeated,
+    uint64_array,
+    valid_rows,
+)
+from s2_sink._wire.layout import Bytes
 from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
+from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
-from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
-from s2_sink.errors import ReadError
+from s2_sink.errors import EncodeError, ReadError
 
 __all__ = [
     "KAFKA_SCHEMA",
@@ -65,164 +97,16 @@ __all__ = [
     "UPSERT_SCHEMA",
     "check_schema",
     "columns_to_batch",
+    "decode_bodies",
+    "decode_bodies_bulk",
     "default_schema",
-    "materialize",
     "materialized_batches",
-    "records_to_batch",
     "several_to_batch",
+    "to_target",
 ]
 
 
-def _ts_array(records: Sequence[s2_sdk.SequencedRecord]) -> pa.Array:
-    return pa.array([r.timestamp * 1000 for r in records], type=pa.timestamp("us", tz="UTC"))
-
-
-def _meta_array(name: str, stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> pa.Array:
-    if name in ("stream", "_s2_stream"):
-        return pa.array([stream] * len(records), type=pa.string())
-    if name in ("seq_num", "_s2_seq_num"):
-        return pa.array([r.seq_num for r in records], type=pa.int64())
-    return _ts_array(records)
-
-
-def _header(record: s2_sdk.SequencedRecord, name: bytes) -> bytes | None:
-    for key, value in record.headers:
-        if key == name:
-            return value
-    return None
-
-
-def _upsert_parts(stream: str, record: s2_sdk.SequencedRecord) -> tuple[bytes, str]:
-    key = _header(record, KEY_HEADER)
-    action = _header(record, ACTION_HEADER)
-    if key is None or action not in (b"u", b"d"):
-        raise ReadError(
-            f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has no @key header or no "
-            f"@action header of 'u' or 'd' (headers {[k for k, _ in record.headers]!r})"
-        )
-    return key, action.decode()
-
-
-def materialize(stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> list[s2_sdk.SequencedRecord]:
-    """The latest update per key with deletes applied, in seq_num order of the surviving records."""
-    latest: dict[bytes, s2_sdk.SequencedRecord] = {}
-    for record in records:
-        key, action = _upsert_parts(stream, record)
-        latest.pop(key, None)
-        if action == "u":
-            latest[key] = record
-    return sorted(latest.values(), key=lambda r: r.seq_num)
-
-
-def _raw_columns(
-    schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
-) -> list[pa.Array]:
-    arrays: list[pa.Array] = []
-    for f in schema.fields:
-        if f.name == "headers":
-            arrays.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records]))
-        elif f.name == "body":
-            arrays.append(pa.array([r.body for r in records], type=pa.binary()))
-        else:
-            arrays.append(_meta_array(f.name, stream, records))
-    return arrays
-
-
-def _kafka_columns(
-    schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
-) -> list[pa.Array]:
-    arrays: list[pa.Array] = []
-    for f in schema.fields:
-        if f.name == "key":
-            arrays.append(pa.array([_header(r, KAFKA_KEY_HEADER) for r in records], type=pa.binary()))
-        elif f.name == "value":
-            arrays.append(pa.array([r.body for r in records], type=pa.binary()))
-        elif f.name == "headers":
-            # Only the first key header is the key (the one the encoder put first); later ones stay. The
-            # exactly-once chunk tag is the sink's bookkeeping: written back, it would claim a foreign chunk.
-            own = [_without_first(r.headers, KAFKA_KEY_HEADER) for r in records]
-            own = [[(k, v) for k, v in h if k != TAG_HEADER] for h in own]
-            arrays.append(pa.array([[{"key": _text(k), "value": v} for k, v in h] for h in own]))
-        else:
-            arrays.append(_meta_array(f.name, stream, records))
-    return arrays
-
-
-def _without_first(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> list[tuple[bytes, bytes]]:
-    out = list(headers)
-    for i, (key, _) in enumerate(out):
-        if key == name:
-            del out[i]
-            break
-    return out
-
-
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", errors="replace")
-
-
-def _upsert_columns(
-    schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
-) -> list[pa.Array]:
-    parts = [_upsert_parts(stream, r) for r in records]
-    arrays: list[pa.Array] = []
-    for f in schema.fields:
-        if f.name == "key":
-            arrays.append(pa.array([_text(k) for k, _ in parts], type=pa.string()))
-        elif f.name == "action":
-            arrays.append(pa.array([a for _, a in parts], type=pa.string()))
-        elif f.name == "value":
-            values = [None if a == "d" else _text(r.body) for r, (_, a) in zip(records, parts, strict=True)]
-            arrays.append(pa.array(values, type=pa.string()))
-        else:
-            arrays.append(_meta_array(f.name, stream, records))
-    return arrays
-
-
-def _splice(key: bytes, value: bytes) -> bytes | None:
-    """``{key fields}`` + ``{value fields}`` as one JSON object, spliced as text (numbers keep digits)."""
-    k, v = key.strip(), value.strip()
-    if not (k.startswith(b"{") and k.endswith(b"}") and v.startswith(b"{") and v.endswith(b"}")):
-        return None
-    k_inner, v_inner = k[1:-1].strip(), v[1:-1].strip()
-    if not k_inner or not v_inner:
-        return b"{" + (k_inner or v_inner) + b"}"
-    return b"{" + k_inner + b"," + v_inner + b"}"
-
-
-def _merged_upsert_bodies(stream: str, records: Sequence[s2_sdk.SequencedRecord]) -> list[bytes]:
-    bodies: list[bytes] = []
-    for record in records:
-        key, action = _upsert_parts(stream, record)
-        merged = _splice(key, record.body if action == "u" and record.body else b"{}")
-        if merged is None:
-            raise ReadError(
-                f"s2.format=upsert: record {record.seq_num} of stream {stream!r} has a key or value that is "
-                "not a JSON object"
-            )
-        bodies.append(merged)
-    return bodies
-
-
-def _decoded_columns(
-    fmt: ReadFormat, schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
-) -> list[pa.Array]:
-    special = {*META_COLUMNS, ACTION_COLUMN}
-    data_schema = StructType([f for f in schema.fields if f.name not in special])
-    bodies = _merged_upsert_bodies(stream, records) if fmt == "upsert" else [r.body for r in records]
-    decoded = decode_bodies(bodies, data_schema, where=f"stream {stream!r}")
-    arrays: list[pa.Array] = []
-    for f in schema.fields:
-        if f.name == ACTION_COLUMN:
-            arrays.append(pa.array([_upsert_parts(stream, r)[1] for r in records], type=pa.string()))
-        elif f.name in META_COLUMNS:
-            arrays.append(_meta_array(f.name, stream, records))
-        else:
-            arrays.append(decoded.column(f.name))
-    return arrays
-
-
-def _to_target(schema: StructType, arrays: list[pa.Array]) -> pa.RecordBatch:
+def to_target(schema: StructType, arrays: list[pa.Array]) -> pa.RecordBatch:
     target: pa.Schema = to_arrow_schema(schema)
     typed = [
         cast(arr, field.type) if arr.type != field.type else arr
@@ -271,9 +155,9 @@ def _headers_column(columns: RecordColumns) -> pa.Array:
 def columns_to_batch(
     fmt: ReadFormat, schema: StructType, stream: str | StreamRuns, columns: RecordColumns
 ) -> pa.RecordBatch:
-    """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as `records_to_batch`
-    gives from the same records) of one stream, or of several one after the other (`StreamRuns`: errors
-    then name them all; `several_to_batch` names the one)."""
+    """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as
+    `by_record.records_to_batch` gives from the same records) of one stream, or of several one after the
+    other (`StreamRuns`: errors then name them all; `several_to_batch` names the one)."""
     if fmt == "raw":
         raw = [
             _headers_column(columns)
@@ -283,7 +167,7 @@ def columns_to_batch(
             else _meta_column(f.name, stream, columns)
             for f in schema.fields
         ]
-        return _to_target(schema, raw)
+        return to_target(schema, raw)
     if fmt == "kafka":
         kafka = [
             kafka_column(f.name, columns)
@@ -291,7 +175,7 @@ def columns_to_batch(
             else _meta_column(f.name, stream, columns)
             for f in schema.fields
         ]
-        return _to_target(schema, kafka)
+        return to_target(schema, kafka)
     if fmt == "upsert" and not is_typed_upsert(schema):
         found = changes(str(stream) if isinstance(stream, str) else repr(stream), columns)
         upsert = [
@@ -300,7 +184,7 @@ def columns_to_batch(
             else _meta_column(f.name, stream, columns)
             for f in schema.fields
         ]
-        return _to_target(schema, upsert)
+        return to_target(schema, upsert)
     special = {*META_COLUMNS, ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     action: pa.Array | None = None
@@ -318,7 +202,7 @@ def columns_to_batch(
         else decoded.column(f.name)
         for f in schema.fields
     ]
-    return _to_target(schema, arrays)
+    return to_target(schema, arrays)
 
 
 def several_to_batch(
@@ -348,16 +232,190 @@ def materialized_batches(
         yield columns_to_batch(fmt, schema, stream, latest)
 
 
-def records_to_batch(
-    fmt: ReadFormat, schema: StructType, stream: str, records: Sequence[s2_sdk.SequencedRecord]
-) -> pa.RecordBatch:
-    """One Arrow batch in exactly ``schema``'s Arrow types (Spark checks names and then reads the types)."""
-    if fmt == "raw":
-        arrays = _raw_columns(schema, stream, records)
-    elif fmt == "kafka":
-        arrays = _kafka_columns(schema, stream, records)
-    elif fmt == "upsert" and not is_typed_upsert(schema):
-        arrays = _upsert_columns(schema, stream, records)
-    else:
-        arrays = _decoded_columns(fmt, schema, stream, records)
-    return _to_target(schema, arrays)
+_BULK_TYPES: Final = (
+    StringType,
+    LongType,
+    IntegerType,
+    ShortType,
+    ByteType,
+    BooleanType,
+    DoubleType,
+    TimestampType,
+)
+_TIMESTAMP_SHAPE: Final = (
+    r"^(1[0-9]|[2-8][0-9])[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+"""The timestamp texts read in bulk, as a regular expression (`timestamps_shaped` checks it)."""
+_NON_FINITE: Final = (b"NaN", b"Infinity")
+_OPEN, _CLOSE, _LF, _CR = ord("{"), ord("}"), ord("\n"), ord("\r")
+_NEWLINE: Final = pa.Array.from_buffers(
+    pa.binary(), 1, [None, pa.py_buffer(np.array([0, 1], dtype=np.int32)), pa.py_buffer(b"\n")]
+)
+"""The separator of `_joined`, as a one-value binary array (``pa.scalar`` would import pandas)."""
+
+
+def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) -> pa.RecordBatch:
+    """Decode JSON object bodies into a batch with one column per field of ``schema``."""
+    try:
+        return decode_json(bodies, schema)
+    except EncodeError as exc:
+        raise ReadError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc
+
+
+def _bulk_type(dtype: DataType) -> bool:
+    return isinstance(dtype, _BULK_TYPES)
+
+
+def decode_bodies_bulk(bodies: pa.Array, schema: StructType, *, where: str) -> pa.RecordBatch:
+    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema``."""
+    decoded = _arrow_read(bodies, schema) if all(_bulk_type(f.dataType) for f in schema.fields) else None
+    if decoded is None:
+        return decode_bodies(bodies.to_pylist(), schema, where=where)
+    return decoded
+
+
+def _joined(bodies: pa.Array) -> pa.Buffer | None:
+    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts."""
+    offsets, data = binary_view(bodies)
+    lengths = np.diff(offsets)
+    if (lengths < 2).any():
+        return None
+    span = data[int(offsets[0]) : int(offsets[-1])]
+    if (data[offsets[:-1]] != _OPEN).any() or (data[offsets[1:] - 1] != _CLOSE).any():
+        return None
+    if (span == _LF).any() or (span == _CR).any():
+        return None
+    try:
+        str(span.data, "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if _holds_non_finite(span):
+        return None
+    # One list of all the bodies, joined by Arrow with a newline between them (one copy, in C++).
+    one_list = pa.ListArray.from_arrays(int32_array(np.array([0, len(bodies)], dtype=np.int32)), bodies)
+    joined: pa.Array = call("binary_join", [one_list, _NEWLINE])
+    buffer: pa.Buffer = joined.buffers()[2]
+    return buffer
+
+
+def _holds_non_finite(data: Bytes) -> bool:
+    """Whether ``NaN`` or ``Infinity`` occurs in ``data``: one numpy pass per token's first byte."""
+    for token in _NON_FINITE:
+        at = np.flatnonzero(data[: max(len(data) - len(token) + 1, 0)] == token[0])
+        for k in range(1, len(token)):
+            at = at[data[at + k] == token[k]]
+        if at.size:
+            return True
+    return False
+
+
+def _arrow_read(bodies: pa.Array, schema: StructType) -> pa.RecordBatch | None:
+    if len(bodies) == 0 or bodies.null_count:
+        return None
+    joined = _joined(bodies)
+    if joined is None:
+        return None
+    target = to_arrow_schema(schema)
+    read_as = pa.schema(
+        [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in target]
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(joined),
+            read_options=pj.ReadOptions(use_threads=False, block_size=joined.size + 1),
+            parse_options=pj.ParseOptions(
+                explicit_schema=read_as, unexpected_field_behavior="ignore", newlines_in_values=False
+            ),
+        )
+        if table.num_rows != len(bodies):
+            return None
+        columns = []
+        for field in target:
+            column = table.column(field.name).combine_chunks()
+            if pa.types.is_timestamp(field.type):
+                if not timestamps_shaped(column):
+                    return None
+                column = cast(column, field.type)
+            columns.append(column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+_DIGIT: Final = (ord("0"), ord("9"))
+# The fixed part, ``YYYY-MM-DDTHH:MM:SS``: (lowest, highest) byte at each position (years 1000-8999).
+_DATE_TIME: Final = (
+    (ord("1"), ord("8")), _DIGIT, _DIGIT, _DIGIT, (ord("-"),) * 2, _DIGIT, _DIGIT, (ord("-"),) * 2,
+    _DIGIT, _DIGIT, (ord("T"),) * 2, _DIGIT, _DIGIT, (ord(":"),) * 2, _DIGIT, _DIGIT, (ord(":"),) * 2,
+    _DIGIT, _DIGIT,
+)  # fmt: skip
+_OFFSET: Final = (
+    (ord("+"), ord("-")),
+    (ord("0"), ord("2")),
+    _DIGIT,
+    (ord(":"),) * 2,
+    (ord("0"), ord("5")),
+    _DIGIT,
+)
+_BASE = len(_DATE_TIME)
+_SHORTEST, _LONGEST = _BASE + 1, _BASE + 7 + 6  # YYYY-MM-DDTHH:MM:SSZ, ...SS.ffffff+HH:MM
+
+
+def _bounds(length: int, zone: int) -> tuple[Bytes, Bytes] | None:
+    """Per-position (lowest, highest) bytes of the texts of ``length`` bytes with a zone part of ``zone``
+    bytes (1: ``Z``, 6: ``+HH:MM``), or None if no such text has the shape."""
+    fraction = length - _BASE - zone  # "" or "." and 1 to 6 digits
+    if fraction < 0 or fraction == 1 or fraction > 7:
+        return None
+    zone_part = ((ord("Z"),) * 2,) if zone == 1 else _OFFSET
+    dot = ((ord("."),) * 2,) if fraction else ()
+    spans = (*_DATE_TIME, *dot, *(_DIGIT,) * max(fraction - 1, 0), *zone_part)
+    lows = np.array([lo for lo, _ in spans], dtype=np.uint8)
+    highs = np.array([hi for _, hi in spans], dtype=np.uint8)
+    return lows, highs
+
+
+def _shaped(texts: Bytes, zone: int) -> npt.NDArray[np.bool_]:
+    """Which rows of ``texts`` (one text per row, all of one length) have the shape, for one zone part."""
+    bounds = _bounds(texts.shape[1], zone)
+    if bounds is None:
+        return np.zeros(len(texts), dtype=np.bool_)
+    lows, highs = bounds
+    ok: npt.NDArray[np.bool_] = np.asarray(((texts >= lows) & (texts <= highs)).all(axis=1))
+    if zone == 6:
+        sign, hour, hour_low = texts[:, -6], texts[:, -5], texts[:, -4]
+        ok &= (sign == ord("+")) | (sign == ord("-"))  # not "," between them
+        ok &= (hour != ord("2")) | (hour_low <= ord("3"))  # hours 00-23
+    return ok
+
+
+def timestamps_shaped(column: pa.Array) -> bool:
+    """Whether every non-null text of the string ``column`` matches `_TIMESTAMP_SHAPE`, checked with numpy
+    position by position for each distinct text length (a regular expression costs more than Arrow's
+    whole JSON parse)."""
+    offsets, data = binary_view(column)
+    lengths = np.diff(offsets)
+    rows = np.flatnonzero(valid_rows(column))
+    if not rows.size:
+        return True
+    row_lengths = lengths[rows]
+    if row_lengths.min() < _SHORTEST or row_lengths.max() > _LONGEST:
+        return False
+    # (np.unique would import numpy.ma, a hundredth of a second in a fresh worker.)
+    for length in np.flatnonzero(np.bincount(row_lengths)).tolist():
+        at = rows[row_lengths == length]
+        if len(at) == len(lengths):  # every row, all of one length: the texts are one block, viewed as rows
+            texts = data[int(offsets[0]) : int(offsets[-1])].reshape(len(at), length)
+        else:
+            texts = data[offsets[at][:, None] + np.arange(length)]
+        ends_z = texts[:, -1] == ord("Z")
+        if ends_z.all():  # the usual case: one zone form only, checked once
+            ok = _shaped(texts, 1)
+        elif not ends_z.any():
+            ok = _shaped(texts, 6)
+        else:
+            ok = np.where(ends_z, _shaped(texts, 1), _shaped(texts, 6))
+        if not ok.all():
+            return False
+    return True

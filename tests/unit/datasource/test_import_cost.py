@@ -135,7 +135,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
         "import s2_sink._read.partition, s2_sink._read.session  # what read() imports\n"
         "import s2_sink._read.planning.data_loss, s2_sink._read.rows.formats\n"
-        "import s2_sink._wire.read.record_columns, s2_sink._read.rows.json_columns\n"
+        "import s2_sink._wire.read.record_columns, s2_sink._read.rows.schemas\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
     out = _python(code)
@@ -175,7 +175,6 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
     unwanted = ("pandas", "pyarrow.compute", "s2_sink.encoders", "s2_sink.datasource._write_options")
     unwanted += (
         "s2_sink._read.rows.formats",
-        "s2_sink._read.rows.json_columns",
         "s2_sink._read.rows.upsert_columns",
     )
     assert [m for m in planned if m.startswith(unwanted)] == []

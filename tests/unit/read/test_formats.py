@@ -14,13 +14,12 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once.tags import TAG_HEADER
+from s2_sink._read.rows.by_record import materialize, records_to_batch
 from s2_sink._read.rows.formats import (
     KAFKA_SCHEMA,
     UPSERT_SCHEMA,
     columns_to_batch,
-    materialize,
     materialized_batches,
-    records_to_batch,
 )
 from s2_sink._read.rows.json_splice import splice_objects
 from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch

@@ -21,8 +21,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._read.rows import json_columns as _json_columns
-from s2_sink._read.rows.json_columns import decode_bodies, decode_bodies_bulk
+from s2_sink._read.rows import formats as _formats
+from s2_sink._read.rows.formats import decode_bodies, decode_bodies_bulk
 from s2_sink.encoders import BODY, InsertEncoder
 from s2_sink.errors import ReadError
 
@@ -145,7 +145,7 @@ def test_the_writers_bodies_take_the_bulk_reader() -> None:
         rows, schema=pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("u", pa.string())])
     )
     texts = InsertEncoder().encode_arrow(arrow, schema=schema).column(BODY)
-    bulk = _json_columns._arrow_read(texts.cast(pa.binary()), schema)
+    bulk = _formats._arrow_read(texts.cast(pa.binary()), schema)
     assert bulk is not None
     assert bulk.to_pylist() == decode_bodies(texts.to_pylist(), schema, where="s").to_pylist()
     assert [r["id"] for r in bulk.to_pylist()] == list(range(50))
@@ -186,8 +186,8 @@ def test_the_timestamp_shape_check_agrees_with_its_regular_expression(
     import pyarrow.compute as pc
 
     column = pa.array(["x"] * skip + texts, pa.string())[skip:]
-    matches = pc.match_substring_regex(column, _json_columns._TIMESTAMP_SHAPE)
-    assert _json_columns.timestamps_shaped(column) == (matches.false_count == 0)
+    matches = pc.match_substring_regex(column, _formats._TIMESTAMP_SHAPE)
+    assert _formats.timestamps_shaped(column) == (matches.false_count == 0)
 
 
 def test_an_integer_beyond_its_field_is_a_read_error_naming_the_field() -> None:
