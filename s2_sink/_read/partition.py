@@ -46,13 +46,20 @@ class S2Partition(InputPartition):
 
 
 def read_partition(
-    cfg: S2Config, fmt: ReadFormat, schema: StructType, partition: S2Partition, *, on_loss: LossPolicy
+    cfg: S2Config,
+    fmt: ReadFormat,
+    schema: StructType,
+    partition: S2Partition,
+    *,
+    on_loss: LossPolicy,
+    target: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Every data record of the ranges (command records such as fences and trims are skipped); records of
     a range that were trimmed or expired are handled by ``on_loss``.
 
     Records arrive as columns decoded in bulk from the wire and stay columns in every format; the rows of
-    small ranges are handed to Spark together, in batches of about ``session.RUN_RECORDS`` rows."""
+    small ranges are handed to Spark together, in batches of about ``session.RUN_RECORDS`` rows. ``target``:
+    ``schema``'s Arrow form, when the caller made it on the driver (else each batch makes it)."""
     from s2_sink._read.planning.data_loss import gap_handler  # noqa: PLC0415 - the task's (module doc)
     from s2_sink._read.rows.formats import materialized_batches, several_to_batch  # noqa: PLC0415
     from s2_sink._read.session import RUN_BYTES, RUN_RECORDS, read_range_columns, read_ranges_columns  # noqa: PLC0415
@@ -65,7 +72,7 @@ def read_partition(
         for stream, first, stop in partition.ranges:
             gaps = functools.partial(on_gap, stream)
             yield from materialized_batches(
-                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, gaps)
+                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, gaps), target=target
             )
         return
     pending: list[tuple[str, RecordColumns]] = []
@@ -79,7 +86,7 @@ def read_partition(
         pending.append((stream, data))
         rows, size = rows + len(data), size + data.bodies.nbytes
         if rows >= RUN_RECORDS or size >= RUN_BYTES:
-            yield several_to_batch(fmt, schema, pending)
+            yield several_to_batch(fmt, schema, pending, target)
             pending, rows, size = [], 0, 0
     if pending:
-        yield several_to_batch(fmt, schema, pending)
+        yield several_to_batch(fmt, schema, pending, target)

@@ -29,6 +29,7 @@ from s2_sink._read.planning.data_loss import LossPolicy
 from s2_sink._read.planning.micro_batches import MicroBatches
 from s2_sink._read.read_options import ReadOptions
 from s2_sink.config import S2Config
+from s2_sink.encoders._arrow_types import to_arrow_schema
 
 __all__ = ["S2StreamReader"]
 
@@ -57,6 +58,7 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._opts = opts
         self._schema = schema
         self._plan = MicroBatches(cfg, opts)
+        self._target = to_arrow_schema(schema)  # on the driver, once: every task's batches are of it
 
     def initialOffset(self) -> dict[str, object]:
         return self._plan.initial()
@@ -100,7 +102,8 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
             return iter(())
         assert isinstance(partition, S2Partition)
         policy: LossPolicy = "fail" if self._opts.fail_on_data_loss else "warn"
-        return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss=policy)
+        fmt, schema = self._opts.format, self._schema
+        return read_partition(self._cfg, fmt, schema, partition, on_loss=policy, target=self._target)
 
     def commit(self, end: dict[str, object]) -> None:
         # Nothing to release: S2 keeps records by retention, not by consumer acknowledgement.

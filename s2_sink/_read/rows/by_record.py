@@ -16,6 +16,7 @@ from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.rows.formats import decode_bodies, to_target
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS, is_typed_upsert
 from s2_sink._read.rows.upsert_columns import ACTION_HEADER, KEY_HEADER
+from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 
@@ -183,4 +184,4 @@ def records_to_batch(
         arrays = _upsert_columns(schema, stream, records)
     else:
         arrays = _decoded_columns(fmt, schema, stream, records)
-    return to_target(schema, arrays)
+    return to_target(arrays, to_arrow_schema(schema))

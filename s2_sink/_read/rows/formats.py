@@ -106,8 +106,8 @@ __all__ = [
 ]
 
 
-def to_target(schema: StructType, arrays: list[pa.Array]) -> pa.RecordBatch:
-    target: pa.Schema = to_arrow_schema(schema)
+def to_target(arrays: list[pa.Array], target: pa.Schema) -> pa.RecordBatch:
+    """``arrays`` cast to the types of ``target`` (Spark checks names and then reads the types)."""
     typed = [
         cast(arr, field.type) if arr.type != field.type else arr
         for arr, field in zip(arrays, target, strict=True)
@@ -153,11 +153,17 @@ def _headers_column(columns: RecordColumns) -> pa.Array:
 
 
 def columns_to_batch(
-    fmt: ReadFormat, schema: StructType, stream: str | StreamRuns, columns: RecordColumns
+    fmt: ReadFormat,
+    schema: StructType,
+    stream: str | StreamRuns,
+    columns: RecordColumns,
+    target: pa.Schema | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as
     `by_record.records_to_batch` gives from the same records) of one stream, or of several one after the
-    other (`StreamRuns`: errors then name them all; `several_to_batch` names the one)."""
+    other (`StreamRuns`: errors then name them all; `several_to_batch` names the one). ``target``:
+    ``schema``'s Arrow form, if the caller has it already."""
+    target = to_arrow_schema(schema) if target is None else target
     if fmt == "raw":
         raw = [
             _headers_column(columns)
@@ -167,7 +173,7 @@ def columns_to_batch(
             else _meta_column(f.name, stream, columns)
             for f in schema.fields
         ]
-        return to_target(schema, raw)
+        return to_target(raw, target)
     if fmt == "kafka":
         kafka = [
             kafka_column(f.name, columns)
@@ -175,7 +181,7 @@ def columns_to_batch(
             else _meta_column(f.name, stream, columns)
             for f in schema.fields
         ]
-        return to_target(schema, kafka)
+        return to_target(kafka, target)
     if fmt == "upsert" and not is_typed_upsert(schema):
         found = changes(str(stream) if isinstance(stream, str) else repr(stream), columns)
         upsert = [
@@ -184,7 +190,7 @@ def columns_to_batch(
             else _meta_column(f.name, stream, columns)
             for f in schema.fields
         ]
-        return to_target(schema, upsert)
+        return to_target(upsert, target)
     special = {*META_COLUMNS, ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     action: pa.Array | None = None
@@ -193,7 +199,8 @@ def columns_to_batch(
         action = upsert_column("action", found, columns)
     else:
         bodies = columns.bodies
-    decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}")
+    data_target = pa.schema([target.field(f.name) for f in data_schema.fields])
+    decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}", target=data_target)
     arrays = [
         action
         if f.name == ACTION_COLUMN and action is not None
@@ -202,34 +209,43 @@ def columns_to_batch(
         else decoded.column(f.name)
         for f in schema.fields
     ]
-    return to_target(schema, arrays)
+    return to_target(arrays, target)
 
 
 def several_to_batch(
-    fmt: ReadFormat, schema: StructType, parts: Sequence[tuple[str, RecordColumns]]
+    fmt: ReadFormat,
+    schema: StructType,
+    parts: Sequence[tuple[str, RecordColumns]],
+    target: pa.Schema | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch of the records of several streams (`columns_to_batch` of them one after the other),
     converted together: a conversion costs Arrow calls whatever its length. A record that fails to convert
     fails as in its own stream's batch, naming that stream."""
     if len(parts) == 1:
-        return columns_to_batch(fmt, schema, *parts[0])
+        return columns_to_batch(fmt, schema, *parts[0], target)
     runs = StreamRuns(tuple((stream, len(columns)) for stream, columns in parts))
     try:
-        return columns_to_batch(fmt, schema, runs, concat_columns([columns for _, columns in parts]))
+        return columns_to_batch(fmt, schema, runs, concat_columns([columns for _, columns in parts]), target)
     except ReadError:
         for stream, columns in parts:  # the failing stream's own error, naming it
-            columns_to_batch(fmt, schema, stream, columns)
+            columns_to_batch(fmt, schema, stream, columns, target)
         raise
 
 
 def materialized_batches(
-    fmt: ReadFormat, schema: StructType, stream: str, parts: Iterable[RecordColumns], *, rows: int = 1000
+    fmt: ReadFormat,
+    schema: StructType,
+    stream: str,
+    parts: Iterable[RecordColumns],
+    *,
+    rows: int = 1000,
+    target: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The upsert batches of each key's latest change among the data records of ``parts`` (one stream's
     records in order, command records included), ``rows`` records a batch (as `materialize` picks)."""
     data = [p.take(~commands) if (commands := p.commands()).any() else p for p in parts]
     for latest in latest_changes(stream, data, rows):
-        yield columns_to_batch(fmt, schema, stream, latest)
+        yield columns_to_batch(fmt, schema, stream, latest, target)
 
 
 _BULK_TYPES: Final = (
@@ -267,9 +283,13 @@ def _bulk_type(dtype: DataType) -> bool:
     return isinstance(dtype, _BULK_TYPES)
 
 
-def decode_bodies_bulk(bodies: pa.Array, schema: StructType, *, where: str) -> pa.RecordBatch:
-    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema``."""
-    decoded = _arrow_read(bodies, schema) if all(_bulk_type(f.dataType) for f in schema.fields) else None
+def decode_bodies_bulk(
+    bodies: pa.Array, schema: StructType, *, where: str, target: pa.Schema | None = None
+) -> pa.RecordBatch:
+    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema`` (whose
+    Arrow form ``target`` is, if the caller has it)."""
+    bulk = all(_bulk_type(f.dataType) for f in schema.fields)
+    decoded = _arrow_read(bodies, to_arrow_schema(schema) if target is None else target) if bulk else None
     if decoded is None:
         return decode_bodies(bodies.to_pylist(), schema, where=where)
     return decoded
@@ -310,13 +330,12 @@ def _holds_non_finite(data: Bytes) -> bool:
     return False
 
 
-def _arrow_read(bodies: pa.Array, schema: StructType) -> pa.RecordBatch | None:
+def _arrow_read(bodies: pa.Array, target: pa.Schema) -> pa.RecordBatch | None:
     if len(bodies) == 0 or bodies.null_count:
         return None
     joined = _joined(bodies)
     if joined is None:
         return None
-    target = to_arrow_schema(schema)
     read_as = pa.schema(
         [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f for f in target]
     )

@@ -24,6 +24,7 @@ from pyspark.sql.types import (
 from s2_sink._read.rows import formats as _formats
 from s2_sink._read.rows.formats import decode_bodies, decode_bodies_bulk
 from s2_sink.encoders import BODY, InsertEncoder
+from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import ReadError
 
 SCHEMA = StructType(
@@ -145,7 +146,7 @@ def test_the_writers_bodies_take_the_bulk_reader() -> None:
         rows, schema=pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("u", pa.string())])
     )
     texts = InsertEncoder().encode_arrow(arrow, schema=schema).column(BODY)
-    bulk = _formats._arrow_read(texts.cast(pa.binary()), schema)
+    bulk = _formats._arrow_read(texts.cast(pa.binary()), to_arrow_schema(schema))
     assert bulk is not None
     assert bulk.to_pylist() == decode_bodies(texts.to_pylist(), schema, where="s").to_pylist()
     assert [r["id"] for r in bulk.to_pylist()] == list(range(50))
