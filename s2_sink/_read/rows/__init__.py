@@ -6,5 +6,5 @@
 - `formats`: one batch per run of records, per format; JSON bodies decoded into a schema's columns (Arrow's
   reader where it provably agrees).
 - `by_record`: the record-by-record reference of the same conversions (tests hold the formats to it).
-- `json_splice`, `kafka_columns`, `upsert_columns`, `header_text`: the pieces of the formats.
+- `header_columns`: the columns kafka and upsert take from headers; `json_splice`: key + value JSON.
 """

@@ -14,8 +14,8 @@ from pyspark.sql.types import StructType
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.rows.formats import decode_bodies, to_target
+from s2_sink._read.rows.header_columns import ACTION_HEADER, KEY_HEADER
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS, is_typed_upsert
-from s2_sink._read.rows.upsert_columns import ACTION_HEADER, KEY_HEADER
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError

@@ -12,7 +12,7 @@
   latest change, when it is an update, in seq_num order.
 
 Reads build every format from record columns (`columns_to_batch`, `materialized_batches`) with Arrow and
-numpy kernels over all records at once (`kafka_columns`, `upsert_columns`); `by_record` spells the same
+numpy kernels over all records at once (`header_columns`); `by_record` spells the same
 conversions out one SDK record at a time, the reference they are tested against.
 
 JSON bodies become a schema's columns in bulk with Arrow's JSON reader where it gives exactly
@@ -57,7 +57,15 @@ from pyspark.sql.types import (
 )
 
 from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.kafka_columns import KAFKA_RECORD_COLUMNS, kafka_column
+from s2_sink._read.rows.header_columns import (
+    KAFKA_RECORD_COLUMNS,
+    UPSERT_RECORD_COLUMNS,
+    changes,
+    kafka_column,
+    latest_changes,
+    merged_bodies,
+    upsert_column,
+)
 from s2_sink._read.rows.schemas import (
     ACTION_COLUMN,
     KAFKA_SCHEMA,
@@ -67,13 +75,6 @@ from s2_sink._read.rows.schemas import (
     check_schema,
     default_schema,
     is_typed_upsert,
-)
-from s2_sink._read.rows.upsert_columns import (
-    UPSERT_RECORD_COLUMNS,
-    changes,
-    latest_changes,
-    merged_bodies,
-    upsert_column,
 )
 from s2_sink._wire.arrow_arrays import (
     binary_view,

@@ -175,7 +175,7 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
     unwanted = ("pandas", "pyarrow.compute", "s2_sink.encoders", "s2_sink.datasource._write_options")
     unwanted += (
         "s2_sink._read.rows.formats",
-        "s2_sink._read.rows.upsert_columns",
+        "s2_sink._read.rows.header_columns",
     )
     assert [m for m in planned if m.startswith(unwanted)] == []
 

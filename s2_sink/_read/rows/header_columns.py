@@ -1,10 +1,22 @@
-"""``s2.format=upsert`` from record columns, for all records at once: each record's change, the text
-columns, the spliced key + value JSON of a typed read, and the latest change per key (materialize).
+"""The columns ``s2.format=kafka`` and ``s2.format=upsert`` take from records' headers, for all records at
+once (over `s2_sink._wire.read.record_columns.RecordColumns`).
 
-A change record carries its key in its first ``@key`` header and its action in its first ``@action``
-header (``u`` or ``d``); the body is the value (see `encoders._upsert`). A record without both fails the
-read (`ReadError` naming the first such record), as does, for a typed read, a key or value that is not a
-JSON object.
+Headers: a record's headers are the entries ``header_offsets[i]:header_offsets[i + 1]`` of ``names`` /
+``values``, so "the first header named X of every record" is one comparison over all names and a pass over
+the hits. Text: binary -> text exactly as Python's ``bytes.decode("utf-8", errors="replace")``: Arrow's cast
+validates UTF-8 as strictly as Python, so an array that casts is the text Python gives; an array holding any
+invalid value is decoded value by value (the odd input, paid for only by the batches that carry it).
+
+Kafka: ``key`` is the value of the record's first ``@kafka-key`` header (the one `encoders.KafkaEncoder`
+writes first), null without one; ``headers`` the record's headers in order, without that first key header
+(a later ``@kafka-key`` is user data and stays) and without every exactly-once chunk tag ``@s2sink`` (the
+sink's bookkeeping: written back, it would claim a foreign chunk), names as text; ``value`` the body.
+
+Upsert: each record's change, the text columns, the spliced key + value JSON of a typed read, and the
+latest change per key (materialize). A change record carries its key in its first ``@key`` header and its
+action in its first ``@action`` header (``u`` or ``d``); the body is the value (see `encoders._upsert`). A
+record without both fails the read (`ReadError` naming the first such record), as does, for a typed read, a
+key or value that is not a JSON object.
 """
 
 from __future__ import annotations
@@ -16,19 +28,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink._read.rows.header_text import first_header, take_or_null, utf8_text
+from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.rows.json_splice import splice_objects
-from s2_sink._wire.arrow_arrays import binary_view, bool_array, call, repeated, valid_rows, validity
+from s2_sink._wire.arrow_arrays import (
+    binary_view,
+    bool_array,
+    bools,
+    call,
+    int32_array,
+    int64_array,
+    repeated,
+    take,
+    valid_rows,
+    validity,
+)
 from s2_sink._wire.layout import Bools, Ints
 from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
+from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 
 __all__ = [
     "ACTION_HEADER",
+    "KAFKA_RECORD_COLUMNS",
     "KEY_HEADER",
     "UPSERT_RECORD_COLUMNS",
     "Changes",
     "changes",
+    "kafka_column",
     "latest_changes",
     "merged_bodies",
     "upsert_column",
@@ -166,3 +192,74 @@ def _rows(parts: Sequence[RecordColumns], starts: Ints, at: Ints) -> RecordColum
     if np.array_equal(by_part, np.arange(len(at))):
         return grouped
     return grouped.take(np.argsort(by_part))
+
+
+def entry_owners(columns: RecordColumns) -> Ints:
+    """The record of every header entry."""
+    owners: Ints = np.repeat(np.arange(len(columns), dtype=np.int64), columns.header_counts)
+    return owners
+
+
+def named(columns: RecordColumns, name: bytes) -> Bools:
+    """True for every header entry called ``name``."""
+    same = call("equal", [columns.names, repeated(name, len(columns.names), pa.binary())])
+    return bools(same)
+
+
+def first_header(columns: RecordColumns, name: bytes, owners: Ints | None = None) -> Ints:
+    """Per record, the entry of its first header called ``name``; -1 where it has none."""
+    first = np.full(len(columns), -1, dtype=np.int64)
+    hits = np.flatnonzero(named(columns, name))
+    if hits.size:
+        whose = (entry_owners(columns) if owners is None else owners)[hits]
+        # Entries are in record order: a record's first hit is where the owner changes.
+        leads = np.ones(hits.size, dtype=np.bool_)
+        leads[1:] = whose[1:] != whose[:-1]
+        first[whose[leads]] = hits[leads]
+    return first
+
+
+def take_or_null(arr: pa.Array, index: Ints) -> pa.Array:
+    """``arr`` at ``index``, null where the index is -1."""
+    taken: pa.Array = call("take", [arr, int64_array(index, valid=index >= 0)])
+    return taken
+
+
+def utf8_text(arr: pa.Array) -> pa.Array:
+    """``arr`` (binary) as a string array, invalid UTF-8 sequences replaced by U+FFFD; nulls stay null."""
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        values: list[bytes | None] = arr.to_pylist()
+        return pa.array(
+            [None if v is None else v.decode("utf-8", errors="replace") for v in values], type=pa.string()
+        )
+
+
+KAFKA_RECORD_COLUMNS: Final = frozenset({"key", "value", "headers"})
+"""The kafka columns built here; the others are the record's position."""
+
+
+def kafka_column(name: str, columns: RecordColumns) -> pa.Array:
+    """The kafka column ``name`` (one of `KAFKA_RECORD_COLUMNS`) of every record."""
+    if name == "value":
+        return columns.bodies
+    if name == "key":
+        return take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER))
+    if name == "headers":
+        return _user_headers(columns)
+    raise ValueError(f"{name!r} is not a kafka record column")
+
+
+def _user_headers(columns: RecordColumns) -> pa.Array:
+    owners = entry_owners(columns)
+    keep = ~named(columns, TAG_HEADER)
+    key = first_header(columns, KAFKA_KEY_HEADER, owners)
+    keep[key[key >= 0]] = False
+    kept = np.flatnonzero(keep)
+    offsets = np.zeros(len(columns) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owners[kept], minlength=len(columns)), out=offsets[1:])
+    entries = pa.StructArray.from_arrays(
+        [utf8_text(take(columns.names, kept)), take(columns.values, kept)], names=["key", "value"]
+    )
+    return pa.ListArray.from_arrays(int32_array(offsets), entries)
