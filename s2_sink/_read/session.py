@@ -1,13 +1,11 @@
-"""A read task's S2 reads: a range of one stream, read on an S2S read session that hands out its
-``ReadBatch`` messages as record columns, a run of several at a time (`s2_sink._wire.read.run`), with the
-records the range lost (trimmed or expired) reported as gaps. The runs of ranges read at once are decoded
-together (`decode_held`): a small stream's run costs its share of one decode, not a decode of its own.
+"""A read session of one stream: its records from S2 over an S2S read session, handed out in runs of several
+``ReadBatch`` messages (`ReadRun`), decoded together when the consumer asks (`decode_held`).
 
 The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
 to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
 rate. This session keeps the SDK's HTTP/2 transport (``HttpClient.streaming_request``: pooled
 connections, flow control, TLS, auth) and its S2S deframing (``read_messages``, with decompression), and
-decodes the messages' bytes in bulk instead.
+decodes the messages' bytes in bulk instead (`s2_sink._wire.read.record_columns`).
 
 Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
 1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
@@ -21,25 +19,27 @@ delivered with the count that is left, the same errors (``parse_error_info``: a 
 delivery deadline, which each message received starts again.
 One thing differs on the wire: it tells the server that its connections take DATA frames of up to 1 MiB
 (`_MAX_FRAME_SIZE`), where the SDK leaves HTTP/2's 16 KiB.
+
+Runs: a message holds at most 1000 records, and decoding each alone pays the fixed cost of every numpy and
+Arrow call per message; walking each as it arrives (`skim`: where its records lie, its last seq_num and
+its tail, which the session needs at once to resume or stop) and decoding a run in one go pays it once per
+run. A message the walk cannot read is parsed whole on arrival. A task that reads many small streams
+decodes the runs of several streams together (`decode_held`): the fixed cost once for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
-from typing import Final, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Final, NamedTuple
 
-import numpy as np
 import s2_sdk
 from h2.connection import H2Connection
 from h2.settings import SettingCodes
 
 from s2_sink._transport import hyperframe_repr_patch, sdk
-from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying
 from s2_sink._transport.sdk import (
@@ -53,27 +53,30 @@ from s2_sink._transport.sdk import (
     read_messages,
     requires_reconnect,
 )
-from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire.read.record_columns import Positions, RecordColumns
-from s2_sink._wire.read.run import Arrival, Held, ReadRun, decode_held
+from s2_sink._wire.read.record_columns import (
+    RecordColumns,
+    Skim,
+    Tail,
+    concat_columns,
+    decode_skims,
+    parse_read_batch,
+    skim,
+)
 from s2_sink.config import S2Config
-from s2_sink.errors import ReadError
 
 __all__ = [
-    "RANGE_CONCURRENCY",
     "RUN_BYTES",
     "RUN_RECORDS",
+    "Arrival",
+    "Held",
     "Range",
-    "missing",
+    "ReadRun",
+    "decode_held",
     "read_columns",
     "read_error_words",
-    "read_range_columns",
-    "read_ranges_columns",
 ]
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 hyperframe_repr_patch.install()  # h2 would hex-encode every DATA frame it receives (see that module)
 
@@ -214,201 +217,111 @@ def read_error_words(exc: BaseException, cfg: S2Config, stream: str | None = Non
     ).message
 
 
-async def _range_runs(
-    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
-) -> AsyncGenerator[Held, None]:
-    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
-    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
-    expected = first
-    try:
-        runs = read_columns(handle, first, stop - first, run_records=run_records, cfg=cfg)
-        async for held in runs:
-            if held.last_seq_num - expected + 1 == held.records and held.last_seq_num < stop:
-                # As many records as seq_nums up to the last, all below ``stop``: no jump, nothing to cut,
-                # and the run stays undecoded for the consumer to decode with others.
-                expected = held.last_seq_num + 1
-                yield held
-                if expected >= stop:
-                    return
-                continue
-            (batch,) = decode_held([held])
-            for lo, hi in missing(batch.seq_nums, expected, stop):
-                on_gap(lo, hi)
-            expected = int(batch.seq_nums[-1]) + 1
-            # Trimmed records shift what the count covers: keep only [first, stop).
-            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
-            if len(kept):
-                yield Held.of(kept)
-            if expected >= stop:
-                return
-    except s2_sdk.ReadUnwrittenError:
-        # The start resolved to the tail: everything from ``expected`` on was trimmed.
-        pass
-    if expected < stop:
-        on_gap(expected, stop)
-
-
-def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
-    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
-    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
-    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
-    after[0] = expected
-    after[1:] = seq_nums[:-1] + np.uint64(1)
-    jumps = np.flatnonzero(seq_nums > after)
-    return [
-        (lo, min(hi, stop))
-        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
-        if lo < stop
-    ]
-
-
 Range = tuple[str, int, int]
 """``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop`` (planned by
-`planning.offsets`, read here)."""
-
-RANGE_CONCURRENCY: Final = 16
-"""Ranges of one task read at once, each on its own session (HTTP/2 streams of the pooled connections):
-a task that reads many small streams waits for one round trip per stream otherwise."""
+`planning.offsets`, read by `ranges`)."""
 
 
-class _Done:
-    """A range reader's last word on the queue: it has no range left."""
+class Arrival(NamedTuple):
+    """What a message brought: its records' count, the last one's seq_num (None with no records), its tail."""
+
+    records: int
+    last_seq_num: int | None
+    tail: Tail | None
 
 
-async def _read_one(
-    cfg: S2Config,
-    rng: Range,
-    on_gap: Callable[[int, int], None],
-    run_records: int,
-    out: asyncio.Queue[object],
-) -> None:
-    stream, first, stop = rng
-    try:
-        async for held in _range_runs(cfg, stream, first, stop, on_gap, run_records=run_records):
-            await out.put((stream, held))
-    except (s2_sdk.S2Error, TransportError) as exc:
-        raise ReadError(
-            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
-            f"{read_error_words(exc, cfg, stream)}"
-        ) from exc
+class Held(NamedTuple):
+    """A run taken and not decoded yet: its parts (walked messages, or records parsed on arrival) in order."""
+
+    parts: tuple[Skim | RecordColumns, ...]
+    records: int
+    """Records held (at least one)."""
+    last_seq_num: int
+    """The last record's seq_num."""
+
+    @classmethod
+    def of(cls, columns: RecordColumns) -> Held:
+        """Records already decoded (at least one), held as a run."""
+        return cls((columns,), len(columns), int(columns.seq_nums[-1]))
 
 
-async def _ranges_columns(
-    cfg: S2Config,
-    ranges: Sequence[Range],
-    on_gap: Callable[[str, int, int], None],
-    *,
-    run_records: int,
-    concurrency: int,
-) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
-    """The records of every range, each range's in order, ranges interleaved: ``concurrency`` readers take
-    the next range when done with one, and hand their runs over a queue that bounds what waits; the runs
-    come out as many as are ready at once, decoded together."""
-    todo = iter(ranges)
-    out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
-
-    async def reader() -> None:
-        try:
-            for rng in todo:  # shared: each range is taken by one reader
-                await _read_one(cfg, rng, functools.partial(on_gap, rng[0]), run_records, out)
-        except Exception as exc:  # noqa: BLE001 - the consumer raises it (a cancellation is not one)
-            await out.put(exc)
-            return
-        await out.put(_Done())
-
-    tasks = [asyncio.create_task(reader()) for _ in range(min(concurrency, len(ranges)))]
-    running = len(tasks)
-    try:
-        while running:
-            # Whatever is ready goes in one hand-off: each costs the task's thread a wake-up.
-            ready: list[tuple[str, Held]] = []
-            item = await out.get()
-            while True:
-                if isinstance(item, _Done):
-                    running -= 1
-                elif isinstance(item, Exception):
-                    raise item
-                else:
-                    ready.append(item)  # type: ignore[arg-type]
-                if out.empty():
-                    break
-                item = out.get_nowait()
-            if ready:
-                decoded = decode_held([held for _, held in ready])
-                yield [(stream, columns) for (stream, _), columns in zip(ready, decoded, strict=True)]
-    finally:
-        await _stop(tasks, out)
+def decode_held(runs: Sequence[Held]) -> list[RecordColumns]:
+    """The records of each of ``runs``, decoded together: walked messages that follow one another, of one
+    run or of several, are decoded in one go (`decode_skims`), then the records are cut back into runs."""
+    decoded: list[RecordColumns] = []
+    skims: list[Skim] = []
+    for part in (part for run in runs for part in run.parts):
+        if isinstance(part, Skim):
+            skims.append(part)
+            continue
+        if skims:
+            decoded.append(decode_skims(skims))
+            skims = []
+        decoded.append(part)
+    if skims:
+        decoded.append(decode_skims(skims))
+    joined = concat_columns(decoded)
+    if len(runs) == 1:
+        return [joined]
+    return _cut(joined, [run.records for run in runs])
 
 
-async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
-    """End the readers (the consumer stopped, or one failed). A cancelled reader can end with an error of
-    its own rather than the cancellation (the SDK's transport cleaning up) and hand that over to the full
-    queue, where it would wait for ever: so the queue is emptied and the readers cancelled until all ended."""
-    pending = {task for task in tasks if not task.done()}
-    while pending:
-        for task in pending:
-            task.cancel()
-        while not out.empty():
-            out.get_nowait()
-        _, pending = await asyncio.wait(pending, timeout=0.05)
-
-
-async def _next(batches: AsyncGenerator[_T, None]) -> _T:
-    return await anext(batches)
-
-
-async def _close(batches: AsyncGenerator[_T, None]) -> None:
-    await batches.aclose()
-
-
-def read_ranges_columns(
-    cfg: S2Config,
-    ranges: Sequence[Range],
-    on_gap: Callable[[str, int, int], None],
-    *,
-    run_records: int = RUN_RECORDS,
-    concurrency: int = RANGE_CONCURRENCY,
-) -> Generator[tuple[str, RecordColumns], None, None]:
-    """``(stream, columns)`` of every range's records, command records included, in batches of record
-    columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``: each range's
-    in seq_num order, up to ``concurrency`` ranges read at once and their runs interleaved.
-
-    ``on_gap(stream, lo, hi)`` is called for every run of seq_nums of a range of ``stream`` that is no
-    longer stored (trimmed or expired); it may raise to stop the read. A failed read raises ReadError
-    naming its range.
-
-    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
-    the sessions are still reading, and they are closed however the caller stops iterating.
-    """
-    batches = _ranges_columns(cfg, ranges, on_gap, run_records=run_records, concurrency=concurrency)
-    try:
-        while True:
-            try:
-                ready = _runtime.run(_next(batches))
-            except StopAsyncIteration:
-                return
-            yield from ready
-    finally:
-        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
-        # async-generator hook closes ``batches`` once it is collected too.
-        if not _runtime.in_loop_thread():
-            _runtime.run(_close(batches))
-
-
-def read_range_columns(
-    cfg: S2Config,
-    stream: str,
-    first: int,
-    stop: int,
-    on_gap: Callable[[int, int], None],
-    *,
-    run_records: int = RUN_RECORDS,
-) -> Iterator[RecordColumns]:
-    """`read_ranges_columns` of one range: its records in seq_num order."""
-    with contextlib.closing(
-        read_ranges_columns(
-            cfg, [(stream, first, stop)], lambda _, lo, hi: on_gap(lo, hi), run_records=run_records
+def _cut(columns: RecordColumns, sizes: Sequence[int]) -> list[RecordColumns]:
+    """``columns`` cut into consecutive slices of ``sizes`` records (views, not copies)."""
+    offsets = columns.header_offsets.tolist()
+    out: list[RecordColumns] = []
+    lo = 0
+    for n in sizes:
+        hi = lo + n
+        first, headers = offsets[lo], offsets[hi] - offsets[lo]
+        out.append(
+            RecordColumns(
+                columns.seq_nums[lo:hi],
+                columns.timestamps[lo:hi],
+                columns.bodies.slice(lo, n),
+                columns.header_counts[lo:hi],
+                columns.names.slice(first, headers),
+                columns.values.slice(first, headers),
+            )
         )
-    ) as batches:
-        for _, columns in batches:
-            yield columns
+        lo = hi
+    return out
+
+
+class ReadRun:
+    """The records of the messages added since the last `take`, in order."""
+
+    def __init__(self) -> None:
+        self._parts: list[Skim | RecordColumns] = []
+        self.records = 0
+        """Records held."""
+        self.size = 0
+        """Bytes of the messages held."""
+        self._last_seq_num = -1
+
+    def add(self, message: bytes) -> Arrival:
+        """Hold the records of one serialized ``ReadBatch``."""
+        skimmed = skim(message)
+        last = None if skimmed is None else skimmed.last_seq_num()
+        if skimmed is None or (skimmed.starts and last is None):  # not canonical: the parser says how
+            columns, tail = parse_read_batch(message)
+            if len(columns):
+                last = int(columns.seq_nums[-1])
+                self._hold(columns, len(columns), len(message), last)
+            return Arrival(len(columns), last, tail)
+        if skimmed.starts:
+            assert last is not None
+            self._hold(skimmed, len(skimmed.starts), len(message), last)
+        return Arrival(len(skimmed.starts), last, skimmed.tail)
+
+    def take(self) -> Held:
+        """Every record held (at least one), not decoded yet (`decode_held`); the run is then empty."""
+        held = Held(tuple(self._parts), self.records, self._last_seq_num)
+        self._parts, self.records, self.size = [], 0, 0
+        return held
+
+    def _hold(self, part: Skim | RecordColumns, records: int, size: int, last_seq_num: int) -> None:
+        self._parts.append(part)
+        self._last_seq_num = last_seq_num
+        self.records += records
+        self.size += size

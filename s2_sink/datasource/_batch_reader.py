@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from s2_sink._read.partition import S2Partition, read_partition
+from s2_sink._read.partition import S2Partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,5 +43,7 @@ class S2BatchReader(DataSourceReader):
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
+        from s2_sink._read.ranges import read_partition  # noqa: PLC0415 - the task's (`_read.partition`)
+
         # A batch read takes what is retained between its bounds: records trimmed before it are not a loss.
         return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss="ignore")

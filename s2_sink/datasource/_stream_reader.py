@@ -24,7 +24,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from s2_sink._read.partition import S2Partition, read_partition
+from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning.data_loss import LossPolicy
 from s2_sink._read.planning.micro_batches import MicroBatches
 from s2_sink._read.read_options import ReadOptions
@@ -101,6 +101,8 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
             # Spark plans one partition of None when there are no ranges to read.
             return iter(())
         assert isinstance(partition, S2Partition)
+        from s2_sink._read.ranges import read_partition  # noqa: PLC0415 - the task's (`_read.partition`)
+
         policy: LossPolicy = "fail" if self._opts.fail_on_data_loss else "warn"
         fmt, schema = self._opts.format, self._schema
         return read_partition(self._cfg, fmt, schema, partition, on_loss=policy, target=self._target)

@@ -133,7 +133,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "before = set(sys.modules)\n"
         "from pyspark import cloudpickle\n"
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
-        "import s2_sink._read.partition, s2_sink._read.session  # what read() imports\n"
+        "import s2_sink._read.partition, s2_sink._read.ranges  # what read() imports\n"
         "import s2_sink._read.planning.data_loss, s2_sink._read.rows.formats\n"
         "import s2_sink._wire.read.record_columns, s2_sink._read.rows.schemas\n"
         "print(sorted(set(sys.modules) - before))\n"

@@ -12,9 +12,10 @@ import pytest
 import s2_sdk
 
 from s2_sink import ConfigError, ReadError
-from s2_sink._read.partition import S2Partition, read_partition
+from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.data_loss import positions
+from s2_sink._read.ranges import read_partition
 from s2_sink._read.read_options import parse_read_options
 from s2_sink.config import S2Config
 from s2_sink.datasource._source import S2DataSource

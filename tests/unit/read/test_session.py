@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from s2_sink import ReadError
+from s2_sink._read import ranges as _ranges
 from s2_sink._read import session as _session
 from s2_sink._read.rows.by_record import records_to_batch
 from s2_sink._read.rows.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch
@@ -83,11 +84,11 @@ def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) ->
     cfg = _cfg(lite.endpoint, basin)
     for first, stop in ((0, 1505), (3, 1503), (699, 701)):
         sdk = _sdk_records(lite.endpoint, basin, "s", first, stop)
-        batches = list(_session.read_range_columns(cfg, "s", first, stop, _no_gap))
+        batches = list(_ranges.read_range_columns(cfg, "s", first, stop, _no_gap))
         assert [r for cols in batches for r in cols.to_records()] == sdk
         assert len(sdk) == stop - first
     # Runs of one message each (the default joins them): records come message by message, the same ones.
-    per_message = list(_session.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
+    per_message = list(_ranges.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
     assert len(per_message) > 1
     assert [r for cols in per_message for r in cols.to_records()] == _sdk_records(
         lite.endpoint, basin, "s", 0, 1505
@@ -106,7 +107,7 @@ def test_read_connections_accept_frames_of_a_whole_read_batch(lite: LiteServer, 
     for _ in range(2):  # the first read advertises on a new connection, the second reuses it
         got = [
             r.body
-            for cols in _session.read_range_columns(cfg, "s", 0, 3000, _no_gap)
+            for cols in _ranges.read_range_columns(cfg, "s", 0, 3000, _no_gap)
             for r in cols.to_records()
         ]
         assert got == [r.body for r in records]
@@ -122,7 +123,7 @@ def test_bulk_reads_of_a_missing_stream_raise_read_error(lite: LiteServer, basin
     """Reading a stream that does not exist raises ReadError naming the stream, the range and the basin,
     with the SDK's error chained."""
     with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
-        list(_session.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
+        list(_ranges.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
     assert isinstance(info.value.__cause__, s2_sdk.S2Error)
 
 
@@ -218,7 +219,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
         got: list[bytes] = []
         before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
         # Runs of one message each, so that what the first connection brought is handed out before the cut.
-        for cols in _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
+        for cols in _ranges.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
             got.extend(r.body for r in cols.to_records())
             if len(accepted) == 1:
                 before_cut = len(got)
@@ -228,7 +229,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     # In runs longer than the read, what the first connection brought waits in the run across the retry.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, accepted):
         runs = list(
-            _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
+            _ranges.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
         )
     assert len(accepted) >= 2
     assert len(runs) == 1
@@ -243,7 +244,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
             delivery_timeout_ms=0,
         )
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 5000\) in basin '{basin}'"):
-            list(_session.read_range_columns(cfg, "s", 0, 5000, _no_gap))
+            list(_ranges.read_range_columns(cfg, "s", 0, 5000, _no_gap))
 
 
 def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) -> None:
@@ -251,7 +252,7 @@ def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) ->
     ``run_records`` records (the last run holds what is left), in order, each record once."""
     _append(lite.endpoint, basin, "s", [[s2_sdk.Record(body=b"{}")] * 700 for _ in range(30)])
     runs = list(
-        _session.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
+        _ranges.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
     )
     sizes = [len(r) for r in runs]
     # A message holds at most 1000 records, so a run stops within one message past the threshold.
@@ -275,7 +276,7 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
 
     def read_all() -> dict[str, list[int]]:
         got: dict[str, list[int]] = {}
-        for stream, cols in _session.read_ranges_columns(
+        for stream, cols in _ranges.read_ranges_columns(
             cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4
         ):
             got.setdefault(stream, []).extend(cols.seq_nums.tolist())
@@ -283,7 +284,7 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
 
     assert read_all() == {name: list(range(5, 25)) for name in names}
     for _ in range(3):
-        runs = _session.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4)
+        runs = _ranges.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4)
         next(runs)
         runs.close()  # returns once every reader has ended
     assert read_all() == {name: list(range(5, 25)) for name in names}
@@ -296,7 +297,8 @@ def test_a_record_that_does_not_decode_among_many_streams_names_its_stream(
     fails the read naming its own stream, not the batch's other streams."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from s2_sink._read.partition import S2Partition, read_partition
+    from s2_sink._read.partition import S2Partition
+    from s2_sink._read.ranges import read_partition
 
     names = [f"j/{i:02d}" for i in range(12)]
     good_rows = {n: [[s2_sdk.Record(body=b'{"n": %d}' % j) for j in range(3)]] for n in names}

@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2_sdk import SequencedRecord
 
-from s2_sink._read.session import missing
+from s2_sink._read.ranges import missing
+from s2_sink._read.session import ReadRun, decode_held
 from s2_sink._wire.read.record_columns import Tail, parse_read_batch
-from s2_sink._wire.read.run import ReadRun, decode_held
 from tests.hypothesis_profiles import examples
 from tests.unit.wire.test_record_columns import _as_records, _message, small_blobs, tails
 

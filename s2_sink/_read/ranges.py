@@ -1,0 +1,287 @@
+"""A task's read of its partition: the ranges read several at a time, each over its own read session
+(`session.read_columns`), the records a range lost reported as gaps, and the runs of several streams
+decoded together and handed to Spark as rows of the format (`rows.formats`), in batches of about
+`RUN_RECORDS` rows.
+
+Small streams share a partition (`planning.offsets.pack_ranges`): a Spark task costs a Python worker's
+floor, about what thousands of records cost, so a partition per small stream would make reading many of
+them cost that floor per stream. Imported by the task only (`partition.S2Partition` is what the driver
+plans): the readers of `s2_sink.datasource` import it in ``read``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
+from typing import Final, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import s2_sdk
+from pyspark.sql.types import StructType
+
+from s2_sink._read.partition import S2Partition
+from s2_sink._read.planning.data_loss import LossPolicy, gap_handler
+from s2_sink._read.read_options import ReadFormat
+from s2_sink._read.rows.formats import materialized_batches, several_to_batch
+from s2_sink._read.session import (
+    RUN_BYTES,
+    RUN_RECORDS,
+    Held,
+    Range,
+    decode_held,
+    read_columns,
+    read_error_words,
+)
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.sdk import TransportError
+from s2_sink._transport.session_pool import get_pool
+from s2_sink._wire.read.record_columns import Positions, RecordColumns
+from s2_sink.config import S2Config
+from s2_sink.errors import ReadError
+
+__all__ = ["RANGE_CONCURRENCY", "missing", "read_partition", "read_range_columns", "read_ranges_columns"]
+
+_T = TypeVar("_T")
+
+
+def read_partition(
+    cfg: S2Config,
+    fmt: ReadFormat,
+    schema: StructType,
+    partition: S2Partition,
+    *,
+    on_loss: LossPolicy,
+    target: pa.Schema | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Every data record of the ranges (command records such as fences and trims are skipped); records of
+    a range that were trimmed or expired are handled by ``on_loss``.
+
+    Records arrive as columns decoded in bulk from the wire and stay columns in every format; the rows of
+    small ranges are handed to Spark together, in batches of about `RUN_RECORDS` rows. ``target``:
+    ``schema``'s Arrow form, when the caller made it on the driver (else each batch makes it)."""
+
+    def on_gap(stream: str, first: int, stop: int) -> None:  # the loss policy's code runs on a loss only
+        gap_handler(cfg.basin, stream, on_loss)(first, stop)
+
+    if partition.materialize:
+        # The latest row per key needs each stream's records in order: one range after the other.
+        for stream, first, stop in partition.ranges:
+            gaps = functools.partial(on_gap, stream)
+            yield from materialized_batches(
+                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, gaps), target=target
+            )
+        return
+    pending: list[tuple[str, RecordColumns]] = []
+    rows = size = 0
+    runs = read_ranges_columns(cfg, partition.ranges, on_gap)
+    for stream, columns in runs:  # runs of several read batches of one range (`RUN_RECORDS`)
+        commands = columns.commands()
+        data = columns.take(~commands) if commands.any() else columns
+        if not len(data):
+            continue
+        pending.append((stream, data))
+        rows, size = rows + len(data), size + data.bodies.nbytes
+        if rows >= RUN_RECORDS or size >= RUN_BYTES:
+            yield several_to_batch(fmt, schema, pending, target)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield several_to_batch(fmt, schema, pending, target)
+
+
+async def _range_runs(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
+) -> AsyncGenerator[Held, None]:
+    handle = get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
+    expected = first
+    try:
+        runs = read_columns(handle, first, stop - first, run_records=run_records, cfg=cfg)
+        async for held in runs:
+            if held.last_seq_num - expected + 1 == held.records and held.last_seq_num < stop:
+                # As many records as seq_nums up to the last, all below ``stop``: no jump, nothing to cut,
+                # and the run stays undecoded for the consumer to decode with others.
+                expected = held.last_seq_num + 1
+                yield held
+                if expected >= stop:
+                    return
+                continue
+            (batch,) = decode_held([held])
+            for lo, hi in missing(batch.seq_nums, expected, stop):
+                on_gap(lo, hi)
+            expected = int(batch.seq_nums[-1]) + 1
+            # Trimmed records shift what the count covers: keep only [first, stop).
+            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
+            if len(kept):
+                yield Held.of(kept)
+            if expected >= stop:
+                return
+    except s2_sdk.ReadUnwrittenError:
+        # The start resolved to the tail: everything from ``expected`` on was trimmed.
+        pass
+    if expected < stop:
+        on_gap(expected, stop)
+
+
+def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
+    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
+    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
+    after[0] = expected
+    after[1:] = seq_nums[:-1] + np.uint64(1)
+    jumps = np.flatnonzero(seq_nums > after)
+    return [
+        (lo, min(hi, stop))
+        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
+        if lo < stop
+    ]
+
+
+RANGE_CONCURRENCY: Final = 16
+"""Ranges of one task read at once, each on its own session (HTTP/2 streams of the pooled connections):
+a task that reads many small streams waits for one round trip per stream otherwise."""
+
+
+class _Done:
+    """A range reader's last word on the queue: it has no range left."""
+
+
+async def _read_one(
+    cfg: S2Config,
+    rng: Range,
+    on_gap: Callable[[int, int], None],
+    run_records: int,
+    out: asyncio.Queue[object],
+) -> None:
+    stream, first, stop = rng
+    try:
+        async for held in _range_runs(cfg, stream, first, stop, on_gap, run_records=run_records):
+            await out.put((stream, held))
+    except (s2_sdk.S2Error, TransportError) as exc:
+        raise ReadError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{read_error_words(exc, cfg, stream)}"
+        ) from exc
+
+
+async def _ranges_columns(
+    cfg: S2Config,
+    ranges: Sequence[Range],
+    on_gap: Callable[[str, int, int], None],
+    *,
+    run_records: int,
+    concurrency: int,
+) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
+    """The records of every range, each range's in order, ranges interleaved: ``concurrency`` readers take
+    the next range when done with one, and hand their runs over a queue that bounds what waits; the runs
+    come out as many as are ready at once, decoded together."""
+    todo = iter(ranges)
+    out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
+
+    async def reader() -> None:
+        try:
+            for rng in todo:  # shared: each range is taken by one reader
+                await _read_one(cfg, rng, functools.partial(on_gap, rng[0]), run_records, out)
+        except Exception as exc:  # noqa: BLE001 - the consumer raises it (a cancellation is not one)
+            await out.put(exc)
+            return
+        await out.put(_Done())
+
+    tasks = [asyncio.create_task(reader()) for _ in range(min(concurrency, len(ranges)))]
+    running = len(tasks)
+    try:
+        while running:
+            # Whatever is ready goes in one hand-off: each costs the task's thread a wake-up.
+            ready: list[tuple[str, Held]] = []
+            item = await out.get()
+            while True:
+                if isinstance(item, _Done):
+                    running -= 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    ready.append(item)  # type: ignore[arg-type]
+                if out.empty():
+                    break
+                item = out.get_nowait()
+            if ready:
+                decoded = decode_held([held for _, held in ready])
+                yield [(stream, columns) for (stream, _), columns in zip(ready, decoded, strict=True)]
+    finally:
+        await _stop(tasks, out)
+
+
+async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
+    """End the readers (the consumer stopped, or one failed). A cancelled reader can end with an error of
+    its own rather than the cancellation (the SDK's transport cleaning up) and hand that over to the full
+    queue, where it would wait for ever: so the queue is emptied and the readers cancelled until all ended."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        while not out.empty():
+            out.get_nowait()
+        _, pending = await asyncio.wait(pending, timeout=0.05)
+
+
+async def _next(batches: AsyncGenerator[_T, None]) -> _T:
+    return await anext(batches)
+
+
+async def _close(batches: AsyncGenerator[_T, None]) -> None:
+    await batches.aclose()
+
+
+def read_ranges_columns(
+    cfg: S2Config,
+    ranges: Sequence[Range],
+    on_gap: Callable[[str, int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
+    concurrency: int = RANGE_CONCURRENCY,
+) -> Generator[tuple[str, RecordColumns], None, None]:
+    """``(stream, columns)`` of every range's records, command records included, in batches of record
+    columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``: each range's
+    in seq_num order, up to ``concurrency`` ranges read at once and their runs interleaved.
+
+    ``on_gap(stream, lo, hi)`` is called for every run of seq_nums of a range of ``stream`` that is no
+    longer stored (trimmed or expired); it may raise to stop the read. A failed read raises ReadError
+    naming its range.
+
+    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
+    the sessions are still reading, and they are closed however the caller stops iterating.
+    """
+    batches = _ranges_columns(cfg, ranges, on_gap, run_records=run_records, concurrency=concurrency)
+    try:
+        while True:
+            try:
+                ready = _runtime.run(_next(batches))
+            except StopAsyncIteration:
+                return
+            yield from ready
+    finally:
+        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
+        # async-generator hook closes ``batches`` once it is collected too.
+        if not _runtime.in_loop_thread():
+            _runtime.run(_close(batches))
+
+
+def read_range_columns(
+    cfg: S2Config,
+    stream: str,
+    first: int,
+    stop: int,
+    on_gap: Callable[[int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
+) -> Iterator[RecordColumns]:
+    """`read_ranges_columns` of one range: its records in seq_num order."""
+    with contextlib.closing(
+        read_ranges_columns(
+            cfg, [(stream, first, stop)], lambda _, lo, hi: on_gap(lo, hi), run_records=run_records
+        )
+    ) as batches:
+        for _, columns in batches:
+            yield columns
