@@ -40,7 +40,8 @@ from s2_sink._read.rows.formats import (
     columns_to_batch,
     materialized_batches,
 )
-from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
+from s2_sink._wire.columns import RecordColumns
+from s2_sink._wire.read_batch import parse_read_batch
 
 __all__ = ["main"]
 

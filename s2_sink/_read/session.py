@@ -5,7 +5,7 @@ The SDK's ``read_session`` parses every message with the generated protobuf clas
 to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
 rate. This session keeps the SDK's HTTP/2 transport (``HttpClient.streaming_request``: pooled
 connections, flow control, TLS, auth) and its S2S deframing (``read_messages``, with decompression), and
-decodes the messages' bytes in bulk instead (`s2_sink._wire.read.record_columns`).
+decodes the messages' bytes in bulk instead (`s2_sink._wire.read_batch`).
 
 Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
 1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
@@ -53,15 +53,8 @@ from s2_sink._transport.sdk import (
     read_messages,
     requires_reconnect,
 )
-from s2_sink._wire.read.record_columns import (
-    RecordColumns,
-    Skim,
-    Tail,
-    concat_columns,
-    decode_skims,
-    parse_read_batch,
-    skim,
-)
+from s2_sink._wire.columns import RecordColumns, concat_columns
+from s2_sink._wire.read_batch import Skim, Tail, decode_skims, parse_read_batch, skim
 from s2_sink.config import S2Config
 
 __all__ = [

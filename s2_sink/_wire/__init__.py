@@ -3,13 +3,13 @@
 - `append/`: the append side. `fields`: the append messages' field keys and the small pieces every encoder
   joins; `headers`: a record's ``headers`` fields in bulk (its own, and leading ones such as ``@key``);
   `proto`: serialized ``AppendInput`` messages, one per chunk of a record frame.
-- `read/`: the read side. `record_columns`: serialized ``ReadBatch`` messages -> record columns; `run`:
-  several of them decoded together; `varints`: varints read at many positions at once.
-- shared: `layout` (vectorised protobuf field layout over numpy), `arrow_arrays` (Arrow arrays over numpy
-  buffers and numpy views of them, Arrow kernels called without pandas).
+- `read_batch`: the read side, serialized ``ReadBatch`` messages -> record columns, in bulk (varints read
+  at many positions at once).
+- shared: `layout` (vectorised protobuf field layout over numpy), `columns` (Arrow arrays over numpy
+  buffers and numpy views of them, Arrow kernels called without pandas, and the record columns of a read).
 
 The append encoder's names are imported on first use: a read task's fresh Python worker imports this
-package for `read.batch` and pays for nothing it does not run.
+package for `read_batch` and pays for nothing it does not run.
 """
 
 from __future__ import annotations

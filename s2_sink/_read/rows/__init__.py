@@ -1,4 +1,4 @@
-"""Read records (record columns, `s2_sink._wire.read.record_columns`) turned into the rows of each
+"""Read records (record columns, `s2_sink._wire.columns.RecordColumns`) turned into the rows of each
 ``s2.format``, as Arrow batches in the output schema's types.
 
 - `schemas`: the output schemas and which user schemas each format can produce (no Arrow kernels: the

@@ -76,17 +76,18 @@ from s2_sink._read.rows.schemas import (
     default_schema,
     is_typed_upsert,
 )
-from s2_sink._wire.arrow_arrays import (
+from s2_sink._wire.columns import (
+    RecordColumns,
     binary_view,
     call,
     cast,
+    concat_columns,
     int32_array,
     repeated,
     uint64_array,
     valid_rows,
 )
 from s2_sink._wire.layout import Bytes
-from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import EncodeError, ReadError

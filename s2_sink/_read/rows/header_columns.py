@@ -1,5 +1,5 @@
 """The columns ``s2.format=kafka`` and ``s2.format=upsert`` take from records' headers, for all records at
-once (over `s2_sink._wire.read.record_columns.RecordColumns`).
+once (over `s2_sink._wire.columns.RecordColumns`).
 
 Headers: a record's headers are the entries ``header_offsets[i]:header_offsets[i + 1]`` of ``names`` /
 ``values``, so "the first header named X of every record" is one comparison over all names and a pass over
@@ -30,11 +30,13 @@ import pyarrow.compute as pc
 
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.rows.json_splice import splice_objects
-from s2_sink._wire.arrow_arrays import (
+from s2_sink._wire.columns import (
+    RecordColumns,
     binary_view,
     bool_array,
     bools,
     call,
+    concat_columns,
     int32_array,
     int64_array,
     repeated,
@@ -43,7 +45,6 @@ from s2_sink._wire.arrow_arrays import (
     validity,
 )
 from s2_sink._wire.layout import Bools, Ints
-from s2_sink._wire.read.record_columns import RecordColumns, concat_columns
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 

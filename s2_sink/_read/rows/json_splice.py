@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink._wire.arrow_arrays import binary_view, bool_array, empty_binary, repeated, take, valid_rows
+from s2_sink._wire.columns import binary_view, bool_array, empty_binary, repeated, take, valid_rows
 from s2_sink._wire.layout import Bools, Bytes, Ints
 
 __all__ = ["splice_objects"]

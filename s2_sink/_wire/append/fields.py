@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink._wire.arrow_arrays import large_binary
+from s2_sink._wire.columns import large_binary
 from s2_sink._wire.layout import Ints
 from s2_sink.encoders._frame import BODY
 

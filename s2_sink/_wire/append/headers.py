@@ -24,7 +24,7 @@ from s2_sink._wire.append.fields import (
     join,
     per_row,
 )
-from s2_sink._wire.arrow_arrays import BinaryView, as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire.columns import BinaryView, as_large_binary, binary_view, large_binary, validity
 from s2_sink._wire.layout import Ints, VarintField, pack_fields, varint_sizes
 from s2_sink.encoders._frame import HEADERS
 from s2_sink.errors import EncodeError

@@ -49,7 +49,7 @@ from s2_sink._wire.append.headers import (
     leading_fields,
     own_headers,
 )
-from s2_sink._wire.arrow_arrays import as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire.columns import as_large_binary, binary_view, large_binary, validity
 from s2_sink._wire.layout import Bools, Bytes, Ints, VarintField, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, TIMESTAMP
 from s2_sink.errors import EncodeError

@@ -135,7 +135,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
         "import s2_sink._read.partition, s2_sink._read.ranges  # what read() imports\n"
         "import s2_sink._read.planning.data_loss, s2_sink._read.rows.formats\n"
-        "import s2_sink._wire.read.record_columns, s2_sink._read.rows.schemas\n"
+        "import s2_sink._wire.read_batch, s2_sink._read.rows.schemas\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
     out = _python(code)
@@ -192,7 +192,7 @@ def test_reading_any_format_leaves_pandas_out() -> None:
         "import sys\n"
         "import s2_sdk._generated.s2.v1.s2_pb2 as pb\n"
         "from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType\n"
-        "from s2_sink._wire.read.record_columns import parse_read_batch\n"
+        "from s2_sink._wire.read_batch import parse_read_batch\n"
         "from s2_sink._read.rows import formats as f\n"
         "batch = pb.ReadBatch()\n"
         "for i in range(4):\n"

@@ -22,11 +22,12 @@ from s2_sink._read.rows.formats import (
     materialized_batches,
 )
 from s2_sink._read.rows.json_splice import splice_objects
-from s2_sink._wire.read.record_columns import RecordColumns, parse_read_batch
+from s2_sink._wire.columns import RecordColumns
+from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 from tests.hypothesis_profiles import examples
-from tests.unit.wire.test_record_columns import _message, bodies, small_blobs
+from tests.unit.wire.test_read_batch import _message, bodies, small_blobs
 
 SETTINGS = settings(
     max_examples=examples(200, fast=40),

@@ -9,9 +9,9 @@ from s2_sdk import SequencedRecord
 
 from s2_sink._read.ranges import missing
 from s2_sink._read.session import ReadRun, decode_held
-from s2_sink._wire.read.record_columns import Tail, parse_read_batch
+from s2_sink._wire.read_batch import Tail, parse_read_batch
 from tests.hypothesis_profiles import examples
-from tests.unit.wire.test_record_columns import _as_records, _message, small_blobs, tails
+from tests.unit.wire.test_read_batch import _as_records, _message, small_blobs, tails
 
 
 def _out_of_order(recs: list[SequencedRecord]) -> bytes:

@@ -21,10 +21,10 @@ from s2_sink._read.rows.by_record import records_to_batch
 from s2_sink._read.rows.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.session_pool import get_pool
-from s2_sink._wire.read.record_columns import parse_read_batch
+from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
-from tests.unit.wire.test_record_columns import _message, records
+from tests.unit.wire.test_read_batch import _message, records
 
 
 def _cfg(endpoint: str, basin: str) -> S2Config:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s2_sink._wire.read import varints as _varint_read
-from s2_sink._wire.read.varints import TooLong, read_varints
+from s2_sink._wire import read_batch as _varint_read
+from s2_sink._wire.read_batch import TooLong, read_varints
 
 uint64s = st.one_of(
     st.integers(0, 300), st.integers(0, 2**64 - 1), st.sampled_from([2**56 - 1, 2**56, 2**63])

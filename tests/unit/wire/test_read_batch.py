@@ -8,8 +8,9 @@ from s2_sdk import SequencedRecord
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import read_batch_from_proto
 
-from s2_sink._wire.read import record_columns as _read_batch
-from s2_sink._wire.read.record_columns import RecordColumns, Tail, concat_columns, parse_read_batch
+from s2_sink._wire import read_batch as _read_batch
+from s2_sink._wire.columns import RecordColumns, concat_columns
+from s2_sink._wire.read_batch import Tail, parse_read_batch
 from tests.hypothesis_profiles import examples
 
 Header = tuple[bytes, bytes]

@@ -1,5 +1,6 @@
-"""Arrow arrays and numpy, both ways: arrays over numpy buffers, numpy views of binary arrays (the buffers
-the wire encoder reads and writes), and Arrow's kernels called without importing pandas.
+"""Columns over Arrow and numpy: arrays over numpy buffers, numpy views of binary arrays (the buffers the wire
+encoder reads and writes), Arrow's kernels called without importing pandas, and `RecordColumns`, the
+records of a read held as such columns (what `read_batch` decodes and the read formats turn into rows).
 
 A read task runs in a fresh Python worker that has imported neither pandas nor ``pyarrow.compute``.
 ``pa.array`` and ``pa.scalar`` import pandas on first use (about 0.3 s of CPU) and ``Array.take`` /
@@ -13,22 +14,28 @@ contiguous bytes ``data[offsets[a]:offsets[b]]`` whatever the array's offset (a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow._compute as _pc
+from s2_sdk import SequencedRecord
 
 from s2_sink._wire.layout import Bools, Bytes, Ints, Packed
 
 __all__ = [
     "BinaryView",
+    "Positions",
+    "RecordColumns",
     "as_large_binary",
     "binary_view",
     "bool_array",
     "bools",
     "call",
     "cast",
+    "concat_columns",
     "empty_binary",
     "int32_array",
     "int64_array",
@@ -163,3 +170,111 @@ def validity(arr: pa.Array) -> Bools:
         return np.ones(len(arr), dtype=np.bool_)
     mask: Bools = arr.is_valid().to_numpy(zero_copy_only=False)
     return mask
+
+
+Positions = npt.NDArray[np.uint64]
+"""seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
+
+
+class RecordColumns(NamedTuple):
+    """The records of one ``ReadBatch`` as columns, in stream order."""
+
+    seq_nums: Positions
+    timestamps: Positions
+    """Milliseconds, as stored."""
+    bodies: pa.Array
+    """``binary``, one value per record."""
+    header_counts: Ints
+    """Headers per record; the headers of record ``i`` are entries ``offsets[i]:offsets[i + 1]``."""
+    names: pa.Array
+    """``binary``, every header's name in record order."""
+    values: pa.Array
+    """``binary``, every header's value, aligned with ``names``."""
+
+    def __len__(self) -> int:
+        return len(self.seq_nums)
+
+    @property
+    def header_offsets(self) -> Ints:
+        """Where each record's headers start in ``names`` / ``values`` (``len + 1`` entries)."""
+        offsets = np.zeros(len(self.header_counts) + 1, dtype=np.int64)
+        np.cumsum(self.header_counts, out=offsets[1:])
+        return offsets
+
+    def commands(self) -> Bools:
+        """True for command records (exactly one header, with an empty name), as the SDK's
+        ``SequencedRecord.is_command_record`` says."""
+        single = self.header_counts == 1
+        if not single.any():
+            none: Bools = single
+            return none
+        name_lengths = np.diff(_offsets(self.names))
+        empty_name = np.zeros(len(self.header_counts), dtype=np.bool_)
+        empty_name[single] = name_lengths[self.header_offsets[:-1][single]] == 0
+        both: Bools = single & empty_name
+        return both
+
+    def to_records(self) -> list[SequencedRecord]:
+        """The SDK's record objects (one per record: for the formats decoded record by record)."""
+        offsets = self.header_offsets.tolist()
+        names, values = self.names.to_pylist(), self.values.to_pylist()
+        seqs, stamps, bodies = self.seq_nums.tolist(), self.timestamps.tolist(), self.bodies.to_pylist()
+        return [
+            SequencedRecord(
+                seq_num=seqs[i],
+                body=bodies[i],
+                headers=list(
+                    zip(names[offsets[i] : offsets[i + 1]], values[offsets[i] : offsets[i + 1]], strict=True)
+                ),
+                timestamp=stamps[i],
+            )
+            for i in range(len(seqs))
+        ]
+
+    def take(self, rows: Ints | Bools) -> RecordColumns:
+        """The records at ``rows`` (indices or a mask), in that order."""
+        index: Ints = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64, copy=False)
+        offsets = self.header_offsets
+        counts = self.header_counts[index]
+        entries = _ranges(offsets[:-1][index], counts)
+        return RecordColumns(
+            self.seq_nums[index],
+            self.timestamps[index],
+            take(self.bodies, index),
+            counts,
+            take(self.names, entries),
+            take(self.values, entries),
+        )
+
+
+def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
+    """The records of ``parts`` (at least one), one after the other, as one set of columns."""
+    if len(parts) == 1:
+        return parts[0]
+    return RecordColumns(
+        np.concatenate([p.seq_nums for p in parts]),
+        np.concatenate([p.timestamps for p in parts]),
+        pa.concat_arrays([p.bodies for p in parts]),
+        np.concatenate([p.header_counts for p in parts]),
+        pa.concat_arrays([p.names for p in parts]),
+        pa.concat_arrays([p.values for p in parts]),
+    )
+
+
+def _offsets(arr: pa.Array) -> Ints:
+    buffers = arr.buffers()
+    if buffers[1] is None:
+        return np.zeros(1, dtype=np.int64)
+    raw = np.frombuffer(buffers[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+    return raw.astype(np.int64)
+
+
+def _ranges(starts: Ints, counts: Ints) -> Ints:
+    """``starts[i] .. starts[i] + counts[i] - 1`` for every i, concatenated."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(counts)
+    shift = np.repeat(starts - (ends - counts), counts)
+    out: Ints = np.arange(total, dtype=np.int64) + shift
+    return out

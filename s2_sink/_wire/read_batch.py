@@ -21,6 +21,12 @@ microseconds whatever its length, and a message holds at most 1000 records.
 A message in any other layout (fields out of order, repeated scalars, unknown fields, over-long varints)
 is valid protobuf too: it is parsed by the SDK's generated class instead, field by field, so the result
 is always what ``pb.ReadBatch.ParseFromString`` and ``sequenced_record_from_proto`` give.
+
+Varints at many positions at once (`read_varints`): the eight bytes at every position are read as one
+little-endian ``uint64`` word (a strided view of the message, one gather), each varint's end found from the
+word's continuation bits and its seven-bit groups squeezed out with a few shifts and masks: about fifteen
+passes over one word per varint, whatever their sizes. A varint of nine or ten bytes (a value of 2**56 or
+more) does not fit a word: such calls read a block of ten bytes per position instead, one column per byte.
 """
 
 from __future__ import annotations
@@ -33,26 +39,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-from s2_sdk import SequencedRecord
 
 from s2_sink._transport.sdk import pb
-from s2_sink._wire.arrow_arrays import empty_binary, take
-from s2_sink._wire.layout import Bools, Bytes, Ints
-from s2_sink._wire.read.varints import TooLong, read_varints
+from s2_sink._wire.columns import RecordColumns, concat_columns, empty_binary, take
+from s2_sink._wire.layout import Bytes, Ints
 
-__all__ = [
-    "Positions",
-    "RecordColumns",
-    "Skim",
-    "Tail",
-    "concat_columns",
-    "decode_skims",
-    "parse_read_batch",
-    "skim",
-]
-
-Positions = npt.NDArray[np.uint64]
-"""seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
+__all__ = ["Skim", "Tail", "TooLong", "decode_skims", "parse_read_batch", "read_varints", "skim"]
 
 _RECORDS: Final = 0x0A
 _TAIL: Final = 0x12
@@ -71,91 +63,6 @@ class Tail(NamedTuple):
 
     seq_num: int
     timestamp: int
-
-
-class RecordColumns(NamedTuple):
-    """The records of one ``ReadBatch`` as columns, in stream order."""
-
-    seq_nums: Positions
-    timestamps: Positions
-    """Milliseconds, as stored."""
-    bodies: pa.Array
-    """``binary``, one value per record."""
-    header_counts: Ints
-    """Headers per record; the headers of record ``i`` are entries ``offsets[i]:offsets[i + 1]``."""
-    names: pa.Array
-    """``binary``, every header's name in record order."""
-    values: pa.Array
-    """``binary``, every header's value, aligned with ``names``."""
-
-    def __len__(self) -> int:
-        return len(self.seq_nums)
-
-    @property
-    def header_offsets(self) -> Ints:
-        """Where each record's headers start in ``names`` / ``values`` (``len + 1`` entries)."""
-        offsets = np.zeros(len(self.header_counts) + 1, dtype=np.int64)
-        np.cumsum(self.header_counts, out=offsets[1:])
-        return offsets
-
-    def commands(self) -> Bools:
-        """True for command records (exactly one header, with an empty name), as the SDK's
-        ``SequencedRecord.is_command_record`` says."""
-        single = self.header_counts == 1
-        if not single.any():
-            none: Bools = single
-            return none
-        name_lengths = np.diff(_offsets(self.names))
-        empty_name = np.zeros(len(self.header_counts), dtype=np.bool_)
-        empty_name[single] = name_lengths[self.header_offsets[:-1][single]] == 0
-        both: Bools = single & empty_name
-        return both
-
-    def to_records(self) -> list[SequencedRecord]:
-        """The SDK's record objects (one per record: for the formats decoded record by record)."""
-        offsets = self.header_offsets.tolist()
-        names, values = self.names.to_pylist(), self.values.to_pylist()
-        seqs, stamps, bodies = self.seq_nums.tolist(), self.timestamps.tolist(), self.bodies.to_pylist()
-        return [
-            SequencedRecord(
-                seq_num=seqs[i],
-                body=bodies[i],
-                headers=list(
-                    zip(names[offsets[i] : offsets[i + 1]], values[offsets[i] : offsets[i + 1]], strict=True)
-                ),
-                timestamp=stamps[i],
-            )
-            for i in range(len(seqs))
-        ]
-
-    def take(self, rows: Ints | Bools) -> RecordColumns:
-        """The records at ``rows`` (indices or a mask), in that order."""
-        index: Ints = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64, copy=False)
-        offsets = self.header_offsets
-        counts = self.header_counts[index]
-        entries = _ranges(offsets[:-1][index], counts)
-        return RecordColumns(
-            self.seq_nums[index],
-            self.timestamps[index],
-            take(self.bodies, index),
-            counts,
-            take(self.names, entries),
-            take(self.values, entries),
-        )
-
-
-def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
-    """The records of ``parts`` (at least one), one after the other, as one set of columns."""
-    if len(parts) == 1:
-        return parts[0]
-    return RecordColumns(
-        np.concatenate([p.seq_nums for p in parts]),
-        np.concatenate([p.timestamps for p in parts]),
-        pa.concat_arrays([p.bodies for p in parts]),
-        np.concatenate([p.header_counts for p in parts]),
-        pa.concat_arrays([p.names for p in parts]),
-        pa.concat_arrays([p.values for p in parts]),
-    )
 
 
 class _NotCanonical(Exception):
@@ -210,25 +117,6 @@ def decode_skims(skims: Sequence[Skim]) -> RecordColumns:
         return _decode_joined(skims)
     except _NotCanonical:
         return concat_columns([parse_read_batch(sk.message)[0] for sk in skims])
-
-
-def _offsets(arr: pa.Array) -> Ints:
-    buffers = arr.buffers()
-    if buffers[1] is None:
-        return np.zeros(1, dtype=np.int64)
-    raw = np.frombuffer(buffers[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
-    return raw.astype(np.int64)
-
-
-def _ranges(starts: Ints, counts: Ints) -> Ints:
-    """``starts[i] .. starts[i] + counts[i] - 1`` for every i, concatenated."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(counts)
-    shift = np.repeat(starts - (ends - counts), counts)
-    out: Ints = np.arange(total, dtype=np.int64) + shift
-    return out
 
 
 def _top_level(data: bytes) -> tuple[list[int], list[int], tuple[int, int] | None]:
@@ -441,3 +329,85 @@ def _by_field(message: bytes) -> tuple[RecordColumns, Tail | None]:
     )
     tail = Tail(batch.tail.seq_num, batch.tail.timestamp) if batch.HasField("tail") else None
     return columns, tail
+
+
+Values = npt.NDArray[np.uint64]
+
+_WORD: Final = 8
+_HIGH_BITS: Final = np.uint64(0x8080808080808080)
+_LOW_SEVENS: Final = np.uint64(0x7F7F7F7F7F7F7F7F)
+# Squeezing eight 7-bit groups, one byte apart, into 56 contiguous bits: pairs, then quads, then halves.
+_SQUEEZE: Final = (
+    (np.uint64(0x007F007F007F007F), np.uint64(0x7F007F007F007F00), np.uint64(1)),
+    (np.uint64(0x00003FFF00003FFF), np.uint64(0x3FFF00003FFF0000), np.uint64(2)),
+    (np.uint64(0x000000000FFFFFFF), np.uint64(0x0FFFFFFF00000000), np.uint64(4)),
+)
+_ONE: Final = np.uint64(1)
+_BYTE_BITS: Final = np.uint64(8)
+_SHIFTS: Final = np.arange(10, dtype=np.uint64) * np.uint64(7)
+
+
+class TooLong(Exception):
+    """A varint is longer than allowed, or runs past the end it must stay before."""
+
+
+def read_varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, Ints]:
+    """The varints at ``pos`` in ``d``: their values and sizes in bytes.
+
+    Each must end before its ``end`` and take at most ``limit`` bytes (10 for a ``uint64``), else `TooLong`.
+    """
+    if not len(pos):
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    if len(d) >= _WORD:
+        found = _in_words(d, pos)
+        if found is not None:
+            value, size = found
+            if (size > limit).any() or (pos + size > end).any():
+                raise TooLong
+            return value, size
+    return _in_blocks(d, pos, end, limit)
+
+
+def _words_at(d: Bytes, pos: Ints) -> Values:
+    """The eight bytes from each position as a little-endian word (zeros past the end of ``d``)."""
+    n = len(d)
+    words = np.ndarray(shape=(n - _WORD + 1,), dtype="<u8", buffer=d, strides=(1,))
+    # The last words start at most eight bytes before the end: shift the bytes of later positions down.
+    clamped = np.minimum(pos, n - _WORD)
+    out: Values = words[clamped]
+    behind = pos - clamped
+    if behind.any():
+        out >>= behind.astype(np.uint64) * _BYTE_BITS
+    return out
+
+
+def _in_words(d: Bytes, pos: Ints) -> tuple[Values, Ints] | None:
+    """Values and sizes, or None if a varint does not end within its word."""
+    word = _words_at(d, pos)
+    ends = ~word & _HIGH_BITS  # the high bit of every byte that ends a varint
+    if not ends.all():
+        return None
+    first_end = ends & (~ends + _ONE)  # the lowest of them
+    value = word & ((first_end << _ONE) - _ONE) & _LOW_SEVENS
+    for low, high, shift in _SQUEEZE:
+        value = (value & low) | ((value & high) >> shift)
+    # first_end is 2**(8 * size - 1): its float exponent is 8 * size.
+    _, exponent = np.frexp(first_end.astype(np.float64))
+    size: Ints = (exponent >> 3).astype(np.int64)
+    return value, size
+
+
+def _in_blocks(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, Ints]:
+    """All ``limit`` bytes from each position at once, as a block of rows: each varint ends at its row's first
+    byte under 0x80."""
+    span = np.arange(limit)
+    block = d[np.minimum(pos[:, None] + span, len(d) - 1)]
+    last = block < 0x80
+    if not last.any(axis=1).all():
+        raise TooLong
+    size = last.argmax(axis=1) + 1
+    if (pos + size > end).any():
+        raise TooLong  # runs past its end (the block reads on into what follows)
+    digits = np.where(span < size[:, None], block & 0x7F, 0).astype(np.uint64)
+    value: Values = (digits << _SHIFTS[:limit]).sum(axis=1, dtype=np.uint64)
+    return value, size.astype(np.int64)

@@ -1,1 +1,0 @@
-"""Read messages (s2.v1 ``ReadBatch``) decoded in bulk into record columns."""
