@@ -24,7 +24,7 @@ import s2_sdk
 from benchmarks.read_path import _lite_process
 from s2_sink._read.rows.schemas import RAW_SCHEMA
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.datasource import S2DataSource
 
 __all__ = ["main"]

@@ -35,7 +35,7 @@ from benchmarks._lite import LiteProcess, _cpu
 from benchmarks.writer_path import _ROWS_SCHEMA, _datasource_writer, _rows
 from s2_sink._read.partition import S2Partition
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.datasource import S2DataSource
 
 __all__ = ["main"]

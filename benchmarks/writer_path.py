@@ -62,7 +62,7 @@ from benchmarks.append_proto import _frame
 from s2_sink._exactly_once.task_hooks import Tagger
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport import sdk
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan

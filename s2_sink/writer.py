@@ -37,7 +37,7 @@ from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._option_map import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode
 from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_driver
 from s2_sink._write.driver.exactly_once import ExactlyOnce

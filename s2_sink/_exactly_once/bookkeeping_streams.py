@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from s2_sdk import S2Basin, StreamConfig
 
-from s2_sink._transport.session_pool import create_if_missing
+from s2_sink._transport.runtime import create_if_missing
 
 __all__ = ["ensure_once", "forget_all"]
 

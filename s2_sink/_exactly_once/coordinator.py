@@ -43,7 +43,7 @@ from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, take
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
 

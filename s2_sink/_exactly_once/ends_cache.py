@@ -27,7 +27,7 @@ from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.ledger_records import EndsFold, LedgerState, parse_record, record_base
 from s2_sink._exactly_once.readback import read_span
 from s2_sink._transport.retry import Patience
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
 

@@ -58,7 +58,7 @@ from s2_sdk import (
 from s2_sink._exactly_once.fencing import TaskAttempt
 from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
-from s2_sink._transport.session_pool import create_if_missing
+from s2_sink._transport.runtime import create_if_missing
 from s2_sink.errors import FencedError
 
 __all__ = [

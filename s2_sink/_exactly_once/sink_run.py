@@ -51,7 +51,7 @@ from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_renamed
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.retry import Patience, patiently
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 

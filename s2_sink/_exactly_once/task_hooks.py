@@ -61,7 +61,7 @@ from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, s
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.retry import Patience
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.encoders._frame import DLQ_ROW_HASH
 from s2_sink.errors import FencedError, ReplayMismatchError
 

@@ -36,8 +36,8 @@ from s2_sink._read.session import (
     read_error_words,
 )
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.runtime import get_pool
 from s2_sink._transport.sdk import TransportError
-from s2_sink._transport.session_pool import get_pool
 from s2_sink._wire.columns import Positions, RecordColumns
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError

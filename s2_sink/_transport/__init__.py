@@ -1,7 +1,7 @@
 """Where bytes leave and come back: event loop, pooled clients and sessions, retries, failures in words.
 
-- `runtime`: one background event loop per Python process, driving the async SDK from sync code.
-- `session_pool`: warm clients and append sessions shared by the tasks a worker runs.
+- `runtime`: one background event loop per Python process, driving the async SDK from sync code, and the
+  warm clients on it (`SessionPool`) shared by the tasks a worker runs.
 - `append_session`: an S2S append session fed with already serialized ``AppendInput`` messages.
 - `retry`: what is retried, how long to wait, and what cannot have been applied.
 - `explain`: SDK and transport failures put into words; `preflight`: the driver's first call.

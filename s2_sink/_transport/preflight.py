@@ -34,7 +34,7 @@ from s2_sink._option_map import OptionMap, parse_bool
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
 from s2_sink._transport.retry import Patience, patiently
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import PreflightError
 

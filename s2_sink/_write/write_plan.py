@@ -115,7 +115,7 @@ class FenceKeeper(Protocol):
 class RecoveryHook(Protocol):
     """Called once per task, on the task thread, before the first record is read. Returns a
     `RecordFilter`, or ``None`` when there is nothing to recover. May block on S2 reads (use
-    ``s2_sink._transport.runtime.run`` and ``s2_sink._transport.session_pool.get_pool().client(cfg)``)."""
+    ``s2_sink._transport.runtime.run`` and ``s2_sink._transport.runtime.get_pool().client(cfg)``)."""
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None: ...
 

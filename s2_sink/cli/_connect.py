@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 from s2_sdk import S2, S2Basin, S2Error
 
+from s2_sink._transport.runtime import make_client
 from s2_sink._transport.sdk import TransportError
-from s2_sink._transport.session_pool import make_client
 from s2_sink.cli._failures import USAGE, CliFailure, explain
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError

@@ -485,7 +485,7 @@ def test_lite_basin_flag_creates_basins_and_prints_exports_to_eval(
     env["FIRST_WRITE"] = (
         "import asyncio, sys\n"
         "from s2_sdk import AppendInput, Record\n"
-        "from s2_sink._transport.session_pool import make_client\n"
+        "from s2_sink._transport.runtime import make_client\n"
         "from s2_sink.config import S2Config\n"
         "async def go(basin):\n"
         "    cfg = S2Config.from_env(basin=basin)\n"

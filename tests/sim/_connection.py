@@ -4,7 +4,7 @@ In the SDK an ``S2`` client owns one ``ConnectionPool``; every ``HttpClient`` it
 each basin's: ``S2._get_basin_client``) checks its requests out of that pool, and requests to one endpoint
 share one HTTP/2 connection (a second one only past the server's ``max_concurrent_streams``, far more
 streams than a schedule opens). The bulk path opens its sessions on the session pool's shared client
-(`_transport.session_pool.SessionPool.client`), so every bulk session a process opens to the basin is a
+(`_transport.runtime.SessionPool.client`), so every bulk session a process opens to the basin is a
 stream of one connection: those of all its tasks, a zombie's of an earlier run in the same process
 included. A retired connection (S2's reconnect advice, a GOAWAY) takes no new stream, the next request opens
 a fresh connection, and the streams already on it go on.

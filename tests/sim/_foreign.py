@@ -11,7 +11,7 @@ from s2_sdk import AppendInput, CommandRecord
 
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from tests.sim._memory_s2 import MemoryService
 from tests.sim._scheduler import Op, Scheduler

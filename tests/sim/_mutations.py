@@ -35,7 +35,7 @@ from s2_sink._exactly_once import coordinator, fencing, sign_in_registers, takeo
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._read.planning.committed import CommittedEnds
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.task.results import StreamTotals
 

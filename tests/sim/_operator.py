@@ -11,7 +11,7 @@ from s2_sdk import AppendInput, CommandRecord
 
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import StreamResetError
 from s2_sink.lite._store import Store

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import SessionPool, install_pool
+from s2_sink._transport.runtime import SessionPool, install_pool
 from s2_sink._write.spec import Delivery
 from tests.sim._invariants import (
     Violation,

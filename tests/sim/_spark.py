@@ -41,7 +41,7 @@ from s2_sink._exactly_once import ends_cache as _ends_cache
 from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import SessionPool, install_pool
+from s2_sink._transport.runtime import SessionPool, install_pool
 from s2_sink._write.driver import exactly_once as _exactly_once_mode
 from s2_sink._write.spec import Delivery
 from s2_sink._write.write_plan import PartitionContext

@@ -58,7 +58,7 @@ def test_token_never_in_repr_or_str() -> None:
 def test_the_client_pool_keys_clients_by_a_hash_of_the_token() -> None:
     """The pool keeps its keys for the process: they hold a hash of the token, never the token, and
     tell two tokens apart."""
-    from s2_sink._transport.session_pool import _ClientKey
+    from s2_sink._transport.runtime import _ClientKey
 
     key = _ClientKey.of(local())
     assert TOKEN not in repr(key)

@@ -26,7 +26,7 @@ from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of
 from s2_sink._read.planning.offsets import Offsets
 from s2_sink._read.read_options import OPT_COMMITTED_BY, OPT_ISOLATION
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, ConfigError, ReadError
 

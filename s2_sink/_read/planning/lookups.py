@@ -2,7 +2,7 @@
 and byte measures of a range (driver side; a task's range reads are `s2_sink._read.session`'s).
 
 The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
-client of ``s2_sink._transport.session_pool``, like the writer's: reads honour the same timeouts, retries and
+client of ``s2_sink._transport.runtime``, like the writer's: reads honour the same timeouts, retries and
 compression, and a reused Python worker keeps its connections warm from one task or planning call to the
 next. Failures another attempt may fix are retried until the delivery deadline (``s2.delivery-timeout-ms``:
 every call here is a read); then, and for any other failure, they surface as ``ReadError`` naming the basin
@@ -22,7 +22,7 @@ from s2_sink._read.session import read_error_words
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 

@@ -4,7 +4,7 @@ Runs on the process's background loop (`s2_sink._transport.runtime`). A task nev
 ``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes unacknowledged; acks are
 collected oldest first, and a sent chunk is kept (for re-sending) only until it is acknowledged.
 
-Retries: append sessions are opened without SDK retries (see `_transport.session_pool` for why). When a
+Retries: append sessions are opened without SDK retries (see `_transport.runtime` for why). When a
 session fails, the appender drops it, waits (`s2_sink._transport.retry`) and re-sends the stream's
 unacknowledged chunks, in order, on a fresh session, until the delivery deadline (``delivery_timeout_ms``)
 passes without an acknowledgement of the stream (also one that arrived on the failed session); then the
@@ -51,7 +51,7 @@ from s2_sink._transport.append_session import (
 )
 from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.task.results import StreamTotals
 from s2_sink._write.task.tickets import Chunk, cause, close_bulk, describe, is_acked, retrieve, settled
 from s2_sink._write.write_plan import PartitionContext, WritePlan

@@ -13,7 +13,7 @@ from s2_sink._exactly_once.identity import SessionFacts
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext

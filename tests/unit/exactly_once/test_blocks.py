@@ -17,7 +17,7 @@ from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
 from s2_sink._exactly_once.readback import read_back
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.errors import CommitError, ConfigError, FencedError, WriterConflictError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run

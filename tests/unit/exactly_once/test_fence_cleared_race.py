@@ -14,7 +14,7 @@ from s2_sdk import AppendAck, AppendInput, CommandRecord, Record, S2Stream
 
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, fence_if_older, writer_hash
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run

@@ -22,7 +22,7 @@ from s2_sdk import S2, AppendAck, S2Basin, S2Stream
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.identity import SessionFacts
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import SessionPool, get_pool, install_pool, make_client
+from s2_sink._transport.runtime import SessionPool, get_pool, install_pool, make_client
 from s2_sink.config import S2Config
 from s2_sink.encoders import InsertEncoder
 from s2_sink.errors import ConfigError, EncodeError, WriterConflictError

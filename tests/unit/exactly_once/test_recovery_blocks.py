@@ -21,7 +21,7 @@ from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.task_hooks import plan_with_layout
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition

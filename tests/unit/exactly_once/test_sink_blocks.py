@@ -18,7 +18,7 @@ from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once.tags import find_tag
 from s2_sink._transport import runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import WriteSpec

@@ -19,7 +19,7 @@ from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.resets import check_not_reset
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec

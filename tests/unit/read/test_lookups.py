@@ -14,7 +14,7 @@ from s2_sink import ReadError, S2SinkError
 from s2_sink._read import ranges as _ranges
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin

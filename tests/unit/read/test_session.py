@@ -20,7 +20,7 @@ from s2_sink._read import session as _session
 from s2_sink._read.rows.by_record import records_to_batch
 from s2_sink._read.rows.formats import KAFKA_SCHEMA, RAW_SCHEMA, columns_to_batch
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer

@@ -20,7 +20,7 @@ from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec

@@ -18,7 +18,7 @@ from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import WritePlan
 from s2_sink.config import S2Config

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from s2_sdk import AppendAck, StreamPosition, TimestampingMode
 
-from s2_sink._transport import sdk, session_pool
+from s2_sink._transport import runtime, sdk
 from s2_sink._transport.append_session import BulkAppendSession
 from s2_sink._write.task import appender
 from s2_sink._write.task.partition_writer import write_partition
@@ -87,7 +87,7 @@ def test_a_tasks_new_streams_are_created_together_once_and_existing_ones_kept(
     calls: list[str] = []
     now = [0]
     most = [0]
-    create = session_pool.create_if_missing
+    create = runtime.create_if_missing
 
     async def counted(b: Any, stream: str, config: Any = None) -> None:
         calls.append(stream)
@@ -99,12 +99,12 @@ def test_a_tasks_new_streams_are_created_together_once_and_existing_ones_kept(
         finally:
             now[0] -= 1
 
-    monkeypatch.setattr(session_pool, "create_if_missing", counted)
+    monkeypatch.setattr(runtime, "create_if_missing", counted)
     cfg = config(lite, basin, create_streams=True)
     plan = WritePlan(cfg=cfg, batch_id=0, stream_column="_s2_stream")
     write_partition(plan, _batches(), ctx())
     assert sorted(calls) == sorted({f"tenant/{i:03d}" for i in range(STREAMS)})
-    assert 1 < most[0] <= session_pool.CREATE_CONCURRENCY
+    assert 1 < most[0] <= runtime.CREATE_CONCURRENCY
     calls.clear()
     write_partition(dataclasses.replace(plan, batch_id=1), _batches(), ctx(1))
     assert calls == []

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import ChunkInfo, PartitionContext, WritePlan
