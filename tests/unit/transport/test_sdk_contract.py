@@ -156,6 +156,15 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
             state = sdk.h2_state(conns[0])
             assert state is not None
             assert hasattr(state, "update_settings")
+            # A unary append's header block, encoded already, goes out through h2's send_headers
+            # (`sdk._send_encoded_headers`).
+            paths = (
+                "encoder.header_table.resized",
+                "config.normalize_outbound_headers",
+                "config.validate_outbound_headers",
+                "send_headers",
+            )
+            missing += [m for path in paths if (m := _missing(state, path))]
             await sdk.advertise_settings(conns[0], {})
             return missing
 
