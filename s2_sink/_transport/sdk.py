@@ -19,6 +19,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
+from h2.utilities import (
+    HeaderValidationFlags,
+    normalize_outbound_headers,
+    utf8_encode_headers,
+    validate_outbound_headers,
+)
 from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hpack.hpack import encode_integer
 from s2_sdk._client import (
@@ -127,15 +133,15 @@ async def advertise_settings(conn: Any, settings: dict[int, int]) -> None:
 
 async def post_corked(client: HttpClient, path: str, headers: dict[str, str], body: bytes) -> bytes:
     """``POST`` `body` as the transport's ``unary_request`` does (same pool, errors, timeout and
-    compression) and return the answer's body, but write its HEADERS and DATA frames to the socket together
-    with those of every other request started in the same turn of the event loop.
+        compression) and return the answer's body, but write its HEADERS and DATA frames to the socket together
+        with those of every other request started in the same turn of the event loop.
 
-    ``unary_request`` writes each request's HEADERS frame (a socket write and a drain), then its DATA frame
-    (a second write): for a task's many small streams, a unary append each, those writes were a fifth of a
-    stream's client CPU (`benchmarks.append_session --streams`). A body larger than the flow-control window
-    or a frame sends its rest as ``unary_request`` does. The header block is encoded once per transport
-but for the path and length (`_request_block`). A transport that is not the SDK's own (the
-    simulation's in-memory S2 stands in for it) is asked through its ``unary_request``."""
+        ``unary_request`` writes each request's HEADERS frame (a socket write and a drain), then its DATA frame
+        (a second write): for a task's many small streams, a unary append each, those writes were a fifth of a
+        stream's client CPU (`benchmarks.append_session --streams`). A body larger than the flow-control window
+        or a frame sends its rest as ``unary_request`` does. The header block is encoded once per transport
+    but for the path and length (`_request_block`). A transport that is not the SDK's own (the
+        simulation's in-memory S2 stands in for it) is asked through its ``unary_request``."""
     if not isinstance(client, HttpClient):
         stand_in: Any = client
         answer = await stand_in.unary_request("POST", path, headers=dict(headers), content=body)
@@ -258,6 +264,9 @@ _BLOCKS: dict[tuple[tuple[str, str], ...], tuple[bytes, bytes]] = {}
 
 _MAX_BLOCKS: Final = 64
 """Header sets kept encoded (in practice one per transport and set of extra headers)."""
+_REQUEST: Final = HeaderValidationFlags(
+    is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
+)
 _PATH_INDEX: Final = 4
 """``:path`` in HPACK's static table (RFC 7541, appendix A)."""
 _CONTENT_LENGTH_INDEX: Final = 28
@@ -282,8 +291,12 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
     if constant is None:
         if len(_BLOCKS) >= _MAX_BLOCKS:
             _BLOCKS.clear()
-        pseudo = [NeverIndexedHeaderTuple(k, v) for k, v in listed if k.startswith(":") and k != ":path"]
-        regular = [NeverIndexedHeaderTuple(k, v) for k, v in listed if not k.startswith(":")]
+        # h2's own normalizing and validation, once: lower-cased names, values stripped of surrounding
+        # whitespace (an empty token's "Bearer "), the pseudo-headers a request needs (a stand-in :path).
+        fields = utf8_encode_headers([(k, "/" if k == ":path" else v) for k, v in listed])
+        fields = list(validate_outbound_headers(normalize_outbound_headers(fields, _REQUEST), _REQUEST))
+        pseudo = [NeverIndexedHeaderTuple(k, v) for k, v in fields if k.startswith(b":") and k != b":path"]
+        regular = [NeverIndexedHeaderTuple(k, v) for k, v in fields if not k.startswith(b":")]
         constant = _BLOCKS[key] = (Encoder().encode(pseudo), Encoder().encode(regular))
     return b"".join(
         (

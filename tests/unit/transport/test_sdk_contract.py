@@ -48,6 +48,15 @@ NAMES = (
     ("s2_sdk._s2s._protocol", "parse_error_info"),
     ("s2_sdk._s2s._protocol", "read_messages"),
     ("s2_sdk._types", "_S2_ENCRYPTION_KEY_HEADER"),
+    # A unary append's header block (`sdk._request_block`) is normalized by h2 and encoded by hpack.
+    ("h2.utilities", "HeaderValidationFlags"),
+    ("h2.utilities", "normalize_outbound_headers"),
+    ("h2.utilities", "utf8_encode_headers"),
+    ("h2.utilities", "validate_outbound_headers"),
+    ("hpack", "Encoder"),
+    ("hpack", "Decoder"),
+    ("hpack", "NeverIndexedHeaderTuple"),
+    ("hpack.hpack", "encode_integer"),
 )
 
 
