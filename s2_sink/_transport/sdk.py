@@ -133,15 +133,15 @@ async def advertise_settings(conn: Any, settings: dict[int, int]) -> None:
 
 async def post_corked(client: HttpClient, path: str, headers: dict[str, str], body: bytes) -> bytes:
     """``POST`` `body` as the transport's ``unary_request`` does (same pool, errors, timeout and
-        compression) and return the answer's body, but write its HEADERS and DATA frames to the socket together
-        with those of every other request started in the same turn of the event loop.
+    compression) and return the answer's body, but write its HEADERS and DATA frames to the socket together
+    with those of every other request started in the same turn of the event loop.
 
-        ``unary_request`` writes each request's HEADERS frame (a socket write and a drain), then its DATA frame
-        (a second write): for a task's many small streams, a unary append each, those writes were a fifth of a
-        stream's client CPU (`benchmarks.append_session --streams`). A body larger than the flow-control window
-        or a frame sends its rest as ``unary_request`` does. The header block is encoded once per transport
+    ``unary_request`` writes each request's HEADERS frame (a socket write and a drain), then its DATA frame
+    (a second write): for a task's many small streams, a unary append each, those writes were a fifth of a
+    stream's client CPU (`benchmarks.append_session --streams`). A body larger than the flow-control window
+    or a frame sends its rest as ``unary_request`` does. The header block is encoded once per transport
     but for the path and length (`_request_block`). A transport that is not the SDK's own (the
-        simulation's in-memory S2 stands in for it) is asked through its ``unary_request``."""
+    simulation's in-memory S2 stands in for it) is asked through its ``unary_request``."""
     if not isinstance(client, HttpClient):
         stand_in: Any = client
         answer = await stand_in.unary_request("POST", path, headers=dict(headers), content=body)
