@@ -4,7 +4,7 @@
         [--exactly-once-tags]
     python -m benchmarks.writer_path --datasource [--rows 200000] [--batch 10000]
     python -m benchmarks.writer_path --counts ...
-    python -m benchmarks.writer_path --streams 1000 [--profile]
+    python -m benchmarks.writer_path --streams 1000 [--profile] [--first]
 
 A lite server runs in its own process (its CPU is measured apart). The frame holds ~100-byte JSON bodies
 (with ``--headers``, ``@key``/``@action`` headers as the upsert encoder writes them; with ``--flat`` too, as
@@ -28,7 +28,8 @@ open during the write (sampled every 20 ms): with very many streams, what stays 
 
 With ``--streams N``, the rows are routed (row i to stream ``s<i mod N>``, as ``stream_column`` routes
 them), so one task appends to N streams; ``--profile`` prints the cProfile of the task's thread and of
-the event loop's thread (top functions by cumulative time).
+the event loop's thread (top functions by cumulative time); ``--first`` measures the streams' first write
+(which creates them, as a routed job's first micro-batch does) instead of a later one.
 
 With ``--counts``, each path also reports, per 1000 records, the event loop's callbacks and iterations,
 the task thread's hops to the loop and the HTTP/2 sender's writes: counts that do not move with the load
@@ -256,7 +257,13 @@ def _config(lite: LiteProcess) -> S2Config:
 
 
 def _measure(
-    lite: LiteProcess, batches: list[pa.RecordBatch], *, tags: bool, routed: bool, profile: bool
+    lite: LiteProcess,
+    batches: list[pa.RecordBatch],
+    *,
+    tags: bool,
+    routed: bool,
+    profile: bool,
+    first: bool = False,
 ) -> dict[str, Any]:
     plan = WritePlan(
         cfg=_config(lite).replace(create_streams=True),
@@ -266,9 +273,11 @@ def _measure(
         chunk_tagger=Tagger("bench", 1) if tags else None,
         chunk_tag_reserve=256 if tags else 0,
     )
+    n = sum(b.num_rows for b in batches)
+    if first:  # the streams' first write: it creates them
+        return _timed(lambda: write_partition(plan, batches, PartitionContext(0, 0, 0, 0, 0)), n, lite)
     # Warm up the client, and create the streams (a first micro-batch does; later ones find them).
     write_partition(plan, batches, PartitionContext(0, 0, 0, 0, 0))
-    n = sum(b.num_rows for b in batches)
     if not profile:
         return _timed(lambda: write_partition(plan, batches, PartitionContext(1, 0, 0, 0, 0)), n, lite)
     task_prof, loop_prof = cProfile.Profile(), cProfile.Profile()
@@ -344,6 +353,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--streams", type=int, default=0, help="route the rows over this many streams")
     parser.add_argument("--profile", action="store_true", help="cProfile the task and event loop threads")
     parser.add_argument(
+        "--first", action="store_true", help="measure the streams' first write (which creates them)"
+    )
+    parser.add_argument(
         "--counts",
         action="store_true",
         help="also count loop callbacks, hops and sender writes per 1000 records",
@@ -368,6 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     tags=args.exactly_once_tags,
                     routed=args.streams > 0,
                     profile=args.profile,
+                    first=args.first,
                 )
                 print(f"   bulk: {out['bulk']}")
     finally:

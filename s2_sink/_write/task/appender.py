@@ -380,8 +380,10 @@ class Appender:
 
     async def _resend(self, st: _StreamAppends) -> None:
         """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged (its last
-        and only one as a unary append again)."""
+        and only one as a unary append again, the stream created first if it vanished: `_vanished`)."""
         if len(st.unacked) == 1 and st.unacked[0].last and not is_acked(st.unacked[0]):
+            if self.cfg.create_streams:
+                await self.pool.ensure_stream(self.cfg, st.name)
             chunk = st.unacked[0]
             if chunk.ticket is not None:
                 chunk.ticket.cancel()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from s2_sdk import S2, Endpoints
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.task_hooks import TokenKeeper
@@ -134,3 +135,26 @@ def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_to
     for records in read_streams(counting.endpoint, basin, streams).values():
         got.update(bytes(r.body) for r in records if not (r.headers and r.headers[0][0] == b""))  # no fences
     assert got == Counter(bodies)
+
+
+def test_a_stream_deleted_since_it_was_created_is_created_again_for_its_unary_append(
+    counting: LiteServer,
+) -> None:
+    """A routed stream this process created, deleted since (S2's ``delete_on_empty``, or an operator): its
+    only append of the next task, a unary append, meets the 404, creates the stream again and lands (before,
+    the re-sent unary append skipped the create, met the 404 again and failed the task)."""
+    basin = fresh_basin(counting.endpoint)
+    plan = WritePlan(
+        cfg=config(counting, basin, create_streams=True), batch_id=0, stream_column=STREAM_COLUMN
+    )
+    write_partition(plan, [frame([b"0"], streams=["gone/0"])], ctx())
+
+    async def delete() -> None:
+        endpoints = Endpoints(account=counting.endpoint, basin=counting.endpoint)
+        async with S2("test", endpoints=endpoints) as client:
+            await client.basin(basin).delete_stream("gone/0")
+
+    asyncio.run(delete())
+    rows = stream_rows(write_partition(plan, [frame([b"1"], streams=["gone/0"])], ctx(1)))
+    assert rows["gone/0"]["records"] == 1
+    assert [r.body for r in read_stream(counting.endpoint, basin, "gone/0")] == [b"1"]
