@@ -31,17 +31,14 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 from s2_sdk import SequencedRecord
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
+from s2_sink._read.ranges import columns_to_batch
 from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.rows.by_record import materialize, records_to_batch
-from s2_sink._read.rows.formats import (
-    KAFKA_SCHEMA,
-    RAW_SCHEMA,
-    UPSERT_SCHEMA,
-    columns_to_batch,
-    materialized_batches,
-)
+from s2_sink._read.rows.schemas import KAFKA_SCHEMA, RAW_SCHEMA, UPSERT_SCHEMA, rows_kind
+from s2_sink._read.rows.upsert_rows import materialized_batches, typed_batch
 from s2_sink._wire.columns import RecordColumns
 from s2_sink._wire.read_batch import parse_read_batch
+from s2_sink.encoders._arrow_types import to_arrow_schema
 
 __all__ = ["main"]
 
@@ -58,6 +55,7 @@ TYPED = StructType(
     [*TABLE.fields, StructField("_s2_action", StringType()), StructField("_s2_seq_num", LongType())]
 )
 KEYS = 10_000
+TYPED_ARROW = to_arrow_schema(TYPED)
 
 
 def _message(first: int, count: int, layout: str) -> bytes:
@@ -104,7 +102,7 @@ def _from_columns(
     fmt: ReadFormat, schema: StructType, parts: list[RecordColumns]
 ) -> Iterator[pa.RecordBatch]:
     for columns in parts:
-        yield columns_to_batch(fmt, schema, "s", columns)
+        yield columns_to_batch(rows_kind(fmt, schema), schema, "s", columns)
 
 
 def _materialize_by_record(parts: list[RecordColumns]) -> Iterator[pa.RecordBatch]:
@@ -150,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             lambda: _by_record("upsert", TYPED, upsert),
         ),
         "upsert materialize": (
-            lambda: materialized_batches("upsert", TYPED, "s", upsert),
+            lambda: materialized_batches(typed_batch, TYPED, "s", upsert, TYPED_ARROW),
             lambda: _materialize_by_record(upsert),
         ),
     }

@@ -1,8 +1,9 @@
 """A task's read of its partition: the ranges read several at a time, each over its own read session
 (`session.read_columns`), the records a range lost reported as gaps, and the runs of several streams
-decoded together and handed to Spark as rows of the format (`rows.formats`), in batches of about
-`RUN_RECORDS` rows (why several streams share a partition: `partition`). Imported by the task only: the
-readers of `s2_sink.datasource` import it in ``read``.
+decoded together and handed to Spark as rows of the read's kind (`rows.schemas.RowsKind`: the one
+module of `rows` for its format, `BATCH_OF`), in batches of about `RUN_RECORDS` rows (why several
+streams share a partition: `partition`). Imported by the task only: the readers of `s2_sink.datasource`
+import it in ``read``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from pyspark.sql.types import StructType
 
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning.data_loss import LossPolicy, gap_handler
-from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.formats import materialized_batches, several_to_batch
+from s2_sink._read.rows.kafka_rows import kafka_batch
+from s2_sink._read.rows.raw_json import json_batch, raw_batch
+from s2_sink._read.rows.schemas import RowsKind
+from s2_sink._read.rows.upsert_rows import changes_batch, materialized_batches, typed_batch
 from s2_sink._read.session import (
     RUN_BYTES,
     RUN_RECORDS,
@@ -34,18 +37,72 @@ from s2_sink._read.session import (
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._transport.sdk import TransportError
-from s2_sink._wire.columns import Positions, RecordColumns
+from s2_sink._wire.columns import Positions, RecordColumns, StreamRuns, concat_columns
 from s2_sink.config import S2Config
+from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import ReadError
 
-__all__ = ["RANGE_CONCURRENCY", "missing", "read_partition", "read_range_columns", "read_ranges_columns"]
+__all__ = [
+    "BATCH_OF",
+    "RANGE_CONCURRENCY",
+    "columns_to_batch",
+    "missing",
+    "read_partition",
+    "read_range_columns",
+    "read_ranges_columns",
+    "several_to_batch",
+]
 
 _T = TypeVar("_T")
 
 
+BATCH_OF: Final = {
+    "raw": raw_batch,
+    "json": json_batch,
+    "kafka": kafka_batch,
+    "upsert": changes_batch,
+    "typed-upsert": typed_batch,
+}
+"""Each rows kind's conversion: ``(schema, stream, columns, target)`` to one batch of the records' rows."""
+
+
+def columns_to_batch(
+    kind: RowsKind,
+    schema: StructType,
+    stream: str | StreamRuns,
+    columns: RecordColumns,
+    target: pa.Schema | None = None,
+) -> pa.RecordBatch:
+    """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as
+    `rows.by_record.records_to_batch` gives from the same records) of one stream, or of several one after
+    the other (`StreamRuns`: errors then name them all; `several_to_batch` names the one). ``target``:
+    ``schema``'s Arrow form, if the caller has it already."""
+    return BATCH_OF[kind](schema, stream, columns, to_arrow_schema(schema) if target is None else target)
+
+
+def several_to_batch(
+    kind: RowsKind,
+    schema: StructType,
+    parts: Sequence[tuple[str, RecordColumns]],
+    target: pa.Schema | None = None,
+) -> pa.RecordBatch:
+    """One Arrow batch of the records of several streams (`columns_to_batch` of them one after the other),
+    converted together: a conversion costs Arrow calls whatever its length. A record that fails to convert
+    fails as in its own stream's batch, naming that stream."""
+    if len(parts) == 1:
+        return columns_to_batch(kind, schema, *parts[0], target)
+    runs = StreamRuns(tuple((stream, len(columns)) for stream, columns in parts))
+    try:
+        return columns_to_batch(kind, schema, runs, concat_columns([columns for _, columns in parts]), target)
+    except ReadError:
+        for stream, columns in parts:  # the failing stream's own error, naming it
+            columns_to_batch(kind, schema, stream, columns, target)
+        raise
+
+
 def read_partition(
     cfg: S2Config,
-    fmt: ReadFormat,
+    kind: RowsKind,
     schema: StructType,
     partition: S2Partition,
     *,
@@ -56,8 +113,10 @@ def read_partition(
     a range that were trimmed or expired are handled by ``on_loss``.
 
     Records arrive as columns decoded in bulk from the wire and stay columns in every format; the rows of
-    small ranges are handed to Spark together, in batches of about `RUN_RECORDS` rows. ``target``:
-    ``schema``'s Arrow form, when the caller made it on the driver (else each batch makes it)."""
+    small ranges are handed to Spark together, in batches of about `RUN_RECORDS` rows. ``kind``: how
+    records become rows (`rows.schemas.rows_kind`, decided on the driver); ``target``: ``schema``'s Arrow
+    form, when the caller made it on the driver (else made here, once)."""
+    target = to_arrow_schema(schema) if target is None else target
 
     def on_gap(stream: str, first: int, stop: int) -> None:  # the loss policy's code runs on a loss only
         gap_handler(cfg.basin, stream, on_loss)(first, stop)
@@ -66,9 +125,9 @@ def read_partition(
         # The latest row per key needs each stream's records in order: one range after the other.
         for stream, first, stop in partition.ranges:
             gaps = functools.partial(on_gap, stream)
-            yield from materialized_batches(
-                fmt, schema, stream, read_range_columns(cfg, stream, first, stop, gaps), target=target
-            )
+            to_batch = BATCH_OF[kind]
+            records = read_range_columns(cfg, stream, first, stop, gaps)
+            yield from materialized_batches(to_batch, schema, stream, records, target)
         return
     pending: list[tuple[str, RecordColumns]] = []
     rows = size = 0
@@ -81,10 +140,10 @@ def read_partition(
         pending.append((stream, data))
         rows, size = rows + len(data), size + data.bodies.nbytes
         if rows >= RUN_RECORDS or size >= RUN_BYTES:
-            yield several_to_batch(fmt, schema, pending, target)
+            yield several_to_batch(kind, schema, pending, target)
             pending, rows, size = [], 0, 0
     if pending:
-        yield several_to_batch(fmt, schema, pending, target)
+        yield several_to_batch(kind, schema, pending, target)
 
 
 async def _range_runs(

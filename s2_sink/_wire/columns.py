@@ -1,6 +1,8 @@
 """Columns over Arrow and numpy: arrays over numpy buffers, numpy views of binary arrays (the buffers the wire
 encoder reads and writes), Arrow's kernels called without importing pandas, and `RecordColumns`, the
-records of a read held as such columns (what `read_batch` decodes and the read formats turn into rows).
+records of a read held as such columns (what `read_batch` decodes and the read formats turn into rows),
+with what every format takes from them alike: the position columns (stream, seq_num, timestamp), the
+headers (a list column, or the first header of a name per record), and the cast to the output's types.
 
 A read task runs in a fresh Python worker that has imported neither pandas nor ``pyarrow.compute``.
 ``pa.array`` and ``pa.scalar`` import pandas on first use (about 0.3 s of CPU) and ``Array.take`` /
@@ -29,6 +31,7 @@ __all__ = [
     "BinaryView",
     "Positions",
     "RecordColumns",
+    "StreamRuns",
     "as_large_binary",
     "binary_view",
     "bool_array",
@@ -37,12 +40,20 @@ __all__ = [
     "cast",
     "concat_columns",
     "empty_binary",
+    "entry_owners",
+    "first_header",
+    "headers_column",
     "int32_array",
     "int64_array",
     "large_binary",
+    "named",
+    "position_column",
     "repeated",
     "take",
+    "take_or_null",
+    "to_target",
     "uint64_array",
+    "utf8_text",
     "valid_rows",
     "validity",
 ]
@@ -278,3 +289,96 @@ def _ranges(starts: Ints, counts: Ints) -> Ints:
     shift = np.repeat(starts - (ends - counts), counts)
     out: Ints = np.arange(total, dtype=np.int64) + shift
     return out
+
+
+class StreamRuns(NamedTuple):
+    """Whose records a batch of several streams holds: ``(stream, records)`` runs, in record order."""
+
+    runs: tuple[tuple[str, int], ...]
+
+    def __repr__(self) -> str:
+        return ", ".join(repr(stream) for stream, _ in self.runs)
+
+
+def _stream_column(stream: str | StreamRuns, count: int) -> pa.Array:
+    if isinstance(stream, str):
+        return repeated(stream.encode(), count, pa.string())
+    names = [name.encode() for name, _ in stream.runs]
+    counts = np.array([n for _, n in stream.runs], dtype=np.int64)
+    offsets = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(np.repeat(np.array([len(b) for b in names], dtype=np.int32), counts), out=offsets[1:])
+    data = b"".join(name * int(n) for name, n in zip(names, counts, strict=True))
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def position_column(name: str, stream: str | StreamRuns, columns: RecordColumns) -> pa.Array:
+    """The position column ``name`` of every record of ``stream``: ``stream`` / ``seq_num`` or else the
+    timestamp (the formats' names; json's are the same with ``_s2_`` before them)."""
+    # Arrays from buffers and kernels called directly: pa.array / pa.scalar would import pandas.
+    if name in ("stream", "_s2_stream"):
+        return _stream_column(stream, len(columns))
+    if name in ("seq_num", "_s2_seq_num"):
+        return cast(uint64_array(columns.seq_nums), pa.int64())
+    # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
+    thousand = uint64_array(np.full(len(columns), 1000, dtype=np.uint64))
+    micros = call("multiply_checked", [uint64_array(columns.timestamps), thousand])
+    return cast(cast(micros, pa.int64()), pa.timestamp("us", tz="UTC"))
+
+
+def to_target(arrays: list[pa.Array], target: pa.Schema) -> pa.RecordBatch:
+    """``arrays`` cast to the types of ``target`` (Spark checks names and then reads the types)."""
+    typed = [
+        cast(arr, field.type) if arr.type != field.type else arr
+        for arr, field in zip(arrays, target, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(typed, schema=target)
+
+
+def headers_column(columns: RecordColumns) -> pa.Array:
+    """Every record's headers, a list of ``(key, value)`` binary pairs."""
+    entries = pa.StructArray.from_arrays([columns.names, columns.values], names=["key", "value"])
+    return pa.ListArray.from_arrays(int32_array(columns.header_offsets), entries)
+
+
+def entry_owners(columns: RecordColumns) -> Ints:
+    """The record of every header entry."""
+    owners: Ints = np.repeat(np.arange(len(columns), dtype=np.int64), columns.header_counts)
+    return owners
+
+
+def named(columns: RecordColumns, name: bytes) -> Bools:
+    """True for every header entry called ``name``."""
+    same = call("equal", [columns.names, repeated(name, len(columns.names), pa.binary())])
+    return bools(same)
+
+
+def first_header(columns: RecordColumns, name: bytes, owners: Ints | None = None) -> Ints:
+    """Per record, the entry of its first header called ``name``; -1 where it has none."""
+    first = np.full(len(columns), -1, dtype=np.int64)
+    hits = np.flatnonzero(named(columns, name))
+    if hits.size:
+        whose = (entry_owners(columns) if owners is None else owners)[hits]
+        # Entries are in record order: a record's first hit is where the owner changes.
+        leads = np.ones(hits.size, dtype=np.bool_)
+        leads[1:] = whose[1:] != whose[:-1]
+        first[whose[leads]] = hits[leads]
+    return first
+
+
+def take_or_null(arr: pa.Array, index: Ints) -> pa.Array:
+    """``arr`` at ``index``, null where the index is -1."""
+    taken: pa.Array = call("take", [arr, int64_array(index, valid=index >= 0)])
+    return taken
+
+
+def utf8_text(arr: pa.Array) -> pa.Array:
+    """``arr`` (binary) as a string array, invalid UTF-8 sequences replaced by U+FFFD, nulls null: Arrow's
+    cast validates UTF-8 as strictly as Python, so an array that casts is the text Python's
+    ``decode("utf-8", errors="replace")`` gives; any other is decoded value by value (the odd input)."""
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        values: list[bytes | None] = arr.to_pylist()
+        return pa.array(
+            [None if v is None else v.decode("utf-8", errors="replace") for v in values], type=pa.string()
+        )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from s2_sink._read.partition import S2Partition
+from s2_sink._read.rows.schemas import rows_kind
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,6 +32,7 @@ class S2BatchReader(DataSourceReader):
         self._cfg = cfg
         self._opts = opts
         self._schema = schema
+        self._kind = rows_kind(opts.format, schema)  # on the driver: how every task makes its rows
 
     def partitions(self) -> list[InputPartition]:
         from s2_sink._read.planning.bounds import batch_ranges  # noqa: PLC0415 - the driver's (class doc)
@@ -46,4 +48,4 @@ class S2BatchReader(DataSourceReader):
         from s2_sink._read.ranges import read_partition  # noqa: PLC0415 - the task's (`_read.partition`)
 
         # A batch read takes what is retained between its bounds: records trimmed before it are not a loss.
-        return read_partition(self._cfg, self._opts.format, self._schema, partition, on_loss="ignore")
+        return read_partition(self._cfg, self._kind, self._schema, partition, on_loss="ignore")

@@ -28,6 +28,7 @@ from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning.data_loss import LossPolicy
 from s2_sink._read.planning.micro_batches import MicroBatches
 from s2_sink._read.read_options import ReadOptions
+from s2_sink._read.rows.schemas import rows_kind
 from s2_sink.config import S2Config
 from s2_sink.encoders._arrow_types import to_arrow_schema
 
@@ -59,6 +60,7 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         self._schema = schema
         self._plan = MicroBatches(cfg, opts)
         self._target = to_arrow_schema(schema)  # on the driver, once: every task's batches are of it
+        self._kind = rows_kind(opts.format, schema)  # and how every task makes them
 
     def initialOffset(self) -> dict[str, object]:
         return self._plan.initial()
@@ -104,8 +106,8 @@ class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: i
         from s2_sink._read.ranges import read_partition  # noqa: PLC0415 - the task's (`_read.partition`)
 
         policy: LossPolicy = "fail" if self._opts.fail_on_data_loss else "warn"
-        fmt, schema = self._opts.format, self._schema
-        return read_partition(self._cfg, fmt, schema, partition, on_loss=policy, target=self._target)
+        kind, schema = self._kind, self._schema
+        return read_partition(self._cfg, kind, schema, partition, on_loss=policy, target=self._target)
 
     def commit(self, end: dict[str, object]) -> None:
         # Nothing to release: S2 keeps records by retention, not by consumer acknowledgement.

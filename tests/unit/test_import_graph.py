@@ -302,7 +302,13 @@ def test_the_spark_adapter_reads_through_the_stages() -> None:
         if m.startswith("s2_sink.datasource")
         for t in targets
         if t.startswith(
-            ("s2_sink._read.session", "s2_sink._read.rows.formats", "s2_sink._read.planning.lookups")
+            (
+                "s2_sink._read.session",
+                "s2_sink._read.rows.raw_json",
+                "s2_sink._read.rows.kafka_rows",
+                "s2_sink._read.rows.upsert_rows",
+                "s2_sink._read.planning.lookups",
+            )
         )
     ]
     assert not direct, "; ".join(sorted(direct))

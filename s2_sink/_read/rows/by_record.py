@@ -1,6 +1,6 @@
 """The record-by-record conversion of read records into each ``s2.format``'s Arrow batch, one SDK record at
-a time: the reference the column path of `formats` is tested against (its results and error messages must
-be these), not used by reads.
+a time: the reference the column path of `raw_json`, `kafka_rows` and `upsert_rows` is tested against (its
+results and error messages must be these), not used by reads.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pyspark.sql.types import StructType
 
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.formats import decode_bodies, to_target
-from s2_sink._read.rows.header_columns import ACTION_HEADER, KEY_HEADER
+from s2_sink._read.rows.raw_json import decode_bodies
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS, is_typed_upsert
+from s2_sink._read.rows.upsert_rows import ACTION_HEADER, KEY_HEADER
+from s2_sink._wire.columns import to_target
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError

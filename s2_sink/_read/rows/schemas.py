@@ -1,11 +1,13 @@
 """The output schemas of the s2 source, and which user schemas each format can produce.
 
-Apart from the conversions (`formats`), which import Arrow's compute kernels, the SDK and the decoders:
-Spark creates the data source and plans a read each in a fresh Python process, which needs the schemas and
-none of those.
+Apart from the conversions (`raw_json`, `kafka_rows`, `upsert_rows`), which import Arrow's compute kernels,
+the SDK and the decoders: Spark creates the data source and plans a read each in a fresh Python process,
+which needs the schemas and none of those.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pyspark.sql.types import (
     ArrayType,
@@ -28,9 +30,11 @@ __all__ = [
     "META_COLUMNS",
     "RAW_SCHEMA",
     "UPSERT_SCHEMA",
+    "RowsKind",
     "check_schema",
     "default_schema",
     "is_typed_upsert",
+    "rows_kind",
 ]
 
 _HEADERS_TYPE = ArrayType(
@@ -105,6 +109,15 @@ def default_schema(fmt: ReadFormat) -> StructType:
 def is_typed_upsert(schema: StructType) -> bool:
     # A subset of the standard columns is a projection; anything else is a table schema to decode into.
     return not _subset_of(schema, UPSERT_SCHEMA)
+
+
+RowsKind = Literal["raw", "json", "kafka", "upsert", "typed-upsert"]
+"""How a read's records become its rows: its format, with upsert's two ways apart."""
+
+
+def rows_kind(fmt: ReadFormat, schema: StructType) -> RowsKind:
+    """Decided on the driver, once per read, and handed to its tasks (they dispatch on it per batch)."""
+    return "typed-upsert" if fmt == "upsert" and is_typed_upsert(schema) else fmt
 
 
 def _subset_of(schema: StructType, full: StructType) -> bool:

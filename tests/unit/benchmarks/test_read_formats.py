@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from benchmarks.read_formats import TYPED, _by_record, _columns, _from_columns, _materialize_by_record
-from s2_sink._read.rows.formats import KAFKA_SCHEMA, UPSERT_SCHEMA, materialized_batches
+from benchmarks.read_formats import (
+    TYPED,
+    TYPED_ARROW,
+    _by_record,
+    _columns,
+    _from_columns,
+    _materialize_by_record,
+)
+from s2_sink._read.rows.schemas import KAFKA_SCHEMA, UPSERT_SCHEMA
+from s2_sink._read.rows.upsert_rows import materialized_batches, typed_batch
 
 
 def test_both_ways_of_every_timed_case_give_the_same_batches() -> None:
@@ -15,7 +23,7 @@ def test_both_ways_of_every_timed_case_give_the_same_batches() -> None:
         (_from_columns("kafka", KAFKA_SCHEMA, kafka), _by_record("kafka", KAFKA_SCHEMA, kafka)),
         (_from_columns("upsert", UPSERT_SCHEMA, upsert), _by_record("upsert", UPSERT_SCHEMA, upsert)),
         (_from_columns("upsert", TYPED, upsert), _by_record("upsert", TYPED, upsert)),
-        (materialized_batches("upsert", TYPED, "s", upsert), _materialize_by_record(upsert)),
+        (materialized_batches(typed_batch, TYPED, "s", upsert, TYPED_ARROW), _materialize_by_record(upsert)),
     ]
     for columns, by_record in pairs:
         got, want = list(columns), list(by_record)

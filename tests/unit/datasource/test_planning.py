@@ -19,7 +19,7 @@ from s2_sink._read.planning.offsets import (
     plan_ranges,
 )
 from s2_sink._read.read_options import Bound, parse_read_options
-from s2_sink._read.rows.formats import RAW_SCHEMA
+from s2_sink._read.rows.schemas import RAW_SCHEMA
 from s2_sink.config import S2Config
 from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._spark_writers import sink_identity

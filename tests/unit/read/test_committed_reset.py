@@ -12,7 +12,7 @@ import s2_sdk
 from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink._read.planning.data_loss import positions
 from s2_sink._read.planning.offsets import cap_committed_tails
-from s2_sink._read.rows.formats import RAW_SCHEMA
+from s2_sink._read.rows.schemas import RAW_SCHEMA
 from s2_sink.datasource import S2DataSource
 from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.errors import ReadError

@@ -14,17 +14,14 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once.tags import TAG_HEADER
+from s2_sink._read.ranges import BATCH_OF, columns_to_batch
 from s2_sink._read.rows.by_record import materialize, records_to_batch
-from s2_sink._read.rows.formats import (
-    KAFKA_SCHEMA,
-    UPSERT_SCHEMA,
-    columns_to_batch,
-    materialized_batches,
-)
-from s2_sink._read.rows.json_splice import splice_objects
+from s2_sink._read.rows.schemas import KAFKA_SCHEMA, UPSERT_SCHEMA, rows_kind
+from s2_sink._read.rows.upsert_rows import materialized_batches, splice_objects
 from s2_sink._wire.columns import RecordColumns
 from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
+from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import ReadError
 from tests.hypothesis_profiles import examples
 from tests.unit.wire.test_read_batch import _message, bodies, small_blobs
@@ -34,6 +31,13 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+def _materialized(schema: StructType, parts: list[RecordColumns], rows: int = 1000) -> list[pa.RecordBatch]:
+    """A materialized read's batches, as a task makes them (the rows kind decided as the driver does)."""
+    to_batch = BATCH_OF[rows_kind("upsert", schema)]
+    return list(materialized_batches(to_batch, schema, "st", parts, to_arrow_schema(schema), rows=rows))
+
 
 TYPED_UPSERT = StructType(
     [
@@ -161,7 +165,7 @@ def test_upsert_columns_equal_the_record_path(recs: list[SequencedRecord]) -> No
     cols = _columns(recs)
     for schema in (UPSERT_SCHEMA, UPSERT_PROJECTION, TYPED_UPSERT, TYPED_ACTION_ONLY, TYPED_NESTED):
         _assert_same(
-            _outcome(lambda s=schema: [columns_to_batch("upsert", s, "st", cols)]),
+            _outcome(lambda s=schema: [columns_to_batch(rows_kind("upsert", s), s, "st", cols)]),
             _outcome(lambda s=schema: [records_to_batch("upsert", s, "st", recs)]),
         )
 
@@ -198,9 +202,7 @@ def test_materialized_upserts_equal_the_record_path(
     `materialize` and the record path give, for text and typed schemas, errors included."""
     for schema in (UPSERT_SCHEMA, TYPED_UPSERT):
         _assert_same(
-            _outcome(
-                lambda s=schema: list(materialized_batches("upsert", s, "st", _parts(recs, cuts), rows=rows))
-            ),
+            _outcome(lambda s=schema: _materialized(s, _parts(recs, cuts), rows)),
             _outcome(lambda s=schema: _reference_materialized(s, recs, rows)),
         )
 
@@ -215,7 +217,7 @@ def test_materialize_keeps_the_last_change_per_key() -> None:
 
     first = _columns([change(0, b"a", b"u", b"1"), change(1, b"b", b"u", b"2"), change(2, b"a", b"d"), fence])
     second = _columns([change(4, b"c", b"u", b"3"), change(5, b"a", b"u", b"4"), change(6, b"c", b"d")])
-    batches = list(materialized_batches("upsert", UPSERT_SCHEMA, "st", [first, second]))
+    batches = _materialized(UPSERT_SCHEMA, [first, second])
     assert [(r["seq_num"], r["key"], r["value"]) for b in batches for r in b.to_pylist()] == [
         (1, "b", "2"),
         (5, "a", "4"),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from s2_sink._read.rows.formats import RAW_SCHEMA
+from s2_sink._read.rows.schemas import RAW_SCHEMA
 from s2_sink._transport.explain import TOKEN_HINT
 from s2_sink._transport.preflight import preflight_read, preflight_write
 from s2_sink.config import S2Config

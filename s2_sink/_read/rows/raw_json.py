@@ -1,19 +1,9 @@
-"""Output schemas of the s2 source and the conversion of read records into Arrow batches.
+"""The rows of ``s2.format=raw`` and ``s2.format=json`` from record columns, and JSON bodies decoded into a
+schema's columns (json's rows, and typed upsert's over the spliced key and value).
 
 - ``raw``: ``stream, seq_num, timestamp, headers, body`` (a user schema may select a subset of these columns).
 - ``json``: the user schema, decoded from the record bodies; columns named ``_s2_stream``, ``_s2_seq_num`` and
   ``_s2_timestamp`` are filled from the record's position instead of its body.
-- ``kafka``: ``stream, seq_num, timestamp, key, value, headers``, Kafka's column names and types: the key
-  from the ``@kafka-key`` header (null without one), which ``headers`` then leaves out (see
-  ``encoders._kafka``), as it leaves out the exactly-once chunk tag ``@s2sink``.
-- ``upsert``: ``stream, seq_num, timestamp, key, action, value`` (``@key`` / ``@action`` headers and the
-  body as text). With a user schema, the columns are decoded from the key JSON merged with the value JSON,
-  and a column named ``_s2_action`` receives ``u`` / ``d``. ``s2.upsert-materialize`` keeps each key's
-  latest change, when it is an update, in seq_num order.
-
-Reads build every format from record columns (`columns_to_batch`, `materialized_batches`) with Arrow and
-numpy kernels over all records at once (`header_columns`); `by_record` spells the same
-conversions out one SDK record at a time, the reference they are tested against.
 
 JSON bodies become a schema's columns in bulk with Arrow's JSON reader where it gives exactly
 what the record-by-record decoder gives (`decode_bodies`: the encoders' ``decode_json``, one JSON mapping
@@ -36,8 +26,8 @@ record-by-record decoder, which raises its own error naming the record and the f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Final, NamedTuple
+from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -56,35 +46,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.header_columns import (
-    KAFKA_RECORD_COLUMNS,
-    UPSERT_RECORD_COLUMNS,
-    changes,
-    kafka_column,
-    latest_changes,
-    merged_bodies,
-    upsert_column,
-)
-from s2_sink._read.rows.schemas import (
-    ACTION_COLUMN,
-    KAFKA_SCHEMA,
-    META_COLUMNS,
-    RAW_SCHEMA,
-    UPSERT_SCHEMA,
-    check_schema,
-    default_schema,
-    is_typed_upsert,
-)
+from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS
 from s2_sink._wire.columns import (
     RecordColumns,
+    StreamRuns,
     binary_view,
     call,
     cast,
-    concat_columns,
+    headers_column,
     int32_array,
-    repeated,
-    uint64_array,
+    position_column,
+    to_target,
     valid_rows,
 )
 from s2_sink._wire.layout import Bytes
@@ -93,161 +65,61 @@ from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import EncodeError, ReadError
 
 __all__ = [
-    "KAFKA_SCHEMA",
-    "META_COLUMNS",
-    "RAW_SCHEMA",
-    "UPSERT_SCHEMA",
-    "check_schema",
-    "columns_to_batch",
     "decode_bodies",
     "decode_bodies_bulk",
-    "default_schema",
-    "materialized_batches",
-    "several_to_batch",
-    "to_target",
+    "decoded_batch",
+    "json_batch",
+    "raw_batch",
+    "timestamps_shaped",
 ]
 
 
-def to_target(arrays: list[pa.Array], target: pa.Schema) -> pa.RecordBatch:
-    """``arrays`` cast to the types of ``target`` (Spark checks names and then reads the types)."""
-    typed = [
-        cast(arr, field.type) if arr.type != field.type else arr
-        for arr, field in zip(arrays, target, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(typed, schema=target)
-
-
-class StreamRuns(NamedTuple):
-    """Whose records a batch of several streams holds: ``(stream, records)`` runs, in record order."""
-
-    runs: tuple[tuple[str, int], ...]
-
-    def __repr__(self) -> str:
-        return ", ".join(repr(stream) for stream, _ in self.runs)
-
-
-def _stream_column(stream: str | StreamRuns, count: int) -> pa.Array:
-    if isinstance(stream, str):
-        return repeated(stream.encode(), count, pa.string())
-    names = [name.encode() for name, _ in stream.runs]
-    counts = np.array([n for _, n in stream.runs], dtype=np.int64)
-    offsets = np.zeros(count + 1, dtype=np.int32)
-    np.cumsum(np.repeat(np.array([len(b) for b in names], dtype=np.int32), counts), out=offsets[1:])
-    data = b"".join(name * int(n) for name, n in zip(names, counts, strict=True))
-    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _meta_column(name: str, stream: str | StreamRuns, columns: RecordColumns) -> pa.Array:
-    # Arrays from buffers and kernels called directly: pa.array / pa.scalar would import pandas.
-    if name in ("stream", "_s2_stream"):
-        return _stream_column(stream, len(columns))
-    if name in ("seq_num", "_s2_seq_num"):
-        return cast(uint64_array(columns.seq_nums), pa.int64())
-    # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
-    thousand = uint64_array(np.full(len(columns), 1000, dtype=np.uint64))
-    micros = call("multiply_checked", [uint64_array(columns.timestamps), thousand])
-    return cast(cast(micros, pa.int64()), pa.timestamp("us", tz="UTC"))
-
-
-def _headers_column(columns: RecordColumns) -> pa.Array:
-    entries = pa.StructArray.from_arrays([columns.names, columns.values], names=["key", "value"])
-    return pa.ListArray.from_arrays(int32_array(columns.header_offsets), entries)
-
-
-def columns_to_batch(
-    fmt: ReadFormat,
-    schema: StructType,
-    stream: str | StreamRuns,
-    columns: RecordColumns,
-    target: pa.Schema | None = None,
+def raw_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as
-    `by_record.records_to_batch` gives from the same records) of one stream, or of several one after the
-    other (`StreamRuns`: errors then name them all; `several_to_batch` names the one). ``target``:
-    ``schema``'s Arrow form, if the caller has it already."""
-    target = to_arrow_schema(schema) if target is None else target
-    if fmt == "raw":
-        raw = [
-            _headers_column(columns)
-            if f.name == "headers"
-            else columns.bodies
-            if f.name == "body"
-            else _meta_column(f.name, stream, columns)
-            for f in schema.fields
-        ]
-        return to_target(raw, target)
-    if fmt == "kafka":
-        kafka = [
-            kafka_column(f.name, columns)
-            if f.name in KAFKA_RECORD_COLUMNS
-            else _meta_column(f.name, stream, columns)
-            for f in schema.fields
-        ]
-        return to_target(kafka, target)
-    if fmt == "upsert" and not is_typed_upsert(schema):
-        found = changes(str(stream) if isinstance(stream, str) else repr(stream), columns)
-        upsert = [
-            upsert_column(f.name, found, columns)
-            if f.name in UPSERT_RECORD_COLUMNS
-            else _meta_column(f.name, stream, columns)
-            for f in schema.fields
-        ]
-        return to_target(upsert, target)
-    special = {*META_COLUMNS, ACTION_COLUMN}
-    data_schema = StructType([f for f in schema.fields if f.name not in special])
-    action: pa.Array | None = None
-    if fmt == "upsert":
-        bodies, found = merged_bodies(str(stream) if isinstance(stream, str) else repr(stream), columns)
-        action = upsert_column("action", found, columns)
-    else:
-        bodies = columns.bodies
-    data_target = pa.schema([target.field(f.name) for f in data_schema.fields])
-    decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}", target=data_target)
+    """The raw rows of ``columns`` in ``schema`` (a subset of ``RAW_SCHEMA``), in ``target``'s types."""
     arrays = [
-        action
-        if f.name == ACTION_COLUMN and action is not None
-        else _meta_column(f.name, stream, columns)
-        if f.name in META_COLUMNS
-        else decoded.column(f.name)
+        headers_column(columns)
+        if f.name == "headers"
+        else columns.bodies
+        if f.name == "body"
+        else position_column(f.name, stream, columns)
         for f in schema.fields
     ]
     return to_target(arrays, target)
 
 
-def several_to_batch(
-    fmt: ReadFormat,
-    schema: StructType,
-    parts: Sequence[tuple[str, RecordColumns]],
-    target: pa.Schema | None = None,
+def json_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """One Arrow batch of the records of several streams (`columns_to_batch` of them one after the other),
-    converted together: a conversion costs Arrow calls whatever its length. A record that fails to convert
-    fails as in its own stream's batch, naming that stream."""
-    if len(parts) == 1:
-        return columns_to_batch(fmt, schema, *parts[0], target)
-    runs = StreamRuns(tuple((stream, len(columns)) for stream, columns in parts))
-    try:
-        return columns_to_batch(fmt, schema, runs, concat_columns([columns for _, columns in parts]), target)
-    except ReadError:
-        for stream, columns in parts:  # the failing stream's own error, naming it
-            columns_to_batch(fmt, schema, stream, columns, target)
-        raise
+    """The json rows of ``columns``: their bodies decoded into ``schema``, in ``target``'s types."""
+    return decoded_batch(schema, stream, columns, columns.bodies, target)
 
 
-def materialized_batches(
-    fmt: ReadFormat,
+def decoded_batch(
     schema: StructType,
-    stream: str,
-    parts: Iterable[RecordColumns],
+    stream: str | StreamRuns,
+    columns: RecordColumns,
+    bodies: pa.Array,
+    target: pa.Schema,
     *,
-    rows: int = 1000,
-    target: pa.Schema | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """The upsert batches of each key's latest change among the data records of ``parts`` (one stream's
-    records in order, command records included), ``rows`` records a batch (as `materialize` picks)."""
-    data = [p.take(~commands) if (commands := p.commands()).any() else p for p in parts]
-    for latest in latest_changes(stream, data, rows):
-        yield columns_to_batch(fmt, schema, stream, latest, target)
+    action: pa.Array | None = None,
+) -> pa.RecordBatch:
+    """Rows of ``schema`` decoded from ``bodies`` (JSON objects, one per record of ``columns``), its
+    `META_COLUMNS` from the records' positions and its `ACTION_COLUMN` ``action`` (typed upsert's)."""
+    special = {*META_COLUMNS, ACTION_COLUMN}
+    data_schema = StructType([f for f in schema.fields if f.name not in special])
+    data_target = pa.schema([target.field(f.name) for f in data_schema.fields])
+    decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}", target=data_target)
+    arrays = [
+        action
+        if f.name == ACTION_COLUMN and action is not None
+        else position_column(f.name, stream, columns)
+        if f.name in META_COLUMNS
+        else decoded.column(f.name)
+        for f in schema.fields
+    ]
+    return to_target(arrays, target)
 
 
 _BULK_TYPES: Final = (

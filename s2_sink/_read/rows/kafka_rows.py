@@ -1,0 +1,75 @@
+"""``s2.format=kafka``'s rows from record columns, for all records at once: ``stream, seq_num, timestamp,
+key, value, headers``, Kafka's column names and types.
+
+``key`` is the value of the record's first ``@kafka-key`` header (the one `encoders.KafkaEncoder` writes
+first), null without one; ``headers`` the record's headers in order, without that first key header (a later
+``@kafka-key`` is user data and stays) and without every exactly-once chunk tag ``@s2sink`` (the sink's
+bookkeeping: written back, it would claim a foreign chunk), names as text; ``value`` the body.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from s2_sink._exactly_once.tags import TAG_HEADER
+from s2_sink._wire.columns import (
+    RecordColumns,
+    StreamRuns,
+    entry_owners,
+    first_header,
+    int32_array,
+    named,
+    position_column,
+    take,
+    take_or_null,
+    to_target,
+    utf8_text,
+)
+from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
+
+__all__ = ["KAFKA_RECORD_COLUMNS", "kafka_batch", "kafka_column"]
+
+KAFKA_RECORD_COLUMNS: Final = frozenset({"key", "value", "headers"})
+"""The kafka columns taken from the record; the others are its position."""
+
+
+def kafka_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
+) -> pa.RecordBatch:
+    """The kafka rows of ``columns`` in ``schema`` (a subset of ``KAFKA_SCHEMA``), in ``target``'s types."""
+    arrays = [
+        kafka_column(f.name, columns)
+        if f.name in KAFKA_RECORD_COLUMNS
+        else position_column(f.name, stream, columns)
+        for f in schema.fields
+    ]
+    return to_target(arrays, target)
+
+
+def kafka_column(name: str, columns: RecordColumns) -> pa.Array:
+    """The kafka column ``name`` (one of `KAFKA_RECORD_COLUMNS`) of every record."""
+    if name == "value":
+        return columns.bodies
+    if name == "key":
+        return take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER))
+    if name == "headers":
+        return _user_headers(columns)
+    raise ValueError(f"{name!r} is not a kafka record column")
+
+
+def _user_headers(columns: RecordColumns) -> pa.Array:
+    owners = entry_owners(columns)
+    keep = ~named(columns, TAG_HEADER)
+    key = first_header(columns, KAFKA_KEY_HEADER, owners)
+    keep[key[key >= 0]] = False
+    kept = np.flatnonzero(keep)
+    offsets = np.zeros(len(columns) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owners[kept], minlength=len(columns)), out=offsets[1:])
+    entries = pa.StructArray.from_arrays(
+        [utf8_text(take(columns.names, kept)), take(columns.values, kept)], names=["key", "value"]
+    )
+    return pa.ListArray.from_arrays(int32_array(offsets), entries)

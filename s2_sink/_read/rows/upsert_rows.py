@@ -1,0 +1,334 @@
+"""``s2.format=upsert``'s rows from record columns, for all records at once: ``stream, seq_num, timestamp,
+key, action, value`` (``@key`` / ``@action`` headers and the body as text), or with a user schema (typed: the
+driver decides, `schemas.rows_kind`) the columns decoded from the key JSON spliced with the value JSON, and
+a column named ``_s2_action`` receiving ``u`` / ``d``. ``s2.upsert-materialize`` keeps each key's latest
+change, when it is an update, in seq_num order (`materialized_batches`).
+
+A change record carries its key in its first ``@key`` header and its action in its first ``@action``
+header (``u`` or ``d``); the body is the value (see `encoders._upsert`). A record without both fails the
+read (`ReadError` naming the first such record), as does, for a typed read, a key or value that is not a
+JSON object.
+
+Splicing: the upsert format keeps a row's key columns in the ``@key`` header and the others in the body,
+each a JSON object; a typed read decodes ``{key fields, value fields}``. Splicing the texts (rather than
+parsing and re-serializing) keeps numbers' digits as written. Per record, with each side stripped of ASCII
+whitespace (what ``bytes.strip()`` strips) and required to be ``{...}``::
+
+    {k...} + {v...}  ->  {k...,v...}      one side's inside empty (after stripping): {that other side}
+
+When every value is compact (``{`` first, ``}`` last, no whitespace next to either, as JSON encoders
+write), the insides are Arrow slices. Otherwise whitespace is stripped by moving span bounds, one numpy
+pass per stripped byte position. The pieces are joined by Arrow's element-wise binary join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import StructType
+
+from s2_sink._read.rows.raw_json import decoded_batch
+from s2_sink._wire.columns import (
+    RecordColumns,
+    StreamRuns,
+    binary_view,
+    bool_array,
+    call,
+    concat_columns,
+    empty_binary,
+    first_header,
+    position_column,
+    repeated,
+    take,
+    take_or_null,
+    to_target,
+    utf8_text,
+    valid_rows,
+    validity,
+)
+from s2_sink._wire.layout import Bools, Bytes, Ints
+from s2_sink.errors import ReadError
+
+__all__ = [
+    "ACTION_HEADER",
+    "KEY_HEADER",
+    "UPSERT_RECORD_COLUMNS",
+    "Changes",
+    "changes",
+    "changes_batch",
+    "latest_changes",
+    "materialized_batches",
+    "merged_bodies",
+    "splice_objects",
+    "typed_batch",
+    "upsert_column",
+]
+
+KEY_HEADER: Final = b"@key"
+ACTION_HEADER: Final = b"@action"
+UPSERT_RECORD_COLUMNS: Final = frozenset({"key", "action", "value"})
+"""The upsert columns built here; the others are the record's position."""
+
+
+class Changes(NamedTuple):
+    """Every record's change."""
+
+    keys: pa.Array
+    """``binary``: the first ``@key`` header's value (null where there is none)."""
+    updates: Bools
+    """The first ``@action`` header is ``u``."""
+    deletes: Bools
+    """The first ``@action`` header is ``d``."""
+
+    @property
+    def malformed(self) -> Bools:
+        """No ``@key`` header, or no ``@action`` header of ``u`` or ``d``."""
+        no_key: Bools = ~valid_rows(self.keys)
+        return no_key | ~(self.updates | self.deletes)
+
+
+def _read_changes(columns: RecordColumns) -> Changes:
+    actions = take_or_null(columns.values, first_header(columns, ACTION_HEADER))
+    return Changes(
+        take_or_null(columns.values, first_header(columns, KEY_HEADER)),
+        _is(actions, ord("u")),
+        _is(actions, ord("d")),
+    )
+
+
+def _is(arr: pa.Array, byte: int) -> Bools:
+    """Where `arr` holds the one byte `byte` (null: no). By numpy over the buffers: a `pa.scalar` would
+    import pandas in the read task's fresh worker."""
+    offsets, data = binary_view(arr)
+    one = (offsets[1:] - offsets[:-1]) == 1
+    hits: Bools = one & validity(arr)
+    hits[hits] = data[offsets[:-1][hits]] == byte
+    return hits
+
+
+def changes(stream: str, columns: RecordColumns) -> Changes:
+    """Every record's change; ReadError for the first record without a key or a valid action."""
+    found = _read_changes(columns)
+    malformed = found.malformed
+    if malformed.any():
+        raise _malformed(stream, columns, int(np.argmax(malformed)))
+    return found
+
+
+def _malformed(stream: str, columns: RecordColumns, i: int) -> ReadError:
+    offsets = columns.header_offsets
+    names = columns.names[int(offsets[i]) : int(offsets[i + 1])].to_pylist()
+    return ReadError(
+        f"s2.format=upsert: record {int(columns.seq_nums[i])} of stream {stream!r} has no @key header or no "
+        f"@action header of 'u' or 'd' (headers {names!r})"
+    )
+
+
+def upsert_column(name: str, found: Changes, columns: RecordColumns) -> pa.Array:
+    """The upsert column ``name`` (one of `UPSERT_RECORD_COLUMNS`) as text: the value is null for a delete."""
+    if name == "key":
+        return utf8_text(found.keys)
+    deletes, n = bool_array(found.deletes), len(found.deletes)
+    if name == "action":
+        return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
+    if name == "value":
+        return pc.if_else(deletes, repeated(None, n, pa.string()), utf8_text(columns.bodies))
+    raise ValueError(f"{name!r} is not an upsert record column")
+
+
+def merged_bodies(stream: str, columns: RecordColumns) -> tuple[pa.Array, Changes]:
+    """Per record, its key's JSON object spliced with its value's (``{}`` for a delete or an empty body),
+    and the changes; ReadError for the first record malformed either way."""
+    found = _read_changes(columns)
+    lengths = binary_view(columns.bodies).lengths
+    with_body = bool_array(found.updates & (lengths > 0))
+    values = pc.if_else(with_body, columns.bodies, repeated(b"{}", len(lengths), pa.binary()))
+    merged, not_objects = splice_objects(found.keys, values)
+    malformed = found.malformed
+    bad = malformed | not_objects
+    if bad.any():
+        i = int(np.argmax(bad))
+        if malformed[i]:
+            raise _malformed(stream, columns, i)
+        raise ReadError(
+            f"s2.format=upsert: record {int(columns.seq_nums[i])} of stream {stream!r} has a key or value "
+            "that is not a JSON object"
+        )
+    return merged, found
+
+
+def latest_changes(stream: str, parts: Sequence[RecordColumns], rows: int) -> Iterator[RecordColumns]:
+    """The records that hold each key's latest change in ``parts`` (one stream's records, in order) when it
+    is an update (a key whose latest change is a delete is gone), in seq_num order, ``rows`` at a time;
+    ReadError for the first record without a key or a valid action.
+
+    Only the keys are put together across parts: a part's bodies stay where they are until a record of
+    it survives, so no array ever holds the whole stream's bodies (Arrow's binary arrays end at 2 GiB).
+    """
+    found = [changes(stream, part) for part in parts]
+    if not sum(len(part) for part in parts):
+        return
+    keys = pa.concat_arrays([f.keys.cast(pa.large_binary()) for f in found])
+    updates = np.concatenate([f.updates for f in found])
+    seq_nums = np.concatenate([part.seq_nums for part in parts])
+    # Each key's last change in stream order; sorted, these are the order a dict keyed by key would keep.
+    # (Arrow's group_by would import pyarrow.dataset, and with it pandas: the keys' codes and numpy instead.)
+    codes = call("dictionary_encode", [keys])
+    code = np.frombuffer(
+        codes.indices.buffers()[1], dtype=np.int32, count=len(keys), offset=codes.indices.offset * 4
+    )
+    last = np.full(len(codes.dictionary), -1, dtype=np.int64)
+    np.maximum.at(last, code, np.arange(len(keys), dtype=np.int64))
+    last.sort()
+    kept = last[updates[last]]
+    kept = kept[np.argsort(seq_nums[kept], kind="stable")]
+    starts = np.cumsum([0] + [len(part) for part in parts[:-1]])
+    for i in range(0, len(kept), rows):
+        yield _rows(parts, starts, kept[i : i + rows])
+
+
+def _rows(parts: Sequence[RecordColumns], starts: Ints, at: Ints) -> RecordColumns:
+    """The records at the positions ``at`` of ``parts`` laid end to end, in that order."""
+    owner = np.searchsorted(starts, at, side="right") - 1
+    by_part = np.argsort(owner, kind="stable")
+    pieces = [parts[p].take(at[by_part][owner[by_part] == p] - starts[p]) for p in np.unique(owner).tolist()]
+    grouped = concat_columns(pieces)
+    if np.array_equal(by_part, np.arange(len(at))):
+        return grouped
+    return grouped.take(np.argsort(by_part))
+
+
+def changes_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
+) -> pa.RecordBatch:
+    """The change rows of ``columns`` in ``schema`` (a subset of ``UPSERT_SCHEMA``), in ``target``'s types."""
+    found = changes(_named(stream), columns)
+    arrays = [
+        upsert_column(f.name, found, columns)
+        if f.name in UPSERT_RECORD_COLUMNS
+        else position_column(f.name, stream, columns)
+        for f in schema.fields
+    ]
+    return to_target(arrays, target)
+
+
+def typed_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
+) -> pa.RecordBatch:
+    """The rows of a typed upsert read: each record's key and value JSON spliced, decoded into ``schema``."""
+    bodies, found = merged_bodies(_named(stream), columns)
+    action = upsert_column("action", found, columns)
+    return decoded_batch(schema, stream, columns, bodies, target, action=action)
+
+
+def _named(stream: str | StreamRuns) -> str:
+    return stream if isinstance(stream, str) else repr(stream)
+
+
+Batch = Callable[[StructType, str, RecordColumns, pa.Schema], pa.RecordBatch]
+
+
+def materialized_batches(
+    to_batch: Batch,
+    schema: StructType,
+    stream: str,
+    parts: Iterable[RecordColumns],
+    target: pa.Schema,
+    *,
+    rows: int = 1000,
+) -> Iterator[pa.RecordBatch]:
+    """The batches (`changes_batch` or `typed_batch`: ``to_batch``) of each key's latest change among the
+    data records of ``parts`` (one stream's records in order, command records included), ``rows``
+    records a batch (as `materialize` picks)."""
+    data = [p.take(~commands) if (commands := p.commands()).any() else p for p in parts]
+    for latest in latest_changes(stream, data, rows):
+        yield to_batch(schema, stream, latest, target)
+
+
+_SPACE: Final = np.zeros(256, dtype=np.bool_)
+_SPACE[list(b" \t\n\r\x0b\x0c")] = True
+_OPEN, _CLOSE = ord("{"), ord("}")
+
+
+def splice_objects(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, Bools]:
+    """Per record, the object spliced from ``keys[i]`` and ``values[i]`` (binary arrays, nulls read as
+    empty); and True for the records where a side is not a JSON object's text (their result is ``{}``)."""
+    k_inner, k_bad = _inner(keys)
+    v_inner, v_bad = _inner(values)
+    bad = k_bad | v_bad
+    if bad.any():
+        blank, nothing = bool_array(bad), repeated(b"", len(bad), pa.binary())
+        k_inner, v_inner = pc.if_else(blank, nothing, k_inner), pc.if_else(blank, nothing, v_inner)
+    k_len = binary_view(k_inner).lengths * valid_rows(k_inner)  # nulls read as empty
+    v_len = binary_view(v_inner).lengths * valid_rows(v_inner)
+    n = len(bad)
+    both = bool_array((k_len > 0) & (v_len > 0))
+    comma = pc.if_else(both, repeated(b",", n, pa.binary()), repeated(b"", n, pa.binary()))
+    inner = pc.binary_join_element_wise(k_inner, v_inner, comma)
+    merged = pc.binary_join_element_wise(
+        repeated(b"{", n, pa.binary()), inner, repeated(b"}", n, pa.binary()), repeated(b"", n, pa.binary())
+    )
+    return merged, bad
+
+
+def _inner(arr: pa.Array) -> tuple[pa.Array, Bools]:
+    """Per value, the text inside its braces, stripped; and True where the value, stripped, is not
+    ``{...}`` (its text is then meaningless)."""
+    offsets, data = binary_view(arr)
+    start, stop = offsets[:-1], offsets[1:]
+    if _compact(data, start, stop):
+        return pc.binary_slice(arr, 1, -1), np.zeros(len(arr), dtype=np.bool_)
+    start, stop = _strip(data, start, stop)
+    braced = stop - start >= 2
+    at = np.flatnonzero(braced)
+    braced[at] = (data[start[at]] == _OPEN) & (data[stop[at] - 1] == _CLOSE)
+    start, stop = _strip(data, start + 1, stop - 1)
+    bad = ~braced
+    if bad.any():  # an empty span where the previous one ends keeps the spans in ascending order
+        previous_end = np.maximum.accumulate(np.where(bad, 0, stop))
+        start[bad] = stop[bad] = previous_end[bad]
+    return _spans(data, start, stop), bad
+
+
+def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
+    """Every value is ``{...}`` with no whitespace to strip, outside or just inside its braces (what JSON
+    encoders write): the common case, settled in a few passes."""
+    if not (stop - start >= 2).all():
+        return False
+    braced = (data[start] == _OPEN) & (data[stop - 1] == _CLOSE)
+    return bool(braced.all()) and not (_SPACE[data[start + 1]] | _SPACE[data[stop - 2]]).any()
+
+
+def _strip(data: Bytes, start: Ints, stop: Ints) -> tuple[Ints, Ints]:
+    """The spans ``[start, stop)`` of ``data`` without leading and trailing ASCII whitespace."""
+    start, stop = start.copy(), stop.copy()
+    going = np.flatnonzero(start < stop)
+    while going.size:
+        going = going[_SPACE[data[start[going]]]]
+        start[going] += 1
+        going = going[start[going] < stop[going]]
+    going = np.flatnonzero(start < stop)
+    while going.size:
+        going = going[_SPACE[data[stop[going] - 1]]]
+        stop[going] -= 1
+        going = going[start[going] < stop[going]]
+    return start, stop
+
+
+def _spans(data: Bytes, start: Ints, stop: Ints) -> pa.Array:
+    """A binary array of the ascending, non-overlapping spans ``[start[i], stop[i])`` of ``data``."""
+    n = len(start)
+    if n == 0:
+        return empty_binary()
+    # The bounds start, stop, start, stop, ... ascend: an array whose even values are the spans (the odd
+    # ones are the bytes between them), over ``data`` without a copy; `take` packs the spans.
+    bounds = np.empty(2 * n, dtype=np.int32)
+    bounds[0::2] = start
+    bounds[1::2] = stop
+    buffers = [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+    interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, buffers)
+    return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))
