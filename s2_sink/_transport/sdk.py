@@ -62,6 +62,7 @@ __all__ = [
     "basin_transport",
     "encryption_key",
     "frame_message",
+    "get_corked",
     "h2_state",
     "maybe_compress",
     "parse_error_info",
@@ -142,6 +143,27 @@ async def post_corked(client: HttpClient, path: str, headers: dict[str, str], bo
         body = compress(body, client._compression)
         h2_headers.append(("content-encoding", _COMPRESSION_ENCODING[client._compression]))
     h2_headers.append(("content-length", str(len(body))))
+    return await _exchange_corked(client, h2_headers, body)
+
+
+async def get_corked(client: HttpClient, path: str) -> bytes:
+    """``GET`` `path` as the transport's ``unary_request`` does and return the answer's body, its HEADERS
+    frame written to the socket together with those of every other request started in the same turn of
+    the event loop (`post_corked`): a read planned over many streams asks each for its tail, and a socket
+    write per request was most of what a lookup cost. A stand-in transport is asked through its
+    ``unary_request``."""
+    if not isinstance(client, HttpClient):
+        stand_in: Any = client
+        answer = await stand_in.unary_request("GET", path)
+        return bytes(answer.content)
+    return await _exchange_corked(client, client._build_headers("GET", path), None)
+
+
+async def _exchange_corked(
+    client: HttpClient, h2_headers: list[tuple[str, str]], body: bytes | None
+) -> bytes:
+    """Send a request corked (`_send_corked`; no body: a HEADERS frame that ends the stream) and wait for
+    its answer's body as ``unary_request`` does."""
     pc, state = await client._pool.checkout(client._base_url)
     conn = pc._conn
     stream_id: int | None = None
@@ -167,9 +189,12 @@ async def post_corked(client: HttpClient, path: str, headers: dict[str, str], bo
         await _release(pc, stream_id, state)
 
 
-def _send_corked(conn: Any, state: Any, headers: list[tuple[str, str]], body: bytes) -> tuple[int, bytes]:
+def _send_corked(
+    conn: Any, state: Any, headers: list[tuple[str, str]], body: bytes | None
+) -> tuple[int, bytes]:
     """Open the reserved HTTP/2 stream and queue its frames (under the connection's write lock), the
-    write left to `_uncork`; returns the stream id and what of the body did not fit."""
+    write left to `_uncork`; returns the stream id and what of the body did not fit. Without a body
+    (None), the HEADERS frame ends the stream."""
     if state.error is not None:
         raise state.error
     if conn._pending_streams.pop(id(state), None) is None:
@@ -178,10 +203,13 @@ def _send_corked(conn: Any, state: Any, headers: list[tuple[str, str]], body: by
     stream_id: int = h2.get_next_available_stream_id()
     conn._streams[stream_id] = state
     try:
-        h2.send_headers(stream_id, headers)
-        first = min(len(body), h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
-        if first or not body:
-            h2.send_data(stream_id, body[:first], end_stream=first == len(body))
+        h2.send_headers(stream_id, headers, end_stream=body is None)
+        if body is None:
+            body, first = b"", 0
+        else:
+            first = min(len(body), h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
+            if first or not body:
+                h2.send_data(stream_id, body[:first], end_stream=first == len(body))
     except BaseException:
         conn._streams.pop(stream_id, None)
         raise

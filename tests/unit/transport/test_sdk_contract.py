@@ -78,7 +78,7 @@ def test_names_the_boundary_behave_as_relied_on() -> None:
 
 
 def test_the_request_state_has_the_fields_a_corked_post_reads() -> None:
-    """`sdk.post_corked` waits on an HTTP/2 request's state as ``unary_request`` does."""
+    """`sdk.post_corked` and `sdk.get_corked` wait on an HTTP/2 request's state as ``unary_request`` does."""
     import dataclasses
 
     from s2_sdk._client import _StreamState
