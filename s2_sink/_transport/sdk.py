@@ -36,6 +36,7 @@ from s2_sdk._exceptions import (
     S2ClientError,
     ServerDrainingError,
     TransportError,
+    normalize_exception,
 )
 from s2_sdk._mappers import append_ack_from_proto, append_input_to_proto
 from s2_sdk._retrier import AdvisedReconnectLimiter, requires_reconnect
@@ -65,6 +66,7 @@ __all__ = [
     "get_corked",
     "h2_state",
     "maybe_compress",
+    "normalize_exception",
     "parse_error_info",
     "pb",
     "pooled_connections",

@@ -37,6 +37,7 @@ NAMES = (
     ("s2_sdk._exceptions", "S2ClientError"),
     ("s2_sdk._exceptions", "ServerDrainingError"),
     ("s2_sdk._exceptions", "TransportError"),
+    ("s2_sdk._exceptions", "normalize_exception"),
     ("s2_sdk._mappers", "append_ack_from_proto"),
     ("s2_sdk._mappers", "append_input_to_proto"),
     ("s2_sdk._retrier", "AdvisedReconnectLimiter"),
