@@ -44,6 +44,7 @@ from s2_sdk._exceptions import (
     S2ClientError,
     ServerDrainingError,
     TransportError,
+    normalize_exception,
 )
 from s2_sdk._mappers import append_ack_from_proto, append_input_to_proto
 from s2_sdk._retrier import AdvisedReconnectLimiter, requires_reconnect
@@ -70,8 +71,10 @@ __all__ = [
     "basin_transport",
     "encryption_key",
     "frame_message",
+    "get_corked",
     "h2_state",
     "maybe_compress",
+    "normalize_exception",
     "parse_error_info",
     "pb",
     "pooled_connections",
@@ -149,12 +152,33 @@ async def post_corked(client: HttpClient, path: str, headers: dict[str, str], bo
     if client._compression != s2_sdk.Compression.NONE:
         body = compress(body, client._compression)
     block = _request_block(client, path, headers, len(body))
+    return await _exchange_corked(client, block, body)
+
+
+async def get_corked(client: HttpClient, path: str) -> bytes:
+    """``GET`` `path` as the transport's ``unary_request`` does and return the answer's body, its HEADERS
+    frame written to the socket together with those of every other request started in the same turn of
+    the event loop (`post_corked`): a read planned over many streams asks each for its tail, and a socket
+    write per request was most of what a lookup cost. A stand-in transport is asked through its
+    ``unary_request``."""
+    if not isinstance(client, HttpClient):
+        stand_in: Any = client
+        answer = await stand_in.unary_request("GET", path)
+        return bytes(answer.content)
+    return await _exchange_corked(client, client._build_headers("GET", path), None)
+
+
+async def _exchange_corked(
+    client: HttpClient, headers: list[tuple[str, str]] | bytes, body: bytes | None
+) -> bytes:
+    """Send a request corked (`_send_corked`: `headers` a list or a block encoded already; no body, a
+    HEADERS frame that ends the stream) and wait for its answer's body as ``unary_request`` does."""
     pc, state = await client._pool.checkout(client._base_url)
     conn = pc._conn
     stream_id: int | None = None
     try:
         async with conn._write_lock:
-            stream_id, rest = _send_corked(conn, state, block, body)
+            stream_id, rest = _send_corked(conn, state, headers, body)
         if rest:
             await conn.send_data(stream_id, rest, end_stream=True)
         async with asyncio.timeout(client._request_timeout):
@@ -175,11 +199,12 @@ async def post_corked(client: HttpClient, path: str, headers: dict[str, str], bo
 
 
 def _send_corked(
-    conn: Any, state: Any, headers: list[tuple[str, str]] | bytes, body: bytes
+    conn: Any, state: Any, headers: list[tuple[str, str]] | bytes, body: bytes | None
 ) -> tuple[int, bytes]:
     """Open the reserved HTTP/2 stream and queue its frames (under the connection's write lock), the
     write left to `_uncork`; returns the stream id and what of the body did not fit. `headers`: the
-    request's header list, or its header block encoded already (`_request_block`)."""
+    request's header list, or its header block encoded already (`_request_block`). Without a body
+    (None), the HEADERS frame ends the stream."""
     if state.error is not None:
         raise state.error
     if conn._pending_streams.pop(id(state), None) is None:
@@ -191,10 +216,13 @@ def _send_corked(
         if isinstance(headers, bytes):
             _send_encoded_headers(h2, stream_id, headers)
         else:
-            h2.send_headers(stream_id, headers)
-        first = min(len(body), h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
-        if first or not body:
-            h2.send_data(stream_id, body[:first], end_stream=first == len(body))
+            h2.send_headers(stream_id, headers, end_stream=body is None)
+        if body is None:
+            body, first = b"", 0
+        else:
+            first = min(len(body), h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
+            if first or not body:
+                h2.send_data(stream_id, body[:first], end_stream=first == len(body))
     except BaseException:
         conn._streams.pop(stream_id, None)
         raise

@@ -12,6 +12,7 @@ and the streams, with the SDK error chained (`session.read_error_words`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
@@ -20,6 +21,7 @@ import s2_sdk
 
 from s2_sink._read.session import read_error_words
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport import sdk
 from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.runtime import get_pool
@@ -64,10 +66,17 @@ async def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) 
     return await asyncio.gather(*(one(s) for s in streams))
 
 
-def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]) -> _T:
+def _run(
+    cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]], *, retried: bool = True
+) -> _T:
+    """``op`` on the loop, retried as a whole until the delivery deadline, or not (``retried=False``: it
+    retries its own requests)."""
+
     async def main() -> _T:
         # The pool is touched only from the loop, so the client is looked up there.
         basin = get_pool().client(cfg).basin(cfg.basin)
+        if not retried:
+            return await op(basin)
         return await patiently(Patience.of(cfg), what, lambda: op(basin))
 
     try:
@@ -77,8 +86,18 @@ def _run(cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]]
         raise ReadError(f"s2 source: {what} in basin {cfg.basin!r} failed: {words}") from exc
 
 
-async def _tail_of(basin: s2_sdk.S2Basin, stream: str) -> int:
-    return int((await basin.stream(stream).check_tail()).seq_num)
+async def _tail_of(transport: sdk.HttpClient, stream: str) -> int:
+    # ``S2Stream.check_tail``'s request (``GET .../records/tail``), corked: the lookups of many streams
+    # started in one turn of the loop leave in one socket write.
+    try:
+        body = await sdk.get_corked(transport, sdk.stream_records_path(stream) + "/tail")
+    except Exception as exc:
+        # Raised as the SDK's own calls raise them: a transport failure as an S2ClientError.
+        normalized = sdk.normalize_exception(exc)
+        if normalized is exc:
+            raise
+        raise normalized from exc
+    return int(json.loads(body)["tail"]["seq_num"])
 
 
 def _created(info: s2_sdk.StreamInfo) -> str:
@@ -127,9 +146,9 @@ def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
     return _run(cfg, f"looking up the creation time of {_names(streams)}", op)
 
 
-async def _tail_or_none(basin: s2_sdk.S2Basin, stream: str) -> int | None:
+async def _tail_or_none(transport: sdk.HttpClient, stream: str) -> int | None:
     try:
-        return await _tail_of(basin, stream)
+        return await _tail_of(transport, stream)
     except s2_sdk.S2ServerError as exc:
         if exc.status_code == 404 or is_stream_deleting(exc):
             return None  # gone, or deleted and still being removed (S2 answers 409 until it is gone)
@@ -143,14 +162,23 @@ def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) ->
     of failing.
     """
 
-    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
-        if not missing_ok:
-            found = await _each(streams, lambda s: _tail_of(basin, s))
-            return dict(zip(streams, found, strict=True))
-        maybe = await _each(streams, lambda s: _tail_or_none(basin, s))
-        return {s: t for s, t in zip(streams, maybe, strict=True) if t is not None}
+    patience = Patience.of(cfg)
 
-    return _run(cfg, f"checking the tail of {_names(streams)}", op)
+    async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
+        transport = sdk.stream_transport(basin.stream(streams[0])) if streams else None
+        lookup = _tail_or_none if missing_ok else _tail_of
+
+        async def tail(stream: str) -> int | None:
+            # Each stream retried on its own: one failed lookup does not repeat a thousand others.
+            assert transport is not None
+            return await patiently(
+                patience, f"checking the tail of {stream!r}", lambda: lookup(transport, stream)
+            )
+
+        found = await _each(streams, tail)
+        return {s: t for s, t in zip(streams, found, strict=True) if t is not None}
+
+    return _run(cfg, f"checking the tail of {_names(streams)}", op, retried=False)
 
 
 async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:

@@ -37,6 +37,7 @@ NAMES = (
     ("s2_sdk._exceptions", "S2ClientError"),
     ("s2_sdk._exceptions", "ServerDrainingError"),
     ("s2_sdk._exceptions", "TransportError"),
+    ("s2_sdk._exceptions", "normalize_exception"),
     ("s2_sdk._mappers", "append_ack_from_proto"),
     ("s2_sdk._mappers", "append_input_to_proto"),
     ("s2_sdk._retrier", "AdvisedReconnectLimiter"),
@@ -87,7 +88,7 @@ def test_names_the_boundary_behave_as_relied_on() -> None:
 
 
 def test_the_request_state_has_the_fields_a_corked_post_reads() -> None:
-    """`sdk.post_corked` waits on an HTTP/2 request's state as ``unary_request`` does."""
+    """`sdk.post_corked` and `sdk.get_corked` wait on an HTTP/2 request's state as ``unary_request`` does."""
     import dataclasses
 
     from s2_sdk._client import _StreamState
