@@ -11,7 +11,7 @@ import httpx
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport import sdk
-from s2_sink._transport.session_pool import get_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 
