@@ -37,7 +37,7 @@ test-faults: $(STAMP)  ## exactly-once under killed executors, drivers and serve
 	$(PY) -m pytest --durations=10 tests/faults
 
 test-fast: $(STAMP)  ## unit, lite-server and CLI tests on four processes: no Spark, scale or waits tests; fewer property examples
-	$(PY) -m pytest -n 4 --hypothesis-profile=fast -m "not spark and not connect and not slow and not scale and not waits" tests/unit tests/lite tests/cli
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache $(PY) -m pytest -n 4 --hypothesis-profile=fast -m "not spark and not connect and not slow and not scale and not waits" tests/unit tests/lite tests/cli
 
 test-compat:  ## install into fresh venvs per pyspark x Python (3.5/3.11 .. 4.3/3.13) and per Databricks runtime, smoke each
 	$(PYTHON) tests/compat/matrix.py

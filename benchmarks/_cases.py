@@ -78,6 +78,8 @@ def _encoder(kind: str) -> Any:
     cls = getattr(encoders, "UpsertEncoder", None)
     if cls is None:
         raise NotAvailable("s2_sink.encoders.UpsertEncoder not available")
+    if kind == "upsert-ordered":  # ids are unique: every row is written, after Spark's sort and compaction
+        return cls(["id"], order_by="ts", compact=True)
     return cls(["id"])
 
 
@@ -238,6 +240,11 @@ CASES: tuple[Case, ...] = (
     Case("s2writer", "S2Writer at-least-once", _s2writer("at-least-once", "insert")),
     Case("s2writer_eo", "S2Writer exactly-once", _s2writer("exactly-once", "insert")),
     Case("s2writer_upsert", "S2Writer + UpsertEncoder", _s2writer("at-least-once", "upsert")),
+    Case(
+        "s2writer_upsert_ordered",
+        "S2Writer + UpsertEncoder(order_by, compact)",
+        _s2writer("at-least-once", "upsert-ordered"),
+    ),
     Case("datasource", 'format("s2") writer', _datasource),
     Case("read_json", "spark.read.json (local files)", _read_json),
     Case("read_s2", 'spark.read.format("s2")', _read_s2),

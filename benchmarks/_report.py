@@ -71,6 +71,19 @@ def targets(results: Result) -> list[Result]:
     v = upsert["rows_per_s"] / w["rows_per_s"] if w and upsert else None
     why = _cpu_note(upsert, w, "insert") if w and upsert else ""
     out.append(_target("S2Writer upsert / insert", v, ">= 0.80x", v >= 0.8 if v else None, "x", why=why))
+    ordered = _case(results, "s2writer_upsert_ordered")
+    v = ordered["rows_per_s"] / w["rows_per_s"] if w and ordered else None
+    why = _cpu_note(ordered, w, "insert") if w and ordered else ""
+    out.append(
+        _target(
+            "S2Writer upsert with order_by, compact / insert",
+            v,
+            ">= 0.80x",
+            v >= 0.8 if v else None,
+            "x",
+            why=why,
+        )
+    )
     v = ds["rows_per_s"] / w["rows_per_s"] if w and ds else None
     out.append(_target('format("s2") writer / S2Writer', v, ">= 0.90x", v >= 0.9 if v else None, "x"))
     v = read_s2["rows_per_s"] / read_json["rows_per_s"] if read_s2 and read_json else None

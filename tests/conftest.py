@@ -7,14 +7,30 @@ deleted after its test.
 
 from __future__ import annotations
 
+import functools
+import ssl
+import types
 from collections.abc import Iterator
 
 import pytest
+import s2_sdk._client
 
 import tests.hypothesis_profiles  # noqa: F401  (registers the fast profile before --hypothesis-profile loads it)
 from s2_sink.lite import Faults, LiteServer, RemoteFaults
 from s2_sink.testing import fresh_basin
 from tests.s2_target import ExternalS2, external_s2
+
+
+@functools.cache
+def _sdk_tls_context(*args: object, **kwargs: object) -> ssl.SSLContext:
+    return ssl.create_default_context(*args, **kwargs)  # type: ignore[arg-type]
+
+
+# Every S2 SDK client builds its connection pool's TLS context when it is made, parsing the system's whole CA
+# bundle (some 30 ms of CPU) even for a plain-HTTP endpoint such as the lite server's, and the suite makes
+# hundreds of clients. The tests' clients share one context instead, built on first use: an SSLContext is
+# made to be shared, and the SDK gives each one the same settings (ALPN h2), so no client behaves otherwise.
+s2_sdk._client.ssl = types.SimpleNamespace(**{**vars(ssl), "create_default_context": _sdk_tls_context})  # type: ignore[assignment]
 
 
 def pytest_report_header() -> str:

@@ -19,6 +19,7 @@ CASE_KEYS = [
     "s2writer",
     "s2writer_eo",
     "s2writer_upsert",
+    "s2writer_upsert_ordered",
     "datasource",
     "read_json",
     "read_s2",
@@ -64,7 +65,7 @@ def test_results_hold_every_row(quick_run: QuickRun) -> None:
     """results.json holds every case (measured, or saying why not: never an error), the baselines measured,
     the streaming latencies (foreachBatch sinks, and format("s2") in both delivery modes), the
     single-partition memory case, the lite ingest rate, the routed section, the reads of many streams and
-    all eighteen targets."""
+    all nineteen targets."""
     assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
     res = json.loads((quick_run.out / "results.json").read_text())
     assert [c["key"] for c in res["cases"]] == CASE_KEYS
@@ -90,7 +91,7 @@ def test_results_hold_every_row(quick_run: QuickRun) -> None:
     assert res["lite_ingest"]["status"] in STATUSES
     assert res["routed"]["status"] in STATUSES
     assert res["read_many"]["status"] in STATUSES
-    assert len(res["targets"]) == 18
+    assert len(res["targets"]) == 19
     assert all(t["status"] in {"pass", "fail", "n/a"} for t in res["targets"])
 
 

@@ -12,6 +12,7 @@ clock (its janitor completes it within a sweep). Block by block, no Spark.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import Counter
@@ -98,16 +99,30 @@ def _pending(srv: LiteServer, basin: str) -> bool:
     return run(go())
 
 
-def _complete_later(clock: ManualClock, after_s: float = 1.0) -> threading.Thread:
-    """Move the clock past the deletion delay `after_s` seconds from now (while a writer waits on the 409)."""
+class _CompleteOnceWaited(logging.Handler):
+    """Moves the clock past the deletion delay as soon as a writer says it waits for the deletion (it met
+    409 stream_deletion_pending: its "waiting for S2" warning), so the deletion completes while it waits;
+    `waited` says whether one did (after `within_s` the clock moves anyway, and the test fails on it)."""
 
-    def later() -> None:
-        time.sleep(after_s)
+    def __init__(self, clock: ManualClock, within_s: float = 30.0) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = threading.Event()
+        logging.getLogger("s2_sink").addHandler(self)
+        self.thread = threading.Thread(target=self._complete, args=(clock, within_s), daemon=True)
+        self.thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "(its deletion is pending)" in record.getMessage():
+            self.seen.set()
+
+    def _complete(self, clock: ManualClock, within_s: float) -> None:
+        self.seen.wait(within_s)
         clock.advance(5)
 
-    thread = threading.Thread(target=later, daemon=True)
-    thread.start()
-    return thread
+    def waited(self) -> bool:
+        self.thread.join()
+        logging.getLogger("s2_sink").removeHandler(self)
+        return self.seen.is_set()
 
 
 def _bodies(srv: LiteServer, basin: str) -> Counter[bytes]:
@@ -132,12 +147,12 @@ def test_a_pending_deletion_met_by_an_exactly_once_batch_ends_in_a_reset(
     assert _pending(held, cfg.basin)
     epoch = coord.begin_batch(1)  # the run's token is on the stream: the driver fences nothing
     assert epoch is not None
-    done = _complete_later(clock)
+    done = _CompleteOnceWaited(clock)
     error = _raises(
         StreamResetError,
         lambda: write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 10, 7)),
     )
-    done.join()
+    assert done.waited()
     assert f"'events' ends at 0, below the end {end} " in str(error)
     assert run(read_all(held.endpoint, cfg.basin, "events", commands=True)) == []
 
@@ -160,13 +175,13 @@ def test_an_open_session_meets_503_and_the_retry_ends_in_a_reset(
         _delete(held, cfg.basin)
         yield _frame(BATCH1[5:])
 
-    done = _complete_later(clock, after_s=1.5)  # whichever attempt meets the 409 waits it out
+    done = _CompleteOnceWaited(clock)  # whichever attempt meets the 409 waits it out
     first = _raises(WriteError, lambda: write_partition(plan, frames(), PartitionContext(1, 0, 0, 10, 7)))
     assert "503 unavailable" in str(first), first
     retry = _raises(
         StreamResetError, lambda: write_partition(plan, [_frame(BATCH1)], PartitionContext(1, 0, 1, 20, 7))
     )
-    done.join()
+    assert done.waited()
     assert f"'events' ends at 0, below the end {end} " in str(retry)
     assert run(read_all(held.endpoint, cfg.basin, "events", commands=True)) == []
 
@@ -194,9 +209,9 @@ def test_at_least_once_writes_once_to_the_stream_created_after_a_pending_deletio
     spec = _spec(cfg, "at-least-once")
     write_partition(spec.plan(0), [_frame(BATCH0)], PartitionContext(0, 0, 0, 1, 7))
     _delete(held, basin)
-    done = _complete_later(clock)
+    done = _CompleteOnceWaited(clock)
     write_partition(spec.plan(1), [_frame(BATCH1)], PartitionContext(1, 0, 0, 2, 8))
-    done.join()
+    assert done.waited()
     assert _bodies(held, basin) == Counter(BATCH1)
 
 
