@@ -13,10 +13,9 @@ Fewer tasks than cores save nothing (idle cores run them at once), more than two
 per-task floor. A number (``sink.write-parallelism``/``S2Writer(write_parallelism=n)``) is used as is.
 
 The split, for rows routed to many streams (`StreamSplit`): every task appends to every stream its rows
-name, and each (task, stream) costs an append and its result row whatever the rows, so a routed job's first
-batch, and the next ones while the tasks of a narrowed batch shared its streams widely, are repartitioned by
-target stream (``repartition(n, stream)``: each stream's rows in one task, a shuffle). A batch split so
-whose streams are few for its rows narrows the next one; otherwise a batch split that way cannot show
+name, and each (task, stream) costs an append session and its result row whatever the rows, so when the
+tasks of a batch shared its streams widely, the next batches are repartitioned by target stream instead
+(``repartition(n, stream)``: each stream's rows in one task, a shuffle). A batch split that way cannot show
 whether narrowing would still spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see.
 When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
 would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
@@ -82,10 +81,7 @@ class StreamSplit:
 
     held_bytes: int = 16 * 1024 * 1024
     """What a task's open chunks may hold (``max_inflight_bytes``)."""
-    by_stream: bool = True
-    """Whether the next batches are split by stream; a routed job's first batch is (`observe` narrows the
-    next ones when its streams are few for its rows): narrowed, every task of it would append to (and with
-    ``create_streams``, create) every stream, the costliest batch of a job over many new streams."""
+    by_stream: bool = False
     grouped: bool = False
     """Batches split by stream also order each task's rows by stream: a task's rows outweighed
     `held_bytes`."""
@@ -112,23 +108,17 @@ class StreamSplit:
     def observe(self, rows: list[dict[str, object]], rows_in: int, *, by_stream: bool) -> None:
         """A batch's task result rows (one per task and stream): a narrowed batch whose (task, stream)
         pairs beyond one per stream cost more than a shuffle of its rows makes the next ones split by
-        stream. A batch split by stream keeps it (until the next probe) unless narrowing could not cost
-        more than its shuffle even if every task shared every stream (a few streams of many rows each)."""
+        stream; a batch split by stream keeps it (until the next probe)."""
+        if by_stream:
+            return
         pairs = sum(1 for r in rows if r["stream"] is not None)
         streams = len({r["stream"] for r in rows if r["stream"] is not None})
+        self.by_stream = (pairs - streams) * ROWS_PER_SESSION > rows_in
         per_task: dict[object, int] = {}
         for r in rows:
             if r["stream"] is not None:
                 task = r.get("partition")
                 per_task[task] = per_task.get(task, 0) + int(str(r.get("bytes") or 0))
-        if by_stream:
-            tasks = len({r.get("partition") for r in rows})
-            if (tasks - 1) * streams * ROWS_PER_SESSION > rows_in:
-                self.grouped = max(per_task.values(), default=0) > self.held_bytes
-                return
-            self.by_stream = False
-        else:
-            self.by_stream = (pairs - streams) * ROWS_PER_SESSION > rows_in
         self.grouped = self.by_stream and max(per_task.values(), default=0) > self.held_bytes
         self.batches = 0
 

@@ -115,7 +115,7 @@ def test_batches_whose_tasks_share_many_streams_are_split_by_stream_until_the_ne
     """Two tasks sharing 1,000 streams over 100,000 rows: the next batches go by stream; a batch split so
     keeps it; every PROBE_EVERY-th batch is narrowed again to see. One stream shared by two tasks, or
     streams the tasks do not share, never pay the shuffle."""
-    split = StreamSplit(by_stream=False)
+    split = StreamSplit()
     assert not split.next_by_stream()
     split.observe(_result_rows(2, 1, 100_000), 100_000, by_stream=False)
     assert not split.next_by_stream()
@@ -126,43 +126,6 @@ def test_batches_whose_tasks_share_many_streams_are_split_by_stream_until_the_ne
     apart += [{"stream": None, "rows_in": 50_000}, *({"stream": f"b{i}"} for i in range(500))]
     split.observe(apart, 100_000, by_stream=False)
     assert not split.next_by_stream()
-
-
-def _split_rows(tasks: int, streams: int, rows: int) -> list[dict[str, object]]:
-    """Task result rows of a batch split by stream: each of `streams` streams in one of `tasks` tasks."""
-    out: list[dict[str, object]] = [
-        {"partition": p, "stream": None, "rows_in": rows // tasks} for p in range(tasks)
-    ]
-    out += [
-        {"partition": i % tasks, "stream": f"s{i}", "bytes": 100 * rows // streams} for i in range(streams)
-    ]
-    return out
-
-
-def test_a_routed_jobs_first_batch_is_split_by_stream_and_stays_so_only_over_many_streams() -> None:
-    """Narrowed, each task of a first batch over 10,000 new streams would create and append to every one of
-    them: the first batch is split by stream. Its streams many for its rows (10,000 x 100 rows in 4 tasks),
-    the next batches stay split; a few streams of many rows each (narrowing could not cost more than the
-    shuffle, every task sharing every stream), the next one is narrowed."""
-    many = StreamSplit()
-    assert many.next_by_stream()
-    many.observe(_split_rows(4, 10_000, 1_000_000), 1_000_000, by_stream=True)
-    assert many.next_by_stream()
-    few = StreamSplit()
-    assert few.next_by_stream()
-    few.observe(_split_rows(4, 10, 1_000_000), 1_000_000, by_stream=True)
-    assert not few.next_by_stream()
-
-
-def test_a_batch_split_by_stream_learns_whether_its_tasks_rows_outweigh_the_held_bytes() -> None:
-    """A first batch split by stream, its tasks' rows over what their open chunks may hold: the next
-    batches also order each task's rows by stream."""
-    split = StreamSplit(held_bytes=16 * 1024 * 1024)
-    split.observe(_split_rows(4, 10_000, 1_000_000), 1_000_000, by_stream=True)  # 25 MB a task
-    assert (split.by_stream, split.grouped) == (True, True)
-    split = StreamSplit(held_bytes=16 * 1024 * 1024)
-    split.observe(_split_rows(4, 1_000, 100_000), 100_000, by_stream=True)  # 2.5 MB a task
-    assert (split.by_stream, split.grouped) == (True, False)
 
 
 def test_a_split_orders_each_tasks_rows_by_stream_only_when_they_outweigh_the_held_bytes() -> None:
