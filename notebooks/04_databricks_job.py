@@ -49,6 +49,8 @@
 # MAGIC     libraries:
 # MAGIC       - pypi: {package: s2-sdk==0.13.0}
 # MAGIC       - pypi: {package: protobuf==6.33.6}
+# MAGIC       - pypi: {package: h2==4.4.1}
+# MAGIC       - pypi: {package: hpack==4.2.0}
 # MAGIC       - pypi: {package: httpx==0.28.1}
 # MAGIC       - pypi: {package: orjson==3.13.0}
 # MAGIC       - pypi: {package: xxhash==4.1.0}
