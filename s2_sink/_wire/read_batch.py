@@ -204,6 +204,19 @@ def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
     return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))
 
 
+def _optional_field(d: Bytes, cur: Ints, end: Ints, key: int) -> tuple[Ints, Ints]:
+    """Each record's optional length-delimited ``key`` field at ``cur`` (``cur`` moves past it where present):
+    (start of its bytes, their length), an empty field at ``cur`` where absent."""
+    start = cur.copy()
+    length = np.zeros(len(cur), dtype=np.int64)
+    has = _at_key(d, cur, end, key)
+    if has.size:
+        s, ln = _length_field(d, cur[has], end[has])
+        start[has], length[has] = s, ln
+        cur[has] = s + ln
+    return start, length
+
+
 def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
     """Every record's headers from ``cur`` on (``cur`` moves past them): counts, names, values."""
     header_record: list[Ints] = []
@@ -217,20 +230,8 @@ def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, p
         header_end = start + length
         # name (optional), then value (optional), and nothing else.
         h_cur = start.copy()
-        n_start = h_cur.copy()
-        n_len = np.zeros(len(at), dtype=np.int64)
-        has = _at_key(d, h_cur, header_end, _NAME)
-        if has.size:
-            s, ln = _length_field(d, h_cur[has], header_end[has])
-            n_start[has], n_len[has] = s, ln
-            h_cur[has] = s + ln
-        v_start = h_cur.copy()
-        v_len = np.zeros(len(at), dtype=np.int64)
-        has = _at_key(d, h_cur, header_end, _VALUE)
-        if has.size:
-            s, ln = _length_field(d, h_cur[has], header_end[has])
-            v_start[has], v_len[has] = s, ln
-            h_cur[has] = s + ln
+        n_start, n_len = _optional_field(d, h_cur, header_end, _NAME)
+        v_start, v_len = _optional_field(d, h_cur, header_end, _VALUE)
         if not np.array_equal(h_cur, header_end):
             raise _NotCanonical
         header_record.append(at)
