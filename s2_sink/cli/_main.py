@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from s2_sink.cli import _fences_cmd, _forget_cmd, _ledger_cmd, _streams_cmd
 from s2_sink.cli._connect import add_connection_flags
 from s2_sink.cli._failures import EXIT_CODES, FAILED, INTERRUPTED, OK, CliFailure
 from s2_sink.cli._output import quiet_closed_stdout
@@ -22,48 +23,6 @@ def _exit_codes() -> str:
     return "exit codes:\n" + "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
 
 
-def _ledger_show(args: argparse.Namespace) -> int:
-    from s2_sink.cli._ledger_cmd import show  # noqa: PLC0415 - each command imports only what it needs
-
-    return show(args)
-
-
-def _ledger_list(args: argparse.Namespace) -> int:
-    from s2_sink.cli._ledger_cmd import list_  # noqa: PLC0415
-
-    return list_(args)
-
-
-def _streams_list(args: argparse.Namespace) -> int:
-    from s2_sink.cli._streams_cmd import list_streams  # noqa: PLC0415
-
-    return list_streams(args)
-
-
-def _streams_describe(args: argparse.Namespace) -> int:
-    from s2_sink.cli._streams_cmd import describe  # noqa: PLC0415
-
-    return describe(args)
-
-
-def _ledger_reset(args: argparse.Namespace) -> int:
-    from s2_sink.cli._ledger_cmd import reset  # noqa: PLC0415
-
-    return reset(args)
-
-
-def _ledger_forget(args: argparse.Namespace) -> int:
-    from s2_sink.cli._forget_cmd import forget  # noqa: PLC0415
-
-    return forget(args)
-
-
-def _fences_clear(args: argparse.Namespace) -> int:
-    from s2_sink.cli._fences_cmd import clear  # noqa: PLC0415
-
-    return clear(args)
-
-
 def _tail(args: argparse.Namespace) -> int:
     from s2_sink.cli._tail_cmd import tail  # noqa: PLC0415 - the decoders import pyspark
 
@@ -77,23 +36,27 @@ def _lite(lite_args: list[str]) -> int:
     return 0
 
 
-def _add_ledger_forget(ledger_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from s2_sink.cli._forget_cmd import FORGET_HELP  # noqa: PLC0415
-
-    forget = ledger_commands.add_parser(
-        "forget", help="drop a recreated stream's committed end", description=FORGET_HELP
-    )
-    forget.add_argument("writer_id", metavar="WRITER_ID")
-    forget.add_argument("stream", metavar="STREAM")
-    add_connection_flags(forget)
-    forget.set_defaults(run=_ledger_forget)
+def _leaf(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    run: Command,
+    *,
+    help: str,
+    description: str | None = None,
+    json_help: str | None = _JSON_HELP,
+) -> argparse.ArgumentParser:
+    """A command's parser with the connection flags (and ``--json`` unless `json_help` is None); the caller
+    adds its positional arguments."""
+    parser = commands.add_parser(name, help=help, description=description)
+    if json_help is not None:
+        parser.add_argument("--json", action="store_true", help=json_help)
+    add_connection_flags(parser)
+    parser.set_defaults(run=run)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each leaf parser sets ``run`` to its command."""
-    from s2_sink.cli._fences_cmd import HELP as FENCES_HELP  # noqa: PLC0415
-    from s2_sink.cli._ledger_cmd import RESET_HELP  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(
         prog="s2-sink",
         description="Look at and repair the state exactly-once delivery keeps in S2, read streams, run the "
@@ -108,55 +71,80 @@ def build_parser() -> argparse.ArgumentParser:
         "ledger", help="list the exactly-once ledgers of a basin, show or reset the ledger of a writer"
     )
     ledger_commands = ledger.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = ledger_commands.add_parser(
-        "list", help="every exactly-once ledger: writer id, last committed batch, time of the last record"
+    _leaf(
+        ledger_commands,
+        "list",
+        _ledger_cmd.list_,
+        help="every exactly-once ledger: writer id, last committed batch, time of the last record",
     )
-    listing.add_argument("--json", action="store_true", help=_JSON_HELP)
-    add_connection_flags(listing)
-    listing.set_defaults(run=_ledger_list)
-    show = ledger_commands.add_parser(
-        "show", help="print every ledger record decoded: kind, epoch, batch, scope, run, stream ends"
+    show = _leaf(
+        ledger_commands,
+        "show",
+        _ledger_cmd.show,
+        help="print every ledger record decoded: kind, epoch, batch, scope, run, stream ends",
     )
     show.add_argument(
         "writer_id", metavar="WRITER_ID", help="the writer id (the streaming query id by default)"
     )
-    show.add_argument("--json", action="store_true", help=_JSON_HELP)
-    add_connection_flags(show)
-    show.set_defaults(run=_ledger_show)
-    reset = ledger_commands.add_parser("reset", help="forget the committed batches", description=RESET_HELP)
+    reset = _leaf(
+        ledger_commands,
+        "reset",
+        _ledger_cmd.reset,
+        json_help=None,
+        help="forget the committed batches",
+        description=_ledger_cmd.RESET_HELP,
+    )
     reset.add_argument("writer_id", metavar="WRITER_ID")
     reset.add_argument(
         "--yes", action="store_true", help="confirm: reset the ledger (see above for what it means)"
     )
-    add_connection_flags(reset)
-    reset.set_defaults(run=_ledger_reset)
-    _add_ledger_forget(ledger_commands)
+    forget = _leaf(
+        ledger_commands,
+        "forget",
+        _forget_cmd.forget,
+        json_help=None,
+        help="drop a recreated stream's committed end",
+        description=_forget_cmd.FORGET_HELP,
+    )
+    forget.add_argument("writer_id", metavar="WRITER_ID")
+    forget.add_argument("stream", metavar="STREAM")
 
     streams = commands.add_parser("streams", help="list the streams of a basin, describe one")
     streams_commands = streams.add_subparsers(dest="action", required=True, metavar="ACTION")
-    slist = streams_commands.add_parser("list", help="every stream of the basin, with its creation time")
+    slist = _leaf(
+        streams_commands,
+        "list",
+        _streams_cmd.list_streams,
+        help="every stream of the basin, with its creation time",
+    )
     slist.add_argument("--prefix", default="", help="only streams whose name starts with PREFIX")
-    slist.add_argument("--json", action="store_true", help=_JSON_HELP)
-    add_connection_flags(slist)
-    slist.set_defaults(run=_streams_list)
-    sdesc = streams_commands.add_parser(
-        "describe", help="one stream's tail, fencing token (with its writer id) and configuration"
+    sdesc = _leaf(
+        streams_commands,
+        "describe",
+        _streams_cmd.describe,
+        help="one stream's tail, fencing token (with its writer id) and configuration",
     )
     sdesc.add_argument("stream", metavar="STREAM")
-    sdesc.add_argument("--json", action="store_true", help=_JSON_HELP)
-    add_connection_flags(sdesc)
-    sdesc.set_defaults(run=_streams_describe)
 
     fences = commands.add_parser("fences", help="clear fencing tokens")
     fences_commands = fences.add_subparsers(dest="action", required=True, metavar="ACTION")
-    clear = fences_commands.add_parser(
-        "clear", help="remove the fencing token of streams", description=FENCES_HELP
+    clear = _leaf(
+        fences_commands,
+        "clear",
+        _fences_cmd.clear,
+        json_help=None,
+        help="remove the fencing token of streams",
+        description=_fences_cmd.HELP,
     )
     clear.add_argument("streams", nargs="+", metavar="STREAM")
-    add_connection_flags(clear)
-    clear.set_defaults(run=_fences_clear)
 
-    tail = commands.add_parser("tail", help="print a stream's last records decoded, one JSON object per line")
+    tail = _leaf(
+        commands,
+        "tail",
+        _tail,
+        json_help="timestamps as milliseconds since the epoch, as S2 stores them",
+        help="print a stream's last records decoded, one JSON object per line",
+    )
     tail.add_argument("stream", metavar="STREAM")
     tail.add_argument(
         "--format",
@@ -168,11 +156,6 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", type=int, default=10, help="print the last N records (default 10); command records do not count"
     )
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C")
-    tail.add_argument(
-        "--json", action="store_true", help="timestamps as milliseconds since the epoch, as S2 stores them"
-    )
-    add_connection_flags(tail)
-    tail.set_defaults(run=_tail)
 
     lite = commands.add_parser(
         "lite",
