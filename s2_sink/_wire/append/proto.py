@@ -2,20 +2,15 @@
 
 The record frame's columns (see `s2_sink.encoders._frame`) become the exact bytes the SDK would send
 for the same records (``s2_sdk._mappers.append_input_to_proto(...).SerializeToString()``), without a
-Python object per record. The messages are listed in `s2_sink._wire.append.fields`; the header
-fields are built in `s2_sink._wire.append.headers`.
+Python object per record. Fields are written in field-number order, as protobuf serializers do; proto3
+``bytes`` fields without presence (body, header name and value) are omitted when empty, ``optional`` ones
+are written whenever set (a timestamp of 0, an empty fencing token).
 
-Fields are written in field-number order, as protobuf serializers do; proto3 ``bytes`` fields without
-presence (body, header name and value) are omitted when empty, ``optional`` ones are written whenever
-set (a timestamp of 0, an empty fencing token).
-
-How: numpy computes every field's size over whole columns and packs the small parts (keys,
-varints, constant headers) row by row, one column for each run of them; Arrow's
-``binary_join_element_wise`` then concatenates, row by row, those columns with the Arrow buffers' own
-bytes (names, values, bodies) in C++; leading headers are joined straight into the record, ahead of
-its own headers. The records come out back to back in one
-buffer, each chunk's trailer (match_seq_num, fencing token) joined after its last record, so a chunk
-is one slice of that buffer.
+How: numpy computes every field's size over whole columns and packs the small parts (keys, varints,
+constant headers) into one column per run of them; Arrow's ``binary_join_element_wise`` then joins, row by
+row in C++, those columns with the Arrow buffers' own bytes (names, values, bodies). The records come out
+back to back in one buffer, each chunk's trailer (match_seq_num, fencing token) after its last record, so a
+chunk is one slice of that buffer.
 """
 
 from __future__ import annotations
@@ -109,16 +104,14 @@ def encode_append_inputs(
     trailers = _trailers(match_seq_nums, fencing_token, chunks)
     out: list[bytes] = []
     for lo, hi in _blocks(body, cuts):
+        block_cuts = cuts[lo : hi + 1]
         block_extras = extras[lo:hi] if extras is not None else None
-        out += _encode_block(
-            body,
-            headers,
-            timestamp,
-            leading,
-            cuts=cuts[lo : hi + 1],
-            extras=block_extras,
-            trailers=trailers[lo:hi],
+        records = _records_block(
+            body, headers, timestamp, leading, cuts=block_cuts, extras=block_extras, trailers=trailers[lo:hi]
         )
+        data = records.buffers()[2]
+        ends = binary_view(records).offsets[block_cuts - block_cuts[0]].tolist()
+        out += [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
     return out
 
 
@@ -189,24 +182,6 @@ def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
         block_bytes += b
     blocks.append((lo, len(rows)))
     return blocks
-
-
-def _encode_block(
-    body: pa.Array,
-    headers: pa.Array | None,
-    timestamp: pa.Array | None,
-    leading: Sequence[LeadingHeader],
-    *,
-    cuts: Ints,
-    extras: Sequence[bytes] | None,
-    trailers: Sequence[bytes],
-) -> list[bytes]:
-    """`encode_append_inputs` for the chunks between ``cuts`` (absolute rows), with each chunk's
-    serialized extra headers and trailer."""
-    records = _records_block(body, headers, timestamp, leading, cuts=cuts, extras=extras, trailers=trailers)
-    data = records.buffers()[2]
-    ends = binary_view(records).offsets[cuts - cuts[0]].tolist()
-    return [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
 
 
 def _records_block(
