@@ -4,6 +4,8 @@ planning process that needs nothing else of the write side."""
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = ["OPT_PREFLIGHT", "WRITE_KEYS"]
 
 OPT_FORMAT = "s2.format"
@@ -26,26 +28,7 @@ OPT_PREFLIGHT = "s2.preflight"
 """`_transport.preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which the processes that
 only unpickle `WriteOptions` (a ``df.write`` commit) or plan a read do without."""
 
-WRITE_KEYS = frozenset(
-    {
-        OPT_FORMAT,
-        OPT_KEY_COLUMN,
-        OPT_VALUE_COLUMN,
-        OPT_KEY_COLUMNS,
-        OPT_OP_COLUMN,
-        OPT_COMPACT,
-        OPT_HEADERS_COLUMN,
-        OPT_TIMESTAMP_COLUMN,
-        OPT_EXCLUDE_COLUMNS,
-        OPT_STREAM_COLUMN,
-        OPT_ON_ERROR,
-        OPT_DLQ_STREAM,
-        OPT_DELIVERY,
-        OPT_WRITER_ID,
-        OPT_REPLAY_PARTITIONING,
-        OPT_PREFLIGHT,
-        OPT_ORDER_BY,  # refused with the reason (see _refuse_change_order)
-        # Shared with the reader and harmless on a write (Spark passes reader options of a stream-to-stream
-        # pipeline only to the reader, but users often keep one option dict).
-    }
+# Every write option above; s2.order-by only to be refused with the reason (`_refuse_change_order`).
+WRITE_KEYS: Final[frozenset[str]] = frozenset(
+    value for name, value in list(globals().items()) if name.startswith("OPT_")
 )

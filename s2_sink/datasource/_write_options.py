@@ -45,8 +45,21 @@ if TYPE_CHECKING:
 
 __all__ = ["WRITE_KEYS", "WriteOptions", "parse_write_options"]
 
-_INSERT_ONLY = (OPT_KEY_COLUMN, OPT_VALUE_COLUMN)
 _UPSERT_ONLY = (OPT_KEY_COLUMNS, OPT_OP_COLUMN, OPT_COMPACT)
+_NOT_UPSERT = f"applies to {OPT_FORMAT}=upsert, not {{fmt!r}}"
+# Per s2.format: the options that do not apply to it, and why (``{fmt}`` is the format given).
+_REFUSED: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "json": (_UPSERT_ONLY, _NOT_UPSERT),
+    "raw": (_UPSERT_ONLY, _NOT_UPSERT),
+    "kafka": (
+        (*_UPSERT_ONLY, OPT_EXCLUDE_COLUMNS),
+        f"does not apply to {OPT_FORMAT}=kafka (only value is written)",
+    ),
+    "upsert": (
+        (OPT_KEY_COLUMN, OPT_VALUE_COLUMN),
+        f"applies to {OPT_FORMAT}=json|raw|kafka; upsert keys are {OPT_KEY_COLUMNS}",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +96,13 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
     timestamp = _get(options, OPT_TIMESTAMP_COLUMN) or None
     exclude_raw = _get(options, OPT_EXCLUDE_COLUMNS)
     exclude = _names(OPT_EXCLUDE_COLUMNS, exclude_raw) if exclude_raw is not None else []
+    if fmt not in _REFUSED:
+        raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert | kafka")
+    refused, why = _REFUSED[fmt]
+    for name in refused:
+        if _get(options, name) is not None:
+            raise ConfigError(f"option {name} {why.format(fmt=fmt)}")
     if fmt in ("json", "raw"):
-        for name in _UPSERT_ONLY:
-            if _get(options, name) is not None:
-                raise ConfigError(f"option {name} applies to {OPT_FORMAT}=upsert, not {fmt!r}")
         key_raw = _get(options, OPT_KEY_COLUMN)
         if key_raw is not None:
             # The record key only routes S2Writer's shards and partition_by_key; format('s2') has neither,
@@ -104,35 +120,23 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
             exclude_columns=exclude,
         )
     if fmt == "kafka":
-        for name in (*_UPSERT_ONLY, OPT_EXCLUDE_COLUMNS):
-            if _get(options, name) is not None:
-                raise ConfigError(
-                    f"option {name} does not apply to {OPT_FORMAT}=kafka (only value is written)"
-                )
         return KafkaEncoder(
             value_column=_get(options, OPT_VALUE_COLUMN) or "value",
             key_column=_get(options, OPT_KEY_COLUMN) or None,
             headers_column=headers,
             timestamp_column=timestamp,
         )
-    if fmt == "upsert":
-        for name in _INSERT_ONLY:
-            if _get(options, name) is not None:
-                raise ConfigError(
-                    f"option {name} applies to {OPT_FORMAT}=json|raw|kafka; upsert keys are {OPT_KEY_COLUMNS}"
-                )
-        keys_raw = _get(options, OPT_KEY_COLUMNS)
-        if keys_raw is None:
-            raise ConfigError(f"{OPT_FORMAT}=upsert needs {OPT_KEY_COLUMNS}, e.g. 'id' or 'tenant,id'")
-        return UpsertEncoder(
-            _names(OPT_KEY_COLUMNS, keys_raw),
-            op_column=_get(options, OPT_OP_COLUMN) or None,
-            compact=parse_bool(OPT_COMPACT, _get(options, OPT_COMPACT) or "false"),
-            headers_column=headers,
-            timestamp_column=timestamp,
-            exclude_columns=exclude,
-        )
-    raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert | kafka")
+    keys_raw = _get(options, OPT_KEY_COLUMNS)
+    if keys_raw is None:
+        raise ConfigError(f"{OPT_FORMAT}=upsert needs {OPT_KEY_COLUMNS}, e.g. 'id' or 'tenant,id'")
+    return UpsertEncoder(
+        _names(OPT_KEY_COLUMNS, keys_raw),
+        op_column=_get(options, OPT_OP_COLUMN) or None,
+        compact=parse_bool(OPT_COMPACT, _get(options, OPT_COMPACT) or "false"),
+        headers_column=headers,
+        timestamp_column=timestamp,
+        exclude_columns=exclude,
+    )
 
 
 def _delivery(options: Mapping[str, str], *, streaming: bool) -> str:
