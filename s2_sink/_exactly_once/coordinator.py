@@ -1,25 +1,17 @@
 """Driver side of exactly-once delivery: one `Coordinator` per `S2Writer`, two calls per micro-batch.
 
-``begin_batch(batch_id, spark_run)`` returns either "skip: already committed" (a replay of a batch the
-ledger already has) or the `EpochPlan` to write it with; ``commit_batch(batch_id, ends)`` records it in
-the ledger once every task succeeded.
+``begin_batch(batch_id, spark_run)`` returns None for a batch the ledger already has (a replay) or the
+`EpochPlan` to write it with; ``commit_batch(batch_id, ends)`` records it once every task succeeded.
 
-A run (one epoch) lasts as long as one start of the streaming query. A new start is seen however the
-query was restarted — a new process, or ``start()`` again in the same process with the same writer
-object — and every one of them reloads the ledger and opens a new epoch: the Spark run id changed, or a
-batch began and was never committed. Within one start Spark calls ``foreachBatch`` one batch at a time, in
-increasing order, each call finishing before the next, so a batch this start already committed, begun
-again, is a second call of the writer in one micro-batch: refused (`ConfigError`). Where the run id cannot
-be read (Spark Connect, where every start is a new process anyway, or a callback off Spark's thread) the
-writer cannot tell that second call from a restart in the same process, and refuses it too (fail closed).
+A run (one epoch) lasts one start of the streaming query. A new start — a new process, or ``start()`` again
+with the same writer object: the Spark run id changed, or a batch began and was never committed — reloads
+the ledger, checks what the restart changed in the configuration (`shape.check_restart`) and opens a new
+epoch. Within one start Spark calls ``foreachBatch`` one batch at a time in increasing order, so a batch
+this start already committed, begun again, is a second call in one micro-batch: refused (`ConfigError`),
+also where the run id cannot be read (fail closed).
 
-The first run of a start checks what the restart changed in the writer's configuration against what the
-ledger recorded (`shape.check_restart`): any change goes on when nothing is in flight; a micro-batch in
-flight refuses the changes its replay could not recover. Happy path I/O: two conditional ledger appends
-per micro-batch (an
-``intent`` before its tasks start, the ``commit`` after they finished); a run
-additionally reads the ledger tail once, appends its ``open`` record and fences the static target
-streams once. The tasks sign in to their partitions' registers (`sign_in_registers`); the driver does not.
+Happy path I/O: two conditional ledger appends per micro-batch (an ``intent`` before its tasks, the
+``commit`` after); a run also reads the ledger once, appends its ``open`` and fences the static streams.
 """
 
 from __future__ import annotations

@@ -1,33 +1,23 @@
 """Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
 
-A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~``, and a generation bump also names the task attempt
-that made it: ``s2sink:<writer-hash8>:<epoch>.<gen>~<partition>.<task-id>``; every number is in base 36,
-so a token fits S2's 36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes). Tokens of earlier versions,
-``s2sink:<writer-hash8>:<epoch>.<gen>`` in decimal (no ``~``), are still read. ``epoch`` is the writer's
-run number from the ledger: a restarted driver gets a higher one, so tasks of an older run (zombies) get
-``412 fencing_token_mismatch`` once the new run has fenced a stream. ``gen`` is bumped by a task
-*retry* before it reads the stream back: the bump is a barrier after which nothing an earlier attempt
-still had in flight can land.
+A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~[<partition>.<task-id>]`` in base 36, so it fits S2's
+36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes); 0.1.0's decimal tokens (no ``~``) are still
+read. ``epoch`` is the writer's run number from the ledger: once a restarted driver fenced a stream, tasks
+of the older run (zombies) get ``412 fencing_token_mismatch``. ``gen`` is bumped by a task *retry*, which
+names itself in the token, before it reads the stream back: nothing an earlier attempt still had in flight
+can land after that barrier.
 
-Attempts of one partition are ordered by Spark's task id (``taskAttemptId``), not by attempt number: task
-ids come from one counter per SparkContext in launch order, so a later attempt always has a higher one,
-also across stage retries, which restart attempt numbers at 0 (SPARK-24552). On a 412, a task adopts a
-newer generation of its epoch, or fences over an empty (cleared) or foreign token, only if no fence since
-the micro-batch's start was made by a later attempt of its own partition (the zombie check: one record of
-the partition's sign-in register, or for a take-over the stream's fence records, which stay in the stream
-whatever the token is now): live siblings go on (a 412 means
-their append was not applied, so re-sending it is safe); an earlier attempt of a partition that was
-retried — a zombie — gets `FencedError` and never writes again. Every fence a task makes inside an epoch
-is a new generation named by the task (generation 0 only over an older run of ours), so a token it puts
-back is never the one a zombie appends with. Every adoption is itself conditional: a bump after the check
-changes the token, the next append gets a 412, and the check runs again.
+Attempts of one partition are ordered by Spark's task id, not attempt number: task ids come from one
+counter per SparkContext in launch order, also across stage retries, which restart attempt numbers at 0
+(SPARK-24552). On a 412 a task adopts a newer generation, or fences over an empty or foreign token, only
+if no later attempt of its partition fenced since the micro-batch's start (the zombie check); a zombie gets
+`FencedError` and never writes again. A token it puts back is a new generation named by itself, so never
+the one a zombie appends with.
 
-Fencing tokens are one per stream and cooperative: appends without a token are always accepted, so
-at-least-once writers and other tools can share a stream. A token that is not ours, or ours from a newer
-run, is never overwritten: that is a ``FencedError`` naming the stream and the token.
-
-Every fence is itself conditional (``fencing_token=<the token we saw>``), so two runs racing to fence
-the same stream cannot both win.
+Tokens are cooperative: appends without one are always accepted (at-least-once writers and other tools
+can share a stream). A token that is not ours, or ours from a newer run, is never overwritten: that is a
+``FencedError`` naming the stream and the token. Every fence is conditional on the token seen, so two
+racing fencers cannot both win, and a bump after a check makes the next append fail and check again.
 """
 
 from __future__ import annotations
@@ -211,26 +201,18 @@ async def fence_if_older(
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
-    `current` is the token a 412 just reported, if known (saves a probe). Every fence append is
-    conditional on the token we saw, so concurrent fencers serialize; a newer token of ours, a non-s2_sink
-    token or (unless `may_take_over`) another s2_sink writer's token raises FencedError.
+    `current` is the token a 412 just reported, if known (saves a probe). Without `me` (the driver, before
+    any task of the epoch runs) the stream gets ``mine``. With `me` (a task attempt), the zombie check
+    (`check_not_superseded`, from `since`, the micro-batch's start; through `attendance`, the attempt's
+    sign-in register, where it can answer) runs before any token change or adoption, and a fence it makes
+    (``bump=True``, or over an empty or foreign token) is a new generation above every one it saw. A task
+    fences to ``mine`` itself (generation 0) only over an older run of ours, whose fences are refused so no
+    barrier of this run can be undone, or over the empty token of a stream holding no record at all (a
+    routed stream created in this run: nobody ever fenced it).
 
-    Without `me` (the driver, before any task of the epoch runs) the stream gets ``mine``. With `me` (a
-    task attempt), before any token change or adoption the zombie check runs (`check_not_superseded`:
-    a later attempt of its partition fenced the stream at or after `since`, the micro-batch's start →
-    FencedError), and any fence it makes — a retry's barrier (``bump=True``), or a take-over of an empty
-    (cleared) or foreign token — is a new generation named by the attempt, above every generation of the
-    epoch it saw: never the token an earlier attempt of this run may still append with. Only over an
-    older run of ours does a task fence to ``mine`` itself (generation 0): no token of this run can have
-    been replaced by an older run's, whose fences are refused, so no barrier of this run is undone; and
-    over the empty token of a stream that holds no record at all (a routed stream created in this run):
-    nobody ever fenced it, so there is no barrier to undo, and no generation to report to later batches.
-    `attendance` makes the zombie check read the attempt's sign-in register instead of the stream.
-
-    `end` is the ledger's committed end of the stream, if it has one: before fencing over a token that is
-    not ours (empty or foreign) the tail is read, and a tail below `end` is a stream deleted and recreated
-    (`StreamResetError`): our appends carry a token, so none of them can land in a new incarnation of the
-    stream before one of these checked fences. `writer_id` names the writer in that error's fix.
+    `end` is the ledger's committed end of the stream: before fencing over a token that is not ours, a
+    tail below it is a stream deleted and recreated (`StreamResetError`, whose fix names `writer_id`); our
+    appends carry a token, so none can land in a new incarnation before such a checked fence.
 
     Failures another attempt may fix are retried until `patience`'s deadline: every step is a read or a
     conditional fence (if one landed, the next try's 412 shows our token).

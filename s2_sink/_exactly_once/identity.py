@@ -36,10 +36,8 @@ from s2_sink.errors import ConfigError
 __all__ = [
     "QUERY_ID_PROPERTY",
     "SessionFacts",
-    "check_no_speculation",
     "query_id_from_checkpoint",
     "query_run_id",
-    "resolve_identity",
     "run_id_of_thread",
     "session_facts",
     "speculation_refused",
@@ -66,6 +64,14 @@ def validate_writer_id(writer_id: str) -> str:
     return writer_id
 
 
+def _spark_context(spark: Any) -> Any | None:
+    """The session's SparkContext; None under Spark Connect (4.x raises the one error, 3.5 the other)."""
+    try:
+        return spark.sparkContext
+    except (AttributeError, NotImplementedError):
+        return None
+
+
 def _local_property(spark: Any, name: str, what: str) -> str | None:
     """A streaming local property of the calling thread; None where Spark has no SparkContext (Connect).
 
@@ -73,9 +79,8 @@ def _local_property(spark: Any, name: str, what: str) -> str | None:
     this query and the detection of a restarted query rest on it, so exactly-once refuses rather than
     guessing.
     """
-    try:
-        sc = spark.sparkContext
-    except (AttributeError, NotImplementedError):  # Spark Connect: 4.x raises the one, 3.5 the other
+    sc = _spark_context(spark)
+    if sc is None:
         return None
     try:
         value = sc.getLocalProperty(name)
@@ -96,13 +101,8 @@ def query_run_id(spark: Any, query_id: str | None) -> str | None:
     """The id of this start of the streaming query `query_id`, from the name of the thread calling
     ``foreachBatch`` (classic Spark runs the Python function on the stream execution thread); None where it
     cannot be read (Spark Connect, another thread, another query's name). A new id at every ``start()``."""
-    if query_id is None:
-        return None
-    try:
-        jvm = spark.sparkContext._jvm
-    except (AttributeError, NotImplementedError):  # Spark Connect
-        return None
-    if jvm is None:
+    jvm = getattr(_spark_context(spark), "_jvm", None)
+    if query_id is None or jvm is None:
         return None
     try:
         name = str(jvm.java.lang.Thread.currentThread().getName())
@@ -122,35 +122,15 @@ def run_id_of_thread(name: str, query_id: str) -> str | None:
 def writer_identity(explicit: str | None, query_id: str | None) -> tuple[str, str | None]:
     """``(writer_id, query_id)`` of an `S2Writer`: the explicit ``writer_id``, else the streaming query id;
     ConfigError when neither can be had. No configuration enters it (see the module docstring)."""
-    return _chosen_id(explicit, query_id), query_id
-
-
-def resolve_identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:
-    """``(writer_id, query_id)`` read off `spark`: the explicit id or the streaming query id."""
     if explicit is not None:
-        validate_writer_id(explicit)
-    return writer_identity(explicit, _query_id(spark))
-
-
-def _chosen_id(explicit: str | None, query_id: str | None) -> str:
-    if explicit is not None:
-        return validate_writer_id(explicit)
+        return validate_writer_id(explicit), query_id
     if query_id is None:
         raise ConfigError(
             "delivery='exactly-once' needs a stable writer identity: the streaming query id is not "
             "available here (Spark Connect, or the writer was called outside foreachBatch). Pass "
             "writer_id='<a name unique to this query, kept across restarts>' to S2Writer"
         )
-    return query_id
-
-
-def check_no_speculation(spark: Any) -> None:
-    """Refuse speculative execution: two live attempts of one task would race on the same records.
-
-    A setting that cannot be read is refused too: exactly-once cannot tell that speculation is off.
-    """
-    if _speculation_on(spark):
-        raise speculation_refused()
+    return query_id, query_id
 
 
 def speculation_refused() -> ConfigError:
@@ -163,6 +143,8 @@ def speculation_refused() -> ConfigError:
 
 
 def _speculation_on(spark: Any) -> bool:
+    """Whether speculative execution is on; a setting that cannot be read is a ConfigError (exactly-once
+    cannot tell that it is off)."""
     try:
         value = str(spark.conf.get("spark.speculation", "false")).strip().lower()
     except _SPARK_ERRORS as exc:
@@ -192,20 +174,11 @@ class SessionFacts:
 def session_facts(spark: Any) -> SessionFacts:
     """Read `SessionFacts` off a SparkSession (ConfigError where a fact cannot be read). With speculation on,
     nothing else is read: the write is refused for that first."""
-    connect = _is_connect(spark)
+    connect = _spark_context(spark) is None
     if _speculation_on(spark):
         return SessionFacts(None, None, connect, speculation=True)
     query_id = _query_id(spark)
     return SessionFacts(query_id, query_run_id(spark, query_id), connect)
-
-
-def _is_connect(spark: Any) -> bool:
-    """Whether `spark` is a Spark Connect session (it has no SparkContext)."""
-    try:
-        spark.sparkContext  # noqa: B018 - the property raises under Spark Connect
-    except (AttributeError, NotImplementedError):  # 4.x raises the one, 3.5 the other
-        return True
-    return False
 
 
 def _local_dir(location: str) -> str | None:

@@ -1,30 +1,24 @@
 """The ledger: one S2 stream per writer identity recording its runs and committed micro-batches.
 
-Stream ``_s2sink/ledger/<writer_id>`` in the target basin; the record format (state records, stream ends
-as deltas and periodic snapshots, trimming) is in `ledger_records`::
+Stream ``_s2sink/ledger/<writer_id>`` in the target basin; the record format (``open``, ``intent`` and
+``commit`` state records, stream ends as deltas and periodic snapshots, trimming) is `ledger_records`'.
+An ``open`` starts an epoch (the previous + 1: the fencing epoch) of ``scope`` ``run`` (`S2Writer`: every
+micro-batch of a driver run) or ``batch`` (``format("s2")``: one execution of one micro-batch); a
+``commit`` says micro-batch ``committed`` is fully written, with the stream ends where the next batch's
+records can start (read-back starts there on the recovery path).
 
-    {"v": 2, "kind": "open"|"commit", "epoch": 3, "run": "<uuid>", "query_id": "<spark query id>"|null,
-     "committed": 41, "scope": "run", "base": 1200, "full": false, "parts": 0, "ends": {"<stream>": 17}}
-
-- ``open``: a driver run starts; ``epoch`` = previous + 1 (the fencing epoch of that run). ``scope`` says
-  what the epoch may write: ``run`` (`S2Writer`: every micro-batch of a driver run) or ``batch``
-  (``format("s2")``: one execution of one micro-batch).
-- ``commit``: micro-batch ``committed`` is fully written; the stream ends are lower bounds for where the
-  next batch's records can start (read-back starts there on the recovery path).
-
-Loading reads back from the tail to the last state record (skipping command records and ``ends``
-pieces), then folds the stream ends from its ``base``. Every append carries ``match_seq_num`` = the tail
-this driver last saw, so a second driver using the same identity makes one of them fail with
-WriterConflictError instead of interleaving.
+Loading reads back from the tail to the last state record, then folds the stream ends from its ``base``.
+Every append carries ``match_seq_num`` = the tail this driver last saw, so a second driver using the same
+identity makes one of them fail with WriterConflictError instead of interleaving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from s2_sdk import (
     AppendInput,
@@ -59,6 +53,8 @@ from s2_sink.errors import CommitError, WriterConflictError
 __all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "current_ledgers_of", "ledger_stream_name", "peek_all"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
 # One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
@@ -129,14 +125,7 @@ class Ledger:
                 await self._retain_forever()
             return tail, state, at
 
-        try:
-            tail, state, at = await patiently(
-                self._patience, f"reading the exactly-once ledger {self.name!r}", read
-            )
-        except S2Error as exc:
-            raise CommitError(
-                f"cannot read the exactly-once ledger {self.name!r}: {self._words(exc)}"
-            ) from exc
+        tail, state, at = await self._reading(read)
         self.state, self.tail, self._state_at = state, tail, at
         return state
 
@@ -174,6 +163,10 @@ class Ledger:
                 return seen
             return tail, (await self._read_state(tail))[0] if tail > 0 else LedgerState()
 
+        return await self._reading(read)
+
+    async def _reading(self, read: Callable[[], Awaitable[T]]) -> T:
+        """`read`, retried until the delivery deadline; what still fails is a CommitError in words."""
         try:
             return await patiently(self._patience, f"reading the exactly-once ledger {self.name!r}", read)
         except S2Error as exc:

@@ -1,36 +1,19 @@
 """Sign-in registers (the roll call): every task attempt of an exactly-once micro-batch signs in before its
 first append.
 
-Spark restarts attempt numbers at 0 when it retries a whole stage (a ``FetchFailed`` after an executor
-was lost, SPARK-24552), and pyspark's `TaskContext` has no stage attempt number, so a task cannot tell
-from its context whether an earlier attempt of its partition already wrote part of it. The sign-in tells
-it. Each partition of a writer has a register stream, ``_s2sink/register/<writer_id>/<partition>``, whose
-last record is the last attempt of that partition to sign in, ``{writer, epoch, batch, partition, task
-id}``. An attempt reads that record (one record before the tail), decides, and appends its own sign-in on
-the condition that nothing was appended since (``match_seq_num``), so the register's records are a total
-order of the partition's attempts; when another attempt got in between, it reads again and decides again.
+Spark restarts attempt numbers at 0 when it retries a whole stage (SPARK-24552), and pyspark's
+`TaskContext` has no stage attempt number, so only the sign-in tells a task whether an earlier attempt of
+its partition already wrote part of it. Each partition has a register stream,
+``_s2sink/register/<writer_id>/<partition>``, whose last record is the last attempt to sign in,
+``{writer, epoch, batch, partition, task id}``; a sign-in is a compare-and-swap on it (``match_seq_num``),
+so the register is a total order of the partition's attempts. After an earlier attempt of the same epoch
+and batch, this one is a retry (barrier and read-back, `task_hooks.Dedupe`); after a later attempt, batch
+or epoch, it is a zombie and stops before writing. While an attempt's own sign-in is the last record, no
+later attempt has fenced anything, so the zombie check reads that one record (`still_last`).
 
-- An earlier attempt of its partition (lower task id) signed in for the same epoch and micro-batch: this
-  attempt is a retry, whatever its attempt number, so it puts up a barrier and reads back before writing
-  (`task_hooks.Dedupe`).
-- A later attempt (higher task id; Spark hands out task ids in launch order) signed in first: this one
-  is a zombie that started late; it stops before writing anything.
-- An attempt of a later micro-batch or epoch signed in: the query has moved past this attempt's
-  micro-batch (or run); it is a late zombie and stops before writing anything.
-- An earlier attempt that signed in before a later one and still writes meets the later attempt's
-  barrier: on the 412 it re-reads the register (`still_last`) and finds the later sign-in.
-
-The register's records only move forward: a sign-in lands only after the record before it, and an
-attempt never signs in after a later attempt, micro-batch or epoch. So while an attempt's own sign-in is
-its register's last record, no later attempt of its partition has signed in, hence none has fenced any
-stream (a task signs in before its first fence): the zombie check reads that one record instead of
-scanning every stream it adopts a token on for fence records.
-
-A task reads one record and makes two requests whatever the number of tasks; the driver does not touch the
-registers. A register is created by the first sign-in that finds it missing. It keeps its records until
-trimmed (no retention: a register that forgot its last sign-in would let a zombie of a long-gone batch sign
-in as a first attempt); every `_TRIM_EVERY` records a sign-in carries a trim command before it, so a
-register holds at most that many records and always its last sign-in.
+A register keeps its records until trimmed (no retention: one that forgot its last sign-in would let a
+zombie sign in as a first attempt); every `_TRIM_EVERY` records a sign-in carries a trim before it. Details:
+docs/exactly-once.md, *Per micro-batch*.
 """
 
 from __future__ import annotations

@@ -1,36 +1,23 @@
 """Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per run of clean micro-batches.
 
-A Python streaming sink gets no driver step that knows the micro-batch id before its tasks run: for every
-micro-batch Spark creates the writer on the driver, pickles it to the tasks, and later calls
-``commit(messages, batch_id)`` on a writer it creates again in another process. So the steps of
-`S2Writer`'s design (docs/exactly-once.md) are placed differently:
+A Python streaming sink gets no driver step that knows the micro-batch id before its tasks run: Spark
+pickles the writer to the tasks, then calls ``commit(messages, batch_id)`` on a writer it creates again in
+another process. So `S2Writer`'s steps are placed differently:
 
-- driver, when the writer is pickled for the tasks (`open_sink_run`): plan the execution. When this
-  Python process planned the previous execution of this writer and the ledger's last state record is
-  that execution's ``commit`` (nobody appended since), the epoch goes on: an ``intent`` record announces
-  the batch after the commit, nothing is fenced. Otherwise (a fresh process, a failed or killed
-  execution, another driver) read the ledger, append an ``open`` record with the next epoch and fence the
-  static target streams to it;
-- executors (`SinkRun.plan_batch`): each task learns its micro-batch id; a batch the ledger already has
-  is written by nobody; otherwise the write plan gets this epoch's token, tagger, token keeper and dedupe
-  hook. The run carries the ledger's stream ends as `S2Writer`'s plans do (an `EndsRef`: the static
-  streams' inline, the rest by the ledger position of the state record), and its ledger states without
-  them, so what every task receives does not grow with the streams the writer ever committed;
-- driver, in ``commit`` (`commit_sink_run`): append ``commit`` on top of this execution's ``open`` or
-  ``intent``. The commit needs that state's ends (it merges the batch's into them): the process that
-  planned the execution keeps them; another process (Spark may commit in a different Python worker) reads
-  them back from the ledger once.
+- driver, when the writer is pickled (`open_sink_run`): when this process planned the previous execution
+  and the ledger still ends in that execution's ``commit``, the epoch goes on with an ``intent`` for the
+  next batch; otherwise it appends an ``open`` with the next epoch and fences the static target streams;
+- executors (`SinkRun.plan_batch`): a task learns its batch id; a batch the ledger has is written by
+  nobody, any other gets this epoch's plan (its stream ends as an `EndsRef`, so what tasks receive does not
+  grow with the streams the writer ever committed);
+- driver, in ``commit`` (`commit_sink_run`): ``commit`` on top of this execution's ``open`` or ``intent``,
+  whose ends the planning process keeps and another process reads back once.
 
-Every execution announces its batch before its tasks start (the ``open`` of a new epoch, or an
-``intent``), so a ledger ending in a ``commit`` has nothing in flight. The epoch keeps scope ``batch``
-for that reason: each of its batches is announced by the state record right before it, so a commit ends
-what was announced and the next planning is a recovery only after an ``open`` or ``intent``
-(`LedgerState.may_have_written_next`).
-
-Recovery differs: the sink cannot repartition a replay by record content, so after a driver restart each
-task subtracts what earlier executions wrote under its own partition id, and (unless the user vouches for
-the partitioning with ``s2.replay-partitioning=same``) refuses, with `ReplayMismatchError`, a record it
-still has to write that an earlier execution wrote under another partition id.
+Every execution announces its batch before its tasks start, so a ledger ending in a ``commit`` has nothing
+in flight (the epoch's scope is ``batch``). A replay cannot be repartitioned by content: after a driver
+restart each task subtracts what earlier executions wrote under its partition id, and (unless
+``s2.replay-partitioning=same``) refuses with `ReplayMismatchError` a record still to write that an
+earlier execution wrote under another. Details: docs/exactly-once.md, *df.writeStream.format("s2")*.
 """
 
 from __future__ import annotations

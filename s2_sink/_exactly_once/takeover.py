@@ -1,35 +1,15 @@
 """Take-overs between exactly-once identities, decided on evidence rather than guessed.
 
-An identity is the query id or an explicit ``writer_id`` (`identity`), so a writer whose ledger is empty is
-either new, or the same writer under a new name: a ``writer_id`` spelled anew on the same checkpoint, given
-for the first time, or dropped. That earlier identity may have committed batches Spark replays, or left one
-half-written; writing as a new identity would duplicate both. So at its first start a new identity looks at
-the ledgers of the basin that name the same streaming query:
-
-- a ledger another writer object of this process uses in this start of the query is another writer of the
-  query (`in_use`): never a predecessor;
-- a ledger moved to another identity (``moved_to``) points at that identity's ledger, which is a candidate
-  in its own right; where that take-over was cut between its two appends (the other identity's ledger is
-  still empty), it is finished first, as the other identity's next start would finish it;
-- of the rest, the evidence is the routing each ledger recorded last (`WriteShape.routing`): the one ledger
-  with this writer's routing (or none recorded: ledgers of earlier versions) is taken over — its state
-  (epoch, committed batch, stream ends, configurations in flight, and the hash its tokens and chunk tags
-  carry) goes into this ledger, after a ``moved_to`` record in the old one; both appends are conditional,
-  and a ``moved_to`` naming another identity (two drivers starting together under new ids) is a
-  `WriterConflictError` naming both, so two claimants never both win. The writer then goes on exactly once:
-  a half-written batch is a recovery under the old hash (its records read back as ours), and a change of
-  configuration is checked as for any restart (`shape`). Several with this routing: `WriterConflictError`
-  listing them;
-- ledgers with another routing are other writers of the query, or this one renamed with a new routing:
-  the two cannot be told apart. Where that matters for this micro-batch (one of them has it in flight, or
-  committed it while Spark replays it), `WriterConflictError` naming them and the safe fixes; otherwise the
-  writer starts anew (each batch it writes is new to all of them);
-- where the query id is unknown (Spark Connect), ledgers cannot be matched to the query: a ledger with this
-  routing and a batch in flight under another ``writer_id`` is a `WriterConflictError` naming both ids;
-- otherwise a new writer — unless its own task attempts' sign-in registers exist (`check_not_lost`): only
-  a started writer has them, so its ledger was deleted or recreated empty. What it committed and left half
-  written is gone with it, so the writer stops (`CommitError` naming the registers and the fix) rather than
-  write again what Spark replays.
+A new identity (its ledger empty) may be an earlier one renamed: a ``writer_id`` spelled anew on the same
+checkpoint, given for the first time, or dropped. Writing as new would duplicate what the earlier identity
+committed or left half-written, so at its first start it looks at the basin's ledgers that name the same
+query: a ledger another writer object of this start uses (`in_use`) is never a predecessor; ``moved_to``
+points at a successor, a candidate in its own right (whose take-over, if cut between its two appends, is
+finished first); of the rest, the one with this writer's routing is taken over by two conditional appends
+(a ``moved_to`` in the old ledger, then its state in this one), exclusively; ledgers with another routing
+that have this micro-batch in flight or committed are a `WriterConflictError` (another writer of the query
+and this one renamed cannot be told apart). A new identity whose own sign-in registers exist lost its
+ledger (`check_not_lost`). The rules and their reasons: docs/exactly-once.md, *Take-overs*.
 
 Cost: only at the first start of an identity whose ledger is empty: one listing of the basin's ledgers, one
 read of each ledger's last state, and one listing of the identity's registers.

@@ -12,7 +12,12 @@ from py4j.protocol import Py4JNetworkError
 from pyspark.errors import PySparkAttributeError
 from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
-from s2_sink._exactly_once.identity import check_no_speculation, resolve_identity, run_id_of_thread
+from s2_sink._exactly_once.identity import (
+    run_id_of_thread,
+    session_facts,
+    speculation_refused,
+    writer_identity,
+)
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 from tests.faults._support import cfg_for
@@ -55,22 +60,29 @@ class _ClassicLikeSession:
 
     def __init__(self, error: Exception) -> None:
         self.sparkContext = _Context(error)
+        self.conf = _Conf({})
+
+
+def _identity(explicit: str | None, spark: Any) -> tuple[str, str | None]:
+    """What `S2Writer` does with a session: read its facts, then choose the identity."""
+    return writer_identity(explicit, session_facts(spark).query_id)
 
 
 def test_speculation_is_refused_with_a_clear_error() -> None:
     """spark.speculation=true makes exactly-once refuse to write, naming the setting and the way out."""
+    assert session_facts(_ConnectLikeSession(**{"spark.speculation": "true"})).speculation
+    assert not session_facts(_ConnectLikeSession(**{"spark.speculation": "false"})).speculation
+    assert not session_facts(_ConnectLikeSession()).speculation
     with pytest.raises(ConfigError, match=r"spark\.speculation=true.*at-least-once"):
-        check_no_speculation(_ConnectLikeSession(**{"spark.speculation": "true"}))
-    check_no_speculation(_ConnectLikeSession(**{"spark.speculation": "false"}))
-    check_no_speculation(_ConnectLikeSession())
+        raise speculation_refused()
 
 
 def test_identity_without_query_id_requires_writer_id() -> None:
     """Without a reachable streaming query id (Spark Connect), exactly-once asks for writer_id; an explicit
     writer_id is used as is."""
     with pytest.raises(ConfigError, match="writer_id"):
-        resolve_identity(None, _ConnectLikeSession())
-    assert resolve_identity("orders-to-s2", _ConnectLikeSession()) == ("orders-to-s2", None)
+        _identity(None, _ConnectLikeSession())
+    assert _identity("orders-to-s2", _ConnectLikeSession()) == ("orders-to-s2", None)
 
 
 def test_writer_id_is_validated_when_the_writer_is_built() -> None:
@@ -87,7 +99,7 @@ def test_speculation_that_cannot_be_read_is_refused() -> None:
     naming the setting and the way out, with Spark's error chained."""
     lost = SparkConnectGrpcException("connection to the Spark Connect server lost")
     with pytest.raises(ConfigError, match=r"could not read spark\.speculation.*at-least-once") as info:
-        check_no_speculation(_ConnectLikeSession(conf_error=lost))
+        session_facts(_ConnectLikeSession(conf_error=lost))
     assert info.value.__cause__ is lost
 
 
@@ -97,18 +109,18 @@ def test_query_id_that_cannot_be_read_is_refused() -> None:
     since the ledger's query check rests on the same id."""
     gone = Py4JNetworkError("An error occurred while trying to connect to the Java server")
     with pytest.raises(ConfigError, match=r"could not read the streaming query id.*writer_id") as info:
-        resolve_identity(None, _ClassicLikeSession(gone))
+        _identity(None, _ClassicLikeSession(gone))
     assert info.value.__cause__ is gone
     with pytest.raises(ConfigError, match="could not read the streaming query id"):
-        resolve_identity("orders-to-s2", _ClassicLikeSession(gone))
+        _identity("orders-to-s2", _ClassicLikeSession(gone))
 
 
 def test_unexpected_errors_in_the_checks_are_not_swallowed() -> None:
     """An error that is not Spark's (a bug, a wrong object) propagates from both checks as it is."""
     with pytest.raises(TypeError, match="not a session"):
-        check_no_speculation(_ConnectLikeSession(conf_error=TypeError("not a session")))
+        session_facts(_ConnectLikeSession(conf_error=TypeError("not a session")))
     with pytest.raises(TypeError, match="not a session"):
-        resolve_identity(None, _ClassicLikeSession(TypeError("not a session")))
+        _identity(None, _ClassicLikeSession(TypeError("not a session")))
 
 
 def test_the_run_id_is_read_from_the_stream_execution_threads_name() -> None:
