@@ -171,12 +171,10 @@ def json_parts(arr: pa.Array, dtype: DataType) -> Parts:
 
 
 def _fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
-    if isinstance(dtype, INTEGRAL_TYPES):
+    if isinstance(dtype, (*INTEGRAL_TYPES, DecimalType)):
         return _finish(pc.cast(arr, pa.string()), arr)
     if isinstance(dtype, BooleanType):
         return _finish(pc.if_else(arr, "true", "false"), arr)
-    if isinstance(dtype, DecimalType):
-        return _finish(pc.cast(arr, pa.string()), arr)
     if isinstance(dtype, BinaryType):
         return _per_value(arr, lambda v: '"' + binascii.b2a_base64(v, newline=False).decode() + '"')
     if isinstance(dtype, DateType):

@@ -10,27 +10,32 @@ from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, MAX_RECORD_BYTES
 from s2_sink.encoders._lists import list_parts, per_row_sum
 from s2_sink.encoders._metered import metered_bytes
 
-__all__ = ["first_error", "headers", "nulls", "oversize_errors", "timestamp"]
-
-
-def nulls(n: int, dtype: pa.DataType) -> pa.Array:
-    """An all-null array."""
-    return pa.nulls(n, dtype)
+__all__ = ["first_error", "headers", "oversize_errors", "raw_body", "timestamp"]
 
 
 def first_error(n: int, *errors: pa.Array | None) -> pa.Array:
     """Row-wise first non-null message."""
     present = [e for e in errors if e is not None and e.null_count != len(e)]
     if not present:
-        return nulls(n, pa.string())
+        return pa.nulls(n, pa.string())
     return present[0] if len(present) == 1 else pc.coalesce(*present)
+
+
+def raw_body(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, pa.Array | None]:
+    """(bodies from a binary or string ``value`` column, null as b"", the error of each null row or None)."""
+    value = batch.column(column)
+    body = pc.fill_null(pc.cast(value, pa.binary()), b"")
+    if not value.null_count:
+        return body, None
+    text = msg.null_column("value", column)
+    return body, pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
 
 
 def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
     """(``_s2_headers`` from a Kafka-shaped headers column, error array or None)."""
     n = len(batch)
     if column is None:
-        return nulls(n, HEADERS_ARROW_TYPE), None
+        return pa.nulls(n, HEADERS_ARROW_TYPE), None
     col = batch.column(column)
     offsets, entries = list_parts(col)
     index = entries.type.get_field_index
@@ -53,7 +58,7 @@ def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.A
     """(``_s2_timestamp`` in ms from an integral-ms or timestamp column, error array or None)."""
     n = len(batch)
     if column is None:
-        return nulls(n, pa.int64()), None
+        return pa.nulls(n, pa.int64()), None
     col = batch.column(column)
     if pa.types.is_timestamp(col.type):
         micros = pc.cast(pc.cast(col, pa.timestamp("us", col.type.tz), safe=False), pa.int64())

@@ -59,6 +59,10 @@ class Encoder:
         return False
 
     # -- what subclasses define --------------------------------------------------------------
+    def _bind(self, columns: Sequence[str]) -> Encoder:
+        """This encoder with the columns it defaults by the input's names resolved (`KafkaEncoder`)."""
+        return self
+
     def _metadata_columns(self) -> tuple[str, ...]:
         """Columns that configure the record rather than form its body."""
         return tuple(c for c in (self.headers_column, self.timestamp_column) if c is not None)
@@ -91,7 +95,8 @@ class Encoder:
     def input_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
         """The columns of `schema` the encoder reads (body and metadata), in schema order: what a writer
         ships to the task that encodes."""
-        read = {*self._metadata_columns(), *self.data_columns(schema, exclude)}
+        enc = self._bind(schema.fieldNames())
+        read = {*enc._metadata_columns(), *enc.data_columns(schema, exclude)}
         return [c for c in schema.fieldNames() if c in read]
 
     def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
@@ -100,13 +105,14 @@ class Encoder:
         ``keep`` are columns the caller wants carried into the frame; ``exclude`` are columns (e.g. the stream
         routing column) that must not be part of the body.
         """
-        for name in (*keep, *exclude, *self.exclude_columns):
+        enc = self._bind(schema.fieldNames())
+        for name in (*keep, *exclude, *enc.exclude_columns):
             require_column(schema, name, "kept" if name in keep else "excluded")
-        if self.headers_column is not None:
-            check_headers_column(schema, self.headers_column)
-        if self.timestamp_column is not None:
-            check_timestamp_column(schema, self.timestamp_column)
-        self._validate(schema, self.data_columns(schema, exclude))
+        if enc.headers_column is not None:
+            check_headers_column(schema, enc.headers_column)
+        if enc.timestamp_column is not None:
+            check_timestamp_column(schema, enc.timestamp_column)
+        enc._validate(schema, enc.data_columns(schema, exclude))
 
     def encode_arrow(
         self,
@@ -148,13 +154,14 @@ class Encoder:
         compacts the whole micro-batch in Spark); ``flat_changelog=True`` gives the upsert changelog's
         headers flat, in ``_s2_key`` and ``_s2_action`` (see `_changelog`), where rows are not arranged.
         """
-        headers, headers_error = _arrow_meta.headers(batch, self.headers_column)
-        timestamp, ts_error = _arrow_meta.timestamp(batch, self.timestamp_column)
+        enc = self._bind(schema.fieldNames())
+        headers, headers_error = _arrow_meta.headers(batch, enc.headers_column)
+        timestamp, ts_error = _arrow_meta.timestamp(batch, enc.timestamp_column)
         error = _arrow_meta.first_error(len(batch), headers_error, ts_error)
-        parts = self._encode(
+        parts = enc._encode(
             batch,
             schema=schema,
-            data_columns=self.data_columns(schema, exclude),
+            data_columns=enc.data_columns(schema, exclude),
             headers=headers,
             timestamp=timestamp,
             error=error,

@@ -1,17 +1,11 @@
 """The upsert changelog headers, ``@key`` and ``@action``, and the record frame's flat form of them.
 
-Every upsert record's headers begin with ``(@key, key JSON)`` and ``(@action, u | d)``. The frame can
-carry them two ways:
-
-- in ``_s2_headers``, as the first two entries of each row's list (what ``encode_arrow`` and
-  ``project()`` return);
-- flat, as ``_s2_key`` (the key JSON, which the frame holds anyway) and ``_s2_action`` beside the
-  row's own headers in ``_s2_headers`` (what `s2_sink.writer.S2Writer` ships from the JVM to its
-  tasks): no list of structs is built per row in the JVM, converted to Arrow, and walked again by the
-  wire encoder, which writes both headers straight from the two columns.
-
-`with_changelog_headers` turns a flat batch back into the list form, for the paths that take records
-one by one (bad rows, routing, a recovering task). Spark-free.
+Every upsert record's headers begin with ``(@key, key JSON)`` and ``(@action, u | d)``. The frame carries
+them either in ``_s2_headers``, as the first two entries of each row's list (what ``encode_arrow``
+returns), or flat, as ``_s2_key`` (the key JSON, which the frame holds anyway) and ``_s2_action`` beside
+the row's own headers (what the writers encode): no list of structs is built per row, and the wire encoder
+writes both headers straight from the two columns. `with_changelog_headers` turns a flat batch back into
+the list form, for the paths that take records one by one (bad rows, routing, a recovering task).
 """
 
 from __future__ import annotations

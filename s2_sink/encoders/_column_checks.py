@@ -70,7 +70,7 @@ _WHY = {
 
 
 def check_json_type(dtype: DataType, path: str) -> None:
-    """Raise ConfigError unless ``dtype`` (at column ``path``) has a JSON mapping on both encoding paths."""
+    """Raise ConfigError unless ``dtype`` (at column ``path``) has a JSON mapping."""
     if isinstance(dtype, StructType):
         for field in dtype.fields:
             check_json_type(field.dataType, f"{path}.{field.name}")

@@ -10,7 +10,6 @@ import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
 from s2_sink.encoders import _arrow_meta
-from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._column_checks import check_json_type, column_type
@@ -111,11 +110,7 @@ class InsertEncoder(Encoder):
                 key = pc.cast(key_text, pa.binary())
         null_value = None
         if self.format == "raw":
-            value = batch.column(self.value_column)
-            body = pc.fill_null(pc.cast(value, pa.binary()), b"")
-            if value.null_count:
-                text = msg.null_column("value", self.value_column)
-                null_value = pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
+            body, null_value = _arrow_meta.raw_body(batch, self.value_column)
         else:
             frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
             body = pc.cast(json_object(data_columns, frags, n), pa.binary())

@@ -20,7 +20,7 @@ bytes, so it gets its own name, which user headers must not use.
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -30,8 +30,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from s2_sink.encoders import _arrow_meta
-from s2_sink.encoders import _messages as msg
-from s2_sink.encoders._base import Encoder, ErrorMode
+from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._column_checks import column_type
 from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts
 from s2_sink.encoders._lists import list_parts
@@ -67,7 +66,7 @@ class KafkaEncoder(Encoder):
         self.value_column = value_column
         self.key_column = key_column
 
-    def _bind(self, columns: Collection[str]) -> KafkaEncoder:
+    def _bind(self, columns: Sequence[str]) -> KafkaEncoder:
         """A copy with the optional columns resolved against the frame's column names."""
         bound = copy.copy(self)
         if bound.key_column is None and "key" in columns:
@@ -77,48 +76,6 @@ class KafkaEncoder(Encoder):
         if bound.timestamp_column is None and "timestamp" in columns:
             bound.timestamp_column = "timestamp"
         return bound
-
-    # The public entry points bind first, so the shared code sees concrete column names.
-    def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
-        Encoder.validate(self._bind(schema.fieldNames()), schema, keep=keep, exclude=exclude)
-
-    def encode_arrow(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType | None = None,
-        keep: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        errors: ErrorMode = "raise",
-        stream: str | None = None,
-    ) -> pa.RecordBatch:
-        bound = self._bind(batch.schema.names)
-        return Encoder.encode_arrow(
-            bound, batch, schema=schema, keep=keep, exclude=exclude, errors=errors, stream=stream
-        )
-
-    def encode_frame(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        keep: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        arranged: bool = True,
-        flat_changelog: bool = False,
-    ) -> pa.RecordBatch:
-        return Encoder.encode_frame(
-            self._bind(schema.fieldNames()),
-            batch,
-            schema=schema,
-            keep=keep,
-            exclude=exclude,
-            arranged=arranged,
-            flat_changelog=flat_changelog,
-        )
-
-    def input_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
-        return Encoder.input_columns(self._bind(schema.fieldNames()), schema, exclude)
 
     def _metadata_columns(self) -> tuple[str, ...]:
         key = (self.key_column,) if self.key_column else ()
@@ -151,18 +108,13 @@ class KafkaEncoder(Encoder):
         flat_changelog: bool,
     ) -> ArrowParts:
         n = len(batch)
-        value = batch.column(self.value_column)
-        body = pc.fill_null(pc.cast(value, pa.binary()), b"")
+        body, null_value = _arrow_meta.raw_body(batch, self.value_column)
         key = pa.nulls(n, pa.binary())
         key_text: pa.Array | None = None
         if self.key_column is not None:
             key = pc.cast(batch.column(self.key_column), pa.binary())
             key_text = key
         all_headers = _prepend_key(key, headers)
-        null_value = None
-        if value.null_count:
-            text = msg.null_column("value", self.value_column)
-            null_value = pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
         oversize = _arrow_meta.oversize_errors(body, all_headers, key_text)
         error = _arrow_meta.first_error(n, error, null_value, oversize)
         return ArrowParts(batch, body, all_headers, timestamp, key, error)

@@ -1,10 +1,8 @@
-"""Error texts shared by the JVM and the Arrow encoding paths, so both name the same column and value."""
+"""Error texts of bad rows, shared by the encoders so each names the column and value the same way."""
 
 from __future__ import annotations
 
 __all__ = [
-    "OVERSIZE_PREFIX",
-    "OVERSIZE_SUFFIX",
     "empty_header_name",
     "negative_timestamp_prefix",
     "null_column",
@@ -15,14 +13,11 @@ __all__ = [
     "unknown_op_suffix",
 ]
 
-OVERSIZE_PREFIX = "record of "
-OVERSIZE_SUFFIX = " metered bytes exceeds S2's 1 MiB (1048576 bytes) record limit"
-
 
 def oversize(size: int, key: str | None) -> str:
     """A record over 1 MiB metered, naming the key when there is one."""
     tail = f" (key {key[:200]})" if key is not None else ""
-    return f"{OVERSIZE_PREFIX}{size}{OVERSIZE_SUFFIX}{tail}"
+    return f"record of {size} metered bytes exceeds S2's 1 MiB (1048576 bytes) record limit{tail}"
 
 
 def empty_header_name(column: str) -> str:
@@ -33,7 +28,7 @@ def empty_header_name(column: str) -> str:
 
 
 def negative_timestamp_prefix(column: str) -> str:
-    """Start of the message for a timestamp before the epoch (the JVM appends the value)."""
+    """Start of the message for a timestamp before the epoch (the value follows)."""
     return f"timestamp column {column!r} is before 1970-01-01 (S2 timestamps are unsigned ms): "
 
 
