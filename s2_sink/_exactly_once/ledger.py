@@ -34,7 +34,6 @@ from s2_sdk import (
     StreamConfig,
 )
 
-from s2_sink._exactly_once.bookkeeping_streams import ensure_once
 from s2_sink._exactly_once.ledger_records import (
     EndsFold,
     LedgerState,
@@ -47,10 +46,19 @@ from s2_sink._exactly_once.resets import check_not_reset
 from s2_sink._exactly_once.shape import WriteShape, shapes_of
 from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, patiently, retryable
+from s2_sink._transport.runtime import create_if_missing
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, WriterConflictError
 
-__all__ = ["LEDGER_PREFIX", "Ledger", "LedgerState", "current_ledgers_of", "ledger_stream_name", "peek_all"]
+__all__ = [
+    "LEDGER_PREFIX",
+    "Ledger",
+    "LedgerState",
+    "current_ledgers_of",
+    "forget_created",
+    "ledger_stream_name",
+    "peek_all",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,14 @@ _APPEND_BYTES: Final = 512 * 1024
 _LEDGER_CONFIG: Final = StreamConfig(retention_policy="infinite")
 # Records read back from the tail first when looking for the last state record (then 8x more each time).
 _FIRST_WINDOW: Final = 16
+# (basin, ledger) this process created or found: a format("s2") driver, a long-lived Python worker, opens
+# its ledger once per micro-batch, and the create-if-missing call is needed once per process.
+_created: set[tuple[str, str]] = set()
+
+
+def forget_created() -> None:
+    """Forget the ledgers this process created or found, as a fresh process would."""
+    _created.clear()
 
 
 def ledger_stream_name(writer_id: str) -> str:
@@ -116,7 +132,10 @@ class Ledger:
 
         async def read() -> tuple[int, LedgerState, int]:
             # Infinite retention: losing the last record would restart epochs below the streams' fences.
-            await ensure_once(self._basin, self.name, _LEDGER_CONFIG)
+            if (self._basin.name, self.name) not in _created:
+                # One that exists keeps its config: an ensure would reset what an operator changed.
+                await create_if_missing(self._basin, self.name, _LEDGER_CONFIG)
+                _created.add((self._basin.name, self.name))
             tail = (await self._stream.check_tail()).seq_num
             state, at = LedgerState(), -1
             if tail > 0:

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-from s2_sink._exactly_once import bookkeeping_streams as _bookkeeping_streams
 from s2_sink._exactly_once import ends_cache as _ends_cache
+from s2_sink._exactly_once import ledger as _ledger
 from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
@@ -253,7 +253,7 @@ class Query(ChangeFront, WiringFront, WriterFront):
         pool = SessionPool(self.service.client_factory)
         self.pools.append(pool)
         install_pool(pool)
-        _bookkeeping_streams.forget_all()  # the ledgers and registers this process created or found
+        _ledger.forget_created()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
         _sink_run._opened.clear()  # ... with the full ledger states their commits start from
         _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches

@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 from s2_sdk import S2ServerError
 
-from s2_sink._exactly_once import bookkeeping_streams, ends_cache
+from s2_sink._exactly_once import ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.ledger import forget_created
 from s2_sink._exactly_once.task_hooks import TokenKeeper
 from s2_sink._transport import runtime as _runtime
 from s2_sink._write.driver.metrics import aggregate
@@ -135,7 +136,7 @@ def test_a_ledger_written_anew_is_not_read_from_an_earlier_ledgers_fold(counting
                     await asyncio.sleep(0.05)
 
     run(delete_bookkeeping())
-    bookkeeping_streams.forget_all()  # a new driver; the executor process (this one) stays
+    forget_created()  # a new driver; the executor process (this one) stays
     new, coord = _plan_after_batch_0(cfg, "run-2", rows_per_stream=2)
     new_ref = _ends(new)
     assert new_ref.state_at == old_ref.state_at  # the collision this test is about

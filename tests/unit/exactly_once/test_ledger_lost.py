@@ -12,9 +12,8 @@ import pyarrow as pa
 import pytest
 from s2_sdk import S2ServerError
 
-from s2_sink._exactly_once import bookkeeping_streams
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.ledger import ledger_stream_name
+from s2_sink._exactly_once.ledger import forget_created, ledger_stream_name
 from s2_sink._exactly_once.sink_run import open_sink_run
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
@@ -65,7 +64,7 @@ def _delete_ledger(lite: LiteServer, basin: str, writer_id: str, *, recreate: bo
             raise AssertionError("the ledger was never deleted")
 
     run(go())
-    bookkeeping_streams.forget_all()  # the query starts again in a new driver process
+    forget_created()  # the query starts again in a new driver process
 
 
 def _bodies(lite: LiteServer, basin: str) -> Counter[bytes]:

@@ -15,9 +15,8 @@ from typing import Any
 import pyarrow as pa
 from s2_sdk import StreamConfig, Timestamping, TimestampingMode
 
-from s2_sink._exactly_once import bookkeeping_streams
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.ledger import Ledger, LedgerState, ledger_stream_name
+from s2_sink._exactly_once.ledger import Ledger, LedgerState, forget_created, ledger_stream_name
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
@@ -112,7 +111,7 @@ def test_the_bookkeeping_streams_keep_their_config(lite: LiteServer) -> None:
     assert _configs(lite.endpoint, basin, [ledger])[ledger][0] == "infinite"
     changed = StreamConfig(storage_class="standard", timestamping=Timestamping(mode=TimestampingMode.ARRIVAL))
     _configure(lite.endpoint, basin, [ledger, *registers], changed, create=False)
-    bookkeeping_streams.forget_all()  # the query starts again in a new driver process
+    forget_created()  # the query starts again in a new driver process
     _write(cfg, "exactly-once", 1, Coordinator(cfg, "w", query_id="q", static_streams=["events"]))
     want = ("infinite", TimestampingMode.ARRIVAL, "standard")
     assert _configs(lite.endpoint, basin, [ledger, *registers]) == dict.fromkeys([ledger, *registers], want)
@@ -157,7 +156,7 @@ def test_a_ledger_a_reader_created_gets_infinite_retention(lite: LiteServer) -> 
         await ledger.load()
 
     name = ledger_stream_name("w")
-    bookkeeping_streams.forget_all()
+    forget_created()
     _runtime.run(peek_then_load())
     assert _configs(lite.endpoint, basin, [name])[name] == (
         "infinite",
