@@ -279,7 +279,11 @@ async def fence_if_older(
             await retrying.after(exc)
             continue
         retrying.progress()
-        await _check_again_over_unnamed(stream, me, mine, since, theirs, patience=patience)
+        if me is not None and (theirs is None or theirs.writer != mine.writer):
+            # An empty or foreign token can come back after a later attempt's barrier (an operator cleared
+            # it), so a fence conditional on it cannot tell that the check before it went stale: the zombie
+            # check runs again over everything up to our fence.
+            await check_not_superseded(stream, me, mine, since, patience=patience)
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
@@ -336,22 +340,6 @@ async def check_not_superseded(
                 _raise_superseded(stream.name, me, token)
             top = max(top, token.gen)
     return top
-
-
-async def _check_again_over_unnamed(
-    stream: S2Stream,
-    me: TaskAttempt | None,
-    mine: Token,
-    since: int,
-    theirs: Token | None,
-    *,
-    patience: Patience,
-) -> None:
-    """After a task fenced over an empty (or foreign) token: such a token can come back after a later
-    attempt's barrier (an operator cleared it), so a fence conditional on it cannot tell that the check
-    before it went stale. The zombie check runs again over everything up to our fence."""
-    if me is not None and (theirs is None or theirs.writer != mine.writer):
-        await check_not_superseded(stream, me, mine, since, patience=patience)
 
 
 def _raise_superseded(stream: str, me: TaskAttempt, token: Token) -> None:

@@ -1,28 +1,19 @@
 """The ledger's record format: a state record per run and micro-batch, stream ends as deltas and snapshots.
 
 Every state record (``open``, ``intent`` or ``commit``) carries the small state — epoch, run, query id, last
-committed batch, scope — in full, so the last one gives it back. The stream ends (``{stream: seq_num}``, a
-lower bound for where the next batch's records start) are too big to repeat in every record at many routed
-streams, so a ``commit`` carries only the ends its batch moved (a delta), and every `SNAPSHOT_EVERY` commits
-one carries the whole map (a snapshot, ``"full": true``). Each state record names ``base``, where the latest
-snapshot starts: the ends are the snapshot plus the deltas after it, and the ledger is trimmed to ``base``
-behind a snapshot.
+committed batch, scope, and ``shapes``, the writer configurations (`WriteShape`) that may have written the
+micro-batch in flight — in full, so the last one gives it back. The stream ends (``{stream: seq_num}``, a
+lower bound for where the next batch's records start) are too big to repeat at many routed streams, so a
+``commit`` carries only the ends its batch moved, and every `SNAPSHOT_EVERY` commits one carries the whole
+map (``"full": true``). Each state record names ``base``, where the latest snapshot starts: the ends are the
+snapshot plus the deltas after it, and the ledger is trimmed to ``base`` behind a snapshot. A map over
+`PIECE_BYTES` is split into ``ends`` records written just before the state record that claims them
+(``"parts": n``); pieces no state record claims (a crash between appends) are ignored.
 
-A map too big for one record (S2 records are at most 1 MiB) is split into ``ends`` records of at most
-`PIECE_BYTES` each, written just before the state record that claims them (``"parts": n``, the n ``ends``
-records right before it). Pieces of a group that never got its state record (a crash between appends) are
-claimed by nobody and ignored.
-
-Records of version 1 (every record a full snapshot, no ``base``) still load: such a record is its own base.
-
-State records also carry ``shapes``: the writer configurations (`WriteShape`) that may have written the
-micro-batch in flight, so a restart under a changed configuration can tell what it may change
-(`shape.check_restart`).
-
-Version 3 adds the ``intent`` record: an `S2Writer` run appends ``{"kind": "intent", "batch": N}`` before any
-task of micro-batch N starts, so a ledger whose last state record is a version 3 ``commit`` says nothing is in
-flight, and the next run's first batch is a normal batch instead of a recovery. Version 2 records still load
-(and keep their meaning: a run-scoped ``commit`` of version 2 may have gone on to the next batch).
+Version 3 added the ``intent`` an `S2Writer` run appends before any task of a micro-batch starts, so a
+version 3 ``commit`` says nothing is in flight. Records of earlier versions still load: a version 1 record
+(0.1.0: every record a full snapshot, no ``base``) is its own base, and a run-scoped ``commit`` of version 1
+or 2 may have gone on to the next batch.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """What a writer's configuration makes of a row, as the ledger records it, and what a restart may change.
 
-A writer's identity says who writes (the streaming query id, or an explicit ``writer_id``); its
-configuration says what a row becomes: the encoder and its options, the routing rule, ``on_error`` and the
-dead-letter stream (`WriteShape`). The configuration is kept out of the identity, so a restart with a changed
-writer goes on from the same ledger; the ledger records the shape of every epoch that may have written the
-micro-batch in flight (``shapes``, the last one the current), and `check_restart` decides what a restart may
-change (docs/exactly-once.md, "Changing the writer between runs"):
-
-- nothing in flight (the ledger's last state record is a ``commit``), or a micro-batch the ledger already
-  committed: any change; the writer logs what changed once;
-- a micro-batch in flight (announced, not committed: part of it may be written): a change that cannot alter
-  what its rows already became — ``on_error``, a dead-letter stream added or dropped, anything outside the
-  shape (write parallelism, batching, retries) — is recovered as usual (read back, only what is missing
-  written); a change of the encoder or its options, of the routing, or to another dead-letter stream is
-  refused with a `ConfigError` naming the setting, both values, the micro-batch and the safe fix (restart once
-  with the previous setting, so that batch finishes, then change it): the rows already written became other
-  records, or went to other streams, than the ones the replay would subtract.
+A writer's configuration — the encoder and its options, the routing rule, ``on_error`` and the dead-letter
+stream (`WriteShape`) — is kept out of its identity, so a restart with a changed writer goes on from the
+same ledger, which records the shape of every epoch that may have written the micro-batch in flight. With
+nothing in flight, any change goes on (logged once). With a micro-batch in flight, a change that cannot
+alter what its rows already became (``on_error``, a dead-letter stream added or dropped, anything outside
+the shape) is recovered as usual; a change of the encoder or its options, the routing, or to another
+dead-letter stream is refused by `check_restart` with a `ConfigError` naming the setting, both values and
+the fix: the rows already written became other records than the replay would subtract. See
+docs/exactly-once.md, *Changing the writer between runs*.
 """
 
 from __future__ import annotations

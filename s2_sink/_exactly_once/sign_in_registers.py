@@ -102,26 +102,29 @@ class SignIn:
             return None  # a command record or something that is not ours
 
 
-def judge(me: SignIn, last: SignIn | None) -> bool:
+def judge(me: SignIn, last: SignIn | None, *, since: str | None = None) -> bool:
     """Whether `me` is a retry (an earlier attempt of its partition signed in for the same epoch and
-    micro-batch), given the register's last sign-in; FencedError if `me` must stop without writing."""
+    micro-batch), given the register's last sign-in; FencedError if `me` must stop without writing (again:
+    `since` names the register where `me` signed in already and `last` came after it)."""
     if last is None or last.writer != me.writer or last.attempt.partition != me.attempt.partition:
         return False  # nothing of this partition under this writer hash: the first attempt
     a = me.attempt
+    who = f"task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch {me.batch}"
+    again = "" if since is None else " again"
     if (last.epoch, last.batch) > (me.epoch, me.batch):
+        signed = "already signed in" if since is None else f"signed in since ({since!r})"
         raise FencedError(
-            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
-            f"{me.batch} (epoch {me.epoch}) found that an attempt of micro-batch {last.batch} (epoch "
-            f"{last.epoch}) of its partition already signed in: the query has moved past this "
-            "micro-batch, so this is a late attempt of it and it stops without writing"
+            f"exactly-once: {who} (epoch {me.epoch}) found that an attempt of micro-batch {last.batch} "
+            f"(epoch {last.epoch}) of its partition {signed}: the query has moved past this micro-batch, so "
+            f"this is a late attempt of it and it stops without writing{again}"
         )
     if (last.epoch, last.batch) < (me.epoch, me.batch):
         return False
     if me.attempt.superseded_by(last.attempt):
+        when = "before it started writing" if since is None else f"signed in to {since!r}"
         raise FencedError(
-            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
-            f"{me.batch} was superseded by a later attempt (task id {last.attempt.task_id}) before it "
-            "started writing; it stops without writing"
+            f"exactly-once: {who} was superseded by a later attempt (task id {last.attempt.task_id}) {when}; "
+            f"it stops without writing{again} (Spark keeps the later attempt's result)"
         )
     return last.attempt != a
 
@@ -164,22 +167,7 @@ async def still_last(
     last = found[0]
     if last == me:
         return True
-    if last.writer != me.writer or last.attempt.partition != me.attempt.partition:
-        return False
-    a = me.attempt
-    if (last.epoch, last.batch) > (me.epoch, me.batch):
-        raise FencedError(
-            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
-            f"{me.batch} (epoch {me.epoch}): an attempt of micro-batch {last.batch} (epoch {last.epoch}) of "
-            f"its partition signed in since ({name!r}): the query has moved past this micro-batch, so this "
-            "is a late attempt and it stops without writing again"
-        )
-    if (last.epoch, last.batch) == (me.epoch, me.batch) and a.superseded_by(last.attempt):
-        raise FencedError(
-            f"exactly-once: task attempt (partition {a.partition}, task id {a.task_id}) of micro-batch "
-            f"{me.batch} was superseded by a later attempt (task id {last.attempt.task_id}, signed in to "
-            f"{name!r}); it stops without writing again (Spark keeps the later attempt's result)"
-        )
+    judge(me, last, since=name)
     return False
 
 
