@@ -33,27 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["S2DataSource"]
 
-# Options the reader parses itself; every other key must be a connection option of S2Config.from_options.
-READ_KEYS = frozenset(
-    {
-        ro.OPT_STREAM,
-        ro.OPT_STREAMS,
-        ro.OPT_STREAM_PREFIX,
-        ro.OPT_STARTING_POSITION,
-        ro.OPT_STARTING_TIMESTAMP,
-        ro.OPT_ENDING_POSITION,
-        ro.OPT_ENDING_TIMESTAMP,
-        ro.OPT_FORMAT,
-        ro.OPT_MATERIALIZE,
-        ro.OPT_MAX_RECORDS_PER_TRIGGER,
-        ro.OPT_MAX_BYTES_PER_TRIGGER,
-        ro.OPT_RECORDS_PER_PARTITION,
-        ro.OPT_FAIL_ON_DATA_LOSS,
-        ro.OPT_ISOLATION,
-        ro.OPT_COMMITTED_BY,
-        ro.OPT_PREFLIGHT,
-    }
-)
+# Options the reader parses itself (every OPT_ of read_options); any other key must be a connection option.
+READ_KEYS = frozenset(value for name, value in vars(ro).items() if name.startswith("OPT_"))
 
 
 def _ours(options: Mapping[str, str]) -> dict[str, str]:

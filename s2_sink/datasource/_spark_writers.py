@@ -1,23 +1,17 @@
 """``df.write.format("s2")`` and ``df.writeStream.format("s2")``: executors append through the writer core.
 
-Each task encodes its Arrow batches with the write's `FrameEncoding` (the configured encoder's Arrow
-kernels; bad rows are left in ``_s2_error`` for the core's ``on_error`` handling; the target-stream column
-when rows are routed), and hands the record frames to ``partition_writer.write_partition``: the same
-encoding, chunking, sessions and retries as ``S2Writer``. The driver's ``commit`` aggregates the
-tasks' result rows into ``BatchMetrics``.
-
-Delivery: ``df.writeStream.format("s2")`` is exactly-once by default (`s2_sink._exactly_once.sink_run`:
-each micro-batch execution is planned on the driver when Spark pickles the writer for the tasks, in the
-epoch the same Python process went on with since its last committed execution, or in a new one; the tasks
-read the batch id from a task-local property; ``commit`` records the batch in the ledger).
-``df.write.format("s2")`` is a one-off job without a micro-batch identity: at-least-once.
+Each task encodes its Arrow batches with the write's `FrameEncoding` and hands the record frames to
+``partition_writer.write_partition``: the same chunking, sessions and retries as ``S2Writer``. The driver's
+``commit`` aggregates the tasks' result rows into ``BatchMetrics``. ``df.writeStream.format("s2")`` is
+exactly-once by default (`s2_sink._exactly_once.sink_run`); ``df.write.format("s2")``, a one-off job
+without a micro-batch identity, is at-least-once.
 
 Imports: Spark unpickles the writer in the planning and commit steps too, each a Python process of its own,
-and a ``df.write`` commit needs only the metrics. So the task path (`write_partition`, which loads the S2
-SDK, h2 and protobuf) and the exactly-once ledger are imported where they are used: a one-off job's commit
-process skips their import (0.2 to 0.25 s of CPU when it is fresh), and ``google.protobuf``
-adds no importer over the ``spark-core`` jar to that process, which PySpark's per-call
-``importlib.invalidate_caches()`` would re-read on every later commit (see `benchmarks._worker_probe`).
+and a ``df.write`` commit needs only the metrics. So the task path (which loads the S2 SDK, h2 and
+protobuf) and the exactly-once ledger are imported where they are used: a one-off job's commit process
+skips their import, and ``google.protobuf`` adds no importer over the ``spark-core`` jar to that process,
+which PySpark's per-call ``importlib.invalidate_caches()`` would re-read on every later commit (see
+`benchmarks._worker_probe`).
 """
 
 from __future__ import annotations
