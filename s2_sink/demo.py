@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -117,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         query = (
             orders.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", os.path.join(_tmpdir(), "checkpoint"))
+            .option("checkpointLocation", tempfile.mkdtemp(prefix="s2-sink-demo-checkpoint-"))
             .start()
         )
         print(f"streaming query started ({writer.delivery}); writing {args.batches} micro-batches ...")
@@ -133,13 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"the query failed: {error}")
             return 1
         count, sample = asyncio.run(_read_back(srv.endpoint, basin))
-    batches = written
-    records = sum(m.records for m in batches)
-    rows = sum(m.rows_in for m in batches)
-    busy = sum(m.duration_s for m in batches)
+    records = sum(m.records for m in written)
+    rows = sum(m.rows_in for m in written)
+    busy = sum(m.duration_s for m in written)
     print()
-    print(f"micro-batches written : {len(batches)}")
-    for m in batches:
+    print(f"micro-batches written : {len(written)}")
+    for m in written:
         p50 = f"{m.ack_latency_p50_ms:.1f}" if m.ack_latency_p50_ms is not None else "-"
         print(
             f"  batch {m.batch_id}: {m.rows_in} rows -> {m.records} records in {m.appends} appends, "
@@ -154,12 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {orjson.loads(body)}")
     print(f"total demo time       : {time.monotonic() - started:.1f}s")
     return 0 if count >= records > 0 else 1
-
-
-def _tmpdir() -> str:
-    import tempfile  # noqa: PLC0415
-
-    return tempfile.mkdtemp(prefix="s2-sink-demo-")
 
 
 if __name__ == "__main__":
