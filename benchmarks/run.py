@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
                 diagnostics["python_task_floor"] = _python_task_floor(meter, ctx)
             shape = dict(SKIPPED)
             if selected("shape"):
-                _log("  production shape: 200-partition aggregation, 256 vs 2 partitions, restarts ...")
+                _log("  production shape: aggregation, many vs 2 input partitions, restarts ...")
                 shape = production_shape(spark, ctx, quick=args.quick)
             many = dict(SKIPPED)
             if selected("routed"):
