@@ -66,7 +66,7 @@ typecheck: $(STAMP)  ## mypy, strict on s2_sink/
 bench: $(STAMP)  ## the benchmark harness: side-by-side ratios, results.json and a chart
 	$(PY) -m benchmarks.run
 
-bench-quick: $(STAMP)  ## the harness in its <= 60 s mode
+bench-quick: $(STAMP)  ## the harness in quick mode: every section on small sizes (~160 CPU-seconds)
 	$(PY) -m benchmarks.run --quick
 
 soak: $(STAMP)  ## exactly-once soak: random faults over >= 50 micro-batches

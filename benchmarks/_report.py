@@ -168,9 +168,23 @@ def _routed_targets(r: Result) -> list[Result]:
 def _shape_targets(shape: Result) -> list[Result]:
     """The production-shape ratios (`benchmarks._shape`), where measured."""
     out = []
+    agg, parts = shape.get("aggregation", {}), shape.get("partitions", {})
+    states, rows, many = (
+        agg.get("state_partitions", 200),
+        parts.get("rows", 200_000),
+        parts.get("input_partitions", 256),
+    )
     for key, name, bound in (
-        ("aggregation", "200-partition update-mode aggregation, S2Writer upsert / noop (median batch)", 1.3),
-        ("partitions", "200k rows in 256 partitions / in 2 partitions (S2Writer exactly-once)", 1.5),
+        (
+            "aggregation",
+            f"{states}-partition update-mode aggregation, S2Writer upsert / noop (median batch)",
+            1.3,
+        ),
+        (
+            "partitions",
+            f"{rows // 1000}k rows in {many} partitions / in 2 partitions (S2Writer exactly-once)",
+            1.5,
+        ),
     ):
         r = shape.get(key, {})
         ok = r.get("status") == "ok"

@@ -37,6 +37,12 @@ __all__ = ["production_shape"]
 AGG_TARGET = 1.3
 PARTITIONS_TARGET = 1.5
 
+FULL = {"state_partitions": 200, "agg_batches": 6, "agg_rounds": 2, "rows": 200_000, "many": 256, "rounds": 3}
+# Quick mode (a check that every measurement runs end to end, its numbers no guide): the same queries on
+# fewer state and input partitions. Each state partition is a state store committing a file per batch, which
+# made the aggregation alone several minutes of a loaded machine at 200.
+QUICK = {"state_partitions": 8, "agg_batches": 2, "agg_rounds": 1, "rows": 20_000, "many": 16, "rounds": 1}
+
 
 def _agg_query(spark: SparkSession, rows: int, keys: int) -> DataFrame:
     from pyspark.sql import functions as F
@@ -54,9 +60,10 @@ def _agg_query(spark: SparkSession, rows: int, keys: int) -> DataFrame:
     )
 
 
-def _run_query(spark: SparkSession, sink: Any, batches: int, tmp: str) -> list[float]:
+def _run_query(spark: SparkSession, sink: Any, batches: int, tmp: str, state_partitions: int) -> list[float]:
     """Micro-batch wall times (s) of one update-mode aggregation query run for `batches` batches."""
-    spark.conf.set("spark.sql.shuffle.partitions", "200")  # the state store keeps it in the checkpoint
+    # The state store keeps the shuffle partitions in the checkpoint.
+    spark.conf.set("spark.sql.shuffle.partitions", str(state_partitions))
     try:
         df = _agg_query(spark, rows=2000, keys=600)
         writer = df.writeStream.outputMode("update")
@@ -84,7 +91,9 @@ def _run_query(spark: SparkSession, sink: Any, batches: int, tmp: str) -> list[f
     return [p["durationMs"]["triggerExecution"] / 1000 for p in done[1 : batches + 1]]
 
 
-def _aggregation(spark: SparkSession, ctx: Ctx, batches: int, rounds: int) -> dict[str, Any]:
+def _aggregation(
+    spark: SparkSession, ctx: Ctx, batches: int, rounds: int, state_partitions: int
+) -> dict[str, Any]:
     from s2_sink.writer import S2Writer
 
     times: dict[str, list[float]] = {"noop": [], "s2writer_upsert_eo": []}
@@ -98,11 +107,12 @@ def _aggregation(spark: SparkSession, ctx: Ctx, batches: int, rounds: int) -> di
                 upsert = type(_encoder("upsert"))(["k"])
                 sink = S2Writer(cfg, upsert, writer_id=f"bench-agg-{uuid.uuid4().hex[:8]}")
                 sink = _Recorder(sink, tasks)
-            times[name].extend(_run_query(spark, sink, batches, ctx.tmp))
+            times[name].extend(_run_query(spark, sink, batches, ctx.tmp, state_partitions))
     noop, s2 = statistics.median(times["noop"]), statistics.median(times["s2writer_upsert_eo"])
     return {
-        "label": "update-mode aggregation over 200 state partitions, 600 keys/batch, UpsertEncoder "
-        "exactly-once vs the same query into noop",
+        "label": f"update-mode aggregation over {state_partitions} state partitions, 600 keys/batch, "
+        "UpsertEncoder exactly-once vs the same query into noop",
+        "state_partitions": state_partitions,
         "noop_median_ms": noop * 1000,
         "s2writer_median_ms": s2 * 1000,
         "batches": len(times["noop"]),
@@ -125,10 +135,10 @@ class _Recorder:
             self.tasks.append(self.writer.last_metrics.partitions)
 
 
-def _partitions(spark: SparkSession, ctx: Ctx, rows: int, rounds: int) -> dict[str, Any]:
+def _partitions(spark: SparkSession, ctx: Ctx, rows: int, many: int, rounds: int) -> dict[str, Any]:
     from s2_sink.writer import S2Writer
 
-    frames = {n: dataset(spark, rows, n).cache() for n in (256, 2)}
+    frames = {n: dataset(spark, rows, n).cache() for n in (many, 2)}
     for df in frames.values():
         df.count()
     best: dict[int, float] = {}
@@ -136,7 +146,7 @@ def _partitions(spark: SparkSession, ctx: Ctx, rows: int, rounds: int) -> dict[s
     # An untimed round first: the first write of each layout pays JIT and worker start-up (a single timed
     # round, --quick, would charge them to whichever layout went first).
     for r in range(rounds + 1):
-        for n in (256, 2) if r % 2 == 0 else (2, 256):
+        for n in (many, 2) if r % 2 == 0 else (2, many):
             stream = f"parts-{n}-{uuid.uuid4().hex[:8]}"
             writer = S2Writer(
                 _config(ctx, stream, driver_write_max_rows=0),
@@ -154,27 +164,32 @@ def _partitions(spark: SparkSession, ctx: Ctx, rows: int, rounds: int) -> dict[s
     for df in frames.values():
         df.unpersist()
     return {
-        "label": f"{rows:,} rows, S2Writer exactly-once (task path), 256 input partitions vs 2",
-        "s256_s": best[256],
+        "label": f"{rows:,} rows, S2Writer exactly-once (task path), {many} input partitions vs 2",
+        "rows": rows,
+        "input_partitions": many,
+        f"s{many}_s": best[many],
         "s2_s": best[2],
-        "write_tasks": {"256": tasks[256], "2": tasks[2]},
-        "ratio": best[256] / best[2],
+        "write_tasks": {str(many): tasks[many], "2": tasks[2]},
+        "ratio": best[many] / best[2],
         "target": PARTITIONS_TARGET,
-        "met": best[256] / best[2] <= PARTITIONS_TARGET,
+        "met": best[many] / best[2] <= PARTITIONS_TARGET,
     }
 
 
 def production_shape(spark: SparkSession, ctx: Ctx, *, quick: bool) -> dict[str, Any]:
     """The three measurements (see module docstring); an error is reported, never a made-up number."""
     out: dict[str, Any] = {}
+    size = QUICK if quick else FULL
     _s2.ensure(ctx.endpoint, ctx.basin, [])
     for key, run in (
-        ("aggregation", lambda: _aggregation(spark, ctx, batches=3 if quick else 6, rounds=2)),
         (
-            "partitions",
-            lambda: _partitions(spark, ctx, 20_000 if quick else 200_000, rounds=1 if quick else 3),
+            "aggregation",
+            lambda: _aggregation(
+                spark, ctx, size["agg_batches"], size["agg_rounds"], size["state_partitions"]
+            ),
         ),
-        ("restart", lambda: restarts(spark, ctx, rounds=1 if quick else 3)),
+        ("partitions", lambda: _partitions(spark, ctx, size["rows"], size["many"], size["rounds"])),
+        ("restart", lambda: restarts(spark, ctx, rounds=size["rounds"])),
     ):
         try:
             out[key] = {"status": "ok", **run()}

@@ -79,7 +79,11 @@ QUICK = {
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="small sizes; finishes in about a minute")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: every section runs, its numbers no guide (~160 CPU-seconds)",
+    )
     p.add_argument("--rows", type=int, help="rows of the main DataFrame (default 2M, quick 20k)")
     p.add_argument("--partitions", type=int, default=2, help="partitions of the main DataFrame (default 2)")
     p.add_argument(
@@ -555,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
                 diagnostics["python_task_floor"] = _python_task_floor(meter, ctx)
             shape = dict(SKIPPED)
             if selected("shape"):
-                _log("  production shape: 200-partition aggregation, 256 vs 2 partitions, restarts ...")
+                _log("  production shape: aggregation, many vs 2 input partitions, restarts ...")
                 shape = production_shape(spark, ctx, quick=args.quick)
             many = dict(SKIPPED)
             if selected("routed"):

@@ -26,8 +26,8 @@ CASE_KEYS = [
 ]
 STATUSES = {"ok", "not available"}
 
-# Quick mode needs about a minute on an idle 2-core machine (~65 CPU-seconds); a shared one can take
-# several times that, hence the generous limits.
+# Quick mode costs about 160 CPU-seconds (results.json's run_cpu_s), so at least a minute and a half on an
+# idle 2-core machine; a shared one can take many times that, hence the generous limits.
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
