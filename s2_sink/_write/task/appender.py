@@ -22,8 +22,9 @@ costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Re
 Every chunk goes out as a serialized ``AppendInput`` (`Chunk.wire`, the fencing token added at send time;
 a chunk of SDK records is serialized by the SDK's own mapping) on a `BulkAppendSession` per stream, over
 the shared client's transport, so a stream's appends stay in one ordered session; a stream's last chunk
-of the task, with nothing of the stream in flight, goes as one unary append instead (`append_once`:
-nothing can overtake it, and a small stream costs no session).
+of the task, with nothing of the stream in flight, goes as one unary append instead (`append_once`: a
+small stream costs no session; should more of the stream follow after all, it waits for that append to land,
+so nothing overtakes it).
 """
 
 from __future__ import annotations
@@ -131,6 +132,11 @@ class Appender:
         ):
             await self._await_oldest()
         st = self._stream(chunk.stream)
+        while st.bulk is None and st.unacked:
+            # The stream's last append, sent as a unary one, is still in flight, and yet more of the
+            # stream follows (rows said to be ordered by stream were not): let it land first (nothing
+            # may overtake it), then go on.
+            await self._await_oldest()
         st.unacked.append(chunk)
         self.inflight.append(chunk)
         self.inflight_bytes += chunk.nbytes

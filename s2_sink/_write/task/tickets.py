@@ -33,7 +33,8 @@ class Chunk:
     ticket: asyncio.Future[AppendAck] | None = None
     submitted_at: float = 0.0
     last: bool = False
-    """No later chunk of its stream follows in this task (the end of the input closed it)."""
+    """No later chunk of its stream follows in this task (the end of the input, or of its stream's rows in
+    rows ordered by stream, closed it)."""
 
     def message(self, token: str | None) -> bytes:
         """The serialized ``AppendInput`` with `token` (the session's input)."""
