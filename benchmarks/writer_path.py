@@ -28,7 +28,9 @@ open during the write (sampled every 20 ms): with very many streams, what stays 
 
 With ``--streams N``, the rows are routed (row i to stream ``s<i mod N>``, as ``stream_column`` routes
 them), so one task appends to N streams; ``--profile`` prints the cProfile of the task's thread and of
-the event loop's thread (top functions by cumulative time); ``--first`` measures the streams' first write
+the event loop's thread (top functions by cumulative time); ``--by-stream sorted`` orders the rows by
+stream (as the writer's split by stream does), ``told`` also tells the task so (`WritePlan.rows_by_stream`,
+as the writer does when it sorts); ``--first`` measures the streams' first write
 (which creates them, as a routed job's first micro-batch does) instead of a later one.
 
 With ``--counts``, each path also reports, per 1000 records, the event loop's callbacks and iterations,
@@ -77,12 +79,19 @@ __all__ = ["main"]
 
 
 def _batches(
-    rows: int, batch: int, with_headers: bool, flat: bool = False, streams: int = 0
+    rows: int,
+    batch: int,
+    with_headers: bool,
+    flat: bool = False,
+    streams: int = 0,
+    *,
+    by_stream: bool = False,
 ) -> list[pa.RecordBatch]:
     body, headers = _frame(rows, with_headers=with_headers)
     columns: dict[str, pa.Array] = {BODY: body}
     if streams:
-        columns[STREAM_COLUMN] = pa.array([f"s{i % streams:06d}" for i in range(rows)])
+        slot = (lambda i: i * streams // rows) if by_stream else (lambda i: i % streams)
+        columns[STREAM_COLUMN] = pa.array([f"s{slot(i):06d}" for i in range(rows)])
     if headers is not None and flat:  # the changelog's flat form, as the writers encode it
         values = headers.flatten().field("value")
         columns |= {KEY: values[0::2], ACTION: values[1::2]}
@@ -264,6 +273,7 @@ def _measure(
     routed: bool,
     profile: bool,
     first: bool = False,
+    by_stream: bool = False,
 ) -> dict[str, Any]:
     plan = WritePlan(
         cfg=_config(lite).replace(create_streams=True),
@@ -272,6 +282,7 @@ def _measure(
         stream_column=STREAM_COLUMN if routed else None,
         chunk_tagger=Tagger("bench", 1) if tags else None,
         chunk_tag_reserve=256 if tags else 0,
+        rows_by_stream=by_stream,
     )
     n = sum(b.num_rows for b in batches)
     if first:  # the streams' first write: it creates them
@@ -351,6 +362,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--upsert", action="store_true", help="with --datasource: the upsert encoder, key id")
     parser.add_argument("--streams", type=int, default=0, help="route the rows over this many streams")
+    parser.add_argument(
+        "--by-stream",
+        choices=("no", "sorted", "told"),
+        default="no",
+        help="with --streams: rows interleaved (no), ordered by stream (sorted), and the task told so (told)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the task and event loop threads")
     parser.add_argument(
         "--first", action="store_true", help="measure the streams' first write (which creates them)"
@@ -373,7 +390,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for name in ("datasource", "frame"):
                     print(f"{name:>10}: {out[name]}")
             else:
-                batches = _batches(args.rows, args.batch, args.headers, args.flat, args.streams)
+                sorted_rows = args.by_stream != "no"
+                batches = _batches(
+                    args.rows, args.batch, args.headers, args.flat, args.streams, by_stream=sorted_rows
+                )
                 out["bulk"] = _measure(
                     lite,
                     batches,
@@ -381,6 +401,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     routed=args.streams > 0,
                     profile=args.profile,
                     first=args.first,
+                    by_stream=args.by_stream == "told",
                 )
                 print(f"   bulk: {out['bulk']}")
     finally:

@@ -259,7 +259,8 @@ class S2Writer:
         if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
             by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
             split = self._split.split(rows_df, tasks) if by_stream else narrow(rows_df, shape, tasks)
-            rows = _collect(split.mapInArrow(map_partition(job.plan, encoding), RESULT_DDL))
+            plan = self._split.tasks_plan(job.plan) if by_stream else job.plan
+            rows = _collect(split.mapInArrow(map_partition(plan, encoding), RESULT_DDL))
             self._split.observe(rows, sum(r["rows_in"] for r in rows), by_stream=by_stream)
             return rows
         if job.recovery_layout:

@@ -182,5 +182,10 @@ class WritePlan:
     possible). Exactly-once sets ``False``: such failures then fail the task, and the task retry's
     recovery hook sorts out what was written."""
 
+    rows_by_stream: bool = False
+    """The task's rows come ordered by target stream (the writer's split by stream sorts them when they
+    outweigh what open chunks may hold: `sizing.StreamSplit`), so a stream's rows have ended once the next
+    stream's begin: its chunk is then its last and goes as one unary append, not on a session."""
+
     latency_sample: int = 256
     """Ack latencies kept per stream and task (reservoir sample) for the p50/p99 metrics."""

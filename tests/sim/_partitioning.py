@@ -7,6 +7,7 @@ where Spark's repartition puts it)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ from s2_sink.encoders._change_order import sorted_indices
 from s2_sink.encoders._frame import BODY, HEADERS
 from tests.sim._scenario import SINGLE_STREAM, Row, Scenario, frame_of
 
-__all__ = ["by_content", "in_change_order", "split"]
+__all__ = ["by_content", "by_stream_order", "in_change_order", "split"]
 
 
 def split(sc: Scenario, batch: int, run: int) -> list[list[Row]]:
@@ -35,7 +36,7 @@ def split(sc: Scenario, batch: int, run: int) -> list[list[Row]]:
 def _by_stream(split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
     """The writer's split of a batch whose tasks shared its streams: ``repartition(n, _s2_stream)``, each
     stream's rows in one task, each input partition's rows in their order, the input partitions' blocks
-    fetched in any order."""
+    fetched in any order; half the time each task's rows also ordered by stream (`StreamSplit.grouped`)."""
     n = rng.randint(1, 3)
     blocks: list[list[list[Row]]] = [[[] for _ in split] for _ in range(n)]
     for i, part in enumerate(split):
@@ -46,7 +47,15 @@ def _by_stream(split: list[list[Row]], rng: random.Random) -> list[list[Row]]:
     for task in blocks:
         rng.shuffle(task)
         out.append([r for block in task for r in block])
+    if rng.random() < 0.5:  # rows that outweigh the open chunks' bytes: each task's also ordered by stream
+        out = [sorted(rows, key=lambda r: r.stream or "") for rows in out]
     return out
+
+
+def by_stream_order(parts: list[list[Row]]) -> bool:
+    """Whether every task's rows come ordered by target stream (the writer then tells the tasks so:
+    `WritePlan.rows_by_stream`)."""
+    return all(all((a.stream or "") <= (b.stream or "") for a, b in itertools.pairwise(p)) for p in parts)
 
 
 def _by_key(sc: Scenario, split: list[list[Row]], rng: random.Random) -> list[list[Row]]:

@@ -6,6 +6,7 @@ the job itself modelled by the query's stages. In ``several-writers`` the functi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
 from s2_sink.writer import S2Writer
-from tests.sim._partitioning import by_content, in_change_order, split
+from tests.sim._partitioning import by_content, by_stream_order, in_change_order, split
 from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, MIRROR_WRITER, Row, Scenario, frame_of
 from tests.sim._session import Session
 
@@ -163,7 +164,11 @@ class WriterFront:
         if writer.spec.exactly_once:
             token = job.plan.fencing_token
             self._note(f"driver run {run}: batch {b} epoch {token} recovery={recovery}")
-        task = _writer_task(job.plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
+        plan = job.plan
+        if routed and not recovery and by_stream_order(parts):
+            plan = dataclasses.replace(plan, rows_by_stream=True)  # as `StreamSplit.tasks_plan`
+            self._note(f"driver run {run}: batch {b} rows ordered by stream")
+        task = _writer_task(plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
         results = self._stage(run, b, parts, task, calm)
         if writer is self.writer and writer.spec.exactly_once:
             self._committing(b)

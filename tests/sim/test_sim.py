@@ -46,6 +46,7 @@ def _exercised(outcomes: list[Outcome]) -> Counter[str]:
                 seen[f"restart: {shape.group(1)}"] += 1
             seen["recovery batch"] += "recovery=True" in line
             seen["task retry"] += bool(re.search(r"\.a[1-9]\.t", line))
+            seen["rows by stream"] += "rows ordered by stream" in line
     return seen
 
 
@@ -96,7 +97,8 @@ MANY_STREAMS_SCHEDULES = 12
 
 def test_routed_schedules_over_hundreds_of_streams_write_every_row_exactly_once() -> None:
     """Rows routed over 300 streams, a task's rows spread over dozens of them, the batch split by target
-    stream or not, under the default faults: every row exactly once, through task retries and recoveries."""
+    stream or not (half the splits also ordered by stream, the tasks told so), under the default faults: every
+    row exactly once, through task retries and recoveries."""
     outcomes = []
     for seed in range(MANY_STREAMS_SCHEDULES):
         outcome = run_schedule(seed, "many-streams")
@@ -106,6 +108,7 @@ def test_routed_schedules_over_hundreds_of_streams_write_every_row_exactly_once(
     seen = _exercised(outcomes)
     assert seen["task retry"] > 0, seen
     assert seen["recovery batch"] > 0, seen
+    assert seen["rows by stream"] > 0, seen  # each stream's chunk closed as its last mid-task
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -19,14 +19,16 @@ tasks of a batch shared its streams widely, the next batches are repartitioned b
 whether narrowing would still spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see.
 When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
 would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
-each task's rows by stream (`StreamSplit.grouped`), keeping each input partition's row order within a stream.
+each task's rows by stream (`StreamSplit.grouped`), keeping each input partition's row order within a stream,
+and tells the tasks so (`StreamSplit.tasks_plan`): each stream's chunk is closed, as its last, when the next
+stream's rows begin, and goes as one unary append instead of on a session.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from pyspark.sql import functions as F
@@ -37,6 +39,8 @@ from s2_sink._write.driver.routing import STREAM_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from s2_sink._write.write_plan import WritePlan
 
 __all__ = ["FrameShape", "StreamSplit", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
 
@@ -104,6 +108,11 @@ class StreamSplit:
         columns = frame.columns
         ordered = frame.withColumn(_ROW_ORDER, F.monotonically_increasing_id()).repartition(n, STREAM_COLUMN)
         return ordered.sortWithinPartitions(STREAM_COLUMN, _ROW_ORDER).select(*columns)
+
+    def tasks_plan(self, plan: WritePlan) -> WritePlan:
+        """The plan of a batch split by stream: `grouped` rows come ordered by stream (each stream's chunk
+        closes, as its last, when the next stream's rows begin: `WritePlan.rows_by_stream`)."""
+        return replace(plan, rows_by_stream=True) if self.grouped else plan
 
     def observe(self, rows: list[dict[str, object]], rows_in: int, *, by_stream: bool) -> None:
         """A batch's task result rows (one per task and stream): a narrowed batch whose (task, stream)

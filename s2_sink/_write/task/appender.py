@@ -22,8 +22,9 @@ costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Re
 Every chunk goes out as a serialized ``AppendInput`` (`Chunk.wire`, the fencing token added at send time;
 a chunk of SDK records is serialized by the SDK's own mapping) on a `BulkAppendSession` per stream, over
 the shared client's transport, so a stream's appends stay in one ordered session; a stream's last chunk
-of the task, with nothing of the stream in flight, goes as one unary append instead (`append_once`:
-nothing can overtake it, and a small stream costs no session).
+of the task, with nothing of the stream in flight, goes as one unary append instead (`append_once`: a
+small stream costs no session; should more of the stream follow after all, it waits for that append to land,
+so nothing overtakes it).
 """
 
 from __future__ import annotations
@@ -36,24 +37,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from s2_sdk import (
-    AppendConditionError,
-    Compression,
-    FencingTokenMismatchError,
-    S2ServerError,
-)
+from s2_sdk import AppendConditionError, Compression, FencingTokenMismatchError, S2ServerError
 
 from s2_sink import _crashpoints
-from s2_sink._transport.append_session import (
-    BulkAppendSession,
-    append_once,
-    basin_transport,
-)
+from s2_sink._transport.append_session import BulkAppendSession, append_once, basin_transport
 from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
 from s2_sink._transport.runtime import get_pool
+from s2_sink._transport.sdk import HttpClient
 from s2_sink._write.task.results import StreamTotals
-from s2_sink._write.task.tickets import Chunk, cause, close_bulk, describe, is_acked, retrieve, settled
+from s2_sink._write.task.tickets import (
+    Chunk,
+    cause,
+    close_bulk,
+    describe,
+    forget_acked,
+    is_acked,
+    retrieve,
+    settled,
+)
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.errors import FencedError, WriteError
 
@@ -116,6 +118,7 @@ class Appender:
         """Idle sessions closed to make room (`_make_room`), awaited by `release_all`."""
         self.keeping: list[asyncio.Task[str]] = []
         """The fence keepers asked (`_keep`), cancelled by `release_all` if still running."""
+        self._basin_transport: HttpClient | None = None
 
     def totals(self, stream: str) -> StreamTotals | None:
         """What was appended to `stream` so far (``None``: nothing was ever sent to it)."""
@@ -131,6 +134,8 @@ class Appender:
         ):
             await self._await_oldest()
         st = self._stream(chunk.stream)
+        while st.bulk is None and st.unacked:  # more after a "last" unary append: nothing overtakes it
+            await self._await_oldest()
         st.unacked.append(chunk)
         self.inflight.append(chunk)
         self.inflight_bytes += chunk.nbytes
@@ -189,8 +194,7 @@ class Appender:
         if self.cfg.create_streams:
             await self.pool.ensure_stream(self.cfg, st.name)
         await self._make_room()
-        transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
-        st.bulk = BulkAppendSession(transport, st.name, _COMPRESSION[self.cfg.compression])
+        st.bulk = BulkAppendSession(self._transport(), st.name, _COMPRESSION[self.cfg.compression])
         self.recent[st.name] = None
 
     async def _make_room(self) -> None:
@@ -225,9 +229,15 @@ class Appender:
         """Send `chunk`, its stream's last and only unacknowledged one, as a unary append (no session:
         nothing can overtake it). A failure is recovered as a session's (`_recover` re-sends it on a
         session)."""
-        transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
         chunk.submitted_at = time.monotonic()
-        chunk.ticket = append_once(transport, st.name, chunk.message(st.token), chunk.count)
+        chunk.ticket = append_once(self._transport(), st.name, chunk.message(st.token), chunk.count)
+
+    def _transport(self) -> HttpClient:
+        """The basin's transport, looked up once per task (per append, the lookup's token hash was ~5% of
+        a small stream's event-loop CPU)."""
+        if self._basin_transport is None:
+            self._basin_transport = basin_transport(self.pool.client(self.cfg), self.cfg.basin)
+        return self._basin_transport
 
     async def _reconnect(self, st: _StreamAppends) -> None:
         """`st`'s bulk session takes no more appends. After the server's reconnect advice, wait for what
@@ -355,7 +365,7 @@ class Appender:
                     continue
             self._check_retryable(st, exc)
             retrying = st.retrying
-            if _forget_acked(st):
+            if forget_acked(st.unacked):
                 retrying.progress()  # acks arrived on the failed session: progress, a fresh deadline
             if st.unacked and not self.plan.resend_ambiguous and not no_side_effects(exc):
                 # The task's retry reads back what landed; its own calls wait for S2 if it is still down.
@@ -433,13 +443,3 @@ class Appender:
             f"(batch {self.plan.batch_id}, {self.ctx.describe()}, "
             f"attempt {self.ctx.attempt_number}): {describe(exc)}"
         )
-
-
-def _forget_acked(st: _StreamAppends) -> bool:
-    """Take the acknowledged chunks off the front of `st.unacked` (`Appender._await_oldest` still
-    collects their acks); whether there were any."""
-    acked = False
-    while st.unacked and is_acked(st.unacked[0]):
-        st.unacked.popleft()
-        acked = True
-    return acked

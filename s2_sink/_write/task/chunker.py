@@ -162,6 +162,12 @@ class Chunker(Generic[T]):
             self._close(stream, buf)
         self._shed()
 
+    def close(self, stream: str) -> None:
+        """Emit `stream`'s partial chunk now (its rows have ended)."""
+        buf = self._buffers.get(stream)
+        if buf is not None:
+            self._close(stream, buf)
+
     def flush(self) -> None:
         """Emit every partial chunk (at the end of the input)."""
         for stream in sorted(self._open):

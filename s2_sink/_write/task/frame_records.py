@@ -53,12 +53,31 @@ Header = tuple[bytes, bytes]
 class FrameInput:
     """Feeds one task's frame batches, row by row in order, to a chunker."""
 
-    __slots__ = ("bad_rows", "chunker", "good_targets", "max_record", "plan", "rows_in", "spans")
+    __slots__ = (
+        "bad_rows",
+        "chunker",
+        "ended",
+        "good_targets",
+        "max_record",
+        "plan",
+        "rows_in",
+        "spans",
+        "stream_now",
+    )
 
     def __init__(
-        self, plan: WritePlan, chunker: Chunker[Record | FrameSpan], bad_rows: BadRows, max_record: int
+        self,
+        plan: WritePlan,
+        chunker: Chunker[Record | FrameSpan],
+        bad_rows: BadRows,
+        max_record: int,
+        ended: Callable[[str], None] | None = None,
     ) -> None:
         self.plan = plan
+        self.ended = ended if plan.rows_by_stream else None
+        """Told of a stream whose rows have ended (the task's rows come ordered by stream)."""
+        self.stream_now: str | None = None
+        """The stream of the last grouped run handed on (`ended` is told once the next one differs)."""
         self.chunker = chunker
         self.bad_rows = bad_rows
         self.max_record = max_record
@@ -150,6 +169,9 @@ class FrameInput:
         for lo, hi, total in zip(starts, ends, totals, strict=True):
             stream = names[int(ids[lo])]
             assert stream is not None
+            if self.ended is not None and self.stream_now not in (None, stream):
+                self.ended(self.stream_now)  # rows ordered by stream: the previous stream's have ended
+            self.stream_now = stream
             self.chunker.add_span(stream, sizes[lo:hi], _shifted(span, lo), total)
         return True
 

@@ -79,7 +79,7 @@ class _PartitionWriter:
             emit=self._send,
         )
         self.bad_rows = BadRows(plan, ctx, max_record)
-        self.input = FrameInput(plan, self.chunker, self.bad_rows, max_record)
+        self.input = FrameInput(plan, self.chunker, self.bad_rows, max_record, ended=self._stream_ended)
         self.appender = Appender(plan, ctx)
         self.closed: list[Chunk] = []
         """Chunks closed since the last hand-off to the appender, in order."""
@@ -92,6 +92,14 @@ class _PartitionWriter:
         if self.plan.recovery is not None:
             self.filter = self.plan.recovery(self.plan, self.ctx)
         self.input.spans = self.filter is None
+
+    def _stream_ended(self, stream: str) -> None:
+        """`stream`'s rows have ended (`WritePlan.rows_by_stream`): its partial chunk is its last."""
+        self.ending = True
+        try:
+            self.chunker.close(stream)
+        finally:
+            self.ending = False
 
     def _send(self, stream: str, index: int, items: list[Record | FrameSpan], nbytes: int) -> None:
         """A closed chunk: drop what an earlier attempt already wrote, tag it, append it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass
 
 from s2_sdk import AppendAck, Record, S2ServerError
@@ -13,7 +14,7 @@ from s2_sink._transport.append_session import BulkAppendSession, SessionClosedEr
 from s2_sink._wire import fencing_token_field
 from s2_sink._write.task.frame_records import serialize_records
 
-__all__ = ["Chunk", "cause", "close_bulk", "describe", "is_acked", "retrieve", "settled"]
+__all__ = ["Chunk", "cause", "close_bulk", "describe", "forget_acked", "is_acked", "retrieve", "settled"]
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ class Chunk:
     ticket: asyncio.Future[AppendAck] | None = None
     submitted_at: float = 0.0
     last: bool = False
-    """No later chunk of its stream follows in this task (the end of the input closed it)."""
+    """No later chunk of its stream follows in this task (the end of the input, or of its stream's rows in
+    rows ordered by stream, closed it)."""
 
     def message(self, token: str | None) -> bytes:
         """The serialized ``AppendInput`` with `token` (the session's input)."""
@@ -95,6 +97,16 @@ def retrieve(task: asyncio.Future[str]) -> None:
 def is_acked(chunk: Chunk) -> bool:
     t = chunk.ticket
     return t is not None and t.done() and not t.cancelled() and t.exception() is None
+
+
+def forget_acked(unacked: deque[Chunk]) -> bool:
+    """Take the acknowledged chunks off the front of a stream's `unacked` (the appender still collects
+    their acks); whether there were any."""
+    acked = False
+    while unacked and is_acked(unacked[0]):
+        unacked.popleft()
+        acked = True
+    return acked
 
 
 def describe(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ import pytest
 from s2_sink._option_map import parse_write_parallelism
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.sizing import BYTES_PER_TASK, PROBE_EVERY, FrameShape, StreamSplit, write_tasks
+from s2_sink._write.write_plan import WritePlan
 from s2_sink.config import S2Config
 from s2_sink.datasource._spark_writers import warn_if_fragmented
 from s2_sink.datasource._write_options import parse_write_options
@@ -131,7 +132,8 @@ def test_batches_whose_tasks_share_many_streams_are_split_by_stream_until_the_ne
 def test_a_split_orders_each_tasks_rows_by_stream_only_when_they_outweigh_the_held_bytes() -> None:
     """Streams interleaved in a task whose rows outweigh what its open chunks may hold would each be sent in
     several small appends (the fullest shed early): such a batch's split also orders each task's rows by
-    stream. A split that fits, or a narrowed batch that stays narrowed, is not sorted."""
+    stream, and its tasks are told so (`WritePlan.rows_by_stream`). A split that fits, or a narrowed batch
+    that stays narrowed, is not sorted."""
 
     def rows(tasks: int, streams: int, stream_bytes: int) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
@@ -143,7 +145,10 @@ def test_a_split_orders_each_tasks_rows_by_stream_only_when_they_outweigh_the_he
     split = StreamSplit(held_bytes=16 * 1024 * 1024)
     split.observe(rows(2, 1000, 7_500), 200_000, by_stream=False)  # 7.5 MB a task: fits
     assert (split.by_stream, split.grouped) == (True, False)
+    plan = WritePlan(cfg=_cfg(), batch_id=0, stream_column="tenant")
+    assert not split.tasks_plan(plan).rows_by_stream
     split.observe(rows(2, 10_000, 7_500), 2_000_000, by_stream=False)  # 75 MB a task
     assert (split.by_stream, split.grouped) == (True, True)
+    assert split.tasks_plan(plan).rows_by_stream  # sorted: the tasks are told so
     split.observe(rows(2, 1, 75_000_000), 2_000_000, by_stream=False)  # one stream: never split
     assert (split.by_stream, split.grouped) == (False, False)
