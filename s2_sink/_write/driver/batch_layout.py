@@ -17,7 +17,7 @@ from s2_sink._write.driver.sizing import narrow
 from s2_sink._write.frame_encoding import PLACE, FrameEncoding
 from s2_sink._write.task.partition_writer import map_partition, write_partition
 from s2_sink.encoders._change_order import compact_changes, last_changes, sort_changes
-from s2_sink.encoders._frame import KEY
+from s2_sink.encoders._frame import HEADERS, KEY
 
 if TYPE_CHECKING:
     from s2_sink._write.driver.sizing import FrameShape
@@ -64,6 +64,9 @@ def laid_out(
     routed = encoding.routing.routed
     compact = bool(getattr(encoder, "compact", False))
     frame = rows_df.mapInArrow(encoding.map_fn(), encoding.frame_schema())
+    if encoder is not None and encoder.headers_column is None:
+        # Always null then; an array of structs is costly in every shuffle, sort and Arrow conversion.
+        frame = frame.drop(HEADERS)
     if compact and not order:
         frame = compact_changes(frame)
     if encoding.layout is not None:  # a replay's layout wins
