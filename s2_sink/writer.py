@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from s2_sink._exactly_once.identity import session_facts
@@ -38,19 +37,20 @@ from s2_sink._option_map import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.runtime import get_pool
+from s2_sink._write.driver.batch_layout import laid_out
 from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode
 from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_driver
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.driver.sizing import StreamSplit, frame_shape, narrow, size_estimate, write_tasks
-from s2_sink._write.frame_encoding import PLACE, FrameEncoding
+from s2_sink._write.frame_encoding import FrameEncoding
 from s2_sink._write.spec import KEYWORDS, Delivery, WriteSpec
 from s2_sink._write.task.partition_writer import map_partition
 from s2_sink._write.task.results import RESULT_DDL
 from s2_sink._write.write_plan import OnError
 from s2_sink.config import S2Config
-from s2_sink.encoders._change_order import ORDER, col, compact_changes, order_struct, sort_changes
+from s2_sink.encoders._change_order import col
 from s2_sink.encoders._column_checks import check_json_type
 from s2_sink.encoders._frame import BODY, KEY
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
@@ -266,8 +266,8 @@ class S2Writer:
         if job.recovery_layout:
             layout = RecoveryLayout.of(rows_df.sparkSession, tasks, routed=self.routing.routed)
             encoding, job = encoding.laid_out(layout), job.laid_out(layout)
-        frame = laid_out(rows_df, encoding, tasks=tasks, by_key=by_key, shape=shape)
-        return _collect(frame.mapInArrow(map_partition(job.plan), RESULT_DDL))
+        laid = laid_out(rows_df, encoding, tasks=tasks, by_key=by_key, shape=shape)
+        return _collect(laid.frame.mapInArrow(laid.writes(job.plan), RESULT_DDL))
 
     def rows(self, batch_df: DataFrame) -> tuple[DataFrame, FrameEncoding]:
         """What the tasks are handed for `batch_df` (the columns the encoder reads, and the target stream
@@ -345,29 +345,6 @@ class _RowsMemo(NamedTuple):
 
     def apply(self, batch_df: DataFrame) -> DataFrame:
         return batch_df if self.columns is None else batch_df.select(*self.columns)
-
-
-def laid_out(
-    rows_df: DataFrame, encoding: FrameEncoding, *, tasks: int, by_key: bool, shape: FrameShape | None = None
-) -> DataFrame:
-    """The record frames of `rows_df` laid out for `tasks` write tasks, by Spark: encoded in a first,
-    narrow stage (each task the rows of one input partition, in input order), compacted across the batch
-    (``compact=True``), then placed by a replay's placement keys (`FrameEncoding.layout`), else by
-    (stream, key) when `by_key`, else narrowed; each task's changes sorted into change order."""
-    encoder = encoding.encoder
-    order = encoder.change_order if encoder is not None else ()
-    frame = rows_df.mapInArrow(encoding.map_fn(), encoding.frame_schema())
-    if getattr(encoder, "compact", False):
-        frame = compact_changes(frame, order)
-    if encoding.layout is not None:  # a replay's layout wins
-        frame = frame.repartition(tasks, F.col(PLACE))
-    elif by_key:
-        frame = frame.repartition(tasks, *([STREAM_COLUMN] if encoding.routing.routed else []), KEY)
-    elif shape is not None:
-        frame = narrow(frame, shape, tasks)
-    if order:  # every change of a (stream, key) is in one task now: sort them into change order
-        frame = sort_changes(frame.withColumn(ORDER, order_struct(order)))
-    return frame
 
 
 def _collect(results: DataFrame) -> list[dict[str, Any]]:

@@ -5,16 +5,19 @@ offset, a CDC log position). Changes that tie on every ``order_by`` column are o
 bytes, body first, then headers (compared as Spark compares ``array<struct<name,value>>``), so the order
 is a function of the rows alone and never of how they were split into partitions or batches.
 
-The writer carries the order in the frame column `ORDER` (a struct of the ``order_by`` values) until it
-has laid the batch out: every change of a (stream, key) in one task, sorted by `sort_changes`. A null
-``order_by`` value is a bad row: a change without a position cannot be placed.
+The writer lays a batch out with every change of a (stream, key) in one task and sorts each task's rows
+by `sort_changes`: a (stream, key)'s changes together, in change order. With ``compact=True`` the task
+then keeps the last good change of each (stream, key) as it reads its rows (`last_changes`), so one
+shuffle and one sort do both. A null ``order_by`` value is a bad row: a change without a position cannot
+be placed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
@@ -35,26 +38,23 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders._column_checks import INTEGRAL_TYPES, column_type
-from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY
+from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, STREAM
 from s2_sink.errors import ConfigError
 
 __all__ = [
-    "ORDER",
     "RANK",
     "SEQ",
     "check_key_column",
     "check_order_column",
     "col",
     "compact_changes",
+    "last_changes",
     "null_order_column",
     "order_by_columns",
-    "order_struct",
     "sort_changes",
     "sorted_indices",
 ]
 
-ORDER: Final = "_s2_order"
-"""Frame column the writer sorts a key's changes by: ``struct(*order_by)``; dropped before the write."""
 SEQ: Final = "_s2_seq"
 RANK: Final = "_s2_rank"
 """Columns `compact_changes` adds to a frame for its ranking (and drops)."""
@@ -122,48 +122,91 @@ def col(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def order_struct(order_by: Sequence[str]) -> Column:
-    """The `ORDER` column's expression: the ``order_by`` values in a struct, compared field by field."""
-    return F.struct(*[col(c).alias(f"o{i}") for i, c in enumerate(order_by)])
+def compact_changes(frame: DataFrame) -> DataFrame:
+    """An upsert record frame (the changelog flat) with only each key's last good change of the micro-batch,
+    and every bad row, where there is no ``order_by`` (``UpsertEncoder(compact=True)`` across a batch; with
+    ``order_by`` the write tasks compact, `last_changes`).
 
-
-def compact_changes(frame: DataFrame, order_by: Sequence[str]) -> DataFrame:
-    """An upsert record frame (the changelog flat, the ``order_by`` columns kept) with only each key's last
-    good change of the micro-batch, and every bad row (``UpsertEncoder(compact=True)`` across a batch).
-
-    With `order_by`, "last" is the last by it, ties by the record's bytes (the same survivor for any
-    split), and the writer lays the survivors out by key and change order afterwards. Without, "last" and
-    "order" are the input order (``_s2_seq`` = input partition << 33 + position, taken right after the
-    narrow encoding step, so it is the input's), and each input partition's survivors are put back
-    together, in input order."""
+    "Last" and "order" are the input order (``_s2_seq`` = input partition << 33 + position, taken right
+    after the narrow encoding step, so it is the input's), and each input partition's survivors are put
+    back together, in input order."""
     names = frame.columns
     framed = frame.withColumn(SEQ, F.monotonically_increasing_id())
-    if order_by:
-        last = [*(col(c).desc() for c in order_by), F.col(BODY).desc(), F.col(ACTION).desc()]
-        last += [F.col(HEADERS).desc()] if HEADERS in names else []
-    else:
-        last = [F.col(SEQ).desc()]
     # Bad rows are ranked apart and all kept (they become dead letters): a bad last change must not push
-    # out the key's last good one, or the compacted table would differ from the uncompacted one (and from
-    # the Arrow path's per-batch compaction, which leaves bad rows out of the ranking too).
+    # out the key's last good one, or the compacted table would differ from the uncompacted one.
     good = F.col(ERROR).isNull()
-    rank = F.row_number().over(Window.partitionBy(KEY, good).orderBy(*last))
+    rank = F.row_number().over(Window.partitionBy(KEY, good).orderBy(F.col(SEQ).desc()))
     survivors = framed.withColumn(RANK, rank).filter((good & (F.col(RANK) == 1)) | ~good)
-    if not order_by:
-        survivors = survivors.repartition(F.shiftright(F.col(SEQ), 33)).sortWithinPartitions(SEQ)
+    survivors = survivors.repartition(F.shiftright(F.col(SEQ), 33)).sortWithinPartitions(SEQ)
     return survivors.select(*[col(c) for c in names])
 
 
-def sort_changes(frame: DataFrame) -> DataFrame:
-    """`frame` sorted within each partition by change order (`ORDER`, then the record's bytes), without
-    `ORDER`; unchanged when it has no `ORDER` column."""
-    if ORDER not in frame.columns:
-        return frame
-    ties = [F.col(BODY)]
-    if ACTION in frame.columns:  # the changelog flat: headers (@key, @action, own) compare as these
-        ties += [F.col(KEY), F.col(ACTION)]
-    ties += [F.col(HEADERS)] if HEADERS in frame.columns else []
-    return frame.sortWithinPartitions(F.col(ORDER), *ties).drop(ORDER)
+def sort_changes(frame: DataFrame, order_by: Sequence[str], *, routed: bool) -> DataFrame:
+    """`frame` (the changelog flat, the ``order_by`` columns kept, every change of a (stream, key) in one
+    partition) sorted within each partition so that each (stream, key)'s changes are together and in
+    change order: by a hash of (stream, key), then (stream, key) itself, the ``order_by`` values, then the
+    record's bytes (body, ``@action``, the other headers). The hash comes first because Spark compares a
+    prefix of the first sort column before whole rows, and the JSON keys all begin alike."""
+    group = [F.col(STREAM)] if routed else []
+    group.append(F.col(KEY))
+    ties = [F.col(BODY), *(F.col(c) for c in (ACTION, HEADERS) if c in frame.columns)]
+    return frame.sortWithinPartitions(F.xxhash64(*group), *group, *(col(c) for c in order_by), *ties)
+
+
+def last_changes(frames: Iterable[pa.RecordBatch], *, routed: bool) -> Iterator[pa.RecordBatch]:
+    """`frames` (one task's rows, sorted by `sort_changes`) with only the last good change of each
+    (stream, key), and every bad row (an error, or no target stream), in order: ``compact=True``.
+
+    A (stream, key)'s changes may go on in the next frame, so the tail of a frame from its last good row
+    on is held back until the next good row shows whether that row was superseded."""
+    held: list[pa.RecordBatch] = []  # the last good row so far (held[0]'s first row) and bad rows after it
+    held_group: tuple[object, ...] = ()
+    for frame in frames:
+        good = _good(frame, routed)
+        positions = np.flatnonzero(good)
+        if not len(positions):
+            if held:
+                held.append(frame)
+            elif frame.num_rows:
+                yield frame
+            continue
+        groups = [frame.column(c) for c in ((STREAM, KEY) if routed else (KEY,))]
+        if held:
+            superseded = _group_at(groups, int(positions[0])) == held_group
+            yield from _nonempty([held[0].slice(1) if superseded else held[0], *held[1:]])
+        keep = ~good
+        keep[positions[:-1]] = _next_differs([g.take(pa.array(positions)) for g in groups])
+        last = int(positions[-1])
+        head = frame.slice(0, last)
+        yield from _nonempty([head if keep[:last].all() else head.filter(pa.array(keep[:last]))])
+        held, held_group = [frame.slice(last)], _group_at(groups, last)
+    yield from _nonempty(held)
+
+
+def _good(frame: pa.RecordBatch, routed: bool) -> np.ndarray:
+    """Which rows are good changes (no error, a target stream): the ones compaction chooses among."""
+    good = pc.is_null(frame.column(ERROR))
+    if routed:
+        good = pc.and_(good, pc.is_valid(frame.column(STREAM)))
+    return np.asarray(good.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _group_at(groups: list[pa.Array], i: int) -> tuple[object, ...]:
+    return tuple(g[i].as_py() for g in groups)
+
+
+def _next_differs(groups: list[pa.Array]) -> np.ndarray:
+    """For each row but the last, whether the next row is of another (stream, key): a run's last row."""
+    n = len(groups[0])
+    differs = np.zeros(n - 1, dtype=bool)
+    for g in groups:
+        ne = pc.not_equal(g.slice(1), g.slice(0, n - 1))
+        differs |= np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
+    return differs
+
+
+def _nonempty(frames: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return (f for f in frames if f.num_rows)
 
 
 def sorted_indices(order: Sequence[pa.Array], body: pa.Array, headers: pa.Array | None) -> pa.Array:

@@ -29,7 +29,7 @@ from s2_sink.encoders._change_order import (
 )
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers, changelog_metered
 from s2_sink.encoders._column_checks import check_json_type, column_type, require_column
-from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, ArrowParts
+from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, STREAM, ArrowParts
 from s2_sink.encoders._ops import DELETE, DROP, UPSERT
 from s2_sink.errors import ConfigError
 
@@ -200,7 +200,8 @@ class UpsertEncoder(Encoder):
                 a.take(order) for a in (batch, body, changelog, timestamp, key, error)
             )
         if arrange and self.compact:
-            survive = _last_per_key(key, error)
+            stream = batch.column(STREAM) if STREAM in batch.schema.names else None
+            survive = _last_per_key(key, error, stream)
             if not pc.all(survive).as_py():
                 batch, body, changelog, timestamp, key, error = (
                     a.filter(survive) for a in (batch, body, changelog, timestamp, key, error)
@@ -208,10 +209,14 @@ class UpsertEncoder(Encoder):
         return ArrowParts(batch, body, changelog, timestamp, key, error)
 
 
-def _last_per_key(key: pa.Array, error: pa.Array) -> pa.Array:
-    """True for the last row of each key (and every error row), so compaction keeps batch order."""
+def _last_per_key(key: pa.Array, error: pa.Array, stream: pa.Array | None) -> pa.Array:
+    """True for the last row of each key (per target `stream` where the rows carry theirs: a key routed to
+    two streams is a change in each) and every bad row (an error, no target), so compaction keeps batch
+    order."""
     index = pa.array(np.arange(len(key), dtype=np.int64))
-    ok = pc.is_null(error)
+    ok = pc.is_null(error) if stream is None else pc.and_(pc.is_null(error), pc.is_valid(stream))
     rows = pa.table({"key": key.filter(ok), "i": index.filter(ok)})
-    last = rows.group_by("key").aggregate([("i", "max")]).column("i_max")
-    return pc.or_(pc.is_in(index, value_set=last), pc.invert(ok))
+    if stream is not None:
+        rows = rows.append_column("stream", stream.filter(ok))
+    last = rows.group_by([c for c in ("stream", "key") if c in rows.column_names]).aggregate([("i", "max")])
+    return pc.or_(pc.is_in(index, value_set=last.column("i_max")), pc.invert(ok))

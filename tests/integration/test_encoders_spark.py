@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from s2_sink._write.driver.batch_layout import laid_out
 from s2_sink.config import S2Config
 from s2_sink.encoders import (
     ACTION_HEADER,
@@ -40,7 +41,7 @@ from s2_sink.encoders import (
 )
 from s2_sink.encoders._frame import ACTION
 from s2_sink.errors import ConfigError
-from s2_sink.writer import S2Writer, laid_out
+from s2_sink.writer import S2Writer
 from tests.unit.encoders._strategies import batch_of, normalized, schema_and_rows
 
 pytestmark = pytest.mark.spark
@@ -171,7 +172,7 @@ def test_output_does_not_depend_on_the_session_time_zone(spark: SparkSession, ev
     rows reach the encoder through the writer's mapInArrow stage."""
 
     def bodies() -> list[bytes]:
-        frame = laid_out(every_type, _encoding(InsertEncoder(), every_type), tasks=1, by_key=False)
+        frame = laid_out(every_type, _encoding(InsertEncoder(), every_type), tasks=1, by_key=False).frames()
         return [bytes(r[BODY]) for r in frame.collect()]
 
     before = bodies()
@@ -212,7 +213,7 @@ def test_columns_differing_only_in_case_are_named_in_a_config_error(spark: Spark
 
     def rows(encoder: Encoder) -> list[bytes]:
         shipped, encoding = S2Writer(cfg, encoder, delivery="at-least-once").rows(df)
-        return [bytes(r[BODY]) for r in laid_out(shipped, encoding, tasks=1, by_key=False).collect()]
+        return [bytes(r[BODY]) for r in laid_out(shipped, encoding, tasks=1, by_key=False).frames().collect()]
 
     with pytest.raises(ConfigError, match=r"columns 'id' and 'Id' differ only in case.*rename one of them"):
         rows(InsertEncoder())
@@ -260,7 +261,7 @@ def test_compaction_keeps_last_change_per_key_in_input_order(spark: SparkSession
     inputs = [[r.k for r in p] for p in df.rdd.glom().collect()]
     assert inputs == [["a", "b", "a", "c", "b"], ["d", "a", "e", "d", "f"]]
     encoder = UpsertEncoder(["k"], op_column="op", compact=True)
-    frame = laid_out(df, _encoding(encoder, df), tasks=2, by_key=False)
+    frame = laid_out(df, _encoding(encoder, df), tasks=2, by_key=False).frames()
     outputs = [
         [(bytes(r[KEY]).decode(), bytes(r[BODY]).decode()) for r in p] for p in frame.rdd.glom().collect()
     ]
@@ -322,7 +323,7 @@ def test_change_order_and_its_ties_match_the_arrow_path_for_any_split(
         shuffled = list(rows)
         random.Random(seed).shuffle(shuffled)
         df = spark.createDataFrame(spark.sparkContext.parallelize(shuffled, seed + 1), schema)
-        frame = laid_out(df, _encoding(enc, df), tasks=3, by_key=True)
+        frame = laid_out(df, _encoding(enc, df), tasks=3, by_key=True).frames()
         got = [r.asDict(recursive=True) for r in frame.collect()]
         assert all(ACTION in r for r in got)
         assert _changes_per_key(got) == expected
@@ -342,7 +343,7 @@ def test_compaction_keeps_a_keys_last_good_change_when_its_last_change_is_bad(sp
         return good, sum(r[ERROR] is not None for r in records)
 
     spark_side = summary(
-        [r.asDict() for r in laid_out(df, _encoding(enc, df), tasks=2, by_key=True).collect()]
+        [r.asDict() for r in laid_out(df, _encoding(enc, df), tasks=2, by_key=True).frames().collect()]
     )
     arrow = summary(arrow_frame(enc, df).to_pylist())
     assert spark_side == arrow

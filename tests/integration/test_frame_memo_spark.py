@@ -14,9 +14,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from s2_sink import S2Writer
+from s2_sink._write.driver.batch_layout import laid_out
 from s2_sink.encoders import InsertEncoder, UpsertEncoder
 from s2_sink.lite import LiteServer
-from s2_sink.writer import laid_out
 from tests.integration.test_writer_spark import bodies, cfg_for, rows_df
 
 pytestmark = pytest.mark.spark
@@ -37,7 +37,9 @@ class _CountingInsert(InsertEncoder):
 def _bodies(writer: S2Writer, df: DataFrame) -> list[bytes]:
     """The record bodies the writer's tasks encode for `df`."""
     rows, encoding = writer.rows(df)
-    return sorted(bytes(r["_s2_body"]) for r in laid_out(rows, encoding, tasks=2, by_key=False).collect())
+    return sorted(
+        bytes(r["_s2_body"]) for r in laid_out(rows, encoding, tasks=2, by_key=False).frames().collect()
+    )
 
 
 def test_second_batch_reuses_the_selection_and_gets_the_same_records(
@@ -90,7 +92,7 @@ def test_compaction_applies_to_each_batchs_own_rows(
 
     def compacted(df: DataFrame) -> list[bytes]:
         rows, encoding = writer.rows(df)
-        frame = laid_out(rows, encoding, tasks=2, by_key=True)
+        frame = laid_out(rows, encoding, tasks=2, by_key=True).frames()
         return sorted(bytes(r["_s2_body"]) for r in frame.collect())
 
     assert compacted(first) == [b'{"v":2}']

@@ -11,14 +11,14 @@ from typing import Any
 import orjson
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from s2_sink import S2Config, S2Writer
 from s2_sink._exactly_once.identity import session_facts
-from s2_sink._write.task.partition_writer import map_partition
+from s2_sink._write.driver.batch_layout import laid_out
 from s2_sink._write.task.results import RESULT_DDL
 from s2_sink.encoders import UpsertEncoder
 from s2_sink.lite import LiteServer
-from s2_sink.writer import laid_out
 from tests.integration._eo_batches import new_driver_process
 from tests.integration._s2read import read_stream
 
@@ -116,7 +116,7 @@ def test_replay_after_a_dead_run_keeps_each_keys_order(
     prefix = [c for c in CHANGES if c[0] in KEYS[:3] and c[3] < 500]
     survivors = rows.filter(rows["pos"] < 500).filter(rows["k"].isin(*KEYS[:3]))
     laid = laid_out(survivors, encoding, tasks=2, by_key=True)
-    laid.mapInArrow(map_partition(job.plan), RESULT_DDL).collect()  # then the driver dies: no commit
+    laid.frame.mapInArrow(laid.writes(job.plan), RESULT_DDL).collect()  # then the driver dies: no commit
     assert _per_key(lite, basin, "cdc") == _expected(prefix)
 
     caplog.set_level(logging.WARNING, logger="s2_sink")
@@ -125,3 +125,22 @@ def test_replay_after_a_dead_run_keeps_each_keys_order(
     replay(_split(spark, CHANGES, 6, 5), 0)
     assert "replays after a driver restart" in caplog.text  # the recovery path ran
     assert _per_key(lite, basin, "cdc") == _expected(CHANGES)
+
+
+@pytest.mark.parametrize("driver_rows", [0, 10_000], ids=["tasks", "driver"])
+def test_compaction_keeps_each_streams_last_change_of_a_key(
+    spark: SparkSession, lite: LiteServer, basin: str, driver_rows: int
+) -> None:
+    """compact=True with routed streams: each key's changes alternate between two streams, spread over the
+    input partitions; each stream keeps the key's last change among the ones routed to it (as its
+    uncompacted changes would end), not only the stream that holds the key's very last change. Written by
+    the write tasks and, as a small batch, from the driver."""
+    region = F.when(F.floor(F.col("pos") / 100) % 2 == 0, "even").otherwise("odd")
+    df = _split(spark, CHANGES, 4, 3).withColumn("region", region)
+    cfg = _cfg(lite, basin, "ignored")
+    cfg = cfg.replace(stream=None, create_streams=True, driver_write_max_rows=driver_rows)
+    writer_id = f"routed-compact-{driver_rows}"
+    S2Writer(cfg, _encoder(compact=True), stream_column="region", writer_id=writer_id)(df, 0)
+    for parity, stream in ((0, "even"), (1, "odd")):
+        routed = [c for c in CHANGES if c[3] // 100 % 2 == parity]
+        assert _per_key(lite, basin, stream) == {k: v[-1:] for k, v in _expected(routed).items()}

@@ -1,6 +1,7 @@
 """How the simulated Spark splits a micro-batch into write tasks: the input split (which a replay may draw
 otherwise, SPARK-28650), the writer's repartition by (stream, key) with ``order_by`` and its sort into change
-order (`sorted_indices`, the Python twin of `sort_changes`), and a recovery's layout by record content
+order (`sorted_indices`, the Python twin of `sort_changes`; with ``compact`` the tasks compact, by the real
+`last_changes`), and a recovery's layout by record content
 (`RecoveryLayout.partition_of`: the partition whose placement key the encoding stage ships with each record,
 where Spark's repartition puts it)."""
 
@@ -15,16 +16,16 @@ import pyarrow as pa
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink.encoders._change_order import sorted_indices
 from s2_sink.encoders._frame import BODY, HEADERS
-from tests.sim._scenario import SINGLE_STREAM, Row, Scenario, frame_of
+from tests.sim._scenario import SINGLE_STREAM, Row, Scenario, frame_of, key_of
 
-__all__ = ["by_content", "by_stream_order", "in_change_order", "split"]
+__all__ = ["by_content", "by_stream_order", "in_change_order", "inputs", "split"]
 
 
 def split(sc: Scenario, batch: int, run: int) -> list[list[Row]]:
     """How Spark splits the batch's rows in `run` (a replay may split them otherwise, SPARK-28650)."""
     rng = random.Random(f"split-{sc.seed}-{run}-{batch}")
     parts: list[list[Row]] = [[] for _ in range(rng.randint(1, 3))]
-    for row in sc.batches[batch]:
+    for row in inputs(sc, batch):
         parts[rng.randrange(len(parts))].append(row)
     if sc.order_by:
         return _by_key(sc, parts, rng)
@@ -72,20 +73,31 @@ def _by_key(sc: Scenario, split: list[list[Row]], rng: random.Random) -> list[li
 
 
 def in_change_order(sc: Scenario, rows: list[Row]) -> list[Row]:
-    """``sortWithinPartitions(_s2_order, _s2_body, _s2_headers)`` of one partition (`sort_changes`), by
-    its Python twin; the rows as they are without ``order_by``."""
+    """`sort_changes` of one partition, by its Python twin: a (stream, key)'s changes together (in some
+    order of the groups: Spark's is a hash's), each group in change order (`sorted_indices`); the rows as
+    they are without ``order_by``."""
     if not sc.order_by or len(rows) < 2:
         return rows
     frame = frame_of(rows, routed=sc.routed, dlq=sc.dlq)
-    order = [pa.array([r.order for r in rows], pa.int64())]
+    streams = [(r.stream or SINGLE_STREAM) if sc.routed else "" for r in rows]
+    order = [
+        pa.array(streams),
+        pa.array([key_of(r) for r in rows]),
+        pa.array([r.order for r in rows], pa.int64()),
+    ]
     indices = sorted_indices(order, frame.column(BODY), frame.column(HEADERS))
     return [rows[i] for i in indices.to_pylist()]
+
+
+def inputs(sc: Scenario, batch: int) -> tuple[Row, ...]:
+    """The rows the writer is handed for `batch` (with ``compact``, before the write tasks compact them)."""
+    return sc.changes[batch] if sc.compact else sc.batches[batch]
 
 
 def by_content(sc: Scenario, batch: int, layout: RecoveryLayout) -> list[list[Row]]:
     """The recovery shuffle: ``repartition(n, placement key)``, each record in partition `partition_of`."""
     parts: list[list[Row]] = [[] for _ in range(layout.partitions)]
-    for row in sc.batches[batch]:
+    for row in inputs(sc, batch):
         stream = row.stream if row.stream is not None else SINGLE_STREAM
         parts[layout.partition_of(stream, list(row.headers), row.body)].append(row)
     return parts

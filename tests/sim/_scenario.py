@@ -454,17 +454,17 @@ def key_of(row: Row) -> bytes:
 
 
 def compacted(changes: tuple[Row, ...]) -> tuple[Row, ...]:
-    """``compact=True`` as the encoder's Spark window does it for `S2Writer`: per key (over all target
-    streams), the last good change by `change_order` survives; so does every bad row, which is ranked apart
-    (a bad last change never pushes out the key's last good one)."""
-    last: dict[bytes, Row] = {}
+    """``compact=True`` as `S2Writer`'s write tasks do it (`last_changes`): per (stream, key), the last good
+    change by `change_order` survives; so does every bad row, which is ranked apart (a bad last change
+    never pushes out the key's last good one)."""
+    last: dict[tuple[str | None, bytes], Row] = {}
     for row in changes:
         if row.error is not None:
             continue
-        best = last.get(key_of(row))
+        best = last.get((row.stream, key_of(row)))
         if best is None or change_order(row) > change_order(best):
-            last[key_of(row)] = row
-    survivors = [r for r in changes if r.error is not None or last.get(key_of(r)) is r]
+            last[(row.stream, key_of(row))] = row
+    survivors = [r for r in changes if r.error is not None or last.get((r.stream, key_of(r))) is r]
     return tuple(survivors)
 
 

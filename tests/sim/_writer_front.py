@@ -19,9 +19,11 @@ from s2_sink._write.spec import Delivery
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
+from s2_sink.encoders._change_order import last_changes
+from s2_sink.encoders._frame import ERROR, KEY
 from s2_sink.writer import S2Writer
 from tests.sim._partitioning import by_content, by_stream_order, in_change_order, split
-from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, MIRROR_WRITER, Row, Scenario, frame_of
+from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, MIRROR_WRITER, Row, Scenario, frame_of, key_of
 from tests.sim._session import Session
 
 if TYPE_CHECKING:
@@ -168,7 +170,13 @@ class WriterFront:
         if routed and not recovery and by_stream_order(parts):
             plan = dataclasses.replace(plan, rows_by_stream=True)  # as `StreamSplit.tasks_plan`
             self._note(f"driver run {run}: batch {b} rows ordered by stream")
-        task = _writer_task(plan, routed=routed, dlq=self.sc.dlq, payload=writer.on_error == "dlq")
+        task = _writer_task(
+            plan,
+            routed=routed,
+            dlq=self.sc.dlq,
+            payload=writer.on_error == "dlq",
+            compact=self.sc.compact,
+        )
         results = self._stage(run, b, parts, task, calm)
         if writer is self.writer and writer.spec.exactly_once:
             self._committing(b)
@@ -176,13 +184,33 @@ class WriterFront:
 
 
 def _writer_task(
-    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool
+    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool, compact: bool
 ) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
+    """A write task: its rows' frame written, with ``compact`` the task's own compaction first (the tail of
+    `s2_sink.writer.Layout`), the frame cut in two so a key's changes may straddle Arrow batches."""
+
     def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch:
         frames = [frame_of(rows, routed=routed, dlq=dlq, payload=payload)] if rows else []
+        if compact and frames:
+            frames = _compacted(frames[0], rows, routed=routed)
         return write_partition(plan, frames, ctx)
 
     return body
+
+
+def _compacted(frame: pa.RecordBatch, rows: list[Row], *, routed: bool) -> list[pa.RecordBatch]:
+    """The task's compaction (`last_changes`) over `frame` cut in two Arrow batches (a key's changes may
+    straddle them), with the flat changelog's key and error columns it reads (the sim's frame carries
+    ``@key`` in its header list) added for it and dropped after."""
+    names = frame.schema.names
+    extra = {KEY: pa.array([key_of(r) for r in rows], pa.binary())}
+    if ERROR not in names:
+        extra[ERROR] = pa.array([r.error for r in rows], pa.string())
+    for name, values in extra.items():
+        frame = frame.append_column(name, values)
+    cut = len(rows) // 2
+    kept = last_changes([frame.slice(0, cut), frame.slice(cut)], routed=routed)
+    return [f.select(names) for f in kept]
 
 
 def _metrics(batch: int, results: list[pa.RecordBatch], delivery: str) -> BatchMetrics:

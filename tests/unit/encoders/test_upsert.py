@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders import BODY, ERROR, HEADERS, KEY, UpsertChange, UpsertEncoder, decode_upsert
+from s2_sink.encoders._frame import STREAM
 from s2_sink.errors import ConfigError, EncodeError
 from tests.unit.encoders._strategies import atomic_types, normalized, schema_and_rows, values_of
 
@@ -125,6 +126,26 @@ def test_compaction_keeps_the_last_change_per_key_in_batch_order() -> None:
         ([(b"@key", b'{"index":"a"}'), (b"@action", b"u")], b'{"content":2}'),
         ([(b"@key", b'{"index":"c"}'), (b"@action", b"u")], b'{"content":1}'),
         ([(b"@key", b'{"index":"b"}'), (b"@action", b"d")], b""),
+    ]
+
+
+def test_compaction_keeps_a_keys_last_change_in_each_target_stream() -> None:
+    """Rows that carry their target stream (`S2Writer`'s routed rows, written from the driver): compact=True
+    keeps a key's last change per stream, so each stream ends as its uncompacted changes would; a row
+    without a target is a bad row, kept."""
+    schema = StructType([*SCHEMA.fields, StructField(STREAM, StringType())])
+    rows = [
+        {"index": "a", "content": 1, "op": "+I", STREAM: "s1"},
+        {"index": "a", "content": 2, "op": "+U", STREAM: "s1"},
+        {"index": "a", "content": 3, "op": "+U", STREAM: "s2"},
+        {"index": "a", "content": 4, "op": "+U", STREAM: None},
+    ]
+    encoder = UpsertEncoder(["index"], op_column="op", compact=True)
+    frame = encoder.encode_frame(batch(rows, schema), schema=schema, keep=[STREAM], exclude=[STREAM])
+    assert [(r[STREAM], r[BODY]) for r in frame.to_pylist()] == [
+        ("s1", b'{"content":2}'),
+        ("s2", b'{"content":3}'),
+        (None, b'{"content":4}'),
     ]
 
 
