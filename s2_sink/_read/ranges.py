@@ -34,6 +34,7 @@ from s2_sink._read.session import (
     read_columns,
     read_error_words,
 )
+from s2_sink._read.unary import UNARY_RECORDS, read_unary
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._transport.sdk import TransportError
@@ -153,8 +154,7 @@ async def _range_runs(
     # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
     expected = first
     try:
-        runs = read_columns(handle, first, stop - first, run_records=run_records, cfg=cfg)
-        async for held in runs:
+        async for held in _held_runs(handle, first, stop, run_records, cfg):
             if held.last_seq_num - expected + 1 == held.records and held.last_seq_num < stop:
                 # As many records as seq_nums up to the last, all below ``stop``: no jump, nothing to cut,
                 # and the run stays undecoded for the consumer to decode with others.
@@ -178,6 +178,24 @@ async def _range_runs(
         pass
     if expected < stop:
         on_gap(expected, stop)
+
+
+async def _held_runs(
+    handle: s2_sdk.S2Stream, first: int, stop: int, run_records: int, cfg: S2Config
+) -> AsyncGenerator[Held, None]:
+    """The runs of records from ``first`` on, ``stop - first`` of them: a small range's by one unary read
+    (sent with those of the task's other small ranges), then, and for a larger range, by a session."""
+    if stop - first <= UNARY_RECORDS:
+        held = await read_unary(handle, first, stop - first, cfg)
+        if held is None:
+            return  # no records: none is left from ``first`` to the tail
+        yield held
+        if held.last_seq_num + 1 >= stop:
+            return
+        # More than one answer holds (records over 1 MiB together): a session reads the rest.
+        first = held.last_seq_num + 1
+    async for held in read_columns(handle, first, stop - first, run_records=run_records, cfg=cfg):
+        yield held
 
 
 def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:

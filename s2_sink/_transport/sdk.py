@@ -155,37 +155,54 @@ async def post_corked(client: HttpClient, path: str, headers: dict[str, str], bo
     return await _exchange_corked(client, block, body)
 
 
-async def get_corked(client: HttpClient, path: str) -> bytes:
-    """``GET`` `path` as the transport's ``unary_request`` does and return the answer's body, its HEADERS
-    frame written to the socket together with those of every other request started in the same turn of
-    the event loop (`post_corked`): a read planned over many streams asks each for its tail, and a socket
-    write per request was most of what a lookup cost. A stand-in transport is asked through its
-    ``unary_request``."""
-    if not isinstance(client, HttpClient):
-        stand_in: Any = client
-        answer = await stand_in.unary_request("GET", path)
-        return bytes(answer.content)
-    return await _exchange_corked(client, client._build_headers("GET", path), None)
+async def get_corked(client: HttpClient, path: str, headers: dict[str, str] | None = None) -> bytes:
+    """``GET`` `path` (with `headers`) as the transport's ``unary_request`` does and return the answer's
+    body, its HEADERS frame written to the socket together with those of every other request started in
+    the same turn of the event loop (`post_corked`), its header block encoded as `_request_block` encodes
+    a ``POST``'s: a read planned over many streams asks each for its tail, a task reading many small
+    streams reads each with a unary read, and a socket write and an encoding of the headers per request
+    were most of what such a request cost. Failures are raised as the SDK's own calls raise them (a
+    transport failure as an ``S2ClientError``). A stand-in transport is asked through ``unary_request``."""
+    try:
+        if not isinstance(client, HttpClient):
+            stand_in: Any = client
+            answer = await stand_in.unary_request("GET", path, headers=dict(headers or {}))
+            return bytes(answer.content)
+        return await _exchange_corked(client, _request_block(client, path, headers or {}, None), None)
+    except Exception as exc:
+        normalized = normalize_exception(exc)
+        if normalized is exc:
+            raise
+        raise normalized from exc
 
 
-async def _exchange_corked(
-    client: HttpClient, headers: list[tuple[str, str]] | bytes, body: bytes | None
-) -> bytes:
-    """Send a request corked (`_send_corked`: `headers` a list or a block encoded already; no body, a
-    HEADERS frame that ends the stream) and wait for its answer's body as ``unary_request`` does."""
+async def _exchange_corked(client: HttpClient, block: bytes, body: bytes | None) -> bytes:
+    """Send a request corked (`_send_corked`: its header block encoded already; no body, a HEADERS frame
+    that ends the stream) and wait for its answer's body as ``unary_request`` does."""
     pc, state = await client._pool.checkout(client._base_url)
     conn = pc._conn
     stream_id: int | None = None
     try:
         async with conn._write_lock:
-            stream_id, rest = _send_corked(conn, state, headers, body)
+            stream_id, rest = _send_corked(conn, state, block, body)
         if rest:
             await conn.send_data(stream_id, rest, end_stream=True)
         async with asyncio.timeout(client._request_timeout):
             answer_headers = await state.response_headers
             chunks = []
             while (item := await state.data_queue.get()) is not None:
-                chunks.append(item[0] if isinstance(item, tuple) else item)
+                chunk, flow_bytes = item if isinstance(item, tuple) else (item, 0)
+                chunks.append(chunk)
+                if flow_bytes:
+                    # Acknowledged as received, as ``unary_request`` does (the answers of many requests
+                    # share the connection's window), but not written at once: a write of its own would
+                    # take the requests corked so far with it, so any window update leaves with this
+                    # turn's corked write.
+                    async with conn._write_lock:
+                        assert conn._h2 is not None  # connected (the SDK's ack_data asserts it too)
+                        state.unacked_flow_bytes -= flow_bytes
+                        conn._h2.acknowledge_received_data(flow_bytes, stream_id)
+                    _cork(conn)
         if state.error is not None and not state.end_stream_received:
             raise state.error
         return _answer(answer_headers, b"".join(chunks))
@@ -198,13 +215,11 @@ async def _exchange_corked(
         await _release(pc, stream_id, state)
 
 
-def _send_corked(
-    conn: Any, state: Any, headers: list[tuple[str, str]] | bytes, body: bytes | None
-) -> tuple[int, bytes]:
+def _send_corked(conn: Any, state: Any, block: bytes, body: bytes | None) -> tuple[int, bytes]:
     """Open the reserved HTTP/2 stream and queue its frames (under the connection's write lock), the
-    write left to `_uncork`; returns the stream id and what of the body did not fit. `headers`: the
-    request's header list, or its header block encoded already (`_request_block`). Without a body
-    (None), the HEADERS frame ends the stream."""
+    write left to `_uncork`; returns the stream id and what of the body did not fit. `block`: the
+    request's header block, encoded already (`_request_block`). Without a body (None), the HEADERS frame
+    ends the stream."""
     if state.error is not None:
         raise state.error
     if conn._pending_streams.pop(id(state), None) is None:
@@ -213,10 +228,7 @@ def _send_corked(
     stream_id: int = h2.get_next_available_stream_id()
     conn._streams[stream_id] = state
     try:
-        if isinstance(headers, bytes):
-            _send_encoded_headers(h2, stream_id, headers)
-        else:
-            h2.send_headers(stream_id, headers, end_stream=body is None)
+        _send_encoded_headers(h2, stream_id, block, end_stream=body is None)
         if body is None:
             body, first = b"", 0
         else:
@@ -226,12 +238,18 @@ def _send_corked(
     except BaseException:
         conn._streams.pop(stream_id, None)
         raise
+    _cork(conn).append(state)
+    return stream_id, body[first:]
+
+
+def _cork(conn: Any) -> list[Any]:
+    """The requests waiting for this turn's write on `conn` (`_corked`), the write scheduled with the
+    first; whatever h2 queued by then (acknowledgements too) leaves with it."""
     waiting = _corked.get(conn)
     if waiting is None:
         waiting = _corked[conn] = []
         asyncio.get_running_loop().call_soon(_uncork, conn)
-    waiting.append(state)
-    return stream_id, body[first:]
+    return waiting
 
 
 _corked: dict[Any, list[Any]] = {}
@@ -301,9 +319,10 @@ _CONTENT_LENGTH_INDEX: Final = 28
 """``content-length`` in HPACK's static table."""
 
 
-def _request_block(client: HttpClient, path: str, headers: dict[str, str], length: int) -> bytes:
-    """The HPACK header block of a ``POST`` of `length` bytes to `path` with the headers ``unary_request``
-    sends (the transport's own, `headers`, ``content-encoding``, ``content-length``), encoded without the
+def _request_block(client: HttpClient, path: str, headers: dict[str, str], length: int | None) -> bytes:
+    """The HPACK header block of a ``POST`` of `length` bytes to `path` (a ``GET``, with no body, when
+    `length` is None) with the headers ``unary_request`` sends (the transport's own, `headers`, a ``POST``'s
+    ``content-encoding`` and ``content-length``), encoded without the
     connection's dynamic table: every field is a never-indexed literal or a static-table index, so the block
     is valid on any connection whatever its HPACK state, and all but ``:path`` and ``content-length`` is
     encoded once per transport.
@@ -311,8 +330,8 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
     h2 encoded each request's headers anew (normalized, validated, searched in the dynamic table, Huffman
     coded): ~0.15 ms per unary append, a third of a small stream's client CPU
     (`benchmarks.writer_path --streams 1000`)."""
-    listed = client._build_headers("POST", "", headers)
-    if client._compression != s2_sdk.Compression.NONE:
+    listed = client._build_headers("GET" if length is None else "POST", "", headers)
+    if length is not None and client._compression != s2_sdk.Compression.NONE:
         listed.append(("content-encoding", _COMPRESSION_ENCODING[client._compression]))
     key = tuple(listed)
     constant = _BLOCKS.get(key)
@@ -326,14 +345,10 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
         pseudo = [NeverIndexedHeaderTuple(k, v) for k, v in fields if k.startswith(b":") and k != b":path"]
         regular = [NeverIndexedHeaderTuple(k, v) for k, v in fields if not k.startswith(b":")]
         constant = _BLOCKS[key] = (Encoder().encode(pseudo), Encoder().encode(regular))
-    return b"".join(
-        (
-            constant[0],
-            _literal(_PATH_INDEX, path.encode()),
-            constant[1],
-            _literal(_CONTENT_LENGTH_INDEX, str(length).encode()),
-        )
-    )
+    block = constant[0] + _literal(_PATH_INDEX, path.encode()) + constant[1]
+    if length is None:
+        return block
+    return block + _literal(_CONTENT_LENGTH_INDEX, str(length).encode())
 
 
 def _literal(index: int, value: bytes) -> bytes:
@@ -356,7 +371,9 @@ class _Encoded:
         return self.block
 
 
-def _send_encoded_headers(h2: H2Connection, stream_id: int, block: bytes) -> None:
+def _send_encoded_headers(
+    h2: H2Connection, stream_id: int, block: bytes, *, end_stream: bool = False
+) -> None:
     """h2's ``send_headers`` of a header block encoded already (`_request_block`): the stream opened and its
     HEADERS frames queued by h2 itself, only the encoding (with its normalizing and validating of the
     fields, done once for the block's constant part) skipped. A pending dynamic table size change must start
@@ -364,14 +381,14 @@ def _send_encoded_headers(h2: H2Connection, stream_id: int, block: bytes) -> Non
     encoder = h2.encoder
     if encoder.header_table.resized:
         headers = Decoder().decode(block)
-        h2.send_headers(stream_id, headers)
+        h2.send_headers(stream_id, headers, end_stream=end_stream)
         return
     config = h2.config
     normalize, validate = config.normalize_outbound_headers, config.validate_outbound_headers
     h2.encoder = _Encoded(block)  # type: ignore[assignment]
     config.normalize_outbound_headers = config.validate_outbound_headers = False
     try:
-        h2.send_headers(stream_id, ())
+        h2.send_headers(stream_id, (), end_stream=end_stream)
     finally:
         h2.encoder = encoder
         config.normalize_outbound_headers, config.validate_outbound_headers = normalize, validate

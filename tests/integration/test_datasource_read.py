@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import s2_sdk
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from s2_sink.datasource import register
 from tests import s2_target
@@ -158,6 +159,23 @@ def test_batch_bounds_select_ranges(sp: SparkSession, endpoint: str) -> None:
     split = sp.read.format("s2").options(**base, **{"s2.records-per-partition": "2"}).load()
     assert split.rdd.getNumPartitions() == 3
     assert sorted(r.seq_num for r in split.collect()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_json_numbers_read_as_sparks_own_json_reader_reads_them(sp: SparkSession, endpoint: str) -> None:
+    """``s2.format=json`` gives a double column what Spark's ``from_json`` gives for the same bodies, the
+    sign of zero included: the integer ``-0`` is 0.0, ``-0.0`` and ``-0e0`` are -0.0 (the bulk reader read
+    the integer ``-0`` as -0.0)."""
+    texts = ['{"x": -0}', '{"x": -0.0}', '{"x": -0e0}', '{"x": 0}', '{"x": -0, "s": "a"}', '{"x": 1.5}']
+    basin = new_basin(endpoint, "z")
+    append(endpoint, basin, "z", bodies(*texts))
+    schema = "x double, s string"
+    ours = sp.read.format("s2").schema(f"{schema}, _s2_seq_num long")
+    df = ours.options(**opts(endpoint, basin, **{"s2.stream": "z", "s2.format": "json"})).load()
+    read = [(r.x, r.s) for r in sorted(df.collect(), key=lambda r: r._s2_seq_num)]
+    text = sp.createDataFrame([(t,) for t in texts], "body string")
+    sparks = [(r.j.x, r.j.s) for r in text.select(F.from_json("body", schema).alias("j")).collect()]
+    assert [(repr(x), s) for x, s in read] == [(repr(x), s) for x, s in sparks]
+    assert [repr(x) for x, _ in read] == ["0.0", "-0.0", "-0.0", "0.0", "0.0", "1.5"]
 
 
 def test_upsert_changelog_and_materialization(sp: SparkSession, endpoint: str) -> None:

@@ -107,6 +107,27 @@ def test_unary_read_caps_at_1000_records(lite: LiteServer, basin: str) -> None:
     run(main())
 
 
+def test_unary_read_caps_at_one_mib_of_whole_records(lite: LiteServer, basin: str) -> None:
+    """A unary read bounded by a count alone still answers with at most 1 MiB of metered bytes, in whole
+    records (the next read goes on from there), as the s2 source's reads of small ranges rely on.
+
+    As s2-lite: lite/src/handlers/v1/records.rs, prepare_read (``into_allowance(RECORD_BATCH_MAX)``: a count
+    keeps the 1 MiB); lite/src/backend/read.rs, read_session (a record that would pass the limit is left)."""
+
+    async def main() -> None:
+        async with client(lite) as s2:
+            st = s2.basin(basin).stream("s")
+            # Each record meters 8 + 200,000 bytes: five fit in 1,048,576, six do not.
+            await st.append(AppendInput(records=[Record(b"x" * 200_000) for _ in range(4)]))
+            await st.append(AppendInput(records=[Record(b"y" * 200_000) for _ in range(4)]))
+            got = await st.read(start=SeqNum(1), limit=ReadLimit(count=7))
+            assert [r.seq_num for r in got.records] == [1, 2, 3, 4, 5]
+            got = await st.read(start=SeqNum(6), limit=ReadLimit(count=7))
+            assert [r.seq_num for r in got.records] == [6, 7]
+
+    run(main())
+
+
 def test_416_rules(lite: LiteServer, basin: str) -> None:
     """Beyond the tail is 416 unless clamped; at the tail a read that cannot wait is 416, clamped or not.
 

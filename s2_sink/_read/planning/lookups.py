@@ -89,14 +89,7 @@ def _run(
 async def _tail_of(transport: sdk.HttpClient, stream: str) -> int:
     # ``S2Stream.check_tail``'s request (``GET .../records/tail``), corked: the lookups of many streams
     # started in one turn of the loop leave in one socket write.
-    try:
-        body = await sdk.get_corked(transport, sdk.stream_records_path(stream) + "/tail")
-    except Exception as exc:
-        # Raised as the SDK's own calls raise them: a transport failure as an S2ClientError.
-        normalized = sdk.normalize_exception(exc)
-        if normalized is exc:
-            raise
-        raise normalized from exc
+    body = await sdk.get_corked(transport, sdk.stream_records_path(stream) + "/tail")
     return int(json.loads(body)["tail"]["seq_num"])
 
 

@@ -17,7 +17,10 @@ fields ignored. The bulk reader is used only where its result is provably the sa
   with ``Z`` or a ``+HH:MM`` offset, years 1000-8999);
 - every body starts with ``{`` and ends with ``}`` and holds no raw line break, and the reader returns
   one row per body (so no body is empty or two objects);
-- the bodies are valid UTF-8 and hold no ``NaN`` / ``Infinity`` token (Arrow reads them, orjson does not).
+- the bodies are valid UTF-8 and hold no ``NaN`` / ``Infinity`` token (Arrow reads them, orjson does not);
+- with a double column, they hold no integer ``-0`` (``-0`` not followed by ``.``, an exponent or a digit):
+  Arrow reads it as -0.0, where Spark's own JSON reader (``from_json``, ``spark.read.json``) and the
+  record-by-record decoder read 0.0 (``-0.0`` and ``-0e0`` are -0.0 in all three).
 
 Arrow's reader is stricter than the record-by-record decoder everywhere else (a value of another JSON
 type, a repeated key, a number out of range: an error), so any error it raises sends the bodies to the
@@ -139,6 +142,9 @@ _TIMESTAMP_SHAPE: Final = (
 """The timestamp texts read in bulk, as a regular expression (`timestamps_shaped` checks it)."""
 _NON_FINITE: Final = (b"NaN", b"Infinity")
 _OPEN, _CLOSE, _LF, _CR = ord("{"), ord("}"), ord("\n"), ord("\r")
+_MINUS, _ZERO = ord("-"), ord("0")
+_NUMBER_GOES_ON: Final = np.frombuffer(b".eE0123456789", dtype=np.uint8)
+"""The bytes after ``-0`` that make it no integer ``-0`` (a fraction, an exponent; a digit: not JSON)."""
 _NEWLINE: Final = pa.Array.from_buffers(
     pa.binary(), 1, [None, pa.py_buffer(np.array([0, 1], dtype=np.int32)), pa.py_buffer(b"\n")]
 )
@@ -169,8 +175,9 @@ def decode_bodies_bulk(
     return decoded
 
 
-def _joined(bodies: pa.Array) -> pa.Buffer | None:
-    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts."""
+def _joined(bodies: pa.Array, *, doubles: bool) -> pa.Buffer | None:
+    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts or
+    hold a token Arrow reads otherwise (in a double column, ``doubles``, an integer ``-0``)."""
     offsets, data = binary_view(bodies)
     lengths = np.diff(offsets)
     if (lengths < 2).any():
@@ -184,7 +191,7 @@ def _joined(bodies: pa.Array) -> pa.Buffer | None:
         str(span.data, "utf-8")
     except UnicodeDecodeError:
         return None
-    if _holds_non_finite(span):
+    if _holds_non_finite(span) or (doubles and _holds_integer_minus_zero(span)):
         return None
     # One list of all the bodies, joined by Arrow with a newline between them (one copy, in C++).
     one_list = pa.ListArray.from_arrays(int32_array(np.array([0, len(bodies)], dtype=np.int32)), bodies)
@@ -204,10 +211,18 @@ def _holds_non_finite(data: Bytes) -> bool:
     return False
 
 
+def _holds_integer_minus_zero(data: Bytes) -> bool:
+    """Whether ``-0`` not followed by ``.``, ``e``, ``E`` or a digit occurs in ``data`` (the integer ``-0``,
+    or such text in a string: read record by record then, alike). ``data`` ends with ``}``."""
+    at = np.flatnonzero(data[:-2] == _MINUS)
+    at = at[data[at + 1] == _ZERO]
+    return bool(at.size) and not np.isin(data[at + 2], _NUMBER_GOES_ON).all()
+
+
 def _arrow_read(bodies: pa.Array, target: pa.Schema) -> pa.RecordBatch | None:
     if len(bodies) == 0 or bodies.null_count:
         return None
-    joined = _joined(bodies)
+    joined = _joined(bodies, doubles=any(pa.types.is_floating(f.type) for f in target))
     if joined is None:
         return None
     read_as = pa.schema(

@@ -12,6 +12,7 @@ import pytest
 import s2_sdk
 
 from s2_sink import ConfigError, ReadError
+from s2_sink._read import ranges as _ranges
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.data_loss import positions
@@ -60,6 +61,14 @@ def _options(endpoint: str, basin: str, **extra: str) -> dict[str, str]:
     return {"s2.basin": basin, "s2.endpoints.account": endpoint, "s2.endpoints.basin": endpoint, **extra}
 
 
+@pytest.fixture(params=["unary", "session"])
+def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small ranges read by unary reads, as a task reads them, or by read sessions, as it reads larger ones:
+    a loss is the same loss either way."""
+    if request.param == "session":
+        monkeypatch.setattr(_ranges, "UNARY_RECORDS", 0)
+
+
 def _bodies_read(endpoint: str, basin: str, partition: S2Partition, policy: str) -> list[bytes]:
     source = S2DataSource(_options(endpoint, basin, **{"s2.stream": partition.ranges[0][0]}))
     batches = read_partition(
@@ -72,6 +81,7 @@ def _bodies_read(endpoint: str, basin: str, partition: S2Partition, policy: str)
     return [b for batch in batches for b in batch.column("body").to_pylist()]
 
 
+@pytest.mark.usefixtures("read_path")
 def test_fail_policy_names_the_lost_records_the_stream_and_the_option(lite: LiteServer, basin: str) -> None:
     """Reading a range whose head was trimmed fails with how many records were lost, from which stream and
     basin, and the option that lets the read go on."""
@@ -84,6 +94,7 @@ def test_fail_policy_names_the_lost_records_the_stream_and_the_option(lite: Lite
     assert "s2.fail-on-data-loss=false" in message
 
 
+@pytest.mark.usefixtures("read_path")
 def test_warn_policy_goes_on_from_the_trim_point_and_logs_the_numbers(
     lite: LiteServer, basin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -99,6 +110,7 @@ def test_warn_policy_goes_on_from_the_trim_point_and_logs_the_numbers(
     assert "s2.fail-on-data-loss=false" in warnings[0]
 
 
+@pytest.mark.usefixtures("read_path")
 def test_a_range_trimmed_entirely_is_a_loss_of_all_of_it(lite: LiteServer, basin: str) -> None:
     """A range wholly below the trim point counts every one of its records as lost, also when the trim
     reached the tail (the server then answers the read with 416)."""
@@ -112,6 +124,7 @@ def test_a_range_trimmed_entirely_is_a_loss_of_all_of_it(lite: LiteServer, basin
         _bodies_read(lite.endpoint, basin, S2Partition([("t", 0, 4)]), "fail")
 
 
+@pytest.mark.usefixtures("read_path")
 def test_a_loss_in_a_partition_of_many_streams_names_its_stream(
     lite: LiteServer, basin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -136,6 +149,7 @@ def test_a_loss_in_a_partition_of_many_streams_names_its_stream(
     assert "stream=m/lost" in warnings[0]
 
 
+@pytest.mark.usefixtures("read_path")
 def test_batch_reads_ignore_trimmed_records(lite: LiteServer, basin: str) -> None:
     """The batch reader's policy reads what is retained and raises nothing."""
     _trimmed_stream(lite.endpoint, basin, "s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import orjson
 import pyarrow as pa
@@ -123,6 +124,7 @@ def _outcome(decode: object) -> str:
 @settings(max_examples=400, deadline=None)
 @given(bodies)
 @example([b'{"id":9223372036854775808}'])  # beyond int64: once an OverflowError instead of a ReadError
+@example([b'{"score":-0}'])  # an integer -0 into a double: once -0.0 in bulk, 0.0 record by record
 def test_bulk_json_gives_the_record_decoders_rows_or_error(texts: list[bytes]) -> None:
     """Any bodies -- well typed, of the wrong JSON type, out of range, malformed, empty, two objects,
     NaN tokens, invalid UTF-8, odd timestamps -- decode in bulk to exactly what the record-by-record
@@ -130,6 +132,27 @@ def test_bulk_json_gives_the_record_decoders_rows_or_error(texts: list[bytes]) -
     bulk = _outcome(lambda: decode_bodies_bulk(pa.array(texts, pa.binary()), SCHEMA, where="stream 's'"))
     one_by_one = _outcome(lambda: decode_bodies(texts, SCHEMA, where="stream 's'"))
     assert bulk == one_by_one
+
+
+def test_minus_zero_into_a_double_is_what_sparks_json_reader_gives() -> None:
+    """Spark's own JSON reader (``from_json``, ``spark.read.json``; pyspark 4.1) reads the integer ``-0``
+    into a double column as 0.0 and ``-0.0`` / ``-0e0`` as -0.0: both decoders give exactly that, the sign
+    included (an integer ``-0`` sends the bulk reader's bodies record by record), and a ``-0`` that is part
+    of a longer number or a string changes nothing. tests/integration/test_datasource_read.py checks the
+    same bodies against Spark itself."""
+    schema = StructType([StructField("x", DoubleType()), StructField("s", StringType())])
+    texts = [b'{"x": -0}', b'{"x":-0,"s":"a"}', b'{"x": -0.0}', b'{"x": -0e0}', b'{"x": -0E5}', b'{"x": 0}']
+    signs = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0]
+    for decode in (
+        lambda: decode_bodies_bulk(pa.array(texts, pa.binary()), schema, where="stream 's'"),
+        lambda: decode_bodies(texts, schema, where="stream 's'"),
+    ):
+        got = decode().column("x").to_pylist()
+        assert got == [0.0] * len(texts)
+        assert [math.copysign(1.0, x) for x in got] == signs
+    # Without an integer -0 the bodies stay on the bulk reader (strings holding "-0" followed by a digit).
+    plain = pa.array([b'{"x": -0.5, "s": "2024-01-05"}', b'{"x": -10, "s": "-07:00"}'], pa.binary())
+    assert _formats._arrow_read(plain, to_arrow_schema(schema)) is not None
 
 
 def test_the_writers_bodies_take_the_bulk_reader() -> None:

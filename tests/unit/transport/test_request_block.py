@@ -26,7 +26,10 @@ def _transport(
     return basin_transport(client, "b")
 
 
-def _expected(transport: sdk.HttpClient, path: str, length: int) -> list[tuple[str, str]]:
+def _expected(transport: sdk.HttpClient, path: str, length: int | None) -> list[tuple[str, str]]:
+    """What ``unary_request`` sends: a ``POST`` of `length` bytes, or a ``GET`` (`length` None)."""
+    if length is None:
+        return transport._build_headers("GET", path, _EXTRA)
     headers = transport._build_headers("POST", path, _EXTRA)
     if transport._compression != s2_sdk.Compression.NONE:
         headers.append(("content-encoding", sdk._COMPRESSION_ENCODING[transport._compression]))
@@ -40,7 +43,12 @@ def test_the_block_holds_the_headers_unary_request_sends(token: str) -> None:
     which the server's h2 refused), pseudo-headers first; two paths share the constant part."""
     for compression in (s2_sdk.Compression.NONE, s2_sdk.Compression.ZSTD):
         transport = _transport(compression, token)
-        for path, length in (("/v1/streams/a%2Fb/records", 12), ("/v1/streams/tenant-7/records", 104_857)):
+        cases = (
+            ("/v1/streams/a%2Fb/records", 12),
+            ("/v1/streams/tenant-7/records", 104_857),
+            ("/v1/streams/a%2Fb/records?seq_num=5&count=100", None),  # a unary read (`sdk.get_corked`)
+        )
+        for path, length in cases:
             decoded = Decoder().decode(sdk._request_block(transport, path, _EXTRA, length))
             client, server = _pair()
             client.send_headers(client.get_next_available_stream_id(), _expected(transport, path, length))
@@ -76,13 +84,14 @@ def test_the_block_reads_right_between_requests_h2_encodes_itself(token: str) ->
     transport = _transport(token=token)
     client, server = _pair()
     sent: list[list[tuple[str, str]]] = []
-    for i in range(6):
-        path, length = f"/v1/streams/s{i}/records", 100 + i
+    for i in range(8):
+        path, length = f"/v1/streams/s{i}/records", 100 + i if i < 4 else None  # POSTs, then GETs
         sid = client.get_next_available_stream_id()
         if i % 2:
-            sdk._send_encoded_headers(client, sid, sdk._request_block(transport, path, _EXTRA, length))
+            block = sdk._request_block(transport, path, _EXTRA, length)
+            sdk._send_encoded_headers(client, sid, block, end_stream=length is None)
         else:
-            client.send_headers(sid, _expected(transport, path, length))
+            client.send_headers(sid, _expected(transport, path, length), end_stream=length is None)
         sent.append([(k, v.strip()) for k, v in _expected(transport, path, length)])  # as h2 normalizes
     assert [sorted(h) for h in _received(client, server)] == [sorted(h) for h in sent]
     # The server's h2 validated every request (whitespace, case, pseudo-headers) as it would h2's own.
@@ -107,3 +116,15 @@ def test_a_table_size_change_is_signalled_before_the_block() -> None:
     assert not client.encoder.header_table.resized, "the size update was not sent"
     (headers,) = _received(client, server)
     assert sorted(headers) == sorted(_expected(transport, "/v1/streams/y/records", 7))
+
+
+def test_a_get_ends_its_stream_with_its_headers() -> None:
+    """A ``GET`` (`sdk.get_corked`) has no body: its HEADERS frame ends the stream, no DATA frame follows."""
+    transport = _transport()
+    client, server = _pair()
+    sid = client.get_next_available_stream_id()
+    block = sdk._request_block(transport, "/v1/streams/x/records?seq_num=0&count=10", _EXTRA, None)
+    sdk._send_encoded_headers(client, sid, block, end_stream=True)
+    events = server.receive_data(client.data_to_send())
+    assert [type(e) for e in events] == [h2.events.RequestReceived, h2.events.StreamEnded]
+    assert ("content-length", "0") not in events[0].headers
