@@ -4,7 +4,6 @@ server, which answers unary reads as S2 does (tests/lite/test_records_semantics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,15 +11,11 @@ import s2_sdk
 
 from s2_sink import ReadError
 from s2_sink._read import ranges as _ranges
-from s2_sink._transport import runtime as _runtime
-from s2_sink._transport import sdk
-from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests.unit.read.test_corked_lookups import _count_request_writes
 from tests.unit.read.test_session import _append, _appends, _cutting_proxy, _no_gap, _sdk_records
-
-_HEADERS = 1  # the HTTP/2 frame type (RFC 9113 section 6.2)
 
 
 @pytest.fixture(scope="module")
@@ -42,27 +37,6 @@ def _read(cfg: S2Config, ranges: list[tuple[str, int, int]]) -> dict[str, list[i
     for stream, cols in _ranges.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi)):
         got.setdefault(stream, []).extend(cols.seq_nums.tolist())
     return got
-
-
-def _count_request_writes(cfg: S2Config) -> list[int]:
-    """Counts, from now on, the socket writes of the pool's connection for `cfg` that carry a HEADERS
-    frame first (requests'; the connection's other writes are window updates and settings acks)."""
-
-    async def connection() -> Any:
-        (conn,) = list(sdk.pooled_connections(sdk.basin_transport(get_pool().client(cfg), cfg.basin)))
-        return conn
-
-    conn = _runtime.run(connection())
-    writes: list[int] = []
-    write: Callable[[bytes], None] = conn._writer.write
-
-    def counting(data: bytes) -> None:
-        if len(data) >= 9 and data[3] == _HEADERS:
-            writes.append(len(data))
-        write(data)
-
-    conn._writer.write = counting
-    return writes
 
 
 def test_small_ranges_are_unary_reads_leaving_together(counted: LiteServer) -> None:
