@@ -28,13 +28,14 @@ from s2_sink._read.rows.upsert_rows import changes_batch, materialized_batches, 
 from s2_sink._read.session import (
     RUN_BYTES,
     RUN_RECORDS,
+    UNARY_RECORDS,
     Held,
     Range,
     decode_held,
     read_columns,
     read_error_words,
+    read_unary,
 )
-from s2_sink._read.unary import UNARY_RECORDS, read_unary
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._transport.sdk import TransportError

@@ -9,7 +9,10 @@ decodes the messages' bytes in bulk instead (`s2_sink._wire.read_batch`).
 
 Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
 1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
-server keeps reading ahead within HTTP/2 flow control), as the SDK's own session does.
+server keeps reading ahead within HTTP/2 flow control), as the SDK's own session does. But a session costs a
+request, a response's headers and its end, and the S2S framing, whatever it carries: a small range (at most
+`UNARY_RECORDS` records) is read by one unary read (`read_unary`), corked with the task's other small ranges'
+requests (`sdk.get_corked`); its ``ReadBatch`` is the bytes a session's message holds, walked as one.
 
 It behaves as the SDK's bounded session does (``s2_sdk._s2s._read_session.run_read_session``): the
 same request (``GET /v1/streams/{stream}/records?seq_num=&count=`` with ``content-type: s2s/proto``),
@@ -60,6 +63,7 @@ from s2_sink.config import S2Config
 __all__ = [
     "RUN_BYTES",
     "RUN_RECORDS",
+    "UNARY_RECORDS",
     "Arrival",
     "Held",
     "Range",
@@ -67,6 +71,7 @@ __all__ = [
     "decode_held",
     "read_columns",
     "read_error_words",
+    "read_unary",
 ]
 
 log = logging.getLogger(__name__)
@@ -147,6 +152,39 @@ async def read_columns(
         yield run.take()
 
 
+UNARY_RECORDS: Final = 1000
+"""The most records a unary read answers with (S2's ``RECORD_BATCH_MAX``): a range of at most this many is
+read by one (unless its records pass 1 MiB)."""
+
+
+async def read_unary(
+    handle: s2_sdk.S2Stream, first: int, count: int, cfg: S2Config | None = None
+) -> Held | None:
+    """The records from seq_num ``first`` on, at most ``count`` (at most `UNARY_RECORDS`) of them, as far as
+    one unary read's answer goes (``GET .../records?seq_num=&count=``, a protobuf ``ReadBatch``), held and not
+    decoded yet (`decode_held`); None if the answer has none. What it does not cover (records past 1 MiB
+    together) the caller reads on with a session.
+
+    As S2 answers (``lite/src/handlers/v1/records.rs``, ``read``): it never waits, so it ends at the tail it
+    saw; a start below the trim point reads what is left, and no records means nothing is left up to the
+    tail; a start at or past the tail is a 416 (``ReadUnwrittenError``). Failures are retried as a
+    session's, until the delivery deadline."""
+    transport = sdk.stream_transport(handle)
+    path = f"{sdk.stream_records_path(handle.name)}?seq_num={first}&count={min(count, UNARY_RECORDS)}"
+    headers = _request_headers(handle, _PROTOBUF)
+    retrying: Retrying | None = None  # made on the first failure, as a session's
+    while True:
+        try:
+            answer = await sdk.get_corked(transport, path, headers)
+            break
+        except Exception as exc:  # noqa: BLE001 - `after` re-raises what is final or past the deadline
+            retrying = retrying or _retrying(handle, first, cfg)
+            await retrying.after(exc)
+    run = ReadRun()
+    run.add(answer)
+    return run.take() if run.records else None
+
+
 def _retrying(handle: s2_sdk.S2Stream, first: int, cfg: S2Config | None) -> Retrying:
     patience = DEFAULT_PATIENCE if cfg is None else Patience.of(cfg)
     return Retrying(patience, f"reading {handle.name!r} from seq_num {first}")
@@ -193,8 +231,13 @@ async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator
         yield message
 
 
-def _request_headers(handle: s2_sdk.S2Stream) -> dict[str, str]:
-    headers = {"content-type": "s2s/proto"}
+_S2S: Final = {"content-type": "s2s/proto"}
+_PROTOBUF: Final = {"accept": "application/x-protobuf"}
+"""A unary read's answer as a protobuf ``ReadBatch`` (the SDK's unary read asks the same)."""
+
+
+def _request_headers(handle: s2_sdk.S2Stream, kind: dict[str, str] = _S2S) -> dict[str, str]:
+    headers = dict(kind)
     key = sdk.encryption_key(handle)
     if key is not None:
         headers[sdk.ENCRYPTION_KEY_HEADER] = key

@@ -245,8 +245,6 @@ READ_STAGES: dict[str, frozenset[str]] = {
     "s2_sink._read.rows": frozenset({"s2_sink._read.read_options"}),
     # One stream's S2 reads, a read session's runs of records: knows nothing of formats or planning.
     "s2_sink._read.session": frozenset(),
-    # One stream's small range by one unary read, held as a session's run.
-    "s2_sink._read.unary": frozenset({"s2_sink._read.session"}),
     # The unit of work the planning makes: plain data, pickled to the task.
     "s2_sink._read.partition": frozenset(),
     # The driver's planning: its lookups go through the session's error words, never through the rows.
@@ -258,7 +256,6 @@ READ_STAGES: dict[str, frozenset[str]] = {
         {
             "s2_sink._read.read_options",
             "s2_sink._read.session",
-            "s2_sink._read.unary",
             "s2_sink._read.rows",
             "s2_sink._read.planning",
             "s2_sink._read.partition",

@@ -1,6 +1,6 @@
-"""A task's small ranges are read by unary reads sent together (`s2_sink._read.unary`), not by a read session
-each; what one answer does not hold is read on by a session; a failed unary read is retried. Against the lite
-server, which answers unary reads as S2 does (tests/lite/test_records_semantics.py)."""
+"""A task's small ranges are read by unary reads sent together (`s2_sink._read.session.read_unary`), not by a
+read session each; what one answer does not hold is read on by a session; a failed unary read is retried.
+Against the lite server, which answers unary reads as S2 does (tests/lite/test_records_semantics.py)."""
 
 from __future__ import annotations
 
