@@ -1,17 +1,9 @@
-"""Driver side of exactly-once delivery: one `Coordinator` per `S2Writer`, two calls per micro-batch.
+"""Driver side of `S2Writer`'s exactly-once delivery: `begin_batch` / `commit_batch` per micro-batch.
 
-``begin_batch(batch_id, spark_run)`` returns None for a batch the ledger already has (a replay) or the
-`EpochPlan` to write it with; ``commit_batch(batch_id, ends)`` records it once every task succeeded.
-
-A run (one epoch) lasts one start of the streaming query. A new start — a new process, or ``start()`` again
-with the same writer object: the Spark run id changed, or a batch began and was never committed — reloads
-the ledger, checks what the restart changed in the configuration (`shape.check_restart`) and opens a new
-epoch. Within one start Spark calls ``foreachBatch`` one batch at a time in increasing order, so a batch
-this start already committed, begun again, is a second call in one micro-batch: refused (`ConfigError`),
-also where the run id cannot be read (fail closed).
-
-Happy path I/O: two conditional ledger appends per micro-batch (an ``intent`` before its tasks, the
-``commit`` after); a run also reads the ledger once, appends its ``open`` and fences the static streams.
+A run (one epoch) lasts one start of the query: a new start (a new Spark run id, or a batch begun and never
+committed) reloads the ledger, checks the configuration (`shape.check_restart`) and opens a new epoch; a batch
+this start already committed, begun again, is a second call in one micro-batch and refused. See
+docs/exactly-once.md, *Per micro-batch*.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The last commit's stream ends as a task sees them: a few inline, the rest looked up in the ledger.
 
-Every task of a micro-batch receives the plan, but only a task off the happy path needs a stream's end E_s:
-a barrier and read-back (task retry, recovery) or a take-over on a ``412`` (the first append of a run to a
-routed stream). So the plan carries the ends inline only while there are few of them (and the static
-streams' ends), and otherwise the ledger position of the state record they were folded at. A task that
-needs E_s of another stream folds the ledger at that position once per executor process (`lookup`): the
-state record, then the snapshot and deltas from its base, at most a few dozen records.
-
-The ledger is trimmed only behind a new snapshot, which a commit writes after every task of its micro-batch
-finished; a task that finds the position trimmed is a zombie of a batch the query has moved past, and stops.
-
-A position alone does not name a state record: a ledger deleted and written anew (its registers deleted too,
-as `takeover.check_not_lost` asks) numbers its records from 0 again. So a reference carries the run and epoch
-of its state record too, the fold checks them, and a process's folds are kept under all four.
+Only a task off the happy path needs a stream's end, so a plan carries the ledger position of the state
+record the ends were folded at instead of the whole map; a process folds it once (`lookup`). A ledger
+deleted and written anew numbers its records from 0 again, so a reference also names its run and epoch.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""The exactly-once parts of a micro-batch's write plan, built in one place for both front doors.
-
-`S2Writer` (one epoch per run, `coordinator`) and the ``format("s2")`` sink (one epoch per micro-batch
-execution, `sink_run`) differ in when they open an epoch and how a replay is laid out, not in what a task
-needs to write under it: `epoch_plan` builds that, and `already_committed` is the one "the ledger has this
-batch, write nothing" check.
-"""
+"""The exactly-once parts of a micro-batch's write plan, built in one place for both front doors."""
 
 from __future__ import annotations
 

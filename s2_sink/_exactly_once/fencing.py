@@ -1,23 +1,8 @@
 """Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
 
-A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~[<partition>.<task-id>]`` in base 36, so it fits S2's
-36 bytes (epoch 1.6 million, task id 2 billion: 34 bytes); 0.1.0's decimal tokens (no ``~``) are still
-read. ``epoch`` is the writer's run number from the ledger: once a restarted driver fenced a stream, tasks
-of the older run (zombies) get ``412 fencing_token_mismatch``. ``gen`` is bumped by a task *retry*, which
-names itself in the token, before it reads the stream back: nothing an earlier attempt still had in flight
-can land after that barrier.
-
-Attempts of one partition are ordered by Spark's task id, not attempt number: task ids come from one
-counter per SparkContext in launch order, also across stage retries, which restart attempt numbers at 0
-(SPARK-24552). On a 412 a task adopts a newer generation, or fences over an empty or foreign token, only
-if no later attempt of its partition fenced since the micro-batch's start (the zombie check); a zombie gets
-`FencedError` and never writes again. A token it puts back is a new generation named by itself, so never
-the one a zombie appends with.
-
-Tokens are cooperative: appends without one are always accepted (at-least-once writers and other tools
-can share a stream). A token that is not ours, or ours from a newer run, is never overwritten: that is a
-``FencedError`` naming the stream and the token. Every fence is conditional on the token seen, so two
-racing fencers cannot both win, and a bump after a check makes the next append fail and check again.
+A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~[<partition>.<task-id>]`` in base 36 (within S2's 36
+bytes); 0.1.0's decimal tokens (no ``~``) are still read. What a ``412`` reveals decides what to do, and
+attempts of a partition are ordered by Spark's task id (SPARK-24552): docs/exactly-once.md, *Fencing tokens*.
 """
 
 from __future__ import annotations
@@ -201,21 +186,12 @@ async def fence_if_older(
 ) -> FenceResult:
     """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
 
-    `current` is the token a 412 just reported, if known (saves a probe). Without `me` (the driver, before
-    any task of the epoch runs) the stream gets ``mine``. With `me` (a task attempt), the zombie check
-    (`check_not_superseded`, from `since`, the micro-batch's start; through `attendance`, the attempt's
-    sign-in register, where it can answer) runs before any token change or adoption, and a fence it makes
-    (``bump=True``, or over an empty or foreign token) is a new generation above every one it saw. A task
-    fences to ``mine`` itself (generation 0) only over an older run of ours, whose fences are refused so no
-    barrier of this run can be undone, or over the empty token of a stream holding no record at all (a
-    routed stream created in this run: nobody ever fenced it).
-
-    `end` is the ledger's committed end of the stream: before fencing over a token that is not ours, a
-    tail below it is a stream deleted and recreated (`StreamResetError`, whose fix names `writer_id`); our
-    appends carry a token, so none can land in a new incarnation before such a checked fence.
-
-    Failures another attempt may fix are retried until `patience`'s deadline: every step is a read or a
-    conditional fence (if one landed, the next try's 412 shows our token).
+    `current` is the token a 412 just reported, if known. Without `me` (the driver, before any task of the
+    epoch runs) the stream gets ``mine``; with `me` (a task attempt) the zombie check (from `since`, the
+    micro-batch's start, through `attendance` where it can answer) runs before any token change, and a fence
+    is a new generation named by `me`, except over an older run of ours or a stream holding no record. `end`
+    is the ledger's committed end: a tail below it is a stream reset. Retried until `patience`'s deadline:
+    every step is a read or a conditional fence. docs/exactly-once.md, *Fencing tokens*.
     """
     name = stream.name
     seen: str = str(mine) if current is None else current
@@ -316,16 +292,12 @@ async def check_not_superseded(
     *,
     patience: Patience = DEFAULT_PATIENCE,
 ) -> int:
-    """The zombie check: raise FencedError if a later attempt of `me`'s partition fenced `stream` in
-    `mine`'s run at or after `since`; else the highest generation of that run among those fences (-1 if
-    none, or not read).
+    """The zombie check: raise FencedError if a later attempt of `me`'s partition fenced `stream` in `mine`'s
+    run at or after `since`; else the highest generation of that run among those fences (-1 if none, or not
+    read).
 
-    The current token names only the last fence, and may not be ours at all (an operator cleared the
-    fence, or another writer took the stream over after a retry's barrier). With `attendance`, one record
-    answers: while `me` is its partition's last sign-in, no later attempt has fenced anything (every
-    attempt signs in before its first fence), and a later sign-in stops `me` whatever it fenced. Without
-    it, or when the register cannot tell, every fence command record of ``[since, tail)`` is read back.
-    Only tokens of the same writer and epoch count: task ids restart with a new driver.
+    With `attendance`, `me` still being its partition's last sign-in answers in one record; otherwise every
+    fence command record of ``[since, tail)`` is read back. Only tokens of the same writer and epoch count.
     """
     if attendance is not None and await attendance():
         return -1

@@ -1,14 +1,8 @@
 """Record fingerprints: a canonical hash of what a reader sees of a record, minus our chunk tag.
 
-Retries and replays subtract the multiset of fingerprints already in the stream from what they are about
-to write. The fingerprint covers the stream name, the headers (in order) and the body. It leaves out:
-
-- the timestamp: S2 may raise or cap client timestamps, so the stored value can differ from the one sent
-  (two records that differ only in timestamp count as the same content);
-- headers that say where a record was written from, not what it is, and so differ between a run and its
-  replay: the ``@s2sink`` chunk tag, and a dead letter's ``s2sink-partition`` (the Spark partition of the
-  bad row, which a replay laid out by content gives another task; a dead letter is a record with an
-  ``s2sink-error`` header).
+Retries and replays subtract the multiset of fingerprints already in the stream. Left out: the timestamp
+(S2 may raise or cap it) and the headers saying where a record was written from, which differ between a run
+and its replay (the ``@s2sink`` tag, a dead letter's ``s2sink-partition``).
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Who is writing: the exactly-once writer identity, and the Spark settings exactly-once refuses.
 
-An identity tells concurrent writers apart; it holds no configuration. `S2Writer`'s identity is its
-``writer_id`` if given, else the streaming query id (``sql.streaming.queryId``, set by Spark on the thread
-that runs ``foreachBatch`` and stable across restarts because it comes from the checkpoint's ``metadata``),
-like Delta's ``txnAppId``. So a restart under a changed writer (a dead-letter stream added, another
-routing, other options) goes on from the same ledger, which decides what may change (`shape`); a query's
-several writers are told apart by giving each a ``writer_id`` (a second writer under one identity in a
-micro-batch is refused, `_write.driver.exactly_once`). Under Spark Connect the function runs without a
-SparkContext; there the query id is not readable and an explicit ``writer_id`` is required. The
-``format("s2")`` sink's driver step runs in a Python worker without Spark's properties: it reads the query
-id from the checkpoint's ``metadata`` file when the checkpoint is on a file system the driver's Python can
-open.
-
-`session_facts` is the Spark adapter: it reads what exactly-once needs of the ``foreachBatch`` call's session
-(speculation, query id, run id, Spark Connect) into a plain `SessionFacts`, so the delivery mode itself runs
-without Spark (the simulation in tests/sim drives it with facts of its own). The run id (one start of the
-query) is read from the name Spark gives the thread that runs the micro-batch, ``stream execution thread
-for [name ][id = <query id>, runId = <run id>]``: a user's ``setJobGroup`` or local properties cannot hide
-or forge it. Where it cannot be read (Spark Connect, a Python that does not run the callback on Spark's
-thread), the writer fails closed (`coordinator`).
+An identity (``writer_id``, else the streaming query id) holds no configuration: docs/exactly-once.md,
+*Writer identity*. `session_facts` reads what exactly-once needs of Spark into a plain `SessionFacts`, so the
+delivery mode runs without Spark (tests/sim); the run id comes from the name of the thread Spark runs the
+micro-batch on, which ``setJobGroup`` cannot hide or forge.
 """
 
 from __future__ import annotations

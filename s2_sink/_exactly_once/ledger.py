@@ -1,15 +1,8 @@
 """The ledger: one S2 stream per writer identity recording its runs and committed micro-batches.
 
-Stream ``_s2sink/ledger/<writer_id>`` in the target basin; the record format (``open``, ``intent`` and
-``commit`` state records, stream ends as deltas and periodic snapshots, trimming) is `ledger_records`'.
-An ``open`` starts an epoch (the previous + 1: the fencing epoch) of ``scope`` ``run`` (`S2Writer`: every
-micro-batch of a driver run) or ``batch`` (``format("s2")``: one execution of one micro-batch); a
-``commit`` says micro-batch ``committed`` is fully written, with the stream ends where the next batch's
-records can start (read-back starts there on the recovery path).
-
-Loading reads back from the tail to the last state record, then folds the stream ends from its ``base``.
-Every append carries ``match_seq_num`` = the tail this driver last saw, so a second driver using the same
-identity makes one of them fail with WriterConflictError instead of interleaving.
+Every append is conditional on the tail this driver last saw, so a second driver under the same identity
+fails with WriterConflictError instead of interleaving. Record format: `ledger_records`; the argument:
+docs/exactly-once.md, *Ledger*.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """The ledger's record format: a state record per run and micro-batch, stream ends as deltas and snapshots.
 
-Every state record (``open``, ``intent`` or ``commit``) carries the small state — epoch, run, query id, last
-committed batch, scope, and ``shapes``, the writer configurations (`WriteShape`) that may have written the
-micro-batch in flight — in full, so the last one gives it back. The stream ends (``{stream: seq_num}``, a
-lower bound for where the next batch's records start) are too big to repeat at many routed streams, so a
-``commit`` carries only the ends its batch moved, and every `SNAPSHOT_EVERY` commits one carries the whole
-map (``"full": true``). Each state record names ``base``, where the latest snapshot starts: the ends are the
-snapshot plus the deltas after it, and the ledger is trimmed to ``base`` behind a snapshot. A map over
-`PIECE_BYTES` is split into ``ends`` records written just before the state record that claims them
-(``"parts": n``); pieces no state record claims (a crash between appends) are ignored.
-
-Version 3 added the ``intent`` an `S2Writer` run appends before any task of a micro-batch starts, so a
-version 3 ``commit`` says nothing is in flight. Records of earlier versions still load: a version 1 record
-(0.1.0: every record a full snapshot, no ``base``) is its own base, and a run-scoped ``commit`` of version 1
-or 2 may have gone on to the next batch.
+Layout and versions (1, from 0.1.0, and 2 still load): docs/exactly-once.md, *Ledger*.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Read-back: what an exactly-once writer already put into a stream range (recovery path only).
+"""Read-back: the fingerprints of what an exactly-once writer already put into a stream range (recovery only).
 
-Reads ``[start, tail)`` of one stream, finds the chunks this writer tagged (``@s2sink`` header on a
-chunk's first record, with the chunk's record count) and returns the multiset of fingerprints of the
-records of the chunks that match a predicate — e.g. "micro-batch 7, partition 3, run 2" for a task
-retry, or "micro-batch 7, any run, any partition" for a replay after a driver restart. Records of other
-writers (untagged, or tagged by another writer hash) are skipped; a chunk is contiguous because S2
-appends batches atomically.
+A chunk is found by its ``@s2sink`` tag and record count (S2 appends batches atomically and contiguously);
+records of other writers are skipped.
 """
 
 from __future__ import annotations

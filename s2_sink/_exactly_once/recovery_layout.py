@@ -1,26 +1,8 @@
 """The recovery layout: which task writes a record when a micro-batch is replayed after a driver restart.
 
-A replay subtracts from what it writes the multiset of fingerprints an earlier run already wrote, so all
-records with one fingerprint must be written by one task: if two tasks hold a copy each, both subtract the
-same earlier copy and one record is lost. The replay is therefore laid out by a function of exactly what the
-fingerprint covers (`s2_sink._exactly_once.fingerprint`: target stream, headers, body; never the routing
-key nor the timestamp):
-
-    partition = layout hash mod n
-    layout hash = XXH64(stream?, <@key value>)           if the first header is @key (upsert)
-                  XXH64(stream?, body, headers)          otherwise
-
-An upsert change is placed by its stream and key alone (a part of its content), so every change of a key
-is in one task and can be written in change order (`sort_changes`: by ``order_by``, then the record's
-bytes) and compacted there (`last_changes`); copies of one record still share a task.
-
-The partition is decided where the record is encoded: the encoding stage computes it in Python and ships a
-placement key with the record, a long that Spark's hash partitioning into n partitions puts in exactly that
-partition (`RecoveryLayout.of` asks Spark, on the driver, which long lands where), and the writer
-repartitions by that key with an explicit count, so adaptive execution cannot coalesce it. The tasks
-compute the same function on the records they hold and on the records they read back: a task checks its
-own rows really are its own (else the layout was changed underneath, and it refuses) and subtracts only
-fingerprints that belong to it.
+All copies of a record must be in one task, so the replay is laid out by a hash of what the fingerprint
+covers (an upsert change by its stream and key), decided where the record is encoded and shipped as a
+placement key Spark hashes into that partition. docs/exactly-once.md, *Per micro-batch*, step 2.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A target stream deleted and recreated under the writer: the check and its error, shared by the ledger
-(at commit), the token keeper (before fencing over a token that is not ours) and the read-back.
+"""A target stream deleted and recreated under the writer: the check and its error.
 
-Its own module so that the ledger, which readers import, does not import the write side's fencing."""
+Its own module so that the ledger, which readers import, does not import the write side's fencing.
+"""
 
 from __future__ import annotations
 

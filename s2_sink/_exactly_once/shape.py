@@ -1,14 +1,6 @@
 """What a writer's configuration makes of a row, as the ledger records it, and what a restart may change.
 
-A writer's configuration — the encoder and its options, the routing rule, ``on_error`` and the dead-letter
-stream (`WriteShape`) — is kept out of its identity, so a restart with a changed writer goes on from the
-same ledger, which records the shape of every epoch that may have written the micro-batch in flight. With
-nothing in flight, any change goes on (logged once). With a micro-batch in flight, a change that cannot
-alter what its rows already became (``on_error``, a dead-letter stream added or dropped, anything outside
-the shape) is recovered as usual; a change of the encoder or its options, the routing, or to another
-dead-letter stream is refused by `check_restart` with a `ConfigError` naming the setting, both values and
-the fix: the rows already written became other records than the replay would subtract. See
-docs/exactly-once.md, *Changing the writer between runs*.
+See docs/exactly-once.md, *Changing the writer between runs*.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Sign-in registers (the roll call): every task attempt of an exactly-once micro-batch signs in before its
 first append.
 
-Spark restarts attempt numbers at 0 when it retries a whole stage (SPARK-24552), and pyspark's
-`TaskContext` has no stage attempt number, so only the sign-in tells a task whether an earlier attempt of
-its partition already wrote part of it. Each partition has a register stream,
-``_s2sink/register/<writer_id>/<partition>``, whose last record is the last attempt to sign in,
-``{writer, epoch, batch, partition, task id}``; a sign-in is a compare-and-swap on it (``match_seq_num``),
-so the register is a total order of the partition's attempts. After an earlier attempt of the same epoch
-and batch, this one is a retry (barrier and read-back, `task_hooks.Dedupe`); after a later attempt, batch
-or epoch, it is a zombie and stops before writing. While an attempt's own sign-in is the last record, no
-later attempt has fenced anything, so the zombie check reads that one record (`still_last`).
-
-A register keeps its records until trimmed (no retention: one that forgot its last sign-in would let a
-zombie sign in as a first attempt); every `_TRIM_EVERY` records a sign-in carries a trim before it. Details:
-docs/exactly-once.md, *Per micro-batch*.
+A compare-and-swap on the partition's register orders its attempts (attempt numbers restart with a stage
+retry, SPARK-24552). A register is trimmed, never expired: one that forgot its last sign-in would let a
+zombie sign in as a first attempt. docs/exactly-once.md, *Per micro-batch*.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per run of clean micro-batches.
 
-A Python streaming sink gets no driver step that knows the micro-batch id before its tasks run: Spark
-pickles the writer to the tasks, then calls ``commit(messages, batch_id)`` on a writer it creates again in
-another process. So `S2Writer`'s steps are placed differently:
-
-- driver, when the writer is pickled (`open_sink_run`): when this process planned the previous execution
-  and the ledger still ends in that execution's ``commit``, the epoch goes on with an ``intent`` for the
-  next batch; otherwise it appends an ``open`` with the next epoch and fences the static target streams;
-- executors (`SinkRun.plan_batch`): a task learns its batch id; a batch the ledger has is written by
-  nobody, any other gets this epoch's plan (its stream ends as an `EndsRef`, so what tasks receive does not
-  grow with the streams the writer ever committed);
-- driver, in ``commit`` (`commit_sink_run`): ``commit`` on top of this execution's ``open`` or ``intent``,
-  whose ends the planning process keeps and another process reads back once.
-
-Every execution announces its batch before its tasks start, so a ledger ending in a ``commit`` has nothing
-in flight (the epoch's scope is ``batch``). A replay cannot be repartitioned by content: after a driver
-restart each task subtracts what earlier executions wrote under its partition id, and (unless
-``s2.replay-partitioning=same``) refuses with `ReplayMismatchError` a record still to write that an
-earlier execution wrote under another. Details: docs/exactly-once.md, *df.writeStream.format("s2")*.
+A Python streaming sink has no driver step that knows the batch id before its tasks run, so the epoch opens
+when the writer is pickled (`open_sink_run`), tasks plan their batch (`SinkRun.plan_batch`) and ``commit``
+closes it (`commit_sink_run`). docs/exactly-once.md, *df.writeStream.format("s2")*.
 """
 
 from __future__ import annotations

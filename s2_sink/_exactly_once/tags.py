@@ -1,12 +1,7 @@
 """Chunk tags: the ``@s2sink`` header on the first record of every append batch written exactly-once.
 
-An append batch is atomic and contiguous in S2, so one tag on its first record, carrying the batch's
-record count, identifies every record of that chunk when the stream is read back. The tag names the
-writer (a hash of its identity), the run (epoch), the micro-batch, the Spark partition, the task attempt
-and the chunk's index within that attempt. It is the last header of the record so positional readers of
-the other headers (``@key``/``@action`` first, as in the Flink upsert format) are undisturbed.
-
-Value format (ASCII, stable, readable by any S2 client)::
+The last header of the record, so positional readers of the others (``@key``/``@action``) are undisturbed.
+Value (ASCII)::
 
     1 <writer-hash8> <epoch> <batch> <partition> <attempt> <chunk> <count>
 """

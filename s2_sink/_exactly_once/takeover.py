@@ -1,18 +1,7 @@
 """Take-overs between exactly-once identities, decided on evidence rather than guessed.
 
-A new identity (its ledger empty) may be an earlier one renamed: a ``writer_id`` spelled anew on the same
-checkpoint, given for the first time, or dropped. Writing as new would duplicate what the earlier identity
-committed or left half-written, so at its first start it looks at the basin's ledgers that name the same
-query: a ledger another writer object of this start uses (`in_use`) is never a predecessor; ``moved_to``
-points at a successor, a candidate in its own right (whose take-over, if cut between its two appends, is
-finished first); of the rest, the one with this writer's routing is taken over by two conditional appends
-(a ``moved_to`` in the old ledger, then its state in this one), exclusively; ledgers with another routing
-that have this micro-batch in flight or committed are a `WriterConflictError` (another writer of the query
-and this one renamed cannot be told apart). A new identity whose own sign-in registers exist lost its
-ledger (`check_not_lost`). The rules and their reasons: docs/exactly-once.md, *Take-overs*.
-
-Cost: only at the first start of an identity whose ledger is empty: one listing of the basin's ledgers, one
-read of each ledger's last state, and one listing of the identity's registers.
+At its first start, an identity whose ledger is empty looks for an earlier identity of the same query to go
+on from: docs/exactly-once.md, *Take-overs*.
 """
 
 from __future__ import annotations

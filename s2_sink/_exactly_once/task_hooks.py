@@ -1,36 +1,9 @@
 """The exactly-once hooks a `WritePlan` carries to every task: chunk tags, token adoption and retry/replay
 subtraction.
 
-Three picklable objects travel in the `WritePlan` to every task of a micro-batch:
-
-- `Tagger` puts the ``@s2sink`` tag on the first record of each append.
-- `TokenKeeper` decides, when an append gets ``412 fencing_token_mismatch``, whether this attempt may
-  adopt the token (a newer generation of this run, set by a retrying sibling task), take the stream
-  (back) over (empty token after a fence clear, an older run of ours, another writer's where we never
-  committed: conditional fence, then re-send — a 412 means nothing was applied), or must stop
-  (`FencedError`: a newer run, another writer, or a later attempt of this task's own partition put a
-  barrier up since the batch started — this attempt is a zombie). The zombie check runs before any
-  token change or adoption, and every take-over is a new generation named by the attempt, so a cleared
-  or taken-over fence never hands a zombie its old token back. It learns which attempt it serves from a
-  context variable `Dedupe` sets on the task thread; without one it refuses to change tokens at all.
-- `Dedupe` (the writer's recovery hook) signs each task attempt in (`sign_in_registers`) and is otherwise
-  inert on the happy path (first attempt, normal batch). For a retry (an earlier attempt of the
-  partition signed in, whatever the attempt number) or a replay after a driver restart
-  (``recovery=True``), on the first chunk for each stream it (1) puts a barrier on the stream — a
-  conditional fence to a newer generation (retry) or to this run's epoch (replay), so appends still in
-  flight from the failed attempt or the old run can no longer land after it; (2) reads the stream back
-  from the last committed position; (3) drops from what it writes the multiset of fingerprints already
-  there: those of this partition's earlier attempts (retry: same partitioning within a run) or of every
-  earlier write of this micro-batch that this task owns (replay: the batch was repartitioned by exactly
-  what the fingerprint covers, so all copies of a record are in one task; see `recovery_layout`). A
-  replay task refuses a record it does not own.
-
-  A replay that could not be repartitioned (the ``format("s2")`` sink) subtracts what earlier executions
-  wrote under this task's partition id. With ``replay="partition-checked"`` it refuses
-  (`ReplayMismatchError`) a record it still has to write that an earlier execution wrote under another
-  partition id: either the replay is partitioned differently (SPARK-28650) or the record is duplicated
-  across partitions, and no single task can tell which copy is whose. ``replay="partition"`` trusts the
-  partitioning to be the same (the user says so) and writes it.
+`Tagger` tags each append's first record; `TokenKeeper` decides what a ``412`` allows (adopt, fence, or
+`FencedError`), zombie check first; `Dedupe` signs each attempt in and, for a retry or replay, puts a barrier
+on each stream, reads it back and subtracts what is already there. docs/exactly-once.md, *Per micro-batch*.
 """
 
 from __future__ import annotations
