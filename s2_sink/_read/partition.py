@@ -1,13 +1,8 @@
-"""The unit of work of the s2 source: seq_num ranges of one or more streams, planned on the driver and read by
-one Spark task into Arrow batches of the output schema.
+"""The unit of work of the s2 source: seq_num ranges of one or more streams, read by one Spark task.
 
-Small streams share a partition (`planning.offsets.pack_ranges`): a Spark task costs a Python worker's
-floor, about what thousands of records cost, so a partition per small stream would make reading many of
-them cost that floor per stream. A task reads its ranges several at a time (`ranges.read_partition`)
-and hands Spark batches of several streams' rows.
-
-`S2Partition` is planned in processes that need none of the reading (creating the source, planning a
-read): it is plain data, and this module imports nothing of the read.
+Small streams share a partition, since a task's floor costs what thousands of records do
+(docs/architecture.md, *Reading, by stage*). Plain data, importing nothing of the read: the processes
+that create the source and plan a read need none of it.
 """
 
 from __future__ import annotations

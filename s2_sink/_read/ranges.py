@@ -1,9 +1,5 @@
-"""A task's read of its partition: the ranges read several at a time, each over its own read session
-(`session.read_columns`), the records a range lost reported as gaps, and the runs of several streams
-decoded together and handed to Spark as rows of the read's kind (`rows.schemas.RowsKind`: the one
-module of `rows` for its format, `BATCH_OF`), in batches of about `RUN_RECORDS` rows (why several
-streams share a partition: `partition`). Imported by the task only: the readers of `s2_sink.datasource`
-import it in ``read``.
+"""A task's read of its partition: ranges several at a time, gaps reported under the loss policy, and runs of
+several streams handed to Spark as rows of the read's kind. Imported by the task only.
 """
 
 from __future__ import annotations

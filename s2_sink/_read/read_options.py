@@ -1,8 +1,5 @@
-"""Reader options of ``format("s2")``: parsed and validated on the driver, before any task runs.
-
-Connection options (basin, token, endpoints, timeouts) belong to ``S2Config.from_options``; this module
-parses only what is specific to reading: which streams, where to start and end, the output format, the
-per-trigger limit and the isolation level.
+"""Reader options of ``format("s2")``, parsed and validated on the driver (connection options are
+``S2Config.from_options``').
 """
 
 from __future__ import annotations

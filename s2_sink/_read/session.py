@@ -1,33 +1,10 @@
-"""A read session of one stream: its records from S2 over an S2S read session, handed out in runs of several
-``ReadBatch`` messages (`ReadRun`), decoded together when the consumer asks (`decode_held`).
+"""A read session of one stream over S2S, handed out in runs of ``ReadBatch`` messages (`ReadRun`) decoded
+together when the consumer asks (`decode_held`).
 
-The SDK's ``read_session`` parses every message with the generated protobuf class and maps each record
-to a ``SequencedRecord``: Python objects per record and per header, which bounded the s2 source's read
-rate. This session keeps the SDK's HTTP/2 transport (``HttpClient.streaming_request``: pooled
-connections, flow control, TLS, auth) and its S2S deframing (``read_messages``, with decompression), and
-decodes the messages' bytes in bulk instead (`s2_sink._wire.read_batch`).
-
-Why a session and not unary reads with protobuf content: a unary read returns at most 1000 records /
-1 MiB and a round trip per batch, while a session streams batch after batch on one request (the
-server keeps reading ahead within HTTP/2 flow control), as the SDK's own session does. But a session costs a
-request, a response's headers and its end, and the S2S framing, whatever it carries: a small range (at most
-`UNARY_RECORDS` records) is read by one unary read (`read_unary`), corked with the task's other small ranges'
-requests (`sdk.get_corked`); its ``ReadBatch`` is the bytes a session's message holds, walked as one.
-
-It behaves as the SDK's bounded session does (``s2_sdk._s2s._read_session.run_read_session``): the
-same request (``GET /v1/streams/{stream}/records?seq_num=&count=`` with ``content-type: s2s/proto``),
-the same heartbeat timeout, reconnects on server advice or draining, resuming after the last record
-delivered with the count that is left, the same errors (``parse_error_info``: a 416 raises
-``ReadUnwrittenError``). Its retries are the sink's (`s2_sink._transport.retry`): backoff until the
-delivery deadline, which each message received starts again.
-One thing differs on the wire: it tells the server that its connections take DATA frames of up to 1 MiB
-(`_MAX_FRAME_SIZE`), where the SDK leaves HTTP/2's 16 KiB.
-
-Runs: a message holds at most 1000 records, and decoding each alone pays the fixed cost of every numpy and
-Arrow call per message; walking each as it arrives (`skim`: where its records lie, its last seq_num and
-its tail, which the session needs at once to resume or stop) and decoding a run in one go pays it once per
-run. A message the walk cannot read is parsed whole on arrival. A task that reads many small streams
-decodes the runs of several streams together (`decode_held`): the fixed cost once for all of them.
+It keeps the SDK's HTTP/2 transport and S2S deframing but decodes the messages' bytes in bulk
+(`s2_sink._wire.read_batch`), and behaves as the SDK's bounded session does (heartbeats, reconnects,
+resume, errors); a small range is one unary read (`read_unary`). It advertises DATA frames of up to 1 MiB.
+docs/architecture.md, *Reading, by stage*.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """Serialized ``ReadBatch`` messages (s2.v1 protobuf) -> record columns, in bulk.
 
-The messages::
-
-    ReadBatch       = { SequencedRecord records = 1 (repeated); StreamPosition tail = 2 (optional) }
-    SequencedRecord = { uint64 seq_num = 1; uint64 timestamp = 2; Header headers = 3 (repeated);
-                        bytes body = 4 }
-    Header          = { bytes name = 1; bytes value = 2 }
-
-How: one Python loop walks the top level only (a key byte and a length varint per record, ints and
-nothing else), to find where each record starts and ends. Everything inside the records is read by numpy
-over all records at once, one pass per field position as protobuf serializers write them (fields in
-number order, proto3 defaults omitted): the seq_num and timestamp varints, then the headers one position
-at a time, then the body. Bodies, header names and values become Arrow binary arrays: offsets over the
-message itself, packed into fresh arrays by Arrow's ``take`` (C++, no Python object per value).
-
-The walk (`skim`) and the numpy passes (`decode_skims`) are apart so that a reader can walk each message as it
-arrives (to know where it ends: its last seq_num) and decode several together: a numpy call costs
-microseconds whatever its length, and a message holds at most 1000 records.
-
-A message in any other layout (fields out of order, repeated scalars, unknown fields, over-long varints)
-is valid protobuf too: it is parsed by the SDK's generated class instead, field by field, so the result
-is always what ``pb.ReadBatch.ParseFromString`` and ``sequenced_record_from_proto`` give.
-
-Varints at many positions at once (`read_varints`): the eight bytes at every position are read as one
-little-endian ``uint64`` word (a strided view of the message, one gather), each varint's end found from the
-word's continuation bits and its seven-bit groups squeezed out with a few shifts and masks: about fifteen
-passes over one word per varint, whatever their sizes. A varint of nine or ten bytes (a value of 2**56 or
-more) does not fit a word: such calls read a block of ten bytes per position instead, one column per byte.
+One Python loop walks the top level (`skim`: where each record lies); numpy reads the fields inside over
+all records at once (`decode_skims`), assuming the layout serializers write (fields in number order,
+proto3 defaults omitted), and Arrow packs bodies and headers from offsets into the message. A message in
+any other layout is parsed by the SDK's generated class, so the result is always what
+``pb.ReadBatch.ParseFromString`` gives. `read_varints` reads the eight bytes at each position as one
+``uint64`` word (ten one-byte columns for a varint over eight bytes).
 """
 
 from __future__ import annotations

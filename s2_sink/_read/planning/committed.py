@@ -1,18 +1,9 @@
 """Read-committed reads: the stream ends that an exactly-once writer's latest commit recorded.
 
-``s2.isolation=read-committed`` is Kafka's ``isolation.level=read_committed`` with the writer's ledger as
-the transaction log: every ``commit`` record of micro-batch N holds, per stream, the end of N's records
-(an ``open`` record after it keeps those ends), so a reader bounded by them never sees part of a
-micro-batch. The readers take the ends before the tails: the ends then never exceed the tails, and
-``min(tail, end)`` is the end of a whole committed batch rather than a tail inside the next one.
-
-The writer a reader is bound to (``s2.committed-by``) is followed where its batches went: a ledger taken
-over by another identity (a renamed ``writer_id``, ``moved_to`` in its last record) hands over to that
-identity's ledger, and a streaming query id without a ledger of its own names the one ledger of that
-query's writers (several: a `ConfigError` listing them). Each hop is logged once.
-
-Each fetch costs one tail check of the ledger while it has not moved; otherwise `Ledger.peek` reads the
-last state record and folds the ends from the latest snapshot (at most ``SNAPSHOT_EVERY`` deltas).
+The readers take the ends before the tails, so ``min(tail, end)`` is the end of a whole committed batch
+rather than a tail inside the next one. A reader follows its writer to a ledger that took it over
+(``moved_to``), or from a query id to that query's one ledger. docs/exactly-once.md, *Reading committed
+micro-batches*.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Records a read is due to read that are gone, and what the read does then.
+"""Records a read is due to read that are gone (trimmed, or the stream recreated), and what it does then.
 
-Trimmed records. S2 drops records by retention age and by trim commands; a position saved in a streaming
-checkpoint can then point below the first record still stored. Like Kafka's ``failOnDataLoss``, a
-streaming read fails by default (``s2.fail-on-data-loss=true``) so the loss cannot go unnoticed, or skips
-to the trim point and logs a WARNING (`gap_handler`, called by a task for each gap it finds). A batch read
-reads whatever is retained between its bounds, so it ignores gaps.
-
-Recreated streams: streams that are not the ones a streaming checkpoint was reading (deleted and created
-again, or a server that lost its data: an in-memory lite server restarted). Positions alone cannot tell:
-a recreated stream holding as many records as the checkpoint had read looks exactly like the old one with
-nothing new. So the source's offsets carry each stream's creation time (its *epoch*, from the stream
-listing) under the key ``""``, which no stream can have (S2 stream names are at least one byte):
-``{"": {"orders": "2026-11-27T03:10:00.123456+00:00"}, "orders": 2702}``. Offsets written before epochs
-existed have no ``""`` key; for them only a tail below the checkpointed position gives it away.
-
-A stream is *recreated* when its epoch differs from the checkpointed one, or its tail is below the
-checkpointed position. Like lost records, that fails the query by default (``s2.fail-on-data-loss=true``):
-reading on would silently skip the new stream's first records. With the option false the source reads the
-new stream from its first stored record and logs a WARNING (`refuse_or_warn`).
+Positions alone cannot tell a recreated stream from the old one, so the source's offsets carry each
+stream's creation time under the key ``""``, which no stream can have; offsets written before that have
+none. docs/format-s2.md, *Data loss*.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The S2 calls of read planning: stream listings, creation times, tails, first stored records, timestamps,
 and byte measures of a range (driver side; a task's range reads are `s2_sink._read.session`'s).
 
-The SDK is async-only. Every call runs on the process-wide loop of ``_transport.runtime`` with the shared
-client of ``s2_sink._transport.runtime``, like the writer's: reads honour the same timeouts, retries and
-compression, and a reused Python worker keeps its connections warm from one task or planning call to the
-next. Failures another attempt may fix are retried until the delivery deadline (``s2.delivery-timeout-ms``:
-every call here is a read); then, and for any other failure, they surface as ``ReadError`` naming the basin
-and the streams, with the SDK error chained (`session.read_error_words`).
+They run on the process-wide loop and client of ``_transport.runtime``, retried until the delivery
+deadline (all are reads); failures surface as ``ReadError`` naming the basin and the streams.
 """
 
 from __future__ import annotations

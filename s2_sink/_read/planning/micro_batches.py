@@ -1,36 +1,9 @@
 """The streaming read's planning on the driver: from one micro-batch's end offset to the next.
 
-Offsets are ``{stream: next seq_num}`` plus each stream's creation time under the key ``""``
-(`data_loss`); the offset log in the checkpoint makes reading exactly-once: a restarted query replays a
-planned batch with the same offsets and continues after the last committed one. `MicroBatches` keeps what
-one query run learnt (the frontier, streams that joined, recreated streams' new starts), rebuilt from the
-offset log on restart; `s2_sink.datasource._stream_reader` adapts it to Spark's streaming reader API.
-
-Caps: ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap each end offset relative to the
-frontier (the last end planned or told about; pyspark 4.1 gives no start offset). An AvailableNow run reads
-up to the tails it started with (`drain_to_tails`), in capped batches. The record cap costs nothing
-(`offsets.cap_total`); the byte cap (`cap_bytes`) measures: offsets are seq_nums and a tail lookup says
-nothing about sizes, so per stream with new records it reads ahead from the frontier with the server's byte
-limit and ends the batch after the last record that fits. The bytes of a planned batch are thus read twice
-(once here, once by the tasks), so prefer the record cap when record sizes are even.
-
-Data loss: a position in the offset log can point below the first record still stored once retention or a
-trim command removed records. Tasks detect the gap (seq_nums are contiguous) and, per
-``s2.fail-on-data-loss``, fail the query or skip to the trim point with a WARNING. ``earliest`` and streams
-discovered under a prefix start at the first stored record, so records trimmed before the query saw the stream
-are not counted as lost. A stream deleted and created again under the checkpoint is caught here
-(`data_loss.recreated`: another creation time, or a tail below the checkpointed position) under the same
-option.
-
-Read-committed (``s2.isolation=read-committed``): every end offset, the initial ``latest`` and an
-AvailableNow run's target are capped by the ends of the writer's latest commit (`committed`), so a
-micro-batch of that writer is read whole, once it is committed, and never in part. The logged lag and the
-tails reported to the progress count up to those ends, not the tails.
-
-Lag: no released pyspark (up to 4.3) lets a Python source report custom metrics to
-``StreamingQueryProgress``; on 4.2+ the tails go into the progress as the source's ``latestOffset``, and on
-every version each planned batch logs the records between its end offset and the tail (``lag_records``) at
-INFO.
+`MicroBatches` keeps what one query run learnt (the frontier, streams that joined, recreated streams'
+new starts), rebuilt from the offset log on restart. The byte cap reads ahead from the frontier (offsets
+are seq_nums, and a tail says nothing about sizes), so a batch's bytes are read twice. Caps, data loss,
+read-committed and lag: docs/format-s2.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Offsets of the s2 source: a JSON dict ``{stream name: next seq_num to read}``, and the arithmetic of
-planning on them: merges, the per-trigger and read-committed caps, ranges per partition, the reader's lag.
-
-Pure functions (no I/O) so the planning rules are testable without Spark or a server.
+"""Offsets of the s2 source (``{stream name: next seq_num to read}``) and the pure arithmetic of planning on
+them: merges, caps, ranges per partition, lag.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The record-by-record conversion of read records into each ``s2.format``'s Arrow batch, one SDK record at
-a time: the reference the column path of `raw_json`, `kafka_rows` and `upsert_rows` is tested against (its
-results and error messages must be these), not used by reads.
+"""The record-by-record conversion of read records into each ``s2.format``'s Arrow batch: the reference the
+column path is tested against (its results and error messages must be these), not used by reads.
 """
 
 from __future__ import annotations

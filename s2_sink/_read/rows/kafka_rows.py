@@ -1,10 +1,7 @@
-"""``s2.format=kafka``'s rows from record columns, for all records at once: ``stream, seq_num, timestamp,
-key, value, headers``, Kafka's column names and types.
+"""``s2.format=kafka``'s rows from record columns: ``stream, seq_num, timestamp, key, value, headers``.
 
-``key`` is the value of the record's first ``@kafka-key`` header (the one `encoders.KafkaEncoder` writes
-first), null without one; ``headers`` the record's headers in order, without that first key header (a later
-``@kafka-key`` is user data and stays) and without every exactly-once chunk tag ``@s2sink`` (the sink's
-bookkeeping: written back, it would claim a foreign chunk), names as text; ``value`` the body.
+``key`` is the first ``@kafka-key`` header (`encoders.KafkaEncoder` writes it first); ``headers`` leave it
+and every ``@s2sink`` chunk tag out (written back, a tag would claim a foreign chunk).
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """The rows of ``s2.format=raw`` and ``s2.format=json`` from record columns, and JSON bodies decoded into a
 schema's columns (json's rows, and typed upsert's over the spliced key and value).
 
-- ``raw``: ``stream, seq_num, timestamp, headers, body`` (a user schema may select a subset of these columns).
-- ``json``: the user schema, decoded from the record bodies; columns named ``_s2_stream``, ``_s2_seq_num`` and
-  ``_s2_timestamp`` are filled from the record's position instead of its body.
-
-JSON bodies become a schema's columns in bulk with Arrow's JSON reader where it gives exactly
-what the record-by-record decoder gives (`decode_bodies`: the encoders' ``decode_json``, one JSON mapping
-both ways); that decoder otherwise.
-
-The bodies are joined with newlines and read as newline-delimited JSON with the schema given, unknown
-fields ignored. The bulk reader is used only where its result is provably the same:
-
-- the schema's columns are strings, integers, booleans, doubles or timestamps (timestamps are read as
-  strings and cast, and only in the one shape both parsers read alike: ``YYYY-MM-DDTHH:MM:SS[.ffffff]``
-  with ``Z`` or a ``+HH:MM`` offset, years 1000-8999);
-- every body starts with ``{`` and ends with ``}`` and holds no raw line break, and the reader returns
-  one row per body (so no body is empty or two objects);
-- the bodies are valid UTF-8 and hold no ``NaN`` / ``Infinity`` token (Arrow reads them, orjson does not);
-- with a double column, they hold no integer ``-0`` (``-0`` not followed by ``.``, an exponent or a digit):
-  Arrow reads it as -0.0, where Spark's own JSON reader (``from_json``, ``spark.read.json``) and the
-  record-by-record decoder read 0.0 (``-0.0`` and ``-0e0`` are -0.0 in all three).
-
-Arrow's reader is stricter than the record-by-record decoder everywhere else (a value of another JSON
-type, a repeated key, a number out of range: an error), so any error it raises sends the bodies to the
-record-by-record decoder, which raises its own error naming the record and the field, or decodes them.
+Arrow's JSON reader decodes the bodies in bulk only where its result is provably the record-by-record
+decoder's (`decode_bodies_bulk`: some column types, one ``{...}`` per line, no ``NaN``; no integer ``-0``
+with a double column, which Arrow reads as -0.0 and Spark as 0.0; timestamps in the one shape both parse
+alike); any error it raises sends the bodies to that decoder, which names the record and the field.
 """
 
 from __future__ import annotations

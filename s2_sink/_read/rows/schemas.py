@@ -1,8 +1,7 @@
 """The output schemas of the s2 source, and which user schemas each format can produce.
 
-Apart from the conversions (`raw_json`, `kafka_rows`, `upsert_rows`), which import Arrow's compute kernels,
-the SDK and the decoders: Spark creates the data source and plans a read each in a fresh Python process,
-which needs the schemas and none of those.
+Apart from the conversions, which import Arrow's compute kernels and the SDK: creating the source and
+planning a read, each in a fresh Python process, need only these.
 """
 
 from __future__ import annotations

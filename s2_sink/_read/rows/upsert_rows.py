@@ -1,24 +1,9 @@
-"""``s2.format=upsert``'s rows from record columns, for all records at once: ``stream, seq_num, timestamp,
-key, action, value`` (``@key`` / ``@action`` headers and the body as text), or with a user schema (typed: the
-driver decides, `schemas.rows_kind`) the columns decoded from the key JSON spliced with the value JSON, and
-a column named ``_s2_action`` receiving ``u`` / ``d``. ``s2.upsert-materialize`` keeps each key's latest
-change, when it is an update, in seq_num order (`materialized_batches`).
+"""``s2.format=upsert``'s rows from record columns: ``stream, seq_num, timestamp, key, action, value``, or
+typed (a user schema) the key JSON spliced with the value JSON and decoded; ``s2.upsert-materialize``
+keeps each key's latest change.
 
-A change record carries its key in its first ``@key`` header and its action in its first ``@action``
-header (``u`` or ``d``); the body is the value (see `encoders._upsert`). A record without both fails the
-read (`ReadError` naming the first such record), as does, for a typed read, a key or value that is not a
-JSON object.
-
-Splicing: the upsert format keeps a row's key columns in the ``@key`` header and the others in the body,
-each a JSON object; a typed read decodes ``{key fields, value fields}``. Splicing the texts (rather than
-parsing and re-serializing) keeps numbers' digits as written. Per record, with each side stripped of ASCII
-whitespace (what ``bytes.strip()`` strips) and required to be ``{...}``::
-
-    {k...} + {v...}  ->  {k...,v...}      one side's inside empty (after stripping): {that other side}
-
-When every value is compact (``{`` first, ``}`` last, no whitespace next to either, as JSON encoders
-write), the insides are Arrow slices. Otherwise whitespace is stripped by moving span bounds, one numpy
-pass per stripped byte position. The pieces are joined by Arrow's element-wise binary join.
+Splicing the texts, ``{k...} + {v...} -> {k...,v...}``, rather than parsing and re-serializing keeps
+numbers' digits as written; whitespace next to the braces is stripped by moving span bounds.
 """
 
 from __future__ import annotations
