@@ -1,15 +1,9 @@
 """Words for a missing access token that say where the ``S2_*`` variables were and were not seen.
 
-Two traps hide behind "set S2_ACCESS_TOKEN":
-
-- ``format("s2")`` validates its options in a Python worker that Spark started (with the environment of the
-  moment the session started), not in the driver. Variables exported in the driver afterwards (a notebook
-  cell after the session exists) are in the driver's ``os.environ`` and not in the worker's. `register`
-  compares the two on the driver and hands the worker the *names* (never the values) of the variables it
-  lacks (`DRIVER_ONLY_VAR`), so the worker's error can say so; without that, a worker still says that it
-  is a worker and what that means.
-- With no exports at all, the endpoints are the S2 cloud's defaults, and the error is about a token for
-  the cloud, which is not what someone who meant the lite server expects to read.
+``format("s2")`` validates its options in a Python worker started with the environment of the moment the
+session started, so `register` hands the worker the *names* (never the values) of variables exported in the
+driver since (`DRIVER_ONLY_VAR`); and with no exports at all the error is about a token for the S2 cloud,
+which someone who meant the lite server does not expect.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What a stream name may be: S2's rule, and the sink's for the streams it writes rows to.
 
-S2 (s2-lite's ``StreamNameStr::validate_str``) refuses an empty name, ``.`` and ``..``, and names over 512
-bytes of UTF-8; the Python SDK also refuses a NUL character before sending. A name breaking the rule fails
-every append to it, so a routed row naming one would fail its micro-batch on each replay: the write path
-checks every routed name here first and treats a bad one as a bad row (``on_error``).
-
-Streams under ``_s2sink/`` are the exactly-once bookkeeping (ledgers, sign-in registers): valid names, but
-never a place for user rows, so a write target there is refused like an invalid name. Readers may still
-read them (``s2-sink`` and ``format("s2")`` read ledgers).
+A routed row naming a stream S2 refuses would fail its micro-batch on every replay, so the write path
+checks every routed name here and treats a bad one as a bad row. Names under ``_s2sink/`` (ledgers,
+sign-in registers) are valid but never a write target; readers may read them.
 """
 
 from __future__ import annotations

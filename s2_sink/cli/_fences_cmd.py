@@ -1,10 +1,8 @@
 """``s2-sink fences clear STREAM...``: remove the fencing token of streams.
 
-A fence command record with an empty token clears the fence. It is appended conditionally on the token
-found on the stream, so what the command reports having cleared is exactly what it cleared. Clearing
-never breaks a running exactly-once writer: its next append is refused (412), and it fences the stream
-to a new generation of its own (`s2_sink._exactly_once.fencing.fence_if_older`); nor does it reopen the
-stream to a superseded task attempt, which meets its retry's barrier among the fence records and stops.
+The empty-token fence is conditional on the token found, so what the command reports having cleared is
+exactly what it cleared. Why clearing never breaks a running writer nor reopens a stream to a zombie:
+docs/exactly-once.md, *Fencing tokens*.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """``s2-sink ledger forget WRITER_ID STREAM``: drop a recreated stream's end from a writer's ledger.
 
-An exactly-once writer stops with `StreamResetError` when a target stream's tail is below the end its
-ledger committed for it (the stream was deleted and recreated). Forgetting that end makes the writer treat
-the new stream as one it never committed to: its next run replays the micro-batch in flight in recovery
-mode, reading the new stream back from its start, and its next commit records the new stream's end.
-Read-committed readers read none of the stream until then.
-
-The end is dropped by a snapshot record (a ``commit`` of the same batch, ``run`` scope so the next run
-recovers, with every other stream's end unchanged): loading folds from the newest snapshot, so the old
-end is gone for the writer and for readers. Refused unless the stream's tail is below the ledger's end.
+The end is dropped by a snapshot record (a ``run``-scoped ``commit`` of the same batch, so the next run
+recovers), refused unless the stream's tail is below the ledger's end. docs/exactly-once.md, *What it does
+not cover*.
 """
 
 from __future__ import annotations

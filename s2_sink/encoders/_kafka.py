@@ -1,20 +1,8 @@
 """KafkaEncoder: a frame shaped like Spark's Kafka source/sink, written the way Kafka users expect.
 
-Columns, by Kafka's names (a frame read from Kafka, or built for Kafka's sink, passes as is):
-
-    value      binary or string   the record body (required; a null value is a bad row)
-    key        binary or string   kept as the first header, ``@kafka-key`` (no header when null)
-    headers    array<struct<key:string,value:binary>>   the record headers, after the key header
-    timestamp  timestamp or bigint ms                   the record timestamp
-
-``key``, ``headers`` and ``timestamp`` are used when the frame has them; naming a column explicitly makes it
-required. Every other column (``topic``, ``partition``, ``offset``...) is left out of the record; route by a
-topic-like column with the writer's ``stream_column``. ``format("s2")`` reads with ``s2.format=kafka`` give
-``key``, ``value`` and ``headers`` back, the key header (and the exactly-once chunk tag) removed from
-``headers``.
-
-The key header is not the upsert format's ``@key`` (a JSON object of key columns): a Kafka key is opaque
-bytes, so it gets its own name, which user headers must not use.
+``value`` is the body, ``key`` the first header ``@kafka-key`` (opaque bytes, so not the upsert format's
+``@key``), then ``headers``, and ``timestamp``; other columns (``topic``, ``partition``...) are left out.
+docs/kafka.md.
 """
 
 from __future__ import annotations
