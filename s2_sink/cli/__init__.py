@@ -7,7 +7,7 @@ words (`_failures`, exit codes in `EXIT_CODES`).
 
 from __future__ import annotations
 
-from s2_sink.cli._failures import EXIT_CODES
+from s2_sink.cli._command import EXIT_CODES
 from s2_sink.cli._main import main
 
 __all__ = ["EXIT_CODES", "main"]

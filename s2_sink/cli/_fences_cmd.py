@@ -12,8 +12,7 @@ from typing import Final
 
 from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
 
-from s2_sink.cli._connect import config_from, open_basin, run_io
-from s2_sink.cli._failures import CliFailure
+from s2_sink.cli._command import CliFailure, config_from, open_basin, run_io
 from s2_sink.cli._writers import describe_token, writers_by_hash
 
 __all__ = ["HELP", "clear", "read_fence"]

@@ -13,8 +13,7 @@ from typing import Final
 
 from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
-from s2_sink.cli._connect import config_from, open_basin, run_io
-from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
+from s2_sink.cli._command import NOT_FOUND, USAGE, CliFailure, config_from, open_basin, run_io
 
 __all__ = ["FORGET_HELP", "forget"]
 

@@ -21,9 +21,16 @@ from s2_sdk import S2, ReadLimit, S2Basin, SeqNum
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
-from s2_sink.cli._connect import config_from, open_basin, open_client, run_io
-from s2_sink.cli._failures import NOT_FOUND, USAGE, CliFailure
-from s2_sink.cli._output import iso_ms
+from s2_sink.cli._command import (
+    NOT_FOUND,
+    USAGE,
+    CliFailure,
+    config_from,
+    iso_ms,
+    open_basin,
+    open_client,
+    run_io,
+)
 from s2_sink.cli._writers import LedgerSummary, ledger_summaries
 from s2_sink.errors import CommitError
 

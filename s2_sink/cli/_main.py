@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from s2_sink.cli import _fences_cmd, _forget_cmd, _ledger_cmd, _streams_cmd
-from s2_sink.cli._connect import add_connection_flags
-from s2_sink.cli._failures import EXIT_CODES, FAILED, INTERRUPTED, OK, CliFailure
-from s2_sink.cli._output import quiet_closed_stdout
+from s2_sink.cli._command import EXIT_CODES, FAILED, INTERRUPTED, OK, CliFailure, add_connection_flags
 from s2_sink.errors import S2SinkError
 
 __all__ = ["build_parser", "main"]
@@ -165,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     # Never parsed here: `main` hands everything after "lite" to the lite server's own parser.
     lite.add_argument("lite_args", nargs=argparse.REMAINDER)
     return parser
+
+
+def quiet_closed_stdout() -> None:
+    """After the reader of stdout went away (`BrokenPipeError`): point stdout at /dev/null, so flushing what
+    is still buffered at exit neither fails nor prints "Exception ignored" on stderr."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:

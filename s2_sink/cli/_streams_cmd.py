@@ -19,9 +19,8 @@ from s2_sdk import S2Basin, StreamConfig
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
-from s2_sink.cli._connect import config_from, open_basin, run_io
+from s2_sink.cli._command import config_from, iso_ms, open_basin, run_io
 from s2_sink.cli._fences_cmd import read_fence
-from s2_sink.cli._output import iso_ms
 from s2_sink.cli._writers import describe_token, writers_by_hash
 
 __all__ = ["describe", "list_streams"]

@@ -17,9 +17,7 @@ import orjson
 from s2_sdk import ReadLimit, S2Stream, SeqNum, SequencedRecord
 
 from s2_sink import encoders
-from s2_sink.cli._connect import config_from, open_basin, run_io
-from s2_sink.cli._failures import USAGE, CliFailure
-from s2_sink.cli._output import iso_ms
+from s2_sink.cli._command import USAGE, CliFailure, config_from, iso_ms, open_basin, run_io
 from s2_sink.errors import EncodeError
 
 __all__ = ["tail"]

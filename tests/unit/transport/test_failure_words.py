@@ -16,8 +16,8 @@ from s2_sink._transport.explain import TOKEN_HINT
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import WritePlan
-from s2_sink.cli._failures import DENIED, NOT_FOUND
-from s2_sink.cli._failures import explain as cli_explain
+from s2_sink.cli._command import DENIED, NOT_FOUND
+from s2_sink.cli._command import explain as cli_explain
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError, ReadError, WriteError
 from s2_sink.lite import LiteServer
