@@ -2,7 +2,7 @@
 
 One module per subcommand (``ledger``, ``streams``, ``fences``, ``tail``; docs/operations.md); the protocol
 lives in the library, and these modules only parse arguments, call it and put its answers and failures into
-words (`_failures`, exit codes in `EXIT_CODES`).
+words (`_command`, exit codes in `EXIT_CODES`).
 """
 
 from __future__ import annotations
