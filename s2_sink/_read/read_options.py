@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from s2_sink._option_map import OptionMap, parse_bool
+from s2_sink._stream_names import shown, stream_name_problem
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -56,7 +57,6 @@ does not need."""
 
 ReadFormat = Literal["raw", "json", "upsert", "kafka"]
 READ_FORMATS: tuple[ReadFormat, ...] = ("raw", "json", "upsert", "kafka")
-_MAX_STREAM_NAME_BYTES = 512
 DEFAULT_RECORDS_PER_PARTITION = 500_000
 
 
@@ -98,11 +98,6 @@ class ReadOptions:
     (None: read-uncommitted, up to the tails)."""
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Option names are case-insensitive: one lookup rule for every option (s2_sink._option_map).
-    return (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
-
-
 def _positive_int(name: str, raw: str) -> int:
     try:
         value = int(raw.strip())
@@ -126,15 +121,16 @@ def _timestamp(name: str, raw: str) -> int:
 
 
 def _check_stream_name(option: str, name: str) -> str:
-    if not name or "\x00" in name or len(name.encode()) > _MAX_STREAM_NAME_BYTES:
-        raise ConfigError(f"option {option}: stream name {name!r} must be 1-512 bytes of UTF-8 without NUL")
+    problem = stream_name_problem(name)
+    if problem is not None:
+        raise ConfigError(f"option {option}: stream {shown(name)} {problem}")
     return name
 
 
-def _parse_streams(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
-    stream = _get(options, OPT_STREAM)
-    streams = _get(options, OPT_STREAMS)
-    prefix = _get(options, OPT_STREAM_PREFIX)
+def _parse_streams(options: OptionMap) -> tuple[tuple[str, ...], str | None]:
+    stream = options.text(OPT_STREAM)
+    streams = options.text(OPT_STREAMS)
+    prefix = options.text(OPT_STREAM_PREFIX)
     given = [
         name
         for name, value in ((OPT_STREAM, stream), (OPT_STREAMS, streams), (OPT_STREAM_PREFIX, prefix))
@@ -193,15 +189,15 @@ def _parse_position(
     return Bound(kind="seq_nums", seq_nums=tuple(pairs), default=default)
 
 
-def _parse_isolation(options: Mapping[str, str]) -> str | None:
+def _parse_isolation(options: OptionMap) -> str | None:
     """The writer id of a read-committed read, None for read-uncommitted."""
-    raw = _get(options, OPT_ISOLATION)
+    raw = options.text(OPT_ISOLATION)
     level = (raw or "read-uncommitted").strip().lower()
     if level not in ("read-uncommitted", "read-committed"):
         raise ConfigError(
             f"option {OPT_ISOLATION}={raw!r} must be read-uncommitted (the default) or read-committed"
         )
-    by = _get(options, OPT_COMMITTED_BY)
+    by = options.text(OPT_COMMITTED_BY)
     if level == "read-uncommitted":
         if by is not None:
             raise ConfigError(
@@ -227,50 +223,53 @@ def _parse_isolation(options: Mapping[str, str]) -> str | None:
         raise ConfigError(f"option {OPT_COMMITTED_BY}={by!r}: {exc}") from None
 
 
+def _bound(
+    options: OptionMap,
+    position: str,
+    timestamp: str,
+    allowed: tuple[Literal["earliest", "latest"], ...],
+    default: Literal["earliest", "latest"],
+) -> Bound:
+    """A start or end from its position or timestamp option (at most one of them), else `default`."""
+    pos, ts = options.text(position), options.text(timestamp)
+    if pos is not None and ts is not None:
+        raise ConfigError(f"options {position} and {timestamp} are mutually exclusive")
+    if ts is not None:
+        return Bound(kind="timestamp", timestamp=_timestamp(timestamp, ts))
+    if pos is not None:
+        return _parse_position(position, pos, allowed, default)
+    return Bound(kind=default)
+
+
+def _streaming_only(options: OptionMap, name: str, streaming: bool, batch_instead: str) -> str | None:
+    raw = options.text(name)
+    if raw is not None and not streaming:
+        raise ConfigError(f"option {name}={raw!r} applies to readStream only; {batch_instead}")
+    return raw
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Validate the reader options; raise ConfigError naming the option and the bad value."""
     options = OptionMap(options)
     streams, prefix = _parse_streams(options)
 
-    fmt_raw = _get(options, OPT_FORMAT)
+    fmt_raw = options.text(OPT_FORMAT)
     fmt = (fmt_raw or "raw").strip().lower()
     if fmt not in READ_FORMATS:
         raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of {' | '.join(READ_FORMATS)}")
 
-    start_pos = _get(options, OPT_STARTING_POSITION)
-    start_ts = _get(options, OPT_STARTING_TIMESTAMP)
-    if start_pos is not None and start_ts is not None:
-        raise ConfigError(
-            f"options {OPT_STARTING_POSITION} and {OPT_STARTING_TIMESTAMP} are mutually exclusive"
-        )
-    if start_ts is not None:
-        start = Bound(kind="timestamp", timestamp=_timestamp(OPT_STARTING_TIMESTAMP, start_ts))
-    elif start_pos is not None:
-        start = _parse_position(OPT_STARTING_POSITION, start_pos, ("earliest", "latest"), "earliest")
-    else:
-        start = Bound(kind="earliest")
-
-    end_pos = _get(options, OPT_ENDING_POSITION)
-    end_ts = _get(options, OPT_ENDING_TIMESTAMP)
+    start = _bound(options, OPT_STARTING_POSITION, OPT_STARTING_TIMESTAMP, ("earliest", "latest"), "earliest")
     if streaming:
-        for name, value in ((OPT_ENDING_POSITION, end_pos), (OPT_ENDING_TIMESTAMP, end_ts)):
-            if value is not None:
+        for name in (OPT_ENDING_POSITION, OPT_ENDING_TIMESTAMP):
+            if (value := options.text(name)) is not None:
                 raise ConfigError(
                     f"option {name}={value!r} applies to batch reads only (spark.read), not readStream"
                 )
-        end = Bound(kind="latest")
-    elif end_pos is not None and end_ts is not None:
-        raise ConfigError(f"options {OPT_ENDING_POSITION} and {OPT_ENDING_TIMESTAMP} are mutually exclusive")
-    elif end_ts is not None:
-        end = Bound(kind="timestamp", timestamp=_timestamp(OPT_ENDING_TIMESTAMP, end_ts))
-    elif end_pos is not None:
-        # Streams an ending JSON does not name are read up to their tail.
-        end = _parse_position(OPT_ENDING_POSITION, end_pos, ("latest",), "latest")
-    else:
-        end = Bound(kind="latest")
+    # Streams an ending JSON does not name are read up to their tail.
+    end = _bound(options, OPT_ENDING_POSITION, OPT_ENDING_TIMESTAMP, ("latest",), "latest")
 
     materialize = False
-    mat_raw = _get(options, OPT_MATERIALIZE)
+    mat_raw = options.text(OPT_MATERIALIZE)
     if mat_raw is not None:
         materialize = parse_bool(OPT_MATERIALIZE, mat_raw)
         if materialize and fmt != "upsert":
@@ -278,42 +277,26 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         if materialize and streaming:
             raise ConfigError(f"option {OPT_MATERIALIZE}=true applies to batch reads only (spark.read)")
 
-    limit_raw = _get(options, OPT_MAX_RECORDS_PER_TRIGGER)
-    limit: int | None = None
-    if limit_raw is not None:
-        if not streaming:
-            raise ConfigError(
-                f"option {OPT_MAX_RECORDS_PER_TRIGGER}={limit_raw!r} applies to readStream only; "
-                f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
-            )
-        limit = _positive_int(OPT_MAX_RECORDS_PER_TRIGGER, limit_raw)
+    batch_bound = f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
+    limit_raw = _streaming_only(options, OPT_MAX_RECORDS_PER_TRIGGER, streaming, batch_bound)
+    limit = None if limit_raw is None else _positive_int(OPT_MAX_RECORDS_PER_TRIGGER, limit_raw)
+    bytes_raw = _streaming_only(options, OPT_MAX_BYTES_PER_TRIGGER, streaming, batch_bound)
+    byte_limit = None if bytes_raw is None else _positive_int(OPT_MAX_BYTES_PER_TRIGGER, bytes_raw)
 
-    bytes_raw = _get(options, OPT_MAX_BYTES_PER_TRIGGER)
-    byte_limit: int | None = None
-    if bytes_raw is not None:
-        if not streaming:
-            raise ConfigError(
-                f"option {OPT_MAX_BYTES_PER_TRIGGER}={bytes_raw!r} applies to readStream only; "
-                f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
-            )
-        byte_limit = _positive_int(OPT_MAX_BYTES_PER_TRIGGER, bytes_raw)
-
-    per_part_raw = _get(options, OPT_RECORDS_PER_PARTITION)
+    per_part_raw = options.text(OPT_RECORDS_PER_PARTITION)
     per_part = (
         _positive_int(OPT_RECORDS_PER_PARTITION, per_part_raw)
         if per_part_raw is not None
         else DEFAULT_RECORDS_PER_PARTITION
     )
 
-    fail_raw = _get(options, OPT_FAIL_ON_DATA_LOSS)
-    fail_on_data_loss = True
-    if fail_raw is not None:
-        if not streaming:
-            raise ConfigError(
-                f"option {OPT_FAIL_ON_DATA_LOSS}={fail_raw!r} applies to readStream only; a batch read "
-                "(spark.read) reads what is retained between its bounds"
-            )
-        fail_on_data_loss = parse_bool(OPT_FAIL_ON_DATA_LOSS, fail_raw)
+    fail_raw = _streaming_only(
+        options,
+        OPT_FAIL_ON_DATA_LOSS,
+        streaming,
+        "a batch read (spark.read) reads what is retained between its bounds",
+    )
+    fail_on_data_loss = True if fail_raw is None else parse_bool(OPT_FAIL_ON_DATA_LOSS, fail_raw)
 
     return ReadOptions(
         streams=streams,
