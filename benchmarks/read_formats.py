@@ -33,12 +33,12 @@ from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
 from s2_sink._read.ranges import columns_to_batch
 from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.by_record import materialize, records_to_batch
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, RAW_SCHEMA, UPSERT_SCHEMA, rows_kind
 from s2_sink._read.rows.upsert_rows import materialized_batches, typed_batch
 from s2_sink._wire.columns import RecordColumns
 from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.encoders._arrow_types import to_arrow_schema
+from tests.rows_by_record import materialize, records_to_batch
 
 __all__ = ["main"]
 

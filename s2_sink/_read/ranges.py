@@ -72,7 +72,7 @@ def columns_to_batch(
     target: pa.Schema | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as
-    `rows.by_record.records_to_batch` gives from the same records) of one stream, or of several one after
+    the record-by-record reference gives from the same records) of one stream, or of several one after
     the other (`StreamRuns`: errors then name them all; `several_to_batch` names the one). ``target``:
     ``schema``'s Arrow form, if the caller has it already."""
     return BATCH_OF[kind](schema, stream, columns, to_arrow_schema(schema) if target is None else target)

@@ -7,12 +7,12 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from s2_sdk import SequencedRecord
 
 from s2_sink._read.read_options import parse_read_options
-from s2_sink._read.rows.by_record import records_to_batch
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, check_schema, default_schema
 from s2_sink.config import S2Config
 from s2_sink.datasource._write_options import parse_write_options
 from s2_sink.encoders import KafkaEncoder
 from s2_sink.errors import ConfigError
+from tests.rows_by_record import records_to_batch
 
 LITE = "http://127.0.0.1:8080"
 

@@ -15,7 +15,6 @@ from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.ranges import BATCH_OF, columns_to_batch
-from s2_sink._read.rows.by_record import materialize, records_to_batch
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, UPSERT_SCHEMA, rows_kind
 from s2_sink._read.rows.upsert_rows import materialized_batches, splice_objects
 from s2_sink._wire.columns import RecordColumns
@@ -24,6 +23,7 @@ from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import ReadError
 from tests.hypothesis_profiles import examples
+from tests.rows_by_record import materialize, records_to_batch
 from tests.unit.wire.test_read_batch import _message, bodies, small_blobs
 
 SETTINGS = settings(

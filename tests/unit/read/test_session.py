@@ -18,13 +18,13 @@ from s2_sink import ReadError
 from s2_sink._read import ranges as _ranges
 from s2_sink._read import session as _session
 from s2_sink._read.ranges import columns_to_batch
-from s2_sink._read.rows.by_record import records_to_batch
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, RAW_SCHEMA
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
+from tests.rows_by_record import records_to_batch
 from tests.unit.wire.test_read_batch import _message, records
 
 

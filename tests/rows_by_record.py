@@ -1,5 +1,6 @@
 """The record-by-record conversion of read records into each ``s2.format``'s Arrow batch: the reference the
-column path is tested against (its results and error messages must be these), not used by reads.
+package's column path (`s2_sink._read.rows`) is tested and benchmarked against (its results and error
+messages must be these).
 """
 
 from __future__ import annotations
