@@ -1,16 +1,8 @@
 """What the installed pyspark's Python Data Source API offers ``format("s2")``, decided in one place.
 
-- pyspark 3.5: no ``pyspark.sql.datasource`` at all. ``S2Writer``, the encoders and the lite server work;
-  ``format("s2")`` does not, and `register` says so.
-- pyspark 4.0: readers, batch writers (``DataSourceArrowWriter``) and streaming readers: ``format("s2")``
-  reads and ``df.write.format("s2")`` work. Its streaming writers are row-based only, so
-  ``df.writeStream.format("s2")`` is refused on the driver (`require_stream_arrow_writer`): the Arrow path is
-  the one whose encoding is tested against ``S2Writer``'s, and ``foreachBatch(S2Writer)`` already writes
-  streams exactly-once there.
-- pyspark 4.1+: ``DataSourceStreamArrowWriter``, which ``df.writeStream.format("s2")`` is built on.
-
 Features are detected, not inferred from the version (Databricks backports the API to its 3.5-based
-runtimes); the version only appears in the messages.
+runtimes); the version only appears in the messages. What each version offers: README.md, *Supported
+versions*.
 """
 
 from __future__ import annotations

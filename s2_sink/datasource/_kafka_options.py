@@ -1,13 +1,9 @@
 """Kafka source options given to ``format("s2")`` reads: refused, each with the s2 option that does its job.
 
-Teams move jobs from ``format("kafka")`` and keep its options (``startingOffsets``, ``maxOffsetsPerTrigger``,
-``subscribe``, ...). Spark hands every option to the source, and options outside our namespaces used to be
-ignored without a word: a job kept its old ``startingOffsets`` and silently read from the default instead.
-
-None is mapped, although a few mean the same (``failOnDataLoss``, ``maxOffsetsPerTrigger``): one name per
-setting keeps the docs, the errors and the option checks single, and most Kafka values do not carry over
-as they are (per-partition JSON, topic regexes, consumer settings). Each refusal names the s2 option and,
-where the value translates, the value to give it (docs/kafka-options.md has the table).
+Spark hands every option to the source, so a job moved from ``format("kafka")`` would otherwise keep its
+``startingOffsets`` and silently read from the default. None is mapped (one name per setting, and most
+Kafka values do not carry over); a refusal gives the value to use where it translates
+(docs/kafka-options.md).
 """
 
 from __future__ import annotations

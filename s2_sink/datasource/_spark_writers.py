@@ -1,17 +1,10 @@
 """``df.write.format("s2")`` and ``df.writeStream.format("s2")``: executors append through the writer core.
 
-Each task encodes its Arrow batches with the write's `FrameEncoding` and hands the record frames to
-``partition_writer.write_partition``: the same chunking, sessions and retries as ``S2Writer``. The driver's
-``commit`` aggregates the tasks' result rows into ``BatchMetrics``. ``df.writeStream.format("s2")`` is
-exactly-once by default (`s2_sink._exactly_once.sink_run`); ``df.write.format("s2")``, a one-off job
-without a micro-batch identity, is at-least-once.
-
-Imports: Spark unpickles the writer in the planning and commit steps too, each a Python process of its own,
-and a ``df.write`` commit needs only the metrics. So the task path (which loads the S2 SDK, h2 and
-protobuf) and the exactly-once ledger are imported where they are used: a one-off job's commit process
-skips their import, and ``google.protobuf`` adds no importer over the ``spark-core`` jar to that process,
-which PySpark's per-call ``importlib.invalidate_caches()`` would re-read on every later commit (see
-`benchmarks._worker_probe`).
+Each task encodes with the write's `FrameEncoding` and hands the frames to ``write_partition``; ``commit``
+aggregates the tasks' results (docs/architecture.md, *format("s2")*). Spark unpickles the writer in the
+planning and commit processes too, so the task path (S2 SDK, h2, protobuf) and the ledger are imported
+where they are used: a ``df.write`` commit imports neither, and ``google.protobuf`` adds no importer that
+PySpark's per-call ``importlib.invalidate_caches()`` would re-read (`benchmarks._worker_probe`).
 """
 
 from __future__ import annotations

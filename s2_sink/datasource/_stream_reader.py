@@ -1,18 +1,10 @@
 """``spark.readStream.format("s2")``: Spark's streaming reader API over the micro-batch planning of
-`s2_sink._read.planning.micro_batches` (offsets, caps, data loss, read-committed, lag).
+`s2_sink._read.planning.micro_batches`.
 
-Per-trigger limits, two Spark APIs:
-
-- pyspark 4.1 has no admission control: ``latestOffset()`` gets neither the start offset nor a read limit, so
-  ``s2.max-records-per-trigger`` / ``s2.max-bytes-per-trigger`` cap the end offset inside ``latestOffset``
-  relative to a frontier the reader tracks: the last end it planned or was told about. After a restart Spark
-  calls ``partitions(latest, latest)`` with the last logged offset (``setLatestSeenOffset``), which restores
-  the frontier. Under ``Trigger.AvailableNow`` Spark asks once per run (its JVM side of a Python source is
-  not ``SupportsTriggerAvailableNow``, so Spark wraps it), so a capped run reads one batch.
-- pyspark 4.2+ calls ``latestOffset(start, limit)`` (it inspects the signature) with the limit of
-  ``getDefaultReadLimit()``, or ``ReadAllAvailable`` when the trigger wants everything; and, because the
-  reader is a ``SupportsTriggerAvailableNow``, ``prepareForTriggerAvailableNow()`` fixes the tails an
-  AvailableNow run drains, in capped batches. ``reportLatestOffset()`` puts the tails into the query progress.
+Per-trigger limits take two Spark APIs: pyspark 4.1 gives ``latestOffset()`` neither a start nor a limit,
+so the reader caps relative to a frontier it tracks (restored on restart by ``partitions(latest,
+latest)``); pyspark 4.2+ passes both, and ``prepareForTriggerAvailableNow()`` fixes the tails an
+AvailableNow run drains. docs/format-s2.md, *Per-trigger limits*.
 """
 
 from __future__ import annotations
