@@ -124,17 +124,8 @@ def open_sink_run(
     against the ledger's when the batch is in flight (`shape.check_restart`)."""
     key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
     last = _planned.pop(key, None)  # a failure below leaves no entry: the next planning opens an epoch
-    run, reused = _runtime.run(
-        _plan(
-            cfg,
-            writer_id,
-            query_id,
-            static_streams,
-            last=last,
-            trust_partitioning=trust_partitioning,
-            shape=shape,
-        )
-    )
+    run, reused = _runtime.run(_plan(cfg, writer_id, query_id, static_streams, last=last, shape=shape))
+    run = _shipped(replace(run, trust_partitioning=trust_partitioning))
     _planned[key] = run
     log.info(
         "exactly-once: writer %s %s execution %s epoch %s after batch %s (recovery=%s)",
@@ -155,9 +146,9 @@ async def _plan(
     static_streams: Sequence[str],
     *,
     last: SinkRun | None,
-    trust_partitioning: bool,
     shape: WriteShape | None,
 ) -> tuple[SinkRun, bool]:
+    """The execution's run, and whether it continues `last`'s epoch."""
     if last is not None:
         ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
         before = await ledger.load()
@@ -166,46 +157,19 @@ async def _plan(
             # writer of this epoch is a task of an execution that committed (its zombies meet the task
             # retry's generation barrier, as S2Writer's across the batches of a run). Announce the next
             # batch under a fresh execution id, so the ledger shows whether *this* execution committed.
-            _check_driver_identity(before, writer_id, query_id)
-            _check_changes(before, shape, writer_id)
+            _check_on_driver(before, writer_id, query_id, shape)
             roll = Coordinator(cfg, writer_id).roll_call()
             plan_id = uuid.uuid4().hex
             ends = EndsRef.of(writer_id, before, state_at=ledger.state_at, keep=static_streams)
             await ledger.append(replace(ledger.intended(before.committed + 1, shape), run=plan_id))
             assert ledger.tail is not None
-            return _shipped(
-                SinkRun(
-                    cfg,
-                    writer_id,
-                    query_id,
-                    plan_id,
-                    last.epoch,
-                    before,
-                    ends,
-                    opened=ledger.state,
-                    opened_tail=ledger.tail,
-                    roll=roll,
-                    trust_partitioning=trust_partitioning,
-                )
+            opened = ledger.state
+            return SinkRun(
+                cfg, writer_id, query_id, plan_id, last.epoch, before, ends, opened, ledger.tail, roll
             ), True
-    opened = await _open(
-        cfg, writer_id, query_id, static_streams, trust_partitioning=trust_partitioning, shape=shape
-    )
-    return opened, False
-
-
-async def _open(
-    cfg: S2Config,
-    writer_id: str,
-    query_id: str | None,
-    static_streams: Sequence[str],
-    *,
-    trust_partitioning: bool,
-    shape: WriteShape | None,
-) -> SinkRun:
-    """A new epoch: ledger ``open`` record (which announces the batch after the last commit), static
-    streams fenced. Its scope stays ``batch``: each of its batches is announced by the record right before
-    it, so a commit leaves nothing in flight (docs/exactly-once.md, format("s2"))."""
+    # A new epoch: its ``open`` record announces the batch after the last commit. Its scope stays
+    # ``batch``: each of its batches is announced by the record right before it, so a commit leaves nothing
+    # in flight (docs/exactly-once.md, format("s2")).
     coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
     before = await coord.load()
     if before.kind == "none":  # a new writer, a renamed one (refused), or one whose ledger was deleted
@@ -213,27 +177,13 @@ async def _open(
         await check_not_renamed(basin, writer_id, query_id, cfg=cfg)
         what = f"listing the sign-in registers of {writer_id!r}"
         await patiently(Patience.of(cfg), what, lambda: check_not_lost(basin, writer_id))
-    _check_driver_identity(before, writer_id, query_id)
-    _check_changes(before, shape, writer_id)
+    _check_on_driver(before, writer_id, query_id, shape)
     ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
     token = await coord.open_run("batch", announce=shape)
     opened, tail = coord.ledger_position()
-    roll = coord.roll_call()
-    return _shipped(
-        SinkRun(
-            cfg,
-            writer_id,
-            query_id,
-            coord.run_id,
-            token.epoch,
-            before,
-            ends,
-            opened=opened,
-            opened_tail=tail,
-            roll=roll,
-            trust_partitioning=trust_partitioning,
-        )
-    )
+    return SinkRun(
+        cfg, writer_id, query_id, coord.run_id, token.epoch, before, ends, opened, tail, coord.roll_call()
+    ), False
 
 
 # Per execution id: the full state of its ``open`` or ``intent`` record (with the stream ends the run
@@ -252,9 +202,14 @@ def _shipped(run: SinkRun) -> SinkRun:
     return replace(run, before=replace(run.before, ends={}), opened=replace(run.opened, ends={}))
 
 
-def _check_changes(before: LedgerState, shape: WriteShape | None, writer_id: str) -> None:
-    """What this execution's options change against the ledger's (ConfigError for a change the batch in
-    flight, the one after the last commit, cannot survive; logged once otherwise)."""
+def _check_on_driver(
+    before: LedgerState, writer_id: str, query_id: str | None, shape: WriteShape | None
+) -> None:
+    """The query id where the driver knows it (the tasks check it too, `check_identity`), and what this
+    execution's options change against the ledger's: a ConfigError for a change the batch in flight cannot
+    survive, logged once otherwise."""
+    if query_id is not None and before.query_id not in (None, query_id):
+        check_identity(before, writer_id, query_id, before.committed + 1)
     if shape is None:
         return
     in_flight = before.committed + 1 if before.may_have_written_next else None
@@ -265,12 +220,6 @@ def _check_changes(before: LedgerState, shape: WriteShape | None, writer_id: str
             writer_id,
             "; ".join(changes),
         )
-
-
-def _check_driver_identity(before: LedgerState, writer_id: str, query_id: str | None) -> None:
-    if query_id is not None and before.query_id not in (None, query_id):
-        # Refused on the driver when it knows the query; the tasks check it too (check_identity).
-        check_identity(before, writer_id, query_id, before.committed + 1)
 
 
 def commit_sink_run(
