@@ -1,6 +1,6 @@
 """The ledger's record format: a state record per run and micro-batch, stream ends as deltas and snapshots.
 
-Layout and versions (1, from 0.1.0, and 2 still load): docs/exactly-once.md, *Ledger*.
+Layout, and version 1 (0.1.0's) still loading: docs/exactly-once.md, *Ledger*.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 VERSION: Final = 3
-_VERSIONS: Final = (1, 2, 3)
+_VERSIONS: Final = (1, 3)  # 2 was never released
 SNAPSHOT_EVERY: Final = 64
 """Commits between snapshots: loading reads one snapshot and fewer than this many deltas."""
 PIECE_BYTES: Final = 64 * 1024
@@ -67,7 +67,7 @@ class LedgerState:
 
         An uncommitted ``open`` or ``intent`` may have. After a ``commit``: a ``batch``-scoped epoch ended
         with it; a ``run``-scoped one announces its next batch with an ``intent`` first when it `announces`
-        (version 3), so nothing is in flight; a version 2 run-scoped epoch may have gone on.
+        (version 3), so nothing is in flight; a version 1 run-scoped epoch may have gone on.
         """
         if self.kind in ("open", "intent"):
             return True
@@ -128,12 +128,10 @@ def encode_state(prev: LedgerState, state: LedgerState, at: int) -> tuple[list[b
 
 
 def parse_record(body: bytes, where: str) -> dict[str, Any]:
-    """A ledger record's document (version 1 or 2), checked enough to fold; CommitError otherwise."""
+    """A ledger record's document, checked enough to fold; CommitError otherwise."""
     try:
         doc = orjson.loads(body)
-        kinds = {1: ("open", "commit"), 2: ("open", "commit", "ends")}.get(
-            doc.get("v"), ("open", "intent", "commit", "ends")
-        )
+        kinds = ("open", "commit") if doc.get("v") == 1 else ("open", "intent", "commit", "ends")
         if doc.get("v") not in _VERSIONS or doc.get("kind") not in kinds:
             raise ValueError(f"unknown ledger record version/kind: {doc.get('v')!r}/{doc.get('kind')!r}")
         if not isinstance(doc.get("ends"), dict):

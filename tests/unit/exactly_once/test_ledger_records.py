@@ -69,7 +69,7 @@ def test_fold_takes_the_latest_end_ignores_orphan_pieces_and_reads_version_1() -
     v1 = orjson.dumps(
         {"v": 1, "kind": "commit", "epoch": 2, "run": "r", "query_id": "q", "committed": 4, "ends": {"a": 3}}
     )
-    orphan = orjson.dumps({"v": 2, "kind": "ends", "ends": {"z": 99}})
+    orphan = orjson.dumps({"v": 3, "kind": "ends", "ends": {"z": 99}})
     prev = LedgerState(kind="commit", epoch=2, run="r", committed=4, ends={"a": 3})
     big = {**prev.ends, **_routed(3000, 5)}
     bodies, _, _ = encode_state(prev, LedgerState(kind="commit", epoch=2, run="r", committed=5, ends=big), 7)
@@ -86,4 +86,4 @@ def test_unreadable_records_are_commit_errors() -> None:
         parse_record(b"not json", "led")
     fold = EndsFold()
     with pytest.raises(CommitError, match="claims 2 ends records"):
-        fold.add({"v": 2, "kind": "commit", "parts": 2, "ends": {}})
+        fold.add({"v": 3, "kind": "commit", "parts": 2, "ends": {}})
