@@ -36,7 +36,6 @@ from s2_sink.errors import FencedError
 
 __all__ = [
     "REGISTER_PREFIX",
-    "ROLL_PREFIX",
     "RollCall",
     "SignIn",
     "judge",
@@ -48,8 +47,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REGISTER_PREFIX: Final = "_s2sink/register/"
-ROLL_PREFIX: Final = "_s2sink/attempts/"
-"""Where releases before the registers kept one roll stream per writer; no longer read or written."""
 # A sign-in at a multiple of this position trims the register behind it.
 _TRIM_EVERY: Final = 256
 # Records stay until trimmed: the last sign-in must outlive any zombie of its partition.

@@ -18,7 +18,7 @@ from s2_sdk import S2Basin, StreamConfig
 
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink.cli._command import config_from, iso_ms, open_basin, run_io
 from s2_sink.cli._fences_cmd import read_fence
 from s2_sink.cli._writers import describe_token, writers_by_hash
@@ -36,8 +36,6 @@ def _role(name: str) -> str:
     if name.startswith(REGISTER_PREFIX):
         writer, _, partition = name[len(REGISTER_PREFIX) :].rpartition("/")
         return f"exactly-once sign-ins of partition {partition} of writer {writer!r}"
-    if name.startswith(ROLL_PREFIX):
-        return f"no longer used (an earlier version's task sign-ins of writer {name[len(ROLL_PREFIX) :]!r})"
     if name.startswith("_s2sink/"):
         return "exactly-once bookkeeping"
     return ""

@@ -16,7 +16,7 @@ from s2_sdk import S2ClientError
 from s2_sdk._validators import validate_stream
 
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink._stream_names import BOOKKEEPING_PREFIX, shown, stream_name_problem, target_problem
 from s2_sink._write.driver.routing import Routing
 from s2_sink.config import S2Config
@@ -66,7 +66,7 @@ def test_the_rule_accepts_only_what_the_sdk_would_send(name: str) -> None:
 def test_the_sinks_bookkeeping_streams_are_no_target() -> None:
     """Every stream the exactly-once protocol keeps is under the reserved prefix, and a target there is
     refused (a valid S2 name all the same); names merely near it are fine."""
-    for prefix in (LEDGER_PREFIX, REGISTER_PREFIX, ROLL_PREFIX):
+    for prefix in (LEDGER_PREFIX, REGISTER_PREFIX):
         assert prefix.startswith(BOOKKEEPING_PREFIX)
         assert stream_name_problem(prefix + "w") is None
         assert target_problem(prefix + "w") == (
