@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
-from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX, ROLL_PREFIX
+from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
@@ -110,7 +110,7 @@ class BatchCost:
 def _kind_of_stream(name: str) -> str:
     if name.startswith(LEDGER_PREFIX):
         return "ledger"
-    if name.startswith((REGISTER_PREFIX, ROLL_PREFIX)):
+    if name.startswith(REGISTER_PREFIX):
         return "roll"
     return "data" if name else "control"
 
