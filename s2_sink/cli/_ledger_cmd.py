@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from s2_sdk import S2, ReadLimit, S2Basin, SeqNum
+from s2_sdk import S2, S2Basin
 
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
 from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
+from s2_sink._exactly_once.readback import read_span
 from s2_sink.cli._command import (
     NOT_FOUND,
     USAGE,
@@ -35,8 +36,6 @@ from s2_sink.cli._writers import LedgerSummary, ledger_summaries
 from s2_sink.errors import CommitError
 
 __all__ = ["RESET_HELP", "list_", "reset", "show"]
-
-_PAGE: Final = 1000
 
 RESET_HELP: Final = (
     "Make the ledger forget which micro-batches were committed: appends a record that keeps the epoch "
@@ -68,27 +67,19 @@ async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int
     tail = (await stream.check_tail()).seq_num
     entries: list[Entry] = []
     fold = EndsFold()
-    pos = 0
-    while pos < tail:
-        batch = await stream.read(
-            start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, tail - pos)), clamp_to_tail=True
-        )
-        if not batch.records:
-            break
-        for record in batch.records:
-            if record.is_command_record():
+    async for record in read_span(stream, 0, tail):
+        if record.is_command_record():
+            continue
+        try:
+            doc = parse_record(record.body, name)
+            fold.add(doc)
+            if doc["kind"] == "ends":
                 continue
-            try:
-                doc = parse_record(record.body, name)
-                fold.add(doc)
-                if doc["kind"] == "ends":
-                    continue
-                base = record_base(doc, record.seq_num)
-                state = state_of(doc, dict(fold.ends), base, fold.since, name)
-                entries.append(Entry(record.seq_num, state, timestamp=record.timestamp))
-            except CommitError as exc:
-                entries.append(Entry(record.seq_num, None, str(exc), record.timestamp))
-        pos = batch.records[-1].seq_num + 1
+            base = record_base(doc, record.seq_num)
+            state = state_of(doc, dict(fold.ends), base, fold.since, name)
+            entries.append(Entry(record.seq_num, state, timestamp=record.timestamp))
+        except CommitError as exc:
+            entries.append(Entry(record.seq_num, None, str(exc), record.timestamp))
     return entries, tail
 
 
