@@ -98,14 +98,7 @@ def listed_epochs(cfg: S2Config, prefix: str) -> dict[str, str]:
     """The live streams whose name starts with ``prefix``, each with its creation time (RFC 3339)."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
-        found: dict[str, str] = {}
-        start_after = ""
-        while True:
-            page = await basin.list_streams(prefix=prefix, start_after=start_after)
-            found.update({info.name: _created(info) for info in page.items if info.deleted_at is None})
-            if not page.has_more or not page.items:
-                return found
-            start_after = page.items[-1].name
+        return {info.name: _created(info) async for info in basin.list_all_streams(prefix=prefix)}
 
     return _run(cfg, f"listing streams with prefix {prefix!r}", op)
 
