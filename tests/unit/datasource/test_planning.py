@@ -55,6 +55,14 @@ def test_json_positions_and_lists_parse() -> None:
     [
         ({"s2.streams": "a,a"}, False, "names a stream twice"),
         ({"s2.streams": " , "}, False, "names no stream"),
+        ({"s2.streams": "a,.."}, False, "s2.streams: stream '..' is not a valid S2 stream name"),
+        (
+            {"s2.stream": "s", "s2.starting-position": '{"": 1}'},
+            False,
+            "stream '' is not a valid S2 stream name",
+        ),
+        ({"s2.stream": "s", "s2.ending-timestamp": "1", "s2.ending-position": "latest"}, False, "exclusive"),
+        ({"s2.stream": "s", "s2.fail-on-data-loss": "false"}, False, "readStream only; a batch read"),
         ({"s2.stream": "s", "s2.starting-position": "[1]"}, False, "s2.starting-position='[1]'"),
         ({"s2.stream": "s", "s2.starting-position": "{bad"}, False, "is not valid JSON"),
         ({"s2.stream": "s", "s2.starting-position": '{"s": true}'}, False, "seq_num True"),
