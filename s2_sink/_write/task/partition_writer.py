@@ -40,6 +40,7 @@ from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.task.frame_records import FrameInput, FrameSpan, records_of, serialize_spans
 from s2_sink._write.task.results import StreamTotals, result_rows
 from s2_sink._write.task.tickets import Chunk
+from s2_sink._write.task.zip_finders import forget_zip_finders
 from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
 from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
@@ -235,6 +236,7 @@ def write_partition(
         healthy = True
     finally:
         _runtime.run(writer.appender.release_all(healthy))
+        forget_zip_finders()
     return writer.results((time.monotonic() - started) * 1000)
 
 
