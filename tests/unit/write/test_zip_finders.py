@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import sys
 import zipfile
 import zipimport
@@ -73,10 +74,14 @@ def test_a_module_imported_later_from_the_archive_still_imports_without_a_reread
     assert str(zipped_package) not in reads  # a fresh finder over the archive's directory kept by zipimport
 
 
-def test_other_finders_stay(zipped_package: Path) -> None:
-    kept = {p: f for p, f in sys.path_importer_cache.items() if not isinstance(f, zipimport.zipimporter)}
+def test_other_finders_stay(zipped_package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory's finder (and a path no finder takes) are left alone."""
+    directory = importlib.machinery.FileFinder(str(tmp_path))
+    monkeypatch.setitem(sys.path_importer_cache, str(tmp_path), directory)
+    monkeypatch.setitem(sys.path_importer_cache, str(tmp_path / "nothing"), None)
     forget_zip_finders()
-    assert {p: sys.path_importer_cache.get(p) for p in kept} == kept
+    assert sys.path_importer_cache[str(tmp_path)] is directory
+    assert str(tmp_path / "nothing") in sys.path_importer_cache
 
 
 def test_a_write_task_ends_with_no_zip_finder(zipped_package: Path, lite: LiteServer, basin: str) -> None:
