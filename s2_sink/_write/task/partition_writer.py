@@ -40,6 +40,8 @@ from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.task.frame_records import FrameInput, FrameSpan, records_of, serialize_spans
 from s2_sink._write.task.results import StreamTotals, result_rows
 from s2_sink._write.task.tickets import Chunk
+from s2_sink._write.task.worker_gc import freeze_imports
+from s2_sink._write.task.zip_finders import forget_zip_finders
 from s2_sink._write.write_plan import ChunkInfo, PartitionContext, RecordFilter, WritePlan
 from s2_sink.encoders._frame import MAX_RECORD_BYTES
 from s2_sink.encoders._metered import RECORD_OVERHEAD, header_size, metered_size
@@ -235,6 +237,8 @@ def write_partition(
         healthy = True
     finally:
         _runtime.run(writer.appender.release_all(healthy))
+        forget_zip_finders()
+        freeze_imports()
     return writer.results((time.monotonic() - started) * 1000)
 
 
