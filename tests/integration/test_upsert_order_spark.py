@@ -207,3 +207,26 @@ def test_ties_are_written_in_body_order_whatever_the_split(
     compact = UpsertEncoder(["k"], order_by="pos", exclude_columns=["pos"], compact=True)
     S2Writer(cfg.replace(stream=f"last-{seed}"), compact, delivery="at-least-once")(df, 0)
     assert _bodies_per_key(lite, basin, f"last-{seed}") == {k: v[-1:] for k, v in _tied_per_key(TIES).items()}
+
+
+def test_sharded_streams_hold_each_keys_changes_in_order(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """Sharded routing with order_by: the shard is computed in the write task from the encoded key, after
+    Spark placed and sorted the rows by their key columns alone; each key's changes are in one shard, in
+    pos order, and compact=True keeps one change per key there."""
+    df = _split(spark, CHANGES, 8, 4)
+    cfg = _cfg(lite, basin, "shard").replace(create_streams=True, driver_write_max_rows=0)
+    S2Writer(cfg, _encoder(), shards=3, delivery="at-least-once")(df, 0)
+    found: dict[str, list[dict[str, Any] | None]] = {}
+    for shard in range(3):
+        for key, changes in _per_key(lite, basin, f"shard/{shard}").items():
+            assert key not in found  # a key is in one shard
+            found[key] = changes
+    assert found == _expected(CHANGES)
+    compact = cfg.replace(stream="last")
+    S2Writer(compact, _encoder(compact=True), shards=3, delivery="at-least-once")(df, 0)
+    last = [_per_key(lite, basin, f"last/{shard}") for shard in range(3)]
+    assert {k: v for per in last for k, v in per.items()} == {
+        k: v[-1:] for k, v in _expected(CHANGES).items()
+    }
