@@ -146,12 +146,12 @@ def compact_changes(frame: DataFrame) -> DataFrame:
 
 def sort_changes(frame: DataFrame, group: Sequence[Column], order_by: Sequence[str]) -> DataFrame:
     """`frame` (every change of a (stream, key) in one partition) sorted within each partition so that each
-    (stream, key)'s changes are together and in change order: by a hash of `group` (the stream and the key,
-    as record frame columns or as the input's key columns), then `group` itself, then the ``order_by``
-    values. The hash comes first because Spark compares a prefix of the first sort column before whole
-    rows, and JSON keys and stream names begin alike. Changes tied on all of it are left to the write task
-    (`in_change_order`): sorting on the record's bytes in Spark would carry and compare them all."""
-    return frame.sortWithinPartitions(F.xxhash64(*group), *group, *(col(c) for c in order_by))
+    (stream, key)'s changes are together and in change order: by `group` (what tells the (stream, key)s
+    apart: record frame columns or the input's key columns, led by their hash where they are encoded JSON,
+    whose first bytes are alike and Spark compares a prefix of the first sort column before whole rows),
+    then the ``order_by`` values. Changes tied on all of it are left to the write task (`in_change_order`):
+    sorting on the record's bytes in Spark would carry and compare them all."""
+    return frame.sortWithinPartitions(*group, *(col(c) for c in order_by))
 
 
 def in_change_order(

@@ -106,6 +106,7 @@ def laid_out(
         return Layout(frame, None, frame.schema)
     # every change of a (stream, key) is in one task now: sort them together, into change order
     group = [F.col(c) for c in ([STREAM_COLUMN] if routed else [])] + [F.col(KEY)]
+    group.insert(0, F.xxhash64(*group))  # JSON keys begin alike
     tail = functools.partial(_task_frames, None, order, routed, compact)
     return Layout(sort_changes(frame, group, order), tail, frame.schema)
 
@@ -114,7 +115,8 @@ def ordered_rows(rows_df: DataFrame, encoding: FrameEncoding, tasks: int) -> Dat
     """An ordered changelog's input rows placed by (stream, key) and sorted by it and change order
     (`sort_changes`), by their own columns: the stream where Spark computes it (shards are a function of
     the key), the key columns, a float key's text (-0.0 and 0.0 are one value to Spark but two keys), the
-    ``order_by`` columns."""
+    ``order_by`` columns. No hash leads the sort: a key column's own prefix tells rows apart, and rows
+    that come in key order (per input partition) are sorted in near-linear time."""
     encoder = encoding.encoder
     assert encoder is not None
     keys: tuple[str, ...] = getattr(encoder, "key_columns")  # noqa: B009 - an ordered encoder has keys
