@@ -11,8 +11,8 @@ key nor the timestamp):
                   XXH64(stream?, body, headers)          otherwise
 
 An upsert change is placed by its stream and key alone (a part of its content), so every change of a key
-is in one task and can be written in change order (`sort_changes` by ``order_by``, ties by the record's
-bytes, `in_change_order`) and compacted there (`last_changes`); copies of one record still share a task.
+is in one task and can be written in change order (`sort_changes`: by ``order_by``, then the record's
+bytes) and compacted there (`last_changes`); copies of one record still share a task.
 
 The partition is decided where the record is encoded: the encoding stage computes it in Python and ships a
 placement key with the record, a long that Spark's hash partitioning into n partitions puts in exactly that
