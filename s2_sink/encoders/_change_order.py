@@ -14,6 +14,8 @@ be placed.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
@@ -48,6 +50,7 @@ __all__ = [
     "check_order_column",
     "col",
     "compact_changes",
+    "in_change_order",
     "last_changes",
     "null_order_column",
     "order_by_columns",
@@ -141,20 +144,112 @@ def compact_changes(frame: DataFrame) -> DataFrame:
     return survivors.select(*[col(c) for c in names])
 
 
-def sort_changes(frame: DataFrame, order_by: Sequence[str], *, routed: bool) -> DataFrame:
-    """`frame` (the changelog flat, the ``order_by`` columns kept, every change of a (stream, key) in one
-    partition) sorted within each partition so that each (stream, key)'s changes are together and in
-    change order: by a hash of (stream, key), then (stream, key) itself, the ``order_by`` values, then the
-    record's bytes (body, ``@action``, the other headers). The hash comes first because Spark compares a
-    prefix of the first sort column before whole rows, and the JSON keys all begin alike."""
-    group = [F.col(STREAM)] if routed else []
-    group.append(F.col(KEY))
-    ties = [F.col(BODY), *(F.col(c) for c in (ACTION, HEADERS) if c in frame.columns)]
-    return frame.sortWithinPartitions(F.xxhash64(*group), *group, *(col(c) for c in order_by), *ties)
+def sort_changes(frame: DataFrame, group: Sequence[Column], order_by: Sequence[str]) -> DataFrame:
+    """`frame` (every change of a (stream, key) in one partition) sorted within each partition so that each
+    (stream, key)'s changes are together and in change order: by `group` (what tells the (stream, key)s
+    apart: record frame columns or the input's key columns, led by their hash where they are encoded JSON,
+    whose first bytes are alike and Spark compares a prefix of the first sort column before whole rows),
+    then the ``order_by`` values. Changes tied on all of it are left to the write task (`in_change_order`):
+    sorting on the record's bytes in Spark would carry and compare them all."""
+    return frame.sortWithinPartitions(*group, *(col(c) for c in order_by))
+
+
+def in_change_order(
+    frames: Iterable[pa.RecordBatch], order_by: Sequence[str], *, routed: bool
+) -> Iterator[pa.RecordBatch]:
+    """`frames` (one task's rows, sorted by `sort_changes`) with each run of rows tied on (stream, key) and
+    every ``order_by`` value put in the order of the records' bytes (`_record_bytes`), in place: the rows
+    then are in change order. Ties are compared as Spark's sort compared them (`_tied`), so a run is
+    exactly a run Spark left in an arbitrary order.
+
+    A run may go on in the next frame, so each frame's last run is held back until a row of another run
+    shows (a run is held whole: one key's changes at one position)."""
+    columns = [*((STREAM,) if routed else ()), KEY, *order_by]
+    held: list[pa.RecordBatch] = []
+    for frame in frames:
+        n = frame.num_rows
+        if not n:
+            continue
+        starts = np.ones(n, dtype=bool)
+        starts[1:] = ~_tied(frame, columns)
+        if held:
+            starts[0] = not _rows_tied(held[-1], held[-1].num_rows - 1, frame, 0, columns)
+        if not starts.any():  # the whole frame goes on with the held run
+            held.append(frame)
+            continue
+        first, last = int(np.argmax(starts)), int(np.flatnonzero(starts)[-1])
+        if held:
+            yield _by_bytes(pa.concat_batches([*held, frame.slice(0, first)]))
+        if last > first:
+            yield _runs_by_bytes(frame.slice(first, last - first), starts[first:last])
+        held = [frame.slice(last)]
+    if held:
+        yield _by_bytes(pa.concat_batches(held))
+
+
+def _tied(frame: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
+    """For each row but the first, whether it equals the row before on every one of `columns`, as Spark's
+    sort compares (two nulls tie; so do two NaNs, and -0.0 with 0.0, as IEEE equality already has it)."""
+    n = frame.num_rows
+    tied = np.ones(n - 1, dtype=bool)
+    for name in columns:
+        values = frame.column(name)
+        after, before = values.slice(1), values.slice(0, n - 1)
+        same = pc.fill_null(pc.equal(after, before), False)
+        same = pc.or_(same, pc.and_(pc.is_null(after), pc.is_null(before)))
+        if pa.types.is_floating(values.type):
+            same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(after), pc.is_nan(before)), False))
+        tied &= np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+    return tied
+
+
+def _rows_tied(a: pa.RecordBatch, i: int, b: pa.RecordBatch, j: int, columns: Sequence[str]) -> bool:
+    """`_tied` of row `i` of `a` and row `j` of `b`."""
+    for name in columns:
+        x, y = a.column(name)[i].as_py(), b.column(name)[j].as_py()
+        nan = isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)
+        if not (x == y or nan):
+            return False
+    return True
+
+
+def _record_bytes(frame: pa.RecordBatch) -> list[tuple[object, ...]]:
+    """Each row's record bytes as Spark compares them: body, ``@action`` (the changelog flat), then the
+    other headers (an array of name/value structs: element by element, a null array first)."""
+    names = frame.schema.names
+    bodies = frame.column(BODY).to_pylist()
+    actions = frame.column(ACTION).to_pylist() if ACTION in names else [b""] * len(bodies)
+    lists = frame.column(HEADERS).to_pylist() if HEADERS in names else [None] * len(bodies)
+    return [
+        (b, a, (0,) if hs is None else (1, [(h["name"], h["value"]) for h in hs]))
+        for b, a, hs in zip(bodies, actions, lists, strict=True)
+    ]
+
+
+def _by_bytes(run: pa.RecordBatch) -> pa.RecordBatch:
+    """One run of tied rows in the order of their record bytes."""
+    if run.num_rows < 2:
+        return run
+    keys = _record_bytes(run)
+    return run.take(pa.array(sorted(range(len(keys)), key=keys.__getitem__), pa.int64()))
+
+
+def _runs_by_bytes(frame: pa.RecordBatch, starts: np.ndarray) -> pa.RecordBatch:
+    """`frame` with each run (a row where `starts` is true and the rows after it until the next) of more
+    than one row put in the order of its record bytes; the rest in place."""
+    if starts.all():
+        return frame
+    bounds = [*np.flatnonzero(starts).tolist(), frame.num_rows]
+    order = np.arange(frame.num_rows)
+    for a, b in itertools.pairwise(bounds):
+        if b - a > 1:
+            keys = _record_bytes(frame.slice(a, b - a))
+            order[a:b] = [a + i for i in sorted(range(b - a), key=keys.__getitem__)]
+    return frame.take(pa.array(order))
 
 
 def last_changes(frames: Iterable[pa.RecordBatch], *, routed: bool) -> Iterator[pa.RecordBatch]:
-    """`frames` (one task's rows, sorted by `sort_changes`) with only the last good change of each
+    """`frames` (one task's rows in change order, `in_change_order`) with only the last good change of each
     (stream, key), and every bad row (an error, or no target stream), in order: ``compact=True``.
 
     A (stream, key)'s changes may go on in the next frame, so the tail of a frame from its last good row

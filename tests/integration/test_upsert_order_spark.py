@@ -5,6 +5,7 @@ whatever the input partitioning, on a normal write and on an exactly-once replay
 from __future__ import annotations
 
 import logging
+import math
 import random
 from typing import Any
 
@@ -144,3 +145,88 @@ def test_compaction_keeps_each_streams_last_change_of_a_key(
     for parity, stream in ((0, "even"), (1, "odd")):
         routed = [c for c in CHANGES if c[3] // 100 % 2 == parity]
         assert _per_key(lite, basin, stream) == {k: v[-1:] for k, v in _expected(routed).items()}
+
+
+TIE_SCHEMA = "k double, v string, pos double"
+# Keys 0.0 and -0.0 are one value to Spark's sort but two keys ({"k":0.0}, {"k":-0.0}); positions that
+# tie as Spark's sort compares them (1.0 twice, -0.0 with 0.0, NaN twice), the tie broken by the body.
+TIES = [
+    (k, f"{name}{i}", pos)
+    for k in (0.0, -0.0, 1.5)
+    for i, (name, pos) in enumerate(
+        [
+            ("b", 1.0),
+            ("a", 1.0),
+            ("c", 1.0),
+            ("n", math.nan),
+            ("m", math.nan),
+            ("z", -0.0),
+            ("y", 0.0),
+            ("q", 2.0),
+        ]
+    )
+]
+
+
+def _spark_position(pos: float) -> tuple[int, float]:
+    return (1, 0.0) if math.isnan(pos) else (0, pos + 0.0)
+
+
+def _tied_per_key(changes: list[tuple[float, str, float]]) -> dict[bytes, list[bytes]]:
+    """Each key's bodies in change order: by pos as Spark orders it, ties by the body's bytes."""
+    out: dict[bytes, list[bytes]] = {}
+    ordered = sorted(changes, key=lambda c: (_spark_position(c[2]), orjson.dumps({"v": c[1]})))
+    for k, v, _ in ordered:
+        out.setdefault(orjson.dumps({"k": k}), []).append(orjson.dumps({"v": v}))
+    return out
+
+
+def _bodies_per_key(lite: LiteServer, basin: str, stream: str) -> dict[bytes, list[bytes]]:
+    out: dict[bytes, list[bytes]] = {}
+    for rec in read_stream(lite.endpoint, basin, stream):
+        out.setdefault(dict(rec.headers)[b"@key"], []).append(bytes(rec.body))
+    return out
+
+
+@pytest.mark.parametrize(("split", "driver_rows"), [((1, 3), 0), ((2, 5), 0), ((3, 2), 10_000)])
+def test_ties_are_written_in_body_order_whatever_the_split(
+    spark: SparkSession, lite: LiteServer, basin: str, split: tuple[int, int], driver_rows: int
+) -> None:
+    """Changes of a key that tie on pos (as Spark compares doubles: -0.0 = 0.0, NaN = NaN) spread over the
+    input partitions: each key's stream has them in pos order, ties in the order of their bodies' bytes,
+    the float keys 0.0 and -0.0 apart; compact=True keeps each key's last by that order. Written by the
+    write tasks and, as a small batch, from the driver."""
+    seed, slices = split
+    rows = list(TIES)
+    random.Random(seed).shuffle(rows)
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), TIE_SCHEMA)
+    encoder = UpsertEncoder(["k"], order_by="pos", exclude_columns=["pos"])
+    cfg = _cfg(lite, basin, "ignored").replace(driver_write_max_rows=driver_rows)
+    S2Writer(cfg.replace(stream=f"ties-{seed}"), encoder, delivery="at-least-once")(df, 0)
+    assert _bodies_per_key(lite, basin, f"ties-{seed}") == _tied_per_key(TIES)
+    compact = UpsertEncoder(["k"], order_by="pos", exclude_columns=["pos"], compact=True)
+    S2Writer(cfg.replace(stream=f"last-{seed}"), compact, delivery="at-least-once")(df, 0)
+    assert _bodies_per_key(lite, basin, f"last-{seed}") == {k: v[-1:] for k, v in _tied_per_key(TIES).items()}
+
+
+def test_sharded_streams_hold_each_keys_changes_in_order(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """Sharded routing with order_by: the shard is computed in the write task from the encoded key, after
+    Spark placed and sorted the rows by their key columns alone; each key's changes are in one shard, in
+    pos order, and compact=True keeps one change per key there."""
+    df = _split(spark, CHANGES, 8, 4)
+    cfg = _cfg(lite, basin, "shard").replace(create_streams=True, driver_write_max_rows=0)
+    S2Writer(cfg, _encoder(), shards=3, delivery="at-least-once")(df, 0)
+    found: dict[str, list[dict[str, Any] | None]] = {}
+    for shard in range(3):
+        for key, changes in _per_key(lite, basin, f"shard/{shard}").items():
+            assert key not in found  # a key is in one shard
+            found[key] = changes
+    assert found == _expected(CHANGES)
+    compact = cfg.replace(stream="last")
+    S2Writer(compact, _encoder(compact=True), shards=3, delivery="at-least-once")(df, 0)
+    last = [_per_key(lite, basin, f"last/{shard}") for shard in range(3)]
+    assert {k: v for per in last for k, v in per.items()} == {
+        k: v[-1:] for k, v in _expected(CHANGES).items()
+    }

@@ -1,7 +1,7 @@
 """How the simulated Spark splits a micro-batch into write tasks: the input split (which a replay may draw
-otherwise, SPARK-28650), the writer's repartition by (stream, key) with ``order_by`` and its sort into change
-order (`sorted_indices`, the Python twin of `sort_changes`; with ``compact`` the tasks compact, by the real
-`last_changes`), and a recovery's layout by record content
+otherwise, SPARK-28650), the writer's repartition by (stream, key) with ``order_by`` and its sort by (stream,
+key, ``order_by``), the rows tied on all three in any order (`spark_sorted`; the tasks put those in order and
+compact by the real `in_change_order` and `last_changes`), and a recovery's layout by record content
 (`RecoveryLayout.partition_of`: the partition whose placement key the encoding stage ships with each record,
 where Spark's repartition puts it)."""
 
@@ -11,14 +11,10 @@ import hashlib
 import itertools
 import random
 
-import pyarrow as pa
-
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink.encoders._change_order import sorted_indices
-from s2_sink.encoders._frame import BODY, HEADERS
-from tests.sim._scenario import SINGLE_STREAM, Row, Scenario, frame_of, key_of
+from tests.sim._scenario import SINGLE_STREAM, Row, Scenario, key_of
 
-__all__ = ["by_content", "by_stream_order", "in_change_order", "inputs", "split"]
+__all__ = ["by_content", "by_stream_order", "inputs", "spark_sorted", "split"]
 
 
 def split(sc: Scenario, batch: int, run: int) -> list[list[Row]]:
@@ -67,26 +63,25 @@ def _by_key(sc: Scenario, split: list[list[Row]], rng: random.Random) -> list[li
         stream = (row.stream or SINGLE_STREAM).encode() if sc.routed else b""
         h = hashlib.blake2b(stream + b"\0" + row.headers[0][1], digest_size=8).digest()
         parts[int.from_bytes(h, "big") % len(parts)].append(row)
-    for p in parts:
-        rng.shuffle(p)  # the order a task fetches its shuffle blocks in is not the input order
-    return [in_change_order(sc, p) for p in parts]
+    return [spark_sorted(sc, p, rng) for p in parts]
 
 
-def in_change_order(sc: Scenario, rows: list[Row]) -> list[Row]:
-    """`sort_changes` of one partition, by its Python twin: a (stream, key)'s changes together (in some
-    order of the groups: Spark's is a hash's), each group in change order (`sorted_indices`); the rows as
-    they are without ``order_by``."""
-    if not sc.order_by or len(rows) < 2:
+def spark_sorted(sc: Scenario, rows: list[Row], rng: random.Random) -> list[Row]:
+    """`sort_changes` of one partition: a (stream, key)'s changes together (in some order of the groups:
+    Spark's is a hash's), by their ``order_by`` value, the rows tied on all of it in any order (the order
+    a task fetches its shuffle blocks in is not the input order); the rows as they are without
+    ``order_by``."""
+    if not sc.order_by:
         return rows
-    frame = frame_of(rows, routed=sc.routed, dlq=sc.dlq)
-    streams = [(r.stream or SINGLE_STREAM) if sc.routed else "" for r in rows]
-    order = [
-        pa.array(streams),
-        pa.array([key_of(r) for r in rows]),
-        pa.array([r.order for r in rows], pa.int64()),
-    ]
-    indices = sorted_indices(order, frame.column(BODY), frame.column(HEADERS))
-    return [rows[i] for i in indices.to_pylist()]
+    rows = list(rows)
+    rng.shuffle(rows)
+
+    def position(r: Row) -> tuple[str, str, bool, bytes, int]:
+        stream = r.stream if sc.routed else ""
+        h = hashlib.blake2b((stream or "").encode() + b"\0" + key_of(r), digest_size=8).digest()
+        return (h.hex(), stream or "", stream is None, key_of(r), -1 if r.order is None else r.order)
+
+    return sorted(rows, key=position)
 
 
 def inputs(sc: Scenario, batch: int) -> tuple[Row, ...]:

@@ -22,9 +22,9 @@ Spark's behaviour modelled (each a source of faults the scheduler may pick):
   writer asks for, checked against Spark in tests/integration/test_recovery_layout_spark.py);
 - with ``UpsertEncoder(order_by=...)`` the writer repartitions by (stream, key) (an arbitrary hash over a
   partition count that may change between runs, as adaptive execution may coalesce; the shuffle hands each
-  task its rows in fetch order, modelled as a seeded shuffle) and sorts each partition into change order
-  (`sort_changes`, modelled by its Python twin `sorted_indices`, which
-  tests/integration/test_upsert_order_spark.py proves equal); a recovery's layout sorts the same way.
+  task its rows in fetch order, modelled as a seeded shuffle) and sorts each partition by (stream, key,
+  ``order_by``) (`sort_changes`), the rows tied on all of it left in fetch order for the write tasks to
+  put in order by the real `in_change_order`; a recovery's layout sorts the same way.
 """
 
 from __future__ import annotations

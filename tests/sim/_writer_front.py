@@ -7,6 +7,8 @@ the job itself modelled by the query's stages. In ``several-writers`` the functi
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +21,10 @@ from s2_sink._write.spec import Delivery
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
-from s2_sink.encoders._change_order import last_changes
+from s2_sink.encoders._change_order import in_change_order, last_changes
 from s2_sink.encoders._frame import ERROR, KEY
 from s2_sink.writer import S2Writer
-from tests.sim._partitioning import by_content, by_stream_order, in_change_order, split
+from tests.sim._partitioning import by_content, by_stream_order, spark_sorted, split
 from tests.sim._scenario import DLQ_STREAM, MIRROR_STREAM, MIRROR_WRITER, Row, Scenario, frame_of, key_of
 from tests.sim._session import Session
 
@@ -161,7 +163,8 @@ class WriterFront:
         recovery = job.recovery_layout
         if recovery:
             layout = RecoveryLayout(self.sc.shuffle_partitions, routed=routed)
-            parts = [in_change_order(self.sc, p) for p in by_content(self.sc, b, layout)]
+            rng = random.Random(f"layout-{self.sc.seed}-{run}-{b}")
+            parts = [spark_sorted(self.sc, p, rng) for p in by_content(self.sc, b, layout)]
             job = job.laid_out(layout)
         if writer.spec.exactly_once:
             token = job.plan.fencing_token
@@ -175,6 +178,7 @@ class WriterFront:
             routed=routed,
             dlq=self.sc.dlq,
             payload=writer.on_error == "dlq",
+            order_by=self.sc.order_by,
             compact=self.sc.compact,
         )
         results = self._stage(run, b, parts, task, calm)
@@ -184,33 +188,45 @@ class WriterFront:
 
 
 def _writer_task(
-    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool, compact: bool
+    plan: WritePlan, *, routed: bool, dlq: bool, payload: bool, order_by: bool, compact: bool
 ) -> Callable[[list[Row], PartitionContext], pa.RecordBatch]:
-    """A write task: its rows' frame written, with ``compact`` the task's own compaction first (the tail of
-    `s2_sink.writer.Layout`), the frame cut in two so a key's changes may straddle Arrow batches."""
+    """A write task: its rows' frame written, with ``order_by`` the task's own tie order and ``compact``
+    compaction first (the tail of `s2_sink._write.driver.batch_layout.Layout`)."""
 
     def body(rows: list[Row], ctx: PartitionContext) -> pa.RecordBatch:
         frames = [frame_of(rows, routed=routed, dlq=dlq, payload=payload)] if rows else []
-        if compact and frames:
-            frames = _compacted(frames[0], rows, routed=routed)
+        if order_by and frames:
+            frames = _in_order(frames[0], rows, routed=routed, compact=compact)
         return write_partition(plan, frames, ctx)
 
     return body
 
 
-def _compacted(frame: pa.RecordBatch, rows: list[Row], *, routed: bool) -> list[pa.RecordBatch]:
-    """The task's compaction (`last_changes`) over `frame` cut in two Arrow batches (a key's changes may
-    straddle them), with the flat changelog's key and error columns it reads (the sim's frame carries
-    ``@key`` in its header list) added for it and dropped after."""
+def _in_order(frame: pa.RecordBatch, rows: list[Row], *, routed: bool, compact: bool) -> list[pa.RecordBatch]:
+    """The task's tie order (`in_change_order`) and compaction (`last_changes`) over `frame` cut in three
+    Arrow batches (a key's changes, and a run of tied ones, may straddle them), with the flat changelog's
+    key, error and ``order_by`` columns they read (the sim's frame carries ``@key`` in its header list)
+    added for them and dropped after."""
     names = frame.schema.names
-    extra = {KEY: pa.array([key_of(r) for r in rows], pa.binary())}
+    extra = {
+        KEY: pa.array([key_of(r) for r in rows], pa.binary()),
+        _ORDER: pa.array([r.order for r in rows], pa.int64()),
+    }
     if ERROR not in names:
         extra[ERROR] = pa.array([r.error for r in rows], pa.string())
     for name, values in extra.items():
         frame = frame.append_column(name, values)
-    cut = len(rows) // 2
-    kept = last_changes([frame.slice(0, cut), frame.slice(cut)], routed=routed)
+    cuts = [0, len(rows) // 3, 2 * len(rows) // 3, len(rows)]
+    kept = in_change_order(
+        [frame.slice(a, b - a) for a, b in itertools.pairwise(cuts)], [_ORDER], routed=routed
+    )
+    if compact:
+        kept = last_changes(kept, routed=routed)
     return [f.select(names) for f in kept]
+
+
+_ORDER = "ts"
+"""The ``order_by`` column of the sim's frames."""
 
 
 def _metrics(batch: int, results: list[pa.RecordBatch], delivery: str) -> BatchMetrics:
