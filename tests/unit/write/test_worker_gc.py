@@ -52,7 +52,9 @@ def test_a_write_task_in_a_spark_worker_freezes(
 ) -> None:
     """`write_partition` (every write task's body) freezes as it ends, in a Spark task."""
     monkeypatch.setattr(worker_gc, "_FROZEN", [False])
-    monkeypatch.setattr(TaskContext, "_taskContext", TaskContext())
+    # Not ``TaskContext()``: its constructor sets the class attribute itself before monkeypatch saves it, so
+    # the context would outlive the test.
+    monkeypatch.setattr(TaskContext, "_taskContext", object.__new__(TaskContext))
     plan = WritePlan(cfg=config(lite, basin), batch_id=0, stream="events")
     try:
         write_partition(plan, [frame([b"a"])], PartitionContext(0, 0, 0, 0, 0))
