@@ -12,6 +12,10 @@ and a later import that searches an archive again gets a fresh finder built from
 keeps per archive (``zipimport._zip_directory_cache``), without re-reading the archive. So a write task
 drops them when it ends, and the next task's ``invalidate_caches`` has no archive to re-read. A file added
 to the job later (``addPyFile``) is a new path, read when it is first searched.
+
+Only in a Spark worker: a driver writing a small batch itself runs no PySpark task upkeep, and there a
+dropped finder would stop ``importlib.invalidate_caches()`` from seeing a user's rebuilt archive (zipimport
+would keep serving the directory it read first).
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ from __future__ import annotations
 import sys
 import zipimport
 
+from pyspark import TaskContext
+
 __all__ = ["forget_zip_finders"]
 
 
 def forget_zip_finders() -> None:
-    """Remove the zip archives' finders from ``sys.path_importer_cache`` (see the module docstring)."""
+    """Remove the zip archives' finders from ``sys.path_importer_cache`` in a Spark worker; in any other
+    process (a driver writing a small batch itself) nothing. See the module docstring."""
+    if TaskContext.get() is None:
+        return
     cache = sys.path_importer_cache
     for path, finder in list(cache.items()):
         if isinstance(finder, zipimport.zipimporter):
