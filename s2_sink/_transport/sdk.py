@@ -1,13 +1,12 @@
 """The one boundary with s2-sdk's private parts: every ``s2_sdk._*`` import and every reach into an SDK
 client's or connection's internals is here, and nowhere else in the sink.
 
-s2-sdk exports a typed client (``S2``, ``S2Basin``, ``S2Stream``, records, errors) but not what the bulk
-paths need to speak S2S themselves over the SDK's own HTTP/2 connections: its protobuf messages, its S2S
-framing, its transport errors and reconnect rules, the stream's transport and settings, and the connections of
-its pool (where a read session advertises larger HTTP/2 frames). Each is named below once, typed as we use
-it. `tests/unit/transport/test_sdk_contract.py` checks every name and attribute relied on against the
-installed SDK and names the one that moved; `tests/unit/transport/test_sdk_boundary.py` fails if another
-module imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
+s2-sdk exports a typed client but not what the bulk paths need to speak S2S over its own HTTP/2
+connections: its protobuf messages, S2S framing, transport errors, reconnect rules, transports and pooled
+connections, and the request state its connections keep (`_Unary` stands in for it). Each is named once.
+`tests/unit/transport/test_sdk_contract.py` checks every name and attribute relied on against the installed
+SDK and names the one that moved; `tests/unit/transport/test_sdk_boundary.py` fails if another module
+imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
 """
 
 from __future__ import annotations
@@ -118,22 +117,18 @@ def post_unary(
     decode: Callable[[bytes], T],
     failure: Callable[[Exception], BaseException],
 ) -> asyncio.Future[T]:
-    """``POST`` `body` as ``unary_request`` does (same pool, errors, timeout and compression), started
-    now: the future resolves with `decode` of the answer's body, or fails with `failure` of what failed it.
-    Its frames leave in one socket write with those of every request started in the same turn of the loop
-    (`_cork`), its header block encoded once per transport (`_request_block`); on a ready connection with
-    no task: the receive loop ends the request's state (`_Unary`), which resolves the future. For a task's
-    many small streams, a unary append each, the task, queue, events and timeout of ``unary_request``'s
-    way were most of a stream's client CPU (`benchmarks.writer_path --streams`). A stand-in transport
-    (the simulation's in-memory S2) is asked through its ``unary_request``."""
+    """``POST`` `body` as ``unary_request`` does (pool, errors, timeout, compression), started now: the
+    future resolves with `decode` of the answer's body, or fails with `failure` of what failed it. Its
+    frames leave in one socket write with those of the turn's other requests (`_cork`); on a ready
+    connection it takes no task (`_Unary`): for many small streams, a unary append each, the task, queue,
+    events and timeout of ``unary_request``'s way were most of a stream's client CPU."""
     request = _Unary(asyncio.get_running_loop().create_future(), decode, failure)
     return request.send(client, path, headers, body)  # type: ignore[no-any-return]
 
 
 async def get_corked(client: HttpClient, path: str, headers: dict[str, str] | None = None) -> bytes:
-    """``GET`` `path` (with `headers`) as ``unary_request`` does and return the answer's body, sent as
-    `post_unary` sends: a read planned over many streams asks each for its tail, a task reading many small
-    streams reads each with a unary read. Failures are raised as the SDK's own calls raise them."""
+    """``GET`` `path` (with `headers`) as ``unary_request`` does, sent as `post_unary` sends (a read's
+    tail lookups, a small stream's unary read); the answer's body, failures raised as the SDK's are."""
     request = _Unary(asyncio.get_running_loop().create_future(), bytes, normalize_exception)
     answer: bytes = await request.send(client, path, headers or {}, None)
     return answer
@@ -143,11 +138,9 @@ _NO_EVENT: Final = SimpleNamespace(set=lambda: None)  # a ``window_updated`` not
 
 
 class _Unary:
-    """One unary request on a pooled connection, from its frames to its answer: it stands in the
-    connection's ``_streams`` where the SDK keeps a request's ``_StreamState``, under that state's names.
-    The receive loop hands it the answer's headers and body and ends it, as do the connection's failure
-    paths, and its end resolves the request's future. The body's bytes are acknowledged (flow control) as
-    they arrive: the receive loop that delivers them holds the write lock and flushes after."""
+    """One unary request, from its frames to its answer: it stands in the connection's ``_streams`` where
+    the SDK keeps a request's ``_StreamState``, under that state's names; the receive loop (or a failure)
+    hands it the answer and ends it, which resolves the request's future."""
 
     def __init__(self, future: asyncio.Future[Any], decode: Callable[[bytes], Any], failure: Any) -> None:
         self.future, self._decode, self._failure = future, decode, failure
@@ -160,8 +153,7 @@ class _Unary:
         self._timer: asyncio.TimerHandle | None = None
         self.window_updated: Any = _NO_EVENT
 
-    # The names the SDK's connection uses on a request's state: each is this object; nothing stays
-    # unacknowledged (`put_nowait` acknowledges a chunk as it arrives).
+    # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
     response_headers = data_queue = ended = property(lambda self: self)
     unacked_flow_bytes = property(lambda self: 0, lambda self, _: None)
 
@@ -171,8 +163,8 @@ class _Unary:
     def set_result(self, headers: list[tuple[str, str]]) -> None:
         self._headers = headers
 
-    def set_exception(self, exc: BaseException) -> None:
-        pass  # ``error`` holds it (the connection sets it first)
+    def set_exception(self, exc: BaseException) -> None:  # ``error`` holds it (set first)
+        pass
 
     def exception(self) -> BaseException | None:
         return self.error
@@ -199,15 +191,12 @@ class _Unary:
             self.future.get_loop().call_soon(self._release)
         if self.future.done():  # cancelled
             return
-        if self.error is not None and not self.end_stream_received:
-            self._fail(self.error)
-            return
         try:
-            value = self._decode(_answer(self._headers or [], b"".join(self._chunks)))
-        except Exception as exc:  # noqa: BLE001 - the request's failure, whatever it is
+            if self.error is not None and not self.end_stream_received:
+                raise self.error
+            self.future.set_result(self._decode(_answer(self._headers or [], b"".join(self._chunks))))
+        except BaseException as exc:  # noqa: BLE001 - the request's failure, whatever it is
             self._fail(exc)
-            return
-        self.future.set_result(value)
 
     def send(self, client: HttpClient, path: str, headers: dict[str, str], body: bytes | None) -> Any:
         """Queue the request's frames on a ready connection of the pool now; without one (none connected,
@@ -257,12 +246,11 @@ class _Unary:
         self._pc, conn = pc, pc._conn
         h2: H2Connection = conn._h2
         if h2.config.validate_inbound_headers:
-            # Once per connection, for all its answers (the SDK's calls' too), h2's checks and normalizing of
-            # received header fields are skipped: the server is S2, the sink and the SDK read only
-            # ``:status``, ``content-encoding`` and ``retry-after-ms``, each by name, so a malformed field
-            # elsewhere is ignored rather than failing the connection; normalizing only joins ``cookie``
-            # fields. Frame-level checks stay h2's. The two were a third of h2's CPU per small answer.
+            # Once per connection, for all its answers (the SDK's too): h2 no longer checks or normalizes the
+            # fields received (a third of its CPU per small answer). The sink and the SDK read only :status,
+            # content-encoding and retry-after-ms, by name; normalizing only joins cookie fields.
             h2.config.validate_inbound_headers = h2.config.normalize_inbound_headers = False
+            h2.decoder = _Answers(h2.decoder)  # type: ignore[assignment]
         self.stream_id = stream_id = h2.get_next_available_stream_id()
         conn._streams[stream_id] = self
         try:
@@ -312,9 +300,34 @@ class _Unary:
             _spawn(pc.close())
 
 
+class _Answers:
+    """A connection's HPACK decoder remembering the fields of blocks of one-byte indexed fields only (RFC
+    7541, 6.1; S2's answers to unary appends, a tenth of h2's CPU per answer to decode): such a block changes
+    no table, so its fields hold until a block that may change the dynamic table, which forgets them all."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.__dict__.update(_decoder=decoder, _known={})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._decoder, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._decoder, name, value)  # h2's settings of the decoder's limits
+
+    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
+        known: dict[tuple[bytes, bool], list[Any]] = self._known
+        fields = known.get((data, raw))
+        if fields is None:
+            fields = self._decoder.decode(data, raw=raw)
+            if not (isinstance(data, bytes) and data and min(data) > 0x80 and 0xFF not in data):
+                known.clear()  # the dynamic table may have changed
+            elif len(known) < _MAX_BLOCKS:
+                known[data, raw] = fields
+        return list(fields)
+
+
 def _send_body(h2: H2Connection, stream_id: int, body: bytes) -> bytes:
-    """Queue what of `body` the flow-control window takes now, in frames h2 may send, the last ending
-    the stream; returns the rest."""
+    """Queue what of `body` the flow-control window takes now, in frames h2 may send; returns the rest."""
     room = min(len(body), h2.local_flow_control_window(stream_id))
     if not body:
         h2.send_data(stream_id, b"", end_stream=True)
@@ -326,8 +339,7 @@ def _send_body(h2: H2Connection, stream_id: int, body: bytes) -> bytes:
     return body[sent:]
 
 
-_spawned: set[asyncio.Task[Any]] = set()
-"""Tasks started for requests (their corked writes, rarer paths): the loop keeps only weak references."""
+_spawned: set[asyncio.Task[Any]] = set()  # requests' tasks (corked writes, rarer paths), held strongly
 
 
 def _spawn(coro: Coroutine[Any, Any, Any]) -> None:
@@ -337,8 +349,7 @@ def _spawn(coro: Coroutine[Any, Any, Any]) -> None:
 
 
 def _cork(conn: Any) -> list[Any]:
-    """The requests waiting for this turn's write on `conn` (`_corked`), the write scheduled with the
-    first; whatever h2 queued by then (acknowledgements too) leaves with it."""
+    """The requests waiting for this turn's write on `conn`, scheduled with the first (all h2 queued goes)."""
     waiting = _corked.get(conn)
     if waiting is None:
         waiting = _corked[conn] = []
@@ -346,8 +357,7 @@ def _cork(conn: Any) -> list[Any]:
     return waiting
 
 
-_corked: dict[Any, list[Any]] = {}
-"""Per connection, the requests whose frames wait in its HTTP/2 buffer for this turn's write."""
+_corked: dict[Any, list[Any]] = {}  # per connection, the requests whose frames wait for this turn's write
 
 
 def _uncork(conn: Any) -> None:
@@ -379,23 +389,18 @@ def _answer(headers: list[tuple[str, str]], content: bytes) -> bytes:
 _BLOCKS: dict[tuple[tuple[str, str], ...], tuple[bytes, bytes]] = {}
 """The constant parts of request header blocks (`request_block`), by the headers they encode."""
 
-_MAX_BLOCKS: Final = 64
-"""Header sets kept encoded (in practice one per transport and set of extra headers)."""
+_MAX_BLOCKS: Final = 64  # header sets kept encoded, answers' blocks remembered
 _REQUEST: Final = h2_fields.HeaderValidationFlags(
     is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
 )
-_PATH_INDEX: Final = 4
-"""``:path`` in HPACK's static table (RFC 7541, appendix A)."""
-_CONTENT_LENGTH_INDEX: Final = 28
-"""``content-length`` in HPACK's static table."""
+_PATH_INDEX: Final = 4  # ``:path`` in HPACK's static table (RFC 7541, appendix A)
+_CONTENT_LENGTH_INDEX: Final = 28  # ``content-length`` there
 
 
 def _request_block(client: HttpClient, path: str, headers: dict[str, str], length: int | None) -> bytes:
-    """The HPACK header block of a ``POST`` of `length` bytes to `path` (a ``GET`` when `length` is None)
-    with the headers ``unary_request`` sends, encoded without the connection's dynamic table (never-indexed
-    literals and static-table indexes: valid on any connection whatever its HPACK state), all but ``:path``
-    and ``content-length`` once per transport. h2 encoded each request's headers anew (normalized,
-    validated, searched in the dynamic table, Huffman coded): a third of a small stream's client CPU."""
+    """The HPACK header block of a ``POST`` of `length` bytes to `path` (a ``GET`` when None) with the headers
+    ``unary_request`` sends, in never-indexed literals and static-table indexes (valid whatever a connection's
+    HPACK state), all but ``:path`` and ``content-length`` encoded once per transport, not per request."""
     listed = client._build_headers("GET" if length is None else "POST", "", headers)
     if length is not None and client._compression != s2_sdk.Compression.NONE:
         listed.append(("content-encoding", _COMPRESSION_ENCODING[client._compression]))
@@ -404,8 +409,7 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
     if constant is None:
         if len(_BLOCKS) >= _MAX_BLOCKS:
             _BLOCKS.clear()
-        # h2's own normalizing and validation, once: lower-cased names, values stripped of surrounding
-        # whitespace (an empty token's "Bearer "), the pseudo-headers a request needs (a stand-in :path).
+        # h2's own normalizing (an empty token's "Bearer " stripped) and validation, once (a stand-in :path).
         fields = h2_fields.utf8_encode_headers([(k, "/" if k == ":path" else v) for k, v in key])
         normalized = h2_fields.normalize_outbound_headers(fields, _REQUEST)
         fields = list(h2_fields.validate_outbound_headers(normalized, _REQUEST))
@@ -419,18 +423,16 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
 
 
 def _literal(index: int, value: bytes) -> bytes:
-    """A never-indexed literal field named by the static table's `index` (RFC 7541, 6.2.3), its value
-    not Huffman coded."""
+    """A never-indexed literal field named by the static table's `index` (RFC 7541, 6.2.3), not Huffman
+    coded."""
     name = encode_integer(index, 4)
     name[0] |= 0x10
     return bytes(name) + bytes(encode_integer(len(value), 7)) + value
 
 
 def _send_encoded_headers(h2: H2Connection, stream_id: int, block: bytes, *, end_stream: bool) -> None:
-    """h2's ``send_headers`` of a header block encoded already (`_request_block`): the stream opened and its
-    HEADERS frames queued by h2 itself, only the encoding (with its normalizing and validating of the
-    fields, done once for the block's constant part) skipped. A pending dynamic table size change must start
-    the connection's next block (RFC 7541, 4.2): that request is encoded by h2, as before."""
+    """h2's ``send_headers`` of a block encoded already (`_request_block`), all but the encoding h2's own. A
+    pending dynamic table size change must start the next block (RFC 7541, 4.2): h2 encodes that one."""
     encoder = h2.encoder
     if encoder.header_table.resized:
         headers = Decoder().decode(block)

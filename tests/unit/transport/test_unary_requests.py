@@ -151,3 +151,22 @@ def test_answer_header_fields_are_taken_as_the_server_sends_them() -> None:
 
         ack = asyncio.run(main())
     assert (ack.start.seq_num, ack.end.seq_num) == (0, ROWS)
+
+
+def test_answers_header_blocks_decode_as_hpack_decodes_them_whatever_the_table() -> None:
+    """A connection's decoder remembers blocks of indexed fields only (S2's repeated answer headers), and
+    forgets them when a block may change the dynamic table: the same bytes then decode to the new entry,
+    as hpack's own decoder says. h2's settings of the decoder's limits reach the decoder."""
+    from hpack import Decoder, Encoder
+
+    encoder, plain, answers = Encoder(), Decoder(), sdk._Answers(Decoder())
+    first = encoder.encode([(":status", "200"), ("x-a", "1")])  # x-a added to the dynamic table
+    again = encoder.encode([(":status", "200"), ("x-a", "1")])  # indexed fields only
+    assert min(again) > 0x80, again
+    other = encoder.encode([("x-b", "2")])  # x-b added in front: the index of x-a moves
+    decoded = [answers.decode(b, raw=True) for b in (first, again, again, other, again)]
+    assert decoded == [plain.decode(b, raw=True) for b in (first, again, again, other, again)]
+    assert decoded[2] != decoded[4]  # the same bytes, another table
+    assert (again, True) in answers._known
+    answers.max_header_list_size = 1234
+    assert answers._decoder.max_header_list_size == 1234
