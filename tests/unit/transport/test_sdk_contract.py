@@ -142,6 +142,8 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
             assert sdk.basin_transport(client, basin) is not None
             paths = (
                 "_pool._hosts",
+                "_pool._closed",
+                "_pool._ensure_reaper",
                 "_pool.checkout",
                 "_base_url",
                 "_build_headers",
@@ -170,7 +172,7 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
                 )
                 missing += [m for path in paths if (m := _missing(conn, path))]
             for pooled in transport._pool._hosts[transport._base_url]:
-                paths = ("_conn", "retire", "touch_idle", "is_retired", "is_idle")
+                paths = ("_conn", "has_capacity", "retire", "touch_idle", "is_retired", "is_idle", "close")
                 missing += [m for path in paths if (m := _missing(pooled, path))]
             state = sdk.h2_state(conns[0])
             assert state is not None
@@ -179,6 +181,9 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
             # (`sdk._send_encoded_headers`).
             paths = (
                 "encoder.header_table.resized",
+                "decoder",
+                "config.validate_inbound_headers",
+                "config.normalize_inbound_headers",
                 "config.normalize_outbound_headers",
                 "config.validate_outbound_headers",
                 "send_headers",
