@@ -27,6 +27,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from s2_sdk import S2, AppendAck, Compression, S2ClientError
@@ -199,30 +200,32 @@ class BulkAppendSession:
                 ticket.add_done_callback(_retrieve)
 
 
-def append_once(client: HttpClient, stream: str, message: bytes, records: int) -> asyncio.Task[AppendAck]:
+def append_once(client: HttpClient, stream: str, message: bytes, records: int) -> asyncio.Future[AppendAck]:
     """One serialized ``AppendInput`` of `records` records as a unary append (``POST`` of the message, the
     ack in the answer), started now; its ticket resolves with the ack or fails as a session's would.
 
     For a stream's only append of a task: its HTTP/2 stream carries the request and ends with the answer,
     where a session takes a headers write, a data write and a half-close, and a runner task to read acks
     (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`). The unary appends
-    started in one turn of the loop leave in one socket write (`sdk.post_corked`)."""
-    ticket = asyncio.get_running_loop().create_task(_append_once(client, stream, message, records))
-    ticket.add_done_callback(_retrieve)  # failures are collected by the appender, or dropped with it
-    return ticket
+    started in one turn of the loop leave in one socket write (`sdk.post_unary`)."""
+    path = stream_records_path(stream)
+    return sdk.post_unary(
+        client, path, _UNARY_HEADERS, message, decode=partial(_ack, records), failure=_as_session_error
+    )
 
 
-async def _append_once(client: HttpClient, stream: str, message: bytes, records: int) -> AppendAck:
-    try:
-        content = await sdk.post_corked(client, stream_records_path(stream), _UNARY_HEADERS, message)
-    except TransportError as exc:
-        raise _client_error(exc) from exc  # judged as a session's transport failure (`_transport.retry`)
+def _ack(records: int, content: bytes) -> AppendAck:
     ack = pb.AppendAck()
     ack.ParseFromString(content)
     count = ack.end.seq_num - ack.start.seq_num
     if count != records:
         raise S2ClientError(f"invalid ack: {count} records acknowledged for an append of {records}")
     return append_ack_from_proto(ack)
+
+
+def _as_session_error(exc: Exception) -> Exception:
+    """A transport failure judged as a session's (`_transport.retry`); others as they are."""
+    return _client_error(exc) if isinstance(exc, TransportError) else exc
 
 
 def _client_error(exc: TransportError) -> S2ClientError:

@@ -245,13 +245,17 @@ class SessionPool:
 
     async def ensure_streams(self, cfg: S2Config, streams: Iterable[str]) -> None:
         """`ensure_stream` for several streams, at most `CREATE_CONCURRENCY` requests at a time."""
+        entry = self._client_entry(cfg)
+        missing = [s for s in dict.fromkeys(streams) if (cfg.basin, s) not in entry.ensured]
+        if not missing:  # a later micro-batch's streams, found before: no task per stream
+            return
         gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
         async def one(stream: str) -> None:
             async with gate:
                 await self.ensure_stream(cfg, stream)
 
-        await asyncio.gather(*(one(s) for s in dict.fromkeys(streams)))
+        await asyncio.gather(*(one(s) for s in missing))
 
     def forget_stream(self, cfg: S2Config, stream: str) -> None:
         """`stream` answered 404 after this process ensured it (deleted since: S2's ``delete_on_empty``, or

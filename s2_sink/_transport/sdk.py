@@ -1,30 +1,24 @@
 """The one boundary with s2-sdk's private parts: every ``s2_sdk._*`` import and every reach into an SDK
 client's or connection's internals is here, and nowhere else in the sink.
 
-s2-sdk exports a typed client (``S2``, ``S2Basin``, ``S2Stream``, records, errors) but not what the bulk
-paths need to speak S2S themselves over the SDK's own HTTP/2 connections: its protobuf messages, its S2S
-framing, its transport errors and reconnect rules, the stream's transport and settings, and the connections of
-its pool (where a read session advertises larger HTTP/2 frames). Each is named below once, typed as we use
-it. `tests/unit/transport/test_sdk_contract.py` checks every name and attribute relied on against the
-installed SDK and names the one that moved; `tests/unit/transport/test_sdk_boundary.py` fails if another
-module imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
+s2-sdk exports a typed client but not what the bulk paths need to speak S2S over its own HTTP/2
+connections: its protobuf messages, S2S framing, transport errors, reconnect rules, transports and pooled
+connections, and the request state its connections keep (`_Unary` stands in for it). Each is named once.
+`tests/unit/transport/test_sdk_contract.py` checks every name and attribute relied on against the installed
+SDK and names the one that moved; `tests/unit/transport/test_sdk_boundary.py` fails if another module
+imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Coroutine, Iterator
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
-from h2.utilities import (
-    HeaderValidationFlags,
-    normalize_outbound_headers,
-    utf8_encode_headers,
-    validate_outbound_headers,
-)
+from h2 import utilities as h2_fields
 from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hpack.hpack import encode_integer
 from s2_sdk._client import (
@@ -39,7 +33,6 @@ from s2_sdk._compression import compress, decompress
 from s2_sdk._exceptions import (
     AppendIndefiniteFailureError,
     ConnectError,
-    ProtocolError,
     ReadTimeoutError,
     S2ClientError,
     ServerDrainingError,
@@ -55,35 +48,16 @@ from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
 if TYPE_CHECKING:
     from h2.connection import H2Connection
 
+T = TypeVar("T")
+
 __all__ = [
-    "ENCRYPTION_KEY_HEADER",
-    "AdvisedReconnectLimiter",
-    "AppendIndefiniteFailureError",
-    "ConnectError",
-    "HttpClient",
-    "Message",
-    "ReadTimeoutError",
-    "S2ClientError",
-    "TransportError",
-    "advertise_settings",
-    "append_ack_from_proto",
-    "append_input_to_proto",
-    "basin_transport",
-    "encryption_key",
-    "frame_message",
-    "get_corked",
-    "h2_state",
-    "maybe_compress",
-    "normalize_exception",
-    "parse_error_info",
-    "pb",
-    "pooled_connections",
-    "post_corked",
-    "read_messages",
-    "requires_reconnect",
-    "stream_records_path",
+    "ENCRYPTION_KEY_HEADER", "AdvisedReconnectLimiter", "AppendIndefiniteFailureError", "ConnectError",
+    "HttpClient", "Message", "ReadTimeoutError", "S2ClientError", "TransportError", "advertise_settings",
+    "append_ack_from_proto", "append_input_to_proto", "basin_transport", "encryption_key", "frame_message",
+    "get_corked", "h2_state", "maybe_compress", "normalize_exception", "parse_error_info", "pb",
+    "pooled_connections", "post_unary", "read_messages", "requires_reconnect", "stream_records_path",
     "stream_transport",
-]
+]  # fmt: skip
 
 ENCRYPTION_KEY_HEADER: str = _S2_ENCRYPTION_KEY_HEADER
 """The request header carrying a stream's encryption key (the SDK sends it on its own reads)."""
@@ -134,117 +108,248 @@ async def advertise_settings(conn: Any, settings: dict[int, int]) -> None:
         await conn._flush(force=True)
 
 
-async def post_corked(client: HttpClient, path: str, headers: dict[str, str], body: bytes) -> bytes:
-    """``POST`` `body` as the transport's ``unary_request`` does (same pool, errors, timeout and
-    compression) and return the answer's body, but write its HEADERS and DATA frames to the socket together
-    with those of every other request started in the same turn of the event loop.
-
-    ``unary_request`` writes each request's HEADERS frame (a socket write and a drain), then its DATA frame
-    (a second write): for a task's many small streams, a unary append each, those writes were a fifth of a
-    stream's client CPU (`benchmarks.append_session --streams`). A body larger than the flow-control window
-    or a frame sends its rest as ``unary_request`` does. The header block is encoded once per transport
-    but for the path and length (`_request_block`). A transport that is not the SDK's own (the
-    simulation's in-memory S2 stands in for it) is asked through its ``unary_request``."""
-    if not isinstance(client, HttpClient):
-        stand_in: Any = client
-        answer = await stand_in.unary_request("POST", path, headers=dict(headers), content=body)
-        return bytes(answer.content)
-    if client._compression != s2_sdk.Compression.NONE:
-        body = compress(body, client._compression)
-    block = _request_block(client, path, headers, len(body))
-    return await _exchange_corked(client, block, body)
+def post_unary(
+    client: HttpClient,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    decode: Callable[[bytes], T],
+    failure: Callable[[Exception], BaseException],
+) -> asyncio.Future[T]:
+    """``POST`` `body` as ``unary_request`` does (pool, errors, timeout, compression), started now: the
+    future resolves with `decode` of the answer's body, or fails with `failure` of what failed it. Its
+    frames leave in one socket write with those of the turn's other requests (`_cork`); on a ready
+    connection it takes no task (`_Unary`): for many small streams, a unary append each, the task, queue,
+    events and timeout of ``unary_request``'s way were most of a stream's client CPU."""
+    request = _Unary(asyncio.get_running_loop().create_future(), decode, failure)
+    return request.send(client, path, headers, body)  # type: ignore[no-any-return]
 
 
 async def get_corked(client: HttpClient, path: str, headers: dict[str, str] | None = None) -> bytes:
-    """``GET`` `path` (with `headers`) as the transport's ``unary_request`` does and return the answer's
-    body, its HEADERS frame written to the socket together with those of every other request started in
-    the same turn of the event loop (`post_corked`), its header block encoded as `_request_block` encodes
-    a ``POST``'s: a read planned over many streams asks each for its tail, a task reading many small
-    streams reads each with a unary read, and a socket write and an encoding of the headers per request
-    were most of what such a request cost. Failures are raised as the SDK's own calls raise them (a
-    transport failure as an ``S2ClientError``). A stand-in transport is asked through ``unary_request``."""
-    try:
+    """``GET`` `path` (with `headers`) as ``unary_request`` does, sent as `post_unary` sends (a read's
+    tail lookups, a small stream's unary read); the answer's body, failures raised as the SDK's are."""
+    request = _Unary(asyncio.get_running_loop().create_future(), bytes, normalize_exception)
+    answer: bytes = await request.send(client, path, headers or {}, None)
+    return answer
+
+
+_NO_EVENT: Final = SimpleNamespace(set=lambda: None)  # a ``window_updated`` nothing waits on
+
+
+class _Unary:
+    """One unary request, from its frames to its answer: it stands in the connection's ``_streams`` where
+    the SDK keeps a request's ``_StreamState``, under that state's names; the receive loop (or a failure)
+    hands it the answer and ends it, which resolves the request's future."""
+
+    def __init__(self, future: asyncio.Future[Any], decode: Callable[[bytes], Any], failure: Any) -> None:
+        self.future, self._decode, self._failure = future, decode, failure
+        self._chunks: list[bytes] = []
+        self._headers: list[tuple[str, str]] | None = None
+        self._ended = self.end_stream_received = False
+        self.error: BaseException | None = None
+        self.stream_id = 0
+        self._pc: Any = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.window_updated: Any = _NO_EVENT
+
+    # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
+    response_headers = data_queue = ended = property(lambda self: self)
+    unacked_flow_bytes = property(lambda self: 0, lambda self, _: None)
+
+    def done(self) -> bool:  # response_headers
+        return self._headers is not None
+
+    def set_result(self, headers: list[tuple[str, str]]) -> None:
+        self._headers = headers
+
+    def set_exception(self, exc: BaseException) -> None:  # ``error`` holds it (set first)
+        pass
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+    def put_nowait(self, item: tuple[bytes, int] | None) -> None:  # data_queue
+        if item is not None:
+            data, flow_bytes = item
+            self._chunks.append(data)
+            if flow_bytes:
+                self._pc._conn._h2.acknowledge_received_data(flow_bytes, self.stream_id)
+
+    def is_set(self) -> bool:  # ended
+        return self._ended
+
+    def set(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.end_stream_received:  # the receive loop's own end of the stream: the answer is whole
+            self._release()
+        else:  # failed, maybe while the connection walks its streams: released after
+            self.future.get_loop().call_soon(self._release)
+        if self.future.done():  # cancelled
+            return
+        try:
+            if self.error is not None and not self.end_stream_received:
+                raise self.error
+            self.future.set_result(self._decode(_answer(self._headers or [], b"".join(self._chunks))))
+        except BaseException as exc:  # noqa: BLE001 - the request's failure, whatever it is
+            self._fail(exc)
+
+    def send(self, client: HttpClient, path: str, headers: dict[str, str], body: bytes | None) -> Any:
+        """Queue the request's frames on a ready connection of the pool now; without one (none connected,
+        none with room, or its write lock held), once the pool has one. Returns the request's future."""
         if not isinstance(client, HttpClient):
-            stand_in: Any = client
-            answer = await stand_in.unary_request("GET", path, headers=dict(headers or {}))
-            return bytes(answer.content)
-        return await _exchange_corked(client, _request_block(client, path, headers or {}, None), None)
-    except Exception as exc:
-        normalized = normalize_exception(exc)
-        if normalized is exc:
+            _spawn(self._ask(client, path, headers, body))
+            return self.future
+        if body is not None and client._compression != s2_sdk.Compression.NONE:
+            body = compress(body, client._compression)
+        block = _request_block(client, path, headers, None if body is None else len(body))
+        pool = client._pool
+        if not pool._closed:
+            pool._ensure_reaper()
+            for pc in pool._hosts.get(client._base_url, ()):
+                if pc.has_capacity and not pc._conn._write_lock.locked():
+                    self._start(pc, client._request_timeout, block, body)
+                    return self.future
+        _spawn(self._send_later(client, block, body))
+        return self.future
+
+    async def _ask(self, client: Any, path: str, headers: dict[str, str], body: bytes | None) -> None:
+        try:
+            method = "GET" if body is None else "POST"
+            answer = await client.unary_request(method, path, headers=dict(headers), content=body)
+            self.future.set_result(self._decode(bytes(answer.content)))
+        except BaseException as exc:  # noqa: BLE001 - the request's failure, as its task would hold it
+            self._fail(exc)
+
+    async def _send_later(self, client: HttpClient, block: bytes, body: bytes | None) -> None:
+        try:
+            pc, state = await client._pool.checkout(client._base_url)
+            conn = pc._conn
+            try:
+                async with conn._write_lock:
+                    if state.error is not None:
+                        raise state.error
+                    if not self.future.done():
+                        conn._pending_streams.pop(id(state), None)  # this request takes its place
+                        self._start(pc, client._request_timeout, block, body)
+            finally:
+                conn.release_stream(None, state)
+        except BaseException as exc:  # noqa: BLE001 - the request's failure, as its task would hold it
+            self._fail(exc)
+
+    def _start(self, pc: Any, timeout: float, block: bytes, body: bytes | None) -> None:
+        """Open the request's HTTP/2 stream and queue its frames, the write left to `_uncork`."""
+        self._pc, conn = pc, pc._conn
+        h2: H2Connection = conn._h2
+        if h2.config.validate_inbound_headers:
+            # Once per connection, for all its answers (the SDK's too): h2 no longer checks or normalizes the
+            # fields received (a third of its CPU per small answer). The sink and the SDK read only :status,
+            # content-encoding and retry-after-ms, by name; normalizing only joins cookie fields.
+            h2.config.validate_inbound_headers = h2.config.normalize_inbound_headers = False
+            h2.decoder = _Answers(h2.decoder)  # type: ignore[assignment]
+        self.stream_id = stream_id = h2.get_next_available_stream_id()
+        conn._streams[stream_id] = self
+        try:
+            _send_encoded_headers(h2, stream_id, block, end_stream=body is None)
+            rest = b"" if body is None else _send_body(h2, stream_id, body)
+        except BaseException:
+            conn._streams.pop(stream_id, None)
             raise
-        raise normalized from exc
+        _cork(conn).append(self)
+        self._timer = self.future.get_loop().call_later(timeout, self._time_out)
+        if rest:  # beyond the flow-control window: sent as ``unary_request`` sends it
+            self.window_updated = asyncio.Event()
+            _spawn(self._send_rest(rest))
+
+    async def _send_rest(self, rest: bytes) -> None:
+        try:
+            await self._pc._conn.send_data(self.stream_id, rest, end_stream=True)
+        except Exception as exc:  # noqa: BLE001 - fails the request, as a failed write does
+            self._pc._conn._fail_stream(self, exc)
+
+    def _time_out(self) -> None:
+        self._timer = None
+        if not self._ended:
+            self._pc._conn._fail_stream(self, ReadTimeoutError("Request timed out"))
+            _spawn(self._pc._conn.reset_stream(self.stream_id))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.future.done() or (isinstance(exc, asyncio.CancelledError) and self.future.cancel()):
+            return
+        if isinstance(exc, ServerDrainingError) and self._pc is not None:
+            self._pc.retire()
+        failed = self._failure(exc) if isinstance(exc, Exception) else exc
+        if failed is not exc and failed.__cause__ is None:
+            failed.__cause__ = exc
+        self.future.set_exception(failed)
+        self.future.exception()  # retrieved: whoever awaits it still sees it
+
+    def _release(self) -> None:
+        """Give the request's HTTP/2 stream back (the connection closed if retired and idle)."""
+        pc = self._pc
+        if pc is None:
+            return
+        if pc._conn._streams.get(self.stream_id) is self:
+            del pc._conn._streams[self.stream_id]
+        pc.touch_idle()
+        if pc.is_retired and pc.is_idle:
+            _spawn(pc.close())
 
 
-async def _exchange_corked(client: HttpClient, block: bytes, body: bytes | None) -> bytes:
-    """Send a request corked (`_send_corked`: its header block encoded already; no body, a HEADERS frame
-    that ends the stream) and wait for its answer's body as ``unary_request`` does."""
-    pc, state = await client._pool.checkout(client._base_url)
-    conn = pc._conn
-    stream_id: int | None = None
-    try:
-        async with conn._write_lock:
-            stream_id, rest = _send_corked(conn, state, block, body)
-        if rest:
-            await conn.send_data(stream_id, rest, end_stream=True)
-        async with asyncio.timeout(client._request_timeout):
-            answer_headers = await state.response_headers
-            chunks = []
-            while (item := await state.data_queue.get()) is not None:
-                chunk, flow_bytes = item if isinstance(item, tuple) else (item, 0)
-                chunks.append(chunk)
-                if flow_bytes:
-                    # Acknowledged as received, as ``unary_request`` does (the answers of many requests
-                    # share the connection's window), but not written at once: a write of its own would
-                    # take the requests corked so far with it, so any window update leaves with this
-                    # turn's corked write.
-                    async with conn._write_lock:
-                        assert conn._h2 is not None  # connected (the SDK's ack_data asserts it too)
-                        state.unacked_flow_bytes -= flow_bytes
-                        conn._h2.acknowledge_received_data(flow_bytes, stream_id)
-                    _cork(conn)
-        if state.error is not None and not state.end_stream_received:
-            raise state.error
-        return _answer(answer_headers, b"".join(chunks))
-    except ServerDrainingError:
-        pc.retire()
-        raise
-    except TimeoutError:
-        raise ReadTimeoutError("Request timed out") from None
-    finally:
-        await _release(pc, stream_id, state)
+class _Answers:
+    """A connection's HPACK decoder remembering the fields of blocks of one-byte indexed fields only (RFC
+    7541, 6.1; S2's answers to unary appends, a tenth of h2's CPU per answer to decode): such a block changes
+    no table, so its fields hold until a block that may change the dynamic table, which forgets them all."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.__dict__.update(_decoder=decoder, _known={})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._decoder, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._decoder, name, value)  # h2's settings of the decoder's limits
+
+    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
+        known: dict[tuple[bytes, bool], list[Any]] = self._known
+        fields = known.get((data, raw))
+        if fields is None:
+            fields = self._decoder.decode(data, raw=raw)
+            if not (isinstance(data, bytes) and data and min(data) > 0x80 and 0xFF not in data):
+                known.clear()  # the dynamic table may have changed
+            elif len(known) < _MAX_BLOCKS:
+                known[data, raw] = fields
+        return list(fields)
 
 
-def _send_corked(conn: Any, state: Any, block: bytes, body: bytes | None) -> tuple[int, bytes]:
-    """Open the reserved HTTP/2 stream and queue its frames (under the connection's write lock), the
-    write left to `_uncork`; returns the stream id and what of the body did not fit. `block`: the
-    request's header block, encoded already (`_request_block`). Without a body (None), the HEADERS frame
-    ends the stream."""
-    if state.error is not None:
-        raise state.error
-    if conn._pending_streams.pop(id(state), None) is None:
-        raise ProtocolError("Stream reservation missing")
-    h2: H2Connection = conn._h2
-    stream_id: int = h2.get_next_available_stream_id()
-    conn._streams[stream_id] = state
-    try:
-        _send_encoded_headers(h2, stream_id, block, end_stream=body is None)
-        if body is None:
-            body, first = b"", 0
-        else:
-            first = min(len(body), h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
-            if first or not body:
-                h2.send_data(stream_id, body[:first], end_stream=first == len(body))
-    except BaseException:
-        conn._streams.pop(stream_id, None)
-        raise
-    _cork(conn).append(state)
-    return stream_id, body[first:]
+def _send_body(h2: H2Connection, stream_id: int, body: bytes) -> bytes:
+    """Queue what of `body` the flow-control window takes now, in frames h2 may send; returns the rest."""
+    room = min(len(body), h2.local_flow_control_window(stream_id))
+    if not body:
+        h2.send_data(stream_id, b"", end_stream=True)
+    sent, frame = 0, h2.max_outbound_frame_size
+    while sent < room:
+        n = min(room - sent, frame)
+        h2.send_data(stream_id, body[sent : sent + n], end_stream=sent + n == len(body))
+        sent += n
+    return body[sent:]
+
+
+_spawned: set[asyncio.Task[Any]] = set()  # requests' tasks (corked writes, rarer paths), held strongly
+
+
+def _spawn(coro: Coroutine[Any, Any, Any]) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _spawned.add(task)
+    task.add_done_callback(_spawned.discard)
 
 
 def _cork(conn: Any) -> list[Any]:
-    """The requests waiting for this turn's write on `conn` (`_corked`), the write scheduled with the
-    first; whatever h2 queued by then (acknowledgements too) leaves with it."""
+    """The requests waiting for this turn's write on `conn`, scheduled with the first (all h2 queued goes)."""
     waiting = _corked.get(conn)
     if waiting is None:
         waiting = _corked[conn] = []
@@ -252,23 +357,15 @@ def _cork(conn: Any) -> list[Any]:
     return waiting
 
 
-_corked: dict[Any, list[Any]] = {}
-"""Per connection, the requests whose frames wait in its HTTP/2 buffer for this turn's write."""
-
-
-_writing: set[asyncio.Task[None]] = set()
-"""The corked writes in flight: the event loop keeps only a weak reference to a task."""
+_corked: dict[Any, list[Any]] = {}  # per connection, the requests whose frames wait for this turn's write
 
 
 def _uncork(conn: Any) -> None:
-    task = asyncio.get_running_loop().create_task(_write_corked(conn, _corked.pop(conn)))
-    _writing.add(task)
-    task.add_done_callback(_writing.discard)
+    _spawn(_write_corked(conn, _corked.pop(conn)))
 
 
 async def _write_corked(conn: Any, states: list[Any]) -> None:
-    """One socket write of the corked requests' frames; a failed write fails them (as a failed write of
-    ``unary_request`` fails its request)."""
+    """One socket write of the corked requests' frames; a failed write fails them."""
     try:
         async with conn._write_lock:
             await conn._flush(force=True)
@@ -289,47 +386,21 @@ def _answer(headers: list[tuple[str, str]], content: bytes) -> bytes:
     return content
 
 
-async def _release(pc: Any, stream_id: int | None, state: Any) -> None:
-    """Give the request's HTTP/2 stream back as ``unary_request`` does (its window acknowledged, reset if
-    unfinished, the connection closed if retired and idle)."""
-    conn = pc._conn
-    if stream_id is not None:
-        if state.unacked_flow_bytes:
-            with contextlib.suppress(TransportError, OSError):  # a failing connection fails its streams
-                await conn.ack_all_data(stream_id, state)
-        if not state.ended.is_set():
-            await conn.reset_stream(stream_id)
-    conn.release_stream(stream_id, state)
-    pc.touch_idle()
-    if pc.is_retired and pc.is_idle:
-        await pc.close()
-
-
 _BLOCKS: dict[tuple[tuple[str, str], ...], tuple[bytes, bytes]] = {}
-"""The constant parts of request header blocks (`_request_block`), by the headers they encode."""
+"""The constant parts of request header blocks (`request_block`), by the headers they encode."""
 
-_MAX_BLOCKS: Final = 64
-"""Header sets kept encoded (in practice one per transport and set of extra headers)."""
-_REQUEST: Final = HeaderValidationFlags(
+_MAX_BLOCKS: Final = 64  # header sets kept encoded, answers' blocks remembered
+_REQUEST: Final = h2_fields.HeaderValidationFlags(
     is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
 )
-_PATH_INDEX: Final = 4
-"""``:path`` in HPACK's static table (RFC 7541, appendix A)."""
-_CONTENT_LENGTH_INDEX: Final = 28
-"""``content-length`` in HPACK's static table."""
+_PATH_INDEX: Final = 4  # ``:path`` in HPACK's static table (RFC 7541, appendix A)
+_CONTENT_LENGTH_INDEX: Final = 28  # ``content-length`` there
 
 
 def _request_block(client: HttpClient, path: str, headers: dict[str, str], length: int | None) -> bytes:
-    """The HPACK header block of a ``POST`` of `length` bytes to `path` (a ``GET``, with no body, when
-    `length` is None) with the headers ``unary_request`` sends (the transport's own, `headers`, a ``POST``'s
-    ``content-encoding`` and ``content-length``), encoded without the
-    connection's dynamic table: every field is a never-indexed literal or a static-table index, so the block
-    is valid on any connection whatever its HPACK state, and all but ``:path`` and ``content-length`` is
-    encoded once per transport.
-
-    h2 encoded each request's headers anew (normalized, validated, searched in the dynamic table, Huffman
-    coded): ~0.15 ms per unary append, a third of a small stream's client CPU
-    (`benchmarks.writer_path --streams 1000`)."""
+    """The HPACK header block of a ``POST`` of `length` bytes to `path` (a ``GET`` when None) with the headers
+    ``unary_request`` sends, in never-indexed literals and static-table indexes (valid whatever a connection's
+    HPACK state), all but ``:path`` and ``content-length`` encoded once per transport, not per request."""
     listed = client._build_headers("GET" if length is None else "POST", "", headers)
     if length is not None and client._compression != s2_sdk.Compression.NONE:
         listed.append(("content-encoding", _COMPRESSION_ENCODING[client._compression]))
@@ -338,10 +409,10 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
     if constant is None:
         if len(_BLOCKS) >= _MAX_BLOCKS:
             _BLOCKS.clear()
-        # h2's own normalizing and validation, once: lower-cased names, values stripped of surrounding
-        # whitespace (an empty token's "Bearer "), the pseudo-headers a request needs (a stand-in :path).
-        fields = utf8_encode_headers([(k, "/" if k == ":path" else v) for k, v in listed])
-        fields = list(validate_outbound_headers(normalize_outbound_headers(fields, _REQUEST), _REQUEST))
+        # h2's own normalizing (an empty token's "Bearer " stripped) and validation, once (a stand-in :path).
+        fields = h2_fields.utf8_encode_headers([(k, "/" if k == ":path" else v) for k, v in key])
+        normalized = h2_fields.normalize_outbound_headers(fields, _REQUEST)
+        fields = list(h2_fields.validate_outbound_headers(normalized, _REQUEST))
         pseudo = [NeverIndexedHeaderTuple(k, v) for k, v in fields if k.startswith(b":") and k != b":path"]
         regular = [NeverIndexedHeaderTuple(k, v) for k, v in fields if not k.startswith(b":")]
         constant = _BLOCKS[key] = (Encoder().encode(pseudo), Encoder().encode(regular))
@@ -352,32 +423,16 @@ def _request_block(client: HttpClient, path: str, headers: dict[str, str], lengt
 
 
 def _literal(index: int, value: bytes) -> bytes:
-    """A never-indexed literal field named by the static table's `index` (RFC 7541, 6.2.3), its value
-    not Huffman coded."""
+    """A never-indexed literal field named by the static table's `index` (RFC 7541, 6.2.3), not Huffman
+    coded."""
     name = encode_integer(index, 4)
     name[0] |= 0x10
     return bytes(name) + bytes(encode_integer(len(value), 7)) + value
 
 
-class _Encoded:
-    """Stands in for a connection's HPACK encoder for one ``send_headers``: the block is encoded already."""
-
-    __slots__ = ("block",)
-
-    def __init__(self, block: bytes) -> None:
-        self.block = block
-
-    def encode(self, headers: object, huffman: bool = True) -> bytes:
-        return self.block
-
-
-def _send_encoded_headers(
-    h2: H2Connection, stream_id: int, block: bytes, *, end_stream: bool = False
-) -> None:
-    """h2's ``send_headers`` of a header block encoded already (`_request_block`): the stream opened and its
-    HEADERS frames queued by h2 itself, only the encoding (with its normalizing and validating of the
-    fields, done once for the block's constant part) skipped. A pending dynamic table size change must start
-    the connection's next block (RFC 7541, 4.2): that request is encoded by h2, as before."""
+def _send_encoded_headers(h2: H2Connection, stream_id: int, block: bytes, *, end_stream: bool) -> None:
+    """h2's ``send_headers`` of a block encoded already (`_request_block`), all but the encoding h2's own. A
+    pending dynamic table size change must start the next block (RFC 7541, 4.2): h2 encodes that one."""
     encoder = h2.encoder
     if encoder.header_table.resized:
         headers = Decoder().decode(block)
@@ -385,7 +440,7 @@ def _send_encoded_headers(
         return
     config = h2.config
     normalize, validate = config.normalize_outbound_headers, config.validate_outbound_headers
-    h2.encoder = _Encoded(block)  # type: ignore[assignment]
+    h2.encoder = SimpleNamespace(encode=lambda *_: block)  # type: ignore[assignment]
     config.normalize_outbound_headers = config.validate_outbound_headers = False
     try:
         h2.send_headers(stream_id, (), end_stream=end_stream)

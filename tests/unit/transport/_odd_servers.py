@@ -4,9 +4,10 @@ process and is closed by its context manager."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import h2.config
 import h2.connection
@@ -69,3 +70,36 @@ def plain_http2_404() -> contextlib.AbstractContextManager[str]:
 def silent() -> contextlib.AbstractContextManager[str]:
     """A server that accepts TCP connections and never sends a byte; yields its URL."""
     return _serving(None)
+
+
+Answer = Callable[[bytes], tuple[list[tuple[str, str]], bytes] | None]
+"""A request's body -> the answer's header fields and body, or None: no answer at all."""
+
+
+def _answering(answer: Answer, conn: socket.socket) -> None:
+    """Speak HTTP/2 with the default windows (65,535 bytes), answer each request once its body is whole,
+    as `answer` says; header fields are sent as given (not lower-cased or checked)."""
+    config = h2.config.H2Configuration(
+        client_side=False, validate_outbound_headers=False, normalize_outbound_headers=False
+    )
+    h2c = h2.connection.H2Connection(config)
+    h2c.initiate_connection()
+    bodies: dict[int, bytes] = {}
+    with contextlib.suppress(OSError):
+        conn.sendall(h2c.data_to_send())
+        while data := conn.recv(65536):
+            for event in h2c.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+                    h2c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    reply = answer(bodies.pop(event.stream_id, b""))
+                    if reply is not None:
+                        h2c.send_headers(event.stream_id, reply[0])
+                        h2c.send_data(event.stream_id, reply[1], end_stream=True)
+            conn.sendall(h2c.data_to_send())
+
+
+def answering(answer: Answer) -> contextlib.AbstractContextManager[str]:
+    """An h2c server answering each request as `answer` says (`_answering`); yields its URL."""
+    return _serving(functools.partial(_answering, answer))

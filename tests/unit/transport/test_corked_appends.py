@@ -1,4 +1,4 @@
-"""Unary appends started in one turn of the event loop leave in one socket write (`sdk.post_corked`), and
+"""Unary appends started in one turn of the event loop leave in one socket write (`sdk.post_unary`), and
 a failed write fails them at once; against the lite server, over the SDK's own connection."""
 
 from __future__ import annotations

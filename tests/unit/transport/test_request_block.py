@@ -112,7 +112,8 @@ def test_a_table_size_change_is_signalled_before_the_block() -> None:
     server.receive_data(client.data_to_send())  # the settings' ack
     assert client.encoder.header_table.resized
     sid = client.get_next_available_stream_id()
-    sdk._send_encoded_headers(client, sid, sdk._request_block(transport, "/v1/streams/y/records", _EXTRA, 7))
+    block = sdk._request_block(transport, "/v1/streams/y/records", _EXTRA, 7)
+    sdk._send_encoded_headers(client, sid, block, end_stream=False)
     assert not client.encoder.header_table.resized, "the size update was not sent"
     (headers,) = _received(client, server)
     assert sorted(headers) == sorted(_expected(transport, "/v1/streams/y/records", 7))

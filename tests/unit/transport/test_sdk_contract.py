@@ -15,6 +15,7 @@ import importlib
 import pytest
 import s2_sdk
 
+from s2_sink._transport import sdk
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 
@@ -87,14 +88,22 @@ def test_names_the_boundary_behave_as_relied_on() -> None:
     assert asyncio.run(parse()) == [b"body"]
 
 
-def test_the_request_state_has_the_fields_a_corked_post_reads() -> None:
-    """`sdk.post_corked` and `sdk.get_corked` wait on an HTTP/2 request's state as ``unary_request`` does."""
+def test_a_unary_request_has_every_field_of_the_sdks_request_state() -> None:
+    """`sdk._Unary` stands where the SDK's connection keeps a request's state (``_StreamState``): it has
+    each of that state's fields, so an SDK release that adds one is named here."""
     import dataclasses
 
     from s2_sdk._client import _StreamState
 
-    wanted = {"response_headers", "data_queue", "ended", "error", "end_stream_received", "unacked_flow_bytes"}
-    assert not wanted - {f.name for f in dataclasses.fields(_StreamState)}, f"s2-sdk {s2_sdk.__version__}"
+    fields = {f.name for f in dataclasses.fields(_StreamState)}
+    assert {"response_headers", "data_queue", "ended", "error", "end_stream_received"} <= fields
+    loop = asyncio.new_event_loop()
+    try:
+        request = sdk._Unary(loop.create_future(), bytes, sdk.normalize_exception)
+        missing = {f for f in fields if not hasattr(request, f)}
+    finally:
+        loop.close()
+    assert not missing, f"s2-sdk {s2_sdk.__version__}: {missing}"
 
 
 def _missing(obj: object, path: str) -> str | None:
@@ -133,6 +142,8 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
             assert sdk.basin_transport(client, basin) is not None
             paths = (
                 "_pool._hosts",
+                "_pool._closed",
+                "_pool._ensure_reaper",
                 "_pool.checkout",
                 "_base_url",
                 "_build_headers",
@@ -161,7 +172,7 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
                 )
                 missing += [m for path in paths if (m := _missing(conn, path))]
             for pooled in transport._pool._hosts[transport._base_url]:
-                paths = ("_conn", "retire", "touch_idle", "is_retired", "is_idle")
+                paths = ("_conn", "has_capacity", "retire", "touch_idle", "is_retired", "is_idle", "close")
                 missing += [m for path in paths if (m := _missing(pooled, path))]
             state = sdk.h2_state(conns[0])
             assert state is not None
@@ -170,6 +181,9 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
             # (`sdk._send_encoded_headers`).
             paths = (
                 "encoder.header_table.resized",
+                "decoder",
+                "config.validate_inbound_headers",
+                "config.normalize_inbound_headers",
                 "config.normalize_outbound_headers",
                 "config.validate_outbound_headers",
                 "send_headers",
