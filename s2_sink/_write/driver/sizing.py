@@ -15,8 +15,9 @@ per-task floor. A number (``sink.write-parallelism``/``S2Writer(write_parallelis
 The split, for rows routed to many streams (`StreamSplit`): every task appends to every stream its rows
 name, and each (task, stream) costs an append session and its result row whatever the rows, so when the
 tasks of a batch shared its streams widely, the next batches are repartitioned by target stream instead
-(``repartition(n, stream)``: each stream's rows in one task, a shuffle). A batch split that way cannot show
-whether narrowing would still spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see.
+(``repartition(n, stream)``: each stream's rows in one task, a shuffle; one task per core, `split_tasks`).
+A batch split that way cannot show whether narrowing would still spread its streams, so every
+`PROBE_EVERY`-th batch is narrowed again to see.
 When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
 would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
 each task's rows by stream (`StreamSplit.grouped`), keeping each input partition's row order within a stream,
@@ -42,7 +43,16 @@ if TYPE_CHECKING:
 
     from s2_sink._write.write_plan import WritePlan
 
-__all__ = ["FrameShape", "StreamSplit", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
+__all__ = [
+    "FrameShape",
+    "StreamSplit",
+    "cores",
+    "frame_shape",
+    "narrow",
+    "size_estimate",
+    "split_tasks",
+    "write_tasks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +77,13 @@ class FrameShape:
     partitions: int | None
     size_bytes: int | None
     cores: int
+
+
+def split_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:
+    """The number of write tasks for a batch split by stream: ``auto``, one per core. The hash of many
+    streams spreads their rows evenly, and a task's cost is its streams' whatever the count, so a second wave
+    of tasks would only repeat the per-task floor."""
+    return parallelism if parallelism != "auto" else max(1, shape.cores)
 
 
 def write_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:
