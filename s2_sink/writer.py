@@ -43,7 +43,14 @@ from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_d
 from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.driver.sizing import StreamSplit, frame_shape, narrow, size_estimate, write_tasks
+from s2_sink._write.driver.sizing import (
+    StreamSplit,
+    frame_shape,
+    narrow,
+    size_estimate,
+    split_tasks,
+    write_tasks,
+)
 from s2_sink._write.frame_encoding import FrameEncoding
 from s2_sink._write.spec import KEYWORDS, Delivery, WriteSpec
 from s2_sink._write.task.partition_writer import map_partition
@@ -258,7 +265,10 @@ class S2Writer:
         by_key = self.partition_by_key or bool(encoder is not None and encoder.change_order)
         if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
             by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
-            split = self._split.split(rows_df, tasks) if by_stream else narrow(rows_df, shape, tasks)
+            if by_stream:
+                split = self._split.split(rows_df, split_tasks(shape, self.write_parallelism))
+            else:
+                split = narrow(rows_df, shape, tasks)
             plan = self._split.tasks_plan(job.plan) if by_stream else job.plan
             rows = _collect(split.mapInArrow(map_partition(plan, encoding), RESULT_DDL))
             self._split.observe(rows, sum(r["rows_in"] for r in rows), by_stream=by_stream)

@@ -15,13 +15,13 @@ per-task floor. A number (``sink.write-parallelism``/``S2Writer(write_parallelis
 The split, for rows routed to many streams (`StreamSplit`): every task appends to every stream its rows
 name, and each (task, stream) costs an append session and its result row whatever the rows, so batches whose
 tasks would share their streams widely are repartitioned by target stream (``repartition(n, stream)``: each
-stream's rows in one task, a shuffle). A writer routing by a column or template starts so: its first batch
-creates the streams it names, once each when each stream's rows are in one task. A batch split by stream shows
-how many streams it named and how many records each got, so when narrowing could not cost more than the
-shuffle even if every stream were spread over every task (few streams, many rows each), the next batches are
-narrowed. A batch split by stream cannot show whether narrowing would spread its streams, so every
-`PROBE_EVERY`-th batch is narrowed again to see; a narrowed batch whose tasks shared their streams widely
-makes the next ones split by stream again.
+stream's rows in one task, a shuffle; one task per core, `split_tasks`). A writer routing by a column or
+template starts so: its first batch creates the streams it names, once each when each stream's rows are in
+one task. A batch split by stream shows how many streams it named and how many records each got, so when
+narrowing could not cost more than the shuffle even if every stream were spread over every task (few
+streams, many rows each), the next batches are narrowed. A batch split by stream cannot show whether
+narrowing would spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see; a narrowed
+batch whose tasks shared their streams widely makes the next ones split by stream again.
 When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
 would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
 each task's rows by stream (`StreamSplit.grouped`; the first batch's always), keeping each input
@@ -48,7 +48,16 @@ if TYPE_CHECKING:
 
     from s2_sink._write.write_plan import WritePlan
 
-__all__ = ["FrameShape", "StreamSplit", "cores", "frame_shape", "narrow", "size_estimate", "write_tasks"]
+__all__ = [
+    "FrameShape",
+    "StreamSplit",
+    "cores",
+    "frame_shape",
+    "narrow",
+    "size_estimate",
+    "split_tasks",
+    "write_tasks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +82,13 @@ class FrameShape:
     partitions: int | None
     size_bytes: int | None
     cores: int
+
+
+def split_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:
+    """The number of write tasks for a batch split by stream: ``auto``, one per core. The hash of many
+    streams spreads their rows evenly, and a task's cost is its streams' whatever the count, so a second wave
+    of tasks would only repeat the per-task floor."""
+    return parallelism if parallelism != "auto" else max(1, shape.cores)
 
 
 def write_tasks(shape: FrameShape, parallelism: WriteParallelism) -> int:

@@ -11,7 +11,14 @@ import pytest
 
 from s2_sink._option_map import parse_write_parallelism
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
-from s2_sink._write.driver.sizing import BYTES_PER_TASK, PROBE_EVERY, FrameShape, StreamSplit, write_tasks
+from s2_sink._write.driver.sizing import (
+    BYTES_PER_TASK,
+    PROBE_EVERY,
+    FrameShape,
+    StreamSplit,
+    split_tasks,
+    write_tasks,
+)
 from s2_sink._write.write_plan import WritePlan
 from s2_sink.config import S2Config
 from s2_sink.datasource._spark_writers import warn_if_fragmented
@@ -193,3 +200,13 @@ def test_a_split_orders_each_tasks_rows_by_stream_only_when_they_outweigh_the_he
     assert split.tasks_plan(plan).rows_by_stream  # sorted: the tasks are told so
     split.observe(rows(2, 1, 75_000_000), 2_000_000, by_stream=False)  # one stream: never split
     assert (split.by_stream, split.grouped) == (False, False)
+
+
+def test_a_split_by_stream_runs_one_task_per_core_unless_told_otherwise() -> None:
+    """A split by stream spreads many streams evenly whatever the task count: one wave of tasks, one per
+    core, however big the batch (a second wave only repeats each task's floor); a set parallelism is kept."""
+    big = FrameShape(partitions=None, size_bytes=100 * BYTES_PER_TASK, cores=2)
+    assert write_tasks(big, "auto") == 4
+    assert split_tasks(big, "auto") == 2
+    assert split_tasks(FrameShape(partitions=None, size_bytes=None, cores=3), "auto") == 3
+    assert split_tasks(big, 7) == 7
