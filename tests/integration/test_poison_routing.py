@@ -5,6 +5,7 @@ alike, exactly once under the default delivery."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,13 @@ def test_format_s2_template_poison_fails_naming_the_value(
     )
 
 
+async def _dead_tail(endpoint: str, basin: str) -> int:
+    from s2_sdk import S2, Endpoints
+
+    async with S2("test", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
+        return (await s2.basin(basin).stream("dead").check_tail()).seq_num
+
+
 def test_a_restarted_query_writes_poison_rows_dead_letters_once(
     spark: SparkSession, lite: LiteServer, basin: str, tmp_path: Path
 ) -> None:
@@ -194,14 +202,16 @@ def test_a_restarted_query_writes_poison_rows_dead_letters_once(
                 return (await s2.basin(basin).stream("dead").check_tail()).seq_num
 
         if value >= 1500 and os.path.exists(flag):
+            with open(flag) as fh:
+                floor = int(fh.read() or 1)  # the dead stream's tail before this batch
             seen, deadline = -1, time.monotonic() + 90
             while time.monotonic() < deadline:  # until the other partition's dead letters stop coming
                 now = asyncio.run(tail())
-                if now > 1 and now == seen:  # more than the run's fence, and no longer moving
+                if now > floor and now == seen:  # more than before the batch, and no longer moving
                     break
                 seen = now
                 time.sleep(1.5)
-            raise RuntimeError("injected failure in micro-batch 0")
+            raise RuntimeError("injected failure in micro-batch 1")
         return value
 
     writer = S2Writer(
@@ -212,6 +222,8 @@ def test_a_restarted_query_writes_poison_rows_dead_letters_once(
     )
 
     def body(df: DataFrame, batch_id: int) -> None:
+        if batch_id == 1 and marker.exists():  # where the dead stream stands after batch 0
+            marker.write_text(str(asyncio.run(_dead_tail(endpoint, basin))))
         writer(df.repartitionByRange(2, "id").withColumn("id", fail_late("id")), batch_id)
 
     failures, written = [], -1
