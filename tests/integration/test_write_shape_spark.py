@@ -254,10 +254,9 @@ def test_a_small_batch_with_a_null_struct_over_non_null_fields_is_written_from_t
 def test_batches_spread_over_many_streams_are_split_by_stream_exactly_once(
     spark: SparkSession, lite: LiteServer, basin: str
 ) -> None:
-    """Rows routed to 200 streams, spread over both input partitions: the first batch is narrowed (every
-    task appends to every stream: 400 appends), the next ones go by target stream (each stream's rows in
-    one task: 200 appends); every stream holds each of its rows once per batch, in order per input
-    partition."""
+    """Rows routed to 200 streams, spread over both input partitions: every batch, the first too, goes by
+    target stream (each stream's rows in one task: 200 appends, not 400 with every task appending to every
+    stream); every stream holds each of its rows once per batch, in order per input partition."""
     cfg = cfg_for(lite, basin, create_streams=True, stream=None, **TASK_PATH)
     writer = S2Writer(cfg, stream_column="tenant", writer_id="spread")
     df = rows_df(spark, 4_000).withColumn(
@@ -270,13 +269,40 @@ def test_batches_spread_over_many_streams_are_split_by_stream_exactly_once(
         assert m is not None
         assert (m.records, len(m.streams)) == (4_000, 200)
         appends.append(m.appends)
-    assert appends == [400, 200, 200]
+    assert appends == [200, 200, 200]
     for s in (0, 7, 199):
         ids = _ids(lite, basin, f"t/{s:03d}")
         assert sorted(ids) == sorted(list(range(s, 4_000, 200)) * 3)
         for batch in range(3):  # each input partition's rows (ids below 2,000, and the rest) in order
             written = ids[20 * batch : 20 * (batch + 1)]
             for part in ([i for i in written if i < 2_000], [i for i in written if i >= 2_000]):
+                assert part == sorted(part)
+
+
+def test_a_split_batch_of_few_streams_makes_the_next_ones_narrowed(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """Rows routed to 2 streams of 1,000 rows each (one append's worth): the first batch goes by stream
+    (2 appends), and shows that narrowing costs at most 2 more appends, far less than a shuffle of 2,000
+    rows: the next batches are narrowed (each task appends to both streams: 4 appends), every row once, in
+    order per input partition."""
+    cfg = cfg_for(lite, basin, create_streams=True, stream=None, **TASK_PATH)
+    writer = S2Writer(cfg, stream_column="tenant", writer_id="few")
+    df = rows_df(spark, 2_000).withColumn("tenant", F.concat(F.lit("f/"), (F.col("id") % 2).cast("string")))
+    appends = []
+    for batch in range(3):
+        writer(df, batch)
+        m = writer.last_metrics
+        assert m is not None
+        assert (m.records, len(m.streams)) == (2_000, 2)
+        appends.append(m.appends)
+    assert appends == [2, 4, 4]
+    for s in (0, 1):
+        ids = _ids(lite, basin, f"f/{s}")
+        assert sorted(ids) == sorted(list(range(s, 2_000, 2)) * 3)
+        for batch in range(3):
+            written = ids[1_000 * batch : 1_000 * (batch + 1)]
+            for part in ([i for i in written if i < 1_000], [i for i in written if i >= 1_000]):
                 assert part == sorted(part)
 
 
@@ -303,13 +329,12 @@ def test_a_split_over_the_open_chunk_cap_sends_each_stream_once_in_row_order(
         assert m is not None
         assert (m.records, len(m.streams)) == (rows, streams)
         appends.append(m.appends)
-    assert appends[0] >= 2 * streams  # narrowed: every task appends to every stream
-    assert appends[1:] == [streams, streams]
+    assert appends == [streams, streams, streams]
     per_stream = rows // streams
     for s in (0, 42, 99):
         ids = _ids(lite, basin, f"g/{s:03d}")
         assert sorted(ids) == sorted(list(range(s, rows, streams)) * 3)
-        for batch in range(1, 3):
+        for batch in range(3):
             written = ids[per_stream * batch : per_stream * (batch + 1)]
             for part in ([i for i in written if i < rows // 2], [i for i in written if i >= rows // 2]):
                 assert part == sorted(part)

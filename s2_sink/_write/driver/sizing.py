@@ -13,16 +13,21 @@ Fewer tasks than cores save nothing (idle cores run them at once), more than two
 per-task floor. A number (``sink.write-parallelism``/``S2Writer(write_parallelism=n)``) is used as is.
 
 The split, for rows routed to many streams (`StreamSplit`): every task appends to every stream its rows
-name, and each (task, stream) costs an append session and its result row whatever the rows, so when the
-tasks of a batch shared its streams widely, the next batches are repartitioned by target stream instead
-(``repartition(n, stream)``: each stream's rows in one task, a shuffle; one task per core, `split_tasks`).
-A batch split that way cannot show whether narrowing would still spread its streams, so every
-`PROBE_EVERY`-th batch is narrowed again to see.
+name, and each (task, stream) costs an append session and its result row whatever the rows, so batches whose
+tasks would share their streams widely are repartitioned by target stream (``repartition(n, stream)``: each
+stream's rows in one task, a shuffle; one task per core, `split_tasks`). A writer routing by a column or
+template starts so: its first batch creates the streams it names, once each when each stream's rows are in
+one task. A batch split by stream shows how many streams it named and how many records each got, so when
+narrowing could not cost more than the shuffle even if every stream were spread over every task (few
+streams, many rows each), the next batches are narrowed. A batch split by stream cannot show whether
+narrowing would spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see; a narrowed
+batch whose tasks shared their streams widely makes the next ones split by stream again.
 When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
 would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
-each task's rows by stream (`StreamSplit.grouped`), keeping each input partition's row order within a stream,
-and tells the tasks so (`StreamSplit.tasks_plan`): each stream's chunk is closed, as its last, when the next
-stream's rows begin, and goes as one unary append instead of on a session.
+each task's rows by stream (`StreamSplit.grouped`; the first batch's always), keeping each input
+partition's row order within a stream, and tells the tasks so (`StreamSplit.tasks_plan`): each stream's
+chunk is closed, as its last, when the next stream's rows begin, and goes as one unary append instead of on
+a session.
 """
 
 from __future__ import annotations
@@ -102,10 +107,11 @@ class StreamSplit:
 
     held_bytes: int = 16 * 1024 * 1024
     """What a task's open chunks may hold (``max_inflight_bytes``)."""
-    by_stream: bool = False
-    grouped: bool = False
+    by_stream: bool = True
+    """The next batch goes by stream (the first one does)."""
+    grouped: bool = True
     """Batches split by stream also order each task's rows by stream: a task's rows outweighed
-    `held_bytes`."""
+    `held_bytes` (the first batch's are, unknown: a sort costs it less than a stream sent in pieces)."""
     batches: int = 0
     """Batches split by stream since the last narrowed one."""
 
@@ -132,21 +138,24 @@ class StreamSplit:
         return replace(plan, rows_by_stream=True) if self.grouped else plan
 
     def observe(self, rows: list[dict[str, object]], rows_in: int, *, by_stream: bool) -> None:
-        """A batch's task result rows (one per task and stream): a narrowed batch whose (task, stream)
-        pairs beyond one per stream cost more than a shuffle of its rows makes the next ones split by
-        stream; a batch split by stream keeps it (until the next probe)."""
+        """A batch's task result rows (one per task and stream). Narrowed: (task, stream) pairs beyond one
+        per stream that cost more than a shuffle of the batch's rows make the next batches split by stream.
+        Split by stream: the next ones are narrowed when that could not cost more even with every stream
+        spread over every task (a stream of r records over at most r of them); else they stay split (until
+        the next probe)."""
+        streams = [r for r in rows if r["stream"] is not None]
+        per_task: dict[object, int] = {r.get("partition"): 0 for r in rows}
+        for r in streams:
+            task = r.get("partition")
+            per_task[task] = per_task.get(task, 0) + int(str(r.get("bytes") or 0))
         if by_stream:
-            return
-        pairs = sum(1 for r in rows if r["stream"] is not None)
-        streams = len({r["stream"] for r in rows if r["stream"] is not None})
-        self.by_stream = (pairs - streams) * ROWS_PER_SESSION > rows_in
-        per_task: dict[object, int] = {}
-        for r in rows:
-            if r["stream"] is not None:
-                task = r.get("partition")
-                per_task[task] = per_task.get(task, 0) + int(str(r.get("bytes") or 0))
+            tasks = len(per_task)
+            extra = sum(min(tasks, max(1, int(str(r.get("records") or 0)))) - 1 for r in streams)
+        else:
+            extra = len(streams) - len({r["stream"] for r in streams})
+            self.batches = 0
+        self.by_stream = extra * ROWS_PER_SESSION > rows_in
         self.grouped = self.by_stream and max(per_task.values(), default=0) > self.held_bytes
-        self.batches = 0
 
 
 def narrow(frame: DataFrame, shape: FrameShape, n: int) -> DataFrame:

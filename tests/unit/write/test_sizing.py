@@ -110,30 +110,71 @@ def test_format_s2_refuses_the_foreach_batch_layout_options(key: str) -> None:
         parse_write_options({key: "4"}, cfg=_cfg(**{"s2.stream": "s"}), streaming=True)
 
 
-def _result_rows(tasks: int, streams: int, rows: int) -> list[dict[str, object]]:
-    """Task result rows of a batch whose `tasks` tasks each appended to all `streams` streams."""
+def _result_rows(tasks: int, streams: int, rows: int, *, split: bool = False) -> list[dict[str, object]]:
+    """Task result rows of a batch whose `tasks` tasks each appended to all `streams` streams (`split`: each
+    stream's records in one task, the streams dealt round the tasks)."""
     out: list[dict[str, object]] = []
-    for _ in range(tasks):
-        out.append({"stream": None, "rows_in": rows // tasks})
-        out.extend({"stream": f"s{i}", "rows_in": 0} for i in range(streams))
+    for p in range(tasks):
+        out.append({"partition": p, "stream": None, "rows_in": rows // tasks})
+        if split:
+            names = range(p, streams, tasks)
+            out.extend({"partition": p, "stream": f"s{i}", "records": rows // streams} for i in names)
+        else:
+            out.extend(
+                {"partition": p, "stream": f"s{i}", "records": rows // streams // tasks}
+                for i in range(streams)
+            )
     return out
+
+
+def test_a_routed_writer_starts_split_by_stream_and_narrows_when_few_streams_hold_many_rows() -> None:
+    """The first batch goes by stream (each new stream created and appended to by one task). Split, 1,000
+    streams of 100 records over 2 tasks could cost 1,000 extra (task, stream) pairs narrowed: the next batches
+    stay split; 4 streams of 25,000 records could cost 4: the next batch is narrowed, and stays so while the
+    narrowed tasks do not share their streams widely."""
+    split = StreamSplit()
+    assert split.next_by_stream()
+    split.observe(_result_rows(2, 1000, 100_000, split=True), 100_000, by_stream=True)
+    assert split.next_by_stream()
+    split.observe(_result_rows(2, 4, 100_000, split=True), 100_000, by_stream=True)
+    assert not split.next_by_stream()
+    split.observe(_result_rows(2, 4, 100_000), 100_000, by_stream=False)
+    assert not split.next_by_stream()
 
 
 def test_batches_whose_tasks_share_many_streams_are_split_by_stream_until_the_next_probe() -> None:
     """Two tasks sharing 1,000 streams over 100,000 rows: the next batches go by stream; a batch split so
     keeps it; every PROBE_EVERY-th batch is narrowed again to see. One stream shared by two tasks, or
     streams the tasks do not share, never pay the shuffle."""
-    split = StreamSplit()
+    split = StreamSplit(by_stream=False)
     assert not split.next_by_stream()
     split.observe(_result_rows(2, 1, 100_000), 100_000, by_stream=False)
     assert not split.next_by_stream()
     split.observe(_result_rows(2, 1000, 100_000), 100_000, by_stream=False)
-    taken = [split.next_by_stream() for _ in range(PROBE_EVERY + 1)]
+    taken = []
+    for _ in range(PROBE_EVERY + 1):
+        taken.append(split.next_by_stream())
+        if taken[-1]:
+            split.observe(_result_rows(2, 1000, 100_000, split=True), 100_000, by_stream=True)
     assert taken == [True] * PROBE_EVERY + [False]
     apart = [{"stream": None, "rows_in": 50_000}, *({"stream": f"a{i}"} for i in range(500))]
     apart += [{"stream": None, "rows_in": 50_000}, *({"stream": f"b{i}"} for i in range(500))]
     split.observe(apart, 100_000, by_stream=False)
     assert not split.next_by_stream()
+
+
+def test_the_first_split_orders_rows_by_stream_and_a_written_batch_decides_after() -> None:
+    """Before any batch was written, how much a task's rows weigh is unknown: the first split orders them
+    by stream (and tells the tasks); a split batch whose tasks' rows fit the open chunks is not sorted
+    next."""
+    split = StreamSplit(held_bytes=16 * 1024 * 1024)
+    plan = WritePlan(cfg=_cfg(), batch_id=0, stream_column="tenant")
+    assert split.grouped
+    assert split.tasks_plan(plan).rows_by_stream
+    split.observe(_result_rows(2, 1000, 100_000, split=True), 100_000, by_stream=True)  # no bytes: fits
+    assert split.next_by_stream()
+    assert not split.grouped
+    assert not split.tasks_plan(plan).rows_by_stream
 
 
 def test_a_split_orders_each_tasks_rows_by_stream_only_when_they_outweigh_the_held_bytes() -> None:
