@@ -26,7 +26,7 @@ from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.tags import ChunkTag, find_tag
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
 
-__all__ = ["ReadBack", "read_back"]
+__all__ = ["ReadBack", "read_back", "read_span"]
 
 log = logging.getLogger(__name__)
 
