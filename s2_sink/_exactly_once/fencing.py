@@ -24,8 +24,8 @@ from s2_sdk import (
     SeqNumMismatchError,
 )
 
+from s2_sink._exactly_once.ledger_records import stream_reset
 from s2_sink._exactly_once.readback import read_span
-from s2_sink._exactly_once.resets import stream_reset
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
 from s2_sink.errors import FencedError
 

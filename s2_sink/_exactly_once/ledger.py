@@ -30,12 +30,12 @@ from s2_sdk import (
 from s2_sink._exactly_once.ledger_records import (
     EndsFold,
     LedgerState,
+    check_not_reset,
     encode_state,
     parse_record,
     record_base,
     state_of,
 )
-from s2_sink._exactly_once.resets import check_not_reset
 from s2_sink._exactly_once.shape import WriteShape, shapes_of
 from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, patiently, retryable

@@ -27,9 +27,9 @@ from s2_sink._exactly_once.fencing import (
     judge_current_token,
 )
 from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
+from s2_sink._exactly_once.ledger_records import stream_reset
 from s2_sink._exactly_once.readback import read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.resets import stream_reset
 from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime

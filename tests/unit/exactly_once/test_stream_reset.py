@@ -16,7 +16,7 @@ from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
-from s2_sink._exactly_once.resets import check_not_reset
+from s2_sink._exactly_once.ledger_records import check_not_reset
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
