@@ -22,7 +22,6 @@ from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.shape import WriteShape, check_restart, shapes_of
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import is_stream_deleting
@@ -186,7 +185,6 @@ class Coordinator:
         if already_committed(state, self.writer_id, batch_id):
             self._pending, self._last = None, batch_id
             return None
-        roll = self.roll_call()
         self._pending = batch_id
         # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
         # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
@@ -194,7 +192,13 @@ class Coordinator:
         ends = self.ends_ref()
         epoch = self._token.epoch
         return epoch_plan(
-            self.cfg, self.writer, epoch, ends, recovery=recovery, roll=roll, tokens=self._tokens
+            self.cfg,
+            self.writer,
+            epoch,
+            ends,
+            recovery=recovery,
+            writer_id=self.writer_id,
+            tokens=self._tokens,
         )
 
     def _log_changes(self, state: LedgerState, batch_id: int, in_flight: int | None) -> None:
@@ -238,11 +242,6 @@ class Coordinator:
             lambda: check_not_lost(basin, self.writer_id),
         )
         return state
-
-    def roll_call(self) -> RollCall:
-        """Where the tasks of the micro-batch about to begin sign in (no request: a task finds its
-        partition's register by name)."""
-        return RollCall(self.writer_id)
 
     def ends_ref(self) -> EndsRef:
         """The last commit's stream ends as the tasks get them: the static streams' inline, the rest (when

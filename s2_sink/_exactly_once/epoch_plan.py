@@ -10,7 +10,6 @@ from typing import Final
 from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LedgerState
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._exactly_once.task_hooks import Dedupe, Replay, Tagger, TokenKeeper
 from s2_sink.config import S2Config
@@ -57,16 +56,16 @@ def epoch_plan(
     starts: Mapping[str, int] | EndsRef,
     *,
     recovery: bool,
-    roll: RollCall,
+    writer_id: str,
     replay: Replay = "content",
     tokens: Mapping[str, str] | None = None,
 ) -> EpochPlan:
     """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends (all of
-    them, or an `EndsRef` that names where the ledger has them), `roll` where the micro-batch's task
-    attempts sign in, `tokens` the tokens tasks of earlier micro-batches last appended with per stream
-    (only newer generations of this epoch are shipped)."""
+    them, or an `EndsRef` that names where the ledger has them), `writer_id` the identity whose registers
+    the task attempts sign in to, `tokens` the tokens tasks of earlier micro-batches last appended with
+    per stream (only newer generations of this epoch are shipped)."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
-    ends = starts if isinstance(starts, EndsRef) else EndsRef(roll.writer_id, dict(starts))
+    ends = starts if isinstance(starts, EndsRef) else EndsRef(writer_id, dict(starts))
     token = Token(epoch=epoch, gen=0, writer=writer).encode()
     return EpochPlan(
         tokens=_newer_generations(tokens or {}, writer, epoch),
@@ -81,7 +80,6 @@ def epoch_plan(
             epoch=epoch,
             recovery=recovery,
             starts=ends,
-            roll=roll,
             replay=replay,
         ),
     )

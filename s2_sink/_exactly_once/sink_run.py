@@ -19,7 +19,6 @@ from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.shape import WriteShape, check_restart
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.takeover import check_not_lost, check_not_renamed
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.retry import Patience, patiently
@@ -47,12 +46,10 @@ class SinkRun:
     (without its stream ends: `ends` carries them)."""
     ends: EndsRef
     """The last commit's stream ends as the tasks get them (`EndsRef`)."""
-    opened: LedgerState | None = None
+    opened: LedgerState
     """This execution's ``open`` or ``intent`` record (without its stream ends), and the ledger's tail
     after it: commit appends on top of them."""
-    opened_tail: int = 0
-    roll: RollCall | None = None
-    """Where the execution's task attempts sign in (`sign_in_registers`); opened with the execution."""
+    opened_tail: int
     trust_partitioning: bool = False
     """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
 
@@ -87,18 +84,13 @@ class SinkRun:
             )
         if already_committed(self.before, self.writer_id, batch_id):
             return None
-        if self.roll is None:
-            raise CommitError(
-                f"exactly-once: the epoch of writer_id {self.writer_id!r} was opened without a roll call "
-                "for its task attempts; reopen it with open_sink_run"
-            )
         return epoch_plan(
             self.cfg,
             writer_hash(self.writer_id),
             self.epoch,
             self.ends,
             recovery=self.recovery,
-            roll=self.roll,
+            writer_id=self.writer_id,
             replay="partition" if self.trust_partitioning else "partition-checked",
         )
 
@@ -158,14 +150,13 @@ async def _plan(
             # retry's generation barrier, as S2Writer's across the batches of a run). Announce the next
             # batch under a fresh execution id, so the ledger shows whether *this* execution committed.
             _check_on_driver(before, writer_id, query_id, shape)
-            roll = Coordinator(cfg, writer_id).roll_call()
             plan_id = uuid.uuid4().hex
             ends = EndsRef.of(writer_id, before, state_at=ledger.state_at, keep=static_streams)
             await ledger.append(replace(ledger.intended(before.committed + 1, shape), run=plan_id))
             assert ledger.tail is not None
             opened = ledger.state
             return SinkRun(
-                cfg, writer_id, query_id, plan_id, last.epoch, before, ends, opened, ledger.tail, roll
+                cfg, writer_id, query_id, plan_id, last.epoch, before, ends, opened, ledger.tail
             ), True
     # A new epoch: its ``open`` record announces the batch after the last commit. Its scope stays
     # ``batch``: each of its batches is announced by the record right before it, so a commit leaves nothing
@@ -181,9 +172,7 @@ async def _plan(
     ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
     token = await coord.open_run("batch", announce=shape)
     opened, tail = coord.ledger_position()
-    return SinkRun(
-        cfg, writer_id, query_id, coord.run_id, token.epoch, before, ends, opened, tail, coord.roll_call()
-    ), False
+    return SinkRun(cfg, writer_id, query_id, coord.run_id, token.epoch, before, ends, opened, tail), False
 
 
 # Per execution id: the full state of its ``open`` or ``intent`` record (with the stream ends the run
@@ -195,7 +184,6 @@ _OPENED_KEEP = 8
 def _shipped(run: SinkRun) -> SinkRun:
     """`run` as Spark pickles it to every task: ledger states without their stream ends (`run.ends` has
     them the way `S2Writer`'s plans do), so its size does not grow with the streams ever committed."""
-    assert run.opened is not None
     _opened[run.run] = run.opened
     while len(_opened) > _OPENED_KEEP:
         del _opened[next(iter(_opened))]
@@ -250,7 +238,7 @@ async def _commit(
     shape: WriteShape | None,
 ) -> None:
     ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
-    if run is not None and run.opened is not None:
+    if run is not None:
         # Happy path: one conditional append on top of our own open record. If anybody appended since,
         # the append fails and Ledger.append names the other run (WriterConflictError).
         opened = _opened.get(run.run)

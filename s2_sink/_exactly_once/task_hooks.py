@@ -70,12 +70,12 @@ def _attempt(ctx: PartitionContext) -> TaskAttempt:
     return TaskAttempt(ctx.partition_id, ctx.task_attempt_id)
 
 
-def _attendance(cfg: S2Config, roll: RollCall, signed: SignIn) -> Attendance:
+def _attendance(cfg: S2Config, writer_id: str, signed: SignIn) -> Attendance:
     """The zombie check by `signed`'s register (`sign_in_registers.still_last`), asked afresh each call."""
 
     async def still() -> bool:
         basin = get_pool().client(cfg).basin(cfg.basin)
-        return await still_last(basin, roll, signed, patience=Patience.of(cfg))
+        return await still_last(basin, RollCall(writer_id), signed, patience=Patience.of(cfg))
 
     return still
 
@@ -236,8 +236,6 @@ class Dedupe:
     """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
     starts: EndsRef
     """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
-    roll: RollCall
-    """Where the micro-batch's task attempts sign in (`sign_in_registers`)."""
     replay: Replay = "content"
     layout: RecoveryLayout | None = None
     """How a content replay was laid out (by its placement keys); tasks check ownership by it."""
@@ -249,9 +247,11 @@ class Dedupe:
         # earlier attempt of this partition may have written (and stops a late zombie before it writes).
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
         signed = SignIn(self.writer, self.epoch, ctx.batch_id, me)
-        earlier = _runtime.run(sign_in(basin, self.roll, signed, patience=Patience.of(self.cfg)))
+        earlier = _runtime.run(
+            sign_in(basin, RollCall(self.starts.writer_id), signed, patience=Patience.of(self.cfg))
+        )
         retry = earlier or ctx.attempt_number > 0
-        _current_task.set(_Task(me, self.starts, _attendance(self.cfg, self.roll, signed)))
+        _current_task.set(_Task(me, self.starts, _attendance(self.cfg, self.starts.writer_id, signed)))
         if not retry and not self.recovery:
             return None
         return _Filter(self, ctx, retry, plan.dlq_stream if self.recovery else None)
@@ -284,7 +284,9 @@ class Dedupe:
             since=end or 0,
             end=end,
             writer_id=self.starts.writer_id,
-            attendance=_attendance(self.cfg, self.roll, SignIn(self.writer, self.epoch, ctx.batch_id, me)),
+            attendance=_attendance(
+                self.cfg, self.starts.writer_id, SignIn(self.writer, self.epoch, ctx.batch_id, me)
+            ),
             patience=Patience.of(self.cfg),
         )
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery

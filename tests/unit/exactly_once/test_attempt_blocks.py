@@ -33,7 +33,7 @@ P1 = [b"p1-%d" % i for i in range(10)]
 
 def _plan(cfg: S2Config) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=ROLL))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, writer_id="w"))
 
 
 def _write(plan: WritePlan, bodies: list[bytes], *, partition: int, attempt: int, task_id: int) -> None:

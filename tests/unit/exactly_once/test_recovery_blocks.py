@@ -41,7 +41,7 @@ _ROWS: list[Row] = [(key, b"value-%d" % (i % 5)) for i in range(30) for key in (
 
 def _plan(cfg: S2Config, epoch: int, *, recovery: bool) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery, roll=ROLL))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery, writer_id="w"))
 
 
 def _write_tasks(plan: WritePlan, tasks: int, place: Callable[[Row], int]) -> None:
@@ -135,13 +135,13 @@ def test_dead_letters_of_a_replay_are_written_once(lite: LiteServer) -> None:
             }
         )
 
-    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=ROLL))
+    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, writer_id="w"))
     write_partition(dead, [frame(list(range(12)))], PartitionContext(0, 0, 0, 0, 0))
     owners = {layout.partition_of("events", [], bodies[i]) for i in range(12) if errors[i]}
     assert owners - {0}  # some of the dead run's bad rows are in another task in the replay
 
     replay = plan_with_layout(
-        spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, roll=ROLL)), layout
+        spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, writer_id="w")), layout
     )
     for task in range(4):
         rows = [i for i in range(24) if layout.partition_of("events", [], bodies[i]) == task]
@@ -177,10 +177,10 @@ def test_distinct_bad_rows_with_identical_dead_letters_are_each_written_once(lit
             }
         )
 
-    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=ROLL))
+    dead = spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, writer_id="w"))
     write_partition(dead, [frame([0, 1, 2, 3])], PartitionContext(0, 0, 0, 0, 0))
     replay = plan_with_layout(
-        spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, roll=ROLL)), layout
+        spec.plan(0, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, writer_id="w")), layout
     )
     for task in range(4):
         rows = [i for i in range(8) if owners[i] == task]

@@ -17,7 +17,6 @@ from s2_sdk import AppendInput, CommandRecord
 
 from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, writer_hash
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.routing import Routing
@@ -37,8 +36,7 @@ SIBLING = [b"s-%d" % i for i in range(10)]
 
 def _plan(cfg: S2Config) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="events", stream_column=None, shards=None))
-    roll = RollCall("w")
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=roll))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, writer_id="w"))
 
 
 def _frame(bodies: list[bytes]) -> pa.RecordBatch:

@@ -40,7 +40,7 @@ ROWS = [{"k": k, "v": pos % 2, "pos": pos} for pos in range(6) for k in KEYS]
 
 def _plan(cfg: S2Config, epoch: int, *, recovery: bool) -> WritePlan:
     spec = WriteSpec.build(cfg, Routing.build(stream="cdc", stream_column=None, shards=None))
-    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery, roll=ROLL))
+    return spec.plan(0, epoch_plan(cfg, writer_hash("w"), epoch, {}, recovery=recovery, writer_id="w"))
 
 
 def _frame(rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -77,7 +77,7 @@ def test_layout_places_a_keys_changes_together_and_its_dead_letters_with_them() 
         on_error="dlq",
         dlq_stream="dlq",
     )
-    plan = spec.plan(0, epoch_plan(spec.cfg, writer_hash("w"), 1, {}, recovery=True, roll=ROLL))
+    plan = spec.plan(0, epoch_plan(spec.cfg, writer_hash("w"), 1, {}, recovery=True, writer_id="w"))
     for i, (headers, body) in enumerate(records):
         assert layout.partition_of_hash(row_hash(plan, frame, i)) == layout.partition_of("cdc", headers, body)
 

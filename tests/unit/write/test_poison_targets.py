@@ -12,7 +12,6 @@ import pytest
 from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.task_hooks import plan_with_layout
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import WriteSpec
@@ -125,16 +124,15 @@ def test_a_poison_targets_dead_letter_is_written_once_in_a_replay(lite: LiteServ
         dlq_stream="dead",
     )
     bodies, targets = _poison_batch()
-    roll = RollCall("w")
     layout = RecoveryLayout(partitions=4, routed=True)
     texts = [t.decode("utf-8", "surrogateescape") for t in targets if t is not None]
     owner = [layout.partition_of(t, [], b) for t, b in zip(texts, bodies, strict=True)]
     assert len({owner[i] for i in range(15) if i % 5 == 4}) > 1  # the dead run's letters move
 
-    dead_run = spec.plan(4, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, roll=roll))
+    dead_run = spec.plan(4, epoch_plan(cfg, writer_hash("w"), 1, {}, recovery=False, writer_id="w"))
     write_partition(dead_run, [_frame(bodies[:15], targets[:15])], PartitionContext(4, 0, 0, 0, 0))
     replay = plan_with_layout(
-        spec.plan(4, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, roll=roll)), layout
+        spec.plan(4, epoch_plan(cfg, writer_hash("w"), 2, {}, recovery=True, writer_id="w")), layout
     )
     for task in range(4):
         mine = [i for i in range(30) if owner[i] == task]

@@ -113,7 +113,7 @@ def test_at_least_once_plan() -> None:
 def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
     """Under an epoch the plan carries that epoch's token, tagger, token keeper and dedupe hook, all on
     one config whose append retries are NO_SIDE_EFFECTS; ambiguous chunks are not re-sent blindly."""
-    epoch = epoch_plan(CFG, writer_hash("w"), 4, {"events": 12}, recovery=True, roll=ROLL)
+    epoch = epoch_plan(CFG, writer_hash("w"), 4, {"events": 12}, recovery=True, writer_id="w")
     plan = WriteSpec.build(CFG, SINGLE, delivery="exactly-once").plan(3, epoch)
     assert Token.parse(plan.fencing_token or "") == Token(epoch=4, gen=0, writer=writer_hash("w"))
     assert plan.cfg == CFG.replace(append_retry_policy="NO_SIDE_EFFECTS")
