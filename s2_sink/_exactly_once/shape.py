@@ -100,14 +100,23 @@ def check_restart(
     *,
     in_flight: int | None,
     writer_id: str,
+    said: list[str] | None = None,
 ) -> list[str]:
-    """Decide a restart's change of configuration: the changes as text (to log once), or ConfigError.
+    """Decide a restart's change of configuration: the changes as text, logged unless they are `said`
+    (logged already), or ConfigError.
 
     `shapes` are those the ledger recorded since its last commit (the last one the current), `in_flight`
     the micro-batch that may be part written under them (None: nothing in flight for this micro-batch)."""
     if not shapes:
         return []  # a ledger of a version that recorded no configuration: nothing to compare
     changes = [f"{name} {old!r} -> {now!r}" for name, old, now in shapes[-1].differences(new)]
+    if changes and changes != said:
+        log.warning(
+            "exactly-once: writer %s goes on from its ledger under a changed configuration (%s)%s",
+            writer_id,
+            "; ".join(changes),
+            f"; micro-batch {in_flight} in flight is recovered" if in_flight is not None else "",
+        )
     if in_flight is None:
         return changes
     for old in shapes:

@@ -194,20 +194,12 @@ def _check_on_driver(
     before: LedgerState, writer_id: str, query_id: str | None, shape: WriteShape | None
 ) -> None:
     """The query id where the driver knows it (the tasks check it too, `check_identity`), and what this
-    execution's options change against the ledger's: a ConfigError for a change the batch in flight cannot
-    survive, logged once otherwise."""
+    execution's options change against the ledger's (`shape.check_restart`)."""
     if query_id is not None and before.query_id not in (None, query_id):
         check_identity(before, writer_id, query_id, before.committed + 1)
-    if shape is None:
-        return
-    in_flight = before.committed + 1 if before.may_have_written_next else None
-    changes = check_restart(before.shapes, shape, in_flight=in_flight, writer_id=writer_id)
-    if changes:
-        log.warning(
-            "exactly-once: writer %s goes on from its ledger under changed options (%s)",
-            writer_id,
-            "; ".join(changes),
-        )
+    if shape is not None:
+        in_flight = before.committed + 1 if before.may_have_written_next else None
+        check_restart(before.shapes, shape, in_flight=in_flight, writer_id=writer_id)
 
 
 def commit_sink_run(
