@@ -114,9 +114,54 @@ def open_sink_run(
     execution committed and nothing was appended since, else open a new epoch (static streams fenced).
     `shape` is what the writer's options make of a row: recorded with the announcement, and checked
     against the ledger's when the batch is in flight (`shape.check_restart`)."""
+
+    def check(before: LedgerState) -> None:
+        """The query id where the driver knows it (the tasks check it too, `check_identity`), and what
+        this execution's options change against the ledger's (`shape.check_restart`)."""
+        if query_id is not None and before.query_id not in (None, query_id):
+            check_identity(before, writer_id, query_id, before.committed + 1)
+        if shape is not None:
+            in_flight = before.committed + 1 if before.may_have_written_next else None
+            check_restart(before.shapes, shape, in_flight=in_flight, writer_id=writer_id)
+
+    async def plan(last: SinkRun | None) -> tuple[SinkRun, bool]:
+        """The execution's run, and whether it continues `last`'s epoch."""
+        if last is not None:
+            ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
+            before = await ledger.load()
+            if before.kind == "commit" and (before.run, before.epoch) == (last.run, last.epoch):
+                # The execution this process planned last committed, and nothing was appended since: every
+                # writer of this epoch is a task of an execution that committed (its zombies meet the task
+                # retry's generation barrier, as S2Writer's across the batches of a run). Announce the next
+                # batch under a fresh execution id, so the ledger shows whether *this* execution committed.
+                check(before)
+                plan_id = uuid.uuid4().hex
+                ends = EndsRef.of(writer_id, before, state_at=ledger.state_at, keep=static_streams)
+                await ledger.append(replace(ledger.intended(before.committed + 1, shape), run=plan_id))
+                assert ledger.tail is not None
+                opened = ledger.state
+                return SinkRun(
+                    cfg, writer_id, query_id, plan_id, last.epoch, before, ends, opened, ledger.tail
+                ), True
+        # A new epoch: its ``open`` record announces the batch after the last commit. Its scope stays
+        # ``batch``: each of its batches is announced by the record right before it, so a commit leaves
+        # nothing in flight (docs/exactly-once.md, format("s2")).
+        coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
+        before = await coord.load()
+        if before.kind == "none":  # a new writer, a renamed one (refused), or one whose ledger was deleted
+            basin = get_pool().client(cfg).basin(cfg.basin)
+            await check_not_renamed(basin, writer_id, query_id, cfg=cfg)
+            what = f"listing the sign-in registers of {writer_id!r}"
+            await patiently(Patience.of(cfg), what, lambda: check_not_lost(basin, writer_id))
+        check(before)
+        ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
+        token = await coord.open_run("batch", announce=shape)
+        opened, tail = coord.ledger_position()
+        return SinkRun(cfg, writer_id, query_id, coord.run_id, token.epoch, before, ends, opened, tail), False
+
     key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
     last = _planned.pop(key, None)  # a failure below leaves no entry: the next planning opens an epoch
-    run, reused = _runtime.run(_plan(cfg, writer_id, query_id, static_streams, last=last, shape=shape))
+    run, reused = _runtime.run(plan(last))
     run = _shipped(replace(run, trust_partitioning=trust_partitioning))
     _planned[key] = run
     log.info(
@@ -129,50 +174,6 @@ def open_sink_run(
         run.recovery,
     )
     return run
-
-
-async def _plan(
-    cfg: S2Config,
-    writer_id: str,
-    query_id: str | None,
-    static_streams: Sequence[str],
-    *,
-    last: SinkRun | None,
-    shape: WriteShape | None,
-) -> tuple[SinkRun, bool]:
-    """The execution's run, and whether it continues `last`'s epoch."""
-    if last is not None:
-        ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
-        before = await ledger.load()
-        if before.kind == "commit" and (before.run, before.epoch) == (last.run, last.epoch):
-            # The execution this process planned last committed, and nothing was appended since: every
-            # writer of this epoch is a task of an execution that committed (its zombies meet the task
-            # retry's generation barrier, as S2Writer's across the batches of a run). Announce the next
-            # batch under a fresh execution id, so the ledger shows whether *this* execution committed.
-            _check_on_driver(before, writer_id, query_id, shape)
-            plan_id = uuid.uuid4().hex
-            ends = EndsRef.of(writer_id, before, state_at=ledger.state_at, keep=static_streams)
-            await ledger.append(replace(ledger.intended(before.committed + 1, shape), run=plan_id))
-            assert ledger.tail is not None
-            opened = ledger.state
-            return SinkRun(
-                cfg, writer_id, query_id, plan_id, last.epoch, before, ends, opened, ledger.tail
-            ), True
-    # A new epoch: its ``open`` record announces the batch after the last commit. Its scope stays
-    # ``batch``: each of its batches is announced by the record right before it, so a commit leaves nothing
-    # in flight (docs/exactly-once.md, format("s2")).
-    coord = Coordinator(cfg, writer_id, query_id=query_id, static_streams=static_streams)
-    before = await coord.load()
-    if before.kind == "none":  # a new writer, a renamed one (refused), or one whose ledger was deleted
-        basin = get_pool().client(cfg).basin(cfg.basin)
-        await check_not_renamed(basin, writer_id, query_id, cfg=cfg)
-        what = f"listing the sign-in registers of {writer_id!r}"
-        await patiently(Patience.of(cfg), what, lambda: check_not_lost(basin, writer_id))
-    _check_on_driver(before, writer_id, query_id, shape)
-    ends = coord.ends_ref()  # before the open record: the ends at the state record this driver loaded
-    token = await coord.open_run("batch", announce=shape)
-    opened, tail = coord.ledger_position()
-    return SinkRun(cfg, writer_id, query_id, coord.run_id, token.epoch, before, ends, opened, tail), False
 
 
 # Per execution id: the full state of its ``open`` or ``intent`` record (with the stream ends the run
@@ -190,18 +191,6 @@ def _shipped(run: SinkRun) -> SinkRun:
     return replace(run, before=replace(run.before, ends={}), opened=replace(run.opened, ends={}))
 
 
-def _check_on_driver(
-    before: LedgerState, writer_id: str, query_id: str | None, shape: WriteShape | None
-) -> None:
-    """The query id where the driver knows it (the tasks check it too, `check_identity`), and what this
-    execution's options change against the ledger's (`shape.check_restart`)."""
-    if query_id is not None and before.query_id not in (None, query_id):
-        check_identity(before, writer_id, query_id, before.committed + 1)
-    if shape is not None:
-        in_flight = before.committed + 1 if before.may_have_written_next else None
-        check_restart(before.shapes, shape, in_flight=in_flight, writer_id=writer_id)
-
-
 def commit_sink_run(
     cfg: S2Config,
     writer_id: str,
@@ -214,37 +203,30 @@ def commit_sink_run(
 ) -> None:
     """Record `batch_id` in the ledger on top of execution `run`'s ``open`` (None: no task reported);
     `query_id` is the streaming query id the tasks saw, `shape` what the options make of a row."""
+
+    async def commit() -> None:
+        ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
+        if run is not None:
+            # Happy path: one conditional append on top of our own open record. If anybody appended since,
+            # the append fails and Ledger.append names the other run (WriterConflictError).
+            opened = _opened.get(run.run)
+            if opened is None:  # committed in another process than the planning: read the ends back
+                seen = await ledger.peek()  # never creates a ledger deleted since: the append then fails
+                # A ledger appended to since fails the conditional append below, whatever the state read.
+                opened = seen[1] if seen is not None and seen[0] == run.opened_tail else run.opened
+            ledger.resume(opened, run.opened_tail)
+            committed = max(batch_id, run.before.committed)
+        else:
+            state = await ledger.load()  # no task reported: commit on top of whatever opened this batch
+            if state.kind == "commit" and state.committed >= batch_id:
+                return
+            committed = max(batch_id, state.committed)
+        # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
+        await ledger.append(ledger.committed(committed, dict(ends), query_id, shape))
+        log.info(
+            "exactly-once: writer %s committed batch %s (%s)", writer_id, batch_id, run.run if run else "-"
+        )
+
     _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-    _runtime.run(_commit(cfg, writer_id, run, batch_id, ends, query_id=query_id, shape=shape))
+    _runtime.run(commit())
     _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
-
-
-async def _commit(
-    cfg: S2Config,
-    writer_id: str,
-    run: SinkRun | None,
-    batch_id: int,
-    ends: Mapping[str, int],
-    *,
-    query_id: str | None,
-    shape: WriteShape | None,
-) -> None:
-    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
-    if run is not None:
-        # Happy path: one conditional append on top of our own open record. If anybody appended since,
-        # the append fails and Ledger.append names the other run (WriterConflictError).
-        opened = _opened.get(run.run)
-        if opened is None:  # committed in another process than the planning: read the ends back
-            seen = await ledger.peek()  # never creates a ledger deleted since: the append then fails
-            # A ledger appended to since fails the conditional append below, whatever the state read.
-            opened = seen[1] if seen is not None and seen[0] == run.opened_tail else run.opened
-        ledger.resume(opened, run.opened_tail)
-        committed = max(batch_id, run.before.committed)
-    else:
-        state = await ledger.load()  # no task reported: commit on top of whatever opened this batch
-        if state.kind == "commit" and state.committed >= batch_id:
-            return
-        committed = max(batch_id, state.committed)
-    # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
-    await ledger.append(ledger.committed(committed, dict(ends), query_id, shape))
-    log.info("exactly-once: writer %s committed batch %s (%s)", writer_id, batch_id, run.run if run else "-")
