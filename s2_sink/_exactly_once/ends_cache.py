@@ -11,12 +11,9 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from s2_sink._exactly_once.ledger import ledger_stream_name
-from s2_sink._exactly_once.ledger_records import EndsFold, LedgerState, parse_record, record_base
-from s2_sink._exactly_once.readback import read_span
-from s2_sink._transport.retry import Patience
+from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
@@ -79,29 +76,14 @@ async def lookup(cfg: S2Config, ref: EndsRef, stream: str) -> int | None:
 async def _fold(cfg: S2Config, ref: EndsRef) -> dict[str, int]:
     assert ref.state_at is not None
     at = ref.state_at
-    name = ledger_stream_name(ref.writer_id)
-    stream = get_pool().client(cfg).basin(cfg.basin).stream(name)
-    state: dict[str, Any] | None = None
-    patience = Patience.of(cfg)
-    async for rec in read_span(stream, at, at + 1, patience=patience):
-        if rec.seq_num == at and not rec.is_command_record():
-            state = parse_record(rec.body, name)
-    if state is None or state["kind"] == "ends":
-        raise _moved_past(name, at)
-    if (str(state["run"]), int(state["epoch"])) != (ref.state_run, ref.state_epoch):
-        raise _moved_past(name, at)  # another ledger's record: this one was deleted and written anew
-    base = record_base(state, at)
-    fold = EndsFold()
-    expected = base
-    async for rec in read_span(stream, base, at + 1, patience=patience):
-        if rec.seq_num != expected:
-            raise _moved_past(name, at)  # trimmed behind a later snapshot
-        expected += 1
-        if not rec.is_command_record():
-            fold.add(parse_record(rec.body, name))
-    if expected != at + 1:
-        raise _moved_past(name, at)
-    return fold.ends
+    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), ref.writer_id, cfg=cfg)
+    async for _, doc in ledger.records(at, at + 1):
+        # Another ledger's record (this one was deleted and written anew) is not the one planned from.
+        if doc["kind"] != "ends" and (str(doc["run"]), int(doc["epoch"])) == (ref.state_run, ref.state_epoch):
+            state = await ledger.state_at_record(at, doc)
+            if state is not None:
+                return state.ends
+    raise _moved_past(ledger.name, at)
 
 
 def _moved_past(name: str, at: int) -> FencedError:

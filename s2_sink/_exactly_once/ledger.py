@@ -193,27 +193,38 @@ class Ledger:
         while True:
             start = max(0, tail - window)
             last: tuple[int, dict[str, Any]] | None = None
-            async for seq, doc in self._records(start, tail):
+            async for seq, doc in self.records(start, tail):
                 if doc["kind"] != "ends":
                     last = (seq, doc)
             if last is not None:
                 break
-            if start == 0:
-                # Only command records (trims, fences) or orphan pieces are left: the state is gone.
-                raise CommitError(
-                    f"the exactly-once ledger {self.name!r} has records but no state record (it was "
-                    "trimmed or overwritten by something else): write under a new writer_id "
-                    "(s2.writer-id for format('s2'))"
-                )
+            if start == 0:  # only command records (trims, fences) or orphan pieces are left
+                raise self._gone()
             window *= 8
         at, doc = last
-        base = record_base(doc, at)
-        fold = EndsFold()
-        async for _, piece in self._records(base, at + 1):
-            fold.add(piece)
-        return state_of(doc, fold.ends, base, fold.since, self.name), at
+        state = await self.state_at_record(at, doc)
+        if state is None:  # the records its ends fold from were trimmed by something else
+            raise self._gone()
+        return state, at
 
-    async def _records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    def _gone(self) -> CommitError:
+        return CommitError(
+            f"the exactly-once ledger {self.name!r} has records but no state record (it was trimmed or "
+            "overwritten by something else): write under a new writer_id (s2.writer-id for format('s2'))"
+        )
+
+    async def state_at_record(self, at: int, doc: dict[str, Any]) -> LedgerState | None:
+        """The state of the state record `doc` at `at`, its ends folded from its base; None when the
+        records from that base on are no longer all there (trimmed behind a later snapshot)."""
+        base, fold, first = record_base(doc, at), EndsFold(), None
+        async for seq, piece in self.records(base, at + 1):
+            first = seq if first is None else first
+            fold.add(piece)
+        if first != base:
+            return None
+        return state_of(doc, fold.ends, base, fold.since, self.name)
+
+    async def records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """The ledger documents in ``[start, end)``, command records skipped."""
         async for rec in read_span(self._stream, start, end, patience=self._patience):
             if not rec.is_command_record():
