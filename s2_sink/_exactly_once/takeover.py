@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from s2_sdk import S2Basin
 
@@ -24,29 +24,20 @@ __all__ = ["check_not_lost", "check_not_moved", "check_not_renamed", "mark_moved
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class _Found:
-    """Another identity's ledger that names this query."""
+def _routing(ledger: Ledger) -> str:
+    return ledger.state.shapes[-1].routing if ledger.state.shapes else "(not recorded)"
 
-    ledger: Ledger
-    state: LedgerState
 
-    @property
-    def writer_id(self) -> str:
-        return self.ledger.writer_id
+def _matters_for(ledger: Ledger, batch_id: int) -> bool:
+    """Whether `ledger` has `batch_id` in flight or committed (a replay Spark runs again)."""
+    return ledger.state.may_have_written_next or batch_id <= ledger.state.committed
 
-    def routing(self) -> str:
-        return self.state.shapes[-1].routing if self.state.shapes else "(not recorded)"
 
-    def matters_for(self, batch_id: int) -> bool:
-        """Whether this ledger has `batch_id` in flight or committed (a replay Spark runs again)."""
-        return self.state.may_have_written_next or batch_id <= self.state.committed
-
-    def described(self) -> str:
-        st = self.state
-        where = "committed" if st.committed >= 0 else "no batch committed"
-        flight = ", the next in flight" if st.may_have_written_next else ""
-        return f"{self.writer_id!r} ({self.routing()}; {where} up to {st.committed}{flight})"
+def _described(ledger: Ledger) -> str:
+    st = ledger.state
+    where = "committed" if st.committed >= 0 else "no batch committed"
+    flight = ", the next in flight" if st.may_have_written_next else ""
+    return f"{ledger.writer_id!r} ({_routing(ledger)}; {where} up to {st.committed}{flight})"
 
 
 async def take_over(
@@ -64,9 +55,10 @@ async def take_over(
     identity in this start of the query."""
     me = ledger.writer_id
     states = {w: st for w, st in (await peek_all(basin, cfg=cfg)).items() if w != me and st.kind != "none"}
-    found: list[_Found] = []
+    found: list[Ledger] = []
     for name, state in states.items():
-        other = _Found(Ledger(basin, name, cfg=cfg), state)
+        other = Ledger(basin, name, cfg=cfg)
+        other.state = state
         if query_id is None or not _names_query(state, name, query_id):
             _refuse_in_flight_elsewhere(me, other, query_id, shape)
         elif state.moved_to == me:  # a take-over of ours that a crash interrupted: finish it
@@ -79,14 +71,14 @@ async def take_over(
                 await successor.load()
                 if successor.state.kind == "none":
                     await _move(successor, other)
-                found.append(_Found(successor, successor.state))
+                found.append(successor)
         elif not in_use(name):  # else another writer of this query, writing in this start
             found.append(other)
     return await _decide(ledger, found, shape, batch_id)
 
 
 async def _decide(
-    ledger: Ledger, found: list[_Found], shape: WriteShape | None, batch_id: int
+    ledger: Ledger, found: list[Ledger], shape: WriteShape | None, batch_id: int
 ) -> LedgerState | None:
     """Of this query's ledgers, take over the one with this writer's routing; where none has it, refuse
     if one of them has `batch_id` in flight or committed (see the module docstring)."""
@@ -95,17 +87,17 @@ async def _decide(
     if len(related) > 1:
         raise WriterConflictError(
             f"writer_id {me!r}: several ledgers wrote this query's batches with its routing "
-            f"({', '.join(f.described() for f in related)}); name the writer explicitly (writer_id=...) with "
+            f"({', '.join(_described(f) for f in related)}); name the writer explicitly (writer_id=...) with "
             "the one to go on from"
         )
     if related:
         return await _move(ledger, related[0])
-    blocking = [f for f in found if f.matters_for(batch_id)]
+    blocking = [f for f in found if _matters_for(f, batch_id)]
     if blocking:
         mine = shape.routing if shape is not None else "(not recorded)"
         raise WriterConflictError(
             f"writer_id {me!r} ({mine}) starts without a ledger at micro-batch {batch_id}, and this "
-            f"query's ledger {', '.join(f.described() for f in blocking)} has that batch in flight or "
+            f"query's ledger {', '.join(_described(f) for f in blocking)} has that batch in flight or "
             "committed under another routing. It is either another writer of this query, or this "
             "writer's before a rename that also changed its routing; the two cannot be told apart, and a "
             f"wrong guess would write micro-batch {batch_id} twice or lose it. If it is another writer of "
@@ -129,7 +121,7 @@ def _related(state: LedgerState, shape: WriteShape | None) -> bool:
 
 
 def _refuse_in_flight_elsewhere(
-    me: str, other: _Found, query_id: str | None, shape: WriteShape | None
+    me: str, other: Ledger, query_id: str | None, shape: WriteShape | None
 ) -> None:
     """Where the query ids cannot be compared, a ledger with this routing and a batch in flight under
     another identity may be this writer's, renamed: WriterConflictError naming both ids and the fix."""
@@ -149,12 +141,11 @@ def _refuse_in_flight_elsewhere(
     )
 
 
-async def _move(ledger: Ledger, other: _Found) -> LedgerState:
+async def _move(ledger: Ledger, old: Ledger) -> LedgerState:
     """Copy `other`'s state into `ledger` after marking `other` as moved to it (both conditional appends).
     A ``moved_to`` naming another identity, there already or landing first, is a WriterConflictError: a
     take-over is exclusive."""
     me = ledger.writer_id
-    old = other.ledger
     await mark_moved(old, me)
     carried = replace(old.state, moved_to=None, writer=old.state.writer or writer_hash(old.writer_id))
     await ledger.append(carried)
