@@ -66,13 +66,14 @@ def epoch_plan(
     per stream (only newer generations of this epoch are shipped)."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
     ends = starts if isinstance(starts, EndsRef) else EndsRef(writer_id, dict(starts))
-    token = Token(epoch=epoch, gen=0, writer=writer).encode()
+    mine = Token(epoch=epoch, gen=0, writer=writer)
+    token = mine.encode()
     return EpochPlan(
         tokens=_newer_generations(tokens or {}, writer, epoch),
         cfg=eo_cfg,
         token=token,
         tagger=Tagger(writer, epoch),
-        keeper=TokenKeeper(eo_cfg, token, ends),
+        keeper=TokenKeeper(eo_cfg, mine, ends),
         dedupe=Dedupe(
             cfg=eo_cfg,
             token=token,

@@ -53,10 +53,9 @@ Replay = Literal["content", "partition", "partition-checked"]
 
 @dataclass(frozen=True, slots=True)
 class _Task:
-    """The task attempt running on this thread and the micro-batch's start positions (for the 412 path)."""
+    """The task attempt running on this thread (for the 412 path)."""
 
     attempt: TaskAttempt
-    starts: EndsRef
     attendance: Attendance
     """The zombie check's one-record question: is this attempt still its partition's last sign-in?"""
 
@@ -105,17 +104,15 @@ class TokenKeeper:
     """Decides what to do when an append's fencing token is refused (see module docstring)."""
 
     cfg: S2Config
-    token: str
+    mine: Token
     written: EndsRef
     """Streams this writer committed writes to (a foreign s2_sink token there means it was displaced)."""
 
     async def __call__(self, stream: str, current: str) -> str:
-        mine = Token.parse(self.token)
-        assert mine is not None
+        mine = self.mine
         end = await lookup(self.cfg, self.written, stream)
         take_over = end is None
-        # Raises FencedError when we must stop.
-        judge_current_token(stream, current, mine, may_take_over=take_over)
+        judge_current_token(stream, current, mine, may_take_over=take_over)  # FencedError: we must stop
         task = _current_task.get()
         if task is None:
             raise FencedError(
@@ -251,7 +248,7 @@ class Dedupe:
             sign_in(basin, RollCall(self.starts.writer_id), signed, patience=Patience.of(self.cfg))
         )
         retry = earlier or ctx.attempt_number > 0
-        _current_task.set(_Task(me, self.starts, _attendance(self.cfg, self.starts.writer_id, signed)))
+        _current_task.set(_Task(me, _attendance(self.cfg, self.starts.writer_id, signed)))
         if not retry and not self.recovery:
             return None
         return _Filter(self, ctx, retry, plan.dlq_stream if self.recovery else None)

@@ -121,7 +121,7 @@ def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
     assert plan.chunk_tagger is epoch.tagger
     assert plan.recovery is epoch.dedupe
     assert epoch.keeper.cfg == epoch.dedupe.cfg == plan.cfg
-    assert epoch.keeper.token == epoch.dedupe.token == plan.fencing_token
+    assert str(epoch.keeper.mine) == epoch.dedupe.token == plan.fencing_token
     assert (epoch.dedupe.starts.inline, epoch.dedupe.recovery, epoch.dedupe.replay) == (
         {"events": 12},
         True,
