@@ -59,7 +59,10 @@ class WriteShape:
     """How the front door spells the four settings in messages (not recorded)."""
 
     def as_doc(self) -> dict[str, Any]:
-        return {"encoder": self.encoder, "routing": self.routing, "on_error": self.on_error, "dlq": self.dlq}
+        return dict(zip(("encoder", "routing", "on_error", "dlq"), self.values(), strict=True))
+
+    def values(self) -> tuple[str, str, str, str | None]:
+        return (self.encoder, self.routing, self.on_error, self.dlq)
 
     @classmethod
     def of_doc(cls, doc: Any) -> WriteShape:
@@ -72,14 +75,8 @@ class WriteShape:
 
     def differences(self, new: WriteShape) -> list[tuple[str, str | None, str | None]]:
         """``(setting, old value, new value)`` for every setting `new` changes, in `new`'s spelling."""
-        pairs = zip(
-            new.names, (self.encoder, self.routing, self.on_error, self.dlq), _values(new), strict=True
-        )
+        pairs = zip(new.names, self.values(), new.values(), strict=True)
         return [(name, old, now) for name, old, now in pairs if old != now]
-
-
-def _values(shape: WriteShape) -> tuple[str, str, str, str | None]:
-    return (shape.encoder, shape.routing, shape.on_error, shape.dlq)
 
 
 def shapes_of(
