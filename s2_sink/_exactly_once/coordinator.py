@@ -93,7 +93,9 @@ class Coordinator:
     def commit_batch(self, batch_id: int, ends: Mapping[str, int]) -> None:
         """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks."""
         _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-        _runtime.run(self._commit(batch_id, ends))
+        assert self._ledger is not None
+        _runtime.run(self._ledger.append(self._ledger.committed(batch_id, dict(ends), shape=self.shape)))
+        log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)
         self._pending, self._last = None, batch_id
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
@@ -286,11 +288,6 @@ class Coordinator:
                 if exc.status_code == 404 or is_stream_deleting(exc):
                     continue  # the tasks report the missing (or deleting) stream with the writer's own hint
                 raise
-
-    async def _commit(self, batch_id: int, ends: Mapping[str, int]) -> None:
-        assert self._ledger is not None
-        await self._ledger.append(self._ledger.committed(batch_id, dict(ends), shape=self.shape))
-        log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)
 
 
 def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:
