@@ -16,11 +16,13 @@ from typing import Any, Final, Literal, TypeVar
 from s2_sdk import (
     AppendInput,
     CommandRecord,
+    ReadLimit,
     Record,
     S2Basin,
     S2Error,
     S2ServerError,
     S2Stream,
+    SeqNum,
     SeqNumMismatchError,
     StreamConfig,
 )
@@ -34,7 +36,6 @@ from s2_sink._exactly_once.ledger_records import (
     record_base,
     state_of,
 )
-from s2_sink._exactly_once.readback import read_span
 from s2_sink._exactly_once.shape import WriteShape, shapes_of
 from s2_sink._transport.explain import explain, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, patiently, retryable
@@ -225,10 +226,22 @@ class Ledger:
         return state_of(doc, fold.ends, base, fold.since, self.name)
 
     async def records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """The ledger documents in ``[start, end)``, command records skipped."""
-        async for rec in read_span(self._stream, start, end, patience=self._patience):
-            if not rec.is_command_record():
-                yield rec.seq_num, parse_record(rec.body, self.name)
+        """The ledger documents in ``[start, end)``, command records skipped (a start below the trim point
+        reads from the first record kept). Its own paging loop rather than `readback.read_span`: a reader
+        planning a read loads the ledger, and must not import the write side's fingerprints."""
+        pos = start
+        while pos < end:
+            batch = await self._stream.read(
+                start=SeqNum(pos), limit=ReadLimit(count=min(1000, end - pos)), clamp_to_tail=True
+            )
+            if not batch.records:
+                return
+            for rec in batch.records:
+                if rec.seq_num >= end:
+                    return
+                if not rec.is_command_record():
+                    yield rec.seq_num, parse_record(rec.body, self.name)
+            pos = batch.records[-1].seq_num + 1
 
     async def _send(self, bodies: list[bytes], expected: int) -> int:
         """Append `bodies` in conditional appends starting at `expected`; the tail after them."""
