@@ -16,18 +16,21 @@ from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once import ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.ledger import forget_created
+from s2_sink._exactly_once.ledger import Ledger, forget_created
+from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
 from s2_sink._exactly_once.task_hooks import TokenKeeper
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.config import S2Config
+from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.faults._support import client, read_all, run
+from tests.faults._support import cfg_for, client, make_basin, read_all, run
 
 STREAMS = [f"r/{i}" for i in range(100)]
 
@@ -150,3 +153,29 @@ def _ends(plan: WritePlan) -> ends_cache.EndsRef:
     keeper = plan.fence_keeper
     assert isinstance(keeper, TokenKeeper)
     return keeper.written
+
+
+def test_a_late_task_whose_planned_state_record_was_trimmed_stops(lite: LiteServer) -> None:
+    """A task planned from a ledger state record whose ends were since trimmed away (a later snapshot's
+    trim: the query moved on by more than a snapshot's worth of commits) cannot know where its batch's
+    records start: its lookup is a FencedError naming the trim, never the ends of a later state. While the
+    records are there, the same reference folds the ends they had."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
+    ends = {f"r/{i}": 1 for i in range(40)}  # more than travel inline: the plan refers to the ledger
+    ends_cache._folds.clear()
+
+    async def go() -> None:
+        led = Ledger(get_pool().client(cfg).basin(cfg.basin), "w", cfg=cfg)
+        await led.load()
+        await led.append(led.opened("run", "q"))
+        await led.append(led.committed(0, ends))
+        ref = ends_cache.EndsRef.of("w", led.state, state_at=led.state_at)
+        assert ref.state_at is not None
+        assert await ends_cache.lookup(cfg, ref, "r/7") == 1
+        ends_cache._folds.clear()  # another executor process: it folds the ledger itself
+        for batch in range(1, SNAPSHOT_EVERY + 2):
+            await led.append(led.committed(batch, {"r/7": batch + 1}))
+        with pytest.raises(FencedError, match="no longer has the state record"):
+            await ends_cache.lookup(cfg, ref, "r/7")
+
+    _runtime.run(go())
