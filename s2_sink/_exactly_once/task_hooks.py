@@ -151,7 +151,6 @@ class _Filter:
     pending: dict[str, Fingerprints] = field(default_factory=dict)
     foreign: dict[str, Fingerprints] = field(default_factory=dict)
     read_ends: dict[str, int] = field(default_factory=dict)
-    skipped: int = 0
 
     def __call__(self, stream: str, records: list[Record]) -> list[Record]:
         layout = self.hook.layout
@@ -176,7 +175,6 @@ class _Filter:
                     del left[fp]  # an empty multiset turns the filter off for this stream
                 else:
                     left[fp] = n - 1
-                self.skipped += 1
             elif fp in foreign:
                 raise ReplayMismatchError(
                     f"exactly-once: micro-batch {self.ctx.batch_id} replays a batch that a failed run "
