@@ -378,3 +378,26 @@ def test_a_restart_after_a_clean_commit_is_not_a_recovery(lite: LiteServer) -> N
     replay = third.begin_batch(1)
     assert replay is not None
     assert replay.recovery
+
+
+def test_ledger_trimmed_behind_its_last_state_records_base_is_refused(lite: LiteServer) -> None:
+    """A trim appended by hand past the snapshot the last state record folds its stream ends from leaves
+    that record but not all of its ends: loading is a CommitError, never a state with part of the ends (a
+    later batch's read-back would start at a missing stream's position 0)."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "w", cfg=cfg)
+        await led.load()
+        await led.append(led.opened("run", "q"))
+        await led.append(led.committed(0, {"a": 5}))
+        await led.append(led.committed(1, {"b": 7}))
+        assert led.tail is not None
+        await basin.stream(ledger_stream_name("w")).append(
+            AppendInput(records=[CommandRecord.trim(led.tail - 1)], match_seq_num=led.tail)
+        )
+        with pytest.raises(CommitError, match="no state record"):
+            await Ledger(basin, "w", cfg=cfg).load()
+
+    _runtime.run(go())
