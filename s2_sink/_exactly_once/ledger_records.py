@@ -78,10 +78,6 @@ class LedgerState:
         return self.kind == "commit" and self.scope == "run" and not self.announces
 
 
-def _identity_fields(state: LedgerState) -> tuple[tuple[str, str | None], ...]:
-    return (("writer", state.writer), ("moved_to", state.moved_to))
-
-
 def _header(state: LedgerState) -> dict[str, Any]:
     return {
         "v": VERSION,
@@ -93,7 +89,7 @@ def _header(state: LedgerState) -> dict[str, Any]:
         "scope": state.scope,
         **({"batch": state.intent} if state.kind == "intent" else {}),
         **({"announces": True} if state.announces else {}),
-        **{k: v for k, v in _identity_fields(state) if v},
+        **{k: v for k, v in (("writer", state.writer), ("moved_to", state.moved_to)) if v},
         **({"shapes": [s.as_doc() for s in state.shapes]} if state.shapes else {}),
     }
 
