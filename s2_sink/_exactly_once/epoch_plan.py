@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final
 
 from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.fencing import Token
@@ -34,6 +34,8 @@ class EpochPlan:
     tagger: Tagger
     keeper: TokenKeeper
     dedupe: Dedupe
+    tag_reserve: ClassVar[int] = TAG_RESERVE_BYTES
+    """Metered bytes every append keeps free for the chunk tag."""
     tokens: Mapping[str, str] = field(default_factory=dict)
     """Per stream, a newer generation of the epoch's token that an earlier micro-batch's task retry left
     there: tasks start that stream with it (no 412, no zombie check, on every later batch)."""
@@ -42,11 +44,6 @@ class EpochPlan:
     def recovery(self) -> bool:
         """A replay after a driver restart: an earlier run may have written part of the micro-batch."""
         return self.dedupe.recovery
-
-    @property
-    def tag_reserve(self) -> int:
-        """Metered bytes every append keeps free for the chunk tag."""
-        return TAG_RESERVE_BYTES
 
 
 def epoch_plan(
