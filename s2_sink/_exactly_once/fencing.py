@@ -120,9 +120,6 @@ class Token:
         by = None if m.group(5) is None else TaskAttempt(int(m.group(5), 36), int(m.group(6), 36))
         return cls(epoch=int(m.group(2), 36), gen=int(m.group(3), 36), writer=m.group(1), by=by)
 
-    def next_gen(self, by: TaskAttempt | None = None) -> Token:
-        return Token(epoch=self.epoch, gen=self.gen + 1, writer=self.writer, by=by)
-
 
 def judge_current_token(
     stream: str, current: str, mine: Token, *, may_take_over: bool = False

@@ -112,7 +112,7 @@ def test_bump_tokens_fit_s2s_limit() -> None:
     assert str(Token(epoch=12, gen=0, writer="abcdef01")) == "s2sink:abcdef01:c.0~"
     assert Token.parse("s2sink:abcdef01:12.0") == Token(epoch=12, gen=0, writer="abcdef01")
     assert Token.parse("s2sink:abcdef01:1z.0") is None
-    token = Token(epoch=1_600_000, gen=1000, writer="abcdef01").next_gen(TaskAttempt(46_655, 2_000_000_000))
+    token = Token(epoch=1_600_000, gen=1001, writer="abcdef01", by=TaskAttempt(46_655, 2_000_000_000))
     assert len(token.encode()) <= MAX_TOKEN_BYTES
     assert Token.parse(token.encode()) == token
     assert Token.parse(token.encode()).by == TaskAttempt(46_655, 2_000_000_000)  # type: ignore[union-attr]

@@ -119,7 +119,7 @@ def test_fingerprint_leaves_out_a_dead_letters_partition_but_not_its_row_hash() 
 def test_bump_tokens_round_trip_within_36_bytes(epoch: int, gen: int, partition: int, task_id: int) -> None:
     from s2_sink._exactly_once.fencing import TaskAttempt
 
-    token = Token(epoch, gen, "0123abcd").next_gen(TaskAttempt(partition, task_id))
+    token = Token(epoch, gen + 1, "0123abcd", by=TaskAttempt(partition, task_id))
     assert len(token.encode()) <= MAX_TOKEN_BYTES
     back = Token.parse(token.encode())
     assert back == token
