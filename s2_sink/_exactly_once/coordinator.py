@@ -183,10 +183,6 @@ class Coordinator:
             )
         assert self._ledger is not None
         assert self._token is not None
-        state = self._ledger.state
-        if already_committed(state, self.writer_id, batch_id):
-            self._pending, self._last = None, batch_id
-            return None
         self._pending = batch_id
         # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
         # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
