@@ -55,7 +55,6 @@ __all__ = [
     "uint64_array",
     "utf8_text",
     "valid_rows",
-    "validity",
 ]
 
 
@@ -125,10 +124,10 @@ def bools(arr: pa.Array) -> Bools:
 
 
 def valid_rows(arr: pa.Array) -> Bools:
-    """True where ``arr`` holds a value, from its validity bitmap."""
+    """True where ``arr`` holds a value, from its validity bitmap (a null-typed array has none: all null)."""
     bitmap = arr.buffers()[0]
-    if bitmap is None or arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
+    if arr.null_count == 0 or bitmap is None:
+        return np.full(len(arr), arr.null_count == 0, dtype=np.bool_)
     bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
     valid: Bools = bits[arr.offset : arr.offset + len(arr)].astype(np.bool_)
     return valid
@@ -175,14 +174,6 @@ def large_binary(packed: Packed) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, buffers)
 
 
-def validity(arr: pa.Array) -> Bools:
-    """True where ``arr`` holds a value."""
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
-    mask: Bools = arr.is_valid().to_numpy(zero_copy_only=False)
-    return mask
-
-
 Positions = npt.NDArray[np.uint64]
 """seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
 
@@ -219,7 +210,7 @@ class RecordColumns(NamedTuple):
         if not single.any():
             none: Bools = single
             return none
-        name_lengths = np.diff(_offsets(self.names))
+        name_lengths = binary_view(self.names).lengths
         empty_name = np.zeros(len(self.header_counts), dtype=np.bool_)
         empty_name[single] = name_lengths[self.header_offsets[:-1][single]] == 0
         both: Bools = single & empty_name
@@ -270,14 +261,6 @@ def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
         pa.concat_arrays([p.names for p in parts]),
         pa.concat_arrays([p.values for p in parts]),
     )
-
-
-def _offsets(arr: pa.Array) -> Ints:
-    buffers = arr.buffers()
-    if buffers[1] is None:
-        return np.zeros(1, dtype=np.int64)
-    raw = np.frombuffer(buffers[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
-    return raw.astype(np.int64)
 
 
 def _ranges(starts: Ints, counts: Ints) -> Ints:

@@ -33,7 +33,6 @@ from s2_sink._wire.columns import (
     to_target,
     utf8_text,
     valid_rows,
-    validity,
 )
 from s2_sink._wire.layout import Bools, Bytes, Ints
 from s2_sink.errors import ReadError
@@ -90,7 +89,7 @@ def _is(arr: pa.Array, byte: int) -> Bools:
     import pandas in the read task's fresh worker."""
     offsets, data = binary_view(arr)
     one = (offsets[1:] - offsets[:-1]) == 1
-    hits: Bools = one & validity(arr)
+    hits: Bools = one & valid_rows(arr)
     hits[hits] = data[offsets[:-1][hits]] == byte
     return hits
 

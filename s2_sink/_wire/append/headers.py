@@ -24,7 +24,7 @@ from s2_sink._wire.append.fields import (
     join,
     per_row,
 )
-from s2_sink._wire.columns import BinaryView, as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire.columns import BinaryView, as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink._wire.layout import Ints, VarintField, pack_fields, varint_sizes
 from s2_sink.encoders._frame import HEADERS
 from s2_sink.errors import EncodeError
@@ -69,7 +69,7 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     name, value = children[fields.index("name")], children[fields.index("value")]
     for child, what in ((name, "name"), (value, "value")):
         if child.null_count:
-            entry = int(np.argmin(validity(child)))
+            entry = int(np.argmin(valid_rows(child)))
             row = first + int(np.searchsorted(np.cumsum(count), entry, side="right"))
             raise EncodeError(
                 f"{HEADERS} has a null header {what} in row {row}: header names and values are "
@@ -110,7 +110,7 @@ def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tupl
     for name, column in leading:
         values = as_large_binary(column.slice(first, n), f"leading header {name!r}")
         if values.null_count:
-            row = first + int(np.argmin(validity(values)))
+            row = first + int(np.argmin(valid_rows(values)))
             raise EncodeError(
                 f"leading header {name!r} has a null value in row {row}: header values are bytes "
                 "(use b'' for an empty one)"

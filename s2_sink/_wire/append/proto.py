@@ -44,7 +44,7 @@ from s2_sink._wire.append.headers import (
     leading_fields,
     own_headers,
 )
-from s2_sink._wire.columns import as_large_binary, binary_view, large_binary, validity
+from s2_sink._wire.columns import as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink._wire.layout import Bools, Bytes, Ints, VarintField, pack_fields, varint_sizes
 from s2_sink.encoders._frame import BODY, TIMESTAMP
 from s2_sink.errors import EncodeError
@@ -280,7 +280,7 @@ def _check_per_chunk(given: Sequence[object] | None, chunks: int, what: str) -> 
 def _bodies(body: pa.Array, first: int, n: int) -> pa.Array:
     column = body.slice(first, n)
     if column.null_count:
-        row = first + int(np.argmin(validity(column)))
+        row = first + int(np.argmin(valid_rows(column)))
         raise EncodeError(
             f"{BODY} is null in row {row}: every record needs a body (use b'' for an empty one)"
         )
@@ -298,7 +298,7 @@ def _timestamps(
     if not pa.types.is_integer(timestamp.type):
         raise TypeError(f"{TIMESTAMP} must be an integer column (ms since the epoch), got {timestamp.type}")
     column = timestamp.slice(first, n).cast(pa.int64())
-    stamped = validity(column)
+    stamped = valid_rows(column)
     stamps = column.fill_null(0).to_numpy()
     negative = stamped & (stamps < 0)
     if negative.any():
