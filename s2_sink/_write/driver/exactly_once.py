@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._exactly_once.coordinator import Coordinator
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from s2_sink._exactly_once.shape import WriteShape
     from s2_sink._write.driver.metrics import BatchMetrics
     from s2_sink._write.spec import WriteSpec
+    from s2_sink.config import S2Config
 
 __all__ = ["ExactlyOnce"]
 
@@ -105,7 +106,9 @@ class ExactlyOnce:
                     shape=self.shape,
                 )
                 self._coords[(writer_id, query_id)] = coord
-        coord.in_use = _InUse(self.spec, coord.owner, query_id, session.connect)
+        coord.in_use = partial(
+            _in_use, cfg=self.spec.cfg, owner=coord.owner, query_id=query_id, connect=session.connect
+        )
         if session.connect:
             coord.unknown_run = "Spark Connect does not expose the streaming query's run id"
         self._claim(coord, batch_id, session.run_id)
@@ -123,22 +126,19 @@ class ExactlyOnce:
             return BatchJob(batch_id, plan, coord, recovery_layout=True)
         return BatchJob(batch_id, plan, coord)
 
-    def _key(self, writer_id: str) -> tuple[str, str, str]:
-        return _key(self.spec)(writer_id)
-
     def _claim(self, coord: Coordinator, batch_id: int, spark_run: str | None) -> None:
         """Refuse a second writer object that begins a micro-batch another one began in the same start
         under the same identity (where the start cannot be told, in any: fail closed)."""
         routing = self.spec.shape(None).routing
         with _claims_lock:
-            held = _claims.get(self._key(coord.writer_id))
+            held = _claims.get(_claim_key(self.spec.cfg, coord.writer_id))
             if (
                 held is not None
                 and held.owner != coord.owner
                 and (held.query_id, held.start, held.batch) == (coord.query_id, spark_run, batch_id)
             ):
                 raise self._second_writer(coord, held.routing, batch_id, spark_run)
-            _claims[self._key(coord.writer_id)] = _Claim(
+            _claims[_claim_key(self.spec.cfg, coord.writer_id)] = _Claim(
                 coord.owner, coord.query_id, spark_run, batch_id, routing
             )
 
@@ -174,28 +174,19 @@ class ExactlyOnce:
         coord.remember_tokens(metrics.stream_tokens())
 
 
-class _InUse:
-    """`Coordinator.in_use` of one writer object: whether another writer object of this process writes
-    under an identity in this start of the query. Without a run id a start is one process under Spark
+def _in_use(
+    writer_id: str, spark_run: str | None, *, cfg: S2Config, owner: str, query_id: str | None, connect: bool
+) -> bool:
+    """`Coordinator.in_use` of one writer object (`owner`): whether another writer object of this process
+    writes under `writer_id` in this start of the query. Without a run id a start is one process under Spark
     Connect; in classic Spark it cannot be told (another object may be a previous start's): no, and the
     take-over decides on evidence or refuses."""
-
-    def __init__(self, spec: WriteSpec, owner: str, query_id: str | None, connect: bool) -> None:
-        self._key = _key(spec)
-        self._owner, self._query_id, self._connect = owner, query_id, connect
-
-    def __call__(self, writer_id: str, spark_run: str | None) -> bool:
-        if spark_run is None and not self._connect:
-            return False
-        with _claims_lock:
-            held = _claims.get(self._key(writer_id))
-        return (
-            held is not None
-            and held.owner != self._owner
-            and (held.query_id, held.start) == (self._query_id, spark_run)
-        )
+    if spark_run is None and not connect:
+        return False
+    with _claims_lock:
+        held = _claims.get(_claim_key(cfg, writer_id))
+    return held is not None and held.owner != owner and (held.query_id, held.start) == (query_id, spark_run)
 
 
-def _key(spec: WriteSpec) -> Callable[[str], tuple[str, str, str]]:
-    cfg = spec.cfg
-    return lambda writer_id: (cfg.basin_endpoint or "", cfg.basin, writer_id)
+def _claim_key(cfg: S2Config, writer_id: str) -> tuple[str, str, str]:
+    return (cfg.basin_endpoint or "", cfg.basin, writer_id)
