@@ -126,7 +126,8 @@ def _opt(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class S2Config:
-    """Where and how to append to S2. Frozen plain values; validated on construction.
+    """Where and how to append to S2. Frozen plain values; validated on construction. Each field names its
+    option (``_opt(key, parser, min, max, default=...)``; docs/options.md describes them all).
 
     ``access_token``, ``account_endpoint`` and ``basin_endpoint``, when not passed, are read from
     ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT`` (unset or empty: the defaults
@@ -139,110 +140,97 @@ class S2Config:
     """
 
     basin: str = field(metadata=_meta("s2.basin", _str))
-    """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required (option ``s2.basin``)."""
+    """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required."""
 
     stream: str | None = _opt("s2.stream", _str, default=None)
-    """Target stream, or the default/prefix for routed writes. Default ``None`` (then the writer must route
-    per row with ``stream_column`` or a template). Option ``s2.stream``."""
+    """Target stream, or the default/prefix for routed writes (``None``: the writer must route per row with
+    ``stream_column`` or a template)."""
 
     access_token: str = _opt("s2.auth-token", _str, default="", env="S2_ACCESS_TOKEN", secret=True)
-    """Bearer token. Default ``S2_ACCESS_TOKEN``, else ``""`` (only accepted for loopback endpoints, e.g.
-    the lite server, which ignores it). Never shown in repr, logs or errors. Option ``s2.auth-token``."""
+    """Bearer token; ``""`` is only accepted for loopback endpoints (the lite server ignores it). Never shown
+    in repr, logs or errors."""
 
     account_endpoint: str = _opt(
         "s2.endpoints.account", _str, default=CLOUD_ACCOUNT_ENDPOINT, env="S2_ACCOUNT_ENDPOINT"
     )
-    """Account endpoint: ``S2_ACCOUNT_ENDPOINT``, else ``https://a.s2.dev`` (``s2.endpoints.account``)."""
-
     basin_endpoint: str = _opt(
         "s2.endpoints.basin", _str, default=CLOUD_BASIN_ENDPOINT, env="S2_BASIN_ENDPOINT"
     )
-    """Basin endpoint origin; may contain ``{basin}``. Default ``S2_BASIN_ENDPOINT``, else
-    ``https://{basin}.b.s2.dev``. Option ``s2.endpoints.basin``."""
+    """Basin endpoint origin; may contain ``{basin}``."""
 
     append_retry_policy: AppendRetryPolicyName = _opt("s2.append-retry-policy", _upper, default="ALL")
     """SDK append retry policy: ``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS`` (retries only what
-    cannot have been applied). Default ``ALL``. Exactly-once delivery switches its appends to
-    ``NO_SIDE_EFFECTS``. Option ``s2.append-retry-policy``."""
+    cannot have been applied). Exactly-once delivery switches its appends to ``NO_SIDE_EFFECTS``."""
 
     max_retries: int = _opt("s2.max-retries", _int, 0, 100, default=3)
-    """The SDK's own retries of one request (stream creation, reads, ledger and fence appends), 0-100,
-    before the sink's retries take over (up to ``delivery_timeout_ms``). Append sessions are not retried
-    by the SDK. Default 3. Option ``s2.max-retries``."""
+    """The SDK's own retries of one request (stream creation, reads, ledger and fence appends) before the
+    sink's retries take over (up to ``delivery_timeout_ms``). Append sessions are not retried by the SDK."""
 
     retry_delay_ms: int = _opt("s2.retry-delay-ms", _int, 1, 60_000, default=100)
-    """First wait of the sink's retries, in ms (1-60000): waits double up to ``max(2 s, this)``, with full
-    jitter; also the SDK's base delay. Default 100. Option ``s2.retry-delay-ms``."""
+    """First wait of the sink's retries: waits double up to ``max(2 s, this)``, with full jitter; also the
+    SDK's base delay."""
 
     delivery_timeout_ms: int = _opt("s2.delivery-timeout-ms", _duration_ms, 0, 86_400_000, default=120_000)
     """How long the sink keeps retrying an S2 that fails with errors another attempt may fix (unreachable,
-    503, 409 ``transaction_conflict``, 429, timeouts) before it gives up, in ms (0-86400000), counted from
-    the first failure since the last success of the call or append session. It bounds every S2 call of
-    writers (tasks and driver: appends, stream creation, the exactly-once ledger, fences, sign-ins,
-    read-backs) and readers (planning and reading); as Kafka's ``delivery.timeout.ms``, whose default it
-    takes. 0 = give up at the first failure the SDK's own retries (``max_retries``) did not fix. Default
-    120000. Option ``s2.delivery-timeout-ms``."""
+    503, 409 ``transaction_conflict``, 429, timeouts) before it gives up, counted from the first failure
+    since the last success of the call or append session. It bounds every S2 call of writers (tasks and
+    driver: appends, stream creation, the exactly-once ledger, fences, sign-ins, read-backs) and readers
+    (planning and reading); as Kafka's ``delivery.timeout.ms``, whose default it takes. 0 = give up at the
+    first failure the SDK's own retries (``max_retries``) did not fix."""
 
     batch_max_records: int = _opt("sink.batch.max-size", _int, 1, MAX_BATCH_RECORDS, default=1000)
-    """Records per append (1-1000). Default 1000. Option ``sink.batch.max-size``."""
+    """Records per append."""
 
     flush_buffer_bytes: int = _opt("sink.flush-buffer.size", _size_bytes, 8, ONE_MIB, default=ONE_MIB)
-    """Metered bytes per append (8 B - 1 MiB). Default 1 MiB. Option ``sink.flush-buffer.size``."""
+    """Metered bytes per append."""
 
     flush_timeout_ms: int = _opt("sink.flush-buffer.timeout", _duration_ms, 0, 3_600_000, default=1000)
     """Accepted for compatibility with the Flink option. A Spark partition is finite and is streamed
     straight through, so the last partial batch is flushed when the partition ends; chunking is by records
-    and bytes only (deterministic, which exactly-once relies on). Default 1000. Option
-    ``sink.flush-buffer.timeout``."""
+    and bytes only (deterministic, which exactly-once relies on)."""
 
     max_buffered_requests: int = _opt("sink.requests.max-buffered", _int, 1, 100_000, default=10_000)
-    """Partially filled batches one task may hold at once across routed streams (1-100000). When exceeded,
-    or when they hold more than ``max_inflight_bytes`` together, the fullest are sent early (smaller
-    appends than the rows would fill). Default 10000. Option ``sink.requests.max-buffered``."""
+    """Partially filled batches one task may hold at once across routed streams. When exceeded, or when
+    they hold more than ``max_inflight_bytes`` together, the fullest are sent early."""
 
     max_inflight_requests: int = _opt("sink.requests.max-inflight", _int, 1, 10_000, default=16)
-    """Unacknowledged appends one task may have in flight across its streams (1-10000). Default 16.
-    Option ``sink.requests.max-inflight``."""
+    """Unacknowledged appends one task may have in flight across its streams."""
 
     max_inflight_bytes: int = _opt(
         "sink.requests.max-inflight-bytes", _size_bytes, ONE_MIB, default=16 * ONE_MIB
     )
-    """Unacknowledged metered bytes one task may have in flight (>= 1 MiB); bounds executor memory.
-    Default 16 MiB. Option ``sink.requests.max-inflight-bytes``."""
+    """Unacknowledged metered bytes one task may have in flight; bounds executor memory."""
 
     request_timeout_ms: int = _opt("s2.request-timeout-ms", _duration_ms, 100, 600_000, default=10_000)
-    """Per-request timeout, also the per-append ack deadline, in ms (100-600000). Default 10000.
-    Option ``s2.request-timeout-ms``."""
+    """Per-request timeout, also the per-append ack deadline."""
 
     connect_timeout_ms: int = _opt("s2.connect-timeout-ms", _duration_ms, 100, 600_000, default=3000)
-    """TCP/TLS connect timeout in ms (100-600000). Default 3000. Option ``s2.connect-timeout-ms``."""
+    """TCP/TLS connect timeout."""
 
     compression: CompressionName = _opt("s2.compression", _lower, default="none")
-    """Append frame compression: ``none`` (default), ``zstd`` or ``gzip``. Option ``s2.compression``."""
+    """Append frame compression."""
 
     allow_insecure_http: bool = _opt("s2.allow-insecure-http", parse_bool, default=False)
-    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text). Default
-    ``False``; loopback hosts are always allowed. Option ``s2.allow-insecure-http``."""
+    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text); loopback
+    hosts are always allowed."""
 
     create_streams: bool = _opt("s2.create-streams", parse_bool, default=False)
-    """Create missing target streams before writing to them (a create: a stream that exists keeps its
-    config). Default ``False``: a missing stream fails the batch. Option ``s2.create-streams``."""
+    """Create missing target streams before writing to them (a stream that exists keeps its config);
+    ``False``: a missing stream fails the batch."""
 
     write_parallelism: WriteParallelism = _opt(
         "sink.write-parallelism", parse_write_parallelism, default="auto"
     )
     """How many tasks write a ``foreachBatch`` micro-batch: ``"auto"`` sizes it to the batch and the cores
-    (narrowing Spark's partitions without a shuffle), a positive number sets it. Option
-    ``sink.write-parallelism``. ``format("s2")`` writes keep Spark's partitioning (see docs/format-s2.md)."""
+    (narrowing Spark's partitions without a shuffle), a positive number sets it. ``format("s2")`` writes
+    keep Spark's partitioning (see docs/format-s2.md)."""
 
     driver_write_max_rows: int = _opt("sink.driver-write.max-rows", _int, 0, default=10_000)
     """A ``foreachBatch`` micro-batch of at most this many rows (and ``driver_write_max_bytes``) is written
-    from the driver process, skipping the per-task cost; 0 = never. Default 10000. Option
-    ``sink.driver-write.max-rows``."""
+    from the driver process, skipping the per-task cost; 0 = never."""
 
     driver_write_max_bytes: int = _opt("sink.driver-write.max-bytes", _size_bytes, 0, default=8 * ONE_MIB)
-    """...and of at most this many bytes of record frame (Arrow); 0 = never. Default 8 MiB. Option
-    ``sink.driver-write.max-bytes``."""
+    """...and of at most this many bytes of record frame (Arrow); 0 = never."""
 
     def __post_init__(self) -> None:
         _validate(self)
