@@ -25,10 +25,12 @@ import pyarrow as pa
 import pyarrow._compute as _pc
 from s2_sdk import SequencedRecord
 
-from s2_sink._wire.layout import Bools, Bytes, Ints, Packed
-
 __all__ = [
     "BinaryView",
+    "Bools",
+    "Bytes",
+    "Ints",
+    "Packed",
     "Positions",
     "RecordColumns",
     "StreamRuns",
@@ -56,6 +58,13 @@ __all__ = [
     "utf8_text",
     "valid_rows",
 ]
+
+
+Bools = npt.NDArray[np.bool_]
+Bytes = npt.NDArray[np.uint8]
+Ints = npt.NDArray[np.int64]
+Packed = tuple[Ints, Bytes]
+"""Variable-length rows as (offsets, data): row ``i`` is ``data[offsets[i]:offsets[i + 1]]``."""
 
 
 def int32_array(values: np.ndarray[Any, np.dtype[np.int32]] | Ints) -> pa.Array:

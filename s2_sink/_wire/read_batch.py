@@ -20,8 +20,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink._transport.sdk import pb
-from s2_sink._wire.columns import RecordColumns, concat_columns, empty_binary, take
-from s2_sink._wire.layout import Bytes, Ints
+from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, empty_binary, take
 
 __all__ = ["Skim", "Tail", "TooLong", "decode_skims", "parse_read_batch", "read_varints", "skim"]
 

@@ -18,6 +18,9 @@ from pyspark.sql.types import StructType
 
 from s2_sink._read.rows.raw_json import decoded_batch
 from s2_sink._wire.columns import (
+    Bools,
+    Bytes,
+    Ints,
     RecordColumns,
     StreamRuns,
     binary_view,
@@ -34,7 +37,6 @@ from s2_sink._wire.columns import (
     utf8_text,
     valid_rows,
 )
-from s2_sink._wire.layout import Bools, Bytes, Ints
 from s2_sink.errors import ReadError
 
 __all__ = [

@@ -19,13 +19,15 @@ from s2_sink._wire.append.fields import (
     HEADER_NAME,
     HEADER_VALUE,
     RECORD_HEADERS,
+    VarintField,
     check_length,
     field,
     join,
+    pack_fields,
     per_row,
+    varint_sizes,
 )
-from s2_sink._wire.columns import BinaryView, as_large_binary, binary_view, large_binary, valid_rows
-from s2_sink._wire.layout import Ints, VarintField, pack_fields, varint_sizes
+from s2_sink._wire.columns import BinaryView, Ints, as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink.encoders._frame import HEADERS
 from s2_sink.errors import EncodeError
 
@@ -45,7 +47,7 @@ LeadingHeader = tuple[bytes, pa.Array]
 
 Part: TypeAlias = pa.Array | list[VarintField]
 """A piece of every record: a binary column joined as it is, or small fields (keys, lengths, a constant
-header) that numpy packs row by row together with the fields beside them (`s2_sink._wire.layout`), so
+header) that numpy packs row by row together with the fields beside them (`fields.pack_fields`), so
 each run of them costs the row-wise join one column."""
 
 

@@ -29,11 +29,14 @@ from s2_sink._wire.append.fields import (
     INPUT_RECORDS,
     RECORD_BODY,
     RECORD_TIMESTAMP,
+    VarintField,
     check_length,
     field,
     join,
+    pack_fields,
     per_row,
     varint,
+    varint_sizes,
 )
 from s2_sink._wire.append.headers import (
     Header,
@@ -44,8 +47,7 @@ from s2_sink._wire.append.headers import (
     leading_fields,
     own_headers,
 )
-from s2_sink._wire.columns import as_large_binary, binary_view, large_binary, valid_rows
-from s2_sink._wire.layout import Bools, Bytes, Ints, VarintField, pack_fields, varint_sizes
+from s2_sink._wire.columns import Bools, Bytes, Ints, as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink.encoders._frame import BODY, TIMESTAMP
 from s2_sink.errors import EncodeError
 
