@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from s2_sink._env_hints import missing_token
 from s2_sink._option_map import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
@@ -328,45 +328,26 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _check_endpoint(cfg: S2Config, name: str) -> str:
+def _origin(cfg: S2Config, name: str) -> SplitResult:
     value = getattr(cfg, name)
     if not isinstance(value, str) or not value:
         raise _bad(name, value, "must be a URL such as https://a.s2.dev")
-    parts = urlsplit(value.replace("{basin}", "basin"))
+    try:
+        parts = urlsplit(value.replace("{basin}", "basin"))
+        _ = parts.port
+    except ValueError as exc:
+        raise _bad(name, value, "is not a valid URL (host or port)") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _bad(name, value, "must be an http(s) origin such as https://a.s2.dev")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise _bad(name, value, "must be an origin without path or query")
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise _bad(name, value, "has an invalid port") from exc
-    if parts.scheme == "http" and not cfg.allow_insecure_http and not _is_loopback(parts.hostname):
-        raise _bad(
-            name,
-            value,
-            "uses plain http:// to a non-loopback host; use https:// or set allow_insecure_http=True "
-            "(s2.allow-insecure-http) to send the token unencrypted",
-        )
-    return parts.scheme
+    return parts
 
 
-def _host(endpoint: Any) -> str | None:
-    """The host of an endpoint that looks like an http(s) URL; None for anything else (checked later)."""
-    if not isinstance(endpoint, str):
-        return None
-    try:
-        parts = urlsplit(endpoint.replace("{basin}", "basin"))
-    except ValueError:
-        return None
-    return parts.hostname if parts.scheme in ("http", "https") else None
-
-
-def _check_token_needed(cfg: S2Config) -> None:
-    if cfg.access_token:
-        return
-    hosts = [_host(cfg.account_endpoint), _host(cfg.basin_endpoint)]
-    if any(h is not None and not _is_loopback(h) for h in hosts):
+def _check_endpoints(cfg: S2Config) -> None:
+    origins = {name: _origin(cfg, name) for name in ("account_endpoint", "basin_endpoint")}
+    remote = [name for name, parts in origins.items() if not _is_loopback(parts.hostname or "")]
+    if remote and not cfg.access_token:  # first: a bigger problem than an http:// warning
         raise ConfigError(
             missing_token(
                 cfg.account_endpoint,
@@ -374,6 +355,19 @@ def _check_token_needed(cfg: S2Config) -> None:
                 cloud_account=CLOUD_ACCOUNT_ENDPOINT,
                 cloud_basin=CLOUD_BASIN_ENDPOINT,
             )
+        )
+    for name in remote:
+        if origins[name].scheme == "http" and not cfg.allow_insecure_http:
+            raise _bad(
+                name,
+                getattr(cfg, name),
+                "uses plain http:// to a non-loopback host; use https:// or set allow_insecure_http=True "
+                "(s2.allow-insecure-http) to send the token unencrypted",
+            )
+    if len({parts.scheme for parts in origins.values()}) != 1:
+        raise ConfigError(
+            f"account_endpoint and basin_endpoint must use the same scheme, got "
+            f"{cfg.account_endpoint!r} and {cfg.basin_endpoint!r}"
         )
 
 
@@ -391,13 +385,7 @@ def _validate(cfg: S2Config) -> None:
     if not isinstance(cfg.access_token, str):
         # Never echo the value: it is a secret.
         raise ConfigError("access_token (s2.auth-token) must be a string")
-    _check_token_needed(cfg)  # first: a missing token is the bigger problem than an http:// warning
-    schemes = {_check_endpoint(cfg, "account_endpoint"), _check_endpoint(cfg, "basin_endpoint")}
-    if len(schemes) != 1:
-        raise ConfigError(
-            f"account_endpoint and basin_endpoint must use the same scheme, got "
-            f"{cfg.account_endpoint!r} and {cfg.basin_endpoint!r}"
-        )
+    _check_endpoints(cfg)
     for name, choices in (
         ("append_retry_policy", get_args(AppendRetryPolicyName)),
         ("compression", get_args(CompressionName)),
