@@ -46,7 +46,6 @@ __all__ = [
     "first_header",
     "headers_column",
     "int32_array",
-    "int64_array",
     "large_binary",
     "named",
     "position_column",
@@ -54,7 +53,6 @@ __all__ = [
     "take",
     "take_or_null",
     "to_target",
-    "uint64_array",
     "utf8_text",
     "valid_rows",
 ]
@@ -69,22 +67,17 @@ Packed = tuple[Ints, Bytes]
 
 def int32_array(values: np.ndarray[Any, np.dtype[np.int32]] | Ints) -> pa.Array:
     """An ``int32`` array of ``values`` (list offsets, say; each must fit)."""
-    data = np.ascontiguousarray(values, dtype=np.int32)
-    return pa.Array.from_buffers(pa.int32(), len(data), [None, pa.py_buffer(data)])
+    return _numbers(values, pa.int32(), np.int32)
 
 
-def int64_array(values: Ints, valid: Bools | None = None) -> pa.Array:
-    """An ``int64`` array over ``values`` (no copy when they are contiguous int64), null where ``valid`` is
+def _numbers(
+    values: npt.NDArray[Any], type_: pa.DataType, dtype: Any, valid: Bools | None = None
+) -> pa.Array:
+    """A ``type_`` array over ``values`` (no copy when they are contiguous `dtype`), null where ``valid`` is
     False."""
-    data = np.ascontiguousarray(values, dtype=np.int64)
+    data = np.ascontiguousarray(values, dtype=dtype)
     bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.int64(), len(data), [bitmap, pa.py_buffer(data)])
-
-
-def uint64_array(values: np.ndarray[Any, np.dtype[np.uint64]]) -> pa.Array:
-    """A ``uint64`` array over ``values``."""
-    data = np.ascontiguousarray(values, dtype=np.uint64)
-    return pa.Array.from_buffers(pa.uint64(), len(data), [None, pa.py_buffer(data)])
+    return pa.Array.from_buffers(type_, len(data), [bitmap, pa.py_buffer(data)])
 
 
 def bool_array(values: Bools) -> pa.Array:
@@ -115,7 +108,7 @@ def call(name: str, args: list[Any], options: Any = None) -> Any:
 
 def take(arr: pa.Array, indices: Ints) -> pa.Array:
     """``arr.take(indices)``."""
-    taken: pa.Array = call("take", [arr, int64_array(indices)])
+    taken: pa.Array = call("take", [arr, _numbers(indices, pa.int64(), np.int64)])
     return taken
 
 
@@ -310,10 +303,10 @@ def position_column(name: str, stream: str | StreamRuns, columns: RecordColumns)
     if name in ("stream", "_s2_stream"):
         return _stream_column(stream, len(columns))
     if name in ("seq_num", "_s2_seq_num"):
-        return cast(uint64_array(columns.seq_nums), pa.int64())
+        return cast(_numbers(columns.seq_nums, pa.uint64(), np.uint64), pa.int64())
     # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
-    thousand = uint64_array(np.full(len(columns), 1000, dtype=np.uint64))
-    micros = call("multiply_checked", [uint64_array(columns.timestamps), thousand])
+    thousand = _numbers(np.full(len(columns), 1000, dtype=np.uint64), pa.uint64(), np.uint64)
+    micros = call("multiply_checked", [_numbers(columns.timestamps, pa.uint64(), np.uint64), thousand])
     return cast(cast(micros, pa.int64()), pa.timestamp("us", tz="UTC"))
 
 
@@ -359,7 +352,7 @@ def first_header(columns: RecordColumns, name: bytes, owners: Ints | None = None
 
 def take_or_null(arr: pa.Array, index: Ints) -> pa.Array:
     """``arr`` at ``index``, null where the index is -1."""
-    taken: pa.Array = call("take", [arr, int64_array(index, valid=index >= 0)])
+    taken: pa.Array = call("take", [arr, _numbers(index, pa.int64(), np.int64, valid=index >= 0)])
     return taken
 
 
