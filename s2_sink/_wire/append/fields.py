@@ -36,8 +36,8 @@ __all__ = [
     "check_length",
     "field",
     "join",
+    "no_bytes",
     "pack_fields",
-    "per_row",
     "varint",
     "varint_sizes",
 ]
@@ -68,14 +68,9 @@ def join(*columns: pa.Array | pa.Scalar) -> pa.Array:
     return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
 
 
-def per_row(n: int, rows: Ints, values: Sequence[bytes]) -> pa.Array:
-    """A large_binary column of ``n`` rows holding ``values[i]`` in row ``rows[i]`` and b"" elsewhere."""
-    lengths = np.zeros(n, dtype=np.int64)
-    if values:
-        lengths[rows] = [len(v) for v in values]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return large_binary((offsets, np.frombuffer(b"".join(values), dtype=np.uint8)))
+def no_bytes(n: int) -> pa.Array:
+    """A large_binary column of ``n`` empty values (a part that adds nothing to any row)."""
+    return large_binary((np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8)))
 
 
 def check_length(column: pa.Array, rows: int, what: str) -> None:

@@ -23,8 +23,8 @@ from s2_sink._wire.append.fields import (
     check_length,
     field,
     join,
+    no_bytes,
     pack_fields,
-    per_row,
     varint_sizes,
 )
 from s2_sink._wire.columns import BinaryView, Ints, as_large_binary, binary_view, large_binary, valid_rows
@@ -56,7 +56,7 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     if headers is not None:
         check_length(headers, rows, HEADERS)
     if headers is None or pa.types.is_null(headers.type):
-        return per_row(n, np.zeros(0, dtype=np.int64), [])
+        return no_bytes(n)
     typ = headers.type
     if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
         raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")
@@ -78,7 +78,7 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
                 f"bytes (use b'' for an empty one)"
             )
     if len(name) == 0:
-        return per_row(n, np.zeros(0, dtype=np.int64), [])
+        return no_bytes(n)
     names = as_large_binary(name, f"{HEADERS}.name")
     values = as_large_binary(value, f"{HEADERS}.value")
     name_len, value_len = binary_view(names).lengths, binary_view(values).lengths
