@@ -235,9 +235,6 @@ class S2Config:
     def __post_init__(self) -> None:
         _validate(self)
 
-    def __str__(self) -> str:
-        return repr(self)
-
     def replace(self, **changes: Any) -> S2Config:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
