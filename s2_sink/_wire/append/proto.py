@@ -110,7 +110,7 @@ def encode_append_inputs(
     for c, (lo, hi) in enumerate(itertools.pairwise(cuts.tolist())):
         extra = first_record_headers[c] if first_record_headers else ()
         first = _row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
-        out.append(first + data[ends[lo + 1 if extra else lo] : ends[hi]].tobytes() + trailers[c])
+        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, trailers[c])))
     return out
 
 
