@@ -44,7 +44,7 @@ RESTART_TARGET = 1.5
 RECOVERY_TARGET = 2.0
 ROWS = 1000
 SCHEMA = "id long, store long, amount double"
-_RECOVERY_LOGGER = "s2_sink._write.driver.exactly_once"
+_RECOVERY_LOGGER = "s2_sink._write.driver.delivery"
 
 
 class _Interrupted(Exception):

@@ -6,7 +6,7 @@ Frames of ``--rows`` records with ~100-byte JSON bodies (a five-column row), cut
 ``--chunk`` records, each carrying a fencing token (as exactly-once appends do); measured without
 headers and with two (``@key``/``@action``, as the upsert encoder writes them). Paths (one core):
 
-- ``bulk``: ``s2_sink._wire.encode_append_inputs`` straight from the Arrow columns;
+- ``bulk``: ``s2_sink._wire.append.proto.encode_append_inputs`` straight from the Arrow columns;
 - ``sdk_mapping``: the SDK's per-record mapping of ready ``Record`` objects
   (``append_input_to_proto(...).SerializeToString()``, what its append session does per input);
 - ``sdk_from_arrow``: the same, plus turning the columns into ``Record`` objects first (the
@@ -29,7 +29,7 @@ import pyarrow as pa
 from s2_sdk import AppendInput, Record
 from s2_sdk._mappers import append_input_to_proto
 
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.encoders._frame import HEADERS_ARROW_TYPE
 
 __all__ = ["main"]

@@ -8,7 +8,7 @@ encoder writes them), over one pipelined session per path:
 
 - ``sdk``: the columns become ``Record`` objects, each append an ``AppendInput`` on the SDK's
   ``AppendSession`` (which maps and serializes every record);
-- ``bulk``: ``s2_sink._wire.encode_append_inputs`` writes the messages from the columns, and
+- ``bulk``: ``s2_sink._wire.append.proto.encode_append_inputs`` writes the messages from the columns, and
   ``s2_sink._transport.append_session.BulkAppendSession`` sends them over the SDK's transport.
 
 Reported per path: client CPU (this process) and server CPU in microseconds per record, and wall-clock
@@ -37,7 +37,7 @@ from s2_sdk import S2, AppendInput, Endpoints, Record, Retry, Timeout
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
 from s2_sink._transport.append_session import BulkAppendSession, append_once, basin_transport
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.testing import fresh_basin
 
 __all__ = ["main"]

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from benchmarks.append_proto import _frame
 from s2_sink._exactly_once.tags import ChunkTag
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite._append_input import parse_input
 from s2_sink.lite._stream import Stream
 

@@ -20,8 +20,8 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from typing import Any, Final, Literal, get_args
+from urllib.parse import SplitResult, urlsplit
 
 from s2_sink._env_hints import missing_token
 from s2_sink._option_map import OptionMap, WriteParallelism, parse_bool, parse_write_parallelism
@@ -39,13 +39,95 @@ AppendRetryPolicyName = Literal["ALL", "NO_SIDE_EFFECTS"]
 CompressionName = Literal["none", "zstd", "gzip"]
 
 _BASIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_DURATION_RE: Final = re.compile(r"^\s*(\d+)\s*(ms|s|sec|seconds|min)?\s*$")
-_SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib)?\s*$", re.IGNORECASE)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Option parsing
+
+_Parser = Callable[[str, Any], Any]
+
+
+def _str(key: str, raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ConfigError(f"option {key!r} must be a string, got {type(raw).__name__}")
+    return raw
+
+
+def _int(key: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        return int(raw.strip())
+    raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
+
+
+def _scaled(units: dict[str, int], what: str) -> _Parser:
+    """A parser of an int, or digits and one of `units` (none: the first unit), as that many base units."""
+    pattern = re.compile(rf"^\s*(\d+)\s*({'|'.join(u for u in units if u)})?\s*$", re.IGNORECASE)
+
+    def parse(key: str, raw: Any) -> int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        m = pattern.match(raw) if isinstance(raw, str) else None
+        if m is None:
+            raise ConfigError(f"option {key!r} must be {what}, got {raw!r}")
+        return int(m.group(1)) * units[(m.group(2) or "").lower()]
+
+    return parse
+
+
+_duration_ms = _scaled(
+    {"": 1, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000},
+    "a duration in ms (e.g. 500, '500ms', '5s')",
+)
+_size_bytes = _scaled(
+    {"": 1, "b": 1, "kb": 1024, "kib": 1024, "mb": ONE_MIB, "mib": ONE_MIB},
+    "a size in bytes (e.g. 1048576, '512kb', '1mib')",
+)
+
+
+def _upper(key: str, raw: Any) -> str:
+    """A name in upper case, ``-`` as ``_`` (``no-side-effects`` is ``NO_SIDE_EFFECTS``); checked on build."""
+    return _str(key, raw).strip().upper().replace("-", "_")
+
+
+def _lower(key: str, raw: Any) -> str:
+    return _str(key, raw).strip().lower()
+
+
+def _meta(key: str, parse: _Parser, lo: int | None = None, hi: int | None = None) -> dict[str, Any]:
+    return {"option": key, "parse": parse, "lo": lo, "hi": hi}
+
+
+def _opt(
+    key: str,
+    parse: _Parser,
+    lo: int | None = None,
+    hi: int | None = None,
+    *,
+    default: Any,
+    env: str = "",
+    secret: bool = False,
+) -> Any:
+    """A field set by option `key` (its text read by `parse`); an int field lies in [lo, hi] (None: no
+    bound); `env` names the variable that, when set and not empty, replaces `default`; a `secret` is left out
+    of the repr."""
+    if env:
+        # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
+        return field(
+            default_factory=lambda: os.environ.get(env) or default,
+            repr=not secret,
+            metadata=_meta(key, parse),
+        )
+    return field(default=default, repr=not secret, metadata=_meta(key, parse, lo, hi))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class S2Config:
-    """Where and how to append to S2. Frozen plain values; validated on construction.
+    """Where and how to append to S2. Frozen plain values; validated on construction. Each field names its
+    option (``_opt(key, parser, min, max, default=...)``; docs/options.md describes them all).
 
     ``access_token``, ``account_endpoint`` and ``basin_endpoint``, when not passed, are read from
     ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT`` (unset or empty: the defaults
@@ -57,109 +139,101 @@ class S2Config:
         cfg = S2Config.from_options({"s2.basin": "my-basin", "s2.stream": "events", "s2.auth-token": token})
     """
 
-    basin: str
-    """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required (option ``s2.basin``)."""
+    basin: str = field(metadata=_meta("s2.basin", _str))
+    """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required."""
 
-    stream: str | None = None
-    """Target stream, or the default/prefix for routed writes. Default ``None`` (then the writer must route
-    per row with ``stream_column`` or a template). Option ``s2.stream``."""
+    stream: str | None = _opt("s2.stream", _str, default=None)
+    """Target stream, or the default/prefix for routed writes (``None``: the writer must route per row with
+    ``stream_column`` or a template)."""
 
-    access_token: str = field(default_factory=lambda: _env("S2_ACCESS_TOKEN", ""), repr=False)
-    """Bearer token. Default ``S2_ACCESS_TOKEN``, else ``""`` (only accepted for loopback endpoints, e.g.
-    the lite server, which ignores it). Never shown in repr, logs or errors. Option ``s2.auth-token``."""
+    access_token: str = _opt("s2.auth-token", _str, default="", env="S2_ACCESS_TOKEN", secret=True)
+    """Bearer token; ``""`` is only accepted for loopback endpoints (the lite server ignores it). Never shown
+    in repr, logs or errors."""
 
-    account_endpoint: str = field(default_factory=lambda: _env("S2_ACCOUNT_ENDPOINT", CLOUD_ACCOUNT_ENDPOINT))
-    """Account endpoint: ``S2_ACCOUNT_ENDPOINT``, else ``https://a.s2.dev`` (``s2.endpoints.account``)."""
+    account_endpoint: str = _opt(
+        "s2.endpoints.account", _str, default=CLOUD_ACCOUNT_ENDPOINT, env="S2_ACCOUNT_ENDPOINT"
+    )
+    basin_endpoint: str = _opt(
+        "s2.endpoints.basin", _str, default=CLOUD_BASIN_ENDPOINT, env="S2_BASIN_ENDPOINT"
+    )
+    """Basin endpoint origin; may contain ``{basin}``."""
 
-    basin_endpoint: str = field(default_factory=lambda: _env("S2_BASIN_ENDPOINT", CLOUD_BASIN_ENDPOINT))
-    """Basin endpoint origin; may contain ``{basin}``. Default ``S2_BASIN_ENDPOINT``, else
-    ``https://{basin}.b.s2.dev``. Option ``s2.endpoints.basin``."""
-
-    append_retry_policy: AppendRetryPolicyName = "ALL"
+    append_retry_policy: AppendRetryPolicyName = _opt("s2.append-retry-policy", _upper, default="ALL")
     """SDK append retry policy: ``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS`` (retries only what
-    cannot have been applied). Default ``ALL``. Exactly-once delivery switches its appends to
-    ``NO_SIDE_EFFECTS``. Option ``s2.append-retry-policy``."""
+    cannot have been applied). Exactly-once delivery switches its appends to ``NO_SIDE_EFFECTS``."""
 
-    max_retries: int = 3
-    """The SDK's own retries of one request (stream creation, reads, ledger and fence appends), 0-100,
-    before the sink's retries take over (up to ``delivery_timeout_ms``). Append sessions are not retried
-    by the SDK. Default 3. Option ``s2.max-retries``."""
+    max_retries: int = _opt("s2.max-retries", _int, 0, 100, default=3)
+    """The SDK's own retries of one request (stream creation, reads, ledger and fence appends) before the
+    sink's retries take over (up to ``delivery_timeout_ms``). Append sessions are not retried by the SDK."""
 
-    retry_delay_ms: int = 100
-    """First wait of the sink's retries, in ms (1-60000): waits double up to ``max(2 s, this)``, with full
-    jitter; also the SDK's base delay. Default 100. Option ``s2.retry-delay-ms``."""
+    retry_delay_ms: int = _opt("s2.retry-delay-ms", _int, 1, 60_000, default=100)
+    """First wait of the sink's retries: waits double up to ``max(2 s, this)``, with full jitter; also the
+    SDK's base delay."""
 
-    delivery_timeout_ms: int = 120_000
+    delivery_timeout_ms: int = _opt("s2.delivery-timeout-ms", _duration_ms, 0, 86_400_000, default=120_000)
     """How long the sink keeps retrying an S2 that fails with errors another attempt may fix (unreachable,
-    503, 409 ``transaction_conflict``, 429, timeouts) before it gives up, in ms (0-86400000), counted from
-    the first failure since the last success of the call or append session. It bounds every S2 call of
-    writers (tasks and driver: appends, stream creation, the exactly-once ledger, fences, sign-ins,
-    read-backs) and readers (planning and reading); as Kafka's ``delivery.timeout.ms``, whose default it
-    takes. 0 = give up at the first failure the SDK's own retries (``max_retries``) did not fix. Default
-    120000. Option ``s2.delivery-timeout-ms``."""
+    503, 409 ``transaction_conflict``, 429, timeouts) before it gives up, counted from the first failure
+    since the last success of the call or append session. It bounds every S2 call of writers (tasks and
+    driver: appends, stream creation, the exactly-once ledger, fences, sign-ins, read-backs) and readers
+    (planning and reading); as Kafka's ``delivery.timeout.ms``, whose default it takes. 0 = give up at the
+    first failure the SDK's own retries (``max_retries``) did not fix."""
 
-    batch_max_records: int = MAX_BATCH_RECORDS
-    """Records per append (1-1000). Default 1000. Option ``sink.batch.max-size``."""
+    batch_max_records: int = _opt("sink.batch.max-size", _int, 1, MAX_BATCH_RECORDS, default=1000)
+    """Records per append."""
 
-    flush_buffer_bytes: int = ONE_MIB
-    """Metered bytes per append (8 B - 1 MiB). Default 1 MiB. Option ``sink.flush-buffer.size``."""
+    flush_buffer_bytes: int = _opt("sink.flush-buffer.size", _size_bytes, 8, ONE_MIB, default=ONE_MIB)
+    """Metered bytes per append."""
 
-    flush_timeout_ms: int = 1000
+    flush_timeout_ms: int = _opt("sink.flush-buffer.timeout", _duration_ms, 0, 3_600_000, default=1000)
     """Accepted for compatibility with the Flink option. A Spark partition is finite and is streamed
     straight through, so the last partial batch is flushed when the partition ends; chunking is by records
-    and bytes only (deterministic, which exactly-once relies on). Default 1000. Option
-    ``sink.flush-buffer.timeout``."""
+    and bytes only (deterministic, which exactly-once relies on)."""
 
-    max_buffered_requests: int = 10_000
-    """Partially filled batches one task may hold at once across routed streams (1-100000). When exceeded,
-    or when they hold more than ``max_inflight_bytes`` together, the fullest are sent early (smaller
-    appends than the rows would fill). Default 10000. Option ``sink.requests.max-buffered``."""
+    max_buffered_requests: int = _opt("sink.requests.max-buffered", _int, 1, 100_000, default=10_000)
+    """Partially filled batches one task may hold at once across routed streams. When exceeded, or when
+    they hold more than ``max_inflight_bytes`` together, the fullest are sent early."""
 
-    max_inflight_requests: int = 16
-    """Unacknowledged appends one task may have in flight across its streams (1-10000). Default 16.
-    Option ``sink.requests.max-inflight``."""
+    max_inflight_requests: int = _opt("sink.requests.max-inflight", _int, 1, 10_000, default=16)
+    """Unacknowledged appends one task may have in flight across its streams."""
 
-    max_inflight_bytes: int = 16 * ONE_MIB
-    """Unacknowledged metered bytes one task may have in flight (>= 1 MiB); bounds executor memory.
-    Default 16 MiB. Option ``sink.requests.max-inflight-bytes``."""
+    max_inflight_bytes: int = _opt(
+        "sink.requests.max-inflight-bytes", _size_bytes, ONE_MIB, default=16 * ONE_MIB
+    )
+    """Unacknowledged metered bytes one task may have in flight; bounds executor memory."""
 
-    request_timeout_ms: int = 10_000
-    """Per-request timeout, also the per-append ack deadline, in ms (100-600000). Default 10000.
-    Option ``s2.request-timeout-ms``."""
+    request_timeout_ms: int = _opt("s2.request-timeout-ms", _duration_ms, 100, 600_000, default=10_000)
+    """Per-request timeout, also the per-append ack deadline."""
 
-    connect_timeout_ms: int = 3000
-    """TCP/TLS connect timeout in ms (100-600000). Default 3000. Option ``s2.connect-timeout-ms``."""
+    connect_timeout_ms: int = _opt("s2.connect-timeout-ms", _duration_ms, 100, 600_000, default=3000)
+    """TCP/TLS connect timeout."""
 
-    compression: CompressionName = "none"
-    """Append frame compression: ``none`` (default), ``zstd`` or ``gzip``. Option ``s2.compression``."""
+    compression: CompressionName = _opt("s2.compression", _lower, default="none")
+    """Append frame compression."""
 
-    allow_insecure_http: bool = False
-    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text). Default
-    ``False``; loopback hosts are always allowed. Option ``s2.allow-insecure-http``."""
+    allow_insecure_http: bool = _opt("s2.allow-insecure-http", parse_bool, default=False)
+    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text); loopback
+    hosts are always allowed."""
 
-    create_streams: bool = False
-    """Create missing target streams before writing to them (a create: a stream that exists keeps its
-    config). Default ``False``: a missing stream fails the batch. Option ``s2.create-streams``."""
+    create_streams: bool = _opt("s2.create-streams", parse_bool, default=False)
+    """Create missing target streams before writing to them (a stream that exists keeps its config);
+    ``False``: a missing stream fails the batch."""
 
-    write_parallelism: WriteParallelism = "auto"
+    write_parallelism: WriteParallelism = _opt(
+        "sink.write-parallelism", parse_write_parallelism, default="auto"
+    )
     """How many tasks write a ``foreachBatch`` micro-batch: ``"auto"`` sizes it to the batch and the cores
-    (narrowing Spark's partitions without a shuffle), a positive number sets it. Option
-    ``sink.write-parallelism``. ``format("s2")`` writes keep Spark's partitioning (see docs/format-s2.md)."""
+    (narrowing Spark's partitions without a shuffle), a positive number sets it. ``format("s2")`` writes
+    keep Spark's partitioning (see docs/format-s2.md)."""
 
-    driver_write_max_rows: int = 10_000
+    driver_write_max_rows: int = _opt("sink.driver-write.max-rows", _int, 0, default=10_000)
     """A ``foreachBatch`` micro-batch of at most this many rows (and ``driver_write_max_bytes``) is written
-    from the driver process, skipping the per-task cost; 0 = never. Default 10000. Option
-    ``sink.driver-write.max-rows``."""
+    from the driver process, skipping the per-task cost; 0 = never."""
 
-    driver_write_max_bytes: int = 8 * ONE_MIB
-    """...and of at most this many bytes of record frame (Arrow); 0 = never. Default 8 MiB. Option
-    ``sink.driver-write.max-bytes``."""
+    driver_write_max_bytes: int = _opt("sink.driver-write.max-bytes", _size_bytes, 0, default=8 * ONE_MIB)
+    """...and of at most this many bytes of record frame (Arrow); 0 = never."""
 
     def __post_init__(self) -> None:
         _validate(self)
-
-    def __str__(self) -> str:
-        return repr(self)
 
     def replace(self, **changes: Any) -> S2Config:
         """A copy with some fields changed (validated again)."""
@@ -182,12 +256,10 @@ class S2Config:
                 continue
             if key in _REMOVED:
                 raise ConfigError(f"option {opts.spelling(key)!r} was removed: {_REMOVED[key]}")
-            spec = _OPTIONS.get(key)
-            if spec is None:
+            if key not in _OPTIONS:
                 known = ", ".join(sorted(_OPTIONS))
                 raise ConfigError(f"unknown option {opts.spelling(key)!r}; known options: {known}")
-            name, parse = spec
-            kwargs[name] = parse(key, raw)
+            kwargs[_OPTIONS[key].name] = _OPTIONS[key].metadata["parse"](key, raw)
         if "basin" not in kwargs:
             raise ConfigError("option 's2.basin' is required")
         return cls(**kwargs)
@@ -199,99 +271,11 @@ class S2Config:
         return cls(basin=basin, stream=stream, **overrides)
 
 
-def _env(var: str, default: str) -> str:
-    # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
-    return os.environ.get(var) or default
-
-
-# ----------------------------------------------------------------------------------------------------
-# Option parsing
-
-
-def _str(key: str, raw: Any) -> str:
-    if not isinstance(raw, str):
-        raise ConfigError(f"option {key!r} must be a string, got {type(raw).__name__}")
-    return raw
-
-
-def _int(key: str, raw: Any) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
-        return int(raw.strip())
-    raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
-
-
-def _duration_ms(key: str, raw: Any) -> int:
-    """Milliseconds: an int, ``"250"``, ``"250ms"``, ``"5s"`` or ``"1min"``."""
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    m = _DURATION_RE.match(raw) if isinstance(raw, str) else None
-    if m is None:
-        raise ConfigError(f"option {key!r} must be a duration in ms (e.g. 500, '500ms', '5s'), got {raw!r}")
-    scale = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000}[m.group(2)]
-    return int(m.group(1)) * scale
-
-
-def _size_bytes(key: str, raw: Any) -> int:
-    """Bytes: an int, ``"65536"``, ``"64kb"`` or ``"1mib"`` (binary units)."""
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    m = _SIZE_RE.match(raw) if isinstance(raw, str) else None
-    if m is None:
-        raise ConfigError(
-            f"option {key!r} must be a size in bytes (e.g. 1048576, '512kb', '1mib'), got {raw!r}"
-        )
-    unit = (m.group(2) or "b").lower()
-    scale = {"b": 1, "kb": 1024, "kib": 1024, "mb": ONE_MIB, "mib": ONE_MIB}[unit]
-    return int(m.group(1)) * scale
-
-
-def _policy(key: str, raw: Any) -> str:
-    value = _str(key, raw).strip().upper().replace("-", "_")
-    if value not in ("ALL", "NO_SIDE_EFFECTS"):
-        raise ConfigError(f"option {key!r} must be ALL or NO_SIDE_EFFECTS, got {raw!r}")
-    return value
-
-
-def _compression(key: str, raw: Any) -> str:
-    value = _str(key, raw).strip().lower()
-    if value not in ("none", "zstd", "gzip"):
-        raise ConfigError(f"option {key!r} must be none, zstd or gzip, got {raw!r}")
-    return value
-
-
-_Parser = Callable[[str, Any], Any]
-
-_OPTIONS: Final[dict[str, tuple[str, _Parser]]] = {
-    # The Flink S2 sink's option names.
-    "s2.basin": ("basin", _str),
-    "s2.stream": ("stream", _str),
-    "s2.auth-token": ("access_token", _str),
-    "s2.append-retry-policy": ("append_retry_policy", _policy),
-    "s2.endpoints.account": ("account_endpoint", _str),
-    "s2.endpoints.basin": ("basin_endpoint", _str),
-    "s2.max-retries": ("max_retries", _int),
-    "s2.retry-delay-ms": ("retry_delay_ms", _int),
-    "sink.batch.max-size": ("batch_max_records", _int),
-    "sink.flush-buffer.size": ("flush_buffer_bytes", _size_bytes),
-    "sink.flush-buffer.timeout": ("flush_timeout_ms", _duration_ms),
-    "sink.requests.max-buffered": ("max_buffered_requests", _int),
-    "sink.requests.max-inflight": ("max_inflight_requests", _int),
-    # Our own, for what the Flink connector lacks.
-    "s2.delivery-timeout-ms": ("delivery_timeout_ms", _duration_ms),
-    "s2.request-timeout-ms": ("request_timeout_ms", _duration_ms),
-    "s2.connect-timeout-ms": ("connect_timeout_ms", _duration_ms),
-    "s2.compression": ("compression", _compression),
-    "s2.allow-insecure-http": ("allow_insecure_http", parse_bool),
-    "s2.create-streams": ("create_streams", parse_bool),
-    "sink.requests.max-inflight-bytes": ("max_inflight_bytes", _size_bytes),
-    "sink.write-parallelism": ("write_parallelism", parse_write_parallelism),
-    "sink.driver-write.max-rows": ("driver_write_max_rows", _int),
-    "sink.driver-write.max-bytes": ("driver_write_max_bytes", _size_bytes),
+_OPTIONS: Final[dict[str, dataclasses.Field[Any]]] = {
+    f.metadata["option"]: f for f in dataclasses.fields(S2Config)
 }
+"""Option key -> the S2Config field it sets: the Flink S2 sink's names, and ours (``s2.*``/``sink.*``) for
+what the Flink connector lacks."""
 
 _REMOVED: Final[dict[str, str]] = {
     "s2.session-retries": "a failed append session is retried until s2.delivery-timeout-ms passes without "
@@ -300,7 +284,7 @@ _REMOVED: Final[dict[str, str]] = {
 }
 """Options of earlier releases that are gone, refused with why and what to do rather than as unknown."""
 
-OPTION_KEYS: Final[dict[str, str]] = {key: name for key, (name, _) in _OPTIONS.items()}
+OPTION_KEYS: Final[dict[str, str]] = {key: f.name for key, f in _OPTIONS.items()}
 """Option key -> S2Config field name, for every key `S2Config.from_options` accepts."""
 
 WRITE_ONLY_OPTION_KEYS: Final = frozenset(
@@ -341,45 +325,26 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _check_endpoint(cfg: S2Config, name: str) -> str:
+def _origin(cfg: S2Config, name: str) -> SplitResult:
     value = getattr(cfg, name)
     if not isinstance(value, str) or not value:
         raise _bad(name, value, "must be a URL such as https://a.s2.dev")
-    parts = urlsplit(value.replace("{basin}", "basin"))
+    try:
+        parts = urlsplit(value.replace("{basin}", "basin"))
+        _ = parts.port
+    except ValueError as exc:
+        raise _bad(name, value, "is not a valid URL (host or port)") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _bad(name, value, "must be an http(s) origin such as https://a.s2.dev")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise _bad(name, value, "must be an origin without path or query")
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise _bad(name, value, "has an invalid port") from exc
-    if parts.scheme == "http" and not cfg.allow_insecure_http and not _is_loopback(parts.hostname):
-        raise _bad(
-            name,
-            value,
-            "uses plain http:// to a non-loopback host; use https:// or set allow_insecure_http=True "
-            "(s2.allow-insecure-http) to send the token unencrypted",
-        )
-    return parts.scheme
+    return parts
 
 
-def _host(endpoint: Any) -> str | None:
-    """The host of an endpoint that looks like an http(s) URL; None for anything else (checked later)."""
-    if not isinstance(endpoint, str):
-        return None
-    try:
-        parts = urlsplit(endpoint.replace("{basin}", "basin"))
-    except ValueError:
-        return None
-    return parts.hostname if parts.scheme in ("http", "https") else None
-
-
-def _check_token_needed(cfg: S2Config) -> None:
-    if cfg.access_token:
-        return
-    hosts = [_host(cfg.account_endpoint), _host(cfg.basin_endpoint)]
-    if any(h is not None and not _is_loopback(h) for h in hosts):
+def _check_endpoints(cfg: S2Config) -> None:
+    origins = {name: _origin(cfg, name) for name in ("account_endpoint", "basin_endpoint")}
+    remote = [name for name, parts in origins.items() if not _is_loopback(parts.hostname or "")]
+    if remote and not cfg.access_token:  # first: a bigger problem than an http:// warning
         raise ConfigError(
             missing_token(
                 cfg.account_endpoint,
@@ -387,6 +352,19 @@ def _check_token_needed(cfg: S2Config) -> None:
                 cloud_account=CLOUD_ACCOUNT_ENDPOINT,
                 cloud_basin=CLOUD_BASIN_ENDPOINT,
             )
+        )
+    for name in remote:
+        if origins[name].scheme == "http" and not cfg.allow_insecure_http:
+            raise _bad(
+                name,
+                getattr(cfg, name),
+                "uses plain http:// to a non-loopback host; use https:// or set allow_insecure_http=True "
+                "(s2.allow-insecure-http) to send the token unencrypted",
+            )
+    if len({parts.scheme for parts in origins.values()}) != 1:
+        raise ConfigError(
+            f"account_endpoint and basin_endpoint must use the same scheme, got "
+            f"{cfg.account_endpoint!r} and {cfg.basin_endpoint!r}"
         )
 
 
@@ -404,31 +382,17 @@ def _validate(cfg: S2Config) -> None:
     if not isinstance(cfg.access_token, str):
         # Never echo the value: it is a secret.
         raise ConfigError("access_token (s2.auth-token) must be a string")
-    _check_token_needed(cfg)  # first: a missing token is the bigger problem than an http:// warning
-    schemes = {_check_endpoint(cfg, "account_endpoint"), _check_endpoint(cfg, "basin_endpoint")}
-    if len(schemes) != 1:
-        raise ConfigError(
-            f"account_endpoint and basin_endpoint must use the same scheme, got "
-            f"{cfg.account_endpoint!r} and {cfg.basin_endpoint!r}"
-        )
-    if cfg.append_retry_policy not in ("ALL", "NO_SIDE_EFFECTS"):
-        raise _bad("append_retry_policy", cfg.append_retry_policy, "must be 'ALL' or 'NO_SIDE_EFFECTS'")
-    if cfg.compression not in ("none", "zstd", "gzip"):
-        raise _bad("compression", cfg.compression, "must be 'none', 'zstd' or 'gzip'")
+    _check_endpoints(cfg)
+    for name, choices in (
+        ("append_retry_policy", get_args(AppendRetryPolicyName)),
+        ("compression", get_args(CompressionName)),
+    ):
+        if getattr(cfg, name) not in choices:
+            raise _bad(name, getattr(cfg, name), "must be " + " or ".join(map(repr, choices)))
     for name in ("allow_insecure_http", "create_streams"):
         if not isinstance(getattr(cfg, name), bool):
             raise _bad(name, getattr(cfg, name), "must be a bool")
-    _check_range(cfg, "max_retries", 0, 100)
-    _check_range(cfg, "retry_delay_ms", 1, 60_000)
-    _check_range(cfg, "delivery_timeout_ms", 0, 86_400_000)
-    _check_range(cfg, "batch_max_records", 1, MAX_BATCH_RECORDS)
-    _check_range(cfg, "flush_buffer_bytes", 8, ONE_MIB)
-    _check_range(cfg, "flush_timeout_ms", 0, 3_600_000)
-    _check_range(cfg, "max_buffered_requests", 1, 100_000)
-    _check_range(cfg, "max_inflight_requests", 1, 10_000)
-    _check_range(cfg, "max_inflight_bytes", ONE_MIB, None)
-    _check_range(cfg, "request_timeout_ms", 100, 600_000)
-    _check_range(cfg, "connect_timeout_ms", 100, 600_000)
-    _check_range(cfg, "driver_write_max_rows", 0, None)
-    _check_range(cfg, "driver_write_max_bytes", 0, None)
+    for f in _OPTIONS.values():
+        if f.metadata["lo"] is not None:
+            _check_range(cfg, f.name, f.metadata["lo"], f.metadata["hi"])
     parse_write_parallelism("write_parallelism (sink.write-parallelism)", cfg.write_parallelism)

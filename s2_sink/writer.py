@@ -38,9 +38,8 @@ from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.batch_layout import laid_out
-from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode
+from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode, ExactlyOnce
 from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_driver
-from s2_sink._write.driver.exactly_once import ExactlyOnce
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.driver.sizing import (

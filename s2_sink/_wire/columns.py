@@ -25,10 +25,12 @@ import pyarrow as pa
 import pyarrow._compute as _pc
 from s2_sdk import SequencedRecord
 
-from s2_sink._wire.layout import Bools, Bytes, Ints, Packed
-
 __all__ = [
     "BinaryView",
+    "Bools",
+    "Bytes",
+    "Ints",
+    "Packed",
     "Positions",
     "RecordColumns",
     "StreamRuns",
@@ -44,7 +46,6 @@ __all__ = [
     "first_header",
     "headers_column",
     "int32_array",
-    "int64_array",
     "large_binary",
     "named",
     "position_column",
@@ -52,31 +53,31 @@ __all__ = [
     "take",
     "take_or_null",
     "to_target",
-    "uint64_array",
     "utf8_text",
     "valid_rows",
-    "validity",
 ]
+
+
+Bools = npt.NDArray[np.bool_]
+Bytes = npt.NDArray[np.uint8]
+Ints = npt.NDArray[np.int64]
+Packed = tuple[Ints, Bytes]
+"""Variable-length rows as (offsets, data): row ``i`` is ``data[offsets[i]:offsets[i + 1]]``."""
 
 
 def int32_array(values: np.ndarray[Any, np.dtype[np.int32]] | Ints) -> pa.Array:
     """An ``int32`` array of ``values`` (list offsets, say; each must fit)."""
-    data = np.ascontiguousarray(values, dtype=np.int32)
-    return pa.Array.from_buffers(pa.int32(), len(data), [None, pa.py_buffer(data)])
+    return _numbers(values, pa.int32(), np.int32)
 
 
-def int64_array(values: Ints, valid: Bools | None = None) -> pa.Array:
-    """An ``int64`` array over ``values`` (no copy when they are contiguous int64), null where ``valid`` is
+def _numbers(
+    values: npt.NDArray[Any], type_: pa.DataType, dtype: Any, valid: Bools | None = None
+) -> pa.Array:
+    """A ``type_`` array over ``values`` (no copy when they are contiguous `dtype`), null where ``valid`` is
     False."""
-    data = np.ascontiguousarray(values, dtype=np.int64)
+    data = np.ascontiguousarray(values, dtype=dtype)
     bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.int64(), len(data), [bitmap, pa.py_buffer(data)])
-
-
-def uint64_array(values: np.ndarray[Any, np.dtype[np.uint64]]) -> pa.Array:
-    """A ``uint64`` array over ``values``."""
-    data = np.ascontiguousarray(values, dtype=np.uint64)
-    return pa.Array.from_buffers(pa.uint64(), len(data), [None, pa.py_buffer(data)])
+    return pa.Array.from_buffers(type_, len(data), [bitmap, pa.py_buffer(data)])
 
 
 def bool_array(values: Bools) -> pa.Array:
@@ -107,7 +108,7 @@ def call(name: str, args: list[Any], options: Any = None) -> Any:
 
 def take(arr: pa.Array, indices: Ints) -> pa.Array:
     """``arr.take(indices)``."""
-    taken: pa.Array = call("take", [arr, int64_array(indices)])
+    taken: pa.Array = call("take", [arr, _numbers(indices, pa.int64(), np.int64)])
     return taken
 
 
@@ -125,10 +126,10 @@ def bools(arr: pa.Array) -> Bools:
 
 
 def valid_rows(arr: pa.Array) -> Bools:
-    """True where ``arr`` holds a value, from its validity bitmap."""
+    """True where ``arr`` holds a value, from its validity bitmap (a null-typed array has none: all null)."""
     bitmap = arr.buffers()[0]
-    if bitmap is None or arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
+    if arr.null_count == 0 or bitmap is None:
+        return np.full(len(arr), arr.null_count == 0, dtype=np.bool_)
     bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
     valid: Bools = bits[arr.offset : arr.offset + len(arr)].astype(np.bool_)
     return valid
@@ -175,14 +176,6 @@ def large_binary(packed: Packed) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1, buffers)
 
 
-def validity(arr: pa.Array) -> Bools:
-    """True where ``arr`` holds a value."""
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
-    mask: Bools = arr.is_valid().to_numpy(zero_copy_only=False)
-    return mask
-
-
 Positions = npt.NDArray[np.uint64]
 """seq_nums and timestamps: ``uint64`` on the wire, kept whole."""
 
@@ -219,7 +212,7 @@ class RecordColumns(NamedTuple):
         if not single.any():
             none: Bools = single
             return none
-        name_lengths = np.diff(_offsets(self.names))
+        name_lengths = binary_view(self.names).lengths
         empty_name = np.zeros(len(self.header_counts), dtype=np.bool_)
         empty_name[single] = name_lengths[self.header_offsets[:-1][single]] == 0
         both: Bools = single & empty_name
@@ -272,14 +265,6 @@ def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
     )
 
 
-def _offsets(arr: pa.Array) -> Ints:
-    buffers = arr.buffers()
-    if buffers[1] is None:
-        return np.zeros(1, dtype=np.int64)
-    raw = np.frombuffer(buffers[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
-    return raw.astype(np.int64)
-
-
 def _ranges(starts: Ints, counts: Ints) -> Ints:
     """``starts[i] .. starts[i] + counts[i] - 1`` for every i, concatenated."""
     total = int(counts.sum())
@@ -318,10 +303,10 @@ def position_column(name: str, stream: str | StreamRuns, columns: RecordColumns)
     if name in ("stream", "_s2_stream"):
         return _stream_column(stream, len(columns))
     if name in ("seq_num", "_s2_seq_num"):
-        return cast(uint64_array(columns.seq_nums), pa.int64())
+        return cast(_numbers(columns.seq_nums, pa.uint64(), np.uint64), pa.int64())
     # Checked arithmetic and casts: a timestamp past what Spark holds fails, as on the record path.
-    thousand = uint64_array(np.full(len(columns), 1000, dtype=np.uint64))
-    micros = call("multiply_checked", [uint64_array(columns.timestamps), thousand])
+    thousand = _numbers(np.full(len(columns), 1000, dtype=np.uint64), pa.uint64(), np.uint64)
+    micros = call("multiply_checked", [_numbers(columns.timestamps, pa.uint64(), np.uint64), thousand])
     return cast(cast(micros, pa.int64()), pa.timestamp("us", tz="UTC"))
 
 
@@ -367,7 +352,7 @@ def first_header(columns: RecordColumns, name: bytes, owners: Ints | None = None
 
 def take_or_null(arr: pa.Array, index: Ints) -> pa.Array:
     """``arr`` at ``index``, null where the index is -1."""
-    taken: pa.Array = call("take", [arr, int64_array(index, valid=index >= 0)])
+    taken: pa.Array = call("take", [arr, _numbers(index, pa.int64(), np.int64, valid=index >= 0)])
     return taken
 
 

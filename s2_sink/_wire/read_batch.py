@@ -20,10 +20,9 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink._transport.sdk import pb
-from s2_sink._wire.columns import RecordColumns, concat_columns, empty_binary, take
-from s2_sink._wire.layout import Bytes, Ints
+from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, empty_binary, take
 
-__all__ = ["Skim", "Tail", "TooLong", "decode_skims", "parse_read_batch", "read_varints", "skim"]
+__all__ = ["NotCanonical", "Skim", "Tail", "decode_skims", "parse_read_batch", "read_varints", "skim"]
 
 _RECORDS: Final = 0x0A
 _TAIL: Final = 0x12
@@ -44,15 +43,16 @@ class Tail(NamedTuple):
     timestamp: int
 
 
-class _NotCanonical(Exception):
-    """The message is not in the layout the bulk walk reads."""
+class NotCanonical(Exception):
+    """The message is not in the layout the bulk walk reads (a varint too long or running past its end
+    included): the generated parser reads it instead."""
 
 
 def parse_read_batch(message: bytes) -> tuple[RecordColumns, Tail | None]:
     """The records and the tail of one serialized ``ReadBatch``."""
     skimmed = skim(message)
     if skimmed is not None:
-        with contextlib.suppress(_NotCanonical):
+        with contextlib.suppress(NotCanonical):
             return _decode_joined([skimmed]), skimmed.tail
     return _by_field(message)
 
@@ -84,7 +84,7 @@ def skim(message: bytes) -> Skim | None:
     try:
         starts, ends, tail_span = _top_level(message)
         tail = None if tail_span is None else _tail(np.frombuffer(message, dtype=np.uint8), *tail_span)
-    except _NotCanonical:
+    except NotCanonical:
         return None
     return Skim(message, starts, ends, tail)
 
@@ -94,7 +94,7 @@ def decode_skims(skims: Sequence[Skim]) -> RecordColumns:
     run once over all of them (one copy joins the messages), so their fixed cost is paid once."""
     try:
         return _decode_joined(skims)
-    except _NotCanonical:
+    except NotCanonical:
         return concat_columns([parse_read_batch(sk.message)[0] for sk in skims])
 
 
@@ -117,17 +117,17 @@ def _top_level(data: bytes) -> tuple[list[int], list[int], tuple[int, int] | Non
             pos = at + length
             ends.append(pos)
     except IndexError:  # a truncated message: the parser says how
-        raise _NotCanonical from None
+        raise NotCanonical from None
     if pos > size:
-        raise _NotCanonical
+        raise NotCanonical
     tail: tuple[int, int] | None = None
     if pos < size:
         if data[pos] != _TAIL:
-            raise _NotCanonical
+            raise NotCanonical
         at, length = _varint_at(data, pos + 1)
         tail = (at, at + length)
         if tail[1] != size:
-            raise _NotCanonical  # anything after the tail (records, a second tail): leave it to the parser
+            raise NotCanonical  # anything after the tail (records, a second tail): leave it to the parser
     return starts, ends, tail
 
 
@@ -140,15 +140,7 @@ def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return at + 1, value
         shift += 7
-    raise _NotCanonical
-
-
-def _varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[npt.NDArray[np.uint64], Ints]:
-    """The varints at ``pos`` (each before its ``end``): values and sizes, at most ``limit`` bytes each."""
-    try:
-        return read_varints(d, pos, end, limit)
-    except TooLong:
-        raise _NotCanonical from None
+    raise NotCanonical
 
 
 def _at_key(d: Bytes, cur: Ints, end: Ints, key: int) -> Ints:
@@ -160,11 +152,11 @@ def _at_key(d: Bytes, cur: Ints, end: Ints, key: int) -> Ints:
 
 def _length_field(d: Bytes, pos: Ints, end: Ints) -> tuple[Ints, Ints]:
     """A length-delimited field at ``pos`` (key byte included): (start of its bytes, their length)."""
-    length, size = _varints(d, pos + 1, end, 5)
+    length, size = read_varints(d, pos + 1, end, 5)
     start = pos + 1 + size
     stop = start + length.astype(np.int64)
     if (stop > end).any():
-        raise _NotCanonical
+        raise NotCanonical
     return start, length.astype(np.int64)
 
 
@@ -212,7 +204,7 @@ def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, p
         n_start, n_len = _optional_field(d, h_cur, header_end, _NAME)
         v_start, v_len = _optional_field(d, h_cur, header_end, _VALUE)
         if not np.array_equal(h_cur, header_end):
-            raise _NotCanonical
+            raise NotCanonical
         header_record.append(at)
         header_pos.append(cur[at])
         name_start.append(n_start)
@@ -260,7 +252,7 @@ def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
     for key, out in ((_SEQ_NUM, seq_nums), (_TIMESTAMP, timestamps)):
         at = _at_key(d, cur, end, key)
         if at.size:
-            value, size = _varints(d, cur[at] + 1, end[at], 10)
+            value, size = read_varints(d, cur[at] + 1, end[at], 10)
             out[at] = value
             cur[at] += 1 + size
 
@@ -274,7 +266,7 @@ def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
         body_start[at], body_len[at] = start, length
         cur[at] = start + length
     if not np.array_equal(cur, end):
-        raise _NotCanonical  # a field out of order, repeated, or unknown
+        raise NotCanonical  # a field out of order, repeated, or unknown
 
     return RecordColumns(seq_nums, timestamps, _gather(buffer, body_start, body_len), counts, names, values)
 
@@ -285,11 +277,11 @@ def _tail(d: Bytes, start: int, stop: int) -> Tail:
     fields = [0, 0]
     for i, key in enumerate((_TAIL_SEQ, _TAIL_TS)):
         if _at_key(d, cur, end, key).size:
-            value, size = _varints(d, cur + 1, end, 10)
+            value, size = read_varints(d, cur + 1, end, 10)
             fields[i] = int(value[0])
             cur += 1 + size
     if cur[0] != stop:
-        raise _NotCanonical
+        raise NotCanonical
     return Tail(fields[0], fields[1])
 
 
@@ -327,15 +319,9 @@ _BYTE_BITS: Final = np.uint64(8)
 _SHIFTS: Final = np.arange(10, dtype=np.uint64) * np.uint64(7)
 
 
-class TooLong(Exception):
-    """A varint is longer than allowed, or runs past the end it must stay before."""
-
-
 def read_varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, Ints]:
-    """The varints at ``pos`` in ``d``: their values and sizes in bytes.
-
-    Each must end before its ``end`` and take at most ``limit`` bytes (10 for a ``uint64``), else `TooLong`.
-    """
+    """The varints at ``pos`` in ``d``: their values and sizes in bytes. Each must end before its ``end``
+    and take at most ``limit`` bytes (10 for a ``uint64``), else `NotCanonical`."""
     if not len(pos):
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
     if len(d) >= _WORD:
@@ -343,7 +329,7 @@ def read_varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, In
         if found is not None:
             value, size = found
             if (size > limit).any() or (pos + size > end).any():
-                raise TooLong
+                raise NotCanonical
             return value, size
     return _in_blocks(d, pos, end, limit)
 
@@ -384,10 +370,10 @@ def _in_blocks(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, Ints
     block = d[np.minimum(pos[:, None] + span, len(d) - 1)]
     last = block < 0x80
     if not last.any(axis=1).all():
-        raise TooLong
+        raise NotCanonical
     size = last.argmax(axis=1) + 1
     if (pos + size > end).any():
-        raise TooLong  # runs past its end (the block reads on into what follows)
+        raise NotCanonical  # runs past its end (the block reads on into what follows)
     digits = np.where(span < size[:, None], block & 0x7F, 0).astype(np.uint64)
     value: Values = (digits << _SHIFTS[:limit]).sum(axis=1, dtype=np.uint64)
     return value, size.astype(np.int64)

@@ -23,12 +23,9 @@ from s2_sink.errors import ConfigError
 if TYPE_CHECKING:
     from s2_sink._exactly_once.epoch_plan import EpochPlan
 
-__all__ = ["KEYWORDS", "OPTIONS", "PAYLOAD_COLUMN", "Delivery", "Spelling", "WriteSpec"]
+__all__ = ["KEYWORDS", "OPTIONS", "Delivery", "Spelling", "WriteSpec"]
 
 Delivery = Literal["exactly-once", "at-least-once"]
-
-PAYLOAD_COLUMN: Final = PAYLOAD
-"""Frame column with a bad row's original payload (JSON of the input row), only under ``on_error="dlq"``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +86,7 @@ class WriteSpec:
     trust_partitioning: bool = False
     """``format("s2")`` only: a replay keeps the partitioning of the run it repairs."""
     dlq_payload: bool = False
-    """Whether the record frame carries `PAYLOAD_COLUMN` (the original row) for dead letters."""
+    """Whether the record frame carries ``PAYLOAD`` (the original row as JSON) for dead letters."""
     spelling: Spelling = field(default=KEYWORDS, compare=False)
     """How the front door names the settings in messages (not part of what the write does)."""
 
@@ -184,7 +181,7 @@ class WriteSpec:
             routed_by=self.routing.routed_by(),
             on_error=self.on_error,
             dlq_stream=self.dlq_stream,
-            payload_column=PAYLOAD_COLUMN if self.dlq_payload else None,
+            payload_column=PAYLOAD if self.dlq_payload else None,
             fencing_token=None if epoch is None else epoch.token,
             fence_keeper=None if epoch is None else epoch.keeper,
             stream_tokens={} if epoch is None else epoch.tokens,

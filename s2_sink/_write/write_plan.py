@@ -1,12 +1,5 @@
 """What an executor task is told to write: the `WritePlan`, the task's identity and the seams through
-which exactly-once delivery hooks into the partition writer.
-
-Seams (all ``None``/neutral in at-least-once mode), on `WritePlan`: ``fencing_token`` (sent with every
-append) and ``fence_keeper`` (on a 412), ``chunk_tagger`` + ``chunk_tag_reserve`` (a header on the first
-record of each append), ``recovery`` (per-task hook returning a filter that drops records an earlier
-attempt already wrote) and ``resend_ambiguous`` (whether possibly-applied chunks may be sent again by the
-session-level retry).
-"""
+which exactly-once delivery hooks into the partition writer (each ``None``/neutral at-least-once)."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ def new_driver_process() -> None:
     process by calling a new `S2Writer` outside any streaming query (no run id to tell the starts apart):
     no writer of the process has begun a micro-batch. Without it the new writer is refused, as a second
     writer of one identity in a micro-batch would be."""
-    from s2_sink._write.driver import exactly_once
+    from s2_sink._write.driver import delivery
 
-    exactly_once._claims.clear()
+    delivery._claims.clear()
 
 
 def open_execution(cfg: S2Config, writer_id: str) -> SinkRun:

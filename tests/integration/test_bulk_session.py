@@ -26,7 +26,7 @@ from s2_sdk import (
 from s2_sdk._client import Connection
 
 from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError, basin_transport
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 

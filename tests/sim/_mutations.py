@@ -36,7 +36,7 @@ from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._read.planning.committed import CommittedEnds
 from s2_sink._transport.runtime import get_pool
-from s2_sink._write.driver.exactly_once import ExactlyOnce
+from s2_sink._write.driver.delivery import ExactlyOnce
 from s2_sink._write.task.results import StreamTotals
 
 __all__ = ["MUTATIONS", "mutated"]

@@ -42,7 +42,7 @@ from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, ledger_stream_name
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import SessionPool, install_pool
-from s2_sink._write.driver import exactly_once as _exactly_once_mode
+from s2_sink._write.driver import delivery as _delivery_modes
 from s2_sink._write.spec import Delivery
 from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
@@ -256,7 +256,7 @@ class Query(ChangeFront, WiringFront, WriterFront):
         _ledger.forget_created()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
         _sink_run._opened.clear()  # ... with the full ledger states their commits start from
-        _exactly_once_mode._claims.clear()  # ... and which writer objects began which identities' batches
+        _delivery_modes._claims.clear()  # ... and which writer objects began which identities' batches
         _ends_cache._folds.clear()  # ... and the ledger folds of over 32 stream ends its tasks looked up
         if not self.sc.shared:
             self.writer = None

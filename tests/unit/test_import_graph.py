@@ -151,7 +151,7 @@ def test_the_real_graph_has_the_edges_it_should() -> None:
     assert (
         "s2_sink._write.driver.metrics" in graph["s2_sink._write.driver.delivery"]
     )  # under TYPE_CHECKING only
-    assert "s2_sink.writer" not in graph["s2_sink._write.driver.exactly_once"]
+    assert "s2_sink.writer" not in graph["s2_sink._write.driver.delivery"]
 
 
 def test_no_import_cycles_in_the_package() -> None:

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS
 from s2_sink._wire.columns import (
+    Bytes,
     RecordColumns,
     StreamRuns,
     binary_view,
@@ -42,7 +43,6 @@ from s2_sink._wire.columns import (
     to_target,
     valid_rows,
 )
-from s2_sink._wire.layout import Bytes
 from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import EncodeError, ReadError

@@ -18,6 +18,9 @@ from pyspark.sql.types import StructType
 
 from s2_sink._read.rows.raw_json import decoded_batch
 from s2_sink._wire.columns import (
+    Bools,
+    Bytes,
+    Ints,
     RecordColumns,
     StreamRuns,
     binary_view,
@@ -33,9 +36,7 @@ from s2_sink._wire.columns import (
     to_target,
     utf8_text,
     valid_rows,
-    validity,
 )
-from s2_sink._wire.layout import Bools, Bytes, Ints
 from s2_sink.errors import ReadError
 
 __all__ = [
@@ -90,7 +91,7 @@ def _is(arr: pa.Array, byte: int) -> Bools:
     import pandas in the read task's fresh worker."""
     offsets, data = binary_view(arr)
     one = (offsets[1:] - offsets[:-1]) == 1
-    hits: Bools = one & validity(arr)
+    hits: Bools = one & valid_rows(arr)
     hits[hits] = data[offsets[:-1][hits]] == byte
     return hits
 

@@ -1,4 +1,6 @@
-"""The s2.v1 append messages' field keys, and the small pieces both the record and header encoders join.
+"""The s2.v1 append messages' field keys, the small pieces both the record and header encoders join, and
+the vectorised layout of key + varint fields over numpy (a fixed number of numpy passes per field, one per
+varint byte, never one Python step per row).
 
 Field keys are ``(field number << 3) | wire type`` (0 = varint, 2 = length-delimited)::
 
@@ -14,11 +16,11 @@ from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink._wire.columns import large_binary
-from s2_sink._wire.layout import Ints
+from s2_sink._wire.columns import Bools, Bytes, Ints, Packed, large_binary
 from s2_sink.encoders._frame import BODY
 
 __all__ = [
@@ -30,11 +32,14 @@ __all__ = [
     "RECORD_BODY",
     "RECORD_HEADERS",
     "RECORD_TIMESTAMP",
+    "VarintField",
     "check_length",
     "field",
     "join",
-    "per_row",
+    "no_bytes",
+    "pack_fields",
     "varint",
+    "varint_sizes",
 ]
 
 INPUT_RECORDS: Final = 0x0A
@@ -46,6 +51,16 @@ RECORD_BODY: Final = 0x1A
 HEADER_NAME: Final = 0x0A
 HEADER_VALUE: Final = 0x12
 
+Values = npt.NDArray[np.int64] | npt.NDArray[np.uint64]
+
+# Smallest value needing 2, 3, ... 10 varint bytes.
+_THRESHOLDS: Final = tuple(1 << (7 * k) for k in range(1, 10))
+
+VarintField = tuple[Bools | None, int | bytes, Values | None, Ints | None]
+"""One field of every row: (present, or ``None`` for every row; the key, a byte or several (e.g. a whole
+header up to its value's length); the varint values and their `varint_sizes`, or ``None``, ``None`` for the
+key bytes alone, a literal)."""
+
 
 def join(*columns: pa.Array | pa.Scalar) -> pa.Array:
     """Row ``i`` of every column (a scalar: the same bytes in every row), concatenated (in C++)."""
@@ -53,14 +68,9 @@ def join(*columns: pa.Array | pa.Scalar) -> pa.Array:
     return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
 
 
-def per_row(n: int, rows: Ints, values: Sequence[bytes]) -> pa.Array:
-    """A large_binary column of ``n`` rows holding ``values[i]`` in row ``rows[i]`` and b"" elsewhere."""
-    lengths = np.zeros(n, dtype=np.int64)
-    if values:
-        lengths[rows] = [len(v) for v in values]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return large_binary((offsets, np.frombuffer(b"".join(values), dtype=np.uint8)))
+def no_bytes(n: int) -> pa.Array:
+    """A large_binary column of ``n`` empty values (a part that adds nothing to any row)."""
+    return large_binary((np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8)))
 
 
 def check_length(column: pa.Array, rows: int, what: str) -> None:
@@ -80,3 +90,69 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def varint_sizes(values: Values) -> Ints:
+    """Bytes of each value's base-128 varint (1 to 10); values must be non-negative."""
+    sizes = np.ones(len(values), dtype=np.int64)
+    if len(values) == 0:
+        return sizes
+    top = int(values.max())
+    for threshold in _THRESHOLDS:
+        if top < threshold:
+            break
+        sizes += values >= threshold
+    return sizes
+
+
+def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
+    """Row ``i`` holds, in order, the key bytes and the varint value (if any) of each field present in it."""
+    # A field in every row or in none (a body-only frame's bodies and unset timestamps) needs no mask.
+    fields = [
+        (None, key, values, sizes) if present is not None and present.all() else (present, key, values, sizes)
+        for present, key, values, sizes in fields
+        if present is None or present.any()
+    ]
+    if rows == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    # Written column by column into rows as wide as the longest, then the bytes past each row's own
+    # fields dropped in one pass: strided column writes cost less than scattering every byte.
+    heads = [
+        np.frombuffer(bytes([key]) if isinstance(key, int) else key, dtype=np.uint8)
+        for _, key, _, _ in fields
+    ]
+    widths = [
+        len(h) + (0 if sizes is None else int(sizes.max()))
+        for h, (_, _, _, sizes) in zip(heads, fields, strict=True)
+    ]
+    grid: Bytes = np.empty((rows, sum(widths)), dtype=np.uint8)
+    keep: Bools | None = None  # which bytes of `grid` are the rows' own (None: all of them)
+    lengths = np.zeros(rows, dtype=np.int64)
+    column = 0
+    for (present, _, values, sizes), head, width in zip(fields, heads, widths, strict=True):
+        grid[:, column : column + len(head)] = head
+        at = column + len(head)  # the varint's first byte
+        row_width: Ints | int = len(head)
+        if values is not None and sizes is not None:
+            rest = values.astype(np.uint64)
+            for k in range(width - len(head)):
+                byte = (rest & 0x7F).astype(np.uint8)
+                byte[sizes > k + 1] |= 0x80
+                grid[:, at + k] = byte
+                rest >>= 7
+            row_width = len(head) + sizes
+            if present is not None or int(sizes.min()) + len(head) < width:
+                if keep is None:
+                    keep = np.ones(grid.shape, dtype=np.bool_)
+                for k in range(1, width - len(head)):  # the first varint byte is always written
+                    keep[:, at + k] = sizes > k
+        if present is not None:
+            if keep is None:
+                keep = np.ones(grid.shape, dtype=np.bool_)
+            keep[:, column : column + width] &= present[:, None]
+        lengths += row_width if present is None else np.where(present, row_width, 0)
+        column += width
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out: Bytes = grid.reshape(-1) if keep is None else grid[keep]
+    return offsets, out

@@ -19,13 +19,15 @@ from s2_sink._wire.append.fields import (
     HEADER_NAME,
     HEADER_VALUE,
     RECORD_HEADERS,
+    VarintField,
     check_length,
     field,
     join,
-    per_row,
+    no_bytes,
+    pack_fields,
+    varint_sizes,
 )
-from s2_sink._wire.columns import BinaryView, as_large_binary, binary_view, large_binary, validity
-from s2_sink._wire.layout import Ints, VarintField, pack_fields, varint_sizes
+from s2_sink._wire.columns import BinaryView, Ints, as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink.encoders._frame import HEADERS
 from s2_sink.errors import EncodeError
 
@@ -45,7 +47,7 @@ LeadingHeader = tuple[bytes, pa.Array]
 
 Part: TypeAlias = pa.Array | list[VarintField]
 """A piece of every record: a binary column joined as it is, or small fields (keys, lengths, a constant
-header) that numpy packs row by row together with the fields beside them (`s2_sink._wire.layout`), so
+header) that numpy packs row by row together with the fields beside them (`fields.pack_fields`), so
 each run of them costs the row-wise join one column."""
 
 
@@ -54,7 +56,7 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     if headers is not None:
         check_length(headers, rows, HEADERS)
     if headers is None or pa.types.is_null(headers.type):
-        return per_row(n, np.zeros(0, dtype=np.int64), [])
+        return no_bytes(n)
     typ = headers.type
     if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
         raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")
@@ -69,14 +71,14 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     name, value = children[fields.index("name")], children[fields.index("value")]
     for child, what in ((name, "name"), (value, "value")):
         if child.null_count:
-            entry = int(np.argmin(validity(child)))
+            entry = int(np.argmin(valid_rows(child)))
             row = first + int(np.searchsorted(np.cumsum(count), entry, side="right"))
             raise EncodeError(
                 f"{HEADERS} has a null header {what} in row {row}: header names and values are "
                 f"bytes (use b'' for an empty one)"
             )
     if len(name) == 0:
-        return per_row(n, np.zeros(0, dtype=np.int64), [])
+        return no_bytes(n)
     names = as_large_binary(name, f"{HEADERS}.name")
     values = as_large_binary(value, f"{HEADERS}.value")
     name_len, value_len = binary_view(names).lengths, binary_view(values).lengths
@@ -110,7 +112,7 @@ def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tupl
     for name, column in leading:
         values = as_large_binary(column.slice(first, n), f"leading header {name!r}")
         if values.null_count:
-            row = first + int(np.argmin(validity(values)))
+            row = first + int(np.argmin(valid_rows(values)))
             raise EncodeError(
                 f"leading header {name!r} has a null value in row {row}: header values are bytes "
                 "(use b'' for an empty one)"

@@ -29,11 +29,13 @@ from s2_sink._wire.append.fields import (
     INPUT_RECORDS,
     RECORD_BODY,
     RECORD_TIMESTAMP,
+    VarintField,
     check_length,
     field,
     join,
-    per_row,
+    pack_fields,
     varint,
+    varint_sizes,
 )
 from s2_sink._wire.append.headers import (
     Header,
@@ -44,8 +46,7 @@ from s2_sink._wire.append.headers import (
     leading_fields,
     own_headers,
 )
-from s2_sink._wire.columns import as_large_binary, binary_view, large_binary, validity
-from s2_sink._wire.layout import Bools, Bytes, Ints, VarintField, pack_fields, varint_sizes
+from s2_sink._wire.columns import Bools, Bytes, Ints, as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink.encoders._frame import BODY, TIMESTAMP
 from s2_sink.errors import EncodeError
 
@@ -93,26 +94,41 @@ def encode_append_inputs(
     timestamp) and ValueError for arguments that do not fit together.
     """
     body = as_large_binary(body, BODY)  # shares the data buffer
-    check_leading(leading, len(body))
     cuts = _check_bounds(bounds, len(body))
     chunks = len(cuts) - 1
     if chunks <= 0:
+        check_leading(leading, len(body))
         return []
     _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
     _check_per_chunk(first_record_headers, chunks, "first_record_headers")
-    extras = [headers_bytes(chunk) for chunk in first_record_headers] if first_record_headers else None
     trailers = _trailers(match_seq_nums, fencing_token, chunks)
-    out: list[bytes] = []
-    for lo, hi in _blocks(body, cuts):
-        block_cuts = cuts[lo : hi + 1]
-        block_extras = extras[lo:hi] if extras is not None else None
-        records = _records_block(
-            body, headers, timestamp, leading, cuts=block_cuts, extras=block_extras, trailers=trailers[lo:hi]
-        )
-        data = records.buffers()[2]
-        ends = binary_view(records).offsets[block_cuts - block_cuts[0]].tolist()
-        out += [data[start:end].to_pybytes() for start, end in itertools.pairwise(ends)]
+    # The chunks are slices of the rows encoded once; a chunk's first record with headers of its own after
+    # the row's is written again, in plain Python, as the write task writes a tagged record.
+    data, offsets = encode_records(body, headers, timestamp, leading)
+    ends = offsets.tolist()
+    out = []
+    for c, (lo, hi) in enumerate(itertools.pairwise(cuts.tolist())):
+        extra = first_record_headers[c] if first_record_headers else ()
+        first = _row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
+        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, trailers[c])))
     return out
+
+
+def _row_field(
+    row: int,
+    body: pa.Array,
+    headers: pa.Array | None,
+    timestamp: pa.Array | None,
+    leading: Sequence[LeadingHeader],
+    *,
+    extra: Sequence[Header],
+) -> bytes:
+    """Row `row` as a `record_field` whose headers end with `extra` (the rows were checked when encoded)."""
+    own = [] if headers is None else headers[row].as_py() or []
+    ordered = [(name, column[row].as_py()) for name, column in leading]
+    ordered += [(h["name"], h["value"]) for h in own] + list(extra)
+    stamp = None if timestamp is None else timestamp[row].as_py()
+    return record_field(body[row].as_py(), ordered, stamp)
 
 
 class EncodedRecords(NamedTuple):
@@ -145,9 +161,7 @@ def encode_records(
     at = 0
     for lo, hi in _blocks(body, cuts):
         block_cuts = cuts[lo : hi + 1]
-        records = _records_block(
-            body, headers, timestamp, leading, cuts=block_cuts, extras=None, trailers=[b""] * (hi - lo)
-        )
+        records = _records_block(body, headers, timestamp, leading, cuts=block_cuts)
         view = binary_view(records)
         datas.append(view.data[view.offsets[0] : view.offsets[-1]])
         offsets.append(view.offsets[1:] - view.offsets[0] + at)
@@ -191,11 +205,9 @@ def _records_block(
     leading: Sequence[LeadingHeader],
     *,
     cuts: Ints,
-    extras: Sequence[bytes] | None,
-    trailers: Sequence[bytes],
 ) -> pa.Array:
     """The rows between ``cuts`` (absolute) as serialized ``records`` fields, one large_binary value per
-    row, each chunk's extra headers in its first row and its trailer after its last."""
+    row."""
     first, stop = int(cuts[0]), int(cuts[-1])
     cuts = cuts - first
     n = stop - first
@@ -203,8 +215,6 @@ def _records_block(
     stamped, stamps = _timestamps(timestamp, len(body), first, n)
     lead_parts, lead_len = leading_fields(leading, first, n)
     own = own_headers(headers, len(body), first, n)
-    extra_headers = per_row(n, cuts[:-1], extras or ())
-    trailer = per_row(n, cuts[1:] - 1, trailers)
 
     body_len = binary_view(bodies).lengths
     body_size = varint_sizes(body_len)
@@ -213,7 +223,6 @@ def _records_block(
         np.where(stamped, 1 + stamp_size, 0)
         + lead_len
         + binary_view(own).lengths
-        + binary_view(extra_headers).lengths
         + np.where(body_len > 0, 1 + body_size + body_len, 0)
     )
     record_key = (None, INPUT_RECORDS, record_len, varint_sizes(record_len))
@@ -223,9 +232,8 @@ def _records_block(
     # much again for each column: columns without a byte are left out, and the small fields between the
     # columns of bytes are packed into one column per run (a body-only frame is two columns joined, an
     # upsert's @key, @action and body four).
-    own_parts = [part for part in (own, extra_headers) if not _empty(part)]
-    parts = _packed_runs(n, [[record_key, stamp], *lead_parts, *own_parts, [body_key], bodies])
-    return join(*parts, *([] if _empty(trailer) else [trailer]))
+    own_parts = [] if _empty(own) else [own]
+    return join(*_packed_runs(n, [[record_key, stamp], *lead_parts, *own_parts, [body_key], bodies]))
 
 
 def _packed_runs(n: int, parts: list[Part]) -> list[pa.Array]:
@@ -280,7 +288,7 @@ def _check_per_chunk(given: Sequence[object] | None, chunks: int, what: str) -> 
 def _bodies(body: pa.Array, first: int, n: int) -> pa.Array:
     column = body.slice(first, n)
     if column.null_count:
-        row = first + int(np.argmin(validity(column)))
+        row = first + int(np.argmin(valid_rows(column)))
         raise EncodeError(
             f"{BODY} is null in row {row}: every record needs a body (use b'' for an empty one)"
         )
@@ -298,7 +306,7 @@ def _timestamps(
     if not pa.types.is_integer(timestamp.type):
         raise TypeError(f"{TIMESTAMP} must be an integer column (ms since the epoch), got {timestamp.type}")
     column = timestamp.slice(first, n).cast(pa.int64())
-    stamped = validity(column)
+    stamped = valid_rows(column)
     stamps = column.fill_null(0).to_numpy()
     negative = stamped & (stamps < 0)
     if negative.any():

@@ -65,10 +65,6 @@ _ESTIMATE_SLACK: Final = 4
 _ARROW_CHUNK_ROWS: Final = 4096
 
 
-def enabled(cfg: S2Config) -> bool:
-    return cfg.driver_write_max_rows > 0 and cfg.driver_write_max_bytes > 0
-
-
 @contextmanager
 def probe_small(
     rows: DataFrame,
@@ -80,14 +76,14 @@ def probe_small(
     """The batch's rows as one Arrow table when the batch is small enough to write from the driver, else
     ``None``; `likely_big` (the previous batch was not small) skips the probe."""
     if (
-        not enabled(cfg)
+        not (cfg.driver_write_max_rows and cfg.driver_write_max_bytes)  # 0 = never
         or likely_big
         or (size_estimate is not None and size_estimate > _ESTIMATE_SLACK * cfg.driver_write_max_bytes)
     ):
         yield None
         return
     table = _probe(rows, cfg)
-    yield table if _small(table, cfg) else None
+    yield table if is_small(table.num_rows, table.nbytes, cfg) else None
 
 
 def _probe(rows: DataFrame, cfg: S2Config) -> pa.Table:
@@ -120,10 +116,6 @@ def _relaxed(dtype: DataType) -> DataType:
     if isinstance(dtype, MapType):
         return MapType(dtype.keyType, _relaxed(dtype.valueType), True)
     return dtype
-
-
-def _small(table: pa.Table, cfg: S2Config) -> bool:
-    return is_small(int(table.num_rows), int(table.nbytes), cfg)
 
 
 def is_small(rows: int, nbytes: int | None, cfg: S2Config) -> bool:

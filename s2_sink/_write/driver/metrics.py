@@ -32,28 +32,28 @@ class BatchMetrics:
     """Metrics of one micro-batch written by `S2Writer` (``writer.last_metrics``, ``writer.history``)."""
 
     batch_id: int
-    rows_in: int
+    rows_in: int = 0
     """Rows of the micro-batch that reached the writer."""
-    records: int
+    records: int = 0
     """Records appended (data and dead letters)."""
-    bytes: int
+    bytes: int = 0
     """Metered bytes appended."""
-    appends: int
+    appends: int = 0
     """Acknowledged append calls (batches of up to 1000 records / 1 MiB)."""
-    retries: int
+    retries: int = 0
     """Session-level retries (reopened sessions); the SDK's own request retries are not counted."""
-    skipped: int
+    skipped: int = 0
     """Bad rows dropped under ``on_error="skip"``."""
-    dead_lettered: int
+    dead_lettered: int = 0
     """Bad rows sent to the dead-letter stream under ``on_error="dlq"``."""
-    streams: tuple[str, ...]
+    streams: tuple[str, ...] = ()
     """Streams written to, sorted."""
-    partitions: int
+    partitions: int = 0
     """Tasks that reported."""
-    duration_s: float
+    duration_s: float = 0.0
     """Wall time of the micro-batch on the driver (evaluation and appends)."""
-    ack_latency_p50_ms: float | None
-    ack_latency_p99_ms: float | None
+    ack_latency_p50_ms: float | None = None
+    ack_latency_p99_ms: float | None = None
     per_stream: tuple[StreamMetrics, ...] = field(default=())
     delivery: str = "at-least-once"
     replay_skipped: bool = False
@@ -66,23 +66,7 @@ class BatchMetrics:
     @classmethod
     def skipped_replay(cls, batch_id: int, *, delivery: str = "exactly-once") -> BatchMetrics:
         """The metrics of a replayed batch that was skipped because the ledger has it committed."""
-        return cls(
-            batch_id=batch_id,
-            rows_in=0,
-            records=0,
-            bytes=0,
-            appends=0,
-            retries=0,
-            skipped=0,
-            dead_lettered=0,
-            streams=(),
-            partitions=0,
-            duration_s=0.0,
-            ack_latency_p50_ms=None,
-            ack_latency_p99_ms=None,
-            delivery=delivery,
-            replay_skipped=True,
-        )
+        return cls(batch_id, delivery=delivery, replay_skipped=True)
 
     @property
     def records_per_s(self) -> float:
@@ -139,54 +123,50 @@ def aggregate(
     delivery: str = "at-least-once",
     path: str = "tasks",
 ) -> BatchMetrics:
-    """Fold the tasks' result rows (``results.RESULT_SCHEMA``) into one `BatchMetrics`."""
-    rows_in = skipped = dead = 0
-    partitions: set[int] = set()
-    per: dict[str, dict[str, Any]] = {}
-    tokens: dict[str, set[str]] = {}
-    latencies: list[float] = []
+    """Fold the tasks' result rows (``results.RESULT_SCHEMA``) into one `BatchMetrics`: a task's row (no
+    stream) counts its input, a (task, stream) row what it appended there."""
+    tasks: list[Mapping[str, Any]] = []
+    by_stream: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        stream = row["stream"]
-        if stream is None:
-            partitions.add(row["partition"])
-            rows_in += row["rows_in"]
-            skipped += row["skipped"]
-            dead += row["dead_lettered"]
-            continue
-        acc = per.setdefault(
-            stream,
-            {"records": 0, "bytes": 0, "appends": 0, "retries": 0, "first_seq": None, "end_seq": None},
-        )
-        tokens.setdefault(stream, set())
-        if row.get("token"):
-            tokens[stream].add(row["token"])
-        for key in ("records", "bytes", "appends", "retries"):
-            acc[key] += row[key]
-        if row["first_seq"] is not None:
-            acc["first_seq"] = (
-                row["first_seq"] if acc["first_seq"] is None else min(acc["first_seq"], row["first_seq"])
-            )
-        if row["end_seq"] is not None:
-            acc["end_seq"] = row["end_seq"] if acc["end_seq"] is None else max(acc["end_seq"], row["end_seq"])
-        latencies.extend(row["latencies_ms"] or ())
-    per_stream = tuple(
-        StreamMetrics(stream=s, tokens=tuple(sorted(tokens[s])), **per[s]) for s in sorted(per)
-    )
+        if row["stream"] is None:
+            tasks.append(row)
+        else:
+            by_stream.setdefault(row["stream"], []).append(row)
+    per_stream = tuple(_stream_metrics(s, by_stream[s]) for s in sorted(by_stream))
+    latencies = [ms for part in by_stream.values() for row in part for ms in row["latencies_ms"] or ()]
     return BatchMetrics(
         batch_id=batch_id,
-        rows_in=rows_in,
+        rows_in=sum(row["rows_in"] for row in tasks),
         records=sum(s.records for s in per_stream),
         bytes=sum(s.bytes for s in per_stream),
         appends=sum(s.appends for s in per_stream),
         retries=sum(s.retries for s in per_stream),
-        skipped=skipped,
-        dead_lettered=dead,
+        skipped=sum(row["skipped"] for row in tasks),
+        dead_lettered=sum(row["dead_lettered"] for row in tasks),
         streams=tuple(s.stream for s in per_stream if s.appends),
-        partitions=len(partitions),
+        partitions=len({row["partition"] for row in tasks}),
         duration_s=duration_s,
         ack_latency_p50_ms=percentile(latencies, 50),
         ack_latency_p99_ms=percentile(latencies, 99),
         per_stream=per_stream,
         delivery=delivery,
         path=path,
+    )
+
+
+def _stream_metrics(stream: str, rows: list[Mapping[str, Any]]) -> StreamMetrics:
+    firsts = [row["first_seq"] for row in rows if row["first_seq"] is not None]
+    ends = [row["end_seq"] for row in rows if row["end_seq"] is not None]
+    records, nbytes, appends, retries = (
+        sum(row[k] for row in rows) for k in ("records", "bytes", "appends", "retries")
+    )
+    return StreamMetrics(
+        stream,
+        records,
+        nbytes,
+        appends,
+        retries,
+        first_seq=min(firsts, default=None),
+        end_seq=max(ends, default=None),
+        tokens=tuple(sorted({row["token"] for row in rows if row.get("token")})),
     )

@@ -13,7 +13,7 @@ serialized from them: `serialize_spans`, `serialize_records`). Batches with bad 
 row by row.
 
 A chunk is serialized once, without a fencing token: the token is the message's last field, so the
-appender adds it when sending (`s2_sink._wire.fencing_token_field`) and a token change after a 412
+appender adds it when sending (`_wire.append.proto.fencing_token_field`) and a token change after a 412
 re-sends the same record bytes under a new one.
 
 The frame is ``_s2_body``, ``_s2_headers`` (may be absent: no headers), ``_s2_timestamp``, ``_s2_key``,
@@ -37,7 +37,7 @@ from s2_sdk import AppendInput, Record
 
 from s2_sink._stream_names import shown, target_problem
 from s2_sink._transport.sdk import append_input_to_proto
-from s2_sink._wire import EncodedRecords, LeadingHeader, encode_records, record_field
+from s2_sink._wire.append.proto import EncodedRecords, LeadingHeader, encode_records, record_field
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.write_plan import WritePlan
@@ -281,7 +281,7 @@ class FrameSpan:
     """Rows ``lo:hi`` of one record-frame batch, all good records: its ``_s2_body`` (no nulls),
     ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such column), the headers every
     record carries ahead of its own (``leading``: the upsert changelog's flat form), and every row of the
-    batch already serialized (`s2_sink._wire.encode_records`, once per batch, shared by its spans)."""
+    batch already serialized (`encode_records`, once per batch, shared by its spans)."""
 
     body: pa.Array
     headers: pa.Array | None

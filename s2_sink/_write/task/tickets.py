@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from s2_sdk import AppendAck, Record, S2ServerError
 
 from s2_sink._transport.append_session import BulkAppendSession, SessionClosedError
-from s2_sink._wire import fencing_token_field
+from s2_sink._wire.append.proto import fencing_token_field
 from s2_sink._write.task.frame_records import serialize_records
 
 __all__ = ["Chunk", "cause", "close_bulk", "describe", "forget_acked", "is_acked", "retrieve", "settled"]

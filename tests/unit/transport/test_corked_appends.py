@@ -14,7 +14,7 @@ from s2_sdk import AppendAck, S2ClientError
 
 from s2_sink._transport import sdk
 from s2_sink._transport.append_session import append_once, basin_transport
-from s2_sink._wire import encode_append_inputs
+from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
 from tests.integration._s2read import read_stream

@@ -16,9 +16,9 @@ from s2_sdk import AppendInput, Record
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 from s2_sdk._mappers import append_input_to_proto
 
-from s2_sink._wire import encode_append_inputs, encode_records, fencing_token_field, record_field
 from s2_sink._wire.append import proto as append_proto
-from s2_sink._wire.layout import pack_fields, varint_sizes
+from s2_sink._wire.append.fields import pack_fields, varint_sizes
+from s2_sink._wire.append.proto import encode_append_inputs, encode_records, fencing_token_field, record_field
 from s2_sink.encoders import BODY, HEADERS, MAX_RECORD_BYTES, TIMESTAMP
 from s2_sink.errors import EncodeError
 from tests.hypothesis_profiles import examples

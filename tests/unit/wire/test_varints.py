@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from s2_sink._wire import read_batch as _varint_read
-from s2_sink._wire.read_batch import TooLong, read_varints
+from s2_sink._wire.read_batch import NotCanonical, read_varints
 
 uint64s = st.one_of(
     st.integers(0, 300), st.integers(0, 2**64 - 1), st.sampled_from([2**56 - 1, 2**56, 2**63])
@@ -67,13 +67,13 @@ def test_non_minimal_encodings_read_as_protobuf_reads_them() -> None:
 def test_longer_than_the_limit_or_cut_at_the_end(data: bytes) -> None:
     """A varint with no last byte within the data, or longer than allowed, is refused."""
     d = np.frombuffer(data, dtype=np.uint8)
-    with pytest.raises(TooLong):
+    with pytest.raises(NotCanonical):
         read_varints(d, np.array([0]), np.array([len(data)]), 5)
 
 
 def test_a_varint_may_not_run_past_its_end() -> None:
     d, starts, _ = _laid_out([300, 5], b"")
-    with pytest.raises(TooLong):
+    with pytest.raises(NotCanonical):
         read_varints(d, starts[:1], starts[:1] + 1, 10)  # 300 takes two bytes
 
 

@@ -12,9 +12,10 @@ from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink._write.spec import KEYWORDS, OPTIONS, PAYLOAD_COLUMN, WriteSpec
+from s2_sink._write.spec import KEYWORDS, OPTIONS, WriteSpec
 from s2_sink.config import S2Config
 from s2_sink.datasource._write_options import parse_write_options
+from s2_sink.encoders._frame import PAYLOAD
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 
@@ -107,7 +108,7 @@ def test_at_least_once_plan() -> None:
     spec = WriteSpec.build(CFG, routed, on_error="dlq", dlq_stream="dead", dlq_payload=True)
     plan = spec.plan(0)
     assert (plan.stream, plan.stream_column) == (None, STREAM_COLUMN)
-    assert (plan.on_error, plan.dlq_stream, plan.payload_column) == ("dlq", "dead", PAYLOAD_COLUMN)
+    assert (plan.on_error, plan.dlq_stream, plan.payload_column) == ("dlq", "dead", PAYLOAD)
 
 
 def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
