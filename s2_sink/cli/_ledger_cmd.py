@@ -24,6 +24,7 @@ from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_
 from s2_sink._exactly_once.readback import read_span
 from s2_sink.cli._command import (
     NOT_FOUND,
+    PATIENCE,
     USAGE,
     CliFailure,
     config_from,
@@ -67,7 +68,7 @@ async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int
     tail = (await stream.check_tail()).seq_num
     entries: list[Entry] = []
     fold = EndsFold()
-    async for record in read_span(stream, 0, tail):
+    async for record in read_span(stream, 0, tail, patience=PATIENCE):
         if record.is_command_record():
             continue
         try:
