@@ -34,6 +34,7 @@ __all__ = [
     "ReadFormat",
     "ReadOptions",
     "parse_read_options",
+    "read_format",
 ]
 
 OPT_STREAM = "s2.stream"
@@ -248,16 +249,21 @@ def _streaming_only(options: OptionMap, name: str, streaming: bool, batch_instea
     return raw
 
 
+def read_format(options: OptionMap) -> ReadFormat:
+    """The ``s2.format`` of a read (the source's schema needs it before the other options are parsed)."""
+    raw = options.text(OPT_FORMAT)
+    fmt = (raw or "raw").strip().lower()
+    if fmt not in READ_FORMATS:
+        raise ConfigError(f"option {OPT_FORMAT}={raw!r} must be one of {' | '.join(READ_FORMATS)}")
+    return fmt
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Validate the reader options; raise ConfigError naming the option and the bad value."""
     options = OptionMap(options)
     streams, prefix = _parse_streams(options)
 
-    fmt_raw = options.text(OPT_FORMAT)
-    fmt = (fmt_raw or "raw").strip().lower()
-    if fmt not in READ_FORMATS:
-        raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of {' | '.join(READ_FORMATS)}")
-
+    fmt = read_format(options)
     start = _bound(options, OPT_STARTING_POSITION, OPT_STARTING_TIMESTAMP, ("earliest", "latest"), "earliest")
     if streaming:
         for name in (OPT_ENDING_POSITION, OPT_ENDING_TIMESTAMP):
@@ -303,7 +309,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         stream_prefix=prefix,
         start=start,
         end=end,
-        format=fmt,  # checked against READ_FORMATS above
+        format=fmt,
         materialize=materialize,
         max_records_per_trigger=limit,
         max_bytes_per_trigger=byte_limit,

@@ -21,7 +21,6 @@ from s2_sink.config import S2Config
 from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._kafka_options import refuse_kafka_options
 from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side, check_strays
-from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:
     from s2_sink.datasource._write_options import WriteOptions
@@ -67,10 +66,7 @@ class S2DataSource(DataSource):
         return "s2"
 
     def schema(self) -> StructType:
-        fmt = (self._opts.get(ro.OPT_FORMAT) or "raw").strip().lower()
-        if fmt not in ro.READ_FORMATS:
-            raise ConfigError(f"option {ro.OPT_FORMAT}={fmt!r} must be one of {' | '.join(ro.READ_FORMATS)}")
-        return default_schema(fmt)
+        return default_schema(ro.read_format(self._opts))
 
     def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
         # Before our own checks: a job ported from Kafka learns the s2 names first.
