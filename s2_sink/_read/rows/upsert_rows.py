@@ -22,13 +22,12 @@ from s2_sink._wire.columns import (
     StreamRuns,
     binary_view,
     bool_array,
+    bools,
     call,
     concat_columns,
-    empty_binary,
     first_header,
     position_column,
     repeated,
-    take,
     take_or_null,
     to_target,
     utf8_text,
@@ -264,19 +263,14 @@ def _inner(arr: pa.Array) -> tuple[pa.Array, Bools]:
     """Per value, the text inside its braces, stripped; and True where the value, stripped, is not
     ``{...}`` (its text is then meaningless)."""
     offsets, data = binary_view(arr)
-    start, stop = offsets[:-1], offsets[1:]
-    if _compact(data, start, stop):
+    if _compact(data, offsets[:-1], offsets[1:]):
         return pc.binary_slice(arr, 1, -1), np.zeros(len(arr), dtype=np.bool_)
-    start, stop = _strip(data, start, stop)
-    braced = stop - start >= 2
-    at = np.flatnonzero(braced)
-    braced[at] = (data[start[at]] == _OPEN) & (data[stop[at] - 1] == _CLOSE)
-    start, stop = _strip(data, start + 1, stop - 1)
-    bad = ~braced
-    if bad.any():  # an empty span where the previous one ends keeps the spans in ascending order
-        previous_end = np.maximum.accumulate(np.where(bad, 0, stop))
-        start[bad] = stop[bad] = previous_end[bad]
-    return _spans(data, start, stop), bad
+    # Byte by byte (an ASCII kernel does not check UTF-8): the bytes are the record's, whatever they hold.
+    text = pc.ascii_trim_whitespace(arr.view(pa.string()))
+    braced = pc.and_(pc.starts_with(text, "{"), pc.ends_with(text, "}"))
+    braced = pc.and_(braced, pc.greater_equal(pc.binary_length(text), 2))
+    inner = pc.ascii_trim_whitespace(pc.binary_slice(text.view(pa.binary()), 1, -1).view(pa.string()))
+    return inner.view(pa.binary()), ~bools(braced)
 
 
 def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
@@ -286,34 +280,3 @@ def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
         return False
     braced = (data[start] == _OPEN) & (data[stop - 1] == _CLOSE)
     return bool(braced.all()) and not (_SPACE[data[start + 1]] | _SPACE[data[stop - 2]]).any()
-
-
-def _strip(data: Bytes, start: Ints, stop: Ints) -> tuple[Ints, Ints]:
-    """The spans ``[start, stop)`` of ``data`` without leading and trailing ASCII whitespace."""
-    start, stop = start.copy(), stop.copy()
-    going = np.flatnonzero(start < stop)
-    while going.size:
-        going = going[_SPACE[data[start[going]]]]
-        start[going] += 1
-        going = going[start[going] < stop[going]]
-    going = np.flatnonzero(start < stop)
-    while going.size:
-        going = going[_SPACE[data[stop[going] - 1]]]
-        stop[going] -= 1
-        going = going[start[going] < stop[going]]
-    return start, stop
-
-
-def _spans(data: Bytes, start: Ints, stop: Ints) -> pa.Array:
-    """A binary array of the ascending, non-overlapping spans ``[start[i], stop[i])`` of ``data``."""
-    n = len(start)
-    if n == 0:
-        return empty_binary()
-    # The bounds start, stop, start, stop, ... ascend: an array whose even values are the spans (the odd
-    # ones are the bytes between them), over ``data`` without a copy; `take` packs the spans.
-    bounds = np.empty(2 * n, dtype=np.int32)
-    bounds[0::2] = start
-    bounds[1::2] = stop
-    buffers = [None, pa.py_buffer(bounds), pa.py_buffer(data)]
-    interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, buffers)
-    return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))
