@@ -99,26 +99,19 @@ class ReadOptions:
     (None: read-uncommitted, up to the tails)."""
 
 
+def _int(name: str, raw: str, *, least: int, what: str) -> int:
+    """The integer option `name`, at least `least`; ConfigError saying it must be `what`."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"option {name}={raw!r} must be {what}") from None
+    if value < least:
+        raise ConfigError(f"option {name}={raw!r} must be {what}")
+    return value
+
+
 def _positive_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"option {name}={raw!r} must be a positive integer") from None
-    if value <= 0:
-        raise ConfigError(f"option {name}={raw!r} must be a positive integer")
-    return value
-
-
-def _timestamp(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(
-            f"option {name}={raw!r} must be milliseconds since the Unix epoch (an integer)"
-        ) from None
-    if value < 0:
-        raise ConfigError(f"option {name}={raw!r} must be milliseconds since the Unix epoch (>= 0)")
-    return value
+    return _int(name, raw, least=1, what="a positive integer")
 
 
 def _check_stream_name(option: str, name: str) -> str:
@@ -236,7 +229,8 @@ def _bound(
     if pos is not None and ts is not None:
         raise ConfigError(f"options {position} and {timestamp} are mutually exclusive")
     if ts is not None:
-        return Bound(kind="timestamp", timestamp=_timestamp(timestamp, ts))
+        ms = _int(timestamp, ts, least=0, what="milliseconds since the Unix epoch (an integer >= 0)")
+        return Bound(kind="timestamp", timestamp=ms)
     if pos is not None:
         return _parse_position(position, pos, allowed, default)
     return Bound(kind=default)
