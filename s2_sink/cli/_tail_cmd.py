@@ -18,7 +18,7 @@ from s2_sdk import S2Stream, SeqNum, SequencedRecord
 
 from s2_sink import encoders
 from s2_sink._exactly_once.readback import read_span
-from s2_sink.cli._command import USAGE, CliFailure, config_from, iso_ms, open_basin, run_io
+from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, config_from, iso_ms, open_basin, run_io
 from s2_sink.errors import EncodeError
 
 __all__ = ["tail"]
@@ -77,7 +77,8 @@ async def _last_records(stream: S2Stream, count: int, end: int) -> list[Sequence
     start = end
     while len(found) < count and start > 0:
         earlier = max(0, start - (count - len(found)))
-        span = [r async for r in read_span(stream, earlier, start) if not r.is_command_record()]
+        records = read_span(stream, earlier, start, patience=PATIENCE)
+        span = [r async for r in records if not r.is_command_record()]
         found = span + found
         start = earlier
     return found[-count:] if count else []
