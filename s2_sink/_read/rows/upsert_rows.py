@@ -40,7 +40,6 @@ from s2_sink.errors import ReadError
 __all__ = [
     "ACTION_HEADER",
     "KEY_HEADER",
-    "UPSERT_RECORD_COLUMNS",
     "Changes",
     "changes",
     "changes_batch",
@@ -49,13 +48,10 @@ __all__ = [
     "merged_bodies",
     "splice_objects",
     "typed_batch",
-    "upsert_column",
 ]
 
 KEY_HEADER: Final = b"@key"
 ACTION_HEADER: Final = b"@action"
-UPSERT_RECORD_COLUMNS: Final = frozenset({"key", "action", "value"})
-"""The upsert columns built here; the others are the record's position."""
 
 
 class Changes(NamedTuple):
@@ -112,16 +108,10 @@ def _malformed(stream: str, columns: RecordColumns, i: int) -> ReadError:
     )
 
 
-def upsert_column(name: str, found: Changes, columns: RecordColumns) -> pa.Array:
-    """The upsert column ``name`` (one of `UPSERT_RECORD_COLUMNS`) as text: the value is null for a delete."""
-    if name == "key":
-        return utf8_text(found.keys)
+def _actions(found: Changes) -> pa.Array:
+    """Each record's action as text, ``u`` or ``d``."""
     deletes, n = bool_array(found.deletes), len(found.deletes)
-    if name == "action":
-        return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
-    if name == "value":
-        return pc.if_else(deletes, repeated(None, n, pa.string()), utf8_text(columns.bodies))
-    raise ValueError(f"{name!r} is not an upsert record column")
+    return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
 
 
 def merged_bodies(stream: str, columns: RecordColumns) -> tuple[pa.Array, Changes]:
@@ -191,10 +181,16 @@ def changes_batch(
 ) -> pa.RecordBatch:
     """The change rows of ``columns`` in ``schema`` (a subset of ``UPSERT_SCHEMA``), in ``target``'s types."""
     found = changes(_named(stream), columns)
+    n = len(columns)
+    from_record = {  # as text; the value is null for a delete
+        "key": lambda: utf8_text(found.keys),
+        "action": lambda: _actions(found),
+        "value": lambda: pc.if_else(
+            bool_array(found.deletes), repeated(None, n, pa.string()), utf8_text(columns.bodies)
+        ),
+    }
     arrays = [
-        upsert_column(f.name, found, columns)
-        if f.name in UPSERT_RECORD_COLUMNS
-        else position_column(f.name, stream, columns)
+        from_record[f.name]() if f.name in from_record else position_column(f.name, stream, columns)
         for f in schema.fields
     ]
     return to_target(arrays, target)
@@ -205,8 +201,7 @@ def typed_batch(
 ) -> pa.RecordBatch:
     """The rows of a typed upsert read: each record's key and value JSON spliced, decoded into ``schema``."""
     bodies, found = merged_bodies(_named(stream), columns)
-    action = upsert_column("action", found, columns)
-    return decoded_batch(schema, stream, columns, bodies, target, action=action)
+    return decoded_batch(schema, stream, columns, bodies, target, action=_actions(found))
 
 
 def _named(stream: str | StreamRuns) -> str:
