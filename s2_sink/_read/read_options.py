@@ -34,6 +34,7 @@ __all__ = [
     "ReadFormat",
     "ReadOptions",
     "parse_read_options",
+    "read_format",
 ]
 
 OPT_STREAM = "s2.stream"
@@ -98,26 +99,19 @@ class ReadOptions:
     (None: read-uncommitted, up to the tails)."""
 
 
+def _int(name: str, raw: str, *, least: int, what: str) -> int:
+    """The integer option `name`, at least `least`; ConfigError saying it must be `what`."""
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"option {name}={raw!r} must be {what}") from None
+    if value < least:
+        raise ConfigError(f"option {name}={raw!r} must be {what}")
+    return value
+
+
 def _positive_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"option {name}={raw!r} must be a positive integer") from None
-    if value <= 0:
-        raise ConfigError(f"option {name}={raw!r} must be a positive integer")
-    return value
-
-
-def _timestamp(name: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(
-            f"option {name}={raw!r} must be milliseconds since the Unix epoch (an integer)"
-        ) from None
-    if value < 0:
-        raise ConfigError(f"option {name}={raw!r} must be milliseconds since the Unix epoch (>= 0)")
-    return value
+    return _int(name, raw, least=1, what="a positive integer")
 
 
 def _check_stream_name(option: str, name: str) -> str:
@@ -235,7 +229,8 @@ def _bound(
     if pos is not None and ts is not None:
         raise ConfigError(f"options {position} and {timestamp} are mutually exclusive")
     if ts is not None:
-        return Bound(kind="timestamp", timestamp=_timestamp(timestamp, ts))
+        ms = _int(timestamp, ts, least=0, what="milliseconds since the Unix epoch (an integer >= 0)")
+        return Bound(kind="timestamp", timestamp=ms)
     if pos is not None:
         return _parse_position(position, pos, allowed, default)
     return Bound(kind=default)
@@ -248,16 +243,21 @@ def _streaming_only(options: OptionMap, name: str, streaming: bool, batch_instea
     return raw
 
 
+def read_format(options: OptionMap) -> ReadFormat:
+    """The ``s2.format`` of a read (the source's schema needs it before the other options are parsed)."""
+    raw = options.text(OPT_FORMAT)
+    fmt = (raw or "raw").strip().lower()
+    if fmt not in READ_FORMATS:
+        raise ConfigError(f"option {OPT_FORMAT}={raw!r} must be one of {' | '.join(READ_FORMATS)}")
+    return fmt
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Validate the reader options; raise ConfigError naming the option and the bad value."""
     options = OptionMap(options)
     streams, prefix = _parse_streams(options)
 
-    fmt_raw = options.text(OPT_FORMAT)
-    fmt = (fmt_raw or "raw").strip().lower()
-    if fmt not in READ_FORMATS:
-        raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of {' | '.join(READ_FORMATS)}")
-
+    fmt = read_format(options)
     start = _bound(options, OPT_STARTING_POSITION, OPT_STARTING_TIMESTAMP, ("earliest", "latest"), "earliest")
     if streaming:
         for name in (OPT_ENDING_POSITION, OPT_ENDING_TIMESTAMP):
@@ -303,7 +303,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         stream_prefix=prefix,
         start=start,
         end=end,
-        format=fmt,  # checked against READ_FORMATS above
+        format=fmt,
         materialize=materialize,
         max_records_per_trigger=limit,
         max_bytes_per_trigger=byte_limit,

@@ -73,8 +73,11 @@ def basin_endpoint(cfg: S2Config) -> str:
     return cfg.basin_endpoint.replace("{basin}", cfg.basin)
 
 
-def deadline_note(waited_s: float, timeout_s: float) -> str:
-    """The words for a failure retried until the delivery deadline ran out, naming the option to raise."""
+def deadline_note(waited_s: float, timeout_s: float, fix: str | None = None) -> str:
+    """The words for a failure retried until the delivery deadline ran out, naming the option to raise
+    (or `fix`, where that option cannot be set)."""
+    if fix is not None:
+        return f"{_DEADLINE} {waited_s:.1f} s of retries, past the deadline: {fix}"
     option = f"s2.delivery-timeout-ms (S2Config.delivery_timeout_ms, now {round(timeout_s * 1000)})"
     if timeout_s <= 0:
         return f"{_DEADLINE} the SDK's retries, not retried further: to ride out outages, raise {option}"

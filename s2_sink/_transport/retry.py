@@ -196,6 +196,16 @@ class Patience:
 
     cfg: S2Config | None = field(default=None, compare=False)
 
+    fix: str | None = None
+    """What a user can do about an outage where ``s2.delivery-timeout-ms`` cannot be set (the ``s2-sink``
+    command), for the words of a wait and of giving up; None: raise that option."""
+
+    def deadline_words(self) -> str:
+        """How the deadline is set, or `fix`: the end of the first wait's log line."""
+        if self.fix is not None:
+            return f"the deadline; {self.fix}"
+        return f"the delivery deadline, s2.delivery-timeout-ms={round(self.timeout_s * 1000)}"
+
     @classmethod
     def of(cls, cfg: S2Config) -> Patience:
         """The policy `cfg` sets: ``delivery_timeout_ms``, waits from ``retry_delay_ms`` doubling to
@@ -271,12 +281,11 @@ class Retrying:
         extra = {**self.fields, "retry": self.failures, "delay_s": round(delay, 3)}
         if self.failures == 1:
             log.warning(
-                "waiting for S2: %s failed: %s; retrying for up to %.1f s more (the delivery deadline, "
-                "s2.delivery-timeout-ms=%s)",
+                "waiting for S2: %s failed: %s; retrying for up to %.1f s more (%s)",
                 self.what,
                 self.patience.words(exc),
                 left,
-                round(self.patience.timeout_s * 1000),
+                self.patience.deadline_words(),
                 extra=extra,
             )
         else:
@@ -289,7 +298,7 @@ class Retrying:
         """`exc`, with a note naming the deadline and its option if it was the deadline that ran out (the
         note is part of `explain`'s words and of the traceback)."""
         if self.since is not None and self._retry_on(exc) and self.left() <= 0 and not past_deadline(exc):
-            exc.add_note(deadline_note(_clock() - self.since, self.patience.timeout_s))
+            exc.add_note(deadline_note(_clock() - self.since, self.patience.timeout_s, self.patience.fix))
         return exc
 
     async def after(self, exc: BaseException) -> None:

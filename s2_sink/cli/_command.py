@@ -14,6 +14,7 @@ from s2_sdk import S2, S2Basin, S2Error
 
 from s2_sink._transport.explain import FailureKind
 from s2_sink._transport.explain import explain as explain_failure
+from s2_sink._transport.retry import Patience
 from s2_sink._transport.runtime import make_client
 from s2_sink._transport.sdk import TransportError
 from s2_sink.config import S2Config
@@ -21,6 +22,7 @@ from s2_sink.errors import ConfigError
 
 __all__ = [
     "EXIT_CODES",
+    "PATIENCE",
     "CliFailure",
     "add_connection_flags",
     "config_from",
@@ -48,6 +50,13 @@ EXIT_CODES: Final[dict[int, str]] = {
     DENIED: "the access token was refused (401) or lacks a permission (403)",
     INTERRUPTED: "interrupted (Ctrl-C, e.g. to end `tail --follow`)",
 }
+
+
+PATIENCE: Final = Patience(
+    fix="the s2-sink command waits this long: Ctrl-C stops it sooner; run it again once S2 answers"
+)
+"""How a command's own reads ride out an outage: the library's deadline, worded for a command line, where
+the option ``s2.delivery-timeout-ms`` cannot be set."""
 
 
 class CliFailure(Exception):

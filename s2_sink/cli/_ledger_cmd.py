@@ -1,9 +1,11 @@
-"""``s2-sink ledger list``, ``ledger show|reset WRITER_ID``: the exactly-once ledgers of a basin, and one
-writer's ledger decoded or reset.
+"""``s2-sink ledger list``, ``ledger show|reset WRITER_ID``, ``ledger forget WRITER_ID STREAM``: the
+exactly-once ledgers of a basin, and one writer's ledger decoded, reset, or rid of a recreated stream's end.
 
-The records are decoded by the library's `LedgerState` and the reset record is appended through its
+The records are decoded by the library's `LedgerState`; a reset or forget record is appended through its
 `Ledger`, conditionally (``match_seq_num``), so a writer still running under this identity fails with
-`WriterConflictError` instead of interleaving with the reset.
+`WriterConflictError` instead of interleaving with it. Forgetting writes a snapshot record (a ``run``-scoped
+``commit`` of the same batch, so the next run recovers), refused unless the stream's tail is below the
+ledger's end (docs/exactly-once.md, *What it does not cover*).
 """
 
 from __future__ import annotations
@@ -12,18 +14,20 @@ import argparse
 import dataclasses
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 from s2_sdk import S2, S2Basin
 
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
-from s2_sink._exactly_once.ledger_records import EndsFold, parse_record, record_base, state_of
+from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY, EndsFold, parse_record, record_base, state_of
 from s2_sink._exactly_once.readback import read_span
 from s2_sink.cli._command import (
     NOT_FOUND,
+    PATIENCE,
     USAGE,
     CliFailure,
     config_from,
@@ -33,9 +37,12 @@ from s2_sink.cli._command import (
     run_io,
 )
 from s2_sink.cli._writers import LedgerSummary, ledger_summaries
+from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 
-__all__ = ["RESET_HELP", "list_", "reset", "show"]
+__all__ = ["FORGET_HELP", "RESET_HELP", "forget", "list_", "reset", "show"]
+
+T = TypeVar("T")
 
 RESET_HELP: Final = (
     "Make the ledger forget which micro-batches were committed: appends a record that keeps the epoch "
@@ -45,6 +52,12 @@ RESET_HELP: Final = (
     "committed before it is written again if Spark replays it, and a batch an earlier run left half "
     "written is not read back, so its records can appear twice. Stop the query first (a running one "
     "fails with WriterConflictError); to start with a clean slate instead, use a new writer id."
+)
+FORGET_HELP: Final = (
+    "Drop STREAM's committed end from the ledger of WRITER_ID after the stream was deleted and recreated "
+    "(the writer stopped with StreamResetError). The records committed before the deletion are gone; the "
+    "writer's next run reads the new stream back from its start and commits its new end. Stop the query "
+    "first. Refused while the stream's tail is at or past the ledger's end (nothing was lost)."
 )
 
 
@@ -67,7 +80,7 @@ async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int
     tail = (await stream.check_tail()).seq_num
     entries: list[Entry] = []
     fold = EndsFold()
-    async for record in read_span(stream, 0, tail):
+    async for record in read_span(stream, 0, tail, patience=PATIENCE):
         if record.is_command_record():
             continue
         try:
@@ -198,42 +211,47 @@ async def _writer_of(client: S2, name: str, basin_name: str) -> str:
     )
 
 
+def _on_ledger(
+    cfg: S2Config, writer_id: str, work: Callable[[S2Basin, Ledger], Awaitable[T]], missing: str
+) -> T:
+    """`work` on the writer's ledger, which must exist (``missing``: the rest of the message when it does
+    not): a check_tail would create it in a basin that creates streams on read; getting its config never
+    creates."""
+    name = ledger_stream_name(writer_id)
+
+    async def go() -> T:
+        async with open_basin(cfg) as basin:
+            await basin.get_stream_config(name)
+            return await work(basin, Ledger(basin, writer_id))
+
+    try:
+        return run_io(cfg, name, go())
+    except CliFailure as exc:
+        if exc.missing == "stream":
+            raise CliFailure(
+                f"writer {writer_id!r} has no ledger in basin {cfg.basin!r} (stream {name!r} does not "
+                f"exist){missing}",
+                NOT_FOUND,
+            ) from exc
+        raise
+
+
 def reset(args: argparse.Namespace) -> int:
     """Append the reset record (see `RESET_HELP`) after printing the state it replaces."""
     cfg = config_from(args)
     name = ledger_stream_name(args.writer_id)
 
-    async def go() -> LedgerState | None:
-        async with open_basin(cfg) as basin:
-            # A missing ledger is an error, not something to create (a check_tail would create it in a basin
-            # that creates streams on read; getting the config never creates).
-            await basin.get_stream_config(name)
-            ledger = Ledger(basin, args.writer_id)
-            before = await ledger.load()
-            if before.kind == "none" or not args.yes:
-                return before
-            await ledger.append(
-                dataclasses.replace(
-                    before,
-                    kind="commit",
-                    committed=-1,
-                    run=f"reset-{uuid.uuid4().hex}",
-                    query_id=None,
-                    scope="batch",
-                )
-            )
-            return None
+    async def work(_: S2Basin, ledger: Ledger) -> LedgerState | None:
+        before = await ledger.load()
+        if before.kind == "none" or not args.yes:
+            return before
+        reset = dataclasses.replace(
+            before, kind="commit", committed=-1, run=f"reset-{uuid.uuid4().hex}", query_id=None, scope="batch"
+        )
+        await ledger.append(reset)
+        return None
 
-    try:
-        before = run_io(cfg, name, go())
-    except CliFailure as exc:
-        if exc.missing == "stream":
-            raise CliFailure(
-                f"writer {args.writer_id!r} has no ledger in basin {cfg.basin!r} (stream {name!r} does not "
-                "exist): there is nothing to reset",
-                NOT_FOUND,
-            ) from exc
-        raise
+    before = _on_ledger(cfg, args.writer_id, work, ": there is nothing to reset")
     if before is None:
         print(
             f"ledger {name!r} reset: the next run under writer id {args.writer_id!r} may start at any batch"
@@ -247,6 +265,46 @@ def reset(args: argparse.Namespace) -> int:
         f"{before.committed}, epoch {before.epoch}) without --yes. {RESET_HELP}",
         USAGE,
     )
+
+
+def forget(args: argparse.Namespace) -> int:
+    """Append the snapshot without STREAM's end (see `FORGET_HELP`)."""
+    cfg = config_from(args)
+    writer_id, stream = args.writer_id, args.stream
+
+    async def work(basin: S2Basin, ledger: Ledger) -> tuple[int, int]:
+        state = await ledger.load()
+        end = state.ends.get(stream)
+        if end is None:
+            raise CliFailure(
+                f"writer {writer_id!r} has no committed end for stream {stream!r}: nothing to forget",
+                NOT_FOUND,
+            )
+        tail = (await basin.stream(stream).check_tail()).seq_num
+        if tail >= end:
+            raise CliFailure(
+                f"stream {stream!r} ends at {tail}, at or past the end {end} writer {writer_id!r} "
+                "committed for it: it was not reset, so its end stays (forgetting it would only make "
+                "the writer read the whole stream back)",
+                USAGE,
+            )
+        # Loading folds from the newest snapshot: make this record one (a delta cannot drop an end).
+        ledger.state = dataclasses.replace(state, since=SNAPSHOT_EVERY)
+        ends = {s: e for s, e in state.ends.items() if s != stream}
+        # A commit that does not announce (intent records) leaves the next batch possibly in flight: the
+        # next run recovers it, reading the new stream back from its start.
+        forgotten = dataclasses.replace(
+            state, kind="commit", scope="run", ends=ends, announces=False, intent=None
+        )
+        await ledger.append(forgotten)
+        return end, tail
+
+    end, tail = _on_ledger(cfg, writer_id, work, f", or stream {stream!r} does not exist")
+    print(
+        f"ledger {ledger_stream_name(writer_id)!r}: forgot the end {end} of stream {stream!r} (now ending at "
+        f"{tail}); the next run under this writer id reads it back from its start"
+    )
+    return 0
 
 
 def _list_line(summary: LedgerSummary, width: int) -> str:

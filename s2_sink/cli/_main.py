@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from s2_sink.cli import _fences_cmd, _forget_cmd, _ledger_cmd, _streams_cmd
+from s2_sink.cli import _fences_cmd, _ledger_cmd, _streams_cmd
 from s2_sink.cli._command import EXIT_CODES, FAILED, INTERRUPTED, OK, CliFailure, add_connection_flags
 from s2_sink.errors import S2SinkError
 
@@ -100,10 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     forget = _leaf(
         ledger_commands,
         "forget",
-        _forget_cmd.forget,
+        _ledger_cmd.forget,
         json_help=None,
         help="drop a recreated stream's committed end",
-        description=_forget_cmd.FORGET_HELP,
+        description=_ledger_cmd.FORGET_HELP,
     )
     forget.add_argument("writer_id", metavar="WRITER_ID")
     forget.add_argument("stream", metavar="STREAM")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -62,18 +61,8 @@ def list_streams(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(frozen=True, slots=True)
-class Described:
-    name: str
-    created_at: int | None
-    config: StreamConfig
-    tail: int
-    last_timestamp: int
-    fencing_token: str
-    writers: dict[str, list[str]]
-
-
-async def _describe(basin: S2Basin, name: str) -> Described:
+async def _describe(basin: S2Basin, name: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The stream's ``--json`` document, and the writer ids of the fencing token's writer hash."""
     config = await basin.get_stream_config(name)  # first: a missing stream is a 404, and nothing is created
     created = None
     async for info in basin.list_all_streams(prefix=name):
@@ -82,8 +71,21 @@ async def _describe(basin: S2Basin, name: str) -> Described:
     stream = basin.stream(name)
     tail = await stream.check_tail()
     token = await read_fence(stream)
-    writers = await writers_by_hash(basin) if Token.parse(token) is not None else {}
-    return Described(name, created, config, tail.seq_num, tail.timestamp, token, writers)
+    ours = Token.parse(token)
+    writers = await writers_by_hash(basin) if ours is not None else {}
+    fence = None
+    if ours is not None:
+        ids = writers.get(ours.writer, [])
+        fence = {"writer_hash": ours.writer, "writer_ids": ids, "epoch": ours.epoch, "generation": ours.gen}
+    doc = {
+        "name": name,
+        "created_at": created,
+        "tail": {"seq_num": tail.seq_num, "timestamp": tail.timestamp},
+        "fencing_token": token,
+        "fence": fence,
+        "config": _config_doc(config),
+    }
+    return doc, writers
 
 
 def _config_doc(config: StreamConfig) -> dict[str, Any]:
@@ -94,18 +96,6 @@ def _config_doc(config: StreamConfig) -> dict[str, Any]:
         "timestamping_mode": None if ts is None or ts.mode is None else ts.mode.value,
         "timestamping_uncapped": None if ts is None else ts.uncapped,
         "delete_on_empty_min_age": config.delete_on_empty_min_age,
-    }
-
-
-def _fence_doc(d: Described) -> dict[str, Any] | None:
-    ours = Token.parse(d.fencing_token)
-    if ours is None:
-        return None
-    return {
-        "writer_hash": ours.writer,
-        "writer_ids": d.writers.get(ours.writer, []),
-        "epoch": ours.epoch,
-        "generation": ours.gen,
     }
 
 
@@ -122,31 +112,23 @@ def describe(args: argparse.Namespace) -> int:
     """Print one stream's tail, fencing token (with its writer id) and configuration."""
     cfg = config_from(args)
 
-    async def go() -> Described:
+    async def go() -> tuple[dict[str, Any], dict[str, list[str]]]:
         async with open_basin(cfg) as basin:
             return await _describe(basin, args.stream)
 
-    d = run_io(cfg, args.stream, go())
-    config = _config_doc(d.config)
+    d, writers = run_io(cfg, args.stream, go())
     if args.json:
-        doc = {
-            "name": d.name,
-            "created_at": d.created_at,
-            "tail": {"seq_num": d.tail, "timestamp": d.last_timestamp},
-            "fencing_token": d.fencing_token,
-            "fence": _fence_doc(d),
-            "config": config,
-        }
-        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
+        sys.stdout.write(orjson.dumps(d).decode() + "\n")
         return 0
-    fence = describe_token(d.fencing_token, d.writers) if d.fencing_token else "none"
-    role = _role(d.name)
-    print(f"stream {d.name!r} in basin {cfg.basin!r}" + (f" ({role})" if role else ""))
+    config, tail = d["config"], d["tail"]
+    fence = describe_token(d["fencing_token"], writers) if d["fencing_token"] else "none"
+    role = _role(d["name"])
+    print(f"stream {d['name']!r} in basin {cfg.basin!r}" + (f" ({role})" if role else ""))
     mode = config["timestamping_mode"] or "default (client-prefer)"
     age = config["delete_on_empty_min_age"]
     rows = [
-        ("created", iso_ms(d.created_at)),
-        ("tail", f"{d.tail} (next seq_num); last record at {iso_ms(d.last_timestamp)}"),
+        ("created", iso_ms(d["created_at"])),
+        ("tail", f"{tail['seq_num']} (next seq_num); last record at {iso_ms(tail['timestamp'])}"),
         ("fencing token", fence),
         ("storage class", config["storage_class"] or "the basin's default"),
         ("retention", _retention(config["retention_policy"])),

@@ -14,16 +14,16 @@ import sys
 from typing import Any, Final
 
 import orjson
-from s2_sdk import ReadLimit, S2Stream, SeqNum, SequencedRecord
+from s2_sdk import S2Stream, SeqNum, SequencedRecord
 
 from s2_sink import encoders
-from s2_sink.cli._command import USAGE, CliFailure, config_from, iso_ms, open_basin, run_io
+from s2_sink._exactly_once.readback import read_span
+from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, config_from, iso_ms, open_basin, run_io
 from s2_sink.errors import EncodeError
 
 __all__ = ["tail"]
 
 _TEXT: Final = "text"
-_PAGE: Final = 1000
 
 
 def _text_or_b64(data: bytes) -> str:
@@ -71,31 +71,15 @@ def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
     sys.stdout.flush()
 
 
-async def _read_range(stream: S2Stream, start: int, end: int) -> list[SequencedRecord]:
-    """The records in ``[start, end)`` that are not command records. A start below the trim point reads from
-    the first record kept, which may lie at or past ``end``: those are left out."""
-    out: list[SequencedRecord] = []
-    pos = start
-    while pos < end:
-        batch = await stream.read(start=SeqNum(pos), limit=ReadLimit(count=min(_PAGE, end - pos)))
-        if not batch.records:
-            break
-        for record in batch.records:
-            if record.seq_num >= end:
-                return out
-            if not record.is_command_record():
-                out.append(record)
-        pos = batch.records[-1].seq_num + 1
-    return out
-
-
 async def _last_records(stream: S2Stream, count: int, end: int) -> list[SequencedRecord]:
     """The last `count` records before `end`, stepping further back past command records (fences)."""
     found: list[SequencedRecord] = []
     start = end
     while len(found) < count and start > 0:
         earlier = max(0, start - (count - len(found)))
-        found = await _read_range(stream, earlier, start) + found
+        records = read_span(stream, earlier, start, patience=PATIENCE)
+        span = [r async for r in records if not r.is_command_record()]
+        found = span + found
         start = earlier
     return found[-count:] if count else []
 

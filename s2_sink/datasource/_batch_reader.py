@@ -35,7 +35,7 @@ class S2BatchReader(DataSourceReader):
         self._kind = rows_kind(opts.format, schema)  # on the driver: how every task makes its rows
 
     def partitions(self) -> list[InputPartition]:
-        from s2_sink._read.planning.bounds import batch_ranges  # noqa: PLC0415 - the driver's (class doc)
+        from s2_sink._read.planning.micro_batches import batch_ranges  # noqa: PLC0415 - the driver's (class doc)
 
         parts = batch_ranges(self._cfg, self._opts)
         return [S2Partition(ranges, materialize=self._opts.materialize) for ranges in parts]

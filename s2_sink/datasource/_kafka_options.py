@@ -89,7 +89,13 @@ def _seq_json(raw: str) -> str | None:
     return json.dumps(out)
 
 
-_SAME_VALUE: Final = {
+# The Kafka options whose value may carry over, and the s2 option it goes to.
+_CARRIES_TO: Final = {
+    "startingOffsets": "s2.starting-position",
+    "endingOffsets": "s2.ending-position",
+    "subscribe": "s2.stream",  # s2.streams when it names several
+    "subscribePattern": "s2.stream-prefix",
+    "includeHeaders": "s2.format",
     "failOnDataLoss": "s2.fail-on-data-loss",
     "maxOffsetsPerTrigger": "s2.max-records-per-trigger",
     "maxBytesPerTrigger": "s2.max-bytes-per-trigger",
@@ -113,24 +119,16 @@ def _translated_value(name: str, value: str) -> str | None:
         return match.group(1) if match else None
     if name == "includeHeaders":
         return "kafka" if lowered == "true" else None
-    if name in _SAME_VALUE and value:
-        return lowered if name == "failOnDataLoss" else value
-    return None
+    return (lowered if name == "failOnDataLoss" else value) or None
 
 
 def _translated(name: str, raw: str) -> tuple[str, str] | None:
     """``(s2 option, value)`` when the Kafka value carries over unchanged in meaning."""
-    value = _translated_value(name, raw.strip())
-    if value is None:
+    option = _CARRIES_TO.get(name)
+    value = None if option is None else _translated_value(name, raw.strip())
+    if option is None or value is None:
         return None
-    option = {
-        "startingOffsets": "s2.starting-position",
-        "endingOffsets": "s2.ending-position",
-        "subscribe": "s2.streams" if "," in value else "s2.stream",
-        "subscribePattern": "s2.stream-prefix",
-        "includeHeaders": "s2.format",
-    }.get(name) or _SAME_VALUE[name]
-    return option, value
+    return ("s2.streams" if "," in value and name == "subscribe" else option), value
 
 
 def _message(spelled: str, raw: object, fix: str, translated: tuple[str, str] | None) -> str:

@@ -14,10 +14,12 @@ from collections.abc import Mapping
 from typing import Final, Literal
 
 from s2_sink._option_map import OptionMap
+from s2_sink._read import read_options
 from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
+from s2_sink.datasource._write_keys import WRITE_KEYS
 from s2_sink.errors import ConfigError
 
-__all__ = ["OUR_PREFIXES", "Side", "accepted_keys", "check_side", "check_strays"]
+__all__ = ["OUR_PREFIXES", "READ_KEYS", "Side", "accepted_keys", "check_side", "check_strays"]
 
 Side = Literal["read", "write"]
 
@@ -30,24 +32,26 @@ _WHAT: Final[dict[Side, str]] = {
 }
 
 
-def accepted_keys(side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]) -> frozenset[str]:
+READ_KEYS: Final = frozenset(v for name, v in vars(read_options).items() if name.startswith("OPT_"))
+"""Options the reader parses itself (every OPT_ of read_options); any other must be a connection option."""
+
+
+def accepted_keys(side: Side) -> frozenset[str]:
     """Every option key a ``format("s2")`` read or write accepts: its own keys and the connection keys (a
     read leaves out those that only shape appends)."""
     connection = frozenset(OPTION_KEYS)
     if side == "read":
-        return read_keys | (connection - WRITE_ONLY_OPTION_KEYS)
-    return write_keys | connection
+        return READ_KEYS | (connection - WRITE_ONLY_OPTION_KEYS)
+    return WRITE_KEYS | connection
 
 
-def check_side(
-    options: Mapping[str, str], side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]
-) -> None:
+def check_side(options: Mapping[str, str], side: Side) -> None:
     """Refuse any of our options (``s2.*``, ``sink.*``) that this side does not accept: ConfigError saying
     which side the option belongs to, or that it is unknown and which accepted keys are closest."""
     opts = OptionMap(options)
-    mine = accepted_keys(side, read_keys=read_keys, write_keys=write_keys)
+    mine = accepted_keys(side)
     other: Side = "write" if side == "read" else "read"
-    theirs = accepted_keys(other, read_keys=read_keys, write_keys=write_keys)
+    theirs = accepted_keys(other)
     for key in sorted(opts):
         if not key.startswith(OUR_PREFIXES) or key in mine:
             continue
@@ -64,14 +68,12 @@ def check_side(
         )
 
 
-def check_strays(
-    options: Mapping[str, str], side: Side, *, read_keys: frozenset[str], write_keys: frozenset[str]
-) -> None:
+def check_strays(options: Mapping[str, str], side: Side) -> None:
     """Refuse an option outside our namespaces that is one of ours misspelt (``s2_stream``, ``stream-prefix``,
     ``max-records-per-trigger``): Spark's own options (path, checkpointLocation) pass, and so does anything
     not close to one of our keys, since other sources' options may share the option map."""
     opts = OptionMap(options)
-    mine = accepted_keys(side, read_keys=read_keys, write_keys=write_keys)
+    mine = accepted_keys(side)
     # A key without its namespace ("stream-prefix") is compared too: the likeliest slip.
     bare = {key.split(".", 1)[1]: key for key in mine}
     for key in sorted(opts):

@@ -20,8 +20,7 @@ from s2_sink._read.rows.schemas import check_schema, default_schema
 from s2_sink.config import S2Config
 from s2_sink.datasource._compat import require_stream_arrow_writer
 from s2_sink.datasource._kafka_options import refuse_kafka_options
-from s2_sink.datasource._option_sides import OUR_PREFIXES, check_side, check_strays
-from s2_sink.errors import ConfigError
+from s2_sink.datasource._option_sides import OUR_PREFIXES, READ_KEYS, check_side, check_strays
 
 if TYPE_CHECKING:
     from s2_sink.datasource._write_options import WriteOptions
@@ -33,9 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["S2DataSource"]
 
-# Options the reader parses itself (every OPT_ of read_options); any other key must be a connection option.
-READ_KEYS = frozenset(value for name, value in vars(ro).items() if name.startswith("OPT_"))
-
 
 def _ours(options: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in options.items() if k.startswith(OUR_PREFIXES)}
@@ -44,10 +40,8 @@ def _ours(options: Mapping[str, str]) -> dict[str, str]:
 def read_config(options: Mapping[str, str]) -> S2Config:
     """The connection settings of a read: validated by S2Config, reader-only keys skipped; options that
     belong to writes are refused (`check_side`)."""
-    from s2_sink.datasource._write_keys import WRITE_KEYS  # noqa: PLC0415
-
-    check_side(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
-    check_strays(options, "read", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
+    check_side(options, "read")
+    check_strays(options, "read")
     return S2Config.from_options(_ours(options), ignore=READ_KEYS)
 
 
@@ -67,10 +61,7 @@ class S2DataSource(DataSource):
         return "s2"
 
     def schema(self) -> StructType:
-        fmt = (self._opts.get(ro.OPT_FORMAT) or "raw").strip().lower()
-        if fmt not in ro.READ_FORMATS:
-            raise ConfigError(f"option {ro.OPT_FORMAT}={fmt!r} must be one of {' | '.join(ro.READ_FORMATS)}")
-        return default_schema(fmt)
+        return default_schema(ro.read_format(self._opts))
 
     def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
         # Before our own checks: a job ported from Kafka learns the s2 names first.
@@ -101,7 +92,7 @@ class S2DataSource(DataSource):
         from s2_sink.datasource._write_options import WRITE_KEYS, parse_write_options  # noqa: PLC0415
 
         check_overwrite(overwrite)
-        check_side(self._opts, "write", read_keys=READ_KEYS, write_keys=WRITE_KEYS)
+        check_side(self._opts, "write")
         cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
         opts = parse_write_options(self._opts, cfg=cfg, streaming=streaming)
         routing = opts.spec.routing

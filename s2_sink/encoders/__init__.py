@@ -56,30 +56,18 @@ __all__ = [
     "raise_for_errors",
 ]
 
-# Each public name's module.
-_HOME = {
-    "Encoder": "_base",
-    "ErrorMode": "_base",
-    "UpsertChange": "_decode",
-    "decode_json": "_decode",
-    "decode_upsert": "_decode",
-    "BODY": "_frame",
-    "ERROR": "_frame",
-    "FRAME_COLUMNS": "_frame",
-    "FRAME_DDL": "_frame",
-    "HEADERS": "_frame",
-    "KEY": "_frame",
-    "MAX_RECORD_BYTES": "_frame",
-    "TIMESTAMP": "_frame",
-    "raise_for_errors": "_frame",
-    "InsertEncoder": "_insert",
-    "KAFKA_KEY_HEADER": "_kafka",
-    "KafkaEncoder": "_kafka",
-    "metered_bytes": "_metered",
-    "ACTION_HEADER": "_upsert",
-    "KEY_HEADER": "_upsert",
-    "UpsertEncoder": "_upsert",
+# Each module's public names.
+_NAMES = {
+    "_base": ("Encoder", "ErrorMode"),
+    "_decode": ("UpsertChange", "decode_json", "decode_upsert"),
+    "_frame": ("BODY", "ERROR", "FRAME_COLUMNS", "FRAME_DDL", "HEADERS", "KEY", "MAX_RECORD_BYTES"),
+    "_insert": ("InsertEncoder",),
+    "_kafka": ("KAFKA_KEY_HEADER", "KafkaEncoder"),
+    "_metered": ("metered_bytes",),
+    "_upsert": ("ACTION_HEADER", "KEY_HEADER", "UpsertEncoder"),
 }
+_HOME = {name: module for module, names in _NAMES.items() for name in names}
+_HOME |= {"TIMESTAMP": "_frame", "raise_for_errors": "_frame"}
 
 
 def __getattr__(name: str) -> Any:

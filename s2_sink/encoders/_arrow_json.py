@@ -16,7 +16,10 @@ reads (``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
 from __future__ import annotations
 
 import binascii
+import datetime as dt
+import re
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -43,7 +46,7 @@ from pyspark.sql.types import (
 from s2_sink.encoders._column_checks import INTEGRAL_TYPES
 from s2_sink.encoders._lists import list_parts
 
-__all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string"]
+__all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string", "parse_interval"]
 
 Parts: TypeAlias = list[pa.Array | str]
 """Literal strings and null-free string arrays; each row's text is their element-wise concatenation."""
@@ -221,6 +224,25 @@ def _interval(micros: int, start: int, end: int) -> str:
         body += (" " if field == 1 else ":") + text
     names = _FIELD_NAMES[start] if start == end else f"{_FIELD_NAMES[start]} TO {_FIELD_NAMES[end]}"
     return f"INTERVAL '{sign}{body}' {names}"
+
+
+_LITERAL = re.compile(r"^INTERVAL '(-?)([0-9 :.]+)' (DAY|HOUR|MINUTE|SECOND)(?: TO (HOUR|MINUTE|SECOND))?$")
+
+
+def parse_interval(text: str) -> dt.timedelta:
+    """Spark's ANSI day-time interval text (``INTERVAL '1 02:03:04.5' DAY TO SECOND``) → timedelta: what
+    `_interval` writes, read back."""
+    match = _LITERAL.match(text)
+    if match is None:
+        raise ValueError(f"not a day-time interval literal: {text!r}")
+    sign, body, start_name, end_name = match.groups()
+    start = _FIELD_NAMES.index(start_name)
+    micros = 0
+    for field, part in zip(
+        range(start, _FIELD_NAMES.index(end_name or start_name) + 1), re.split(r"[ :]", body), strict=True
+    ):
+        micros += int(Decimal(part) * 1_000_000) if field == 3 else int(part) * _UNITS_US[field]
+    return dt.timedelta(microseconds=-micros if sign else micros)
 
 
 _TIMESTAMP_WIDTH = len("2024-01-02 03:04:05.123456")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink.encoders import _messages as msg
 from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, MAX_RECORD_BYTES
 from s2_sink.encoders._lists import list_parts, per_row_sum
 from s2_sink.encoders._metered import metered_bytes
@@ -27,7 +26,7 @@ def raw_body(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, pa.Array | N
     body = pc.fill_null(pc.cast(value, pa.binary()), b"")
     if not value.null_count:
         return body, None
-    text = msg.null_column("value", column)
+    text = f"value column {column!r} is null"
     return body, pc.if_else(pc.is_null(value), text, pa.scalar(None, pa.string()))
 
 
@@ -51,7 +50,11 @@ def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Arr
         return out, None
     per_row = per_row_sum(offsets, pc.cast(bad, pa.int64()))
     bad_row = pc.and_(pc.greater(per_row, 0), pc.is_valid(col))
-    return out, pc.if_else(bad_row, msg.empty_header_name(column), pa.scalar(None, pa.string()))
+    # S2 reserves the empty header name for command records.
+    empty = (
+        f"headers column {column!r} has an entry with a null or empty key (S2 header names must be non-empty)"
+    )
+    return out, pc.if_else(bad_row, empty, pa.scalar(None, pa.string()))
 
 
 def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
@@ -69,9 +72,8 @@ def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.A
     negative = pc.less(millis, 0)
     if not pc.any(negative).as_py():
         return millis, None
-    text = pc.binary_join_element_wise(
-        msg.negative_timestamp_prefix(column), pc.cast(millis, pa.string()), ""
-    )
+    before_epoch = f"timestamp column {column!r} is before 1970-01-01 (S2 timestamps are unsigned ms): "
+    text = pc.binary_join_element_wise(before_epoch, pc.cast(millis, pa.string()), "")
     return millis, pc.if_else(negative, text, pa.scalar(None, pa.string()))
 
 
@@ -88,7 +90,10 @@ def oversize_errors(
         return None
     keys = [_text(k) for k in key_text.to_pylist()] if key_text is not None else [None] * len(body)
     texts = [
-        msg.oversize(size, key) if o else None
+        f"record of {size} metered bytes exceeds S2's 1 MiB ({MAX_RECORD_BYTES} bytes) record limit"
+        + (f" (key {key[:200]})" if key is not None else "")
+        if o
+        else None
         for size, key, o in zip(sizes.to_pylist(), keys, over.to_pylist(), strict=True)
     ]
     return pa.array(texts, pa.string())

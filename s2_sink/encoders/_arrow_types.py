@@ -35,10 +35,10 @@ from pyspark.sql.types import (
 
 from s2_sink.errors import ConfigError
 
-__all__ = ["to_arrow_field", "to_arrow_schema", "to_arrow_type"]
+__all__ = ["ATOMIC_ARROW_TYPES", "to_arrow_field", "to_arrow_schema", "to_arrow_type"]
 
 # Checked with isinstance, in this order: a subclass (a collated string type, say) maps as its base.
-_ATOMIC: tuple[tuple[type[DataType], pa.DataType], ...] = (
+ATOMIC_ARROW_TYPES: tuple[tuple[type[DataType], pa.DataType], ...] = (
     (NullType, pa.null()),
     (BooleanType, pa.bool_()),
     (ByteType, pa.int8()),
@@ -69,7 +69,7 @@ def to_arrow_type(dtype: DataType, path: str = "value") -> pa.DataType:
         return pa.map_(key, value)
     if isinstance(dtype, StructType):
         return pa.struct([to_arrow_field(f, path) for f in dtype.fields])
-    for spark_type, arrow_type in _ATOMIC:
+    for spark_type, arrow_type in ATOMIC_ARROW_TYPES:
         if isinstance(dtype, spark_type):
             return arrow_type
     raise ConfigError(

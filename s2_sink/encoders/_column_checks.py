@@ -12,23 +12,18 @@ from pyspark.sql.types import (
     BooleanType,
     ByteType,
     DataType,
-    DateType,
-    DayTimeIntervalType,
     DecimalType,
-    DoubleType,
-    FloatType,
     IntegerType,
     IntegralType,
     LongType,
     MapType,
-    NullType,
     ShortType,
     StringType,
     StructType,
-    TimestampNTZType,
     TimestampType,
 )
 
+from s2_sink.encoders._arrow_types import ATOMIC_ARROW_TYPES
 from s2_sink.errors import ConfigError
 
 __all__ = [
@@ -42,20 +37,8 @@ __all__ = [
 
 INTEGRAL_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
-_ATOMIC = (
-    NullType,
-    BooleanType,
-    *INTEGRAL_TYPES,
-    FloatType,
-    DoubleType,
-    DecimalType,
-    StringType,  # CharType and VarcharType read back as StringType in DataFrames
-    BinaryType,
-    DateType,
-    TimestampType,
-    TimestampNTZType,
-    DayTimeIntervalType,
-)
+# What reaches an encoder through Arrow has a JSON text: every atomic type with an Arrow form.
+_ATOMIC = (*(spark_type for spark_type, _ in ATOMIC_ARROW_TYPES), DecimalType)
 
 # Spark writes a map key with the key's internal toString (a date key becomes its day number), so only keys
 # whose text is unambiguous are accepted.

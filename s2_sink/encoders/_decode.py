@@ -11,7 +11,6 @@ import base64
 import datetime as dt
 import json
 import math
-import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink.encoders._arrow_json import parse_interval
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._column_checks import INTEGRAL_TYPES, check_json_type
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER
@@ -46,26 +46,6 @@ __all__ = ["UpsertChange", "decode_json", "decode_upsert", "parse_interval"]
 Convert = Callable[[Any], Any]
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_INTERVAL = re.compile(r"^INTERVAL '(-?)([0-9 :.]+)' (DAY|HOUR|MINUTE|SECOND)(?: TO (HOUR|MINUTE|SECOND))?$")
-_FIELDS = {"DAY": 0, "HOUR": 1, "MINUTE": 2, "SECOND": 3}
-_UNITS_US = (86_400_000_000, 3_600_000_000, 60_000_000, 1_000_000)
-
-
-def parse_interval(text: str) -> dt.timedelta:
-    """Spark's ANSI day-time interval text (``INTERVAL '1 02:03:04.5' DAY TO SECOND``) → timedelta."""
-    match = _INTERVAL.match(text)
-    if match is None:
-        raise ValueError(f"not a day-time interval literal: {text!r}")
-    sign, body, start_name, end_name = match.groups()
-    start = _FIELDS[start_name]
-    parts = re.split(r"[ :]", body)
-    micros = 0
-    for field, part in zip(range(start, _FIELDS[end_name or start_name] + 1), parts, strict=True):
-        if field == 3:
-            micros += int(Decimal(part) * 1_000_000)
-        else:
-            micros += int(part) * _UNITS_US[field]
-    return dt.timedelta(microseconds=-micros if sign else micros)
 
 
 def _timestamp(text: str) -> dt.datetime:

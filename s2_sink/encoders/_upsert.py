@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructType
 
 from s2_sink.encoders import _arrow_meta
-from s2_sink.encoders import _messages as msg
+from s2_sink.encoders import _ops as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._change_order import (

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,17 +22,19 @@ from unittest.mock import patch
 
 import pyarrow as pa
 import pytest
-from s2_sdk import S2, AppendInput, CommandRecord, Endpoints, FencingTokenMismatchError, Record
+from s2_sdk import S2, AppendInput, CommandRecord, Endpoints, FencingTokenMismatchError, Record, S2ClientError
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
+from s2_sink._transport.retry import Retrying
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
 from s2_sink.cli import EXIT_CODES, main
+from s2_sink.cli._command import PATIENCE
 from s2_sink.config import S2Config
 from s2_sink.encoders import ACTION_HEADER, KEY_HEADER
 from s2_sink.lite import LiteServer
@@ -576,3 +579,24 @@ def test_lite_exports_never_echo_a_configured_token() -> None:
         "# and export S2_ACCESS_TOKEN set to the --token value",
     ]
     assert exports("http://127.0.0.1:8080", None).endswith(" S2_ACCESS_TOKEN=ignored")
+
+
+def test_ledger_show_words_an_outage_as_a_command_line_user_can_act_on_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`ledger show` reads the ledger with the command's patience: its first wait and its giving up name what
+    a command-line user can do (Ctrl-C, run it again), not the library option s2.delivery-timeout-ms, which
+    the command does not take."""
+    refused = S2ClientError("connect")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    retrying = Retrying(PATIENCE, "reading back '_s2sink/ledger/w' from seq_num 0")
+    with caplog.at_level(logging.WARNING, logger="s2_sink._transport.retry"):
+        assert retrying.wait(refused) is not None
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "s2.delivery-timeout-ms" not in warning
+    assert "Ctrl-C stops it sooner; run it again once S2 answers" in warning
+    assert retrying.since is not None
+    retrying.since -= PATIENCE.timeout_s + 1  # the deadline has passed
+    (note,) = retrying.give_up(refused).__notes__
+    assert "s2.delivery-timeout-ms" not in note
+    assert note.endswith("past the deadline: " + PATIENCE.fix)  # type: ignore[operator]

@@ -163,22 +163,23 @@ def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) ->
     return _run(cfg, f"checking the tail of {_names(streams)}", op, retried=False)
 
 
-async def _first_seq(basin: s2_sdk.S2Basin, stream: str) -> int:
+async def _first_from(basin: s2_sdk.S2Basin, stream: str, start: s2_sdk.SeqNum | s2_sdk.Timestamp) -> int:
+    """The seq_num of the first record stored at or after `start`, or the tail if none is."""
+    handle = basin.stream(stream)
     try:
-        batch = await basin.stream(stream).read(start=s2_sdk.SeqNum(0), limit=s2_sdk.ReadLimit(count=1))
+        batch = await handle.read(start=start, limit=s2_sdk.ReadLimit(count=1))
     except s2_sdk.ReadUnwrittenError as exc:
-        # Nothing stored (empty, or everything trimmed): the first position is the tail.
-        return int(exc.tail.seq_num)
+        return int(exc.tail.seq_num)  # nothing stored there (empty, all trimmed, or none that late yet)
     if batch.records:
         return int(batch.records[0].seq_num)
-    return int((await basin.stream(stream).check_tail()).seq_num)
+    return int((await handle.check_tail()).seq_num)
 
 
 def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
     """Per stream, the first seq_num still stored (after trims and retention), or the tail if none is."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
-        found = await _each(streams, lambda s: _first_seq(basin, s))
+        found = await _each(streams, lambda s: _first_from(basin, s, s2_sdk.SeqNum(0)))
         return dict(zip(streams, found, strict=True))
 
     return _run(cfg, f"finding the first stored record of {_names(streams)}", op)
@@ -226,23 +227,11 @@ async def _past_trimmed(handle: s2_sdk.S2Stream, first: int, stop: int) -> int:
     return min(int(batch.records[0].seq_num), stop)
 
 
-async def _seq_at(basin: s2_sdk.S2Basin, stream: str, timestamp: int) -> int:
-    handle = basin.stream(stream)
-    try:
-        batch = await handle.read(start=s2_sdk.Timestamp(timestamp), limit=s2_sdk.ReadLimit(count=1))
-    except s2_sdk.ReadUnwrittenError as exc:
-        # Nothing at or after the timestamp yet: the position is the tail.
-        return int(exc.tail.seq_num)
-    if batch.records:
-        return int(batch.records[0].seq_num)
-    return int((await handle.check_tail()).seq_num)
-
-
 def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> dict[str, int]:
     """Per stream, the seq_num of the first record whose timestamp is >= ``timestamp`` (or the tail)."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
-        found = await _each(streams, lambda s: _seq_at(basin, s, timestamp))
+        found = await _each(streams, lambda s: _first_from(basin, s, s2_sdk.Timestamp(timestamp)))
         return dict(zip(streams, found, strict=True))
 
     return _run(cfg, f"finding timestamp {timestamp} in {_names(streams)}", op)

@@ -6,8 +6,6 @@ and every ``@s2sink`` chunk tag out (written back, a tag would claim a foreign c
 
 from __future__ import annotations
 
-from typing import Final
-
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import StructType
@@ -28,34 +26,24 @@ from s2_sink._wire.columns import (
 )
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 
-__all__ = ["KAFKA_RECORD_COLUMNS", "kafka_batch", "kafka_column"]
-
-KAFKA_RECORD_COLUMNS: Final = frozenset({"key", "value", "headers"})
-"""The kafka columns taken from the record; the others are its position."""
+__all__ = ["kafka_batch"]
 
 
 def kafka_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The kafka rows of ``columns`` in ``schema`` (a subset of ``KAFKA_SCHEMA``), in ``target``'s types."""
+    """The kafka rows of ``columns`` in ``schema`` (a subset of ``KAFKA_SCHEMA``), in ``target``'s types:
+    ``value``, ``key`` and ``headers`` from the record, the other columns its position."""
+    from_record = {
+        "value": lambda: columns.bodies,
+        "key": lambda: take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER)),
+        "headers": lambda: _user_headers(columns),
+    }
     arrays = [
-        kafka_column(f.name, columns)
-        if f.name in KAFKA_RECORD_COLUMNS
-        else position_column(f.name, stream, columns)
+        from_record[f.name]() if f.name in from_record else position_column(f.name, stream, columns)
         for f in schema.fields
     ]
     return to_target(arrays, target)
-
-
-def kafka_column(name: str, columns: RecordColumns) -> pa.Array:
-    """The kafka column ``name`` (one of `KAFKA_RECORD_COLUMNS`) of every record."""
-    if name == "value":
-        return columns.bodies
-    if name == "key":
-        return take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER))
-    if name == "headers":
-        return _user_headers(columns)
-    raise ValueError(f"{name!r} is not a kafka record column")
 
 
 def _user_headers(columns: RecordColumns) -> pa.Array:

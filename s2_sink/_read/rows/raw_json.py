@@ -19,7 +19,6 @@ import pyarrow.json as pj
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
-    DataType,
     DoubleType,
     IntegerType,
     LongType,
@@ -139,16 +138,12 @@ def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) ->
         raise ReadError(f"s2 source: a record of {where} does not decode into the schema: {exc}") from exc
 
 
-def _bulk_type(dtype: DataType) -> bool:
-    return isinstance(dtype, _BULK_TYPES)
-
-
 def decode_bodies_bulk(
     bodies: pa.Array, schema: StructType, *, where: str, target: pa.Schema | None = None
 ) -> pa.RecordBatch:
     """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema`` (whose
     Arrow form ``target`` is, if the caller has it)."""
-    bulk = all(_bulk_type(f.dataType) for f in schema.fields)
+    bulk = all(isinstance(f.dataType, _BULK_TYPES) for f in schema.fields)
     decoded = _arrow_read(bodies, to_arrow_schema(schema) if target is None else target) if bulk else None
     if decoded is None:
         return decode_bodies(bodies.to_pylist(), schema, where=where)

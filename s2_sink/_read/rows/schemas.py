@@ -93,12 +93,9 @@ ACTION_COLUMN = "_s2_action"
 
 def default_schema(fmt: ReadFormat) -> StructType:
     """The schema Spark shows when the user gives none (json has none: it needs a user schema)."""
-    if fmt == "raw":
-        return RAW_SCHEMA
-    if fmt == "upsert":
-        return UPSERT_SCHEMA
-    if fmt == "kafka":
-        return KAFKA_SCHEMA
+    schema = {"raw": RAW_SCHEMA, "upsert": UPSERT_SCHEMA, "kafka": KAFKA_SCHEMA}.get(fmt)
+    if schema is not None:
+        return schema
     raise ConfigError(
         "s2.format=json needs a schema: spark.read.format('s2').schema('id long, name string')..., "
         "or read s2.format=raw and parse the body yourself"

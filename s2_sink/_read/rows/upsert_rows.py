@@ -25,13 +25,12 @@ from s2_sink._wire.columns import (
     StreamRuns,
     binary_view,
     bool_array,
+    bools,
     call,
     concat_columns,
-    empty_binary,
     first_header,
     position_column,
     repeated,
-    take,
     take_or_null,
     to_target,
     utf8_text,
@@ -42,7 +41,6 @@ from s2_sink.errors import ReadError
 __all__ = [
     "ACTION_HEADER",
     "KEY_HEADER",
-    "UPSERT_RECORD_COLUMNS",
     "Changes",
     "changes",
     "changes_batch",
@@ -51,13 +49,10 @@ __all__ = [
     "merged_bodies",
     "splice_objects",
     "typed_batch",
-    "upsert_column",
 ]
 
 KEY_HEADER: Final = b"@key"
 ACTION_HEADER: Final = b"@action"
-UPSERT_RECORD_COLUMNS: Final = frozenset({"key", "action", "value"})
-"""The upsert columns built here; the others are the record's position."""
 
 
 class Changes(NamedTuple):
@@ -114,16 +109,10 @@ def _malformed(stream: str, columns: RecordColumns, i: int) -> ReadError:
     )
 
 
-def upsert_column(name: str, found: Changes, columns: RecordColumns) -> pa.Array:
-    """The upsert column ``name`` (one of `UPSERT_RECORD_COLUMNS`) as text: the value is null for a delete."""
-    if name == "key":
-        return utf8_text(found.keys)
+def _actions(found: Changes) -> pa.Array:
+    """Each record's action as text, ``u`` or ``d``."""
     deletes, n = bool_array(found.deletes), len(found.deletes)
-    if name == "action":
-        return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
-    if name == "value":
-        return pc.if_else(deletes, repeated(None, n, pa.string()), utf8_text(columns.bodies))
-    raise ValueError(f"{name!r} is not an upsert record column")
+    return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
 
 
 def merged_bodies(stream: str, columns: RecordColumns) -> tuple[pa.Array, Changes]:
@@ -193,10 +182,16 @@ def changes_batch(
 ) -> pa.RecordBatch:
     """The change rows of ``columns`` in ``schema`` (a subset of ``UPSERT_SCHEMA``), in ``target``'s types."""
     found = changes(_named(stream), columns)
+    n = len(columns)
+    from_record = {  # as text; the value is null for a delete
+        "key": lambda: utf8_text(found.keys),
+        "action": lambda: _actions(found),
+        "value": lambda: pc.if_else(
+            bool_array(found.deletes), repeated(None, n, pa.string()), utf8_text(columns.bodies)
+        ),
+    }
     arrays = [
-        upsert_column(f.name, found, columns)
-        if f.name in UPSERT_RECORD_COLUMNS
-        else position_column(f.name, stream, columns)
+        from_record[f.name]() if f.name in from_record else position_column(f.name, stream, columns)
         for f in schema.fields
     ]
     return to_target(arrays, target)
@@ -207,8 +202,7 @@ def typed_batch(
 ) -> pa.RecordBatch:
     """The rows of a typed upsert read: each record's key and value JSON spliced, decoded into ``schema``."""
     bodies, found = merged_bodies(_named(stream), columns)
-    action = upsert_column("action", found, columns)
-    return decoded_batch(schema, stream, columns, bodies, target, action=action)
+    return decoded_batch(schema, stream, columns, bodies, target, action=_actions(found))
 
 
 def _named(stream: str | StreamRuns) -> str:
@@ -265,19 +259,14 @@ def _inner(arr: pa.Array) -> tuple[pa.Array, Bools]:
     """Per value, the text inside its braces, stripped; and True where the value, stripped, is not
     ``{...}`` (its text is then meaningless)."""
     offsets, data = binary_view(arr)
-    start, stop = offsets[:-1], offsets[1:]
-    if _compact(data, start, stop):
+    if _compact(data, offsets[:-1], offsets[1:]):
         return pc.binary_slice(arr, 1, -1), np.zeros(len(arr), dtype=np.bool_)
-    start, stop = _strip(data, start, stop)
-    braced = stop - start >= 2
-    at = np.flatnonzero(braced)
-    braced[at] = (data[start[at]] == _OPEN) & (data[stop[at] - 1] == _CLOSE)
-    start, stop = _strip(data, start + 1, stop - 1)
-    bad = ~braced
-    if bad.any():  # an empty span where the previous one ends keeps the spans in ascending order
-        previous_end = np.maximum.accumulate(np.where(bad, 0, stop))
-        start[bad] = stop[bad] = previous_end[bad]
-    return _spans(data, start, stop), bad
+    # Byte by byte (an ASCII kernel does not check UTF-8): the bytes are the record's, whatever they hold.
+    text = pc.ascii_trim_whitespace(arr.view(pa.string()))
+    braced = pc.and_(pc.starts_with(text, "{"), pc.ends_with(text, "}"))
+    braced = pc.and_(braced, pc.greater_equal(pc.binary_length(text), 2))
+    inner = pc.ascii_trim_whitespace(pc.binary_slice(text.view(pa.binary()), 1, -1).view(pa.string()))
+    return inner.view(pa.binary()), ~bools(braced)
 
 
 def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
@@ -287,34 +276,3 @@ def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
         return False
     braced = (data[start] == _OPEN) & (data[stop - 1] == _CLOSE)
     return bool(braced.all()) and not (_SPACE[data[start + 1]] | _SPACE[data[stop - 2]]).any()
-
-
-def _strip(data: Bytes, start: Ints, stop: Ints) -> tuple[Ints, Ints]:
-    """The spans ``[start, stop)`` of ``data`` without leading and trailing ASCII whitespace."""
-    start, stop = start.copy(), stop.copy()
-    going = np.flatnonzero(start < stop)
-    while going.size:
-        going = going[_SPACE[data[start[going]]]]
-        start[going] += 1
-        going = going[start[going] < stop[going]]
-    going = np.flatnonzero(start < stop)
-    while going.size:
-        going = going[_SPACE[data[stop[going] - 1]]]
-        stop[going] -= 1
-        going = going[start[going] < stop[going]]
-    return start, stop
-
-
-def _spans(data: Bytes, start: Ints, stop: Ints) -> pa.Array:
-    """A binary array of the ascending, non-overlapping spans ``[start[i], stop[i])`` of ``data``."""
-    n = len(start)
-    if n == 0:
-        return empty_binary()
-    # The bounds start, stop, start, stop, ... ascend: an array whose even values are the spans (the odd
-    # ones are the bytes between them), over ``data`` without a copy; `take` packs the spans.
-    bounds = np.empty(2 * n, dtype=np.int32)
-    bounds[0::2] = start
-    bounds[1::2] = stop
-    buffers = [None, pa.py_buffer(bounds), pa.py_buffer(data)]
-    interleaved = pa.Array.from_buffers(pa.binary(), 2 * n - 1, buffers)
-    return take(interleaved, np.arange(0, 2 * n, 2, dtype=np.int64))

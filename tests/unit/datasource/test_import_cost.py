@@ -98,7 +98,6 @@ _NOT_IN_A_READ_TASK = (
     "s2_sink.datasource._write_options",
     "s2_sink.datasource._stream_reader",
     "s2_sink._read.planning.committed",
-    "s2_sink._read.planning.bounds",
     "s2_sink._read.planning.micro_batches",
 )
 
@@ -161,7 +160,7 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
         "S2DataSource(opts).schema()\n"
         "created = set(sys.modules) - before\n"
         "S2DataSource({**opts, 's2.format': 'json'}).reader(StructType([StructField('id', LongType())]))\n"
-        "import s2_sink._transport.preflight, s2_sink._read.planning.bounds, s2_sink._read.planning.offsets\n"
+        "import s2_sink._transport.preflight, s2_sink._read.planning.micro_batches\n"
         "import s2_sink._read.planning.committed  # what the preflight and partitions() import\n"
         "print(repr((sorted(created), sorted(set(sys.modules) - before - created))))\n"
     )
