@@ -1,12 +1,15 @@
 """Where an ordered changelog's client CPU goes in Spark, without a server: the benchmark's cached ``events``
 rows through each step of ``UpsertEncoder(["id"], order_by="ts", compact=True)``'s layout, every stage ending
-in a ``mapInArrow`` that only counts its rows (the last two encode them too, and compact), best of three.
+in a ``mapInArrow`` that only counts its rows (the last three encode them too, the first two of those
+compact), best of three.
 
     python -m benchmarks.ordered_layout [--rows 400000]
 
 Steps: the rows turned into Arrow; + a shuffle by ``id``; + the sort by ``(id, ts)``; the same sort led by
 ``xxhash64(id)``; the writer's layout (`batch_layout.laid_out`) with its tasks' encoding, tie order and
-compaction; the plain encoding, no layout (what the unordered upsert does before it appends).
+compaction; the same shuffle with each task ordering its encoded rows in Arrow instead of Spark's sort
+(``sort_indices`` by key, ``ts`` and record bytes, then compacted: the alternative the writer does not take,
+measured beside it); the plain encoding, no layout (what the unordered upsert does before it appends).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -25,7 +29,10 @@ from benchmarks._data import shape
 from benchmarks._procs import ProcessMeter
 from s2_sink import S2Config, S2Writer
 from s2_sink._write.driver.batch_layout import laid_out
+from s2_sink._write.frame_encoding import FrameEncoding
 from s2_sink.encoders import UpsertEncoder
+from s2_sink.encoders._change_order import last_changes
+from s2_sink.encoders._frame import ACTION, BODY, KEY
 
 __all__ = ["main"]
 
@@ -38,6 +45,16 @@ def _count(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 def _count_after(tail: Frames, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     return _count(tail(batches))
+
+
+def _sorted_in_task(encoding: FrameEncoding, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's rows encoded as they come, then all of them put in change order in Arrow and compacted."""
+    frames = list(encoding.frames(batches))
+    if not frames:
+        return iter(())
+    whole = pa.Table.from_batches(frames).combine_chunks()
+    order = pc.sort_indices(whole, sort_keys=[(c, "ascending") for c in (KEY, "ts", BODY, ACTION)])
+    return last_changes(whole.take(order).to_batches(), routed=False)
 
 
 def main() -> None:
@@ -76,6 +93,11 @@ def main() -> None:
             "the layout, encoded, tie-ordered, compacted",
             laid.frame,
             functools.partial(_count_after, laid.tail),
+        ),
+        (
+            "+ shuffle, ordered in Arrow in the task",
+            shuffled,
+            functools.partial(_count_after, functools.partial(_sorted_in_task, encoding)),
         ),
         ("no layout, encoded", rows, functools.partial(_count_after, encoding.frames)),
     ]
