@@ -26,6 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
@@ -174,6 +175,8 @@ class S2Writer:
         self.last_metrics: BatchMetrics | None = None
         self._memos: dict[str, _RowsMemo] = {}
         self._split = StreamSplit(self.cfg.max_inflight_bytes)  # routed batches: narrowed or by stream
+        self._streams_found: frozenset[str] = frozenset()
+        """With ``create_streams``, the streams the last batch appended to (`WritePlan.streams_found`)."""
         self._likely_big: bool | None = None
         """Whether the last batch written was over the driver-write limits (the next one then skips the
         probe); None before the first."""
@@ -237,6 +240,8 @@ class S2Writer:
                 self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
                 return
             self._create_known_streams()
+            if self._streams_found:
+                job = replace(job, plan=replace(job.plan, streams_found=self._streams_found))
             try:
                 if small is not None:
                     rows = write_on_driver(job, encoding, small)
@@ -249,6 +254,8 @@ class S2Writer:
                 raise _translate(exc) from exc
         path = "tasks" if small is None else "driver"
         metrics = aggregate(batch_id, rows, time.monotonic() - started, delivery=self.mode.name, path=path)
+        if self.cfg.create_streams:
+            self._streams_found = frozenset(r["stream"] for r in rows if r["stream"] and r["records"])
         # The next batch is probed unless this one was too big for the driver (see driver_write).
         self._likely_big = small is None and not is_small(metrics.rows_in, metrics.bytes, self.cfg)
         self.mode.commit(job, metrics)
