@@ -26,6 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
@@ -173,6 +174,7 @@ class S2Writer:
         self.last_metrics: BatchMetrics | None = None
         self._memos: dict[str, _RowsMemo] = {}
         self._split = StreamSplit(self.cfg.max_inflight_bytes)  # routed batches: narrowed or by stream
+        self._streams_found: frozenset[str] = frozenset()  # `WritePlan.streams_found` (`_found_streams`)
         self._likely_big: bool | None = None
         """Whether the last batch written was over the driver-write limits (the next one then skips the
         probe); None before the first."""
@@ -236,6 +238,7 @@ class S2Writer:
                 self.last_metrics = BatchMetrics.skipped_replay(batch_id, delivery=self.mode.name)
                 return
             self._create_known_streams()
+            job = self._with_streams_found(job)
             try:
                 if small is not None:
                     rows = write_on_driver(job, encoding, small)
@@ -248,6 +251,7 @@ class S2Writer:
                 raise _translate(exc) from exc
         path = "tasks" if small is None else "driver"
         metrics = aggregate(batch_id, rows, time.monotonic() - started, delivery=self.mode.name, path=path)
+        self._found_streams(rows)
         # The next batch is probed unless this one was too big for the driver (see driver_write).
         self._likely_big = small is None and not is_small(metrics.rows_in, metrics.bytes, self.cfg)
         self.mode.commit(job, metrics)
@@ -336,6 +340,17 @@ class S2Writer:
         streams = self.spec.streams_to_create()
         if streams:
             _runtime.run(_ensure_streams(self.cfg, streams))
+
+    def _with_streams_found(self, job: BatchJob) -> BatchJob:
+        """`job` with the streams the last batch appended to, which its tasks need not create."""
+        if not self._streams_found:
+            return job
+        return replace(job, plan=replace(job.plan, streams_found=self._streams_found))
+
+    def _found_streams(self, rows: list[dict[str, Any]]) -> None:
+        """With ``create_streams``, remember the streams a batch's result rows show records appended to."""
+        if self.cfg.create_streams:
+            self._streams_found = frozenset(r["stream"] for r in rows if r["stream"] and r["records"])
 
     def _publish(self, metrics: BatchMetrics) -> None:
         self.last_metrics = metrics

@@ -175,6 +175,12 @@ class WritePlan:
     possible). Exactly-once sets ``False``: such failures then fail the task, and the task retry's
     recovery hook sorts out what was written."""
 
+    streams_found: frozenset[str] = frozenset()
+    """Streams the writer's previous micro-batch appended to: they exist, so tasks do not ask S2 to create
+    them (``create_streams``); each worker process would otherwise ask once for every stream it had not met,
+    and which worker meets which stream changes from batch to batch. One deleted since answers the task's
+    append 404 and is created then (`Appender`)."""
+
     rows_by_stream: bool = False
     """The task's rows come ordered by target stream (the writer's split by stream sorts them when they
     outweigh what open chunks may hold: `sizing.StreamSplit`), so a stream's rows have ended once the next

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from s2_sink._exactly_once.identity import SessionFacts, session_facts
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._write.driver.metrics import BatchMetrics, aggregate
+from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.spec import Delivery
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
@@ -158,6 +158,7 @@ class WriterFront:
         if writer is self.writer:
             self._wrote(b, writer.spec.exactly_once)
         writer._create_known_streams()
+        job = writer._with_streams_found(job)
         parts = split(self.sc, b, run)
         routed = writer.routing.routed
         recovery = job.recovery_layout
@@ -184,7 +185,9 @@ class WriterFront:
         results = self._stage(run, b, parts, task, calm)
         if writer is self.writer and writer.spec.exactly_once:
             self._committing(b)
-        writer.mode.commit(job, _metrics(b, results, writer.mode.name))
+        rows: list[dict[str, Any]] = [r for res in results for r in res.to_pylist()]
+        writer._found_streams(rows)
+        writer.mode.commit(job, aggregate(b, rows, 0.0, delivery=writer.mode.name))
 
 
 def _writer_task(
@@ -227,8 +230,3 @@ def _in_order(frame: pa.RecordBatch, rows: list[Row], *, routed: bool, compact: 
 
 _ORDER = "ts"
 """The ``order_by`` column of the sim's frames."""
-
-
-def _metrics(batch: int, results: list[pa.RecordBatch], delivery: str) -> BatchMetrics:
-    rows: list[dict[str, Any]] = [r for res in results for r in res.to_pylist()]
-    return aggregate(batch, rows, 0.0, delivery=delivery)

@@ -152,9 +152,11 @@ class Appender:
 
     async def create_streams(self, streams: Iterable[str]) -> None:
         """With ``create_streams``, create those of `streams` this task has not appended to yet, if
-        missing, concurrently (bounded: `SessionPool.ensure_streams`; each once per process)."""
+        missing, concurrently (bounded: `SessionPool.ensure_streams`; each once per process), but not those
+        the previous micro-batch appended to (``WritePlan.streams_found``)."""
         if self.cfg.create_streams:
-            new = [s for s in streams if s not in self.streams]
+            found = self.plan.streams_found
+            new = [s for s in streams if s not in self.streams and s not in found]
             if new:
                 await self.pool.ensure_streams(self.cfg, new)
 
@@ -191,8 +193,6 @@ class Appender:
         return st.bulk is not None
 
     async def _open(self, st: _StreamAppends) -> None:
-        if self.cfg.create_streams:
-            await self.pool.ensure_stream(self.cfg, st.name)
         await self._make_room()
         st.bulk = BulkAppendSession(self._transport(), st.name, _COMPRESSION[self.cfg.compression])
         self.recent[st.name] = None
@@ -358,6 +358,7 @@ class Appender:
                 # re-send (under exactly-once the new stream's empty token refuses it, and the fence keeper
                 # checks for a reset stream).
                 try:
+                    await self.pool.ensure_stream(self.cfg, st.name)
                     await self._resend(st)
                     return
                 except Exception as again:
@@ -390,10 +391,8 @@ class Appender:
 
     async def _resend(self, st: _StreamAppends) -> None:
         """Open a fresh session for `st` and re-send, in order, its chunks not yet acknowledged (its last
-        and only one as a unary append again, the stream created first if it vanished: `_vanished`)."""
+        and only one as a unary append again)."""
         if len(st.unacked) == 1 and st.unacked[0].last and not is_acked(st.unacked[0]):
-            if self.cfg.create_streams:
-                await self.pool.ensure_stream(self.cfg, st.name)
             chunk = st.unacked[0]
             if chunk.ticket is not None:
                 chunk.ticket.cancel()
@@ -408,8 +407,9 @@ class Appender:
             await self._send(st, chunk)
 
     def _vanished(self, st: _StreamAppends, exc: Exception) -> bool:
-        """Whether `st`'s stream, which this process created or found, is gone (deleted since: S2's
-        ``delete_on_empty``, or an operator) and is to be created again, once per task. S2 answers a
+        """Whether `st`'s stream, which this process created or found or the previous micro-batch wrote, is
+        gone (deleted since: S2's ``delete_on_empty``, or an operator) and is to be created again, once per
+        task. S2 answers a
         deleted stream's appends 409 ``stream_deletion_pending`` until the deletion completes, then 404;
         creating it again waits for that (`create_if_missing`). An open session's next append gets 503
         ``unavailable`` instead: retried as any 503, its next attempt meets the 409 or the 404."""
