@@ -443,6 +443,21 @@ def test_a_restart_under_a_changed_writer_goes_on_from_its_ledger_exactly_once()
     assert seen["at-least-once run"] >= CHANGED_SCHEDULES // 10, seen
 
 
+@pytest.mark.parametrize(
+    ("seed", "mark"),
+    [(530, "at-least-once, 3 partitions)")],
+)
+def test_changed_schedules_the_model_once_misjudged(seed: int, mark: str) -> None:
+    """``changed`` seeds whose schedules the sink got right and the model did not. 530: an exactly-once run
+    dies before batch 0's ledger commit, an at-least-once restart writes batches 0 and 1 and Spark commits
+    them, and an exactly-once restart commits batch 2, whose ``committed`` passes over batch 0: the model
+    held batch 0 to the dead run's configuration, which never committed it."""
+    outcome = run_schedule(seed, "changed")
+    if outcome.violation is not None:
+        pytest.fail(outcome.report(), pytrace=False)
+    assert any(mark in line for line in outcome.trace), outcome.report()
+
+
 WIRING_SCHEDULES = 30
 
 
