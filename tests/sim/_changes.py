@@ -7,9 +7,9 @@ first run dies with its first batch written but not committed (half written when
 the first restart changes in three schedules in four what that batch cannot survive (the routing, another
 dead-letter stream). The rows carry their stream-column value,
 and their target follows the routing of the run that writes them (`retarget`). A run refused for a change
-its batch in flight cannot survive is followed by the fix the error names (a restart with the configuration
-the ledger recorded); a last run under ``on_error="fail"`` with bad rows left gets the fix that error names
-(dead letters).
+its batch in flight cannot survive is followed by the fix the error names (a restart with the settings it
+refused put back as the ledger recorded them, `recorded_config`); a last run under ``on_error="fail"`` with
+bad rows left gets the fix that error names (dead letters).
 
 What must hold (`ChangeLog`, kept per store and read by the invariants): a batch the ledger committed holds,
 in tagged chunks, exactly the good rows' records the committing configuration makes, in its streams, and its
@@ -335,9 +335,9 @@ class ChangeFront:
                 self.change_log.committed.pop(batch, None)
 
     def _fix_refused_change(self, exc: BaseException, store: Store, basin: str, ledger: str) -> bool:
-        """A change refused for the batch in flight: restart once with the configuration that wrote it, as
-        the ledger recorded it (the fix the error names), then the drawn changes go on. Whether the refusal
-        was such."""
+        """A change refused for the batch in flight: restart once with the refused settings put back as the
+        ledger recorded them (the fix the error names, `recorded_config`), then the drawn changes go on.
+        Whether the refusal was such."""
         if self.config is None or "Restart once with" not in str(exc) or self.change_fixes >= 3:
             return False
         self.change_fixes += 1
@@ -346,18 +346,21 @@ class ChangeFront:
 
 
 def recorded_config(store: Store, basin: str, ledger: str, like: RunConfig) -> RunConfig:
-    """The writer configuration the ledger's last state record says the batch in flight was written under
-    (the last of its ``shapes``), otherwise as `like` (delivery, partitions)."""
+    """What the user restarts with after a refusal, following the fix the error names: `like` (the refused
+    configuration) with what the ledger's last state record says the batch in flight was written under put
+    back where `like` changed it past recovery (`check_restart`): the routing, and the dead-letter stream
+    where both name one (the shapes name at most one: another is refused). `like`'s ``on_error`` stays, so
+    a dead-letter stream the user chose keeps its dead letters where the batch's first ones went."""
     last = last_state(store, basin, ledger)
     assert last is not None, f"{ledger} has no state record"
     assert last.get("shapes"), f"{ledger} records no configuration"
-    shape = last["shapes"][-1]
-    route = str(shape["routing"])
+    shapes = last["shapes"]
+    route = str(shapes[-1]["routing"])
     routing = "single" if route.startswith("stream=") else "column" if route.startswith("column=") else ""
     routing = routing or f"shards{route.split('=', 1)[1].split('x', 1)[0]}"
-    return replace(
-        like, routing=routing, on_error=shape["on_error"], dlq=shape["dlq"], delivery="exactly-once"
-    )
+    dead = next((str(s["dlq"]) for s in reversed(shapes) if s["dlq"] is not None), None)
+    dlq = dead if like.dlq is not None and dead is not None else like.dlq
+    return replace(like, routing=routing, dlq=dlq, delivery="exactly-once")
 
 
 def last_state(store: Store, basin: str, ledger: str) -> dict[str, Any] | None:

@@ -288,7 +288,7 @@ class Query(ChangeFront, WiringFront, WriterFront):
                 return
             ledger = ledger_stream_name(self.writer_name or self.query_id)
             if self._fix_refused_change(exc, self.service.store, BASIN, ledger):
-                self._note(f"driver run {run} refused: {str(exc)[:160]}; restarted with the previous writer")
+                self._note(f"driver run {run} refused: {str(exc)[:160]}; restarted with the old setting")
                 self._spawn_run("new process", fresh=True)
                 return
             if self._follow_wiring_fix(exc):
