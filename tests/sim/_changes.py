@@ -7,9 +7,9 @@ first run dies with its first batch written but not committed (half written when
 the first restart changes in three schedules in four what that batch cannot survive (the routing, another
 dead-letter stream). The rows carry their stream-column value,
 and their target follows the routing of the run that writes them (`retarget`). A run refused for a change
-its batch in flight cannot survive is followed by the fix the error names (a restart with the configuration
-the ledger recorded); a last run under ``on_error="fail"`` with bad rows left gets the fix that error names
-(dead letters).
+its batch in flight cannot survive is followed by the fix the error names (a restart with the settings it
+refused put back as the ledger recorded them, `recorded_config`); a last run under ``on_error="fail"`` with
+bad rows left gets the fix that error names (dead letters).
 
 What must hold (`ChangeLog`, kept per store and read by the invariants): a batch the ledger committed holds,
 in tagged chunks, exactly the good rows' records the committing configuration makes, in its streams, and its
@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
+from s2_sink._exactly_once.ledger import ledger_stream_name
 from s2_sink._exactly_once.ledger_records import parse_record
 from s2_sink._write.spec import Delivery
 from s2_sink._write.task.dead_letters import DLQ_BATCH, DLQ_ERROR, DLQ_TARGET
@@ -208,7 +209,9 @@ class ChangeLog:
     """Per batch, the configurations of the runs that began writing it."""
     committed: dict[int, RunConfig] = field(default_factory=dict)
     """Per batch, the configuration of the exactly-once run that committed it in the ledger (set before the
-    commit is appended: a commit that did not land is overwritten by the one that does)."""
+    commit is appended: a commit that did not land is overwritten by the one that does, or dropped when Spark
+    commits the batch after an at-least-once run wrote it: no exactly-once commit of it ever lands, and a
+    later commit's ``committed`` passing over it says nothing of its records)."""
     alo: dict[int, RunConfig] = field(default_factory=dict)
     """Per batch Spark committed after an at-least-once run wrote it, that run's configuration."""
 
@@ -261,10 +264,12 @@ class ChangeFront:
     sc: Scenario
     runs: int
     writer: Any
+    query_id: str
+    writer_name: str | None
     config: RunConfig | None
     """The configuration of the current start (None outside ``changed``)."""
 
-    def _setup_changes(self, scenario: Scenario, store: Store) -> None:
+    def _setup_changes(self, scenario: Scenario, store: Store, basin: str) -> None:
         self.base = scenario
         self.config = None
         self.change_log = ChangeLog(scenario)
@@ -273,6 +278,7 @@ class ChangeFront:
         self.change_fixes = 0
         self.data_steps = 0
         self.first_died = False
+        self.change_store, self.change_basin = store, basin
         if scenario.configs:
             CHANGES[store] = self.change_log
 
@@ -323,11 +329,15 @@ class ChangeFront:
     def _spark_committed(self, batch: int, exactly_once: bool) -> None:
         if self.config is not None and not exactly_once:
             self.change_log.alo[batch] = self.config
+            ledger = ledger_stream_name(self.writer_name or self.query_id)
+            state = last_state(self.change_store, self.change_basin, ledger)
+            if state is None or int(state["committed"]) < batch:
+                self.change_log.committed.pop(batch, None)
 
     def _fix_refused_change(self, exc: BaseException, store: Store, basin: str, ledger: str) -> bool:
-        """A change refused for the batch in flight: restart once with the configuration that wrote it, as
-        the ledger recorded it (the fix the error names), then the drawn changes go on. Whether the refusal
-        was such."""
+        """A change refused for the batch in flight: restart once with the refused settings put back as the
+        ledger recorded them (the fix the error names, `recorded_config`), then the drawn changes go on.
+        Whether the refusal was such."""
         if self.config is None or "Restart once with" not in str(exc) or self.change_fixes >= 3:
             return False
         self.change_fixes += 1
@@ -336,8 +346,27 @@ class ChangeFront:
 
 
 def recorded_config(store: Store, basin: str, ledger: str, like: RunConfig) -> RunConfig:
-    """The writer configuration the ledger's last state record says the batch in flight was written under
-    (the last of its ``shapes``), otherwise as `like` (delivery, partitions)."""
+    """What the user restarts with after a refusal, following the fix the error names: `like` (the refused
+    configuration) with what the ledger's last state record says the batch in flight was written under put
+    back where `like` changed it past recovery (`check_restart`): the routing, and the dead-letter stream
+    where both name one (the shapes name at most one: another is refused). `like`'s ``on_error`` stays, so
+    a dead-letter stream the user chose keeps its dead letters where the batch's first ones went."""
+    last = last_state(store, basin, ledger)
+    assert last is not None, f"{ledger} has no state record"
+    assert last.get("shapes"), f"{ledger} records no configuration"
+    shapes = last["shapes"]
+    route = str(shapes[-1]["routing"])
+    routing = "single" if route.startswith("stream=") else "column" if route.startswith("column=") else ""
+    routing = routing or f"shards{route.split('=', 1)[1].split('x', 1)[0]}"
+    dead = next((str(s["dlq"]) for s in reversed(shapes) if s["dlq"] is not None), None)
+    dlq = dead if like.dlq is not None and dead is not None else like.dlq
+    return replace(like, routing=routing, dlq=dlq, delivery="exactly-once")
+
+
+def last_state(store: Store, basin: str, ledger: str) -> dict[str, Any] | None:
+    """The ledger's last state record (None: none yet, or no ledger)."""
+    if ledger not in store.basin(basin).streams:
+        return None
     last: dict[str, Any] | None = None
     for raw in store.stream(basin, ledger).collect(0, 1 << 30, 1 << 62, None).records:
         rec = pb.SequencedRecord.FromString(raw)
@@ -346,12 +375,4 @@ def recorded_config(store: Store, basin: str, ledger: str, like: RunConfig) -> R
         doc = parse_record(rec.body, ledger)
         if doc["kind"] != "ends":
             last = doc
-    assert last is not None, f"{ledger} has no state record"
-    assert last.get("shapes"), f"{ledger} records no configuration"
-    shape = last["shapes"][-1]
-    route = str(shape["routing"])
-    routing = "single" if route.startswith("stream=") else "column" if route.startswith("column=") else ""
-    routing = routing or f"shards{route.split('=', 1)[1].split('x', 1)[0]}"
-    return replace(
-        like, routing=routing, on_error=shape["on_error"], dlq=shape["dlq"], delivery="exactly-once"
-    )
+    return last

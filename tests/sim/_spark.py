@@ -150,7 +150,7 @@ class Query(ChangeFront, WiringFront, WriterFront):
         """Restarts in a new process that a refusal without a run id asked for (`asks_for_a_new_process`)."""
         self.session_ops: Counter[int] = Counter()
         """``task-zombies``/``stage-zombies``: data appends per task actor so far."""
-        self._setup_changes(scenario, service.store)
+        self._setup_changes(scenario, service.store, service.basin)
         self._setup_wirings(scenario)
         if scenario.shared:  # one object for both queries, created in their one process
             self.writer = other.writer if other is not None else self._new_writer()
@@ -288,7 +288,7 @@ class Query(ChangeFront, WiringFront, WriterFront):
                 return
             ledger = ledger_stream_name(self.writer_name or self.query_id)
             if self._fix_refused_change(exc, self.service.store, BASIN, ledger):
-                self._note(f"driver run {run} refused: {str(exc)[:160]}; restarted with the previous writer")
+                self._note(f"driver run {run} refused: {str(exc)[:160]}; restarted with the old setting")
                 self._spawn_run("new process", fresh=True)
                 return
             if self._follow_wiring_fix(exc):
