@@ -63,6 +63,32 @@ def as_json_value(value: Any) -> Any:
     return str(value)
 
 
+def _bracketed(text: str, start: int) -> int:
+    """Where the bracket or quote opening at `start` closes (one past it), or -1: quotes inside count."""
+    stack: list[str] = []
+    quote = ""
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+                if not stack:
+                    return i + 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _CLOSERS:
+            stack.append(_CLOSERS[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    return -1
+
+
 def _word(text: str) -> Any:
     if _INT.match(text):
         return int(text)
@@ -74,15 +100,13 @@ def _word(text: str) -> Any:
 def _text_value(message: str, start: int) -> Any:
     """The value written at `start` of a formatted message: a Python literal (quoted text, a dict, list or
     tuple repr) read whole, else one word without the punctuation that ends a sentence or a parenthesis."""
-    opener = message[start]
-    if opener in "'\"{[(":
-        # The shortest text up to a closing character that reads as a literal (quotes inside included).
-        closer = _CLOSERS.get(opener, opener)
-        for end in (i + 1 for i in range(start + 1, len(message)) if message[i] == closer):
+    if message[start] in "'\"{[(":
+        end = _bracketed(message, start)
+        if end > 0:
             try:
                 return as_json_value(ast.literal_eval(message[start:end]))
             except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
+                pass
     word = re.match(r"\S+", message[start:])
     raw = word.group(0) if word else ""
     while (raw and raw[-1] in ",;:") or (raw.endswith(")") and raw.count("(") < raw.count(")")):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
@@ -162,3 +163,21 @@ def test_a_lone_dict_argument_is_a_json_object(captured: io.StringIO) -> None:
     logging.getLogger("s2_sink.writer").info("ends=%s", {"events": 8, "a b": None})
     (doc,) = _lines(captured)
     assert doc["ends"] == {"events": 8, "a b": None}
+
+
+def test_a_nested_literal_is_parsed_once(captured: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dict of dicts in preformatted text is found by one scan and handed to the parser once, not tried at
+    each closing brace (which made formatting grow with the square of the literal's size)."""
+    parsed: list[str] = []
+    literal_eval = ast.literal_eval
+
+    def counting(text: str) -> Any:
+        parsed.append(text)
+        return literal_eval(text)
+
+    monkeypatch.setattr(ast, "literal_eval", counting)
+    per = {f"s/{i}": {"records": i, "end": i} for i in range(50)}
+    logging.getLogger("s2_sink.writer").info("%s", f"s2 batch=3 per_stream={per!r}")
+    (doc,) = _lines(captured)
+    assert doc["per_stream"] == per
+    assert parsed == [repr(per)]
