@@ -108,10 +108,13 @@ def current_ledgers_of(states: dict[str, LedgerState], query_id: str) -> list[st
 class Ledger:
     """Reads and conditionally appends the ledger stream of one writer identity (driver side)."""
 
-    def __init__(self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None) -> None:
+    def __init__(
+        self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None, patience: Patience | None = None
+    ) -> None:
         self.name = ledger_stream_name(writer_id)
         self._cfg = cfg  # names the endpoint and the fix when the ledger cannot be read
-        self._patience = Patience.of(cfg) if cfg is not None else Patience()
+        # `patience`: how a caller that has no s2.delivery-timeout-ms (the command) waits; else `cfg`'s.
+        self._patience = patience or (Patience.of(cfg) if cfg is not None else Patience())
         self.writer_id = writer_id
         self._basin = basin
         self._stream: S2Stream = basin.stream(self.name)

@@ -222,7 +222,7 @@ def _on_ledger(
     async def go() -> T:
         async with open_basin(cfg) as basin:
             await basin.get_stream_config(name)
-            return await work(basin, Ledger(basin, writer_id))
+            return await work(basin, Ledger(basin, writer_id, patience=PATIENCE))
 
     try:
         return run_io(cfg, name, go())

@@ -15,6 +15,7 @@ from s2_sdk import S2Basin, S2Error, S2ServerError
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX, Ledger, LedgerState
 from s2_sink._transport.explain import is_stream_deleting
+from s2_sink.cli._command import PATIENCE
 from s2_sink.errors import CommitError
 
 __all__ = ["LedgerSummary", "describe_token", "ledger_summaries", "writer_ids", "writers_by_hash"]
@@ -79,7 +80,7 @@ async def ledger_summaries(basin: S2Basin) -> list[LedgerSummary]:
     """Every ledger of the basin with its last state; a ledger that cannot be decoded is listed with why."""
     out: list[LedgerSummary] = []
     for writer_id in await writer_ids(basin):
-        ledger = Ledger(basin, writer_id)
+        ledger = Ledger(basin, writer_id, patience=PATIENCE)
         try:
             position = await basin.stream(ledger.name).check_tail()
         except S2ServerError as exc:

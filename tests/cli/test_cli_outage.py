@@ -1,0 +1,67 @@
+"""The ``s2-sink`` commands ride out a transient read failure, and word the wait for a command-line user: a
+command takes no ``s2.delivery-timeout-ms``, so its warning says what such a user can do instead. The failure
+is one 503 raised by the SDK's read (the lite server injects faults into appends only)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import s2_sdk
+from s2_sdk import AppendInput, Record, S2ServerError
+
+from s2_sink.lite import LiteServer
+from tests.cli.test_cli import append, cli, config, write_exactly_once
+
+
+def _fail_one_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The SDK's next stream read answers 503; the list holds how many failures are left."""
+    real = s2_sdk.S2Stream.read
+    left = [1]
+
+    async def flaky(self: s2_sdk.S2Stream, *args: Any, **kwargs: Any) -> Any:
+        if left[0]:
+            left[0] -= 1
+            raise S2ServerError("unavailable", "injected", 503)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(s2_sdk.S2Stream, "read", flaky)
+    return left
+
+
+def _waits(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (("tail", "events", "-n", "1"), 0),
+        (("ledger", "show", "job"), 0),
+        (("ledger", "list"), 0),
+        (("ledger", "reset", "job", "--yes"), 0),
+        (("ledger", "forget", "job", "events"), 2),  # the stream was not reset: refused after the read
+    ],
+)
+def test_a_command_waits_out_a_failed_read_in_its_own_words(
+    lite: LiteServer,
+    basin: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[tuple[str, ...], int],
+) -> None:
+    """One 503 on a read: the command retries it and ends as it would have; the warning of its wait says
+    Ctrl-C stops it and names no option the command lacks."""
+    args, code = case
+    write_exactly_once(config(lite, basin), "job", [[b'{"id":0}']])
+    append(lite, basin, "events", [AppendInput(records=[Record(b'{"id":1}')])])
+    left = _fail_one_read(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        out = cli(lite.endpoint, *args, "--basin", basin)
+    assert out.returncode == code, out.stderr
+    assert left == [0]  # the read failed once
+    wait, answered = _waits(caplog)
+    assert answered.startswith("S2 answers again")
+    assert "Ctrl-C stops it sooner; run it again once S2 answers" in wait
+    assert "s2.delivery-timeout-ms" not in wait
