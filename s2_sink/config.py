@@ -153,6 +153,8 @@ class S2Config:
     account_endpoint: str = _opt(
         "s2.endpoints.account", _str, default=CLOUD_ACCOUNT_ENDPOINT, env="S2_ACCOUNT_ENDPOINT"
     )
+    """Account endpoint origin: where basins are created and listed (streams are on the basin endpoint)."""
+
     basin_endpoint: str = _opt(
         "s2.endpoints.basin", _str, default=CLOUD_BASIN_ENDPOINT, env="S2_BASIN_ENDPOINT"
     )
