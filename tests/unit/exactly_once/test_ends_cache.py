@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+import s2_sdk
 from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once import ends_cache
@@ -179,3 +180,35 @@ def test_a_late_task_whose_planned_state_record_was_trimmed_stops(lite: LiteServ
             await ends_cache.lookup(cfg, ref, "r/7")
 
     _runtime.run(go())
+
+
+def test_a_lookup_waits_out_a_transient_read_failure(
+    lite: LiteServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 503 while a task folds a stream's end from the ledger is retried until the delivery deadline, as
+    every read of the sink is; it does not fail the task. The lite server fails only appends, so the read
+    fails in the SDK (after its own retries, as a read they did not fix)."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
+    ends = {f"r/{i}": 1 for i in range(40)}  # more than travel inline: the plan refers to the ledger
+    ends_cache._folds.clear()
+
+    async def prepare() -> ends_cache.EndsRef:
+        led = Ledger(get_pool().client(cfg).basin(cfg.basin), "w", cfg=cfg)
+        await led.load()
+        await led.append(led.opened("run", "q"))
+        await led.append(led.committed(0, ends))
+        return ends_cache.EndsRef.of("w", led.state, state_at=led.state_at)
+
+    ref = _runtime.run(prepare())
+    real = s2_sdk.S2Stream.read
+    failures = [1]
+
+    async def flaky(self: s2_sdk.S2Stream, *args: object, **kwargs: object) -> object:
+        if failures[0]:
+            failures[0] -= 1
+            raise S2ServerError("unavailable", "injected transient failure", 503)
+        return await real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s2_sdk.S2Stream, "read", flaky)
+    assert _runtime.run(ends_cache.lookup(cfg, ref, "r/7")) == 1
+    assert failures == [0]  # the failure was met, and waited out
