@@ -235,7 +235,8 @@ class Ledger:
     async def records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """The ledger documents in ``[start, end)``, command records skipped (a start below the trim point
         reads from the first record kept). Its own paging loop rather than `readback.read_span`: a reader
-        planning a read loads the ledger, and must not import the write side's fingerprints."""
+        planning a read loads the ledger, and must not import the write side's fingerprints. No retries of
+        its own: its callers retry the whole read (`_reading`, the ends lookup)."""
         pos = start
         while pos < end:
             batch = await self._stream.read(
