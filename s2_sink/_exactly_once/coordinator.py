@@ -165,13 +165,13 @@ class Coordinator:
             check_not_moved(state, self.writer_id)
             self.writer = state.writer or writer_hash(self.writer_id)
             if already_committed(state, self.writer_id, batch_id):
-                self._log_changes(state, None)  # a batch the ledger has: skipped whatever changed
+                self._log_changes(state, batch_id, None)  # a batch the ledger has: skipped whatever changed
                 self._pending, self._last = None, batch_id  # a second call of this batch is refused
                 return None
             # A previous run may have written part of this batch before dying: replay it in recovery mode.
             recovery = state.may_have_written_next
             in_flight = batch_id if recovery and batch_id == state.committed + 1 else None
-            self._log_changes(state, in_flight)
+            self._log_changes(state, batch_id, in_flight)
             await self.open_run("run")
             log.info(
                 "exactly-once: writer %s opened run %s epoch %s at batch %s (recovery=%s)",
@@ -199,11 +199,16 @@ class Coordinator:
             tokens=self._tokens,
         )
 
-    def _log_changes(self, state: LedgerState, in_flight: int | None) -> None:
+    def _log_changes(self, state: LedgerState, batch_id: int, in_flight: int | None) -> None:
         """`shape.check_restart` for this start (a skipped batch records nothing: its changes said once)."""
         if self.shape is not None:
             said = check_restart(
-                state.shapes, self.shape, in_flight=in_flight, writer_id=self.writer_id, said=self._reported
+                state.shapes,
+                self.shape,
+                at=batch_id,
+                in_flight=in_flight,
+                writer_id=self.writer_id,
+                said=self._reported,
             )
             self._reported = said or self._reported
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
+from s2_sink._transport.retry import Patience, patiently
 from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
@@ -77,13 +78,21 @@ async def _fold(cfg: S2Config, ref: EndsRef) -> dict[str, int]:
     assert ref.state_at is not None
     at = ref.state_at
     ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), ref.writer_id, cfg=cfg)
-    async for _, doc in ledger.records(at, at + 1):
-        # Another ledger's record (this one was deleted and written anew) is not the one planned from.
-        if doc["kind"] != "ends" and (str(doc["run"]), int(doc["epoch"])) == (ref.state_run, ref.state_epoch):
-            state = await ledger.state_at_record(at, doc)
-            if state is not None:
-                return state.ends
-    raise _moved_past(ledger.name, at)
+
+    planned = (ref.state_run, ref.state_epoch)
+
+    async def fold() -> LedgerState | None:
+        async for _, doc in ledger.records(at, at + 1):
+            # Another ledger's record (this one was deleted and written anew) is not the one planned from.
+            if doc["kind"] != "ends" and (str(doc["run"]), int(doc["epoch"])) == planned:
+                return await ledger.state_at_record(at, doc)
+        return None
+
+    # Reads may be repeated: a transient failure is waited out, as by every read of the sink.
+    state = await patiently(Patience.of(cfg), f"reading the exactly-once ledger {ledger.name!r}", fold)
+    if state is None:
+        raise _moved_past(ledger.name, at)
+    return state.ends
 
 
 def _moved_past(name: str, at: int) -> FencedError:

@@ -82,16 +82,23 @@ async def peek_all(
     basin: S2Basin, *, cfg: S2Config | None = None, skip_unreadable: bool = False
 ) -> dict[str, LedgerState]:
     """Every writer id with a ledger in the basin and that ledger's last state (empty ones included), in
-    name order; never creates anything. A ledger that cannot be read is a CommitError, or with
-    `skip_unreadable` (lookups for a reader or an operator) left out."""
+    name order; never creates anything. A ledger that cannot be read whole (an unreadable record, no state
+    record left, or the records its ends fold from trimmed away) is a CommitError: a new identity looking
+    for its query's batches cannot tell whether it holds them. With `skip_unreadable` (lookups for a reader
+    or an operator) it is left out."""
     out: dict[str, LedgerState] = {}
     async for info in basin.list_all_streams(prefix=LEDGER_PREFIX):
         writer_id = info.name[len(LEDGER_PREFIX) :]
         try:
             peeked = await Ledger(basin, writer_id, cfg=cfg).peek()
-        except CommitError:
+        except CommitError as exc:
             if not skip_unreadable:
-                raise
+                raise CommitError(
+                    f"exactly-once: a writer identity without a ledger looks through the basin's ledgers for "
+                    f"its query's micro-batches, and the ledger of writer_id {writer_id!r} cannot be read "
+                    f"whole ({exc}): it may hold them, so the writer stops rather than write them twice. If "
+                    f"that ledger holds no batches of a query still running, delete the stream {info.name!r}"
+                ) from exc
             log.info("ledger %s cannot be read; left out of the lookup", writer_id)
             continue
         if peeked is not None:
@@ -231,7 +238,8 @@ class Ledger:
     async def records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """The ledger documents in ``[start, end)``, command records skipped (a start below the trim point
         reads from the first record kept). Its own paging loop rather than `readback.read_span`: a reader
-        planning a read loads the ledger, and must not import the write side's fingerprints."""
+        planning a read loads the ledger, and must not import the write side's fingerprints. No retries of
+        its own: its callers retry the whole read (`_reading`, the ends lookup)."""
         pos = start
         while pos < end:
             batch = await self._stream.read(

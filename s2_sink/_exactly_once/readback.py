@@ -1,4 +1,6 @@
-"""Read-back: the fingerprints of what an exactly-once writer already put into a stream range (recovery only).
+"""Read-back: the fingerprints of what an exactly-once writer already put into a stream range (recovery only),
+and `read_span`, the retried paging loop under it that the zombie check and the CLI read through too (the
+ledger pages on its own: `Ledger.records`).
 
 A chunk is found by its ``@s2sink`` tag and record count (S2 appends batches atomically and contiguously);
 records of other writers are skipped.

@@ -95,28 +95,20 @@ def check_restart(
     shapes: tuple[WriteShape, ...],
     new: WriteShape,
     *,
+    at: int,
     in_flight: int | None,
     writer_id: str,
     said: list[str] | None = None,
 ) -> list[str]:
-    """Decide a restart's change of configuration: the changes as text, logged unless they are `said`
-    (logged already), or ConfigError.
+    """Decide a restart's change of configuration at micro-batch `at`: ConfigError, or the changes as text,
+    logged unless they are `said` (logged already).
 
     `shapes` are those the ledger recorded since its last commit (the last one the current), `in_flight`
     the micro-batch that may be part written under them (None: nothing in flight for this micro-batch)."""
     if not shapes:
         return []  # a ledger of a version that recorded no configuration: nothing to compare
     changes = [f"{name} {old!r} -> {now!r}" for name, old, now in shapes[-1].differences(new)]
-    if changes and changes != said:
-        log.warning(
-            "exactly-once: writer %s goes on from its ledger under a changed configuration (%s)%s",
-            writer_id,
-            "; ".join(changes),
-            f"; micro-batch {in_flight} in flight is recovered" if in_flight is not None else "",
-        )
-    if in_flight is None:
-        return changes
-    for old in shapes:
+    for old in shapes if in_flight is not None else ():
         refused = _refused(old, new)
         if refused is not None:
             name, before, now = refused
@@ -128,6 +120,15 @@ def check_restart(
                 f"written twice. Restart once with {name} {before!r} so micro-batch {in_flight} finishes "
                 "exactly once, then change it (a change between micro-batches is safe)"
             )
+    if changes and changes != said:  # said only once the restart is allowed to go on
+        log.warning(
+            "exactly-once: writer %s goes on from its ledger at micro-batch %s under a changed configuration "
+            "(%s)%s",
+            writer_id,
+            at,
+            "; ".join(changes),
+            f"; micro-batch {in_flight} in flight is recovered" if in_flight is not None else "",
+        )
     return changes
 
 

@@ -121,8 +121,9 @@ def open_sink_run(
         if query_id is not None and before.query_id not in (None, query_id):
             check_identity(before, writer_id, query_id, before.committed + 1)
         if shape is not None:
-            in_flight = before.committed + 1 if before.may_have_written_next else None
-            check_restart(before.shapes, shape, in_flight=in_flight, writer_id=writer_id)
+            at = before.committed + 1  # the micro-batch this execution announces
+            in_flight = at if before.may_have_written_next else None
+            check_restart(before.shapes, shape, at=at, in_flight=in_flight, writer_id=writer_id)
 
     async def plan(last: SinkRun | None) -> tuple[SinkRun, bool]:
         """The execution's run, and whether it continues `last`'s epoch."""

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from s2_sdk import S2ServerError
+import s2_sdk
+from s2_sdk import AppendInput, CommandRecord, S2ServerError
 
 from s2_sink._exactly_once import ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
@@ -177,5 +178,68 @@ def test_a_late_task_whose_planned_state_record_was_trimmed_stops(lite: LiteServ
             await led.append(led.committed(batch, {"r/7": batch + 1}))
         with pytest.raises(FencedError, match="no longer has the state record"):
             await ends_cache.lookup(cfg, ref, "r/7")
+
+    _runtime.run(go())
+
+
+def test_a_lookup_waits_out_a_transient_read_failure(
+    lite: LiteServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 503 while a task folds a stream's end from the ledger is retried until the delivery deadline, as
+    every read of the sink is; it does not fail the task. The lite server fails only appends, so the read
+    fails in the SDK (after its own retries, as a read they did not fix)."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
+    ends = {f"r/{i}": 1 for i in range(40)}  # more than travel inline: the plan refers to the ledger
+    ends_cache._folds.clear()
+
+    async def prepare() -> ends_cache.EndsRef:
+        led = Ledger(get_pool().client(cfg).basin(cfg.basin), "w", cfg=cfg)
+        await led.load()
+        await led.append(led.opened("run", "q"))
+        await led.append(led.committed(0, ends))
+        return ends_cache.EndsRef.of("w", led.state, state_at=led.state_at)
+
+    ref = _runtime.run(prepare())
+    real = s2_sdk.S2Stream.read
+    failures = [1]
+
+    async def flaky(self: s2_sdk.S2Stream, *args: object, **kwargs: object) -> object:
+        if failures[0]:
+            failures[0] -= 1
+            raise S2ServerError("unavailable", "injected transient failure", 503)
+        return await real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s2_sdk.S2Stream, "read", flaky)
+    assert _runtime.run(ends_cache.lookup(cfg, ref, "r/7")) == 1
+    assert failures == [0]  # the failure was met, and waited out
+
+
+def test_a_lookup_in_a_ledger_trimmed_behind_the_records_base_stops(lite: LiteServer) -> None:
+    """A trim appended by hand between the planned state record's base and the record itself leaves the
+    record but not the earlier commits its ends fold from: the lookup is a FencedError, never the ends of
+    the records left (here "a", committed before the trim point, would come back as never written and a
+    read-back would start at the stream's position 0)."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint))
+    ends_cache._folds.clear()
+
+    async def go() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "w", cfg=cfg)
+        await led.load()
+        await led.append(led.opened("run", "q"))
+        await led.append(led.committed(0, {"a": 5}))
+        await led.append(led.committed(1, {"b": 7}))
+        at, tail = led.state_at, led.tail
+        assert at is not None
+        assert tail is not None
+        assert led.state.base < at
+        ref = ends_cache.EndsRef("w", {}, at, led.state.run, led.state.epoch)  # by reference, as a plan
+        await basin.stream(led.name).append(AppendInput(records=[CommandRecord.trim(at)], match_seq_num=tail))
+        for _ in range(40):  # a trim may be applied in the background
+            if [seq async for seq, _ in led.records(0, tail)] == [at]:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(FencedError, match="no longer has the state record"):
+            await ends_cache.lookup(cfg, ref, "a")
 
     _runtime.run(go())

@@ -10,11 +10,13 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from s2_sdk import S2ServerError
+from s2_sdk import AppendInput, CommandRecord, S2ServerError
 
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.ledger import forget_created, ledger_stream_name
+from s2_sink._exactly_once.ledger import Ledger, forget_created, ledger_stream_name, peek_all
 from s2_sink._exactly_once.sink_run import open_sink_run
+from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
@@ -101,3 +103,36 @@ def test_a_new_writer_and_another_writers_registers_are_not_taken_for_a_lost_led
     cfg = _written_and_committed(lite, "w/2")
     fresh = Coordinator(cfg, "w", query_id="q2", static_streams=["other"])
     assert fresh.begin_batch(0) is not None
+
+
+def test_another_writers_ledger_trimmed_behind_its_base_stops_a_new_identity(lite: LiteServer) -> None:
+    """A ledger of another writer trimmed by hand past the records its last state record's ends fold from
+    cannot be read whole, so a new identity cannot tell whether it holds its query's batches (it could be
+    this writer's before a rename): both front doors stop with a CommitError naming that ledger and the fix,
+    as for any other ledger of the basin that cannot be read; a reader's lookup leaves it out."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
+
+    async def trim_behind_base() -> None:
+        basin = get_pool().client(cfg).basin(cfg.basin)
+        led = Ledger(basin, "other", cfg=cfg)
+        await led.load()
+        await led.append(led.opened("run", "q-other"))
+        await led.append(led.committed(0, {"a": 5}))
+        await led.append(led.committed(1, {"b": 7}))
+        at, tail = led.state_at, led.tail
+        assert at is not None
+        assert tail is not None
+        await basin.stream(led.name).append(AppendInput(records=[CommandRecord.trim(at)], match_seq_num=tail))
+        for _ in range(40):  # a trim may be applied in the background
+            if [seq async for seq, _ in led.records(0, tail)] == [at]:
+                return
+            await asyncio.sleep(0.05)
+
+    _runtime.run(trim_behind_base())
+    fix = r"writer_id 'other' cannot be read whole.*delete the stream '_s2sink/ledger/other'"
+    with pytest.raises(CommitError, match=fix):
+        Coordinator(cfg, "new", query_id="q", static_streams=["events"]).begin_batch(0, "run-1")
+    with pytest.raises(CommitError, match=fix):
+        open_sink_run(cfg, "new-sink", "q", ["events"])
+    basin = get_pool().client(cfg).basin(cfg.basin)
+    assert "other" not in _runtime.run(peek_all(basin, cfg=cfg, skip_unreadable=True))

@@ -3,8 +3,11 @@ configuration is described and kept in the ledger's state records (no Spark, no 
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from s2_sink._exactly_once import shape
 from s2_sink._exactly_once.ledger_records import LedgerState, encode_state, parse_record, state_of
 from s2_sink._exactly_once.shape import WriteShape, check_restart, describe_encoder, shapes_of
 from s2_sink.encoders import InsertEncoder, UpsertEncoder
@@ -50,14 +53,14 @@ def test_a_batch_in_flight_refuses_only_what_its_written_rows_cannot_survive(
     """With a batch in flight: a change of on_error or a dead-letter stream added goes on (listed, to log);
     a change of the routing or the encoder is refused naming it, both values, the batch and the fix. With
     nothing in flight every change goes on."""
-    assert check_restart((BASE,), new, in_flight=None, writer_id="w")
+    assert check_restart((BASE,), new, at=7, in_flight=None, writer_id="w")
     if refused is None:
-        assert check_restart((BASE,), new, in_flight=7, writer_id="w")
+        assert check_restart((BASE,), new, at=7, in_flight=7, writer_id="w")
         return
     with pytest.raises(
         ConfigError, match=rf"micro-batch 7 in flight.* under {refused}.*Restart once with {refused}"
     ):
-        check_restart((BASE,), new, in_flight=7, writer_id="w")
+        check_restart((BASE,), new, at=7, in_flight=7, writer_id="w")
 
 
 def test_dead_letters_may_be_dropped_but_not_sent_elsewhere_while_a_batch_is_in_flight() -> None:
@@ -65,14 +68,20 @@ def test_dead_letters_may_be_dropped_but_not_sent_elsewhere_while_a_batch_is_in_
     "dead-2" would write a second one for a bad row "dead" may hold — also when "dead" is not the latest
     configuration in flight (an epoch under on_error="skip" came between)."""
     dead = _with(on_error="dlq", dlq="dead")
-    assert check_restart((dead,), _with(on_error="skip"), in_flight=3, writer_id="w")
+    assert check_restart((dead,), _with(on_error="skip"), at=3, in_flight=3, writer_id="w")
     with pytest.raises(ConfigError, match=r"dlq_stream 'dead'.*'dead-2'"):
-        check_restart((dead,), _with(on_error="dlq", dlq="dead-2"), in_flight=3, writer_id="w")
+        check_restart((dead,), _with(on_error="dlq", dlq="dead-2"), at=3, in_flight=3, writer_id="w")
     with pytest.raises(ConfigError, match=r"dlq_stream 'dead'.*'dead-2'"):
         check_restart(
-            (dead, _with(on_error="skip")), _with(on_error="dlq", dlq="dead-2"), in_flight=3, writer_id="w"
+            (dead, _with(on_error="skip")),
+            _with(on_error="dlq", dlq="dead-2"),
+            at=3,
+            in_flight=3,
+            writer_id="w",
         )
-    assert check_restart((), _with(routing="column=x"), in_flight=3, writer_id="w") == []  # recorded none
+    assert (
+        check_restart((), _with(routing="column=x"), at=3, in_flight=3, writer_id="w") == []
+    )  # recorded none
 
 
 def test_the_shapes_in_flight_are_kept_in_the_state_records() -> None:
@@ -87,3 +96,17 @@ def test_the_shapes_in_flight_are_kept_in_the_state_records() -> None:
     bodies, placed, _ = encode_state(LedgerState(), state, 0)
     doc = parse_record(bodies[-1], "ledger")
     assert state_of(doc, {}, placed.base, placed.since, "ledger").shapes == in_flight
+
+
+def test_a_change_is_logged_only_once_the_restart_may_go_on(caplog: pytest.LogCaptureFixture) -> None:
+    """A refused restart raises its ConfigError without first logging that it goes on; an allowed one logs
+    its changes once, naming the micro-batch, unless the caller said them already (`said`)."""
+    with caplog.at_level(logging.WARNING, logger=shape.__name__):
+        with pytest.raises(ConfigError, match="in flight"):
+            check_restart((BASE,), _with(routing="column=region"), at=5, in_flight=5, writer_id="w")
+        assert not caplog.records
+        changes = check_restart((BASE,), _with(on_error="skip"), at=5, in_flight=5, writer_id="w")
+        check_restart((BASE,), _with(on_error="skip"), at=6, in_flight=None, writer_id="w", said=changes)
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "goes on from its ledger at micro-batch 5" in said
+    assert "(on_error 'fail' -> 'skip'); micro-batch 5 in flight is recovered" in said
