@@ -5,29 +5,13 @@ is one 503 raised by the SDK's read (the lite server injects faults into appends
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
-import s2_sdk
-from s2_sdk import AppendInput, Record, S2ServerError
+from s2_sdk import AppendInput, Record
 
 from s2_sink.lite import LiteServer
 from tests.cli.test_cli import append, cli, config, write_exactly_once
-
-
-def _fail_one_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The SDK's next stream read answers 503; the list holds how many failures are left."""
-    real = s2_sdk.S2Stream.read
-    left = [1]
-
-    async def flaky(self: s2_sdk.S2Stream, *args: Any, **kwargs: Any) -> Any:
-        if left[0]:
-            left[0] -= 1
-            raise S2ServerError("unavailable", "injected", 503)
-        return await real(self, *args, **kwargs)
-
-    monkeypatch.setattr(s2_sdk.S2Stream, "read", flaky)
-    return left
+from tests.faults._support import fail_one_read
 
 
 def _waits(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -56,7 +40,7 @@ def test_a_command_waits_out_a_failed_read_in_its_own_words(
     args, code = case
     write_exactly_once(config(lite, basin), "job", [[b'{"id":0}']])
     append(lite, basin, "events", [AppendInput(records=[Record(b'{"id":1}')])])
-    left = _fail_one_read(monkeypatch)
+    left = fail_one_read(monkeypatch)
     with caplog.at_level(logging.WARNING):
         out = cli(lite.endpoint, *args, "--basin", basin)
     assert out.returncode == code, out.stderr

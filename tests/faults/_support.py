@@ -7,8 +7,21 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from s2_sdk import S2, Endpoints, ReadLimit, ReadUnwrittenError, SeqNum, SequencedRecord
+import s2_sdk
+from s2_sdk import (
+    S2,
+    AppendInput,
+    CommandRecord,
+    Endpoints,
+    ReadLimit,
+    ReadUnwrittenError,
+    S2ServerError,
+    SeqNum,
+    SequencedRecord,
+)
 
+from s2_sink._exactly_once.ledger import Ledger
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 
 T = TypeVar("T")
@@ -79,3 +92,41 @@ async def list_streams(endpoint: str, basin: str) -> list[str]:
     async with client(endpoint) as s2:
         page = await s2.basin(basin).list_streams()
         return [s.name for s in page.items]
+
+
+def fail_one_read(monkeypatch: Any) -> list[int]:
+    """The SDK's next stream read answers 503 (the lite server injects faults into appends only); the list
+    holds how many failures are left."""
+    real = s2_sdk.S2Stream.read
+    left = [1]
+
+    async def flaky(self: s2_sdk.S2Stream, *args: Any, **kwargs: Any) -> Any:
+        if left[0]:
+            left[0] -= 1
+            raise S2ServerError("unavailable", "injected transient failure", 503)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(s2_sdk.S2Stream, "read", flaky)
+    return left
+
+
+async def trim_behind_base(cfg: S2Config, writer_id: str, query_id: str) -> tuple[Ledger, int]:
+    """A ledger of `writer_id` with commits of batches 0 ("a") and 1 ("b"), trimmed by hand up to its last
+    state record: the record stays, the earlier commits its ends fold from are gone. Returns the ledger as
+    written and that record's seq_num."""
+    basin = get_pool().client(cfg).basin(cfg.basin)
+    led = Ledger(basin, writer_id, cfg=cfg)
+    await led.load()
+    await led.append(led.opened("run", query_id))
+    await led.append(led.committed(0, {"a": 5}))
+    await led.append(led.committed(1, {"b": 7}))
+    at, tail = led.state_at, led.tail
+    assert at is not None
+    assert tail is not None
+    assert led.state.base < at
+    await basin.stream(led.name).append(AppendInput(records=[CommandRecord.trim(at)], match_seq_num=tail))
+    for _ in range(40):  # a trim may be applied in the background
+        if [seq async for seq, _ in led.records(0, tail)] == [at]:
+            break
+        await asyncio.sleep(0.05)
+    return led, at

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-import s2_sdk
-from s2_sdk import AppendInput, CommandRecord, S2ServerError
+from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once import ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
@@ -31,7 +30,7 @@ from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.faults._support import cfg_for, client, make_basin, read_all, run
+from tests.faults._support import cfg_for, client, fail_one_read, make_basin, read_all, run, trim_behind_base
 
 STREAMS = [f"r/{i}" for i in range(100)]
 
@@ -200,16 +199,7 @@ def test_a_lookup_waits_out_a_transient_read_failure(
         return ends_cache.EndsRef.of("w", led.state, state_at=led.state_at)
 
     ref = _runtime.run(prepare())
-    real = s2_sdk.S2Stream.read
-    failures = [1]
-
-    async def flaky(self: s2_sdk.S2Stream, *args: object, **kwargs: object) -> object:
-        if failures[0]:
-            failures[0] -= 1
-            raise S2ServerError("unavailable", "injected transient failure", 503)
-        return await real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(s2_sdk.S2Stream, "read", flaky)
+    failures = fail_one_read(monkeypatch)
     assert _runtime.run(ends_cache.lookup(cfg, ref, "r/7")) == 1
     assert failures == [0]  # the failure was met, and waited out
 
@@ -223,22 +213,8 @@ def test_a_lookup_in_a_ledger_trimmed_behind_the_records_base_stops(lite: LiteSe
     ends_cache._folds.clear()
 
     async def go() -> None:
-        basin = get_pool().client(cfg).basin(cfg.basin)
-        led = Ledger(basin, "w", cfg=cfg)
-        await led.load()
-        await led.append(led.opened("run", "q"))
-        await led.append(led.committed(0, {"a": 5}))
-        await led.append(led.committed(1, {"b": 7}))
-        at, tail = led.state_at, led.tail
-        assert at is not None
-        assert tail is not None
-        assert led.state.base < at
+        led, at = await trim_behind_base(cfg, "w", "q")
         ref = ends_cache.EndsRef("w", {}, at, led.state.run, led.state.epoch)  # by reference, as a plan
-        await basin.stream(led.name).append(AppendInput(records=[CommandRecord.trim(at)], match_seq_num=tail))
-        for _ in range(40):  # a trim may be applied in the background
-            if [seq async for seq, _ in led.records(0, tail)] == [at]:
-                break
-            await asyncio.sleep(0.05)
         with pytest.raises(FencedError, match="no longer has the state record"):
             await ends_cache.lookup(cfg, ref, "a")
 

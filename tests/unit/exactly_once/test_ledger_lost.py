@@ -10,10 +10,10 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from s2_sdk import AppendInput, CommandRecord, S2ServerError
+from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.ledger import Ledger, forget_created, ledger_stream_name, peek_all
+from s2_sink._exactly_once.ledger import forget_created, ledger_stream_name, peek_all
 from s2_sink._exactly_once.sink_run import open_sink_run
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
@@ -25,7 +25,7 @@ from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 from s2_sink.lite import LiteServer
-from tests.faults._support import cfg_for, client, make_basin, read_all, run
+from tests.faults._support import cfg_for, client, make_basin, read_all, run, trim_behind_base
 
 ROWS = [b"row-%d" % i for i in range(12)]
 
@@ -112,23 +112,7 @@ def test_another_writers_ledger_trimmed_behind_its_base_stops_a_new_identity(lit
     as for any other ledger of the basin that cannot be read; a reader's lookup leaves it out."""
     cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
 
-    async def trim_behind_base() -> None:
-        basin = get_pool().client(cfg).basin(cfg.basin)
-        led = Ledger(basin, "other", cfg=cfg)
-        await led.load()
-        await led.append(led.opened("run", "q-other"))
-        await led.append(led.committed(0, {"a": 5}))
-        await led.append(led.committed(1, {"b": 7}))
-        at, tail = led.state_at, led.tail
-        assert at is not None
-        assert tail is not None
-        await basin.stream(led.name).append(AppendInput(records=[CommandRecord.trim(at)], match_seq_num=tail))
-        for _ in range(40):  # a trim may be applied in the background
-            if [seq async for seq, _ in led.records(0, tail)] == [at]:
-                return
-            await asyncio.sleep(0.05)
-
-    _runtime.run(trim_behind_base())
+    _runtime.run(trim_behind_base(cfg, "other", "q-other"))
     fix = r"writer_id 'other' cannot be read whole.*delete the stream '_s2sink/ledger/other'"
     with pytest.raises(CommitError, match=fix):
         Coordinator(cfg, "new", query_id="q", static_streams=["events"]).begin_batch(0, "run-1")
