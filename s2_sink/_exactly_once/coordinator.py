@@ -1,16 +1,18 @@
-"""Driver side of `S2Writer`'s exactly-once delivery: `begin_batch` / `commit_batch` per micro-batch.
+"""The driver side of an exactly-once epoch, for both front doors: start (load the ledger, check the
+identity and the configuration), open (``open``, static streams fenced), announce, commit.
 
-A run (one epoch) lasts one start of the query: a new start (a new Spark run id, or a batch begun and never
-committed) reloads the ledger, checks the configuration (`shape.check_restart`) and opens a new epoch; a batch
-this start already committed, begun again, is a second call in one micro-batch and refused. See
-docs/exactly-once.md, *Per micro-batch*.
+`S2Writer` calls `begin_batch` / `commit_batch` per micro-batch: a run (one epoch) lasts one start of the
+query, and a new start (a new Spark run id, or a batch begun and never committed) opens a new epoch; a batch
+this start already committed, begun again, is a second call in one micro-batch and refused.
+``format("s2")`` calls `plan_execution` when Spark pickles its writer and `commit_batch` from its commit
+(`sink_run`). See docs/exactly-once.md, *Per micro-batch* and *df.writeStream.format("s2")*.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -22,7 +24,7 @@ from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.shape import WriteShape, check_restart, shapes_of
-from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, take_over
+from s2_sink._exactly_once.takeover import check_not_lost, check_not_moved, check_not_renamed, take_over
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
@@ -70,7 +72,7 @@ class Coordinator:
         """Per stream, the newest token tasks appended with (a task retry's generation): the next
         micro-batches' tasks start with it. Memory only: a new run fences with a new epoch anyway."""
         self._reported: list[str] = []
-        """The configuration changes last logged (`_log_changes`)."""
+        """The configuration changes last logged (`_check_shape`)."""
         self._token: Token | None = None
         self._spark_run: str | None = None
         """The Spark run id (one start of the query) the open epoch serves, when readable."""
@@ -90,14 +92,38 @@ class Coordinator:
         """
         return _runtime.run(self._begin(batch_id, spark_run))
 
-    def commit_batch(self, batch_id: int, ends: Mapping[str, int]) -> None:
-        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks."""
+    def commit_batch(
+        self,
+        batch_id: int,
+        ends: Mapping[str, int],
+        *,
+        resume: Callable[[Ledger], Awaitable[int | None]] | None = None,
+    ) -> None:
+        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks.
+
+        A ``format("s2")`` commit runs on a coordinator of its own, maybe in another process than the
+        planning: `resume` puts a new ledger where the execution left it and says which batch to commit
+        (None: none)."""
         _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-        assert self._ledger is not None
-        _runtime.run(self._ledger.append(self._ledger.committed(batch_id, dict(ends), shape=self.shape)))
-        log.info("exactly-once: writer %s committed batch %s", self.writer_id, batch_id)
+        _runtime.run(self._commit(batch_id, ends, resume))
         self._pending, self._last = None, batch_id
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
+
+    async def _commit(
+        self,
+        batch_id: int,
+        ends: Mapping[str, int],
+        resume: Callable[[Ledger], Awaitable[int | None]] | None,
+    ) -> None:
+        ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
+        committed = batch_id if resume is None else await resume(ledger)
+        if committed is not None:
+            # One conditional append on top of our own record: if anybody appended since, it fails and
+            # Ledger.append names the other run (WriterConflictError).
+            await ledger.append(ledger.committed(committed, dict(ends), self.query_id, self.shape))
+            log.info(
+                "exactly-once: writer %s committed batch %s (%s)", self.writer_id, committed, ledger.state.run
+            )
 
     def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
         """Keep the newest token per stream the tasks of a committed micro-batch reported."""
@@ -153,26 +179,16 @@ class Coordinator:
                     self._last,
                     self._pending,
                 )
-            self.run_id = uuid.uuid4().hex
-            self._token = None
             # Pending from here: if loading, opening or fencing fails, the next call is a new start
             # again (a run whose open record landed must not be taken for a run in progress).
             self._spark_run, self._pending, self._last = spark_run, batch_id, None
-            state = await self.load()
-            if state.kind == "none":  # a new identity: another one may have written this query's batches
-                state = await self._take_over(state, batch_id)
-            check_identity(state, self.writer_id, self.query_id, batch_id)
-            check_not_moved(state, self.writer_id)
-            self.writer = state.writer or writer_hash(self.writer_id)
+            state = await self._start(batch_id, takes_over=True)
             if already_committed(state, self.writer_id, batch_id):
-                self._log_changes(state, batch_id, None)  # a batch the ledger has: skipped whatever changed
                 self._pending, self._last = None, batch_id  # a second call of this batch is refused
                 return None
             # A previous run may have written part of this batch before dying: replay it in recovery mode.
             recovery = state.may_have_written_next
-            in_flight = batch_id if recovery and batch_id == state.committed + 1 else None
-            self._log_changes(state, batch_id, in_flight)
-            await self.open_run("run")
+            await self._open("run")
             log.info(
                 "exactly-once: writer %s opened run %s epoch %s at batch %s (recovery=%s)",
                 self.writer_id,
@@ -181,55 +197,98 @@ class Coordinator:
                 batch_id,
                 recovery,
             )
-        assert self._ledger is not None
-        assert self._token is not None
         self._pending = batch_id
         # Announce the batch before any task may write it: a ledger ending in a commit then has nothing in
         # flight, and the next start's first batch is a normal one (LedgerState.may_have_written_next).
-        await self._ledger.append(self._ledger.intended(batch_id, self.shape))
-        ends = self.ends_ref()
-        epoch = self._token.epoch
+        ledger = self._ledger_or_fail()
+        await ledger.append(ledger.intended(batch_id, self.run_id, self.shape))
         return epoch_plan(
             self.cfg,
             self.writer,
-            epoch,
-            ends,
+            self.epoch,
+            self.ends_ref(),
             recovery=recovery,
             writer_id=self.writer_id,
             tokens=self._tokens,
         )
 
-    def _log_changes(self, state: LedgerState, batch_id: int, in_flight: int | None) -> None:
-        """`shape.check_restart` for this start (a skipped batch records nothing: its changes said once)."""
+    def plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
+        """``format("s2")``: plan an execution of the micro-batch after the ledger's last commit: the state
+        found, the last commit's stream ends as tasks get them, and whether the epoch goes on (see below)."""
+        return _runtime.run(self._plan_execution())
+
+    async def _plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
+        if self._token is not None:
+            ledger = self._new_ledger()
+            before = await ledger.load()
+            if before.kind == "commit" and (before.run, before.epoch) == (self.run_id, self.epoch):
+                # The execution planned last committed and nothing was appended since: every writer of this
+                # epoch is a task of an execution that committed (its zombies meet the task retry's
+                # generation barrier, as S2Writer's across the batches of a run). Announce the next batch
+                # under a fresh execution id, so the ledger shows whether *this* one committed.
+                check_identity(before, self.writer_id, self.query_id, before.committed + 1)
+                self._check_shape(before, before.committed + 1)
+                ends = self.ends_ref()
+                self.run_id = uuid.uuid4().hex
+                await ledger.append(ledger.intended(before.committed + 1, self.run_id, self.shape))
+                return before, ends, True
+        # A new epoch. Its scope stays ``batch``: each of its batches is announced by the record right
+        # before it, so a commit leaves nothing in flight (docs/exactly-once.md, format("s2")).
+        before = await self._start(None, takes_over=False)
+        ends = self.ends_ref()  # before the open record: the ends at the state record this driver loaded
+        await self._open("batch")
+        return before, ends, False
+
+    async def _start(self, at: int | None, *, takes_over: bool) -> LedgerState:
+        """Load the ledger for a new epoch whose first micro-batch is `at` (None: the one after the last
+        commit) and check that this identity may go on from it (the query's, batch ids not going back, not
+        taken over, a new one's predecessor, the configuration); the state it goes on from."""
+        self.run_id = uuid.uuid4().hex
+        self._token = None
+        state = await self._new_ledger().load()
+        at = state.committed + 1 if at is None else at
+        if state.kind == "none":  # a new identity: another one may have written this query's batches
+            state = await self._new_identity(state, at, takes_over=takes_over)
+        check_identity(state, self.writer_id, self.query_id, at)
+        check_not_moved(state, self.writer_id)
+        self.writer = state.writer or writer_hash(self.writer_id)
+        self._check_shape(state, at)
+        return state
+
+    def _check_shape(self, state: LedgerState, at: int) -> None:
+        """`shape.check_restart` for micro-batch `at`, in flight if the ledger's epoch may have written it."""
         if self.shape is not None:
+            in_flight = at if state.may_have_written_next and at == state.committed + 1 else None
             said = check_restart(
                 state.shapes,
                 self.shape,
-                at=batch_id,
+                at=at,
                 in_flight=in_flight,
                 writer_id=self.writer_id,
                 said=self._reported,
             )
             self._reported = said or self._reported
 
-    async def _take_over(self, state: LedgerState, batch_id: int) -> LedgerState:
-        """The state of the identity this one takes over (see `takeover`), now in this ledger; `state`
-        (empty) when there is none."""
-        assert self._ledger is not None
+    async def _new_identity(self, state: LedgerState, at: int, *, takes_over: bool) -> LedgerState:
+        """The state of the identity this one takes over (`takeover`), now in this ledger; `state` (empty)
+        when none. ``format("s2")``, whose driver does not know the batch it plans, refuses a renamed
+        identity instead. An identity whose ledger was lost is refused (`check_not_lost`)."""
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
-        in_use = self.in_use
-        spark_run = self._spark_run
-        taken = await take_over(
-            basin,
-            self._ledger,
-            query_id=self.query_id,
-            shape=self.shape,
-            batch_id=batch_id,
-            in_use=(lambda name: in_use(name, spark_run)) if in_use is not None else (lambda _: False),
-            cfg=self.cfg,
-        )
-        if taken is not None:
-            return taken
+        if takes_over:
+            in_use, spark_run = self.in_use, self._spark_run
+            taken = await take_over(
+                basin,
+                self._ledger_or_fail(),
+                query_id=self.query_id,
+                shape=self.shape,
+                batch_id=at,
+                in_use=(lambda name: in_use(name, spark_run)) if in_use is not None else (lambda _: False),
+                cfg=self.cfg,
+            )
+            if taken is not None:
+                return taken
+        else:
+            await check_not_renamed(basin, self.writer_id, self.query_id, cfg=self.cfg)
         await patiently(
             Patience.of(self.cfg),
             f"listing the sign-in registers of {self.writer_id!r}",
@@ -240,38 +299,44 @@ class Coordinator:
     def ends_ref(self) -> EndsRef:
         """The last commit's stream ends as the tasks get them: the static streams' inline, the rest (when
         there are many) by the ledger position tasks look them up at, only off the happy path."""
-        assert self._ledger is not None
-        state = self._ledger.state
-        return EndsRef.of(self.writer_id, state, state_at=self._ledger.state_at, keep=self.static_streams)
+        ledger = self._ledger_or_fail()
+        return EndsRef.of(self.writer_id, ledger.state, state_at=ledger.state_at, keep=self.static_streams)
 
-    async def load(self) -> LedgerState:
-        """Load the ledger's state (creating the ledger stream if needed)."""
+    @property
+    def epoch(self) -> int:
+        """The epoch this coordinator opened or went on with last."""
+        assert self._token is not None
+        return self._token.epoch
+
+    def _ledger_or_fail(self) -> Ledger:
+        assert self._ledger is not None, "the ledger is loaded before it is written"
+        return self._ledger
+
+    def _new_ledger(self) -> Ledger:
         self._ledger = Ledger(get_pool().client(self.cfg).basin(self.cfg.basin), self.writer_id, cfg=self.cfg)
-        return await self._ledger.load()
+        return self._ledger
 
     def ledger_position(self) -> tuple[LedgerState, int]:
         """The ledger state this driver last appended or read, and the ledger's tail after it."""
-        assert self._ledger is not None
-        assert self._ledger.tail is not None
-        return self._ledger.state, self._ledger.tail
+        ledger = self._ledger_or_fail()
+        assert ledger.tail is not None
+        return ledger.state, ledger.tail
 
-    async def open_run(self, scope: Literal["run", "batch"], *, announce: WriteShape | None = None) -> Token:
+    async def _open(self, scope: Literal["run", "batch"]) -> None:
         """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it. An
-        ``open`` that announces the next batch (``format("s2")``) adds `announce`, the configuration it is
-        written under, to the shapes in flight."""
-        assert self._ledger is not None
-        opened = self._ledger.opened(self.run_id, self.query_id, scope)
-        if announce is not None:
-            opened = replace(opened, shapes=shapes_of(opened.shapes, announce, committed=False))
-        await self._ledger.append(opened)
-        self._token = Token(epoch=self._ledger.state.epoch, gen=0, writer=self.writer)
+        ``open`` of ``batch`` scope (``format("s2")``) announces the next batch: it adds this writer's
+        configuration to the shapes in flight."""
+        ledger = self._ledger_or_fail()
+        opened = ledger.opened(self.run_id, self.query_id, scope)
+        if scope == "batch":
+            opened = replace(opened, shapes=shapes_of(opened.shapes, self.shape, committed=False))
+        await ledger.append(opened)
+        self._token = Token(epoch=ledger.state.epoch, gen=0, writer=self.writer)
         await self._fence_static()
-        return self._token
 
     async def _fence_static(self) -> None:
         assert self._token is not None
-        assert self._ledger is not None
-        written = self._ledger.state.ends
+        written = self._ledger_or_fail().state.ends
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
         for name in self.static_streams:
             if self.cfg.create_streams:

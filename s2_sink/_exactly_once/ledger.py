@@ -359,12 +359,13 @@ class Ledger:
             self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
         )
 
-    def intended(self, batch_id: int, shape: WriteShape | None = None) -> LedgerState:
-        """The ``intent`` record announcing `batch_id` on top of the current state: appended (and durable)
-        before any task of the batch starts, so a ledger ending in a ``commit`` has nothing in flight. It
-        adds `shape`, the configuration the batch is written under, to the shapes in flight."""
+    def intended(self, batch_id: int, run: str, shape: WriteShape | None = None) -> LedgerState:
+        """The ``intent`` record of execution `run` announcing `batch_id` on top of the current state:
+        appended (and durable) before any task of the batch starts, so a ledger ending in a ``commit`` has
+        nothing in flight. It adds `shape`, the configuration the batch is written under, to the shapes in
+        flight."""
         shapes = shapes_of(self.state.shapes, shape, committed=False)
-        return replace(self.state, kind="intent", intent=batch_id, announces=True, shapes=shapes)
+        return replace(self.state, kind="intent", run=run, intent=batch_id, announces=True, shapes=shapes)
 
     def committed(
         self,

@@ -255,7 +255,6 @@ class Query(ChangeFront, WiringFront, WriterFront):
         install_pool(pool)
         _ledger.forget_created()  # the ledgers and registers this process created or found
         _sink_run._planned.clear()  # ... and the format("s2") executions it planned
-        _sink_run._opened.clear()  # ... with the full ledger states their commits start from
         _delivery_modes._claims.clear()  # ... and which writer objects began which identities' batches
         _ends_cache._folds.clear()  # ... and the ledger folds of over 32 stream ends its tasks looked up
         if not self.sc.shared:

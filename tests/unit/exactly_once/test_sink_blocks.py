@@ -17,6 +17,7 @@ from s2_sink._exactly_once.ends_cache import lookup
 from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once.tags import find_tag
+from s2_sink._exactly_once.takeover import mark_moved
 from s2_sink._transport import runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
@@ -46,7 +47,6 @@ def new_process() -> None:
     """Model a new driver process (a restart, or a planning step in another Python worker): it knows no
     execution it planned before, which is all the sink keeps in process memory."""
     _sink_run._planned.clear()
-    _sink_run._opened.clear()
 
 
 def _plan(run_: SinkRun, cfg: S2Config, batch: int, query_id: str | None = "q") -> WritePlan:
@@ -126,6 +126,21 @@ def test_reset_checkpoint_under_an_explicit_writer_id_is_a_conflict_not_a_skip(l
     with pytest.raises(WriterConflictError, match="q-new"):
         r4.plan_batch(0, "q-new")
     assert _bodies(lite.endpoint, basin) == Counter([b"a"])
+
+
+def test_a_writer_id_another_identity_took_over_is_refused(lite: LiteServer) -> None:
+    """A ledger an `S2Writer` took over under another writer_id (marked ``moved_to`` it) is written no more
+    by format("s2") either: its planning refuses with the take-over's WriterConflictError naming the
+    successor, before any open record, since readers follow the ledger to its successor."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
+    commit_sink_run(cfg, "w", open_sink_run(cfg, "w", "q", ["events"]), 0, {})
+    basin = get_pool().client(cfg).basin(cfg.basin)
+    runtime.run(mark_moved(Ledger(basin, "w", cfg=cfg), "w-new"))
+    new_process()
+    with pytest.raises(WriterConflictError, match="taken over by writer_id 'w-new'"):
+        open_sink_run(cfg, "w", "q", ["events"])
+    state = runtime.run(Ledger(basin, "w", cfg=cfg).load())
+    assert (state.kind, state.moved_to) == ("commit", "w-new")  # no open record on top
 
 
 def test_task_refuses_an_epoch_opened_for_an_earlier_batch(lite: LiteServer) -> None:
