@@ -104,26 +104,23 @@ class Coordinator:
         A ``format("s2")`` commit runs on a coordinator of its own, maybe in another process than the
         planning: `resume` puts a new ledger where the execution left it and says which batch to commit
         (None: none)."""
+
+        async def commit() -> None:
+            ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
+            committed = batch_id if resume is None else await resume(ledger)
+            if committed is not None:  # conditional on our own record: WriterConflictError if one came since
+                await ledger.append(ledger.committed(committed, dict(ends), self.query_id, self.shape))
+                log.info(
+                    "exactly-once: writer %s committed batch %s (%s)",
+                    self.writer_id,
+                    committed,
+                    ledger.state.run,
+                )
+
         _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-        _runtime.run(self._commit(batch_id, ends, resume))
+        _runtime.run(commit())
         self._pending, self._last = None, batch_id
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
-
-    async def _commit(
-        self,
-        batch_id: int,
-        ends: Mapping[str, int],
-        resume: Callable[[Ledger], Awaitable[int | None]] | None,
-    ) -> None:
-        ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
-        committed = batch_id if resume is None else await resume(ledger)
-        if committed is not None:
-            # One conditional append on top of our own record: if anybody appended since, it fails and
-            # Ledger.append names the other run (WriterConflictError).
-            await ledger.append(ledger.committed(committed, dict(ends), self.query_id, self.shape))
-            log.info(
-                "exactly-once: writer %s committed batch %s (%s)", self.writer_id, committed, ledger.state.run
-            )
 
     def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
         """Keep the newest token per stream the tasks of a committed micro-batch reported."""
@@ -212,12 +209,9 @@ class Coordinator:
             tokens=self._tokens,
         )
 
-    def plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
+    async def plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
         """``format("s2")``: plan an execution of the micro-batch after the ledger's last commit: the state
         found, the last commit's stream ends as tasks get them, and whether the epoch goes on (see below)."""
-        return _runtime.run(self._plan_execution())
-
-    async def _plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
         if self._token is not None:
             ledger = self._new_ledger()
             before = await ledger.load()

@@ -17,6 +17,7 @@ from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.shape import WriteShape
+from s2_sink._transport import runtime as _runtime
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 
@@ -116,7 +117,7 @@ def open_sink_run(
         cfg, writer_id, query_id=query_id, static_streams=static_streams, shape=shape
     )
     coord.shape, coord.static_streams = shape, list(static_streams)
-    before, ends, continued = coord.plan_execution()
+    before, ends, continued = _runtime.run(coord.plan_execution())
     opened, tail = coord.ledger_position()
     # As Spark pickles it to every task: ledger states without their stream ends (`ends` has them the way
     # `S2Writer`'s plans do), so its size does not grow with the streams ever committed.
@@ -162,11 +163,8 @@ def commit_sink_run(
     async def resume(ledger: Ledger) -> int | None:
         if run is None:
             state = await ledger.load()  # no task reported: commit on top of whatever opened this batch
-            return (
-                None
-                if state.kind == "commit" and state.committed >= batch_id
-                else max(batch_id, state.committed)
-            )
+            done = state.kind == "commit" and state.committed >= batch_id
+            return None if done else max(batch_id, state.committed)
         # In the process that planned it, its state with the ends; else they are read back.
         planned = [c.ledger_position() for c in _planned.values() if c.run_id == run.run]
         if planned and planned[0][1] == run.opened_tail:
