@@ -1,11 +1,8 @@
-"""The driver side of an exactly-once epoch, for both front doors: start (load the ledger, check the
-identity and the configuration), open (``open``, static streams fenced), announce, commit.
+"""The driver side of an exactly-once epoch for both front doors: start, open, announce, commit.
 
-`S2Writer` calls `begin_batch` / `commit_batch` per micro-batch: a run (one epoch) lasts one start of the
-query, and a new start (a new Spark run id, or a batch begun and never committed) opens a new epoch; a batch
-this start already committed, begun again, is a second call in one micro-batch and refused.
-``format("s2")`` calls `plan_execution` when Spark pickles its writer and `commit_batch` from its commit
-(`sink_run`). See docs/exactly-once.md, *Per micro-batch* and *df.writeStream.format("s2")*.
+`S2Writer` calls `begin_batch` / `commit_batch` per micro-batch; a run (one epoch) lasts one start of the
+query, and a batch this start already committed, begun again, is a second call and refused. ``format("s2")``
+calls `plan_execution` and `commit_batch` (`sink_run`). docs/exactly-once.md, *Per micro-batch*.
 """
 
 from __future__ import annotations
@@ -99,11 +96,8 @@ class Coordinator:
         *,
         resume: Callable[[Ledger], Awaitable[int | None]] | None = None,
     ) -> None:
-        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks.
-
-        A ``format("s2")`` commit runs on a coordinator of its own, maybe in another process than the
-        planning: `resume` puts a new ledger where the execution left it and says which batch to commit
-        (None: none)."""
+        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks. `resume`
+        (``format("s2")``) places a new ledger where the execution left it, and names the batch to commit."""
 
         async def commit() -> None:
             ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
@@ -264,9 +258,8 @@ class Coordinator:
             self._reported = said or self._reported
 
     async def _new_identity(self, state: LedgerState, at: int, *, takes_over: bool) -> LedgerState:
-        """The state of the identity this one takes over (`takeover`), now in this ledger; `state` (empty)
-        when none. ``format("s2")``, whose driver does not know the batch it plans, refuses a renamed
-        identity instead. An identity whose ledger was lost is refused (`check_not_lost`)."""
+        """The state of the identity this one takes over (`takeover`), now in this ledger, else `state`;
+        ``format("s2")``, not knowing its batch, refuses a rename instead. Both refuse a lost ledger."""
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
         if takes_over:
             in_use, spark_run = self.in_use, self._spark_run

@@ -1,9 +1,8 @@
 """Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per run of clean micro-batches.
 
 A Python streaming sink has no driver step that knows the batch id before its tasks run, so the epoch opens
-when the writer is pickled (`open_sink_run`, through the epoch driver `Coordinator.plan_execution`), tasks
-plan their batch (`SinkRun.plan_batch`) and ``commit`` closes it (`commit_sink_run`). docs/exactly-once.md,
-*df.writeStream.format("s2")*.
+when the writer is pickled (`open_sink_run`: `Coordinator.plan_execution`), tasks plan their batch
+(`SinkRun.plan_batch`), ``commit`` closes it (`commit_sink_run`). docs/exactly-once.md, *df.writeStream...*.
 """
 
 from __future__ import annotations
@@ -107,15 +106,11 @@ def open_sink_run(
     trust_partitioning: bool = False,
     shape: WriteShape | None = None,
 ) -> SinkRun:
-    """Plan one micro-batch execution (`Coordinator.plan_execution`): continue this process's epoch with an
-    ``intent`` when its last execution committed and nothing was appended since, else open a new epoch
-    (static streams fenced). `shape` is what the writer's options make of a row: recorded with the
-    announcement, and checked against the ledger's when the batch is in flight (`shape.check_restart`)."""
+    """Plan one micro-batch execution (`Coordinator.plan_execution`). `shape` is what the writer's options
+    make of a row: recorded with the announcement, checked against the ledger's (`shape.check_restart`)."""
     key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
     # A failure below leaves no entry: the next planning opens an epoch.
-    coord = _planned.pop(key, None) or Coordinator(
-        cfg, writer_id, query_id=query_id, static_streams=static_streams, shape=shape
-    )
+    coord = _planned.pop(key, None) or Coordinator(cfg, writer_id, query_id=query_id)
     coord.shape, coord.static_streams = shape, list(static_streams)
     before, ends, continued = _runtime.run(coord.plan_execution())
     opened, tail = coord.ledger_position()
