@@ -89,21 +89,12 @@ def _seq_json(raw: str) -> str | None:
     return json.dumps(out)
 
 
-# The Kafka options whose value may carry over, and the s2 option it goes to.
-_CARRIES_TO: Final = {
-    "startingOffsets": "s2.starting-position",
-    "endingOffsets": "s2.ending-position",
-    "subscribe": "s2.stream",  # s2.streams when it names several
-    "subscribePattern": "s2.stream-prefix",
-    "includeHeaders": "s2.format",
-    "failOnDataLoss": "s2.fail-on-data-loss",
-    "maxOffsetsPerTrigger": "s2.max-records-per-trigger",
-    "maxBytesPerTrigger": "s2.max-bytes-per-trigger",
-    "startingTimestamp": "s2.starting-timestamp",
-    "endingTimestamp": "s2.ending-timestamp",
-    "maxRecordsPerPartition": "s2.records-per-partition",
-    "topic": "s2.stream",
-}
+_CARRIES: Final = frozenset(
+    {"startingOffsets", "endingOffsets", "subscribe", "subscribePattern", "includeHeaders", "topic"}
+    | {"failOnDataLoss", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "maxRecordsPerPartition"}
+    | {"startingTimestamp", "endingTimestamp"}
+)
+"""The Kafka options whose value may carry over, to the s2 option their `KAFKA_OPTIONS` text starts with."""
 
 
 def _translated_value(name: str, value: str) -> str | None:
@@ -124,11 +115,14 @@ def _translated_value(name: str, value: str) -> str | None:
 
 def _translated(name: str, raw: str) -> tuple[str, str] | None:
     """``(s2 option, value)`` when the Kafka value carries over unchanged in meaning."""
-    option = _CARRIES_TO.get(name)
-    value = None if option is None else _translated_value(name, raw.strip())
-    if option is None or value is None:
+    value = _translated_value(name, raw.strip()) if name in _CARRIES else None
+    if value is None:
         return None
-    return ("s2.streams" if "," in value and name == "subscribe" else option), value
+    option = re.match(r"s2\.[a-z.-]+", KAFKA_OPTIONS[name])
+    assert option is not None
+    if name == "subscribe" and "," not in value:
+        return "s2.stream", value
+    return option.group(0), value
 
 
 def _message(spelled: str, raw: object, fix: str, translated: tuple[str, str] | None) -> str:
