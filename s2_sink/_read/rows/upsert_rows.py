@@ -36,6 +36,7 @@ from s2_sink._wire.columns import (
     utf8_text,
     valid_rows,
 )
+from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER
 from s2_sink.errors import ReadError
 
 __all__ = [
@@ -50,9 +51,6 @@ __all__ = [
     "splice_objects",
     "typed_batch",
 ]
-
-KEY_HEADER: Final = b"@key"
-ACTION_HEADER: Final = b"@action"
 
 
 class Changes(NamedTuple):
