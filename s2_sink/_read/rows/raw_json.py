@@ -9,7 +9,8 @@ alike); any error it raises sends the bodies to that decoder, which names the re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
@@ -38,8 +39,7 @@ from s2_sink._wire.columns import (
     cast,
     headers_column,
     int32_array,
-    position_column,
-    to_target,
+    rows_batch,
 )
 from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
@@ -59,15 +59,9 @@ def raw_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
     """The raw rows of ``columns`` in ``schema`` (a subset of ``RAW_SCHEMA``), in ``target``'s types."""
-    arrays = [
-        headers_column(columns)
-        if f.name == "headers"
-        else columns.bodies
-        if f.name == "body"
-        else position_column(f.name, stream, columns)
-        for f in schema.fields
-    ]
-    return to_target(arrays, target)
+    return rows_batch(
+        target, stream, columns, {"headers": lambda: headers_column(columns), "body": lambda: columns.bodies}
+    )
 
 
 def json_batch(
@@ -92,15 +86,12 @@ def decoded_batch(
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     data_target = pa.schema([target.field(f.name) for f in data_schema.fields])
     decoded = decode_bodies_bulk(bodies, data_schema, where=f"stream {stream!r}", target=data_target)
-    arrays = [
-        action
-        if f.name == ACTION_COLUMN and action is not None
-        else position_column(f.name, stream, columns)
-        if f.name in META_COLUMNS
-        else decoded.column(f.name)
-        for f in schema.fields
-    ]
-    return to_target(arrays, target)
+    made: dict[str, Callable[[], pa.Array]] = {
+        n: functools.partial(decoded.column, n) for n in data_target.names
+    }
+    if action is not None:
+        made[ACTION_COLUMN] = lambda: action
+    return rows_batch(target, stream, columns, made)
 
 
 _BULK_TYPES: Final = (
