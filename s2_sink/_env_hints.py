@@ -19,12 +19,12 @@ __all__ = ["DRIVER_ONLY_VAR", "ENV_VARS", "driver_only_vars", "missing_token", "
 
 log = logging.getLogger(__name__)
 
-ENV_VARS: Final = ("S2_ACCESS_TOKEN", "S2_ACCOUNT_ENDPOINT", "S2_BASIN_ENDPOINT")
 OPTION_OF: Final = {
     "S2_ACCESS_TOKEN": "s2.auth-token",
     "S2_ACCOUNT_ENDPOINT": "s2.endpoints.account",
     "S2_BASIN_ENDPOINT": "s2.endpoints.basin",
 }
+ENV_VARS: Final = tuple(OPTION_OF)
 DRIVER_ONLY_VAR: Final = "S2_SINK_DRIVER_ONLY_ENV"
 """Set by `register` in the environment of format("s2")'s Python workers: the comma-separated names of the
 ``S2_*`` variables the driver had and the workers did not."""

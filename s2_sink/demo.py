@@ -19,9 +19,10 @@ import time
 from collections.abc import Sequence
 
 import orjson
-from s2_sdk import S2, Endpoints, ReadLimit, SeqNum
+from s2_sdk import S2, Endpoints
 
 from s2_sink import BatchMetrics, S2Config
+from s2_sink._exactly_once.readback import read_span
 from s2_sink._pyspark import needs_pyspark
 from s2_sink.testing import fresh_basin
 
@@ -40,22 +41,11 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 async def _read_back(endpoint: str, basin: str) -> tuple[int, list[bytes]]:
-    count, sample = 0, list[bytes]()
     async with S2("demo", endpoints=Endpoints(account=endpoint, basin=endpoint)) as s2:
         stream = s2.basin(basin).stream(STREAM)
         tail = (await stream.check_tail()).seq_num
-        pos = 0
-        while pos < tail:
-            batch = await stream.read(
-                start=SeqNum(pos), limit=ReadLimit(count=1000), ignore_command_records=True
-            )
-            if not batch.records:
-                break
-            count += len(batch.records)
-            if len(sample) < 3:
-                sample.extend(r.body for r in batch.records[: 3 - len(sample)])
-            pos = batch.records[-1].seq_num + 1
-    return count, sample
+        bodies = [r.body async for r in read_span(stream, 0, tail) if not r.is_command_record()]
+    return len(bodies), bodies[:3]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

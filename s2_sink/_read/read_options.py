@@ -110,8 +110,9 @@ def _int(name: str, raw: str, *, least: int, what: str) -> int:
     return value
 
 
-def _positive_int(name: str, raw: str) -> int:
-    return _int(name, raw, least=1, what="a positive integer")
+def _positive_int(options: OptionMap, name: str) -> int | None:
+    raw = options.text(name)
+    return None if raw is None else _int(name, raw, least=1, what="a positive integer")
 
 
 def _check_stream_name(option: str, name: str) -> str:
@@ -236,11 +237,24 @@ def _bound(
     return Bound(kind=default)
 
 
-def _streaming_only(options: OptionMap, name: str, streaming: bool, batch_instead: str) -> str | None:
-    raw = options.text(name)
-    if raw is not None and not streaming:
-        raise ConfigError(f"option {name}={raw!r} applies to readStream only; {batch_instead}")
-    return raw
+def _check_side(options: OptionMap, *, streaming: bool) -> None:
+    """Refuse an option of batch reads in a streaming read, and one of streaming reads in a batch read."""
+    batch_bound = f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
+    retained = "a batch read (spark.read) reads what is retained between its bounds"
+    for name, batch_only, instead in (
+        (OPT_ENDING_POSITION, True, ""),
+        (OPT_ENDING_TIMESTAMP, True, ""),
+        (OPT_MAX_RECORDS_PER_TRIGGER, False, batch_bound),
+        (OPT_MAX_BYTES_PER_TRIGGER, False, batch_bound),
+        (OPT_FAIL_ON_DATA_LOSS, False, retained),
+    ):
+        if (value := options.text(name)) is None or batch_only != streaming:
+            continue
+        if batch_only:
+            raise ConfigError(
+                f"option {name}={value!r} applies to batch reads only (spark.read), not readStream"
+            )
+        raise ConfigError(f"option {name}={value!r} applies to readStream only; {instead}")
 
 
 def read_format(options: OptionMap) -> ReadFormat:
@@ -259,45 +273,19 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
 
     fmt = read_format(options)
     start = _bound(options, OPT_STARTING_POSITION, OPT_STARTING_TIMESTAMP, ("earliest", "latest"), "earliest")
-    if streaming:
-        for name in (OPT_ENDING_POSITION, OPT_ENDING_TIMESTAMP):
-            if (value := options.text(name)) is not None:
-                raise ConfigError(
-                    f"option {name}={value!r} applies to batch reads only (spark.read), not readStream"
-                )
+    _check_side(options, streaming=streaming)
     # Streams an ending JSON does not name are read up to their tail.
     end = _bound(options, OPT_ENDING_POSITION, OPT_ENDING_TIMESTAMP, ("latest",), "latest")
 
-    materialize = False
     mat_raw = options.text(OPT_MATERIALIZE)
-    if mat_raw is not None:
-        materialize = parse_bool(OPT_MATERIALIZE, mat_raw)
-        if materialize and fmt != "upsert":
-            raise ConfigError(f"option {OPT_MATERIALIZE}=true needs {OPT_FORMAT}=upsert, not {fmt!r}")
-        if materialize and streaming:
-            raise ConfigError(f"option {OPT_MATERIALIZE}=true applies to batch reads only (spark.read)")
+    materialize = mat_raw is not None and parse_bool(OPT_MATERIALIZE, mat_raw)
+    if materialize and fmt != "upsert":
+        raise ConfigError(f"option {OPT_MATERIALIZE}=true needs {OPT_FORMAT}=upsert, not {fmt!r}")
+    if materialize and streaming:
+        raise ConfigError(f"option {OPT_MATERIALIZE}=true applies to batch reads only (spark.read)")
 
-    batch_bound = f"bound a batch read with {OPT_ENDING_POSITION} or {OPT_ENDING_TIMESTAMP}"
-    limit_raw = _streaming_only(options, OPT_MAX_RECORDS_PER_TRIGGER, streaming, batch_bound)
-    limit = None if limit_raw is None else _positive_int(OPT_MAX_RECORDS_PER_TRIGGER, limit_raw)
-    bytes_raw = _streaming_only(options, OPT_MAX_BYTES_PER_TRIGGER, streaming, batch_bound)
-    byte_limit = None if bytes_raw is None else _positive_int(OPT_MAX_BYTES_PER_TRIGGER, bytes_raw)
-
-    per_part_raw = options.text(OPT_RECORDS_PER_PARTITION)
-    per_part = (
-        _positive_int(OPT_RECORDS_PER_PARTITION, per_part_raw)
-        if per_part_raw is not None
-        else DEFAULT_RECORDS_PER_PARTITION
-    )
-
-    fail_raw = _streaming_only(
-        options,
-        OPT_FAIL_ON_DATA_LOSS,
-        streaming,
-        "a batch read (spark.read) reads what is retained between its bounds",
-    )
-    fail_on_data_loss = True if fail_raw is None else parse_bool(OPT_FAIL_ON_DATA_LOSS, fail_raw)
-
+    per_part = _positive_int(options, OPT_RECORDS_PER_PARTITION)
+    fail_raw = options.text(OPT_FAIL_ON_DATA_LOSS)
     return ReadOptions(
         streams=streams,
         stream_prefix=prefix,
@@ -305,9 +293,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         end=end,
         format=fmt,
         materialize=materialize,
-        max_records_per_trigger=limit,
-        max_bytes_per_trigger=byte_limit,
-        records_per_partition=per_part,
-        fail_on_data_loss=fail_on_data_loss,
+        max_records_per_trigger=_positive_int(options, OPT_MAX_RECORDS_PER_TRIGGER),
+        max_bytes_per_trigger=_positive_int(options, OPT_MAX_BYTES_PER_TRIGGER),
+        records_per_partition=DEFAULT_RECORDS_PER_PARTITION if per_part is None else per_part,
+        fail_on_data_loss=fail_raw is None or parse_bool(OPT_FAIL_ON_DATA_LOSS, fail_raw),
         committed_by=_parse_isolation(options),
     )

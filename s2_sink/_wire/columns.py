@@ -16,7 +16,7 @@ contiguous bytes ``data[offsets[a]:offsets[b]]`` whatever the array's offset (a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,6 +50,7 @@ __all__ = [
     "named",
     "position_column",
     "repeated",
+    "rows_batch",
     "take",
     "take_or_null",
     "to_target",
@@ -308,6 +309,20 @@ def position_column(name: str, stream: str | StreamRuns, columns: RecordColumns)
     thousand = _numbers(np.full(len(columns), 1000, dtype=np.uint64), pa.uint64(), np.uint64)
     micros = call("multiply_checked", [_numbers(columns.timestamps, pa.uint64(), np.uint64), thousand])
     return cast(cast(micros, pa.int64()), pa.timestamp("us", tz="UTC"))
+
+
+def rows_batch(
+    target: pa.Schema,
+    stream: str | StreamRuns,
+    columns: RecordColumns,
+    made: Mapping[str, Callable[[], pa.Array]],
+) -> pa.RecordBatch:
+    """The rows of ``columns`` in ``target``'s columns and types: those ``made`` makes (only the ones
+    asked for), the others the records' positions (`position_column`)."""
+    arrays = [
+        made[name]() if name in made else position_column(name, stream, columns) for name in target.names
+    ]
+    return to_target(arrays, target)
 
 
 def to_target(arrays: list[pa.Array], target: pa.Schema) -> pa.RecordBatch:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-from s2_sdk import S2, S2Basin, S2Error
+import orjson
+from s2_sdk import S2, S2Error
 
 from s2_sink._transport.explain import FailureKind
 from s2_sink._transport.explain import explain as explain_failure
@@ -28,8 +29,7 @@ __all__ = [
     "config_from",
     "explain",
     "iso_ms",
-    "open_basin",
-    "open_client",
+    "print_json",
     "run_io",
 ]
 
@@ -107,29 +107,28 @@ def config_from(args: argparse.Namespace) -> S2Config:
         raise CliFailure(str(exc), USAGE) from exc
 
 
-@asynccontextmanager
-async def open_client(cfg: S2Config) -> AsyncIterator[S2]:
-    """A client of its own, closed on the way out (typed so that no exception is swallowed)."""
-    async with make_client(cfg) as client:
-        yield client
+def run_io(cfg: S2Config, stream: str | None, work: Callable[[S2], Awaitable[T]]) -> T:
+    """``work`` on a client of its own, on a fresh event loop; SDK and transport errors come out as a
+    `CliFailure` naming the endpoint, the basin and `stream`."""
 
+    async def go() -> T:
+        client = make_client(cfg)
+        try:
+            return await work(client)
+        finally:
+            await client.close()
 
-@asynccontextmanager
-async def open_basin(cfg: S2Config) -> AsyncIterator[S2Basin]:
-    """The basin through a client of its own, closed on the way out."""
-    async with open_client(cfg) as client:
-        yield client.basin(cfg.basin)
-
-
-def run_io(cfg: S2Config, stream: str | None, work: Coroutine[Any, Any, T]) -> T:
-    """Run a command's I/O on a fresh event loop; SDK and transport errors come out as a `CliFailure`
-    naming the endpoint, the basin and `stream`."""
     try:
-        return asyncio.run(work)
+        return asyncio.run(go())
     except BrokenPipeError:
         raise  # our stdout's reader went away (`| head`): not a connection failure (see `main`)
     except (S2Error, TransportError, OSError) as exc:
         raise explain(exc, cfg, stream) from exc
+
+
+def print_json(doc: object) -> None:
+    """One ``--json`` line (values JSON cannot hold as their text)."""
+    sys.stdout.write(orjson.dumps(doc, default=str).decode() + "\n")
 
 
 def iso_ms(ms: int | None) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
-from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
+from s2_sdk import S2, AppendInput, CommandRecord, FencingTokenMismatchError, S2Stream
 
-from s2_sink.cli._command import CliFailure, config_from, open_basin, run_io
+from s2_sink.cli._command import CliFailure, config_from, run_io
 from s2_sink.cli._writers import describe_token, writers_by_hash
 
 __all__ = ["HELP", "clear", "read_fence"]
@@ -61,21 +61,17 @@ def clear(args: argparse.Namespace) -> int:
     with its writer id when a ledger in the basin has the writer hash the token carries."""
     cfg = config_from(args)
 
-    async def lookup() -> dict[str, list[str]]:
-        async with open_basin(cfg) as basin:
-            return await writers_by_hash(basin)
-
-    writers = run_io(cfg, None, lookup())
+    writers = run_io(cfg, None, lambda client: writers_by_hash(client.basin(cfg.basin)))
     for name in args.streams:
 
-        async def go(name: str = name) -> str:
-            async with open_basin(cfg) as basin:
-                # A missing stream is an error, even in a basin that creates streams on append or on read
-                # (where a check_tail would create it): getting its config never creates it.
-                await basin.get_stream_config(name)
-                return await clear_fence(basin.stream(name))
+        async def go(client: S2, name: str = name) -> str:
+            basin = client.basin(cfg.basin)
+            # A missing stream is an error, even in a basin that creates streams on append or on read
+            # (where a check_tail would create it): getting its config never creates it.
+            await basin.get_stream_config(name)
+            return await clear_fence(basin.stream(name))
 
-        was = run_io(cfg, name, go())
+        was = run_io(cfg, name, go)
         if was:
             print(f"stream {name!r}: cleared fencing token {describe_token(was, writers)}")
         else:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-import orjson
 from s2_sdk import S2, S2Basin
 
 from s2_sink._exactly_once.fencing import writer_hash
@@ -32,8 +30,7 @@ from s2_sink.cli._command import (
     CliFailure,
     config_from,
     iso_ms,
-    open_basin,
-    open_client,
+    print_json,
     run_io,
 )
 from s2_sink.cli._writers import LedgerSummary, ledger_summaries
@@ -159,16 +156,15 @@ def show(args: argparse.Namespace) -> int:
     streaming query id without a ledger of its own shows the ledger of that query's one writer."""
     cfg = config_from(args)
 
-    async def go() -> tuple[str, list[Entry], int]:
-        async with open_client(cfg) as client:
-            writer_id = await _writer_of(client, args.writer_id, cfg.basin)
-            return (writer_id, *await read_history(client.basin(cfg.basin), writer_id))
+    async def go(client: S2) -> tuple[str, list[Entry], int]:
+        writer_id = await _writer_of(client, args.writer_id, cfg.basin)
+        return (writer_id, *await read_history(client.basin(cfg.basin), writer_id))
 
-    writer_id, entries, tail = run_io(cfg, None, go())
+    writer_id, entries, tail = run_io(cfg, None, go)
     name = ledger_stream_name(writer_id)
     if args.json:
         for entry in entries:
-            sys.stdout.write(orjson.dumps(_as_doc(entry)).decode() + "\n")
+            print_json(_as_doc(entry))
         return 0
     if writer_id != args.writer_id:
         print(f"{args.writer_id!r} is the streaming query id of writer {writer_id!r}")
@@ -219,13 +215,13 @@ def _on_ledger(
     creates."""
     name = ledger_stream_name(writer_id)
 
-    async def go() -> T:
-        async with open_basin(cfg) as basin:
-            await basin.get_stream_config(name)
-            return await work(basin, Ledger(basin, writer_id, patience=PATIENCE))
+    async def go(client: S2) -> T:
+        basin = client.basin(cfg.basin)
+        await basin.get_stream_config(name)
+        return await work(basin, Ledger(basin, writer_id, patience=PATIENCE))
 
     try:
-        return run_io(cfg, name, go())
+        return run_io(cfg, name, go)
     except CliFailure as exc:
         if exc.missing == "stream":
             raise CliFailure(
@@ -331,14 +327,10 @@ def list_(args: argparse.Namespace) -> int:
     record (or, with ``--json``, one object per ledger with the time in milliseconds)."""
     cfg = config_from(args)
 
-    async def go() -> list[LedgerSummary]:
-        async with open_basin(cfg) as basin:
-            return await ledger_summaries(basin)
-
-    summaries = run_io(cfg, None, go())
+    summaries = run_io(cfg, None, lambda client: ledger_summaries(client.basin(cfg.basin)))
     if args.json:
         for summary in summaries:
-            sys.stdout.write(orjson.dumps(summary.as_doc()).decode() + "\n")
+            print_json(summary.as_doc())
         return 0
     print(f"basin {cfg.basin!r}: {len(summaries)} exactly-once ledgers (times in UTC)")
     width = max((len(s.writer_id) for s in summaries), default=0)

@@ -8,17 +8,15 @@ nobody uses (`read_fence`), and never creates a stream, even in a basin that cre
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime
 from typing import Any
 
-import orjson
-from s2_sdk import S2Basin, StreamConfig
+from s2_sdk import S2, StreamConfig
 
 from s2_sink._exactly_once.fencing import Token
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
-from s2_sink.cli._command import config_from, iso_ms, open_basin, run_io
+from s2_sink.cli._command import config_from, iso_ms, print_json, run_io
 from s2_sink.cli._fences_cmd import read_fence
 from s2_sink.cli._writers import describe_token, writers_by_hash
 
@@ -44,14 +42,14 @@ def list_streams(args: argparse.Namespace) -> int:
     """Print the basin's streams (name, creation time, what s2_sink uses a bookkeeping stream for)."""
     cfg = config_from(args)
 
-    async def go() -> list[tuple[str, int | None]]:
-        async with open_basin(cfg) as basin:
-            return [(i.name, _ms(i.created_at)) async for i in basin.list_all_streams(prefix=args.prefix)]
+    async def listing(client: S2) -> list[tuple[str, int | None]]:
+        found = client.basin(cfg.basin).list_all_streams(prefix=args.prefix)
+        return [(i.name, _ms(i.created_at)) async for i in found]
 
-    streams = run_io(cfg, None, go())
+    streams = run_io(cfg, None, listing)
     if args.json:
         for name, created in streams:
-            sys.stdout.write(orjson.dumps({"name": name, "created_at": created}).decode() + "\n")
+            print_json({"name": name, "created_at": created})
         return 0
     which = f" starting with {args.prefix!r}" if args.prefix else ""
     print(f"basin {cfg.basin!r}: {len(streams)} streams{which}")
@@ -61,8 +59,9 @@ def list_streams(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _describe(basin: S2Basin, name: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
+async def _describe(client: S2, basin_name: str, name: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The stream's ``--json`` document, and the writer ids of the fencing token's writer hash."""
+    basin = client.basin(basin_name)
     config = await basin.get_stream_config(name)  # first: a missing stream is a 404, and nothing is created
     created = None
     async for info in basin.list_all_streams(prefix=name):
@@ -112,13 +111,9 @@ def describe(args: argparse.Namespace) -> int:
     """Print one stream's tail, fencing token (with its writer id) and configuration."""
     cfg = config_from(args)
 
-    async def go() -> tuple[dict[str, Any], dict[str, list[str]]]:
-        async with open_basin(cfg) as basin:
-            return await _describe(basin, args.stream)
-
-    d, writers = run_io(cfg, args.stream, go())
+    d, writers = run_io(cfg, args.stream, lambda client: _describe(client, cfg.basin, args.stream))
     if args.json:
-        sys.stdout.write(orjson.dumps(d).decode() + "\n")
+        print_json(d)
         return 0
     config, tail = d["config"], d["tail"]
     fence = describe_token(d["fencing_token"], writers) if d["fencing_token"] else "none"

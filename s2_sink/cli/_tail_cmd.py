@@ -18,7 +18,7 @@ from s2_sdk import S2Stream, SeqNum, SequencedRecord
 
 from s2_sink import encoders
 from s2_sink._exactly_once.readback import read_span
-from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, config_from, iso_ms, open_basin, run_io
+from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, config_from, iso_ms, print_json, run_io
 from s2_sink.errors import EncodeError
 
 __all__ = ["tail"]
@@ -67,7 +67,7 @@ def _upsert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
 def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
     to_doc = _upsert_doc if fmt == "upsert" else _insert_doc
     for record in records:
-        sys.stdout.write(orjson.dumps(to_doc(record, raw), default=str).decode() + "\n")
+        print_json(to_doc(record, raw))
     sys.stdout.flush()
 
 
@@ -104,10 +104,10 @@ def tail(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as exc:
             raise CliFailure(str(exc), USAGE) from exc
     cfg = config_from(args)
-
-    async def go() -> None:
-        async with open_basin(cfg) as basin:
-            await _print_tail(basin.stream(args.stream), args.n, args.format, args.follow, args.json)
-
-    run_io(cfg, args.stream, go())
+    stream = args.stream
+    run_io(
+        cfg,
+        stream,
+        lambda c: _print_tail(c.basin(cfg.basin).stream(stream), args.n, args.format, args.follow, args.json),
+    )
     return 0

@@ -27,14 +27,10 @@ __all__ = [
 PYSPARK_VERSION: str = pyspark.__version__
 
 
-def _datasource_module() -> ModuleType | None:
-    try:
-        return importlib.import_module("pyspark.sql.datasource")
-    except ImportError:
-        return None
-
-
-_DATASOURCE = _datasource_module()
+try:
+    _DATASOURCE: ModuleType | None = importlib.import_module("pyspark.sql.datasource")
+except ImportError:
+    _DATASOURCE = None
 HAS_DATASOURCE_API = _DATASOURCE is not None
 HAS_STREAM_ARROW_WRITER = hasattr(_DATASOURCE, "DataSourceStreamArrowWriter")
 

@@ -18,9 +18,8 @@ from s2_sink._option_map import OptionMap
 from s2_sink._read import read_options as ro
 from s2_sink._read.rows.schemas import check_schema, default_schema
 from s2_sink.config import S2Config
+from s2_sink.datasource import _refused_options as refused
 from s2_sink.datasource._compat import require_stream_arrow_writer
-from s2_sink.datasource._kafka_options import refuse_kafka_options
-from s2_sink.datasource._option_sides import OUR_PREFIXES, READ_KEYS, check_side, check_strays
 
 if TYPE_CHECKING:
     from s2_sink.datasource._write_options import WriteOptions
@@ -34,15 +33,15 @@ __all__ = ["S2DataSource"]
 
 
 def _ours(options: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in options.items() if k.startswith(OUR_PREFIXES)}
+    return {k: v for k, v in options.items() if k.startswith(refused.OUR_PREFIXES)}
 
 
 def read_config(options: Mapping[str, str]) -> S2Config:
     """The connection settings of a read: validated by S2Config, reader-only keys skipped; options that
     belong to writes are refused (`check_side`)."""
-    check_side(options, "read")
-    check_strays(options, "read")
-    return S2Config.from_options(_ours(options), ignore=READ_KEYS)
+    refused.check_side(options, "read")
+    refused.check_strays(options, "read")
+    return S2Config.from_options(_ours(options), ignore=refused.READ_KEYS)
 
 
 class S2DataSource(DataSource):
@@ -65,7 +64,7 @@ class S2DataSource(DataSource):
 
     def _reader_parts(self, schema: StructType, *, streaming: bool) -> tuple[S2Config, ro.ReadOptions]:
         # Before our own checks: a job ported from Kafka learns the s2 names first.
-        refuse_kafka_options(self._opts)
+        refused.refuse_kafka_options(self._opts)
         opts = ro.parse_read_options(self._opts, streaming=streaming)
         cfg = read_config(self._opts)
         check_schema(opts.format, schema)
@@ -92,7 +91,7 @@ class S2DataSource(DataSource):
         from s2_sink.datasource._write_options import WRITE_KEYS, parse_write_options  # noqa: PLC0415
 
         check_overwrite(overwrite)
-        check_side(self._opts, "write")
+        refused.check_side(self._opts, "write")
         cfg = S2Config.from_options(_ours(self._opts), ignore=WRITE_KEYS)
         opts = parse_write_options(self._opts, cfg=cfg, streaming=streaming)
         routing = opts.spec.routing

@@ -27,23 +27,19 @@ from s2_sink.encoders._arrow_types import to_arrow_schema
 __all__ = ["S2StreamReader"]
 
 
-def _available_now_mixin() -> type:
-    """pyspark 4.2+'s ``SupportsTriggerAvailableNow`` (Spark checks it with isinstance); ``object`` before."""
-    try:
-        module = importlib.import_module("pyspark.sql.streaming.datasource")
-    except ImportError:
-        return object
-    mixin: type = getattr(module, "SupportsTriggerAvailableNow", object)
-    return mixin
+_STREAMING = "pyspark.sql.streaming.datasource"
+try:  # pyspark 4.2+'s SupportsTriggerAvailableNow (Spark checks it with isinstance); ``object`` before
+    _AVAILABLE_NOW: type = importlib.import_module(_STREAMING).SupportsTriggerAvailableNow
+except (ImportError, AttributeError):
+    _AVAILABLE_NOW = object
 
 
 def _read_limit(name: str, **fields: int) -> object:
     """An instance of pyspark 4.2+'s ReadLimit class ``name`` (only asked for by a pyspark that has them)."""
-    module = importlib.import_module("pyspark.sql.streaming.datasource")
-    return getattr(module, name)(**fields)
+    return getattr(importlib.import_module(_STREAMING), name)(**fields)
 
 
-class S2StreamReader(DataSourceStreamReader, _available_now_mixin()):  # type: ignore[misc]
+class S2StreamReader(DataSourceStreamReader, _AVAILABLE_NOW):  # type: ignore[misc]
     """Driver-side planner of micro-batches; ``read`` runs on executors."""
 
     def __init__(self, cfg: S2Config, opts: ReadOptions, schema: StructType) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from s2_sink import S2Config, S2Writer
 from s2_sink.config import OPTION_KEYS
-from s2_sink.datasource._source import READ_KEYS
+from s2_sink.datasource._refused_options import READ_KEYS
 from s2_sink.datasource._write_keys import WRITE_KEYS
 from tests.docs._blocks import ROOT, doc_files
 

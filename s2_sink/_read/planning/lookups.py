@@ -27,7 +27,6 @@ from s2_sink.errors import ReadError
 __all__ = [
     "LOOKUP_CONCURRENCY",
     "first_seqs",
-    "list_streams",
     "listed_epochs",
     "measure_range",
     "resolve_timestamp",
@@ -101,11 +100,6 @@ def listed_epochs(cfg: S2Config, prefix: str) -> dict[str, str]:
         return {info.name: _created(info) async for info in basin.list_all_streams(prefix=prefix)}
 
     return _run(cfg, f"listing streams with prefix {prefix!r}", op)
-
-
-def list_streams(cfg: S2Config, prefix: str) -> list[str]:
-    """Names of the live streams whose name starts with ``prefix``, sorted."""
-    return sorted(listed_epochs(cfg, prefix))
 
 
 async def _epoch_of(basin: s2_sdk.S2Basin, stream: str) -> str | None:

@@ -45,7 +45,7 @@ def resolve_streams(cfg: S2Config, opts: ReadOptions) -> list[str]:
     """The named streams, or the live streams under the prefix (listed again on every call)."""
     if opts.stream_prefix is None:
         return list(opts.streams)
-    found = _lookups.list_streams(cfg, opts.stream_prefix)
+    found = sorted(_lookups.listed_epochs(cfg, opts.stream_prefix))
     log.debug("s2 source: %d streams under prefix %r", len(found), opts.stream_prefix)
     return found
 
@@ -213,8 +213,7 @@ class MicroBatches:
         joined = [s for s in found if s not in frontier]
         if joined:
             # A stream new to the query is read from its first stored record: earlier ones are not a loss.
-            self._joined.update(_lookups.first_seqs(self._cfg, joined))
-            frontier = max_merge(frontier, {s: self._joined[s] for s in joined})
+            frontier = max_merge(frontier, self._first_stored(self._joined, joined, fresh=True))
         target = advance(frontier, found)
         end = cap_total(frontier, target, max_records)
         if max_bytes is not None:
@@ -224,6 +223,14 @@ class MicroBatches:
         self._frontier = max_merge(self._frontier or {}, end)
         self._log_lag(frontier, end, found)
         return join(end, {**was, **now})
+
+    def _first_stored(self, known: Offsets, streams: list[str], *, fresh: bool = False) -> Offsets:
+        """The first stored seq_num of ``streams`` as ``known`` remembers it, looked up (and remembered)
+        where it does not, or for all of them when ``fresh``."""
+        unknown = streams if fresh else [s for s in streams if s not in known]
+        if unknown:
+            known.update(_lookups.first_seqs(self._cfg, unknown))
+        return {s: known[s] for s in streams}
 
     def _restart_recreated(self, frontier: Offsets, was: Epochs, now: Epochs, tails: Offsets) -> Offsets:
         """The frontier with every recreated stream (see `data_loss`) moved to its new first record; fails
@@ -283,10 +290,8 @@ class MicroBatches:
         if again:
             # The batch in which a stream was found recreated reads the new one from its first record
             # (looked up again when the batch is replayed after a restart).
-            unknown = [s for s in again if s not in self._restarts]
-            if unknown:
-                self._restarts.update(_lookups.first_seqs(self._cfg, unknown))
-            begin = {**begin, **{s: min(self._restarts[s], stop[s]) for s in again}}
+            firsts = self._first_stored(self._restarts, again)
+            begin = {**begin, **{s: min(firsts[s], stop[s]) for s in again}}
             if self._frontier is not None:
                 self._frontier.update({s: stop[s] for s in again})
         self._frontier = max_merge(self._frontier or {}, stop)
@@ -295,9 +300,7 @@ class MicroBatches:
         if joined:
             # The previous end does not name a stream that joined in this batch: start it where `latest`
             # found its first stored record (looked up again after a restart).
-            unknown = [s for s in joined if s not in self._joined]
-            if unknown:
-                self._joined.update(_lookups.first_seqs(self._cfg, unknown))
-            begin = {**{s: min(self._joined[s], stop[s]) for s in joined}, **begin}
+            firsts = self._first_stored(self._joined, joined)
+            begin = {**{s: min(firsts[s], stop[s]) for s in joined}, **begin}
         per_partition = self._opts.records_per_partition
         return pack_ranges(plan_ranges(begin, stop, per_partition), per_partition)

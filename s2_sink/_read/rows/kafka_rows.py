@@ -18,10 +18,9 @@ from s2_sink._wire.columns import (
     first_header,
     int32_array,
     named,
-    position_column,
+    rows_batch,
     take,
     take_or_null,
-    to_target,
     utf8_text,
 )
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
@@ -39,11 +38,7 @@ def kafka_batch(
         "key": lambda: take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER)),
         "headers": lambda: _user_headers(columns),
     }
-    arrays = [
-        from_record[f.name]() if f.name in from_record else position_column(f.name, stream, columns)
-        for f in schema.fields
-    ]
-    return to_target(arrays, target)
+    return rows_batch(target, stream, columns, from_record)
 
 
 def _user_headers(columns: RecordColumns) -> pa.Array:

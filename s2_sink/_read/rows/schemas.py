@@ -36,9 +36,12 @@ __all__ = [
     "rows_kind",
 ]
 
-_HEADERS_TYPE = ArrayType(
-    StructType([StructField("key", BinaryType(), False), StructField("value", BinaryType(), False)]), False
-)
+
+def _headers(key: DataType) -> StructField:
+    """The ``headers`` column: a list of ``(key, value)`` pairs, the key's type the format's."""
+    pair = StructType([StructField("key", key, False), StructField("value", BinaryType(), False)])
+    return StructField("headers", ArrayType(pair, False), False)
+
 
 #: Where a record stands in its stream: the first columns of every schema the source shows.
 _POSITION = (
@@ -50,7 +53,7 @@ _POSITION = (
 RAW_SCHEMA = StructType(
     [
         *_POSITION,
-        StructField("headers", _HEADERS_TYPE, False),
+        _headers(BinaryType()),
         StructField("body", BinaryType(), False),
     ]
 )
@@ -60,16 +63,7 @@ KAFKA_SCHEMA = StructType(
         *_POSITION,
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), False),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType(
-                    [StructField("key", StringType(), False), StructField("value", BinaryType(), False)]
-                ),
-                False,
-            ),
-            False,
-        ),
+        _headers(StringType()),
     ]
 )
 

@@ -29,13 +29,13 @@ from s2_sink._wire.columns import (
     call,
     concat_columns,
     first_header,
-    position_column,
     repeated,
+    rows_batch,
     take_or_null,
-    to_target,
     utf8_text,
     valid_rows,
 )
+from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER
 from s2_sink.errors import ReadError
 
 __all__ = [
@@ -50,9 +50,6 @@ __all__ = [
     "splice_objects",
     "typed_batch",
 ]
-
-KEY_HEADER: Final = b"@key"
-ACTION_HEADER: Final = b"@action"
 
 
 class Changes(NamedTuple):
@@ -190,11 +187,7 @@ def changes_batch(
             bool_array(found.deletes), repeated(None, n, pa.string()), utf8_text(columns.bodies)
         ),
     }
-    arrays = [
-        from_record[f.name]() if f.name in from_record else position_column(f.name, stream, columns)
-        for f in schema.fields
-    ]
-    return to_target(arrays, target)
+    return rows_batch(target, stream, columns, from_record)
 
 
 def typed_batch(

@@ -78,7 +78,7 @@ def test_the_writer_options_spell_the_preflight_option_as_the_preflight_does() -
     `s2_sink._transport.preflight` (which loads the SDK); all must name the same option."""
     from s2_sink._read.read_options import OPT_PREFLIGHT as READ_OPT_PREFLIGHT
     from s2_sink._transport.preflight import OPT_PREFLIGHT
-    from s2_sink.datasource._source import READ_KEYS
+    from s2_sink.datasource._refused_options import READ_KEYS
     from s2_sink.datasource._write_keys import OPT_PREFLIGHT as WRITE_OPT_PREFLIGHT
     from s2_sink.datasource._write_keys import WRITE_KEYS
 

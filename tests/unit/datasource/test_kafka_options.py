@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from s2_sink._read.rows.schemas import default_schema
-from s2_sink.datasource._kafka_options import KAFKA_OPTIONS
+from s2_sink.datasource._refused_options import KAFKA_OPTIONS
 from s2_sink.datasource._source import S2DataSource
 from s2_sink.errors import ConfigError
 

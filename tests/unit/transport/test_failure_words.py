@@ -70,7 +70,7 @@ def test_a_refused_token_reads_the_same_on_every_path(guarded: LiteServer) -> No
         _load_ledger(cfg)
     messages.append(str(ledger.value))
     with pytest.raises(ReadError) as read:
-        _lookups.list_streams(cfg, "")
+        _lookups.listed_epochs(cfg, "")
     messages.append(str(read.value))
     cli = cli_explain(read.value.__cause__, cfg, None)  # type: ignore[arg-type]  # the SDK's 401
     assert cli.code == DENIED
@@ -124,7 +124,7 @@ def test_transport_failures_name_the_endpoint_and_the_host() -> None:
         _write(_cfg("http://127.0.0.1:1", "some-basin", **_FAST))
     unresolved = "https://no-such-host.invalid"
     with pytest.raises(ReadError) as dns:
-        _lookups.list_streams(_cfg(unresolved, "some-basin", **_FAST), "")
+        _lookups.listed_epochs(_cfg(unresolved, "some-basin", **_FAST), "")
     assert f"cannot reach S2 at {unresolved}: host 'no-such-host.invalid' does not resolve" in str(dns.value)
 
 

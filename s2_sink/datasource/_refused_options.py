@@ -1,9 +1,15 @@
-"""Kafka source options given to ``format("s2")`` reads: refused, each with the s2 option that does its job.
+"""The ``format("s2")`` options a read or a write refuses, each in words that say what to use instead.
 
-Spark hands every option to the source, so a job moved from ``format("kafka")`` would otherwise keep its
-``startingOffsets`` and silently read from the default. None is mapped (one name per setting, and most
-Kafka values do not carry over); a refusal gives the value to use where it translates
-(docs/kafka-options.md).
+A read and a write share the connection options of `S2Config.from_options` and ``s2.stream``/``s2.format``;
+everything else applies to one side only. An option given to the other side would be silently meaningless
+(Spark hands the reader's options only to the reader, but users often keep one option dict), so it is
+refused on the driver with a message saying which side it belongs to; an unknown key (a typo) gets the
+closest keys this side takes ("did you mean"), and the whole list only when none is close.
+
+Kafka source options given to a read are refused too, each with the s2 option that does its job: a job
+moved from ``format("kafka")`` would otherwise keep its ``startingOffsets`` and silently read from the
+default. None is mapped (one name per setting, and most Kafka values do not carry over); a refusal gives the
+value to use where it translates (docs/kafka-options.md).
 """
 
 from __future__ import annotations
@@ -12,13 +18,91 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal
 
 from s2_sink._option_map import OptionMap
-from s2_sink.datasource._option_sides import OUR_PREFIXES
+from s2_sink._read import read_options
+from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
+from s2_sink.datasource._write_keys import WRITE_KEYS
 from s2_sink.errors import ConfigError
 
-__all__ = ["KAFKA_OPTIONS", "refuse_kafka_options"]
+__all__ = [
+    "KAFKA_OPTIONS",
+    "OUR_PREFIXES",
+    "READ_KEYS",
+    "Side",
+    "accepted_keys",
+    "check_side",
+    "check_strays",
+    "refuse_kafka_options",
+]
+
+Side = Literal["read", "write"]
+
+OUR_PREFIXES: Final = ("s2.", "sink.")
+"""Spark adds options of its own (checkpointLocation, path, ...); only these namespaces are ours to check."""
+
+_WHAT: Final[dict[Side, str]] = {
+    "read": "reads (spark.read / spark.readStream .format('s2'))",
+    "write": "writes (df.write / df.writeStream .format('s2'))",
+}
+
+
+READ_KEYS: Final = frozenset(v for name, v in vars(read_options).items() if name.startswith("OPT_"))
+"""Options the reader parses itself (every OPT_ of read_options); any other must be a connection option."""
+
+
+def accepted_keys(side: Side) -> frozenset[str]:
+    """Every option key a ``format("s2")`` read or write accepts: its own keys and the connection keys (a
+    read leaves out those that only shape appends)."""
+    connection = frozenset(OPTION_KEYS)
+    if side == "read":
+        return READ_KEYS | (connection - WRITE_ONLY_OPTION_KEYS)
+    return WRITE_KEYS | connection
+
+
+def check_side(options: Mapping[str, str], side: Side) -> None:
+    """Refuse any of our options (``s2.*``, ``sink.*``) that this side does not accept: ConfigError saying
+    which side the option belongs to, or that it is unknown and which accepted keys are closest."""
+    opts = OptionMap(options)
+    mine = accepted_keys(side)
+    other: Side = "write" if side == "read" else "read"
+    theirs = accepted_keys(other)
+    for key in sorted(opts):
+        if not key.startswith(OUR_PREFIXES) or key in mine:
+            continue
+        spelled = f"{opts.spelling(key)}={str(opts[key])!r}"
+        if key in theirs:
+            raise ConfigError(
+                f"option {spelled} applies to format('s2') {_WHAT[other]} only, not to {side}s: drop it here"
+            )
+        close = difflib.get_close_matches(key, sorted(mine), n=3, cutoff=0.6)
+        if close:
+            raise ConfigError(f"unknown option {spelled}: did you mean {' or '.join(close)}?")
+        raise ConfigError(
+            f"unknown option {spelled}. format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
+        )
+
+
+def check_strays(options: Mapping[str, str], side: Side) -> None:
+    """Refuse an option outside our namespaces that is one of ours misspelt (``s2_stream``, ``stream-prefix``,
+    ``max-records-per-trigger``): Spark's own options (path, checkpointLocation) pass, and so does anything
+    not close to one of our keys, since other sources' options may share the option map."""
+    opts = OptionMap(options)
+    mine = accepted_keys(side)
+    # A key without its namespace ("stream-prefix") is compared too: the likeliest slip.
+    bare = {key.split(".", 1)[1]: key for key in mine}
+    for key in sorted(opts):
+        if key.startswith(OUR_PREFIXES):
+            continue
+        close = difflib.get_close_matches(key, [*mine, *bare], n=1, cutoff=0.85)
+        if close:
+            meant = bare.get(close[0], close[0])
+            raise ConfigError(
+                f"unknown option {opts.spelling(key)}={str(opts[key])!r}: did you mean {meant}? format('s2') "
+                "options start with s2. or sink."
+            )
+
 
 _CONNECT = (
     "S2 is reached with s2.basin, s2.auth-token (or S2_ACCESS_TOKEN) and, for a local or private "
@@ -89,21 +173,12 @@ def _seq_json(raw: str) -> str | None:
     return json.dumps(out)
 
 
-# The Kafka options whose value may carry over, and the s2 option it goes to.
-_CARRIES_TO: Final = {
-    "startingOffsets": "s2.starting-position",
-    "endingOffsets": "s2.ending-position",
-    "subscribe": "s2.stream",  # s2.streams when it names several
-    "subscribePattern": "s2.stream-prefix",
-    "includeHeaders": "s2.format",
-    "failOnDataLoss": "s2.fail-on-data-loss",
-    "maxOffsetsPerTrigger": "s2.max-records-per-trigger",
-    "maxBytesPerTrigger": "s2.max-bytes-per-trigger",
-    "startingTimestamp": "s2.starting-timestamp",
-    "endingTimestamp": "s2.ending-timestamp",
-    "maxRecordsPerPartition": "s2.records-per-partition",
-    "topic": "s2.stream",
-}
+_CARRIES: Final = frozenset(
+    {"startingOffsets", "endingOffsets", "subscribe", "subscribePattern", "includeHeaders", "topic"}
+    | {"failOnDataLoss", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "maxRecordsPerPartition"}
+    | {"startingTimestamp", "endingTimestamp"}
+)
+"""The Kafka options whose value may carry over, to the s2 option their `KAFKA_OPTIONS` text starts with."""
 
 
 def _translated_value(name: str, value: str) -> str | None:
@@ -124,11 +199,14 @@ def _translated_value(name: str, value: str) -> str | None:
 
 def _translated(name: str, raw: str) -> tuple[str, str] | None:
     """``(s2 option, value)`` when the Kafka value carries over unchanged in meaning."""
-    option = _CARRIES_TO.get(name)
-    value = None if option is None else _translated_value(name, raw.strip())
-    if option is None or value is None:
+    value = _translated_value(name, raw.strip()) if name in _CARRIES else None
+    if value is None:
         return None
-    return ("s2.streams" if "," in value and name == "subscribe" else option), value
+    option = re.match(r"s2\.[a-z.-]+", KAFKA_OPTIONS[name])
+    assert option is not None
+    if name == "subscribe" and "," not in value:
+        return "s2.stream", value
+    return option.group(0), value
 
 
 def _message(spelled: str, raw: object, fix: str, translated: tuple[str, str] | None) -> str:
