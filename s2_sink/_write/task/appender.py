@@ -153,12 +153,35 @@ class Appender:
     async def create_streams(self, streams: Iterable[str]) -> None:
         """With ``create_streams``, create those of `streams` this task has not appended to yet, if
         missing, concurrently (bounded: `SessionPool.ensure_streams`; each once per process), but not those
-        the previous micro-batch appended to (``WritePlan.streams_found``)."""
+        the previous micro-batch appended to (``WritePlan.streams_found``). A stream this call created
+        carries the empty token: the fence keeper is asked about it before its first append, as a 412
+        naming the empty token would ask after it."""
         if self.cfg.create_streams:
             found = self.plan.streams_found
             new = [s for s in streams if s not in self.streams and s not in found]
             if new:
-                await self.pool.ensure_streams(self.cfg, new)
+                created = await self.pool.ensure_streams(self.cfg, new)
+                if created and self.plan.fence_keeper is not None:
+                    await self._fence_created(created)
+
+    async def _fence_created(self, streams: list[str]) -> None:
+        keeper, gate = self.plan.fence_keeper, asyncio.Semaphore(_KEEPERS)
+        assert keeper is not None
+
+        async def fence(name: str) -> None:
+            async with gate:
+                token = await keeper(name, "")
+            st = self._stream(name)
+            if token != st.token:
+                st.token = st.totals.token = token
+
+        fences = [asyncio.ensure_future(fence(s)) for s in streams]
+        try:
+            await asyncio.gather(*fences)
+        except BaseException:
+            for f in fences:
+                f.cancel()  # the task fails: the other fences need not finish (each is conditional)
+            raise
 
     async def drain(self) -> None:
         """Await every acknowledgement."""
