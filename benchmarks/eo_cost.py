@@ -1,7 +1,7 @@
 """What the exactly-once protocol costs per micro-batch, in S2 requests and records read, without Spark.
 
     python -m benchmarks.eo_cost [--tasks 10,1000] [--streams 1,1000] [--door s2writer|format|both]
-        [--until start|steady|retry|after-retry] [--spread] [--json PATH]
+        [--until start|steady|retry|after-retry] [--spread] [--create-streams] [--json PATH]
 
 The protocol's real blocks run against a lite server in this process that counts, per stream, every request
 by kind and every record it serves (``LiteServer(stats=True)``); nothing of the writer is wrapped. Spark is
@@ -157,7 +157,16 @@ def _frame(batch: int, partition: int, targets: list[str], routed: bool) -> pa.R
 class _Scenario:
     """One writer identity in a fresh basin, driven through `PHASES`."""
 
-    def __init__(self, srv: LiteServer, door: Door, tasks: int, streams: int, spread: bool = False) -> None:
+    def __init__(
+        self,
+        srv: LiteServer,
+        door: Door,
+        tasks: int,
+        streams: int,
+        *,
+        spread: bool = False,
+        create_streams: bool = False,
+    ) -> None:
         assert srv.stats is not None
         self.srv = srv
         self.stats = srv.stats
@@ -165,7 +174,8 @@ class _Scenario:
         self.tasks = tasks
         self.streams = streams
         self.spread = spread
-        basin = fresh_basin(srv.endpoint)
+        # Streams created by the basin at their first append, or (`create_streams`) by the tasks.
+        basin = fresh_basin(srv.endpoint, create_stream_on_append=not create_streams)
         routed = streams > 1
         self.cfg = S2Config(
             basin=basin,
@@ -174,6 +184,7 @@ class _Scenario:
             account_endpoint=srv.endpoint,
             basin_endpoint=srv.endpoint,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
+            create_streams=create_streams,
         )
         routing = Routing.build(
             stream=self.cfg.stream, stream_column="target" if routed else None, shards=None
@@ -246,11 +257,19 @@ class _Scenario:
 
 
 def measure(
-    srv: LiteServer, door: Door, tasks: int, streams: int, *, until: str = PHASES[-1], spread: bool = False
+    srv: LiteServer,
+    door: Door,
+    tasks: int,
+    streams: int,
+    *,
+    until: str = PHASES[-1],
+    spread: bool = False,
+    create_streams: bool = False,
 ) -> Iterator[BatchCost]:
     """The micro-batches of `PHASES` for one scenario, in order, up to and including `until`; with
-    `spread`, every task writes every routed stream."""
-    scenario = _Scenario(srv, door, tasks, streams, spread)
+    `spread`, every task writes every routed stream; with `create_streams`, the tasks create the streams
+    (else the basin creates them at their first append)."""
+    scenario = _Scenario(srv, door, tasks, streams, spread=spread, create_streams=create_streams)
     for batch, phase in enumerate(PHASES[: PHASES.index(until) + 1]):
         yield scenario.batch(batch, phase)
 
@@ -277,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--door", choices=("s2writer", "format", "both"), default="both")
     ap.add_argument("--until", choices=PHASES, default=PHASES[-1], help="the last phase to run")
     ap.add_argument("--spread", action="store_true", help="every task writes every routed stream")
+    ap.add_argument(
+        "--create-streams", action="store_true", help="the tasks create the streams (create_streams=True)"
+    )
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     doors: list[Door] = ["s2writer", "format"] if args.door == "both" else [args.door]
@@ -285,7 +307,16 @@ def main(argv: list[str] | None = None) -> int:
     # 100,000 streams the lite server's default sweeps took half this process's CPU, for nothing it counts.
     with LiteServer(stats=True, sweep_interval_s=60.0) as srv:
         for door, tasks, streams in itertools.product(doors, _ints(args.tasks), _ints(args.streams)):
-            for cost in measure(srv, door, tasks, streams, until=args.until, spread=args.spread):
+            costs = measure(
+                srv,
+                door,
+                tasks,
+                streams,
+                until=args.until,
+                spread=args.spread,
+                create_streams=args.create_streams,
+            )
+            for cost in costs:
                 print(_line(cost), flush=True)
                 out.append({**asdict(cost), "requests": cost.requests, "records_read": cost.records_read})
     doc = {"benchmark": "eo_cost", "results": out}
