@@ -22,7 +22,9 @@ Four micro-batches of one run: ``start`` (the run's first: ledger load, ``open``
 normal batch), ``retry`` (partition 0's first attempt writes, then a second attempt of it), and
 ``after-retry`` (a normal batch after that retry). Each row splits the counts into the driver's steps and the
 tasks', and by bookkeeping stream (``ledger``, ``roll``) or data stream (``data``); ``plan_bytes`` is the
-pickled size of the `WritePlan` every task receives. The last output line is one JSON object.
+pickled size of the `WritePlan` every task receives; it also reports this process's peak RSS and the most file
+descriptors and HTTP/2 streams open while the tasks ran (`benchmarks.writer_path`'s sampler; the lite server's
+share included: it runs here too). The last output line is one JSON object.
 
 Issue 25's grid is ``--tasks 10,1000,10000 --streams 1,1000,100000``. The default stops at 1,000: on the
 protocol as of this harness, 10,000 tasks read 50 million roll call records per micro-batch (hours here),
@@ -36,6 +38,7 @@ import argparse
 import itertools
 import json
 import pickle
+import resource
 import sys
 import time
 from collections import Counter
@@ -45,6 +48,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from benchmarks.writer_path import _Peaks
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
@@ -97,6 +101,10 @@ class BatchCost:
     seconds: float
     spread: bool = False
     """Every task wrote every routed stream."""
+    max_open_fds: int = 0
+    max_open_h2_streams: int = 0
+    peak_rss_mib: int = 0
+    """This process's (the tasks', the driver's and the lite server's), sampled during the micro-batch."""
 
     @property
     def requests(self) -> int:
@@ -212,10 +220,11 @@ class _Scenario:
         plan_of, commit, plan_bytes = self._driver_plan(batch)
         planned = self._snap()
         rows: list[Any] = []
-        if phase == "retry":  # partition 0 fails after writing, its second attempt writes it again
-            self._write(plan_of, batch, 0, 0)
-        for p in range(self.tasks):
-            rows += self._write(plan_of, batch, p, 1 if phase == "retry" and p == 0 else 0)
+        with _Peaks() as peaks:
+            if phase == "retry":  # partition 0 fails after writing, its second attempt writes it again
+                self._write(plan_of, batch, 0, 0)
+            for p in range(self.tasks):
+                rows += self._write(plan_of, batch, p, 1 if phase == "retry" and p == 0 else 0)
         written = self._snap()
         commit(aggregate(batch, rows, 0.0, delivery="exactly-once"))
         after = self._snap()
@@ -229,6 +238,9 @@ class _Scenario:
             plan_bytes,
             time.monotonic() - started,
             self.spread,
+            peaks.fds,
+            peaks.h2_streams,
+            round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         )
 
     def _driver_plan(self, batch: int) -> tuple[Callable[[], WritePlan], Callable[[BatchMetrics], None], int]:
@@ -284,6 +296,7 @@ def _line(c: BatchCost) -> str:
         f"driver {c.driver.requests:>6} req {c.driver.records_read:>8} rec | "
         f"tasks {c.task_side.requests:>7} req {c.task_side.records_read:>10} rec "
         f"({c.task_side.records_read / c.tasks:>9.1f}/task) | plan {c.plan_bytes:>9} B | {c.seconds:6.1f} s"
+        f" | peak {c.peak_rss_mib} MiB, {c.max_open_fds} fds, {c.max_open_h2_streams} HTTP/2 streams"
     )
 
 
