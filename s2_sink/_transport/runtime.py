@@ -25,7 +25,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final, Protocol, TypeVar
@@ -52,6 +52,7 @@ __all__ = [
     "ClientFactory",
     "SessionPool",
     "create_if_missing",
+    "gather_bounded",
     "get_loop",
     "get_pool",
     "in_loop_thread",
@@ -207,6 +208,17 @@ def make_client(cfg: S2Config) -> S2:
     return client
 
 
+async def gather_bounded(aws: Iterable[Awaitable[T]], limit: int) -> list[T]:
+    """`asyncio.gather` of `aws`, at most `limit` of them running at once."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(aw: Awaitable[T]) -> T:
+        async with gate:
+            return await aw
+
+    return await asyncio.gather(*(one(aw) for aw in aws))
+
+
 class ClientFactory(Protocol):
     """Makes the SDK client for a config (`make_client` in production; an in-memory S2 in the
     deterministic simulation, tests/sim, which stands in for the service behind the SDK's surface)."""
@@ -252,15 +264,7 @@ class SessionPool:
         call created."""
         entry = self._client_entry(cfg)
         missing = [s for s in dict.fromkeys(streams) if (cfg.basin, s) not in entry.ensured]
-        if not missing:  # a later micro-batch's streams, found before: no task per stream
-            return []
-        gate = asyncio.Semaphore(CREATE_CONCURRENCY)
-
-        async def one(stream: str) -> bool:
-            async with gate:
-                return await self.ensure_stream(cfg, stream)
-
-        created = await asyncio.gather(*(one(s) for s in missing))
+        created = await gather_bounded((self.ensure_stream(cfg, s) for s in missing), CREATE_CONCURRENCY)
         return [s for s, c in zip(missing, created, strict=True) if c]
 
     def forget_stream(self, cfg: S2Config, stream: str) -> None:
