@@ -1,7 +1,7 @@
 """What the exactly-once protocol costs per micro-batch, in S2 requests and records read, without Spark.
 
     python -m benchmarks.eo_cost [--tasks 10,1000] [--streams 1,1000] [--door s2writer|format|both]
-        [--until start|steady|retry|after-retry] [--spread] [--json PATH]
+        [--until start|steady|retry|after-retry] [--spread] [--create-streams] [--json PATH]
 
 The protocol's real blocks run against a lite server in this process that counts, per stream, every request
 by kind and every record it serves (``LiteServer(stats=True)``); nothing of the writer is wrapped. Spark is
@@ -22,7 +22,9 @@ Four micro-batches of one run: ``start`` (the run's first: ledger load, ``open``
 normal batch), ``retry`` (partition 0's first attempt writes, then a second attempt of it), and
 ``after-retry`` (a normal batch after that retry). Each row splits the counts into the driver's steps and the
 tasks', and by bookkeeping stream (``ledger``, ``roll``) or data stream (``data``); ``plan_bytes`` is the
-pickled size of the `WritePlan` every task receives. The last output line is one JSON object.
+pickled size of the `WritePlan` every task receives; it also reports this process's peak RSS and the most file
+descriptors and HTTP/2 streams open while the tasks ran (`benchmarks.writer_path`'s sampler; the lite server's
+share included: it runs here too). The last output line is one JSON object.
 
 Issue 25's grid is ``--tasks 10,1000,10000 --streams 1,1000,100000``. The default stops at 1,000: on the
 protocol as of this harness, 10,000 tasks read 50 million roll call records per micro-batch (hours here),
@@ -36,6 +38,7 @@ import argparse
 import itertools
 import json
 import pickle
+import resource
 import sys
 import time
 from collections import Counter
@@ -45,6 +48,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from benchmarks.writer_path import _Peaks
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
@@ -97,6 +101,10 @@ class BatchCost:
     seconds: float
     spread: bool = False
     """Every task wrote every routed stream."""
+    max_open_fds: int = 0
+    max_open_h2_streams: int = 0
+    peak_rss_mib: int = 0
+    """This process's (the tasks', the driver's and the lite server's), sampled during the micro-batch."""
 
     @property
     def requests(self) -> int:
@@ -157,7 +165,16 @@ def _frame(batch: int, partition: int, targets: list[str], routed: bool) -> pa.R
 class _Scenario:
     """One writer identity in a fresh basin, driven through `PHASES`."""
 
-    def __init__(self, srv: LiteServer, door: Door, tasks: int, streams: int, spread: bool = False) -> None:
+    def __init__(
+        self,
+        srv: LiteServer,
+        door: Door,
+        tasks: int,
+        streams: int,
+        *,
+        spread: bool = False,
+        create_streams: bool = False,
+    ) -> None:
         assert srv.stats is not None
         self.srv = srv
         self.stats = srv.stats
@@ -165,7 +182,8 @@ class _Scenario:
         self.tasks = tasks
         self.streams = streams
         self.spread = spread
-        basin = fresh_basin(srv.endpoint)
+        # Streams created by the basin at their first append, or (`create_streams`) by the tasks.
+        basin = fresh_basin(srv.endpoint, create_stream_on_append=not create_streams)
         routed = streams > 1
         self.cfg = S2Config(
             basin=basin,
@@ -174,6 +192,7 @@ class _Scenario:
             account_endpoint=srv.endpoint,
             basin_endpoint=srv.endpoint,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
+            create_streams=create_streams,
         )
         routing = Routing.build(
             stream=self.cfg.stream, stream_column="target" if routed else None, shards=None
@@ -201,10 +220,11 @@ class _Scenario:
         plan_of, commit, plan_bytes = self._driver_plan(batch)
         planned = self._snap()
         rows: list[Any] = []
-        if phase == "retry":  # partition 0 fails after writing, its second attempt writes it again
-            self._write(plan_of, batch, 0, 0)
-        for p in range(self.tasks):
-            rows += self._write(plan_of, batch, p, 1 if phase == "retry" and p == 0 else 0)
+        with _Peaks() as peaks:
+            if phase == "retry":  # partition 0 fails after writing, its second attempt writes it again
+                self._write(plan_of, batch, 0, 0)
+            for p in range(self.tasks):
+                rows += self._write(plan_of, batch, p, 1 if phase == "retry" and p == 0 else 0)
         written = self._snap()
         commit(aggregate(batch, rows, 0.0, delivery="exactly-once"))
         after = self._snap()
@@ -218,6 +238,9 @@ class _Scenario:
             plan_bytes,
             time.monotonic() - started,
             self.spread,
+            peaks.fds,
+            peaks.h2_streams,
+            round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         )
 
     def _driver_plan(self, batch: int) -> tuple[Callable[[], WritePlan], Callable[[BatchMetrics], None], int]:
@@ -246,11 +269,19 @@ class _Scenario:
 
 
 def measure(
-    srv: LiteServer, door: Door, tasks: int, streams: int, *, until: str = PHASES[-1], spread: bool = False
+    srv: LiteServer,
+    door: Door,
+    tasks: int,
+    streams: int,
+    *,
+    until: str = PHASES[-1],
+    spread: bool = False,
+    create_streams: bool = False,
 ) -> Iterator[BatchCost]:
     """The micro-batches of `PHASES` for one scenario, in order, up to and including `until`; with
-    `spread`, every task writes every routed stream."""
-    scenario = _Scenario(srv, door, tasks, streams, spread)
+    `spread`, every task writes every routed stream; with `create_streams`, the tasks create the streams
+    (else the basin creates them at their first append)."""
+    scenario = _Scenario(srv, door, tasks, streams, spread=spread, create_streams=create_streams)
     for batch, phase in enumerate(PHASES[: PHASES.index(until) + 1]):
         yield scenario.batch(batch, phase)
 
@@ -265,6 +296,7 @@ def _line(c: BatchCost) -> str:
         f"driver {c.driver.requests:>6} req {c.driver.records_read:>8} rec | "
         f"tasks {c.task_side.requests:>7} req {c.task_side.records_read:>10} rec "
         f"({c.task_side.records_read / c.tasks:>9.1f}/task) | plan {c.plan_bytes:>9} B | {c.seconds:6.1f} s"
+        f" | peak {c.peak_rss_mib} MiB, {c.max_open_fds} fds, {c.max_open_h2_streams} HTTP/2 streams"
     )
 
 
@@ -277,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--door", choices=("s2writer", "format", "both"), default="both")
     ap.add_argument("--until", choices=PHASES, default=PHASES[-1], help="the last phase to run")
     ap.add_argument("--spread", action="store_true", help="every task writes every routed stream")
+    ap.add_argument(
+        "--create-streams", action="store_true", help="the tasks create the streams (create_streams=True)"
+    )
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     doors: list[Door] = ["s2writer", "format"] if args.door == "both" else [args.door]
@@ -285,7 +320,16 @@ def main(argv: list[str] | None = None) -> int:
     # 100,000 streams the lite server's default sweeps took half this process's CPU, for nothing it counts.
     with LiteServer(stats=True, sweep_interval_s=60.0) as srv:
         for door, tasks, streams in itertools.product(doors, _ints(args.tasks), _ints(args.streams)):
-            for cost in measure(srv, door, tasks, streams, until=args.until, spread=args.spread):
+            costs = measure(
+                srv,
+                door,
+                tasks,
+                streams,
+                until=args.until,
+                spread=args.spread,
+                create_streams=args.create_streams,
+            )
+            for cost in costs:
                 print(_line(cost), flush=True)
                 out.append({**asdict(cost), "requests": cost.requests, "records_read": cost.records_read})
     doc = {"benchmark": "eo_cost", "results": out}

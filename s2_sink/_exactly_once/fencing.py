@@ -196,6 +196,7 @@ async def fence_if_older(
     checked: str | None = None
     top = mine.gen  # the highest generation of this epoch seen on the stream
     rounds = 0  # token changes seen; retries of failures are bounded by the deadline instead
+    held = False  # the stream was seen holding a record: not new
     while rounds < _MAX_ROUNDS:
         adopt = judge_current_token(name, seen, mine, may_take_over=may_take_over)
         theirs = Token.parse(seen)
@@ -204,11 +205,13 @@ async def fence_if_older(
             top = max(top, theirs.gen)
         older_run = theirs is not None and theirs.writer == mine.writer and theirs.epoch < mine.epoch
         # A task's take-over of an empty token: is the stream new (no record, so no fence to check for)?
+        # Assumed so until a fence conditional on it being empty says otherwise, unless the ledger has an
+        # end for it (its tail is read then: below that end, it was reset).
         fresh = await _tail_checks(
             stream,
             end if theirs is None or theirs.writer != mine.writer else None,
             writer_id or "WRITER_ID",
-            new_stream=seen == "" and not bump and me is not None,
+            new_stream=seen == "" and not bump and me is not None and not held,
             patience=patience,
         )
         if me is not None and seen != checked and seen != str(mine) and not fresh:
@@ -243,19 +246,20 @@ async def fence_if_older(
             retrying.progress()
             continue
         except SeqNumMismatchError:
-            rounds += 1
+            held, rounds = True, rounds + 1
             retrying.progress()
-            continue  # no longer new: look again
+            continue  # not new: look again
         except (S2ClientError, S2ServerError) as exc:
             # Transport errors and 5xx: the fence is conditional, so trying again cannot apply it twice (if
             # it landed, the next try gets a 412 that shows our token).
             await retrying.after(exc)
             continue
         retrying.progress()
-        if me is not None and (theirs is None or theirs.writer != mine.writer):
+        if me is not None and not fresh and (theirs is None or theirs.writer != mine.writer):
             # An empty or foreign token can come back after a later attempt's barrier (an operator cleared
             # it), so a fence conditional on it cannot tell that the check before it went stale: the zombie
-            # check runs again over everything up to our fence.
+            # check runs again over everything up to our fence. Not after a fence that found the stream
+            # empty: a barrier or a clear is a record, so none was there before it.
             await check_not_superseded(stream, me, mine, since, patience=patience)
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
         return FenceResult(target, ack.end.seq_num)
@@ -266,11 +270,12 @@ async def _tail_checks(
     stream: S2Stream, end: int | None, writer_id: str, *, new_stream: bool, patience: Patience
 ) -> bool:
     """Before fencing over a token that is not ours: a tail below the ledger's `end` is a stream reset
-    (`StreamResetError`). Whether the stream holds no record at all (asked for a `new_stream` only)."""
-    if end is None and not new_stream:
-        return False
+    (`StreamResetError`). Whether to fence a `new_stream` as one holding no record: without an `end`, no
+    tail is read (the fence's ``match_seq_num=0`` asks)."""
+    if end is None:
+        return new_stream
     tail = await _tail(stream, patience)
-    if end is not None and tail < end:
+    if tail < end:
         raise stream_reset(stream.name, end, tail, writer_id)
     return new_stream and tail == 0
 

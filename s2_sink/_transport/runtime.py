@@ -25,7 +25,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final, Protocol, TypeVar
@@ -52,6 +52,7 @@ __all__ = [
     "ClientFactory",
     "SessionPool",
     "create_if_missing",
+    "gather_bounded",
     "get_loop",
     "get_pool",
     "in_loop_thread",
@@ -160,9 +161,9 @@ DELETION_WAIT: Final = Patience(timeout_s=33.0, backoff=Backoff(first=0.1, cap=2
 """How long a create waits for a deletion of the same name to complete."""
 
 
-async def create_if_missing(basin: S2Basin, stream: str, config: StreamConfig | None = None) -> None:
+async def create_if_missing(basin: S2Basin, stream: str, config: StreamConfig | None = None) -> bool:
     """Create `stream` with `config` (the basin's defaults for the rest) unless it exists; one that exists is
-    left as it is.
+    left as it is. True if this call created it (False also when a create it retried had landed).
 
     A create, not an ensure: S2's ensure (``PUT``) sets an existing stream's config to the one it asks for
     merged with the basin's defaults, so ensuring a stream with no config would reset one a user configured
@@ -170,14 +171,16 @@ async def create_if_missing(basin: S2Basin, stream: str, config: StreamConfig | 
     answer that it exists. A name still being deleted (409 ``stream_deletion_pending``) is created once the
     deletion completes, waiting at most `DELETION_WAIT`; after that the 409 is raised."""
 
-    async def create() -> None:
+    async def create() -> bool:
         try:
             await basin.create_stream(stream, config=config)
         except S2ServerError as exc:
             if not (exc.status_code == 409 and exc.code == "resource_already_exists"):
                 raise
+            return False
+        return True
 
-    await patiently(
+    return await patiently(
         DELETION_WAIT,
         f"creating stream {stream!r} (its deletion is pending)",
         create,
@@ -203,6 +206,17 @@ def make_client(cfg: S2Config) -> S2:
         compression=_COMPRESSION[cfg.compression],
     )
     return client
+
+
+async def gather_bounded(aws: Iterable[Awaitable[T]], limit: int) -> list[T]:
+    """`asyncio.gather` of `aws`, at most `limit` of them running at once."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(aw: Awaitable[T]) -> T:
+        async with gate:
+            return await aw
+
+    return await asyncio.gather(*(one(aw) for aw in aws))
 
 
 class ClientFactory(Protocol):
@@ -231,31 +245,27 @@ class SessionPool:
             entry = self._clients[key] = _ClientEntry(self._make_client(cfg))
         return entry
 
-    async def ensure_stream(self, cfg: S2Config, stream: str) -> None:
+    async def ensure_stream(self, cfg: S2Config, stream: str) -> bool:
         """Create `stream` in `cfg.basin` if missing (once per client and stream), never changing one that
-        exists (see `create_if_missing`); retried until the delivery deadline (a create is idempotent)."""
+        exists (see `create_if_missing`); retried until the delivery deadline (a create is idempotent).
+        True if this call created it."""
         entry = self._client_entry(cfg)
         if (cfg.basin, stream) in entry.ensured:
-            return
+            return False
         basin = entry.client.basin(cfg.basin)
-        await patiently(
+        created = await patiently(
             Patience.of(cfg), f"creating stream {stream!r}", lambda: create_if_missing(basin, stream)
         )
         entry.ensured.add((cfg.basin, stream))
+        return created
 
-    async def ensure_streams(self, cfg: S2Config, streams: Iterable[str]) -> None:
-        """`ensure_stream` for several streams, at most `CREATE_CONCURRENCY` requests at a time."""
+    async def ensure_streams(self, cfg: S2Config, streams: Iterable[str]) -> list[str]:
+        """`ensure_stream` for several streams, at most `CREATE_CONCURRENCY` requests at a time; those this
+        call created."""
         entry = self._client_entry(cfg)
         missing = [s for s in dict.fromkeys(streams) if (cfg.basin, s) not in entry.ensured]
-        if not missing:  # a later micro-batch's streams, found before: no task per stream
-            return
-        gate = asyncio.Semaphore(CREATE_CONCURRENCY)
-
-        async def one(stream: str) -> None:
-            async with gate:
-                await self.ensure_stream(cfg, stream)
-
-        await asyncio.gather(*(one(s) for s in missing))
+        created = await gather_bounded((self.ensure_stream(cfg, s) for s in missing), CREATE_CONCURRENCY)
+        return [s for s, c in zip(missing, created, strict=True) if c]
 
     def forget_stream(self, cfg: S2Config, stream: str) -> None:
         """`stream` answered 404 after this process ensured it (deleted since: S2's ``delete_on_empty``, or

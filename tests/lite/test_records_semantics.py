@@ -330,7 +330,8 @@ def test_timestamps_uncapped_client_require_and_arrival(lite: LiteServer) -> Non
 
 
 def test_create_stream_on_append_and_on_read(lite: LiteServer) -> None:
-    """Without auto-create an append to a missing stream is 404; create_stream_on_append/on_read create it.
+    """Without auto-create an append to a missing stream is 404, unary or by session; create_stream_on_append
+    (either way) and create_stream_on_read create it.
 
     As s2-lite: lite/src/backend/core.rs, stream_handle_with_auto_create; append.rs, open_for_append; read.rs,
     open_for_read and open_for_check_tail."""
@@ -347,9 +348,16 @@ def test_create_stream_on_append_and_on_read(lite: LiteServer) -> None:
             tail = await s2.basin(on_read).stream("r").check_tail()
             assert tail.seq_num == 0
             assert [s.name for s in (await s2.basin(on_read).list_streams()).items] == ["r"]
+            with pytest.raises(S2ServerError) as err:
+                async with s2.basin(plain).stream("s").append_session() as sess:
+                    await (await sess.submit(AppendInput(records=_recs(1))))
+            assert (err.value.status_code, err.value.code) == (404, "stream_not_found")
             await s2.reconfigure_basin(plain, config=BasinConfig(create_stream_on_append=True))
             ack = await s2.basin(plain).stream("s").append(AppendInput(records=_recs(2)))
             assert ack.end.seq_num == 2
+            async with s2.basin(plain).stream("by-session").append_session() as sess:
+                ack = await (await sess.submit(AppendInput(records=_recs(3))))
+            assert ack.end.seq_num == 3
 
     run(main())
 

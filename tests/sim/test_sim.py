@@ -24,7 +24,7 @@ from tests.sim._spark import BASIN
 CHUNKS = 4
 PER_CHUNK = 400  # 1,600 schedules in all (`make sim` runs 100,000)
 STAGE_RETRY_SCHEDULES = 300
-UPSERT_ORDER_SCHEDULES = 300
+UPSERT_ORDER_SCHEDULES = 400
 
 
 def _exercised(outcomes: list[Outcome]) -> Counter[str]:
@@ -142,7 +142,7 @@ def test_stage_retries_write_every_row_exactly_once() -> None:
 
 
 def test_upsert_changes_are_written_in_order_by_order() -> None:
-    """300 changelogs written with ``UpsertEncoder(order_by=...)`` (``compact=True`` in about half), each
+    """400 changelogs written with ``UpsertEncoder(order_by=...)`` (``compact=True`` in about half), each
     key's changes spread over the input partitions with tied positions and deletes, under every fault the
     simulation injects (task and stage retries, ambiguous acks, crashes, restarts that split the batch
     otherwise and recoveries that lay it out by key): after every commit, every stream holds each key's
@@ -235,16 +235,21 @@ ZOMBIE_SCHEDULES = 30
 
 
 @pytest.mark.parametrize(
-    ("profile", "mark"),
+    ("profile", "mark", "least"),
     [
-        ("task-zombies", "goes on as a zombie"),
-        ("stage-zombies", "stage retry"),
-        ("cleared-fence", "fences clear"),
-        ("zombie-takeover", "fences clear"),
-        ("retry-readback", "goes on as a zombie"),
+        ("task-zombies", "goes on as a zombie", 16),
+        ("stage-zombies", "stage retry", 16),
+        # A lost attempt that fences the streams it created before appending meets no 412 and finishes
+        # sooner, so it is still running at its retry's barrier in about half the schedules (two thirds
+        # when its first appends were refused).
+        ("cleared-fence", "fences clear", 12),
+        ("zombie-takeover", "fences clear", 16),
+        ("retry-readback", "goes on as a zombie", 16),
     ],
 )
-def test_superseded_attempts_that_go_on_appending_write_nothing_twice(profile: str, mark: str) -> None:
+def test_superseded_attempts_that_go_on_appending_write_nothing_twice(
+    profile: str, mark: str, least: int
+) -> None:
     """``task-zombies``: task attempts lost to Spark at their first data append go on appending after their
     retry's barrier; ``stage-zombies``: fetch failures retry the stage (attempt numbers back to 0) while the
     old attempts have written some records and still append; ``cleared-fence``: an operator clears the fence
@@ -254,14 +259,14 @@ def test_superseded_attempts_that_go_on_appending_write_nothing_twice(profile: s
     reads the fences back, stops it); ``retry-readback``: ``task-zombies`` with two to six
     rows a batch, so a lost attempt often finishes before its retry, which then drops every record it would
     write. Every row exactly once, and a read-committed
-    reader never sees past a commit, at every step; most schedules must have had such a zombie."""
+    reader never sees past a commit, at every step; `least` of the schedules must have had such a zombie."""
     had = 0
     for seed in range(ZOMBIE_SCHEDULES):
         outcome = run_schedule(seed, profile)  # type: ignore[arg-type]
         if outcome.violation is not None:
             pytest.fail(outcome.report(), pytrace=False)
         had += any(mark in line for line in outcome.trace)
-    assert had > ZOMBIE_SCHEDULES // 2, f"only {had} of {ZOMBIE_SCHEDULES} {profile} schedules had a zombie"
+    assert had >= least, f"only {had} of {ZOMBIE_SCHEDULES} {profile} schedules had a zombie"
 
 
 RENAMED_SCHEDULES = 100

@@ -43,7 +43,7 @@ from s2_sink import _crashpoints
 from s2_sink._transport.append_session import BulkAppendSession, append_once, basin_transport
 from s2_sink._transport.explain import explain, is_s2_not_found, is_stream_deleting
 from s2_sink._transport.retry import Patience, Retrying, no_side_effects, rate_limited, retryable
-from s2_sink._transport.runtime import get_pool
+from s2_sink._transport.runtime import gather_bounded, get_pool
 from s2_sink._transport.sdk import HttpClient
 from s2_sink._write.task.results import StreamTotals
 from s2_sink._write.task.tickets import (
@@ -153,12 +153,16 @@ class Appender:
     async def create_streams(self, streams: Iterable[str]) -> None:
         """With ``create_streams``, create those of `streams` this task has not appended to yet, if
         missing, concurrently (bounded: `SessionPool.ensure_streams`; each once per process), but not those
-        the previous micro-batch appended to (``WritePlan.streams_found``)."""
+        the previous micro-batch appended to (``WritePlan.streams_found``). A stream created here has the
+        empty token: the fence keeper is asked about it (`_KEEPERS` at once) before its first append."""
+        keeper = self.plan.fence_keeper
         if self.cfg.create_streams:
             found = self.plan.streams_found
             new = [s for s in streams if s not in self.streams and s not in found]
-            if new:
-                await self.pool.ensure_streams(self.cfg, new)
+            created = await self.pool.ensure_streams(self.cfg, new) if new else []
+            tokens = await gather_bounded((keeper(s, "") for s in created), _KEEPERS) if keeper else []
+            for st, token in zip(map(self._stream, created), tokens, strict=False):
+                st.token, st.totals.token = token, None if token == st.token else token
 
     async def drain(self) -> None:
         """Await every acknowledgement."""

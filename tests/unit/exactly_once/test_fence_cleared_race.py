@@ -25,8 +25,9 @@ RETRY = TaskAttempt(partition=0, task_id=2)
 
 
 class _RacedStream:
-    """The SDK stream, except that just before the zombie's first fence is sent, its retry puts up its
-    barrier and an operator clears it (a fence command with an empty token, appended without one)."""
+    """The SDK stream, except that just before the zombie's fence after its check is sent (not its first
+    try, which asks whether the stream is still new), its retry puts up its barrier and an operator clears
+    it (a fence command with an empty token, appended without one)."""
 
     def __init__(self, stream: S2Stream) -> None:
         self._stream = stream
@@ -36,7 +37,8 @@ class _RacedStream:
         return getattr(self._stream, name)
 
     async def append(self, inp: AppendInput) -> AppendAck:
-        if not self.raced and inp.records and inp.records[0].headers == [(b"", CommandRecord.FENCE)]:
+        fence = inp.records and inp.records[0].headers == [(b"", CommandRecord.FENCE)]
+        if not self.raced and fence and inp.match_seq_num is None:
             self.raced = True
             await fence_if_older(self._stream, MINE, bump=True, me=RETRY, since=0)
             await self._stream.append(AppendInput(records=[CommandRecord.fence("")]))

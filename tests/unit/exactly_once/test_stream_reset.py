@@ -1,8 +1,9 @@
 """A target stream deleted and recreated under an exactly-once writer (S2's ``delete_on_empty``, or an
 operator): its tail is below the end the ledger committed for it. The writer fails closed with
 `StreamResetError` naming the stream, both positions and the fix, before writing anything to the new
-stream: at a task's 412 (the new stream has no token), at a retry's barrier, at the driver's run-start
-fence, and at the commit. Block by block against the lite server (no Spark)."""
+stream: at a task's 412 (the new stream has no token) or its fence of a stream it created, at a retry's
+barrier, at the driver's run-start fence, and at the commit. Block by block against the lite server (no
+Spark)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.ledger_records import check_not_reset
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.runtime import get_pool
+from s2_sink._transport.runtime import SessionPool, get_pool, install_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
@@ -179,6 +180,25 @@ def test_a_stream_deleted_under_a_process_that_created_it_is_a_reset(
     assert epoch is not None
     with pytest.raises(StreamResetError, match=f"'events' ends at 0, below the end {end} "):
         write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, attempt, task_id, 7))
+    assert run(read_all(lite.endpoint, cfg.basin, "events", commands=True)) == []
+
+
+def test_a_deleted_stream_created_by_a_process_new_to_it_is_a_reset(lite: LiteServer) -> None:
+    """With ``create_streams``, a worker process that never met the stream creates it (201) after its
+    deletion and fences it before the first append, as any stream it created: that fence reads the tail
+    against the ledger's end first and stops with StreamResetError, with nothing written."""
+    cfg, spec, coord, end = _committed_batch_0(lite, create_streams=True)
+    _delete(lite, cfg.basin)
+    epoch = coord.begin_batch(1)
+    assert epoch is not None
+    saved = get_pool()
+    install_pool(SessionPool())
+    try:
+        with pytest.raises(StreamResetError, match=f"'events' ends at 0, below the end {end} "):
+            write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 30, 7))
+    finally:
+        _runtime.run(get_pool().close_all())
+        install_pool(saved)
     assert run(read_all(lite.endpoint, cfg.basin, "events", commands=True)) == []
 
 

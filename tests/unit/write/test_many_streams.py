@@ -89,13 +89,13 @@ def test_a_tasks_new_streams_are_created_together_once_and_existing_ones_kept(
     most = [0]
     create = runtime.create_if_missing
 
-    async def counted(b: Any, stream: str, config: Any = None) -> None:
+    async def counted(b: Any, stream: str, config: Any = None) -> bool:
         calls.append(stream)
         now[0] += 1
         most[0] = max(most[0], now[0])
         try:
             await asyncio.sleep(0.005)  # a create takes a round trip: let the others start meanwhile
-            await create(b, stream, config)
+            return await create(b, stream, config)
         finally:
             now[0] -= 1
 

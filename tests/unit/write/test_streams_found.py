@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from s2_sdk import S2, Endpoints
+from s2_sdk import S2, Endpoints, S2ServerError
 
 from s2_sink._transport import runtime
 from s2_sink._transport.runtime import SessionPool, get_pool, install_pool
@@ -78,12 +78,20 @@ def test_streams_the_previous_batch_wrote_are_not_created_again_by_a_new_worker(
         assert [r.body for r in records] == [b"0", b"1"]
 
 
+@pytest.mark.parametrize(
+    ("gone", "on_append", "creates"),
+    [("pending", False, None), ("done", False, 2), ("done", True, 0)],
+)
 def test_a_found_stream_deleted_since_is_created_at_its_appends_404(
-    counting: LiteServer, new_process: None
+    counting: LiteServer, new_process: None, gone: str, on_append: bool, creates: int | None
 ) -> None:
     """Streams the previous batch wrote, deleted since: the one of a unary append and the one of an append
-    session each meet a 404, are created and get their rows once."""
-    basin = fresh_basin(counting.endpoint)
+    session each meet a 404 (or, while the deletion is pending, 409 ``stream_deletion_pending``), are created
+    and get their rows once. In a basin with ``create_stream_on_append`` there is no 404: the append creates
+    the stream itself and the task sends no create (as S2 does: ``open_for_append`` auto-creates, else
+    answers 404 ``stream_not_found``, to a unary append and to a session's opening request alike)."""
+    assert counting.stats is not None
+    basin = fresh_basin(counting.endpoint, create_stream_on_append=on_append)
     cfg = config(counting, basin, create_streams=True, batch_max_records=1000)
     plan = WritePlan(cfg=cfg, batch_id=0, stream_column="_s2_stream")
     names = ["gone/unary"] + ["gone/session"] * 3000
@@ -94,14 +102,24 @@ def test_a_found_stream_deleted_since_is_created_at_its_appends_404(
         async with S2("test", endpoints=endpoints) as client:
             for name in ("gone/unary", "gone/session"):
                 await client.basin(basin).delete_stream(name)
+            while gone == "done":  # until S2 answers 404 (the deletion completes in the background)
+                try:
+                    await client.basin(basin).stream("gone/session").check_tail()
+                except S2ServerError as exc:
+                    if exc.status_code == 404:
+                        break
+                await asyncio.sleep(0.05)
 
     asyncio.run(delete())
     _another_process()
     found = frozenset({"gone/unary", "gone/session"})
     again = WritePlan(cfg=cfg, batch_id=1, stream_column="_s2_stream", streams_found=found)
+    before = counting.stats.snapshot()
     rows = stream_rows(
         write_partition(again, [frame([b"%d" % i for i in range(len(names))], streams=names)], ctx(1))
     )
+    if creates is not None:
+        assert (counting.stats.snapshot() - before).requests[("control", "")] == creates
     assert (rows["gone/unary"]["records"], rows["gone/session"]["records"]) == (1, 3000)
     assert [r.body for r in read_stream(counting.endpoint, basin, "gone/unary")] == [b"0"]
     assert [int(r.body) for r in read_stream(counting.endpoint, basin, "gone/session")] == list(

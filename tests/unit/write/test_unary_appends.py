@@ -89,8 +89,9 @@ def test_unary_appends_refused_are_re_sent_and_land_once(counting: LiteServer) -
 def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_together(
     counting: LiteServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A first exactly-once batch routed to 100 new streams: each stream's first append is refused (412,
-    no token of ours on it) and the fence keeper reads and fences it; those answers are asked concurrently
+    """A first exactly-once batch routed to 100 new streams the basin creates at their first append: each
+    stream's first append is refused (412, no token of ours on it) and the fence keeper fences it; those
+    answers are asked concurrently
     (at most `_KEEPERS` at once; before, one stream after the other as the acks were collected), and each
     row lands once."""
     basin = fresh_basin(counting.endpoint)
@@ -99,7 +100,6 @@ def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_to
         access_token="t",
         account_endpoint=counting.endpoint,
         basin_endpoint=counting.endpoint,
-        create_streams=True,
     )
     spec = WriteSpec.build(cfg, Routing.build(stream=None, stream_column="target", shards=None))
     coord = Coordinator(spec.cfg, "first-batch", query_id=None, static_streams=spec.static_streams())
