@@ -36,6 +36,7 @@ partition's order (a shuffle block is in map order; the grouping is a stable sor
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -153,9 +154,7 @@ class StreamSplit:
     def writes(self, write: Frames) -> Frames:
         """The ``mapInArrow`` function of a batch split so: `write` over the task's rows, each shuffle
         partition's joined into one batch first when `grouped`."""
-        if not self.grouped:
-            return write
-        return _Composed(write, self.held_bytes)
+        return functools.partial(_grouped_writes, write, self.held_bytes) if self.grouped else write
 
     def tasks_plan(self, plan: WritePlan) -> WritePlan:
         """The plan of a batch split by stream: `grouped` rows come ordered by stream (each stream's chunk
@@ -184,15 +183,10 @@ class StreamSplit:
         self.grouped = self.by_stream and self.task_bytes > self.held_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class _Composed:
-    """`write` over `whole_streams` of a task's batches (a picklable ``mapInArrow`` function)."""
-
-    write: Frames
-    max_bytes: int
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        return self.write(whole_streams(batches, self.max_bytes))
+def _grouped_writes(
+    write: Frames, max_bytes: int, batches: Iterable[pa.RecordBatch]
+) -> Iterable[pa.RecordBatch]:
+    return write(whole_streams(batches, max_bytes))
 
 
 def whole_streams(batches: Iterable[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
