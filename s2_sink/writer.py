@@ -270,10 +270,10 @@ class S2Writer:
             by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
             if by_stream:
                 split = self._split.split(rows_df, split_tasks(shape, self.write_parallelism))
+                write = self._split.writes(map_partition(self._split.tasks_plan(job.plan), encoding))
             else:
-                split = narrow(rows_df, shape, tasks)
-            plan = self._split.tasks_plan(job.plan) if by_stream else job.plan
-            rows = _collect(split.mapInArrow(map_partition(plan, encoding), RESULT_DDL))
+                split, write = narrow(rows_df, shape, tasks), map_partition(job.plan, encoding)
+            rows = _collect(split.mapInArrow(write, RESULT_DDL))
             self._split.observe(rows, sum(r["rows_in"] for r in rows), by_stream=by_stream)
             return rows
         if job.recovery_layout:

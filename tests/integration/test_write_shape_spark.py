@@ -9,13 +9,15 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from s2_sink import S2Writer
 from s2_sink._exactly_once.identity import session_facts
 from s2_sink._write.driver.driver_write import collect_arrow, probe_small, write_on_driver
-from s2_sink._write.driver.sizing import size_estimate
+from s2_sink._write.driver.routing import STREAM_COLUMN
+from s2_sink._write.driver.sizing import StreamSplit, size_estimate
 from s2_sink.config import ONE_MIB
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
@@ -338,3 +340,43 @@ def test_a_split_over_the_open_chunk_cap_sends_each_stream_once_in_row_order(
             written = ids[per_stream * batch : per_stream * (batch + 1)]
             for part in ([i for i in written if i < rows // 2], [i for i in written if i >= rows // 2]):
                 assert part == sorted(part)
+
+
+def test_a_grouped_split_hands_each_task_whole_streams_without_a_sort(spark: SparkSession) -> None:
+    """A split that groups rows by stream has Spark hash them into small partitions, not sort them: the
+    plan holds no sort, and each batch a task gets holds every row of its streams (no stream in two
+    batches or two tasks), each input partition's rows in order."""
+    split = StreamSplit()  # the first batch's split: grouped
+    df = spark.range(6_000, numPartitions=3).withColumn(
+        STREAM_COLUMN, F.concat(F.lit("t/"), F.lpad((F.col("id") % 300).cast("string"), 3, "0"))
+    )
+    frame = split.split(df, 2)
+    assert "Sort" not in frame._jdf.queryExecution().executedPlan().toString()
+
+    def seen(batches: Any) -> Any:
+        task = TaskContext.get()
+        assert task is not None
+        for n, b in enumerate(batches):
+            yield pa.record_batch(
+                {
+                    "batch": pa.array([task.partitionId() * 1_000_000 + n] * b.num_rows, pa.int64()),
+                    "stream": b.column(STREAM_COLUMN),
+                    "id": b.column("id"),
+                }
+            )
+
+    rows = frame.mapInArrow(split.writes(seen), "batch long, stream string, id long").collect()
+    assert sorted(r["id"] for r in rows) == list(range(6_000))
+    where: dict[str, set[int]] = {}
+    ids: dict[str, list[int]] = {}
+    for r in rows:
+        where.setdefault(r["stream"], set()).add(r["batch"])
+        ids.setdefault(r["stream"], []).append(r["id"])
+    assert all(len(batches) == 1 for batches in where.values())
+    for s in ids.values():  # the input partitions hold ids below 2,000, 2,000-3,999, and the rest
+        for part in (
+            [i for i in s if i < 2_000],
+            [i for i in s if 2_000 <= i < 4_000],
+            [i for i in s if i >= 4_000],
+        ):
+            assert part == sorted(part)

@@ -23,20 +23,29 @@ streams, many rows each), the next batches are narrowed. A batch split by stream
 narrowing would spread its streams, so every `PROBE_EVERY`-th batch is narrowed again to see; a narrowed
 batch whose tasks shared their streams widely makes the next ones split by stream again.
 When a task's rows also outweigh what its open chunks may hold (``max_inflight_bytes``), interleaved streams
-would each be sent in several small appends as the fullest chunks are shed early, so the split also orders
-each task's rows by stream (`StreamSplit.grouped`; the first batch's always), keeping each input
-partition's row order within a stream, and tells the tasks so (`StreamSplit.tasks_plan`): each stream's
-chunk is closed, as its last, when the next stream's rows begin, and goes as one unary append instead of on
-a session.
+would each be sent in several small appends as the fullest chunks are shed early, so the split also hands
+each task its rows grouped by stream (`StreamSplit.grouped`; the first batch's always) and tells the tasks so
+(`StreamSplit.tasks_plan`): each stream's chunk is closed, as its last, when the next stream's rows begin,
+and goes as one unary append instead of on a session. Spark does not sort them (a sort by stream name,
+whose leading bytes streams share, compares whole strings): it hashes the rows into several small
+partitions per task, `coalesce(n)` hands each task a few of them one after another, each row carrying its
+partition's number, and the task joins each partition's rows into one Arrow batch (`whole_streams`), which
+its frame input groups by stream. Each partition holds whole streams, and its rows keep each input
+partition's order (a shuffle block is in map order; the grouping is a stable sort).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from s2_sink._option_map import WriteParallelism
@@ -56,6 +65,7 @@ __all__ = [
     "narrow",
     "size_estimate",
     "split_tasks",
+    "whole_streams",
     "write_tasks",
 ]
 
@@ -70,7 +80,11 @@ at 1,000 streams x 100 rows in two tasks (``benchmarks.run --only routed``, narr
 ms of Python CPU per extra (task, stream) (a unary append and a result row) against ~2.1 us of JVM CPU per
 row shuffled, a break-even near 270 rows per stream."""
 PROBE_EVERY: Final = 16
-_ROW_ORDER: Final = "_s2_row_order"
+_PART: Final = "_s2_split_part"
+"""The shuffle partition a grouped split's row came from (`StreamSplit.split`)."""
+_MAX_GROUPS: Final = 64
+"""Shuffle partitions per task at most: the shuffle's cost grows with its partition count."""
+Frames = Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]
 # The optimizer answers "unknown" with spark.sql.defaultSizeInBytes (Long.MaxValue): not an estimate.
 _UNKNOWN_SIZE: Final = 1 << 62
 
@@ -114,6 +128,9 @@ class StreamSplit:
     `held_bytes` (the first batch's are, unknown: a sort costs it less than a stream sent in pieces)."""
     batches: int = 0
     """Batches split by stream since the last narrowed one."""
+    task_bytes: int | None = None
+    """The most bytes a task of the last batch wrote (None before the first): sizes a grouped split's
+    partitions."""
 
     def next_by_stream(self) -> bool:
         """Whether the next batch is split by stream (counted as one)."""
@@ -123,14 +140,21 @@ class StreamSplit:
         return False
 
     def split(self, frame: DataFrame, n: int) -> DataFrame:
-        """`frame` in `n` partitions by target stream (each stream's rows in one task); `grouped`, each
-        task's rows ordered by stream, and within a stream by input partition and row (an id taken before
-        the shuffle, so a partition's rows keep their order on each stream)."""
+        """`frame` in `n` partitions by target stream (each stream's rows in one task); `grouped`, each task
+        reads a few shuffle partitions one after another, each row tagged with its partition's number
+        (`whole_streams` joins each partition's rows in the task). A partition holds about half of what
+        a task's open chunks may hold, as the last batch's tasks' bytes tell (8 per task before any)."""
         if not self.grouped:
             return frame.repartition(n, STREAM_COLUMN)
-        columns = frame.columns
-        ordered = frame.withColumn(_ROW_ORDER, F.monotonically_increasing_id()).repartition(n, STREAM_COLUMN)
-        return ordered.sortWithinPartitions(STREAM_COLUMN, _ROW_ORDER).select(*columns)
+        per_task = 8 if self.task_bytes is None else math.ceil(2 * self.task_bytes / self.held_bytes)
+        parts = n * min(max(per_task, 1), _MAX_GROUPS)
+        tagged = frame.repartition(parts, STREAM_COLUMN).withColumn(_PART, F.spark_partition_id())
+        return tagged.coalesce(n)
+
+    def writes(self, write: Frames) -> Frames:
+        """The ``mapInArrow`` function of a batch split so: `write` over the task's rows, each shuffle
+        partition's joined into one batch first when `grouped`."""
+        return functools.partial(_grouped_writes, write, self.held_bytes) if self.grouped else write
 
     def tasks_plan(self, plan: WritePlan) -> WritePlan:
         """The plan of a batch split by stream: `grouped` rows come ordered by stream (each stream's chunk
@@ -155,7 +179,46 @@ class StreamSplit:
             extra = len(streams) - len({r["stream"] for r in streams})
             self.batches = 0
         self.by_stream = extra * ROWS_PER_SESSION > rows_in
-        self.grouped = self.by_stream and max(per_task.values(), default=0) > self.held_bytes
+        self.task_bytes = max(per_task.values(), default=0)
+        self.grouped = self.by_stream and self.task_bytes > self.held_bytes
+
+
+def _grouped_writes(
+    write: Frames, max_bytes: int, batches: Iterable[pa.RecordBatch]
+) -> Iterable[pa.RecordBatch]:
+    return write(whole_streams(batches, max_bytes))
+
+
+def whole_streams(batches: Iterable[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """A grouped split's task rows as one Arrow batch per shuffle partition (`StreamSplit.split`), in order,
+    without the partition column: each batch holds every row of its streams, so the frame input's grouping
+    by stream puts each stream's rows together once. A partition over `max_bytes` (a skewed stream) is
+    handed on in pieces of about that, its streams' rows still in order (a stream seen again after its
+    chunk was closed waits for that append, see `WritePlan.rows_by_stream`)."""
+    held: list[pa.RecordBatch] = []
+    held_bytes = 0
+    part: int | None = None
+    for batch in batches:
+        parts = batch.column(_PART).to_numpy(zero_copy_only=False)
+        cuts = [0, *(np.flatnonzero(parts[1:] != parts[:-1]) + 1).tolist(), len(parts)]
+        for lo, hi in itertools.pairwise(cuts):
+            if hi == lo:
+                continue
+            if held and (int(parts[lo]) != part or held_bytes >= max_bytes):
+                yield _joined(held)
+                held, held_bytes = [], 0
+            part = int(parts[lo])
+            piece = batch.slice(lo, hi - lo)
+            held.append(piece)
+            held_bytes += piece.nbytes
+    if held:
+        yield _joined(held)
+
+
+def _joined(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
+    table = pa.Table.from_batches(pieces)
+    table = table.remove_column(table.schema.get_field_index(_PART)).combine_chunks()
+    return table.to_batches()[0]
 
 
 def narrow(frame: DataFrame, shape: FrameShape, n: int) -> DataFrame:

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 
+import pyarrow as pa
 import pytest
 
 from s2_sink._option_map import parse_write_parallelism
@@ -17,6 +18,7 @@ from s2_sink._write.driver.sizing import (
     FrameShape,
     StreamSplit,
     split_tasks,
+    whole_streams,
     write_tasks,
 )
 from s2_sink._write.write_plan import WritePlan
@@ -210,3 +212,19 @@ def test_a_split_by_stream_runs_one_task_per_core_unless_told_otherwise() -> Non
     assert split_tasks(big, "auto") == 2
     assert split_tasks(FrameShape(partitions=None, size_bytes=None, cores=3), "auto") == 3
     assert split_tasks(big, 7) == 7
+
+
+def _tagged(parts: list[int], ids: list[int]) -> pa.RecordBatch:
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "_s2_split_part": pa.array(parts, pa.int32())})
+
+
+def test_a_grouped_split_task_gets_each_shuffle_partition_as_one_batch_in_order() -> None:
+    """Spark's Arrow batches cut across the shuffle partitions a task reads one after another: the task
+    gets one batch per partition, its rows in order, without the partition column; a partition over the
+    byte cap comes in pieces, still in order."""
+    batches = [_tagged([3, 3, 3], [0, 1, 2]), _tagged([3, 5, 5, 0], [3, 4, 5, 6]), _tagged([0, 0], [7, 8])]
+    got = list(whole_streams(iter(batches), 1 << 30))
+    assert [b.schema.names for b in got] == [["id"]] * 3
+    assert [b.column("id").to_pylist() for b in got] == [[0, 1, 2, 3], [4, 5], [6, 7, 8]]
+    pieces = list(whole_streams(iter(batches), 1))  # every piece is over the cap: handed on as it comes
+    assert [b.column("id").to_pylist() for b in pieces] == [[0, 1, 2], [3], [4, 5], [6], [7, 8]]
