@@ -143,6 +143,20 @@ def test_a_writer_id_another_identity_took_over_is_refused(lite: LiteServer) -> 
     assert (state.kind, state.moved_to) == ("commit", "w-new")  # no open record on top
 
 
+def test_a_writer_id_taken_over_is_refused_by_the_process_that_planned_it_last(lite: LiteServer) -> None:
+    """The take-over's refusal holds in the driver process that planned the ledger's last commit too: the
+    take-over's ``moved_to`` record keeps that commit's run and epoch, so it must not be taken for "nothing
+    appended since" and the epoch continued under the old identity."""
+    cfg = cfg_for(lite.endpoint, make_basin(lite.endpoint, ["events"]))
+    commit_sink_run(cfg, "w", open_sink_run(cfg, "w", "q", ["events"]), 0, {})
+    basin = get_pool().client(cfg).basin(cfg.basin)
+    runtime.run(mark_moved(Ledger(basin, "w", cfg=cfg), "w-new"))
+    with pytest.raises(WriterConflictError, match="taken over by writer_id 'w-new'"):
+        open_sink_run(cfg, "w", "q", ["events"])
+    state = runtime.run(Ledger(basin, "w", cfg=cfg).load())
+    assert (state.kind, state.moved_to) == ("commit", "w-new")  # no intent record on top
+
+
 def test_task_refuses_an_epoch_opened_for_an_earlier_batch(lite: LiteServer) -> None:
     """Each execution's epoch is opened for the batch after the ledger's last commit: a task of a later
     batch under it (a writer shipped without being pickled again) fails with CommitError before writing."""
