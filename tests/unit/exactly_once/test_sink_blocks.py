@@ -14,6 +14,7 @@ import pytest
 
 from s2_sink._exactly_once import sink_run as _sink_run
 from s2_sink._exactly_once.ends_cache import lookup
+from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.sink_run import SinkRun, commit_sink_run, open_sink_run
 from s2_sink._exactly_once.tags import find_tag
@@ -155,6 +156,21 @@ def test_a_writer_id_taken_over_is_refused_by_the_process_that_planned_it_last(l
         open_sink_run(cfg, "w", "q", ["events"])
     state = runtime.run(Ledger(basin, "w", cfg=cfg).load())
     assert (state.kind, state.moved_to) == ("commit", "w-new")  # no intent record on top
+
+
+def test_a_restart_in_the_same_process_opens_its_epoch_under_its_own_options(lite: LiteServer) -> None:
+    """A query restarted in the same driver process (its Python worker reused) with ``s2.create-streams``
+    now on, after an execution that never committed: the new epoch is opened with the restart's options,
+    so its static stream is created and fenced by the driver, not by the options of the execution planned
+    before the restart."""
+    basin = make_basin(lite.endpoint, ["events"])
+    cfg = cfg_for(lite.endpoint, basin)
+    commit_sink_run(cfg, "w", open_sink_run(cfg, "w", "q", ["events"]), 0, {})
+    open_sink_run(cfg, "w", "q", ["events"])  # batch 1 planned, never committed: the query stops
+    restarted = cfg_for(lite.endpoint, basin, stream="new", create_streams=True)
+    run_ = open_sink_run(restarted, "w", "q", ["new"])
+    fences = run(read_all(lite.endpoint, basin, "new", commands=True))
+    assert [bytes(r.body).decode() for r in fences][-1:] == [str(Token(run_.epoch, 0, writer_hash("w")))]
 
 
 def test_task_refuses_an_epoch_opened_for_an_earlier_batch(lite: LiteServer) -> None:
