@@ -215,6 +215,8 @@ class Coordinator:
                 # generation barrier, as S2Writer's across the batches of a run). Announce the next batch
                 # under a fresh execution id, so the ledger shows whether *this* one committed.
                 check_identity(before, self.writer_id, self.query_id, before.committed + 1)
+                # A take-over keeps the last commit's run and epoch: "nothing appended since" is not enough.
+                check_not_moved(before, self.writer_id)
                 self._check_shape(before, before.committed + 1)
                 ends = self.ends_ref()
                 self.run_id = uuid.uuid4().hex

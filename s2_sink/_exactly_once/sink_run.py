@@ -110,7 +110,9 @@ def open_sink_run(
     make of a row: recorded with the announcement, checked against the ledger's (`shape.check_restart`)."""
     key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
     # A failure below leaves no entry: the next planning opens an epoch.
-    coord = _planned.pop(key, None) or Coordinator(cfg, writer_id, query_id=query_id)
+    coord = _planned.pop(key, None)
+    if coord is None or coord.cfg != cfg:  # a restart may change the options (streams, token, retries)
+        coord = Coordinator(cfg, writer_id, query_id=query_id)
     coord.shape, coord.static_streams = shape, list(static_streams)
     before, ends, continued = _runtime.run(coord.plan_execution())
     opened, tail = coord.ledger_position()
