@@ -279,6 +279,8 @@ class S2Writer:
         if job.recovery_layout:
             layout = RecoveryLayout.of(rows_df.sparkSession, tasks, routed=self.routing.routed)
             encoding, job = encoding.laid_out(layout), job.laid_out(layout)
+        elif by_key:  # hashed by key, many keys spread evenly: a second wave only repeats the task floor
+            tasks = split_tasks(shape, self.write_parallelism)
         laid = laid_out(rows_df, encoding, tasks=tasks, by_key=by_key, shape=shape)
         return _collect(laid.frame.mapInArrow(laid.writes(job.plan), RESULT_DDL))
 

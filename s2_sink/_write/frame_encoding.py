@@ -152,7 +152,7 @@ class FrameEncoding:
         else:
             flat = self.flat_changelog and _is_upsert(self.encoder)
         own = [*FRAME_COLUMNS, *([ACTION] if flat else [])]
-        fields = [StructField(c, _spark_type(c), nullable=c != BODY) for c in own]
+        fields = [StructField(c, _SPARK_TYPES[c], nullable=c != BODY) for c in own]
         fields += [self.schema[c] for c in self.keep if c not in own]
         if self.routing.routed:
             fields.append(StructField(STREAM_COLUMN, StringType()))
@@ -185,10 +185,6 @@ _SPARK_TYPES: dict[str, DataType] = {
     ACTION: BinaryType(),
 }
 """Each frame column's Spark type (``_frame.TYPE_DDL``'s, as objects: no Spark session needed)."""
-
-
-def _spark_type(column: str) -> DataType:
-    return _SPARK_TYPES[column]
 
 
 def _is_upsert(encoder: Encoder | None) -> bool:

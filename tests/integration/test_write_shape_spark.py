@@ -72,6 +72,19 @@ def test_ordered_upsert_keeps_each_keys_order_when_resized(
     assert _per_key(lite, basin, stream) == _expected(CHANGES)
 
 
+def test_an_ordered_upsert_is_laid_out_in_one_task_per_core(
+    spark: SparkSession, lite: LiteServer, basin: str
+) -> None:
+    """An ordered changelog is shuffled by key whatever its size: `auto` writes it in one task per core
+    (a frame of unknown size, narrowed, would get two per core), each key's changes in pos order."""
+    cfg = cfg_for(lite, basin, stream="per-core", batch_max_records=5, **TASK_PATH)
+    writer = S2Writer(cfg, _encoder(), writer_id="per-core")
+    writer(_split(spark, CHANGES, 5, 16), 0)
+    assert writer.last_metrics is not None
+    assert writer.last_metrics.partitions == spark.sparkContext.defaultParallelism
+    assert _per_key(lite, basin, "per-core") == _expected(CHANGES)
+
+
 def test_small_ordered_upsert_from_the_driver_keeps_each_keys_order(
     spark: SparkSession, lite: LiteServer, basin: str
 ) -> None:

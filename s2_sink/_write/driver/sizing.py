@@ -6,7 +6,8 @@ those for a few hundred records. The writer instead picks the task count from wh
 running a job (`FrameShape`: the partition count and the optimizer's size estimate where classic Spark
 exposes them, and the cluster's cores), and narrows the frame with ``coalesce(n)``: no shuffle, and a
 deterministic function of the parent partitions, so a retried task sees the same rows (exactly-once task
-retries rely on that). A layout that shuffles anyway (upsert by key, a recovery layout) gets the same n.
+retries rely on that). A recovery layout gets the same n; a layout by key (an ordered upsert) one task
+per core (`split_tasks`): it shuffles anyway, and hashing many keys spreads them evenly.
 
 ``auto``: ``n = clamp(ceil(bytes / 32 MiB), cores, 2 x cores)``, ``2 x cores`` when the size is unknown.
 Fewer tasks than cores save nothing (idle cores run them at once), more than two waves only repeat the
