@@ -178,7 +178,7 @@ def _resume_point(arrival: Arrival, remaining: int) -> tuple[int, int]:
 
 async def _advertise_large_frames(client: HttpClient) -> None:
     """Advertise `_MAX_FRAME_SIZE` on the client's connections to its endpoint that do not yet (once per
-    connection: h2 keeps the value until the server acknowledges it, then applies it to what it accepts)."""
+    connection, which takes frames of that size from then on: `sdk.advertise_settings`)."""
     try:
         for conn in sdk.pooled_connections(client):
             h2c = sdk.h2_state(conn)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from h2 import utilities as h2_fields
+from h2.settings import SettingCodes
 from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hpack.hpack import encode_integer
 from s2_sdk._client import (
@@ -102,9 +103,14 @@ def h2_state(conn: Any) -> H2Connection | None:
 
 
 async def advertise_settings(conn: Any, settings: dict[int, int]) -> None:
-    """Send a SETTINGS frame on a pooled connection, under its write lock (as its own writes are)."""
+    """Send a SETTINGS frame on a pooled connection, under its write lock (as its own writes are). A larger
+    frame size is taken from now on, not from the ACK: h2 checks a chunk it reads against the size in force
+    when the chunk came, so the larger frames read in one chunk with the server's ACK would fail the
+    connection."""
     async with conn._write_lock:
         conn._h2.update_settings(settings)
+        frame = settings.get(SettingCodes.MAX_FRAME_SIZE, 0)
+        conn._h2.max_inbound_frame_size = max(conn._h2.max_inbound_frame_size, frame)
         await conn._flush(force=True)
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pyarrow as pa
@@ -341,3 +343,78 @@ def test_a_session_silent_past_the_heartbeat_timeout_fails_and_messages_in_time_
     assert asyncio.run(collect(0.01)) == [0, 1, 2, 3]
     with pytest.raises(_session.ReadTimeoutError):
         asyncio.run(collect(5.0))
+
+
+def test_frames_of_the_larger_size_read_with_the_servers_ack_keep_the_connection(
+    lite: LiteServer, basin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A range read advertises larger frames once it has begun; the server acknowledges them and sends the
+    frames that follow at that size. A reader that takes the ACK and such a frame in one read (a busy one;
+    here a proxy hands them over together) reads on, on the one connection, with no failure retried."""
+    # Past the connection's flow-control window, in messages smaller than one socket read: the server
+    # still has messages to send after the ACK, and a whole one fits in the read with it.
+    batches = [
+        [s2_sdk.Record(body=f"{n:026d}".encode()) for n in range(b, b + 1000)]
+        for b in range(0, 330_000, 1000)
+    ]
+    _append(lite.endpoint, basin, "s", batches)
+    with _ack_joining_proxy(lite.endpoint) as (endpoint, accepted):
+        cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, access_token=basin)
+        with caplog.at_level(logging.WARNING, logger="s2_sink"):
+            runs = list(_ranges.read_range_columns(cfg, "s", 0, 330_000, _no_gap))
+    assert [int(n) for cols in runs for n in cols.seq_nums] == list(range(330_000))
+    assert [r.getMessage() for r in caplog.records] == []
+    assert len(accepted) == 1
+
+
+@contextlib.contextmanager
+def _ack_joining_proxy(target: str) -> Iterator[tuple[str, list[int]]]:
+    """A TCP proxy to ``target`` that forwards the server's HTTP/2 frames whole, and each SETTINGS ACK with
+    the frame after it, in one write after a pause (so that the client reads them in one chunk). Yields
+    its endpoint and the connection count."""
+    host, port = target.removeprefix("http://").split(":")
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def to_client(upstream: socket.socket, client: socket.socket) -> None:
+        buf, held = bytearray(), b""
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                buf += data
+                while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                    n = 9 + int.from_bytes(buf[:3], "big")
+                    frame, buf = bytes(buf[:n]), buf[n:]
+                    if frame[3] == 4 and frame[4] & 1 and not held:  # an ACK: held for the next frame
+                        held = frame
+                        continue
+                    if held:
+                        time.sleep(0.05)  # the client has read all before: the two come in one read
+                    client.sendall(held + frame)
+                    held = b""
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_WR)
+        upstream.close()
+
+    def to_server(client: socket.socket, upstream: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                upstream.sendall(data)
+        client.close()
+        upstream.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            upstream = socket.create_connection((host, int(port)))
+            threading.Thread(target=to_client, args=(upstream, client), daemon=True).start()
+            threading.Thread(target=to_server, args=(client, upstream), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
