@@ -306,6 +306,28 @@ def test_epoch_goes_on_across_clean_batches_without_fencing_routed_streams(
     assert got == Counter(b"%d-0-%d" % (b, i) for b in range(3) for i in range(3))
 
 
+def test_an_epoch_goes_on_when_each_execution_builds_its_config_from_one_set_of_options(
+    lite: LiteServer,
+) -> None:
+    """``format("s2")`` builds a new `S2Config` from the query's options for every micro-batch execution: the
+    process that planned the last commit compares it with the one it planned under, so configs built from
+    the same options must compare equal, or every execution would open an epoch (an ``open`` record and a
+    fence per stream and micro-batch)."""
+    basin = make_basin(lite.endpoint, list(ROUTED))
+    options = {
+        "s2.basin": basin,
+        "s2.auth-token": "test-token",
+        "s2.endpoints.account": lite.endpoint,
+        "s2.endpoints.basin": lite.endpoint,
+        "s2.delivery-timeout-ms": "30s",
+        "sink.requests.max-inflight-bytes": "32MiB",
+    }
+    for batch in range(3):
+        _routed_batch(S2Config.from_options(dict(options)), "w", batch)
+    kinds = [("open", 1), ("commit", 1), ("intent", 1), ("commit", 1), ("intent", 1), ("commit", 1)]
+    assert _ledger(lite.endpoint, basin, "w") == kinds
+
+
 def test_failed_execution_of_a_continued_epoch_opens_a_new_epoch_and_recovers(lite: LiteServer) -> None:
     """The process continued its epoch for batch 1 (an ``intent``), a task wrote part of it and the
     execution failed (no commit). The next planning, in the same process, finds the ledger ending in
