@@ -269,7 +269,7 @@ class S2Writer:
         if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
             by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
             if by_stream:
-                split = self._split.split(rows_df, split_tasks(shape, self.write_parallelism))
+                split = self._split.split(rows_df, shape, self.write_parallelism)
                 write = self._split.writes(map_partition(self._split.tasks_plan(job.plan), encoding))
             else:
                 split, write = narrow(rows_df, shape, tasks), map_partition(job.plan, encoding)

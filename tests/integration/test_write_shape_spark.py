@@ -17,7 +17,7 @@ from s2_sink import S2Writer
 from s2_sink._exactly_once.identity import session_facts
 from s2_sink._write.driver.driver_write import collect_arrow, probe_small, write_on_driver
 from s2_sink._write.driver.routing import STREAM_COLUMN
-from s2_sink._write.driver.sizing import StreamSplit, size_estimate
+from s2_sink._write.driver.sizing import FrameShape, StreamSplit, size_estimate
 from s2_sink.config import ONE_MIB
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
@@ -363,7 +363,7 @@ def test_a_grouped_split_hands_each_task_whole_streams_without_a_sort(spark: Spa
     df = spark.range(6_000, numPartitions=3).withColumn(
         STREAM_COLUMN, F.concat(F.lit("t/"), F.lpad((F.col("id") % 300).cast("string"), 3, "0"))
     )
-    frame = split.split(df, 2)
+    frame = split.split(df, FrameShape(partitions=3, size_bytes=None, cores=2), 2)
     assert "Sort" not in frame._jdf.queryExecution().executedPlan().toString()
 
     def seen(batches: Any) -> Any:

@@ -140,17 +140,25 @@ class StreamSplit:
             return True
         return False
 
-    def split(self, frame: DataFrame, n: int) -> DataFrame:
-        """`frame` in `n` partitions by target stream (each stream's rows in one task); `grouped`, each task
-        reads a few shuffle partitions one after another, each row tagged with its partition's number
-        (`whole_streams` joins each partition's rows in the task). A partition holds about half of what
-        a task's open chunks may hold, as the last batch's tasks' bytes tell (8 per task before any)."""
+    def split(self, frame: DataFrame, shape: FrameShape, parallelism: WriteParallelism) -> DataFrame:
+        """`frame` in `split_tasks` partitions by target stream (each stream's rows in one task); `grouped`,
+        each task reads a few shuffle partitions one after another (`groups`), each row tagged with its
+        partition's number (`whole_streams` joins each partition's rows in the task)."""
+        n = split_tasks(shape, parallelism)
         if not self.grouped:
             return frame.repartition(n, STREAM_COLUMN)
-        per_task = 8 if self.task_bytes is None else math.ceil(2 * self.task_bytes / self.held_bytes)
-        parts = n * min(max(per_task, 1), _MAX_GROUPS)
+        parts = n * self.groups(n, shape.size_bytes)
         tagged = frame.repartition(parts, STREAM_COLUMN).withColumn(_PART, F.spark_partition_id())
         return tagged.coalesce(n)
+
+    def groups(self, n: int, size_bytes: int | None) -> int:
+        """Shuffle partitions per task of a grouped split: each about half of what a task's open chunks may
+        hold, as the last batch's task bytes tell (8 before any), or more where this batch's share of the
+        optimizer's `size_bytes` is larger (a batch that outgrew the last one would send each stream in
+        pieces). The estimate only raises the count: it measures the input, not the encoded records."""
+        last = 8 if self.task_bytes is None else math.ceil(2 * self.task_bytes / self.held_bytes)
+        estimated = math.ceil(2 * (size_bytes or 0) / max(n, 1) / self.held_bytes)
+        return min(max(last, estimated, 1), _MAX_GROUPS)
 
     def writes(self, write: Frames) -> Frames:
         """The ``mapInArrow`` function of a batch split so: `write` over the task's rows, each shuffle
@@ -193,9 +201,9 @@ def _grouped_writes(
 def whole_streams(batches: Iterable[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
     """A grouped split's task rows as one Arrow batch per shuffle partition (`StreamSplit.split`), in order,
     without the partition column: each batch holds every row of its streams, so the frame input's grouping
-    by stream puts each stream's rows together once. A partition over `max_bytes` (a skewed stream) is
-    handed on in pieces of about that, its streams' rows still in order (a stream seen again after its
-    chunk was closed waits for that append, see `WritePlan.rows_by_stream`)."""
+    by stream puts each stream's rows together once. A partition over `max_bytes` (a skewed one, or a batch
+    beyond its estimate) is handed on in pieces of about that, its streams' rows still in order (a stream
+    seen again after its chunk was closed waits for that append, see `WritePlan.rows_by_stream`)."""
     held: list[pa.RecordBatch] = []
     held_bytes = 0
     part: int | None = None
@@ -206,8 +214,8 @@ def whole_streams(batches: Iterable[pa.RecordBatch], max_bytes: int) -> Iterator
             if hi == lo:
                 continue
             if held and (int(parts[lo]) != part or held_bytes >= max_bytes):
-                yield _joined(held)
-                held, held_bytes = [], 0
+                joined, held, held_bytes = _joined(held), [], 0  # the pieces freed before their copy is used
+                yield joined
             part = int(parts[lo])
             piece = batch.slice(lo, hi - lo)
             held.append(piece)

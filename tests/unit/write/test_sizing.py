@@ -214,6 +214,22 @@ def test_a_split_by_stream_runs_one_task_per_core_unless_told_otherwise() -> Non
     assert split_tasks(big, 7) == 7
 
 
+def test_a_grouped_split_sizes_its_partitions_by_the_last_batch_or_this_ones_estimate() -> None:
+    """Each shuffle partition holds about half of what a task's open chunks may: sized by the larger of the
+    last batch's task bytes and this batch's share of the optimizer's estimate, so a batch that outgrew the
+    last one (a backlog) does not send each of its streams in pieces; 8 per task before any batch."""
+    split = StreamSplit(held_bytes=16 * 1024 * 1024)
+    assert split.groups(2, None) == 8
+    assert split.groups(2, 2 * 64 * 1024 * 1024) == 8  # 64 MiB a task: 8 partitions of 8 MiB
+    assert split.groups(2, 2 * 256 * 1024 * 1024) == 32
+    assert split.groups(2, 1024) == 8  # the estimate is of the input, not the records: it only raises
+    split.task_bytes = 32 * 1024 * 1024
+    assert split.groups(2, None) == 4
+    assert split.groups(2, 2 * 128 * 1024 * 1024) == 16  # the batch outgrew the last one: its estimate
+    assert split.groups(2, 1024) == 4  # a smaller estimate: the last batch's bytes
+    assert split.groups(2, 1 << 40) == 64  # bounded
+
+
 def _tagged(parts: list[int], ids: list[int]) -> pa.RecordBatch:
     return pa.record_batch({"id": pa.array(ids, pa.int64()), "_s2_split_part": pa.array(parts, pa.int32())})
 
