@@ -1,12 +1,8 @@
 """The one boundary with s2-sdk's private parts: every ``s2_sdk._*`` import and every reach into an SDK
-client's or connection's internals is here, and nowhere else in the sink.
-
-s2-sdk exports a typed client but not what the bulk paths need to speak S2S over its own HTTP/2
-connections: its protobuf messages, S2S framing, transport errors, reconnect rules, transports and pooled
-connections, and the request state its connections keep (`_Unary` stands in for it). Each is named once.
-`tests/unit/transport/test_sdk_contract.py` checks every name and attribute relied on against the installed
-SDK and names the one that moved; `tests/unit/transport/test_sdk_boundary.py` fails if another module
-imports ``s2_sdk._``. The pin in pyproject (``s2-sdk``) is the range that contract passed on.
+client's or connection's internals is here. Bulk paths speak S2S over the SDK's HTTP/2 connections, with its
+messages, framing, transport errors, reconnect rules, pooled connections and request state (`_Unary`), each
+named once. `tests/unit/transport/test_sdk_contract.py` checks every name relied on against the installed SDK
+(pyproject pins the range it passed on); `test_sdk_boundary.py` fails if another module imports ``s2_sdk._``.
 """
 
 from __future__ import annotations
@@ -104,9 +100,8 @@ def h2_state(conn: Any) -> H2Connection | None:
 
 async def advertise_settings(conn: Any, settings: dict[int, int]) -> None:
     """Send a SETTINGS frame on a pooled connection, under its write lock (as its own writes are). A larger
-    frame size is taken from now on, not from the ACK: h2 checks a chunk it reads against the size in force
-    when the chunk came, so the larger frames read in one chunk with the server's ACK would fail the
-    connection."""
+    frame size is taken from now on, not from the ACK: h2 checks a chunk against the size in force when it
+    came, so larger frames read in one chunk with the server's ACK would fail the connection."""
     async with conn._write_lock:
         conn._h2.update_settings(settings)
         frame = settings.get(SettingCodes.MAX_FRAME_SIZE, 0)
