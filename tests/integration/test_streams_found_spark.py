@@ -12,11 +12,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from s2_sink import S2Config, S2Writer
-from s2_sink._transport import runtime
-from s2_sink._transport.runtime import SessionPool, get_pool, install_pool
 from s2_sink.lite import LiteServer
 from s2_sink.lite._stats import StatsSnapshot
 from s2_sink.testing import fresh_basin
+from tests import _pools as pools
 from tests.integration.test_writer_spark import rows_df
 
 pytestmark = pytest.mark.spark
@@ -32,19 +31,8 @@ def counting() -> Iterator[LiteServer]:
 
 @pytest.fixture
 def own_pool() -> Iterator[None]:
-    saved = get_pool()
-    install_pool(SessionPool())
-    try:
+    with pools.own_pool():
         yield
-    finally:
-        runtime.run(get_pool().close_all())
-        install_pool(saved)
-
-
-def _new_process() -> None:
-    """What follows runs as in a process new to the streams (its pool has met none of them)."""
-    runtime.run(get_pool().close_all())
-    install_pool(SessionPool())
 
 
 def _kinds(counting: LiteServer, before: StatsSnapshot) -> Counter[str]:
@@ -73,7 +61,7 @@ def test_the_second_batch_does_not_create_the_streams_the_first_appended_to(
     before = counting.stats.snapshot()
     writer(df, 0)
     assert _kinds(counting, before)["control"] >= len(STREAMS)  # the preflight, and a create per stream
-    _new_process()
+    pools.new_process()
     before = counting.stats.snapshot()
     writer(df, 1)
     assert writer.last_metrics is not None

@@ -20,7 +20,7 @@ from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.ledger_records import check_not_reset
 from s2_sink._exactly_once.sink_run import commit_sink_run, open_sink_run
 from s2_sink._transport import runtime as _runtime
-from s2_sink._transport.runtime import SessionPool, get_pool, install_pool
+from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
@@ -29,6 +29,7 @@ from s2_sink._write.write_plan import PartitionContext
 from s2_sink.config import S2Config
 from s2_sink.errors import StreamResetError
 from s2_sink.lite import LiteServer
+from tests._pools import own_pool
 from tests.cli.test_cli import cli
 from tests.faults._support import cfg_for, client, make_basin, read_all, run
 
@@ -191,14 +192,8 @@ def test_a_deleted_stream_created_by_a_process_new_to_it_is_a_reset(lite: LiteSe
     _delete(lite, cfg.basin)
     epoch = coord.begin_batch(1)
     assert epoch is not None
-    saved = get_pool()
-    install_pool(SessionPool())
-    try:
-        with pytest.raises(StreamResetError, match=f"'events' ends at 0, below the end {end} "):
-            write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 30, 7))
-    finally:
-        _runtime.run(get_pool().close_all())
-        install_pool(saved)
+    with own_pool(), pytest.raises(StreamResetError, match=f"'events' ends at 0, below the end {end} "):
+        write_partition(spec.plan(1, epoch), [_frame(BATCH1)], PartitionContext(1, 0, 0, 30, 7))
     assert run(read_all(lite.endpoint, cfg.basin, "events", commands=True)) == []
 
 

@@ -11,12 +11,11 @@ from collections.abc import Iterator
 import pytest
 from s2_sdk import S2, Endpoints, S2ServerError
 
-from s2_sink._transport import runtime
-from s2_sink._transport.runtime import SessionPool, get_pool, install_pool
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import WritePlan
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests import _pools as pools
 from tests.integration._s2read import read_stream, read_streams
 from tests.unit.write.test_partition_writer import config, ctx, frame, stream_rows
 
@@ -33,19 +32,8 @@ def counting() -> Iterator[LiteServer]:
 @pytest.fixture
 def new_process() -> Iterator[None]:
     """A pool with no clients and no streams met, as in a worker process new to these streams."""
-    saved = get_pool()
-    install_pool(SessionPool())
-    try:
+    with pools.own_pool():
         yield
-    finally:
-        runtime.run(get_pool().close_all())
-        install_pool(saved)
-
-
-def _another_process() -> None:
-    """The next task runs in another worker process (its pool new)."""
-    runtime.run(get_pool().close_all())
-    install_pool(SessionPool())
 
 
 def _kinds(counting: LiteServer, plan: WritePlan, batch: int) -> Counter[str]:
@@ -70,7 +58,7 @@ def test_streams_the_previous_batch_wrote_are_not_created_again_by_a_new_worker(
     cfg = config(counting, basin, create_streams=True)
     first = _kinds(counting, WritePlan(cfg=cfg, batch_id=0, stream_column="_s2_stream"), 0)
     assert first["control"] == STREAMS  # the first batch creates them
-    _another_process()
+    pools.new_process()
     found = frozenset(f"t/{s:03d}" for s in range(STREAMS))
     plan = WritePlan(cfg=cfg, batch_id=1, stream_column="_s2_stream", streams_found=found)
     assert _kinds(counting, plan, 1) == Counter(append=STREAMS)
@@ -111,7 +99,7 @@ def test_a_found_stream_deleted_since_is_created_at_its_appends_404(
                 await asyncio.sleep(0.05)
 
     asyncio.run(delete())
-    _another_process()
+    pools.new_process()
     found = frozenset({"gone/unary", "gone/session"})
     again = WritePlan(cfg=cfg, batch_id=1, stream_column="_s2_stream", streams_found=found)
     before = counting.stats.snapshot()
