@@ -209,14 +209,25 @@ def make_client(cfg: S2Config) -> S2:
 
 
 async def gather_bounded(aws: Iterable[Awaitable[T]], limit: int) -> list[T]:
-    """`asyncio.gather` of `aws`, at most `limit` of them running at once."""
+    """`asyncio.gather` of `aws`, at most `limit` of them running at once; the first failure cancels the
+    rest (they would run on, on the shared loop, after their caller gave up)."""
     gate = asyncio.Semaphore(limit)
 
     async def one(aw: Awaitable[T]) -> T:
-        async with gate:
-            return await aw
+        try:
+            async with gate:
+                return await aw
+        finally:
+            if asyncio.iscoroutine(aw):
+                aw.close()  # one cancelled before its turn never ran: closed, not left unawaited
 
-    return await asyncio.gather(*(one(aw) for aw in aws))
+    tasks = [asyncio.ensure_future(one(aw)) for aw in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 class ClientFactory(Protocol):
