@@ -8,7 +8,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -160,14 +160,48 @@ def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
 
 
 @contextlib.contextmanager
-def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]]]:
-    """A TCP proxy to ``target`` that closes its first connection once ``cut_after`` bytes went from the
-    server to the client; later connections pass through. Yields its endpoint and the connection count."""
+def _proxy(
+    target: str, to_client: Callable[[socket.socket, socket.socket, int], None]
+) -> Iterator[tuple[str, list[int]]]:
+    """A TCP proxy to ``target``: the client's bytes forwarded as they come, the server's by ``to_client``
+    (given the connection's number). Yields its endpoint and the connection count."""
     host, port = target.removeprefix("http://").split(":")
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[int] = []
 
-    def to_client(upstream: socket.socket, client: socket.socket, budget: int | None) -> None:
+    def to_server(client: socket.socket, upstream: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                with contextlib.suppress(OSError):  # after a cut: drained, not forwarded
+                    upstream.sendall(data)
+        client.close()
+        upstream.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            upstream = socket.create_connection((host, int(port)))
+            threading.Thread(target=to_client, args=(upstream, client, len(accepted)), daemon=True).start()
+            threading.Thread(target=to_server, args=(client, upstream), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+
+
+@contextlib.contextmanager
+def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]]]:
+    """A TCP proxy to ``target`` that closes its first connection once ``cut_after`` bytes went from the
+    server to the client; later connections pass through. Yields its endpoint and the connection count."""
+
+    def to_client(upstream: socket.socket, client: socket.socket, nth: int) -> None:
+        budget = cut_after if nth == 1 else None
         sent = 0
         with contextlib.suppress(OSError):
             while data := upstream.recv(65536):
@@ -183,31 +217,8 @@ def _cutting_proxy(target: str, cut_after: int) -> Iterator[tuple[str, list[int]
             client.shutdown(socket.SHUT_WR)
         upstream.close()
 
-    def to_server(client: socket.socket, upstream: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := client.recv(65536):
-                with contextlib.suppress(OSError):  # after the cut: drained, not forwarded
-                    upstream.sendall(data)
-        client.close()
-        upstream.close()
-
-    def serve() -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            accepted.append(1)
-            upstream = socket.create_connection((host, int(port)))
-            budget = cut_after if len(accepted) == 1 else None
-            threading.Thread(target=to_client, args=(upstream, client, budget), daemon=True).start()
-            threading.Thread(target=to_server, args=(client, upstream), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
-    finally:
-        listener.close()
+    with _proxy(target, to_client) as proxied:
+        yield proxied
 
 
 def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteServer, basin: str) -> None:
@@ -372,11 +383,8 @@ def _ack_joining_proxy(target: str) -> Iterator[tuple[str, list[int]]]:
     """A TCP proxy to ``target`` that forwards the server's HTTP/2 frames whole, and each SETTINGS ACK with
     the frame after it, in one write after a pause (so that the client reads them in one chunk). Yields
     its endpoint and the connection count."""
-    host, port = target.removeprefix("http://").split(":")
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[int] = []
 
-    def to_client(upstream: socket.socket, client: socket.socket) -> None:
+    def to_client(upstream: socket.socket, client: socket.socket, nth: int) -> None:
         buf, held = bytearray(), b""
         with contextlib.suppress(OSError):
             while data := upstream.recv(65536):
@@ -395,26 +403,5 @@ def _ack_joining_proxy(target: str) -> Iterator[tuple[str, list[int]]]:
             client.shutdown(socket.SHUT_WR)
         upstream.close()
 
-    def to_server(client: socket.socket, upstream: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := client.recv(65536):
-                upstream.sendall(data)
-        client.close()
-        upstream.close()
-
-    def serve() -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            accepted.append(1)
-            upstream = socket.create_connection((host, int(port)))
-            threading.Thread(target=to_client, args=(upstream, client), daemon=True).start()
-            threading.Thread(target=to_server, args=(client, upstream), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
-    finally:
-        listener.close()
+    with _proxy(target, to_client) as proxied:
+        yield proxied
