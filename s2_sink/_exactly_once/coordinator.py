@@ -1,9 +1,7 @@
 """The driver side of an exactly-once epoch for both front doors: start, open, announce, commit.
 
-`S2Writer` calls `begin_batch` / `commit_batch` per micro-batch; a run (one epoch) lasts one start of the
-query, and a batch this start already committed, begun again, is a second call and refused. ``format("s2")``
-calls `plan_execution` and `commit_batch` (`sink_run`). docs/exactly-once.md, *Per micro-batch*.
-"""
+`S2Writer` calls `begin_batch` / `commit_batch` per micro-batch, one epoch per start of the query;
+``format("s2")`` calls `plan_execution` and `commit_batch` (`sink_run`). docs/exactly-once.md."""
 
 from __future__ import annotations
 
@@ -49,44 +47,30 @@ class Coordinator:
     ) -> None:
         self.cfg = cfg
         self.writer_id = writer_id
-        self.writer = writer_hash(writer_id)
-        """The hash in tokens and chunk tags: the writer id's, or the one of the identity it took over."""
+        self.writer = writer_hash(writer_id)  # in tokens and tags: ours, or that of the identity taken over
         self.query_id = query_id
-        self.shape = shape
-        """What the writer's configuration makes of a row (recorded in the ledger, checked at restarts);
-        None where the caller records none."""
+        self.shape = shape  # recorded in the ledger, checked at restarts (None: not recorded)
+        # in_use(writer_id, spark_run): another writer object of this process writes as it in that start.
         self.in_use = in_use
-        """``in_use(writer_id, spark_run)``: whether another writer object of this process writes under that
-        identity in that start of the query (never a predecessor to take over)."""
-        self.owner = uuid.uuid4().hex
-        """Tells this coordinator (a writer object's, for one identity) from others of the process."""
-        self.unknown_run = "the streaming query's run id cannot be read here"
-        """Why the run id is unknown, for the refusal of a second call (`_check_not_called_twice`)."""
+        self.owner = uuid.uuid4().hex  # tells this coordinator from the process's others
+        self.unknown_run = "the streaming query's run id cannot be read here"  # why, for the refusal
         self.static_streams = list(static_streams)
         self.run_id = uuid.uuid4().hex
         self._ledger: Ledger | None = None
+        # Per stream, the newest token tasks appended with (a retry's generation), for the next batches.
         self._tokens: dict[str, str] = {}
-        """Per stream, the newest token tasks appended with (a task retry's generation): the next
-        micro-batches' tasks start with it. Memory only: a new run fences with a new epoch anyway."""
-        self._reported: list[str] = []
-        """The configuration changes last logged (`_check_shape`)."""
+        self._reported: list[str] = []  # the configuration changes last logged
         self._token: Token | None = None
-        self._spark_run: str | None = None
-        """The Spark run id (one start of the query) the open epoch serves, when readable."""
-        self._pending: int | None = None
-        """A batch this run began and has not committed."""
-        self._last: int | None = None
-        """The last batch this start of the query committed or skipped (the ledger had it)."""
+        self._spark_run: str | None = None  # the Spark run id the open epoch serves, when readable
+        self._pending: int | None = None  # a batch this run began and has not committed
+        self._last: int | None = None  # the last batch this start committed or skipped
 
     @property
     def state(self) -> LedgerState:
         return self._ledger.state if self._ledger is not None else LedgerState()
 
     def begin_batch(self, batch_id: int, spark_run: str | None = None) -> EpochPlan | None:
-        """The plan for `batch_id`, or ``None`` when the ledger already has it (write nothing).
-
-        `spark_run` is Spark's id of this start of the query (``sql.streaming.runId``), None if unknown.
-        """
+        """The plan for `batch_id` in Spark run `spark_run`, or None when the ledger already has it."""
         return _runtime.run(self._begin(batch_id, spark_run))
 
     def commit_batch(
@@ -96,8 +80,8 @@ class Coordinator:
         *,
         resume: Callable[[Ledger], Awaitable[int | None]] | None = None,
     ) -> None:
-        """Record `batch_id` as fully written; `ends` = per stream, the end seq_num of our acks. `resume`
-        (``format("s2")``) places a new ledger where the execution left it, and names the batch to commit."""
+        """Record `batch_id` with the acks' `ends`; `resume` (``format("s2")``) places a new ledger where the
+        execution left it and names the batch to commit."""
 
         async def commit() -> None:
             ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
@@ -117,11 +101,9 @@ class Coordinator:
         _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
     def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
-        """Keep the newest token per stream the tasks of a committed micro-batch reported."""
         self._tokens = newest_tokens(self._tokens, reported)
 
     def _is_new_start(self, batch_id: int, spark_run: str | None) -> bool:
-        """Whether `batch_id` belongs to a new start of the query rather than to the open run."""
         if self._token is None:
             return True
         if spark_run is not None and spark_run != self._spark_run:
@@ -131,13 +113,8 @@ class Coordinator:
         return self._pending is not None
 
     def _check_not_called_twice(self, batch_id: int, spark_run: str | None) -> None:
-        """Refuse a second call for a batch this start already committed: one `S2Writer` called twice in one
-        micro-batch (two frames through one object) would otherwise find the batch committed and skip it.
-
-        Within one start Spark never calls ``foreachBatch`` for a committed batch again; a restart has a new
-        run id. Where the run id cannot be read, a restart in this process cannot be told from a second call
-        and is refused too: never a silent skip (under Spark Connect a restart is a new process anyway).
-        """
+        """Refuse a second call for a batch this start committed (two frames through one writer would skip
+        the second). Without a run id a restart in this process looks the same and is refused too."""
         if self._pending is not None or self._last is None or batch_id > self._last:
             return
         if spark_run is not None and spark_run != self._spark_run:
@@ -204,8 +181,8 @@ class Coordinator:
         )
 
     async def plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
-        """``format("s2")``: plan an execution of the micro-batch after the ledger's last commit: the state
-        found, the last commit's stream ends as tasks get them, and whether the epoch goes on (see below)."""
+        """``format("s2")``: plan the batch after the last commit: the state found, the ends as tasks get
+        them, and whether the epoch goes on."""
         if self._token is not None:
             ledger = self._new_ledger()
             before = await ledger.load()
@@ -230,9 +207,8 @@ class Coordinator:
         return before, ends, False
 
     async def _start(self, at: int | None, *, takes_over: bool) -> LedgerState:
-        """Load the ledger for a new epoch whose first micro-batch is `at` (None: the one after the last
-        commit) and check that this identity may go on from it (the query's, batch ids not going back, not
-        taken over, a new one's predecessor, the configuration); the state it goes on from."""
+        """Load the ledger for a new epoch from batch `at` (None: after the last commit), check this identity
+        may go on from it, and return the state it goes on from."""
         self.run_id = uuid.uuid4().hex
         self._token = None
         state = await self._new_ledger().load()
@@ -246,7 +222,6 @@ class Coordinator:
         return state
 
     def _check_shape(self, state: LedgerState, at: int) -> None:
-        """`shape.check_restart` for micro-batch `at`, in flight if the ledger's epoch may have written it."""
         if self.shape is not None:
             in_flight = at if state.may_have_written_next and at == state.committed + 1 else None
             said = check_restart(
@@ -260,8 +235,8 @@ class Coordinator:
             self._reported = said or self._reported
 
     async def _new_identity(self, state: LedgerState, at: int, *, takes_over: bool) -> LedgerState:
-        """The state of the identity this one takes over (`takeover`), now in this ledger, else `state`;
-        ``format("s2")``, not knowing its batch, refuses a rename instead. Both refuse a lost ledger."""
+        """The state of the identity taken over, else `state`; ``format("s2")`` (its batch unknown) refuses a
+        rename instead. Both refuse a lost ledger."""
         basin = get_pool().client(self.cfg).basin(self.cfg.basin)
         if takes_over:
             in_use, spark_run = self.in_use, self._spark_run
@@ -286,14 +261,12 @@ class Coordinator:
         return state
 
     def ends_ref(self) -> EndsRef:
-        """The last commit's stream ends as the tasks get them: the static streams' inline, the rest (when
-        there are many) by the ledger position tasks look them up at, only off the happy path."""
+        """The last commit's ends for the tasks: the static streams' inline, many others by reference."""
         ledger = self._ledger_or_fail()
         return EndsRef.of(self.writer_id, ledger.state, state_at=ledger.state_at, keep=self.static_streams)
 
     @property
     def epoch(self) -> int:
-        """The epoch this coordinator opened or went on with last."""
         assert self._token is not None
         return self._token.epoch
 
@@ -306,15 +279,13 @@ class Coordinator:
         return self._ledger
 
     def ledger_position(self) -> tuple[LedgerState, int]:
-        """The ledger state this driver last appended or read, and the ledger's tail after it."""
         ledger = self._ledger_or_fail()
         assert ledger.tail is not None
         return ledger.state, ledger.tail
 
     async def _open(self, scope: Literal["run", "batch"]) -> None:
-        """Append ``open`` (the next epoch) to the loaded ledger and fence the static streams to it. An
-        ``open`` of ``batch`` scope (``format("s2")``) announces the next batch: it adds this writer's
-        configuration to the shapes in flight."""
+        """Append the next epoch's ``open`` (of ``batch`` scope it announces the next batch, with its shape)
+        and fence the static streams to it."""
         ledger = self._ledger_or_fail()
         opened = ledger.opened(self.run_id, self.query_id, scope)
         if scope == "batch":
@@ -346,13 +317,8 @@ class Coordinator:
 
 
 def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:
-    """Refuse a micro-batch the ledger shows cannot belong to this query (WriterConflictError).
-
-    The ledger records the streaming query id its writer serves: another query under the same writer id
-    is refused whatever its batch ids, so a reset checkpoint (a new query id, batch 0 again) is never
-    taken for a replay of the old query's batches. Where either side has no query id (Spark Connect
-    without one, ledgers of older versions), batch ids that go backwards are the remaining sign.
-    """
+    """Refuse a batch of another query (its recorded query id), or, where a query id is missing, batch ids
+    going backwards (WriterConflictError): a reset checkpoint is never taken for a replay."""
     if state.kind == "none":
         return
     hint = (

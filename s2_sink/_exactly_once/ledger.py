@@ -1,9 +1,7 @@
 """The ledger: one S2 stream per writer identity recording its runs and committed micro-batches.
 
-Every append is conditional on the tail this driver last saw, so a second driver under the same identity
-fails with WriterConflictError instead of interleaving. Record format: `ledger_records`; the argument:
-docs/exactly-once.md, *Ledger*.
-"""
+Appends are conditional on the tail this driver last saw: a second driver under the same identity fails
+with WriterConflictError instead of interleaving (docs/exactly-once.md, *Ledger*)."""
 
 from __future__ import annotations
 
@@ -58,34 +56,27 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LEDGER_PREFIX: Final = "_s2sink/ledger/"
-# One conditional append of a record group: well inside S2's 1 MiB / 1000 records per append.
-_APPEND_BYTES: Final = 512 * 1024
+_APPEND_BYTES: Final = 512 * 1024  # one conditional append, inside S2's 1 MiB
+# Infinite retention: losing the last record would restart epochs below the streams' fences.
 _LEDGER_CONFIG: Final = StreamConfig(retention_policy="infinite")
-# Records read back from the tail first when looking for the last state record (then 8x more each time).
-_FIRST_WINDOW: Final = 16
-# (basin, ledger) this process created or found: a format("s2") driver, a long-lived Python worker, opens
-# its ledger once per micro-batch, and the create-if-missing call is needed once per process.
+_FIRST_WINDOW: Final = 16  # records read back from the tail for the last state record (then 8x more)
+# (basin, ledger) this process created or found: a long-lived driver worker opens it once per micro-batch.
 _created: set[tuple[str, str]] = set()
 
 
 def forget_created() -> None:
-    """Forget the ledgers this process created or found, as a fresh process would."""
     _created.clear()
 
 
 def ledger_stream_name(writer_id: str) -> str:
-    """The ledger stream of a writer identity."""
     return LEDGER_PREFIX + writer_id
 
 
 async def peek_all(
     basin: S2Basin, *, cfg: S2Config | None = None, skip_unreadable: bool = False
 ) -> dict[str, LedgerState]:
-    """Every writer id with a ledger in the basin and that ledger's last state (empty ones included), in
-    name order; never creates anything. A ledger that cannot be read whole (an unreadable record, no state
-    record left, or the records its ends fold from trimmed away) is a CommitError: a new identity looking
-    for its query's batches cannot tell whether it holds them. With `skip_unreadable` (lookups for a reader
-    or an operator) it is left out."""
+    """Every writer id with a ledger in the basin, and its last state; creates nothing. A ledger that cannot
+    be read whole is a CommitError (it may hold the query's batches), left out with `skip_unreadable`."""
     out: dict[str, LedgerState] = {}
     async for info in basin.list_all_streams(prefix=LEDGER_PREFIX):
         writer_id = info.name[len(LEDGER_PREFIX) :]
@@ -107,8 +98,7 @@ async def peek_all(
 
 
 def current_ledgers_of(states: dict[str, LedgerState], query_id: str) -> list[str]:
-    """The writer ids whose ledgers (of `states`, from `peek_all`) hold query `query_id`'s batches now:
-    they record that query id and were not taken over by another identity."""
+    """The writer ids whose ledgers (of `peek_all`) hold query `query_id`'s batches now (not taken over)."""
     return [w for w, st in states.items() if st.query_id == query_id and st.moved_to is None]
 
 
@@ -119,22 +109,19 @@ class Ledger:
         self, basin: S2Basin, writer_id: str, *, cfg: S2Config | None = None, patience: Patience | None = None
     ) -> None:
         self.name = ledger_stream_name(writer_id)
-        self._cfg = cfg  # names the endpoint and the fix when the ledger cannot be read
-        # `patience`: how a caller that has no s2.delivery-timeout-ms (the command) waits; else `cfg`'s.
+        self._cfg = cfg  # names the endpoint and the fix in errors
         self._patience = patience or (Patience.of(cfg) if cfg is not None else Patience())
         self.writer_id = writer_id
         self._basin = basin
         self._stream: S2Stream = basin.stream(self.name)
         self.state = LedgerState()
-        self.tail: int | None = None  # next seq_num, as last observed by this driver
-        self._state_at = -1  # seq_num of the last state record, as last observed
+        self.tail: int | None = None  # next seq_num, as last observed
+        self._state_at = -1  # seq_num of the last state record
 
     async def load(self) -> LedgerState:
-        """Create the ledger stream if needed, then read its state: the last state record, with the stream
-        ends folded from its base (retried until the delivery deadline: reads and an ensure)."""
+        """Create the ledger if needed and read its state (retried until the delivery deadline)."""
 
         async def read() -> tuple[int, LedgerState, int]:
-            # Infinite retention: losing the last record would restart epochs below the streams' fences.
             if (self._basin.name, self.name) not in _created:
                 # One that exists keeps its config: an ensure would reset what an operator changed.
                 await create_if_missing(self._basin, self.name, _LEDGER_CONFIG)
@@ -152,9 +139,8 @@ class Ledger:
         return state
 
     async def _retain_forever(self) -> None:
-        """An empty ledger may have been created by a reader's ``check_tail`` in a basin that creates streams
-        on read, with the basin's retention; nothing has used it yet, so its retention is made infinite (the
-        rest of its config is left as it is). A token that may not do so is told in the log."""
+        """An empty ledger may have been created by a reader in a basin that creates streams on read, with
+        the basin's retention: make it infinite (a token that may not is told in the log)."""
         try:
             config = await self._basin.get_stream_config(self.name)
             if config.retention_policy != "infinite":
@@ -171,8 +157,8 @@ class Ledger:
             log.warning("ledger %s: cannot check its retention is infinite (403 %s)", self.name, exc.code)
 
     async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
-        """The ledger's tail and state for a reader: never creates the stream (None when it does not exist);
-        `seen`, an earlier answer, is returned again while the tail has not moved (one request)."""
+        """The tail and state for a reader (None: no ledger; creates nothing); `seen` again while the tail
+        has not moved."""
 
         async def read() -> tuple[int, LedgerState] | None:
             try:
@@ -188,7 +174,6 @@ class Ledger:
         return await self._reading(read)
 
     async def _reading(self, read: Callable[[], Awaitable[T]]) -> T:
-        """`read`, retried until the delivery deadline; what still fails is a CommitError in words."""
         try:
             return await patiently(self._patience, f"reading the exactly-once ledger {self.name!r}", read)
         except S2Error as exc:
@@ -225,8 +210,7 @@ class Ledger:
         )
 
     async def state_at_record(self, at: int, doc: dict[str, Any]) -> LedgerState | None:
-        """The state of the state record `doc` at `at`, its ends folded from its base; None when the
-        records from that base on are no longer all there (trimmed behind a later snapshot)."""
+        """The state of state record `doc` at `at`; None when the records from its base on were trimmed."""
         base, fold, first = record_base(doc, at), EndsFold(), None
         async for seq, piece in self.records(base, at + 1):
             first = seq if first is None else first
@@ -236,10 +220,8 @@ class Ledger:
         return state_of(doc, fold.ends, base, fold.since, self.name)
 
     async def records(self, start: int, end: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """The ledger documents in ``[start, end)``, command records skipped (a start below the trim point
-        reads from the first record kept). Its own paging loop rather than `readback.read_span`: a reader
-        planning a read loads the ledger, and must not import the write side's fingerprints. No retries of
-        its own: its callers retry the whole read (`_reading`, the ends lookup)."""
+        """The ledger documents in ``[start, end)`` without command records. Not `readback.read_span`: a
+        read's planning loads the ledger without the write side; its callers retry the whole read."""
         pos = start
         while pos < end:
             batch = await self._stream.read(
@@ -255,7 +237,6 @@ class Ledger:
             pos = batch.records[-1].seq_num + 1
 
     async def _send(self, bodies: list[bytes], expected: int) -> int:
-        """Append `bodies` in conditional appends starting at `expected`; the tail after them."""
         groups: list[list[Record]] = [[]]
         size = 0
         for body in bodies:
@@ -283,14 +264,9 @@ class Ledger:
         self.tail = ack.end.seq_num
 
     async def append(self, state: LedgerState) -> None:
-        """Append `state` if nobody else appended since we last looked; else WriterConflictError.
-
-        Transient failures (5xx, 408, 429, transport errors) are retried until the delivery deadline: after
-        each, the ledger is re-read — our record may have landed — and the append is repeated only if no
-        other state record landed.
-        The condition (``match_seq_num``) makes a repeated append impossible to apply twice; pieces of a
-        group whose state record did not land are ignored by loading.
-        """
+        """Append `state` if nobody else appended since we last looked; else WriterConflictError. After a
+        transient failure the ledger is re-read (ours may have landed) and the append repeated only if no
+        other state record landed; loading ignores pieces whose state record did not land."""
         if self.tail is None:
             raise CommitError("ledger not loaded")  # a programming error, not a user one
         # A mismatch is retried too: the tail moved without a state record (a trim, pieces of a group).
@@ -340,30 +316,23 @@ class Ledger:
 
     @property
     def state_at(self) -> int | None:
-        """The seq_num of the state record `state` was read from or appended as (None before one)."""
         return self._state_at if self._state_at >= 0 else None
 
     def resume(self, state: LedgerState, tail: int) -> None:
-        """Continue from a state this writer appended itself (its last record, before `tail`) without
-        reading the ledger again; a stale view is caught by the next conditional append."""
+        """Go on from a state this writer appended (before `tail`) unread: the next append's condition
+        catches a stale view."""
         self.state, self.tail, self._state_at = state, tail, tail - 1
 
     def opened(self, run: str, query_id: str | None, scope: Literal["run", "batch"] = "run") -> LedgerState:
-        """The `open` record of a new run on top of the current state.
-
-        The query id, once recorded, stays: the ledger belongs to that query (`check_identity`), and an
-        open record must not make another query's batches look like its own.
-        """
+        """The `open` record of a new run; a recorded query id stays (the ledger belongs to that query)."""
         recorded = self.state.query_id if self.state.query_id is not None else query_id
         return replace(
             self.state, kind="open", epoch=self.state.epoch + 1, run=run, query_id=recorded, scope=scope
         )
 
     def intended(self, batch_id: int, run: str, shape: WriteShape | None = None) -> LedgerState:
-        """The ``intent`` record of execution `run` announcing `batch_id` on top of the current state:
-        appended (and durable) before any task of the batch starts, so a ledger ending in a ``commit`` has
-        nothing in flight. It adds `shape`, the configuration the batch is written under, to the shapes in
-        flight."""
+        """The ``intent`` announcing `batch_id` before its tasks start (so a ledger ending in a commit has
+        nothing in flight), with `shape` added to the shapes in flight."""
         shapes = shapes_of(self.state.shapes, shape, committed=False)
         return replace(self.state, kind="intent", run=run, intent=batch_id, announces=True, shapes=shapes)
 
@@ -374,11 +343,8 @@ class Ledger:
         query_id: str | None = None,
         shape: WriteShape | None = None,
     ) -> LedgerState:
-        """The `commit` record of `batch_id` on top of the current state; `query_id`, the query id the
-        tasks saw, is recorded when the ``open`` record could not know it, and `shape`, the configuration
-        the batch was committed under, is the only one left in flight. Ends below the ledger's are a
-        stream deleted and recreated under the batch (`StreamResetError`), for both front doors: kept as
-        the maximum, the old end would let readers cap inside the new stream's later records."""
+        """The `commit` of `batch_id`: `query_id` (the tasks') where the ``open`` had none, `shape` the only
+        one left; ends below the ledger's are a recreated stream (`check_not_reset`)."""
         check_not_reset(self.state.ends, ends, self.writer_id)
         merged = dict(self.state.ends)
         for stream, end in ends.items():

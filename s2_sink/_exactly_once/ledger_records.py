@@ -1,8 +1,5 @@
-"""The ledger's record format: a state record per run and micro-batch, stream ends as deltas and snapshots;
-and the check that a committed end is still in its stream (a target deleted and recreated).
-
-Layout, and version 1 (0.1.0's) still loading: docs/exactly-once.md, *Ledger*.
-"""
+"""The ledger's record format: state records with stream ends as deltas and snapshots (version 1, 0.1.0's,
+still loads: docs/exactly-once.md, *Ledger*), and the check that a committed end is still in its stream."""
 
 from __future__ import annotations
 
@@ -30,10 +27,8 @@ __all__ = [
 
 VERSION: Final = 3
 _VERSIONS: Final = (1, 3)  # 2 was never released
-SNAPSHOT_EVERY: Final = 64
-"""Commits between snapshots: loading reads one snapshot and fewer than this many deltas."""
-PIECE_BYTES: Final = 64 * 1024
-"""JSON bytes of stream ends per record, far below S2's 1 MiB record limit."""
+SNAPSHOT_EVERY: Final = 64  # commits between snapshots: loading reads one snapshot and fewer deltas
+PIECE_BYTES: Final = 64 * 1024  # JSON bytes of stream ends per record, far below S2's 1 MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,32 +42,22 @@ class LedgerState:
     committed: int = -1
     ends: dict[str, int] = field(default_factory=dict)
     scope: Literal["run", "batch"] = "run"
-    base: int = field(default=0, compare=False)
-    """Where the latest snapshot starts in the ledger stream (loading folds from there)."""
-    since: int = field(default=0, compare=False)
-    """Commits since that snapshot."""
-    intent: int | None = None
-    """The micro-batch an ``intent`` record announced (its tasks may have written)."""
-    announces: bool = False
-    """The writer of this state announces every batch with an ``intent`` before writing it (version 3)."""
+    base: int = field(default=0, compare=False)  # where the latest snapshot starts (loading folds from it)
+    since: int = field(default=0, compare=False)  # commits since that snapshot
+    intent: int | None = None  # the micro-batch an ``intent`` announced
+    announces: bool = False  # every batch is announced by an ``intent`` before it is written (version 3)
+    # The configurations of the epochs that may have written the batch after `committed`, the current last
+    # (after a commit, the committing one); empty where none was recorded (earlier versions).
     shapes: tuple[WriteShape, ...] = ()
-    """The configurations (`WriteShape`) of the epochs that may have written the micro-batch after
-    `committed`, the current one last; after a ``commit``, the committing one. Empty where the writer
-    records none (``format("s2")`` before its first shape, ledgers of earlier versions)."""
+    # The hash in tokens and chunk tags where it is not the writer id's: a ledger taken over keeps its
+    # predecessor's, so the predecessor's writes read back as ours.
     writer: str | None = None
-    """The hash in the writer's tokens and chunk tags when it is not the hash of the ledger's writer id: a
-    ledger taken over from another identity keeps that identity's hash, so its writes read back as ours."""
-    moved_to: str | None = None
-    """The writer id that took this ledger over (`Coordinator` adoption): this identity writes no more."""
+    moved_to: str | None = None  # the writer id that took this ledger over: this identity writes no more
 
     @property
     def may_have_written_next(self) -> bool:
-        """Whether the epoch of this state may have written part of the micro-batch after `committed`.
-
-        An uncommitted ``open`` or ``intent`` may have. After a ``commit``: a ``batch``-scoped epoch ended
-        with it; a ``run``-scoped one announces its next batch with an ``intent`` first when it `announces`
-        (version 3), so nothing is in flight; a version 1 run-scoped epoch may have gone on.
-        """
+        """Whether this state's epoch may have written part of the batch after `committed`: an ``open`` or
+        ``intent`` may have; after a ``commit``, only a version 1 run-scoped epoch (it announced nothing)."""
         if self.kind in ("open", "intent"):
             return True
         return self.kind == "commit" and self.scope == "run" and not self.announces
@@ -95,7 +80,7 @@ def _header(state: LedgerState) -> dict[str, Any]:
 
 
 def _pieces(ends: dict[str, int]) -> list[dict[str, int]]:
-    """`ends` split into maps of at most `PIECE_BYTES` of JSON each (at least one, maybe empty)."""
+    """`ends` in maps of at most `PIECE_BYTES` of JSON (at least one, maybe empty)."""
     out: list[dict[str, int]] = [{}]
     size = 2
     for stream, end in ends.items():
@@ -109,11 +94,8 @@ def _pieces(ends: dict[str, int]) -> list[dict[str, int]]:
 
 
 def encode_state(prev: LedgerState, state: LedgerState, at: int) -> tuple[list[bytes], LedgerState, bool]:
-    """The record bodies that append `state` on top of `prev` at seq_num `at`.
-
-    Returns the bodies, `state` with its ledger position (``base``, ``since``), and whether the last body
-    is a snapshot (the ledger can then be trimmed to the new ``base``).
-    """
+    """The bodies appending `state` on top of `prev` at seq_num `at`, `state` with its ``base`` and
+    ``since``, and whether it is a snapshot (the ledger may then be trimmed to ``base``)."""
     snapshot = state.kind == "commit" and prev.since + 1 >= SNAPSHOT_EVERY
     if snapshot:
         ends, base, since = state.ends, at, 0
@@ -142,7 +124,7 @@ def parse_record(body: bytes, where: str) -> dict[str, Any]:
 
 
 def state_of(doc: dict[str, Any], ends: dict[str, int], base: int, since: int, where: str) -> LedgerState:
-    """The state a state record describes, with the ends folded up to it."""
+    """The state of state record `doc`, with the ends folded up to it."""
     try:
         return LedgerState(
             kind=doc["kind"],
@@ -196,16 +178,14 @@ class EndsFold:
 
 
 def check_not_reset(committed: Mapping[str, int], reported: Mapping[str, int], writer_id: str) -> None:
-    """Before a commit: a stream whose acks end below the ledger's end for it was deleted and recreated
-    under the micro-batch (`StreamResetError`; the ledger keeps the higher end, which the stream no
-    longer has, so recording the batch would put its records behind every reader's committed end)."""
+    """Before a commit: acks ending below the ledger's end are a stream recreated under the batch
+    (`StreamResetError`): recording it would put its records behind every reader's committed end."""
     for stream, end in reported.items():
         if end < committed.get(stream, 0):
             raise stream_reset(stream, committed[stream], end, writer_id)
 
 
 def stream_reset(stream: str, end: int, tail: int, writer_id: str) -> StreamResetError:
-    """The error for a target stream whose tail is below the ledger's committed end for it."""
     return StreamResetError(
         f"exactly-once: stream {stream!r} ends at {tail}, below the end {end} this writer's ledger committed "
         "for it: the stream was deleted and recreated (S2's delete_on_empty after retention, or by hand), "

@@ -1,8 +1,7 @@
 """Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per run of clean micro-batches.
 
-A Python streaming sink has no driver step that knows the batch id before its tasks run, so the epoch opens
-when the writer is pickled (`open_sink_run`: `Coordinator.plan_execution`), tasks plan their batch
-(`SinkRun.plan_batch`), ``commit`` closes it (`commit_sink_run`). docs/exactly-once.md, *df.writeStream...*.
+No driver step knows the batch id before the tasks run: the epoch opens when the writer is pickled
+(`open_sink_run`), tasks plan their batch (`SinkRun.plan_batch`), ``commit`` closes it (`commit_sink_run`).
 """
 
 from __future__ import annotations
@@ -31,35 +30,22 @@ class SinkRun:
 
     cfg: S2Config
     writer_id: str
-    query_id: str | None
-    """The streaming query id the driver read from the checkpoint (None where it cannot read it)."""
+    query_id: str | None  # read from the checkpoint (None where it cannot be)
     run: str
     epoch: int
-    before: LedgerState
-    """The ledger as this execution found it: its last commit, and whether an epoch since may have written
-    (without its stream ends: `ends` carries them)."""
+    before: LedgerState  # the ledger as this execution found it (its ends are in `ends`)
     ends: EndsRef
-    """The last commit's stream ends as the tasks get them (`EndsRef`)."""
-    opened: LedgerState
-    """This execution's ``open`` or ``intent`` record (without its stream ends), and the ledger's tail
-    after it: commit appends on top of them."""
+    opened: LedgerState  # this execution's ``open`` or ``intent``, and the tail after it: commit goes on top
     opened_tail: int
-    writer: str
-    """The hash in the epoch's tokens and chunk tags (`Coordinator.writer`)."""
-    trust_partitioning: bool = False
-    """A replay keeps the partitioning of the run it repairs (``s2.replay-partitioning=same``)."""
+    writer: str  # `Coordinator.writer`
+    trust_partitioning: bool = False  # s2.replay-partitioning=same
 
     @property
     def recovery(self) -> bool:
-        """An earlier execution may have written part of the micro-batch after the last commit."""
         return self.before.may_have_written_next
 
     def plan_batch(self, batch_id: int, query_id: str | None) -> EpochPlan | None:
-        """How a task writes micro-batch `batch_id` in this execution's epoch, or None when the ledger
-        already has the batch.
-
-        `query_id` is the streaming query id the task sees (the ``sql.streaming.queryId`` property).
-        """
+        """How a task of query `query_id` writes `batch_id` in this epoch; None when the ledger has it."""
         if self.query_id is not None and query_id is not None and query_id != self.query_id:
             raise CommitError(
                 f"exactly-once: the driver read query id {self.query_id!r} from the checkpoint, but the "
@@ -106,8 +92,7 @@ def open_sink_run(
     trust_partitioning: bool = False,
     shape: WriteShape | None = None,
 ) -> SinkRun:
-    """Plan one micro-batch execution (`Coordinator.plan_execution`). `shape` is what the writer's options
-    make of a row: recorded with the announcement, checked against the ledger's (`shape.check_restart`)."""
+    """Plan one micro-batch execution (`Coordinator.plan_execution`)."""
     key = (cfg.basin_endpoint, cfg.basin, writer_id, query_id)
     # A failure below leaves no entry: the next planning opens an epoch.
     coord = _planned.pop(key, None)
@@ -154,8 +139,7 @@ def commit_sink_run(
     query_id: str | None = None,
     shape: WriteShape | None = None,
 ) -> None:
-    """Record `batch_id` in the ledger on top of execution `run`'s ``open`` or ``intent`` (None: no task
-    reported); `query_id` is the streaming query id the tasks saw, `shape` what the options make of a row."""
+    """Record `batch_id` on top of execution `run`'s ``open`` or ``intent`` (None: no task reported)."""
 
     async def resume(ledger: Ledger) -> int | None:
         if run is None:

@@ -1,8 +1,5 @@
-"""Take-overs between exactly-once identities, decided on evidence rather than guessed.
-
-At its first start, an identity whose ledger is empty looks for an earlier identity of the same query to go
-on from: docs/exactly-once.md, *Take-overs*.
-"""
+"""Take-overs between exactly-once identities, decided on evidence: an identity whose ledger is empty goes on
+from an earlier identity of the same query (docs/exactly-once.md, *Take-overs*)."""
 
 from __future__ import annotations
 
@@ -24,20 +21,12 @@ __all__ = ["check_not_lost", "check_not_moved", "check_not_renamed", "mark_moved
 log = logging.getLogger(__name__)
 
 
-def _routing(ledger: Ledger) -> str:
-    return ledger.state.shapes[-1].routing if ledger.state.shapes else "(not recorded)"
-
-
-def _matters_for(ledger: Ledger, batch_id: int) -> bool:
-    """Whether `ledger` has `batch_id` in flight or committed (a replay Spark runs again)."""
-    return ledger.state.may_have_written_next or batch_id <= ledger.state.committed
-
-
 def _described(ledger: Ledger) -> str:
     st = ledger.state
+    routing = st.shapes[-1].routing if st.shapes else "(not recorded)"
     where = "committed" if st.committed >= 0 else "no batch committed"
     flight = ", the next in flight" if st.may_have_written_next else ""
-    return f"{ledger.writer_id!r} ({_routing(ledger)}; {where} up to {st.committed}{flight})"
+    return f"{ledger.writer_id!r} ({routing}; {where} up to {st.committed}{flight})"
 
 
 async def take_over(
@@ -50,9 +39,8 @@ async def take_over(
     in_use: Callable[[str], bool] = lambda _: False,
     cfg: S2Config | None = None,
 ) -> LedgerState | None:
-    """Take over the identity whose batches `ledger`'s (empty) identity goes on with, if there is one; its
-    state, now `ledger`'s. `in_use` says whether another writer object of this process writes under an
-    identity in this start of the query."""
+    """Take over the identity `ledger`'s (empty) identity goes on from, if any; its state, now `ledger`'s.
+    `in_use(name)`: another writer object of this process writes as `name` in this start."""
     me = ledger.writer_id
     states = {w: st for w, st in (await peek_all(basin, cfg=cfg)).items() if w != me and st.kind != "none"}
     found: list[Ledger] = []
@@ -80,8 +68,8 @@ async def take_over(
 async def _decide(
     ledger: Ledger, found: list[Ledger], shape: WriteShape | None, batch_id: int
 ) -> LedgerState | None:
-    """Of this query's ledgers, take over the one with this writer's routing; where none has it, refuse
-    if one of them has `batch_id` in flight or committed (see the module docstring)."""
+    """Take over the one of `found` with this routing; with none, refuse if one has `batch_id` in flight or
+    committed."""
     me = ledger.writer_id
     related = [f for f in found if _related(f.state, shape)]
     if len(related) > 1:
@@ -92,7 +80,7 @@ async def _decide(
         )
     if related:
         return await _move(ledger, related[0])
-    blocking = [f for f in found if _matters_for(f, batch_id)]
+    blocking = [f for f in found if f.state.may_have_written_next or batch_id <= f.state.committed]
     if blocking:
         mine = shape.routing if shape is not None else "(not recorded)"
         raise WriterConflictError(
@@ -109,22 +97,21 @@ async def _decide(
 
 
 def _names_query(state: LedgerState, name: str, query_id: str) -> bool:
-    """Whether the ledger `name` wrote batches of query `query_id`: it records that query id, or it is the
-    query's default identity (the query id itself) and records none (a ledger of an earlier version)."""
+    """Whether ledger `name` wrote query `query_id`'s batches: it records that id, or is named by it and
+    records none (an earlier version)."""
     return state.query_id == query_id or (name == query_id and state.query_id is None)
 
 
 def _related(state: LedgerState, shape: WriteShape | None) -> bool:
-    """Whether the routing a ledger recorded last is `shape`'s (or either is unknown: nothing says it is
-    not)."""
+    """Whether the routing recorded last is `shape`'s (or either is unknown)."""
     return shape is None or not state.shapes or state.shapes[-1].routing == shape.routing
 
 
 def _refuse_in_flight_elsewhere(
     me: str, other: Ledger, query_id: str | None, shape: WriteShape | None
 ) -> None:
-    """Where the query ids cannot be compared, a ledger with this routing and a batch in flight under
-    another identity may be this writer's, renamed: WriterConflictError naming both ids and the fix."""
+    """Where query ids cannot be compared, a batch in flight with this routing under another identity may
+    be this writer's, renamed: WriterConflictError."""
     state = other.state
     comparable = query_id is not None and state.query_id is not None
     same_routing = shape is not None and bool(state.shapes) and _related(state, shape)
@@ -142,9 +129,7 @@ def _refuse_in_flight_elsewhere(
 
 
 async def _move(ledger: Ledger, old: Ledger) -> LedgerState:
-    """Copy `other`'s state into `ledger` after marking `other` as moved to it (both conditional appends).
-    A ``moved_to`` naming another identity, there already or landing first, is a WriterConflictError: a
-    take-over is exclusive."""
+    """Mark `old` moved to `ledger`'s identity, then copy its state there (both conditional appends)."""
     me = ledger.writer_id
     await mark_moved(old, me)
     carried = replace(old.state, moved_to=None, writer=old.state.writer or writer_hash(old.writer_id))
@@ -162,8 +147,8 @@ async def _move(ledger: Ledger, old: Ledger) -> LedgerState:
 
 
 async def mark_moved(old: Ledger, me: str) -> None:
-    """Make `old`'s last record say it moved to `me` (a conditional append); WriterConflictError naming both
-    when it names another identity, there already or landing first: a take-over is exclusive."""
+    """Make `old` say it moved to `me`; WriterConflictError if another identity took it (take-overs are
+    exclusive)."""
     await old.load()
     if old.state.moved_to is None:
         try:
@@ -188,10 +173,8 @@ def _claimed(me: str, old: str, other: str) -> WriterConflictError:
 async def check_not_renamed(
     basin: S2Basin, writer_id: str, query_id: str | None, *, cfg: S2Config | None = None
 ) -> None:
-    """``format("s2")``: refuse a new identity (its ledger empty) for a query whose batches another
-    identity's ledger holds (WriterConflictError naming it): a renamed ``s2.writer-id``, or one set or
-    dropped, on the same checkpoint would write a batch in flight or committed there again. The sink does
-    not take ledgers over (its driver does not know the batch it plans); the fix is the previous name."""
+    """``format("s2")`` (which does not know its batch, so takes nothing over): refuse a new identity for a
+    query whose batches another identity's ledger holds (a renamed ``s2.writer-id``)."""
     if query_id is None:
         return
     states = {w: st for w, st in (await peek_all(basin, cfg=cfg)).items() if w != writer_id}
@@ -207,7 +190,6 @@ async def check_not_renamed(
 
 
 def check_not_moved(state: LedgerState, writer_id: str) -> None:
-    """Refuse an identity whose ledger another identity took over (WriterConflictError naming it)."""
     if state.moved_to is None:
         return
     raise WriterConflictError(
@@ -218,9 +200,8 @@ def check_not_moved(state: LedgerState, writer_id: str) -> None:
 
 
 async def check_not_lost(basin: S2Basin, writer_id: str) -> None:
-    """Refuse an identity whose ledger is empty while its sign-in registers exist (CommitError): its ledger
-    was deleted or recreated empty, and with it what it committed, so a batch Spark replays would be written
-    again and a half-written one would not be read back (see module docstring)."""
+    """Refuse an empty ledger whose sign-in registers exist (CommitError): it was deleted, and with it what
+    it committed."""
     prefix = f"{REGISTER_PREFIX}{writer_id}/"
     async for info in basin.list_all_streams(prefix=prefix):
         if info.name[len(prefix) :].isdigit():  # a partition's register, not another writer id's below
