@@ -1,9 +1,7 @@
 """The last commit's stream ends as a task sees them: a few inline, the rest looked up in the ledger.
 
 Only a task off the happy path needs a stream's end, so a plan carries the ledger position of the state
-record the ends were folded at instead of the whole map; a process folds it once (`lookup`). A ledger
-deleted and written anew numbers its records from 0 again, so a reference also names its run and epoch.
-"""
+record instead of the whole map; a process folds it once (`lookup`)."""
 
 from __future__ import annotations
 
@@ -21,10 +19,8 @@ from s2_sink.errors import FencedError
 
 __all__ = ["EndsRef", "lookup"]
 
-_INLINE_MAX: Final = 32
-"""Up to this many ends travel inline in the plan (a lookup costs more than they do)."""
-_KEEP: Final = 2
-"""Folded ledger positions each process keeps: the current micro-batch's and the one before."""
+_INLINE_MAX: Final = 32  # ends inline in the plan (a lookup costs more than they do)
+_KEEP: Final = 2  # folded positions a process keeps: this micro-batch's and the one before
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +29,10 @@ class EndsRef:
 
     writer_id: str
     inline: Mapping[str, int] = field(default_factory=dict)
-    state_at: int | None = None
-    """The ledger state record the other ends were folded at; None: `inline` holds every end."""
+    state_at: int | None = None  # the state record the other ends fold at; None: all are inline
+    # The run and epoch it names: a ledger deleted and written anew numbers its records from 0 again.
     state_run: str = ""
     state_epoch: int = 0
-    """The run and epoch that state record names (a position of a ledger written anew can hold another)."""
 
     @classmethod
     def of(
@@ -48,8 +43,7 @@ class EndsRef:
         state_at: int | None,
         keep: Iterable[str] = (),
     ) -> EndsRef:
-        """The ends of `state` (the ledger's state record at `state_at`): inline if they are few (or
-        `state_at` is unknown), else the `keep` streams' ends inline and the rest by reference."""
+        """The ends of `state` (at `state_at`): all inline if few, else `keep`'s and the rest by reference."""
         ends = state.ends
         if state_at is None or len(ends) <= _INLINE_MAX:
             return cls(writer_id, dict(ends))
@@ -61,7 +55,7 @@ _folds: OrderedDict[tuple[str, str, int, str, int], asyncio.Future[dict[str, int
 
 
 async def lookup(cfg: S2Config, ref: EndsRef, stream: str) -> int | None:
-    """E_s of `stream`, or None if the writer never committed a write to it."""
+    """The committed end of `stream`, or None if the writer never committed to it."""
     if stream in ref.inline or ref.state_at is None:
         return ref.inline.get(stream)
     key = (cfg.basin, ref.writer_id, ref.state_at, ref.state_run, ref.state_epoch)
@@ -91,13 +85,9 @@ async def _fold(cfg: S2Config, ref: EndsRef) -> dict[str, int]:
     # Reads may be repeated: a transient failure is waited out, as by every read of the sink.
     state = await patiently(Patience.of(cfg), f"reading the exactly-once ledger {ledger.name!r}", fold)
     if state is None:
-        raise _moved_past(ledger.name, at)
+        raise FencedError(
+            f"exactly-once: the ledger {ledger.name!r} no longer has the state record at {at} this "
+            "micro-batch was planned from (a later commit trimmed it): the query has moved past this "
+            "micro-batch, so this is a late task attempt and it stops without writing"
+        )
     return state.ends
-
-
-def _moved_past(name: str, at: int) -> FencedError:
-    return FencedError(
-        f"exactly-once: the ledger {name!r} no longer has the state record at {at} this micro-batch was "
-        "planned from (a later commit trimmed it): the query has moved past this micro-batch, so this "
-        "is a late task attempt and it stops without writing"
-    )

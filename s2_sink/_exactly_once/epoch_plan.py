@@ -27,22 +27,17 @@ _RETRY_POLICY: Final = "NO_SIDE_EFFECTS"
 class EpochPlan:
     """How the tasks write one micro-batch under an exactly-once epoch; the pieces go into the `WritePlan`."""
 
-    cfg: S2Config
-    """The writer's config with the ``NO_SIDE_EFFECTS`` append retry policy."""
+    cfg: S2Config  # with the NO_SIDE_EFFECTS append retry policy
     token: str
-    """The epoch's fencing token, sent with every append."""
     tagger: Tagger
     keeper: TokenKeeper
     dedupe: Dedupe
     tag_reserve: ClassVar[int] = TAG_RESERVE_BYTES
-    """Metered bytes every append keeps free for the chunk tag."""
+    # Per stream, a newer generation an earlier batch's task retry left there: tasks start with it (no 412).
     tokens: Mapping[str, str] = field(default_factory=dict)
-    """Per stream, a newer generation of the epoch's token that an earlier micro-batch's task retry left
-    there: tasks start that stream with it (no 412, no zombie check, on every later batch)."""
 
     @property
     def recovery(self) -> bool:
-        """A replay after a driver restart: an earlier run may have written part of the micro-batch."""
         return self.dedupe.recovery
 
 
@@ -57,10 +52,8 @@ def epoch_plan(
     replay: Replay = "content",
     tokens: Mapping[str, str] | None = None,
 ) -> EpochPlan:
-    """The plan of writer hash `writer` in `epoch`; `starts` are the last commit's stream ends (all of
-    them, or an `EndsRef` that names where the ledger has them), `writer_id` the identity whose registers
-    the task attempts sign in to, `tokens` the tokens tasks of earlier micro-batches last appended with
-    per stream (only newer generations of this epoch are shipped)."""
+    """The plan of writer hash `writer` in `epoch` from the last commit's ends `starts`; of `tokens` (per
+    stream, the last earlier tasks appended with) only this epoch's newer generations are shipped."""
     eo_cfg = cfg.replace(append_retry_policy=_RETRY_POLICY)
     ends = starts if isinstance(starts, EndsRef) else EndsRef(writer_id, dict(starts))
     mine = Token(epoch=epoch, gen=0, writer=writer)
@@ -84,7 +77,6 @@ def epoch_plan(
 
 
 def newest_tokens(tokens: Mapping[str, str], reported: Mapping[str, Iterable[str]]) -> dict[str, str]:
-    """`tokens` updated with the newest token of ours tasks reported per stream (by epoch, generation)."""
     out = dict(tokens)
     for stream, texts in reported.items():
         for text in texts:
@@ -94,10 +86,9 @@ def newest_tokens(tokens: Mapping[str, str], reported: Mapping[str, Iterable[str
     return out
 
 
+# Newer generations a plan carries at most, highest first: so the plan does not grow with the routed
+# streams written (the rest cost their tasks one 412 and an adoption check).
 _MAX_SHIPPED_TOKENS = 16
-"""Tokens of newer generations a plan carries at most, the highest generations first: every routed stream a
-task first fenced carries a named generation, and shipping them all would make the plan grow with the
-streams written (the rest cost their tasks one 412 and an adoption check, as before)."""
 
 
 def _newer_generations(tokens: Mapping[str, str], writer: str, epoch: int) -> dict[str, str]:
@@ -111,7 +102,7 @@ def _newer_generations(tokens: Mapping[str, str], writer: str, epoch: int) -> di
 
 
 def already_committed(state: LedgerState, writer_id: str, batch_id: int) -> bool:
-    """Whether the ledger already has `batch_id` (a replay after Spark lost its own commit): write nothing."""
+    """Whether the ledger has `batch_id` (Spark lost its own commit): write nothing."""
     if batch_id > state.committed:
         return False
     log.info(

@@ -1,8 +1,7 @@
 """Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
 
 A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~[<partition>.<task-id>]`` in base 36 (within S2's 36
-bytes); 0.1.0's decimal tokens (no ``~``) are still read. What a ``412`` reveals decides what to do, and
-attempts of a partition are ordered by Spark's task id (SPARK-24552): docs/exactly-once.md, *Fencing tokens*.
+bytes); 0.1.0's decimal tokens (no ``~``) are still read. docs/exactly-once.md, *Fencing tokens*.
 """
 
 from __future__ import annotations
@@ -52,13 +51,11 @@ _TOKEN_RE: Final = re.compile(
 _B36: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 _MAX_ROUNDS: Final = 20
 
+# Whether the task attempt is still its partition's last sign-in (`sign_in_registers.still_last`).
 Attendance = Callable[[], Awaitable[bool]]
-"""Whether the task attempt is still its partition's last sign-in (`sign_in_registers.still_last`:
-FencedError if a later attempt signed in; False if the register cannot tell)."""
 
 
 def writer_hash(writer_id: str) -> str:
-    """8 hex chars identifying a writer identity in tokens and chunk tags."""
     return hashlib.sha256(writer_id.encode()).hexdigest()[:8]
 
 
@@ -73,13 +70,12 @@ def _b36(n: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TaskAttempt:
-    """One attempt of one Spark task: its partition and Spark's task id (later attempts have higher ids)."""
+    """One attempt of one Spark task: later attempts of a partition have higher task ids (SPARK-24552)."""
 
     partition: int
     task_id: int
 
     def superseded_by(self, other: TaskAttempt | None) -> bool:
-        """`other` is a later attempt of this partition (this one is then a zombie)."""
         return other is not None and other.partition == self.partition and other.task_id > self.task_id
 
 
@@ -90,8 +86,7 @@ class Token:
     epoch: int
     gen: int
     writer: str
-    by: TaskAttempt | None = field(default=None, compare=False)
-    """The task attempt whose retry barrier set this generation (``None`` for generation 0)."""
+    by: TaskAttempt | None = field(default=None, compare=False)  # whose retry barrier set this generation
 
     def __str__(self) -> str:
         # One encoding, base 36, so a long run's retry still fits 36 bytes; the ``~`` tells it from the
@@ -101,7 +96,6 @@ class Token:
         return f"{_PREFIX}:{self.writer}:{run}~{by}"
 
     def encode(self) -> str:
-        """The wire form; raises ValueError if it would exceed S2's 36-byte limit."""
         text = str(self)
         if len(text.encode()) > MAX_TOKEN_BYTES:
             raise ValueError(f"fencing token {text!r} exceeds {MAX_TOKEN_BYTES} bytes")
@@ -109,7 +103,6 @@ class Token:
 
     @classmethod
     def parse(cls, text: str) -> Token | None:
-        """A token of ours, or ``None`` for anything else (a foreign token or ``""``)."""
         m = _TOKEN_RE.match(text)
         if m is None:
             return None
@@ -124,12 +117,9 @@ class Token:
 def judge_current_token(
     stream: str, current: str, mine: Token, *, may_take_over: bool = False
 ) -> Token | None:
-    """What to do about the token a 412 reported on `stream`.
-
-    Returns the token to adopt as-is (ours, same run, a newer generation), or ``None`` when this run may
-    fence over it (empty, ours from an older run, or — with `may_take_over`, i.e. this writer never
-    committed a write to the stream — another s2_sink writer's). Raises FencedError when it must not.
-    """
+    """The token a 412 reported on `stream` to adopt (ours, this run, a newer generation); None when this
+    run may fence over it (empty, an older run's, or another writer's with `may_take_over`: we never
+    committed to the stream); FencedError when it must not."""
     if current == "":
         return None
     theirs = Token.parse(current)
@@ -161,7 +151,7 @@ def judge_current_token(
 
 @dataclass(frozen=True, slots=True)
 class FenceResult:
-    """The token now on the stream and the seq_num right after our fence (None if adopted, not fenced)."""
+    """The token now on the stream and the seq_num after our fence (None if adopted)."""
 
     token: Token
     position: int | None
@@ -181,15 +171,10 @@ async def fence_if_older(
     attendance: Attendance | None = None,
     patience: Patience = DEFAULT_PATIENCE,
 ) -> FenceResult:
-    """Make `stream` carry a token of this run (``mine`` or a newer generation of it).
-
-    `current` is the token a 412 just reported, if known. Without `me` (the driver, before any task of the
-    epoch runs) the stream gets ``mine``; with `me` (a task attempt) the zombie check (from `since`, the
-    micro-batch's start, through `attendance` where it can answer) runs before any token change, and a fence
-    is a new generation named by `me`, except over an older run of ours or a stream holding no record. `end`
-    is the ledger's committed end: a tail below it is a stream reset. Retried until `patience`'s deadline:
-    every step is a read or a conditional fence. docs/exactly-once.md, *Fencing tokens*.
-    """
+    """Make `stream` carry a token of this run: ``mine`` (the driver, or over an older run or an empty
+    stream) or a new generation named by task attempt `me`, after the zombie check from `since`. `current`:
+    the token a 412 reported; `end`: the ledger's committed end (a tail below it is a reset). Every step is
+    a read or a conditional fence, so all are retried until `patience`'s deadline."""
     name = stream.name
     seen: str = str(mine) if current is None else current
     retrying = Retrying(patience, f"fencing stream {name!r}")
@@ -269,9 +254,8 @@ async def fence_if_older(
 async def _tail_checks(
     stream: S2Stream, end: int | None, writer_id: str, *, new_stream: bool, patience: Patience
 ) -> bool:
-    """Before fencing over a token that is not ours: a tail below the ledger's `end` is a stream reset
-    (`StreamResetError`). Whether to fence a `new_stream` as one holding no record: without an `end`, no
-    tail is read (the fence's ``match_seq_num=0`` asks)."""
+    """Before fencing over a token not ours: a tail below `end` is a stream reset. Whether to fence
+    `new_stream` as holding no record (without an `end` the fence's ``match_seq_num=0`` asks)."""
     if end is None:
         return new_stream
     tail = await _tail(stream, patience)
@@ -294,13 +278,9 @@ async def check_not_superseded(
     *,
     patience: Patience = DEFAULT_PATIENCE,
 ) -> int:
-    """The zombie check: raise FencedError if a later attempt of `me`'s partition fenced `stream` in `mine`'s
-    run at or after `since`; else the highest generation of that run among those fences (-1 if none, or not
-    read).
-
-    With `attendance`, `me` still being its partition's last sign-in answers in one record; otherwise every
-    fence command record of ``[since, tail)`` is read back. Only tokens of the same writer and epoch count.
-    """
+    """The zombie check: FencedError if a later attempt of `me`'s partition fenced `stream` in `mine`'s run
+    since `since`, else the run's highest generation there (-1: none, or not read). `attendance` answers in
+    one record where it can; else every fence record of ``[since, tail)`` is read."""
     if attendance is not None and await attendance():
         return -1
     top = -1

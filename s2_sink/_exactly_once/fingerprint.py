@@ -17,8 +17,7 @@ from s2_sink.encoders._frame import DLQ_ERROR, DLQ_PARTITION
 
 __all__ = ["Fingerprints", "fingerprint"]
 
-Fingerprints = Counter[bytes]
-"""A multiset of fingerprints."""
+Fingerprints = Counter[bytes]  # a multiset
 
 
 def _frame(h: hashlib.blake2b, data: bytes) -> None:

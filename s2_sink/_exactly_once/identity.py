@@ -1,10 +1,6 @@
-"""Who is writing: the exactly-once writer identity, and the Spark settings exactly-once refuses.
-
-An identity (``writer_id``, else the streaming query id) holds no configuration: docs/exactly-once.md,
-*Writer identity*. `session_facts` reads what exactly-once needs of Spark into a plain `SessionFacts`, so the
-delivery mode runs without Spark (tests/sim); the run id comes from the name of the thread Spark runs the
-micro-batch on, which ``setJobGroup`` cannot hide or forge.
-"""
+"""Who is writing: the exactly-once writer identity (``writer_id``, else the streaming query id; no
+configuration: docs/exactly-once.md, *Writer identity*), and the Spark settings exactly-once refuses.
+`session_facts` reads Spark into plain values, so the delivery mode runs without Spark (tests/sim)."""
 
 from __future__ import annotations
 
@@ -33,15 +29,14 @@ __all__ = [
 
 _SPARK_ERRORS: Final = spark_errors()
 
-QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
-"""The local property Spark sets to the streaming query id, on the driver thread and in the tasks."""
+QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"  # set by Spark on the driver thread and in the tasks
+# The thread running a query's micro-batches (``StreamExecution.prettyIdString``): setJobGroup cannot
+# hide or forge its run id.
 _THREAD_NAME_RE: Final = re.compile(r"^stream execution thread for .*\[id = ([^,\]]+), runId = ([^\]]+)\]$")
-"""Spark's name for the thread that runs a query's micro-batches (``StreamExecution.prettyIdString``)."""
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 
 
 def validate_writer_id(writer_id: str) -> str:
-    """Check an explicit writer_id (it becomes part of the ledger stream name)."""
     if not isinstance(writer_id, str) or not _WRITER_ID_RE.match(writer_id):
         raise ConfigError(
             f"writer_id must be 1-200 characters of letters, digits and . _ : / = + -, got {writer_id!r}"
@@ -58,12 +53,8 @@ def _spark_context(spark: Any) -> Any | None:
 
 
 def _local_property(spark: Any, name: str, what: str) -> str | None:
-    """A streaming local property of the calling thread; None where Spark has no SparkContext (Connect).
-
-    Any other failure to read it is a `ConfigError`: the identity, the check that the ledger belongs to
-    this query and the detection of a restarted query rest on it, so exactly-once refuses rather than
-    guessing.
-    """
+    """A local property of the calling thread; None under Connect. Unreadable, it is a ConfigError:
+    exactly-once refuses rather than guess its identity."""
     sc = _spark_context(spark)
     if sc is None:
         return None
@@ -83,9 +74,8 @@ def _query_id(spark: Any) -> str | None:
 
 
 def query_run_id(spark: Any, query_id: str | None) -> str | None:
-    """The id of this start of the streaming query `query_id`, from the name of the thread calling
-    ``foreachBatch`` (classic Spark runs the Python function on the stream execution thread); None where it
-    cannot be read (Spark Connect, another thread, another query's name). A new id at every ``start()``."""
+    """The id of this start of query `query_id`, from the name of the thread calling ``foreachBatch``
+    (classic Spark's stream execution thread); None where it cannot be read."""
     jvm = getattr(_spark_context(spark), "_jvm", None)
     if query_id is None or jvm is None:
         return None
@@ -97,7 +87,6 @@ def query_run_id(spark: Any, query_id: str | None) -> str | None:
 
 
 def run_id_of_thread(name: str, query_id: str) -> str | None:
-    """The run id in a stream execution thread's `name`, if the name is that of query `query_id`."""
     match = _THREAD_NAME_RE.match(name)
     if match is None or match.group(1) != query_id:
         return None
@@ -105,8 +94,7 @@ def run_id_of_thread(name: str, query_id: str) -> str | None:
 
 
 def writer_identity(explicit: str | None, query_id: str | None) -> tuple[str, str | None]:
-    """``(writer_id, query_id)`` of an `S2Writer`: the explicit ``writer_id``, else the streaming query id;
-    ConfigError when neither can be had. No configuration enters it (see the module docstring)."""
+    """``(writer_id, query_id)`` of an `S2Writer`: the explicit ``writer_id``, else the query id."""
     if explicit is not None:
         return validate_writer_id(explicit), query_id
     if query_id is None:
@@ -119,7 +107,6 @@ def writer_identity(explicit: str | None, query_id: str | None) -> tuple[str, st
 
 
 def speculation_refused() -> ConfigError:
-    """The error for ``spark.speculation=true`` under exactly-once."""
     return ConfigError(
         "delivery='exactly-once' does not support speculative execution (spark.speculation=true): "
         "a speculative copy of a task appends the same records concurrently with the original. Set "
@@ -128,8 +115,7 @@ def speculation_refused() -> ConfigError:
 
 
 def _speculation_on(spark: Any) -> bool:
-    """Whether speculative execution is on; a setting that cannot be read is a ConfigError (exactly-once
-    cannot tell that it is off)."""
+    """Whether speculative execution is on (unreadable: ConfigError)."""
     try:
         value = str(spark.conf.get("spark.speculation", "false")).strip().lower()
     except _SPARK_ERRORS as exc:
@@ -146,19 +132,14 @@ def _speculation_on(spark: Any) -> bool:
 class SessionFacts:
     """What exactly-once needs of the session that calls ``foreachBatch``, as plain values."""
 
-    query_id: str | None
-    """The streaming query id (None: not readable here, e.g. Spark Connect)."""
-    run_id: str | None
-    """The id of this start of the query (None where it cannot be read: the writer then fails closed)."""
-    connect: bool = False
-    """A Spark Connect session: one start of the query per Python process."""
-    speculation: bool = False
-    """``spark.speculation=true`` (exactly-once refuses it)."""
+    query_id: str | None  # None: not readable here (Spark Connect)
+    run_id: str | None  # this start of the query (None: unreadable; the writer fails closed)
+    connect: bool = False  # Spark Connect: one start of the query per Python process
+    speculation: bool = False  # spark.speculation=true (refused)
 
 
 def session_facts(spark: Any) -> SessionFacts:
-    """Read `SessionFacts` off a SparkSession (ConfigError where a fact cannot be read). With speculation on,
-    nothing else is read: the write is refused for that first."""
+    """`SessionFacts` of a SparkSession; with speculation on, nothing else (it is refused first)."""
     connect = _spark_context(spark) is None
     if _speculation_on(spark):
         return SessionFacts(None, None, connect, speculation=True)
@@ -167,7 +148,7 @@ def session_facts(spark: Any) -> SessionFacts:
 
 
 def _local_dir(location: str) -> str | None:
-    """The local directory of a checkpoint location, or None for a remote file system (s3://, abfss://...)."""
+    """The local directory of a checkpoint location; None on a remote file system."""
     url = urlparse(location)
     if url.scheme == "" or len(url.scheme) == 1:  # a plain path (or a Windows drive letter)
         return os.path.abspath(location)
@@ -179,7 +160,6 @@ def _local_dir(location: str) -> str | None:
 
 
 def query_id_from_checkpoint(location: str) -> str | None:
-    """The streaming query id stored in ``<location>/metadata``, if the driver's Python can read it."""
     directory = _local_dir(location)
     if directory is None:
         return None

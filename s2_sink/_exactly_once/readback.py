@@ -1,10 +1,6 @@
-"""Read-back: the fingerprints of what an exactly-once writer already put into a stream range (recovery only),
-and `read_span`, the retried paging loop under it that the zombie check and the CLI read through too (the
-ledger pages on its own: `Ledger.records`).
-
-A chunk is found by its ``@s2sink`` tag and record count (S2 appends batches atomically and contiguously);
-records of other writers are skipped.
-"""
+"""Read-back: the fingerprints of what an exactly-once writer already put into a stream range, found by the
+chunks' ``@s2sink`` tags and record counts (S2 appends batches contiguously); and `read_span`, the retried
+paging loop under it that the zombie check and the CLI read through too."""
 
 from __future__ import annotations
 
@@ -44,11 +40,9 @@ class ReadBack:
     end: int
     fingerprints: Fingerprints = field(default_factory=Counter)
     chunks: list[ChunkTag] = field(default_factory=list)
-    elsewhere: Fingerprints = field(default_factory=Counter)
-    """Fingerprints of the chunks matching the optional second predicate (``elsewhere=``)."""
+    elsewhere: Fingerprints = field(default_factory=Counter)  # of chunks matching ``elsewhere=``
     records_scanned: int = 0
-    not_owned: int = 0
-    """Records of matching chunks left out because another task owns their content."""
+    not_owned: int = 0  # records of matching chunks another task owns
 
 
 async def read_back(
@@ -62,15 +56,9 @@ async def read_back(
     owns: Callable[[list[tuple[bytes, bytes]], bytes], bool] | None = None,
     patience: Patience = DEFAULT_PATIENCE,
 ) -> ReadBack:
-    """Collect fingerprints of the records in chunks of `writer` matching `match` within ``[start, end)``
-    (and, separately, of those matching `elsewhere` but not `match`).
-
-    `owns` (headers, body), when given, keeps only the matching chunks' records it accepts (counted in
-    ``not_owned`` otherwise): in a content replay, another task writes and subtracts the rest.
-    `end` defaults to the tail at call time; call this after a fencing barrier so nothing older can still
-    land past it. `start` is clamped to the stream's first retained record. Failures another attempt may
-    fix are retried until `patience`'s deadline (reads are idempotent).
-    """
+    """The fingerprints of `writer`'s chunks in ``[start, end)`` matching `match` (of their records `owns`
+    accepts), and separately of those matching `elsewhere`. `end` defaults to the tail: call it after a
+    fence, so nothing older can still land past it."""
     name = stream.name
     if end is None:
         end = (await patiently(patience, f"checking the tail of {name!r}", stream.check_tail)).seq_num
@@ -117,9 +105,7 @@ async def read_back(
 async def read_span(
     stream: S2Stream, start: int, end: int, *, patience: Patience = DEFAULT_PATIENCE
 ) -> AsyncIterator[SequencedRecord]:
-    """The records of ``[start, end)`` in order (a start below the trim point reads from the first record
-    kept; nothing past what was written). Reads are idempotent, so transient failures are retried until
-    `patience`'s deadline."""
+    """The records of ``[start, end)`` (from the first kept, up to what was written), reads retried."""
     retrying = Retrying(patience, f"reading back {stream.name!r} from seq_num {start}")
     pos = start
     while pos < end:

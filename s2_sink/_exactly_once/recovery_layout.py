@@ -1,8 +1,7 @@
-"""The recovery layout: which task writes a record when a micro-batch is replayed after a driver restart.
+"""The recovery layout: which task writes a record when a batch is replayed after a driver restart.
 
 All copies of a record must be in one task, so the replay is laid out by a hash of what the fingerprint
-covers (an upsert change by its stream and key), decided where the record is encoded and shipped as a
-placement key Spark hashes into that partition. docs/exactly-once.md, *Per micro-batch*, step 2.
+covers (an upsert change: its stream and key), shipped as a placement key Spark hashes into that partition.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ _SEED: Final = 42
 
 
 def content_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> int:
-    """XXH64 over the stream, the body and each header's name and value, each hashed with the previous
-    hash as seed, as a signed 64-bit value (``stream=None`` and ``body=None`` are left out; an empty
-    headers list adds nothing)."""
+    """Chained XXH64 over stream, body and headers (None left out), as a signed 64-bit value."""
     h = _SEED
     if stream is not None:  # surrogateescape: a poison target's bytes that are not UTF-8 (`stream_texts`)
         h = xxhash.xxh64_intdigest(stream.encode("utf-8", "surrogateescape"), h)
@@ -44,8 +41,7 @@ def content_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], bod
 
 
 def layout_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body: bytes | None) -> int:
-    """The hash a replay places a record by (see module docstring): an upsert change's stream and
-    ``@key`` value, any other record's stream, body and headers. The chunk tag is not content."""
+    """The hash a replay places a record by: an upsert change's stream and ``@key``, else its content."""
     content = [(name, value) for name, value in headers if name != TAG_HEADER]
     if content and content[0][0] == KEY_HEADER:
         return content_hash(stream, (), content[0][1])
@@ -54,8 +50,8 @@ def layout_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body
 
 @dataclass(frozen=True, slots=True)
 class RecoveryLayout:
-    """How a replay is laid out: `partitions` partitions of `layout_hash`, the target stream included when
-    rows are routed (`routed`); `keys[p]` is a long Spark's hash partitioning puts in partition ``p``."""
+    """`partitions` partitions of `layout_hash` (with the stream when `routed`); `keys[p]` is a long Spark's
+    hash partitioning puts in partition ``p``."""
 
     partitions: int
     routed: bool
@@ -63,26 +59,22 @@ class RecoveryLayout:
 
     @classmethod
     def of(cls, spark: SparkSession, partitions: int, *, routed: bool) -> RecoveryLayout:
-        """The layout of `partitions` write tasks, with its placement keys found by Spark."""
         if partitions < 1:
             raise ValueError(f"a recovery layout needs at least one partition, got {partitions}")
         return cls(partitions, routed, _placement_keys(spark, partitions))
 
     @classmethod
     def single(cls) -> RecoveryLayout:
-        """The layout of a replay written by one task (the driver): every record is its own."""
+        """A replay written by one task (the driver)."""
         return cls(1, routed=False, keys=(0,))
 
     def partition_of(self, stream: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int:
-        """The task (partition id) that writes a record with this content in the replay."""
         return self.partition_of_hash(layout_hash(stream if self.routed else None, headers, body))
 
     def partition_of_hash(self, content: int) -> int:
-        """The task (partition id) that holds a row whose `layout_hash` is `content`."""
         return content % self.partitions  # a non-negative remainder, whatever the sign
 
     def placement(self, frame: pa.RecordBatch) -> pa.Array:
-        """Each record's placement key (int64) in a record frame (the changelog flat or not)."""
         names = frame.schema.names
         n = frame.num_rows
         # A routed target may be bytes that are not UTF-8 (Spark's cast lets them through): kept as
@@ -103,8 +95,7 @@ class RecoveryLayout:
 
 
 def _placement_keys(spark: SparkSession, partitions: int) -> tuple[int, ...]:
-    """For each partition p of `partitions`, the smallest long that Spark's hash partitioning (the one a
-    ``repartition(partitions, col)`` uses: ``pmod(hash(col), partitions)``) puts in p, computed by Spark."""
+    """Per partition p, the smallest long ``repartition(partitions, col)`` puts in p, asked of Spark."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - only a replay's driver needs Spark here
 
     candidates = 32 * partitions

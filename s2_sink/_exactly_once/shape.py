@@ -1,7 +1,5 @@
-"""What a writer's configuration makes of a row, as the ledger records it, and what a restart may change.
-
-See docs/exactly-once.md, *Changing the writer between runs*.
-"""
+"""What a writer's configuration makes of a row, as the ledger records it, and what a restart may change
+(docs/exactly-once.md, *Changing the writer between runs*)."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ __all__ = ["NO_ENCODER", "WriteShape", "check_restart", "describe_encoder", "sha
 log = logging.getLogger(__name__)
 
 NO_ENCODER: Final = "none (the batches are record frames)"
-_MAX_TEXT: Final = 300
-"""A setting's recorded text is at most this long (a longer one is cut and keeps a digest of the whole)."""
+_MAX_TEXT: Final = 300  # a longer setting is cut and keeps a digest of the whole
 
 
 def _short(text: str) -> str:
@@ -30,8 +27,8 @@ def _short(text: str) -> str:
 
 
 def describe_encoder(encoder: object | None) -> str:
-    """The encoder's class and settings as text: equal text, equal records for equal rows. The settings are
-    its constructor's arguments as it keeps them (not what it caches), else its public attributes."""
+    """The encoder's class and settings (its constructor's arguments as kept, else its public attributes):
+    equal text, equal records for equal rows."""
     if encoder is None:
         return NO_ENCODER
     names = [n for n in inspect.signature(type(encoder).__init__).parameters if n != "self"]
@@ -46,17 +43,14 @@ def describe_encoder(encoder: object | None) -> str:
 class WriteShape:
     """The settings that decide which records a row becomes and which streams they go to."""
 
-    encoder: str
-    """`describe_encoder` of the encoder."""
-    routing: str
-    """The routing rule: ``stream=S``, ``column=C``, ``template=T`` or ``shards=NxS``."""
+    encoder: str  # `describe_encoder`
+    routing: str  # stream=S, column=C, template=T or shards=NxS
     on_error: str
     dlq: str | None
-    names: tuple[str, str, str, str] = field(
+    names: tuple[str, str, str, str] = field(  # the front door's spelling of the four (not recorded)
         default=("encoder", "routing (stream_column, shards, S2Config.stream)", "on_error", "dlq_stream"),
         compare=False,
     )
-    """How the front door spells the four settings in messages (not recorded)."""
 
     def as_doc(self) -> dict[str, Any]:
         return dict(zip(("encoder", "routing", "on_error", "dlq"), self.values(), strict=True))
@@ -74,7 +68,6 @@ class WriteShape:
         )
 
     def differences(self, new: WriteShape) -> list[tuple[str, str | None, str | None]]:
-        """``(setting, old value, new value)`` for every setting `new` changes, in `new`'s spelling."""
         pairs = zip(new.names, self.values(), new.values(), strict=True)
         return [(name, old, now) for name, old, now in pairs if old != now]
 
@@ -82,8 +75,8 @@ class WriteShape:
 def shapes_of(
     shapes: tuple[WriteShape, ...], new: WriteShape | None, *, committed: bool
 ) -> tuple[WriteShape, ...]:
-    """The shapes a state record carries: after a ``commit`` only the committing one (nothing is in flight),
-    else every shape since the last commit with `new` last (each once)."""
+    """The shapes a state record carries: after a ``commit`` the committing one, else each since it, `new`
+    last."""
     if new is None:
         return shapes
     if committed:
@@ -100,11 +93,8 @@ def check_restart(
     writer_id: str,
     said: list[str] | None = None,
 ) -> list[str]:
-    """Decide a restart's change of configuration at micro-batch `at`: ConfigError, or the changes as text,
-    logged unless they are `said` (logged already).
-
-    `shapes` are those the ledger recorded since its last commit (the last one the current), `in_flight`
-    the micro-batch that may be part written under them (None: nothing in flight for this micro-batch)."""
+    """A restart's change of configuration at batch `at`: ConfigError where batch `in_flight` may be part
+    written under `shapes` and a replay could not recover it, else the changes (logged unless `said`)."""
     if not shapes:
         return []  # a ledger of a version that recorded no configuration: nothing to compare
     changes = [f"{name} {old!r} -> {now!r}" for name, old, now in shapes[-1].differences(new)]
@@ -133,8 +123,7 @@ def check_restart(
 
 
 def _refused(old: WriteShape, new: WriteShape) -> tuple[str, str | None, str | None] | None:
-    """The first change of `old` to `new` that a replay cannot recover: the encoder, the routing, or another
-    dead-letter stream where the old one may hold the batch's dead letters."""
+    """The first change a replay cannot recover: encoder, routing, or another dead-letter stream."""
     enc, route, _, dlq = new.names
     if old.encoder != new.encoder:
         return enc, old.encoder, new.encoder

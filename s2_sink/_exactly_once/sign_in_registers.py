@@ -1,9 +1,6 @@
 """Sign-in registers (the roll call): every task attempt of an exactly-once micro-batch signs in before its
-first append.
-
-A compare-and-swap on the partition's register orders its attempts (attempt numbers restart with a stage
-retry, SPARK-24552). A register is trimmed, never expired: one that forgot its last sign-in would let a
-zombie sign in as a first attempt. docs/exactly-once.md, *Per micro-batch*.
+first append, a compare-and-swap on its partition's register that orders its attempts (attempt numbers
+restart with a stage retry). docs/exactly-once.md, *Per micro-batch*.
 """
 
 from __future__ import annotations
@@ -47,29 +44,24 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REGISTER_PREFIX: Final = "_s2sink/register/"
-# A sign-in at a multiple of this position trims the register behind it.
-_TRIM_EVERY: Final = 256
-# Records stay until trimmed: the last sign-in must outlive any zombie of its partition.
+_TRIM_EVERY: Final = 256  # a sign-in at a multiple of this position trims the register behind it
+# Trimmed, never expired: a register that forgot its last sign-in would let a zombie sign in as first.
 _CONFIG: Final = StreamConfig(retention_policy="infinite")
 
 
 @dataclass(frozen=True, slots=True)
 class RollCall:
-    """Where a writer's task attempts sign in: one register stream per partition (no position: a sign-in
-    reads the register's last record)."""
+    """Where a writer's task attempts sign in: one register stream per partition (the last path segment: a
+    writer_id may contain ``/``, a partition never does)."""
 
     writer_id: str
 
     def register(self, partition: int) -> str:
-        """The register stream of `partition` (the partition is the last path segment: a writer_id may
-        contain ``/`` but the partition never does)."""
         return f"{REGISTER_PREFIX}{self.writer_id}/{partition}"
 
 
 @dataclass(frozen=True, slots=True)
 class SignIn:
-    """One attempt's sign-in record."""
-
     writer: str
     epoch: int
     batch: int
@@ -90,9 +82,8 @@ class SignIn:
 
 
 def judge(me: SignIn, last: SignIn | None, *, since: str | None = None) -> bool:
-    """Whether `me` is a retry (an earlier attempt of its partition signed in for the same epoch and
-    micro-batch), given the register's last sign-in; FencedError if `me` must stop without writing (again:
-    `since` names the register where `me` signed in already and `last` came after it)."""
+    """Whether `me` is a retry (an earlier attempt signed in for its epoch and batch) given the register's
+    `last` sign-in; FencedError if `me` must stop (`since`: the register `me` signed in to before `last`)."""
     if last is None or last.writer != me.writer or last.attempt.partition != me.attempt.partition:
         return False  # nothing of this partition under this writer hash: the first attempt
     a = me.attempt
@@ -119,8 +110,7 @@ def judge(me: SignIn, last: SignIn | None, *, since: str | None = None) -> bool:
 async def last_sign_in(
     stream: S2Stream, *, patience: Patience = DEFAULT_PATIENCE
 ) -> tuple[SignIn | None, int] | None:
-    """The register's last sign-in and its tail, or None if the register does not exist (reads retried
-    until `patience`'s deadline)."""
+    """The register's last sign-in and its tail; None if there is no register."""
 
     async def read() -> tuple[SignIn | None, int] | None:
         try:
@@ -142,11 +132,9 @@ async def last_sign_in(
 async def still_last(
     basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
 ) -> bool:
-    """Whether `me`, signed in, is still its partition's last sign-in (one record read): then no later
-    attempt of the partition has signed in since, so none has fenced anything (every task attempt signs in
-    before its first fence). FencedError if a later attempt, micro-batch or epoch signed in since; False
-    when the register cannot tell (missing, or its last record is not a sign-in of this writer that
-    orders against `me`): the caller then scans the stream's fence records instead."""
+    """Whether `me` is still its partition's last sign-in (one record read): then no later attempt has
+    fenced anything, as attempts sign in before fencing. FencedError if a later one signed in; False when
+    the register cannot tell (the caller then scans the stream's fence records)."""
     name = roll.register(me.attempt.partition)
     found = await last_sign_in(basin.stream(name), patience=patience)
     if found is None or found[0] is None:
@@ -161,12 +149,8 @@ async def still_last(
 async def sign_in(
     basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
 ) -> bool:
-    """Sign `me` in; True if an earlier attempt of its partition signed in for the same micro-batch.
-
-    Raises FencedError if a later attempt of its partition, or an attempt of a later micro-batch or epoch,
-    signed in first. Failures another attempt may fix are retried until `patience`'s deadline (a sign-in
-    is conditional, and the next read tells whether one whose outcome was unknown landed).
-    """
+    """Sign `me` in; True if an earlier attempt of its partition signed in for the same batch, FencedError
+    if a later attempt, batch or epoch did. Conditional, so retried (the next read tells what landed)."""
     name = roll.register(me.attempt.partition)
     stream = basin.stream(name)
     retrying = Retrying(patience, f"signing in to {name!r}")

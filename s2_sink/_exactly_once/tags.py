@@ -14,42 +14,29 @@ from typing import Final
 __all__ = ["TAG_HEADER", "TAG_RESERVE_BYTES", "ChunkTag", "find_tag", "strip_tag"]
 
 TAG_HEADER: Final = b"@s2sink"
-"""Header name of a chunk tag."""
-
 _VERSION: Final = b"1"
-
-TAG_RESERVE_BYTES: Final = 128
-"""Metered bytes a chunk must leave free for its tag (2 + name + the longest value, rounded up)."""
+TAG_RESERVE_BYTES: Final = 128  # metered bytes a chunk leaves free for its tag (the longest, rounded up)
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkTag:
     """Identity of one atomic append batch (a chunk) written by an exactly-once writer."""
 
-    writer: str
-    """8 hex chars: hash of the writer identity."""
+    writer: str  # `fencing.writer_hash`
     epoch: int
-    """Run number of the writer (a new driver run gets a higher one)."""
     batch: int
-    """Spark micro-batch id."""
-    partition: int
-    """Spark partition id (in recovery mode: the content-hash partition)."""
+    partition: int  # in a content replay: the content-hash partition
     attempt: int
-    """Spark task attempt number."""
-    chunk: int
-    """Index of the chunk within this task attempt's appends to this stream."""
-    count: int
-    """Records in the chunk, this one included."""
+    chunk: int  # index among this attempt's appends to the stream
+    count: int  # records in the chunk, this one included
 
     def encode(self) -> tuple[bytes, bytes]:
-        """The header ``(name, value)`` to append to the chunk's first record."""
         fields = (self.epoch, self.batch, self.partition, self.attempt, self.chunk, self.count)
         value = b" ".join((_VERSION, self.writer.encode(), *(str(f).encode() for f in fields)))
         return (TAG_HEADER, value)
 
     @classmethod
     def decode(cls, value: bytes) -> ChunkTag | None:
-        """Parse a tag value; ``None`` if it is not a tag this version understands."""
         parts = value.split(b" ")
         if len(parts) != 8 or parts[0] != _VERSION:
             return None
@@ -64,7 +51,7 @@ class ChunkTag:
 
 
 def find_tag(headers: list[tuple[bytes, bytes]]) -> ChunkTag | None:
-    """The chunk tag among a record's headers, if any (the last ``@s2sink`` header wins)."""
+    """The chunk tag among a record's headers (the last ``@s2sink`` header wins)."""
     for name, value in reversed(headers):
         if name == TAG_HEADER:
             return ChunkTag.decode(value)
@@ -72,5 +59,4 @@ def find_tag(headers: list[tuple[bytes, bytes]]) -> ChunkTag | None:
 
 
 def strip_tag(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The headers without chunk tags: what the user's encoder produced."""
     return [(n, v) for n, v in headers if n != TAG_HEADER]

@@ -1,16 +1,12 @@
-"""The exactly-once hooks a `WritePlan` carries to every task: chunk tags, token adoption and retry/replay
-subtraction.
-
-`Tagger` tags each append's first record; `TokenKeeper` decides what a ``412`` allows (adopt, fence, or
-`FencedError`), zombie check first; `Dedupe` signs each attempt in and, for a retry or replay, puts a barrier
-on each stream, reads it back and subtracts what is already there. docs/exactly-once.md, *Per micro-batch*.
-"""
+"""The exactly-once hooks a `WritePlan` carries to every task (docs/exactly-once.md, *Per micro-batch*):
+`Tagger` tags each append's first record; `TokenKeeper` decides what a ``412`` allows, zombie check first;
+`Dedupe` signs each attempt in and, for a retry or replay, fences each stream, reads it back and subtracts
+what is already there."""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
@@ -46,23 +42,13 @@ __all__ = ["Dedupe", "Replay", "Tagger", "TokenKeeper", "plan_with_layout"]
 
 log = logging.getLogger(__name__)
 
+# How a replay is laid out: by record content (`S2Writer`), or as Spark partitioned it (partition ids
+# trusted, or checked against what earlier executions wrote from other partitions).
 Replay = Literal["content", "partition", "partition-checked"]
-"""How a replay is laid out: repartitioned by record content (`S2Writer`), or as Spark partitioned it
-(partition ids trusted, or checked against what earlier executions wrote from other partitions)."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    """The task attempt running on this thread (for the 412 path)."""
-
-    attempt: TaskAttempt
-    attendance: Attendance
-    """The zombie check's one-record question: is this attempt still its partition's last sign-in?"""
-
-
-_current_task: ContextVar[_Task | None] = ContextVar("s2sink_exactly_once_task", default=None)
-"""Set by `Dedupe` on the task thread before any append; the appender's coroutines, started from that
-thread, inherit it, so `TokenKeeper` (called without the task's identity) knows which attempt it serves."""
+# The attempt on this task thread and its zombie check, set by `Dedupe` before any append: the appender's
+# coroutines inherit it, so `TokenKeeper` (called without the task's identity) knows whom it serves.
+_current_task: ContextVar[tuple[TaskAttempt, Attendance] | None] = ContextVar("s2sink_eo_task", default=None)
 
 
 def _attempt(ctx: PartitionContext) -> TaskAttempt:
@@ -70,7 +56,6 @@ def _attempt(ctx: PartitionContext) -> TaskAttempt:
 
 
 def _attendance(cfg: S2Config, writer_id: str, signed: SignIn) -> Attendance:
-    """The zombie check by `signed`'s register (`sign_in_registers.still_last`), asked afresh each call."""
 
     async def still() -> bool:
         basin = get_pool().client(cfg).basin(cfg.basin)
@@ -81,8 +66,6 @@ def _attendance(cfg: S2Config, writer_id: str, signed: SignIn) -> Attendance:
 
 @dataclass(frozen=True, slots=True)
 class Tagger:
-    """`ChunkTagger`: the ``@s2sink`` header of a chunk."""
-
     writer: str
     epoch: int
 
@@ -101,26 +84,24 @@ class Tagger:
 
 @dataclass(frozen=True, slots=True)
 class TokenKeeper:
-    """Decides what to do when an append's fencing token is refused (see module docstring)."""
-
     cfg: S2Config
     mine: Token
-    written: EndsRef
-    """Streams this writer committed writes to (a foreign s2_sink token there means it was displaced)."""
+    written: EndsRef  # streams this writer committed to (a foreign token there means it was displaced)
 
     async def __call__(self, stream: str, current: str) -> str:
         mine = self.mine
         end = await lookup(self.cfg, self.written, stream)
         take_over = end is None
         judge_current_token(stream, current, mine, may_take_over=take_over)  # FencedError: we must stop
-        task = _current_task.get()
-        if task is None:
+        current_task = _current_task.get()
+        if current_task is None:
             raise FencedError(
                 f"stream {stream!r}: fencing token {current!r} replaced this writer's token {mine}, and "
                 "this task cannot tell whether a later attempt of its own partition put a barrier up "
                 "since (its recovery hook did not run), so it stops rather than risk writing as a "
                 "superseded attempt"
             )
+        me, attendance = current_task
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
         # Adopting a sibling's barrier, taking a cleared or foreign token back, or fencing over an older
         # run: the zombie check runs first on every path, and any new token is a generation of our own.
@@ -129,11 +110,11 @@ class TokenKeeper:
             mine,
             current=current,
             may_take_over=take_over,
-            me=task.attempt,
+            me=me,
             since=end or 0,
             end=end,
             writer_id=self.written.writer_id,
-            attendance=task.attendance,
+            attendance=attendance,
             patience=Patience.of(self.cfg),
         )
         return str(result.token)
@@ -145,8 +126,7 @@ class _Filter:
 
     hook: Dedupe
     ctx: PartitionContext
-    retry: bool
-    """An earlier attempt of this partition may have written (in this epoch): put up a barrier first."""
+    retry: bool  # an earlier attempt of this partition may have written in this epoch: fence first
     dlq_stream: str | None = None
     pending: dict[str, Fingerprints] = field(default_factory=dict)
     foreign: dict[str, Fingerprints] = field(default_factory=dict)
@@ -202,9 +182,8 @@ class _Filter:
         return kept
 
     def _check_layout(self, owner: _Owner, records: list[Record]) -> None:
-        """Fail closed unless every record is this task's under the content layout: a replay laid out
-        otherwise (repartitioned again after it, or coalesced) could have one record in two tasks that
-        would both subtract the same earlier copy, losing one."""
+        """Fail closed unless every record is this task's under the content layout: otherwise two tasks
+        could both subtract one earlier copy, losing a record."""
         mine, stream, layout = self.ctx.partition_id, owner.stream, owner.layout
         for rec in records:
             theirs = owner.partition(rec.headers, rec.body)
@@ -221,19 +200,14 @@ class _Filter:
 
 @dataclass(frozen=True, slots=True)
 class Dedupe:
-    """`RecoveryHook` of an exactly-once micro-batch (see module docstring)."""
-
     cfg: S2Config
     token: str
     writer: str
     epoch: int
-    recovery: bool
-    """The micro-batch is a replay after a driver restart and was repartitioned by record content."""
-    starts: EndsRef
-    """Per stream, a position before every record of this micro-batch (the last commit's ends)."""
+    recovery: bool  # a replay after a driver restart
+    starts: EndsRef  # per stream, a position before every record of this batch
     replay: Replay = "content"
-    layout: RecoveryLayout | None = None
-    """How a content replay was laid out (by its placement keys); tasks check ownership by it."""
+    layout: RecoveryLayout | None = None  # a content replay's layout: tasks check ownership by it
 
     def __call__(self, plan: WritePlan, ctx: PartitionContext) -> RecordFilter | None:
         _crashpoints.hit("task_start", batch=ctx.batch_id, partition=ctx.partition_id)
@@ -246,7 +220,7 @@ class Dedupe:
             sign_in(basin, RollCall(self.starts.writer_id), signed, patience=Patience.of(self.cfg))
         )
         retry = earlier or ctx.attempt_number > 0
-        _current_task.set(_Task(me, _attendance(self.cfg, self.starts.writer_id, signed)))
+        _current_task.set((me, _attendance(self.cfg, self.starts.writer_id, signed)))
         if not retry and not self.recovery:
             return None
         return _Filter(self, ctx, retry, plan.dlq_stream if self.recovery else None)
@@ -254,11 +228,9 @@ class Dedupe:
     async def written_before(
         self, stream: str, ctx: PartitionContext, owner: _Owner | None = None, *, retry: bool
     ) -> tuple[Fingerprints, Fingerprints, int]:
-        """Barrier, then read back the fingerprints of this micro-batch already in `stream`: those this
-        task must subtract, (partition replays) those earlier executions wrote from other partitions, and
-        the end of the range read.
-        With a content `layout`, only records whose content this task owns count: another task writes
-        (and subtracts) the others."""
+        """Fence, then read back this batch's fingerprints in `stream`: those to subtract (of a content
+        replay only those this task owns), those earlier executions wrote from other partitions, and the
+        end of the range read."""
         mine = Token.parse(self.token)
         assert mine is not None
         s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
@@ -306,7 +278,7 @@ class Dedupe:
             start=end or 0,
             match=match,
             elsewhere=elsewhere if recovery and self.replay == "partition-checked" else None,
-            owns=None if owner is None or not recovery else owner.check(partition),
+            owns=None if owner is None or not recovery else lambda h, b: owner.partition(h, b) == partition,
             patience=Patience.of(self.cfg),
         )
         if found.end < found.start:  # a tail below the committed end: the range read was empty, not done
@@ -350,15 +322,8 @@ class _Owner:
                 return self.layout.partition_of_hash(content - (1 << 64) if content >> 63 else content)
         return None
 
-    def check(self, partition: int) -> Callable[[list[tuple[bytes, bytes]], bytes], bool]:
-        def owns(headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
-            return self.partition(headers, body) == partition
-
-        return owns
-
 
 def plan_with_layout(plan: WritePlan, layout: RecoveryLayout) -> WritePlan:
-    """`plan` whose recovery hook checks record ownership under the replay's content `layout`."""
     hook = plan.recovery
     if not isinstance(hook, Dedupe):
         raise TypeError(f"an exactly-once replay needs the Dedupe recovery hook, got {hook!r}")
