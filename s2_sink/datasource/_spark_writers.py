@@ -1,10 +1,8 @@
 """``df.write.format("s2")`` and ``df.writeStream.format("s2")``: executors append through the writer core.
 
-Each task encodes with the write's `FrameEncoding` and hands the frames to ``write_partition``; ``commit``
-aggregates the tasks' results (docs/architecture.md, *format("s2")*). Spark unpickles the writer in the
-planning and commit processes too, so the task path (S2 SDK, h2, protobuf) and the ledger are imported
-where they are used: a ``df.write`` commit imports neither, and ``google.protobuf`` adds no importer that
-PySpark's per-call ``importlib.invalidate_caches()`` would re-read (`benchmarks._worker_probe`).
+Spark unpickles the writer in the planning and commit processes too, so the task path (S2 SDK, h2,
+protobuf) and the ledger are imported where used: a ``df.write`` commit imports neither, and protobuf adds
+no importer that PySpark's per-call ``importlib.invalidate_caches()`` re-reads (`benchmarks._worker_probe`).
 """
 
 from __future__ import annotations
@@ -41,13 +39,12 @@ _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # many times over for its data (each Python task costs ~150-400 ms before its first row).
 _PARTITIONS_PER_CORE = 4
 _SMALL_PARTITION_BYTES = 1024 * 1024
-_warned: set[str | None] = set()
-"""Queries (writer ids) this driver process already warned about a fragmented batch."""
+_warned: set[str | None] = set()  # writer ids this process warned about a fragmented batch
 
 
 def warn_if_fragmented(writer_id: str | None, partitions: int, metrics: BatchMetrics) -> bool:
-    """Log one WARNING per query (per driver Python process) when a micro-batch came in far more partitions
-    than its size warrants: a Python data source cannot change its input's partitioning, the user can."""
+    """Warn once per query when a batch comes in far more partitions than its size warrants: a Python data
+    source cannot change its input's partitioning, the user can."""
     cores = os.cpu_count() or 1
     if writer_id in _warned or partitions <= _PARTITIONS_PER_CORE * cores:
         return False
@@ -68,8 +65,8 @@ def warn_if_fragmented(writer_id: str | None, partitions: int, metrics: BatchMet
 
 
 class S2CommitMessage(WriterCommitMessage):
-    """One task's result rows (``results.RESULT_SCHEMA`` as dicts), its wall time and, when
-    exactly-once, the micro-batch execution it wrote for."""
+    """One task's result rows (dicts), wall time and, exactly-once, its execution and the query id it saw
+    (recorded in the ledger's commit)."""
 
     def __init__(
         self,
@@ -82,11 +79,9 @@ class S2CommitMessage(WriterCommitMessage):
         self.duration_s = duration_s
         self.run = run
         self.query_id = query_id
-        """The streaming query id the task saw (recorded in the ledger's commit)."""
 
 
 def check_overwrite(overwrite: bool) -> None:
-    """S2 streams are append-only logs: refuse overwrite / complete output mode on the driver."""
     if overwrite:
         raise ConfigError(
             "format('s2') only appends: S2 streams cannot be overwritten; use mode('append') "
@@ -121,13 +116,9 @@ def _metrics(batch_id: int, messages: list[WriterCommitMessage | None], delivery
 
 
 def sink_identity(opts: WriteOptions, checkpoint_location: str | None) -> tuple[str, str | None]:
-    """``(writer_id, query_id)`` of an exactly-once streaming write, resolved on the driver.
-
-    ``s2.writer-id`` if given; else the streaming query id from the checkpoint's ``metadata`` file (the
-    identity `S2Writer` uses by default), which the driver's Python can read on a local file system or DBFS.
-    The query id is returned with an explicit writer id too, where readable: the ledger records it, so a
-    reset checkpoint under the same writer id is told apart from a replay.
-    """
+    """``(writer_id, query_id)`` of an exactly-once streaming write: ``s2.writer-id``, else the query id
+    from the checkpoint's ``metadata`` (local or DBFS); the query id is returned with an explicit writer id
+    too, so the ledger tells a reset checkpoint from a replay."""
     query_id = query_id_from_checkpoint(checkpoint_location) if checkpoint_location else None
     if opts.spec.writer_id is not None:  # validated with the options
         return opts.spec.writer_id, query_id
@@ -168,10 +159,7 @@ class S2BatchWriter(DataSourceArrowWriter):
 
 
 class S2StreamWriter(StreamArrowWriterBase):
-    """``df.writeStream.format("s2")``: each micro-batch appended by its tasks, exactly-once by default.
-
-    `identity` is ``(writer_id, query_id)`` from `sink_identity` for exactly-once, None for at-least-once.
-    """
+    """``df.writeStream.format("s2")``; `identity` is `sink_identity`'s, None for at-least-once."""
 
     def __init__(
         self, opts: WriteOptions, schema: StructType, identity: tuple[str, str | None] | None

@@ -24,9 +24,8 @@ OPT_DELIVERY = "s2.delivery"
 OPT_WRITER_ID = "s2.writer-id"
 OPT_REPLAY_PARTITIONING = "s2.replay-partitioning"
 OPT_ORDER_BY = "s2.order-by"
+# `_transport.preflight.OPT_PREFLIGHT` spelled out: that module loads the S2 SDK.
 OPT_PREFLIGHT = "s2.preflight"
-"""`_transport.preflight.OPT_PREFLIGHT`, spelled out: that module loads the S2 SDK, which the processes that
-only unpickle `WriteOptions` (a ``df.write`` commit) or plan a read do without."""
 
 # Every write option above; s2.order-by only to be refused with the reason (`_refuse_change_order`).
 WRITE_KEYS: Final[frozenset[str]] = frozenset(

@@ -1,9 +1,7 @@
 """Writer options of ``format("s2")``: the encoder, and the `WriteSpec` both front doors share.
 
-Connection and batching options are those of ``S2Config.from_options``; this module parses the rest,
-on the driver, and raises ConfigError naming the option and the bad value. The rules on routing, bad rows
-and delivery are `WriteSpec.build`'s; what is checked here is only what is particular to options: an
-option that does not apply to this write is refused rather than ignored.
+Parsed on the driver (connection options are ``S2Config.from_options``'); the rules are `WriteSpec.build`'s,
+and what is checked here is particular to options: one that does not apply to this write is refused.
 """
 
 from __future__ import annotations
@@ -70,7 +68,6 @@ class WriteOptions:
     spec: WriteSpec
 
     def encoding(self, schema: StructType) -> FrameEncoding:
-        """How a task of this write turns its rows (of `schema`) into record frames."""
         from s2_sink._write.frame_encoding import FrameEncoding  # noqa: PLC0415 - the task side only
 
         return FrameEncoding(self.encoder, schema, self.spec.routing, payload=self.spec.dlq_payload)
@@ -157,8 +154,8 @@ def _only_with_exactly_once(name: str, raw: str | None, delivery: str) -> None:
 
 
 def _refuse_change_order(options: Mapping[str, str], encoder: Encoder, delivery: str) -> None:
-    """A data source write cannot repartition its input: Spark's partitions decide which task writes a key's
-    changes, so neither a change order across tasks nor a split-independent compaction can be promised."""
+    """A data source write cannot repartition its input, so it can promise neither a change order across
+    tasks nor a split-independent compaction."""
     order_by = _get(options, OPT_ORDER_BY)
     if order_by is not None:
         raise ConfigError(
@@ -176,16 +173,15 @@ def _refuse_change_order(options: Mapping[str, str], encoder: Encoder, delivery:
         )
 
 
+# S2Config options that shape how `S2Writer` lays out a micro-batch: refused by format("s2") writes.
 FOREACH_BATCH_ONLY: Final = (
     "sink.write-parallelism",
     "sink.driver-write.max-rows",
     "sink.driver-write.max-bytes",
 )
-"""S2Config options that shape how `S2Writer` lays out a micro-batch: refused by ``format("s2")`` writes."""
 
 
 def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming: bool) -> WriteOptions:
-    """Validate the writer options against `cfg`, the connection settings (``s2.stream`` among them)."""
     options = OptionMap(options)
     for key in FOREACH_BATCH_ONLY:
         if key in options:  # a Python data source cannot repartition its input nor write from the driver
