@@ -165,17 +165,16 @@ async def fence_if_older(
     bump: bool = False,
     may_take_over: bool = False,
     me: TaskAttempt | None = None,
-    since: int = 0,
     end: int | None = None,
     writer_id: str | None = None,
     attendance: Attendance | None = None,
     patience: Patience = DEFAULT_PATIENCE,
 ) -> FenceResult:
     """Make `stream` carry a token of this run: ``mine`` (the driver, or over an older run or an empty
-    stream) or a new generation named by task attempt `me`, after the zombie check from `since`. `current`:
-    the token a 412 reported; `end`: the ledger's committed end (a tail below it is a reset). Every step is
-    a read or a conditional fence, so all are retried until `patience`'s deadline."""
-    name = stream.name
+    stream) or a new generation named by task attempt `me`, after the zombie check from `end`, the ledger's
+    committed end (a tail below it is a reset). `current`: the token a 412 reported. Every step is a read or
+    a conditional fence, so all are retried until `patience`'s deadline."""
+    name, since = stream.name, end or 0
     seen: str = str(mine) if current is None else current
     retrying = Retrying(patience, f"fencing stream {name!r}")
     checked: str | None = None

@@ -17,6 +17,7 @@ from s2_sink import _crashpoints
 from s2_sink._exactly_once.ends_cache import EndsRef, lookup
 from s2_sink._exactly_once.fencing import (
     Attendance,
+    FenceResult,
     TaskAttempt,
     Token,
     fence_if_older,
@@ -93,31 +94,45 @@ class TokenKeeper:
         end = await lookup(self.cfg, self.written, stream)
         take_over = end is None
         judge_current_token(stream, current, mine, may_take_over=take_over)  # FencedError: we must stop
-        current_task = _current_task.get()
-        if current_task is None:
+        task = _current_task.get()
+        if task is None:
             raise FencedError(
                 f"stream {stream!r}: fencing token {current!r} replaced this writer's token {mine}, and "
                 "this task cannot tell whether a later attempt of its own partition put a barrier up "
                 "since (its recovery hook did not run), so it stops rather than risk writing as a "
                 "superseded attempt"
             )
-        me, attendance = current_task
-        s2_stream = get_pool().client(self.cfg).basin(self.cfg.basin).stream(stream)
         # Adopting a sibling's barrier, taking a cleared or foreign token back, or fencing over an older
         # run: the zombie check runs first on every path, and any new token is a generation of our own.
-        result = await fence_if_older(
-            s2_stream,
-            mine,
-            current=current,
-            may_take_over=take_over,
-            me=me,
-            since=end or 0,
-            end=end,
-            writer_id=self.written.writer_id,
-            attendance=attendance,
-            patience=Patience.of(self.cfg),
-        )
+        result = await _fence(self.cfg, self.written, stream, mine, end=end, task=task, current=current)
         return str(result.token)
+
+
+async def _fence(
+    cfg: S2Config,
+    ends: EndsRef,
+    stream: str,
+    mine: Token,
+    *,
+    end: int | None,
+    task: tuple[TaskAttempt, Attendance],
+    current: str | None = None,
+    bump: bool = False,
+) -> FenceResult:
+    """Task attempt `task`'s `fence_if_older` on `stream`, whose committed end is `end`."""
+    me, attendance = task
+    return await fence_if_older(
+        get_pool().client(cfg).basin(cfg.basin).stream(stream),
+        mine,
+        current=current,
+        bump=bump,
+        may_take_over=end is None,
+        me=me,
+        end=end,
+        writer_id=ends.writer_id,
+        attendance=attendance,
+        patience=Patience.of(cfg),
+    )
 
 
 @dataclass(slots=True)
@@ -242,20 +257,9 @@ class Dedupe:
             await get_pool().ensure_stream(self.cfg, stream)
         me = _attempt(ctx)
         end = await lookup(self.cfg, self.starts, stream)
-        fenced = await fence_if_older(
-            s2_stream,
-            mine,
-            bump=retry,
-            may_take_over=end is None,
-            me=me,
-            since=end or 0,
-            end=end,
-            writer_id=self.starts.writer_id,
-            attendance=_attendance(
-                self.cfg, self.starts.writer_id, SignIn(self.writer, self.epoch, ctx.batch_id, me)
-            ),
-            patience=Patience.of(self.cfg),
-        )
+        signed = SignIn(self.writer, self.epoch, ctx.batch_id, me)
+        attendance = _attendance(self.cfg, self.starts.writer_id, signed)
+        fenced = await _fence(self.cfg, self.starts, stream, mine, end=end, task=(me, attendance), bump=retry)
         batch, partition, recovery = ctx.batch_id, ctx.partition_id, self.recovery
         by_partition = self.replay != "content"
 

@@ -40,7 +40,7 @@ class _RacedStream:
         fence = inp.records and inp.records[0].headers == [(b"", CommandRecord.FENCE)]
         if not self.raced and fence and inp.match_seq_num is None:
             self.raced = True
-            await fence_if_older(self._stream, MINE, bump=True, me=RETRY, since=0)
+            await fence_if_older(self._stream, MINE, bump=True, me=RETRY)
             await self._stream.append(AppendInput(records=[CommandRecord.fence("")]))
         return await self._stream.append(inp)
 
@@ -59,7 +59,7 @@ def test_a_zombie_fencing_over_a_cleared_token_after_its_retrys_barrier_stops(li
     _runtime.run(stream.append(AppendInput(records=[Record(body=b"an earlier run's record")])))
 
     async def zombie() -> object:
-        return await fence_if_older(stream, MINE, current="", me=ZOMBIE, since=0)  # type: ignore[arg-type]
+        return await fence_if_older(stream, MINE, current="", me=ZOMBIE)  # type: ignore[arg-type]
 
     with pytest.raises(FencedError, match=r"task id 1\) was superseded by a later attempt .*1\.1~0\.2"):
         _runtime.run(zombie())
