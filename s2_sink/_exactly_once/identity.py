@@ -52,25 +52,22 @@ def _spark_context(spark: Any) -> Any | None:
         return None
 
 
-def _local_property(spark: Any, name: str, what: str) -> str | None:
-    """A local property of the calling thread; None under Connect. Unreadable, it is a ConfigError:
+def _query_id(spark: Any) -> str | None:
+    """The calling thread's streaming query id; None under Connect. Unreadable, it is a ConfigError:
     exactly-once refuses rather than guess its identity."""
     sc = _spark_context(spark)
     if sc is None:
         return None
     try:
-        value = sc.getLocalProperty(name)
+        value = sc.getLocalProperty(QUERY_ID_PROPERTY)
     except _SPARK_ERRORS as exc:
         raise ConfigError(
-            f"delivery='exactly-once' could not read {what} (Spark local property {name}): "
+            "delivery='exactly-once' could not read the streaming query id (Spark local property "
+            f"{QUERY_ID_PROPERTY}): "
             f"{type(exc).__name__}: {exc}. Pass writer_id='<a name unique to this query, kept across "
             "restarts>' to S2Writer, or use delivery='at-least-once'"
         ) from exc
     return str(value) if value else None
-
-
-def _query_id(spark: Any) -> str | None:
-    return _local_property(spark, QUERY_ID_PROPERTY, "the streaming query id")
 
 
 def query_run_id(spark: Any, query_id: str | None) -> str | None:
@@ -88,9 +85,7 @@ def query_run_id(spark: Any, query_id: str | None) -> str | None:
 
 def run_id_of_thread(name: str, query_id: str) -> str | None:
     match = _THREAD_NAME_RE.match(name)
-    if match is None or match.group(1) != query_id:
-        return None
-    return match.group(2)
+    return match.group(2) if match is not None and match.group(1) == query_id else None
 
 
 def writer_identity(explicit: str | None, query_id: str | None) -> tuple[str, str | None]:

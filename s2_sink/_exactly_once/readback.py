@@ -4,7 +4,6 @@ paging loop under it that the zombie check and the CLI read through too."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -26,8 +25,6 @@ from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patie
 
 __all__ = ["ReadBack", "read_back", "read_span"]
 
-log = logging.getLogger(__name__)
-
 _PAGE: Final = 1000
 
 
@@ -41,7 +38,6 @@ class ReadBack:
     fingerprints: Fingerprints = field(default_factory=Counter)
     chunks: list[ChunkTag] = field(default_factory=list)
     elsewhere: Fingerprints = field(default_factory=Counter)  # of chunks matching ``elsewhere=``
-    records_scanned: int = 0
     not_owned: int = 0  # records of matching chunks another task owns
 
 
@@ -71,7 +67,6 @@ async def read_back(
             # Records before rec were trimmed away mid-chunk: the chunk is incomplete; drop the rest.
             remaining, into = 0, None
         pos = rec.seq_num + 1
-        out.records_scanned += 1
         if remaining == 0:
             tag = find_tag(rec.headers)
             if tag is None or tag.writer != writer:
@@ -90,15 +85,6 @@ async def read_back(
             out.not_owned += 1
             continue
         into[fingerprint(name, rec.headers, rec.body)] += 1
-    log.debug(
-        "read back stream=%s range=[%s,%s) scanned=%s chunks=%s records=%s",
-        name,
-        start,
-        end,
-        out.records_scanned,
-        len(out.chunks),
-        sum(out.fingerprints.values()),
-    )
     return out
 
 

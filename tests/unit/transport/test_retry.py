@@ -457,7 +457,7 @@ def test_read_back_retries_until_the_deadline(fake_time: FakeTime) -> None:
         return asyncio.run(read_back(s, writer="w", start=0, match=lambda _: True, patience=PLAIN))  # type: ignore[arg-type]
 
     found = back(stream)
-    assert (fake_time.slept, stream.reads, found.records_scanned) == ([0.5, 1.0], 3, 0)  # type: ignore[attr-defined]
+    assert (fake_time.slept, stream.reads, found.chunks) == ([0.5, 1.0], 3, [])  # type: ignore[attr-defined]
     fake_time.slept.clear()
     with pytest.raises(S2ClientError):
         back(_FlakyStream([], down=True, tail=5))
