@@ -1,19 +1,8 @@
 """`S2Writer`: the ``foreachBatch`` sink that appends each micro-batch to S2, partition-parallel.
 
-Per micro-batch, on the driver:
-
-1. the batch is narrowed to the columns the encoder reads (with the target stream Spark computes for
-   column and template routing) and validated once per schema; the encoding itself (`FrameEncoding`: the
-   encoder's Arrow kernels, shard routing, a bad row's payload under ``on_error="dlq"``) runs where the
-   rows are written, as it does for ``format("s2")``;
-2. the delivery mode turns the batch into a `WritePlan` from the session's facts alone (exactly-once adds
-   fencing, chunk tags and a recovery hook, and may skip a batch or ask for a replay's recovery layout);
-3. a small batch (``sink.driver-write.*``) is collected as Arrow, encoded and written from the driver
-   process (`s2_sink._write.driver.driver_write`); any other is narrowed to the number of write tasks the
-   batch warrants (`s2_sink._write.driver.sizing`) and one ``mapInArrow`` job encodes and appends every
-   partition through the executors' warm clients and returns small result rows (a batch that needs a
-   layout first, `S2Writer._write_in_tasks`, is encoded in one stage and appended in a second);
-4. the delivery mode commits, and the metrics are aggregated, kept, logged and passed to ``on_metrics``.
+Per micro-batch the driver selects the columns the encoder reads, has the delivery mode make a `WritePlan`,
+writes a small batch from the driver and any other in one ``mapInArrow`` job that encodes where the rows
+are (as ``format("s2")`` does), then commits. docs/architecture.md follows it step by step.
 
 The writer is a plain picklable object: under Spark Connect ``foreachBatch`` pickles it to the
 server's Python worker, so ``last_metrics``/``history`` live there (use ``on_metrics`` or the log).
@@ -285,13 +274,9 @@ class S2Writer:
         return _collect(laid.frame.mapInArrow(laid.writes(job.plan), RESULT_DDL))
 
     def rows(self, batch_df: DataFrame) -> tuple[DataFrame, FrameEncoding]:
-        """What the tasks are handed for `batch_df` (the columns the encoder reads, and the target stream
-        Spark computes for column and template routing) and how they encode it. Validates the schema
-        (ConfigError).
-
-        Built once per schema (`_RowsMemo`): a micro-batch of a schema seen before is selected with the
-        column expressions built for it (in classic Spark each column built from Python is a round trip to
-        the JVM)."""
+        """The rows the tasks are handed for `batch_df` (the columns the encoder reads, and the target
+        stream) and how they encode them; built once per schema, as in classic Spark each column built
+        from Python is a round trip to the JVM."""
         schema: StructType = batch_df.schema
         key = schema.json()
         memo = self._memos.get(key)
