@@ -181,8 +181,7 @@ class Coordinator:
         )
 
     async def plan_execution(self) -> tuple[LedgerState, EndsRef, bool]:
-        """``format("s2")``: plan the batch after the last commit: the state found, the ends as tasks get
-        them, and whether the epoch goes on."""
+        """``format("s2")``: plan the batch after the last commit (state found, ends, epoch goes on)."""
         if self._token is not None:
             ledger = self._new_ledger()
             before = await ledger.load()
@@ -207,8 +206,7 @@ class Coordinator:
         return before, ends, False
 
     async def _start(self, at: int | None, *, takes_over: bool) -> LedgerState:
-        """Load the ledger for a new epoch from batch `at` (None: after the last commit), check this identity
-        may go on from it, and return the state it goes on from."""
+        """Load the ledger for a new epoch from batch `at` (None: the next) and check we may go on from it."""
         self.run_id = uuid.uuid4().hex
         self._token = None
         state = await self._new_ledger().load()
@@ -284,8 +282,7 @@ class Coordinator:
         return ledger.state, ledger.tail
 
     async def _open(self, scope: Literal["run", "batch"]) -> None:
-        """Append the next epoch's ``open`` (of ``batch`` scope it announces the next batch, with its shape)
-        and fence the static streams to it."""
+        """Open the next epoch (a ``batch`` scope announces the next batch) and fence the static streams."""
         ledger = self._ledger_or_fail()
         opened = ledger.opened(self.run_id, self.query_id, scope)
         if scope == "batch":

@@ -53,8 +53,7 @@ def _spark_context(spark: Any) -> Any | None:
 
 
 def _query_id(spark: Any) -> str | None:
-    """The calling thread's streaming query id; None under Connect. Unreadable, it is a ConfigError:
-    exactly-once refuses rather than guess its identity."""
+    """The calling thread's query id (None under Connect); unreadable, a ConfigError rather than a guess."""
     sc = _spark_context(spark)
     if sc is None:
         return None

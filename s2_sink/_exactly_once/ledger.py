@@ -157,8 +157,7 @@ class Ledger:
             log.warning("ledger %s: cannot check its retention is infinite (403 %s)", self.name, exc.code)
 
     async def peek(self, seen: tuple[int, LedgerState] | None = None) -> tuple[int, LedgerState] | None:
-        """The tail and state for a reader (None: no ledger; creates nothing); `seen` again while the tail
-        has not moved."""
+        """The tail and state for a reader (None: no ledger); `seen` again while the tail has not moved."""
 
         async def read() -> tuple[int, LedgerState] | None:
             try:
@@ -319,8 +318,7 @@ class Ledger:
         return self._state_at if self._state_at >= 0 else None
 
     def resume(self, state: LedgerState, tail: int) -> None:
-        """Go on from a state this writer appended (before `tail`) unread: the next append's condition
-        catches a stale view."""
+        """Go on from a state this writer appended, unread: the next append's condition catches staleness."""
         self.state, self.tail, self._state_at = state, tail, tail - 1
 
     def opened(self, run: str, query_id: str | None, scope: Literal["run", "batch"] = "run") -> LedgerState:

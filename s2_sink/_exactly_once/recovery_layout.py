@@ -50,8 +50,7 @@ def layout_hash(stream: str | None, headers: Iterable[tuple[bytes, bytes]], body
 
 @dataclass(frozen=True, slots=True)
 class RecoveryLayout:
-    """`partitions` partitions of `layout_hash` (with the stream when `routed`); `keys[p]` is a long Spark's
-    hash partitioning puts in partition ``p``."""
+    """`partitions` partitions of `layout_hash`; `keys[p]`, a long Spark's hashing puts in partition p."""
 
     partitions: int
     routed: bool

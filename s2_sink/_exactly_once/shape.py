@@ -75,8 +75,7 @@ class WriteShape:
 def shapes_of(
     shapes: tuple[WriteShape, ...], new: WriteShape | None, *, committed: bool
 ) -> tuple[WriteShape, ...]:
-    """The shapes a state record carries: after a ``commit`` the committing one, else each since it, `new`
-    last."""
+    """The shapes a state record carries: after a commit the committing one, else each since, `new` last."""
     if new is None:
         return shapes
     if committed:

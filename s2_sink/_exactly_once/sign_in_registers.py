@@ -51,8 +51,7 @@ _CONFIG: Final = StreamConfig(retention_policy="infinite")
 
 @dataclass(frozen=True, slots=True)
 class RollCall:
-    """Where a writer's task attempts sign in: one register stream per partition (the last path segment: a
-    writer_id may contain ``/``, a partition never does)."""
+    """Where a writer's attempts sign in: a register per partition (last, as a writer_id may hold ``/``)."""
 
     writer_id: str
 

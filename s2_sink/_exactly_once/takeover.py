@@ -68,8 +68,7 @@ async def take_over(
 async def _decide(
     ledger: Ledger, found: list[Ledger], shape: WriteShape | None, batch_id: int
 ) -> LedgerState | None:
-    """Take over the one of `found` with this routing; with none, refuse if one has `batch_id` in flight or
-    committed."""
+    """Take over the one of `found` with this routing; else refuse if one has `batch_id`."""
     me = ledger.writer_id
     related = [f for f in found if _related(f.state, shape)]
     if len(related) > 1:
@@ -147,8 +146,7 @@ async def _move(ledger: Ledger, old: Ledger) -> LedgerState:
 
 
 async def mark_moved(old: Ledger, me: str) -> None:
-    """Make `old` say it moved to `me`; WriterConflictError if another identity took it (take-overs are
-    exclusive)."""
+    """Make `old` say it moved to `me`; WriterConflictError if another identity took it first."""
     await old.load()
     if old.state.moved_to is None:
         try:
@@ -200,8 +198,7 @@ def check_not_moved(state: LedgerState, writer_id: str) -> None:
 
 
 async def check_not_lost(basin: S2Basin, writer_id: str) -> None:
-    """Refuse an empty ledger whose sign-in registers exist (CommitError): it was deleted, and with it what
-    it committed."""
+    """Refuse an empty ledger whose sign-in registers exist: it was deleted, with what it committed."""
     prefix = f"{REGISTER_PREFIX}{writer_id}/"
     async for info in basin.list_all_streams(prefix=prefix):
         if info.name[len(prefix) :].isdigit():  # a partition's register, not another writer id's below
