@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
@@ -64,21 +65,14 @@ def warn_if_fragmented(writer_id: str | None, partitions: int, metrics: BatchMet
     return True
 
 
+@dataclass
 class S2CommitMessage(WriterCommitMessage):
-    """One task's result rows (dicts), wall time and, exactly-once, its execution and the query id it saw
-    (recorded in the ledger's commit)."""
+    """One task's result rows, wall time and, exactly-once, its execution and the query id it saw."""
 
-    def __init__(
-        self,
-        rows: list[dict[str, Any]],
-        duration_s: float,
-        run: SinkRun | None = None,
-        query_id: str | None = None,
-    ) -> None:
-        self.rows = rows
-        self.duration_s = duration_s
-        self.run = run
-        self.query_id = query_id
+    rows: list[dict[str, Any]]
+    duration_s: float
+    run: SinkRun | None = None
+    query_id: str | None = None
 
 
 def check_overwrite(overwrite: bool) -> None:
