@@ -31,7 +31,6 @@ from s2_sink.errors import FencedError
 __all__ = [
     "MAX_TOKEN_BYTES",
     "Attendance",
-    "FenceResult",
     "TaskAttempt",
     "Token",
     "check_not_superseded",
@@ -149,14 +148,6 @@ def judge_current_token(
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class FenceResult:
-    """The token now on the stream and the seq_num after our fence (None if adopted)."""
-
-    token: Token
-    position: int | None
-
-
 async def fence_if_older(
     stream: S2Stream,
     mine: Token,
@@ -169,7 +160,7 @@ async def fence_if_older(
     writer_id: str | None = None,
     attendance: Attendance | None = None,
     patience: Patience = DEFAULT_PATIENCE,
-) -> FenceResult:
+) -> Token:
     """Make `stream` carry a token of this run: ``mine`` (the driver, or over an older run or an empty
     stream) or a new generation named by task attempt `me`, after the zombie check from `end`, the ledger's
     committed end (a tail below it is a reset). `current`: the token a 412 reported. Every step is a read or
@@ -209,7 +200,7 @@ async def fence_if_older(
                 top = max(top, await check_not_superseded(stream, me, mine, since, ask, patience=patience))
             checked = seen
         if adopt is not None and not bump and seen != str(mine):
-            return FenceResult(adopt, None)
+            return adopt
         # Otherwise fence; when seen == mine (no bump), that is a redundant fence proving the token is ours.
         if not bump and (me is None or seen == str(mine) or older_run or fresh):
             target = mine
@@ -246,7 +237,7 @@ async def fence_if_older(
             # empty: a barrier or a clear is a record, so none was there before it.
             await check_not_superseded(stream, me, mine, since, patience=patience)
         log.debug("fenced stream=%s token=%s (was %r) at=%s", name, target, seen, ack.end.seq_num)
-        return FenceResult(target, ack.end.seq_num)
+        return target
     raise FencedError(f"could not fence stream {name!r}: its token kept changing (last seen {seen!r})")
 
 

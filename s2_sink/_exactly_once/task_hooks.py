@@ -17,7 +17,6 @@ from s2_sink import _crashpoints
 from s2_sink._exactly_once.ends_cache import EndsRef, lookup
 from s2_sink._exactly_once.fencing import (
     Attendance,
-    FenceResult,
     TaskAttempt,
     Token,
     fence_if_older,
@@ -105,7 +104,7 @@ class TokenKeeper:
         # Adopting a sibling's barrier, taking a cleared or foreign token back, or fencing over an older
         # run: the zombie check runs first on every path, and any new token is a generation of our own.
         result = await _fence(self.cfg, self.written, stream, mine, end=end, task=task, current=current)
-        return str(result.token)
+        return str(result)
 
 
 async def _fence(
@@ -118,7 +117,7 @@ async def _fence(
     task: tuple[TaskAttempt, Attendance],
     current: str | None = None,
     bump: bool = False,
-) -> FenceResult:
+) -> Token:
     """Task attempt `task`'s `fence_if_older` on `stream`, whose committed end is `end`."""
     me, attendance = task
     return await fence_if_older(
@@ -295,7 +294,7 @@ class Dedupe:
             partition,
             ctx.attempt_number,
             recovery,
-            fenced.token,
+            fenced,
             found.start,
             found.end,
             sum(found.fingerprints.values()),
