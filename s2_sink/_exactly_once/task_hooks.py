@@ -56,7 +56,6 @@ def _attempt(ctx: PartitionContext) -> TaskAttempt:
 
 
 def _attendance(cfg: S2Config, writer_id: str, signed: SignIn) -> Attendance:
-
     async def still() -> bool:
         basin = get_pool().client(cfg).basin(cfg.basin)
         return await still_last(basin, RollCall(writer_id), signed, patience=Patience.of(cfg))
