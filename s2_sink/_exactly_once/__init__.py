@@ -1,4 +1,3 @@
 """Exactly-once delivery into S2: ledger, fencing, chunk tags, read-back and recovery.
 
-The mechanism and why it is correct: docs/exactly-once.md; the modules: docs/architecture.md.
-"""
+The mechanism and why it is correct: docs/exactly-once.md; the modules: docs/architecture.md."""

@@ -1,8 +1,7 @@
 """Fencing tokens of exactly-once writers, and the conditional "fence if older" step.
 
 A token is ``s2sink:<writer-hash8>:<epoch>.<gen>~[<partition>.<task-id>]`` in base 36 (within S2's 36
-bytes); 0.1.0's decimal tokens (no ``~``) are still read. docs/exactly-once.md, *Fencing tokens*.
-"""
+bytes); 0.1.0's decimal tokens (no ``~``) are still read. docs/exactly-once.md, *Fencing tokens*."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Retries and replays subtract the multiset of fingerprints already in the stream. Left out: the timestamp
 (S2 may raise or cap it) and the headers saying where a record was written from, which differ between a run
-and its replay (the ``@s2sink`` tag, a dead letter's ``s2sink-partition``).
-"""
+and its replay (the ``@s2sink`` tag, a dead letter's ``s2sink-partition``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The recovery layout: which task writes a record when a batch is replayed after a driver restart.
 
 All copies of a record must be in one task, so the replay is laid out by a hash of what the fingerprint
-covers (an upsert change: its stream and key), shipped as a placement key Spark hashes into that partition.
-"""
+covers (an upsert change: its stream and key), shipped as a placement key Spark hashes into that partition."""
 
 from __future__ import annotations
 

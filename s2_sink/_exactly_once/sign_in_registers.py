@@ -1,7 +1,6 @@
 """Sign-in registers (the roll call): every task attempt of an exactly-once micro-batch signs in before its
 first append, a compare-and-swap on its partition's register that orders its attempts (attempt numbers
-restart with a stage retry). docs/exactly-once.md, *Per micro-batch*.
-"""
+restart with a stage retry). docs/exactly-once.md, *Per micro-batch*."""
 
 from __future__ import annotations
 

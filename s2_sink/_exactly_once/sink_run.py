@@ -1,8 +1,7 @@
 """Exactly-once for ``df.writeStream.format("s2")``: one fencing epoch per run of clean micro-batches.
 
 No driver step knows the batch id before the tasks run: the epoch opens when the writer is pickled
-(`open_sink_run`), tasks plan their batch (`SinkRun.plan_batch`), ``commit`` closes it (`commit_sink_run`).
-"""
+(`open_sink_run`), tasks plan their batch (`SinkRun.plan_batch`), ``commit`` closes it (`commit_sink_run`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Writer options of ``format("s2")``: the encoder, and the `WriteSpec` both front doors share.
 
 Parsed on the driver (connection options are ``S2Config.from_options``'); the rules are `WriteSpec.build`'s,
-and what is checked here is particular to options: one that does not apply to this write is refused.
-"""
+and what is checked here is particular to options: one that does not apply to this write is refused."""
 
 from __future__ import annotations
 
