@@ -36,8 +36,8 @@ __all__ = ["S2BatchWriter", "S2StreamWriter", "check_overwrite", "sink_identity"
 log = logging.getLogger(__name__)
 
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
-# A batch in more than this many partitions per core, under this many bytes each, pays the per-task cost
-# many times over for its data (each Python task costs ~150-400 ms before its first row).
+# A batch in more than this many partitions per core, under this many bytes each, pays each Python task's
+# fixed start-up cost many times over for its data.
 _PARTITIONS_PER_CORE = 4
 _SMALL_PARTITION_BYTES = 1024 * 1024
 _warned: set[str | None] = set()  # writer ids this process warned about a fragmented batch
