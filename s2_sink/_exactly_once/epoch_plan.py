@@ -86,8 +86,7 @@ def newest_tokens(tokens: Mapping[str, str], reported: Mapping[str, Iterable[str
     return out
 
 
-# Newer generations a plan carries at most, highest first: so the plan does not grow with the routed
-# streams written (the rest cost their tasks one 412 and an adoption check).
+# Newer generations a plan carries, highest first: it must not grow with the routed streams written.
 _MAX_SHIPPED_TOKENS = 16
 
 

@@ -30,8 +30,7 @@ __all__ = [
 _SPARK_ERRORS: Final = spark_errors()
 
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"  # set by Spark on the driver thread and in the tasks
-# The thread running a query's micro-batches (``StreamExecution.prettyIdString``): setJobGroup cannot
-# hide or forge its run id.
+# The thread running a query's micro-batches (StreamExecution.prettyIdString): setJobGroup cannot forge it.
 _THREAD_NAME_RE: Final = re.compile(r"^stream execution thread for .*\[id = ([^,\]]+), runId = ([^\]]+)\]$")
 _WRITER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._:/=+-]{1,200}$")
 

@@ -46,11 +46,9 @@ class LedgerState:
     since: int = field(default=0, compare=False)  # commits since that snapshot
     intent: int | None = None  # the micro-batch an ``intent`` announced
     announces: bool = False  # every batch is announced by an ``intent`` before it is written (version 3)
-    # The configurations of the epochs that may have written the batch after `committed`, the current last
-    # (after a commit, the committing one); empty where none was recorded (earlier versions).
+    # The configurations of the epochs that may have written the batch after `committed`, the current last.
     shapes: tuple[WriteShape, ...] = ()
-    # The hash in tokens and chunk tags where it is not the writer id's: a ledger taken over keeps its
-    # predecessor's, so the predecessor's writes read back as ours.
+    # The hash in tokens and tags of a ledger taken over: the predecessor's, so its writes read back as ours.
     writer: str | None = None
     moved_to: str | None = None  # the writer id that took this ledger over: this identity writes no more
 

@@ -100,8 +100,7 @@ def open_sink_run(
     coord.shape, coord.static_streams = shape, list(static_streams)
     before, ends, continued = _runtime.run(coord.plan_execution())
     opened, tail = coord.ledger_position()
-    # As Spark pickles it to every task: ledger states without their stream ends (`ends` has them the way
-    # `S2Writer`'s plans do), so its size does not grow with the streams ever committed.
+    # Pickled to every task: states without their ends (`ends` has them), so it does not grow with streams.
     run = SinkRun(
         cfg,
         writer_id,

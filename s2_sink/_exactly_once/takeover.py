@@ -53,8 +53,7 @@ async def take_over(
             return await _move(ledger, other)
         elif state.moved_to is not None:  # points at its successor, a candidate in its own right
             if state.moved_to not in states and _related(state, shape):
-                # The successor's take-over was cut between its two appends: finish it as the successor's
-                # next start would (the same conditional appends), then go on from the successor.
+                # The successor's take-over was cut between its two appends: finish it, go on from it.
                 successor = Ledger(basin, state.moved_to, cfg=cfg)
                 await successor.load()
                 if successor.state.kind == "none":

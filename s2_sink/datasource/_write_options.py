@@ -101,8 +101,7 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
     if fmt in ("json", "raw"):
         key_raw = _get(options, OPT_KEY_COLUMN)
         if key_raw is not None:
-            # The record key only routes S2Writer's shards and partition_by_key; format('s2') has neither,
-            # so the option would be accepted and do nothing.
+            # A record key only routes S2Writer's shards and partition_by_key: here it would do nothing.
             raise ConfigError(
                 f"option {OPT_KEY_COLUMN}={key_raw!r} has no effect on format('s2') writes (a record key "
                 "only picks S2Writer's shard and partition_by_key order): drop it, keep the key in the "
