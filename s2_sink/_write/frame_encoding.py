@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink.encoders._arrow_json import json_object, json_parts
+from s2_sink.encoders._arrow_json import json_objects
 from s2_sink.encoders._frame import (
     ACTION,
     BODY,
@@ -139,9 +139,7 @@ class FrameEncoding:
             return pa.nulls(len(frame), pa.binary())
         bad = pc.is_valid(errors)
         rows = frame.filter(bad)
-        fields = {f.name: f.dataType for f in self.schema.fields}
-        parts = [json_parts(rows.column(c), fields[c]) for c in columns]
-        text = pc.cast(json_object(columns, parts, len(rows)), pa.binary())
+        text = pc.cast(json_objects(rows, self.schema, columns), pa.binary())
         positions = pc.subtract(pc.cumulative_sum(pc.cast(bad, pa.int64())), 1)
         return pc.if_else(bad, pc.take(text, pc.if_else(bad, positions, 0)), pa.scalar(None, pa.binary()))
 

@@ -46,7 +46,15 @@ from pyspark.sql.types import (
 from s2_sink.encoders._column_checks import INTEGRAL_TYPES
 from s2_sink.encoders._lists import list_parts
 
-__all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string", "parse_interval"]
+__all__ = [
+    "Parts",
+    "json_fragments",
+    "json_object",
+    "json_objects",
+    "json_parts",
+    "json_string",
+    "parse_interval",
+]
 
 Parts: TypeAlias = list[pa.Array | str]
 """Literal strings and null-free string arrays; each row's text is their element-wise concatenation."""
@@ -292,6 +300,13 @@ def _joined(parts: Parts, length: int) -> pa.Array:
     if len(merged) == 1:
         return arrays[0]
     return pc.binary_join_element_wise(*merged, "")
+
+
+def json_objects(batch: pa.RecordBatch, schema: StructType, columns: Sequence[str]) -> pa.Array:
+    """Each row's JSON object of `columns` (``schema`` gives their Spark types)."""
+    return json_object(
+        columns, [json_parts(batch.column(c), schema[c].dataType) for c in columns], len(batch)
+    )
 
 
 def json_object(names: Sequence[str], columns: Sequence[Parts | pa.Array], length: int) -> pa.Array:

@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 
 from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._column_checks import check_headers_column, check_timestamp_column, require_column
-from s2_sink.encoders._frame import ArrowParts, frame_arrow_schema, raise_for_errors
+from s2_sink.encoders._frame import ArrowParts, Rows, frame_arrow_schema, raise_for_errors
 from s2_sink.errors import ConfigError
 
 __all__ = ["Encoder", "ErrorMode"]
@@ -70,20 +70,9 @@ class Encoder:
     def _validate(self, schema: StructType, data_columns: list[str]) -> None:
         raise NotImplementedError
 
-    def _encode(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        data_columns: list[str],
-        headers: pa.Array,
-        timestamp: pa.Array,
-        error: pa.Array,
-        arranged: bool,
-        flat_changelog: bool,
-    ) -> ArrowParts:
+    def _encode(self, rows: Rows) -> ArrowParts:
         """(source batch, body, headers, timestamp, key, error[, action]); the batch filtered like the
-        arrays. ``arranged``/``flat_changelog``: see `encode_frame`."""
+        arrays."""
         raise NotImplementedError
 
     # -- shared --------------------------------------------------------------------------------
@@ -158,15 +147,9 @@ class Encoder:
         headers, headers_error = _arrow_meta.headers(batch, enc.headers_column)
         timestamp, ts_error = _arrow_meta.timestamp(batch, enc.timestamp_column)
         error = _arrow_meta.first_error(len(batch), headers_error, ts_error)
+        data_columns = enc.data_columns(schema, exclude)
         parts = enc._encode(
-            batch,
-            schema=schema,
-            data_columns=enc.data_columns(schema, exclude),
-            headers=headers,
-            timestamp=timestamp,
-            error=error,
-            arranged=arranged,
-            flat_changelog=flat_changelog,
+            Rows(batch, schema, data_columns, headers, timestamp, error, arranged, flat_changelog)
         )
         src = parts.source
         kept = pa.schema([src.schema.field(c) for c in keep])

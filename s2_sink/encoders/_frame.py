@@ -20,13 +20,16 @@ and then every record's headers are ``(@key, _s2_key)``, ``(@action, _s2_action)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_sink._frame_names import TIMESTAMP_COLUMN
 from s2_sink.errors import EncodeError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "ACTION",
@@ -50,6 +53,7 @@ __all__ = [
     "TIMESTAMP",
     "TYPE_DDL",
     "ArrowParts",
+    "Rows",
     "frame_arrow_schema",
     "raise_for_errors",
     "stream_texts",
@@ -93,6 +97,20 @@ TYPE_DDL = {
 FRAME_DDL = ", ".join(f"{name} {TYPE_DDL[name]}" for name in (BODY, HEADERS, TIMESTAMP, KEY, ERROR))
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
+
+
+class Rows(NamedTuple):
+    """An Arrow batch as an encoder gets it: the body's columns, the metadata columns read (bad values'
+    reasons in ``error``), and `Encoder.encode_frame`'s ``arranged`` and ``flat_changelog``."""
+
+    batch: pa.RecordBatch
+    schema: StructType
+    data_columns: list[str]
+    headers: pa.Array
+    timestamp: pa.Array
+    error: pa.Array
+    arranged: bool
+    flat_changelog: bool
 
 
 class ArrowParts(NamedTuple):

@@ -20,7 +20,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._column_checks import column_type
-from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts, Rows
 from s2_sink.encoders._lists import list_parts
 from s2_sink.errors import ConfigError
 
@@ -83,29 +83,10 @@ class KafkaEncoder(Encoder):
                     f"binary or string (cast it, e.g. to_json(...) or CAST({name} AS STRING))"
                 )
 
-    def _encode(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        data_columns: list[str],
-        headers: pa.Array,
-        timestamp: pa.Array,
-        error: pa.Array,
-        arranged: bool,
-        flat_changelog: bool,
-    ) -> ArrowParts:
-        n = len(batch)
-        body, null_value = _arrow_meta.raw_body(batch, self.value_column)
-        key = pa.nulls(n, pa.binary())
-        key_text: pa.Array | None = None
-        if self.key_column is not None:
-            key = pc.cast(batch.column(self.key_column), pa.binary())
-            key_text = key
-        all_headers = _prepend_key(key, headers)
-        oversize = _arrow_meta.oversize_errors(body, all_headers, key_text)
-        error = _arrow_meta.first_error(n, error, null_value, oversize)
-        return ArrowParts(batch, body, all_headers, timestamp, key, error)
+    def _encode(self, rows: Rows) -> ArrowParts:
+        body, null_value = _arrow_meta.raw_body(rows.batch, self.value_column)
+        key, key_text = _arrow_meta.key(rows.batch, self.key_column)
+        return _arrow_meta.parts(rows, body, _prepend_key(key, rows.headers), key, key_text, null_value)
 
 
 def _prepend_key(key: pa.Array, headers: pa.Array) -> pa.Array:
