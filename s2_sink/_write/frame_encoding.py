@@ -19,29 +19,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink.encoders._arrow_json import json_objects
-from s2_sink.encoders._frame import (
-    ACTION,
-    BODY,
-    ERROR,
-    FRAME_COLUMNS,
-    HEADERS,
-    HEADERS_ARROW_TYPE,
-    KEY,
-    PAYLOAD,
-    TIMESTAMP,
-)
+from s2_sink.encoders._frame import ACTION, ERROR, FRAME_COLUMNS, PAYLOAD, frame_arrow_schema
 
 if TYPE_CHECKING:
     from s2_sink._exactly_once.recovery_layout import RecoveryLayout
@@ -52,13 +35,8 @@ __all__ = ["PLACE", "FrameEncoding"]
 PLACE = "_s2_place"
 """Frame column of an exactly-once replay: the key Spark's hash partitioning lays the record out by."""
 
-_FRAME_TYPES = {
-    BODY: pa.binary(),
-    HEADERS: HEADERS_ARROW_TYPE,
-    TIMESTAMP: pa.int64(),
-    KEY: pa.binary(),
-    ERROR: pa.string(),
-}
+_FRAME = frame_arrow_schema(action=True)
+"""Every frame column a write makes, ``_s2_action`` last (only in the upsert changelog's flat form)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +128,7 @@ class FrameEncoding:
         else:
             flat = self.flat_changelog and _is_upsert(self.encoder)
         own = [*FRAME_COLUMNS, *([ACTION] if flat else [])]
-        fields = [StructField(c, _SPARK_TYPES[c], nullable=c != BODY) for c in own]
+        fields = list(from_arrow_schema(pa.schema([_FRAME.field(c) for c in own])).fields)
         fields += [self.schema[c] for c in self.keep if c not in own]
         if self.routing.routed:
             fields.append(StructField(STREAM_COLUMN, StringType()))
@@ -173,18 +151,6 @@ def _own_columns(frame: pa.RecordBatch) -> list[str]:
     return [*FRAME_COLUMNS, *([ACTION] if ACTION in frame.schema.names else [])]
 
 
-_HEADER_TYPE = StructType([StructField("name", BinaryType()), StructField("value", BinaryType())])
-_SPARK_TYPES: dict[str, DataType] = {
-    BODY: BinaryType(),
-    HEADERS: ArrayType(_HEADER_TYPE),
-    TIMESTAMP: LongType(),
-    KEY: BinaryType(),
-    ERROR: StringType(),
-    ACTION: BinaryType(),
-}
-"""Each frame column's Spark type (``_frame.TYPE_DDL``'s, as objects: no Spark session needed)."""
-
-
 def _is_upsert(encoder: Encoder | None) -> bool:
     from s2_sink.encoders._upsert import UpsertEncoder  # noqa: PLC0415 - encoders import each other lazily
 
@@ -193,15 +159,8 @@ def _is_upsert(encoder: Encoder | None) -> bool:
 
 def _as_frame(batch: pa.RecordBatch, keep: list[str]) -> pa.RecordBatch:
     """Rows that are a record frame already: the frame columns it lacks added as nulls, `keep` after."""
-    n = batch.num_rows
     names = batch.schema.names
-    arrays = [batch.column(c) if c in names else pa.nulls(n, t) for c, t in _FRAME_TYPES.items()]
-    fields = [pa.field(c, t, nullable=c != BODY) for c, t in _FRAME_TYPES.items()]
-    if ACTION in names:
-        arrays.append(batch.column(ACTION))
-        fields.append(pa.field(ACTION, pa.binary()))
-    for c in keep:
-        if c not in _FRAME_TYPES and c != ACTION:
-            arrays.append(batch.column(c))
-            fields.append(batch.schema.field(c))
+    fields = [f for f in _FRAME if f.name != ACTION or ACTION in names]
+    fields += [batch.schema.field(c) for c in keep if c not in _FRAME.names]
+    arrays = [batch.column(f.name) if f.name in names else pa.nulls(batch.num_rows, f.type) for f in fields]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))

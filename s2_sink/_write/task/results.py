@@ -101,45 +101,18 @@ def result_rows(
     duration_ms: float,
 ) -> pa.RecordBatch:
     """The task's totals row, then one row per stream it appended to (or retried on)."""
+    task = dict.fromkeys(RESULT_SCHEMA.names, 0) | {
+        "partition": ctx.partition_id,
+        "attempt": ctx.attempt_number,
+        "duration_ms": duration_ms,
+        **dict.fromkeys(("stream", "first_seq", "end_seq", "latencies_ms", "token")),
+    }
     rows: list[dict[str, Any]] = [
-        {
-            "partition": ctx.partition_id,
-            "attempt": ctx.attempt_number,
-            "stream": None,
-            "rows_in": rows_in,
-            "records": 0,
-            "bytes": 0,
-            "appends": 0,
-            "retries": 0,
-            "skipped": skipped,
-            "dead_lettered": dead_lettered,
-            "first_seq": None,
-            "end_seq": None,
-            "latencies_ms": None,
-            "duration_ms": duration_ms,
-            "token": None,
-        }
+        task | {"rows_in": rows_in, "skipped": skipped, "dead_lettered": dead_lettered}
     ]
     for name, st in streams:
         if st.appends == 0 and st.retries == 0 and st.end_seq is None:
             continue
-        rows.append(
-            {
-                "partition": ctx.partition_id,
-                "attempt": ctx.attempt_number,
-                "stream": name,
-                "rows_in": 0,
-                "records": st.records,
-                "bytes": st.bytes,
-                "appends": st.appends,
-                "retries": st.retries,
-                "skipped": 0,
-                "dead_lettered": 0,
-                "first_seq": st.first_seq,
-                "end_seq": st.end_seq,
-                "latencies_ms": st.latencies,
-                "duration_ms": duration_ms,
-                "token": st.token,
-            }
-        )
+        mine = ("records", "bytes", "appends", "retries", "first_seq", "end_seq", "token")
+        rows.append(task | {k: getattr(st, k) for k in mine} | {"stream": name, "latencies_ms": st.latencies})
     return pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
