@@ -57,6 +57,7 @@ __all__ = [
     "encode_records",
     "fencing_token_field",
     "record_field",
+    "row_field",
 ]
 
 _U64_LIMIT: Final = 1 << 64
@@ -109,12 +110,12 @@ def encode_append_inputs(
     out = []
     for c, (lo, hi) in enumerate(itertools.pairwise(cuts.tolist())):
         extra = first_record_headers[c] if first_record_headers else ()
-        first = _row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
+        first = row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
         out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, trailers[c])))
     return out
 
 
-def _row_field(
+def row_field(
     row: int,
     body: pa.Array,
     headers: pa.Array | None,
@@ -123,7 +124,8 @@ def _row_field(
     *,
     extra: Sequence[Header],
 ) -> bytes:
-    """Row `row` as a `record_field` whose headers end with `extra` (the rows were checked when encoded)."""
+    """Row `row` of a frame's columns as a `record_field`, its headers ending with `extra` (e.g. a chunk tag);
+    the rows were checked when encoded."""
     own = [] if headers is None else headers[row].as_py() or []
     ordered = [(name, column[row].as_py()) for name, column in leading]
     ordered += [(h["name"], h["value"]) for h in own] + list(extra)

@@ -25,8 +25,7 @@ straight from the columns; the record path first puts them back into ``_s2_heade
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,7 @@ from s2_sdk import AppendInput, Record
 
 from s2_sink._stream_names import shown, target_problem
 from s2_sink._transport.sdk import append_input_to_proto
-from s2_sink._wire.append.proto import EncodedRecords, LeadingHeader, encode_records, record_field
+from s2_sink._wire.append.proto import EncodedRecords, LeadingHeader, encode_records, row_field
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.write_plan import WritePlan
@@ -244,18 +243,22 @@ def _shifted(span: FrameSpan, lo: int) -> Callable[[int, int], FrameSpan]:
     return lambda a, b: span.slice(lo + a, lo + b)
 
 
-def _records(body: pa.Array, header_col: pa.Array | None, stamp_col: pa.Array | None) -> list[Record | None]:
-    """Each row as an SDK record (``None`` where the body is null)."""
+def _records(
+    body: pa.Array,
+    header_col: pa.Array | None,
+    stamp_col: pa.Array | None,
+    leading: Sequence[LeadingHeader] = (),
+) -> list[Record | None]:
+    """Each row as an SDK record, the `leading` headers first (``None`` where the body is null)."""
     n = len(body)
-    bodies: list[bytes | None] = body.to_pylist()
-    headers = _headers(header_col) if header_col is not None else None
-    stamps: list[int | None] | None = None
-    if stamp_col is not None and stamp_col.null_count < n:
-        stamps = stamp_col.to_pylist()
-    hdrs: Iterable[list[Header] | None] = headers if headers is not None else itertools.repeat(None, n)
-    tss: Iterable[int | None] = stamps if stamps is not None else itertools.repeat(None, n)
+    headers: list[list[Header] | None] = [None] * n if header_col is None else _headers(header_col)
+    stamps = stamp_col.to_pylist() if stamp_col is not None and stamp_col.null_count < n else [None] * n
+    if leading:
+        leads = [[(name, value) for value in column.to_pylist()] for name, column in leading]
+        headers = [[*(lead[i] for lead in leads), *(h or ())] for i, h in enumerate(headers)]
     return [
-        Record(b, h or [], t) if b is not None else None for b, h, t in zip(bodies, hdrs, tss, strict=False)
+        Record(b, h or [], t) if b is not None else None
+        for b, h, t in zip(body.to_pylist(), headers, stamps, strict=True)
     ]
 
 
@@ -319,15 +322,6 @@ class FrameSpan:
         offsets = self.encoded.offsets
         return self.encoded.data[offsets[self.lo + lo] : offsets[self.hi]].data
 
-    def record(self, i: int) -> tuple[bytes, list[Header], int | None]:
-        """Row ``i`` of this span: body, headers, timestamp."""
-        row = self.lo + i
-        body: bytes = self.body[row].as_py()
-        headers = self.headers[row].as_py() if self.headers is not None else None
-        stamp: int | None = self.timestamp[row].as_py() if self.timestamp is not None else None
-        lead = [(name, column[row].as_py()) for name, column in self.leading]
-        return body, [*lead, *((h["name"], h["value"]) for h in headers or ())], stamp
-
     def columns(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None, list[LeadingHeader]]:
         """The span's rows of each column (body, headers, timestamp, the leading headers')."""
         n = len(self)
@@ -346,8 +340,10 @@ def serialize_spans(spans: Sequence[FrameSpan], tag: Header | None) -> bytes:
     parts: list[bytes | memoryview] = []
     skip = 0
     if tag is not None:
-        body, headers, stamp = spans[0].record(0)
-        parts.append(record_field(body, [*headers, tag], stamp))
+        first = spans[0]
+        parts.append(
+            row_field(first.lo, first.body, first.headers, first.timestamp, first.leading, extra=[tag])
+        )
         skip = 1
     for k, span in enumerate(spans):
         parts.append(span.wire(skip if k == 0 else 0))
@@ -363,16 +359,4 @@ def serialize_records(records: list[Record]) -> bytes:
 
 def records_of(spans: Sequence[FrameSpan]) -> list[Record]:
     """The spans' rows as SDK records (a chunk that mixes spans with records takes the record path)."""
-    out: list[Record] = []
-    for span in spans:
-        body, header_col, stamp_col, leading = span.columns()
-        n = len(span)
-        bodies: list[bytes] = body.to_pylist()
-        headers = header_col.to_pylist() if header_col is not None else [None] * n
-        stamps = stamp_col.to_pylist() if stamp_col is not None else [None] * n
-        leads = [[(name, value) for value in column.to_pylist()] for name, column in leading]
-        for i, (b, hs, ts) in enumerate(zip(bodies, headers, stamps, strict=True)):
-            pairs = [lead[i] for lead in leads]
-            pairs += [(h["name"], h["value"]) for h in hs or ()]
-            out.append(Record(b, pairs, ts))
-    return out
+    return [r for span in spans for r in _records(*span.columns()) if r is not None]
