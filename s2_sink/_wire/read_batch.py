@@ -190,41 +190,28 @@ def _optional_field(d: Bytes, cur: Ints, end: Ints, key: int) -> tuple[Ints, Int
 
 def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
     """Every record's headers from ``cur`` on (``cur`` moves past them): counts, names, values."""
-    header_record: list[Ints] = []
-    header_pos: list[Ints] = []
-    name_start: list[Ints] = []
-    name_len: list[Ints] = []
-    value_start: list[Ints] = []
-    value_len: list[Ints] = []
+    found: list[tuple[Ints, ...]] = []  # per round: records, positions, name starts and lengths, values'
     while (at := _at_key(d, cur, end, _HEADER)).size:
         start, length = _length_field(d, cur[at], end[at])
         header_end = start + length
         # name (optional), then value (optional), and nothing else.
         h_cur = start.copy()
-        n_start, n_len = _optional_field(d, h_cur, header_end, _NAME)
-        v_start, v_len = _optional_field(d, h_cur, header_end, _VALUE)
+        name = _optional_field(d, h_cur, header_end, _NAME)
+        value = _optional_field(d, h_cur, header_end, _VALUE)
         if not np.array_equal(h_cur, header_end):
             raise NotCanonical
-        header_record.append(at)
-        header_pos.append(cur[at])
-        name_start.append(n_start)
-        name_len.append(n_len)
-        value_start.append(v_start)
-        value_len.append(v_len)
+        found.append((at, cur[at], *name, *value))
         cur[at] = header_end
-
+    if not found:
+        return np.zeros(len(cur), dtype=np.int64), empty_binary(), empty_binary()
     # Headers were found position by position; stream order is their order in the message.
-    if header_pos:
-        order = np.argsort(np.concatenate(header_pos), kind="stable")
-        records = np.concatenate(header_record)[order]
-        names = _gather(buffer, np.concatenate(name_start)[order], np.concatenate(name_len)[order])
-        values = _gather(buffer, np.concatenate(value_start)[order], np.concatenate(value_len)[order])
-        counts = np.bincount(records, minlength=len(cur)).astype(np.int64)
-    else:
-        names = values = empty_binary()
-        counts = np.zeros(len(cur), dtype=np.int64)
-
-    return counts, names, values
+    records, pos, name_start, name_len, value_start, value_len = (
+        np.concatenate(c) for c in zip(*found, strict=True)
+    )
+    order = np.argsort(pos, kind="stable")
+    names = _gather(buffer, name_start[order], name_len[order])
+    values = _gather(buffer, value_start[order], value_len[order])
+    return np.bincount(records[order], minlength=len(cur)).astype(np.int64), names, values
 
 
 def _decode_joined(skims: Sequence[Skim]) -> RecordColumns:
@@ -245,26 +232,11 @@ def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
     buffer = pa.py_buffer(message)
     d: Bytes = np.frombuffer(buffer, dtype=np.uint8)
     cur = starts.copy()  # each record's next field, moved on field by field
-    n = len(cur)
 
-    seq_nums = np.zeros(n, dtype=np.uint64)
-    timestamps = np.zeros(n, dtype=np.uint64)
-    for key, out in ((_SEQ_NUM, seq_nums), (_TIMESTAMP, timestamps)):
-        at = _at_key(d, cur, end, key)
-        if at.size:
-            value, size = read_varints(d, cur[at] + 1, end[at], 10)
-            out[at] = value
-            cur[at] += 1 + size
-
+    seq_nums = _optional_varint(d, cur, end, _SEQ_NUM)
+    timestamps = _optional_varint(d, cur, end, _TIMESTAMP)
     counts, names, values = _headers(d, buffer, cur, end)
-
-    body_start = cur.copy()
-    body_len = np.zeros(n, dtype=np.int64)
-    at = _at_key(d, cur, end, _BODY)
-    if at.size:
-        start, length = _length_field(d, cur[at], end[at])
-        body_start[at], body_len[at] = start, length
-        cur[at] = start + length
+    body_start, body_len = _optional_field(d, cur, end, _BODY)
     if not np.array_equal(cur, end):
         raise NotCanonical  # a field out of order, repeated, or unknown
 
@@ -274,15 +246,22 @@ def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
 def _tail(d: Bytes, start: int, stop: int) -> Tail:
     cur = np.array([start], dtype=np.int64)
     end = np.array([stop], dtype=np.int64)
-    fields = [0, 0]
-    for i, key in enumerate((_TAIL_SEQ, _TAIL_TS)):
-        if _at_key(d, cur, end, key).size:
-            value, size = read_varints(d, cur + 1, end, 10)
-            fields[i] = int(value[0])
-            cur += 1 + size
+    seq_num, timestamp = (_optional_varint(d, cur, end, key) for key in (_TAIL_SEQ, _TAIL_TS))
     if cur[0] != stop:
         raise NotCanonical
-    return Tail(fields[0], fields[1])
+    return Tail(int(seq_num[0]), int(timestamp[0]))
+
+
+def _optional_varint(d: Bytes, cur: Ints, end: Ints, key: int) -> Values:
+    """Each record's optional varint ``key`` field at ``cur`` (``cur`` moves past it where present), 0 where
+    absent."""
+    out = np.zeros(len(cur), dtype=np.uint64)
+    at = _at_key(d, cur, end, key)
+    if at.size:
+        value, size = read_varints(d, cur[at] + 1, end[at], 10)
+        out[at] = value
+        cur[at] += 1 + size
+    return out
 
 
 def _by_field(message: bytes) -> tuple[RecordColumns, Tail | None]:
