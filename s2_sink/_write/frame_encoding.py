@@ -1,14 +1,10 @@
 """Where a write task's rows become its record frame: the one encoding step of both front doors.
 
-``foreachBatch(S2Writer)`` ships the columns its encoder reads (and, for column and template routing, the
-target stream Spark computed) to its tasks through ``mapInArrow``; ``format("s2")`` hands its tasks the
-rows as they are. Either way, each task turns its Arrow batches into record frames here, with the
-encoder's ``encode_frame`` (Arrow kernels, no Python object per row), adds each row's target stream where
-the rows are routed in Arrow (shards; ``format("s2")``'s columns and templates), under
-``on_error="dlq"`` a bad row's original payload (the JSON of the row it came from), and, in an exactly-once
-replay, the placement key that lays each record out by its content (`s2_sink._exactly_once.recovery_layout`).
-
-A `FrameEncoding` is plain picklable data built once on the driver, after the schema was validated there.
+``foreachBatch(S2Writer)`` ships the columns its encoder reads (and a target stream Spark computed) through
+``mapInArrow``; ``format("s2")`` hands its tasks the rows as they are. Each task turns its Arrow batches
+into record frames here, adding the target stream of rows routed in Arrow, under ``on_error="dlq"`` a bad
+row's payload, and in an exactly-once replay the placement key (`s2_sink._exactly_once.recovery_layout`).
+A `FrameEncoding` is plain picklable data built on the driver, after the schema was validated there.
 """
 
 from __future__ import annotations
@@ -41,25 +37,20 @@ _FRAME = frame_arrow_schema(action=True)
 
 @dataclass(frozen=True, slots=True)
 class FrameEncoding:
-    """How one write's rows become record frames (see module docstring)."""
-
     encoder: Encoder | None
     """``None``: the rows are a record frame already (``S2Writer(encoder=None)``)."""
     schema: StructType
-    """The Spark schema of the rows the tasks are handed (validated on the driver)."""
     routing: Routing
     keep: tuple[str, ...] = ()
     """Input columns carried into the frame (the ``order_by`` columns the writer sorts by)."""
     payload: bool = False
     """Under ``on_error="dlq"``: add `PAYLOAD`, a bad row's input as JSON (null for good rows)."""
     arranged: bool = True
-    """Let the encoder sort and compact each Arrow batch (``format("s2")``); the writer does it across the
-    micro-batch in Spark instead."""
+    """Let the encoder sort and compact each Arrow batch (``format("s2")``; the writer does it in Spark)."""
     layout: RecoveryLayout | None = None
     """An exactly-once replay's content layout: add `PLACE`."""
 
     def laid_out(self, layout: RecoveryLayout) -> FrameEncoding:
-        """This encoding adding the placement key of `layout` to every row."""
         return replace(self, layout=layout)
 
     @property
@@ -69,13 +60,11 @@ class FrameEncoding:
         return self.encoder is not None and not (self.arranged and self.encoder.arranges)
 
     def frames(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The record frame of each non-empty batch, in order."""
         for batch in batches:
             if batch.num_rows:
                 yield self.frame(batch)
 
     def frame(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The record frame of one batch of rows."""
         names = self.schema.fieldNames()
         shipped_target = STREAM_COLUMN in names
         payload_columns = [c for c in names if c != STREAM_COLUMN] if self.payload else []
@@ -111,7 +100,7 @@ class FrameEncoding:
         return extra + ([PLACE] if self.layout is not None else [])
 
     def _payload(self, frame: pa.RecordBatch, columns: list[str]) -> pa.Array:
-        """A bad row's input columns as one JSON object (as the dead letter's body); null for good rows."""
+        """A bad row's input columns as JSON (its dead letter's body); null for good rows."""
         errors = frame.column(ERROR)
         if errors.null_count == len(errors):
             return pa.nulls(len(frame), pa.binary())
@@ -122,7 +111,6 @@ class FrameEncoding:
         return pc.if_else(bad, pc.take(text, pc.if_else(bad, positions, 0)), pa.scalar(None, pa.binary()))
 
     def frame_schema(self) -> StructType:
-        """The Spark schema of `frame`'s output (a ``mapInArrow`` that returns frames declares it)."""
         if self.encoder is None:  # a record frame already: its own flat changelog, if it has one
             flat = ACTION in self.schema.fieldNames()
         else:
@@ -139,12 +127,7 @@ class FrameEncoding:
         return StructType(fields)
 
     def map_fn(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-        """A ``mapInArrow`` function turning each partition's rows into record frames."""
-
-        def _fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return self.frames(batches)
-
-        return _fn
+        return self.frames
 
 
 def _own_columns(frame: pa.RecordBatch) -> list[str]:

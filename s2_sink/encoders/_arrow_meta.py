@@ -47,7 +47,7 @@ def parts(
 
 
 def raw_body(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, pa.Array | None]:
-    """(bodies from a binary or string ``value`` column, null as b"", the error of each null row or None)."""
+    """(bodies from a binary or string column, null as b"", each null row's error or None)."""
     value = batch.column(column)
     body = pc.fill_null(pc.cast(value, pa.binary()), b"")
     if not value.null_count:
@@ -57,7 +57,6 @@ def raw_body(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, pa.Array | N
 
 
 def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
-    """(``_s2_headers`` from a Kafka-shaped headers column, error array or None)."""
     n = len(batch)
     if column is None:
         return pa.nulls(n, HEADERS_ARROW_TYPE), None
@@ -84,7 +83,6 @@ def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Arr
 
 
 def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
-    """(``_s2_timestamp`` in ms from an integral-ms or timestamp column, error array or None)."""
     n = len(batch)
     if column is None:
         return pa.nulls(n, pa.int64()), None
@@ -106,8 +104,8 @@ def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.A
 def oversize_errors(
     body: pa.Array, headers: pa.Array, key_text: pa.Array | None, *, extra: pa.Array | None = None
 ) -> pa.Array | None:
-    """Messages for records over 1 MiB metered (naming the key), or None when every record fits; `extra`
-    adds headers carried beside `headers` (the upsert changelog's flat form)."""
+    """Messages for records over 1 MiB metered (naming the key), or None; `extra`: headers carried beside
+    `headers` (the changelog's flat form)."""
     sizes = metered_bytes(body, headers)
     if extra is not None:
         sizes = pc.add(sizes, extra)

@@ -24,14 +24,13 @@ Format = Literal["json", "raw"]
 class InsertEncoder(Encoder):
     """One S2 record per row.
 
-    - ``format="json"`` (default): the body is the JSON object of every data column (all columns except the
-      headers and timestamp columns, ``exclude_columns`` and the routing columns the writer excludes).
-      The type mapping is in docs/encoding.md. ``key_column`` (string, binary or integral) also becomes the
-      routing key; it stays in the body.
-    - ``format="raw"``: the body is ``value_column`` (binary, or string as UTF-8) as is, the shape Spark's
-      Kafka sink uses; ``key_column`` (optional) is the routing key. Other columns are not written.
+    - ``format="json"`` (default): the body is the JSON object of the data columns (all but the metadata,
+      ``exclude_columns`` and routing columns; docs/encoding.md). ``key_column`` (string, binary or
+      integral) is also the routing key and stays in the body.
+    - ``format="raw"``: the body is ``value_column`` (binary, or string as UTF-8) as is; ``key_column``
+      (optional) is the routing key. Other columns are not written.
 
-    ``headers_column``: ``array<struct<key:string,value:binary>>`` → record headers (not part of the body).
+    ``headers_column``: ``array<struct<key:string,value:binary>>`` → record headers.
     ``timestamp_column``: epoch milliseconds (integral) or ``timestamp`` → the record timestamp.
     """
 

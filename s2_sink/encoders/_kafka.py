@@ -1,8 +1,5 @@
-"""KafkaEncoder: a frame shaped like Spark's Kafka source/sink, written the way Kafka users expect.
-
-``value`` is the body, ``key`` the first header ``@kafka-key`` (opaque bytes, so not the upsert format's
-``@key``), then ``headers``, and ``timestamp``; other columns (``topic``, ``partition``...) are left out.
-docs/kafka.md.
+"""KafkaEncoder: a Kafka-shaped frame written the way Kafka users expect (docs/kafka.md): ``value`` is the
+body, ``key`` the first header ``@kafka-key`` (opaque bytes, not the upsert ``@key``), then ``headers``.
 """
 
 from __future__ import annotations
@@ -27,16 +24,12 @@ from s2_sink.errors import ConfigError
 __all__ = ["KAFKA_KEY_HEADER", "KafkaEncoder"]
 
 KAFKA_KEY_HEADER: Final = b"@kafka-key"
-"""Name of the header that carries a Kafka record key."""
 
 
 class KafkaEncoder(Encoder):
-    """One S2 record per row of a Kafka-shaped frame: body = ``value``, headers = ``@kafka-key`` then
-    ``headers``, timestamp = ``timestamp``; the key is also the routing key (``shards``,
-    ``partition_by_key``).
-
-    ``key_column``, ``headers_column`` and ``timestamp_column`` default to Kafka's ``key``, ``headers`` and
-    ``timestamp`` when the frame has such a column; a name given here must exist.
+    """One S2 record per row of a Kafka-shaped frame; the key is also the routing key. ``key_column``,
+    ``headers_column`` and ``timestamp_column`` default to ``key``, ``headers`` and ``timestamp`` where the
+    frame has them; a name given must exist.
     """
 
     value_column: str
@@ -55,7 +48,6 @@ class KafkaEncoder(Encoder):
         self.key_column = key_column
 
     def _bind(self, columns: Sequence[str]) -> KafkaEncoder:
-        """A copy with the optional columns resolved against the frame's column names."""
         bound = copy.copy(self)
         if bound.key_column is None and "key" in columns:
             bound.key_column = "key"
@@ -118,7 +110,6 @@ def _prepend_key(key: pa.Array, headers: pa.Array) -> pa.Array:
 
 
 def _ranks(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``0..len-1`` for each run of the given lengths, concatenated."""
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
