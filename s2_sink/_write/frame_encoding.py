@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
 
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink.encoders._arrow_json import json_objects
@@ -91,13 +91,15 @@ class FrameEncoding:
             frame = frame.append_column(PAYLOAD, self._payload(frame, payload_columns))
         if self.layout is not None:
             frame = frame.append_column(PLACE, self.layout.placement(frame))
-        wanted = [*_own_columns(frame), *self.keep, *self._extra_columns()]
+        wanted = [*_own_columns(frame), *self.keep, *(f.name for f in self._extra_fields())]
         return frame.select(list(dict.fromkeys(wanted)))
 
-    def _extra_columns(self) -> list[str]:
-        extra = [STREAM_COLUMN] if self.routing.routed else []
-        extra += [PAYLOAD] if self.payload else []
-        return extra + ([PLACE] if self.layout is not None else [])
+    def _extra_fields(self) -> list[StructField]:
+        """The columns a write adds after the frame's and the kept ones."""
+        added = (self.routing.routed, self.payload, self.layout is not None)
+        types: tuple[DataType, ...] = (StringType(), BinaryType(), LongType())
+        fields = zip((STREAM_COLUMN, PAYLOAD, PLACE), types, added, strict=True)
+        return [StructField(name, dtype) for name, dtype, on in fields if on]
 
     def _payload(self, frame: pa.RecordBatch, columns: list[str]) -> pa.Array:
         """A bad row's input columns as JSON (its dead letter's body); null for good rows."""
@@ -118,13 +120,7 @@ class FrameEncoding:
         own = [*FRAME_COLUMNS, *([ACTION] if flat else [])]
         fields = list(from_arrow_schema(pa.schema([_FRAME.field(c) for c in own])).fields)
         fields += [self.schema[c] for c in self.keep if c not in own]
-        if self.routing.routed:
-            fields.append(StructField(STREAM_COLUMN, StringType()))
-        if self.payload:
-            fields.append(StructField(PAYLOAD, BinaryType()))
-        if self.layout is not None:
-            fields.append(StructField(PLACE, LongType()))
-        return StructType(fields)
+        return StructType(fields + self._extra_fields())
 
     def map_fn(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         return self.frames

@@ -89,26 +89,15 @@ class FrameInput:
         stamp_col = batch.column(TIMESTAMP) if TIMESTAMP in names else None
         has_errors = ERROR in names and batch.column(ERROR).null_count < n
         stream = self.plan.stream
-        all_good = (
-            not has_errors
-            and self.plan.stream_column is None
-            and stream is not None
-            and int(sizes.max()) <= self.max_record
-            and body_col.null_count == 0
-        )
+        routed = self.plan.stream_column is not None
+        clean = not has_errors and body_col.null_count == 0 and int(sizes.max()) <= self.max_record
+        all_good = clean and not routed and stream is not None
         if all_good and self.spans:
             assert stream is not None
             span = FrameSpan.of(body_col, header_col, stamp_col, leading_headers(batch))
             self.chunker.add_span(stream, sizes, span.slice)
             return
-        if (
-            self.spans
-            and self.plan.stream_column is not None
-            and not has_errors
-            and body_col.null_count == 0
-            and int(sizes.max()) <= self.max_record
-            and self._grouped(batch, sizes)
-        ):
+        if clean and routed and self.spans and self._grouped(batch, sizes):
             return
         if ACTION in names:
             batch = with_changelog_headers(batch)
