@@ -89,7 +89,7 @@ def encode_append_inputs(
         return []
     _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
     _check_per_chunk(first_record_headers, chunks, "first_record_headers")
-    trailers = _trailers(match_seq_nums, fencing_token, chunks)
+    token = fencing_token_field(fencing_token)
     # Chunks are slices of the rows encoded once; a tagged first record is written again in plain Python.
     data, offsets = encode_records(body, headers, timestamp, leading)
     ends = offsets.tolist()
@@ -97,7 +97,8 @@ def encode_append_inputs(
     for c, (lo, hi) in enumerate(itertools.pairwise(cuts.tolist())):
         extra = first_record_headers[c] if first_record_headers else ()
         first = row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
-        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, trailers[c])))
+        match = _match_field(c, match_seq_nums[c]) if match_seq_nums else b""
+        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, match, token)))
     return out
 
 
@@ -297,20 +298,11 @@ def fencing_token_field(fencing_token: str | None) -> bytes:
     return b"" if fencing_token is None else field(INPUT_FENCING_TOKEN, fencing_token.encode())
 
 
-def _trailers(
-    match_seq_nums: Sequence[int | None] | None, fencing_token: str | None, chunks: int
-) -> list[bytes]:
-    token = fencing_token_field(fencing_token)
-    if match_seq_nums is None:
-        return [token] * chunks
-    out = []
-    for i, match in enumerate(match_seq_nums):
-        if match is None:
-            out.append(token)
-            continue
-        if not 0 <= match < _U64_LIMIT:
-            raise ValueError(
-                f"match_seq_nums[{i}] is {match}: a sequence number is an unsigned 64-bit integer"
-            )
-        out.append(bytes([INPUT_MATCH_SEQ_NUM]) + varint(match) + token)
-    return out
+def _match_field(chunk: int, match: int | None) -> bytes:
+    if match is None:
+        return b""
+    if not 0 <= match < _U64_LIMIT:
+        raise ValueError(
+            f"match_seq_nums[{chunk}] is {match}: a sequence number is an unsigned 64-bit integer"
+        )
+    return bytes([INPUT_MATCH_SEQ_NUM]) + varint(match)
