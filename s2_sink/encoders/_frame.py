@@ -51,7 +51,6 @@ __all__ = [
     "PAYLOAD",
     "STREAM",
     "TIMESTAMP",
-    "TYPE_DDL",
     "ArrowParts",
     "Rows",
     "frame_arrow_schema",
@@ -82,17 +81,7 @@ DLQ_ROW_HASH = b"s2sink-row-hash"
 MAX_RECORD_BYTES = 1024 * 1024
 
 HEADERS_DDL = "array<struct<name:binary,value:binary>>"
-TYPE_DDL = {
-    BODY: "binary",
-    HEADERS: HEADERS_DDL,
-    TIMESTAMP: "bigint",
-    KEY: "binary",
-    ERROR: "string",
-    ACTION: "binary",
-    STREAM: "string",
-    PAYLOAD: "binary",
-}
-FRAME_DDL = ", ".join(f"{name} {TYPE_DDL[name]}" for name in (BODY, HEADERS, TIMESTAMP, KEY, ERROR))
+FRAME_DDL = f"{BODY} binary, {HEADERS} {HEADERS_DDL}, {TIMESTAMP} bigint, {KEY} binary, {ERROR} string"
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
 
