@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, StringType, StructType
@@ -84,34 +83,24 @@ class KafkaEncoder(Encoder):
 def _prepend_key(key: pa.Array, headers: pa.Array) -> pa.Array:
     """Per row: ``[(@kafka-key, key)]`` when the key is not null, then the row's headers (null = none)."""
     offsets, entries = list_parts(headers)
-    old = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    old_len = np.diff(old)
+    bounds = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    lengths = bounds[1:] - bounds[:-1]
+    own, src = lengths, np.arange(len(entries), dtype=np.int64)  # the entries of rows not null
     if headers.null_count:
-        old_len = np.where(np.asarray(headers.is_valid()), old_len, 0)
-    has_key = np.asarray(key.is_valid(), dtype=bool).astype(np.int64)
-    new = np.concatenate([[0], np.cumsum(has_key + old_len)])
-    # Where each source entry lands: key headers at their row's start, a row's headers right after.
-    key_pos = new[:-1][has_key == 1]
-    starts = new[:-1] + has_key
-    header_pos = np.repeat(starts, old_len) + _ranks(old_len)
-    header_src = np.repeat(old[:-1], old_len) + _ranks(old_len)
+        valid = np.asarray(headers.is_valid(), dtype=bool)
+        own, src = np.where(valid, lengths, 0), np.flatnonzero(np.repeat(valid, lengths))
+    has_key = np.asarray(key.is_valid(), dtype=bool)
+    new = np.concatenate([[0], np.cumsum(has_key + own)])
+    # A row's key (if any) at its start, its own headers after: every other entry, in order.
     keys = pc.drop_null(key)
-    source_names = pa.concat_arrays(
-        [pa.array([KAFKA_KEY_HEADER] * len(keys), pa.binary()), entries.field(0).take(header_src)]
-    )
-    source_values = pa.concat_arrays([keys, entries.field(1).take(header_src)])
-    order = np.empty(int(new[-1]), dtype=np.int64)
-    order[key_pos] = np.arange(len(keys))
-    order[header_pos] = len(keys) + np.arange(len(header_src))
+    is_key = np.zeros(int(new[-1]), dtype=bool)
+    is_key[new[:-1][has_key]] = True
+    index = np.empty(len(is_key), dtype=np.int64)
+    index[is_key] = np.arange(len(keys))
+    index[~is_key] = len(keys) + src
+    names = pa.concat_arrays([pa.array([KAFKA_KEY_HEADER] * len(keys), pa.binary()), entries.field(0)])
+    values = pa.concat_arrays([keys, entries.field(1)])
     structs = pa.StructArray.from_arrays(
-        [source_names.take(order), source_values.take(order)], fields=list(HEADERS_ARROW_TYPE.value_type)
+        [names.take(index), values.take(index)], fields=list(HEADERS_ARROW_TYPE.value_type)
     )
     return pa.ListArray.from_arrays(pa.array(new, pa.int32()), structs, type=HEADERS_ARROW_TYPE)
-
-
-def _ranks(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    run_starts: npt.NDArray[np.int64] = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.arange(total, dtype=np.int64) - run_starts
