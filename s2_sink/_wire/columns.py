@@ -33,7 +33,6 @@ __all__ = [
     "call",
     "cast",
     "concat_columns",
-    "empty_binary",
     "entry_owners",
     "first_header",
     "headers_column",
@@ -84,12 +83,6 @@ def repeated(value: bytes | None, count: int, type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(offsets), pa.py_buffer(value * count)])
 
 
-def empty_binary() -> pa.Array:
-    return pa.Array.from_buffers(
-        pa.binary(), 0, [None, pa.py_buffer(np.zeros(1, dtype=np.int32)), pa.py_buffer(b"")]
-    )
-
-
 def call(name: str, args: list[Any], options: Any = None) -> Any:
     return _pc.call_function(name, args, options)
 
@@ -107,9 +100,7 @@ def cast(arr: pa.Array, to: pa.DataType) -> pa.Array:
 
 def bools(arr: pa.Array) -> Bools:
     """Nulls as False."""
-    bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
-    values: Bools = bits[arr.offset : arr.offset + len(arr)].astype(np.bool_)
-    return values & valid_rows(arr)
+    return _bits(arr.buffers()[1], arr) & valid_rows(arr)
 
 
 def valid_rows(arr: pa.Array) -> Bools:
@@ -117,9 +108,13 @@ def valid_rows(arr: pa.Array) -> Bools:
     bitmap = arr.buffers()[0]
     if arr.null_count == 0 or bitmap is None:
         return np.full(len(arr), arr.null_count == 0, dtype=np.bool_)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    valid: Bools = bits[arr.offset : arr.offset + len(arr)].astype(np.bool_)
-    return valid
+    return _bits(bitmap, arr)
+
+
+def _bits(buffer: pa.Buffer, arr: pa.Array) -> Bools:
+    bits = np.unpackbits(np.frombuffer(buffer, dtype=np.uint8), bitorder="little")
+    values: Bools = bits[arr.offset : arr.offset + len(arr)].astype(np.bool_)
+    return values
 
 
 _EMPTY_BYTES: Bytes = np.empty(0, dtype=np.uint8)

@@ -20,7 +20,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink._transport.sdk import pb
-from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, empty_binary, take
+from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, repeated, take
 
 __all__ = ["NotCanonical", "Skim", "Tail", "decode_skims", "parse_read_batch", "read_varints", "skim"]
 
@@ -151,7 +151,7 @@ def _length_field(d: Bytes, pos: Ints, end: Ints) -> tuple[Ints, Ints]:
 def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
     n = len(starts)
     if n == 0:
-        return empty_binary()
+        return repeated(b"", 0, pa.binary())
     # Offsets start, end, start, end, ... over the whole message are ascending: an array whose even values
     # are the spans (and odd ones the bytes between them), without a copy; `take` then packs the spans.
     bounds = np.empty(2 * n, dtype=np.int32)
@@ -188,7 +188,8 @@ def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, p
         found.append((at, cur[at], *name, *value))
         cur[at] = header_end
     if not found:
-        return np.zeros(len(cur), dtype=np.int64), empty_binary(), empty_binary()
+        none = repeated(b"", 0, pa.binary())
+        return np.zeros(len(cur), dtype=np.int64), none, none
     # Headers were found position by position; stream order is their order in the message.
     records, pos, name_start, name_len, value_start, value_len = (
         np.concatenate(c) for c in zip(*found, strict=True)

@@ -54,7 +54,7 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     typ = headers.type
     if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
         raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")
-    fields = [typ.value_type.field(i).name for i in range(typ.value_type.num_fields)]
+    fields = [f.name for f in typ.value_type]
     if "name" not in fields or "value" not in fields:
         raise TypeError(f"{HEADERS} entries must have fields 'name' and 'value', got {typ.value_type}")
     column = headers.slice(first, n)
