@@ -60,7 +60,6 @@ _U64_LIMIT: Final = 1 << 64
 # Block size: temporaries of a few hundred KiB stay in cache and in memory the allocator reuses
 # (fresh pages cost more than the encoding itself on some virtual machines).
 _BLOCK_ROWS: Final = 16_384
-_BLOCK_BYTES: Final = 4 * 1024 * 1024
 
 
 def encode_append_inputs(
@@ -139,14 +138,11 @@ def encode_records(
     n = len(body)
     if n == 0:
         return EncodedRecords(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
-    # One "chunk" per `_BLOCK_ROWS` rows lets `_blocks` bound the temporaries.
-    cuts = np.unique(np.append(np.arange(0, n, _BLOCK_ROWS, dtype=np.int64), n))
     datas: list[Bytes] = []
     offsets: list[Ints] = [np.zeros(1, dtype=np.int64)]
     at = 0
-    for lo, hi in _blocks(body, cuts):
-        block_cuts = cuts[lo : hi + 1]
-        records = _records_block(body, headers, timestamp, leading, cuts=block_cuts)
+    for first in range(0, n, _BLOCK_ROWS):
+        records = _records_block(body, headers, timestamp, leading, range(first, min(n, first + _BLOCK_ROWS)))
         view = binary_view(records)
         datas.append(view.data[view.offsets[0] : view.offsets[-1]])
         offsets.append(view.offsets[1:] - view.offsets[0] + at)
@@ -164,35 +160,14 @@ def record_field(body: bytes, headers: Sequence[Header], timestamp: int | None) 
     return field(INPUT_RECORDS, record)
 
 
-def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
-    """Runs of whole chunks, ``[lo, hi)``, of at most `_BLOCK_ROWS` rows or `_BLOCK_BYTES` body bytes (or
-    one chunk)."""
-    offsets = binary_view(body).offsets if len(body) else np.zeros(1, dtype=np.int64)
-    rows = np.diff(cuts).tolist()
-    nbytes = np.diff(offsets[cuts]).tolist()
-    blocks = []
-    lo, block_rows, block_bytes = 0, 0, 0
-    for i, (r, b) in enumerate(zip(rows, nbytes, strict=True)):
-        if i > lo and (block_rows + r > _BLOCK_ROWS or block_bytes + b > _BLOCK_BYTES):
-            blocks.append((lo, i))
-            lo, block_rows, block_bytes = i, 0, 0
-        block_rows += r
-        block_bytes += b
-    blocks.append((lo, len(rows)))
-    return blocks
-
-
 def _records_block(
     body: pa.Array,
     headers: pa.Array | None,
     timestamp: pa.Array | None,
     leading: Sequence[LeadingHeader],
-    *,
-    cuts: Ints,
+    rows: range,
 ) -> pa.Array:
-    first, stop = int(cuts[0]), int(cuts[-1])
-    cuts = cuts - first
-    n = stop - first
+    first, n = rows.start, len(rows)
     bodies = _bodies(body, first, n)
     stamped, stamps = _timestamps(timestamp, len(body), first, n)
     lead_parts, lead_len = leading_fields(leading, first, n)
