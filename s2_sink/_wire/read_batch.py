@@ -20,7 +20,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from s2_sink._transport.sdk import pb
-from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, empty_binary, take
+from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, repeated, take
 
 __all__ = ["NotCanonical", "Skim", "Tail", "decode_skims", "parse_read_batch", "read_varints", "skim"]
 
@@ -37,19 +37,15 @@ _TAIL_TS: Final = 0x10
 
 
 class Tail(NamedTuple):
-    """The batch's ``tail`` position: next seq_num to be assigned and the last record's timestamp."""
-
     seq_num: int
     timestamp: int
 
 
 class NotCanonical(Exception):
-    """The message is not in the layout the bulk walk reads (a varint too long or running past its end
-    included): the generated parser reads it instead."""
+    """Not in the layout the bulk walk reads: the generated parser reads it instead."""
 
 
 def parse_read_batch(message: bytes) -> tuple[RecordColumns, Tail | None]:
-    """The records and the tail of one serialized ``ReadBatch``."""
     skimmed = skim(message)
     if skimmed is not None:
         with contextlib.suppress(NotCanonical):
@@ -58,8 +54,7 @@ def parse_read_batch(message: bytes) -> tuple[RecordColumns, Tail | None]:
 
 
 class Skim(NamedTuple):
-    """A ``ReadBatch`` whose top level is in the layout serializers write (records, then the tail), walked:
-    where each record's fields start and end in ``message``, and the tail."""
+    """A ``ReadBatch``'s top level walked: where each record's fields start and end, and the tail."""
 
     message: bytes
     starts: list[int]
@@ -67,8 +62,7 @@ class Skim(NamedTuple):
     tail: Tail | None
 
     def last_seq_num(self) -> int | None:
-        """The last record's seq_num, as the protobuf parser reads that record (one record, not the whole
-        message); None if there are no records or the record is not valid protobuf."""
+        """The last record's seq_num as the parser reads it (None: no records, or not valid protobuf)."""
         if not self.starts:
             return None
         record = pb.SequencedRecord()
@@ -80,7 +74,6 @@ class Skim(NamedTuple):
 
 
 def skim(message: bytes) -> Skim | None:
-    """The top level of ``message`` walked, or None if it is not in the layout serializers write."""
     try:
         starts, ends, tail_span = _top_level(message)
         tail = None if tail_span is None else _tail(np.frombuffer(message, dtype=np.uint8), *tail_span)
@@ -90,8 +83,7 @@ def skim(message: bytes) -> Skim | None:
 
 
 def decode_skims(skims: Sequence[Skim]) -> RecordColumns:
-    """The records of ``skims`` (at least one), message after message, decoded together: the numpy passes
-    run once over all of them (one copy joins the messages), so their fixed cost is paid once."""
+    """The records of ``skims`` (at least one) decoded together: the numpy passes' fixed cost paid once."""
     try:
         return _decode_joined(skims)
     except NotCanonical:
@@ -99,7 +91,6 @@ def decode_skims(skims: Sequence[Skim]) -> RecordColumns:
 
 
 def _top_level(data: bytes) -> tuple[list[int], list[int], tuple[int, int] | None]:
-    """Start and end of every record, and the tail's span: the one walk with a Python step per record."""
     starts: list[int] = []
     ends: list[int] = []
     pos, size = 0, len(data)
@@ -132,7 +123,6 @@ def _top_level(data: bytes) -> tuple[list[int], list[int], tuple[int, int] | Non
 
 
 def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
-    """Where the length varint at ``pos`` ends, and its value (at most 5 bytes)."""
     value, shift = 0, 0
     for at in range(pos, min(pos + 5, len(data))):
         byte = data[at]
@@ -144,14 +134,12 @@ def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _at_key(d: Bytes, cur: Ints, end: Ints, key: int) -> Ints:
-    """Indices of the records whose next field (before their end) has ``key``."""
     live = np.flatnonzero(cur < end)
     hits: Ints = live[d[cur[live]] == key]
     return hits
 
 
 def _length_field(d: Bytes, pos: Ints, end: Ints) -> tuple[Ints, Ints]:
-    """A length-delimited field at ``pos`` (key byte included): (start of its bytes, their length)."""
     length, size = read_varints(d, pos + 1, end, 5)
     start = pos + 1 + size
     stop = start + length.astype(np.int64)
@@ -161,11 +149,9 @@ def _length_field(d: Bytes, pos: Ints, end: Ints) -> tuple[Ints, Ints]:
 
 
 def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
-    """A binary array of the (non-overlapping, ascending) spans ``[starts[i], starts[i] + lengths[i])`` of
-    ``buffer``, copied together by Arrow."""
     n = len(starts)
     if n == 0:
-        return empty_binary()
+        return repeated(b"", 0, pa.binary())
     # Offsets start, end, start, end, ... over the whole message are ascending: an array whose even values
     # are the spans (and odd ones the bytes between them), without a copy; `take` then packs the spans.
     bounds = np.empty(2 * n, dtype=np.int32)
@@ -176,8 +162,8 @@ def _gather(buffer: pa.Buffer, starts: Ints, lengths: Ints) -> pa.Array:
 
 
 def _optional_field(d: Bytes, cur: Ints, end: Ints, key: int) -> tuple[Ints, Ints]:
-    """Each record's optional length-delimited ``key`` field at ``cur`` (``cur`` moves past it where present):
-    (start of its bytes, their length), an empty field at ``cur`` where absent."""
+    """Each record's optional length-delimited ``key`` field at ``cur`` (``cur`` moves past it): (start,
+    length), empty where absent."""
     start = cur.copy()
     length = np.zeros(len(cur), dtype=np.int64)
     has = _at_key(d, cur, end, key)
@@ -189,42 +175,29 @@ def _optional_field(d: Bytes, cur: Ints, end: Ints, key: int) -> tuple[Ints, Int
 
 
 def _headers(d: Bytes, buffer: pa.Buffer, cur: Ints, end: Ints) -> tuple[Ints, pa.Array, pa.Array]:
-    """Every record's headers from ``cur`` on (``cur`` moves past them): counts, names, values."""
-    header_record: list[Ints] = []
-    header_pos: list[Ints] = []
-    name_start: list[Ints] = []
-    name_len: list[Ints] = []
-    value_start: list[Ints] = []
-    value_len: list[Ints] = []
+    found: list[tuple[Ints, ...]] = []  # per round: records, positions, name starts and lengths, values'
     while (at := _at_key(d, cur, end, _HEADER)).size:
         start, length = _length_field(d, cur[at], end[at])
         header_end = start + length
         # name (optional), then value (optional), and nothing else.
         h_cur = start.copy()
-        n_start, n_len = _optional_field(d, h_cur, header_end, _NAME)
-        v_start, v_len = _optional_field(d, h_cur, header_end, _VALUE)
+        name = _optional_field(d, h_cur, header_end, _NAME)
+        value = _optional_field(d, h_cur, header_end, _VALUE)
         if not np.array_equal(h_cur, header_end):
             raise NotCanonical
-        header_record.append(at)
-        header_pos.append(cur[at])
-        name_start.append(n_start)
-        name_len.append(n_len)
-        value_start.append(v_start)
-        value_len.append(v_len)
+        found.append((at, cur[at], *name, *value))
         cur[at] = header_end
-
+    if not found:
+        none = repeated(b"", 0, pa.binary())
+        return np.zeros(len(cur), dtype=np.int64), none, none
     # Headers were found position by position; stream order is their order in the message.
-    if header_pos:
-        order = np.argsort(np.concatenate(header_pos), kind="stable")
-        records = np.concatenate(header_record)[order]
-        names = _gather(buffer, np.concatenate(name_start)[order], np.concatenate(name_len)[order])
-        values = _gather(buffer, np.concatenate(value_start)[order], np.concatenate(value_len)[order])
-        counts = np.bincount(records, minlength=len(cur)).astype(np.int64)
-    else:
-        names = values = empty_binary()
-        counts = np.zeros(len(cur), dtype=np.int64)
-
-    return counts, names, values
+    records, pos, name_start, name_len, value_start, value_len = (
+        np.concatenate(c) for c in zip(*found, strict=True)
+    )
+    order = np.argsort(pos, kind="stable")
+    names = _gather(buffer, name_start[order], name_len[order])
+    values = _gather(buffer, value_start[order], value_len[order])
+    return np.bincount(records[order], minlength=len(cur)).astype(np.int64), names, values
 
 
 def _decode_joined(skims: Sequence[Skim]) -> RecordColumns:
@@ -241,30 +214,14 @@ def _positions(at: list[int]) -> Ints:
 
 
 def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
-    """The records of ``message`` whose fields lie between ``starts[i]`` and ``end[i]``."""
     buffer = pa.py_buffer(message)
     d: Bytes = np.frombuffer(buffer, dtype=np.uint8)
     cur = starts.copy()  # each record's next field, moved on field by field
-    n = len(cur)
 
-    seq_nums = np.zeros(n, dtype=np.uint64)
-    timestamps = np.zeros(n, dtype=np.uint64)
-    for key, out in ((_SEQ_NUM, seq_nums), (_TIMESTAMP, timestamps)):
-        at = _at_key(d, cur, end, key)
-        if at.size:
-            value, size = read_varints(d, cur[at] + 1, end[at], 10)
-            out[at] = value
-            cur[at] += 1 + size
-
+    seq_nums = _optional_varint(d, cur, end, _SEQ_NUM)
+    timestamps = _optional_varint(d, cur, end, _TIMESTAMP)
     counts, names, values = _headers(d, buffer, cur, end)
-
-    body_start = cur.copy()
-    body_len = np.zeros(n, dtype=np.int64)
-    at = _at_key(d, cur, end, _BODY)
-    if at.size:
-        start, length = _length_field(d, cur[at], end[at])
-        body_start[at], body_len[at] = start, length
-        cur[at] = start + length
+    body_start, body_len = _optional_field(d, cur, end, _BODY)
     if not np.array_equal(cur, end):
         raise NotCanonical  # a field out of order, repeated, or unknown
 
@@ -274,19 +231,24 @@ def _decode(message: bytes, starts: Ints, end: Ints) -> RecordColumns:
 def _tail(d: Bytes, start: int, stop: int) -> Tail:
     cur = np.array([start], dtype=np.int64)
     end = np.array([stop], dtype=np.int64)
-    fields = [0, 0]
-    for i, key in enumerate((_TAIL_SEQ, _TAIL_TS)):
-        if _at_key(d, cur, end, key).size:
-            value, size = read_varints(d, cur + 1, end, 10)
-            fields[i] = int(value[0])
-            cur += 1 + size
+    seq_num, timestamp = (_optional_varint(d, cur, end, key) for key in (_TAIL_SEQ, _TAIL_TS))
     if cur[0] != stop:
         raise NotCanonical
-    return Tail(fields[0], fields[1])
+    return Tail(int(seq_num[0]), int(timestamp[0]))
+
+
+def _optional_varint(d: Bytes, cur: Ints, end: Ints, key: int) -> Values:
+    """Each record's optional varint ``key`` field at ``cur`` (``cur`` moves past it), 0 where absent."""
+    out = np.zeros(len(cur), dtype=np.uint64)
+    at = _at_key(d, cur, end, key)
+    if at.size:
+        value, size = read_varints(d, cur[at] + 1, end[at], 10)
+        out[at] = value
+        cur[at] += 1 + size
+    return out
 
 
 def _by_field(message: bytes) -> tuple[RecordColumns, Tail | None]:
-    """Any valid ``ReadBatch``: the generated parser, then one step per record and header."""
     batch = pb.ReadBatch()
     batch.ParseFromString(message)
     records = batch.records
@@ -320,8 +282,7 @@ _SHIFTS: Final = np.arange(10, dtype=np.uint64) * np.uint64(7)
 
 
 def read_varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, Ints]:
-    """The varints at ``pos`` in ``d``: their values and sizes in bytes. Each must end before its ``end``
-    and take at most ``limit`` bytes (10 for a ``uint64``), else `NotCanonical`."""
+    """Values and sizes of the varints at ``pos``; each must end before its ``end`` within ``limit`` bytes."""
     if not len(pos):
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
     if len(d) >= _WORD:
@@ -335,7 +296,6 @@ def read_varints(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, In
 
 
 def _words_at(d: Bytes, pos: Ints) -> Values:
-    """The eight bytes from each position as a little-endian word (zeros past the end of ``d``)."""
     n = len(d)
     words = np.ndarray(shape=(n - _WORD + 1,), dtype="<u8", buffer=d, strides=(1,))
     # The last words start at most eight bytes before the end: shift the bytes of later positions down.
@@ -348,7 +308,6 @@ def _words_at(d: Bytes, pos: Ints) -> Values:
 
 
 def _in_words(d: Bytes, pos: Ints) -> tuple[Values, Ints] | None:
-    """Values and sizes, or None if a varint does not end within its word."""
     word = _words_at(d, pos)
     ends = ~word & _HIGH_BITS  # the high bit of every byte that ends a varint
     if not ends.all():
@@ -364,8 +323,6 @@ def _in_words(d: Bytes, pos: Ints) -> tuple[Values, Ints] | None:
 
 
 def _in_blocks(d: Bytes, pos: Ints, end: Ints, limit: int) -> tuple[Values, Ints]:
-    """All ``limit`` bytes from each position at once, as a block of rows: each varint ends at its row's first
-    byte under 0x80."""
     span = np.arange(limit)
     block = d[np.minimum(pos[:, None] + span, len(d) - 1)]
     last = block < 0x80

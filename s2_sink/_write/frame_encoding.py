@@ -1,14 +1,10 @@
 """Where a write task's rows become its record frame: the one encoding step of both front doors.
 
-``foreachBatch(S2Writer)`` ships the columns its encoder reads (and, for column and template routing, the
-target stream Spark computed) to its tasks through ``mapInArrow``; ``format("s2")`` hands its tasks the
-rows as they are. Either way, each task turns its Arrow batches into record frames here, with the
-encoder's ``encode_frame`` (Arrow kernels, no Python object per row), adds each row's target stream where
-the rows are routed in Arrow (shards; ``format("s2")``'s columns and templates), under
-``on_error="dlq"`` a bad row's original payload (the JSON of the row it came from), and, in an exactly-once
-replay, the placement key that lays each record out by its content (`s2_sink._exactly_once.recovery_layout`).
-
-A `FrameEncoding` is plain picklable data built once on the driver, after the schema was validated there.
+``foreachBatch(S2Writer)`` ships the columns its encoder reads (and a target stream Spark computed) through
+``mapInArrow``; ``format("s2")`` hands its tasks the rows as they are. Each task turns its Arrow batches
+into record frames here, adding the target stream of rows routed in Arrow, under ``on_error="dlq"`` a bad
+row's payload, and in an exactly-once replay the placement key (`s2_sink._exactly_once.recovery_layout`).
+A `FrameEncoding` is plain picklable data built on the driver, after the schema was validated there.
 """
 
 from __future__ import annotations
@@ -19,29 +15,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
 
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
-from s2_sink.encoders._arrow_json import json_object, json_parts
-from s2_sink.encoders._frame import (
-    ACTION,
-    BODY,
-    ERROR,
-    FRAME_COLUMNS,
-    HEADERS,
-    HEADERS_ARROW_TYPE,
-    KEY,
-    PAYLOAD,
-    TIMESTAMP,
-)
+from s2_sink.encoders._arrow_json import json_objects
+from s2_sink.encoders._frame import ACTION, ERROR, FRAME_COLUMNS, PAYLOAD, frame_arrow_schema
 
 if TYPE_CHECKING:
     from s2_sink._exactly_once.recovery_layout import RecoveryLayout
@@ -52,36 +31,26 @@ __all__ = ["PLACE", "FrameEncoding"]
 PLACE = "_s2_place"
 """Frame column of an exactly-once replay: the key Spark's hash partitioning lays the record out by."""
 
-_FRAME_TYPES = {
-    BODY: pa.binary(),
-    HEADERS: HEADERS_ARROW_TYPE,
-    TIMESTAMP: pa.int64(),
-    KEY: pa.binary(),
-    ERROR: pa.string(),
-}
+_FRAME = frame_arrow_schema(action=True)
+"""Every frame column a write makes, ``_s2_action`` last (only in the upsert changelog's flat form)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FrameEncoding:
-    """How one write's rows become record frames (see module docstring)."""
-
     encoder: Encoder | None
     """``None``: the rows are a record frame already (``S2Writer(encoder=None)``)."""
     schema: StructType
-    """The Spark schema of the rows the tasks are handed (validated on the driver)."""
     routing: Routing
     keep: tuple[str, ...] = ()
     """Input columns carried into the frame (the ``order_by`` columns the writer sorts by)."""
     payload: bool = False
     """Under ``on_error="dlq"``: add `PAYLOAD`, a bad row's input as JSON (null for good rows)."""
     arranged: bool = True
-    """Let the encoder sort and compact each Arrow batch (``format("s2")``); the writer does it across the
-    micro-batch in Spark instead."""
+    """Let the encoder sort and compact each Arrow batch (``format("s2")``; the writer does it in Spark)."""
     layout: RecoveryLayout | None = None
     """An exactly-once replay's content layout: add `PLACE`."""
 
     def laid_out(self, layout: RecoveryLayout) -> FrameEncoding:
-        """This encoding adding the placement key of `layout` to every row."""
         return replace(self, layout=layout)
 
     @property
@@ -91,13 +60,11 @@ class FrameEncoding:
         return self.encoder is not None and not (self.arranged and self.encoder.arranges)
 
     def frames(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The record frame of each non-empty batch, in order."""
         for batch in batches:
             if batch.num_rows:
                 yield self.frame(batch)
 
     def frame(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The record frame of one batch of rows."""
         names = self.schema.fieldNames()
         shipped_target = STREAM_COLUMN in names
         payload_columns = [c for c in names if c != STREAM_COLUMN] if self.payload else []
@@ -124,67 +91,43 @@ class FrameEncoding:
             frame = frame.append_column(PAYLOAD, self._payload(frame, payload_columns))
         if self.layout is not None:
             frame = frame.append_column(PLACE, self.layout.placement(frame))
-        wanted = [*_own_columns(frame), *self.keep, *self._extra_columns()]
+        wanted = [*_own_columns(frame), *self.keep, *(f.name for f in self._extra_fields())]
         return frame.select(list(dict.fromkeys(wanted)))
 
-    def _extra_columns(self) -> list[str]:
-        extra = [STREAM_COLUMN] if self.routing.routed else []
-        extra += [PAYLOAD] if self.payload else []
-        return extra + ([PLACE] if self.layout is not None else [])
+    def _extra_fields(self) -> list[StructField]:
+        """The columns a write adds after the frame's and the kept ones."""
+        added = (self.routing.routed, self.payload, self.layout is not None)
+        types: tuple[DataType, ...] = (StringType(), BinaryType(), LongType())
+        fields = zip((STREAM_COLUMN, PAYLOAD, PLACE), types, added, strict=True)
+        return [StructField(name, dtype) for name, dtype, on in fields if on]
 
     def _payload(self, frame: pa.RecordBatch, columns: list[str]) -> pa.Array:
-        """A bad row's input columns as one JSON object (as the dead letter's body); null for good rows."""
+        """A bad row's input columns as JSON (its dead letter's body); null for good rows."""
         errors = frame.column(ERROR)
         if errors.null_count == len(errors):
             return pa.nulls(len(frame), pa.binary())
         bad = pc.is_valid(errors)
         rows = frame.filter(bad)
-        fields = {f.name: f.dataType for f in self.schema.fields}
-        parts = [json_parts(rows.column(c), fields[c]) for c in columns]
-        text = pc.cast(json_object(columns, parts, len(rows)), pa.binary())
+        text = pc.cast(json_objects(rows, self.schema, columns), pa.binary())
         positions = pc.subtract(pc.cumulative_sum(pc.cast(bad, pa.int64())), 1)
         return pc.if_else(bad, pc.take(text, pc.if_else(bad, positions, 0)), pa.scalar(None, pa.binary()))
 
     def frame_schema(self) -> StructType:
-        """The Spark schema of `frame`'s output (a ``mapInArrow`` that returns frames declares it)."""
         if self.encoder is None:  # a record frame already: its own flat changelog, if it has one
             flat = ACTION in self.schema.fieldNames()
         else:
             flat = self.flat_changelog and _is_upsert(self.encoder)
         own = [*FRAME_COLUMNS, *([ACTION] if flat else [])]
-        fields = [StructField(c, _SPARK_TYPES[c], nullable=c != BODY) for c in own]
+        fields = list(from_arrow_schema(pa.schema([_FRAME.field(c) for c in own])).fields)
         fields += [self.schema[c] for c in self.keep if c not in own]
-        if self.routing.routed:
-            fields.append(StructField(STREAM_COLUMN, StringType()))
-        if self.payload:
-            fields.append(StructField(PAYLOAD, BinaryType()))
-        if self.layout is not None:
-            fields.append(StructField(PLACE, LongType()))
-        return StructType(fields)
+        return StructType(fields + self._extra_fields())
 
     def map_fn(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-        """A ``mapInArrow`` function turning each partition's rows into record frames."""
-
-        def _fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return self.frames(batches)
-
-        return _fn
+        return self.frames
 
 
 def _own_columns(frame: pa.RecordBatch) -> list[str]:
     return [*FRAME_COLUMNS, *([ACTION] if ACTION in frame.schema.names else [])]
-
-
-_HEADER_TYPE = StructType([StructField("name", BinaryType()), StructField("value", BinaryType())])
-_SPARK_TYPES: dict[str, DataType] = {
-    BODY: BinaryType(),
-    HEADERS: ArrayType(_HEADER_TYPE),
-    TIMESTAMP: LongType(),
-    KEY: BinaryType(),
-    ERROR: StringType(),
-    ACTION: BinaryType(),
-}
-"""Each frame column's Spark type (``_frame.TYPE_DDL``'s, as objects: no Spark session needed)."""
 
 
 def _is_upsert(encoder: Encoder | None) -> bool:
@@ -195,15 +138,8 @@ def _is_upsert(encoder: Encoder | None) -> bool:
 
 def _as_frame(batch: pa.RecordBatch, keep: list[str]) -> pa.RecordBatch:
     """Rows that are a record frame already: the frame columns it lacks added as nulls, `keep` after."""
-    n = batch.num_rows
     names = batch.schema.names
-    arrays = [batch.column(c) if c in names else pa.nulls(n, t) for c, t in _FRAME_TYPES.items()]
-    fields = [pa.field(c, t, nullable=c != BODY) for c, t in _FRAME_TYPES.items()]
-    if ACTION in names:
-        arrays.append(batch.column(ACTION))
-        fields.append(pa.field(ACTION, pa.binary()))
-    for c in keep:
-        if c not in _FRAME_TYPES and c != ACTION:
-            arrays.append(batch.column(c))
-            fields.append(batch.schema.field(c))
+    fields = [f for f in _FRAME if f.name != ACTION or ACTION in names]
+    fields += [batch.schema.field(c) for c in keep if c not in _FRAME.names]
+    arrays = [batch.column(f.name) if f.name in names else pa.nulls(batch.num_rows, f.type) for f in fields]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))

@@ -1,9 +1,6 @@
-"""Where rows become S2 records: columnar encoders (``encode_arrow``, Arrow kernels in Python), the matching
-decoders, and S2's metered-size accounting. The type mapping is in docs/encoding.md.
-
-The public names load on first use: the encoders and decoders need pyspark (the ``spark`` extra, or a
-platform's own), while the record frame's constants and the metered size, which the ``s2-sink`` command and
-the exactly-once bookkeeping use, do not.
+"""Where rows become S2 records: columnar encoders (Arrow kernels in Python), their decoders, and S2's
+metered size (docs/encoding.md). Names load on first use: the encoders need pyspark, the frame's constants
+and the metered size (the ``s2-sink`` command, exactly-once bookkeeping) do not.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Arrow columns → JSON text, column by column (the type mapping is docs/encoding.md's table).
 
-A column's JSON text is a list of parts (``Parts``): literal strings and null-free string arrays whose
-element-wise concatenation is, for each row, the JSON text of that row's value (``null`` for nulls). A JSON
-object is then one element-wise concatenation of every column's parts between the literal field names, so
-the quotes around strings and timestamps cost no pass of their own. Work is done by Arrow kernels and numpy;
-only binary values (base64) and day-time intervals (Spark's ANSI literal, which Spark's JSON reader parses
-back) go value by value through Python.
+A column's text is `Parts`: literals and null-free string arrays whose element-wise concatenation is each
+row's JSON; an object is one concatenation of every column's parts between the field names, so quotes cost
+no pass of their own. Only binary values (base64) and day-time intervals (Spark's ANSI literal, which its
+JSON reader parses back) go value by value through Python.
 
-Numbers are Arrow's text (shortest round-trip digits for floats, ``BigDecimal``'s layout for decimals), which
-every JSON reader parses to the same value; a float that Arrow prints as an integer gets ``.0``, so readers
-that infer types see a floating-point number, and NaN and the infinities are the strings Spark writes and
-reads (``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
+Numbers are Arrow's text (shortest round-trip floats, ``BigDecimal``'s layout for decimals); a float Arrow
+prints as an integer gets ``.0`` so type-inferring readers see a float; NaN and the infinities are Spark's
+strings (``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
 """
 
 from __future__ import annotations
@@ -46,10 +43,17 @@ from pyspark.sql.types import (
 from s2_sink.encoders._column_checks import INTEGRAL_TYPES
 from s2_sink.encoders._lists import list_parts
 
-__all__ = ["Parts", "json_fragments", "json_object", "json_parts", "json_string", "parse_interval"]
+__all__ = [
+    "Parts",
+    "json_fragments",
+    "json_object",
+    "json_objects",
+    "json_parts",
+    "json_string",
+    "parse_interval",
+]
 
 Parts: TypeAlias = list[pa.Array | str]
-"""Literal strings and null-free string arrays; each row's text is their element-wise concatenation."""
 
 # Jackson's escapes: short forms for these five, \u00XX (upper-case hex) for the other control characters.
 _ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
@@ -64,7 +68,7 @@ _ESCAPES = {i: f"\\u{i:04X}" for i in range(32)} | {
 
 
 def json_string(text: str) -> str:
-    """One Python string as JSON text, escaped as Jackson (and so Spark's ``to_json``) escapes it."""
+    """Escaped as Jackson (and so Spark's ``to_json``) escapes it."""
     return '"' + text.translate(_ESCAPES) + '"'
 
 
@@ -76,14 +80,12 @@ _NULL_TEXT = "null"
 
 
 def _finish(text: pa.Array, arr: pa.Array) -> pa.Array:
-    """Null rows of ``arr`` become the text ``null``."""
     if arr.null_count == 0:
         return text
     return pc.if_else(pc.is_valid(arr), text, _NULL_TEXT)
 
 
 def _used_bytes(arr: pa.Array) -> bytes:
-    """The character data of a string array's rows (not the bytes of rows sliced off)."""
     data = arr.buffers()[2]
     if data is None or len(arr) == 0:
         return b""
@@ -133,7 +135,6 @@ def _floats(arr: pa.Array) -> Parts:
 
 
 def _non_finite(text: pa.Array) -> pa.Array:
-    """Spark's quoted text of NaN and the infinities, from Arrow's ``nan``/``inf``/``-inf``."""
     names = pa.array(list(_NON_FINITE))
     return pc.take(pa.array(list(_NON_FINITE.values())), pc.index_in(text, value_set=names))
 
@@ -153,12 +154,10 @@ def _map_keys(keys: pa.Array, dtype: DataType) -> pa.Array:
 
 
 def json_fragments(arr: pa.Array, dtype: DataType) -> pa.Array:
-    """The JSON text of every value of ``arr`` (an Arrow column of Spark type ``dtype``) as a string array."""
     return _joined(json_parts(arr, dtype), len(arr))
 
 
 def json_parts(arr: pa.Array, dtype: DataType) -> Parts:
-    """The JSON text of every value of ``arr`` (an Arrow column of Spark type ``dtype``) as ``Parts``."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if isinstance(dtype, NullType) or pa.types.is_null(arr.type):
@@ -208,8 +207,7 @@ _FIELD_NAMES = ("DAY", "HOUR", "MINUTE", "SECOND")
 
 
 def _interval(micros: int, start: int, end: int) -> str:
-    """Spark's ANSI literal of a value of ``interval <start> to <end>`` (fields 0=DAY .. 3=SECOND), e.g.
-    ``INTERVAL '1 02:03:04.000005' DAY TO SECOND``: the text Spark's JSON reader parses back."""
+    """Spark's ANSI literal (fields 0=DAY..3=SECOND): ``INTERVAL '1 02:03:04.000005' DAY TO SECOND``."""
     sign = "-" if micros < 0 else ""
     rest = abs(micros)
     parts: list[str] = []
@@ -230,8 +228,7 @@ _LITERAL = re.compile(r"^INTERVAL '(-?)([0-9 :.]+)' (DAY|HOUR|MINUTE|SECOND)(?: 
 
 
 def parse_interval(text: str) -> dt.timedelta:
-    """Spark's ANSI day-time interval text (``INTERVAL '1 02:03:04.5' DAY TO SECOND``) → timedelta: what
-    `_interval` writes, read back."""
+    """What `_interval` writes, read back."""
     match = _LITERAL.match(text)
     if match is None:
         raise ValueError(f"not a day-time interval literal: {text!r}")
@@ -263,7 +260,6 @@ def _timestamps(arr: pa.Array, *, utc: bool) -> Parts:
 
 
 def _t_separated(text: pa.Array) -> pa.Array:
-    """ISO 8601's "T" in place of the space after the date."""
     offsets = np.frombuffer(text.buffers()[1], np.int32, len(text) + 1, text.offset * 4)
     data = text.buffers()[2]
     if text.null_count or data is None or not (np.diff(offsets) == _TIMESTAMP_WIDTH).all():
@@ -279,7 +275,6 @@ def _t_separated(text: pa.Array) -> pa.Array:
 
 
 def _joined(parts: Parts, length: int) -> pa.Array:
-    """The element-wise concatenation of ``parts`` (literals merged first)."""
     merged: Parts = []
     for part in parts:
         if isinstance(part, str) and merged and isinstance(merged[-1], str):
@@ -294,8 +289,14 @@ def _joined(parts: Parts, length: int) -> pa.Array:
     return pc.binary_join_element_wise(*merged, "")
 
 
+def json_objects(batch: pa.RecordBatch, schema: StructType, columns: Sequence[str]) -> pa.Array:
+    return json_object(
+        columns, [json_parts(batch.column(c), schema[c].dataType) for c in columns], len(batch)
+    )
+
+
 def json_object(names: Sequence[str], columns: Sequence[Parts | pa.Array], length: int) -> pa.Array:
-    """Row-wise ``{"name":value,...}`` from each column's JSON text (no spaces, Spark's field order)."""
+    """Row-wise ``{"name":value,...}``, no spaces, Spark's field order."""
     if not names:
         return pa.repeat(pa.scalar("{}"), length)
     parts: Parts = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, MAX_RECORD_BYTES
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, MAX_RECORD_BYTES, ArrowParts, Rows
 from s2_sink.encoders._lists import list_parts, per_row_sum
 from s2_sink.encoders._metered import metered_bytes
 
-__all__ = ["first_error", "headers", "oversize_errors", "raw_body", "timestamp"]
+__all__ = ["first_error", "headers", "key", "oversize_errors", "parts", "raw_body", "timestamp"]
 
 
 def first_error(n: int, *errors: pa.Array | None) -> pa.Array:
@@ -20,8 +20,34 @@ def first_error(n: int, *errors: pa.Array | None) -> pa.Array:
     return present[0] if len(present) == 1 else pc.coalesce(*present)
 
 
+def key(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
+    """(``_s2_key`` from a string, binary or integral column, its text for messages or None)."""
+    if column is None:
+        return pa.nulls(len(batch), pa.binary()), None
+    col = batch.column(column)
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        binary = pc.cast(col, pa.binary())
+        return binary, binary
+    text = pc.cast(col, pa.string())
+    return pc.cast(text, pa.binary()), text
+
+
+def parts(
+    rows: Rows,
+    body: pa.Array,
+    headers: pa.Array,
+    key: pa.Array,
+    key_text: pa.Array | None,
+    *errors: pa.Array | None,
+) -> ArrowParts:
+    """One record per row: `rows`' errors, then `errors`, then records over the size limit."""
+    oversize = oversize_errors(body, headers, key_text)
+    error = first_error(len(body), rows.error, *errors, oversize)
+    return ArrowParts(rows.batch, body, headers, rows.timestamp, key, error)
+
+
 def raw_body(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, pa.Array | None]:
-    """(bodies from a binary or string ``value`` column, null as b"", the error of each null row or None)."""
+    """(bodies from a binary or string column, null as b"", each null row's error or None)."""
     value = batch.column(column)
     body = pc.fill_null(pc.cast(value, pa.binary()), b"")
     if not value.null_count:
@@ -31,7 +57,6 @@ def raw_body(batch: pa.RecordBatch, column: str) -> tuple[pa.Array, pa.Array | N
 
 
 def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
-    """(``_s2_headers`` from a Kafka-shaped headers column, error array or None)."""
     n = len(batch)
     if column is None:
         return pa.nulls(n, HEADERS_ARROW_TYPE), None
@@ -58,7 +83,6 @@ def headers(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Arr
 
 
 def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.Array | None]:
-    """(``_s2_timestamp`` in ms from an integral-ms or timestamp column, error array or None)."""
     n = len(batch)
     if column is None:
         return pa.nulls(n, pa.int64()), None
@@ -80,8 +104,8 @@ def timestamp(batch: pa.RecordBatch, column: str | None) -> tuple[pa.Array, pa.A
 def oversize_errors(
     body: pa.Array, headers: pa.Array, key_text: pa.Array | None, *, extra: pa.Array | None = None
 ) -> pa.Array | None:
-    """Messages for records over 1 MiB metered (naming the key), or None when every record fits; `extra`
-    adds headers carried beside `headers` (the upsert changelog's flat form)."""
+    """Messages for records over 1 MiB metered (naming the key), or None; `extra`: headers carried beside
+    `headers` (the changelog's flat form)."""
     sizes = metered_bytes(body, headers)
     if extra is not None:
         sizes = pc.add(sizes, extra)

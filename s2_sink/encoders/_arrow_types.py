@@ -1,10 +1,7 @@
 """Spark SQL types -> Arrow types, as Spark exchanges them with Python (``format("s2")`` reads, decoders).
 
-pyspark's own converter (``pyspark.sql.pandas.types.to_arrow_schema``) is private: its signature and
-behaviour change between minor versions (pyspark 4.3 changed it under our feet). The Arrow form of each type
-is fixed by Spark's JVM side instead (``ArrowUtils.toArrowType``), so the few lines below are stable across
-every supported pyspark: timestamps in microseconds (``TIMESTAMP`` in UTC), decimals as ``decimal128``,
-lists with an ``element`` field, maps with non-null keys, and each field's nullability kept.
+pyspark's own converter is private and changed between minor versions; the Arrow form of each type is
+fixed by Spark's JVM side (``ArrowUtils.toArrowType``), so the few lines below hold for every pyspark.
 """
 
 from __future__ import annotations
@@ -58,7 +55,7 @@ ATOMIC_ARROW_TYPES: tuple[tuple[type[DataType], pa.DataType], ...] = (
 
 
 def to_arrow_type(dtype: DataType, path: str = "value") -> pa.DataType:
-    """The Arrow type of ``dtype``; ``path`` names the column in the error for a type with no mapping."""
+    """``path`` names the column in the error for a type with no mapping."""
     if isinstance(dtype, DecimalType):
         return pa.decimal128(dtype.precision, dtype.scale)
     if isinstance(dtype, ArrayType):
@@ -84,11 +81,9 @@ def _field(name: str, atype: pa.DataType, nullable: bool) -> pa.Field:
 
 
 def to_arrow_field(field: StructField, parent: str | None = None) -> pa.Field:
-    """``field`` as an Arrow field: same name and nullability."""
     path = field.name if parent is None else f"{parent}.{field.name}"
     return _field(field.name, to_arrow_type(field.dataType, path), field.nullable)
 
 
 def to_arrow_schema(schema: StructType) -> pa.Schema:
-    """The Arrow schema of the batches a reader yields for ``schema``."""
     return pa.schema([to_arrow_field(f) for f in schema.fields])

@@ -1,8 +1,7 @@
 """What every encoder shares: metadata columns, driver-side validation and the Arrow entry points.
 
-An encoder turns rows into the record frame (see ``_frame``) with Arrow kernels in Python, wherever the rows
-are: in ``S2Writer``'s and ``format("s2")``'s write tasks, on the driver for a small micro-batch, in tools
-and tests. ``validate`` runs once on the driver; ``encode_frame`` runs per Arrow batch without it.
+Encoders run wherever the rows are (write tasks, the driver, tools and tests); ``validate`` runs once on
+the driver, ``encode_frame`` per Arrow batch without it.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from pyspark.sql.types import StructType
 
 from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._column_checks import check_headers_column, check_timestamp_column, require_column
-from s2_sink.encoders._frame import ArrowParts, frame_arrow_schema, raise_for_errors
+from s2_sink.encoders._frame import ArrowParts, Rows, frame_arrow_schema, raise_for_errors
 from s2_sink.errors import ConfigError
 
 __all__ = ["Encoder", "ErrorMode"]
@@ -48,63 +47,39 @@ class Encoder:
 
     @property
     def change_order(self) -> tuple[str, ...]:
-        """Columns whose order is the order records of one key must be written in (``UpsertEncoder``'s
-        ``order_by``); empty when the input order is the order."""
+        """``UpsertEncoder``'s ``order_by``; empty when the input order is the order."""
         return ()
 
     @property
     def arranges(self) -> bool:
-        """Whether `encode_frame` reorders or drops good rows (``order_by``, ``compact``): a writer that
-        lays a batch out itself asks for the frame unarranged and arranges it across the whole batch."""
+        """Whether `encode_frame` reorders or drops good rows (a writer may arrange a whole batch itself)."""
         return False
 
-    # -- what subclasses define --------------------------------------------------------------
     def _bind(self, columns: Sequence[str]) -> Encoder:
-        """This encoder with the columns it defaults by the input's names resolved (`KafkaEncoder`)."""
         return self
 
     def _metadata_columns(self) -> tuple[str, ...]:
-        """Columns that configure the record rather than form its body."""
         return tuple(c for c in (self.headers_column, self.timestamp_column) if c is not None)
 
     def _validate(self, schema: StructType, data_columns: list[str]) -> None:
         raise NotImplementedError
 
-    def _encode(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        data_columns: list[str],
-        headers: pa.Array,
-        timestamp: pa.Array,
-        error: pa.Array,
-        arranged: bool,
-        flat_changelog: bool,
-    ) -> ArrowParts:
-        """(source batch, body, headers, timestamp, key, error[, action]); the batch filtered like the
-        arrays. ``arranged``/``flat_changelog``: see `encode_frame`."""
+    def _encode(self, rows: Rows) -> ArrowParts:
         raise NotImplementedError
 
-    # -- shared --------------------------------------------------------------------------------
     def data_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
-        """The columns that form the body, in schema order."""
         skip = {*self._metadata_columns(), *self.exclude_columns, *exclude}
         return [c for c in schema.fieldNames() if c not in skip]
 
     def input_columns(self, schema: StructType, exclude: Sequence[str] = ()) -> list[str]:
-        """The columns of `schema` the encoder reads (body and metadata), in schema order: what a writer
-        ships to the task that encodes."""
+        """The columns the encoder reads, in schema order: what a writer ships to its tasks."""
         enc = self._bind(schema.fieldNames())
         read = {*enc._metadata_columns(), *enc.data_columns(schema, exclude)}
         return [c for c in schema.fieldNames() if c in read]
 
     def validate(self, schema: StructType, *, keep: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
-        """Check ``schema`` on the driver; ConfigError names the column and its type.
-
-        ``keep`` are columns the caller wants carried into the frame; ``exclude`` are columns (e.g. the stream
-        routing column) that must not be part of the body.
-        """
+        """ConfigError naming the column and its type; ``keep``: columns carried into the frame, ``exclude``:
+        columns (e.g. the routing column) not part of the body."""
         enc = self._bind(schema.fieldNames())
         for name in (*keep, *exclude, *enc.exclude_columns):
             require_column(schema, name, "kept" if name in keep else "excluded")
@@ -124,11 +99,11 @@ class Encoder:
         errors: ErrorMode = "raise",
         stream: str | None = None,
     ) -> pa.RecordBatch:
-        """The record frame of an Arrow batch, computed with Arrow kernels (validated first).
+        """The record frame of an Arrow batch (validated first).
 
-        ``schema`` is the batch's Spark schema (needed to tell day-time interval fields apart; derived from
-        the Arrow types when omitted). ``errors="raise"`` raises EncodeError (naming ``stream`` when given)
-        if any row cannot be encoded; ``errors="column"`` leaves the reasons in ``_s2_error``.
+        ``schema``: the batch's Spark schema (tells day-time interval fields apart; derived from the Arrow
+        types when omitted). ``errors="raise"`` raises EncodeError (naming ``stream``) if a row cannot be
+        encoded; ``errors="column"`` leaves the reasons in ``_s2_error``.
         """
         if schema is None:
             schema = from_arrow_schema(batch.schema, prefer_timestamp_ntz=True)
@@ -148,25 +123,16 @@ class Encoder:
         arranged: bool = True,
         flat_changelog: bool = False,
     ) -> pa.RecordBatch:
-        """`encode_arrow` of a batch of a schema `validate` accepted, bad rows' reasons in ``_s2_error``.
-
-        ``arranged=False`` leaves the rows in input order with none compacted away (the writer sorts and
-        compacts the whole micro-batch in Spark); ``flat_changelog=True`` gives the upsert changelog's
-        headers flat, in ``_s2_key`` and ``_s2_action`` (see `_changelog`), where rows are not arranged.
-        """
+        """`encode_arrow` of a batch `validate` accepted, without raising. ``arranged=False``: input order,
+        nothing compacted (the writer arranges in Spark); ``flat_changelog``: upsert headers in ``_s2_key``
+        and ``_s2_action`` (`_changelog`) where rows are not arranged."""
         enc = self._bind(schema.fieldNames())
         headers, headers_error = _arrow_meta.headers(batch, enc.headers_column)
         timestamp, ts_error = _arrow_meta.timestamp(batch, enc.timestamp_column)
         error = _arrow_meta.first_error(len(batch), headers_error, ts_error)
+        data_columns = enc.data_columns(schema, exclude)
         parts = enc._encode(
-            batch,
-            schema=schema,
-            data_columns=enc.data_columns(schema, exclude),
-            headers=headers,
-            timestamp=timestamp,
-            error=error,
-            arranged=arranged,
-            flat_changelog=flat_changelog,
+            Rows(batch, schema, data_columns, headers, timestamp, error, arranged, flat_changelog)
         )
         src = parts.source
         kept = pa.schema([src.schema.field(c) for c in keep])

@@ -1,7 +1,5 @@
-"""Checks of the input's columns, run once on the driver by the encoders' ``validate()``: which Spark SQL
-types the JSON encoders accept, and the metadata columns every encoder shares (headers, timestamp).
-
-The full type → JSON table lives in docs/encoding.md; this module enforces its "supported" column.
+"""Checks of the input's columns, run once on the driver by ``validate()``: the Spark types the JSON
+encoders accept (docs/encoding.md's "supported" column) and the metadata columns every encoder shares.
 """
 
 from __future__ import annotations
@@ -53,7 +51,6 @@ _WHY = {
 
 
 def check_json_type(dtype: DataType, path: str) -> None:
-    """Raise ConfigError unless ``dtype`` (at column ``path``) has a JSON mapping."""
     if isinstance(dtype, StructType):
         for field in dtype.fields:
             check_json_type(field.dataType, f"{path}.{field.name}")
@@ -75,13 +72,11 @@ def check_json_type(dtype: DataType, path: str) -> None:
 
 
 def column_type(schema: StructType, name: str, role: str) -> DataType:
-    """The type of top-level column ``name``; ConfigError naming ``role`` when it is missing."""
     require_column(schema, name, role)
     return schema[name].dataType
 
 
 def require_column(schema: StructType, name: str, role: str) -> None:
-    """Raise ConfigError if ``schema`` has no top-level column ``name`` (needed as ``role``)."""
     if name not in schema.fieldNames():
         raise ConfigError(
             f"{role} column {name!r} is not in the DataFrame; its columns are {schema.fieldNames()}"
@@ -89,7 +84,6 @@ def require_column(schema: StructType, name: str, role: str) -> None:
 
 
 def check_headers_column(schema: StructType, name: str) -> None:
-    """The headers column must be ``array<struct<key:string|binary,value:binary|string>>`` (Kafka's)."""
     dtype = column_type(schema, name, "headers")
     element = dtype.elementType if isinstance(dtype, ArrayType) else None
     names = element.fieldNames() if isinstance(element, StructType) else []
@@ -107,7 +101,6 @@ def check_headers_column(schema: StructType, name: str) -> None:
 
 
 def check_timestamp_column(schema: StructType, name: str) -> DataType:
-    """The timestamp column must be epoch milliseconds (integral) or ``timestamp``; returns its type."""
     dtype = column_type(schema, name, "timestamp")
     if not isinstance(dtype, IntegralType | TimestampType):
         raise ConfigError(

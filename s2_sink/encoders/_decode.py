@@ -1,8 +1,6 @@
-"""Decoders: the inverse of the encoders, Spark-free.
-
-- ``decode_json(bodies, schema)``: JSON object bodies → an Arrow batch with one column per field of a Spark
-  schema (the inverse of the mapping in docs/encoding.md; missing fields are null, unknown fields ignored).
-- ``decode_upsert(records)``: Flink-S2-connector upsert records → ``UpsertChange(key, action, value)``.
+"""Decoders, the encoders' inverse, Spark-free: ``decode_json`` (JSON bodies → an Arrow batch of a Spark
+schema's fields; missing fields null, unknown ones ignored) and ``decode_upsert`` (Flink-connector upsert
+records → ``UpsertChange``).
 """
 
 from __future__ import annotations
@@ -77,7 +75,7 @@ def _map_key(dtype: DataType) -> Convert:
 
 
 def _converter(dtype: DataType) -> Convert:
-    """A function from a parsed JSON value (never None) to the Python value Arrow takes for ``dtype``."""
+    """Parsed JSON value (never None) → the Python value Arrow takes for ``dtype``."""
     if isinstance(dtype, DoubleType):
         return _double
     if isinstance(dtype, FloatType):
@@ -138,10 +136,8 @@ _VALUE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
 
 
 def decode_json(bodies: Sequence[bytes] | pa.Array, schema: StructType) -> pa.RecordBatch:
-    """Decode JSON object bodies into an Arrow batch with one column per field of ``schema``.
-
-    Values decode to what the encoder read: ``encode_arrow`` → ``decode_json`` is the identity on every
-    supported type. Raises EncodeError naming the record index and the field when a body does not fit.
+    """JSON object bodies → one column per field of ``schema``: the inverse of ``encode_arrow`` on every
+    supported type. EncodeError names the record and the field of a body that does not fit.
     """
     for field in schema.fields:
         check_json_type(field.dataType, field.name)
@@ -204,11 +200,9 @@ def decode_upsert(
     *,
     schema: StructType | None = None,
 ) -> list[UpsertChange]:
-    """Decode records in the Flink S2 connector's upsert format (``@key``/``@action`` headers).
-
-    ``records`` are SDK records (anything with ``headers`` and ``body``) or ``(headers, body)`` pairs. With
-    ``schema`` (key and value columns together) values are typed like ``decode_json``'s; without it they are
-    plain JSON values. A record without both headers, or with another action, raises EncodeError.
+    """Records in the Flink S2 connector's upsert format (``@key``/``@action`` headers): SDK records or
+    ``(headers, body)`` pairs. With ``schema`` (key and value columns) values are typed as ``decode_json``
+    types them. A record without both headers, or with another action, raises EncodeError.
     """
     changes: list[UpsertChange] = []
     typed = _nullable(_converter(schema)) if schema is not None else None

@@ -20,13 +20,16 @@ and then every record's headers are ``(@key, _s2_key)``, ``(@action, _s2_action)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_sink._frame_names import TIMESTAMP_COLUMN
 from s2_sink.errors import EncodeError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "ACTION",
@@ -48,8 +51,8 @@ __all__ = [
     "PAYLOAD",
     "STREAM",
     "TIMESTAMP",
-    "TYPE_DDL",
     "ArrowParts",
+    "Rows",
     "frame_arrow_schema",
     "raise_for_errors",
     "stream_texts",
@@ -64,7 +67,6 @@ FRAME_COLUMNS = (BODY, HEADERS, TIMESTAMP, KEY, ERROR)
 PAYLOAD = "_s2_payload"
 ACTION = "_s2_action"
 STREAM = "_s2_stream"
-"""The frame column holding each row's target stream when rows are routed (added by the write path)."""
 
 # The headers of a dead letter (a bad row written to the dead-letter stream): written by the task side,
 # recognised by exactly-once's fingerprints and replays, so they live here, beside the frame's columns.
@@ -79,25 +81,28 @@ DLQ_ROW_HASH = b"s2sink-row-hash"
 MAX_RECORD_BYTES = 1024 * 1024
 
 HEADERS_DDL = "array<struct<name:binary,value:binary>>"
-TYPE_DDL = {
-    BODY: "binary",
-    HEADERS: HEADERS_DDL,
-    TIMESTAMP: "bigint",
-    KEY: "binary",
-    ERROR: "string",
-    ACTION: "binary",
-    STREAM: "string",
-    PAYLOAD: "binary",
-}
-"""Each frame column's Spark SQL type (the first five are every frame's; the others are optional)."""
-FRAME_DDL = ", ".join(f"{name} {TYPE_DDL[name]}" for name in (BODY, HEADERS, TIMESTAMP, KEY, ERROR))
+FRAME_DDL = f"{BODY} binary, {HEADERS} {HEADERS_DDL}, {TIMESTAMP} bigint, {KEY} binary, {ERROR} string"
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([pa.field("name", pa.binary()), pa.field("value", pa.binary())]))
 
 
+class Rows(NamedTuple):
+    """An Arrow batch as an encoder gets it: the body's columns, the metadata columns read (bad values'
+    reasons in ``error``), and `Encoder.encode_frame`'s ``arranged`` and ``flat_changelog``."""
+
+    batch: pa.RecordBatch
+    schema: StructType
+    data_columns: list[str]
+    headers: pa.Array
+    timestamp: pa.Array
+    error: pa.Array
+    arranged: bool
+    flat_changelog: bool
+
+
 class ArrowParts(NamedTuple):
-    """An encoder's Arrow encoding before it becomes the frame: the rows (``source``, filtered and reordered
-    like the arrays) and an array for each frame column."""
+    """An encoder's output: the rows (``source``, filtered and reordered like the arrays) and the frame's
+    columns."""
 
     source: pa.RecordBatch
     body: pa.Array
@@ -106,12 +111,9 @@ class ArrowParts(NamedTuple):
     key: pa.Array
     error: pa.Array
     action: pa.Array | None = None
-    """The ``@action`` values in the upsert changelog's flat form (``headers`` then holds the rows' own)."""
 
 
 def frame_arrow_schema(kept: pa.Schema | None = None, *, action: bool = False) -> pa.Schema:
-    """The Arrow schema of a record frame (with ``_s2_action`` in the changelog's flat form), followed by
-    the kept columns' fields."""
     fields = [
         pa.field(BODY, pa.binary(), nullable=False),
         pa.field(HEADERS, HEADERS_ARROW_TYPE),
@@ -127,10 +129,7 @@ def frame_arrow_schema(kept: pa.Schema | None = None, *, action: bool = False) -
 
 
 def raise_for_errors(frame: pa.RecordBatch | pa.Table, *, stream: str | None = None) -> None:
-    """Raise EncodeError if any row of ``frame`` carries an ``_s2_error``.
-
-    The message names the stream (when known), how many rows failed and the first row's reason.
-    """
+    """EncodeError naming the stream, how many rows failed and the first reason, if any row failed."""
     errors = frame.column(ERROR)
     failed = errors.null_count != len(errors) and pc.sum(pc.is_valid(errors)).as_py()
     if not failed:
@@ -142,10 +141,8 @@ def raise_for_errors(frame: pa.RecordBatch | pa.Table, *, stream: str | None = N
 
 
 def stream_texts(targets: pa.Array) -> list[str | None]:
-    """The values of a `STREAM` column as Python text. Spark does not check that a cast to string is UTF-8,
-    so bytes that are not are kept as ``surrogateescape`` text: they fail the stream-name check (a bad
-    row, not a task crash), and ``text.encode("utf-8", "surrogateescape")`` gives back the bytes Spark
-    hashed."""
+    """A `STREAM` column as text. Spark's cast to string does not check UTF-8: other bytes are kept as
+    ``surrogateescape`` text, a bad stream name (not a crash) that encodes back to the bytes Spark hashed."""
     try:
         texts: list[str | None] = targets.to_pylist()
     except UnicodeDecodeError:

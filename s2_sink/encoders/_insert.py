@@ -10,10 +10,10 @@ import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
 from s2_sink.encoders import _arrow_meta
-from s2_sink.encoders._arrow_json import json_object, json_parts
+from s2_sink.encoders._arrow_json import json_objects
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._column_checks import check_json_type, column_type
-from s2_sink.encoders._frame import ArrowParts
+from s2_sink.encoders._frame import ArrowParts, Rows
 from s2_sink.errors import ConfigError
 
 __all__ = ["InsertEncoder"]
@@ -24,14 +24,13 @@ Format = Literal["json", "raw"]
 class InsertEncoder(Encoder):
     """One S2 record per row.
 
-    - ``format="json"`` (default): the body is the JSON object of every data column (all columns except the
-      headers and timestamp columns, ``exclude_columns`` and the routing columns the writer excludes).
-      The type mapping is in docs/encoding.md. ``key_column`` (string, binary or integral) also becomes the
-      routing key; it stays in the body.
-    - ``format="raw"``: the body is ``value_column`` (binary, or string as UTF-8) as is, the shape Spark's
-      Kafka sink uses; ``key_column`` (optional) is the routing key. Other columns are not written.
+    - ``format="json"`` (default): the body is the JSON object of the data columns (all but the metadata,
+      ``exclude_columns`` and routing columns; docs/encoding.md). ``key_column`` (string, binary or
+      integral) is also the routing key and stays in the body.
+    - ``format="raw"``: the body is ``value_column`` (binary, or string as UTF-8) as is; ``key_column``
+      (optional) is the routing key. Other columns are not written.
 
-    ``headers_column``: ``array<struct<key:string,value:binary>>`` → record headers (not part of the body).
+    ``headers_column``: ``array<struct<key:string,value:binary>>`` → record headers.
     ``timestamp_column``: epoch milliseconds (integral) or ``timestamp`` → the record timestamp.
     """
 
@@ -85,35 +84,11 @@ class InsertEncoder(Encoder):
         for name in data_columns:
             check_json_type(schema[name].dataType, name)
 
-    def _encode(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        data_columns: list[str],
-        headers: pa.Array,
-        timestamp: pa.Array,
-        error: pa.Array,
-        arranged: bool,
-        flat_changelog: bool,
-    ) -> ArrowParts:
-        n = len(batch)
-        key_text: pa.Array | None = None
-        key = pa.nulls(n, pa.binary())
-        if self.key_column is not None:
-            col = batch.column(self.key_column)
-            if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
-                key = pc.cast(col, pa.binary())
-                key_text = key
-            else:
-                key_text = pc.cast(col, pa.string())
-                key = pc.cast(key_text, pa.binary())
+    def _encode(self, rows: Rows) -> ArrowParts:
+        key, key_text = _arrow_meta.key(rows.batch, self.key_column)
         null_value = None
         if self.format == "raw":
-            body, null_value = _arrow_meta.raw_body(batch, self.value_column)
+            body, null_value = _arrow_meta.raw_body(rows.batch, self.value_column)
         else:
-            frags = [json_parts(batch.column(c), schema[c].dataType) for c in data_columns]
-            body = pc.cast(json_object(data_columns, frags, n), pa.binary())
-        oversize = _arrow_meta.oversize_errors(body, headers, key_text)
-        error = _arrow_meta.first_error(n, error, null_value, oversize)
-        return ArrowParts(batch, body, headers, timestamp, key, error)
+            body = pc.cast(json_objects(rows.batch, rows.schema, rows.data_columns), pa.binary())
+        return _arrow_meta.parts(rows, body, rows.headers, key, key_text, null_value)

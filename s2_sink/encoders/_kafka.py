@@ -1,8 +1,5 @@
-"""KafkaEncoder: a frame shaped like Spark's Kafka source/sink, written the way Kafka users expect.
-
-``value`` is the body, ``key`` the first header ``@kafka-key`` (opaque bytes, so not the upsert format's
-``@key``), then ``headers``, and ``timestamp``; other columns (``topic``, ``partition``...) are left out.
-docs/kafka.md.
+"""KafkaEncoder: a Kafka-shaped frame written the way Kafka users expect (docs/kafka.md): ``value`` is the
+body, ``key`` the first header ``@kafka-key`` (opaque bytes, not the upsert ``@key``), then ``headers``.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, StringType, StructType
@@ -20,23 +16,19 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._base import Encoder
 from s2_sink.encoders._column_checks import column_type
-from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts
+from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, ArrowParts, Rows
 from s2_sink.encoders._lists import list_parts
 from s2_sink.errors import ConfigError
 
 __all__ = ["KAFKA_KEY_HEADER", "KafkaEncoder"]
 
 KAFKA_KEY_HEADER: Final = b"@kafka-key"
-"""Name of the header that carries a Kafka record key."""
 
 
 class KafkaEncoder(Encoder):
-    """One S2 record per row of a Kafka-shaped frame: body = ``value``, headers = ``@kafka-key`` then
-    ``headers``, timestamp = ``timestamp``; the key is also the routing key (``shards``,
-    ``partition_by_key``).
-
-    ``key_column``, ``headers_column`` and ``timestamp_column`` default to Kafka's ``key``, ``headers`` and
-    ``timestamp`` when the frame has such a column; a name given here must exist.
+    """One S2 record per row of a Kafka-shaped frame; the key is also the routing key. ``key_column``,
+    ``headers_column`` and ``timestamp_column`` default to ``key``, ``headers`` and ``timestamp`` where the
+    frame has them; a name given must exist.
     """
 
     value_column: str
@@ -55,7 +47,6 @@ class KafkaEncoder(Encoder):
         self.key_column = key_column
 
     def _bind(self, columns: Sequence[str]) -> KafkaEncoder:
-        """A copy with the optional columns resolved against the frame's column names."""
         bound = copy.copy(self)
         if bound.key_column is None and "key" in columns:
             bound.key_column = "key"
@@ -83,63 +74,33 @@ class KafkaEncoder(Encoder):
                     f"binary or string (cast it, e.g. to_json(...) or CAST({name} AS STRING))"
                 )
 
-    def _encode(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        data_columns: list[str],
-        headers: pa.Array,
-        timestamp: pa.Array,
-        error: pa.Array,
-        arranged: bool,
-        flat_changelog: bool,
-    ) -> ArrowParts:
-        n = len(batch)
-        body, null_value = _arrow_meta.raw_body(batch, self.value_column)
-        key = pa.nulls(n, pa.binary())
-        key_text: pa.Array | None = None
-        if self.key_column is not None:
-            key = pc.cast(batch.column(self.key_column), pa.binary())
-            key_text = key
-        all_headers = _prepend_key(key, headers)
-        oversize = _arrow_meta.oversize_errors(body, all_headers, key_text)
-        error = _arrow_meta.first_error(n, error, null_value, oversize)
-        return ArrowParts(batch, body, all_headers, timestamp, key, error)
+    def _encode(self, rows: Rows) -> ArrowParts:
+        body, null_value = _arrow_meta.raw_body(rows.batch, self.value_column)
+        key, key_text = _arrow_meta.key(rows.batch, self.key_column)
+        return _arrow_meta.parts(rows, body, _prepend_key(key, rows.headers), key, key_text, null_value)
 
 
 def _prepend_key(key: pa.Array, headers: pa.Array) -> pa.Array:
     """Per row: ``[(@kafka-key, key)]`` when the key is not null, then the row's headers (null = none)."""
     offsets, entries = list_parts(headers)
-    old = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    old_len = np.diff(old)
+    bounds = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    lengths = bounds[1:] - bounds[:-1]
+    own, src = lengths, np.arange(len(entries), dtype=np.int64)  # the entries of rows not null
     if headers.null_count:
-        old_len = np.where(np.asarray(headers.is_valid()), old_len, 0)
-    has_key = np.asarray(key.is_valid(), dtype=bool).astype(np.int64)
-    new = np.concatenate([[0], np.cumsum(has_key + old_len)])
-    # Where each source entry lands: key headers at their row's start, a row's headers right after.
-    key_pos = new[:-1][has_key == 1]
-    starts = new[:-1] + has_key
-    header_pos = np.repeat(starts, old_len) + _ranks(old_len)
-    header_src = np.repeat(old[:-1], old_len) + _ranks(old_len)
+        valid = np.asarray(headers.is_valid(), dtype=bool)
+        own, src = np.where(valid, lengths, 0), np.flatnonzero(np.repeat(valid, lengths))
+    has_key = np.asarray(key.is_valid(), dtype=bool)
+    new = np.concatenate([[0], np.cumsum(has_key + own)])
+    # A row's key (if any) at its start, its own headers after: every other entry, in order.
     keys = pc.drop_null(key)
-    source_names = pa.concat_arrays(
-        [pa.array([KAFKA_KEY_HEADER] * len(keys), pa.binary()), entries.field(0).take(header_src)]
-    )
-    source_values = pa.concat_arrays([keys, entries.field(1).take(header_src)])
-    order = np.empty(int(new[-1]), dtype=np.int64)
-    order[key_pos] = np.arange(len(keys))
-    order[header_pos] = len(keys) + np.arange(len(header_src))
+    is_key = np.zeros(int(new[-1]), dtype=bool)
+    is_key[new[:-1][has_key]] = True
+    index = np.empty(len(is_key), dtype=np.int64)
+    index[is_key] = np.arange(len(keys))
+    index[~is_key] = len(keys) + src
+    names = pa.concat_arrays([pa.array([KAFKA_KEY_HEADER] * len(keys), pa.binary()), entries.field(0)])
+    values = pa.concat_arrays([keys, entries.field(1)])
     structs = pa.StructArray.from_arrays(
-        [source_names.take(order), source_values.take(order)], fields=list(HEADERS_ARROW_TYPE.value_type)
+        [names.take(index), values.take(index)], fields=list(HEADERS_ARROW_TYPE.value_type)
     )
     return pa.ListArray.from_arrays(pa.array(new, pa.int32()), structs, type=HEADERS_ARROW_TYPE)
-
-
-def _ranks(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``0..len-1`` for each run of the given lengths, concatenated."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    run_starts: npt.NDArray[np.int64] = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.arange(total, dtype=np.int64) - run_starts

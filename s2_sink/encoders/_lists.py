@@ -9,7 +9,7 @@ __all__ = ["list_parts", "per_row_sum"]
 
 
 def list_parts(col: pa.ListArray) -> tuple[pa.Array, pa.Array]:
-    """(offsets starting at 0, the child values those offsets index), honouring a sliced ``col``."""
+    """(offsets from 0, the child values they index), honouring a sliced ``col``."""
     if len(col) == 0:  # an empty child may come without an offsets buffer
         return pa.array([0], pa.int32()), col.values.slice(0, 0)
     offsets = col.offsets

@@ -29,7 +29,7 @@ from s2_sink.encoders._change_order import (
 )
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers, changelog_metered
 from s2_sink.encoders._column_checks import check_json_type, column_type, require_column
-from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, STREAM, ArrowParts
+from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, STREAM, ArrowParts, Rows
 from s2_sink.encoders._ops import DELETE, DROP, UPSERT
 from s2_sink.errors import ConfigError
 
@@ -134,18 +134,8 @@ class UpsertEncoder(Encoder):
         )
         return action, error
 
-    def _encode(
-        self,
-        batch: pa.RecordBatch,
-        *,
-        schema: StructType,
-        data_columns: list[str],
-        headers: pa.Array,
-        timestamp: pa.Array,
-        error: pa.Array,
-        arranged: bool,
-        flat_changelog: bool,
-    ) -> ArrowParts:
+    def _encode(self, rows: Rows) -> ArrowParts:
+        batch, schema, data_columns, headers, timestamp, error, arranged, flat_changelog = rows
         action, op_error = None, None  # without an op column every row is an upsert
         if self.op_column is not None:  # drop update pre-images before anything else
             action, op_error = self._action_arrow(batch, self.op_column)

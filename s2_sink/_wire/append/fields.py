@@ -1,6 +1,5 @@
-"""The s2.v1 append messages' field keys, the small pieces both the record and header encoders join, and
-the vectorised layout of key + varint fields over numpy (a fixed number of numpy passes per field, one per
-varint byte, never one Python step per row).
+"""The s2.v1 append messages' field keys, the small pieces the record and header encoders join, and the
+layout of key + varint fields over numpy (one numpy pass per varint byte, never a Python step per row).
 
 Field keys are ``(field number << 3) | wire type`` (0 = varint, 2 = length-delimited)::
 
@@ -57,19 +56,16 @@ Values = npt.NDArray[np.int64] | npt.NDArray[np.uint64]
 _THRESHOLDS: Final = tuple(1 << (7 * k) for k in range(1, 10))
 
 VarintField = tuple[Bools | None, int | bytes, Values | None, Ints | None]
-"""One field of every row: (present, or ``None`` for every row; the key, a byte or several (e.g. a whole
-header up to its value's length); the varint values and their `varint_sizes`, or ``None``, ``None`` for the
-key bytes alone, a literal)."""
+"""One field of every row: (present, None = in every row; the key, a byte or several; the varint values
+and their `varint_sizes`, or None, None for the key bytes alone)."""
 
 
 def join(*columns: pa.Array | pa.Scalar) -> pa.Array:
-    """Row ``i`` of every column (a scalar: the same bytes in every row), concatenated (in C++)."""
     # the separator made here, not at import: pyarrow's first scalar conversion imports pandas
     return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
 
 
 def no_bytes(n: int) -> pa.Array:
-    """A large_binary column of ``n`` empty values (a part that adds nothing to any row)."""
     return large_binary((np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8)))
 
 
@@ -79,7 +75,6 @@ def check_length(column: pa.Array, rows: int, what: str) -> None:
 
 
 def field(key: int, payload: bytes) -> bytes:
-    """One length-delimited field, in plain Python (for a few values per chunk)."""
     return bytes([key]) + varint(len(payload)) + payload
 
 
@@ -93,7 +88,7 @@ def varint(value: int) -> bytes:
 
 
 def varint_sizes(values: Values) -> Ints:
-    """Bytes of each value's base-128 varint (1 to 10); values must be non-negative."""
+    """Values must be non-negative."""
     sizes = np.ones(len(values), dtype=np.int64)
     if len(values) == 0:
         return sizes
@@ -106,7 +101,6 @@ def varint_sizes(values: Values) -> Ints:
 
 
 def pack_fields(rows: int, fields: Sequence[VarintField]) -> Packed:
-    """Row ``i`` holds, in order, the key bytes and the varint value (if any) of each field present in it."""
     # A field in every row or in none (a body-only frame's bodies and unset timestamps) needs no mask.
     fields = [
         (None, key, values, sizes) if present is not None and present.all() else (present, key, values, sizes)

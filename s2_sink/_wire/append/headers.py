@@ -1,10 +1,6 @@
-"""A record's ``headers`` fields, serialized in bulk: its own (a list column), and leading ones.
-
-A record's own headers come from a ``list<struct<name, value>>`` column: every entry is serialized
-once, and a row's headers, consecutive entries, are then one value by offsets alone. Leading headers
-(one name for every row, a value column, e.g. the upsert ``@key``/``@action``) need no list at all:
-each is its fields up to the value (packed with the record's own key and length) then the value bytes,
-or, where every row holds the same value (the ``@action`` of a batch of upserts), one constant.
+"""A record's ``headers`` fields in bulk: its own (a list column: every entry serialized once, a row's
+consecutive entries then one value by offsets alone), and leading ones (one name, a value column, e.g. the
+upsert ``@key``/``@action``: no list at all, or one constant where every row holds the same value).
 """
 
 from __future__ import annotations
@@ -46,13 +42,11 @@ LeadingHeader = tuple[bytes, pa.Array]
 """A header every row carries first: its name, and a binary column of each row's value."""
 
 Part: TypeAlias = pa.Array | list[VarintField]
-"""A piece of every record: a binary column joined as it is, or small fields (keys, lengths, a constant
-header) that numpy packs row by row together with the fields beside them (`fields.pack_fields`), so
-each run of them costs the row-wise join one column."""
+"""A piece of every record: a binary column, or small fields numpy packs with those beside them into one
+column (`fields.pack_fields`)."""
 
 
 def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.Array:
-    """Every row's own ``headers`` fields, serialized, as one large_binary value per row."""
     if headers is not None:
         check_length(headers, rows, HEADERS)
     if headers is None or pa.types.is_null(headers.type):
@@ -60,13 +54,12 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
     typ = headers.type
     if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_struct(typ.value_type):
         raise TypeError(f"{HEADERS} must be list<struct<name: binary, value: binary>>, got {typ}")
-    fields = [typ.value_type.field(i).name for i in range(typ.value_type.num_fields)]
+    fields = [f.name for f in typ.value_type]
     if "name" not in fields or "value" not in fields:
         raise TypeError(f"{HEADERS} entries must have fields 'name' and 'value', got {typ.value_type}")
     column = headers.slice(first, n)
     count = column.value_lengths().fill_null(0).to_numpy().astype(np.int64)
-    # flatten() keeps only the entries of non-null rows, from the slice's offset on; the struct's own
-    # flatten() applies its offset and null bitmap to the children.
+    # flatten() keeps only non-null rows' entries; the struct's applies its offset and bitmap to the children.
     children = column.flatten().flatten()
     name, value = children[fields.index("name")], children[fields.index("value")]
     for child, what in ((name, "name"), (value, "value")):
@@ -105,8 +98,7 @@ def own_headers(headers: pa.Array | None, rows: int, first: int, n: int) -> pa.A
 
 
 def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tuple[list[Part], Ints]:
-    """The ``headers`` fields of rows ``first:first + n`` for the `leading` headers, as parts to join into
-    each record in order (see `Part`), and their total bytes per row."""
+    """The `leading` headers' fields of rows ``first:first + n`` as `Part`s, and their bytes per row."""
     parts: list[Part] = []
     total = np.zeros(n, dtype=np.int64)
     for name, column in leading:
@@ -141,7 +133,6 @@ def leading_fields(leading: Sequence[LeadingHeader], first: int, n: int) -> tupl
 
 
 def _same_value(view: BinaryView) -> bytes | None:
-    """The value every row holds, if they all hold the same short value (None otherwise)."""
     lengths = view.lengths
     if not len(lengths) or lengths.min() != lengths.max() or lengths[0] > _SAME_VALUE_BYTES:
         return None
@@ -160,7 +151,6 @@ def check_leading(leading: Sequence[LeadingHeader], rows: int) -> None:
 
 
 def headers_bytes(headers: Sequence[Header]) -> bytes:
-    """``headers`` as serialized ``AppendRecord.headers`` fields (a few per chunk: plain Python)."""
     out = bytearray()
     for name, value in headers:
         header = (field(HEADER_NAME, name) if name else b"") + (field(HEADER_VALUE, value) if value else b"")

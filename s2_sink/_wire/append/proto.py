@@ -1,16 +1,11 @@
-"""Serialized ``AppendInput`` messages (s2.v1 protobuf), one per chunk of a record frame, built in bulk.
+"""Serialized ``AppendInput`` messages (s2.v1 protobuf) from a record frame's columns, in bulk: the exact
+bytes the SDK would send (``append_input_to_proto(...).SerializeToString()``) without a Python object per
+record. Fields go in field-number order; empty proto3 ``bytes`` (body, header name and value) are omitted,
+``optional`` ones written whenever set (a timestamp of 0, an empty fencing token).
 
-The record frame's columns (see `s2_sink.encoders._frame`) become the exact bytes the SDK would send
-for the same records (``s2_sdk._mappers.append_input_to_proto(...).SerializeToString()``), without a
-Python object per record. Fields are written in field-number order, as protobuf serializers do; proto3
-``bytes`` fields without presence (body, header name and value) are omitted when empty, ``optional`` ones
-are written whenever set (a timestamp of 0, an empty fencing token).
-
-How: numpy computes every field's size over whole columns and packs the small parts (keys, varints,
-constant headers) into one column per run of them; Arrow's ``binary_join_element_wise`` then joins, row by
-row in C++, those columns with the Arrow buffers' own bytes (names, values, bodies). The records come out
-back to back in one buffer, each chunk's trailer (match_seq_num, fencing token) after its last record, so a
-chunk is one slice of that buffer.
+numpy sizes every field over whole columns and packs the small parts (keys, varints, constant headers)
+into one column per run of them; Arrow's ``binary_join_element_wise`` joins those with the buffers' own
+bytes in C++. Records come out back to back in one buffer, so a chunk is one slice of it.
 """
 
 from __future__ import annotations
@@ -57,6 +52,7 @@ __all__ = [
     "encode_records",
     "fencing_token_field",
     "record_field",
+    "row_field",
 ]
 
 _U64_LIMIT: Final = 1 << 64
@@ -64,7 +60,6 @@ _U64_LIMIT: Final = 1 << 64
 # Block size: temporaries of a few hundred KiB stay in cache and in memory the allocator reuses
 # (fresh pages cost more than the encoding itself on some virtual machines).
 _BLOCK_ROWS: Final = 16_384
-_BLOCK_BYTES: Final = 4 * 1024 * 1024
 
 
 def encode_append_inputs(
@@ -78,17 +73,9 @@ def encode_append_inputs(
     first_record_headers: Sequence[Sequence[Header]] | None = None,
     leading: Sequence[LeadingHeader] = (),
 ) -> list[bytes]:
-    """One serialized ``AppendInput`` per chunk; chunk ``i`` holds rows ``bounds[i]:bounds[i + 1]``.
-
-    ``body`` is the frame's ``_s2_body`` (binary or large_binary, no nulls), ``headers`` its
-    ``_s2_headers`` (``list<struct<name: binary, value: binary>>``, a null row = no headers) and
-    ``timestamp`` its ``_s2_timestamp`` (int64 ms, a null row = unset); ``None`` for a column = no row
-    has one. ``bounds`` must increase strictly (an append holds at least one record) within
-    ``[0, len(body)]``. Every chunk carries ``fencing_token`` (when not ``None``) and
-    ``match_seq_nums[i]`` (when given and not ``None``). ``first_record_headers[i]`` is appended after
-    the own headers of chunk ``i``'s first record (the exactly-once chunk tag goes last, see
-    `s2_sink._exactly_once.tags`). ``leading`` headers come first in every record, in the order
-    given, before its own ``headers``.
+    """One ``AppendInput`` per chunk of rows ``bounds[i]:bounds[i + 1]`` of a record frame's columns
+    (``None``: no row has one). ``first_record_headers[i]`` go after chunk ``i``'s first record's own
+    headers (the exactly-once tag goes last); ``leading`` headers before every record's own.
 
     Raises EncodeError for a row S2 cannot take (null body, null header name or value, negative
     timestamp) and ValueError for arguments that do not fit together.
@@ -101,20 +88,20 @@ def encode_append_inputs(
         return []
     _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
     _check_per_chunk(first_record_headers, chunks, "first_record_headers")
-    trailers = _trailers(match_seq_nums, fencing_token, chunks)
-    # The chunks are slices of the rows encoded once; a chunk's first record with headers of its own after
-    # the row's is written again, in plain Python, as the write task writes a tagged record.
+    token = fencing_token_field(fencing_token)
+    # Chunks are slices of the rows encoded once; a tagged first record is written again in plain Python.
     data, offsets = encode_records(body, headers, timestamp, leading)
     ends = offsets.tolist()
     out = []
     for c, (lo, hi) in enumerate(itertools.pairwise(cuts.tolist())):
         extra = first_record_headers[c] if first_record_headers else ()
-        first = _row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
-        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, trailers[c])))
+        first = row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
+        match = _match_field(c, match_seq_nums[c]) if match_seq_nums else b""
+        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, match, token)))
     return out
 
 
-def _row_field(
+def row_field(
     row: int,
     body: pa.Array,
     headers: pa.Array | None,
@@ -123,7 +110,8 @@ def _row_field(
     *,
     extra: Sequence[Header],
 ) -> bytes:
-    """Row `row` as a `record_field` whose headers end with `extra` (the rows were checked when encoded)."""
+    """Row `row` of a frame's columns as a `record_field`, its headers ending with `extra` (e.g. a chunk tag);
+    the rows were checked when encoded."""
     own = [] if headers is None else headers[row].as_py() or []
     ordered = [(name, column[row].as_py()) for name, column in leading]
     ordered += [(h["name"], h["value"]) for h in own] + list(extra)
@@ -132,8 +120,7 @@ def _row_field(
 
 
 class EncodedRecords(NamedTuple):
-    """Rows serialized as ``AppendInput.records`` fields, back to back: row ``i`` is
-    ``data[offsets[i]:offsets[i + 1]]``, so rows ``a:b`` of any chunk are one contiguous slice."""
+    """Rows as ``AppendInput.records`` fields, back to back: rows ``a:b`` are one contiguous slice."""
 
     data: Bytes
     offsets: Ints
@@ -145,23 +132,17 @@ def encode_records(
     timestamp: pa.Array | None,
     leading: Sequence[LeadingHeader] = (),
 ) -> EncodedRecords:
-    """Every row of a record frame as a serialized ``records`` field (what `encode_append_inputs`
-    writes for it in any chunk but as its first record under a tag). Concatenating the fields of rows
-    ``a:b`` and a `fencing_token_field` is the ``AppendInput`` of those rows. Raises as
-    `encode_append_inputs`."""
+    """Every row as a ``records`` field: rows ``a:b`` plus a `fencing_token_field` are an ``AppendInput``."""
     body = as_large_binary(body, BODY)
     check_leading(leading, len(body))
     n = len(body)
     if n == 0:
         return EncodedRecords(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
-    # One "chunk" per `_BLOCK_ROWS` rows lets `_blocks` bound the temporaries.
-    cuts = np.unique(np.append(np.arange(0, n, _BLOCK_ROWS, dtype=np.int64), n))
     datas: list[Bytes] = []
     offsets: list[Ints] = [np.zeros(1, dtype=np.int64)]
     at = 0
-    for lo, hi in _blocks(body, cuts):
-        block_cuts = cuts[lo : hi + 1]
-        records = _records_block(body, headers, timestamp, leading, cuts=block_cuts)
+    for first in range(0, n, _BLOCK_ROWS):
+        records = _records_block(body, headers, timestamp, leading, range(first, min(n, first + _BLOCK_ROWS)))
         view = binary_view(records)
         datas.append(view.data[view.offsets[0] : view.offsets[-1]])
         offsets.append(view.offsets[1:] - view.offsets[0] + at)
@@ -171,8 +152,7 @@ def encode_records(
 
 
 def record_field(body: bytes, headers: Sequence[Header], timestamp: int | None) -> bytes:
-    """One record as a serialized ``AppendInput.records`` field, in plain Python (for a few records,
-    e.g. a chunk's tagged first record): the bytes `encode_append_inputs` writes for it."""
+    """One record as a ``records`` field, in plain Python (a chunk's tagged first record)."""
     record = b"" if timestamp is None else bytes([RECORD_TIMESTAMP]) + varint(timestamp)
     record += headers_bytes(headers)
     if body:
@@ -180,37 +160,14 @@ def record_field(body: bytes, headers: Sequence[Header], timestamp: int | None) 
     return field(INPUT_RECORDS, record)
 
 
-def _blocks(body: pa.Array, cuts: Ints) -> list[tuple[int, int]]:
-    """Runs of whole chunks, ``[lo, hi)``, of at most `_BLOCK_ROWS` rows or `_BLOCK_BYTES` body bytes
-    (or one chunk): working on a block at a time keeps the temporaries small and their memory reused."""
-    offsets = binary_view(body).offsets if len(body) else np.zeros(1, dtype=np.int64)
-    rows = np.diff(cuts).tolist()
-    nbytes = np.diff(offsets[cuts]).tolist()
-    blocks = []
-    lo, block_rows, block_bytes = 0, 0, 0
-    for i, (r, b) in enumerate(zip(rows, nbytes, strict=True)):
-        if i > lo and (block_rows + r > _BLOCK_ROWS or block_bytes + b > _BLOCK_BYTES):
-            blocks.append((lo, i))
-            lo, block_rows, block_bytes = i, 0, 0
-        block_rows += r
-        block_bytes += b
-    blocks.append((lo, len(rows)))
-    return blocks
-
-
 def _records_block(
     body: pa.Array,
     headers: pa.Array | None,
     timestamp: pa.Array | None,
     leading: Sequence[LeadingHeader],
-    *,
-    cuts: Ints,
+    rows: range,
 ) -> pa.Array:
-    """The rows between ``cuts`` (absolute) as serialized ``records`` fields, one large_binary value per
-    row."""
-    first, stop = int(cuts[0]), int(cuts[-1])
-    cuts = cuts - first
-    n = stop - first
+    first, n = rows.start, len(rows)
     bodies = _bodies(body, first, n)
     stamped, stamps = _timestamps(timestamp, len(body), first, n)
     lead_parts, lead_len = leading_fields(leading, first, n)
@@ -228,16 +185,13 @@ def _records_block(
     record_key = (None, INPUT_RECORDS, record_len, varint_sizes(record_len))
     stamp = (stamped, RECORD_TIMESTAMP, stamps, stamp_size)
     body_key = (body_len > 0, RECORD_BODY, body_len, body_size)
-    # Arrow's join costs about as much per row for an all-empty column as for a full one, and about as
-    # much again for each column: columns without a byte are left out, and the small fields between the
-    # columns of bytes are packed into one column per run (a body-only frame is two columns joined, an
-    # upsert's @key, @action and body four).
+    # Arrow's join costs per column about as much whether it is empty or full: empty columns are left
+    # out, and the small fields between columns of bytes packed into one column per run.
     own_parts = [] if _empty(own) else [own]
     return join(*_packed_runs(n, [[record_key, stamp], *lead_parts, *own_parts, [body_key], bodies]))
 
 
 def _packed_runs(n: int, parts: list[Part]) -> list[pa.Array]:
-    """`parts` as columns to join: each run of field lists packed into one column."""
     out: list[pa.Array] = []
     run: list[VarintField] = []
     for part in parts:
@@ -254,13 +208,8 @@ def _packed_runs(n: int, parts: list[Part]) -> list[pa.Array]:
 
 
 def _empty(part: pa.Array) -> bool:
-    """Whether `part` (a binary column) adds no byte to any row."""
     offsets = binary_view(part).offsets
     return bool(offsets[-1] == offsets[0])
-
-
-# ---------------------------------------------------------------------------------------------------
-# Arguments and columns
 
 
 def _check_bounds(bounds: npt.ArrayLike, rows: int) -> Ints:
@@ -319,27 +268,16 @@ def _timestamps(
 
 
 def fencing_token_field(fencing_token: str | None) -> bytes:
-    """``AppendInput.fencing_token`` serialized (b"" for ``None``). It is the message's last field, so a
-    chunk encoded without a token plus this is the chunk encoded with it: a token change re-sends the
-    same record bytes with a new trailer."""
+    """``AppendInput.fencing_token`` (b"" for ``None``): the message's last field, so a token change
+    re-sends the same record bytes with a new trailer."""
     return b"" if fencing_token is None else field(INPUT_FENCING_TOKEN, fencing_token.encode())
 
 
-def _trailers(
-    match_seq_nums: Sequence[int | None] | None, fencing_token: str | None, chunks: int
-) -> list[bytes]:
-    """Each chunk's fields after its records: ``match_seq_num`` (when set), ``fencing_token`` (when set)."""
-    token = fencing_token_field(fencing_token)
-    if match_seq_nums is None:
-        return [token] * chunks
-    out = []
-    for i, match in enumerate(match_seq_nums):
-        if match is None:
-            out.append(token)
-            continue
-        if not 0 <= match < _U64_LIMIT:
-            raise ValueError(
-                f"match_seq_nums[{i}] is {match}: a sequence number is an unsigned 64-bit integer"
-            )
-        out.append(bytes([INPUT_MATCH_SEQ_NUM]) + varint(match) + token)
-    return out
+def _match_field(chunk: int, match: int | None) -> bytes:
+    if match is None:
+        return b""
+    if not 0 <= match < _U64_LIMIT:
+        raise ValueError(
+            f"match_seq_nums[{chunk}] is {match}: a sequence number is an unsigned 64-bit integer"
+        )
+    return bytes([INPUT_MATCH_SEQ_NUM]) + varint(match)

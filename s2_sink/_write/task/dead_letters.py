@@ -1,17 +1,10 @@
-"""Bad rows: what happens to a row that cannot become a record (``_s2_error`` set, null target stream,
-null body, over 1 MiB), per ``WritePlan.on_error``: fail the task, skip the row, or turn it into a dead
-letter for ``WritePlan.dlq_stream``.
+"""Bad rows (``_s2_error`` set, null target stream, null body, over 1 MiB), per ``WritePlan.on_error``:
+fail the task, skip the row, or write a dead letter to ``WritePlan.dlq_stream``: the row's payload
+(``payload_column``, else its ``_s2_body``), cut to fit, with headers saying why and where from.
 
-A dead letter's body is the row's original payload (``payload_column``, else its ``_s2_body``, else
-empty), truncated to fit a record; its headers say why and where from (``s2sink-error``,
-``s2sink-batch-id``, ``s2sink-partition``, ``s2sink-target-stream``, and ``s2sink-truncated: true`` when
-the payload was cut).
-
-Under exactly-once a dead letter also carries ``s2sink-row-hash``: the bad row's content hash as the
-recovery layout places it (`layout_hash`: Spark's ``xxhash64`` of its stream, body and headers, or of its
-stream and ``@key`` for an upsert change; 16 hex digits). A replay's tasks subtract dead letters by
-fingerprint like data, so identical dead letters must come from one task: with the hash in them they do
-(identical hash, identical recovery partition), and a task can tell which dead letters are its own.
+Under exactly-once a dead letter also carries ``s2sink-row-hash``, the row's content hash as the recovery
+layout places it (`layout_hash`). A replay subtracts dead letters by fingerprint like data, so identical
+dead letters must come from one task: with the hash in them they do, and a task knows its own.
 """
 
 from __future__ import annotations
@@ -57,24 +50,19 @@ _LOGGED_SKIPS: Final = 3
 
 
 class BadRows:
-    """Applies ``on_error`` to one task's bad rows and counts them."""
-
     __slots__ = ("ctx", "dead_lettered", "max_record", "plan", "skipped")
 
     def __init__(self, plan: WritePlan, ctx: PartitionContext, max_record: int) -> None:
         self.plan = plan
         self.ctx = ctx
         self.max_record = max_record
-        """The largest record a dead letter may be (metered bytes)."""
         self.skipped = 0
         self.dead_lettered = 0
 
     def handle(
         self, batch: pa.RecordBatch, i: int, row: int, err: str, target: str | None
     ) -> tuple[Record, int] | None:
-        """Row `i` of `batch` (row `row` of the partition) is bad because of `err`: raise `EncodeError`
-        (``fail``), count it (``skip``, returns ``None``) or return its dead letter and its metered size
-        (``dlq``)."""
+        """Row `i` is bad: raise (``fail``), count it (``skip``: None), or its dead letter and its size."""
         where = f"row {row} of {self.ctx.describe()} in batch {self.plan.batch_id}"
         mode = self.plan.on_error
         if mode == "fail":
@@ -107,7 +95,6 @@ class BadRows:
 
 
 def row_hash(plan: WritePlan, batch: pa.RecordBatch, i: int) -> int:
-    """The `layout_hash` of row `i`'s stream (routed rows), body and headers: what places it in a replay."""
     names = batch.schema.names
     stream = None
     if plan.stream_column in names:

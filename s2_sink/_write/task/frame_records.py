@@ -1,32 +1,19 @@
-"""Where record-frame rows become records: one Arrow batch at a time, columns to SDK ``Record`` objects
-(without building per-row dicts) with their metered sizes, each good row handed to the `Chunker` under its
-target stream, each bad one to `BadRows` (a routed target that is no stream rows may go to is a bad row
-too, checked here, where ``S2Writer``'s and ``format("s2")``'s targets meet).
+"""Where record-frame rows become records, one Arrow batch at a time: each good row handed to the
+`Chunker` under its target stream, each bad one to `BadRows` (a routed target no rows may go to included).
 
-On the bulk path (``spans``), a batch whose rows are all good records goes to the chunker as Arrow
-slices (`FrameSpan`), with no Python object per row: for the one fixed stream as it is; routed, grouped by
-target stream first (a stable sort, so each stream's rows keep their order; rows of different streams
-have no order between them), so that a stream's rows of the batch are one run, cut into few appends
-however many streams the batch interleaves. Its rows are serialized once per batch in bulk
-(`s2_sink._wire`), and a chunk's ``AppendInput`` is joined from those bytes (or, for a chunk of records,
-serialized from them: `serialize_spans`, `serialize_records`). Batches with bad rows take the record path,
-row by row.
+A batch of good rows takes the bulk path: its rows serialized once (`s2_sink._wire`) and handed on as
+`FrameSpan`s, no Python object per row; routed, grouped by target first (a stable sort: a stream's rows
+keep their order) so that each stream's rows are one run, cut into few appends. A batch with bad rows
+takes the record path, row by row, with SDK ``Record``s. Chunks are serialized without a fencing token:
+the appender adds it (the message's last field), so a token change re-sends the same bytes.
 
-A chunk is serialized once, without a fencing token: the token is the message's last field, so the
-appender adds it when sending (`_wire.append.proto.fencing_token_field`) and a token change after a 412
-re-sends the same record bytes under a new one.
-
-The frame is ``_s2_body``, ``_s2_headers`` (may be absent: no headers), ``_s2_timestamp``, ``_s2_key``,
-``_s2_error`` (see `s2_sink.encoders._frame`), plus, when rows are routed, ``WritePlan.stream_column``,
-and, in the upsert changelog's flat form, ``_s2_action``: the bulk path writes ``@key``/``@action``
-straight from the columns; the record path first puts them back into ``_s2_headers``
-(`s2_sink.encoders._changelog`), so everything downstream sees one layout.
+In the upsert changelog's flat form (``_s2_action``) the bulk path writes ``@key``/``@action`` from the
+columns; the record path puts them back into ``_s2_headers`` first (`s2_sink.encoders._changelog`).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +24,7 @@ from s2_sdk import AppendInput, Record
 
 from s2_sink._stream_names import shown, target_problem
 from s2_sink._transport.sdk import append_input_to_proto
-from s2_sink._wire.append.proto import EncodedRecords, LeadingHeader, encode_records, record_field
+from s2_sink._wire.append.proto import EncodedRecords, LeadingHeader, encode_records, row_field
 from s2_sink._write.task.chunker import Chunker
 from s2_sink._write.task.dead_letters import BadRows
 from s2_sink._write.write_plan import WritePlan
@@ -51,8 +38,6 @@ Header = tuple[bytes, bytes]
 
 
 class FrameInput:
-    """Feeds one task's frame batches, row by row in order, to a chunker."""
-
     __slots__ = (
         "bad_rows",
         "chunker",
@@ -77,19 +62,17 @@ class FrameInput:
         self.ended = ended if plan.rows_by_stream else None
         """Told of a stream whose rows have ended (the task's rows come ordered by stream)."""
         self.stream_now: str | None = None
-        """The stream of the last grouped run handed on (`ended` is told once the next one differs)."""
         self.chunker = chunker
         self.bad_rows = bad_rows
         self.max_record = max_record
-        """Records over this many metered bytes are bad rows (S2's limit less the chunk tag reserve)."""
+        """S2's limit less the chunk tag reserve."""
         self.rows_in = 0
         self.spans = False
-        """Hand all-good batches for the fixed stream to the chunker as `FrameSpan`s (the bulk path)."""
+        """Take the bulk path."""
         self.good_targets: set[str | None] = {None}
-        """Routed targets known to be stream names rows may go to (None: a null target, handled apart)."""
+        """Routed targets known to be good (None: a null target, handled apart)."""
 
     def consume(self, batch: pa.RecordBatch) -> None:
-        """Turn one Arrow batch of the frame into records and hand them on, in row order."""
         n = batch.num_rows
         if n == 0:
             return
@@ -106,26 +89,15 @@ class FrameInput:
         stamp_col = batch.column(TIMESTAMP) if TIMESTAMP in names else None
         has_errors = ERROR in names and batch.column(ERROR).null_count < n
         stream = self.plan.stream
-        all_good = (
-            not has_errors
-            and self.plan.stream_column is None
-            and stream is not None
-            and int(sizes.max()) <= self.max_record
-            and body_col.null_count == 0
-        )
+        routed = self.plan.stream_column is not None
+        clean = not has_errors and body_col.null_count == 0 and int(sizes.max()) <= self.max_record
+        all_good = clean and not routed and stream is not None
         if all_good and self.spans:
             assert stream is not None
             span = FrameSpan.of(body_col, header_col, stamp_col, leading_headers(batch))
             self.chunker.add_span(stream, sizes, span.slice)
             return
-        if (
-            self.spans
-            and self.plan.stream_column is not None
-            and not has_errors
-            and body_col.null_count == 0
-            and int(sizes.max()) <= self.max_record
-            and self._grouped(batch, sizes)
-        ):
+        if clean and routed and self.spans and self._grouped(batch, sizes):
             return
         if ACTION in names:
             batch = with_changelog_headers(batch)
@@ -139,8 +111,8 @@ class FrameInput:
         self._row_by_row(batch, first_row, records, sizes.tolist(), errors)
 
     def _grouped(self, batch: pa.RecordBatch, sizes: npt.NDArray[np.int64]) -> bool:
-        """A routed batch of good records, grouped by target stream and handed on as one span per stream;
-        False (nothing handed on) when a target is null or no stream rows may go to."""
+        """A routed batch of good records handed on as one span per stream; False (nothing handed on) when
+        a target is null or bad."""
         assert self.plan.stream_column is not None
         targets = batch.column(self.plan.stream_column)
         if targets.null_count:
@@ -183,7 +155,6 @@ class FrameInput:
         sizes: list[int],
         errors: list[str | None] | None,
     ) -> None:
-        """A batch with bad rows or routed rows: each row to its stream, or to `BadRows`."""
         targets: list[str | None] | None = None
         bad_targets: dict[str, str] = {}
         if self.plan.stream_column is not None:
@@ -225,9 +196,8 @@ class FrameInput:
             self.chunker.add_run(target, recs, rec_sizes)
 
     def _bad_targets(self, targets: list[str | None]) -> dict[str, str]:
-        """Each distinct routed target rows may not go to, with the reason in the user's words: a bad row
-        (an append to it would fail the batch on every replay, or land in the sink's bookkeeping). Names
-        found good are not checked again in this task's later batches."""
+        """Each distinct routed target rows may not go to, with the reason: a bad row (an append to it would
+        fail every replay, or land in the sink's bookkeeping)."""
         bad: dict[str, str] = {}
         for target in set(targets).difference(self.good_targets):
             assert target is not None  # None is in good_targets
@@ -240,27 +210,30 @@ class FrameInput:
 
 
 def _shifted(span: FrameSpan, lo: int) -> Callable[[int, int], FrameSpan]:
-    """Rows ``a:b`` of the run that starts at row `lo` of `span`."""
     return lambda a, b: span.slice(lo + a, lo + b)
 
 
-def _records(body: pa.Array, header_col: pa.Array | None, stamp_col: pa.Array | None) -> list[Record | None]:
-    """Each row as an SDK record (``None`` where the body is null)."""
+def _records(
+    body: pa.Array,
+    header_col: pa.Array | None,
+    stamp_col: pa.Array | None,
+    leading: Sequence[LeadingHeader] = (),
+) -> list[Record | None]:
+    """Each row as an SDK record, the `leading` headers first (``None`` where the body is null)."""
     n = len(body)
-    bodies: list[bytes | None] = body.to_pylist()
-    headers = _headers(header_col) if header_col is not None else None
-    stamps: list[int | None] | None = None
-    if stamp_col is not None and stamp_col.null_count < n:
-        stamps = stamp_col.to_pylist()
-    hdrs: Iterable[list[Header] | None] = headers if headers is not None else itertools.repeat(None, n)
-    tss: Iterable[int | None] = stamps if stamps is not None else itertools.repeat(None, n)
+    headers: list[list[Header] | None] = [None] * n if header_col is None else _headers(header_col)
+    stamps = stamp_col.to_pylist() if stamp_col is not None and stamp_col.null_count < n else [None] * n
+    if leading:
+        leads = [[(name, value) for value in column.to_pylist()] for name, column in leading]
+        headers = [[*(lead[i] for lead in leads), *(h or ())] for i, h in enumerate(headers)]
     return [
-        Record(b, h or [], t) if b is not None else None for b, h, t in zip(bodies, hdrs, tss, strict=False)
+        Record(b, h or [], t) if b is not None else None
+        for b, h, t in zip(body.to_pylist(), headers, stamps, strict=True)
     ]
 
 
 def _headers(col: pa.Array) -> list[list[Header] | None]:
-    """``array<struct<name,value>>`` -> per-row header lists, via the flat child arrays (no dicts)."""
+    """Per-row header lists from the flat child arrays (no dicts)."""
     if col.null_count == len(col) or len(col.values) == 0:
         return [None] * len(col)
     offsets: list[int] = col.offsets.to_pylist()
@@ -278,10 +251,8 @@ def _headers(col: pa.Array) -> list[list[Header] | None]:
 
 @dataclass(frozen=True, slots=True)
 class FrameSpan:
-    """Rows ``lo:hi`` of one record-frame batch, all good records: its ``_s2_body`` (no nulls),
-    ``_s2_headers`` and ``_s2_timestamp`` (``None``: the frame has no such column), the headers every
-    record carries ahead of its own (``leading``: the upsert changelog's flat form), and every row of the
-    batch already serialized (`encode_records`, once per batch, shared by its spans)."""
+    """Rows ``lo:hi`` of one record-frame batch of good records (``None``: no such column; ``leading``: the
+    changelog's flat form), with every row of the batch serialized once, shared by its spans."""
 
     body: pa.Array
     headers: pa.Array | None
@@ -299,7 +270,7 @@ class FrameSpan:
         timestamp: pa.Array | None,
         leading: Sequence[LeadingHeader] = (),
     ) -> FrameSpan:
-        """All rows of a batch, serialized in bulk (raises `EncodeError` for a row S2 cannot take)."""
+        """Raises `EncodeError` for a row S2 cannot take."""
         encoded = encode_records(body, headers, timestamp, leading)
         return cls(body, headers, timestamp, tuple(leading), encoded, 0, len(body))
 
@@ -307,29 +278,17 @@ class FrameSpan:
         return self.hi - self.lo
 
     def slice(self, lo: int, hi: int) -> FrameSpan:
-        """Rows ``lo:hi`` of this span (built directly: ``dataclasses.replace`` took twice as long, once per
-        stream and Arrow batch of a routed task)."""
+        """Built directly: ``dataclasses.replace`` costs twice as much, once per stream and batch."""
         at = self.lo
         return FrameSpan(
             self.body, self.headers, self.timestamp, self.leading, self.encoded, at + lo, at + hi
         )
 
     def wire(self, lo: int) -> memoryview:
-        """The serialized ``records`` fields of rows ``lo:`` of this span (a view, no copy)."""
         offsets = self.encoded.offsets
         return self.encoded.data[offsets[self.lo + lo] : offsets[self.hi]].data
 
-    def record(self, i: int) -> tuple[bytes, list[Header], int | None]:
-        """Row ``i`` of this span: body, headers, timestamp."""
-        row = self.lo + i
-        body: bytes = self.body[row].as_py()
-        headers = self.headers[row].as_py() if self.headers is not None else None
-        stamp: int | None = self.timestamp[row].as_py() if self.timestamp is not None else None
-        lead = [(name, column[row].as_py()) for name, column in self.leading]
-        return body, [*lead, *((h["name"], h["value"]) for h in headers or ())], stamp
-
     def columns(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None, list[LeadingHeader]]:
-        """The span's rows of each column (body, headers, timestamp, the leading headers')."""
         n = len(self)
         return (
             self.body.slice(self.lo, n),
@@ -340,14 +299,15 @@ class FrameSpan:
 
 
 def serialize_spans(spans: Sequence[FrameSpan], tag: Header | None) -> bytes:
-    """One ``AppendInput`` (no fencing token) holding the spans' rows in order: the rows' bytes as
-    serialized per batch, joined; with a `tag`, the first record is serialized again with the tag after
-    its own headers (the exactly-once chunk tag goes last)."""
+    """One ``AppendInput`` (no fencing token) of the spans' rows; a `tag` goes after the first record's own
+    headers."""
     parts: list[bytes | memoryview] = []
     skip = 0
     if tag is not None:
-        body, headers, stamp = spans[0].record(0)
-        parts.append(record_field(body, [*headers, tag], stamp))
+        first = spans[0]
+        parts.append(
+            row_field(first.lo, first.body, first.headers, first.timestamp, first.leading, extra=[tag])
+        )
         skip = 1
     for k, span in enumerate(spans):
         parts.append(span.wire(skip if k == 0 else 0))
@@ -355,24 +315,11 @@ def serialize_spans(spans: Sequence[FrameSpan], tag: Header | None) -> bytes:
 
 
 def serialize_records(records: list[Record]) -> bytes:
-    """One ``AppendInput`` (no fencing token) of SDK records, serialized by the SDK's own mapping (the
-    record path's chunks, when they travel on a bulk session)."""
+    """One ``AppendInput`` (no fencing token) of SDK records, by the SDK's own mapping."""
     data: bytes = append_input_to_proto(AppendInput(records=records)).SerializeToString()
     return data
 
 
 def records_of(spans: Sequence[FrameSpan]) -> list[Record]:
     """The spans' rows as SDK records (a chunk that mixes spans with records takes the record path)."""
-    out: list[Record] = []
-    for span in spans:
-        body, header_col, stamp_col, leading = span.columns()
-        n = len(span)
-        bodies: list[bytes] = body.to_pylist()
-        headers = header_col.to_pylist() if header_col is not None else [None] * n
-        stamps = stamp_col.to_pylist() if stamp_col is not None else [None] * n
-        leads = [[(name, value) for value in column.to_pylist()] for name, column in leading]
-        for i, (b, hs, ts) in enumerate(zip(bodies, headers, stamps, strict=True)):
-            pairs = [lead[i] for lead in leads]
-            pairs += [(h["name"], h["value"]) for h in hs or ()]
-            out.append(Record(b, pairs, ts))
-    return out
+    return [r for span in spans for r in _records(*span.columns()) if r is not None]

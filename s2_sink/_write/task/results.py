@@ -34,10 +34,8 @@ RESULT_SCHEMA: Final = pa.schema(
         pa.field("token", pa.string()),
     ]
 )
-"""One row per (task, stream) written, plus one row with ``stream = null`` carrying the task's totals
-of rows in, skipped and dead-lettered rows and its duration. ``first_seq``/``end_seq`` are the first
-and one-past-last sequence numbers this task's acks reported on that stream; ``token`` the fencing token
-it last appended with there when a 412 made it change tokens (null: the plan's)."""
+"""One row per (task, stream) written, plus the task's totals row (``stream = null``). ``token``: the
+fencing token a 412 made the task change to on that stream (null: the plan's)."""
 
 RESULT_DDL: Final = (
     "partition int, attempt int, stream string, rows_in bigint, records bigint, bytes bigint, "
@@ -48,10 +46,8 @@ RESULT_DDL: Final = (
 
 @dataclass(slots=True, eq=False)
 class StreamTotals:
-    """What one task appended to one stream, from its acknowledgements."""
-
     latency_sample: int
-    """Ack latencies kept (reservoir sample) for the p50/p99 metrics."""
+    """Ack latencies kept (a reservoir sample)."""
     records: int = 0
     bytes: int = 0
     appends: int = 0
@@ -61,18 +57,14 @@ class StreamTotals:
     latencies: list[float] = field(default_factory=list)
     seen_acks: int = 0
     token: str | None = None
-    """The fencing token appends went out with after a 412 changed it (None: the plan's)."""
     rng: random.Random | None = None
-    """Made once the sample is full: 2.5 KB of generator state a stream of few appends never needs (a task
-    routing to 100,000 streams keeps their totals)."""
+    """Made once the sample is full: generator state a task routing to many streams keeps per stream."""
 
     def covers(self, end: int) -> None:
-        """This micro-batch's records on the stream reach at least `end` (a retry or replay read back
-        records it dropped from its own appends): the committed end must not stop before them."""
+        """Records a retry or replay dropped from its appends reach `end`: the committed end covers them."""
         self.end_seq = end if self.end_seq is None else max(self.end_seq, end)
 
     def acked(self, records: int, nbytes: int, ack: AppendAck, latency_ms: float) -> None:
-        """Count one acknowledged append of `records` records and `nbytes` metered bytes."""
         self.records += records
         self.bytes += nbytes
         self.appends += 1
@@ -100,46 +92,18 @@ def result_rows(
     streams: Iterable[tuple[str, StreamTotals]],
     duration_ms: float,
 ) -> pa.RecordBatch:
-    """The task's totals row, then one row per stream it appended to (or retried on)."""
+    task = dict.fromkeys(RESULT_SCHEMA.names, 0) | {
+        "partition": ctx.partition_id,
+        "attempt": ctx.attempt_number,
+        "duration_ms": duration_ms,
+        **dict.fromkeys(("stream", "first_seq", "end_seq", "latencies_ms", "token")),
+    }
     rows: list[dict[str, Any]] = [
-        {
-            "partition": ctx.partition_id,
-            "attempt": ctx.attempt_number,
-            "stream": None,
-            "rows_in": rows_in,
-            "records": 0,
-            "bytes": 0,
-            "appends": 0,
-            "retries": 0,
-            "skipped": skipped,
-            "dead_lettered": dead_lettered,
-            "first_seq": None,
-            "end_seq": None,
-            "latencies_ms": None,
-            "duration_ms": duration_ms,
-            "token": None,
-        }
+        task | {"rows_in": rows_in, "skipped": skipped, "dead_lettered": dead_lettered}
     ]
     for name, st in streams:
         if st.appends == 0 and st.retries == 0 and st.end_seq is None:
             continue
-        rows.append(
-            {
-                "partition": ctx.partition_id,
-                "attempt": ctx.attempt_number,
-                "stream": name,
-                "rows_in": 0,
-                "records": st.records,
-                "bytes": st.bytes,
-                "appends": st.appends,
-                "retries": st.retries,
-                "skipped": 0,
-                "dead_lettered": 0,
-                "first_seq": st.first_seq,
-                "end_seq": st.end_seq,
-                "latencies_ms": st.latencies,
-                "duration_ms": duration_ms,
-                "token": st.token,
-            }
-        )
+        mine = ("records", "bytes", "appends", "retries", "first_seq", "end_seq", "token")
+        rows.append(task | {k: getattr(st, k) for k in mine} | {"stream": name, "latencies_ms": st.latencies})
     return pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)

@@ -21,9 +21,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True, eq=False)
 class Chunk:
-    """One append: its records (tagged, if tagging) as SDK records or as a serialized ``AppendInput``
-    without fencing token (`s2_sink._write.task.frame_records`), their count and metered size and, once
-    sent, its ack ticket. Records are serialized when first sent."""
+    """One append: its records (tagged, if tagging) as SDK records or an ``AppendInput`` without fencing
+    token, serialized when first sent, and once sent its ack ticket."""
 
     stream: str
     index: int
@@ -34,11 +33,9 @@ class Chunk:
     ticket: asyncio.Future[AppendAck] | None = None
     submitted_at: float = 0.0
     last: bool = False
-    """No later chunk of its stream follows in this task (the end of the input, or of its stream's rows in
-    rows ordered by stream, closed it)."""
+    """No later chunk of its stream follows in this task."""
 
     def message(self, token: str | None) -> bytes:
-        """The serialized ``AppendInput`` with `token` (the session's input)."""
         if self.wire is None:
             assert self.records is not None
             self.wire, self.records = serialize_records(self.records), None
@@ -59,9 +56,8 @@ async def close_bulk(session: BulkAppendSession, grace_s: float) -> None:
 
 
 async def settled(ticket: asyncio.Future[AppendAck], within_s: float) -> bool:
-    """Wait until `ticket` is done or `within_s` seconds have passed, never cancelling it; whether it is
-    done. Awaited once per append: ``asyncio.wait_for(asyncio.shield(ticket))`` passes an ack through four
-    loop callbacks before the waiting task runs, this through one (none when the ack is already in)."""
+    """Whether `ticket` is done within `within_s` seconds, never cancelling it: one loop callback per ack
+    where ``asyncio.wait_for(asyncio.shield(ticket))`` takes four."""
     if ticket.done():
         return True
     loop = asyncio.get_running_loop()
@@ -100,8 +96,7 @@ def is_acked(chunk: Chunk) -> bool:
 
 
 def forget_acked(unacked: deque[Chunk]) -> bool:
-    """Take the acknowledged chunks off the front of a stream's `unacked` (the appender still collects
-    their acks); whether there were any."""
+    """Take the acknowledged chunks off the front of `unacked`; whether there were any."""
     acked = False
     while unacked and is_acked(unacked[0]):
         unacked.popleft()

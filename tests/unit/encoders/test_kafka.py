@@ -120,3 +120,17 @@ def test_headers_match_a_row_by_row_reference(rows: list[dict[str, Any]], start:
         own = [(h["key"].encode(), h["value"]) for h in row["headers"] or []]
         expected.append((row["value"], key_header + own, row["key"]))
     assert records(KafkaEncoder().encode_arrow(batch)) == expected
+
+
+def test_a_null_headers_row_over_entries_adds_none_of_them() -> None:
+    """Arrow lets a null list row cover entries (a filtered or computed column can): they are not its
+    headers."""
+    entries = pa.array([{"key": f"h{i}", "value": b"%d" % i} for i in range(3)], HEADERS_TYPE.value_type)
+    mask = pa.array([False, True, False])
+    headers = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), entries, mask=mask)
+    batch = kafka_batch([{"key": b"k", "value": b"v"}] * 3).set_column(2, "headers", headers)
+    assert records(KafkaEncoder().encode_arrow(batch)) == [
+        (b"v", [(KAFKA_KEY_HEADER, b"k"), (b"h0", b"0")], b"k"),
+        (b"v", [(KAFKA_KEY_HEADER, b"k")], b"k"),
+        (b"v", [(KAFKA_KEY_HEADER, b"k"), (b"h2", b"2")], b"k"),
+    ]
