@@ -31,8 +31,6 @@ __all__ = ["kafka_batch"]
 def kafka_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The kafka rows of ``columns`` in ``schema`` (a subset of ``KAFKA_SCHEMA``), in ``target``'s types:
-    ``value``, ``key`` and ``headers`` from the record, the other columns its position."""
     from_record = {
         "value": lambda: columns.bodies,
         "key": lambda: take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER)),

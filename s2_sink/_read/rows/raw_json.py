@@ -59,7 +59,6 @@ __all__ = [
 def raw_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The raw rows of ``columns`` in ``schema`` (a subset of ``RAW_SCHEMA``), in ``target``'s types."""
     return rows_batch(
         target, stream, columns, {"headers": lambda: headers_column(columns), "body": lambda: columns.bodies}
     )
@@ -68,7 +67,6 @@ def raw_batch(
 def json_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The json rows of ``columns``: their bodies decoded into ``schema``, in ``target``'s types."""
     return decoded_batch(schema, stream, columns, columns.bodies, target)
 
 
@@ -81,8 +79,8 @@ def decoded_batch(
     *,
     action: pa.Array | None = None,
 ) -> pa.RecordBatch:
-    """Rows of ``schema`` decoded from ``bodies`` (JSON objects, one per record of ``columns``), its
-    `META_COLUMNS` from the records' positions and its `ACTION_COLUMN` ``action`` (typed upsert's)."""
+    """Rows of ``schema`` decoded from ``bodies`` (one JSON object per record), its `META_COLUMNS` from the
+    records' positions and its `ACTION_COLUMN` from ``action`` (typed upsert's)."""
     special = {*META_COLUMNS, ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     data_target = pa.schema([target.field(f.name) for f in data_schema.fields])
@@ -122,7 +120,6 @@ _NEWLINE: Final = pa.Array.from_buffers(
 
 
 def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) -> pa.RecordBatch:
-    """Decode JSON object bodies into a batch with one column per field of ``schema``."""
     try:
         return decode_json(bodies, schema)
     except EncodeError as exc:
@@ -132,8 +129,8 @@ def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) ->
 def decode_bodies_bulk(
     bodies: pa.Array, schema: StructType, *, where: str, target: pa.Schema | None = None
 ) -> pa.RecordBatch:
-    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema`` (whose
-    Arrow form ``target`` is, if the caller has it)."""
+    """The JSON object ``bodies`` decoded into ``schema``'s columns: by Arrow where that is provably the
+    record-by-record decoder's result, else by that decoder."""
     bulk = all(isinstance(f.dataType, _BULK_TYPES) for f in schema.fields)
     decoded = _arrow_read(bodies, to_arrow_schema(schema) if target is None else target) if bulk else None
     if decoded is None:
@@ -142,8 +139,8 @@ def decode_bodies_bulk(
 
 
 def _joined(bodies: pa.Array, *, doubles: bool) -> pa.Buffer | None:
-    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts or
-    hold a token Arrow reads otherwise (in a double column, ``doubles``, an integer ``-0``)."""
+    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts or hold a
+    token Arrow reads otherwise."""
     offsets, data = binary_view(bodies)
     lengths = np.diff(offsets)
     if (lengths < 2).any():
@@ -167,7 +164,6 @@ def _joined(bodies: pa.Array, *, doubles: bool) -> pa.Buffer | None:
 
 
 def _holds_non_finite(data: Bytes) -> bool:
-    """Whether ``NaN`` or ``Infinity`` occurs in ``data``: one numpy pass per token's first byte."""
     for token in _NON_FINITE:
         at = np.flatnonzero(data[: max(len(data) - len(token) + 1, 0)] == token[0])
         for k in range(1, len(token)):
@@ -178,8 +174,8 @@ def _holds_non_finite(data: Bytes) -> bool:
 
 
 def _holds_integer_minus_zero(data: Bytes) -> bool:
-    """Whether ``-0`` not followed by ``.``, ``e``, ``E`` or a digit occurs in ``data`` (the integer ``-0``,
-    or such text in a string: read record by record then, alike). ``data`` ends with ``}``."""
+    """Whether ``-0`` not followed by ``.``, ``e``, ``E`` or a digit occurs in ``data`` (which ends with
+    ``}``)."""
     at = np.flatnonzero(data[:-2] == _MINUS)
     at = at[data[at + 1] == _ZERO]
     return bool(at.size) and not np.isin(data[at + 2], _NUMBER_GOES_ON).all()
@@ -237,8 +233,8 @@ _SHORTEST, _LONGEST = _BASE + 1, _BASE + 7 + 6  # YYYY-MM-DDTHH:MM:SSZ, ...SS.ff
 
 
 def _bounds(length: int, zone: int) -> tuple[Bytes, Bytes] | None:
-    """Per-position (lowest, highest) bytes of the texts of ``length`` bytes with a zone part of ``zone``
-    bytes (1: ``Z``, 6: ``+HH:MM``), or None if no such text has the shape."""
+    """Per-position (lowest, highest) bytes of the texts of ``length`` bytes whose zone part is ``zone`` bytes
+    (1: ``Z``, 6: ``+HH:MM``), or None if none has the shape."""
     fraction = length - _BASE - zone  # "" or "." and 1 to 6 digits
     if fraction < 0 or fraction == 1 or fraction > 7:
         return None
@@ -251,7 +247,6 @@ def _bounds(length: int, zone: int) -> tuple[Bytes, Bytes] | None:
 
 
 def _shaped(texts: Bytes, zone: int) -> npt.NDArray[np.bool_]:
-    """Which rows of ``texts`` (one text per row, all of one length) have the shape, for one zone part."""
     bounds = _bounds(texts.shape[1], zone)
     if bounds is None:
         return np.zeros(len(texts), dtype=np.bool_)
@@ -265,9 +260,8 @@ def _shaped(texts: Bytes, zone: int) -> npt.NDArray[np.bool_]:
 
 
 def timestamps_shaped(column: pa.Array) -> bool:
-    """Whether every non-null text of the string ``column`` matches `_TIMESTAMP_SHAPE`, checked with numpy
-    position by position for each distinct text length (a regular expression costs more than Arrow's
-    whole JSON parse)."""
+    """Whether every non-null text of ``column`` matches `_TIMESTAMP_SHAPE`, checked with numpy position by
+    position per text length (a regular expression costs more than Arrow's whole JSON parse)."""
     offsets, data = binary_view(column)
     lengths = np.diff(offsets)
     rows = np.flatnonzero(valid_rows(column))
