@@ -1,5 +1,8 @@
-"""The rows of ``s2.format=raw`` and ``s2.format=json`` from record columns, and JSON bodies decoded into a
+"""The rows of ``s2.format=raw``, ``kafka`` and ``json`` from record columns, and JSON bodies decoded into a
 schema's columns (json's rows, and typed upsert's over the spliced key and value).
+
+Kafka's ``key`` is the first ``@kafka-key`` header (`encoders.KafkaEncoder` writes it first); its ``headers``
+leave it and every ``@s2sink`` chunk tag out (written back, a tag would claim a foreign chunk).
 
 Arrow's JSON reader decodes the bodies in bulk only where its result is provably the record-by-record
 decoder's (`decode_bodies_bulk`: some column types, one ``{...}`` per line, no ``NaN``; no integer ``-0``
@@ -29,6 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS
 from s2_sink._wire.columns import (
     Bytes,
@@ -37,13 +41,20 @@ from s2_sink._wire.columns import (
     binary_view,
     call,
     cast,
+    entry_owners,
+    first_header,
     headers_column,
     int32_array,
+    named,
     rows_batch,
+    take,
+    take_or_null,
+    utf8_text,
     valid_rows,
 )
 from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
+from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import EncodeError, ReadError
 
 __all__ = [
@@ -51,6 +62,7 @@ __all__ = [
     "decode_bodies_bulk",
     "decoded_batch",
     "json_batch",
+    "kafka_batch",
     "raw_batch",
     "timestamps_shaped",
 ]
@@ -62,6 +74,31 @@ def raw_batch(
     return rows_batch(
         target, stream, columns, {"headers": lambda: headers_column(columns), "body": lambda: columns.bodies}
     )
+
+
+def kafka_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
+) -> pa.RecordBatch:
+    from_record = {
+        "value": lambda: columns.bodies,
+        "key": lambda: take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER)),
+        "headers": lambda: _user_headers(columns),
+    }
+    return rows_batch(target, stream, columns, from_record)
+
+
+def _user_headers(columns: RecordColumns) -> pa.Array:
+    owners = entry_owners(columns)
+    keep = ~named(columns, TAG_HEADER)
+    key = first_header(columns, KAFKA_KEY_HEADER, owners)
+    keep[key[key >= 0]] = False
+    kept = np.flatnonzero(keep)
+    offsets = np.zeros(len(columns) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owners[kept], minlength=len(columns)), out=offsets[1:])
+    entries = pa.StructArray.from_arrays(
+        [utf8_text(take(columns.names, kept)), take(columns.values, kept)], names=["key", "value"]
+    )
+    return pa.ListArray.from_arrays(int32_array(offsets), entries)
 
 
 def json_batch(
