@@ -92,30 +92,23 @@ def _lower(key: str, raw: Any) -> str:
     return _str(key, raw).strip().lower()
 
 
-def _meta(key: str, parse: _Parser, lo: int | None = None, hi: int | None = None) -> dict[str, Any]:
-    return {"option": key, "parse": parse, "lo": lo, "hi": hi}
-
-
 def _opt(
     key: str,
     parse: _Parser,
     lo: int | None = None,
     hi: int | None = None,
     *,
-    default: Any,
+    default: Any = dataclasses.MISSING,
     env: str = "",
     secret: bool = False,
 ) -> Any:
     """A field set by option ``key`` (read by ``parse``), an int within [lo, hi] (None: unbounded); ``env``
     names the variable that, set and not empty, replaces ``default``; a ``secret`` stays out of the repr."""
+    meta = {"option": key, "parse": parse, "lo": lo, "hi": hi}
     if env:
         # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
-        return field(
-            default_factory=lambda: os.environ.get(env) or default,
-            repr=not secret,
-            metadata=_meta(key, parse),
-        )
-    return field(default=default, repr=not secret, metadata=_meta(key, parse, lo, hi))
+        return field(default_factory=lambda: os.environ.get(env) or default, repr=not secret, metadata=meta)
+    return field(default=default, repr=not secret, metadata=meta)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,7 +123,7 @@ class S2Config:
         cfg = S2Config.from_options({"s2.basin": "my-basin", "s2.stream": "events", "s2.auth-token": token})
     """
 
-    basin: str = field(metadata=_meta("s2.basin", _str))
+    basin: str = _opt("s2.basin", _str)
     """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required."""
 
     stream: str | None = _opt("s2.stream", _str, default=None)
