@@ -1,9 +1,7 @@
-"""Words for a missing access token that say where the ``S2_*`` variables were and were not seen.
-
-``format("s2")`` validates its options in a Python worker started with the environment of the moment the
-session started, so `register` hands the worker the *names* (never the values) of variables exported in the
-driver since (`DRIVER_ONLY_VAR`); and with no exports at all the error is about a token for the S2 cloud,
-which someone who meant the lite server does not expect.
+"""Words for a missing access token that say where the ``S2_*`` variables were and were not seen:
+``format("s2")`` validates options in a Python worker started with the session's starting environment, so
+`register` hands the worker the names (never the values) of variables exported in the driver since; and with
+no exports at all the token is the S2 cloud's, which someone who meant the lite server does not expect.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ DRIVER_ONLY_VAR: Final = "S2_SINK_DRIVER_ONLY_ENV"
 
 
 def driver_only_vars(spark: Any) -> list[str]:
-    """The ``S2_*`` variables set in this (driver) process but not in the environment Spark starts its
-    Python workers with (the JVM's, plus ``spark.executorEnv.*``). Empty under Spark Connect, where the
-    server's environment is not this process's business."""
+    """The ``S2_*`` variables this driver process has and Spark's Python workers' environment (the JVM's plus
+    ``spark.executorEnv.*``) lacks; none under Spark Connect."""
     try:
         sc = spark.sparkContext
         jvm_env = sc._jvm.System.getenv()
@@ -49,8 +46,8 @@ def driver_only_vars(spark: Any) -> list[str]:
 
 @contextmanager
 def passing_driver_only_vars(spark: Any) -> Iterator[list[str]]:
-    """While registering a Python data source: tell its workers which variables the driver had that they
-    lack (names only), and warn once here, on the driver, where the fix can still be applied."""
+    """While registering a data source: tell its workers the names of the variables they lack, and warn here,
+    where the fix can still be applied."""
     names = driver_only_vars(spark)
     if not names:
         yield names
@@ -81,7 +78,6 @@ def _in_spark_worker() -> bool:
 
 
 def _unseen_words(missing: list[str]) -> str:
-    """Why this process lacks `missing` variables, when it is one of Spark's Python workers."""
     if not missing or not _in_spark_worker():
         return ""
     flagged = set(os.environ.get(DRIVER_ONLY_VAR, "").split(","))

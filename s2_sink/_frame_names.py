@@ -1,7 +1,5 @@
-"""Column names that the write path's record frame and the read path's rows share, spelled once.
-
-A leaf module: the read side's schemas are imported where Spark creates the source, which must not load
-the encoders (and with them Arrow's compute kernels); the encoders' frame takes the same name from here.
+"""Column names the write path's record frame and the read path's rows share, in a leaf module: creating the
+read source must not load the encoders.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Optional JSON log lines: one JSON object per line, for log pipelines that parse fields.
+"""Optional JSON log lines, one object per line, for pipelines that parse fields.
 
-s2_sink logs through ``logging.getLogger(__name__)`` with ``key=value`` pairs in its messages (the per-batch
-metrics line, retries, exactly-once decisions). `JsonFormatter` keeps those messages and adds each pair as a
-field holding a real JSON value (the argument a ``key=%s`` placeholder was given, not its text), so the
-JSON carries the same fields as the text line. `configure_logging` attaches a handler to the
-``s2_sink`` logger, in text or JSON; setting ``S2_SINK_LOG_FORMAT=json`` in a process's environment does the
-same when s2_sink is imported (e.g. ``spark.executorEnv.S2_SINK_LOG_FORMAT=json`` for executors).
+s2_sink logs ``key=value`` pairs in its messages; `JsonFormatter` keeps the message and adds each pair as a
+field holding the argument a ``key=%s`` placeholder was given (not its text). `configure_logging` attaches a
+handler to the ``s2_sink`` logger; ``S2_SINK_LOG_FORMAT=json`` in a process's environment does it at import
+(e.g. ``spark.executorEnv.S2_SINK_LOG_FORMAT=json`` for executors).
 """
 
 from __future__ import annotations
@@ -48,8 +46,8 @@ _CLOSERS: Final = {"{": "}", "[": "]", "(": ")"}
 
 
 def as_json_value(value: Any) -> Any:
-    """`value` as what JSON can hold: mappings as objects (keys as text), sequences and sets as arrays,
-    numbers, booleans and None as themselves, anything else (and a non-finite float) as its text."""
+    """``value`` as JSON can hold it: mappings as objects, sequences and sets as arrays, anything else that is
+    not a number, bool or None (a non-finite float too) as its text."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -64,7 +62,7 @@ def as_json_value(value: Any) -> Any:
 
 
 def _bracketed(text: str, start: int) -> int:
-    """Where the bracket or quote opening at `start` closes (one past it), or -1: quotes inside count."""
+    """Where the bracket or quote opening at ``start`` closes (one past it), or -1."""
     stack: list[str] = []
     quote = ""
     i = start
@@ -98,8 +96,8 @@ def _word(text: str) -> Any:
 
 
 def _text_value(message: str, start: int) -> Any:
-    """The value written at `start` of a formatted message: a Python literal (quoted text, a dict, list or
-    tuple repr) read whole, else one word without the punctuation that ends a sentence or a parenthesis."""
+    """The value written at ``start`` of a message: a Python literal read whole, else one word without the
+    punctuation that ends a sentence or a parenthesis."""
     if message[start] in "'\"{[(":
         end = _bracketed(message, start)
         if end > 0:
@@ -115,8 +113,8 @@ def _text_value(message: str, start: int) -> Any:
 
 
 def _argument_fields(record: logging.LogRecord) -> dict[str, Any]:
-    """``key=%s`` placeholders of the format string paired with the call's arguments: the values as
-    passed (a dict stays a dict), not their text."""
+    """``key=%s`` placeholders of the format string paired with the call's arguments, as passed (a dict stays
+    a dict)."""
     args = record.args
     if isinstance(args, Mapping) and isinstance(record.msg, str) and "%(" not in record.msg:
         args = (args,)  # logging unwraps a lone dict argument, for "%(name)s" formats; this is not one
@@ -141,11 +139,9 @@ def _text_fields(message: str) -> dict[str, Any]:
 
 
 class JsonFormatter(logging.Formatter):
-    """A log record as one line of JSON: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, then the
-    fields, each a JSON value: ``extra=`` attributes; ``key=%s`` placeholders with the argument passed (a
-    dict as an object, a tuple as an array, a bool as a bool); other ``key=value`` text of the message
-    (numbers as numbers, Python literals read whole, ``-`` and ``None`` as null); and ``exc_info`` with the
-    traceback when there is one."""
+    """A log record as one line of JSON: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``message``, then the
+    fields: ``extra=`` attributes, ``key=%s`` placeholders' arguments, other ``key=value`` text of the message
+    (numbers as numbers, literals read whole, ``-`` and ``None`` as null), and ``exc_info``."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -168,9 +164,8 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(
     *, json: bool = False, level: int | str = logging.INFO, stream: IO[str] | None = None
 ) -> logging.Handler:
-    """Send s2_sink's log records (the ``s2_sink`` logger and its children) to `stream` (default stderr) at
-    `level`, as text or, with `json`, one JSON object per line (`JsonFormatter`). Calling it again replaces
-    the handler it attached before. Returns the handler."""
+    """Send the ``s2_sink`` logger's records to ``stream`` (default stderr) at ``level``, as text or, with
+    ``json``, `JsonFormatter` lines; calling it again replaces its handler."""
     logger = logging.getLogger("s2_sink")
     for old in [h for h in logger.handlers if getattr(h, "_s2_sink_handler", False)]:
         logger.removeHandler(old)
@@ -183,8 +178,8 @@ def configure_logging(
 
 
 def configure_from_env() -> logging.Handler | None:
-    """Apply ``S2_SINK_LOG_FORMAT`` (``json`` or ``text``) and ``S2_SINK_LOG_LEVEL``, if the format is set;
-    an unknown value is warned about and ignored (logging must never stop the import)."""
+    """Apply ``S2_SINK_LOG_FORMAT`` and ``S2_SINK_LOG_LEVEL`` if the format is set; a bad value is warned
+    about and ignored (logging must never stop the import)."""
     fmt = os.environ.get(ENV_LOG_FORMAT, "").strip().lower()
     if not fmt:
         return None

@@ -1,9 +1,6 @@
-"""Option maps with case-insensitive names, as Spark treats data source options.
-
-Spark lower-cases the option names it hands a Python data source, while users write them as they please
-(``s2.Basin``, ``S2.STREAM``) and `S2Config.from_options` gets them straight from user code. Every place that
-reads an option goes through `OptionMap`, so one spelling rule holds everywhere: names compare lower-cased,
-and two spellings of one name in the same map are an error rather than a silent pick.
+"""Option maps with case-insensitive names, as Spark treats data source options: Spark lower-cases the names
+it hands a data source while users write ``s2.Basin``, so every option is read through `OptionMap`, where two
+spellings of one name are an error rather than a silent pick.
 """
 
 from __future__ import annotations
@@ -20,9 +17,8 @@ WriteParallelism = int | Literal["auto"]
 
 
 def parse_bool(name: str, raw: object) -> bool:
-    """The one boolean vocabulary of every option (S2Config, ``S2_*`` variables, ``format("s2")``): a Python
-    bool, or ``true``/``false`` in any case, as Spark's own options spell them. Anything else is a ConfigError
-    naming the option and the value."""
+    """The one boolean vocabulary of every option: a bool, or ``true``/``false`` in any case, as Spark's own
+    options spell them."""
     if isinstance(raw, bool):
         return raw
     lowered = raw.strip().lower() if isinstance(raw, str) else None
@@ -32,7 +28,7 @@ def parse_bool(name: str, raw: object) -> bool:
 
 
 def parse_write_parallelism(name: str, raw: object) -> WriteParallelism:
-    """``auto`` (any case) or a positive integer (an int or its digits); else a ConfigError naming `name`."""
+    """``auto`` (any case) or a positive integer."""
     if isinstance(raw, str):
         text = raw.strip().lower()
         if text == "auto":
@@ -45,11 +41,7 @@ def parse_write_parallelism(name: str, raw: object) -> WriteParallelism:
 
 
 class OptionMap(Mapping[str, Any]):
-    """A read-only view of an option mapping whose keys are the lower-cased option names.
-
-    ``OptionMap({"S2.Basin": "b"})["s2.basin"] == "b"``; `spelling` gives the name as the user wrote it, for
-    error messages.
-    """
+    """A read-only view of an option mapping keyed by lower-cased names; `spelling` gives the user's."""
 
     __slots__ = ("_spelling", "_values")
 
@@ -89,10 +81,9 @@ class OptionMap(Mapping[str, Any]):
         return f"OptionMap({sorted(self._values)})"
 
     def spelling(self, name: str) -> str:
-        """The option's name as the user wrote it (`name` itself when absent)."""
         return self._spelling.get(name.lower(), name)
 
     def text(self, name: str) -> str | None:
-        """The option's value as a string, or ``None`` when it is not set."""
+        """The value as a string, or None when unset."""
         value = self._values.get(name.lower())
         return None if value is None else str(value)

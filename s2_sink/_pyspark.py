@@ -1,8 +1,5 @@
-"""pyspark is an extra, not a dependency: where the package first needs it, its absence says how to get it.
-
-A platform with its own Spark (a Databricks runtime, Databricks Connect, EMR, Dataproc) provides pyspark, and
-a second one installed beside it breaks that platform; so the base install brings none, and locally it is
-the ``spark`` extra. The lite server, the ``s2-sink`` command and the SDK-level modules import without it.
+"""pyspark is an extra, not a dependency (a platform's own Spark breaks beside a second pyspark): where the
+package first needs it, its absence says how to get it.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ INSTALL_HINT = (
 
 @contextmanager
 def needs_pyspark(what: str) -> Iterator[None]:
-    """Around an import that needs pyspark: if pyspark is missing, raise a ModuleNotFoundError saying that
-    ``what`` needs it and how to install it (chained to the original). Other import errors pass through,
-    a missing pyspark submodule too (an older pyspark lacks some: the features that need them say so)."""
+    """Around an import: a missing pyspark becomes a ModuleNotFoundError saying ``what`` needs it and how to
+    install it. Other import errors pass through, a missing pyspark submodule too."""
     try:
         yield
     except ModuleNotFoundError as exc:
@@ -36,9 +32,7 @@ def needs_pyspark(what: str) -> Iterator[None]:
 
 @cache
 def spark_errors() -> tuple[type[Exception], ...]:
-    """What a failed call into Spark raises: PySpark's errors (a Spark Connect RPC's, a JVM error classic
-    PySpark converts), and py4j's (a JVM error it does not convert, a method the gateway refuses or lacks,
-    a lost gateway). A Connect-only install has no py4j. Called where pyspark is already in use."""
+    """What a failed call into Spark raises: PySpark's errors and py4j's (a Connect-only install has none)."""
     from pyspark.errors import PySparkException  # noqa: PLC0415 - pyspark is an extra
 
     try:

@@ -1,8 +1,6 @@
-"""What a stream name may be: S2's rule, and the sink's for the streams it writes rows to.
-
-A routed row naming a stream S2 refuses would fail its micro-batch on every replay, so the write path
-checks every routed name here and treats a bad one as a bad row. Names under ``_s2sink/`` (ledgers,
-sign-in registers) are valid but never a write target; readers may read them.
+"""What a stream name may be: S2's rule, and the sink's for the streams it writes rows to. A routed row naming
+a stream S2 refuses would fail its micro-batch on every replay, so the write path checks every routed name
+here and treats a bad one as a bad row.
 """
 
 from __future__ import annotations
@@ -21,15 +19,13 @@ _SHOWN_CHARS: Final = 40
 
 
 def stream_name_problem(name: str) -> str | None:
-    """Why `name` is not a valid S2 stream name, as a clause to follow the name ("is not a valid S2 stream
-    name: it is empty"), or None when it is one."""
+    """Why ``name`` is not a valid S2 stream name, as a clause to follow the name, or None."""
     reason = _reason(name)
     return None if reason is None else f"is not a valid S2 stream name: {reason}"
 
 
 def target_problem(name: str) -> str | None:
-    """Why rows may not be written to stream `name`, as a clause to follow the name: `stream_name_problem`,
-    or a name among the sink's own bookkeeping streams. None when rows may go there."""
+    """Why rows may not go to stream ``name`` (`stream_name_problem`, or the sink's bookkeeping), or None."""
     problem = stream_name_problem(name)
     if problem is None and name.startswith(BOOKKEEPING_PREFIX):
         return (
@@ -56,7 +52,6 @@ def _reason(name: str) -> str | None:
 
 
 def shown(name: str) -> str:
-    """`name` as an error message shows it: its repr, cut after a few dozen characters."""
     if len(name) <= _SHOWN_CHARS:
         return repr(name)
     return f"{name[:_SHOWN_CHARS]!r}... ({len(name)} characters)"

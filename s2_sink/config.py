@@ -1,15 +1,10 @@
-"""Connection and batching settings for writing to S2.
+"""Connection and batching settings for writing to S2: one frozen, keyword-only dataclass of plain values that
+pickles to executors and is validated once, when built (on the driver). `S2Config.from_options` takes the
+Flink S2 connector sink's option names (plus a few of ours, prefixed like theirs).
 
-`S2Config` is one frozen, keyword-only dataclass of plain values: it pickles to Spark executors
-unchanged and is validated once, when it is built (on the driver). `S2Config.from_options` takes the
-option names of the Flink S2 connector's sink (plus a few of our own, prefixed like theirs).
-
-The token and the endpoints not passed explicitly come from the SDK's variables (``S2_ACCESS_TOKEN``,
-``S2_ACCOUNT_ENDPOINT``, ``S2_BASIN_ENDPOINT``) in every constructor, so the exports the lite server
-prints are enough to point any example at it; an explicit argument or option always wins.
-
-The access token never appears in `repr`, logs or error messages: it is excluded from the dataclass
-repr, and the client pool keys clients by a hash of it.
+The token and endpoints not given come from the SDK's variables (``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT``,
+``S2_BASIN_ENDPOINT``), so the lite server's exports point any example at it. The token never appears in
+`repr`, logs or errors.
 """
 
 from __future__ import annotations
@@ -64,7 +59,7 @@ def _int(key: str, raw: Any) -> int:
 
 
 def _scaled(units: dict[str, int], what: str) -> _Parser:
-    """A parser of an int, or digits and one of `units` (none: the first unit), as that many base units."""
+    """A parser of an int, or digits and one of ``units`` (none: the first), as that many base units."""
     pattern = re.compile(rf"^\s*(\d+)\s*({'|'.join(u for u in units if u)})?\s*$", re.IGNORECASE)
 
     def parse(key: str, raw: Any) -> int:
@@ -89,16 +84,12 @@ _size_bytes = _scaled(
 
 
 def _upper(key: str, raw: Any) -> str:
-    """A name in upper case, ``-`` as ``_`` (``no-side-effects`` is ``NO_SIDE_EFFECTS``); checked on build."""
+    """Upper case, ``-`` as ``_`` (``no-side-effects`` is ``NO_SIDE_EFFECTS``); checked on build."""
     return _str(key, raw).strip().upper().replace("-", "_")
 
 
 def _lower(key: str, raw: Any) -> str:
     return _str(key, raw).strip().lower()
-
-
-def _meta(key: str, parse: _Parser, lo: int | None = None, hi: int | None = None) -> dict[str, Any]:
-    return {"option": key, "parse": parse, "lo": lo, "hi": hi}
 
 
 def _opt(
@@ -107,31 +98,24 @@ def _opt(
     lo: int | None = None,
     hi: int | None = None,
     *,
-    default: Any,
+    default: Any = dataclasses.MISSING,
     env: str = "",
     secret: bool = False,
 ) -> Any:
-    """A field set by option `key` (its text read by `parse`); an int field lies in [lo, hi] (None: no
-    bound); `env` names the variable that, when set and not empty, replaces `default`; a `secret` is left out
-    of the repr."""
+    """A field set by option ``key`` (read by ``parse``), an int within [lo, hi] (None: unbounded); ``env``
+    names the variable that, set and not empty, replaces ``default``; a ``secret`` stays out of the repr."""
+    meta = {"option": key, "parse": parse, "lo": lo, "hi": hi}
     if env:
         # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
-        return field(
-            default_factory=lambda: os.environ.get(env) or default,
-            repr=not secret,
-            metadata=_meta(key, parse),
-        )
-    return field(default=default, repr=not secret, metadata=_meta(key, parse, lo, hi))
+        return field(default_factory=lambda: os.environ.get(env) or default, repr=not secret, metadata=meta)
+    return field(default=default, repr=not secret, metadata=meta)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class S2Config:
-    """Where and how to append to S2. Frozen plain values; validated on construction. Each field names its
-    option (``_opt(key, parser, min, max, default=...)``; docs/options.md describes them all).
-
-    ``access_token``, ``account_endpoint`` and ``basin_endpoint``, when not passed, are read from
-    ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT`` (unset or empty: the defaults
-    below), once, on the driver; the values then travel to executors with the config.
+    """Where and how to append to S2. Each field names its option (docs/options.md describes them all); the
+    token and endpoints not passed are read from the ``S2_*`` variables once, on the driver, and travel to
+    executors with the config.
 
     Example::
 
@@ -139,7 +123,7 @@ class S2Config:
         cfg = S2Config.from_options({"s2.basin": "my-basin", "s2.stream": "events", "s2.auth-token": token})
     """
 
-    basin: str = field(metadata=_meta("s2.basin", _str))
+    basin: str = _opt("s2.basin", _str)
     """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required."""
 
     stream: str | None = _opt("s2.stream", _str, default=None)
@@ -243,13 +227,8 @@ class S2Config:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, ignore: Iterable[str] = ()) -> S2Config:
-        """Build a config from Flink-style option names (values may be strings, as Spark options are).
-
-        Names are case-insensitive (``S2.Basin`` is ``s2.basin``). Keys listed in `ignore` are skipped (e.g.
-        the data source's own options); any other unknown key raises ConfigError naming it and listing the
-        known ones. ``S2_ACCESS_TOKEN`` and the endpoint variables fill in options that are absent (as in the
-        constructor).
-        """
+        """A config from Flink-style option names (case-insensitive; values may be strings, as Spark's are).
+        Keys in ``ignore`` are skipped; any other unknown key is a ConfigError listing the known ones."""
         opts = OptionMap(options)
         skip = {k.lower() for k in ignore}
         kwargs: dict[str, Any] = {}
@@ -268,8 +247,7 @@ class S2Config:
 
     @classmethod
     def from_env(cls, *, basin: str, stream: str | None = None, **overrides: Any) -> S2Config:
-        """The constructor under the name older examples use: the token and endpoints not in `overrides` come
-        from ``S2_ACCESS_TOKEN``, ``S2_ACCOUNT_ENDPOINT`` and ``S2_BASIN_ENDPOINT`` (unset: the S2 cloud)."""
+        """The constructor under the name older examples use."""
         return cls(basin=basin, stream=stream, **overrides)
 
 

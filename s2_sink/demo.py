@@ -1,10 +1,6 @@
 """``make demo``: a streaming query into the embedded lite server through `S2Writer`, then read back.
 
-Starts a lite S2 server on a free local port, runs a rate-source query (a few derived columns) for a
-few micro-batches with ``foreachBatch(S2Writer(...))``, reads the stream back with the SDK and prints
-a short summary: batches, records, throughput and a few decoded records.
-
-    python -m s2_sink.demo [--batches 4] [--rows-per-batch 50000] [--delivery exactly-once|at-least-once]
+A rate source's micro-batches through ``foreachBatch(S2Writer(...))``, then the stream read and summarised.
 """
 
 from __future__ import annotations

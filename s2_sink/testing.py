@@ -1,8 +1,4 @@
-"""Test helpers shared by the project's tests and by users' own tests.
-
-``fresh_basin(srv.endpoint)`` creates a uniquely named basin (``create_stream_on_append=True``) on a lite
-server (or any S2 endpoint) without needing an event loop; ``unique_basin_name()`` only makes up the name.
-"""
+"""Test helpers shared by the project's tests and by users' own."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ __all__ = ["fresh_basin", "unique_basin_name"]
 
 
 def unique_basin_name(prefix: str = "t") -> str:
-    """A basin name that no other test uses: ``<prefix>-<16 hex chars>`` (8-48 chars of ``[a-z0-9-]``)."""
+    """A basin name no other test uses: ``<prefix>-<16 hex chars>``."""
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
@@ -28,7 +24,7 @@ def fresh_basin(
     default_stream_config: dict[str, Any] | None = None,
     token: str = "test",
 ) -> str:
-    """Create (ensure) a basin on the server at ``endpoint`` and return its name. Synchronous, loop-free."""
+    """Create (ensure) a basin on the server at ``endpoint`` and return its name; synchronous, loop-free."""
     name = name or unique_basin_name()
     config: dict[str, Any] = {
         "create_stream_on_append": create_stream_on_append,

@@ -13,12 +13,12 @@ from typing import Final, TypeVar
 import numpy as np
 import pyarrow as pa
 import s2_sdk
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning.data_loss import LossPolicy, gap_handler
-from s2_sink._read.rows.kafka_rows import kafka_batch
-from s2_sink._read.rows.raw_json import json_batch, raw_batch
+from s2_sink._read.rows.raw_kafka_json import json_batch, kafka_batch, raw_batch
 from s2_sink._read.rows.schemas import RowsKind
 from s2_sink._read.rows.upsert_rows import changes_batch, materialized_batches, typed_batch
 from s2_sink._read.session import (
@@ -71,10 +71,9 @@ def columns_to_batch(
     columns: RecordColumns,
     target: pa.Schema | None = None,
 ) -> pa.RecordBatch:
-    """One Arrow batch in exactly ``schema``'s Arrow types, from record columns (as
-    the record-by-record reference gives from the same records) of one stream, or of several one after
-    the other (`StreamRuns`: errors then name them all; `several_to_batch` names the one). ``target``:
-    ``schema``'s Arrow form, if the caller has it already."""
+    """One batch in exactly ``schema``'s Arrow types from the record columns of one stream, or of several one
+    after the other (`StreamRuns`: errors then name them all).
+    """
     return BATCH_OF[kind](schema, stream, columns, to_arrow_schema(schema) if target is None else target)
 
 
@@ -84,9 +83,9 @@ def several_to_batch(
     parts: Sequence[tuple[str, RecordColumns]],
     target: pa.Schema | None = None,
 ) -> pa.RecordBatch:
-    """One Arrow batch of the records of several streams (`columns_to_batch` of them one after the other),
-    converted together: a conversion costs Arrow calls whatever its length. A record that fails to convert
-    fails as in its own stream's batch, naming that stream."""
+    """The records of several streams converted together (a conversion costs Arrow calls whatever its
+    length); a record that fails fails as in its own stream's batch, naming that stream.
+    """
     if len(parts) == 1:
         return columns_to_batch(kind, schema, *parts[0], target)
     runs = StreamRuns(tuple((stream, len(columns)) for stream, columns in parts))
@@ -102,18 +101,17 @@ def read_partition(
     cfg: S2Config,
     kind: RowsKind,
     schema: StructType,
-    partition: S2Partition,
+    partition: InputPartition | None,
     *,
     on_loss: LossPolicy,
     target: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Every data record of the ranges (command records such as fences and trims are skipped); records of
-    a range that were trimmed or expired are handled by ``on_loss``.
-
-    Records arrive as columns decoded in bulk from the wire and stay columns in every format; the rows of
-    small ranges are handed to Spark together, in batches of about `RUN_RECORDS` rows. ``kind``: how
-    records become rows (`rows.schemas.rows_kind`, decided on the driver); ``target``: ``schema``'s Arrow
-    form, when the caller made it on the driver (else made here, once)."""
+    """Every data record of the ranges as batches of ``kind``'s rows; records trimmed or expired are
+    handled by ``on_loss``. Small ranges' rows go to Spark together, about `RUN_RECORDS` at a time.
+    """
+    if partition is None:  # Spark plans one partition of None when there are no ranges to read
+        return
+    assert isinstance(partition, S2Partition)
     target = to_arrow_schema(schema) if target is None else target
 
     def on_gap(stream: str, first: int, stop: int) -> None:  # the loss policy's code runs on a loss only
@@ -180,8 +178,7 @@ async def _range_runs(
 async def _held_runs(
     handle: s2_sdk.S2Stream, first: int, stop: int, run_records: int, cfg: S2Config
 ) -> AsyncGenerator[Held, None]:
-    """The runs of records from ``first`` on, ``stop - first`` of them: a small range's by one unary read
-    (sent with those of the task's other small ranges), then, and for a larger range, by a session."""
+    """A small range by one unary read (batched with the task's other small ranges), the rest by a session."""
     if stop - first <= UNARY_RECORDS:
         held = await read_unary(handle, first, stop - first, cfg)
         if held is None:
@@ -196,8 +193,7 @@ async def _held_runs(
 
 
 def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
-    """The runs ``[lo, hi)`` of seq_nums below ``stop`` that ``seq_nums`` (ascending, the next records of a
-    read that expects ``expected`` first) skips: records trimmed or expired before the read reached them."""
+    """The runs ``[lo, hi)`` below ``stop`` that ``seq_nums`` skips after ``expected``: records trimmed."""
     after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
     after[0] = expected
     after[1:] = seq_nums[:-1] + np.uint64(1)
@@ -212,10 +208,6 @@ def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, in
 RANGE_CONCURRENCY: Final = 16
 """Ranges of one task read at once, each on its own session (HTTP/2 streams of the pooled connections):
 a task that reads many small streams waits for one round trip per stream otherwise."""
-
-
-class _Done:
-    """A range reader's last word on the queue: it has no range left."""
 
 
 async def _read_one(
@@ -244,9 +236,9 @@ async def _ranges_columns(
     run_records: int,
     concurrency: int,
 ) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
-    """The records of every range, each range's in order, ranges interleaved: ``concurrency`` readers take
-    the next range when done with one, and hand their runs over a queue that bounds what waits; the runs
-    come out as many as are ready at once, decoded together."""
+    """Every range's records, ranges interleaved: ``concurrency`` readers take the next range when done and
+    hand runs over a bounded queue; whatever is ready comes out decoded together.
+    """
     todo = iter(ranges)
     out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
 
@@ -257,7 +249,7 @@ async def _ranges_columns(
         except Exception as exc:  # noqa: BLE001 - the consumer raises it (a cancellation is not one)
             await out.put(exc)
             return
-        await out.put(_Done())
+        await out.put(None)  # this reader has no range left
 
     tasks = [asyncio.create_task(reader()) for _ in range(min(concurrency, len(ranges)))]
     running = len(tasks)
@@ -267,7 +259,7 @@ async def _ranges_columns(
             ready: list[tuple[str, Held]] = []
             item = await out.get()
             while True:
-                if isinstance(item, _Done):
+                if item is None:
                     running -= 1
                 elif isinstance(item, Exception):
                     raise item
@@ -284,9 +276,9 @@ async def _ranges_columns(
 
 
 async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
-    """End the readers (the consumer stopped, or one failed). A cancelled reader can end with an error of
-    its own rather than the cancellation (the SDK's transport cleaning up) and hand that over to the full
-    queue, where it would wait for ever: so the queue is emptied and the readers cancelled until all ended."""
+    """End the readers. A cancelled reader may end with an error of its own (the SDK's transport cleaning up)
+    and put it on the full queue, where it would wait for ever: empty the queue and cancel until all ended.
+    """
     pending = {task for task in tasks if not task.done()}
     while pending:
         for task in pending:
@@ -312,16 +304,11 @@ def read_ranges_columns(
     run_records: int = RUN_RECORDS,
     concurrency: int = RANGE_CONCURRENCY,
 ) -> Generator[tuple[str, RecordColumns], None, None]:
-    """``(stream, columns)`` of every range's records, command records included, in batches of record
-    columns decoded in bulk from the wire (`read_columns`), in runs of about ``run_records``: each range's
-    in seq_num order, up to ``concurrency`` ranges read at once and their runs interleaved.
+    """``(stream, columns)`` of every range's records, command records included, each range in seq_num order.
 
-    ``on_gap(stream, lo, hi)`` is called for every run of seq_nums of a range of ``stream`` that is no
-    longer stored (trimmed or expired); it may raise to stop the read. A failed read raises ReadError
-    naming its range.
-
-    Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark while
-    the sessions are still reading, and they are closed however the caller stops iterating.
+    ``on_gap(stream, lo, hi)`` is called for every run of seq_nums no longer stored; it may raise to stop the
+    read. Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark
+    while the sessions still read, and they are closed however the caller stops iterating.
     """
     batches = _ranges_columns(cfg, ranges, on_gap, run_records=run_records, concurrency=concurrency)
     try:

@@ -1,10 +1,9 @@
-"""A read session of one stream over S2S, handed out in runs of ``ReadBatch`` messages (`ReadRun`) decoded
-together when the consumer asks (`decode_held`).
+"""A stream's read session over S2S, its messages held in runs (`ReadRun`) and decoded together on demand
+(`decode_held`).
 
-It keeps the SDK's HTTP/2 transport and S2S deframing but decodes the messages' bytes in bulk
+It keeps the SDK's HTTP/2 transport and S2S deframing but decodes the messages in bulk
 (`s2_sink._wire.read_batch`), and behaves as the SDK's bounded session does (heartbeats, reconnects,
-resume, errors); a small range is one unary read (`read_unary`). It advertises DATA frames of up to 1 MiB.
-docs/architecture.md, *Reading, by stage*.
+resume, errors); a small range is one unary read. docs/architecture.md, *Reading, by stage*.
 """
 
 from __future__ import annotations
@@ -78,14 +77,9 @@ async def read_columns(
     run_bytes: int = RUN_BYTES,
     cfg: S2Config | None = None,
 ) -> AsyncGenerator[Held, None]:
-    """The records from seq_num ``first`` on, at most ``count`` of them, in runs (never empty) of whole
-    messages, not decoded yet (`decode_held`): a run is handed out once it holds ``run_records`` records or
-    ``run_bytes`` bytes of messages, and at the end.
-
-    Ends at the count or at the tail (it never waits for new records), like a bounded SDK session. A failed
-    session is resumed after the last record received, until the deadline of ``cfg``'s retry policy (the
-    default one without it) passes without a message.
-    """
+    """The records from seq_num ``first`` on, at most ``count``, in runs of whole messages not decoded yet,
+    each handed out at ``run_records`` records or ``run_bytes`` bytes. Ends at the count or the tail, like a
+    bounded SDK session; a failed session resumes after the last record, until ``cfg``'s deadline."""
     client = sdk.stream_transport(handle)
     headers = _request_headers(handle)
     retrying: Retrying | None = None  # made on the first failure: a read that never fails needs none
@@ -137,15 +131,10 @@ read by one (unless its records pass 1 MiB)."""
 async def read_unary(
     handle: s2_sdk.S2Stream, first: int, count: int, cfg: S2Config | None = None
 ) -> Held | None:
-    """The records from seq_num ``first`` on, at most ``count`` (at most `UNARY_RECORDS`) of them, as far as
-    one unary read's answer goes (``GET .../records?seq_num=&count=``, a protobuf ``ReadBatch``), held and not
-    decoded yet (`decode_held`); None if the answer has none. What it does not cover (records past 1 MiB
-    together) the caller reads on with a session.
-
-    As S2 answers (``lite/src/handlers/v1/records.rs``, ``read``): it never waits, so it ends at the tail it
-    saw; a start below the trim point reads what is left, and no records means nothing is left up to the
-    tail; a start at or past the tail is a 416 (``ReadUnwrittenError``). Failures are retried as a
-    session's, until the delivery deadline."""
+    """The records from ``first`` on, at most ``count`` (<= `UNARY_RECORDS`), as far as one unary read answers
+    (a protobuf ``ReadBatch``), held; None if it has none. What it leaves (records past 1 MiB) the caller
+    reads with a session. As S2 answers (``lite/src/handlers/v1/records.rs``): it never waits; a start below
+    the trim point reads what is left; a start at or past the tail is a 416 (``ReadUnwrittenError``)."""
     transport = sdk.stream_transport(handle)
     path = f"{sdk.stream_records_path(handle.name)}?seq_num={first}&count={min(count, UNARY_RECORDS)}"
     headers = _request_headers(handle, _PROTOBUF)
@@ -177,8 +166,7 @@ def _resume_point(arrival: Arrival, remaining: int) -> tuple[int, int]:
 
 
 async def _advertise_large_frames(client: HttpClient) -> None:
-    """Advertise `_MAX_FRAME_SIZE` on the client's connections to its endpoint that do not yet (once per
-    connection, which takes frames of that size from then on: `sdk.advertise_settings`)."""
+    """Advertise `_MAX_FRAME_SIZE` once on each of the client's connections that does not yet."""
     try:
         for conn in sdk.pooled_connections(client):
             h2c = sdk.h2_state(conn)
@@ -195,8 +183,8 @@ _advertised: weakref.WeakSet[H2Connection] = weakref.WeakSet()
 
 
 async def _within_heartbeats(messages: AsyncIterator[Message]) -> AsyncGenerator[Message, None]:
-    """``messages``, failing with ReadTimeoutError when none arrives within the heartbeat timeout. A timeout
-    scope, not ``wait_for``: that wraps each wait in a task of its own (Python 3.11), a cost per message."""
+    """``messages``, failing with ReadTimeoutError when none arrives in time. A timeout scope, not
+    ``wait_for``, which costs a task per message (Python 3.11)."""
     while True:
         try:
             async with asyncio.timeout(_HEARTBEAT_TIMEOUT):
@@ -222,7 +210,6 @@ def _request_headers(handle: s2_sdk.S2Stream, kind: dict[str, str] = _S2S) -> di
 
 
 def read_error_words(exc: BaseException, cfg: S2Config, stream: str | None = None) -> str:
-    """The failure in words for a ReadError (a read past the tail says so as the SDK does)."""
     if isinstance(exc, s2_sdk.ReadUnwrittenError):
         return str(exc)  # a position past the tail: callers look at the cause, it is no failure to explain
     return explain(
@@ -236,7 +223,7 @@ Range = tuple[str, int, int]
 
 
 class Arrival(NamedTuple):
-    """What a message brought: its records' count, the last one's seq_num (None with no records), its tail."""
+    """What a message brought: its record count, the last one's seq_num (None without records), its tail."""
 
     records: int
     last_seq_num: int | None
@@ -247,20 +234,16 @@ class Held(NamedTuple):
     """A run taken and not decoded yet: its parts (walked messages, or records parsed on arrival) in order."""
 
     parts: tuple[Skim | RecordColumns, ...]
-    records: int
-    """Records held (at least one)."""
+    records: int  # at least one
     last_seq_num: int
-    """The last record's seq_num."""
 
     @classmethod
     def of(cls, columns: RecordColumns) -> Held:
-        """Records already decoded (at least one), held as a run."""
         return cls((columns,), len(columns), int(columns.seq_nums[-1]))
 
 
 def decode_held(runs: Sequence[Held]) -> list[RecordColumns]:
-    """The records of each of ``runs``, decoded together: walked messages that follow one another, of one
-    run or of several, are decoded in one go (`decode_skims`), then the records are cut back into runs."""
+    """Each run's records, decoded together: consecutive walked messages, of one run or several, in one go."""
     decoded: list[RecordColumns] = []
     skims: list[Skim] = []
     for part in (part for run in runs for part in run.parts):
@@ -280,7 +263,6 @@ def decode_held(runs: Sequence[Held]) -> list[RecordColumns]:
 
 
 def _cut(columns: RecordColumns, sizes: Sequence[int]) -> list[RecordColumns]:
-    """``columns`` cut into consecutive slices of ``sizes`` records (views, not copies)."""
     offsets = columns.header_offsets.tolist()
     out: list[RecordColumns] = []
     lo = 0
@@ -307,13 +289,10 @@ class ReadRun:
     def __init__(self) -> None:
         self._parts: list[Skim | RecordColumns] = []
         self.records = 0
-        """Records held."""
-        self.size = 0
-        """Bytes of the messages held."""
+        self.size = 0  # bytes of the messages held
         self._last_seq_num = -1
 
     def add(self, message: bytes) -> Arrival:
-        """Hold the records of one serialized ``ReadBatch``."""
         skimmed = skim(message)
         last = None if skimmed is None else skimmed.last_seq_num()
         if skimmed is None or (skimmed.starts and last is None):  # not canonical: the parser says how
@@ -328,7 +307,7 @@ class ReadRun:
         return Arrival(len(skimmed.starts), last, skimmed.tail)
 
     def take(self) -> Held:
-        """Every record held (at least one), not decoded yet (`decode_held`); the run is then empty."""
+        """Every record held (at least one), not decoded yet; the run is then empty."""
         held = Held(tuple(self._parts), self.records, self._last_seq_num)
         self._parts, self.records, self.size = [], 0, 0
         return held

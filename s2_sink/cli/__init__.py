@@ -1,8 +1,5 @@
 """The ``s2-sink`` command: look at and repair what exactly-once delivery keeps in S2; run the lite server.
-
-One module per subcommand (``ledger``, ``streams``, ``fences``, ``tail``; docs/operations.md); the protocol
-lives in the library, and these modules only parse arguments, call it and put its answers and failures into
-words (`_command`, exit codes in `EXIT_CODES`).
+One module per subcommand (docs/operations.md); the protocol lives in the library.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What every ``s2-sink`` command shares: connection flags and config, the client, expected failures put
-into words with their exit codes (no tracebacks for those), and times printed as ISO 8601."""
+"""What every ``s2-sink`` command shares: connection flags and config, the client, expected failures in words
+with their exit codes (no tracebacks), times as ISO 8601.
+"""
 
 from __future__ import annotations
 
@@ -78,15 +79,13 @@ _CODES: Final[dict[FailureKind, int]] = {
 
 
 def explain(exc: Exception, cfg: S2Config, stream: str | None) -> CliFailure:
-    """Put an SDK error into words naming the endpoint, basin and stream, with the fix where there is one
-    (the library's wording, `s2_sink._transport.explain`, with an exit code)."""
+    """An SDK error in the library's words (endpoint, basin, stream, the fix), with an exit code."""
     words = explain_failure(exc, cfg, stream=stream, stream_fix="check the stream name")
     missing = words.kind if words.kind in ("basin", "stream") else None
     return CliFailure(words.message, _CODES.get(words.kind, FAILED), missing=missing)
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    """``--basin`` and ``--endpoint``; the token and endpoints otherwise come from the ``S2_*`` variables."""
     parser.add_argument("--basin", required=True, help="the basin (option s2.basin of the library)")
     parser.add_argument(
         "--endpoint",
@@ -97,7 +96,6 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> S2Config:
-    """The library's config for the parsed flags, read the way `S2Config.from_env` reads it."""
     overrides: dict[str, Any] = {}
     if args.endpoint is not None:
         overrides = {"account_endpoint": args.endpoint, "basin_endpoint": args.endpoint}
@@ -108,8 +106,8 @@ def config_from(args: argparse.Namespace) -> S2Config:
 
 
 def run_io(cfg: S2Config, stream: str | None, work: Callable[[S2], Awaitable[T]]) -> T:
-    """``work`` on a client of its own, on a fresh event loop; SDK and transport errors come out as a
-    `CliFailure` naming the endpoint, the basin and `stream`."""
+    """``work`` on a client of its own, on a fresh event loop; SDK and transport errors become a
+    `CliFailure`."""
 
     async def go() -> T:
         client = make_client(cfg)
@@ -127,13 +125,12 @@ def run_io(cfg: S2Config, stream: str | None, work: Callable[[S2], Awaitable[T]]
 
 
 def print_json(doc: object) -> None:
-    """One ``--json`` line (values JSON cannot hold as their text)."""
     sys.stdout.write(orjson.dumps(doc, default=str).decode() + "\n")
 
 
 def iso_ms(ms: int | None) -> str:
-    """Milliseconds since the Unix epoch (S2's timestamps) as ISO 8601 UTC, e.g. ``2026-01-05T10:00:00.412Z``;
-    ``-`` for none (an empty stream's tail has timestamp 0)."""
+    """S2's milliseconds since the epoch as ISO 8601 UTC (``2026-01-05T10:00:00.412Z``); ``-`` for none (an
+    empty stream's tail has timestamp 0)."""
     if not ms:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

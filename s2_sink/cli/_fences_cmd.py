@@ -1,8 +1,6 @@
-"""``s2-sink fences clear STREAM...``: remove the fencing token of streams.
-
-The empty-token fence is conditional on the token found, so what the command reports having cleared is
-exactly what it cleared. Why clearing never breaks a running writer nor reopens a stream to a zombie:
-docs/exactly-once.md, *Fencing tokens*.
+"""``s2-sink fences clear STREAM...``. The clearing fence is conditional on the token found, so what it
+reports cleared is exactly what it cleared; why that never breaks a running writer: docs/exactly-once.md,
+*Fencing tokens*.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ _ATTEMPTS: Final = 5
 
 
 async def read_fence(stream: S2Stream) -> str:
-    """The stream's fencing token (``""``: none), without changing it: an append conditional on a token
-    nobody uses is refused, and the refusal names the current token. (Were the probe token the current one,
-    the append would only fence the stream to that same token again.)"""
+    """The stream's fencing token (``""``: none), unchanged: an append conditional on a token nobody uses is
+    refused, naming the current token (were the probe the current one, it would only fence to it again)."""
     try:
         await stream.append(AppendInput(records=[CommandRecord.fence(_PROBE)], fencing_token=_PROBE))
     except FencingTokenMismatchError as exc:
@@ -41,8 +38,7 @@ async def read_fence(stream: S2Stream) -> str:
 
 
 async def clear_fence(stream: S2Stream) -> str:
-    """Clear the stream's fence; returns the token that was on it (``""``: there was none). The caller
-    checks that the stream exists (`clear`)."""
+    """Clear an existing stream's fence; returns the token that was on it (``""``: none)."""
     seen = _PROBE
     for _ in range(_ATTEMPTS):
         try:
@@ -57,8 +53,7 @@ async def clear_fence(stream: S2Stream) -> str:
 
 
 def clear(args: argparse.Namespace) -> int:
-    """Clear every named stream's fence, in order; stop at the first stream that fails. Each token is shown
-    with its writer id when a ledger in the basin has the writer hash the token carries."""
+    """Clear each named stream's fence in order, stopping at the first failure."""
     cfg = config_from(args)
 
     writers = run_io(cfg, None, lambda client: writers_by_hash(client.basin(cfg.basin)))

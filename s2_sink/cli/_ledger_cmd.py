@@ -1,11 +1,11 @@
-"""``s2-sink ledger list``, ``ledger show|reset WRITER_ID``, ``ledger forget WRITER_ID STREAM``: the
-exactly-once ledgers of a basin, and one writer's ledger decoded, reset, or rid of a recreated stream's end.
+"""``s2-sink ledger list|show|reset|forget``: the exactly-once ledgers of a basin, and one writer's ledger
+decoded, reset, or rid of a recreated stream's end.
 
-The records are decoded by the library's `LedgerState`; a reset or forget record is appended through its
-`Ledger`, conditionally (``match_seq_num``), so a writer still running under this identity fails with
-`WriterConflictError` instead of interleaving with it. Forgetting writes a snapshot record (a ``run``-scoped
-``commit`` of the same batch, so the next run recovers), refused unless the stream's tail is below the
-ledger's end (docs/exactly-once.md, *What it does not cover*).
+Records are decoded by the library's `LedgerState`; a reset or forget is appended through its `Ledger`,
+conditionally (``match_seq_num``), so a writer still running under this identity fails with
+`WriterConflictError` instead of interleaving. Forgetting writes a snapshot (a ``run``-scoped ``commit`` of
+the same batch, so the next run recovers), refused unless the stream's tail is below the ledger's end
+(docs/exactly-once.md, *What it does not cover*).
 """
 
 from __future__ import annotations
@@ -60,18 +60,18 @@ FORGET_HELP: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One ledger record: its position and decoded state, or why it cannot be decoded."""
+    """One ledger record: its position, time (ms since the epoch) and decoded state, or why it cannot be
+    decoded."""
 
     seq_num: int
     state: LedgerState | None
     error: str | None = None
     timestamp: int = 0
-    """When S2 took the record (ms since the epoch)."""
 
 
 async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int]:
-    """Every state record of the ledger, oldest first, each with the stream ends folded up to it, and the
-    ledger's tail. Pieces of a split map (``ends`` records) are folded into the record that claims them."""
+    """Every state record of the ledger, oldest first, with the stream ends folded up to it (``ends`` records
+    fold into the record that claims them), and the ledger's tail."""
     name = ledger_stream_name(writer_id)
     stream = basin.stream(name)
     tail = (await stream.check_tail()).seq_num
@@ -152,8 +152,8 @@ def _summary(writer_id: str, last: LedgerState) -> str:
 
 
 def show(args: argparse.Namespace) -> int:
-    """Print every ledger record decoded (or as JSON lines with ``--json``), then the resulting state. A
-    streaming query id without a ledger of its own shows the ledger of that query's one writer."""
+    """Print every ledger record decoded (``--json``: as JSON lines), then the state. A streaming query id
+    without a ledger shows the ledger of that query's one writer."""
     cfg = config_from(args)
 
     async def go(client: S2) -> tuple[str, list[Entry], int]:
@@ -178,8 +178,8 @@ def show(args: argparse.Namespace) -> int:
 
 
 async def _writer_of(client: S2, name: str, basin_name: str) -> str:
-    """`name` when it has a ledger; else the one writer whose ledger holds streaming query `name`'s batches
-    (CliFailure naming them when there are several, or none)."""
+    """``name`` when it has a ledger, else the one writer whose ledger holds streaming query ``name``'s
+    batches."""
     basin = client.basin(basin_name)
     stream = ledger_stream_name(name)
     if [i async for i in basin.list_all_streams(prefix=stream) if i.name == stream]:
@@ -210,9 +210,8 @@ async def _writer_of(client: S2, name: str, basin_name: str) -> str:
 def _on_ledger(
     cfg: S2Config, writer_id: str, work: Callable[[S2Basin, Ledger], Awaitable[T]], missing: str
 ) -> T:
-    """`work` on the writer's ledger, which must exist (``missing``: the rest of the message when it does
-    not): a check_tail would create it in a basin that creates streams on read; getting its config never
-    creates."""
+    """``work`` on the writer's ledger, which must exist: getting its config never creates it (a check_tail
+    would, in a basin that creates streams on read)."""
     name = ledger_stream_name(writer_id)
 
     async def go(client: S2) -> T:
@@ -233,7 +232,6 @@ def _on_ledger(
 
 
 def reset(args: argparse.Namespace) -> int:
-    """Append the reset record (see `RESET_HELP`) after printing the state it replaces."""
     cfg = config_from(args)
     name = ledger_stream_name(args.writer_id)
 
@@ -264,7 +262,6 @@ def reset(args: argparse.Namespace) -> int:
 
 
 def forget(args: argparse.Namespace) -> int:
-    """Append the snapshot without STREAM's end (see `FORGET_HELP`)."""
     cfg = config_from(args)
     writer_id, stream = args.writer_id, args.stream
 
@@ -324,7 +321,7 @@ def _list_line(summary: LedgerSummary, width: int) -> str:
 
 def list_(args: argparse.Namespace) -> int:
     """Print every exactly-once ledger in the basin: writer id, last committed batch, time of the last
-    record (or, with ``--json``, one object per ledger with the time in milliseconds)."""
+    record."""
     cfg = config_from(args)
 
     summaries = run_io(cfg, None, lambda client: ledger_summaries(client.basin(cfg.basin)))

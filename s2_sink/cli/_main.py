@@ -44,8 +44,7 @@ def _leaf(
     description: str | None = None,
     json_help: str | None = _JSON_HELP,
 ) -> argparse.ArgumentParser:
-    """A command's parser with the connection flags (and ``--json`` unless `json_help` is None); the caller
-    adds its positional arguments."""
+    """A command's parser with the connection flags (and ``--json`` unless ``json_help`` is None)."""
     parser = commands.add_parser(name, help=help, description=description)
     if json_help is not None:
         parser.add_argument("--json", action="store_true", help=json_help)
@@ -167,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def quiet_closed_stdout() -> None:
-    """After the reader of stdout went away (`BrokenPipeError`): point stdout at /dev/null, so flushing what
-    is still buffered at exit neither fails nor prints "Exception ignored" on stderr."""
+    """Point stdout at /dev/null once its reader went away, so flushing at exit neither fails nor prints on
+    stderr."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.stdout.fileno())
@@ -177,7 +176,6 @@ def quiet_closed_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; expected failures print one line on stderr and return their exit code."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lite"]:  # argparse cannot pass "--port ..." through a subcommand untouched
         return _lite(argv[1:])

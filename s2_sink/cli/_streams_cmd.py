@@ -1,8 +1,5 @@
-"""``s2-sink streams list`` / ``streams describe STREAM``: the streams of a basin, and one stream's
-configuration, tail and fence.
-
-Only reads: ``describe`` learns the fencing token from the refusal of an append conditional on a token
-nobody uses (`read_fence`), and never creates a stream, even in a basin that creates streams on append.
+"""``s2-sink streams list`` / ``streams describe STREAM``. Only reads: ``describe`` learns the fencing token
+from the refusal of an append conditional on a token nobody uses (`read_fence`), and never creates a stream.
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ def _role(name: str) -> str:
 
 
 def list_streams(args: argparse.Namespace) -> int:
-    """Print the basin's streams (name, creation time, what s2_sink uses a bookkeeping stream for)."""
     cfg = config_from(args)
 
     async def listing(client: S2) -> list[tuple[str, int | None]]:
@@ -60,7 +56,7 @@ def list_streams(args: argparse.Namespace) -> int:
 
 
 async def _describe(client: S2, basin_name: str, name: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
-    """The stream's ``--json`` document, and the writer ids of the fencing token's writer hash."""
+    """The stream's ``--json`` document, and the writer ids of its fencing token's writer hash."""
     basin = client.basin(basin_name)
     config = await basin.get_stream_config(name)  # first: a missing stream is a 404, and nothing is created
     created = None
@@ -108,7 +104,6 @@ def _retention(policy: int | str | None) -> str:
 
 
 def describe(args: argparse.Namespace) -> int:
-    """Print one stream's tail, fencing token (with its writer id) and configuration."""
     cfg = config_from(args)
 
     d, writers = run_io(cfg, args.stream, lambda client: _describe(client, cfg.basin, args.stream))

@@ -1,9 +1,6 @@
-"""``s2-sink tail STREAM``: print a stream's last records decoded, one JSON object per line.
-
-``--format insert`` (the default): the body as JSON when it is JSON (what `InsertEncoder` writes), else as
-text, else as base64, with the headers. ``--format upsert``: the Flink S2 connector's changelog decoded
-by `s2_sink.encoders.decode_upsert` into key, action and value. Command records (fences, trims) are not
-printed. Each line's ``timestamp`` is ISO 8601 UTC, or with ``--json`` the milliseconds S2 stores.
+"""``s2-sink tail STREAM``: a stream's last records decoded, one JSON object per line: ``--format insert`` the
+body as JSON, else text, else base64, with the headers; ``--format upsert`` the Flink connector's changelog as
+key, action and value. Command records are not printed.
 """
 
 from __future__ import annotations
@@ -72,7 +69,7 @@ def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
 
 
 async def _last_records(stream: S2Stream, count: int, end: int) -> list[SequencedRecord]:
-    """The last `count` records before `end`, stepping further back past command records (fences)."""
+    """The last ``count`` records before ``end``, stepping further back past command records."""
     found: list[SequencedRecord] = []
     start = end
     while len(found) < count and start > 0:
@@ -95,7 +92,6 @@ async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool, raw:
 
 
 def tail(args: argparse.Namespace) -> int:
-    """Print the last ``-n`` records of the stream, then (``--follow``) new ones until interrupted."""
     if args.n < 0:
         raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
     if args.format == "upsert":

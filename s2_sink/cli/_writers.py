@@ -1,7 +1,6 @@
-"""The exactly-once writers of a basin, found through their ledger streams (``_s2sink/ledger/<writer id>``).
-
-A fencing token names its writer by an 8-hex-digit hash of the writer id only (tokens are at most 36 bytes);
-the ledgers hold the writer ids, so hashing each one gives the id back for any writer that has a ledger.
+"""The exactly-once writers of a basin, found through their ledger streams. A fencing token names its writer
+by an 8-hex-digit hash of the writer id only (tokens are at most 36 bytes); hashing each ledger's writer id
+gives the id back.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LedgerSummary:
-    """One writer's ledger: its last state (None and `error` when it cannot be read), its tail and the time
-    of its last record (ms since the epoch)."""
+    """One writer's ledger: its last state (None, and ``error``, when unreadable), tail and last record's
+    time."""
 
     writer_id: str
     stream: str
@@ -57,14 +56,12 @@ class LedgerSummary:
 
 
 async def writer_ids(basin: S2Basin) -> list[str]:
-    """The writer ids with a ledger in the basin, in name order."""
     return [info.name[len(LEDGER_PREFIX) :] async for info in basin.list_all_streams(prefix=LEDGER_PREFIX)]
 
 
 async def writers_by_hash(basin: S2Basin) -> dict[str, list[str]]:
-    """Writer hash (as in fencing tokens) -> the writer ids with a ledger in the basin that have it. Best
-    effort: a token that may not list streams (or any listing failure) gets no names, and tokens are then
-    shown by their hash, as before."""
+    """Writer hash -> the writer ids with a ledger that have it. Best effort: when the ledgers cannot be
+    listed, tokens are shown by their hash."""
     found: dict[str, list[str]] = {}
     try:
         ids = await writer_ids(basin)
@@ -77,7 +74,7 @@ async def writers_by_hash(basin: S2Basin) -> dict[str, list[str]]:
 
 
 async def ledger_summaries(basin: S2Basin) -> list[LedgerSummary]:
-    """Every ledger of the basin with its last state; a ledger that cannot be decoded is listed with why."""
+    """Every ledger of the basin with its last state; one that cannot be decoded is listed with why."""
     out: list[LedgerSummary] = []
     for writer_id in await writer_ids(basin):
         ledger = Ledger(basin, writer_id, patience=PATIENCE)
@@ -101,7 +98,7 @@ async def ledger_summaries(basin: S2Basin) -> list[LedgerSummary]:
 
 
 def describe_token(token: str, writers: dict[str, list[str]]) -> str:
-    """Who a fencing token belongs to, in words: the writer id when a ledger in the basin has its hash."""
+    """Who a fencing token belongs to, in words."""
     ours = Token.parse(token)
     if ours is None:
         return f"{token!r} (not an s2_sink token)"

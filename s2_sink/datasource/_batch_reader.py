@@ -21,12 +21,8 @@ __all__ = ["S2BatchReader"]
 
 
 class S2BatchReader(DataSourceReader):
-    """Plans the stream ranges on the driver, small streams sharing a partition; each task reads its ranges.
-
-    Spark pickles the reader into every read task, whose fresh Python worker imports this module: the
-    planning (`s2_sink._read.planning`: stream listing, positions, read-committed ends) is imported where
-    it runs.
-    """
+    """Plans the ranges on the driver, small streams sharing a partition. Spark pickles the reader into every
+    read task, whose fresh worker imports this module: the planning is imported where it runs."""
 
     def __init__(self, cfg: S2Config, opts: ReadOptions, schema: StructType) -> None:
         self._cfg = cfg
@@ -41,10 +37,6 @@ class S2BatchReader(DataSourceReader):
         return [S2Partition(ranges, materialize=self._opts.materialize) for ranges in parts]
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        if partition is None:
-            # Spark plans one partition of None when there are no ranges to read.
-            return iter(())
-        assert isinstance(partition, S2Partition)
         from s2_sink._read.ranges import read_partition  # noqa: PLC0415 - the task's (`_read.partition`)
 
         # A batch read takes what is retained between its bounds: records trimmed before it are not a loss.

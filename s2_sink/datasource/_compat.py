@@ -1,8 +1,5 @@
-"""What the installed pyspark's Python Data Source API offers ``format("s2")``, decided in one place.
-
-Features are detected, not inferred from the version (Databricks backports the API to its 3.5-based
-runtimes); the version only appears in the messages. What each version offers: README.md, *Supported
-versions*.
+"""What the installed pyspark's Python Data Source API offers ``format("s2")``, decided in one place:
+detected, not inferred from the version (Databricks backports the API to 3.5-based runtimes).
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ elif HAS_DATASOURCE_API:
 
 
 def require_datasource_api() -> None:
-    """Raise S2SinkError, naming the installed pyspark and the alternative, when it has no data source API."""
     if not HAS_DATASOURCE_API:
         raise S2SinkError(
             f"format('s2') needs pyspark 4.0 or later (the Python Data Source API, pyspark.sql.datasource); "
@@ -55,7 +51,6 @@ def require_datasource_api() -> None:
 
 
 def require_stream_arrow_writer() -> None:
-    """Raise S2SinkError on the driver when ``df.writeStream.format("s2")`` cannot run on this pyspark."""
     require_datasource_api()
     if not HAS_STREAM_ARROW_WRITER:
         raise S2SinkError(

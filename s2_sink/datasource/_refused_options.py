@@ -1,15 +1,11 @@
 """The ``format("s2")`` options a read or a write refuses, each in words that say what to use instead.
 
-A read and a write share the connection options of `S2Config.from_options` and ``s2.stream``/``s2.format``;
-everything else applies to one side only. An option given to the other side would be silently meaningless
-(Spark hands the reader's options only to the reader, but users often keep one option dict), so it is
-refused on the driver with a message saying which side it belongs to; an unknown key (a typo) gets the
-closest keys this side takes ("did you mean"), and the whole list only when none is close.
-
-Kafka source options given to a read are refused too, each with the s2 option that does its job: a job
-moved from ``format("kafka")`` would otherwise keep its ``startingOffsets`` and silently read from the
-default. None is mapped (one name per setting, and most Kafka values do not carry over); a refusal gives the
-value to use where it translates (docs/kafka-options.md).
+Reads and writes share the connection options and ``s2.stream``/``s2.format``; anything else given to the
+other side would be silently meaningless (users often keep one option dict), so it is refused on the driver
+saying which side it belongs to, and a typo gets the closest keys ("did you mean"). Kafka source options given
+to a read are refused too, each naming the s2 option (and, where it carries over, the value) that does its
+job: a job moved from ``format("kafka")`` would otherwise silently keep reading from the default
+(docs/kafka-options.md).
 """
 
 from __future__ import annotations
@@ -53,8 +49,8 @@ READ_KEYS: Final = frozenset(v for name, v in vars(read_options).items() if name
 
 
 def accepted_keys(side: Side) -> frozenset[str]:
-    """Every option key a ``format("s2")`` read or write accepts: its own keys and the connection keys (a
-    read leaves out those that only shape appends)."""
+    """Every key a ``format("s2")`` read or write accepts: its own and the connection keys (a read leaves out
+    those that only shape appends)."""
     connection = frozenset(OPTION_KEYS)
     if side == "read":
         return READ_KEYS | (connection - WRITE_ONLY_OPTION_KEYS)
@@ -62,8 +58,8 @@ def accepted_keys(side: Side) -> frozenset[str]:
 
 
 def check_side(options: Mapping[str, str], side: Side) -> None:
-    """Refuse any of our options (``s2.*``, ``sink.*``) that this side does not accept: ConfigError saying
-    which side the option belongs to, or that it is unknown and which accepted keys are closest."""
+    """Refuse any of our options (``s2.*``, ``sink.*``) this side does not accept, saying which side it
+    belongs to, or the closest accepted keys."""
     opts = OptionMap(options)
     mine = accepted_keys(side)
     other: Side = "write" if side == "read" else "read"
@@ -85,9 +81,9 @@ def check_side(options: Mapping[str, str], side: Side) -> None:
 
 
 def check_strays(options: Mapping[str, str], side: Side) -> None:
-    """Refuse an option outside our namespaces that is one of ours misspelt (``s2_stream``, ``stream-prefix``,
-    ``max-records-per-trigger``): Spark's own options (path, checkpointLocation) pass, and so does anything
-    not close to one of our keys, since other sources' options may share the option map."""
+    """Refuse an option outside our namespaces that is one of ours misspelt (``s2_stream``,
+    ``stream-prefix``); Spark's own options, and anything not close to ours (other sources' options may share
+    the map), pass."""
     opts = OptionMap(options)
     mine = accepted_keys(side)
     # A key without its namespace ("stream-prefix") is compared too: the likeliest slip.
@@ -154,8 +150,8 @@ _KAFKA_CLIENT_PREFIX: Final = "kafka."
 
 
 def _seq_json(raw: str) -> str | None:
-    """Kafka's per-partition offsets JSON as s2's per-stream JSON, when each topic names partition 0 only
-    with a real offset (Kafka's -1/-2 mean latest/earliest, which s2's JSON has no per-stream words for)."""
+    """Kafka's per-partition offsets JSON as s2's per-stream JSON, when each topic names partition 0 only with
+    a real offset (-1/-2 have no per-stream word in s2's JSON)."""
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError:
@@ -182,7 +178,6 @@ _CARRIES: Final = frozenset(
 
 
 def _translated_value(name: str, value: str) -> str | None:
-    """The Kafka value in the s2 option's terms, when it carries over unchanged in meaning."""
     lowered = value.lower()
     if name in ("startingOffsets", "endingOffsets"):
         return lowered if lowered in ("earliest", "latest") else _seq_json(value)
@@ -218,8 +213,8 @@ def _message(spelled: str, raw: object, fix: str, translated: tuple[str, str] | 
 
 
 def refuse_kafka_options(options: Mapping[str, object]) -> None:
-    """Raise ConfigError, on the driver, for the first Kafka source option given to a ``format("s2")`` read:
-    the message names the option, its value and the s2 option (and value) that does its job."""
+    """ConfigError, on the driver, for the first Kafka source option given to a read, naming the s2 option
+    (and value) that does its job."""
     opts = OptionMap(options)
     for key in sorted(opts):
         name = _BY_LOWER.get(key)

@@ -37,19 +37,15 @@ def _ours(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def read_config(options: Mapping[str, str]) -> S2Config:
-    """The connection settings of a read: validated by S2Config, reader-only keys skipped; options that
-    belong to writes are refused (`check_side`)."""
+    """A read's connection settings, reader keys skipped; options of writes are refused."""
     refused.check_side(options, "read")
     refused.check_strays(options, "read")
     return S2Config.from_options(_ours(options), ignore=refused.READ_KEYS)
 
 
 class S2DataSource(DataSource):
-    """Read S2 streams into DataFrames and write DataFrames to S2 streams, as ``format("s2")``.
-
-    Register once per session: ``spark.dataSource.register(S2DataSource)`` or ``s2_sink.register(spark)``.
-    Options are validated on the driver, before any task runs; errors name the option and the bad value.
-    """
+    """``format("s2")``: reads S2 streams into DataFrames and writes DataFrames to them. Options are validated
+    on the driver, before any task runs."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)

@@ -1,10 +1,9 @@
-"""``spark.readStream.format("s2")``: Spark's streaming reader API over the micro-batch planning of
-`s2_sink._read.planning.micro_batches`.
+"""``spark.readStream.format("s2")``: Spark's streaming reader API over `MicroBatches`.
 
-Per-trigger limits take two Spark APIs: pyspark 4.1 gives ``latestOffset()`` neither a start nor a limit,
-so the reader caps relative to a frontier it tracks (restored on restart by ``partitions(latest,
-latest)``); pyspark 4.2+ passes both, and ``prepareForTriggerAvailableNow()`` fixes the tails an
-AvailableNow run drains. docs/format-s2.md, *Per-trigger limits*.
+Per-trigger limits take two Spark APIs: pyspark 4.1 gives ``latestOffset()`` neither a start nor a limit, so
+the reader caps relative to a frontier it tracks (restored on restart by ``partitions(latest, latest)``);
+pyspark 4.2+ passes both, and ``prepareForTriggerAvailableNow()`` fixes the tails an AvailableNow run drains
+(docs/format-s2.md, *Per-trigger limits*).
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ except (ImportError, AttributeError):
 
 
 def _read_limit(name: str, **fields: int) -> object:
-    """An instance of pyspark 4.2+'s ReadLimit class ``name`` (only asked for by a pyspark that has them)."""
     return getattr(importlib.import_module(_STREAMING), name)(**fields)
 
 
@@ -67,7 +65,6 @@ class S2StreamReader(DataSourceStreamReader, _AVAILABLE_NOW):  # type: ignore[mi
         return records, byte_cap
 
     def getDefaultReadLimit(self) -> object:
-        """pyspark 4.2+: the limit Spark passes to ``latestOffset`` for ordinary triggers."""
         if self._opts.max_records_per_trigger is not None:
             # With both caps set the byte cap comes from the options (one ReadLimit per call).
             return _read_limit("ReadMaxRows", max_rows=self._opts.max_records_per_trigger)
@@ -76,21 +73,16 @@ class S2StreamReader(DataSourceStreamReader, _AVAILABLE_NOW):  # type: ignore[mi
         return _read_limit("ReadAllAvailable")
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """pyspark 4.2+, Trigger.AvailableNow: drain up to today's tails, in batches of the caps."""
         self._plan.drain_to_tails()
 
     def reportLatestOffset(self) -> dict[str, int] | None:
-        """pyspark 4.2+: the tails seen last, shown as the source's latest offset in the query progress."""
+        """pyspark 4.2+: the tails seen last, the source's latest offset in the query progress."""
         return self._plan.tails_seen()
 
     def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
         return [S2Partition(ranges) for ranges in self._plan.ranges(start, end)]
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
-        if partition is None:
-            # Spark plans one partition of None when there are no ranges to read.
-            return iter(())
-        assert isinstance(partition, S2Partition)
         from s2_sink._read.ranges import read_partition  # noqa: PLC0415 - the task's (`_read.partition`)
 
         policy: LossPolicy = "fail" if self._opts.fail_on_data_loss else "warn"

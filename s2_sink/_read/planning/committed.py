@@ -42,8 +42,7 @@ class CommittedEnds:
         """The current ledger's tail and state at the last fetch: reused while the tail stays."""
 
     def fetch(self) -> Offsets:
-        """Per stream, the end recorded by the writer's latest commit (streams it never committed to are
-        absent); ConfigError when the writer has no ledger in the basin read."""
+        """Per stream, the end of the writer's latest commit (streams it never committed to are absent)."""
         try:
             found = _runtime.run(self._find())
         except CommitError as exc:
@@ -77,8 +76,8 @@ class CommittedEnds:
         self.current, self._seen = writer_id, None
 
     async def _of_query(self, basin: S2Basin) -> str:
-        """The one ledger that holds the batches of the streaming query named `writer_id` (the bound name is
-        a query id whose writers have explicit writer ids); ConfigError when there is none or several."""
+        """The one ledger holding the batches of the streaming query named ``writer_id``; ConfigError for none
+        or several."""
         states = await peek_all(basin, cfg=self._cfg, skip_unreadable=True)
         ids = current_ledgers_of(states, self.writer_id)
         if len(ids) == 1:

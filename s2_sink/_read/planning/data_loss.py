@@ -36,7 +36,6 @@ GapHandler = Callable[[int, int], None]
 
 
 def gap_handler(basin: str, stream: str, policy: LossPolicy) -> GapHandler:
-    """The reaction to a gap in ``stream``'s range under ``policy``."""
 
     def on_gap(first: int, stop: int) -> None:
         lost = stop - first
@@ -67,7 +66,7 @@ Epochs = dict[str, str]
 
 
 def split(raw: Mapping[str, object]) -> tuple[Offsets, Epochs]:
-    """A Spark offset as ``(positions, epochs)``; epochs are empty for offsets written before them."""
+    """A Spark offset as ``(positions, epochs)``; offsets written before epochs have none."""
     positions = {str(k): int(v) for k, v in raw.items() if k != EPOCHS_KEY}  # type: ignore[call-overload]
     stamps = raw.get(EPOCHS_KEY)
     epochs = {str(k): str(v) for k, v in stamps.items()} if isinstance(stamps, dict) else {}
@@ -75,7 +74,6 @@ def split(raw: Mapping[str, object]) -> tuple[Offsets, Epochs]:
 
 
 def positions(raw: Mapping[str, object]) -> Offsets:
-    """The per-stream positions of a Spark offset, without the epochs."""
     return split(raw)[0]
 
 
@@ -95,7 +93,6 @@ def recreated(
     now: Mapping[str, str],
     tails: Mapping[str, int],
 ) -> list[str]:
-    """Streams of ``positions`` that are not the stream those positions were read from."""
     out = []
     for stream, seq in sorted(positions.items()):
         other = stream in was and stream in now and was[stream] != now[stream]
@@ -115,8 +112,8 @@ def refuse_or_warn(
     fail: bool,
     restart_at: int | None = None,
 ) -> None:
-    """Fail the query (``fail``) or log a WARNING: ``stream`` is not the stream its checkpointed
-    ``position`` was read from."""
+    """Fail the query (``fail``) or warn: ``stream`` is not the stream its checkpointed ``position`` was read
+    from."""
     what = (
         f"was created again (at {now}; the checkpoint read the stream created at {was})"
         if was is not None and now is not None and was != now

@@ -44,14 +44,13 @@ that a listing of a hundred thousand does not open as many requests."""
 
 
 def _names(streams: Sequence[str], shown: int = 10) -> str:
-    """The streams for a message: all of a few, the first `shown` of many and how many there are."""
+    """The streams for a message: all of a few, else the first ``shown`` and how many more."""
     if len(streams) <= shown:
         return repr(list(streams))
     return f"{list(streams)[:shown]!r} and {len(streams) - shown} more streams"
 
 
 async def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) -> list[_T]:
-    """``lookup(stream)`` of every stream, concurrently (at most `LOOKUP_CONCURRENCY` at once), in order."""
     gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
 
     async def one(stream: str) -> _T:
@@ -64,8 +63,8 @@ async def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) 
 def _run(
     cfg: S2Config, what: str, op: Callable[[s2_sdk.S2Basin], Awaitable[_T]], *, retried: bool = True
 ) -> _T:
-    """``op`` on the loop, retried as a whole until the delivery deadline, or not (``retried=False``: it
-    retries its own requests)."""
+    """``op`` on the loop, retried as a whole until the delivery deadline unless it retries its own
+    requests."""
 
     async def main() -> _T:
         # The pool is touched only from the loop, so the client is looked up there.
@@ -94,7 +93,7 @@ def _created(info: s2_sdk.StreamInfo) -> str:
 
 
 def listed_epochs(cfg: S2Config, prefix: str) -> dict[str, str]:
-    """The live streams whose name starts with ``prefix``, each with its creation time (RFC 3339)."""
+    """The live streams under ``prefix``, with their creation times."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
         return {info.name: _created(info) async for info in basin.list_all_streams(prefix=prefix)}
@@ -112,8 +111,8 @@ async def _epoch_of(basin: s2_sdk.S2Basin, stream: str) -> str | None:
 
 
 def stream_epochs(cfg: S2Config, streams: Sequence[str]) -> dict[str, str]:
-    """Per live stream, its creation time (RFC 3339): a stream deleted and created again under the same name
-    gets a new one. Streams not found are left out."""
+    """Per live stream, its creation time (a stream deleted and created again gets a new one); streams not
+    found are left out."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, str]:
         found = await _each(streams, lambda s: _epoch_of(basin, s))
@@ -158,7 +157,6 @@ def tails(cfg: S2Config, streams: Sequence[str], *, missing_ok: bool = False) ->
 
 
 async def _first_from(basin: s2_sdk.S2Basin, stream: str, start: s2_sdk.SeqNum | s2_sdk.Timestamp) -> int:
-    """The seq_num of the first record stored at or after `start`, or the tail if none is."""
     handle = basin.stream(stream)
     try:
         batch = await handle.read(start=start, limit=s2_sdk.ReadLimit(count=1))
@@ -170,7 +168,7 @@ async def _first_from(basin: s2_sdk.S2Basin, stream: str, start: s2_sdk.SeqNum |
 
 
 def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
-    """Per stream, the first seq_num still stored (after trims and retention), or the tail if none is."""
+    """Per stream, the first seq_num still stored, or the tail if none is."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
         found = await _each(streams, lambda s: _first_from(basin, s, s2_sdk.SeqNum(0)))
@@ -180,8 +178,7 @@ def first_seqs(cfg: S2Config, streams: Sequence[str]) -> dict[str, int]:
 
 
 def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: int) -> tuple[int, int]:
-    """How far from ``first`` (towards ``stop``) ``max_bytes`` metered bytes reach: ``(end, bytes used)``,
-    where ``end`` is the seq_num after the last record that fits (``first`` if the first does not).
+    """How far from ``first`` towards ``stop`` ``max_bytes`` metered bytes reach: ``(end, bytes used)``.
     Trimmed records cost nothing: a range that starts in a trimmed gap spans it."""
 
     async def op(basin: s2_sdk.S2Basin) -> tuple[int, int]:
@@ -208,10 +205,9 @@ def measure_range(cfg: S2Config, stream: str, first: int, stop: int, max_bytes: 
 
 
 async def _past_trimmed(handle: s2_sdk.S2Stream, first: int, stop: int) -> int:
-    """Where a byte-capped read from ``first`` that returned nothing may end: no record fits, or none is
-    left there. S2 answers a read below the trim point with what is left (``read.rs``,
-    ``read_start_seq_num``: 200, not 416), so the first record kept tells them apart: a trimmed gap before
-    it is spanned, up to ``stop``."""
+    """Where a byte-capped read from ``first`` that returned nothing ends: S2 answers a read below the trim
+    point with what is left (``read.rs``: 200, not 416), so the first record kept tells a record too large
+    from a trimmed gap."""
     try:
         batch = await handle.read(start=s2_sdk.SeqNum(first), limit=s2_sdk.ReadLimit(count=1))
     except s2_sdk.ReadUnwrittenError:
@@ -222,7 +218,6 @@ async def _past_trimmed(handle: s2_sdk.S2Stream, first: int, stop: int) -> int:
 
 
 def resolve_timestamp(cfg: S2Config, streams: Sequence[str], timestamp: int) -> dict[str, int]:
-    """Per stream, the seq_num of the first record whose timestamp is >= ``timestamp`` (or the tail)."""
 
     async def op(basin: s2_sdk.S2Basin) -> dict[str, int]:
         found = await _each(streams, lambda s: _first_from(basin, s, s2_sdk.Timestamp(timestamp)))

@@ -59,13 +59,10 @@ def resolve_bound(
     stored_earliest: bool = False,
     committed: Mapping[str, int] | None = None,
 ) -> Offsets:
-    """Turn a start/end bound into per-stream seq_nums.
-
-    ``stored_earliest``: ``earliest`` is the first record still stored rather than seq_num 0, so that a
-    streaming read checking for data loss does not count records trimmed before it started.
-    ``committed``: a read-committed read's committed ends, where ``latest`` stops (Kafka's last stable
-    offset): a read starting there sees the micro-batch in flight only once it commits, and whole.
-    """
+    """A start or end bound as per-stream seq_nums. ``stored_earliest``: ``earliest`` is the first record
+    still stored (a streaming read does not count records trimmed before it started as lost). ``committed``:
+    read-committed's ends, where ``latest`` stops, so a batch in flight is seen only once committed, and
+    whole."""
     if not streams:
         return {}
     if bound.kind == "earliest":
@@ -96,7 +93,6 @@ def resolve_bound(
 
 
 def batch_ranges(cfg: S2Config, opts: ReadOptions) -> list[list[Range]]:
-    """The ``(stream, first, stop)`` ranges of a batch read, grouped by Spark partition."""
     streams = resolve_streams(cfg, opts)
     # Read-committed: the committed ends first, then the tails (see `committed`).
     by = opts.committed_by
@@ -115,12 +111,8 @@ def batch_ranges(cfg: S2Config, opts: ReadOptions) -> list[list[Range]]:
 
 
 def cap_bytes(cfg: S2Config, frontier: Mapping[str, int], target: Mapping[str, int], limit: int) -> Offsets:
-    """Move from ``frontier`` towards ``target`` by at most ``limit`` metered bytes in total.
-
-    Streams with new records share the budget in name order, each taking at most an even share of what is
-    left, so what one stream does not use rolls over to the next. A batch always moves: when not even one
-    record fits, it takes the first stream's next record alone.
-    """
+    """Move from ``frontier`` towards ``target`` by at most ``limit`` metered bytes, streams in name order
+    each taking at most an even share of what is left; a batch always moves (at least one record)."""
     out = {s: frontier.get(s, 0) for s in {*frontier, *target}}
     pending = sorted(s for s, seq in target.items() if seq > out[s])
     budget = limit
@@ -225,16 +217,16 @@ class MicroBatches:
         return join(end, {**was, **now})
 
     def _first_stored(self, known: Offsets, streams: list[str], *, fresh: bool = False) -> Offsets:
-        """The first stored seq_num of ``streams`` as ``known`` remembers it, looked up (and remembered)
-        where it does not, or for all of them when ``fresh``."""
+        """The first stored seq_num of ``streams``, looked up where ``known`` lacks it (for all when
+        ``fresh``) and remembered."""
         unknown = streams if fresh else [s for s in streams if s not in known]
         if unknown:
             known.update(_lookups.first_seqs(self._cfg, unknown))
         return {s: known[s] for s in streams}
 
     def _restart_recreated(self, frontier: Offsets, was: Epochs, now: Epochs, tails: Offsets) -> Offsets:
-        """The frontier with every recreated stream (see `data_loss`) moved to its new first record; fails
-        the query instead under s2.fail-on-data-loss=true."""
+        """The frontier with each recreated stream moved to its new first record, or the query failed under
+        s2.fail-on-data-loss=true."""
         streams = recreated(frontier, was, now, tails)
         if not streams:
             return frontier
@@ -256,7 +248,7 @@ class MicroBatches:
         return {**frontier, **firsts}
 
     def drain_to_tails(self) -> None:
-        """Trigger.AvailableNow: end the run at today's tails, reached in batches of the caps."""
+        """Trigger.AvailableNow: end the run at today's tails."""
         streams = resolve_streams(self._cfg, self._opts)
         committed = self._committed_ends()
         tails = _lookups.tails(self._cfg, streams, missing_ok=self._opts.stream_prefix is not None)
@@ -282,9 +274,8 @@ class MicroBatches:
         self._last_lag = lag
 
     def ranges(self, start: dict[str, object], end: dict[str, object]) -> list[list[Range]]:
-        """The ``(stream, first, stop)`` ranges of the micro-batch from ``start`` to ``end``, grouped by
-        Spark partition; records what they tell of the frontier (after a restart, Spark's first call
-        restores it)."""
+        """The micro-batch's ranges grouped by Spark partition; records what they tell of the frontier (after
+        a restart, Spark's first call restores it)."""
         (begin, was), (stop, now) = split(start), split(end)
         again = recreated(begin, was, now, stop)
         if again:

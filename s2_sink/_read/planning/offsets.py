@@ -44,12 +44,11 @@ large ones, into a partition the same way)."""
 
 
 def sorted_offsets(offsets: Offsets) -> Offsets:
-    """Offsets with keys in name order: Spark compares offsets by their JSON text, so order must be stable."""
+    """Offsets in name order: Spark compares offsets by their JSON text."""
     return {stream: int(offsets[stream]) for stream in sorted(offsets)}
 
 
 def max_merge(a: Mapping[str, int], b: Mapping[str, int]) -> Offsets:
-    """Per-stream maximum of two offsets (positions only move forward)."""
     out = dict(a)
     for stream, seq in b.items():
         out[stream] = max(out.get(stream, 0), seq)
@@ -57,11 +56,8 @@ def max_merge(a: Mapping[str, int], b: Mapping[str, int]) -> Offsets:
 
 
 def advance(frontier: Mapping[str, int], tails: Mapping[str, int]) -> Offsets:
-    """The uncapped next end: every stream at its tail, never behind the frontier.
-
-    A stream the frontier does not know yet (discovered under a prefix) starts at 0, so nothing it holds is
-    skipped. A stream that vanished from the listing keeps its frontier position: offsets never go backwards.
-    """
+    """Every stream at its tail, never behind the frontier: a stream new to it (under a prefix) starts at 0,
+    and a stream no longer listed keeps its position."""
     out = dict(frontier)
     for stream, tail in tails.items():
         out[stream] = max(frontier.get(stream, 0), tail)
@@ -69,10 +65,8 @@ def advance(frontier: Mapping[str, int], tails: Mapping[str, int]) -> Offsets:
 
 
 def cap_committed(positions: Mapping[str, int], committed: Mapping[str, int] | None) -> Offsets:
-    """``positions`` no further than a writer's committed ends (read-committed); unchanged without them.
-
-    A stream the writer never committed to is capped at 0: none of its records is known to be committed.
-    """
+    """``positions`` no further than a writer's committed ends; a stream it never committed to is capped at
+    0."""
     if committed is None:
         return dict(positions)
     return {stream: min(seq, committed.get(stream, 0)) for stream, seq in positions.items()}
@@ -81,13 +75,9 @@ def cap_committed(positions: Mapping[str, int], committed: Mapping[str, int] | N
 def cap_committed_tails(
     tails: Mapping[str, int], committed: Mapping[str, int] | None, *, fail: bool
 ) -> Offsets:
-    """Stream `tails` capped by a writer's committed ends, like `cap_committed`, for a stream whose tail
-    is below its committed end too: it was deleted and recreated, the committed records are gone, and
-    everything in the new stream is uncommitted (the exactly-once writer refuses to write to it until its
-    ledger forgets the old end). ``min(tail, end)`` would put the cap inside that uncommitted data, so such
-    a stream fails the read (`fail`, ``s2.fail-on-data-loss=true``) or is capped at 0: nothing of the new
-    stream is read until the writer commits in it past the reader's position.
-    """
+    """`cap_committed` of the tails, where a tail below its committed end means the stream was recreated and
+    holds nothing committed: ``min(tail, end)`` would cap inside uncommitted data, so the read fails
+    (``fail``) or reads none of it (capped at 0) until the writer commits there."""
     if committed is None:
         return dict(tails)
     reset = {s: (t, committed[s]) for s, t in tails.items() if t < committed.get(s, 0)}
@@ -114,11 +104,9 @@ def cap_committed_tails(
 
 
 def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int | None) -> Offsets:
-    """Move from ``frontier`` towards ``target`` by at most ``limit`` records in total.
-
-    The budget is shared fairly (water-filling): streams with little new data take all of it, the rest
-    split what is left evenly. Deterministic, so replanning gives the same answer.
-    """
+    """Move from ``frontier`` towards ``target`` by at most ``limit`` records, shared by water-filling (the
+    smallest demands take all they want, the rest split what is left evenly): deterministic, so replanning
+    agrees."""
     if limit is None:
         return max_merge(frontier, target)
     out = {s: frontier.get(s, 0) for s in {*frontier, *target}}
@@ -135,7 +123,6 @@ def cap_total(frontier: Mapping[str, int], target: Mapping[str, int], limit: int
 
 
 def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], per_partition: int) -> list[Range]:
-    """Split ``[start, end)`` of every stream into ``(stream, first, stop)`` ranges of <= per_partition."""
     ranges: list[Range] = []
     for stream in sorted(end):
         lo = start.get(stream, 0)
@@ -150,9 +137,8 @@ def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], per_partition:
 def pack_ranges(
     ranges: Sequence[Range], per_partition: int, *, max_ranges: int = MAX_RANGES_PER_PARTITION
 ) -> list[list[Range]]:
-    """``ranges`` (of `plan_ranges`) grouped, in order, into partitions of at most ``per_partition`` records
-    and ``max_ranges`` ranges: a range of more than ``per_partition // SHARED_RANGE_FRACTION`` records stays
-    alone, small ones share."""
+    """``ranges`` grouped, in order, into partitions of at most ``per_partition`` records and ``max_ranges``
+    ranges; a range of more than ``per_partition // SHARED_RANGE_FRACTION`` records stays alone."""
     small = per_partition // SHARED_RANGE_FRACTION
     parts: list[list[Range]] = []
     current: list[Range] = []
@@ -173,10 +159,8 @@ def pack_ranges(
 
 
 def lag_by_stream(end: Mapping[str, int], tails: Mapping[str, int]) -> dict[str, int]:
-    """Records between ``end`` and the tail of every stream whose tail is known (never negative)."""
     return {stream: max(tail - end.get(stream, 0), 0) for stream, tail in sorted(tails.items())}
 
 
 def lag_records(end: Mapping[str, int], tails: Mapping[str, int]) -> int:
-    """Records between ``end`` and the tails, over all streams."""
     return sum(lag_by_stream(end, tails).values())

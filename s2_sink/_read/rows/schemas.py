@@ -38,7 +38,6 @@ __all__ = [
 
 
 def _headers(key: DataType) -> StructField:
-    """The ``headers`` column: a list of ``(key, value)`` pairs, the key's type the format's."""
     pair = StructType([StructField("key", key, False), StructField("value", BinaryType(), False)])
     return StructField("headers", ArrayType(pair, False), False)
 
@@ -86,7 +85,7 @@ ACTION_COLUMN = "_s2_action"
 
 
 def default_schema(fmt: ReadFormat) -> StructType:
-    """The schema Spark shows when the user gives none (json has none: it needs a user schema)."""
+    """The schema Spark shows when the user gives none (json needs one)."""
     schema = {"raw": RAW_SCHEMA, "upsert": UPSERT_SCHEMA, "kafka": KAFKA_SCHEMA}.get(fmt)
     if schema is not None:
         return schema
@@ -116,7 +115,6 @@ def _subset_of(schema: StructType, full: StructType) -> bool:
 
 
 def check_schema(fmt: ReadFormat, schema: StructType) -> None:
-    """Reject a user schema the format cannot produce, naming the column."""
     if not schema.fields:
         raise ConfigError("the schema given to format('s2') has no columns")
     if fmt in ("raw", "kafka"):

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
-from s2_sink._read.rows.raw_json import decoded_batch
+from s2_sink._read.rows.raw_kafka_json import decoded_batch
 from s2_sink._wire.columns import (
     Bools,
     Bytes,
@@ -53,8 +53,6 @@ __all__ = [
 
 
 class Changes(NamedTuple):
-    """Every record's change."""
-
     keys: pa.Array
     """``binary``: the first ``@key`` header's value (null where there is none)."""
     updates: Bools
@@ -79,8 +77,8 @@ def _read_changes(columns: RecordColumns) -> Changes:
 
 
 def _is(arr: pa.Array, byte: int) -> Bools:
-    """Where `arr` holds the one byte `byte` (null: no). By numpy over the buffers: a `pa.scalar` would
-    import pandas in the read task's fresh worker."""
+    """Where ``arr`` holds the one byte ``byte``, by numpy (a `pa.scalar` would import pandas in a fresh
+    worker)."""
     offsets, data = binary_view(arr)
     one = (offsets[1:] - offsets[:-1]) == 1
     hits: Bools = one & valid_rows(arr)
@@ -107,14 +105,13 @@ def _malformed(stream: str, columns: RecordColumns, i: int) -> ReadError:
 
 
 def _actions(found: Changes) -> pa.Array:
-    """Each record's action as text, ``u`` or ``d``."""
     deletes, n = bool_array(found.deletes), len(found.deletes)
     return pc.if_else(deletes, repeated(b"d", n, pa.string()), repeated(b"u", n, pa.string()))
 
 
 def merged_bodies(stream: str, columns: RecordColumns) -> tuple[pa.Array, Changes]:
-    """Per record, its key's JSON object spliced with its value's (``{}`` for a delete or an empty body),
-    and the changes; ReadError for the first record malformed either way."""
+    """Per record, its key's JSON object spliced with its value's (``{}`` for a delete or an empty body), and
+    the changes; ReadError for the first malformed record."""
     found = _read_changes(columns)
     lengths = binary_view(columns.bodies).lengths
     with_body = bool_array(found.updates & (lengths > 0))
@@ -134,13 +131,9 @@ def merged_bodies(stream: str, columns: RecordColumns) -> tuple[pa.Array, Change
 
 
 def latest_changes(stream: str, parts: Sequence[RecordColumns], rows: int) -> Iterator[RecordColumns]:
-    """The records that hold each key's latest change in ``parts`` (one stream's records, in order) when it
-    is an update (a key whose latest change is a delete is gone), in seq_num order, ``rows`` at a time;
-    ReadError for the first record without a key or a valid action.
-
-    Only the keys are put together across parts: a part's bodies stay where they are until a record of
-    it survives, so no array ever holds the whole stream's bodies (Arrow's binary arrays end at 2 GiB).
-    """
+    """The records holding each key's latest change in ``parts`` (one stream's, in order) when it is an
+    update, in seq_num order, ``rows`` at a time. Only the keys are put together across parts: no array ever
+    holds the whole stream's bodies (Arrow's binary arrays end at 2 GiB)."""
     found = [changes(stream, part) for part in parts]
     if not sum(len(part) for part in parts):
         return
@@ -164,7 +157,7 @@ def latest_changes(stream: str, parts: Sequence[RecordColumns], rows: int) -> It
 
 
 def _rows(parts: Sequence[RecordColumns], starts: Ints, at: Ints) -> RecordColumns:
-    """The records at the positions ``at`` of ``parts`` laid end to end, in that order."""
+    """The records at positions ``at`` of ``parts`` laid end to end, in that order."""
     owner = np.searchsorted(starts, at, side="right") - 1
     by_part = np.argsort(owner, kind="stable")
     pieces = [parts[p].take(at[by_part][owner[by_part] == p] - starts[p]) for p in np.unique(owner).tolist()]
@@ -177,7 +170,6 @@ def _rows(parts: Sequence[RecordColumns], starts: Ints, at: Ints) -> RecordColum
 def changes_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The change rows of ``columns`` in ``schema`` (a subset of ``UPSERT_SCHEMA``), in ``target``'s types."""
     found = changes(_named(stream), columns)
     n = len(columns)
     from_record = {  # as text; the value is null for a delete
@@ -193,7 +185,6 @@ def changes_batch(
 def typed_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The rows of a typed upsert read: each record's key and value JSON spliced, decoded into ``schema``."""
     bodies, found = merged_bodies(_named(stream), columns)
     return decoded_batch(schema, stream, columns, bodies, target, action=_actions(found))
 
@@ -214,9 +205,8 @@ def materialized_batches(
     *,
     rows: int = 1000,
 ) -> Iterator[pa.RecordBatch]:
-    """The batches (`changes_batch` or `typed_batch`: ``to_batch``) of each key's latest change among the
-    data records of ``parts`` (one stream's records in order, command records included), ``rows``
-    records a batch (as `materialize` picks)."""
+    """``to_batch`` of each key's latest change among the data records of ``parts`` (one stream's, in order),
+    ``rows`` records a batch."""
     data = [p.take(~commands) if (commands := p.commands()).any() else p for p in parts]
     for latest in latest_changes(stream, data, rows):
         yield to_batch(schema, stream, latest, target)
@@ -228,8 +218,8 @@ _OPEN, _CLOSE = ord("{"), ord("}")
 
 
 def splice_objects(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, Bools]:
-    """Per record, the object spliced from ``keys[i]`` and ``values[i]`` (binary arrays, nulls read as
-    empty); and True for the records where a side is not a JSON object's text (their result is ``{}``)."""
+    """Per record, the object spliced from ``keys[i]`` and ``values[i]`` (nulls read as empty), and where a
+    side is not a JSON object (its result is ``{}``)."""
     k_inner, k_bad = _inner(keys)
     v_inner, v_bad = _inner(values)
     bad = k_bad | v_bad
@@ -249,8 +239,7 @@ def splice_objects(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, Bools]:
 
 
 def _inner(arr: pa.Array) -> tuple[pa.Array, Bools]:
-    """Per value, the text inside its braces, stripped; and True where the value, stripped, is not
-    ``{...}`` (its text is then meaningless)."""
+    """Per value, the text inside its braces, stripped, and where the value is not ``{...}``."""
     offsets, data = binary_view(arr)
     if _compact(data, offsets[:-1], offsets[1:]):
         return pc.binary_slice(arr, 1, -1), np.zeros(len(arr), dtype=np.bool_)
@@ -263,8 +252,8 @@ def _inner(arr: pa.Array) -> tuple[pa.Array, Bools]:
 
 
 def _compact(data: Bytes, start: Ints, stop: Ints) -> bool:
-    """Every value is ``{...}`` with no whitespace to strip, outside or just inside its braces (what JSON
-    encoders write): the common case, settled in a few passes."""
+    """Every value is ``{...}`` with no whitespace to strip (what JSON encoders write): settled in a few
+    passes."""
     if not (stop - start >= 2).all():
         return False
     braced = (data[start] == _OPEN) & (data[stop - 1] == _CLOSE)

@@ -1,5 +1,8 @@
-"""The rows of ``s2.format=raw`` and ``s2.format=json`` from record columns, and JSON bodies decoded into a
+"""The rows of ``s2.format=raw``, ``kafka`` and ``json`` from record columns, and JSON bodies decoded into a
 schema's columns (json's rows, and typed upsert's over the spliced key and value).
+
+Kafka's ``key`` is the first ``@kafka-key`` header (`encoders.KafkaEncoder` writes it first); its ``headers``
+leave it and every ``@s2sink`` chunk tag out (written back, a tag would claim a foreign chunk).
 
 Arrow's JSON reader decodes the bodies in bulk only where its result is provably the record-by-record
 decoder's (`decode_bodies_bulk`: some column types, one ``{...}`` per line, no ``NaN``; no integer ``-0``
@@ -29,6 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS
 from s2_sink._wire.columns import (
     Bytes,
@@ -37,13 +41,20 @@ from s2_sink._wire.columns import (
     binary_view,
     call,
     cast,
+    entry_owners,
+    first_header,
     headers_column,
     int32_array,
+    named,
     rows_batch,
+    take,
+    take_or_null,
+    utf8_text,
     valid_rows,
 )
 from s2_sink.encoders import decode_json
 from s2_sink.encoders._arrow_types import to_arrow_schema
+from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import EncodeError, ReadError
 
 __all__ = [
@@ -51,6 +62,7 @@ __all__ = [
     "decode_bodies_bulk",
     "decoded_batch",
     "json_batch",
+    "kafka_batch",
     "raw_batch",
     "timestamps_shaped",
 ]
@@ -59,16 +71,39 @@ __all__ = [
 def raw_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The raw rows of ``columns`` in ``schema`` (a subset of ``RAW_SCHEMA``), in ``target``'s types."""
     return rows_batch(
         target, stream, columns, {"headers": lambda: headers_column(columns), "body": lambda: columns.bodies}
     )
 
 
+def kafka_batch(
+    schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
+) -> pa.RecordBatch:
+    from_record = {
+        "value": lambda: columns.bodies,
+        "key": lambda: take_or_null(columns.values, first_header(columns, KAFKA_KEY_HEADER)),
+        "headers": lambda: _user_headers(columns),
+    }
+    return rows_batch(target, stream, columns, from_record)
+
+
+def _user_headers(columns: RecordColumns) -> pa.Array:
+    owners = entry_owners(columns)
+    keep = ~named(columns, TAG_HEADER)
+    key = first_header(columns, KAFKA_KEY_HEADER, owners)
+    keep[key[key >= 0]] = False
+    kept = np.flatnonzero(keep)
+    offsets = np.zeros(len(columns) + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owners[kept], minlength=len(columns)), out=offsets[1:])
+    entries = pa.StructArray.from_arrays(
+        [utf8_text(take(columns.names, kept)), take(columns.values, kept)], names=["key", "value"]
+    )
+    return pa.ListArray.from_arrays(int32_array(offsets), entries)
+
+
 def json_batch(
     schema: StructType, stream: str | StreamRuns, columns: RecordColumns, target: pa.Schema
 ) -> pa.RecordBatch:
-    """The json rows of ``columns``: their bodies decoded into ``schema``, in ``target``'s types."""
     return decoded_batch(schema, stream, columns, columns.bodies, target)
 
 
@@ -81,8 +116,8 @@ def decoded_batch(
     *,
     action: pa.Array | None = None,
 ) -> pa.RecordBatch:
-    """Rows of ``schema`` decoded from ``bodies`` (JSON objects, one per record of ``columns``), its
-    `META_COLUMNS` from the records' positions and its `ACTION_COLUMN` ``action`` (typed upsert's)."""
+    """Rows of ``schema`` decoded from ``bodies`` (one JSON object per record), its `META_COLUMNS` from the
+    records' positions and its `ACTION_COLUMN` from ``action`` (typed upsert's)."""
     special = {*META_COLUMNS, ACTION_COLUMN}
     data_schema = StructType([f for f in schema.fields if f.name not in special])
     data_target = pa.schema([target.field(f.name) for f in data_schema.fields])
@@ -122,7 +157,6 @@ _NEWLINE: Final = pa.Array.from_buffers(
 
 
 def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) -> pa.RecordBatch:
-    """Decode JSON object bodies into a batch with one column per field of ``schema``."""
     try:
         return decode_json(bodies, schema)
     except EncodeError as exc:
@@ -132,8 +166,8 @@ def decode_bodies(bodies: Sequence[bytes], schema: StructType, *, where: str) ->
 def decode_bodies_bulk(
     bodies: pa.Array, schema: StructType, *, where: str, target: pa.Schema | None = None
 ) -> pa.RecordBatch:
-    """Decode the JSON object ``bodies`` (a binary array) into one column per field of ``schema`` (whose
-    Arrow form ``target`` is, if the caller has it)."""
+    """The JSON object ``bodies`` decoded into ``schema``'s columns: by Arrow where that is provably the
+    record-by-record decoder's result, else by that decoder."""
     bulk = all(isinstance(f.dataType, _BULK_TYPES) for f in schema.fields)
     decoded = _arrow_read(bodies, to_arrow_schema(schema) if target is None else target) if bulk else None
     if decoded is None:
@@ -142,8 +176,8 @@ def decode_bodies_bulk(
 
 
 def _joined(bodies: pa.Array, *, doubles: bool) -> pa.Buffer | None:
-    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts or
-    hold a token Arrow reads otherwise (in a double column, ``doubles``, an integer ``-0``)."""
+    """The bodies as newline-delimited JSON, or None if they are not all single-line ``{...}`` texts or hold a
+    token Arrow reads otherwise."""
     offsets, data = binary_view(bodies)
     lengths = np.diff(offsets)
     if (lengths < 2).any():
@@ -167,7 +201,6 @@ def _joined(bodies: pa.Array, *, doubles: bool) -> pa.Buffer | None:
 
 
 def _holds_non_finite(data: Bytes) -> bool:
-    """Whether ``NaN`` or ``Infinity`` occurs in ``data``: one numpy pass per token's first byte."""
     for token in _NON_FINITE:
         at = np.flatnonzero(data[: max(len(data) - len(token) + 1, 0)] == token[0])
         for k in range(1, len(token)):
@@ -178,8 +211,8 @@ def _holds_non_finite(data: Bytes) -> bool:
 
 
 def _holds_integer_minus_zero(data: Bytes) -> bool:
-    """Whether ``-0`` not followed by ``.``, ``e``, ``E`` or a digit occurs in ``data`` (the integer ``-0``,
-    or such text in a string: read record by record then, alike). ``data`` ends with ``}``."""
+    """Whether ``-0`` not followed by ``.``, ``e``, ``E`` or a digit occurs in ``data`` (which ends with
+    ``}``)."""
     at = np.flatnonzero(data[:-2] == _MINUS)
     at = at[data[at + 1] == _ZERO]
     return bool(at.size) and not np.isin(data[at + 2], _NUMBER_GOES_ON).all()
@@ -237,8 +270,8 @@ _SHORTEST, _LONGEST = _BASE + 1, _BASE + 7 + 6  # YYYY-MM-DDTHH:MM:SSZ, ...SS.ff
 
 
 def _bounds(length: int, zone: int) -> tuple[Bytes, Bytes] | None:
-    """Per-position (lowest, highest) bytes of the texts of ``length`` bytes with a zone part of ``zone``
-    bytes (1: ``Z``, 6: ``+HH:MM``), or None if no such text has the shape."""
+    """Per-position (lowest, highest) bytes of the texts of ``length`` bytes whose zone part is ``zone`` bytes
+    (1: ``Z``, 6: ``+HH:MM``), or None if none has the shape."""
     fraction = length - _BASE - zone  # "" or "." and 1 to 6 digits
     if fraction < 0 or fraction == 1 or fraction > 7:
         return None
@@ -251,7 +284,6 @@ def _bounds(length: int, zone: int) -> tuple[Bytes, Bytes] | None:
 
 
 def _shaped(texts: Bytes, zone: int) -> npt.NDArray[np.bool_]:
-    """Which rows of ``texts`` (one text per row, all of one length) have the shape, for one zone part."""
     bounds = _bounds(texts.shape[1], zone)
     if bounds is None:
         return np.zeros(len(texts), dtype=np.bool_)
@@ -265,9 +297,8 @@ def _shaped(texts: Bytes, zone: int) -> npt.NDArray[np.bool_]:
 
 
 def timestamps_shaped(column: pa.Array) -> bool:
-    """Whether every non-null text of the string ``column`` matches `_TIMESTAMP_SHAPE`, checked with numpy
-    position by position for each distinct text length (a regular expression costs more than Arrow's
-    whole JSON parse)."""
+    """Whether every non-null text of ``column`` matches `_TIMESTAMP_SHAPE`, checked with numpy position by
+    position per text length (a regular expression costs more than Arrow's whole JSON parse)."""
     offsets, data = binary_view(column)
     lengths = np.diff(offsets)
     rows = np.flatnonzero(valid_rows(column))
