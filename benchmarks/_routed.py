@@ -6,7 +6,8 @@ writing a first micro-batch untimed (it creates the streams and, exactly-once, o
 them), then ``batches`` measured micro-batches of the same rows, the four writers alternating per round
 (ABBA) so a drifting load hits all of them. Client CPU (Python + JVM) per row is summed over the measured
 batches; wall time is their median. The task path is forced (``driver_write_max_rows=0``): the rows are
-spread over the input's partitions, so with two write tasks each task appends to every stream.
+spread over the input's partitions, so with two write tasks each task appends to every stream. Each writer's
+rows are cached, the routed ones with their routing column, as a job's rows would hold it.
 
 Target (issue "many streams"): routed over one stream, client CPU per row <= 2x, both deliveries (<= 3x from
 10,000 streams on).
@@ -75,7 +76,9 @@ def routed(
     prefixes = {key: f"r{i}-{uuid.uuid4().hex[:6]}-" for i, (key, _) in enumerate(_WRITERS)}
     deliveries = dict(_WRITERS)
     writers = {key: _writer(ctx, key, delivery, prefixes[key]) for key, delivery in _WRITERS}
-    frames = {key: _frame(base, key, prefixes[key], streams) for key, _ in _WRITERS}
+    frames = {key: _frame(base, key, prefixes[key], streams).cache() for key, _ in _WRITERS}
+    for frame in frames.values():
+        frame.count()
     out: dict[str, dict[str, Any]] = {}
     usage: dict[str, list[Any]] = {key: [] for key in writers}
     try:
@@ -109,7 +112,8 @@ def routed(
         for key, _ in _WRITERS:
             out[key]["read_back"] = _read_back(ctx, key, prefixes[key], rows * (batches + 1))
     finally:
-        base.unpersist()
+        for frame in (base, *frames.values()):
+            frame.unpersist()
     result: dict[str, Any] = {
         "label": f"{rows:,} rows per micro-batch into 1 stream vs routed to {streams:,} streams "
         f"({rows_per_stream:,} rows each), S2Writer task path",

@@ -29,7 +29,7 @@ from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.batch_layout import laid_out
 from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode, ExactlyOnce
-from s2_sink._write.driver.driver_write import is_small, probe_small, write_on_driver
+from s2_sink._write.driver.driver_write import collect_arrow, is_small, probe_small, write_on_driver
 from s2_sink._write.driver.metrics import BatchMetrics, aggregate
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.driver.sizing import (
@@ -359,7 +359,9 @@ class _RowsMemo(NamedTuple):
 
 
 def _collect(results: DataFrame) -> list[dict[str, Any]]:
-    return [r.asDict() for r in results.collect()]
+    # As Arrow: a routed batch has a result row per (task, stream), which Row pickling costs both sides.
+    rows: list[dict[str, Any]] = collect_arrow(results).to_pylist()
+    return rows
 
 
 def _json_typed(dtype: DataType) -> bool:

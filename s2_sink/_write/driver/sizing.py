@@ -238,16 +238,10 @@ def narrow(frame: DataFrame, shape: FrameShape, n: int) -> DataFrame:
 
 
 def frame_shape(frame: DataFrame, size_bytes: int | None) -> FrameShape:
-    """The frame's partition count and the cluster's cores, from planning alone, with `size_estimate`."""
-    return FrameShape(_partitions(frame), size_bytes, cores(frame))
-
-
-def _partitions(frame: DataFrame) -> int | None:
-    """Unknown, on purpose: the physical RDD's partition count (``queryExecution().toRdd()``) makes adaptive
-    execution run the frame's shuffle stages to plan it, a job before the write job; ``coalesce(n)`` over
-    a frame of no more than ``n`` partitions changes nothing, so it is applied without asking."""
-    del frame
-    return None
+    """The cluster's cores, with `size_estimate`. The partition count is left unknown on purpose: the
+    physical RDD's (``queryExecution().toRdd()``) makes adaptive execution run the frame's shuffle stages to
+    plan it, a job before the write job; ``coalesce(n)`` over at most ``n`` partitions changes nothing."""
+    return FrameShape(None, size_bytes, cores(frame))
 
 
 def size_estimate(frame: DataFrame) -> int | None:
