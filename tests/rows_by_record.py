@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 
 from s2_sink._exactly_once.tags import TAG_HEADER
 from s2_sink._read.read_options import ReadFormat
-from s2_sink._read.rows.raw_kafka_json import decode_bodies
+from s2_sink._read.rows.record_rows import decode_bodies
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS, is_typed_upsert
 from s2_sink._read.rows.upsert_rows import ACTION_HEADER, KEY_HEADER
 from s2_sink._wire.columns import to_target

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning.data_loss import LossPolicy, gap_handler
-from s2_sink._read.rows.raw_kafka_json import json_batch, kafka_batch, raw_batch
+from s2_sink._read.rows.record_rows import json_batch, kafka_batch, raw_batch
 from s2_sink._read.rows.schemas import RowsKind
 from s2_sink._read.rows.upsert_rows import changes_batch, materialized_batches, typed_batch
 from s2_sink._read.session import (

@@ -304,7 +304,7 @@ def test_the_spark_adapter_reads_through_the_stages() -> None:
         if t.startswith(
             (
                 "s2_sink._read.session",
-                "s2_sink._read.rows.raw_kafka_json",
+                "s2_sink._read.rows.record_rows",
                 "s2_sink._read.rows.upsert_rows",
                 "s2_sink._read.planning.lookups",
             )

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
-from s2_sink._read.rows.raw_kafka_json import decoded_batch
+from s2_sink._read.rows.record_rows import decoded_batch
 from s2_sink._wire.columns import (
     Bools,
     Bytes,

@@ -133,7 +133,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "from pyspark import cloudpickle\n"
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
         "import s2_sink._read.partition, s2_sink._read.ranges  # what read() imports\n"
-        "import s2_sink._read.planning.data_loss, s2_sink._read.rows.raw_kafka_json\n"
+        "import s2_sink._read.planning.data_loss, s2_sink._read.rows.record_rows\n"
         "import s2_sink._wire.read_batch, s2_sink._read.rows.schemas\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
@@ -172,7 +172,7 @@ def test_creating_the_source_and_planning_a_read_import_only_what_they_need() ->
     ] == []
     assert "s2_sdk" in planned
     unwanted = ("pandas", "pyarrow.compute", "s2_sink.encoders", "s2_sink.datasource._write_options")
-    unwanted += ("s2_sink._read.rows.raw_kafka_json", "s2_sink._read.rows.upsert_rows")
+    unwanted += ("s2_sink._read.rows.record_rows", "s2_sink._read.rows.upsert_rows")
     assert [m for m in planned if m.startswith(unwanted)] == []
 
 

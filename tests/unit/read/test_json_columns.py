@@ -22,8 +22,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink._read.rows import raw_kafka_json as _formats
-from s2_sink._read.rows.raw_kafka_json import decode_bodies, decode_bodies_bulk
+from s2_sink._read.rows import record_rows as _formats
+from s2_sink._read.rows.record_rows import decode_bodies, decode_bodies_bulk
 from s2_sink.encoders import BODY, InsertEncoder
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import ReadError
