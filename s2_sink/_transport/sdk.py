@@ -30,6 +30,7 @@ from s2_sdk._compression import compress, decompress
 from s2_sdk._exceptions import (
     AppendIndefiniteFailureError,
     ConnectError,
+    ProtocolError,
     ReadTimeoutError,
     S2ClientError,
     ServerDrainingError,
@@ -153,6 +154,7 @@ class _Unary:
         self._pc: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self.window_updated: Any = _NO_EVENT
+        self._block, self._rest, self._window, self._initial = b"", b"", 0, 0
 
     # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
     response_headers = data_queue = ended = property(lambda self: self)
@@ -170,12 +172,8 @@ class _Unary:
     def exception(self) -> BaseException | None:
         return self.error
 
-    def put_nowait(self, item: tuple[bytes, int] | None) -> None:  # data_queue
-        if item is not None:
-            data, flow_bytes = item
-            self._chunks.append(data)
-            if flow_bytes:
-                self._pc._conn._h2.acknowledge_received_data(flow_bytes, self.stream_id)
+    def put_nowait(self, item: None) -> None:  # data_queue: only a failure's end comes this way
+        pass
 
     def is_set(self) -> bool:  # ended
         return self._ended
@@ -243,40 +241,68 @@ class _Unary:
             self._fail(exc)
 
     def _start(self, pc: Any, timeout: float, block: bytes, body: bytes | None) -> None:
-        """Open the request's HTTP/2 stream and queue its frames, the write left to `_uncork`."""
+        """Open the request's HTTP/2 stream and queue its frames, the write left to `_uncork`. The frames
+        are written here, not by h2 (its state machine, frame objects and events were most of a small
+        request's CPU): h2 gives the stream id and keeps the connection's send window; the answer's frames
+        never reach it (`_Frames`)."""
         self._pc, conn = pc, pc._conn
         h2: H2Connection = conn._h2
-        if h2.config.validate_inbound_headers:
-            # Once per connection, for all its answers (the SDK's too): h2 no longer checks or normalizes the
-            # fields received (a third of its CPU per small answer). The sink and the SDK read only :status,
-            # content-encoding and retry-after-ms, by name; normalizing only joins cookie fields.
+        frames: Any = h2.receive_data
+        if not isinstance(frames, _Frames):
+            # Once per connection: h2 no longer checks or normalizes the fields of the answers it still
+            # reads (the SDK's own: it reads :status, content-encoding and retry-after-ms by name).
             h2.config.validate_inbound_headers = h2.config.normalize_inbound_headers = False
             h2.decoder = _Answers(h2.decoder)  # type: ignore[assignment]
-        self.stream_id = stream_id = h2.get_next_available_stream_id()
-        conn._streams[stream_id] = self
-        try:
-            _send_encoded_headers(h2, stream_id, block, end_stream=body is None)
-            rest = b"" if body is None else _send_body(h2, stream_id, body)
-        except BaseException:
-            conn._streams.pop(stream_id, None)
-            raise
+            frames = h2.receive_data = _Frames(conn)  # type: ignore[method-assign,assignment]
+        self.stream_id = stream_id = _send_headers(h2, block, end_stream=body is None)
+        conn._streams[stream_id] = frames.ours[stream_id] = self
+        self._initial = self._window = h2.remote_settings.initial_window_size
+        if body is not None:
+            self._rest = body
+            self.window_updated = SimpleNamespace(set=self._send_some)
+            self._send_some(empty=not body)
         _cork(conn).append(self)
         self._timer = self.future.get_loop().call_later(timeout, self._time_out)
-        if rest:  # beyond the flow-control window: sent as ``unary_request`` sends it
-            self.window_updated = asyncio.Event()
-            _spawn(self._send_rest(rest))
 
-    async def _send_rest(self, rest: bytes) -> None:
-        try:
-            await self._pc._conn.send_data(self.stream_id, rest, end_stream=True)
-        except Exception as exc:  # noqa: BLE001 - fails the request, as a failed write does
-            self._pc._conn._fail_stream(self, exc)
+    def _send_some(self, *, empty: bool = False) -> None:
+        """Queue what of the body the send windows take now (the rest as the server's window updates
+        come, with the receive loop's write)."""
+        h2: H2Connection = self._pc._conn._h2
+        initial = h2.remote_settings.initial_window_size
+        self._window, self._initial = self._window + initial - self._initial, initial
+        body, size = self._rest, h2.max_outbound_frame_size
+        room = min(len(body), self._window, h2.outbound_flow_control_window)
+        if self._ended or (room <= 0 and not empty):
+            return
+        for at in range(0, max(room, 1), size):
+            piece = body[at : min(at + size, room)]
+            _frame(h2, _DATA, _END_STREAM if at + len(piece) == len(body) else 0, self.stream_id, piece)
+        self._rest, self._window = body[room:], self._window - room
+        h2.outbound_flow_control_window -= room
+
+    def _frame(self, kind: int, flags: int, payload: bytes) -> None:
+        """One of the answer's frames (`_Frames`)."""
+        if kind == _DATA:
+            if not self._ended:
+                self._chunks.append(payload)
+        elif kind in (_HEADERS, _CONTINUATION):
+            self._block += payload
+            if flags & _END_HEADERS:
+                fields = self._pc._conn._h2.decoder.decode(self._block)
+                self._block = b""
+                if self._headers is None:  # not the trailers
+                    self._headers = fields
+        elif kind == _WINDOW_UPDATE:
+            self._window += int.from_bytes(payload[:4]) & 0x7FFFFFFF
+            self._send_some()
 
     def _time_out(self) -> None:
         self._timer = None
         if not self._ended:
-            self._pc._conn._fail_stream(self, ReadTimeoutError("Request timed out"))
-            _spawn(self._pc._conn.reset_stream(self.stream_id))
+            conn = self._pc._conn
+            conn._fail_stream(self, ReadTimeoutError("Request timed out"))
+            _frame(conn._h2, _RST_STREAM, 0, self.stream_id, (8).to_bytes(4))  # CANCEL
+            _cork(conn)
 
     def _fail(self, exc: BaseException) -> None:
         if self.future.done() or (isinstance(exc, asyncio.CancelledError) and self.future.cancel()):
@@ -327,17 +353,72 @@ class _Answers:
         return list(fields)
 
 
-def _send_body(h2: H2Connection, stream_id: int, body: bytes) -> bytes:
-    """Queue what of `body` the flow-control window takes now, in frames h2 may send; returns the rest."""
-    room = min(len(body), h2.local_flow_control_window(stream_id))
-    if not body:
-        h2.send_data(stream_id, b"", end_stream=True)
-    sent, frame = 0, h2.max_outbound_frame_size
-    while sent < room:
-        n = min(room - sent, frame)
-        h2.send_data(stream_id, body[sent : sent + n], end_stream=sent + n == len(body))
-        sent += n
-    return body[sent:]
+class _Frames:
+    """A connection's ``receive_data``: the frames of the unary requests' streams (`_Unary`) go to them,
+    the rest, in order, to h2. Their DATA is given back to the connection's window at once."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn, self._h2_receive = conn, conn._h2.receive_data
+        self._buffer = bytearray()
+        self.ours: dict[int, _Unary] = {}
+
+    def __call__(self, data: bytes) -> list[Any]:
+        buffer, ours, events = self._buffer, self.ours, []
+        buffer += data
+        at = start = consumed = 0
+        while len(buffer) - at >= 9:
+            end = at + 9 + int.from_bytes(buffer[at : at + 3])
+            if end > len(buffer):
+                break
+            stream_id = int.from_bytes(buffer[at + 5 : at + 9]) & 0x7FFFFFFF
+            request = ours.get(stream_id) if stream_id else None
+            if request is not None:
+                if start < at:
+                    events += self._h2_receive(bytes(buffer[start:at]))
+                kind, flags, payload = buffer[at + 3], buffer[at + 4], bytes(buffer[at + 9 : end])
+                consumed += len(payload) if kind == _DATA else 0
+                if flags & _PADDED and kind in (_DATA, _HEADERS):
+                    payload = payload[1 : len(payload) - payload[0]]
+                if flags & _PRIORITY and kind == _HEADERS:
+                    payload = payload[5:]
+                request._frame(kind, flags, payload)
+                if kind == _RST_STREAM or (flags & _END_STREAM and kind in (_DATA, _HEADERS)):
+                    del ours[stream_id]
+                    self._end(request, kind, payload)
+                start = end
+            at = end
+        if start < at:
+            events += self._h2_receive(bytes(buffer[start:at]))
+        del buffer[:at]
+        if consumed:
+            _frame(self._conn._h2, _WINDOW_UPDATE, 0, 0, consumed.to_bytes(4))
+        return events
+
+    def _end(self, request: _Unary, kind: int, payload: bytes) -> None:
+        if kind == _RST_STREAM:
+            code = int.from_bytes(payload[:4])
+            self._conn._fail_stream(request, ProtocolError(f"Stream reset with error code {code}", code))
+        else:
+            request.end_stream_received = True
+            request.set()
+
+
+def _send_headers(h2: H2Connection, block: bytes, *, end_stream: bool) -> int:
+    """Open a stream with `block` (`_request_block`) as its HEADERS frame; h2 gives its id and knows nothing
+    more of it. A pending dynamic table size change starts the block (RFC 7541, 4.2): h2's encoder's."""
+    stream_id = h2.highest_outbound_stream_id = h2.get_next_available_stream_id()
+    resized = h2.encoder.encode([]) if h2.encoder.header_table.resized else b""
+    _frame(h2, _HEADERS, _END_HEADERS | (_END_STREAM if end_stream else 0), stream_id, resized + block)
+    return stream_id
+
+
+def _frame(h2: H2Connection, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+    """Queue an HTTP/2 frame (RFC 9113, 4.1) with h2's own frames, in order."""
+    h2._data_to_send += (len(payload).to_bytes(3) + bytes((kind, flags)) + stream_id.to_bytes(4)) + payload
+
+
+_DATA, _HEADERS, _RST_STREAM, _WINDOW_UPDATE, _CONTINUATION = 0x0, 0x1, 0x3, 0x8, 0x9
+_END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20
 
 
 _spawned: set[asyncio.Task[Any]] = set()  # requests' tasks (corked writes, rarer paths), held strongly
@@ -429,22 +510,3 @@ def _literal(index: int, value: bytes) -> bytes:
     name = encode_integer(index, 4)
     name[0] |= 0x10
     return bytes(name) + bytes(encode_integer(len(value), 7)) + value
-
-
-def _send_encoded_headers(h2: H2Connection, stream_id: int, block: bytes, *, end_stream: bool) -> None:
-    """h2's ``send_headers`` of a block encoded already (`_request_block`), all but the encoding h2's own. A
-    pending dynamic table size change must start the next block (RFC 7541, 4.2): h2 encodes that one."""
-    encoder = h2.encoder
-    if encoder.header_table.resized:
-        headers = Decoder().decode(block)
-        h2.send_headers(stream_id, headers, end_stream=end_stream)
-        return
-    config = h2.config
-    normalize, validate = config.normalize_outbound_headers, config.validate_outbound_headers
-    h2.encoder = SimpleNamespace(encode=lambda *_: block)  # type: ignore[assignment]
-    config.normalize_outbound_headers = config.validate_outbound_headers = False
-    try:
-        h2.send_headers(stream_id, (), end_stream=end_stream)
-    finally:
-        h2.encoder = encoder
-        config.normalize_outbound_headers, config.validate_outbound_headers = normalize, validate
