@@ -16,7 +16,7 @@ import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from h2 import utilities as h2_fields
 from h2.settings import SettingCodes
-from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
+from hpack import Encoder, NeverIndexedHeaderTuple
 from hpack.hpack import encode_integer
 from s2_sdk._client import (
     _COMPRESSION_ENCODING,
@@ -42,6 +42,8 @@ from s2_sdk._retrier import AdvisedReconnectLimiter, requires_reconnect
 from s2_sdk._s2s import _stream_records_path
 from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
 from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
+
+from s2_sink._transport import h2_frames
 
 if TYPE_CHECKING:
     from h2.connection import H2Connection
@@ -154,7 +156,7 @@ class _Unary:
         self._pc: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self.window_updated: Any = _NO_EVENT
-        self._block, self._rest, self._window, self._initial = b"", b"", 0, 0
+        self._block, self._rest, self._window, self._initial, self._ends = b"", b"", 0, 0, 0
 
     # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
     response_headers = data_queue = ended = property(lambda self: self)
@@ -241,21 +243,15 @@ class _Unary:
             self._fail(exc)
 
     def _start(self, pc: Any, timeout: float, block: bytes, body: bytes | None) -> None:
-        """Open the request's HTTP/2 stream and queue its frames, the write left to `_uncork`. The frames
-        are written here, not by h2 (its state machine, frame objects and events were most of a small
-        request's CPU): h2 gives the stream id and keeps the connection's send window; the answer's frames
-        never reach it (`_Frames`)."""
+        """Open the request's HTTP/2 stream, queue its frames (`h2_frames`), the write left to `_uncork`."""
         self._pc, conn = pc, pc._conn
         h2: H2Connection = conn._h2
-        frames: Any = h2.receive_data
-        if not isinstance(frames, _Frames):
-            # Once per connection: h2 no longer checks or normalizes the fields of the answers it still
-            # reads (the SDK's own: it reads :status, content-encoding and retry-after-ms by name).
-            h2.config.validate_inbound_headers = h2.config.normalize_inbound_headers = False
-            h2.decoder = _Answers(h2.decoder)  # type: ignore[assignment]
-            frames = h2.receive_data = _Frames(conn)  # type: ignore[method-assign,assignment]
-        self.stream_id = stream_id = _send_headers(h2, block, end_stream=body is None)
-        conn._streams[stream_id] = frames.ours[stream_id] = self
+        split: Any = h2.receive_data
+        if not isinstance(split, h2_frames.Split):  # once per connection
+            h2.decoder = h2_frames.Answers(h2.decoder)  # type: ignore[assignment]
+            split = h2.receive_data = h2_frames.Split(h2)  # type: ignore[method-assign,assignment]
+        self.stream_id = stream_id = h2_frames.open_stream(h2, block, end_stream=body is None)
+        conn._streams[stream_id] = split.ours[stream_id] = self
         self._initial = self._window = h2.remote_settings.initial_window_size
         if body is not None:
             self._rest = body
@@ -276,32 +272,44 @@ class _Unary:
             return
         for at in range(0, max(room, 1), size):
             piece = body[at : min(at + size, room)]
-            _frame(h2, _DATA, _END_STREAM if at + len(piece) == len(body) else 0, self.stream_id, piece)
+            ends = h2_frames.END_STREAM if at + len(piece) == len(body) else 0
+            h2_frames.queue(h2, h2_frames.DATA, ends, self.stream_id, piece)
         self._rest, self._window = body[room:], self._window - room
         h2.outbound_flow_control_window -= room
 
-    def _frame(self, kind: int, flags: int, payload: bytes) -> None:
-        """One of the answer's frames (`_Frames`)."""
-        if kind == _DATA:
-            if not self._ended:
-                self._chunks.append(payload)
-        elif kind in (_HEADERS, _CONTINUATION):
-            self._block += payload
-            if flags & _END_HEADERS:
-                fields = self._pc._conn._h2.decoder.decode(self._block)
-                self._block = b""
-                if self._headers is None:  # not the trailers
-                    self._headers = fields
-        elif kind == _WINDOW_UPDATE:
+    def frame(self, kind: int, flags: int, payload: bytes) -> bool:
+        """One of the answer's frames (`h2_frames.Split`): whether the stream ended with it."""
+        if kind == h2_frames.RST_STREAM:
+            code = int.from_bytes(payload[:4])
+            self._pc._conn._fail_stream(self, ProtocolError(f"Stream reset with error code {code}", code))
+            return True
+        if kind == h2_frames.WINDOW_UPDATE:
             self._window += int.from_bytes(payload[:4]) & 0x7FFFFFFF
             self._send_some()
+        ends = flags & h2_frames.END_STREAM
+        if kind == h2_frames.DATA and not self._ended:
+            self._chunks.append(payload)
+        elif kind in (h2_frames.HEADERS, h2_frames.CONTINUATION):
+            self._block += payload
+            self._ends = ends = ends if kind == h2_frames.HEADERS else self._ends
+            if not flags & h2_frames.END_HEADERS:
+                return False
+            fields = self._pc._conn._h2.decoder.decode(self._block)  # decoded late too: the table changes
+            self._block = b""
+            self._headers = fields if self._headers is None else self._headers  # not the trailers
+        elif kind != h2_frames.DATA:
+            return False
+        if ends:
+            self.end_stream_received = True
+            self.set()
+        return bool(ends)
 
     def _time_out(self) -> None:
         self._timer = None
         if not self._ended:
             conn = self._pc._conn
             conn._fail_stream(self, ReadTimeoutError("Request timed out"))
-            _frame(conn._h2, _RST_STREAM, 0, self.stream_id, (8).to_bytes(4))  # CANCEL
+            h2_frames.queue(conn._h2, h2_frames.RST_STREAM, 0, self.stream_id, (8).to_bytes(4))  # CANCEL
             _cork(conn)
 
     def _fail(self, exc: BaseException) -> None:
@@ -325,100 +333,6 @@ class _Unary:
         pc.touch_idle()
         if pc.is_retired and pc.is_idle:
             _spawn(pc.close())
-
-
-class _Answers:
-    """A connection's HPACK decoder remembering the fields of blocks of one-byte indexed fields only (RFC
-    7541, 6.1; S2's answers to unary appends, a tenth of h2's CPU per answer to decode): such a block changes
-    no table, so its fields hold until a block that may change the dynamic table, which forgets them all."""
-
-    def __init__(self, decoder: Decoder) -> None:
-        self.__dict__.update(_decoder=decoder, _known={})
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._decoder, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._decoder, name, value)  # h2's settings of the decoder's limits
-
-    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
-        known: dict[tuple[bytes, bool], list[Any]] = self._known
-        fields = known.get((data, raw))
-        if fields is None:
-            fields = self._decoder.decode(data, raw=raw)
-            if not (isinstance(data, bytes) and data and min(data) > 0x80 and 0xFF not in data):
-                known.clear()  # the dynamic table may have changed
-            elif len(known) < _MAX_BLOCKS:
-                known[data, raw] = fields
-        return list(fields)
-
-
-class _Frames:
-    """A connection's ``receive_data``: the frames of the unary requests' streams (`_Unary`) go to them,
-    the rest, in order, to h2. Their DATA is given back to the connection's window at once."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn, self._h2_receive = conn, conn._h2.receive_data
-        self._buffer = bytearray()
-        self.ours: dict[int, _Unary] = {}
-
-    def __call__(self, data: bytes) -> list[Any]:
-        buffer, ours, events = self._buffer, self.ours, []
-        buffer += data
-        at = start = consumed = 0
-        while len(buffer) - at >= 9:
-            end = at + 9 + int.from_bytes(buffer[at : at + 3])
-            if end > len(buffer):
-                break
-            stream_id = int.from_bytes(buffer[at + 5 : at + 9]) & 0x7FFFFFFF
-            request = ours.get(stream_id) if stream_id else None
-            if request is not None:
-                if start < at:
-                    events += self._h2_receive(bytes(buffer[start:at]))
-                kind, flags, payload = buffer[at + 3], buffer[at + 4], bytes(buffer[at + 9 : end])
-                consumed += len(payload) if kind == _DATA else 0
-                if flags & _PADDED and kind in (_DATA, _HEADERS):
-                    payload = payload[1 : len(payload) - payload[0]]
-                if flags & _PRIORITY and kind == _HEADERS:
-                    payload = payload[5:]
-                request._frame(kind, flags, payload)
-                if kind == _RST_STREAM or (flags & _END_STREAM and kind in (_DATA, _HEADERS)):
-                    del ours[stream_id]
-                    self._end(request, kind, payload)
-                start = end
-            at = end
-        if start < at:
-            events += self._h2_receive(bytes(buffer[start:at]))
-        del buffer[:at]
-        if consumed:
-            _frame(self._conn._h2, _WINDOW_UPDATE, 0, 0, consumed.to_bytes(4))
-        return events
-
-    def _end(self, request: _Unary, kind: int, payload: bytes) -> None:
-        if kind == _RST_STREAM:
-            code = int.from_bytes(payload[:4])
-            self._conn._fail_stream(request, ProtocolError(f"Stream reset with error code {code}", code))
-        else:
-            request.end_stream_received = True
-            request.set()
-
-
-def _send_headers(h2: H2Connection, block: bytes, *, end_stream: bool) -> int:
-    """Open a stream with `block` (`_request_block`) as its HEADERS frame; h2 gives its id and knows nothing
-    more of it. A pending dynamic table size change starts the block (RFC 7541, 4.2): h2's encoder's."""
-    stream_id = h2.highest_outbound_stream_id = h2.get_next_available_stream_id()
-    resized = h2.encoder.encode([]) if h2.encoder.header_table.resized else b""
-    _frame(h2, _HEADERS, _END_HEADERS | (_END_STREAM if end_stream else 0), stream_id, resized + block)
-    return stream_id
-
-
-def _frame(h2: H2Connection, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-    """Queue an HTTP/2 frame (RFC 9113, 4.1) with h2's own frames, in order."""
-    h2._data_to_send += (len(payload).to_bytes(3) + bytes((kind, flags)) + stream_id.to_bytes(4)) + payload
-
-
-_DATA, _HEADERS, _RST_STREAM, _WINDOW_UPDATE, _CONTINUATION = 0x0, 0x1, 0x3, 0x8, 0x9
-_END_STREAM, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x4, 0x8, 0x20
 
 
 _spawned: set[asyncio.Task[Any]] = set()  # requests' tasks (corked writes, rarer paths), held strongly
@@ -471,7 +385,7 @@ def _answer(headers: list[tuple[str, str]], content: bytes) -> bytes:
 _BLOCKS: dict[tuple[tuple[str, str], ...], tuple[bytes, bytes]] = {}
 """The constant parts of request header blocks (`request_block`), by the headers they encode."""
 
-_MAX_BLOCKS: Final = 64  # header sets kept encoded, answers' blocks remembered
+_MAX_BLOCKS: Final = 64  # header sets kept encoded
 _REQUEST: Final = h2_fields.HeaderValidationFlags(
     is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
 )

@@ -12,7 +12,7 @@ import pytest
 import s2_sdk
 from hpack import Decoder
 
-from s2_sink._transport import sdk
+from s2_sink._transport import h2_frames, sdk
 from s2_sink._transport.append_session import basin_transport
 
 _EXTRA = {"content-type": "application/x-protobuf", "accept": "application/x-protobuf"}
@@ -88,7 +88,7 @@ def test_the_block_reads_right_between_requests_h2_encodes_itself(token: str) ->
         path, length = f"/v1/streams/s{i}/records", 100 + i if i < 4 else None  # POSTs, then GETs
         if i % 2:
             block = sdk._request_block(transport, path, _EXTRA, length)
-            sdk._send_headers(client, block, end_stream=length is None)
+            h2_frames.open_stream(client, block, end_stream=length is None)
         else:
             sid = client.get_next_available_stream_id()
             client.send_headers(sid, _expected(transport, path, length), end_stream=length is None)
@@ -112,7 +112,7 @@ def test_a_table_size_change_is_signalled_before_the_block() -> None:
     server.receive_data(client.data_to_send())  # the settings' ack
     assert client.encoder.header_table.resized
     block = sdk._request_block(transport, "/v1/streams/y/records", _EXTRA, 7)
-    sdk._send_headers(client, block, end_stream=False)
+    h2_frames.open_stream(client, block, end_stream=False)
     assert not client.encoder.header_table.resized, "the size update was not sent"
     (headers,) = _received(client, server)
     assert sorted(headers) == sorted(_expected(transport, "/v1/streams/y/records", 7))
@@ -123,7 +123,7 @@ def test_a_get_ends_its_stream_with_its_headers() -> None:
     transport = _transport()
     client, server = _pair()
     block = sdk._request_block(transport, "/v1/streams/x/records?seq_num=0&count=10", _EXTRA, None)
-    sdk._send_headers(client, block, end_stream=True)
+    h2_frames.open_stream(client, block, end_stream=True)
     events = server.receive_data(client.data_to_send())
     assert [type(e) for e in events] == [h2.events.RequestReceived, h2.events.StreamEnded]
     assert ("content-length", "0") not in events[0].headers

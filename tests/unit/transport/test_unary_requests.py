@@ -15,7 +15,7 @@ import pyarrow as pa
 import s2_sdk
 from s2_sdk import AppendAck, S2ClientError
 
-from s2_sink._transport import sdk
+from s2_sink._transport import h2_frames, sdk
 from s2_sink._transport.append_session import append_once, basin_transport
 from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite import LiteServer
@@ -162,7 +162,7 @@ def test_answers_header_blocks_decode_as_hpack_decodes_them_whatever_the_table()
     as hpack's own decoder says. h2's settings of the decoder's limits reach the decoder."""
     from hpack import Decoder, Encoder
 
-    encoder, plain, answers = Encoder(), Decoder(), sdk._Answers(Decoder())
+    encoder, plain, answers = Encoder(), Decoder(), h2_frames.Answers(Decoder())
     first = encoder.encode([(":status", "200"), ("x-a", "1")])  # x-a added to the dynamic table
     again = encoder.encode([(":status", "200"), ("x-a", "1")])  # indexed fields only
     assert min(again) > 0x80, again
