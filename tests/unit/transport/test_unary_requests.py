@@ -193,6 +193,8 @@ def _frames_of(h2c: h2.connection.H2Connection, sid: int, path: str) -> None:
         h2c.send_headers(sid, fields)
         h2c.send_data(sid, ack)
         h2c.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+    elif shape == "unanswered":  # an error ended by its header block, continued beyond one frame
+        h2c.send_headers(sid, [(":status", "404"), ("x-long", "v" * 20_000)], end_stream=True)
     elif shape == "reset":
         h2c.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
     elif shape == "late":  # after the request timed out: its header block still updates the HPACK table
@@ -206,9 +208,9 @@ def _frames_of(h2c: h2.connection.H2Connection, sid: int, path: str) -> None:
 
 def test_answers_in_every_frame_shape_reach_their_requests_beside_h2s_own() -> None:
     """A unary request's answer is read from its frames whatever their shape (a priority, padding, a
-    header block continued, trailers, a reset) while requests h2 sends itself (the SDK's) share the
-    connection: each gets its own answer."""
-    shapes = ["padded", "continued", "trailers", "reset", "plain"]
+    header block continued, trailers, an answer of headers only, a reset) while requests h2 sends itself
+    (the SDK's) share the connection: each gets its own answer."""
+    shapes = ["padded", "continued", "trailers", "unanswered", "reset", "plain"]
     with replying(_frames_of) as endpoint:
 
         async def main() -> list[Any]:
@@ -222,7 +224,10 @@ def test_answers_in_every_frame_shape_reach_their_requests_beside_h2s_own() -> N
     assert own.status_code == 200
     assert own.content == _ack_answer(ROWS)[1]
     for shape, outcome in zip([s for s in shapes for _ in range(3)], outcomes, strict=True):
-        if shape == "reset":
+        if shape == "unanswered":
+            assert isinstance(outcome, s2_sdk.S2ServerError), outcome
+            assert outcome.status_code == 404
+        elif shape == "reset":
             assert isinstance(outcome, S2ClientError), outcome
             assert isinstance(outcome.__cause__, sdk.ProtocolError), outcome.__cause__
             assert outcome.__cause__.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
