@@ -6,24 +6,18 @@ SDK's own streams); `Split` hands it every frame but those of the requests' stre
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from h2.connection import H2Connection
     from hpack import Decoder
 
-__all__ = [
-    "CONTINUATION", "DATA", "END_HEADERS", "END_STREAM", "HEADERS", "RST_STREAM", "WINDOW_UPDATE",
-    "Answers", "Split", "open_stream", "queue",
-]  # fmt: skip
+__all__ = ["CONTINUATION", "DATA", "END_HEADERS", "END_STREAM", "HEADERS", "RST_STREAM", "WINDOW_UPDATE"]
+__all__ += ["Answers", "Split", "open_stream", "queue"]
 
 DATA, HEADERS, RST_STREAM, WINDOW_UPDATE, CONTINUATION = 0x0, 0x1, 0x3, 0x8, 0x9
 END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
 _MAX_BLOCKS: Final = 64  # answers' header blocks remembered
-
-
-class _Request(Protocol):
-    def frame(self, kind: int, flags: int, payload: bytes) -> bool: ...
 
 
 def queue(h2: H2Connection, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
@@ -48,7 +42,7 @@ class Split:
     def __init__(self, h2: H2Connection) -> None:
         self._h2, self._h2_receive = h2, h2.receive_data
         self._buffer = bytearray()
-        self.ours: dict[int, _Request] = {}
+        self.ours: dict[int, Any] = {}  # `sdk._Unary` by stream id: ``frame`` takes each frame
 
     def __call__(self, data: bytes) -> list[Any]:
         buffer, ours, events = self._buffer, self.ours, []

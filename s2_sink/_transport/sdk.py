@@ -165,9 +165,6 @@ class _Unary:
     def done(self) -> bool:  # response_headers
         return self._headers is not None
 
-    def set_result(self, headers: list[tuple[str, str]]) -> None:
-        self._headers = headers
-
     def set_exception(self, exc: BaseException) -> None:  # ``error`` holds it (set first)
         pass
 
