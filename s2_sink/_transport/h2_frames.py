@@ -36,40 +36,48 @@ def open_stream(h2: H2Connection, block: bytes, *, end_stream: bool) -> int:
 
 class Split:
     """A connection's ``receive_data``: the frames of the requests' streams (`ours`) go to them, stripped
-    of padding and priority, until one ends its stream; the rest, in order, to h2. The requests' DATA is
-    given back to the connection's window at once (their streams' windows outlast their answers)."""
+    of padding and priority, until one ends its stream; the rest, in order, to h2, handed on as they come
+    (a large frame of a read is not held here). The requests' DATA is given back to the connection's window
+    at once (their streams' windows outlast their answers)."""
 
     def __init__(self, h2: H2Connection) -> None:
         self._h2, self._h2_receive = h2, h2.receive_data
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # the start of a frame not yet known to be h2's, or one of ours
+        self._rest = 0  # what is still to come of a frame of h2's begun
         self.ours: dict[int, Any] = {}  # `sdk._Unary` by stream id: ``frame`` takes each frame
 
     def __call__(self, data: bytes) -> list[Any]:
-        buffer, ours, events = self._buffer, self.ours, []
-        buffer += data
+        events: list[Any] = []
+        if self._rest:
+            rest, self._rest = self._rest, max(self._rest - len(data), 0)
+            events += self._h2_receive(data[:rest])
+            data = data[rest:]
+        if self._buffer:
+            data, self._buffer = bytes(self._buffer + data), bytearray()
         at = start = consumed = 0
-        while len(buffer) - at >= 9:
-            end = at + 9 + int.from_bytes(buffer[at : at + 3])
-            if end > len(buffer):
+        while len(data) - at >= 9:
+            end = at + 9 + int.from_bytes(data[at : at + 3])
+            stream_id = int.from_bytes(data[at + 5 : at + 9]) & 0x7FFFFFFF
+            request = self.ours.get(stream_id) if stream_id else None
+            if request is None:  # h2's: handed on with the frames around it, its rest as it comes
+                self._rest, at = max(end - len(data), 0), min(end, len(data))
+                continue
+            if end > len(data):  # ours, not whole yet
                 break
-            stream_id = int.from_bytes(buffer[at + 5 : at + 9]) & 0x7FFFFFFF
-            request = ours.get(stream_id) if stream_id else None
-            if request is not None:
-                if start < at:
-                    events += self._h2_receive(bytes(buffer[start:at]))
-                kind, flags, payload = buffer[at + 3], buffer[at + 4], bytes(buffer[at + 9 : end])
-                consumed += len(payload) if kind == DATA else 0
-                if flags & PADDED and kind in (DATA, HEADERS):
-                    payload = payload[1 : len(payload) - payload[0]]
-                if flags & PRIORITY and kind == HEADERS:
-                    payload = payload[5:]
-                if request.frame(kind, flags, payload):
-                    del ours[stream_id]
-                start = end
-            at = end
+            if start < at:
+                events += self._h2_receive(data[start:at])
+            kind, flags, payload = data[at + 3], data[at + 4], data[at + 9 : end]
+            consumed += len(payload) if kind == DATA else 0
+            if flags & PADDED and kind in (DATA, HEADERS):
+                payload = payload[1 : len(payload) - payload[0]]
+            if flags & PRIORITY and kind == HEADERS:
+                payload = payload[5:]
+            if request.frame(kind, flags, payload):
+                del self.ours[stream_id]
+            start = at = end
         if start < at:
-            events += self._h2_receive(bytes(buffer[start:at]))
-        del buffer[:at]
+            events += self._h2_receive(data[start:at])
+        self._buffer += data[at:]
         if consumed:
             queue(self._h2, WINDOW_UPDATE, 0, 0, consumed.to_bytes(4))
         return events
