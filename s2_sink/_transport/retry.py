@@ -127,11 +127,8 @@ def rate_limited(exc: BaseException) -> bool:
 
 
 def retry_after_s(exc: BaseException) -> float | None:
-    """The server's ``retry-after-ms`` hint in seconds, when the refusal carried one.
-
-    The SDK keeps a refused unary request's hint on its error (``_retry_after``). A refused append
-    session has none: a terminal frame carries no headers (and S2 itself throttles a running session
-    through backpressure rather than refusing it; the lite server refuses it, to exercise retries)."""
+    """The server's ``retry-after-ms`` hint in seconds, kept by the SDK on a refused unary request's error
+    (``_retry_after``); a refused append session has none (a terminal frame carries no headers)."""
     hint = getattr(exc, "_retry_after", None)
     return float(hint) if isinstance(hint, int | float) and hint >= 0 else None
 
