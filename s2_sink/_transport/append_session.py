@@ -1,23 +1,13 @@
-"""An S2S append session fed with already serialized ``AppendInput`` messages (see `s2_sink._wire`).
+"""An S2S append session fed with already serialized ``AppendInput`` messages (see `s2_sink._wire`), over the
+SDK's own HTTP/2 transport (``HttpClient.streaming_request``: pooling, flow control, TLS and auth stay the
+SDK's) with the S2S framing of ``s2_sdk._s2s._protocol``. Messages submitted while the sender was busy go out
+as one write: the SDK's sender costs about as much per write as per byte.
 
-The SDK's ``AppendSession`` takes ``AppendInput`` objects and serializes each record itself; the bulk
-path has the bytes already. This session drives the SDK's own HTTP/2 transport
-(``HttpClient.streaming_request``: connection pooling, flow control, TLS and auth stay the SDK's) with
-the S2S framing of ``s2_sdk._s2s._protocol``: ``POST /v1/streams/{stream}/records`` with
-``content-type: s2s/proto``; each message is framed as a 3-byte big-endian length of flag + body, one
-flag byte and the body, compressed per ``s2.compression`` from 1 KiB on, as the SDK does. The messages
-submitted while the sender was busy go out together, as one write to the transport (one HTTP/2 DATA frame
-where the server's frame size allows): the SDK's sender costs about as much per write as per byte sent,
-and a task hands its chunks over in groups (`s2_sink._write.task.partition_writer`).
-
-Acks are ``AppendAck`` messages, matched to in-flight messages oldest first and checked against each
-message's record count. A terminal frame or a non-200 answer fails every pending ticket with the SDK's
-own error types (``parse_error_info``), so `s2_sink._transport.retry` judges them as it judges the SDK's. The
-session has no retries of its own: `_write.task.appender` re-sends unacknowledged chunks on a fresh session.
-
-When the server advises a reconnect, the session stops taking new messages (`accepting` turns false),
-half-closes once what it carries is sent, and its connection is retired; acks still pending arrive as
-usual. The caller opens a fresh session for what comes next.
+Acks are matched to in-flight messages oldest first and checked against each message's record count. A
+terminal frame or a non-200 answer fails every pending ticket with the SDK's own error types, so
+`_transport.retry` judges them as the SDK's; the session has no retries of its own. On the server's reconnect
+advice the session stops taking messages (`accepting`), half-closes once what it carries is sent, and its
+connection is retired.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""SDK and transport failures put into words: what failed, at which endpoint, in which basin and stream, and
-the fix. The writer, the exactly-once ledger, the ``format("s2")`` reader, the preflight and the CLI all
-word their failures here, so a refused token or a missing basin reads the same whichever path met it.
-
-The cases told apart:
-
-- 401: the token was refused (`TOKEN_HINT`, the same everywhere); 403: it lacks a permission;
-- 404 ``basin_not_found`` (``create_streams`` cannot help: it creates streams, not basins) and 404
-  ``stream_not_found`` (it can); any other 404 comes from something that is not S2 (a proxy, a web server);
-- 409 ``stream_deletion_pending``: the stream was deleted and S2 is still removing it (S2 answers it until the
-  deletion completes, then 404); ``basin_deletion_pending`` likewise for the basin;
-- transport failures: a host that does not resolve (named), a refused connection, a connection closed
-  before HTTP/2 started (a plain HTTP/1 server, or ``http://`` to a TLS port), and no answer within the
-  request timeout.
-
-A failure the retries gave up on at the delivery deadline carries `deadline_note` (`_transport.retry`
-adds it), which the words end with: how long it was retried and the option that allows longer.
+"""SDK and transport failures put into words: what failed, at which endpoint, basin and stream, and the fix,
+the same whichever path met it (writer, ledger, reader, preflight, CLI). Told apart: 401 (`TOKEN_HINT`) and
+403; 404 ``basin_not_found`` (``create_streams`` cannot help) and ``stream_not_found`` (it can), any other 404
+being something that is not S2; 409 ``stream_deletion_pending`` / ``basin_deletion_pending``; a host that does
+not resolve, a refused connection, a connection closed before HTTP/2 started (an HTTP/1 server, ``http://``
+to a TLS port), no answer within the request timeout. A failure given up on at the delivery deadline ends
+with `deadline_note`: how long it was retried and the option that allows longer.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """The driver's check before the first micro-batch's tasks launch: the endpoint answers, the token is
 accepted, the basin exists and the streams to write exist or will be created (or the streams to read exist).
+Without it, a wrong endpoint, token or basin fails every task attempt of the first batch; the preflight fails
+once, on the driver, worded by `_transport.explain`. One request per stream it looks at (at most
+`MAX_PROBED_STREAMS`), once per `S2Writer` or ``format("s2")`` planning.
 
-Without it, a wrong endpoint, token or basin surfaces in every task of the first batch, once per task attempt
-(Spark retries each task), long after the query started. The preflight fails once, on the driver, with one
-message naming the endpoint, basin and stream and the fix (`_transport.explain`). It is cheap: one request per
-stream it looks at, at most `MAX_PROBED_STREAMS`, and runs once per `S2Writer` object, or once per
-``format("s2")`` planning (the start of a streaming query, each batch read or write).
-
-What it asks S2, and why these requests:
-
-- writes: a one-entry ``list_streams`` page at each known target's name, which tells whether the stream exists
-  without creating it (a ``check_tail`` would create it in a basin with ``create_stream_on_read``); only if it
-  does not, the basin's config, whose ``create_stream_on_append`` may create it on the first append (when
-  ``create_streams`` is off) and which tells whether the basin exists at all: S2 lists a missing basin's
-  streams as none (s2-lite ``list_streams`` scans a key range), so an empty listing does not; a routed write
-  whose streams are known only from the rows lists one page of the basin and reads its config;
-- reads: ``check_tail`` of the streams to read, the request planning makes next anyway.
-
-A 403 means the token works but may not make this request (a minimal append-only token, say): the
-preflight then stops, and the write or read itself finds out what the token allows. The exactly-once ledger
-is read on the driver just after (before any task), with its failures worded the same way.
+Writes list one entry at each target's name (a ``check_tail`` would create the stream in a basin with
+``create_stream_on_read``); only for a stream not found, the basin's config says whether the first append
+creates it and whether the basin exists (S2 lists a missing basin's streams as none). Reads ``check_tail``
+their streams, as planning does next anyway. A 403 stops the preflight: the write or read finds out what a
+narrow token allows.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""The retry policy: which failures another attempt may fix, which of them cannot have been applied, how
-long to wait between attempts, and until when.
+"""The retry policy: which failures another attempt may fix, which of them cannot have been applied, how long
+to wait between attempts, and until when (docs/architecture.md, "Retries").
 
-One policy for every S2 call of the sink (docs/architecture.md, "Retries"): a failure another attempt may
-fix (S2 unreachable, a 503, a 409 ``transaction_conflict``, a 429, a timeout) is retried with exponential
-backoff until the delivery deadline, ``S2Config.delivery_timeout_ms`` (option ``s2.delivery-timeout-ms``,
-120 s as Kafka's ``delivery.timeout.ms``), counted from the first failure since the call, or the append
-session, last made progress. Unary requests are retried by the SDK first (``max_retries``) and by the loops
-here after that; append sessions only here.
-
-Whether a retry may *re-send* is another question: an append whose outcome is unknown is never sent again
-by an exactly-once writer (`no_side_effects` tells the two apart), whatever the deadline says.
-
-Rate limits are waited out rather than raced: a 429 ``rate_limited`` refusal applied nothing, and an
-attempt inside the window that refused it is refused again, so its wait never jitters down to zero (see
-`Backoff.wait`).
-
-The pure parts (`retryable`, `no_side_effects`, `Backoff`, `Retrying.wait`, on a clock tests replace) decide;
-`Retrying.after` and `patiently` sleep, and log each outage once when it starts and once when it ends.
+A failure another attempt may fix (S2 unreachable, a 503, a 409 ``transaction_conflict``, a 429, a timeout) is
+retried with exponential backoff until ``S2Config.delivery_timeout_ms`` passes after the call last made
+progress. Whether a retry may *re-send* is another question: an append of unknown outcome is never sent again
+by an exactly-once writer (`no_side_effects`). A 429 ``rate_limited`` is waited out, not raced
+(`Backoff.wait`). The pure parts decide on a clock tests replace; `Retrying.after` and `patiently` sleep and
+log each outage when it starts and ends.
 """
 
 from __future__ import annotations
@@ -137,11 +127,8 @@ def rate_limited(exc: BaseException) -> bool:
 
 
 def retry_after_s(exc: BaseException) -> float | None:
-    """The server's ``retry-after-ms`` hint in seconds, when the refusal carried one.
-
-    The SDK keeps a refused unary request's hint on its error (``_retry_after``). A refused append
-    session has none: a terminal frame carries no headers (and S2 itself throttles a running session
-    through backpressure rather than refusing it; the lite server refuses it, to exercise retries)."""
+    """The server's ``retry-after-ms`` hint in seconds, kept by the SDK on a refused unary request's error
+    (``_retry_after``); a refused append session has none (a terminal frame carries no headers)."""
     hint = getattr(exc, "_retry_after", None)
     return float(hint) if isinstance(hint, int | float) and hint >= 0 else None
 

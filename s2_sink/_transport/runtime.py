@@ -1,20 +1,8 @@
-"""What a Python process keeps for S2: one background asyncio event loop, for driving the async S2 SDK from
-sync code, and the warm SDK clients on it, shared by the tasks a worker runs one after another.
-
-Spark calls our executor code synchronously, in the task's thread. The SDK is async-only and its
-connections, locks and futures are bound to the loop that created them, so the process keeps a single
-long-lived loop on a daemon thread and every SDK object lives there. Spark reuses Python workers across
-tasks and micro-batches (``spark.python.worker.reuse``), so connections made by one task stay warm for
-the next. A forked child (Spark's daemon forks workers) starts its own loop: loops never cross a fork.
-
-The client pool (`SessionPool`) lives on that loop and is touched only from it, so no locks are needed.
-Clients are keyed by everything that shapes them (endpoints, a hash of the token, timeouts, retry
-settings, compression). One client per key serves the unary calls (stream creation, reads, ledger
-appends, fences), which the SDK retries, and carries the append sessions
-(`_transport.append_session.BulkAppendSession`, opened per task on its transport: a new HTTP/2 stream on a
-warm connection), which the partition writer's appender (`_write.task.appender`, policy in
-`_transport.retry`) retries itself, from its own list of unacknowledged chunks, on a fresh session.
-Clients are closed with the process (`close_all`); the SDK closes their idle connections itself.
+"""What a Python process keeps for S2: one background asyncio event loop driving the async SDK from sync code
+(the SDK's connections, locks and futures are bound to the loop that made them), and the warm SDK clients on
+it (`SessionPool`), shared by the tasks a reused Python worker runs one after another. A forked child starts
+its own loop. The pool is touched only from the loop (no locks); clients are keyed by everything that shapes
+them (endpoints, a hash of the token, timeouts, retry settings, compression) and closed with the process.
 """
 
 from __future__ import annotations

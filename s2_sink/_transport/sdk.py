@@ -16,7 +16,7 @@ import s2_sdk
 import s2_sdk._generated.s2.v1.s2_pb2 as pb
 from h2 import utilities as h2_fields
 from h2.settings import SettingCodes
-from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
+from hpack import Encoder, NeverIndexedHeaderTuple
 from hpack.hpack import encode_integer
 from s2_sdk._client import (
     _COMPRESSION_ENCODING,
@@ -30,6 +30,7 @@ from s2_sdk._compression import compress, decompress
 from s2_sdk._exceptions import (
     AppendIndefiniteFailureError,
     ConnectError,
+    ProtocolError,
     ReadTimeoutError,
     S2ClientError,
     ServerDrainingError,
@@ -41,6 +42,8 @@ from s2_sdk._retrier import AdvisedReconnectLimiter, requires_reconnect
 from s2_sdk._s2s import _stream_records_path
 from s2_sdk._s2s._protocol import Message, frame_message, maybe_compress, parse_error_info, read_messages
 from s2_sdk._types import _S2_ENCRYPTION_KEY_HEADER
+
+from s2_sink._transport import h2_frames
 
 if TYPE_CHECKING:
     from h2.connection import H2Connection
@@ -153,6 +156,7 @@ class _Unary:
         self._pc: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self.window_updated: Any = _NO_EVENT
+        self._block, self._rest, self._window, self._initial, self._ends = b"", b"", 0, 0, 0
 
     # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
     response_headers = data_queue = ended = property(lambda self: self)
@@ -161,21 +165,14 @@ class _Unary:
     def done(self) -> bool:  # response_headers
         return self._headers is not None
 
-    def set_result(self, headers: list[tuple[str, str]]) -> None:
-        self._headers = headers
-
     def set_exception(self, exc: BaseException) -> None:  # ``error`` holds it (set first)
         pass
 
     def exception(self) -> BaseException | None:
         return self.error
 
-    def put_nowait(self, item: tuple[bytes, int] | None) -> None:  # data_queue
-        if item is not None:
-            data, flow_bytes = item
-            self._chunks.append(data)
-            if flow_bytes:
-                self._pc._conn._h2.acknowledge_received_data(flow_bytes, self.stream_id)
+    def put_nowait(self, item: None) -> None:  # data_queue: only a failure's end comes this way
+        pass
 
     def is_set(self) -> bool:  # ended
         return self._ended
@@ -243,40 +240,74 @@ class _Unary:
             self._fail(exc)
 
     def _start(self, pc: Any, timeout: float, block: bytes, body: bytes | None) -> None:
-        """Open the request's HTTP/2 stream and queue its frames, the write left to `_uncork`."""
+        """Open the request's HTTP/2 stream, queue its frames (`h2_frames`), the write left to `_uncork`."""
         self._pc, conn = pc, pc._conn
         h2: H2Connection = conn._h2
-        if h2.config.validate_inbound_headers:
-            # Once per connection, for all its answers (the SDK's too): h2 no longer checks or normalizes the
-            # fields received (a third of its CPU per small answer). The sink and the SDK read only :status,
-            # content-encoding and retry-after-ms, by name; normalizing only joins cookie fields.
-            h2.config.validate_inbound_headers = h2.config.normalize_inbound_headers = False
-            h2.decoder = _Answers(h2.decoder)  # type: ignore[assignment]
-        self.stream_id = stream_id = h2.get_next_available_stream_id()
-        conn._streams[stream_id] = self
-        try:
-            _send_encoded_headers(h2, stream_id, block, end_stream=body is None)
-            rest = b"" if body is None else _send_body(h2, stream_id, body)
-        except BaseException:
-            conn._streams.pop(stream_id, None)
-            raise
+        split: Any = h2.receive_data
+        if not isinstance(split, h2_frames.Split):  # once per connection
+            h2.decoder = h2_frames.Answers(h2.decoder)  # type: ignore[assignment]
+            split = h2.receive_data = h2_frames.Split(h2)  # type: ignore[method-assign,assignment]
+        self.stream_id = stream_id = h2_frames.open_stream(h2, block, end_stream=body is None)
+        conn._streams[stream_id] = split.ours[stream_id] = self
+        self._initial = self._window = h2.remote_settings.initial_window_size
+        if body is not None:
+            self._rest = body
+            self.window_updated = SimpleNamespace(set=self._send_some)
+            self._send_some(empty=not body)
         _cork(conn).append(self)
         self._timer = self.future.get_loop().call_later(timeout, self._time_out)
-        if rest:  # beyond the flow-control window: sent as ``unary_request`` sends it
-            self.window_updated = asyncio.Event()
-            _spawn(self._send_rest(rest))
 
-    async def _send_rest(self, rest: bytes) -> None:
-        try:
-            await self._pc._conn.send_data(self.stream_id, rest, end_stream=True)
-        except Exception as exc:  # noqa: BLE001 - fails the request, as a failed write does
-            self._pc._conn._fail_stream(self, exc)
+    def _send_some(self, *, empty: bool = False) -> None:
+        """Queue what of the body the send windows take now (the rest as the server's window updates
+        come, with the receive loop's write)."""
+        h2: H2Connection = self._pc._conn._h2
+        initial = h2.remote_settings.initial_window_size
+        self._window, self._initial = self._window + initial - self._initial, initial
+        body, size = self._rest, h2.max_outbound_frame_size
+        room = min(len(body), self._window, h2.outbound_flow_control_window)
+        if self._ended or (room <= 0 and not empty):
+            return
+        for at in range(0, max(room, 1), size):
+            piece = body[at : min(at + size, room)]
+            ends = h2_frames.END_STREAM if at + len(piece) == len(body) else 0
+            h2_frames.queue(h2, h2_frames.DATA, ends, self.stream_id, piece)
+        self._rest, self._window = body[room:], self._window - room
+        h2.outbound_flow_control_window -= room
+
+    def frame(self, kind: int, flags: int, payload: bytes) -> bool:
+        """One of the answer's frames (`h2_frames.Split`): whether the stream ended with it."""
+        if kind == h2_frames.RST_STREAM:
+            code = int.from_bytes(payload[:4])
+            self._pc._conn._fail_stream(self, ProtocolError(f"Stream reset with error code {code}", code))
+            return True
+        if kind == h2_frames.WINDOW_UPDATE:
+            self._window += int.from_bytes(payload[:4]) & 0x7FFFFFFF
+            self._send_some()
+        ends = flags & h2_frames.END_STREAM
+        if kind == h2_frames.DATA and not self._ended:
+            self._chunks.append(payload)
+        elif kind in (h2_frames.HEADERS, h2_frames.CONTINUATION):
+            self._block += payload
+            self._ends = ends = ends if kind == h2_frames.HEADERS else self._ends
+            if not flags & h2_frames.END_HEADERS:
+                return False
+            fields = self._pc._conn._h2.decoder.decode(self._block)  # decoded late too: the table changes
+            self._block = b""
+            self._headers = fields if self._headers is None else self._headers  # not the trailers
+        elif kind != h2_frames.DATA:
+            return False
+        if ends:
+            self.end_stream_received = True
+            self.set()
+        return bool(ends)
 
     def _time_out(self) -> None:
         self._timer = None
         if not self._ended:
-            self._pc._conn._fail_stream(self, ReadTimeoutError("Request timed out"))
-            _spawn(self._pc._conn.reset_stream(self.stream_id))
+            conn = self._pc._conn
+            conn._fail_stream(self, ReadTimeoutError("Request timed out"))
+            h2_frames.queue(conn._h2, h2_frames.RST_STREAM, 0, self.stream_id, (8).to_bytes(4))  # CANCEL
+            _cork(conn)
 
     def _fail(self, exc: BaseException) -> None:
         if self.future.done() or (isinstance(exc, asyncio.CancelledError) and self.future.cancel()):
@@ -299,45 +330,6 @@ class _Unary:
         pc.touch_idle()
         if pc.is_retired and pc.is_idle:
             _spawn(pc.close())
-
-
-class _Answers:
-    """A connection's HPACK decoder remembering the fields of blocks of one-byte indexed fields only (RFC
-    7541, 6.1; S2's answers to unary appends, a tenth of h2's CPU per answer to decode): such a block changes
-    no table, so its fields hold until a block that may change the dynamic table, which forgets them all."""
-
-    def __init__(self, decoder: Decoder) -> None:
-        self.__dict__.update(_decoder=decoder, _known={})
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._decoder, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._decoder, name, value)  # h2's settings of the decoder's limits
-
-    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
-        known: dict[tuple[bytes, bool], list[Any]] = self._known
-        fields = known.get((data, raw))
-        if fields is None:
-            fields = self._decoder.decode(data, raw=raw)
-            if not (isinstance(data, bytes) and data and min(data) > 0x80 and 0xFF not in data):
-                known.clear()  # the dynamic table may have changed
-            elif len(known) < _MAX_BLOCKS:
-                known[data, raw] = fields
-        return list(fields)
-
-
-def _send_body(h2: H2Connection, stream_id: int, body: bytes) -> bytes:
-    """Queue what of `body` the flow-control window takes now, in frames h2 may send; returns the rest."""
-    room = min(len(body), h2.local_flow_control_window(stream_id))
-    if not body:
-        h2.send_data(stream_id, b"", end_stream=True)
-    sent, frame = 0, h2.max_outbound_frame_size
-    while sent < room:
-        n = min(room - sent, frame)
-        h2.send_data(stream_id, body[sent : sent + n], end_stream=sent + n == len(body))
-        sent += n
-    return body[sent:]
 
 
 _spawned: set[asyncio.Task[Any]] = set()  # requests' tasks (corked writes, rarer paths), held strongly
@@ -390,7 +382,7 @@ def _answer(headers: list[tuple[str, str]], content: bytes) -> bytes:
 _BLOCKS: dict[tuple[tuple[str, str], ...], tuple[bytes, bytes]] = {}
 """The constant parts of request header blocks (`request_block`), by the headers they encode."""
 
-_MAX_BLOCKS: Final = 64  # header sets kept encoded, answers' blocks remembered
+_MAX_BLOCKS: Final = 64  # header sets kept encoded
 _REQUEST: Final = h2_fields.HeaderValidationFlags(
     is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
 )
@@ -429,22 +421,3 @@ def _literal(index: int, value: bytes) -> bytes:
     name = encode_integer(index, 4)
     name[0] |= 0x10
     return bytes(name) + bytes(encode_integer(len(value), 7)) + value
-
-
-def _send_encoded_headers(h2: H2Connection, stream_id: int, block: bytes, *, end_stream: bool) -> None:
-    """h2's ``send_headers`` of a block encoded already (`_request_block`), all but the encoding h2's own. A
-    pending dynamic table size change must start the next block (RFC 7541, 4.2): h2 encodes that one."""
-    encoder = h2.encoder
-    if encoder.header_table.resized:
-        headers = Decoder().decode(block)
-        h2.send_headers(stream_id, headers, end_stream=end_stream)
-        return
-    config = h2.config
-    normalize, validate = config.normalize_outbound_headers, config.validate_outbound_headers
-    h2.encoder = SimpleNamespace(encode=lambda *_: block)  # type: ignore[assignment]
-    config.normalize_outbound_headers = config.validate_outbound_headers = False
-    try:
-        h2.send_headers(stream_id, (), end_stream=end_stream)
-    finally:
-        h2.encoder = encoder
-        config.normalize_outbound_headers, config.validate_outbound_headers = normalize, validate

@@ -1,30 +1,18 @@
-"""One task's appends pipelined over its append sessions (the bytes leave in `_transport.append_session`).
+"""One task's appends pipelined over its append sessions (the bytes leave in `_transport.append_session`), on
+the process's background loop (`_transport.runtime`).
 
-Runs on the process's background loop (`s2_sink._transport.runtime`). A task never has more than
-``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes unacknowledged; acks are
-collected oldest first, and a sent chunk is kept (for re-sending) only until it is acknowledged.
+At most ``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes are unacknowledged; acks are
+collected oldest first, and a sent chunk is kept (for re-sending) only until acknowledged. A stream's appends
+stay in one ordered session; its last chunk of the task, with nothing of it in flight, goes as one unary
+append (`append_once`: a small stream costs no session; should more of it follow, that waits for the append to
+land).
 
-Retries: append sessions are opened without SDK retries (see `_transport.runtime` for why). When a
-session fails, the appender drops it, waits (`s2_sink._transport.retry`) and re-sends the stream's
-unacknowledged chunks, in order, on a fresh session, until the delivery deadline (``delivery_timeout_ms``)
-passes without an acknowledgement of the stream (also one that arrived on the failed session); then the
-task fails with a `WriteError` naming the stream, batch, partition, the cause and the option. A ``429
-rate_limited`` refusal is waited out, not raced. Errors that retrying cannot fix (auth, missing stream,
-fencing, append conditions) fail at once; a ``412 fencing_token_mismatch`` goes to
-``WritePlan.fence_keeper`` first (nothing refused by a 412 was applied: switching tokens is safe), asked
-for every in-flight stream a 412 refused at once (the first exactly-once batch over new streams).
-
-Appends whose outcome is unknown are re-sent only where duplicates are allowed (``resend_ambiguous``).
-Under exactly-once the task fails at once instead, and its retry reads back what landed; during an outage
-that retry's first calls (sign-in, barrier, read-back) wait for S2 under the same deadline, so an outage
-costs a task one of Spark's attempts, not all of them (docs/architecture.md, "Retries").
-
-Every chunk goes out as a serialized ``AppendInput`` (`Chunk.wire`, the fencing token added at send time;
-a chunk of SDK records is serialized by the SDK's own mapping) on a `BulkAppendSession` per stream, over
-the shared client's transport, so a stream's appends stay in one ordered session; a stream's last chunk
-of the task, with nothing of the stream in flight, goes as one unary append instead (`append_once`: a
-small stream costs no session; should more of the stream follow after all, it waits for that append to land,
-so nothing overtakes it).
+A failed session is dropped and the stream's unacknowledged chunks re-sent, in order, on a fresh one after a
+wait (`_transport.retry`), until ``delivery_timeout_ms`` passes without an ack; errors retrying cannot fix
+fail at once (`WriteError`, naming stream, batch, partition and option). A ``412 fencing_token_mismatch`` goes
+to ``WritePlan.fence_keeper`` first (nothing refused by a 412 was applied). Appends of unknown outcome are
+re-sent only where duplicates are allowed (``resend_ambiguous``); under exactly-once the task fails and its
+retry reads back what landed (docs/architecture.md, "Retries").
 """
 
 from __future__ import annotations
@@ -143,7 +131,7 @@ class Appender:
             if chunk.last and st.bulk is None and len(st.unacked) == 1:
                 self._send_once(st, chunk)
             else:
-                if not self._is_open(st):
+                if st.bulk is None:
                     await self._open(st)
                 await self._send(st, chunk)
         except Exception as exc:
@@ -192,9 +180,6 @@ class Appender:
             retrying = Retrying(self.patience, what, fields=fields)
             st = self.streams[name] = _StreamAppends(name, token, totals, retrying)
         return st
-
-    def _is_open(self, st: _StreamAppends) -> bool:
-        return st.bulk is not None
 
     async def _open(self, st: _StreamAppends) -> None:
         await self._make_room()

@@ -1,25 +1,13 @@
 """One Spark task's records appended to S2: the entry points (`write_partition`, `map_partition`) and the
-path a row travels inside the task.
+path a row travels inside the task, in row order: `FrameInput` turns each Arrow batch of the record frame
+into SDK records or Arrow slices (bad rows to `BadRows`); the `Chunker` cuts each stream's records into
+appends, deterministically; each closed chunk is filtered by the recovery hook's `RecordFilter` (exactly-once
+task retries), tagged and serialized, and handed to the `Appender` in groups (one hop to the event loop per
+group, not per chunk); the task returns small per-stream result rows (`results.RESULT_SCHEMA`).
 
-`write_partition(plan, batches)` consumes an iterator of Arrow record batches in the record-frame layout
-(`s2_sink.encoders._frame`) and, in row order:
-
-1. `FrameInput` turns each batch's columns into SDK records and their metered sizes, or (the bulk path)
-   into Arrow slices; bad rows go to `BadRows` (fail, skip or dead-letter, per ``WritePlan.on_error``);
-2. the `Chunker` cuts each target stream's records into appends, deterministically (see `chunker`);
-3. each chunk, as it is closed, is filtered by the recovery hook's `RecordFilter` (exactly-once task
-   retries), tagged by the ``chunk_tagger`` and serialized in bulk when it is made of Arrow slices
-   (`s2_sink._write.task.frame_records`); closed chunks are handed to the `Appender` in groups (one hop to
-   the event loop per group, not per chunk), which pipelines them over its sessions, collects
-   acknowledgements and re-sends after session failures;
-4. the task returns small per-stream result rows (`s2_sink._write.task.results.RESULT_SCHEMA`).
-
-Memory stays bounded: the partition is streamed one Arrow batch at a time; at most
-``max_buffered_requests`` partial chunks, of at most ``max_inflight_bytes`` metered bytes together, are
-held; at most 16 closed chunks (and no more than
-``max_inflight_requests`` chunks or ``max_inflight_bytes`` bytes) wait for their hand-over to the
-event loop, never past their Arrow batch; sent chunks are kept only until acknowledged, and at most
-``max_inflight_requests`` appends or ``max_inflight_bytes`` metered bytes are unacknowledged.
+Memory stays bounded: one Arrow batch at a time; at most ``max_buffered_requests`` partial chunks of at most
+``max_inflight_bytes`` together; at most 16 closed chunks waiting for their hand-over, never past their Arrow
+batch; sent chunks kept only until acknowledged.
 """
 
 from __future__ import annotations

@@ -103,3 +103,34 @@ def _answering(answer: Answer, conn: socket.socket) -> None:
 def answering(answer: Answer) -> contextlib.AbstractContextManager[str]:
     """An h2c server answering each request as `answer` says (`_answering`); yields its URL."""
     return _serving(functools.partial(_answering, answer))
+
+
+Reply = Callable[[h2.connection.H2Connection, int, str], None]
+"""The server's connection, a request's stream id and path -> the answer's frames queued on it."""
+
+
+def _replying(reply: Reply, conn: socket.socket) -> None:
+    """Speak HTTP/2 and answer each request once its body is whole, as `reply` queues it."""
+    config = h2.config.H2Configuration(
+        client_side=False, validate_outbound_headers=False, normalize_outbound_headers=False
+    )
+    h2c = h2.connection.H2Connection(config)
+    h2c.initiate_connection()
+    paths: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        conn.sendall(h2c.data_to_send())
+        while data := conn.recv(65536):
+            for event in h2c.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    paths[event.stream_id] = dict(event.headers)[b":path"].decode()
+                elif isinstance(event, h2.events.DataReceived):
+                    h2c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    reply(h2c, event.stream_id, paths.pop(event.stream_id))
+                    conn.sendall(h2c.data_to_send())
+            conn.sendall(h2c.data_to_send())
+
+
+def replying(reply: Reply) -> contextlib.AbstractContextManager[str]:
+    """An h2c server answering each request as `reply` queues it (`_replying`); yields its URL."""
+    return _serving(functools.partial(_replying, reply))

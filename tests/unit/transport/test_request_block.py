@@ -12,7 +12,7 @@ import pytest
 import s2_sdk
 from hpack import Decoder
 
-from s2_sink._transport import sdk
+from s2_sink._transport import h2_frames, sdk
 from s2_sink._transport.append_session import basin_transport
 
 _EXTRA = {"content-type": "application/x-protobuf", "accept": "application/x-protobuf"}
@@ -86,11 +86,11 @@ def test_the_block_reads_right_between_requests_h2_encodes_itself(token: str) ->
     sent: list[list[tuple[str, str]]] = []
     for i in range(8):
         path, length = f"/v1/streams/s{i}/records", 100 + i if i < 4 else None  # POSTs, then GETs
-        sid = client.get_next_available_stream_id()
         if i % 2:
             block = sdk._request_block(transport, path, _EXTRA, length)
-            sdk._send_encoded_headers(client, sid, block, end_stream=length is None)
+            h2_frames.open_stream(client, block, end_stream=length is None)
         else:
+            sid = client.get_next_available_stream_id()
             client.send_headers(sid, _expected(transport, path, length), end_stream=length is None)
         sent.append([(k, v.strip()) for k, v in _expected(transport, path, length)])  # as h2 normalizes
     assert [sorted(h) for h in _received(client, server)] == [sorted(h) for h in sent]
@@ -101,7 +101,7 @@ def test_the_block_reads_right_between_requests_h2_encodes_itself(token: str) ->
 
 def test_a_table_size_change_is_signalled_before_the_block() -> None:
     """After the server shrinks the HPACK table, the client's next block must start with the size update
-    (RFC 7541, 4.2): a block encoded already cannot, so that one request is encoded by h2."""
+    (RFC 7541, 4.2): h2's encoder's, before the block encoded already."""
     transport = _transport()
     client, server = _pair()
     sid = client.get_next_available_stream_id()
@@ -111,9 +111,8 @@ def test_a_table_size_change_is_signalled_before_the_block() -> None:
     client.receive_data(server.data_to_send())
     server.receive_data(client.data_to_send())  # the settings' ack
     assert client.encoder.header_table.resized
-    sid = client.get_next_available_stream_id()
     block = sdk._request_block(transport, "/v1/streams/y/records", _EXTRA, 7)
-    sdk._send_encoded_headers(client, sid, block, end_stream=False)
+    h2_frames.open_stream(client, block, end_stream=False)
     assert not client.encoder.header_table.resized, "the size update was not sent"
     (headers,) = _received(client, server)
     assert sorted(headers) == sorted(_expected(transport, "/v1/streams/y/records", 7))
@@ -123,9 +122,8 @@ def test_a_get_ends_its_stream_with_its_headers() -> None:
     """A ``GET`` (`sdk.get_corked`) has no body: its HEADERS frame ends the stream, no DATA frame follows."""
     transport = _transport()
     client, server = _pair()
-    sid = client.get_next_available_stream_id()
     block = sdk._request_block(transport, "/v1/streams/x/records?seq_num=0&count=10", _EXTRA, None)
-    sdk._send_encoded_headers(client, sid, block, end_stream=True)
+    h2_frames.open_stream(client, block, end_stream=True)
     events = server.receive_data(client.data_to_send())
     assert [type(e) for e in events] == [h2.events.RequestReceived, h2.events.StreamEnded]
     assert ("content-length", "0") not in events[0].headers

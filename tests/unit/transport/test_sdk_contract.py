@@ -177,16 +177,17 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
             state = sdk.h2_state(conns[0])
             assert state is not None
             assert hasattr(state, "update_settings")
-            # A unary append's header block, encoded already, goes out through h2's send_headers
-            # (`sdk._send_encoded_headers`).
+            # A unary request's frames are written and read without h2 (`h2_frames`), beside h2's own.
             paths = (
                 "encoder.header_table.resized",
                 "decoder",
-                "config.validate_inbound_headers",
-                "config.normalize_inbound_headers",
-                "config.normalize_outbound_headers",
-                "config.validate_outbound_headers",
-                "send_headers",
+                "receive_data",
+                "get_next_available_stream_id",
+                "highest_outbound_stream_id",
+                "outbound_flow_control_window",
+                "remote_settings.initial_window_size",
+                "max_outbound_frame_size",
+                "_data_to_send",
             )
             missing += [m for path in paths if (m := _missing(state, path))]
             await sdk.advertise_settings(conns[0], {})

@@ -5,19 +5,22 @@ server's window, its answers' bytes acknowledged as they arrive, their header fi
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
+import h2.connection
+import h2.errors
 import pyarrow as pa
 import s2_sdk
 from s2_sdk import AppendAck, S2ClientError
 
-from s2_sink._transport import sdk
+from s2_sink._transport import h2_frames, sdk
 from s2_sink._transport.append_session import append_once, basin_transport
 from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.unit.transport._odd_servers import answering
+from tests.unit.transport._odd_servers import answering, replying
 
 ROWS = 10
 
@@ -159,7 +162,7 @@ def test_answers_header_blocks_decode_as_hpack_decodes_them_whatever_the_table()
     as hpack's own decoder says. h2's settings of the decoder's limits reach the decoder."""
     from hpack import Decoder, Encoder
 
-    encoder, plain, answers = Encoder(), Decoder(), sdk._Answers(Decoder())
+    encoder, plain, answers = Encoder(), Decoder(), h2_frames.Answers(Decoder())
     first = encoder.encode([(":status", "200"), ("x-a", "1")])  # x-a added to the dynamic table
     again = encoder.encode([(":status", "200"), ("x-a", "1")])  # indexed fields only
     assert min(again) > 0x80, again
@@ -170,3 +173,86 @@ def test_answers_header_blocks_decode_as_hpack_decodes_them_whatever_the_table()
     assert (again, True) in answers._known
     answers.max_header_list_size = 1234
     assert answers._decoder.max_header_list_size == 1234
+
+
+def _frames_of(h2c: h2.connection.H2Connection, sid: int, path: str) -> None:
+    """Answer each stream of the unary requests below in another shape of frames HTTP/2 allows."""
+    fields, ack = _ack_answer(ROWS)
+    shape = path.split("/")[3]
+    if shape == "padded":  # HEADERS padded and with a priority (h2 sends neither as a server), DATA padded
+        headers = bytes([4]) + bytes(4) + bytes([15]) + h2c.encoder.encode(fields) + bytes(4)
+        h2c._data_to_send += (
+            len(headers).to_bytes(3) + bytes([1, 0x4 | 0x8 | 0x20]) + sid.to_bytes(4) + headers
+        )
+        data = bytes([9]) + ack + bytes(9)
+        h2c._data_to_send += len(data).to_bytes(3) + bytes([0, 0x1 | 0x8]) + sid.to_bytes(4) + data
+    elif shape == "continued":  # a header block beyond one frame: HEADERS, CONTINUATION
+        h2c.send_headers(sid, [*fields, ("x-long", "v" * 20_000)])
+        h2c.send_data(sid, ack, end_stream=True)
+    elif shape == "trailers":  # the stream ends with trailers, not with its DATA
+        h2c.send_headers(sid, fields)
+        h2c.send_data(sid, ack)
+        h2c.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+    elif shape == "unanswered":  # an error ended by its header block, continued beyond one frame
+        h2c.send_headers(sid, [(":status", "404"), ("x-long", "v" * 20_000)], end_stream=True)
+    elif shape == "reset":
+        h2c.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+    elif shape == "late":  # after the request timed out: its header block still updates the HPACK table
+        time.sleep(1.0)
+        h2c.send_headers(sid, [*fields, ("x-late", "1")])
+        h2c.send_data(sid, ack, end_stream=True)
+    else:
+        h2c.send_headers(sid, [*fields, ("x-late", "1")])
+        h2c.send_data(sid, ack, end_stream=True)
+
+
+def test_answers_in_every_frame_shape_reach_their_requests_beside_h2s_own() -> None:
+    """A unary request's answer is read from its frames whatever their shape (a priority, padding, a
+    header block continued, trailers, an answer of headers only, a reset) while requests h2 sends itself
+    (the SDK's) share the connection: each gets its own answer."""
+    shapes = ["padded", "continued", "trailers", "unanswered", "reset", "plain"]
+    with replying(_frames_of) as endpoint:
+
+        async def main() -> list[Any]:
+            async with _client(endpoint, timeout_s=10) as client:
+                transport = basin_transport(client, "b")
+                own = transport.unary_request("POST", "/v1/streams/plain/records", content=_message())
+                ours = [append_once(transport, s, _message(), ROWS) for s in shapes for _ in range(3)]
+                return await asyncio.wait_for(asyncio.gather(own, *ours, return_exceptions=True), 10)
+
+        own, *outcomes = asyncio.run(main())
+    assert own.status_code == 200
+    assert own.content == _ack_answer(ROWS)[1]
+    for shape, outcome in zip([s for s in shapes for _ in range(3)], outcomes, strict=True):
+        if shape == "unanswered":
+            assert isinstance(outcome, s2_sdk.S2ServerError), outcome
+            assert outcome.status_code == 404
+        elif shape == "reset":
+            assert isinstance(outcome, S2ClientError), outcome
+            assert isinstance(outcome.__cause__, sdk.ProtocolError), outcome.__cause__
+            assert outcome.__cause__.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        else:
+            assert isinstance(outcome, AppendAck), (shape, outcome)
+            assert (outcome.start.seq_num, outcome.end.seq_num) == (0, ROWS)
+
+
+def test_an_answer_after_its_request_timed_out_keeps_the_connection_readable() -> None:
+    """The answer to a request that timed out still arrives; its header block added a field to the HPACK
+    table, which the next answer refers to: that answer reads right on the same connection."""
+    with replying(_frames_of) as endpoint:
+
+        async def main() -> tuple[BaseException | AppendAck, AppendAck, int]:
+            async with _client(endpoint, timeout_s=0.3) as client:
+                transport = basin_transport(client, "b")
+                late = await asyncio.gather(
+                    append_once(transport, "late", _message(), ROWS), return_exceptions=True
+                )
+                await asyncio.sleep(1.5)
+                transport._request_timeout = 10
+                after = await append_once(transport, "next", _message(), ROWS)
+                return late[0], after, len(list(sdk.pooled_connections(transport)))
+
+        late, after, connections = asyncio.run(main())
+    assert isinstance(late, S2ClientError), late
+    assert (after.start.seq_num, after.end.seq_num) == (0, ROWS)
+    assert connections == 1

@@ -1,0 +1,81 @@
+"""`h2_frames.Split` hands the frames of the unary requests' streams to them and every other byte, in order,
+to h2, wherever the connection's reads cut the frames; a large frame of h2's is handed on as it comes."""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+
+from s2_sink._transport import h2_frames
+
+
+class _Answer:
+    """What one request's stream received: its frames' kinds, payloads, and whether the last ended it."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[int, bytes]] = []
+
+    def frame(self, kind: int, flags: int, payload: bytes) -> bool:
+        self.frames.append((kind, bytes(payload)))
+        return bool(flags & h2_frames.END_STREAM)
+
+
+def _pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    return client, server
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, 10, 4096, 1 << 20])
+def test_frames_reach_their_reader_wherever_reads_cut_them(cut: int) -> None:
+    """Streams of h2's and of unary requests, their answers interleaved (a 40,000-byte DATA frame of h2's
+    among them), read in pieces of `cut` bytes: h2 gets its streams' answers whole, each request its
+    frames."""
+    client, server = _pair()
+    split = h2_frames.Split(client)
+    theirs, ours = [], []
+    for i in range(4):
+        sid = client.get_next_available_stream_id()
+        if i % 2:
+            client.send_headers(
+                sid, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "a")]
+            )
+            theirs.append(sid)
+        else:
+            block = b"\x82\x84\x86\x41\x01a"  # :method GET, :path /, :scheme http, :authority a
+            sid = h2_frames.open_stream(client, block, end_stream=True)
+            split.ours[sid] = _Answer()
+            ours.append(sid)
+        server.receive_data(client.data_to_send())
+    client.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 65536})  # as a read session does
+    client.max_inbound_frame_size = 65536
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())  # the ACK
+    for sid in theirs + ours:
+        server.send_headers(sid, [(":status", "200")])
+    for sid in ours + theirs:
+        size = 40_000 if sid == theirs[0] else 10
+        server.send_data(sid, bytes([sid]) * size, end_stream=True)
+    stream = server.data_to_send()
+    answers = {sid: split.ours[sid] for sid in ours}
+    events = [e for at in range(0, len(stream), cut) for e in split(stream[at : at + cut])]
+    data = {
+        sid: b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived) and e.stream_id == sid)
+        for sid in theirs
+    }
+    assert data == {sid: bytes([sid]) * (40_000 if sid == theirs[0] else 10) for sid in theirs}
+    assert {e.stream_id for e in events if isinstance(e, h2.events.StreamEnded)} == set(theirs)
+    for sid, answer in answers.items():
+        assert [k for k, _ in answer.frames] == [h2_frames.HEADERS, h2_frames.DATA]
+        assert answer.frames[1][1] == bytes([sid]) * 10
+    assert not split.ours, "a request's stream was not ended"
+    assert not split._buffer
+    assert not split._rest
