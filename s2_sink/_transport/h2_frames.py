@@ -26,11 +26,16 @@ def queue(h2: H2Connection, kind: int, flags: int, stream_id: int, payload: byte
 
 
 def open_stream(h2: H2Connection, block: bytes, *, end_stream: bool) -> int:
-    """Open a stream with the encoded header `block` as its HEADERS frame; h2 gives its id and knows nothing
-    more of it. A pending dynamic table size change starts the block (RFC 7541, 4.2): h2's encoder's."""
+    """Open a stream with the encoded header `block`, in a HEADERS frame and as many CONTINUATION frames as
+    the peer's frame size asks (RFC 9113, 6.10); h2 gives its id and knows nothing more of it. A pending
+    dynamic table size change starts the block (RFC 7541, 4.2): h2's encoder's."""
     stream_id = h2.highest_outbound_stream_id = h2.get_next_available_stream_id()
-    resized = h2.encoder.encode([]) if h2.encoder.header_table.resized else b""
-    queue(h2, HEADERS, END_HEADERS | (END_STREAM if end_stream else 0), stream_id, resized + block)
+    block = (h2.encoder.encode([]) if h2.encoder.header_table.resized else b"") + block
+    kind, flags, size = HEADERS, END_STREAM if end_stream else 0, h2.max_outbound_frame_size
+    for at in range(0, len(block), size):
+        last = END_HEADERS if at + size >= len(block) else 0
+        queue(h2, kind, flags | last, stream_id, block[at : at + size])
+        kind, flags = CONTINUATION, 0
     return stream_id
 
 

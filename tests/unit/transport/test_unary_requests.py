@@ -30,11 +30,9 @@ def _message(rows: int = ROWS, size: int = 8) -> bytes:
     return encode_append_inputs(bodies, None, None, [0, rows], fencing_token=None)[0]
 
 
-def _client(endpoint: str, timeout_s: float = 60) -> s2_sdk.S2:
+def _client(endpoint: str, timeout_s: float = 60, token: str = "test") -> s2_sdk.S2:
     endpoints = s2_sdk.Endpoints(account=endpoint, basin=endpoint)
-    return s2_sdk.S2(
-        "test", endpoints=endpoints, timeout=s2_sdk.Timeout(request=timedelta(seconds=timeout_s))
-    )
+    return s2_sdk.S2(token, endpoints=endpoints, timeout=s2_sdk.Timeout(request=timedelta(seconds=timeout_s)))
 
 
 def _ack_answer(records: int) -> tuple[list[tuple[str, str]], bytes]:
@@ -140,6 +138,19 @@ def test_a_body_beyond_the_servers_window_is_sent_whole() -> None:
         ack = asyncio.run(main())
     assert (ack.start.seq_num, ack.end.seq_num) == (0, 400)
     assert received == [message]
+
+
+def test_a_header_block_beyond_the_servers_frame_size_is_continued() -> None:
+    """A request whose header block is larger than the server's frame size (16 KiB, S2's too) goes as a
+    HEADERS frame and CONTINUATION frames (RFC 9113, 4.2): the server reads it and answers."""
+    with answering(lambda body: _ack_answer(ROWS)) as endpoint:
+
+        async def main() -> AppendAck:
+            async with _client(endpoint, timeout_s=10, token="Q" * 40_000) as client:
+                return await append_once(basin_transport(client, "b"), "s", _message(), ROWS)
+
+        ack = asyncio.run(main())
+    assert (ack.start.seq_num, ack.end.seq_num) == (0, ROWS)
 
 
 def test_answer_header_fields_are_taken_as_the_server_sends_them() -> None:
