@@ -306,7 +306,7 @@ class _Unary:
         if not self._ended:
             conn = self._pc._conn
             conn._fail_stream(self, ReadTimeoutError("Request timed out"))
-            h2_frames.queue(conn._h2, h2_frames.RST_STREAM, 0, self.stream_id, (8).to_bytes(4))  # CANCEL
+            conn._h2.receive_data.cancel(self.stream_id, self._block, self._ends)  # `h2_frames.Split`
             _cork(conn)
 
     def _fail(self, exc: BaseException) -> None:

@@ -5,6 +5,7 @@ server's window, its answers' bytes acknowledged as they arrive, their header fi
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from datetime import timedelta
 from typing import Any
@@ -116,6 +117,26 @@ def test_a_request_never_answered_times_out_and_gives_its_stream_back() -> None:
     assert isinstance(outcome, S2ClientError), outcome
     assert isinstance(outcome.__cause__, sdk.ReadTimeoutError), outcome.__cause__
     assert open_streams == 0
+
+
+def test_requests_timed_out_are_let_go() -> None:
+    """Unary appends the server never answers (it honours their resets: nothing more comes on their
+    streams) time out and are let go: no request stays with the connection, its future and failure held."""
+    with answering(lambda body: None) as endpoint:
+
+        async def main() -> tuple[int, int, int]:
+            async with _client(endpoint, timeout_s=0.2) as client:
+                transport = basin_transport(client, "b")
+                appends = (append_once(transport, f"s{i}", _message(), ROWS) for i in range(20))
+                outcomes = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 10)
+                failed = sum(isinstance(o, S2ClientError) for o in outcomes)
+                del outcomes  # their causes' tracebacks hold the requests
+                await asyncio.sleep(0)  # the streams are given back after the failures
+                (conn,) = list(sdk.pooled_connections(transport))
+                gc.collect()
+                return failed, len(conn._streams), sum(isinstance(o, sdk._Unary) for o in gc.get_objects())
+
+        assert asyncio.run(main()) == (20, 0, 0)
 
 
 def test_a_body_beyond_the_servers_window_is_sent_whole() -> None:
