@@ -298,6 +298,8 @@ class _Unary:
             return False
         if ends:
             self.end_stream_received = True
+            if self._rest:  # answered before the whole body went: closed as RFC 9113, 8.1 allows
+                h2_frames.queue(self._pc._conn._h2, h2_frames.RST_STREAM, 0, self.stream_id, bytes(4))
             self.set()
         return bool(ends)
 

@@ -21,7 +21,7 @@ from s2_sink._transport.append_session import append_once, basin_transport
 from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.unit.transport._odd_servers import answering, replying
+from tests.unit.transport._odd_servers import answering, plain_http2_404, replying
 
 ROWS = 10
 
@@ -172,6 +172,29 @@ def test_a_header_block_beyond_the_servers_frame_size_is_continued() -> None:
 
         ack = asyncio.run(main())
     assert (ack.start.seq_num, ack.end.seq_num) == (0, ROWS)
+
+
+def test_an_answer_before_the_whole_body_closes_the_stream() -> None:
+    """A server that answers a unary append before taking its whole body (a proxy's 404 on the headers,
+    the server's window never opened) has the stream closed by the client (RST_STREAM, NO_ERROR: RFC 9113,
+    8.1): no stream stays open at the server, counting against its limit."""
+    open_streams: list[int] = []
+    with plain_http2_404(open_streams) as endpoint:
+
+        async def main() -> BaseException | AppendAck:
+            async with _client(endpoint, timeout_s=10) as client:
+                big = _message(rows=100, size=1000)  # beyond the server's window
+                append = append_once(basin_transport(client, "b"), "s", big, 100)
+                (outcome,) = await asyncio.gather(append, return_exceptions=True)
+                for _ in range(100):  # the server's reads after the answer
+                    if open_streams[-1:] == [0]:
+                        break
+                    await asyncio.sleep(0.02)
+                return outcome
+
+        outcome = asyncio.run(main())
+    assert isinstance(outcome, s2_sdk.S2ServerError), outcome
+    assert open_streams[-1] == 0
 
 
 def test_answer_header_fields_are_taken_as_the_server_sends_them() -> None:
