@@ -158,7 +158,7 @@ class _Unary:
         self.window_updated: Any = _NO_EVENT
         self._block, self._rest, self._window, self._initial, self._ends = b"", b"", 0, 0, 0
 
-    # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
+    # The SDK's names on a request's state; nothing stays unacknowledged (`h2_frames.Split` acknowledges).
     response_headers = data_queue = ended = property(lambda self: self)
     unacked_flow_bytes = property(lambda self: 0, lambda self, _: None)
 
