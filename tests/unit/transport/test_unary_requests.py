@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -124,19 +125,21 @@ def test_requests_timed_out_are_let_go() -> None:
     streams) time out and are let go: no request stays with the connection, its future and failure held."""
     with answering(lambda body: None) as endpoint:
 
-        async def main() -> tuple[int, int, int]:
+        async def main() -> tuple[int, int, int, int]:
             async with _client(endpoint, timeout_s=0.2) as client:
                 transport = basin_transport(client, "b")
-                appends = (append_once(transport, f"s{i}", _message(), ROWS) for i in range(20))
+                appends = [append_once(transport, f"s{i}", _message(), ROWS) for i in range(20)]
+                mine = (o for o in gc.get_objects() if isinstance(o, sdk._Unary) and o.future in appends)
+                requests = [weakref.ref(o) for o in mine]
                 outcomes = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 10)
                 failed = sum(isinstance(o, S2ClientError) for o in outcomes)
-                del outcomes  # their causes' tracebacks hold the requests
+                del appends, outcomes  # their failures' tracebacks hold the requests
                 await asyncio.sleep(0)  # the streams are given back after the failures
                 (conn,) = list(sdk.pooled_connections(transport))
                 gc.collect()
-                return failed, len(conn._streams), sum(isinstance(o, sdk._Unary) for o in gc.get_objects())
+                return len(requests), failed, len(conn._streams), sum(r() is not None for r in requests)
 
-        assert asyncio.run(main()) == (20, 0, 0)
+        assert asyncio.run(main()) == (20, 20, 0, 0)
 
 
 def test_a_body_beyond_the_servers_window_is_sent_whole() -> None:
