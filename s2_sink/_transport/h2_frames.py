@@ -6,6 +6,7 @@ SDK's own streams); `Split` hands it every frame but those of the requests' stre
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from hpack import Decoder
 
 __all__ = ["CONTINUATION", "DATA", "END_HEADERS", "END_STREAM", "HEADERS", "RST_STREAM", "WINDOW_UPDATE"]
-__all__ += ["Answers", "Split", "open_stream", "queue"]
+__all__ += ["Answers", "Cancelled", "Split", "open_stream", "queue"]
 
 DATA, HEADERS, RST_STREAM, WINDOW_UPDATE, CONTINUATION = 0x0, 0x1, 0x3, 0x8, 0x9
 END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
@@ -26,11 +27,16 @@ def queue(h2: H2Connection, kind: int, flags: int, stream_id: int, payload: byte
 
 
 def open_stream(h2: H2Connection, block: bytes, *, end_stream: bool) -> int:
-    """Open a stream with the encoded header `block` as its HEADERS frame; h2 gives its id and knows nothing
-    more of it. A pending dynamic table size change starts the block (RFC 7541, 4.2): h2's encoder's."""
+    """Open a stream with the encoded header `block`, in a HEADERS frame and as many CONTINUATION frames as
+    the peer's frame size asks (RFC 9113, 6.10); h2 gives its id and knows nothing more of it. A pending
+    dynamic table size change starts the block (RFC 7541, 4.2): h2's encoder's."""
     stream_id = h2.highest_outbound_stream_id = h2.get_next_available_stream_id()
-    resized = h2.encoder.encode([]) if h2.encoder.header_table.resized else b""
-    queue(h2, HEADERS, END_HEADERS | (END_STREAM if end_stream else 0), stream_id, resized + block)
+    block = (h2.encoder.encode([]) if h2.encoder.header_table.resized else b"") + block
+    kind, flags, size = HEADERS, END_STREAM if end_stream else 0, h2.max_outbound_frame_size
+    for at in range(0, len(block), size):
+        last = END_HEADERS if at + size >= len(block) else 0
+        queue(h2, kind, flags | last, stream_id, block[at : at + size])
+        kind, flags = CONTINUATION, 0
     return stream_id
 
 
@@ -44,7 +50,19 @@ class Split:
         self._h2, self._h2_receive = h2, h2.receive_data
         self._buffer = bytearray()  # the start of a frame not yet known to be h2's, or one of ours
         self._rest = 0  # what is still to come of a frame of h2's begun
-        self.ours: dict[int, Any] = {}  # `sdk._Unary` by stream id: ``frame`` takes each frame
+        self.ours: dict[int, Any] = {}  # `sdk._Unary` or `Cancelled` by stream id: ``frame`` takes each frame
+        self._cancelled: deque[int] = deque()  # the streams given a `Cancelled`, oldest first
+
+    def cancel(self, stream_id: int, block: bytes = b"", ends: int = 0) -> None:
+        """Reset a request's stream (CANCEL) and read its frames still coming as `Cancelled`'s, for as many
+        streams as h2 remembers of its own reset ones; the oldest's frames then go to h2."""
+        queue(self._h2, RST_STREAM, 0, stream_id, (8).to_bytes(4))
+        self.ours[stream_id] = Cancelled(self._h2.decoder, block, ends)
+        self._cancelled.append(stream_id)
+        if len(self._cancelled) > self._h2.MAX_CLOSED_STREAMS:
+            oldest = self._cancelled.popleft()
+            if isinstance(self.ours.get(oldest), Cancelled):
+                del self.ours[oldest]
 
     def __call__(self, data: bytes) -> list[Any]:
         events: list[Any] = []
@@ -81,6 +99,27 @@ class Split:
         if consumed:
             queue(self._h2, WINDOW_UPDATE, 0, 0, consumed.to_bytes(4))
         return events
+
+
+class Cancelled:
+    """A reset request's stream, its request let go: what the server sent before the reset still comes, and
+    its header blocks go through the connection's HPACK decoder, whose table they may change."""
+
+    __slots__ = ("_block", "_decoder", "_ends")
+
+    def __init__(self, decoder: Any, block: bytes, ends: int) -> None:
+        self._decoder, self._block, self._ends = decoder, block, ends  # a header block begun, its END_STREAM
+
+    def frame(self, kind: int, flags: int, payload: bytes) -> bool:
+        if kind in (HEADERS, CONTINUATION):
+            self._block += payload
+            self._ends = flags & END_STREAM if kind == HEADERS else self._ends
+            if not flags & END_HEADERS:
+                return False
+            self._decoder.decode(self._block)
+            self._block = b""
+            return bool(self._ends)
+        return kind == RST_STREAM or (kind == DATA and bool(flags & END_STREAM))
 
 
 class Answers:

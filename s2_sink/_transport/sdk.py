@@ -158,7 +158,7 @@ class _Unary:
         self.window_updated: Any = _NO_EVENT
         self._block, self._rest, self._window, self._initial, self._ends = b"", b"", 0, 0, 0
 
-    # The SDK's names on a request's state; nothing stays unacknowledged (see `put_nowait`).
+    # The SDK's names on a request's state; nothing stays unacknowledged (`h2_frames.Split` acknowledges).
     response_headers = data_queue = ended = property(lambda self: self)
     unacked_flow_bytes = property(lambda self: 0, lambda self, _: None)
 
@@ -298,6 +298,8 @@ class _Unary:
             return False
         if ends:
             self.end_stream_received = True
+            if self._rest:  # answered before the whole body went: closed as RFC 9113, 8.1 allows
+                h2_frames.queue(self._pc._conn._h2, h2_frames.RST_STREAM, 0, self.stream_id, bytes(4))
             self.set()
         return bool(ends)
 
@@ -306,7 +308,7 @@ class _Unary:
         if not self._ended:
             conn = self._pc._conn
             conn._fail_stream(self, ReadTimeoutError("Request timed out"))
-            h2_frames.queue(conn._h2, h2_frames.RST_STREAM, 0, self.stream_id, (8).to_bytes(4))  # CANCEL
+            conn._h2.receive_data.cancel(self.stream_id, self._block, self._ends)  # `h2_frames.Split`
             _cork(conn)
 
     def _fail(self, exc: BaseException) -> None:

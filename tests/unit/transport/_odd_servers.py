@@ -46,8 +46,9 @@ def _serving(handle: object) -> Iterator[str]:
                 conn.close()
 
 
-def _answer_404(conn: socket.socket) -> None:
-    """Speak HTTP/2 and answer every request 404 with a plain-text body, as a web server or proxy would."""
+def _answer_404(open_streams: list[int], conn: socket.socket) -> None:
+    """Speak HTTP/2 and answer every request 404 with a plain-text body, as a web server or proxy would; after
+    each read, how many of its streams are still open goes to `open_streams`."""
     h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
     h2c.initiate_connection()
     with contextlib.suppress(OSError):
@@ -60,11 +61,13 @@ def _answer_404(conn: socket.socket) -> None:
                     h2c.send_headers(sid, [(":status", "404"), ("content-type", "text/plain")])
                     h2c.send_data(sid, b"404 page not found", end_stream=True)
             conn.sendall(h2c.data_to_send())
+            open_streams.append(h2c.open_inbound_streams)
 
 
-def plain_http2_404() -> contextlib.AbstractContextManager[str]:
-    """An h2c server answering 404 "page not found" (no S2 error code) to everything; yields its URL."""
-    return _serving(_answer_404)
+def plain_http2_404(open_streams: list[int] | None = None) -> contextlib.AbstractContextManager[str]:
+    """An h2c server answering 404 "page not found" (no S2 error code) to everything (`_answer_404`); yields
+    its URL."""
+    return _serving(functools.partial(_answer_404, [] if open_streams is None else open_streams))
 
 
 def silent() -> contextlib.AbstractContextManager[str]:

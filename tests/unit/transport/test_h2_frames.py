@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 import pytest
@@ -79,3 +80,26 @@ def test_frames_reach_their_reader_wherever_reads_cut_them(cut: int) -> None:
     assert not split.ours, "a request's stream was not ended"
     assert not split._buffer
     assert not split._rest
+
+
+def test_reset_streams_are_read_for_as_many_as_h2_remembers_of_its_own() -> None:
+    """A request's stream reset (`Split.cancel`: RST_STREAM with CANCEL) still takes the frames sent before
+    the reset came: its header blocks go through the connection's HPACK decoder, and its end lets it go. As
+    many are kept as h2 keeps of its own reset streams, the oldest let go first."""
+    client, server = _pair()
+    client.MAX_CLOSED_STREAMS = 2
+    split = h2_frames.Split(client)
+    sids = [h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True) for _ in range(3)]
+    server.receive_data(client.data_to_send())
+    server.send_headers(sids[1], [(":status", "200"), ("x-a", "1")])  # x-a enters the HPACK table
+    server.send_headers(sids[2], [(":status", "200"), ("x-a", "1")], end_stream=True)
+    for sid in sids:
+        split.ours[sid] = _Answer()
+        split.cancel(sid)
+    assert list(split.ours) == sids[1:]
+    resets = server.receive_data(client.data_to_send())
+    cancelled = [(sid, h2.errors.ErrorCodes.CANCEL) for sid in sids[:2]]  # the third closed by its answer
+    assert [(e.stream_id, e.error_code) for e in resets] == cancelled
+    assert split(server.data_to_send()) == []
+    assert list(split.ours) == sids[1:2]
+    assert (b"x-a", b"1") in client.decoder.header_table.dynamic_entries

@@ -5,7 +5,9 @@ server's window, its answers' bytes acknowledged as they arrive, their header fi
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +22,7 @@ from s2_sink._transport.append_session import append_once, basin_transport
 from s2_sink._wire.append.proto import encode_append_inputs
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
-from tests.unit.transport._odd_servers import answering, replying
+from tests.unit.transport._odd_servers import answering, plain_http2_404, replying
 
 ROWS = 10
 
@@ -30,11 +32,9 @@ def _message(rows: int = ROWS, size: int = 8) -> bytes:
     return encode_append_inputs(bodies, None, None, [0, rows], fencing_token=None)[0]
 
 
-def _client(endpoint: str, timeout_s: float = 60) -> s2_sdk.S2:
+def _client(endpoint: str, timeout_s: float = 60, token: str = "test") -> s2_sdk.S2:
     endpoints = s2_sdk.Endpoints(account=endpoint, basin=endpoint)
-    return s2_sdk.S2(
-        "test", endpoints=endpoints, timeout=s2_sdk.Timeout(request=timedelta(seconds=timeout_s))
-    )
+    return s2_sdk.S2(token, endpoints=endpoints, timeout=s2_sdk.Timeout(request=timedelta(seconds=timeout_s)))
 
 
 def _ack_answer(records: int) -> tuple[list[tuple[str, str]], bytes]:
@@ -120,6 +120,28 @@ def test_a_request_never_answered_times_out_and_gives_its_stream_back() -> None:
     assert open_streams == 0
 
 
+def test_requests_timed_out_are_let_go() -> None:
+    """Unary appends the server never answers (it honours their resets: nothing more comes on their
+    streams) time out and are let go: no request stays with the connection, its future and failure held."""
+    with answering(lambda body: None) as endpoint:
+
+        async def main() -> tuple[int, int, int, int]:
+            async with _client(endpoint, timeout_s=0.2) as client:
+                transport = basin_transport(client, "b")
+                appends = [append_once(transport, f"s{i}", _message(), ROWS) for i in range(20)]
+                mine = (o for o in gc.get_objects() if isinstance(o, sdk._Unary) and o.future in appends)
+                requests = [weakref.ref(o) for o in mine]
+                outcomes = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), 10)
+                failed = sum(isinstance(o, S2ClientError) for o in outcomes)
+                del appends, outcomes  # their failures' tracebacks hold the requests
+                await asyncio.sleep(0)  # the streams are given back after the failures
+                (conn,) = list(sdk.pooled_connections(transport))
+                gc.collect()
+                return len(requests), failed, len(conn._streams), sum(r() is not None for r in requests)
+
+        assert asyncio.run(main()) == (20, 20, 0, 0)
+
+
 def test_a_body_beyond_the_servers_window_is_sent_whole() -> None:
     """A unary append larger than the server's flow-control window (65,535 bytes) sends what the window
     takes at once and the rest as the server opens it: the server receives the whole message."""
@@ -140,6 +162,42 @@ def test_a_body_beyond_the_servers_window_is_sent_whole() -> None:
         ack = asyncio.run(main())
     assert (ack.start.seq_num, ack.end.seq_num) == (0, 400)
     assert received == [message]
+
+
+def test_a_header_block_beyond_the_servers_frame_size_is_continued() -> None:
+    """A request whose header block is larger than the server's frame size (16 KiB, S2's too) goes as a
+    HEADERS frame and CONTINUATION frames (RFC 9113, 4.2): the server reads it and answers."""
+    with answering(lambda body: _ack_answer(ROWS)) as endpoint:
+
+        async def main() -> AppendAck:
+            async with _client(endpoint, timeout_s=10, token="Q" * 40_000) as client:
+                return await append_once(basin_transport(client, "b"), "s", _message(), ROWS)
+
+        ack = asyncio.run(main())
+    assert (ack.start.seq_num, ack.end.seq_num) == (0, ROWS)
+
+
+def test_an_answer_before_the_whole_body_closes_the_stream() -> None:
+    """A server that answers a unary append before taking its whole body (a proxy's 404 on the headers,
+    the server's window never opened) has the stream closed by the client (RST_STREAM, NO_ERROR: RFC 9113,
+    8.1): no stream stays open at the server, counting against its limit."""
+    open_streams: list[int] = []
+    with plain_http2_404(open_streams) as endpoint:
+
+        async def main() -> BaseException | AppendAck:
+            async with _client(endpoint, timeout_s=10) as client:
+                big = _message(rows=100, size=1000)  # beyond the server's window
+                append = append_once(basin_transport(client, "b"), "s", big, 100)
+                (outcome,) = await asyncio.gather(append, return_exceptions=True)
+                for _ in range(100):  # the server's reads after the answer
+                    if open_streams[-1:] == [0]:
+                        break
+                    await asyncio.sleep(0.02)
+                return outcome
+
+        outcome = asyncio.run(main())
+    assert isinstance(outcome, s2_sdk.S2ServerError), outcome
+    assert open_streams[-1] == 0
 
 
 def test_answer_header_fields_are_taken_as_the_server_sends_them() -> None:
