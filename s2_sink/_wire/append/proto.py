@@ -89,6 +89,12 @@ def encode_append_inputs(
     _check_per_chunk(match_seq_nums, chunks, "match_seq_nums")
     _check_per_chunk(first_record_headers, chunks, "first_record_headers")
     token = fencing_token_field(fencing_token)
+    # Argument errors before any row is encoded (a row's EncodeError would hide them).
+    matches = (
+        [b""] * chunks
+        if match_seq_nums is None
+        else [_match_field(c, m) for c, m in enumerate(match_seq_nums)]
+    )
     # Chunks are slices of the rows encoded once; a tagged first record is written again in plain Python.
     data, offsets = encode_records(body, headers, timestamp, leading)
     ends = offsets.tolist()
@@ -96,8 +102,7 @@ def encode_append_inputs(
     for c, (lo, hi) in enumerate(itertools.pairwise(cuts.tolist())):
         extra = first_record_headers[c] if first_record_headers else ()
         first = row_field(lo, body, headers, timestamp, leading, extra=extra) if extra else b""
-        match = _match_field(c, match_seq_nums[c]) if match_seq_nums else b""
-        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, match, token)))
+        out.append(b"".join((first, data[ends[lo + 1 if extra else lo] : ends[hi]].data, matches[c], token)))
     return out
 
 

@@ -550,3 +550,18 @@ def test_packed_literal_and_multibyte_key_fields(
     varints = [pb.AppendRecord(timestamp=v).SerializeToString()[1:] for v, _ in rows]  # less the 0x08 key
     want = [literal + (key + varint if p else b"") for varint, (_, p) in zip(varints, rows, strict=True)]
     assert [data[lo:hi].tobytes() for lo, hi in itertools.pairwise(offsets.tolist())] == want
+
+
+def test_a_bad_match_seq_num_is_reported_before_a_bad_row() -> None:
+    """An argument error names the argument, not the first bad row the encoding would meet."""
+    with pytest.raises(ValueError, match=r"match_seq_nums\[0\] is -1"):
+        append_proto.encode_append_inputs(
+            pa.array([b"a", None]), None, None, [0, 2], fencing_token=None, match_seq_nums=[-1]
+        )
+
+
+def test_match_seq_nums_may_be_any_sequence_of_per_chunk_values() -> None:
+    out = append_proto.encode_append_inputs(
+        pa.array([b"a", b"b"]), None, None, [0, 1, 2], fencing_token=None, match_seq_nums=np.array([1, 2])
+    )
+    assert [o.hex() for o in out] == ["0a031a01611001", "0a031a01621002"]
