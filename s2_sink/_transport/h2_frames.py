@@ -49,9 +49,11 @@ class Split:
     def __init__(self, h2: H2Connection) -> None:
         self._h2, self._h2_receive = h2, h2.receive_data
         # The start of a frame not yet known to be h2's, or one of ours, in the pieces it came in, joined
-        # once there are `_whole` bytes (its header, or all of it).
-        self._held: list[bytes] = []
-        self._size, self._whole = 0, 9
+        # once there are `_whole` bytes (its header, or all of it). It starts with what h2 holds of a frame
+        # begun (a read session's), taken from h2: this reads from that frame's start, not its middle.
+        pending = h2.incoming_buffer._data
+        self._held, self._size, self._whole = [bytes(pending)] if pending else [], len(pending), 9
+        del pending[:]
         self._rest = 0  # what is still to come of a frame of h2's begun
         self.ours: dict[int, Any] = {}  # `sdk._Unary` or `Cancelled` by stream id: ``frame`` takes each frame
         self._cancelled: deque[int] = deque()  # the streams given a `Cancelled`, oldest first

@@ -193,3 +193,35 @@ def test_any_cuts_of_the_reads_give_what_one_read_gives(cuts: list[int]) -> None
     assert {sid: a.frames for sid, a in answers.items()} == {sid: a.frames for sid, a in expected.items()}
     assert not split.ours
     assert not split._held
+
+
+@pytest.mark.parametrize("half", [3, 9, 30])
+def test_installed_while_h2_holds_part_of_a_frame_it_reads_from_that_frames_start(half: int) -> None:
+    """`Split` put on a connection whose h2 has read part of a frame (a read session's large DATA frame):
+    it takes that part from h2, so the frame's rest is not read as a frame's start: h2 gets the events a
+    plain h2 gets, and a request opened after gets its answer."""
+    plain, server = _pair()
+    client, twin = _pair()
+    for h2c, peer in ((plain, server), (client, twin)):
+        sid = h2c.get_next_available_stream_id()
+        h2c.send_headers(sid, _GET)
+        peer.receive_data(h2c.data_to_send())
+        peer.send_headers(sid, [(":status", "200")])
+        peer.send_data(sid, b"r" * 1000)
+    stream = server.data_to_send()
+    assert twin.data_to_send() == stream
+    expected = _seen(plain.receive_data(stream))
+    cut = len(stream) - 1009 + half  # inside the DATA frame: its header's first bytes, or its payload's
+    events = client.receive_data(stream[:cut])
+    split = h2_frames.Split(client)
+    assert not client.incoming_buffer._data
+    events += split(stream[cut:])
+    assert _seen(events) == expected
+    ours = h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True)
+    answer = split.ours[ours] = _Answer()
+    twin.receive_data(client.data_to_send())
+    twin.send_headers(ours, [(":status", "200")])
+    twin.send_data(ours, b"ok", end_stream=True)
+    assert split(twin.data_to_send()) == []
+    assert [k for k, _ in answer.frames] == [h2_frames.HEADERS, h2_frames.DATA]
+    assert answer.frames[1][1] == b"ok"
