@@ -48,7 +48,12 @@ class Split:
 
     def __init__(self, h2: H2Connection) -> None:
         self._h2, self._h2_receive = h2, h2.receive_data
-        self._buffer = bytearray()  # the start of a frame not yet known to be h2's, or one of ours
+        # The start of a frame not yet known to be h2's, or one of ours, in the pieces it came in, joined
+        # once there are `_whole` bytes (its header, or all of it). It starts with what h2 holds of a frame
+        # begun (a read session's), taken from h2: this reads from that frame's start, not its middle.
+        pending = h2.incoming_buffer._data
+        self._held, self._size, self._whole = [bytes(pending)] if pending else [], len(pending), 9
+        del pending[:]
         self._rest = 0  # what is still to come of a frame of h2's begun
         self.ours: dict[int, Any] = {}  # `sdk._Unary` or `Cancelled` by stream id: ``frame`` takes each frame
         self._cancelled: deque[int] = deque()  # the streams given a `Cancelled`, oldest first
@@ -70,9 +75,14 @@ class Split:
             rest, self._rest = self._rest, max(self._rest - len(data), 0)
             events += self._h2_receive(data[:rest])
             data = data[rest:]
-        if self._buffer:
-            data, self._buffer = bytes(self._buffer + data), bytearray()
+        if self._held:
+            self._held.append(data)
+            self._size += len(data)
+            if self._size < self._whole:
+                return events
+            data, self._held = b"".join(self._held), []
         at = start = consumed = 0
+        whole = 9
         while len(data) - at >= 9:
             end = at + 9 + int.from_bytes(data[at : at + 3])
             stream_id = int.from_bytes(data[at + 5 : at + 9]) & 0x7FFFFFFF
@@ -81,6 +91,7 @@ class Split:
                 self._rest, at = max(end - len(data), 0), min(end, len(data))
                 continue
             if end > len(data):  # ours, not whole yet
+                whole = end - at
                 break
             if start < at:
                 events += self._h2_receive(data[start:at])
@@ -95,7 +106,8 @@ class Split:
             start = at = end
         if start < at:
             events += self._h2_receive(data[start:at])
-        self._buffer += data[at:]
+        held = data[at:]
+        self._held, self._size, self._whole = [held] if held else [], len(held), whole
         if consumed:
             queue(self._h2, WINDOW_UPDATE, 0, 0, consumed.to_bytes(4))
         return events

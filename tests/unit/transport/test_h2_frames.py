@@ -3,12 +3,17 @@ to h2, wherever the connection's reads cut the frames; a large frame of h2's is 
 
 from __future__ import annotations
 
+import itertools
+import tracemalloc
+
 import h2.config
 import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from s2_sink._transport import h2_frames
 
@@ -78,7 +83,7 @@ def test_frames_reach_their_reader_wherever_reads_cut_them(cut: int) -> None:
         assert [k for k, _ in answer.frames] == [h2_frames.HEADERS, h2_frames.DATA]
         assert answer.frames[1][1] == bytes([sid]) * 10
     assert not split.ours, "a request's stream was not ended"
-    assert not split._buffer
+    assert not split._held
     assert not split._rest
 
 
@@ -103,3 +108,120 @@ def test_reset_streams_are_read_for_as_many_as_h2_remembers_of_its_own() -> None
     assert split(server.data_to_send()) == []
     assert list(split.ours) == sids[1:2]
     assert (b"x-a", b"1") in client.decoder.header_table.dynamic_entries
+
+
+_GET = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "a")]
+
+
+def _our_frame(sid: int, payload: bytes) -> bytes:
+    """A DATA frame ending stream `sid`, as a server sends an answer's body."""
+    kind_flags = bytes((h2_frames.DATA, h2_frames.END_STREAM))
+    return len(payload).to_bytes(3) + kind_flags + sid.to_bytes(4) + payload
+
+
+def test_a_frame_of_ours_read_in_small_pieces_is_joined_once() -> None:
+    """A large answer frame arriving in many small reads is held as it came and joined once, whole: no read
+    copies what came before it (tracemalloc's peak over each read stays about the read's own size)."""
+    client, _ = _pair()
+    split = h2_frames.Split(client)
+    sid = h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True)
+    answer = split.ours[sid] = _Answer()
+    frame, piece = _our_frame(sid, bytes(1 << 20)), 4096
+    tracemalloc.start()
+    try:
+        peaks = []
+        for at in range(0, len(frame) - piece, piece):
+            chunk = frame[at : at + piece]
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            assert split(chunk) == []
+            peaks.append(tracemalloc.get_traced_memory()[1] - before)
+    finally:
+        tracemalloc.stop()
+    assert max(peaks) < 4 * piece, max(peaks)
+    assert split(frame[at + piece :]) == []
+    assert answer.frames == [(h2_frames.DATA, bytes(1 << 20))]
+
+
+def _conversation() -> tuple[h2.connection.H2Connection, bytes, list[int]]:
+    """A client with streams of h2's and of unary requests, and what the server answers all of them: headers,
+    a large DATA frame of h2's, small ones, an answer split over two DATA frames."""
+    client, server = _pair()
+    client.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 65536})
+    client.max_inbound_frame_size = 65536
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    theirs, ours = [], []
+    for i in range(4):
+        if i % 2:
+            sid = client.get_next_available_stream_id()
+            client.send_headers(sid, _GET)
+            theirs.append(sid)
+        else:
+            ours.append(h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True))
+    server.receive_data(client.data_to_send())
+    for sid in theirs + ours:
+        server.send_headers(sid, [(":status", "200"), ("x-n", str(sid))])
+    for sid in ours + theirs:
+        server.send_data(sid, bytes([sid]) * (50_000 if sid == theirs[0] else 30))
+        server.send_data(sid, bytes([sid]) * 7, end_stream=True)
+    return client, server.data_to_send(), ours
+
+
+def _seen(events: list[object]) -> list[tuple[object, ...]]:
+    fields = ("stream_id", "data", "headers")
+    return [(type(e).__name__, *(getattr(e, a, None) for a in fields)) for e in events]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=1 << 17), max_size=30))
+def test_any_cuts_of_the_reads_give_what_one_read_gives(cuts: list[int]) -> None:
+    """However the connection's reads cut the bytes, h2 gets the same events and each request the same
+    frames as from one read of all of them."""
+    whole_client, stream, ours = _conversation()
+    whole = h2_frames.Split(whole_client)
+    whole.ours.update({sid: _Answer() for sid in ours})
+    expected = {sid: whole.ours[sid] for sid in ours}
+    expected_events = _seen(whole(stream))
+    client, _, _ = _conversation()
+    split = h2_frames.Split(client)
+    split.ours.update({sid: _Answer() for sid in ours})
+    answers = dict(split.ours)
+    bounds = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    events = [e for lo, hi in itertools.pairwise(bounds) for e in split(stream[lo:hi])]
+    assert _seen(events) == expected_events
+    assert {sid: a.frames for sid, a in answers.items()} == {sid: a.frames for sid, a in expected.items()}
+    assert not split.ours
+    assert not split._held
+
+
+@pytest.mark.parametrize("half", [3, 9, 30])
+def test_installed_while_h2_holds_part_of_a_frame_it_reads_from_that_frames_start(half: int) -> None:
+    """`Split` put on a connection whose h2 has read part of a frame (a read session's large DATA frame):
+    it takes that part from h2, so the frame's rest is not read as a frame's start: h2 gets the events a
+    plain h2 gets, and a request opened after gets its answer."""
+    plain, server = _pair()
+    client, twin = _pair()
+    for h2c, peer in ((plain, server), (client, twin)):
+        sid = h2c.get_next_available_stream_id()
+        h2c.send_headers(sid, _GET)
+        peer.receive_data(h2c.data_to_send())
+        peer.send_headers(sid, [(":status", "200")])
+        peer.send_data(sid, b"r" * 1000)
+    stream = server.data_to_send()
+    assert twin.data_to_send() == stream
+    expected = _seen(plain.receive_data(stream))
+    cut = len(stream) - 1009 + half  # inside the DATA frame: its header's first bytes, or its payload's
+    events = client.receive_data(stream[:cut])
+    split = h2_frames.Split(client)
+    assert not client.incoming_buffer._data
+    events += split(stream[cut:])
+    assert _seen(events) == expected
+    ours = h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True)
+    answer = split.ours[ours] = _Answer()
+    twin.receive_data(client.data_to_send())
+    twin.send_headers(ours, [(":status", "200")])
+    twin.send_data(ours, b"ok", end_stream=True)
+    assert split(twin.data_to_send()) == []
+    assert [k for k, _ in answer.frames] == [h2_frames.HEADERS, h2_frames.DATA]
+    assert answer.frames[1][1] == b"ok"

@@ -188,6 +188,7 @@ def test_attributes_of_live_objects_the_boundary_reaches(lite: LiteServer) -> No
                 "remote_settings.initial_window_size",
                 "max_outbound_frame_size",
                 "_data_to_send",
+                "incoming_buffer._data",
             )
             missing += [m for path in paths if (m := _missing(state, path))]
             await sdk.advertise_settings(conns[0], {})
