@@ -6,8 +6,9 @@ import pytest
 
 from benchmarks.read_modules import main
 
-# Issue #34's bound, for every format: each format's rows are one module, picked by the task's `ranges`.
-_MOST_MODULES = {"raw": 8, "json": 8, "kafka": 8, "upsert": 8}
+# Each format's rows are one module, picked by the task's `ranges`. The ninth is the unary requests' own
+# HTTP/2 frames (`_transport.h2_frames`), beside the SDK boundary that would be 585 lines with them.
+_MOST_MODULES = {"raw": 9, "json": 9, "kafka": 9, "upsert": 9}
 
 
 @pytest.mark.slow  # a lite server and a traced read per format: seconds each, kept out of make test-fast
