@@ -137,3 +137,15 @@ def _replying(reply: Reply, conn: socket.socket) -> None:
 def replying(reply: Reply) -> contextlib.AbstractContextManager[str]:
     """An h2c server answering each request as `reply` queues it (`_replying`); yields its URL."""
     return _serving(functools.partial(_replying, reply))
+
+
+def h2_pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
+    """An h2 client and server, their connection prefaces and settings exchanged (bytes passed by hand)."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    return client, server

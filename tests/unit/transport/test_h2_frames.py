@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from s2_sink._transport import h2_frames
+from tests.unit.transport._odd_servers import h2_pair
 
 
 class _Answer:
@@ -29,23 +30,12 @@ class _Answer:
         return bool(flags & h2_frames.END_STREAM)
 
 
-def _pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-    client.initiate_connection()
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
-    return client, server
-
-
 @pytest.mark.parametrize("cut", [1, 5, 9, 10, 4096, 1 << 20])
 def test_frames_reach_their_reader_wherever_reads_cut_them(cut: int) -> None:
     """Streams of h2's and of unary requests, their answers interleaved (a 40,000-byte DATA frame of h2's
     among them), read in pieces of `cut` bytes: h2 gets its streams' answers whole, each request its
     frames."""
-    client, server = _pair()
+    client, server = h2_pair()
     split = h2_frames.Split(client)
     theirs, ours = [], []
     for i in range(4):
@@ -91,7 +81,7 @@ def test_reset_streams_are_read_for_as_many_as_h2_remembers_of_its_own() -> None
     """A request's stream reset (`Split.cancel`: RST_STREAM with CANCEL) still takes the frames sent before
     the reset came: its header blocks go through the connection's HPACK decoder, and its end lets it go. As
     many are kept as h2 keeps of its own reset streams, the oldest let go first."""
-    client, server = _pair()
+    client, server = h2_pair()
     client.MAX_CLOSED_STREAMS = 2
     split = h2_frames.Split(client)
     sids = [h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True) for _ in range(3)]
@@ -122,7 +112,7 @@ def _our_frame(sid: int, payload: bytes) -> bytes:
 def test_a_frame_of_ours_read_in_small_pieces_is_joined_once() -> None:
     """A large answer frame arriving in many small reads is held as it came and joined once, whole: no read
     copies what came before it (tracemalloc's peak over each read stays about the read's own size)."""
-    client, _ = _pair()
+    client, _ = h2_pair()
     split = h2_frames.Split(client)
     sid = h2_frames.open_stream(client, b"\x82\x84\x86\x41\x01a", end_stream=True)
     answer = split.ours[sid] = _Answer()
@@ -146,7 +136,7 @@ def test_a_frame_of_ours_read_in_small_pieces_is_joined_once() -> None:
 def _conversation() -> tuple[h2.connection.H2Connection, bytes, list[int]]:
     """A client with streams of h2's and of unary requests, and what the server answers all of them: headers,
     a large DATA frame of h2's, small ones, an answer split over two DATA frames."""
-    client, server = _pair()
+    client, server = h2_pair()
     client.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 65536})
     client.max_inbound_frame_size = 65536
     server.receive_data(client.data_to_send())
@@ -200,8 +190,8 @@ def test_installed_while_h2_holds_part_of_a_frame_it_reads_from_that_frames_star
     """`Split` put on a connection whose h2 has read part of a frame (a read session's large DATA frame):
     it takes that part from h2, so the frame's rest is not read as a frame's start: h2 gets the events a
     plain h2 gets, and a request opened after gets its answer."""
-    plain, server = _pair()
-    client, twin = _pair()
+    plain, server = h2_pair()
+    client, twin = h2_pair()
     for h2c, peer in ((plain, server), (client, twin)):
         sid = h2c.get_next_available_stream_id()
         h2c.send_headers(sid, _GET)

@@ -14,6 +14,7 @@ from hpack import Decoder
 
 from s2_sink._transport import h2_frames, sdk
 from s2_sink._transport.append_session import basin_transport
+from tests.unit.transport._odd_servers import h2_pair
 
 _EXTRA = {"content-type": "application/x-protobuf", "accept": "application/x-protobuf"}
 
@@ -50,24 +51,13 @@ def test_the_block_holds_the_headers_unary_request_sends(token: str) -> None:
         )
         for path, length in cases:
             decoded = Decoder().decode(sdk._request_block(transport, path, _EXTRA, length))
-            client, server = _pair()
+            client, server = h2_pair()
             client.send_headers(client.get_next_available_stream_id(), _expected(transport, path, length))
             (sent,) = _received(client, server)
             assert sorted(decoded) == sorted(sent)
             names = [name for name, _ in decoded]
             assert names.index(":path") < min(i for i, n in enumerate(names) if not n.startswith(":"))
             assert ("authorization", f"Bearer {token}".strip()) in decoded
-
-
-def _pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
-    client.initiate_connection()
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
-    return client, server
 
 
 def _received(
@@ -82,7 +72,7 @@ def test_the_block_reads_right_between_requests_h2_encodes_itself(token: str) ->
     """h2's own requests fill the connection's dynamic table; the blocks in between neither use nor disturb
     it: the server decodes every request as sent."""
     transport = _transport(token=token)
-    client, server = _pair()
+    client, server = h2_pair()
     sent: list[list[tuple[str, str]]] = []
     for i in range(8):
         path, length = f"/v1/streams/s{i}/records", 100 + i if i < 4 else None  # POSTs, then GETs
@@ -103,7 +93,7 @@ def test_a_table_size_change_is_signalled_before_the_block() -> None:
     """After the server shrinks the HPACK table, the client's next block must start with the size update
     (RFC 7541, 4.2): h2's encoder's, before the block encoded already."""
     transport = _transport()
-    client, server = _pair()
+    client, server = h2_pair()
     sid = client.get_next_available_stream_id()
     client.send_headers(sid, _expected(transport, "/v1/streams/x/records", 1))
     _received(client, server)
@@ -121,7 +111,7 @@ def test_a_table_size_change_is_signalled_before_the_block() -> None:
 def test_a_get_ends_its_stream_with_its_headers() -> None:
     """A ``GET`` (`sdk.get_corked`) has no body: its HEADERS frame ends the stream, no DATA frame follows."""
     transport = _transport()
-    client, server = _pair()
+    client, server = h2_pair()
     block = sdk._request_block(transport, "/v1/streams/x/records?seq_num=0&count=10", _EXTRA, None)
     h2_frames.open_stream(client, block, end_stream=True)
     events = server.receive_data(client.data_to_send())
