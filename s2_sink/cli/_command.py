@@ -1,5 +1,5 @@
-"""What every ``s2-sink`` command shares: connection flags and config, the client, expected failures in words
-with their exit codes (no tracebacks), times as ISO 8601.
+"""What every ``s2-sink`` command shares: its config and client, expected failures in words with their exit
+codes (no tracebacks), its output as text or JSON lines, times as ISO 8601.
 """
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import orjson
 from s2_sdk import S2, S2Error
 
-from s2_sink._transport.explain import FailureKind
 from s2_sink._transport.explain import explain as explain_failure
 from s2_sink._transport.retry import Patience
 from s2_sink._transport.runtime import make_client
@@ -26,11 +26,11 @@ __all__ = [
     "EXIT_CODES",
     "PATIENCE",
     "CliFailure",
-    "add_connection_flags",
+    "Output",
+    "Run",
     "config_from",
     "explain",
     "iso_ms",
-    "print_json",
     "run_io",
 ]
 
@@ -52,25 +52,24 @@ EXIT_CODES: Final[dict[int, str]] = {
     INTERRUPTED: "interrupted (Ctrl-C, e.g. to end `tail --follow`)",
 }
 
-
+# A command's own reads ride out an outage for the library's deadline, worded for a command line, where the
+# option s2.delivery-timeout-ms cannot be set.
 PATIENCE: Final = Patience(
     fix="the s2-sink command waits this long: Ctrl-C stops it sooner; run it again once S2 answers"
 )
-"""How a command's own reads ride out an outage: the library's deadline, worded for a command line, where
-the option ``s2.delivery-timeout-ms`` cannot be set."""
 
 
 class CliFailure(Exception):
-    """An expected failure: printed as ``s2-sink: <message>`` and turned into `code`."""
+    """An expected failure: printed as ``s2-sink: <message>`` and turned into `code`; `missing` is
+    ``"basin"`` or ``"stream"`` when the failure is that one does not exist."""
 
     def __init__(self, message: str, code: int = FAILED, *, missing: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.missing = missing
-        """``"basin"`` or ``"stream"`` when the failure is that one does not exist."""
 
 
-_CODES: Final[dict[FailureKind, int]] = {
+_CODES: Final[dict[str, int]] = {
     "token": DENIED,
     "permission": DENIED,
     "basin": NOT_FOUND,
@@ -85,20 +84,26 @@ def explain(exc: Exception, cfg: S2Config, stream: str | None) -> CliFailure:
     return CliFailure(words.message, _CODES.get(words.kind, FAILED), missing=missing)
 
 
-def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--basin", required=True, help="the basin (option s2.basin of the library)")
-    parser.add_argument(
-        "--endpoint",
-        default=None,
-        help="one origin for both the account and the basin endpoint (e.g. a lite server's "
-        "http://127.0.0.1:8080); default: S2_ACCOUNT_ENDPOINT / S2_BASIN_ENDPOINT, else the S2 cloud",
-    )
+@dataclass(frozen=True, slots=True)
+class Output:
+    """What a command prints: `lines` as text, or with ``--json`` `docs` as JSON lines."""
+
+    lines: list[str] = field(default_factory=list)
+    docs: list[dict[str, Any]] = field(default_factory=list)
+
+    def print(self, as_json: bool) -> None:
+        text = [orjson.dumps(doc, default=str).decode() for doc in self.docs] if as_json else self.lines
+        sys.stdout.writelines(line + "\n" for line in text)
+
+
+Run = Callable[[argparse.Namespace, S2Config], Output]
+"""A command: its arguments and connection config to what it prints."""
 
 
 def config_from(args: argparse.Namespace) -> S2Config:
-    overrides: dict[str, Any] = {}
-    if args.endpoint is not None:
-        overrides = {"account_endpoint": args.endpoint, "basin_endpoint": args.endpoint}
+    overrides = (
+        {} if args.endpoint is None else {"account_endpoint": args.endpoint, "basin_endpoint": args.endpoint}
+    )
     try:
         return S2Config.from_env(basin=args.basin, **overrides)
     except ConfigError as exc:
@@ -122,10 +127,6 @@ def run_io(cfg: S2Config, stream: str | None, work: Callable[[S2], Awaitable[T]]
         raise  # our stdout's reader went away (`| head`): not a connection failure (see `main`)
     except (S2Error, TransportError, OSError) as exc:
         raise explain(exc, cfg, stream) from exc
-
-
-def print_json(doc: object) -> None:
-    sys.stdout.write(orjson.dumps(doc, default=str).decode() + "\n")
 
 
 def iso_ms(ms: int | None) -> str:

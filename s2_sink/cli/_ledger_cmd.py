@@ -14,32 +14,30 @@ import argparse
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from s2_sdk import S2, S2Basin
+from s2_sdk import S2, S2Basin, S2ServerError
 
 from s2_sink._exactly_once.fencing import writer_hash
-from s2_sink._exactly_once.ledger import Ledger, LedgerState, current_ledgers_of, ledger_stream_name, peek_all
+from s2_sink._exactly_once.ledger import (
+    LEDGER_PREFIX,
+    Ledger,
+    LedgerState,
+    current_ledgers_of,
+    ledger_stream_name,
+    peek_all,
+)
 from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY, EndsFold, parse_record, record_base, state_of
 from s2_sink._exactly_once.readback import read_span
-from s2_sink.cli._command import (
-    NOT_FOUND,
-    PATIENCE,
-    USAGE,
-    CliFailure,
-    config_from,
-    iso_ms,
-    print_json,
-    run_io,
-)
-from s2_sink.cli._writers import LedgerSummary, ledger_summaries
+from s2_sink._transport.explain import is_stream_deleting
+from s2_sink.cli._command import NOT_FOUND, PATIENCE, USAGE, CliFailure, Output, iso_ms, run_io
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 
-__all__ = ["FORGET_HELP", "RESET_HELP", "forget", "list_", "reset", "show"]
+__all__ = ["FORGET_HELP", "RESET_HELP", "forget", "list_", "reset", "show", "writer_ids"]
 
 T = TypeVar("T")
+Doc = dict[str, Any]
 
 RESET_HELP: Final = (
     "Make the ledger forget which micro-batches were committed: appends a record that keeps the epoch "
@@ -58,76 +56,105 @@ FORGET_HELP: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One ledger record: its position, time (ms since the epoch) and decoded state, or why it cannot be
-    decoded."""
-
-    seq_num: int
-    state: LedgerState | None
-    error: str | None = None
-    timestamp: int = 0
+async def writer_ids(basin: S2Basin) -> list[str]:
+    return [info.name[len(LEDGER_PREFIX) :] async for info in basin.list_all_streams(prefix=LEDGER_PREFIX)]
 
 
-async def read_history(basin: S2Basin, writer_id: str) -> tuple[list[Entry], int]:
-    """Every state record of the ledger, oldest first, with the stream ends folded up to it (``ends`` records
-    fold into the record that claims them), and the ledger's tail."""
+async def _ledger_docs(basin: S2Basin) -> list[Doc]:
+    """Every ledger of the basin with its last state; one that cannot be decoded is listed with why."""
+    out: list[Doc] = []
+    for writer_id in await writer_ids(basin):
+        ledger = Ledger(basin, writer_id, patience=PATIENCE)
+        try:
+            position = await basin.stream(ledger.name).check_tail()
+            peeked = await ledger.peek()
+        except S2ServerError as exc:
+            if exc.status_code == 404 or is_stream_deleting(exc):
+                continue  # deleted between the listing and now
+            raise
+        except CommitError as exc:
+            peeked, error = None, str(exc)
+        else:
+            if peeked is None:  # deleted between the listing and now
+                continue
+        doc = {"writer_id": writer_id, "writer_hash": writer_hash(writer_id), "stream": ledger.name}
+        if peeked is None:
+            out.append({**doc, "tail": position.seq_num, "timestamp": position.timestamp, "error": error})
+            continue
+        tail, st = peeked
+        state = {"kind": st.kind, "epoch": st.epoch, "committed": st.committed, "scope": st.scope}
+        out.append({**doc, "tail": tail, "timestamp": position.timestamp, **state, "query_id": st.query_id})
+    return out
+
+
+def _list_line(doc: Doc, width: int) -> str:
+    when = iso_ms(doc["timestamp"])
+    if "error" in doc:
+        return f"{doc['writer_id']:<{width}}  unreadable: {doc['error']}  (last record {when})"
+    kind, committed, epoch = doc["kind"], doc["committed"], doc["epoch"]
+    if kind == "none":
+        done = "empty"
+    elif committed < 0:
+        done = "no committed batch" + (" (reset)" if kind == "commit" else "")
+    else:
+        done = f"batch {committed} committed"
+    if kind == "open":
+        done += f", epoch {epoch} open"
+    return (
+        f"{doc['writer_id']:<{width}}  hash {doc['writer_hash']}  epoch {epoch}  {done}  "
+        f"last record {when}  query {doc['query_id'] or '-'}"
+    )
+
+
+def list_(args: argparse.Namespace, cfg: S2Config) -> Output:
+    docs = run_io(cfg, None, lambda client: _ledger_docs(client.basin(cfg.basin)))
+    width = max((len(d["writer_id"]) for d in docs), default=0)
+    head = f"basin {cfg.basin!r}: {len(docs)} exactly-once ledgers (times in UTC)"
+    return Output([head, *(_list_line(doc, width) for doc in docs)], docs)
+
+
+async def _history(basin: S2Basin, writer_id: str) -> tuple[list[tuple[Doc, LedgerState | None]], int]:
+    """Every state record of the ledger decoded, oldest first, with the stream ends folded up to it (``ends``
+    records fold into the record that claims them), and the ledger's tail."""
     name = ledger_stream_name(writer_id)
     stream = basin.stream(name)
     tail = (await stream.check_tail()).seq_num
-    entries: list[Entry] = []
+    entries: list[tuple[Doc, LedgerState | None]] = []
     fold = EndsFold()
     async for record in read_span(stream, 0, tail, patience=PATIENCE):
         if record.is_command_record():
             continue
+        head: Doc = {"seq_num": record.seq_num, "timestamp": record.timestamp}
         try:
             doc = parse_record(record.body, name)
             fold.add(doc)
             if doc["kind"] == "ends":
                 continue
-            base = record_base(doc, record.seq_num)
-            state = state_of(doc, dict(fold.ends), base, fold.since, name)
-            entries.append(Entry(record.seq_num, state, timestamp=record.timestamp))
+            st = state_of(doc, dict(fold.ends), record_base(doc, record.seq_num), fold.since, name)
         except CommitError as exc:
-            entries.append(Entry(record.seq_num, None, str(exc), record.timestamp))
+            entries.append(({**head, "error": str(exc)}, None))
+            continue
+        head |= {"kind": st.kind, "epoch": st.epoch, "batch": st.committed}
+        head |= {"intent": st.intent} if st.kind == "intent" else {}
+        head |= {"scope": st.scope, "run": st.run, "query_id": st.query_id}
+        head |= {"moved_to": st.moved_to} if st.moved_to else {}
+        head |= {"config": st.shapes[-1].as_doc()} if st.shapes else {}
+        entries.append(({**head, "ends": st.ends}, st))
     return entries, tail
 
 
-def _as_doc(entry: Entry) -> dict[str, Any]:
-    if entry.state is None:
-        return {"seq_num": entry.seq_num, "timestamp": entry.timestamp, "error": entry.error}
-    st = entry.state
-    return {
-        "seq_num": entry.seq_num,
-        "timestamp": entry.timestamp,
-        "kind": st.kind,
-        "epoch": st.epoch,
-        "batch": st.committed,
-        **({"intent": st.intent} if st.kind == "intent" else {}),
-        "scope": st.scope,
-        "run": st.run,
-        "query_id": st.query_id,
-        **({"moved_to": st.moved_to} if st.moved_to else {}),
-        **({"config": st.shapes[-1].as_doc()} if st.shapes else {}),
-        "ends": st.ends,
-    }
-
-
-def _as_line(entry: Entry) -> str:
-    if entry.state is None:
-        return f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  unreadable: {entry.error}"
-    st = entry.state
+def _show_line(doc: Doc, st: LedgerState | None) -> str:
+    at = f"{doc['seq_num']:>6}  {iso_ms(doc['timestamp'])}"
+    if st is None:
+        return f"{at}  unreadable: {doc['error']}"
     ends = ", ".join(f"{s}={n}" for s, n in sorted(st.ends.items())) or "-"
     announced = f"  intent={st.intent}" if st.kind == "intent" else ""
     moved = f"  moved_to={st.moved_to}" if st.moved_to else ""
-    config = ""
-    if st.shapes:
-        shape = st.shapes[-1]
-        config = f"  config: {shape.routing} on_error={shape.on_error} dlq={shape.dlq or '-'}"
+    shape = st.shapes[-1] if st.shapes else None
+    config = f"  config: {shape.routing} on_error={shape.on_error} dlq={shape.dlq or '-'}" if shape else ""
     return (
-        f"{entry.seq_num:>6}  {iso_ms(entry.timestamp)}  {st.kind:<6}  epoch={st.epoch}  "
-        f"batch={st.committed}{announced}  scope={st.scope}  run={st.run}  query={st.query_id or '-'}{moved}"
-        f"{config}  ends: {ends}"
+        f"{at}  {st.kind:<6}  epoch={st.epoch}  batch={st.committed}{announced}  scope={st.scope}  "
+        f"run={st.run}  query={st.query_id or '-'}{moved}{config}  ends: {ends}"
     )
 
 
@@ -151,30 +178,22 @@ def _summary(writer_id: str, last: LedgerState) -> str:
     return f"writer {writer_id!r}: {done}; the next run opens epoch {last.epoch + 1} and {nxt}"
 
 
-def show(args: argparse.Namespace) -> int:
-    """Print every ledger record decoded (``--json``: as JSON lines), then the state. A streaming query id
-    without a ledger shows the ledger of that query's one writer."""
-    cfg = config_from(args)
+def show(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """Every ledger record decoded, then the state. A streaming query id without a ledger shows the ledger of
+    that query's one writer."""
 
-    async def go(client: S2) -> tuple[str, list[Entry], int]:
+    async def go(client: S2) -> tuple[str, list[tuple[Doc, LedgerState | None]], int]:
         writer_id = await _writer_of(client, args.writer_id, cfg.basin)
-        return (writer_id, *await read_history(client.basin(cfg.basin), writer_id))
+        return (writer_id, *await _history(client.basin(cfg.basin), writer_id))
 
     writer_id, entries, tail = run_io(cfg, None, go)
+    alias = [f"{args.writer_id!r} is the streaming query id of writer {writer_id!r}"]
     name = ledger_stream_name(writer_id)
-    if args.json:
-        for entry in entries:
-            print_json(_as_doc(entry))
-        return 0
-    if writer_id != args.writer_id:
-        print(f"{args.writer_id!r} is the streaming query id of writer {writer_id!r}")
-    print(f"ledger {name!r} in basin {cfg.basin!r}: {len(entries)} records, tail {tail}")
-    for entry in entries:
-        print(_as_line(entry))
-    last = entries[-1].state if entries else None
-    if last is not None:
-        print(_summary(writer_id, last))
-    return 0
+    head = f"ledger {name!r} in basin {cfg.basin!r}: {len(entries)} records, tail {tail}"
+    last = entries[-1][1] if entries else None
+    summary = [] if last is None else [_summary(writer_id, last)]
+    lines = [*alias[: writer_id != args.writer_id], head, *(_show_line(d, st) for d, st in entries), *summary]
+    return Output(lines, [doc for doc, _ in entries])
 
 
 async def _writer_of(client: S2, name: str, basin_name: str) -> str:
@@ -184,8 +203,7 @@ async def _writer_of(client: S2, name: str, basin_name: str) -> str:
     stream = ledger_stream_name(name)
     if [i async for i in basin.list_all_streams(prefix=stream) if i.name == stream]:
         return name  # its records are shown (an unreadable one as such)
-    states = await peek_all(basin, skip_unreadable=True)
-    ids = current_ledgers_of(states, name)
+    ids = current_ledgers_of(await peek_all(basin, skip_unreadable=True), name)
     if len(ids) == 1:
         return ids[0]
     if ids:
@@ -198,11 +216,10 @@ async def _writer_of(client: S2, name: str, basin_name: str) -> str:
     # config answers 404 basin_not_found (worded by `run_io`).
     await client.get_basin_config(basin_name)
     raise CliFailure(
-        f"writer {name!r} has no ledger in basin {basin_name!r} (stream {ledger_stream_name(name)!r} does "
-        "not exist), and no writer of a streaming query with that id does: it never ran exactly-once here. "
-        "The writer "
-        "id is the S2Writer's writer_id (s2.writer-id), by default the streaming query id; "
-        "`s2-sink ledger list` shows the basin's writers",
+        f"writer {name!r} has no ledger in basin {basin_name!r} (stream {stream!r} does not exist), and no "
+        "writer of a streaming query with that id does: it never ran exactly-once here. The writer id is the "
+        "S2Writer's writer_id (s2.writer-id), by default the streaming query id; `s2-sink ledger list` shows "
+        "the basin's writers",
         NOT_FOUND,
     )
 
@@ -231,29 +248,26 @@ def _on_ledger(
         raise
 
 
-def reset(args: argparse.Namespace) -> int:
-    cfg = config_from(args)
+def reset(args: argparse.Namespace, cfg: S2Config) -> Output:
     name = ledger_stream_name(args.writer_id)
 
     async def work(_: S2Basin, ledger: Ledger) -> LedgerState | None:
         before = await ledger.load()
         if before.kind == "none" or not args.yes:
             return before
-        reset = dataclasses.replace(
-            before, kind="commit", committed=-1, run=f"reset-{uuid.uuid4().hex}", query_id=None, scope="batch"
+        run = f"reset-{uuid.uuid4().hex}"
+        await ledger.append(
+            dataclasses.replace(before, kind="commit", committed=-1, run=run, query_id=None, scope="batch")
         )
-        await ledger.append(reset)
         return None
 
     before = _on_ledger(cfg, args.writer_id, work, ": there is nothing to reset")
     if before is None:
-        print(
-            f"ledger {name!r} reset: the next run under writer id {args.writer_id!r} may start at any batch"
+        return Output(
+            [f"ledger {name!r} reset: the next run under writer id {args.writer_id!r} may start at any batch"]
         )
-        return 0
     if before.kind == "none":
-        print(f"ledger {name!r} is empty: there is nothing to reset")
-        return 0
+        return Output([f"ledger {name!r} is empty: there is nothing to reset"])
     raise CliFailure(
         f"not resetting the ledger of writer {args.writer_id!r} (last record: {before.kind} of batch "
         f"{before.committed}, epoch {before.epoch}) without --yes. {RESET_HELP}",
@@ -261,8 +275,7 @@ def reset(args: argparse.Namespace) -> int:
     )
 
 
-def forget(args: argparse.Namespace) -> int:
-    cfg = config_from(args)
+def forget(args: argparse.Namespace, cfg: S2Config) -> Output:
     writer_id, stream = args.writer_id, args.stream
 
     async def work(basin: S2Basin, ledger: Ledger) -> tuple[int, int]:
@@ -286,51 +299,16 @@ def forget(args: argparse.Namespace) -> int:
         ends = {s: e for s, e in state.ends.items() if s != stream}
         # A commit that does not announce (intent records) leaves the next batch possibly in flight: the
         # next run recovers it, reading the new stream back from its start.
-        forgotten = dataclasses.replace(
-            state, kind="commit", scope="run", ends=ends, announces=False, intent=None
+        await ledger.append(
+            dataclasses.replace(state, kind="commit", scope="run", ends=ends, announces=False, intent=None)
         )
-        await ledger.append(forgotten)
         return end, tail
 
     end, tail = _on_ledger(cfg, writer_id, work, f", or stream {stream!r} does not exist")
-    print(
-        f"ledger {ledger_stream_name(writer_id)!r}: forgot the end {end} of stream {stream!r} (now ending at "
-        f"{tail}); the next run under this writer id reads it back from its start"
+    name = ledger_stream_name(writer_id)
+    return Output(
+        [
+            f"ledger {name!r}: forgot the end {end} of stream {stream!r} (now ending at {tail}); the next "
+            "run under this writer id reads it back from its start"
+        ]
     )
-    return 0
-
-
-def _list_line(summary: LedgerSummary, width: int) -> str:
-    when = iso_ms(summary.timestamp)
-    if summary.state is None:
-        return f"{summary.writer_id:<{width}}  unreadable: {summary.error}  (last record {when})"
-    st = summary.state
-    if st.kind == "none":
-        done = "empty"
-    elif st.committed < 0:
-        done = "no committed batch" + (" (reset)" if st.kind == "commit" else "")
-    else:
-        done = f"batch {st.committed} committed"
-    if st.kind == "open":
-        done += f", epoch {st.epoch} open"
-    return (
-        f"{summary.writer_id:<{width}}  hash {writer_hash(summary.writer_id)}  epoch {st.epoch}  {done}  "
-        f"last record {when}  query {st.query_id or '-'}"
-    )
-
-
-def list_(args: argparse.Namespace) -> int:
-    """Print every exactly-once ledger in the basin: writer id, last committed batch, time of the last
-    record."""
-    cfg = config_from(args)
-
-    summaries = run_io(cfg, None, lambda client: ledger_summaries(client.basin(cfg.basin)))
-    if args.json:
-        for summary in summaries:
-            print_json(summary.as_doc())
-        return 0
-    print(f"basin {cfg.basin!r}: {len(summaries)} exactly-once ledgers (times in UTC)")
-    width = max((len(s.writer_id) for s in summaries), default=0)
-    for summary in summaries:
-        print(_list_line(summary, width))
-    return 0

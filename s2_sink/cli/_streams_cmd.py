@@ -1,23 +1,68 @@
-"""``s2-sink streams list`` / ``streams describe STREAM``. Only reads: ``describe`` learns the fencing token
-from the refusal of an append conditional on a token nobody uses (`read_fence`), and never creates a stream.
+"""``s2-sink streams list|describe`` and ``fences clear``, with each fencing token's writer named.
+
+A token names its writer by an 8-hex-digit hash of the writer id only (tokens are at most 36 bytes): hashing
+each ledger's writer id gives the id back. ``describe`` only reads: it learns the token from the refusal of an
+append conditional on a token nobody uses (`read_fence`), and never creates a stream. ``clear`` is conditional
+on the token found, so what it reports cleared is exactly what it cleared; why that never breaks a running
+writer: docs/exactly-once.md, *Fencing tokens*.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from s2_sdk import S2, StreamConfig
+from s2_sdk import S2, AppendInput, CommandRecord, FencingTokenMismatchError, S2Basin, S2Error, S2Stream
 
-from s2_sink._exactly_once.fencing import Token
+from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
-from s2_sink.cli._command import config_from, iso_ms, print_json, run_io
-from s2_sink.cli._fences_cmd import read_fence
-from s2_sink.cli._writers import describe_token, writers_by_hash
+from s2_sink.cli._command import CliFailure, Output, iso_ms, run_io
+from s2_sink.cli._ledger_cmd import writer_ids
+from s2_sink.config import S2Config
 
-__all__ = ["describe", "list_streams"]
+__all__ = ["CLEAR_HELP", "clear_fence", "clear_fences", "describe", "list_streams", "read_fence"]
+
+log = logging.getLogger(__name__)
+
+CLEAR_HELP: Final = (
+    "Remove the fencing token of each STREAM (S2 accepts appends without a token either way; appends "
+    "that carry a token must match it). Use it when a FencedError names a token whose writer is gone for "
+    "good, or after deleting a ledger. A running exactly-once writer is not harmed: it fences the stream "
+    "again on its next append."
+)
+
+# A token no writer uses: the first conditional clear is refused and the 412 shows the current token.
+_PROBE: Final = "s2-sink-cli:probe"
+_ATTEMPTS: Final = 5
+
+
+async def _writers_by_hash(basin: S2Basin) -> dict[str, list[str]]:
+    """Writer hash -> the writer ids with a ledger that have it. Best effort: when the ledgers cannot be
+    listed, tokens are shown by their hash."""
+    found: dict[str, list[str]] = {}
+    try:
+        ids = await writer_ids(basin)
+    except S2Error as exc:
+        log.debug("cannot list the ledgers to name fencing tokens' writers: %s", exc)
+        return found
+    for writer_id in ids:
+        found.setdefault(writer_hash(writer_id), []).append(writer_id)
+    return found
+
+
+def _describe_token(token: str, writers: dict[str, list[str]]) -> str:
+    ours = Token.parse(token)
+    if ours is None:
+        return f"{token!r} (not an s2_sink token)"
+    ids = writers.get(ours.writer, [])
+    if ids:
+        who = f"exactly-once writer {' or '.join(map(repr, ids))} (hash {ours.writer})"
+    else:
+        who = f"exactly-once writer with hash {ours.writer}, whose writer id has no ledger in this basin"
+    return f"{token!r} ({who}, epoch {ours.epoch}, generation {ours.gen})"
 
 
 def _ms(when: datetime | None) -> int | None:
@@ -30,101 +75,122 @@ def _role(name: str) -> str:
     if name.startswith(REGISTER_PREFIX):
         writer, _, partition = name[len(REGISTER_PREFIX) :].rpartition("/")
         return f"exactly-once sign-ins of partition {partition} of writer {writer!r}"
-    if name.startswith("_s2sink/"):
-        return "exactly-once bookkeeping"
-    return ""
+    return "exactly-once bookkeeping" if name.startswith("_s2sink/") else ""
 
 
-def list_streams(args: argparse.Namespace) -> int:
-    cfg = config_from(args)
-
-    async def listing(client: S2) -> list[tuple[str, int | None]]:
+def list_streams(args: argparse.Namespace, cfg: S2Config) -> Output:
+    async def listing(client: S2) -> list[dict[str, Any]]:
         found = client.basin(cfg.basin).list_all_streams(prefix=args.prefix)
-        return [(i.name, _ms(i.created_at)) async for i in found]
+        return [{"name": i.name, "created_at": _ms(i.created_at)} async for i in found]
 
-    streams = run_io(cfg, None, listing)
-    if args.json:
-        for name, created in streams:
-            print_json({"name": name, "created_at": created})
-        return 0
+    docs = run_io(cfg, None, listing)
     which = f" starting with {args.prefix!r}" if args.prefix else ""
-    print(f"basin {cfg.basin!r}: {len(streams)} streams{which}")
-    width = max((len(name) for name, _ in streams), default=0)
-    for name, created in streams:
-        print(f"{name:<{width}}  created {iso_ms(created)}  {_role(name)}".rstrip())
-    return 0
+    width = max((len(d["name"]) for d in docs), default=0)
+    lines = [
+        f"{d['name']:<{width}}  created {iso_ms(d['created_at'])}  {_role(d['name'])}".rstrip() for d in docs
+    ]
+    return Output([f"basin {cfg.basin!r}: {len(docs)} streams{which}", *lines], docs)
+
+
+async def read_fence(stream: S2Stream) -> str:
+    """The stream's fencing token (``""``: none), unchanged: an append conditional on a token nobody uses is
+    refused, naming the current token (were the probe the current one, it would only fence to it again)."""
+    try:
+        await stream.append(AppendInput(records=[CommandRecord.fence(_PROBE)], fencing_token=_PROBE))
+    except FencingTokenMismatchError as exc:
+        return exc.expected_fencing_token
+    return _PROBE
 
 
 async def _describe(client: S2, basin_name: str, name: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The stream's ``--json`` document, and the writer ids of its fencing token's writer hash."""
     basin = client.basin(basin_name)
     config = await basin.get_stream_config(name)  # first: a missing stream is a 404, and nothing is created
-    created = None
-    async for info in basin.list_all_streams(prefix=name):
-        if info.name == name:
-            created = _ms(info.created_at)
+    created = [_ms(i.created_at) async for i in basin.list_all_streams(prefix=name) if i.name == name]
     stream = basin.stream(name)
     tail = await stream.check_tail()
     token = await read_fence(stream)
     ours = Token.parse(token)
-    writers = await writers_by_hash(basin) if ours is not None else {}
+    writers = await _writers_by_hash(basin) if ours is not None else {}
     fence = None
     if ours is not None:
         ids = writers.get(ours.writer, [])
         fence = {"writer_hash": ours.writer, "writer_ids": ids, "epoch": ours.epoch, "generation": ours.gen}
+    ts = config.timestamping
     doc = {
         "name": name,
-        "created_at": created,
+        "created_at": created[-1] if created else None,
         "tail": {"seq_num": tail.seq_num, "timestamp": tail.timestamp},
         "fencing_token": token,
         "fence": fence,
-        "config": _config_doc(config),
+        "config": {
+            "storage_class": config.storage_class,
+            "retention_policy": config.retention_policy,
+            "timestamping_mode": None if ts is None or ts.mode is None else ts.mode.value,
+            "timestamping_uncapped": None if ts is None else ts.uncapped,
+            "delete_on_empty_min_age": config.delete_on_empty_min_age,
+        },
     }
     return doc, writers
 
 
-def _config_doc(config: StreamConfig) -> dict[str, Any]:
-    ts = config.timestamping
-    return {
-        "storage_class": config.storage_class,
-        "retention_policy": config.retention_policy,
-        "timestamping_mode": None if ts is None or ts.mode is None else ts.mode.value,
-        "timestamping_uncapped": None if ts is None else ts.uncapped,
-        "delete_on_empty_min_age": config.delete_on_empty_min_age,
-    }
-
-
 def _retention(policy: int | str | None) -> str:
-    if policy is None:
-        return "the basin's default"
-    if policy == "infinite":
-        return "infinite"
+    if policy is None or policy == "infinite":
+        return "the basin's default" if policy is None else "infinite"
     seconds = int(policy)
     return f"{seconds} s ({seconds / 86400:g} days)"
 
 
-def describe(args: argparse.Namespace) -> int:
-    cfg = config_from(args)
-
+def describe(args: argparse.Namespace, cfg: S2Config) -> Output:
     d, writers = run_io(cfg, args.stream, lambda client: _describe(client, cfg.basin, args.stream))
-    if args.json:
-        print_json(d)
-        return 0
     config, tail = d["config"], d["tail"]
-    fence = describe_token(d["fencing_token"], writers) if d["fencing_token"] else "none"
     role = _role(d["name"])
-    print(f"stream {d['name']!r} in basin {cfg.basin!r}" + (f" ({role})" if role else ""))
-    mode = config["timestamping_mode"] or "default (client-prefer)"
     age = config["delete_on_empty_min_age"]
     rows = [
         ("created", iso_ms(d["created_at"])),
         ("tail", f"{tail['seq_num']} (next seq_num); last record at {iso_ms(tail['timestamp'])}"),
-        ("fencing token", fence),
+        ("fencing token", _describe_token(d["fencing_token"], writers) if d["fencing_token"] else "none"),
         ("storage class", config["storage_class"] or "the basin's default"),
         ("retention", _retention(config["retention_policy"])),
-        ("timestamping", mode + (" uncapped" if config["timestamping_uncapped"] else "")),
+        (
+            "timestamping",
+            (config["timestamping_mode"] or "default (client-prefer)")
+            + (" uncapped" if config["timestamping_uncapped"] else ""),
+        ),
         ("delete if empty", "never" if not age else f"after {age} s"),
     ]
-    for label, value in rows:
-        print(f"  {label:<16} {value}")
-    return 0
+    head = f"stream {d['name']!r} in basin {cfg.basin!r}" + (f" ({role})" if role else "")
+    return Output([head, *(f"  {label:<16} {value}" for label, value in rows)], [d])
+
+
+async def clear_fence(stream: S2Stream) -> str:
+    """Clear an existing stream's fence; returns the token that was on it (``""``: none)."""
+    seen = _PROBE
+    for _ in range(_ATTEMPTS):
+        try:
+            await stream.append(AppendInput(records=[CommandRecord.fence("")], fencing_token=seen))
+        except FencingTokenMismatchError as exc:
+            seen = exc.expected_fencing_token
+            if seen == "":
+                return ""
+            continue
+        return seen
+    raise CliFailure(f"stream {stream.name!r}: its fencing token kept changing (last seen {seen!r}); retry")
+
+
+def clear_fences(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """Clear each named stream's fence in order, stopping at the first failure."""
+    writers = run_io(cfg, None, lambda client: _writers_by_hash(client.basin(cfg.basin)))
+    for name in args.streams:
+
+        async def go(client: S2, name: str = name) -> str:
+            basin = client.basin(cfg.basin)
+            # A missing stream is an error, even in a basin that creates streams on append or on read
+            # (where a check_tail would create it): getting its config never creates it.
+            await basin.get_stream_config(name)
+            return await clear_fence(basin.stream(name))
+
+        was = run_io(cfg, name, go)
+        done = f"cleared fencing token {_describe_token(was, writers)}" if was else "had no fencing token"
+        print(f"stream {name!r}: {done}", flush=True)
+    return Output()

@@ -8,19 +8,18 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from typing import Any, Final
+from typing import Any
 
 import orjson
 from s2_sdk import S2Stream, SeqNum, SequencedRecord
 
 from s2_sink import encoders
 from s2_sink._exactly_once.readback import read_span
-from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, config_from, iso_ms, print_json, run_io
+from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, Output, iso_ms, run_io
+from s2_sink.config import S2Config
 from s2_sink.errors import EncodeError
 
 __all__ = ["tail"]
-
-_TEXT: Final = "text"
 
 
 def _text_or_b64(data: bytes) -> str:
@@ -39,7 +38,7 @@ def _insert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
     try:
         doc["value"] = orjson.loads(record.body)
     except orjson.JSONDecodeError:
-        doc[_TEXT] = _text_or_b64(record.body)
+        doc["text"] = _text_or_b64(record.body)
     if record.headers:
         doc["headers"] = [[_text_or_b64(k), _text_or_b64(v)] for k, v in record.headers]
     return doc
@@ -63,8 +62,7 @@ def _upsert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
 
 def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
     to_doc = _upsert_doc if fmt == "upsert" else _insert_doc
-    for record in records:
-        print_json(to_doc(record, raw))
+    Output(docs=[to_doc(record, raw) for record in records]).print(as_json=True)
     sys.stdout.flush()
 
 
@@ -91,7 +89,7 @@ async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool, raw:
             _emit(batch.records, fmt, raw)
 
 
-def tail(args: argparse.Namespace) -> int:
+def tail(args: argparse.Namespace, cfg: S2Config) -> Output:
     if args.n < 0:
         raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
     if args.format == "upsert":
@@ -99,11 +97,10 @@ def tail(args: argparse.Namespace) -> int:
             encoders.decode_upsert  # noqa: B018
         except ModuleNotFoundError as exc:
             raise CliFailure(str(exc), USAGE) from exc
-    cfg = config_from(args)
     stream = args.stream
     run_io(
         cfg,
         stream,
         lambda c: _print_tail(c.basin(cfg.basin).stream(stream), args.n, args.format, args.follow, args.json),
     )
-    return 0
+    return Output()

@@ -23,7 +23,7 @@ from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
 from s2_sink._write.write_plan import PartitionContext, WritePlan
-from s2_sink.cli._fences_cmd import clear_fence
+from s2_sink.cli._streams_cmd import clear_fence
 from s2_sink.config import S2Config
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
