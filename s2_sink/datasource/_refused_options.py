@@ -1,11 +1,6 @@
-"""The ``format("s2")`` options a read or a write refuses, each in words that say what to use instead.
-
-Reads and writes share the connection options and ``s2.stream``/``s2.format``; anything else given to the
-other side would be silently meaningless (users often keep one option dict), so it is refused on the driver
-saying which side it belongs to, and a typo gets the closest keys ("did you mean"). Kafka source options given
-to a read are refused too, each naming the s2 option (and, where it carries over, the value) that does its
-job: a job moved from ``format("kafka")`` would otherwise silently keep reading from the default
-(docs/kafka-options.md).
+"""The ``format("s2")`` options a read or a write refuses, on the driver, each in words that say what to use
+instead: another side's option (users often keep one option dict) naming the side it belongs to, a typo the
+closest keys, a Kafka source option the s2 option (and value) that does its job (docs/kafka-options.md).
 """
 
 from __future__ import annotations
@@ -13,7 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, Literal
 
 from s2_sink._option_map import OptionMap
@@ -22,16 +17,7 @@ from s2_sink.config import OPTION_KEYS, WRITE_ONLY_OPTION_KEYS
 from s2_sink.datasource._write_keys import WRITE_KEYS
 from s2_sink.errors import ConfigError
 
-__all__ = [
-    "KAFKA_OPTIONS",
-    "OUR_PREFIXES",
-    "READ_KEYS",
-    "Side",
-    "accepted_keys",
-    "check_side",
-    "check_strays",
-    "refuse_kafka_options",
-]
+__all__ = ["KAFKA_OPTIONS", "OUR_PREFIXES", "READ_KEYS", "check_side", "check_strays", "refuse_kafka_options"]
 
 Side = Literal["read", "write"]
 
@@ -48,7 +34,7 @@ READ_KEYS: Final = frozenset(v for name, v in vars(read_options).items() if name
 """Options the reader parses itself (every OPT_ of read_options); any other must be a connection option."""
 
 
-def accepted_keys(side: Side) -> frozenset[str]:
+def _accepted(side: Side) -> frozenset[str]:
     """Every key a ``format("s2")`` read or write accepts: its own and the connection keys (a read leaves out
     those that only shape appends)."""
     connection = frozenset(OPTION_KEYS)
@@ -61,9 +47,9 @@ def check_side(options: Mapping[str, str], side: Side) -> None:
     """Refuse any of our options (``s2.*``, ``sink.*``) this side does not accept, saying which side it
     belongs to, or the closest accepted keys."""
     opts = OptionMap(options)
-    mine = accepted_keys(side)
+    mine = _accepted(side)
     other: Side = "write" if side == "read" else "read"
-    theirs = accepted_keys(other)
+    theirs = _accepted(other)
     for key in sorted(opts):
         if not key.startswith(OUR_PREFIXES) or key in mine:
             continue
@@ -85,7 +71,7 @@ def check_strays(options: Mapping[str, str], side: Side) -> None:
     ``stream-prefix``); Spark's own options, and anything not close to ours (other sources' options may share
     the map), pass."""
     opts = OptionMap(options)
-    mine = accepted_keys(side)
+    mine = _accepted(side)
     # A key without its namespace ("stream-prefix") is compared too: the likeliest slip.
     bare = {key.split(".", 1)[1]: key for key in mine}
     for key in sorted(opts):
@@ -149,92 +135,76 @@ _BY_LOWER: Final = {name.lower(): name for name in KAFKA_OPTIONS}
 _KAFKA_CLIENT_PREFIX: Final = "kafka."
 
 
-def _seq_json(raw: str) -> str | None:
-    """Kafka's per-partition offsets JSON as s2's per-stream JSON, when each topic names partition 0 only with
-    a real offset (-1/-2 have no per-stream word in s2's JSON)."""
+def _position(raw: str) -> str | None:
+    """earliest/latest, or Kafka's per-partition offsets JSON as s2's per-stream JSON when each topic names
+    partition 0 only with a real offset (-1/-2 have no per-stream word in s2's JSON)."""
+    if raw.lower() in ("earliest", "latest"):
+        return raw.lower()
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError:
         return None
-    if not isinstance(parsed, dict):
+    if not isinstance(parsed, dict) or any(
+        not isinstance(p, dict) or set(p) != {"0"} for p in parsed.values()
+    ):
         return None
-    out: dict[str, int] = {}
-    for topic, parts in parsed.items():
-        if not isinstance(parts, dict) or set(parts) != {"0"}:
-            return None
-        seq = parts["0"]
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            return None
-        out[str(topic)] = seq
-    return json.dumps(out)
+    out = {str(topic): parts["0"] for topic, parts in parsed.items()}
+    return json.dumps(out) if all(type(seq) is int and seq >= 0 for seq in out.values()) else None
 
 
-_CARRIES: Final = frozenset(
-    {"startingOffsets", "endingOffsets", "subscribe", "subscribePattern", "includeHeaders", "topic"}
-    | {"failOnDataLoss", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "maxRecordsPerPartition"}
-    | {"startingTimestamp", "endingTimestamp"}
-)
-"""The Kafka options whose value may carry over, to the s2 option their `KAFKA_OPTIONS` text starts with."""
+def _prefix(pattern: str) -> str | None:
+    match = re.fullmatch(r"\^?([A-Za-z0-9_/-]+)\.\*\$?", pattern)  # only a literal prefix then ".*" carries
+    return match.group(1) if match else None
 
 
-def _translated_value(name: str, value: str) -> str | None:
-    lowered = value.lower()
-    if name in ("startingOffsets", "endingOffsets"):
-        return lowered if lowered in ("earliest", "latest") else _seq_json(value)
-    if name == "subscribe":
-        return ",".join(n.strip() for n in value.split(",") if n.strip()) or None
-    if name == "subscribePattern":
-        # Only a literal prefix followed by ".*" carries over.
-        match = re.fullmatch(r"\^?([A-Za-z0-9_/-]+)\.\*\$?", value)
-        return match.group(1) if match else None
-    if name == "includeHeaders":
-        return "kafka" if lowered == "true" else None
-    return (lowered if name == "failOnDataLoss" else value) or None
+_SAME: Final = ("topic", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "maxRecordsPerPartition")
+# Kafka option -> its value for the s2 option its `KAFKA_OPTIONS` text starts with (None: it does not carry).
+_CARRIES: Final[dict[str, Callable[[str], str | None]]] = {
+    "startingOffsets": _position,
+    "endingOffsets": _position,
+    "subscribe": lambda names: ",".join(n.strip() for n in names.split(",") if n.strip()) or None,
+    "subscribePattern": _prefix,
+    "includeHeaders": lambda flag: "kafka" if flag.lower() == "true" else None,
+    "failOnDataLoss": lambda flag: flag.lower() or None,
+    **dict.fromkeys((*_SAME, "startingTimestamp", "endingTimestamp"), lambda value: value or None),
+}
 
 
-def _translated(name: str, raw: str) -> tuple[str, str] | None:
-    """``(s2 option, value)`` when the Kafka value carries over unchanged in meaning."""
-    value = _translated_value(name, raw.strip()) if name in _CARRIES else None
-    if value is None:
-        return None
+def _use(name: str, raw: str) -> str:
+    """What to use instead of Kafka option `name`: with its value where that carries over unchanged in
+    meaning."""
+    carry = _CARRIES.get(name)
+    value = carry(raw.strip()) if carry is not None else None
     option = re.match(r"s2\.[a-z.-]+", KAFKA_OPTIONS[name])
-    assert option is not None
-    if name == "subscribe" and "," not in value:
-        return "s2.stream", value
-    return option.group(0), value
-
-
-def _message(spelled: str, raw: object, fix: str, translated: tuple[str, str] | None) -> str:
-    text = f"option {spelled}={str(raw)!r} is a Kafka source option, which format('s2') does not take: "
-    if translated is not None:
-        option, value = translated
-        return text + f"use .option({option!r}, {value!r}) instead ({fix})"
-    return text + f"use {fix}"
+    if value is None or option is None:
+        return f"use {KAFKA_OPTIONS[name]}"
+    s2 = "s2.stream" if name == "subscribe" and "," not in value else option.group(0)
+    return f"use .option({s2!r}, {value!r}) instead ({KAFKA_OPTIONS[name]})"
 
 
 def refuse_kafka_options(options: Mapping[str, object]) -> None:
-    """ConfigError, on the driver, for the first Kafka source option given to a read, naming the s2 option
-    (and value) that does its job."""
+    """ConfigError for the first Kafka source option given to a read, naming the s2 option (and value) that
+    does its job."""
     opts = OptionMap(options)
     for key in sorted(opts):
-        name = _BY_LOWER.get(key)
-        if name is None and key.startswith(_KAFKA_CLIENT_PREFIX):
+        spelled = f"{opts.spelling(key)}={str(opts[key])!r}"
+        if key in _BY_LOWER:
+            use = _use(_BY_LOWER[key], str(opts[key]))
+            raise ConfigError(
+                f"option {spelled} is a Kafka source option, which format('s2') does not take: {use}"
+            )
+        if key.startswith(_KAFKA_CLIENT_PREFIX):
             # Its value is not shown: Kafka client settings hold credentials (kafka.sasl.jaas.config).
             raise ConfigError(
-                f"option {opts.spelling(key)} is a Kafka client setting, which format('s2') does not "
-                f"take: {_CONNECT}; drop it"
+                f"option {opts.spelling(key)} is a Kafka client setting, which format('s2') does not take: "
+                f"{_CONNECT}; drop it"
             )
-        if name is None and (key.startswith(OUR_PREFIXES) or "-" in key):
-            continue  # ours, or spelt like ours (Kafka's names have no hyphens): check_strays' business
-        if name is None:
-            # A Kafka name misspelt (startingOffset) would otherwise pass as some other source's option.
-            close = difflib.get_close_matches(key, list(_BY_LOWER), n=1, cutoff=0.85)
-            if not close:
-                continue
-            name = _BY_LOWER[close[0]]
+        # A Kafka name misspelt (startingOffset) would otherwise pass as another source's option; ours, or
+        # spelt like ours (Kafka's names have no hyphens), are check_strays' business.
+        if key.startswith(OUR_PREFIXES) or "-" in key:
+            continue
+        for name in difflib.get_close_matches(key, list(_BY_LOWER), n=1, cutoff=0.85):
             raise ConfigError(
-                f"unknown option {opts.spelling(key)}={str(opts[key])!r}, close to the Kafka source option "
-                f"{name}, which format('s2') does not take either: use {KAFKA_OPTIONS[name]}"
+                f"unknown option {spelled}, close to the Kafka source option {_BY_LOWER[name]}, which "
+                f"format('s2') does not take either: use {KAFKA_OPTIONS[_BY_LOWER[name]]}"
             )
-        raw = opts[key]
-        raise ConfigError(_message(opts.spelling(key), raw, KAFKA_OPTIONS[name], _translated(name, str(raw))))
