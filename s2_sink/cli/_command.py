@@ -34,12 +34,7 @@ __all__ = [
     "run_io",
 ]
 
-OK: Final = 0
-FAILED: Final = 1
-USAGE: Final = 2
-NOT_FOUND: Final = 3
-DENIED: Final = 4
-INTERRUPTED: Final = 130
+OK, FAILED, USAGE, NOT_FOUND, DENIED, INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 T = TypeVar("T")
 

@@ -15,6 +15,7 @@ from s2_sink.errors import S2SinkError
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 Arg = tuple[tuple[str, ...], dict[str, Any]]
+_JSON_HELP: Final = "one JSON object per line, times as milliseconds since the epoch (text: ISO 8601 UTC)"
 
 
 def arg(*names: str, **settings: Any) -> Arg:
@@ -22,13 +23,13 @@ def arg(*names: str, **settings: Any) -> Arg:
 
 
 class Leaf(NamedTuple):
+    """A command (its help the first line of its docstring), its arguments besides the connection flags, its
+    description, and the help of its ``--json`` (None: it has none)."""
+
     run: Run
-    help: str
     args: tuple[Arg, ...] = ()
     description: str | None = None
-    json_help: str | None = (
-        "one JSON object per line, times as milliseconds since the epoch (text: ISO 8601 UTC)"
-    )
+    json_help: str | None = _JSON_HELP
 
 
 GROUPS: Final = {
@@ -38,22 +39,19 @@ GROUPS: Final = {
 }
 _WRITER_ID: Final = arg("writer_id", metavar="WRITER_ID")
 _STREAM: Final = arg("stream", metavar="STREAM")
+_FORMAT_HELP: Final = (
+    "insert: body (JSON, text or base64), headers; upsert: key, action, value (default insert)"
+)
+_N_HELP: Final = "print the last N records (default 10); command records do not count"
 
-# "GROUP ACTION" or "COMMAND" -> its leaf; each also takes --basin and --endpoint (and --json unless
-# json_help is None).
-COMMANDS: Final[dict[str, Leaf]] = {
-    "ledger list": Leaf(
-        _ledger_cmd.list_,
-        "every exactly-once ledger: writer id, last committed batch, time of the last record",
-    ),
+COMMANDS: Final[dict[str, Leaf]] = {  # "GROUP ACTION" or "COMMAND"
+    "ledger list": Leaf(_ledger_cmd.list_),
     "ledger show": Leaf(
         _ledger_cmd.show,
-        "print every ledger record decoded: kind, epoch, batch, scope, run, stream ends",
         (arg("writer_id", metavar="WRITER_ID", help="the writer id (the streaming query id by default)"),),
     ),
     "ledger reset": Leaf(
         _ledger_cmd.reset,
-        "forget the committed batches",
         (
             _WRITER_ID,
             arg("--yes", action="store_true", help="confirm: reset the ledger (see above for what it means)"),
@@ -61,48 +59,24 @@ COMMANDS: Final[dict[str, Leaf]] = {
         _ledger_cmd.RESET_HELP,
         None,
     ),
-    "ledger forget": Leaf(
-        _ledger_cmd.forget,
-        "drop a recreated stream's committed end",
-        (_WRITER_ID, _STREAM),
-        _ledger_cmd.FORGET_HELP,
-        None,
-    ),
+    "ledger forget": Leaf(_ledger_cmd.forget, (_WRITER_ID, _STREAM), _ledger_cmd.FORGET_HELP, None),
     "streams list": Leaf(
         _streams_cmd.list_streams,
-        "every stream of the basin, with its creation time",
         (arg("--prefix", default="", help="only streams whose name starts with PREFIX"),),
     ),
-    "streams describe": Leaf(
-        _streams_cmd.describe,
-        "one stream's tail, fencing token (with its writer id) and configuration",
-        (_STREAM,),
-    ),
+    "streams describe": Leaf(_streams_cmd.describe, (_STREAM,)),
     "fences clear": Leaf(
         _streams_cmd.clear_fences,
-        "remove the fencing token of streams",
         (arg("streams", nargs="+", metavar="STREAM"),),
         _streams_cmd.CLEAR_HELP,
         None,
     ),
     "tail": Leaf(
         _tail_cmd.tail,
-        "print a stream's last records decoded, one JSON object per line",
         (
             _STREAM,
-            arg(
-                "--format",
-                choices=("insert", "upsert"),
-                default="insert",
-                help="insert: body (JSON, text or base64), headers; upsert: key, action, value "
-                "(default insert)",
-            ),
-            arg(
-                "-n",
-                type=int,
-                default=10,
-                help="print the last N records (default 10); command records do not count",
-            ),
+            arg("--format", choices=("insert", "upsert"), default="insert", help=_FORMAT_HELP),
+            arg("-n", type=int, default=10, help=_N_HELP),
             arg("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C"),
         ),
         json_help="timestamps as milliseconds since the epoch, as S2 stores them",
@@ -135,10 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         if group and group not in groups:
             actions = commands.add_parser(group, help=GROUPS[group])
             groups[group] = actions.add_subparsers(dest="action", required=True, metavar="ACTION")
-        sub = (
-            groups[group].add_parser(action, help=leaf.help, description=leaf.description)
-            if group
-            else (commands.add_parser(action, help=leaf.help, description=leaf.description))
+        summary = (leaf.run.__doc__ or "").split("\n")[0]
+        sub = (groups[group] if group else commands).add_parser(
+            action, help=summary, description=leaf.description
         )
         json = () if leaf.json_help is None else (arg("--json", action="store_true", help=leaf.json_help),)
         for names, settings in (*json, *_CONNECTION, *leaf.args):

@@ -79,6 +79,8 @@ def _role(name: str) -> str:
 
 
 def list_streams(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """every stream of the basin, with its creation time"""
+
     async def listing(client: S2) -> list[dict[str, Any]]:
         found = client.basin(cfg.basin).list_all_streams(prefix=args.prefix)
         return [{"name": i.name, "created_at": _ms(i.created_at)} async for i in found]
@@ -142,6 +144,7 @@ def _retention(policy: int | str | None) -> str:
 
 
 def describe(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """one stream's tail, fencing token (with its writer id) and configuration"""
     d, writers = run_io(cfg, args.stream, lambda client: _describe(client, cfg.basin, args.stream))
     config, tail = d["config"], d["tail"]
     role = _role(d["name"])
@@ -179,7 +182,8 @@ async def clear_fence(stream: S2Stream) -> str:
 
 
 def clear_fences(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """Clear each named stream's fence in order, stopping at the first failure."""
+    """remove the fencing token of streams"""
+    # In order, each line printed as it is done, stopping at the first failure.
     writers = run_io(cfg, None, lambda client: _writers_by_hash(client.basin(cfg.basin)))
     for name in args.streams:
 

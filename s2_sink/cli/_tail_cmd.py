@@ -29,12 +29,19 @@ def _text_or_b64(data: bytes) -> str:
         return "base64:" + base64.b64encode(data).decode()
 
 
-def _when(record: SequencedRecord, raw: bool) -> int | str:
-    return record.timestamp if raw else iso_ms(record.timestamp)
-
-
-def _insert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
-    doc: dict[str, Any] = {"seq_num": record.seq_num, "timestamp": _when(record, raw)}
+def _doc(record: SequencedRecord, fmt: str, raw: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "seq_num": record.seq_num,
+        "timestamp": record.timestamp if raw else iso_ms(record.timestamp),
+    }
+    if fmt == "upsert":
+        try:
+            (change,) = encoders.decode_upsert([record])
+        except EncodeError as exc:
+            raise CliFailure(
+                f"record {record.seq_num} is not an upsert record ({exc}); print it with --format insert"
+            ) from exc
+        return {**doc, "action": change.action, "key": change.key, "value": change.value}
     try:
         doc["value"] = orjson.loads(record.body)
     except orjson.JSONDecodeError:
@@ -44,25 +51,8 @@ def _insert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
     return doc
 
 
-def _upsert_doc(record: SequencedRecord, raw: bool) -> dict[str, Any]:
-    try:
-        (change,) = encoders.decode_upsert([record])
-    except EncodeError as exc:
-        raise CliFailure(
-            f"record {record.seq_num} is not an upsert record ({exc}); print it with --format insert"
-        ) from exc
-    return {
-        "seq_num": record.seq_num,
-        "timestamp": _when(record, raw),
-        "action": change.action,
-        "key": change.key,
-        "value": change.value,
-    }
-
-
 def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
-    to_doc = _upsert_doc if fmt == "upsert" else _insert_doc
-    Output(docs=[to_doc(record, raw) for record in records]).print(as_json=True)
+    Output(docs=[_doc(record, fmt, raw) for record in records]).print(as_json=True)
     sys.stdout.flush()
 
 
@@ -90,6 +80,7 @@ async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool, raw:
 
 
 def tail(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """print a stream's last records decoded, one JSON object per line"""
     if args.n < 0:
         raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
     if args.format == "upsert":
