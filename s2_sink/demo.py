@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 from s2_sdk import S2, Endpoints
@@ -51,7 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     with needs_pyspark("the demo"):
         from pyspark.sql import DataFrame, SparkSession  # noqa: PLC0415 - keep `--help` fast
-        from pyspark.sql import functions as F  # noqa: PLC0415
 
     from s2_sink import S2Writer  # noqa: PLC0415
     from s2_sink.encoders import InsertEncoder  # noqa: PLC0415
@@ -61,15 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with LiteServer(subprocess=True) as srv:  # its own process: no GIL shared with the driver
         basin = fresh_basin(srv.endpoint, name=None)
         print(f"lite server at {srv.endpoint}, basin {basin!r}, stream {STREAM!r}")
+        local: dict[str, Any] = {"spark.ui.enabled": False, "spark.ui.showConsoleProgress": False}
+        local |= {"spark.sql.shuffle.partitions": 2, "spark.driver.host": "127.0.0.1"}
+        local |= {"spark.driver.bindAddress": "127.0.0.1"}
         spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("s2-sink-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .getOrCreate()
+            SparkSession.builder.master("local[2]").appName("s2-sink-demo").config(map=local).getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
         cfg = S2Config(
@@ -92,14 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             .option("rowsPerBatch", args.rows_per_batch)
             .option("numPartitions", 2)
             .load()
-            .select(
-                F.col("value").alias("order_id"),
-                F.col("timestamp").alias("ts"),
-                F.element_at(
-                    F.array(*(F.lit(r) for r in ("eu", "us", "ap"))), (F.col("value") % 3 + 1).cast("int")
-                ).alias("region"),
-                (F.col("value") % 997 / 10).alias("amount"),
-                F.concat(F.lit("customer-"), (F.col("value") % 1000).cast("string")).alias("customer"),
+            .selectExpr(
+                "value AS order_id",
+                "timestamp AS ts",
+                "element_at(array('eu', 'us', 'ap'), CAST(value % 3 + 1 AS INT)) AS region",
+                "value % 997 / 10 AS amount",
+                "concat('customer-', CAST(value % 1000 AS STRING)) AS customer",
             )
         )
         query = (
@@ -120,17 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"the query failed: {error}")
             return 1
         count, sample = asyncio.run(_read_back(srv.endpoint, basin))
-    records = sum(m.records for m in written)
-    rows = sum(m.rows_in for m in written)
-    busy = sum(m.duration_s for m in written)
-    print()
-    print(f"micro-batches written : {len(written)}")
-    for m in written:
-        p50 = f"{m.ack_latency_p50_ms:.1f}" if m.ack_latency_p50_ms is not None else "-"
-        print(
-            f"  batch {m.batch_id}: {m.rows_in} rows -> {m.records} records in {m.appends} appends, "
-            f"{m.duration_s:.2f}s ({m.records_per_s:,.0f} records/s), ack p50 {p50} ms"
-        )
+    records, rows, busy = (sum(getattr(m, k) for m in written) for k in ("records", "rows_in", "duration_s"))
+    print(f"\nmicro-batches written : {len(written)}")
+    print("".join(f"  {m.log_line()}\n" for m in written), end="")
     print(
         f"rows in / records out : {rows} / {records} ({rows / busy if busy else 0:,.0f} rows/s while writing)"
     )
