@@ -14,7 +14,7 @@ __all__ = ["S2DataSource", "register"]
 
 def register(spark: Any) -> None:
     """Register ``format("s2")`` with a SparkSession (classic or Spark Connect)."""
-    source = _source_class()  # first: on pyspark 3.5 this says why not, before `spark.dataSource` fails
+    source = __getattr__("S2DataSource")  # first: on pyspark 3.5 this says why not, before `spark.dataSource`
     from s2_sink._env_hints import passing_driver_only_vars  # noqa: PLC0415
 
     with passing_driver_only_vars(spark):  # S2_* set after the session started: the workers lack them
@@ -22,14 +22,10 @@ def register(spark: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "S2DataSource":
-        return _source_class()
-    raise AttributeError(f"module 's2_sink.datasource' has no attribute {name!r}")
-
-
-def _source_class() -> type[S2DataSource]:
-    # Imported on first use: executors import this package to unpickle the writer and need none of the
-    # read side. On pyspark 3.5 (no data source API) the package imports, and using it says why not.
+    # Imported on first use: executors import this package to unpickle the writer and need none of the read
+    # side. On pyspark 3.5 (no data source API) the package imports, and using it says why not.
+    if name != "S2DataSource":
+        raise AttributeError(f"module 's2_sink.datasource' has no attribute {name!r}")
     with needs_pyspark("format('s2')"):
         from s2_sink.datasource._compat import require_datasource_api  # noqa: PLC0415
 

@@ -12,17 +12,8 @@ import pyspark
 
 from s2_sink.errors import S2SinkError
 
-__all__ = [
-    "HAS_DATASOURCE_API",
-    "HAS_STREAM_ARROW_WRITER",
-    "PYSPARK_VERSION",
-    "StreamArrowWriterBase",
-    "require_datasource_api",
-    "require_stream_arrow_writer",
-]
-
-PYSPARK_VERSION: str = pyspark.__version__
-
+__all__ = ["HAS_DATASOURCE_API", "HAS_STREAM_ARROW_WRITER", "StreamArrowWriterBase", "require_datasource_api"]
+__all__ += ["require_stream_arrow_writer"]
 
 try:
     _DATASOURCE: ModuleType | None = importlib.import_module("pyspark.sql.datasource")
@@ -44,7 +35,7 @@ def require_datasource_api() -> None:
     if not HAS_DATASOURCE_API:
         raise S2SinkError(
             f"format('s2') needs pyspark 4.0 or later (the Python Data Source API, pyspark.sql.datasource); "
-            f"the installed pyspark is {PYSPARK_VERSION}. On this pyspark write streams with "
+            f"the installed pyspark is {pyspark.__version__}. On this pyspark write streams with "
             "df.writeStream.foreachBatch(S2Writer(...)) (exactly-once); reading S2 streams into Spark needs "
             "pyspark 4.0+ (Databricks Runtime 15.3+)"
         )
@@ -55,7 +46,7 @@ def require_stream_arrow_writer() -> None:
     if not HAS_STREAM_ARROW_WRITER:
         raise S2SinkError(
             "df.writeStream.format('s2') needs pyspark 4.1 or later (its Arrow streaming writer, "
-            f"DataSourceStreamArrowWriter); the installed pyspark is {PYSPARK_VERSION}. Write the stream "
+            f"DataSourceStreamArrowWriter); the installed pyspark is {pyspark.__version__}. Write the stream "
             "with df.writeStream.foreachBatch(S2Writer(...)) (exactly-once on every supported pyspark) or "
             "upgrade pyspark; format('s2') reads and batch df.write.format('s2') work on this pyspark"
         )
