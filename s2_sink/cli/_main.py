@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Final, NamedTuple
 
-from s2_sink.cli import _ledger_cmd, _streams_cmd, _tail_cmd
+from s2_sink.cli import _ledger_cmd, _streams_cmd
 from s2_sink.cli._command import EXIT_CODES, FAILED, INTERRUPTED, OK, CliFailure, Run, config_from
 from s2_sink.errors import S2SinkError
 
@@ -72,7 +72,7 @@ COMMANDS: Final[dict[str, Leaf]] = {  # "GROUP ACTION" or "COMMAND"
         None,
     ),
     "tail": Leaf(
-        _tail_cmd.tail,
+        _streams_cmd.tail,
         (
             _STREAM,
             arg("--format", choices=("insert", "upsert"), default="insert", help=_FORMAT_HELP),

@@ -1,29 +1,38 @@
-"""``s2-sink streams list|describe`` and ``fences clear``, with each fencing token's writer named.
+"""``s2-sink streams list|describe``, ``fences clear`` with each fencing token's writer named, and ``tail``.
 
 A token names its writer by an 8-hex-digit hash of the writer id only (tokens are at most 36 bytes): hashing
 each ledger's writer id gives the id back. ``describe`` only reads: it learns the token from the refusal of an
 append conditional on a token nobody uses (`read_fence`), and never creates a stream. ``clear`` is conditional
 on the token found, so what it reports cleared is exactly what it cleared; why that never breaks a running
-writer: docs/exactly-once.md, *Fencing tokens*.
+writer: docs/exactly-once.md, *Fencing tokens*. ``tail``'s output: docs/operations.md, *Tail a stream*.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import logging
+import sys
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from s2_sdk import S2, AppendInput, CommandRecord, FencingTokenMismatchError, S2Basin, S2Error, S2Stream
+import orjson
+from s2_sdk import S2, AppendInput, CommandRecord, FencingTokenMismatchError, S2Error, SeqNum
 
+from s2_sink import encoders
 from s2_sink._exactly_once.fencing import Token, writer_hash
 from s2_sink._exactly_once.ledger import LEDGER_PREFIX
+from s2_sink._exactly_once.readback import read_span
 from s2_sink._exactly_once.sign_in_registers import REGISTER_PREFIX
-from s2_sink.cli._command import CliFailure, Output, iso_ms, run_io
+from s2_sink.cli._command import PATIENCE, USAGE, CliFailure, Output, iso_ms, run_io
 from s2_sink.cli._ledger_cmd import writer_ids
 from s2_sink.config import S2Config
+from s2_sink.errors import EncodeError
 
-__all__ = ["CLEAR_HELP", "clear_fence", "clear_fences", "describe", "list_streams", "read_fence"]
+if TYPE_CHECKING:
+    from s2_sdk import S2Basin, S2Stream, SequencedRecord
+
+__all__ = ["CLEAR_HELP", "clear_fence", "clear_fences", "describe", "list_streams", "read_fence", "tail"]
 
 log = logging.getLogger(__name__)
 
@@ -197,4 +206,79 @@ def clear_fences(args: argparse.Namespace, cfg: S2Config) -> Output:
         was = run_io(cfg, name, go)
         done = f"cleared fencing token {_describe_token(was, writers)}" if was else "had no fencing token"
         print(f"stream {name!r}: {done}", flush=True)
+    return Output()
+
+
+def _text_or_b64(data: bytes) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode()
+
+
+def _doc(record: SequencedRecord, fmt: str, raw: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "seq_num": record.seq_num,
+        "timestamp": record.timestamp if raw else iso_ms(record.timestamp),
+    }
+    if fmt == "upsert":
+        try:
+            (change,) = encoders.decode_upsert([record])
+        except EncodeError as exc:
+            raise CliFailure(
+                f"record {record.seq_num} is not an upsert record ({exc}); print it with --format insert"
+            ) from exc
+        return {**doc, "action": change.action, "key": change.key, "value": change.value}
+    try:
+        doc["value"] = orjson.loads(record.body)
+    except orjson.JSONDecodeError:
+        doc["text"] = _text_or_b64(record.body)
+    if record.headers:
+        doc["headers"] = [[_text_or_b64(k), _text_or_b64(v)] for k, v in record.headers]
+    return doc
+
+
+def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
+    Output(docs=[_doc(record, fmt, raw) for record in records]).print(as_json=True)
+    sys.stdout.flush()
+
+
+async def _last_records(stream: S2Stream, count: int, end: int) -> list[SequencedRecord]:
+    """The last ``count`` records before ``end``, stepping further back past command records."""
+    found: list[SequencedRecord] = []
+    start = end
+    while len(found) < count and start > 0:
+        earlier = max(0, start - (count - len(found)))
+        records = read_span(stream, earlier, start, patience=PATIENCE)
+        span = [r async for r in records if not r.is_command_record()]
+        found = span + found
+        start = earlier
+    return found[-count:] if count else []
+
+
+async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool, raw: bool) -> None:
+    end = (await stream.check_tail()).seq_num
+    _emit(await _last_records(stream, count, end), fmt, raw)
+    if not follow:
+        return
+    async with stream.read_session(start=SeqNum(end), ignore_command_records=True) as session:
+        async for batch in session:
+            _emit(batch.records, fmt, raw)
+
+
+def tail(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """print a stream's last records decoded, one JSON object per line"""
+    if args.n < 0:
+        raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
+    if args.format == "upsert":
+        try:  # the upsert decoder needs pyspark (an extra): say so before reading anything
+            encoders.decode_upsert  # noqa: B018
+        except ModuleNotFoundError as exc:
+            raise CliFailure(str(exc), USAGE) from exc
+    stream = args.stream
+    run_io(
+        cfg,
+        stream,
+        lambda c: _print_tail(c.basin(cfg.basin).stream(stream), args.n, args.format, args.follow, args.json),
+    )
     return Output()
