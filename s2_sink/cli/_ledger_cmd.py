@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from s2_sdk import S2, S2Basin, S2ServerError
 
@@ -36,7 +36,6 @@ from s2_sink.errors import CommitError
 
 __all__ = ["FORGET_HELP", "RESET_HELP", "forget", "list_", "reset", "show", "writer_ids"]
 
-T = TypeVar("T")
 Doc = dict[str, Any]
 
 RESET_HELP: Final = (
@@ -226,19 +225,19 @@ async def _writer_of(client: S2, name: str, basin_name: str) -> str:
 
 
 def _on_ledger(
-    cfg: S2Config, writer_id: str, work: Callable[[S2Basin, Ledger], Awaitable[T]], missing: str
-) -> T:
+    cfg: S2Config, writer_id: str, work: Callable[[S2Basin, Ledger], Awaitable[str]], missing: str
+) -> Output:
     """``work`` on the writer's ledger, which must exist: getting its config never creates it (a check_tail
     would, in a basin that creates streams on read)."""
     name = ledger_stream_name(writer_id)
 
-    async def go(client: S2) -> T:
+    async def go(client: S2) -> str:
         basin = client.basin(cfg.basin)
         await basin.get_stream_config(name)
         return await work(basin, Ledger(basin, writer_id, patience=PATIENCE))
 
     try:
-        return run_io(cfg, name, go)
+        return Output([run_io(cfg, name, go)])
     except CliFailure as exc:
         if exc.missing == "stream":
             raise CliFailure(
@@ -253,35 +252,32 @@ def reset(args: argparse.Namespace, cfg: S2Config) -> Output:
     """forget the committed batches"""
     name = ledger_stream_name(args.writer_id)
 
-    async def work(_: S2Basin, ledger: Ledger) -> LedgerState | None:
+    async def work(_: S2Basin, ledger: Ledger) -> str:
         before = await ledger.load()
-        if before.kind == "none" or not args.yes:
-            return before
+        if before.kind == "none":
+            return f"ledger {name!r} is empty: there is nothing to reset"
+        if not args.yes:
+            raise CliFailure(
+                f"not resetting the ledger of writer {args.writer_id!r} (last record: {before.kind} of batch "
+                f"{before.committed}, epoch {before.epoch}) without --yes. {RESET_HELP}",
+                USAGE,
+            )
         run = f"reset-{uuid.uuid4().hex}"
         await ledger.append(
             dataclasses.replace(before, kind="commit", committed=-1, run=run, query_id=None, scope="batch")
         )
-        return None
-
-    before = _on_ledger(cfg, args.writer_id, work, ": there is nothing to reset")
-    if before is None:
-        return Output(
-            [f"ledger {name!r} reset: the next run under writer id {args.writer_id!r} may start at any batch"]
+        return (
+            f"ledger {name!r} reset: the next run under writer id {args.writer_id!r} may start at any batch"
         )
-    if before.kind == "none":
-        return Output([f"ledger {name!r} is empty: there is nothing to reset"])
-    raise CliFailure(
-        f"not resetting the ledger of writer {args.writer_id!r} (last record: {before.kind} of batch "
-        f"{before.committed}, epoch {before.epoch}) without --yes. {RESET_HELP}",
-        USAGE,
-    )
+
+    return _on_ledger(cfg, args.writer_id, work, ": there is nothing to reset")
 
 
 def forget(args: argparse.Namespace, cfg: S2Config) -> Output:
     """drop a recreated stream's committed end"""
     writer_id, stream = args.writer_id, args.stream
 
-    async def work(basin: S2Basin, ledger: Ledger) -> tuple[int, int]:
+    async def work(basin: S2Basin, ledger: Ledger) -> str:
         state = await ledger.load()
         end = state.ends.get(stream)
         if end is None:
@@ -305,13 +301,9 @@ def forget(args: argparse.Namespace, cfg: S2Config) -> Output:
         await ledger.append(
             dataclasses.replace(state, kind="commit", scope="run", ends=ends, announces=False, intent=None)
         )
-        return end, tail
+        return (
+            f"ledger {ledger.name!r}: forgot the end {end} of stream {stream!r} (now ending at {tail}); the "
+            "next run under this writer id reads it back from its start"
+        )
 
-    end, tail = _on_ledger(cfg, writer_id, work, f", or stream {stream!r} does not exist")
-    name = ledger_stream_name(writer_id)
-    return Output(
-        [
-            f"ledger {name!r}: forgot the end {end} of stream {stream!r} (now ending at {tail}); the next "
-            "run under this writer id reads it back from its start"
-        ]
-    )
+    return _on_ledger(cfg, writer_id, work, f", or stream {stream!r} does not exist")
