@@ -30,7 +30,7 @@ from s2_sink.config import S2Config
 from s2_sink.errors import EncodeError
 
 if TYPE_CHECKING:
-    from s2_sdk import S2Basin, S2Stream, SequencedRecord
+    from s2_sdk import S2Basin, S2Stream, SequencedRecord, StreamConfig, StreamPosition
 
 __all__ = ["CLEAR_HELP", "clear_fence", "clear_fences", "describe", "list_streams", "read_fence", "tail"]
 
@@ -113,21 +113,35 @@ async def read_fence(stream: S2Stream) -> str:
     return _PROBE
 
 
-async def _describe(client: S2, basin_name: str, name: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
-    """The stream's ``--json`` document, and the writer ids of its fencing token's writer hash."""
-    basin = client.basin(basin_name)
-    config = await basin.get_stream_config(name)  # first: a missing stream is a 404, and nothing is created
-    created = [_ms(i.created_at) async for i in basin.list_all_streams(prefix=name) if i.name == name]
-    stream = basin.stream(name)
-    tail = await stream.check_tail()
-    token = await read_fence(stream)
-    ours = Token.parse(token)
-    writers = await _writers_by_hash(basin) if ours is not None else {}
+def _retention(policy: int | str | None) -> str:
+    if policy is None or policy == "infinite":
+        return "the basin's default" if policy is None else "infinite"
+    return f"{int(policy)} s ({int(policy) / 86400:g} days)"
+
+
+def describe(args: argparse.Namespace, cfg: S2Config) -> Output:
+    """one stream's tail, fencing token (with its writer id) and configuration"""
+    name = args.stream
+
+    async def go(
+        client: S2,
+    ) -> tuple[StreamConfig, list[int | None], StreamPosition, str, dict[str, list[str]]]:
+        basin = client.basin(cfg.basin)
+        config = await basin.get_stream_config(
+            name
+        )  # first: a missing stream is a 404, and nothing is created
+        created = [_ms(i.created_at) async for i in basin.list_all_streams(prefix=name) if i.name == name]
+        tail = await basin.stream(name).check_tail()
+        token = await read_fence(basin.stream(name))
+        return config, created, tail, token, await _writers_by_hash(basin) if Token.parse(token) else {}
+
+    config, created, tail, token, writers = run_io(cfg, name, go)
+    ours, ts, age = Token.parse(token), config.timestamping, config.delete_on_empty_min_age
+    mode = None if ts is None or ts.mode is None else ts.mode.value
     fence = None
     if ours is not None:
         ids = writers.get(ours.writer, [])
         fence = {"writer_hash": ours.writer, "writer_ids": ids, "epoch": ours.epoch, "generation": ours.gen}
-    ts = config.timestamping
     doc = {
         "name": name,
         "created_at": created[-1] if created else None,
@@ -137,42 +151,23 @@ async def _describe(client: S2, basin_name: str, name: str) -> tuple[dict[str, A
         "config": {
             "storage_class": config.storage_class,
             "retention_policy": config.retention_policy,
-            "timestamping_mode": None if ts is None or ts.mode is None else ts.mode.value,
+            "timestamping_mode": mode,
             "timestamping_uncapped": None if ts is None else ts.uncapped,
-            "delete_on_empty_min_age": config.delete_on_empty_min_age,
+            "delete_on_empty_min_age": age,
         },
     }
-    return doc, writers
-
-
-def _retention(policy: int | str | None) -> str:
-    if policy is None or policy == "infinite":
-        return "the basin's default" if policy is None else "infinite"
-    seconds = int(policy)
-    return f"{seconds} s ({seconds / 86400:g} days)"
-
-
-def describe(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """one stream's tail, fencing token (with its writer id) and configuration"""
-    d, writers = run_io(cfg, args.stream, lambda client: _describe(client, cfg.basin, args.stream))
-    config, tail = d["config"], d["tail"]
-    role = _role(d["name"])
-    age = config["delete_on_empty_min_age"]
     rows = [
-        ("created", iso_ms(d["created_at"])),
-        ("tail", f"{tail['seq_num']} (next seq_num); last record at {iso_ms(tail['timestamp'])}"),
-        ("fencing token", _describe_token(d["fencing_token"], writers) if d["fencing_token"] else "none"),
-        ("storage class", config["storage_class"] or "the basin's default"),
-        ("retention", _retention(config["retention_policy"])),
-        (
-            "timestamping",
-            (config["timestamping_mode"] or "default (client-prefer)")
-            + (" uncapped" if config["timestamping_uncapped"] else ""),
-        ),
+        ("created", iso_ms(doc["created_at"])),
+        ("tail", f"{tail.seq_num} (next seq_num); last record at {iso_ms(tail.timestamp)}"),
+        ("fencing token", _describe_token(token, writers) if token else "none"),
+        ("storage class", config.storage_class or "the basin's default"),
+        ("retention", _retention(config.retention_policy)),
+        ("timestamping", (mode or "default (client-prefer)") + (" uncapped" if ts and ts.uncapped else "")),
         ("delete if empty", "never" if not age else f"after {age} s"),
     ]
-    head = f"stream {d['name']!r} in basin {cfg.basin!r}" + (f" ({role})" if role else "")
-    return Output([head, *(f"  {label:<16} {value}" for label, value in rows)], [d])
+    role = f" ({_role(name)})" if _role(name) else ""
+    head = f"stream {name!r} in basin {cfg.basin!r}{role}"
+    return Output([head, *(f"  {label:<16} {value}" for label, value in rows)], [doc])
 
 
 async def clear_fence(stream: S2Stream) -> str:

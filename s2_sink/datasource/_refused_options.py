@@ -46,23 +46,21 @@ def _accepted(side: Side) -> frozenset[str]:
 def check_side(options: Mapping[str, str], side: Side) -> None:
     """Refuse any of our options (``s2.*``, ``sink.*``) this side does not accept, saying which side it
     belongs to, or the closest accepted keys."""
-    opts = OptionMap(options)
-    mine = _accepted(side)
+    opts, mine = OptionMap(options), _accepted(side)
     other: Side = "write" if side == "read" else "read"
-    theirs = _accepted(other)
     for key in sorted(opts):
         if not key.startswith(OUR_PREFIXES) or key in mine:
             continue
         spelled = f"{opts.spelling(key)}={str(opts[key])!r}"
-        if key in theirs:
+        if key in _accepted(other):
             raise ConfigError(
                 f"option {spelled} applies to format('s2') {_WHAT[other]} only, not to {side}s: drop it here"
             )
-        close = difflib.get_close_matches(key, sorted(mine), n=3, cutoff=0.6)
-        if close:
-            raise ConfigError(f"unknown option {spelled}: did you mean {' or '.join(close)}?")
+        close = " or ".join(difflib.get_close_matches(key, sorted(mine), n=3, cutoff=0.6))
         raise ConfigError(
-            f"unknown option {spelled}. format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
+            f"unknown option {spelled}: did you mean {close}?"
+            if close
+            else f"unknown option {spelled}. format('s2') {_WHAT[side]} accept: {', '.join(sorted(mine))}"
         )
 
 
