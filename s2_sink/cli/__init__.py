@@ -1,6 +1,5 @@
-"""The ``s2-sink`` command: look at and repair what exactly-once delivery keeps in S2; run the lite server.
-One module per subcommand (docs/operations.md); the protocol lives in the library.
-"""
+"""The ``s2-sink`` command (docs/operations.md): the ledgers' commands, the streams' (fences and tail among
+them), the table that declares both; the protocol lives in the library."""
 
 from __future__ import annotations
 
