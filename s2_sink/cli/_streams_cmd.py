@@ -133,13 +133,8 @@ def describe(args: argparse.Namespace, cfg: S2Config) -> Output:
         created = [_ms(i.created_at) async for i in basin.list_all_streams(prefix=name) if i.name == name]
         tail = await basin.stream(name).check_tail()
         token = await read_fence(basin.stream(name))
-        return (
-            config,
-            created,
-            tail,
-            token,
-            await _writers_by_hash(basin) if Token.parse(token) is not None else {},
-        )
+        writers = await _writers_by_hash(basin) if Token.parse(token) is not None else {}
+        return config, created, tail, token, writers
 
     config, created, tail, token, writers = run_io(cfg, name, go)
     ours, ts, age = Token.parse(token), config.timestamping, config.delete_on_empty_min_age
