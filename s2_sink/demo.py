@@ -103,9 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"streaming query started ({writer.delivery}); writing {args.batches} micro-batches ...")
         deadline = time.monotonic() + args.timeout
-        while len(written) < args.batches and time.monotonic() < deadline:
-            if query.exception() is not None:
-                break
+        while len(written) < args.batches and time.monotonic() < deadline and query.exception() is None:
             time.sleep(0.2)
         query.stop()
         error = query.exception()
