@@ -31,12 +31,12 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 from s2_sdk import SequencedRecord
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
-from s2_sink._read.ranges import columns_to_batch
 from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, RAW_SCHEMA, UPSERT_SCHEMA, rows_kind
 from s2_sink._read.rows.upsert_rows import materialized_batches, typed_batch
 from s2_sink._wire.columns import RecordColumns
 from s2_sink._wire.read_batch import parse_read_batch
+from s2_sink.datasource._readers import columns_to_batch
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from tests.rows_by_record import materialize, records_to_batch
 
@@ -102,7 +102,7 @@ def _from_columns(
     fmt: ReadFormat, schema: StructType, parts: list[RecordColumns]
 ) -> Iterator[pa.RecordBatch]:
     for columns in parts:
-        yield columns_to_batch(rows_kind(fmt, schema), schema, "s", columns)
+        yield columns_to_batch(rows_kind(fmt, schema), schema, [("s", columns)])
 
 
 def _materialize_by_record(parts: list[RecordColumns]) -> Iterator[pa.RecordBatch]:
