@@ -18,6 +18,7 @@ from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests.rows_by_record import to_records
 
 
 def _cfg(endpoint: str, basin: str, **extra: Any) -> S2Config:
@@ -62,7 +63,7 @@ def test_reads_use_the_pools_client_for_the_config(lite: LiteServer, basin: str)
     assert _lookups.tails(cfg, ["s"]) == {"s": 3}
     batches = list(_session.read_range_columns(cfg, "s", 1, 3, _no_gap))
 
-    assert [r.body for batch in batches for r in batch.to_records()] == [b"r1", b"r2"]
+    assert [r.body for batch in batches for r in to_records(batch)] == [b"r1", b"r2"]
     assert _runtime.run(_client_count()) == before + 1
 
 

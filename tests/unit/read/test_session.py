@@ -25,7 +25,7 @@ from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.config import S2Config
 from s2_sink.datasource._readers import columns_to_batch
 from s2_sink.lite import LiteServer
-from tests.rows_by_record import records_to_batch
+from tests.rows_by_record import records_to_batch, to_records
 from tests.unit.wire.test_read_batch import _message, records
 
 
@@ -87,12 +87,12 @@ def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) ->
     for first, stop in ((0, 1505), (3, 1503), (699, 701)):
         sdk = _sdk_records(lite.endpoint, basin, "s", first, stop)
         batches = list(_session.read_range_columns(cfg, "s", first, stop, _no_gap))
-        assert [r for cols in batches for r in cols.to_records()] == sdk
+        assert [r for cols in batches for r in to_records(cols)] == sdk
         assert len(sdk) == stop - first
     # Runs of one message each (the default joins them): records come message by message, the same ones.
     per_message = list(_session.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
     assert len(per_message) > 1
-    assert [r for cols in per_message for r in cols.to_records()] == _sdk_records(
+    assert [r for cols in per_message for r in to_records(cols)] == _sdk_records(
         lite.endpoint, basin, "s", 0, 1505
     )
 
@@ -110,7 +110,7 @@ def test_read_connections_accept_frames_of_a_whole_read_batch(lite: LiteServer, 
         got = [
             r.body
             for cols in _session.read_range_columns(cfg, "s", 0, 3000, _no_gap)
-            for r in cols.to_records()
+            for r in to_records(cols)
         ]
         assert got == [r.body for r in records]
 
@@ -233,7 +233,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
         before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
         # Runs of one message each, so that what the first connection brought is handed out before the cut.
         for cols in _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
-            got.extend(r.body for r in cols.to_records())
+            got.extend(r.body for r in to_records(cols))
             if len(accepted) == 1:
                 before_cut = len(got)
     assert got == [r.body for r in records]
@@ -246,7 +246,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
         )
     assert len(accepted) >= 2
     assert len(runs) == 1
-    assert [r.body for r in runs[0].to_records()] == [r.body for r in records]
+    assert [r.body for r in to_records(runs[0])] == [r.body for r in records]
     # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, _):
         cfg = S2Config(

@@ -14,6 +14,7 @@ from s2_sink._read import session as _session
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests.rows_by_record import to_records
 from tests.unit.read.test_corked_lookups import _count_request_writes
 from tests.unit.read.test_session import _append, _appends, _cutting_proxy, _no_gap, _sdk_records
 
@@ -79,7 +80,7 @@ def test_a_small_range_past_one_answer_is_read_on_by_a_session(counted: LiteServ
     runs = list(_session.read_range_columns(cfg, "big", 1, 12, _no_gap))
 
     delta = counted.stats.snapshot() - before
-    got = [r for cols in runs for r in cols.to_records()]
+    got = [r for cols in runs for r in to_records(cols)]
     assert [(r.seq_num, r.body) for r in got] == [
         (r.seq_num, r.body) for r in _sdk_records(counted.endpoint, basin, "big", 1, 12)
     ]
@@ -111,7 +112,7 @@ def test_a_connection_dropped_mid_answer_is_read_again(lite: LiteServer, basin: 
         got = [
             r.body
             for cols in _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 900, _no_gap)
-            for r in cols.to_records()
+            for r in to_records(cols)
         ]
     assert got == [r.body for r in records]
     assert len(accepted) >= 2
