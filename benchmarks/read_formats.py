@@ -31,14 +31,14 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 from s2_sdk import SequencedRecord
 from s2_sdk._generated.s2.v1 import s2_pb2 as pb
 
-from s2_sink._read.ranges import columns_to_batch
 from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, RAW_SCHEMA, UPSERT_SCHEMA, rows_kind
 from s2_sink._read.rows.upsert_rows import materialized_batches, typed_batch
 from s2_sink._wire.columns import RecordColumns
 from s2_sink._wire.read_batch import parse_read_batch
+from s2_sink.datasource._readers import columns_to_batch
 from s2_sink.encoders._arrow_types import to_arrow_schema
-from tests.rows_by_record import materialize, records_to_batch
+from tests.rows_by_record import materialize, records_to_batch, to_records
 
 __all__ = ["main"]
 
@@ -95,18 +95,18 @@ def _columns(records: int, batch: int, layout: str) -> list[RecordColumns]:
 
 def _by_record(fmt: ReadFormat, schema: StructType, parts: list[RecordColumns]) -> Iterator[pa.RecordBatch]:
     for columns in parts:
-        yield records_to_batch(fmt, schema, "s", columns.to_records())
+        yield records_to_batch(fmt, schema, "s", to_records(columns))
 
 
 def _from_columns(
     fmt: ReadFormat, schema: StructType, parts: list[RecordColumns]
 ) -> Iterator[pa.RecordBatch]:
     for columns in parts:
-        yield columns_to_batch(rows_kind(fmt, schema), schema, "s", columns)
+        yield columns_to_batch(rows_kind(fmt, schema), schema, [("s", columns)])
 
 
 def _materialize_by_record(parts: list[RecordColumns]) -> Iterator[pa.RecordBatch]:
-    records: list[SequencedRecord] = [r for p in parts for r in p.to_records() if not r.is_command_record()]
+    records: list[SequencedRecord] = [r for p in parts for r in to_records(p) if not r.is_command_record()]
     latest = materialize("s", records)
     for i in range(0, len(latest), 1000):
         yield records_to_batch("upsert", TYPED, "s", latest[i : i + 1000])

@@ -16,12 +16,12 @@ from s2_sink._read.read_options import ReadFormat
 from s2_sink._read.rows.record_rows import decode_bodies
 from s2_sink._read.rows.schemas import ACTION_COLUMN, META_COLUMNS, is_typed_upsert
 from s2_sink._read.rows.upsert_rows import ACTION_HEADER, KEY_HEADER
-from s2_sink._wire.columns import to_target
+from s2_sink._wire.columns import RecordColumns, to_target
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.encoders._kafka import KAFKA_KEY_HEADER
 from s2_sink.errors import ReadError
 
-__all__ = ["materialize", "records_to_batch"]
+__all__ = ["materialize", "records_to_batch", "to_records"]
 
 
 def _ts_array(records: Sequence[s2_sdk.SequencedRecord]) -> pa.Array:
@@ -186,3 +186,21 @@ def records_to_batch(
     else:
         arrays = _decoded_columns(fmt, schema, stream, records)
     return to_target(arrays, to_arrow_schema(schema))
+
+
+def to_records(columns: RecordColumns) -> list[s2_sdk.SequencedRecord]:
+    """The SDK's records of the columns, one by one."""
+    offsets = columns.header_offsets.tolist()
+    names, values = columns.names.to_pylist(), columns.values.to_pylist()
+    seqs, stamps, bodies = columns.seq_nums.tolist(), columns.timestamps.tolist(), columns.bodies.to_pylist()
+    return [
+        s2_sdk.SequencedRecord(
+            seq_num=seqs[i],
+            body=bodies[i],
+            headers=list(
+                zip(names[offsets[i] : offsets[i + 1]], values[offsets[i] : offsets[i + 1]], strict=True)
+            ),
+            timestamp=stamps[i],
+        )
+        for i in range(len(seqs))
+    ]

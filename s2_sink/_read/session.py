@@ -1,24 +1,28 @@
-"""A stream's read session over S2S, its messages held in runs (`ReadRun`) and decoded together on demand
-(`decode_held`).
+"""A task's S2 reads: the ranges of its partition, several at once, each on an S2S read session of our own
+or, if small, by one unary read; records trimmed away reported as gaps; runs of records handed on as record
+columns (`s2_sink._wire.read_batch` decodes them together).
 
-It keeps the SDK's HTTP/2 transport and S2S deframing but decodes the messages in bulk
-(`s2_sink._wire.read_batch`), and behaves as the SDK's bounded session does (heartbeats, reconnects,
-resume, errors); a small range is one unary read. docs/architecture.md, *Reading, by stage*.
+The session keeps the SDK's HTTP/2 transport and S2S deframing, and behaves as the SDK's bounded session
+does (heartbeats, reconnects, resume, errors). docs/architecture.md, *Reading, by stage*.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Final, NamedTuple
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
+from typing import Final, TypeVar
 
+import numpy as np
 import s2_sdk
 from h2.connection import H2Connection
 from h2.settings import SettingCodes
 
 from s2_sink._transport import hyperframe_repr_patch, sdk
+from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.explain import explain
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying
 from s2_sink._transport.sdk import (
@@ -32,23 +36,26 @@ from s2_sink._transport.sdk import (
     read_messages,
     requires_reconnect,
 )
-from s2_sink._wire.columns import RecordColumns, concat_columns
-from s2_sink._wire.read_batch import Skim, Tail, decode_skims, parse_read_batch, skim
+from s2_sink._wire.columns import Positions, RecordColumns
+from s2_sink._wire.read_batch import Arrival, Held, ReadRun, decode_held
 from s2_sink.config import S2Config
+from s2_sink.errors import ReadError
 
 __all__ = [
+    "RANGE_CONCURRENCY",
     "RUN_BYTES",
     "RUN_RECORDS",
     "UNARY_RECORDS",
-    "Arrival",
-    "Held",
     "Range",
-    "ReadRun",
-    "decode_held",
+    "missing",
     "read_columns",
     "read_error_words",
+    "read_range_columns",
+    "read_ranges_columns",
     "read_unary",
 ]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -219,101 +226,206 @@ def read_error_words(exc: BaseException, cfg: S2Config, stream: str | None = Non
 
 Range = tuple[str, int, int]
 """``(stream, first, stop)``: the records of ``stream`` with ``first <= seq_num < stop`` (planned by
-`planning.offsets`, read by `ranges`)."""
+`planning.offsets`, read here)."""
 
 
-class Arrival(NamedTuple):
-    """What a message brought: its record count, the last one's seq_num (None without records), its tail."""
-
-    records: int
-    last_seq_num: int | None
-    tail: Tail | None
-
-
-class Held(NamedTuple):
-    """A run taken and not decoded yet: its parts (walked messages, or records parsed on arrival) in order."""
-
-    parts: tuple[Skim | RecordColumns, ...]
-    records: int  # at least one
-    last_seq_num: int
-
-    @classmethod
-    def of(cls, columns: RecordColumns) -> Held:
-        return cls((columns,), len(columns), int(columns.seq_nums[-1]))
-
-
-def decode_held(runs: Sequence[Held]) -> list[RecordColumns]:
-    """Each run's records, decoded together: consecutive walked messages, of one run or several, in one go."""
-    decoded: list[RecordColumns] = []
-    skims: list[Skim] = []
-    for part in (part for run in runs for part in run.parts):
-        if isinstance(part, Skim):
-            skims.append(part)
-            continue
-        if skims:
-            decoded.append(decode_skims(skims))
-            skims = []
-        decoded.append(part)
-    if skims:
-        decoded.append(decode_skims(skims))
-    joined = concat_columns(decoded)
-    if len(runs) == 1:
-        return [joined]
-    return _cut(joined, [run.records for run in runs])
+async def _range_runs(
+    cfg: S2Config, stream: str, first: int, stop: int, on_gap: Callable[[int, int], None], *, run_records: int
+) -> AsyncGenerator[Held, None]:
+    handle = _runtime.get_pool().client(cfg).basin(cfg.basin).stream(stream)
+    # seq_nums are contiguous (command records included), so a jump past ``expected`` means trimmed records.
+    expected = first
+    try:
+        async for held in _held_runs(handle, first, stop, run_records, cfg):
+            if held.last_seq_num - expected + 1 == held.records and held.last_seq_num < stop:
+                # As many records as seq_nums up to the last, all below ``stop``: no jump, nothing to cut,
+                # and the run stays undecoded for the consumer to decode with others.
+                expected = held.last_seq_num + 1
+                yield held
+                if expected >= stop:
+                    return
+                continue
+            (batch,) = decode_held([held])
+            for lo, hi in missing(batch.seq_nums, expected, stop):
+                on_gap(lo, hi)
+            expected = int(batch.seq_nums[-1]) + 1
+            # Trimmed records shift what the count covers: keep only [first, stop).
+            kept = batch.take(batch.seq_nums < stop) if expected > stop else batch
+            if len(kept):
+                yield Held.of(kept)
+            if expected >= stop:
+                return
+    except s2_sdk.ReadUnwrittenError:
+        # The start resolved to the tail: everything from ``expected`` on was trimmed.
+        pass
+    if expected < stop:
+        on_gap(expected, stop)
 
 
-def _cut(columns: RecordColumns, sizes: Sequence[int]) -> list[RecordColumns]:
-    offsets = columns.header_offsets.tolist()
-    out: list[RecordColumns] = []
-    lo = 0
-    for n in sizes:
-        hi = lo + n
-        first, headers = offsets[lo], offsets[hi] - offsets[lo]
-        out.append(
-            RecordColumns(
-                columns.seq_nums[lo:hi],
-                columns.timestamps[lo:hi],
-                columns.bodies.slice(lo, n),
-                columns.header_counts[lo:hi],
-                columns.names.slice(first, headers),
-                columns.values.slice(first, headers),
-            )
+async def _held_runs(
+    handle: s2_sdk.S2Stream, first: int, stop: int, run_records: int, cfg: S2Config
+) -> AsyncGenerator[Held, None]:
+    """A small range by one unary read (batched with the task's other small ranges), the rest by a session."""
+    if stop - first <= UNARY_RECORDS:
+        held = await read_unary(handle, first, stop - first, cfg)
+        if held is None:
+            return  # no records: none is left from ``first`` to the tail
+        yield held
+        if held.last_seq_num + 1 >= stop:
+            return
+        # More than one answer holds (records over 1 MiB together): a session reads the rest.
+        first = held.last_seq_num + 1
+    async for held in read_columns(handle, first, stop - first, run_records=run_records, cfg=cfg):
+        yield held
+
+
+def missing(seq_nums: Positions, expected: int, stop: int) -> list[tuple[int, int]]:
+    """The runs ``[lo, hi)`` below ``stop`` that ``seq_nums`` skips after ``expected``: records trimmed."""
+    after = np.empty(len(seq_nums), dtype=np.uint64)  # the seq_num each record should have
+    after[0] = expected
+    after[1:] = seq_nums[:-1] + np.uint64(1)
+    jumps = np.flatnonzero(seq_nums > after)
+    return [
+        (lo, min(hi, stop))
+        for lo, hi in zip(after[jumps].tolist(), seq_nums[jumps].tolist(), strict=True)
+        if lo < stop
+    ]
+
+
+RANGE_CONCURRENCY: Final = 16
+"""Ranges of one task read at once, each on its own session (HTTP/2 streams of the pooled connections):
+a task that reads many small streams waits for one round trip per stream otherwise."""
+
+
+async def _read_one(
+    cfg: S2Config,
+    rng: Range,
+    on_gap: Callable[[int, int], None],
+    run_records: int,
+    out: asyncio.Queue[object],
+) -> None:
+    stream, first, stop = rng
+    try:
+        async for held in _range_runs(cfg, stream, first, stop, on_gap, run_records=run_records):
+            await out.put((stream, held))
+    except (s2_sdk.S2Error, TransportError) as exc:
+        raise ReadError(
+            f"s2 source: reading {stream!r} seq_nums [{first}, {stop}) in basin {cfg.basin!r} failed: "
+            f"{read_error_words(exc, cfg, stream)}"
+        ) from exc
+
+
+async def _ranges_columns(
+    cfg: S2Config,
+    ranges: Sequence[Range],
+    on_gap: Callable[[str, int, int], None],
+    *,
+    run_records: int,
+    concurrency: int,
+) -> AsyncGenerator[list[tuple[str, RecordColumns]], None]:
+    """Every range's records, ranges interleaved: ``concurrency`` readers take the next range when done and
+    hand runs over a bounded queue; whatever is ready comes out decoded together.
+    """
+    todo = iter(ranges)
+    out: asyncio.Queue[object] = asyncio.Queue(maxsize=concurrency)
+
+    async def reader() -> None:
+        try:
+            for rng in todo:  # shared: each range is taken by one reader
+                await _read_one(cfg, rng, functools.partial(on_gap, rng[0]), run_records, out)
+        except Exception as exc:  # noqa: BLE001 - the consumer raises it (a cancellation is not one)
+            await out.put(exc)
+            return
+        await out.put(None)  # this reader has no range left
+
+    tasks = [asyncio.create_task(reader()) for _ in range(min(concurrency, len(ranges)))]
+    running = len(tasks)
+    try:
+        while running:
+            # Whatever is ready goes in one hand-off: each costs the task's thread a wake-up.
+            ready: list[tuple[str, Held]] = []
+            item = await out.get()
+            while True:
+                if item is None:
+                    running -= 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    ready.append(item)  # type: ignore[arg-type]
+                if out.empty():
+                    break
+                item = out.get_nowait()
+            if ready:
+                decoded = decode_held([held for _, held in ready])
+                yield [(stream, columns) for (stream, _), columns in zip(ready, decoded, strict=True)]
+    finally:
+        await _stop(tasks, out)
+
+
+async def _stop(tasks: list[asyncio.Task[None]], out: asyncio.Queue[object]) -> None:
+    """End the readers. A cancelled reader may end with an error of its own (the SDK's transport cleaning up)
+    and put it on the full queue, where it would wait for ever: empty the queue and cancel until all ended.
+    """
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        while not out.empty():
+            out.get_nowait()
+        _, pending = await asyncio.wait(pending, timeout=0.05)
+
+
+async def _next(batches: AsyncGenerator[_T, None]) -> _T:
+    return await anext(batches)
+
+
+async def _close(batches: AsyncGenerator[_T, None]) -> None:
+    await batches.aclose()
+
+
+def read_ranges_columns(
+    cfg: S2Config,
+    ranges: Sequence[Range],
+    on_gap: Callable[[str, int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
+    concurrency: int = RANGE_CONCURRENCY,
+) -> Generator[tuple[str, RecordColumns], None, None]:
+    """``(stream, columns)`` of every range's records, command records included, each range in seq_num order.
+
+    ``on_gap(stream, lo, hi)`` is called for every run of seq_nums no longer stored; it may raise to stop the
+    read. Synchronous for Spark's ``read()``: each step runs on the shared loop, so records flow to Spark
+    while the sessions still read, and they are closed however the caller stops iterating.
+    """
+    batches = _ranges_columns(cfg, ranges, on_gap, run_records=run_records, concurrency=concurrency)
+    try:
+        while True:
+            try:
+                ready = _runtime.run(_next(batches))
+            except StopAsyncIteration:
+                return
+            yield from ready
+    finally:
+        # A generator collected on the loop's own thread cannot wait on that loop; there the loop's
+        # async-generator hook closes ``batches`` once it is collected too.
+        if not _runtime.in_loop_thread():
+            _runtime.run(_close(batches))
+
+
+def read_range_columns(
+    cfg: S2Config,
+    stream: str,
+    first: int,
+    stop: int,
+    on_gap: Callable[[int, int], None],
+    *,
+    run_records: int = RUN_RECORDS,
+) -> Iterator[RecordColumns]:
+    """`read_ranges_columns` of one range: its records in seq_num order."""
+    with contextlib.closing(
+        read_ranges_columns(
+            cfg, [(stream, first, stop)], lambda _, lo, hi: on_gap(lo, hi), run_records=run_records
         )
-        lo = hi
-    return out
-
-
-class ReadRun:
-    """The records of the messages added since the last `take`, in order."""
-
-    def __init__(self) -> None:
-        self._parts: list[Skim | RecordColumns] = []
-        self.records = 0
-        self.size = 0  # bytes of the messages held
-        self._last_seq_num = -1
-
-    def add(self, message: bytes) -> Arrival:
-        skimmed = skim(message)
-        last = None if skimmed is None else skimmed.last_seq_num()
-        if skimmed is None or (skimmed.starts and last is None):  # not canonical: the parser says how
-            columns, tail = parse_read_batch(message)
-            if len(columns):
-                last = int(columns.seq_nums[-1])
-                self._hold(columns, len(columns), len(message), last)
-            return Arrival(len(columns), last, tail)
-        if skimmed.starts:
-            assert last is not None
-            self._hold(skimmed, len(skimmed.starts), len(message), last)
-        return Arrival(len(skimmed.starts), last, skimmed.tail)
-
-    def take(self) -> Held:
-        """Every record held (at least one), not decoded yet; the run is then empty."""
-        held = Held(tuple(self._parts), self.records, self._last_seq_num)
-        self._parts, self.records, self.size = [], 0, 0
-        return held
-
-    def _hold(self, part: Skim | RecordColumns, records: int, size: int, last_seq_num: int) -> None:
-        self._parts.append(part)
-        self._last_seq_num = last_seq_num
-        self.records += records
-        self.size += size
+    ) as batches:
+        for _, columns in batches:
+            yield columns

@@ -66,17 +66,9 @@ def get_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is not None and _pid == os.getpid() and _thread is not None and _thread.is_alive():
             return _loop
-        new_loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def _serve() -> None:
-            asyncio.set_event_loop(new_loop)
-            new_loop.call_soon(ready.set)
-            new_loop.run_forever()
-
-        thread = threading.Thread(target=_serve, name="s2-sink-loop", daemon=True)
+        new_loop = asyncio.new_event_loop()  # takes work before it runs: nothing waits for it to start
+        thread = threading.Thread(target=new_loop.run_forever, name="s2-sink-loop", daemon=True)
         thread.start()
-        ready.wait()
         _loop, _thread, _pid = new_loop, thread, os.getpid()
         return new_loop
 

@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow._compute as _pc
-from s2_sdk import SequencedRecord
 
 __all__ = [
     "BinaryView",
@@ -193,23 +192,6 @@ class RecordColumns(NamedTuple):
         empty_name[single] = name_lengths[self.header_offsets[:-1][single]] == 0
         both: Bools = single & empty_name
         return both
-
-    def to_records(self) -> list[SequencedRecord]:
-        """For the formats decoded record by record."""
-        offsets = self.header_offsets.tolist()
-        names, values = self.names.to_pylist(), self.values.to_pylist()
-        seqs, stamps, bodies = self.seq_nums.tolist(), self.timestamps.tolist(), self.bodies.to_pylist()
-        return [
-            SequencedRecord(
-                seq_num=seqs[i],
-                body=bodies[i],
-                headers=list(
-                    zip(names[offsets[i] : offsets[i + 1]], values[offsets[i] : offsets[i + 1]], strict=True)
-                ),
-                timestamp=stamps[i],
-            )
-            for i in range(len(seqs))
-        ]
 
     def take(self, rows: Ints | Bools) -> RecordColumns:
         index: Ints = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows.astype(np.int64, copy=False)

@@ -5,7 +5,8 @@ all records at once (`decode_skims`), assuming the layout serializers write (fie
 proto3 defaults omitted), and Arrow packs bodies and headers from offsets into the message. A message in
 any other layout is parsed by the SDK's generated class, so the result is always what
 ``pb.ReadBatch.ParseFromString`` gives. `read_varints` reads the eight bytes at each position as one
-``uint64`` word (ten one-byte columns for a varint over eight bytes).
+``uint64`` word (ten one-byte columns for a varint over eight bytes). A read holds the messages it
+receives in runs (`ReadRun`) and decodes them together when they are handed on (`decode_held`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from s2_sink._transport.sdk import pb
 from s2_sink._wire.columns import Bytes, Ints, RecordColumns, concat_columns, repeated, take
 
-__all__ = ["NotCanonical", "Skim", "Tail", "decode_skims", "parse_read_batch", "read_varints", "skim"]
+__all__ = ["Arrival", "Held", "NotCanonical", "ReadRun", "Skim", "Tail", "decode_held", "decode_skims"]
+__all__ += ["parse_read_batch", "read_varints", "skim"]
 
 _RECORDS: Final = 0x0A
 _TAIL: Final = 0x12
@@ -263,6 +265,103 @@ def _by_field(message: bytes) -> tuple[RecordColumns, Tail | None]:
     )
     tail = Tail(batch.tail.seq_num, batch.tail.timestamp) if batch.HasField("tail") else None
     return columns, tail
+
+
+class Arrival(NamedTuple):
+    """What a message brought: its record count, the last one's seq_num (None without records), its tail."""
+
+    records: int
+    last_seq_num: int | None
+    tail: Tail | None
+
+
+class Held(NamedTuple):
+    """A run taken and not decoded yet: its parts (walked messages, or records parsed on arrival) in order."""
+
+    parts: tuple[Skim | RecordColumns, ...]
+    records: int  # at least one
+    last_seq_num: int
+
+    @classmethod
+    def of(cls, columns: RecordColumns) -> Held:
+        return cls((columns,), len(columns), int(columns.seq_nums[-1]))
+
+
+def decode_held(runs: Sequence[Held]) -> list[RecordColumns]:
+    """Each run's records, decoded together: consecutive walked messages, of one run or several, in one go."""
+    decoded: list[RecordColumns] = []
+    skims: list[Skim] = []
+    for part in (part for run in runs for part in run.parts):
+        if isinstance(part, Skim):
+            skims.append(part)
+            continue
+        if skims:
+            decoded.append(decode_skims(skims))
+            skims = []
+        decoded.append(part)
+    if skims:
+        decoded.append(decode_skims(skims))
+    joined = concat_columns(decoded)
+    if len(runs) == 1:
+        return [joined]
+    return _cut(joined, [run.records for run in runs])
+
+
+def _cut(columns: RecordColumns, sizes: Sequence[int]) -> list[RecordColumns]:
+    offsets = columns.header_offsets.tolist()
+    out: list[RecordColumns] = []
+    lo = 0
+    for n in sizes:
+        hi = lo + n
+        first, headers = offsets[lo], offsets[hi] - offsets[lo]
+        out.append(
+            RecordColumns(
+                columns.seq_nums[lo:hi],
+                columns.timestamps[lo:hi],
+                columns.bodies.slice(lo, n),
+                columns.header_counts[lo:hi],
+                columns.names.slice(first, headers),
+                columns.values.slice(first, headers),
+            )
+        )
+        lo = hi
+    return out
+
+
+class ReadRun:
+    """The records of the messages added since the last `take`, in order."""
+
+    def __init__(self) -> None:
+        self._parts: list[Skim | RecordColumns] = []
+        self.records = 0
+        self.size = 0  # bytes of the messages held
+        self._last_seq_num = -1
+
+    def add(self, message: bytes) -> Arrival:
+        skimmed = skim(message)
+        last = None if skimmed is None else skimmed.last_seq_num()
+        if skimmed is None or (skimmed.starts and last is None):  # not canonical: the parser says how
+            columns, tail = parse_read_batch(message)
+            if len(columns):
+                last = int(columns.seq_nums[-1])
+                self._hold(columns, len(columns), len(message), last)
+            return Arrival(len(columns), last, tail)
+        if skimmed.starts:
+            assert last is not None
+            self._hold(skimmed, len(skimmed.starts), len(message), last)
+        return Arrival(len(skimmed.starts), last, skimmed.tail)
+
+    def take(self) -> Held:
+        """Every record held (at least one), not decoded yet; the run is then empty."""
+        held = Held(tuple(self._parts), self.records, self._last_seq_num)
+        self._parts, self.records, self.size = [], 0, 0
+        return held
+
+    def _hold(self, part: Skim | RecordColumns, records: int, size: int, last_seq_num: int) -> None:
+        self._parts.append(part)
+        self._last_seq_num = last_seq_num
+        self.records += records
+        self.size += size
 
 
 Values = npt.NDArray[np.uint64]

@@ -71,13 +71,13 @@ class S2DataSource(DataSource):
         return cfg, opts
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from s2_sink.datasource._batch_reader import S2BatchReader  # noqa: PLC0415
+        from s2_sink.datasource._readers import S2BatchReader  # noqa: PLC0415
 
         cfg, opts = self._reader_parts(schema, streaming=False)
         return S2BatchReader(cfg, opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from s2_sink.datasource._stream_reader import S2StreamReader  # noqa: PLC0415
+        from s2_sink.datasource._readers import S2StreamReader  # noqa: PLC0415
 
         cfg, opts = self._reader_parts(schema, streaming=True)
         return S2StreamReader(cfg, opts, schema)

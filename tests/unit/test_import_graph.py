@@ -243,23 +243,13 @@ READ_STAGES: dict[str, frozenset[str]] = {
     "s2_sink._read.read_options": frozenset(),
     # Record columns into rows: pure Arrow over the wire's columns; knows no S2 call and no planning.
     "s2_sink._read.rows": frozenset({"s2_sink._read.read_options"}),
-    # One stream's S2 reads, a read session's runs of records: knows nothing of formats or planning.
+    # A task's S2 reads, its ranges on read sessions or unary reads: knows nothing of formats or planning.
     "s2_sink._read.session": frozenset(),
     # The unit of work the planning makes: plain data, pickled to the task.
     "s2_sink._read.partition": frozenset(),
     # The driver's planning: its lookups go through the session's error words, never through the rows.
     "s2_sink._read.planning": frozenset(
         {"s2_sink._read.read_options", "s2_sink._read.session", "s2_sink._read.partition"}
-    ),
-    # A task's read of its partition: the sessions' records into rows, under the planning's loss policy.
-    "s2_sink._read.ranges": frozenset(
-        {
-            "s2_sink._read.read_options",
-            "s2_sink._read.session",
-            "s2_sink._read.rows",
-            "s2_sink._read.planning",
-            "s2_sink._read.partition",
-        }
     ),
 }
 
@@ -271,7 +261,7 @@ def _read_stage(module: str) -> str | None:
 
 def test_read_stages_import_only_the_stages_below() -> None:
     """Rows, session and planning of the read path stay apart: rows never call S2 or plan, the session never
-    builds rows or plans, planning never builds rows; only a task's `ranges` joins session and rows."""
+    builds rows or plans, planning never builds rows; only the Spark adapter (`datasource/`) joins them."""
     graph = package_graph()
     wrong = []
     for module, targets in graph.items():
@@ -293,22 +283,16 @@ def test_every_read_module_is_in_a_stage() -> None:
 
 
 def test_the_spark_adapter_reads_through_the_stages() -> None:
-    """`datasource/` adapts Spark's API: its readers call planning and a task's `ranges`, never the
-    session or the formats themselves."""
+    """`datasource/` adapts Spark's API: its readers call the planning, the session and the rows, never what
+    lies below them (the planning's S2 lookups, the session's decoding of ``ReadBatch`` messages)."""
     graph = package_graph()
+    below = ("s2_sink._read.planning.lookups", "s2_sink._wire.read_batch")
     direct = [
         f"{m} -> {t}"
         for m, targets in graph.items()
         if m.startswith("s2_sink.datasource")
         for t in targets
-        if t.startswith(
-            (
-                "s2_sink._read.session",
-                "s2_sink._read.rows.record_rows",
-                "s2_sink._read.rows.upsert_rows",
-                "s2_sink._read.planning.lookups",
-            )
-        )
+        if t.startswith(below)
     ]
     assert not direct, "; ".join(sorted(direct))
 

@@ -89,7 +89,7 @@ def test_fields_are_the_values_passed_not_their_text(captured: io.StringIO) -> N
     """Each ``key=%s`` placeholder's field is the argument itself as JSON: a dict an object, a tuple and a
     list arrays, a bool a bool, None null, text with spaces and quotes the whole text; a value followed by
     punctuation (``(recovery=%s)``) keeps none of it."""
-    log = logging.getLogger("s2_sink.datasource._stream_reader")
+    log = logging.getLogger("s2_sink.datasource._readers")
     log.info(
         "s2 source: lag_by_stream=%s streams=%s ids=%s recovery=%s last=%s name=%r note=%s (flag=%s)",
         {"orders": 2702, "it's": {"a b": [1, 2]}},
@@ -138,7 +138,7 @@ def test_pairs_in_preformatted_text_are_read_as_literals(captured: io.StringIO) 
 
 def test_the_real_source_and_sink_lines_parse_to_their_values(captured: io.StringIO) -> None:
     """The two lines the issue found garbled, logged with their real format strings and arguments."""
-    logging.getLogger("s2_sink.datasource._stream_reader").info(
+    logging.getLogger("s2_sink.datasource._readers").info(
         "s2 source: planned batch batch_records=%d lag_records=%d streams=%d lag_by_stream=%s",
         10,
         5,

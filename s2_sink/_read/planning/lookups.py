@@ -7,7 +7,6 @@ deadline (all are reads); failures surface as ``ReadError`` naming the basin and
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,7 +19,7 @@ from s2_sink._transport import runtime as _runtime
 from s2_sink._transport import sdk
 from s2_sink._transport.explain import is_stream_deleting
 from s2_sink._transport.retry import Patience, patiently
-from s2_sink._transport.runtime import get_pool
+from s2_sink._transport.runtime import gather_bounded, get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ReadError
 
@@ -50,14 +49,8 @@ def _names(streams: Sequence[str], shown: int = 10) -> str:
     return f"{list(streams)[:shown]!r} and {len(streams) - shown} more streams"
 
 
-async def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) -> list[_T]:
-    gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
-
-    async def one(stream: str) -> _T:
-        async with gate:
-            return await lookup(stream)
-
-    return await asyncio.gather(*(one(s) for s in streams))
+def _each(streams: Sequence[str], lookup: Callable[[str], Awaitable[_T]]) -> Awaitable[list[_T]]:
+    return gather_bounded((lookup(s) for s in streams), LOOKUP_CONCURRENCY)
 
 
 def _run(

@@ -11,8 +11,8 @@ import pytest
 import s2_sdk
 
 from s2_sink._read.planning.data_loss import positions
+from s2_sink.datasource._readers import S2StreamReader
 from s2_sink.datasource._source import S2DataSource
-from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.lite import LiteServer
 
 

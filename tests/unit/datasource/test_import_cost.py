@@ -96,7 +96,6 @@ _NOT_IN_A_READ_TASK = (
     "s2_sink._wire.append.proto",
     "s2_sink.datasource._spark_writers",
     "s2_sink.datasource._write_options",
-    "s2_sink.datasource._stream_reader",
     "s2_sink._read.planning.committed",
     "s2_sink._read.planning.micro_batches",
 )
@@ -132,7 +131,7 @@ def test_a_read_task_imports_only_the_read_side(tmp_path: Path) -> None:
         "before = set(sys.modules)\n"
         "from pyspark import cloudpickle\n"
         f"source, reader, partition = cloudpickle.loads(open({str(task)!r}, 'rb').read())\n"
-        "import s2_sink._read.partition, s2_sink._read.ranges  # what read() imports\n"
+        "import s2_sink._read.partition, s2_sink._read.session  # what read() imports\n"
         "import s2_sink._read.planning.data_loss, s2_sink._read.rows.record_rows\n"
         "import s2_sink._wire.read_batch, s2_sink._read.rows.schemas\n"
         "print(sorted(set(sys.modules) - before))\n"
@@ -189,7 +188,7 @@ def test_reading_any_format_leaves_pandas_out() -> None:
         "import s2_sdk._generated.s2.v1.s2_pb2 as pb\n"
         "from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType\n"
         "from s2_sink._wire.read_batch import parse_read_batch\n"
-        "from s2_sink._read.ranges import BATCH_OF, columns_to_batch\n"
+        "from s2_sink.datasource._readers import batch_of, columns_to_batch\n"
         "from s2_sink._read.rows import schemas as f\n"
         "from s2_sink._read.rows.upsert_rows import materialized_batches\n"
         "from s2_sink.encoders._arrow_types import to_arrow_schema\n"
@@ -208,15 +207,15 @@ def test_reading_any_format_leaves_pandas_out() -> None:
         "print('before', 0, 'pandas' in sys.modules)\n"
         f"for fmt in {_FORMATS!r}:\n"
         "    if fmt == 'upsert-materialized':\n"
-        "        out = list(materialized_batches(BATCH_OF['upsert'], f.UPSERT_SCHEMA, 's', [cols],\n"
+        "        out = list(materialized_batches(batch_of('upsert'), f.UPSERT_SCHEMA, 's', [cols],\n"
         "                                        to_arrow_schema(f.UPSERT_SCHEMA)))\n"
         "    elif fmt == 'upsert-typed':\n"
-        "        out = [columns_to_batch(f.rows_kind('upsert', typed), typed, 's', cols)]\n"
+        "        out = [columns_to_batch(f.rows_kind('upsert', typed), typed, [('s', cols)])]\n"
         "    elif fmt == 'json-meta':\n"
-        "        out = [columns_to_batch('json', meta, 's', cols.take(cols.seq_nums % 2 == 1))]\n"
+        "        out = [columns_to_batch('json', meta, [('s', cols.take(cols.seq_nums % 2 == 1))])]\n"
         "    else:\n"
         "        schema = {'raw': f.RAW_SCHEMA, 'kafka': f.KAFKA_SCHEMA, 'upsert': f.UPSERT_SCHEMA}[fmt]\n"
-        "        out = [columns_to_batch(fmt, schema, 's', cols)]\n"
+        "        out = [columns_to_batch(fmt, schema, [('s', cols)])]\n"
         "    print(fmt, sum(b.num_rows for b in out), 'pandas' in sys.modules)\n"
     )
     lines = [line.split() for line in _python(code).splitlines()]

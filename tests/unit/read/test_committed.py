@@ -19,7 +19,7 @@ from s2_sink._read.planning.offsets import cap_committed
 from s2_sink._read.read_options import parse_read_options
 from s2_sink._read.rows.schemas import RAW_SCHEMA
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._stream_reader import S2StreamReader
+from s2_sink.datasource._readers import S2StreamReader
 from s2_sink.errors import ConfigError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, client, make_basin, read_all, run

@@ -14,7 +14,7 @@ from s2_sink._read.planning.data_loss import positions
 from s2_sink._read.planning.offsets import cap_committed_tails
 from s2_sink._read.rows.schemas import RAW_SCHEMA
 from s2_sink.datasource import S2DataSource
-from s2_sink.datasource._stream_reader import S2StreamReader
+from s2_sink.datasource._readers import S2StreamReader
 from s2_sink.errors import ReadError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, client, make_basin, run

@@ -12,15 +12,14 @@ import pytest
 import s2_sdk
 
 from s2_sink import ConfigError, ReadError
-from s2_sink._read import ranges as _ranges
+from s2_sink._read import session as _session
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._read.planning.data_loss import positions
-from s2_sink._read.ranges import read_partition
 from s2_sink._read.read_options import parse_read_options
 from s2_sink.config import S2Config
+from s2_sink.datasource._readers import S2StreamReader, read_partition
 from s2_sink.datasource._source import S2DataSource
-from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.lite import LiteServer
 
 
@@ -66,7 +65,7 @@ def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Small ranges read by unary reads, as a task reads them, or by read sessions, as it reads larger ones:
     a loss is the same loss either way."""
     if request.param == "session":
-        monkeypatch.setattr(_ranges, "UNARY_RECORDS", 0)
+        monkeypatch.setattr(_session, "UNARY_RECORDS", 0)
 
 
 def _bodies_read(endpoint: str, basin: str, partition: S2Partition, policy: str) -> list[bytes]:

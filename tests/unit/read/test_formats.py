@@ -14,11 +14,11 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from s2_sdk import SequencedRecord
 
 from s2_sink._exactly_once.tags import TAG_HEADER
-from s2_sink._read.ranges import BATCH_OF, columns_to_batch
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, UPSERT_SCHEMA, rows_kind
 from s2_sink._read.rows.upsert_rows import materialized_batches, splice_objects
 from s2_sink._wire.columns import RecordColumns
 from s2_sink._wire.read_batch import parse_read_batch
+from s2_sink.datasource._readers import batch_of, columns_to_batch
 from s2_sink.encoders import KAFKA_KEY_HEADER
 from s2_sink.encoders._arrow_types import to_arrow_schema
 from s2_sink.errors import ReadError
@@ -35,7 +35,7 @@ SETTINGS = settings(
 
 def _materialized(schema: StructType, parts: list[RecordColumns], rows: int = 1000) -> list[pa.RecordBatch]:
     """A materialized read's batches, as a task makes them (the rows kind decided as the driver does)."""
-    to_batch = BATCH_OF[rows_kind("upsert", schema)]
+    to_batch = batch_of(rows_kind("upsert", schema))
     return list(materialized_batches(to_batch, schema, "st", parts, to_arrow_schema(schema), rows=rows))
 
 
@@ -150,7 +150,7 @@ def test_kafka_columns_equal_the_record_path(recs: list[SequencedRecord]) -> Non
     cols = _columns(recs)
     for schema in (KAFKA_SCHEMA, KAFKA_PROJECTION):
         _assert_same(
-            _outcome(lambda s=schema: [columns_to_batch("kafka", s, "st", cols)]),
+            _outcome(lambda s=schema: [columns_to_batch("kafka", s, [("st", cols)])]),
             _outcome(lambda s=schema: [records_to_batch("kafka", s, "st", recs)]),
         )
 
@@ -165,7 +165,7 @@ def test_upsert_columns_equal_the_record_path(recs: list[SequencedRecord]) -> No
     cols = _columns(recs)
     for schema in (UPSERT_SCHEMA, UPSERT_PROJECTION, TYPED_UPSERT, TYPED_ACTION_ONLY, TYPED_NESTED):
         _assert_same(
-            _outcome(lambda s=schema: [columns_to_batch(rows_kind("upsert", s), s, "st", cols)]),
+            _outcome(lambda s=schema: [columns_to_batch(rows_kind("upsert", s), s, [("st", cols)])]),
             _outcome(lambda s=schema: [records_to_batch("upsert", s, "st", recs)]),
         )
 
@@ -232,17 +232,17 @@ def test_a_record_without_a_change_fails_naming_it() -> None:
     with pytest.raises(
         ReadError, match=r"record 7 of stream 'st' has no @key header .*\[b'@action', b'\\xff'\]"
     ):
-        columns_to_batch("upsert", UPSERT_SCHEMA, "st", _columns([ok, no_key]))
+        columns_to_batch("upsert", UPSERT_SCHEMA, [("st", _columns([ok, no_key]))])
     bad_action = SequencedRecord(8, b"{}", [(b"@key", b"{}"), (b"@action", b"x"), (b"@action", b"u")], 0)
     with pytest.raises(ReadError, match=r"record 8 of stream 'st' has no @key header or no @action header"):
-        columns_to_batch("upsert", UPSERT_SCHEMA, "st", _columns([bad_action]))
+        columns_to_batch("upsert", UPSERT_SCHEMA, [("st", _columns([bad_action]))])
 
 
 def test_kafka_header_names_that_are_not_utf8_are_replaced() -> None:
     """A header name that is not UTF-8 reads as text with U+FFFD in place of the bad bytes, as Python's
     decode with errors='replace' gives; the other names of the batch are unchanged."""
     rec = SequencedRecord(0, b"v", [(b"ok", b"1"), (b"a\xffb", b"2"), (b"\xed\xa0\x80", b"3")], 0)
-    (row,) = columns_to_batch("kafka", KAFKA_SCHEMA, "st", _columns([rec])).to_pylist()
+    (row,) = columns_to_batch("kafka", KAFKA_SCHEMA, [("st", _columns([rec]))]).to_pylist()
     assert [h["key"] for h in row["headers"]] == ["ok", "a\ufffdb", "\ufffd\ufffd\ufffd"]
 
 

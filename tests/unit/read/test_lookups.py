@@ -11,13 +11,14 @@ import pytest
 import s2_sdk
 
 from s2_sink import ReadError, S2SinkError
-from s2_sink._read import ranges as _ranges
+from s2_sink._read import session as _session
 from s2_sink._read.planning import lookups as _lookups
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests.rows_by_record import to_records
 
 
 def _cfg(endpoint: str, basin: str, **extra: Any) -> S2Config:
@@ -60,9 +61,9 @@ def test_reads_use_the_pools_client_for_the_config(lite: LiteServer, basin: str)
 
     assert sorted(_lookups.listed_epochs(cfg, "")) == ["s"]
     assert _lookups.tails(cfg, ["s"]) == {"s": 3}
-    batches = list(_ranges.read_range_columns(cfg, "s", 1, 3, _no_gap))
+    batches = list(_session.read_range_columns(cfg, "s", 1, 3, _no_gap))
 
-    assert [r.body for batch in batches for r in batch.to_records()] == [b"r1", b"r2"]
+    assert [r.body for batch in batches for r in to_records(batch)] == [b"r1", b"r2"]
     assert _runtime.run(_client_count()) == before + 1
 
 
@@ -82,7 +83,7 @@ def test_reading_a_missing_stream_raises_read_error(lite: LiteServer, basin: str
     the basin, with the SDK error chained."""
     cfg = _cfg(lite.endpoint, basin)
     with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
-        list(_ranges.read_range_columns(cfg, "gone", 0, 5, _no_gap))
+        list(_session.read_range_columns(cfg, "gone", 0, 5, _no_gap))
     assert isinstance(info.value.__cause__, s2_sdk.S2Error)
 
 
@@ -125,5 +126,5 @@ def test_positions_of_a_stream_trimmed_to_nothing(lite: LiteServer, basin: str) 
     assert _lookups.first_seqs(cfg, ["t"]) == {"t": 4}
     assert _lookups.resolve_timestamp(cfg, ["t"], 1) == {"t": 4}
     gaps: list[tuple[int, int]] = []
-    assert list(_ranges.read_range_columns(cfg, "t", 0, 4, lambda lo, hi: gaps.append((lo, hi)))) == []
+    assert list(_session.read_range_columns(cfg, "t", 0, 4, lambda lo, hi: gaps.append((lo, hi)))) == []
     assert gaps == [(0, 4)]

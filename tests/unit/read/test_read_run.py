@@ -7,9 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from s2_sdk import SequencedRecord
 
-from s2_sink._read.ranges import missing
-from s2_sink._read.session import ReadRun, decode_held
-from s2_sink._wire.read_batch import Tail, parse_read_batch
+from s2_sink._read.session import missing
+from s2_sink._wire.read_batch import ReadRun, Tail, decode_held, parse_read_batch
 from tests.hypothesis_profiles import examples
 from tests.unit.wire.test_read_batch import _as_records, _message, small_blobs, tails
 

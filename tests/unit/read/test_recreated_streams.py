@@ -12,8 +12,8 @@ import s2_sdk
 
 from s2_sink._read.partition import S2Partition
 from s2_sink._read.planning.data_loss import EPOCHS_KEY, join, positions, recreated, split
+from s2_sink.datasource._readers import S2StreamReader
 from s2_sink.datasource._source import S2DataSource
-from s2_sink.datasource._stream_reader import S2StreamReader
 from s2_sink.errors import ReadError
 from s2_sink.lite import LiteServer
 

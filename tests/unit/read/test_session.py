@@ -17,16 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from s2_sink import ReadError
-from s2_sink._read import ranges as _ranges
 from s2_sink._read import session as _session
-from s2_sink._read.ranges import columns_to_batch
 from s2_sink._read.rows.schemas import KAFKA_SCHEMA, RAW_SCHEMA
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._wire.read_batch import parse_read_batch
 from s2_sink.config import S2Config
+from s2_sink.datasource._readers import columns_to_batch
 from s2_sink.lite import LiteServer
-from tests.rows_by_record import records_to_batch
+from tests.rows_by_record import records_to_batch, to_records
 from tests.unit.wire.test_read_batch import _message, records
 
 
@@ -87,13 +86,13 @@ def test_bulk_range_reads_give_the_sdks_records(lite: LiteServer, basin: str) ->
     cfg = _cfg(lite.endpoint, basin)
     for first, stop in ((0, 1505), (3, 1503), (699, 701)):
         sdk = _sdk_records(lite.endpoint, basin, "s", first, stop)
-        batches = list(_ranges.read_range_columns(cfg, "s", first, stop, _no_gap))
-        assert [r for cols in batches for r in cols.to_records()] == sdk
+        batches = list(_session.read_range_columns(cfg, "s", first, stop, _no_gap))
+        assert [r for cols in batches for r in to_records(cols)] == sdk
         assert len(sdk) == stop - first
     # Runs of one message each (the default joins them): records come message by message, the same ones.
-    per_message = list(_ranges.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
+    per_message = list(_session.read_range_columns(cfg, "s", 0, 1505, _no_gap, run_records=1))
     assert len(per_message) > 1
-    assert [r for cols in per_message for r in cols.to_records()] == _sdk_records(
+    assert [r for cols in per_message for r in to_records(cols)] == _sdk_records(
         lite.endpoint, basin, "s", 0, 1505
     )
 
@@ -110,8 +109,8 @@ def test_read_connections_accept_frames_of_a_whole_read_batch(lite: LiteServer, 
     for _ in range(2):  # the first read advertises on a new connection, the second reuses it
         got = [
             r.body
-            for cols in _ranges.read_range_columns(cfg, "s", 0, 3000, _no_gap)
-            for r in cols.to_records()
+            for cols in _session.read_range_columns(cfg, "s", 0, 3000, _no_gap)
+            for r in to_records(cols)
         ]
         assert got == [r.body for r in records]
 
@@ -126,7 +125,7 @@ def test_bulk_reads_of_a_missing_stream_raise_read_error(lite: LiteServer, basin
     """Reading a stream that does not exist raises ReadError naming the stream, the range and the basin,
     with the SDK's error chained."""
     with pytest.raises(ReadError, match=rf"reading 'gone' seq_nums \[0, 5\) in basin '{basin}'") as info:
-        list(_ranges.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
+        list(_session.read_range_columns(_cfg(lite.endpoint, basin), "gone", 0, 5, _no_gap))
     assert isinstance(info.value.__cause__, s2_sdk.S2Error)
 
 
@@ -143,9 +142,9 @@ def test_raw_and_kafka_batches_from_columns_equal_those_from_records(
     recs = [s2_sdk.SequencedRecord(r.seq_num % 2**63, r.body, r.headers, r.timestamp % 2**50) for r in recs]
     cols, _ = parse_read_batch(_message(recs, None))
     for fmt, schema in (("raw", RAW_SCHEMA), ("kafka", KAFKA_SCHEMA)):
-        assert columns_to_batch(fmt, schema, "st", cols).equals(records_to_batch(fmt, schema, "st", recs))
+        assert columns_to_batch(fmt, schema, [("st", cols)]).equals(records_to_batch(fmt, schema, "st", recs))
     subset = type(RAW_SCHEMA)([RAW_SCHEMA["body"], RAW_SCHEMA["seq_num"], RAW_SCHEMA["headers"]])
-    assert columns_to_batch("raw", subset, "st", cols).equals(records_to_batch("raw", subset, "st", recs))
+    assert columns_to_batch("raw", subset, [("st", cols)]).equals(records_to_batch("raw", subset, "st", recs))
 
 
 def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
@@ -154,7 +153,7 @@ def test_a_timestamp_past_what_spark_holds_fails_on_both_paths() -> None:
     recs = [s2_sdk.SequencedRecord(0, b"x", [], 2**62)]
     cols, _ = parse_read_batch(_message(recs, None))
     with pytest.raises((pa.ArrowInvalid, OverflowError)):
-        columns_to_batch("raw", RAW_SCHEMA, "st", cols)
+        columns_to_batch("raw", RAW_SCHEMA, [("st", cols)])
     with pytest.raises((pa.ArrowInvalid, OverflowError)):
         records_to_batch("raw", RAW_SCHEMA, "st", recs)
 
@@ -233,8 +232,8 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
         got: list[bytes] = []
         before_cut = 0  # records delivered on the first connection: a resume from 0 would repeat them
         # Runs of one message each, so that what the first connection brought is handed out before the cut.
-        for cols in _ranges.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
-            got.extend(r.body for r in cols.to_records())
+        for cols in _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=1):
+            got.extend(r.body for r in to_records(cols))
             if len(accepted) == 1:
                 before_cut = len(got)
     assert got == [r.body for r in records]
@@ -243,11 +242,11 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
     # In runs longer than the read, what the first connection brought waits in the run across the retry.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, accepted):
         runs = list(
-            _ranges.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
+            _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 5000, _no_gap, run_records=10_000)
         )
     assert len(accepted) >= 2
     assert len(runs) == 1
-    assert [r.body for r in runs[0].to_records()] == [r.body for r in records]
+    assert [r.body for r in to_records(runs[0])] == [r.body for r in records]
     # Without retries the same cut fails the read, as ReadError naming the stream and the basin.
     with _cutting_proxy(lite.endpoint, cut_after=2_000_000) as (endpoint, _):
         cfg = S2Config(
@@ -258,7 +257,7 @@ def test_a_connection_dropped_mid_read_resumes_after_the_last_record(lite: LiteS
             delivery_timeout_ms=0,
         )
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 5000\) in basin '{basin}'"):
-            list(_ranges.read_range_columns(cfg, "s", 0, 5000, _no_gap))
+            list(_session.read_range_columns(cfg, "s", 0, 5000, _no_gap))
 
 
 def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) -> None:
@@ -266,7 +265,7 @@ def test_records_come_in_runs_of_whole_messages(lite: LiteServer, basin: str) ->
     ``run_records`` records (the last run holds what is left), in order, each record once."""
     _append(lite.endpoint, basin, "s", [[s2_sdk.Record(body=b"{}")] * 700 for _ in range(30)])
     runs = list(
-        _ranges.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
+        _session.read_range_columns(_cfg(lite.endpoint, basin), "s", 0, 30 * 700, _no_gap, run_records=2000)
     )
     sizes = [len(r) for r in runs]
     # A message holds at most 1000 records, so a run stops within one message past the threshold.
@@ -290,7 +289,7 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
 
     def read_all() -> dict[str, list[int]]:
         got: dict[str, list[int]] = {}
-        for stream, cols in _ranges.read_ranges_columns(
+        for stream, cols in _session.read_ranges_columns(
             cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4
         ):
             got.setdefault(stream, []).extend(cols.seq_nums.tolist())
@@ -298,7 +297,7 @@ def test_many_ranges_read_once_each_and_stop_when_the_reader_does(lite: LiteServ
 
     assert read_all() == {name: list(range(5, 25)) for name in names}
     for _ in range(3):
-        runs = _ranges.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4)
+        runs = _session.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi), concurrency=4)
         next(runs)
         runs.close()  # returns once every reader has ended
     assert read_all() == {name: list(range(5, 25)) for name in names}
@@ -312,7 +311,7 @@ def test_a_record_that_does_not_decode_among_many_streams_names_its_stream(
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from s2_sink._read.partition import S2Partition
-    from s2_sink._read.ranges import read_partition
+    from s2_sink.datasource._readers import read_partition
 
     names = [f"j/{i:02d}" for i in range(12)]
     good_rows = {n: [[s2_sdk.Record(body=b'{"n": %d}' % j) for j in range(3)]] for n in names}
@@ -372,7 +371,7 @@ def test_frames_of_the_larger_size_read_with_the_servers_ack_keep_the_connection
     with _ack_joining_proxy(lite.endpoint) as (endpoint, accepted):
         cfg = S2Config(basin=basin, account_endpoint=endpoint, basin_endpoint=endpoint, access_token=basin)
         with caplog.at_level(logging.WARNING, logger="s2_sink"):
-            runs = list(_ranges.read_range_columns(cfg, "s", 0, 330_000, _no_gap))
+            runs = list(_session.read_range_columns(cfg, "s", 0, 330_000, _no_gap))
     assert [int(n) for cols in runs for n in cols.seq_nums] == list(range(330_000))
     assert [r.getMessage() for r in caplog.records] == []
     assert len(accepted) == 1

@@ -10,10 +10,11 @@ import pytest
 import s2_sdk
 
 from s2_sink import ReadError
-from s2_sink._read import ranges as _ranges
+from s2_sink._read import session as _session
 from s2_sink.config import S2Config
 from s2_sink.lite import LiteServer
 from s2_sink.testing import fresh_basin
+from tests.rows_by_record import to_records
 from tests.unit.read.test_corked_lookups import _count_request_writes
 from tests.unit.read.test_session import _append, _appends, _cutting_proxy, _no_gap, _sdk_records
 
@@ -34,7 +35,7 @@ def _cfg(endpoint: str, basin: str, **extra: Any) -> S2Config:
 
 def _read(cfg: S2Config, ranges: list[tuple[str, int, int]]) -> dict[str, list[int]]:
     got: dict[str, list[int]] = {}
-    for stream, cols in _ranges.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi)):
+    for stream, cols in _session.read_ranges_columns(cfg, ranges, lambda _, lo, hi: _no_gap(lo, hi)):
         got.setdefault(stream, []).extend(cols.seq_nums.tolist())
     return got
 
@@ -76,10 +77,10 @@ def test_a_small_range_past_one_answer_is_read_on_by_a_session(counted: LiteServ
     assert counted.stats is not None
     before = counted.stats.snapshot()
 
-    runs = list(_ranges.read_range_columns(cfg, "big", 1, 12, _no_gap))
+    runs = list(_session.read_range_columns(cfg, "big", 1, 12, _no_gap))
 
     delta = counted.stats.snapshot() - before
-    got = [r for cols in runs for r in cols.to_records()]
+    got = [r for cols in runs for r in to_records(cols)]
     assert [(r.seq_num, r.body) for r in got] == [
         (r.seq_num, r.body) for r in _sdk_records(counted.endpoint, basin, "big", 1, 12)
     ]
@@ -110,12 +111,12 @@ def test_a_connection_dropped_mid_answer_is_read_again(lite: LiteServer, basin: 
     with _cutting_proxy(lite.endpoint, cut_after=200_000) as (endpoint, accepted):
         got = [
             r.body
-            for cols in _ranges.read_range_columns(_cfg(endpoint, basin), "s", 0, 900, _no_gap)
-            for r in cols.to_records()
+            for cols in _session.read_range_columns(_cfg(endpoint, basin), "s", 0, 900, _no_gap)
+            for r in to_records(cols)
         ]
     assert got == [r.body for r in records]
     assert len(accepted) >= 2
     with _cutting_proxy(lite.endpoint, cut_after=200_000) as (endpoint, _):
         cfg = _cfg(endpoint, basin, max_retries=0, delivery_timeout_ms=0)
         with pytest.raises(ReadError, match=rf"reading 's' seq_nums \[0, 900\) in basin '{basin}'"):
-            list(_ranges.read_range_columns(cfg, "s", 0, 900, _no_gap))
+            list(_session.read_range_columns(cfg, "s", 0, 900, _no_gap))
