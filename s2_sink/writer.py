@@ -27,7 +27,6 @@ from s2_sink._option_map import WriteParallelism, parse_write_parallelism
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.preflight import preflight_write
 from s2_sink._transport.runtime import get_pool
-from s2_sink._write.driver import stream_split
 from s2_sink._write.driver.batch_layout import laid_out
 from s2_sink._write.driver.delivery import AtLeastOnce, BatchJob, DeliveryMode, ExactlyOnce
 from s2_sink._write.driver.driver_write import collect_arrow, is_small, probe_small, write_on_driver
@@ -257,14 +256,15 @@ class S2Writer:
         encoder = encoding.encoder
         by_key = self.partition_by_key or bool(encoder is not None and encoder.change_order)
         if not (job.recovery_layout or by_key or getattr(encoder, "compact", False)):
-            if self.routing.kind in ("column", "template"):
-                n = split_tasks(shape, self.write_parallelism)
-                per_task = stream_split.groups(n, shape.size_bytes, self.cfg.max_inflight_bytes)
-                split = stream_split.split(rows_df, n, per_task)
-                write = stream_split.writes(map_partition(replace(job.plan, rows_by_stream=True), encoding))
+            by_stream = self.routing.kind in ("column", "template") and self._split.next_by_stream()
+            if by_stream:
+                split = self._split.split(rows_df, shape, self.write_parallelism)
+                write = self._split.writes(map_partition(self._split.tasks_plan(job.plan), encoding))
             else:
                 split, write = narrow(rows_df, shape, tasks), map_partition(job.plan, encoding)
-            return _collect(split.mapInArrow(write, RESULT_DDL))
+            rows = _collect(split.mapInArrow(write, RESULT_DDL))
+            self._split.observe(rows, sum(r["rows_in"] for r in rows), by_stream=by_stream)
+            return rows
         if job.recovery_layout:
             layout = RecoveryLayout.of(rows_df.sparkSession, tasks, routed=self.routing.routed)
             encoding, job = encoding.laid_out(layout), job.laid_out(layout)
