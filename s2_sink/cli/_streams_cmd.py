@@ -235,7 +235,8 @@ def _doc(record: SequencedRecord, fmt: str, raw: bool) -> dict[str, Any]:
 
 
 def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
-    Output(docs=[_doc(record, fmt, raw) for record in records]).print(as_json=True)
+    for record in records:  # each printed once decoded: the ones before a record that fails to decode stay
+        Output(docs=[_doc(record, fmt, raw)]).print(as_json=True)
     sys.stdout.flush()
 
 

@@ -399,6 +399,12 @@ def test_tail_decodes_upsert_records_and_refuses_other_ones(lite: LiteServer, ba
     assert "record 2 is not an upsert record" in bad.stderr
     assert "--format insert" in bad.stderr
 
+    # The changes before the record that is not one are printed before the failure, as it reaches them.
+    partly = cli(lite.endpoint, "tail", "changes", "--format", "upsert", "--basin", basin)
+    assert partly.returncode == 1
+    assert [r["key"] for r in json_lines(partly.stdout)] == [{"id": 7}, {"id": 8}]
+    assert "record 2 is not an upsert record" in partly.stderr
+
 
 def test_tail_follow_prints_new_records_until_interrupted(lite: LiteServer, basin: str) -> None:
     """`tail --follow` prints records appended after it started and exits 130 on Ctrl-C (SIGINT; a second
