@@ -548,6 +548,23 @@ def test_console_script_help_lists_commands_and_exit_codes() -> None:
     )
 
 
+def test_command_help_does_not_depend_on_docstrings() -> None:
+    """Under ``python -OO`` (docstrings stripped, as with PYTHONOPTIMIZE=2) each command keeps its help."""
+    for argv, summary in (
+        ([], "print a stream's last records decoded"),
+        (["ledger"], "every exactly-once ledger"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-OO", "-m", "s2_sink", *argv, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        assert summary in " ".join(out.stdout.split())
+
+
 def test_ledger_show_does_not_create_the_ledger(lite: LiteServer, basin: str) -> None:
     """`ledger show` only reads: after it, the ledger stream of an unknown writer still does not exist."""
     cli(lite.endpoint, "ledger", "show", "curious", "--basin", basin)
