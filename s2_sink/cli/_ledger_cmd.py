@@ -106,7 +106,6 @@ def _list_line(doc: Doc, width: int) -> str:
 
 
 def list_(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """every exactly-once ledger: writer id, last committed batch, time of the last record"""
     docs = run_io(cfg, None, lambda client: _ledger_docs(client.basin(cfg.basin)))
     width = max((len(d["writer_id"]) for d in docs), default=0)
     head = f"basin {cfg.basin!r}: {len(docs)} exactly-once ledgers (times in UTC)"
@@ -179,8 +178,7 @@ def _summary(writer_id: str, last: LedgerState) -> str:
 
 
 def show(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """print every ledger record decoded: kind, epoch, batch, scope, run, stream ends"""
-    # Then the state; a streaming query id without a ledger shows the ledger of that query's one writer.
+    # Every record, then the state; a streaming query id without a ledger shows its one writer's ledger.
 
     async def go(client: S2) -> tuple[str, list[tuple[Doc, LedgerState | None]], int]:
         writer_id = await _writer_of(client, args.writer_id, cfg.basin)
@@ -249,7 +247,6 @@ def _on_ledger(
 
 
 def reset(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """forget the committed batches"""
     name = ledger_stream_name(args.writer_id)
 
     async def work(_: S2Basin, ledger: Ledger) -> str:
@@ -274,7 +271,6 @@ def reset(args: argparse.Namespace, cfg: S2Config) -> Output:
 
 
 def forget(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """drop a recreated stream's committed end"""
     writer_id, stream = args.writer_id, args.stream
 
     async def work(basin: S2Basin, ledger: Ledger) -> str:

@@ -23,10 +23,11 @@ def arg(*names: str, **settings: Any) -> Arg:
 
 
 class Leaf(NamedTuple):
-    """A command (its help the first line of its docstring), its arguments besides the connection flags, its
-    description, and the help of its ``--json`` (None: it has none)."""
+    """A command, its help (not its docstring: ``python -OO`` strips those), its arguments besides the
+    connection flags, its description, and the help of its ``--json`` (None: it has none)."""
 
     run: Run
+    help: str
     args: tuple[Arg, ...] = ()
     description: str | None = None
     json_help: str | None = _JSON_HELP
@@ -45,13 +46,18 @@ _FORMAT_HELP: Final = (
 _N_HELP: Final = "print the last N records (default 10); command records do not count"
 
 COMMANDS: Final[dict[str, Leaf]] = {  # "GROUP ACTION" or "COMMAND"
-    "ledger list": Leaf(_ledger_cmd.list_),
+    "ledger list": Leaf(
+        _ledger_cmd.list_,
+        "every exactly-once ledger: writer id, last committed batch, time of the last record",
+    ),
     "ledger show": Leaf(
         _ledger_cmd.show,
+        "print every ledger record decoded: kind, epoch, batch, scope, run, stream ends",
         (arg("writer_id", metavar="WRITER_ID", help="the writer id (the streaming query id by default)"),),
     ),
     "ledger reset": Leaf(
         _ledger_cmd.reset,
+        "forget the committed batches",
         (
             _WRITER_ID,
             arg("--yes", action="store_true", help="confirm: reset the ledger (see above for what it means)"),
@@ -59,20 +65,33 @@ COMMANDS: Final[dict[str, Leaf]] = {  # "GROUP ACTION" or "COMMAND"
         _ledger_cmd.RESET_HELP,
         None,
     ),
-    "ledger forget": Leaf(_ledger_cmd.forget, (_WRITER_ID, _STREAM), _ledger_cmd.FORGET_HELP, None),
+    "ledger forget": Leaf(
+        _ledger_cmd.forget,
+        "drop a recreated stream's committed end",
+        (_WRITER_ID, _STREAM),
+        _ledger_cmd.FORGET_HELP,
+        None,
+    ),
     "streams list": Leaf(
         _streams_cmd.list_streams,
+        "every stream of the basin, with its creation time",
         (arg("--prefix", default="", help="only streams whose name starts with PREFIX"),),
     ),
-    "streams describe": Leaf(_streams_cmd.describe, (_STREAM,)),
+    "streams describe": Leaf(
+        _streams_cmd.describe,
+        "one stream's tail, fencing token (with its writer id) and configuration",
+        (_STREAM,),
+    ),
     "fences clear": Leaf(
         _streams_cmd.clear_fences,
+        "remove the fencing token of streams",
         (arg("streams", nargs="+", metavar="STREAM"),),
         _streams_cmd.CLEAR_HELP,
         None,
     ),
     "tail": Leaf(
         _streams_cmd.tail,
+        "print a stream's last records decoded, one JSON object per line",
         (
             _STREAM,
             arg("--format", choices=("insert", "upsert"), default="insert", help=_FORMAT_HELP),
@@ -109,9 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         if group and group not in groups:
             actions = commands.add_parser(group, help=GROUPS[group])
             groups[group] = actions.add_subparsers(dest="action", required=True, metavar="ACTION")
-        summary = (leaf.run.__doc__ or "").split("\n")[0]
         sub = (groups[group] if group else commands).add_parser(
-            action, help=summary, description=leaf.description
+            action, help=leaf.help, description=leaf.description
         )
         json = () if leaf.json_help is None else (arg("--json", action="store_true", help=leaf.json_help),)
         for names, settings in (*json, *_CONNECTION, *leaf.args):

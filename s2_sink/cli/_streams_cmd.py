@@ -88,7 +88,6 @@ def _role(name: str) -> str:
 
 
 def list_streams(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """every stream of the basin, with its creation time"""
 
     async def listing(client: S2) -> list[dict[str, Any]]:
         found = client.basin(cfg.basin).list_all_streams(prefix=args.prefix)
@@ -120,7 +119,6 @@ def _retention(policy: int | str | None) -> str:
 
 
 def describe(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """one stream's tail, fencing token (with its writer id) and configuration"""
     name = args.stream
 
     async def go(
@@ -187,7 +185,6 @@ async def clear_fence(stream: S2Stream) -> str:
 
 
 def clear_fences(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """remove the fencing token of streams"""
     # In order, each line printed as it is done, stopping at the first failure.
     writers = run_io(cfg, None, lambda client: _writers_by_hash(client.basin(cfg.basin)))
     for name in args.streams:
@@ -235,7 +232,8 @@ def _doc(record: SequencedRecord, fmt: str, raw: bool) -> dict[str, Any]:
 
 
 def _emit(records: list[SequencedRecord], fmt: str, raw: bool) -> None:
-    Output(docs=[_doc(record, fmt, raw) for record in records]).print(as_json=True)
+    for record in records:  # each printed once decoded: the ones before a record that fails to decode stay
+        Output(docs=[_doc(record, fmt, raw)]).print(as_json=True)
     sys.stdout.flush()
 
 
@@ -263,7 +261,6 @@ async def _print_tail(stream: S2Stream, count: int, fmt: str, follow: bool, raw:
 
 
 def tail(args: argparse.Namespace, cfg: S2Config) -> Output:
-    """print a stream's last records decoded, one JSON object per line"""
     if args.n < 0:
         raise CliFailure(f"-n must be 0 or more, got {args.n}", USAGE)
     if args.format == "upsert":

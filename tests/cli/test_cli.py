@@ -399,6 +399,12 @@ def test_tail_decodes_upsert_records_and_refuses_other_ones(lite: LiteServer, ba
     assert "record 2 is not an upsert record" in bad.stderr
     assert "--format insert" in bad.stderr
 
+    # The changes before the record that is not one are printed before the failure, as it reaches them.
+    partly = cli(lite.endpoint, "tail", "changes", "--format", "upsert", "--basin", basin)
+    assert partly.returncode == 1
+    assert [r["key"] for r in json_lines(partly.stdout)] == [{"id": 7}, {"id": 8}]
+    assert "record 2 is not an upsert record" in partly.stderr
+
 
 def test_tail_follow_prints_new_records_until_interrupted(lite: LiteServer, basin: str) -> None:
     """`tail --follow` prints records appended after it started and exits 130 on Ctrl-C (SIGINT; a second
@@ -540,6 +546,23 @@ def test_console_script_help_lists_commands_and_exit_codes() -> None:
     assert "exactly-once no longer covers batches from before the reset" in " ".join(
         reset_help.stdout.split()
     )
+
+
+def test_command_help_does_not_depend_on_docstrings() -> None:
+    """Under ``python -OO`` (docstrings stripped, as with PYTHONOPTIMIZE=2) each command keeps its help."""
+    for argv, summary in (
+        ([], "print a stream's last records decoded"),
+        (["ledger"], "every exactly-once ledger"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-OO", "-m", "s2_sink", *argv, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        assert summary in " ".join(out.stdout.split())
 
 
 def test_ledger_show_does_not_create_the_ledger(lite: LiteServer, basin: str) -> None:
