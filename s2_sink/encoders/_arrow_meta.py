@@ -5,8 +5,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink.encoders._frame import HEADERS_ARROW_TYPE, MAX_RECORD_BYTES, ArrowParts, Rows
-from s2_sink.encoders._lists import list_parts, per_row_sum
+from s2_sink.encoders._frame import (
+    HEADERS_ARROW_TYPE,
+    MAX_RECORD_BYTES,
+    ArrowParts,
+    Rows,
+    list_parts,
+    per_row_sum,
+)
 from s2_sink.encoders._metered import metered_bytes
 
 __all__ = ["first_error", "headers", "key", "oversize_errors", "parts", "raw_body", "timestamp"]

@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from s2_sink.encoders import _arrow_meta
-from s2_sink.encoders._column_checks import check_headers_column, check_timestamp_column, require_column
+from s2_sink.encoders._arrow_types import check_headers_column, check_timestamp_column, require_column
 from s2_sink.encoders._frame import ArrowParts, Rows, frame_arrow_schema, raise_for_errors
 from s2_sink.errors import ConfigError
 

@@ -11,8 +11,8 @@ from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
 from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._arrow_json import json_objects
+from s2_sink.encoders._arrow_types import check_json_type, column_type
 from s2_sink.encoders._base import Encoder
-from s2_sink.encoders._column_checks import check_json_type, column_type
 from s2_sink.encoders._frame import ArrowParts, Rows
 from s2_sink.errors import ConfigError
 
