@@ -10,9 +10,8 @@ from typing import Final
 
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._arrow_types import column_type
-from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._base import Encoder, raw_body, record_key, record_parts
 from s2_sink.encoders._frame import ArrowParts, Rows, prepend_headers
 from s2_sink.errors import ConfigError
 
@@ -71,8 +70,8 @@ class KafkaEncoder(Encoder):
                 )
 
     def _encode(self, rows: Rows) -> ArrowParts:
-        body, null_value = _arrow_meta.raw_body(rows.batch, self.value_column)
-        key, key_text = _arrow_meta.key(rows.batch, self.key_column)
-        return _arrow_meta.parts(
+        body, null_value = raw_body(rows.batch, self.value_column)
+        key, key_text = record_key(rows.batch, self.key_column)
+        return record_parts(
             rows, body, prepend_headers([(KAFKA_KEY_HEADER, key)], rows.headers), key, key_text, null_value
         )

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructType
 
-from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._arrow_json import json_object, json_parts
 from s2_sink.encoders._arrow_types import (
     check_json_type,
@@ -23,7 +22,7 @@ from s2_sink.encoders._arrow_types import (
     column_type,
     require_column,
 )
-from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._base import Encoder, first_error, oversize_errors
 from s2_sink.encoders._change_order import (
     RANK,
     SEQ,
@@ -170,14 +169,12 @@ class UpsertEncoder(Encoder):
         key = pc.cast(key_json, pa.binary())
         arrange = arranged and self.arranges
         if flat_changelog and not arrange:
-            oversize = _arrow_meta.oversize_errors(
-                body, headers, key_json, extra=changelog_metered(key, action_value)
-            )
-            error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
+            oversize = oversize_errors(body, headers, key_json, extra=changelog_metered(key, action_value))
+            error = first_error(n, error, *nulls, op_error, oversize)
             return ArrowParts(batch, body, headers, timestamp, key, error, action=action_value)
         changelog = changelog_headers(key, action_value, headers)
-        oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
-        error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
+        oversize = oversize_errors(body, changelog, key_json)
+        error = first_error(n, error, *nulls, op_error, oversize)
         if arrange and self.order_by:  # rows in change order: "last" below is then the last by order_by
             order = sorted_indices(
                 [batch.column(c) for c in self.order_by],
