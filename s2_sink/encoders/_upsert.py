@@ -40,6 +40,7 @@ _DROP = "-"
 # Change kinds (Delta CDF, Flink row kinds, the connector's own) -> ``@action``; update pre-images dropped.
 _ACTIONS = {"insert": "u", "update_postimage": "u", "+I": "u", "+U": "u", "u": "u"}
 _ACTIONS |= {"delete": "d", "-D": "d", "d": "d", "update_preimage": _DROP, "-U": _DROP}
+_NULL_KEY = "upsert key column {!r} is null"
 _EXPECTED = "insert, update_postimage, update_preimage, delete, +I, +U, -U, -D, u or d"
 
 
@@ -139,11 +140,7 @@ class UpsertEncoder(Encoder):
             keep = pc.fill_null(pc.not_equal(action, _DROP), True)
             if not pc.all(keep).as_py():
                 batch, action, headers, timestamp, error = (
-                    batch.filter(keep),
-                    action.filter(keep),
-                    headers.filter(keep),
-                    timestamp.filter(keep),
-                    error.filter(keep),
+                    a.filter(keep) for a in (batch, action, headers, timestamp, error)
                 )
                 op_error = op_error.filter(keep) if op_error is not None else None
         n = len(batch)
@@ -152,7 +149,7 @@ class UpsertEncoder(Encoder):
         key_json = json_object(keys, key_frags, n)
         nulls = [
             pc.if_else(pc.is_null(batch.column(c)), message(c), pa.scalar(None, pa.string()))
-            for cols, message in ((keys, _null_key_column), (self.order_by, null_order_column))
+            for cols, message in ((keys, _NULL_KEY.format), (self.order_by, null_order_column))
             for c in cols
             if batch.column(c).null_count
         ]
@@ -205,7 +202,3 @@ def _last_per_key(key: pa.Array, error: pa.Array, stream: pa.Array | None) -> pa
         rows = rows.append_column("stream", stream.filter(ok))
     last = rows.group_by([c for c in ("stream", "key") if c in rows.column_names]).aggregate([("i", "max")])
     return pc.or_(pc.is_in(index, value_set=last.column("i_max")), pc.invert(ok))
-
-
-def _null_key_column(column: str) -> str:
-    return f"upsert key column {column!r} is null"
