@@ -209,7 +209,7 @@ def decode_upsert(
     loads = _loads(schema is not None and _has_decimal(schema))
     for i, record in enumerate(records):
         headers, body = record if isinstance(record, tuple) else (record.headers, record.body)
-        named = dict(headers)
+        named = dict(reversed(list(headers)))  # the first of a name counts, as format("s2") reads it
         key_json, action = named.get(KEY_HEADER), named.get(ACTION_HEADER)
         if key_json is None or action is None:
             names = [n for n, _ in headers]
