@@ -46,8 +46,8 @@ from s2_sink._write.task.partition_writer import map_partition
 from s2_sink._write.task.results import RESULT_DDL
 from s2_sink._write.write_plan import OnError
 from s2_sink.config import S2Config
+from s2_sink.encoders._arrow_types import check_json_type
 from s2_sink.encoders._change_order import col
-from s2_sink.encoders._column_checks import check_json_type
 from s2_sink.encoders._frame import BODY, KEY
 from s2_sink.errors import CommitError, ConfigError, EncodeError, FencedError, S2SinkError, WriteError
 

@@ -40,8 +40,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_sink.encoders._column_checks import INTEGRAL_TYPES
-from s2_sink.encoders._lists import list_parts
+from s2_sink.encoders._arrow_types import INTEGRAL_TYPES
+from s2_sink.encoders._frame import list_parts
 
 __all__ = [
     "Parts",

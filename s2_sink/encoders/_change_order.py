@@ -15,7 +15,6 @@ be placed.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
@@ -24,30 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    MapType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
 
-from s2_sink.encoders._column_checks import INTEGRAL_TYPES, column_type
 from s2_sink.encoders._frame import ACTION, BODY, ERROR, HEADERS, KEY, STREAM
 from s2_sink.errors import ConfigError
 
 __all__ = [
     "RANK",
     "SEQ",
-    "check_key_column",
-    "check_order_column",
     "col",
     "compact_changes",
     "in_change_order",
@@ -62,21 +44,6 @@ SEQ: Final = "_s2_seq"
 RANK: Final = "_s2_rank"
 """Columns `compact_changes` adds to a frame for its ranking (and drops)."""
 
-# Types with one total order that Spark and Arrow agree on (maps have none; arrays and structs do in
-# Spark, but a change position is a scalar, and Arrow cannot sort them).
-_ORDERABLE = (
-    BooleanType,
-    *INTEGRAL_TYPES,
-    FloatType,
-    DoubleType,
-    DecimalType,
-    StringType,
-    BinaryType,
-    DateType,
-    TimestampType,
-    TimestampNTZType,
-)
-
 
 def order_by_columns(order_by: str | Sequence[str] | None) -> tuple[str, ...]:
     """``order_by`` as a tuple of column names (empty: no change order); ConfigError on a bad value."""
@@ -90,29 +57,6 @@ def order_by_columns(order_by: str | Sequence[str] | None) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"order_by names a column twice: {list(names)!r}")
     return names
-
-
-def check_order_column(schema: StructType, name: str) -> None:
-    """ConfigError unless `name` is a column of a type with a total order (see `_ORDERABLE`)."""
-    dtype = column_type(schema, name, "order_by")
-    if not isinstance(dtype, _ORDERABLE):
-        raise ConfigError(
-            f"order_by column {name!r} has type {dtype.simpleString()}, which has no usable order; "
-            "order_by takes numeric, string, binary, boolean, date or timestamp columns (a commit version, "
-            "an offset, a log position): cast it, or take a scalar field of it (e.g. col.field)"
-        )
-
-
-def check_key_column(schema: StructType, name: str) -> None:
-    """ConfigError if upsert key column `name` is a map, array or struct (no stable key identity: a map's
-    entries have no fixed order, and the Flink connector keys by scalar columns)."""
-    dtype = schema[name].dataType
-    if isinstance(dtype, MapType | ArrayType | StructType):
-        raise ConfigError(
-            f"upsert key column {name!r} has type {dtype.simpleString()}; key columns must be scalar "
-            "(string, numeric, boolean, binary, date, timestamp): flatten it into scalar key columns "
-            "(e.g. col.field) or key by to_json(col) in a string column"
-        )
 
 
 def null_order_column(column: str) -> str:
@@ -164,7 +108,16 @@ def in_change_order(
 
     A run may go on in the next frame, so each frame's last run is held back until a row of another run
     shows (a run is held whole: one key's changes at one position)."""
-    columns = [*((STREAM,) if routed else ()), KEY, *order_by]
+    for piece, starts in _whole_runs(frames, [*((STREAM,) if routed else ()), KEY, *order_by]):
+        yield _runs_by_bytes(piece, starts)
+
+
+def _whole_runs(
+    frames: Iterable[pa.RecordBatch], columns: Sequence[str]
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """`frames` cut so that no run of rows tied on `columns` (`_tied`) is split, each piece with where its
+    runs start. A run may go on in the next frame, so each frame's last run is held back until a row of
+    another run shows."""
     held: list[pa.RecordBatch] = []
     for frame in frames:
         n = frame.num_rows
@@ -173,18 +126,21 @@ def in_change_order(
         starts = np.ones(n, dtype=bool)
         starts[1:] = ~_tied(frame, columns)
         if held:
-            starts[0] = not _rows_tied(held[-1], held[-1].num_rows - 1, frame, 0, columns)
+            last_held = held[-1].slice(held[-1].num_rows - 1)
+            starts[0] = not _tied(pa.concat_batches([last_held, frame.slice(0, 1)]), columns)[0]
         if not starts.any():  # the whole frame goes on with the held run
             held.append(frame)
             continue
         first, last = int(np.argmax(starts)), int(np.flatnonzero(starts)[-1])
         if held:
-            yield _by_bytes(pa.concat_batches([*held, frame.slice(0, first)]))
+            run = pa.concat_batches([*held, frame.slice(0, first)])
+            yield run, np.arange(run.num_rows) == 0
         if last > first:
-            yield _runs_by_bytes(frame.slice(first, last - first), starts[first:last])
+            yield frame.slice(first, last - first), starts[first:last]
         held = [frame.slice(last)]
     if held:
-        yield _by_bytes(pa.concat_batches(held))
+        run = pa.concat_batches(held)
+        yield run, np.arange(run.num_rows) == 0
 
 
 def _tied(frame: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
@@ -203,16 +159,6 @@ def _tied(frame: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
     return tied
 
 
-def _rows_tied(a: pa.RecordBatch, i: int, b: pa.RecordBatch, j: int, columns: Sequence[str]) -> bool:
-    """`_tied` of row `i` of `a` and row `j` of `b`."""
-    for name in columns:
-        x, y = a.column(name)[i].as_py(), b.column(name)[j].as_py()
-        nan = isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)
-        if not (x == y or nan):
-            return False
-    return True
-
-
 def _record_bytes(frame: pa.RecordBatch) -> list[tuple[object, ...]]:
     """Each row's record bytes as Spark compares them: body, ``@action`` (the changelog flat), then the
     other headers (an array of name/value structs: element by element, a null array first)."""
@@ -224,14 +170,6 @@ def _record_bytes(frame: pa.RecordBatch) -> list[tuple[object, ...]]:
         (b, a, (0,) if hs is None else (1, [(h["name"], h["value"]) for h in hs]))
         for b, a, hs in zip(bodies, actions, lists, strict=True)
     ]
-
-
-def _by_bytes(run: pa.RecordBatch) -> pa.RecordBatch:
-    """One run of tied rows in the order of their record bytes."""
-    if run.num_rows < 2:
-        return run
-    keys = _record_bytes(run)
-    return run.take(pa.array(sorted(range(len(keys)), key=keys.__getitem__), pa.int64()))
 
 
 def _runs_by_bytes(frame: pa.RecordBatch, starts: np.ndarray) -> pa.RecordBatch:
@@ -250,32 +188,16 @@ def _runs_by_bytes(frame: pa.RecordBatch, starts: np.ndarray) -> pa.RecordBatch:
 
 def last_changes(frames: Iterable[pa.RecordBatch], *, routed: bool) -> Iterator[pa.RecordBatch]:
     """`frames` (one task's rows in change order, `in_change_order`) with only the last good change of each
-    (stream, key), and every bad row (an error, or no target stream), in order: ``compact=True``.
-
-    A (stream, key)'s changes may go on in the next frame, so the tail of a frame from its last good row
-    on is held back until the next good row shows whether that row was superseded."""
-    held: list[pa.RecordBatch] = []  # the last good row so far (held[0]'s first row) and bad rows after it
-    held_group: tuple[object, ...] = ()
-    for frame in frames:
-        good = _good(frame, routed)
+    (stream, key), and every bad row (an error, or no target stream), in order: ``compact=True``. A
+    (stream, key)'s changes are one run of rows (the rows are sorted), held whole (`_whole_runs`)."""
+    for piece, starts in _whole_runs(frames, [STREAM, KEY] if routed else [KEY]):
+        good = _good(piece, routed)
         positions = np.flatnonzero(good)
-        if not len(positions):
-            if held:
-                held.append(frame)
-            elif frame.num_rows:
-                yield frame
-            continue
-        groups = [frame.column(c) for c in ((STREAM, KEY) if routed else (KEY,))]
-        if held:
-            superseded = _group_at(groups, int(positions[0])) == held_group
-            yield from _nonempty([held[0].slice(1) if superseded else held[0], *held[1:]])
         keep = ~good
-        keep[positions[:-1]] = _next_differs([g.take(pa.array(positions)) for g in groups])
-        last = int(positions[-1])
-        head = frame.slice(0, last)
-        yield from _nonempty([head if keep[:last].all() else head.filter(pa.array(keep[:last]))])
-        held, held_group = [frame.slice(last)], _group_at(groups, last)
-    yield from _nonempty(held)
+        if len(positions):  # a good row whose run has no later good row
+            run = np.cumsum(starts)[positions]
+            keep[positions] = np.append(run[1:] != run[:-1], True)
+        yield piece if keep.all() else piece.filter(pa.array(keep))
 
 
 def _good(frame: pa.RecordBatch, routed: bool) -> np.ndarray:
@@ -284,24 +206,6 @@ def _good(frame: pa.RecordBatch, routed: bool) -> np.ndarray:
     if routed:
         good = pc.and_(good, pc.is_valid(frame.column(STREAM)))
     return np.asarray(good.to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _group_at(groups: list[pa.Array], i: int) -> tuple[object, ...]:
-    return tuple(g[i].as_py() for g in groups)
-
-
-def _next_differs(groups: list[pa.Array]) -> np.ndarray:
-    """For each row but the last, whether the next row is of another (stream, key): a run's last row."""
-    n = len(groups[0])
-    differs = np.zeros(n - 1, dtype=bool)
-    for g in groups:
-        ne = pc.not_equal(g.slice(1), g.slice(0, n - 1))
-        differs |= np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
-    return differs
-
-
-def _nonempty(frames: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    return (f for f in frames if f.num_rows)
 
 
 def sorted_indices(order: Sequence[pa.Array], body: pa.Array, headers: pa.Array | None) -> pa.Array:

@@ -17,8 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink.encoders._frame import ACTION, HEADERS, HEADERS_ARROW_TYPE, KEY
-from s2_sink.encoders._lists import list_parts
+from s2_sink.encoders._frame import ACTION, HEADERS, HEADERS_ARROW_TYPE, KEY, prepend_headers
 from s2_sink.encoders._metered import HEADER_OVERHEAD
 
 __all__ = [
@@ -70,7 +69,7 @@ def changelog_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> p
     # @key's value then @action's lie side by side in one joined buffer: 2n values over it, no gather
     joined = pc.binary_join_element_wise(key_json, action, b"")
     if user.null_count != len(user) or joined.null_count:
-        return _with_user_headers(key_json, action, user)
+        return prepend_headers([(KEY_HEADER, key_json), (ACTION_HEADER, action)], user)
     joined_offsets = _offsets(joined)
     value_offsets = np.empty(2 * n + 1, np.int32)
     value_offsets[0::2] = joined_offsets
@@ -95,26 +94,3 @@ def _offsets(arr: pa.Array) -> npt.NDArray[np.int32]:
     offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
     rebased: npt.NDArray[np.int32] = offsets - offsets[0]
     return rebased
-
-
-def _with_user_headers(key_json: pa.Array, action: pa.Array, user: pa.Array) -> pa.Array:
-    """`changelog_headers` when the rows carry headers of their own: the entries gathered by index."""
-    n = len(key_json)
-    # interleave key_json and action: row i -> positions 2i, 2i+1
-    positions = np.arange(2 * n, dtype=np.int64)
-    parity = positions & 1
-    fixed_names = pc.take(pa.array([KEY_HEADER, ACTION_HEADER], pa.binary()), pa.array(parity))
-    fixed_values = pc.take(pa.concat_arrays([key_json, action]), pa.array((positions >> 1) + parity * n))
-    user_offsets, user_entries = list_parts(user)
-    starts = user_offsets.to_numpy().astype(np.int64)
-    lengths = np.where(user.is_valid().to_numpy(zero_copy_only=False), np.diff(starts), 0)
-    out_offsets = np.arange(n + 1, dtype=np.int64) * 2 + np.concatenate([[0], np.cumsum(lengths)])
-    total = int(out_offsets[-1])
-    parent = np.repeat(np.arange(n, dtype=np.int64), np.diff(out_offsets))
-    local = np.arange(total, dtype=np.int64) - out_offsets[parent]  # an entry's place in its row
-    index = np.where(local < 2, parent * 2 + local, starts[parent] + local - 2 + 2 * n)
-    name, value = user_entries.field(0), user_entries.field(1)
-    names = pc.take(pa.concat_arrays([fixed_names, name]), pa.array(index))
-    values = pc.take(pa.concat_arrays([fixed_values, pc.cast(value, pa.binary())]), pa.array(index))
-    entries = pa.StructArray.from_arrays([names, values], fields=list(HEADERS_ARROW_TYPE.value_type))
-    return pa.ListArray.from_arrays(pa.array(out_offsets.astype(np.int32)), entries, type=HEADERS_ARROW_TYPE)

@@ -34,8 +34,7 @@ from pyspark.sql.types import (
 )
 
 from s2_sink.encoders._arrow_json import parse_interval
-from s2_sink.encoders._arrow_types import to_arrow_schema
-from s2_sink.encoders._column_checks import INTEGRAL_TYPES, check_json_type
+from s2_sink.encoders._arrow_types import INTEGRAL_TYPES, check_json_type, to_arrow_schema
 from s2_sink.encoders._upsert import ACTION_HEADER, KEY_HEADER
 from s2_sink.errors import EncodeError
 
@@ -74,24 +73,25 @@ def _map_key(dtype: DataType) -> Convert:
     return str
 
 
+def _decimal(value: Any) -> Decimal:
+    return value if isinstance(value, Decimal) else Decimal(value)
+
+
+# Parsed JSON value (never None) -> the Python value Arrow takes for the type; strings, booleans, integers
+# and NullType (only null ever arrives) pass as they are.
+_ATOMIC: dict[type[DataType], Convert] = {
+    DoubleType: _double,
+    FloatType: _float32,
+    DecimalType: _decimal,
+    BinaryType: base64.b64decode,
+    DateType: dt.date.fromisoformat,
+    TimestampType: _timestamp,
+    TimestampNTZType: dt.datetime.fromisoformat,
+    DayTimeIntervalType: parse_interval,
+}
+
+
 def _converter(dtype: DataType) -> Convert:
-    """Parsed JSON value (never None) → the Python value Arrow takes for ``dtype``."""
-    if isinstance(dtype, DoubleType):
-        return _double
-    if isinstance(dtype, FloatType):
-        return _float32
-    if isinstance(dtype, DecimalType):
-        return lambda v: v if isinstance(v, Decimal) else Decimal(v)
-    if isinstance(dtype, BinaryType):
-        return base64.b64decode
-    if isinstance(dtype, DateType):
-        return dt.date.fromisoformat
-    if isinstance(dtype, TimestampType):
-        return _timestamp
-    if isinstance(dtype, TimestampNTZType):
-        return dt.datetime.fromisoformat
-    if isinstance(dtype, DayTimeIntervalType):
-        return parse_interval
     if isinstance(dtype, ArrayType):
         item = _nullable(_converter(dtype.elementType))
         return lambda v: [item(x) for x in v]
@@ -101,7 +101,7 @@ def _converter(dtype: DataType) -> Convert:
     if isinstance(dtype, StructType):
         fields = [(f.name, _nullable(_converter(f.dataType))) for f in dtype.fields]
         return lambda v: {name: conv(v.get(name)) for name, conv in fields}
-    return _identity  # strings, booleans, integers, and NullType (only null ever arrives)
+    return _ATOMIC.get(type(dtype), _identity)
 
 
 def _identity(value: Any) -> Any:
@@ -209,7 +209,7 @@ def decode_upsert(
     loads = _loads(schema is not None and _has_decimal(schema))
     for i, record in enumerate(records):
         headers, body = record if isinstance(record, tuple) else (record.headers, record.body)
-        named = dict(headers)
+        named = dict(reversed(list(headers)))  # the first of a name counts, as format("s2") reads it
         key_json, action = named.get(KEY_HEADER), named.get(ACTION_HEADER)
         if key_json is None or action is None:
             names = [n for n, _ in headers]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,6 +55,9 @@ __all__ = [
     "ArrowParts",
     "Rows",
     "frame_arrow_schema",
+    "list_parts",
+    "per_row_sum",
+    "prepend_headers",
     "raise_for_errors",
     "stream_texts",
 ]
@@ -150,3 +154,59 @@ def stream_texts(targets: pa.Array) -> list[str | None]:
         raw: list[bytes | None] = pc.cast(targets, binary).to_pylist()
         return [None if b is None else b.decode("utf-8", "surrogateescape") for b in raw]
     return texts
+
+
+def list_parts(col: pa.ListArray) -> tuple[pa.Array, pa.Array]:
+    """(offsets from 0, the child values they index), honouring a sliced ``col``."""
+    if len(col) == 0:  # an empty child may come without an offsets buffer
+        return pa.array([0], pa.int32()), col.values.slice(0, 0)
+    offsets = col.offsets
+    start = offsets[0].as_py()
+    end = offsets[-1].as_py()
+    if start or offsets.offset:  # from_arrays refuses sliced offsets together with a null mask
+        offsets = pc.subtract(offsets, start)
+    return offsets, col.values.slice(start, end - start)
+
+
+def per_row_sum(offsets: pa.Array, values: pa.Array) -> pa.Array:
+    """For each row i, the sum of ``values[offsets[i]:offsets[i+1]]`` (int64)."""
+    cumulative = pc.cumulative_sum(pc.cast(values, pa.int64()))
+    padded = pa.concat_arrays([pa.array([0], pa.int64()), cumulative])
+    offsets = pc.cast(offsets, pa.int64())
+    n = len(offsets) - 1
+    return pc.subtract(pc.take(padded, offsets.slice(1, n)), pc.take(padded, offsets.slice(0, n)))
+
+
+def prepend_headers(leading: list[tuple[bytes, pa.Array]], headers: pa.Array) -> pa.Array:
+    """Per row: ``(name, value)`` for each of `leading` whose value is not null, in order, then the row's
+    own `headers` (null = none), gathered from whole columns."""
+    offsets, entries = list_parts(headers)
+    bounds = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    lengths = bounds[1:] - bounds[:-1]
+    own, src = lengths, np.arange(len(entries), dtype=np.int64)  # the entries of rows not null
+    if headers.null_count:
+        valid = np.asarray(headers.is_valid(), dtype=bool)
+        own, src = np.where(valid, lengths, 0), np.flatnonzero(np.repeat(valid, lengths))
+    present = [np.asarray(values.is_valid(), dtype=bool) for _, values in leading]
+    counts = np.stack([*present, own], axis=1).astype(np.int64).reshape(-1)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    # Each leading header's values first, then every own entry: an index into them for each new entry.
+    index = np.empty(int(starts[-1]), dtype=np.int64)
+    is_leading = np.zeros(len(index), dtype=bool)
+    given = 0
+    for j, has in enumerate(present):
+        at = starts[:-1][j :: len(present) + 1][has]
+        index[at], is_leading[at] = np.arange(given, given + len(at)), True
+        given += len(at)
+    index[~is_leading] = given + src
+    values = [pc.drop_null(v) for _, v in leading]
+    names = [pa.array([name] * len(v), pa.binary()) for (name, _), v in zip(leading, values, strict=True)]
+    structs = pa.StructArray.from_arrays(
+        [
+            pa.concat_arrays([*names, entries.field(0)]).take(index),
+            pa.concat_arrays([*values, pc.cast(entries.field(1), pa.binary())]).take(index),
+        ],
+        fields=list(HEADERS_ARROW_TYPE.value_type),
+    )
+    row_offsets = pa.array(starts[:: len(present) + 1], pa.int32())
+    return pa.ListArray.from_arrays(row_offsets, structs, type=HEADERS_ARROW_TYPE)

@@ -9,10 +9,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
-from s2_sink.encoders import _arrow_meta
 from s2_sink.encoders._arrow_json import json_objects
-from s2_sink.encoders._base import Encoder
-from s2_sink.encoders._column_checks import check_json_type, column_type
+from s2_sink.encoders._arrow_types import check_json_type, column_type
+from s2_sink.encoders._base import Encoder, raw_body, record_key, record_parts
 from s2_sink.encoders._frame import ArrowParts, Rows
 from s2_sink.errors import ConfigError
 
@@ -85,10 +84,10 @@ class InsertEncoder(Encoder):
             check_json_type(schema[name].dataType, name)
 
     def _encode(self, rows: Rows) -> ArrowParts:
-        key, key_text = _arrow_meta.key(rows.batch, self.key_column)
+        key, key_text = record_key(rows.batch, self.key_column)
         null_value = None
         if self.format == "raw":
-            body, null_value = _arrow_meta.raw_body(rows.batch, self.value_column)
+            body, null_value = raw_body(rows.batch, self.value_column)
         else:
             body = pc.cast(json_objects(rows.batch, rows.schema, rows.data_columns), pa.binary())
-        return _arrow_meta.parts(rows, body, rows.headers, key, key_text, null_value)
+        return record_parts(rows, body, rows.headers, key, key_text, null_value)

@@ -11,7 +11,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_sink.encoders._lists import list_parts, per_row_sum
+from s2_sink.encoders._frame import list_parts, per_row_sum
 
 __all__ = ["HEADER_OVERHEAD", "RECORD_OVERHEAD", "header_size", "metered_bytes", "metered_size"]
 

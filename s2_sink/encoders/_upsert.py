@@ -14,28 +14,34 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StringType, StructType
 
-from s2_sink.encoders import _arrow_meta
-from s2_sink.encoders import _ops as msg
 from s2_sink.encoders._arrow_json import json_object, json_parts
-from s2_sink.encoders._base import Encoder
+from s2_sink.encoders._arrow_types import (
+    check_json_type,
+    check_key_column,
+    check_order_column,
+    column_type,
+    require_column,
+)
+from s2_sink.encoders._base import Encoder, first_error, oversize_errors
 from s2_sink.encoders._change_order import (
     RANK,
     SEQ,
-    check_key_column,
-    check_order_column,
     null_order_column,
     order_by_columns,
     sorted_indices,
 )
 from s2_sink.encoders._changelog import ACTION_HEADER, KEY_HEADER, changelog_headers, changelog_metered
-from s2_sink.encoders._column_checks import check_json_type, column_type, require_column
 from s2_sink.encoders._frame import ACTION, FRAME_COLUMNS, STREAM, ArrowParts, Rows
-from s2_sink.encoders._ops import DELETE, DROP, UPSERT
 from s2_sink.errors import ConfigError
 
 __all__ = ["ACTION_HEADER", "KEY_HEADER", "UpsertEncoder"]
 
 _DROP = "-"
+# Change kinds (Delta CDF, Flink row kinds, the connector's own) -> ``@action``; update pre-images dropped.
+_ACTIONS = {"insert": "u", "update_postimage": "u", "+I": "u", "+U": "u", "u": "u"}
+_ACTIONS |= {"delete": "d", "-D": "d", "d": "d", "update_preimage": _DROP, "-U": _DROP}
+_NULL_KEY = "upsert key column {!r} is null"
+_EXPECTED = "insert, update_postimage, update_preimage, delete, +I, +U, -U, -D, u or d"
 
 
 class UpsertEncoder(Encoder):
@@ -43,7 +49,7 @@ class UpsertEncoder(Encoder):
 
     ``key_columns``: the primary key, serialized in the order given (a null key column is an error).
     ``op_column``: a string column with the change kind (Delta CDF ``_change_type``, Flink row kinds, or
-    ``u``/``d``; see ``_ops``); without it every row is an upsert.
+    ``u``/``d``; see ``_ACTIONS``); without it every row is an upsert.
     ``compact``: keep only the last change per key within a micro-batch (``project``) or Arrow batch
     (``encode_arrow``); see docs/encoding.md for what "last" and "order" mean.
     ``order_by``: the column (or columns) whose order is the change order (a commit version, an offset, a
@@ -115,23 +121,15 @@ class UpsertEncoder(Encoder):
     def _action_arrow(batch: pa.RecordBatch, op_column: str) -> tuple[pa.Array, pa.Array | None]:
         """Each row's action (``u``, ``d``, `_DROP`, null for an unknown op) and error."""
         op = pc.cast(batch.column(op_column), pa.string())
-        action = pc.if_else(
-            pc.is_in(op, pa.array(UPSERT)),
-            "u",
-            pc.if_else(
-                pc.is_in(op, pa.array(DELETE)),
-                "d",
-                pc.if_else(pc.is_in(op, pa.array(DROP)), _DROP, pa.scalar(None, pa.string())),
-            ),
-        )
+        kinds = pc.index_in(op, value_set=pa.array(list(_ACTIONS)))
+        action = pc.take(pa.array(list(_ACTIONS.values())), kinds)
         if action.null_count == 0:
             return action, None
         unknown = pc.binary_join_element_wise(
-            msg.unknown_op_prefix(op_column), op, msg.unknown_op_suffix(), ""
+            f"op column {op_column!r} has unknown value '", op, f"' (expected {_EXPECTED})", ""
         )
-        error = pc.if_else(
-            pc.is_null(op), msg.null_op(op_column), pc.if_else(pc.is_null(action), unknown, None)
-        )
+        null_op = f"op column {op_column!r} is null"
+        error = pc.if_else(pc.is_null(op), null_op, pc.if_else(pc.is_null(action), unknown, None))
         return action, error
 
     def _encode(self, rows: Rows) -> ArrowParts:
@@ -142,11 +140,7 @@ class UpsertEncoder(Encoder):
             keep = pc.fill_null(pc.not_equal(action, _DROP), True)
             if not pc.all(keep).as_py():
                 batch, action, headers, timestamp, error = (
-                    batch.filter(keep),
-                    action.filter(keep),
-                    headers.filter(keep),
-                    timestamp.filter(keep),
-                    error.filter(keep),
+                    a.filter(keep) for a in (batch, action, headers, timestamp, error)
                 )
                 op_error = op_error.filter(keep) if op_error is not None else None
         n = len(batch)
@@ -155,7 +149,7 @@ class UpsertEncoder(Encoder):
         key_json = json_object(keys, key_frags, n)
         nulls = [
             pc.if_else(pc.is_null(batch.column(c)), message(c), pa.scalar(None, pa.string()))
-            for cols, message in ((keys, msg.null_key_column), (self.order_by, null_order_column))
+            for cols, message in ((keys, _NULL_KEY.format), (self.order_by, null_order_column))
             for c in cols
             if batch.column(c).null_count
         ]
@@ -172,14 +166,12 @@ class UpsertEncoder(Encoder):
         key = pc.cast(key_json, pa.binary())
         arrange = arranged and self.arranges
         if flat_changelog and not arrange:
-            oversize = _arrow_meta.oversize_errors(
-                body, headers, key_json, extra=changelog_metered(key, action_value)
-            )
-            error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
+            oversize = oversize_errors(body, headers, key_json, extra=changelog_metered(key, action_value))
+            error = first_error(n, error, *nulls, op_error, oversize)
             return ArrowParts(batch, body, headers, timestamp, key, error, action=action_value)
         changelog = changelog_headers(key, action_value, headers)
-        oversize = _arrow_meta.oversize_errors(body, changelog, key_json)
-        error = _arrow_meta.first_error(n, error, *nulls, op_error, oversize)
+        oversize = oversize_errors(body, changelog, key_json)
+        error = first_error(n, error, *nulls, op_error, oversize)
         if arrange and self.order_by:  # rows in change order: "last" below is then the last by order_by
             order = sorted_indices(
                 [batch.column(c) for c in self.order_by],

@@ -24,22 +24,20 @@ from s2_sink._wire.append.fields import (
     INPUT_RECORDS,
     RECORD_BODY,
     RECORD_TIMESTAMP,
-    VarintField,
-    check_length,
-    field,
-    join,
-    pack_fields,
-    varint,
-    varint_sizes,
-)
-from s2_sink._wire.append.headers import (
     Header,
     LeadingHeader,
     Part,
+    VarintField,
     check_leading,
+    check_length,
+    field,
     headers_bytes,
+    join,
     leading_fields,
     own_headers,
+    pack_fields,
+    varint,
+    varint_sizes,
 )
 from s2_sink._wire.columns import Bools, Bytes, Ints, as_large_binary, binary_view, large_binary, valid_rows
 from s2_sink.encoders._frame import BODY, TIMESTAMP

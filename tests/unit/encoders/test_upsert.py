@@ -201,6 +201,13 @@ def test_decode_upsert_needs_both_headers() -> None:
         decode_upsert([([(b"@key", b"{}")], b"{}")])
 
 
+def test_decode_upsert_takes_the_first_key_and_action_headers() -> None:
+    """A user header named @key or @action after the changelog's two does not replace them: decode_upsert
+    reads the first of each, as spark.read.format("s2") with s2.format=upsert does."""
+    headers = [(b"@key", b'{"id":1}'), (b"@action", b"u"), (b"@key", b'{"id":2}'), (b"@action", b"d")]
+    assert decode_upsert([(headers, b'{"v":3}')]) == [UpsertChange(key={"id": 1}, action="u", value={"v": 3})]
+
+
 def test_key_columns_must_be_given() -> None:
     """An empty or string key_columns is a ConfigError at construction."""
     with pytest.raises(ConfigError, match="key_columns"):
