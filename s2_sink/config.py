@@ -99,12 +99,14 @@ def _opt(
     hi: int | None = None,
     *,
     default: Any = dataclasses.MISSING,
+    choices: tuple[str, ...] = (),
     env: str = "",
     secret: bool = False,
 ) -> Any:
-    """A field set by option ``key`` (read by ``parse``), an int within [lo, hi] (None: unbounded); ``env``
-    names the variable that, set and not empty, replaces ``default``; a ``secret`` stays out of the repr."""
-    meta = {"option": key, "parse": parse, "lo": lo, "hi": hi}
+    """A field set by option ``key`` (read by ``parse``), an int within [lo, hi] (None: unbounded) or one of
+    ``choices``; ``env`` names the variable that, set and not empty, replaces ``default``; a ``secret`` stays
+    out of the repr. `_validate` checks every field by these specs."""
+    meta = {"option": key, "parse": parse, "lo": lo, "hi": hi, "choices": choices}
     if env:
         # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
         return field(default_factory=lambda: os.environ.get(env) or default, repr=not secret, metadata=meta)
@@ -144,7 +146,9 @@ class S2Config:
     )
     """Basin endpoint origin; may contain ``{basin}``."""
 
-    append_retry_policy: AppendRetryPolicyName = _opt("s2.append-retry-policy", _upper, default="ALL")
+    append_retry_policy: AppendRetryPolicyName = _opt(
+        "s2.append-retry-policy", _upper, default="ALL", choices=get_args(AppendRetryPolicyName)
+    )
     """SDK append retry policy: ``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS`` (retries only what
     cannot have been applied). Exactly-once delivery switches its appends to ``NO_SIDE_EFFECTS``."""
 
@@ -193,7 +197,9 @@ class S2Config:
     connect_timeout_ms: int = _opt("s2.connect-timeout-ms", _duration_ms, 100, 600_000, default=3000)
     """TCP/TLS connect timeout."""
 
-    compression: CompressionName = _opt("s2.compression", _lower, default="none")
+    compression: CompressionName = _opt(
+        "s2.compression", _lower, default="none", choices=get_args(CompressionName)
+    )
     """Append frame compression."""
 
     allow_insecure_http: bool = _opt("s2.allow-insecure-http", parse_bool, default=False)
@@ -287,15 +293,6 @@ def _bad(name: str, value: object, why: str) -> ConfigError:
     return ConfigError(f"{name} ({_FIELD_TO_KEY.get(name, name)}) {why}, got {value!r}")
 
 
-def _check_range(cfg: S2Config, name: str, lo: int, hi: int | None) -> None:
-    value = getattr(cfg, name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad(name, value, "must be an integer")
-    if value < lo or (hi is not None and value > hi):
-        bound = f">= {lo}" if hi is None else f"between {lo} and {hi}"
-        raise _bad(name, value, f"must be {bound}")
-
-
 def _is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True
@@ -363,16 +360,14 @@ def _validate(cfg: S2Config) -> None:
         # Never echo the value: it is a secret.
         raise ConfigError("access_token (s2.auth-token) must be a string")
     _check_endpoints(cfg)
-    for name, choices in (
-        ("append_retry_policy", get_args(AppendRetryPolicyName)),
-        ("compression", get_args(CompressionName)),
-    ):
-        if getattr(cfg, name) not in choices:
-            raise _bad(name, getattr(cfg, name), "must be " + " or ".join(map(repr, choices)))
-    for name in ("allow_insecure_http", "create_streams"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise _bad(name, getattr(cfg, name), "must be a bool")
     for f in _OPTIONS.values():
-        if f.metadata["lo"] is not None:
-            _check_range(cfg, f.name, f.metadata["lo"], f.metadata["hi"])
+        value, (choices, lo, hi) = getattr(cfg, f.name), (f.metadata[k] for k in ("choices", "lo", "hi"))
+        if choices and value not in choices:
+            raise _bad(f.name, value, "must be " + " or ".join(map(repr, choices)))
+        if f.metadata["parse"] is parse_bool and not isinstance(value, bool):
+            raise _bad(f.name, value, "must be a bool")
+        if lo is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _bad(f.name, value, "must be an integer")
+        if lo is not None and (value < lo or (hi is not None and value > hi)):
+            raise _bad(f.name, value, f"must be >= {lo}" if hi is None else f"must be between {lo} and {hi}")
     parse_write_parallelism("write_parallelism (sink.write-parallelism)", cfg.write_parallelism)

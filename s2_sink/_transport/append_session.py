@@ -16,11 +16,10 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
-from s2_sdk import S2, AppendAck, Compression, S2ClientError
+from s2_sdk import AppendAck, Compression, S2ClientError
 
 from s2_sink._transport import sdk
 from s2_sink._transport.sdk import (
@@ -28,6 +27,7 @@ from s2_sink._transport.sdk import (
     Message,
     TransportError,
     append_ack_from_proto,
+    basin_transport,
     frame_message,
     maybe_compress,
     parse_error_info,
@@ -47,12 +47,6 @@ class SessionClosedError(S2ClientError):
     Nothing submitted after this point was sent, so re-sending elsewhere has no side effects."""
 
 
-@dataclass(slots=True, eq=False)
-class _Pending:
-    records: int
-    ticket: asyncio.Future[AppendAck]
-
-
 class BulkAppendSession:
     """One S2S append session on the runtime loop: `submit` pre-encoded messages, await their tickets."""
 
@@ -65,8 +59,9 @@ class BulkAppendSession:
         self._wakeup: asyncio.Future[None] | None = None
         """The idle sender's, resolved by the next message or the half-close."""
         self._half_closed = False
-        self._pending: deque[_Pending] = deque()
-        self._error: BaseException | None = None
+        self._pending: deque[tuple[int, asyncio.Future[AppendAck]]] = deque()  # records, ticket
+        self.error: BaseException | None = None
+        """What failed the session, if it failed."""
         self._closing = False
         self.reconnect_advised = False
         self._runner = asyncio.get_running_loop().create_task(self._run())
@@ -74,12 +69,7 @@ class BulkAppendSession:
     @property
     def accepting(self) -> bool:
         """Whether `submit` still sends (not closed, not failed, no reconnect advised)."""
-        return not (self._closing or self.reconnect_advised or self._error is not None or self._runner.done())
-
-    @property
-    def error(self) -> BaseException | None:
-        """What failed the session, if it failed."""
-        return self._error
+        return not (self._closing or self.reconnect_advised or self.error is not None or self._runner.done())
 
     def abort(self) -> None:
         """End the session now (its HTTP/2 stream is reset): pending tickets fail, nothing more is sent."""
@@ -94,9 +84,9 @@ class BulkAppendSession:
         if not self.accepting:
             raise SessionClosedError(
                 f"append session to {self.stream!r} takes no more appends"
-            ) from self._error
+            ) from self.error
         ticket: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(records, ticket))
+        self._pending.append((records, ticket))
         self._outbox.append(self._frame(message))
         self._wake()
         return ticket
@@ -108,8 +98,8 @@ class BulkAppendSession:
             self._closing = True
             self._half_close()
         await asyncio.shield(self._runner)
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
 
     def _frame(self, message: bytes) -> bytes:
         body, compression = maybe_compress(message, self._compression)
@@ -165,26 +155,20 @@ class BulkAppendSession:
             self._closing = True
 
     def _acked(self, message: Message) -> None:
-        ack = pb.AppendAck()
-        ack.ParseFromString(message.body)
         if not self._pending:
             raise S2ClientError("invalid ack: no append in flight")
-        pending = self._pending[0]  # stays pending (and is failed with the session) if the ack is wrong
-        count = ack.end.seq_num - ack.start.seq_num
-        if count != pending.records:
-            raise S2ClientError(
-                f"invalid ack: {count} records acknowledged for an append of {pending.records}"
-            )
+        records, ticket = self._pending[0]  # stays pending (failed with the session) if the ack is wrong
+        ack = _ack(records, message.body)
         self._pending.popleft()
-        if not pending.ticket.done():
-            pending.ticket.set_result(append_ack_from_proto(ack))
+        if not ticket.done():
+            ticket.set_result(ack)
 
     def _fail(self, exc: BaseException) -> None:
         if not isinstance(exc, Exception):  # cancelled (aborted): tickets fail with an ordinary error
             exc = SessionClosedError(f"append session to {self.stream!r} was aborted")
-        self._error = exc
+        self.error = exc
         while self._pending:
-            ticket = self._pending.popleft().ticket
+            _, ticket = self._pending.popleft()
             if not ticket.done():
                 ticket.set_exception(exc)
                 ticket.add_done_callback(_retrieve)
@@ -227,8 +211,3 @@ def _client_error(exc: TransportError) -> S2ClientError:
 def _retrieve(fut: asyncio.Future[AppendAck]) -> None:  # a failure is reported by whoever awaits it
     with contextlib.suppress(BaseException):
         fut.exception()
-
-
-def basin_transport(client: S2, basin: str) -> HttpClient:
-    """The SDK client's own HTTP/2 transport for `basin` (shared with its unary calls and sessions)."""
-    return sdk.basin_transport(client, basin)
