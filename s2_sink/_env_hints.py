@@ -100,7 +100,7 @@ def _unseen_words(missing: list[str]) -> str:
     )
 
 
-def missing_token(account_endpoint: str, basin_endpoint: str, *, cloud_account: str, cloud_basin: str) -> str:
+def missing_token(account_endpoint: str, basin_endpoint: str, cloud_account: str, cloud_basin: str) -> str:
     """The error for a missing token at non-loopback endpoints: which endpoint needs it, whether that is the
     S2 cloud because nothing pointed elsewhere, and (in a Spark worker) which variables it did not see."""
     account_default = account_endpoint == cloud_account and not os.environ.get("S2_ACCOUNT_ENDPOINT")

@@ -1,13 +1,10 @@
 """An S2S append session fed with already serialized ``AppendInput`` messages (see `s2_sink._wire`), over the
 SDK's own HTTP/2 transport (``HttpClient.streaming_request``: pooling, flow control, TLS and auth stay the
 SDK's) with the S2S framing of ``s2_sdk._s2s._protocol``. Messages submitted while the sender was busy go out
-as one write: the SDK's sender costs about as much per write as per byte.
-
-Acks are matched to in-flight messages oldest first and checked against each message's record count. A
-terminal frame or a non-200 answer fails every pending ticket with the SDK's own error types, so
-`_transport.retry` judges them as the SDK's; the session has no retries of its own. On the server's reconnect
-advice the session stops taking messages (`accepting`), half-closes once what it carries is sent, and its
-connection is retired.
+as one write. Acks are matched to in-flight messages oldest first and checked against their record counts. A
+terminal frame or a non-200 answer fails every pending ticket with the SDK's own error types; the session has
+no retries of its own. On the server's reconnect advice it takes no more messages (`accepting`), half-closes
+once what it carries is sent, and its connection is retired.
 """
 
 from __future__ import annotations
@@ -143,14 +140,11 @@ class BulkAppendSession:
                     raise S2ClientError(
                         f"append session ended with {len(self._pending)} unacknowledged appends"
                     )
-        except TransportError as exc:
-            # As the SDK's own session reports them: an S2ClientError, the transport's error its cause
-            # (so `_transport.retry` sees a retryable failure, and a refused connection as side-effect free).
-            self._fail(_client_error(exc))
+        except Exception as exc:  # noqa: BLE001 - every failure fails the pending tickets
+            self._fail(_as_session_error(exc))
         except BaseException as exc:
             self._fail(exc)
-            if not isinstance(exc, Exception):
-                raise
+            raise
         finally:
             self._closing = True
 
@@ -176,12 +170,9 @@ class BulkAppendSession:
 
 def append_once(client: HttpClient, stream: str, message: bytes, records: int) -> asyncio.Future[AppendAck]:
     """One serialized ``AppendInput`` of `records` records as a unary append (``POST`` of the message, the
-    ack in the answer), started now; its ticket resolves with the ack or fails as a session's would.
-
-    For a stream's only append of a task: its HTTP/2 stream carries the request and ends with the answer,
-    where a session takes a headers write, a data write and a half-close, and a runner task to read acks
-    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`). The unary appends
-    started in one turn of the loop leave in one socket write (`sdk.post_unary`)."""
+    ack in the answer), started now; its ticket resolves with the ack or fails as a session's would. For a
+    stream's only append of a task: no session's headers, half-close and runner task to pay for; the unary
+    appends started in one turn of the loop leave in one socket write (`sdk.post_unary`)."""
     path = stream_records_path(stream)
     return sdk.post_unary(
         client, path, _UNARY_HEADERS, message, decode=partial(_ack, records), failure=_as_session_error
@@ -198,11 +189,10 @@ def _ack(records: int, content: bytes) -> AppendAck:
 
 
 def _as_session_error(exc: Exception) -> Exception:
-    """A transport failure judged as a session's (`_transport.retry`); others as they are."""
-    return _client_error(exc) if isinstance(exc, TransportError) else exc
-
-
-def _client_error(exc: TransportError) -> S2ClientError:
+    """A transport failure as the SDK's own session reports it, an S2ClientError caused by it (retryable,
+    and a refused connection side-effect free); others as they are."""
+    if not isinstance(exc, TransportError):
+        return exc
     err = S2ClientError(f"{type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err

@@ -1,10 +1,6 @@
 """SDK and transport failures put into words: what failed, at which endpoint, basin and stream, and the fix,
-the same whichever path met it (writer, ledger, reader, preflight, CLI). Told apart: 401 (`TOKEN_HINT`) and
-403; 404 ``basin_not_found`` (``create_streams`` cannot help) and ``stream_not_found`` (it can), any other 404
-being something that is not S2; 409 ``stream_deletion_pending`` / ``basin_deletion_pending``; a host that does
-not resolve, a refused connection, a connection closed before HTTP/2 started (an HTTP/1 server, ``http://``
-to a TLS port), no answer within the request timeout. A failure given up on at the delivery deadline ends
-with `deadline_note`: how long it was retried and the option that allows longer.
+the same whichever path met it (writer, ledger, reader, preflight, CLI). A failure given up on at the delivery
+deadline ends with `deadline_note`: how long it was retried and the option that allows longer.
 """
 
 from __future__ import annotations
@@ -89,8 +85,8 @@ def is_s2_not_found(exc: BaseException) -> bool:
 
 
 def is_stream_deleting(exc: BaseException) -> bool:
-    """S2's 409 ``stream_deletion_pending``: the stream was deleted and is still being removed. Nothing of
-    the request was applied; once the deletion completes the same request gets 404 ``stream_not_found``."""
+    """S2's 409 ``stream_deletion_pending``: the stream was deleted and is still being removed (nothing of
+    the request was applied)."""
     return isinstance(exc, S2ServerError) and exc.status_code == 409 and exc.code == "stream_deletion_pending"
 
 
