@@ -44,19 +44,9 @@ def _str(key: str, raw: Any) -> str:
     return raw
 
 
-def _int(key: str, raw: Any) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
-        return int(raw.strip())
-    raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
-
-
-def _scaled(units: dict[str, int], what: str) -> _Parser:
+def _scaled(units: dict[str, int], what: str, sign: str = "") -> _Parser:
     """A parser of an int, or digits and one of ``units`` (none: the first), as that many base units."""
-    pattern = re.compile(rf"^\s*(\d+)\s*({'|'.join(u for u in units if u)})?\s*$", re.IGNORECASE)
+    pattern = re.compile(rf"^\s*({sign}\d+)\s*({'|'.join(u for u in units if u)})?\s*$", re.IGNORECASE)
 
     def parse(key: str, raw: Any) -> int:
         if isinstance(raw, int) and not isinstance(raw, bool):
@@ -69,6 +59,7 @@ def _scaled(units: dict[str, int], what: str) -> _Parser:
     return parse
 
 
+_int = _scaled({"": 1}, "an integer", sign="-?")
 _duration_ms = _scaled(
     {"": 1, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000},
     "a duration in ms (e.g. 500, '500ms', '5s')",

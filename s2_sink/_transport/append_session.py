@@ -84,7 +84,8 @@ class BulkAppendSession:
             ) from self.error
         ticket: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
         self._pending.append((records, ticket))
-        self._outbox.append(self._frame(message))
+        body, compression = maybe_compress(message, self._compression)
+        self._outbox.append(frame_message(Message(body, terminal=False, compression=compression)))
         self._wake()
         return ticket
 
@@ -93,23 +94,16 @@ class BulkAppendSession:
         session's error, if it failed."""
         if not self._closing:
             self._closing = True
-            self._half_close()
+            self._wake(half_close=True)
         await asyncio.shield(self._runner)
         if self.error is not None:
             raise self.error
 
-    def _frame(self, message: bytes) -> bytes:
-        body, compression = maybe_compress(message, self._compression)
-        return frame_message(Message(body, terminal=False, compression=compression))
-
-    def _wake(self) -> None:
+    def _wake(self, *, half_close: bool = False) -> None:
+        """Wake the idle sender; with `half_close`, it ends the request body once the outbox is sent."""
+        self._half_closed |= half_close
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
-
-    def _half_close(self) -> None:
-        """Send what was submitted, then end the request body (nothing submitted later is sent)."""
-        self._half_closed = True
-        self._wake()
 
     async def _outgoing(self) -> AsyncGenerator[bytes]:
         while True:
@@ -135,7 +129,7 @@ class BulkAppendSession:
                     if message.reconnect_advised and not self.reconnect_advised:
                         self.reconnect_advised = True
                         response.retire_connection()
-                        self._half_close()  # send nothing more on this session
+                        self._wake(half_close=True)  # send nothing more on this session
                 if self._pending:
                     raise S2ClientError(
                         f"append session ended with {len(self._pending)} unacknowledged appends"
