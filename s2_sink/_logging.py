@@ -126,10 +126,6 @@ def _argument_fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
-def _text_fields(message: str) -> dict[str, Any]:
-    return {m.group(1): _text_value(message, m.end()) for m in _PAIR_START.finditer(message)}
-
-
 class JsonFormatter(logging.Formatter):
     """A log record as one line of JSON: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``message``, then the
     fields: ``extra=`` attributes, ``key=%s`` placeholders' arguments, other ``key=value`` text of the message
@@ -144,7 +140,8 @@ class JsonFormatter(logging.Formatter):
             "message": message,
         }
         extra = {k: as_json_value(v) for k, v in vars(record).items() if k not in _RECORD_ATTRS}
-        for fields in (extra, _argument_fields(record), _text_fields(message)):
+        text = {m.group(1): _text_value(message, m.end()) for m in _PAIR_START.finditer(message)}
+        for fields in (extra, _argument_fields(record), text):
             for key, value in fields.items():
                 if key not in _RESERVED and key not in doc:
                     doc[key] = value
