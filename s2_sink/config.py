@@ -137,7 +137,7 @@ class S2Config:
     """``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS``, which exactly-once delivery always uses."""
 
     max_retries: int = _opt("s2.max-retries", _int, 0, 100, default=3)
-    """The SDK's own retries of one unary request before the sink's retries take over."""
+    """The SDK's own retries of one request (append sessions excepted) before the sink's retries take over."""
 
     retry_delay_ms: int = _opt("s2.retry-delay-ms", _int, 1, 60_000, default=100)
     """First wait of the sink's retries (and the SDK's base delay); waits double up to ``max(2 s, this)``."""
@@ -322,10 +322,11 @@ def _validate(cfg: S2Config) -> None:
         raise ConfigError("access_token (s2.auth-token) must be a string")
     _check_endpoints(cfg)
     for f in _OPTIONS.values():
-        value, (choices, lo, hi) = getattr(cfg, f.name), (f.metadata[k] for k in ("choices", "lo", "hi"))
+        value, spec = getattr(cfg, f.name), f.metadata
+        choices, lo, hi = spec["choices"], spec["lo"], spec["hi"]
         if choices and value not in choices:
             raise _bad(f.name, value, "must be " + " or ".join(map(repr, choices)))
-        if f.metadata["parse"] is parse_bool and not isinstance(value, bool):
+        if spec["parse"] is parse_bool and not isinstance(value, bool):
             raise _bad(f.name, value, "must be a bool")
         if lo is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise _bad(f.name, value, "must be an integer")
