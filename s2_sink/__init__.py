@@ -5,6 +5,7 @@ The public API is what ``__all__`` lists; every other module is private.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from s2_sink._logging import configure_from_env, configure_logging
@@ -67,23 +68,19 @@ __all__ = [
 # S2_SINK_LOG_FORMAT=json|text in the environment (e.g. spark.executorEnv.*) attaches a handler at import.
 configure_from_env()
 
-_ENCODERS = ("InsertEncoder", "KafkaEncoder", "UpsertChange", "UpsertEncoder", "decode_json", "decode_upsert")
+_LAZY = {
+    "S2Writer": "writer",
+    "S2DataSource": "datasource",
+    "register": "datasource",
+    **dict.fromkeys(("InsertEncoder", "KafkaEncoder", "UpsertChange", "UpsertEncoder"), "encoders"),
+    **dict.fromkeys(("decode_json", "decode_upsert"), "encoders"),
+}
 
 
 def __getattr__(name: str) -> Any:
     # The writer, the data source and the encoders import pyspark (an extra, or a platform's own): load them
     # on first use, so `import s2_sink` stays light (lite server, CLI) and a missing pyspark is named as such.
-    if name == "S2Writer":
-        with needs_pyspark("s2_sink.S2Writer"):
-            from s2_sink.writer import S2Writer  # noqa: PLC0415
-
-        return S2Writer
-    if name in ("S2DataSource", "register"):
-        from s2_sink import datasource  # noqa: PLC0415 - format("s2") imports pyspark and pyarrow
-
-        return getattr(datasource, name)
-    if name in _ENCODERS:
-        from s2_sink import encoders  # noqa: PLC0415 - encoders import pyspark and pyarrow
-
-        return getattr(encoders, name)
-    raise AttributeError(f"module 's2_sink' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 's2_sink' has no attribute {name!r}")
+    with needs_pyspark(f"s2_sink.{name}"):
+        return getattr(importlib.import_module(f"s2_sink.{_LAZY[name]}"), name)

@@ -72,35 +72,35 @@ def passing_driver_only_vars(spark: Any) -> Iterator[list[str]]:
             env[DRIVER_ONLY_VAR] = before
 
 
-def _in_spark_worker() -> bool:
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return bool(spec is not None and str(spec.name).startswith("pyspark."))
-
-
 def _unseen_words(missing: list[str]) -> str:
-    if not missing or not _in_spark_worker():
+    """In a Spark worker: which of the `missing` variables the driver had (`DRIVER_ONLY_VAR`), and the fix."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or not str(spec.name).startswith("pyspark."):
         return ""
     flagged = set(os.environ.get(DRIVER_ONLY_VAR, "").split(","))
     seen = [n for n in missing if n in flagged]
-    names = ", ".join(seen or missing)
-    options = ", ".join(OPTION_OF[n] for n in seen or missing)
+    named = seen or missing
+    one = len(named) == 1
     fix = (
         f"set the variables before the Spark session starts (or pass them with spark.executorEnv.<NAME>), "
-        f"or pass the options {options}"
+        f"or pass the options {', '.join(OPTION_OF[n] for n in named)}"
     )
-    where = f"this process (pid {os.getpid()}) is a Python worker Spark started with the environment of the "
+    where = (
+        f"this process (pid {os.getpid()}) is a Python worker Spark started with the environment of the "
+        "session's start"
+    )
     if seen:
         return (
-            f". {names} {'is' if len(seen) == 1 else 'are'} set in the driver process but not here: {where}"
-            f"session's start, before {'it was' if len(seen) == 1 else 'they were'} set; {fix}"
+            f". {', '.join(named)} {'is' if one else 'are'} set in the driver process but not here: {where}, "
+            f"before {'it was' if one else 'they were'} set; {fix}"
         )
     return (
-        f". {names} {'is' if len(missing) == 1 else 'are'} not set in this process: {where}session's start, "
-        f"so a variable set in the driver after that is not seen here; {fix}"
+        f". {', '.join(named)} {'is' if one else 'are'} not set in this process: {where}, so a variable set "
+        f"in the driver after that is not seen here; {fix}"
     )
 
 
-def missing_token(account_endpoint: str, basin_endpoint: str, *, cloud_account: str, cloud_basin: str) -> str:
+def missing_token(account_endpoint: str, basin_endpoint: str, cloud_account: str, cloud_basin: str) -> str:
     """The error for a missing token at non-loopback endpoints: which endpoint needs it, whether that is the
     S2 cloud because nothing pointed elsewhere, and (in a Spark worker) which variables it did not see."""
     account_default = account_endpoint == cloud_account and not os.environ.get("S2_ACCOUNT_ENDPOINT")
@@ -110,15 +110,11 @@ def missing_token(account_endpoint: str, basin_endpoint: str, *, cloud_account: 
         head += (
             ": no endpoint is configured (no s2.endpoints.account / s2.endpoints.basin option, and "
             "S2_ACCOUNT_ENDPOINT / S2_BASIN_ENDPOINT unset in this process), so the endpoints fell back to "
-            f"the default, the S2 cloud "
-            f"({cloud_account}); for a lite server set S2_ACCOUNT_ENDPOINT and S2_BASIN_ENDPOINT to its "
-            "endpoint (e.g. http://127.0.0.1:8080), for the cloud set S2_ACCESS_TOKEN"
+            f"the default, the S2 cloud ({cloud_account}); for a lite server set S2_ACCOUNT_ENDPOINT and "
+            "S2_BASIN_ENDPOINT to its endpoint (e.g. http://127.0.0.1:8080), for the cloud set "
+            "S2_ACCESS_TOKEN"
         )
     else:
         head += "; set it or the S2_ACCESS_TOKEN environment variable"
-    missing = ["S2_ACCESS_TOKEN"]
-    if account_default:
-        missing.append("S2_ACCOUNT_ENDPOINT")
-    if basin_default:
-        missing.append("S2_BASIN_ENDPOINT")
-    return head + _unseen_words(missing)
+    defaults = {"S2_ACCOUNT_ENDPOINT": account_default, "S2_BASIN_ENDPOINT": basin_default}
+    return head + _unseen_words(["S2_ACCESS_TOKEN", *(name for name, unset in defaults.items() if unset)])

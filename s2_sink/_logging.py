@@ -39,8 +39,7 @@ _KEY_BEFORE: Final = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=$")
 _RESERVED: Final = frozenset({"ts", "level", "logger", "message", "exc_info"})
 # What every LogRecord has: any other attribute came from ``extra=`` and is a field.
 _RECORD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
-_INT: Final = re.compile(r"^-?\d+$")
-_FLOAT: Final = re.compile(r"^-?\d+\.\d+(?:[eE][-+]?\d+)?$")
+_NUMBER: Final = re.compile(r"^-?\d+(?:\.\d+(?:[eE][-+]?\d+)?)?$")
 _WORDS: Final[dict[str, Any]] = {"-": None, "None": None, "True": True, "False": False}
 _CLOSERS: Final = {"{": "}", "[": "]", "(": ")"}
 
@@ -48,16 +47,15 @@ _CLOSERS: Final = {"{": "}", "[": "]", "(": ")"}
 def as_json_value(value: Any) -> Any:
     """``value`` as JSON can hold it: mappings as objects, sequences and sets as arrays, anything else that is
     not a number, bool or None (a non-finite float too) as its text."""
-    if value is None or isinstance(value, (bool, int, str)):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
     if isinstance(value, Mapping):
         return {str(k): as_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [as_json_value(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((as_json_value(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [as_json_value(v) for v in value]
+        return items if isinstance(value, (list, tuple)) else sorted(items, key=repr)
     return str(value)
 
 
@@ -87,14 +85,6 @@ def _bracketed(text: str, start: int) -> int:
     return -1
 
 
-def _word(text: str) -> Any:
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        return float(text)
-    return _WORDS.get(text, text)
-
-
 def _text_value(message: str, start: int) -> Any:
     """The value written at ``start`` of a message: a Python literal read whole, else one word without the
     punctuation that ends a sentence or a parenthesis."""
@@ -109,7 +99,9 @@ def _text_value(message: str, start: int) -> Any:
     raw = word.group(0) if word else ""
     while (raw and raw[-1] in ",;:") or (raw.endswith(")") and raw.count("(") < raw.count(")")):
         raw = raw[:-1]
-    return _word(raw)
+    if _NUMBER.match(raw):
+        return float(raw) if "." in raw else int(raw)
+    return _WORDS.get(raw, raw)
 
 
 def _argument_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -134,10 +126,6 @@ def _argument_fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
-def _text_fields(message: str) -> dict[str, Any]:
-    return {m.group(1): _text_value(message, m.end()) for m in _PAIR_START.finditer(message)}
-
-
 class JsonFormatter(logging.Formatter):
     """A log record as one line of JSON: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``message``, then the
     fields: ``extra=`` attributes, ``key=%s`` placeholders' arguments, other ``key=value`` text of the message
@@ -152,7 +140,8 @@ class JsonFormatter(logging.Formatter):
             "message": message,
         }
         extra = {k: as_json_value(v) for k, v in vars(record).items() if k not in _RECORD_ATTRS}
-        for fields in (extra, _argument_fields(record), _text_fields(message)):
+        text = {m.group(1): _text_value(message, m.end()) for m in _PAIR_START.finditer(message)}
+        for fields in (extra, _argument_fields(record), text):
             for key, value in fields.items():
                 if key not in _RESERVED and key not in doc:
                     doc[key] = value

@@ -46,13 +46,10 @@ class OptionMap(Mapping[str, Any]):
     __slots__ = ("_spelling", "_values")
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        if isinstance(options, OptionMap):
-            self._values: dict[str, Any] = dict(options._values)
-            self._spelling: dict[str, str] = dict(options._spelling)
-            return
-        self._values = {}
-        self._spelling = {}
-        for key, value in options.items():
+        self._values: dict[str, Any] = {}
+        self._spelling: dict[str, str] = {}
+        spelled = options._spelling if isinstance(options, OptionMap) else {k: k for k in options}
+        for key, value in ((spelled[k], v) for k, v in options.items()):
             if not isinstance(key, str):
                 raise ConfigError(f"option names must be strings, got {key!r}")
             name = key.lower()

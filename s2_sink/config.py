@@ -35,10 +35,6 @@ CompressionName = Literal["none", "zstd", "gzip"]
 
 _BASIN_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
-
-# ----------------------------------------------------------------------------------------------------
-# Option parsing
-
 _Parser = Callable[[str, Any], Any]
 
 
@@ -48,19 +44,9 @@ def _str(key: str, raw: Any) -> str:
     return raw
 
 
-def _int(key: str, raw: Any) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
-        return int(raw.strip())
-    raise ConfigError(f"option {key!r} must be an integer, got {raw!r}")
-
-
-def _scaled(units: dict[str, int], what: str) -> _Parser:
+def _scaled(units: dict[str, int], what: str, sign: str = "") -> _Parser:
     """A parser of an int, or digits and one of ``units`` (none: the first), as that many base units."""
-    pattern = re.compile(rf"^\s*(\d+)\s*({'|'.join(u for u in units if u)})?\s*$", re.IGNORECASE)
+    pattern = re.compile(rf"^\s*({sign}\d+)\s*({'|'.join(u for u in units if u)})?\s*$", re.IGNORECASE)
 
     def parse(key: str, raw: Any) -> int:
         if isinstance(raw, int) and not isinstance(raw, bool):
@@ -73,6 +59,7 @@ def _scaled(units: dict[str, int], what: str) -> _Parser:
     return parse
 
 
+_int = _scaled({"": 1}, "an integer", sign="-?")
 _duration_ms = _scaled(
     {"": 1, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000},
     "a duration in ms (e.g. 500, '500ms', '5s')",
@@ -99,12 +86,14 @@ def _opt(
     hi: int | None = None,
     *,
     default: Any = dataclasses.MISSING,
+    choices: tuple[str, ...] = (),
     env: str = "",
     secret: bool = False,
 ) -> Any:
-    """A field set by option ``key`` (read by ``parse``), an int within [lo, hi] (None: unbounded); ``env``
-    names the variable that, set and not empty, replaces ``default``; a ``secret`` stays out of the repr."""
-    meta = {"option": key, "parse": parse, "lo": lo, "hi": hi}
+    """A field set by option ``key`` (read by ``parse``), an int within [lo, hi] (None: unbounded) or one of
+    ``choices``; ``env`` names the variable that, set and not empty, replaces ``default``; a ``secret`` stays
+    out of the repr. `_validate` checks every field by these specs."""
+    meta = {"option": key, "parse": parse, "lo": lo, "hi": hi, "choices": choices}
     if env:
         # An empty variable counts as unset, as `export S2_BASIN_ENDPOINT=` usually means "none".
         return field(default_factory=lambda: os.environ.get(env) or default, repr=not secret, metadata=meta)
@@ -127,42 +116,35 @@ class S2Config:
     """Basin to write to: 8-48 chars of ``[a-z0-9-]``. Required."""
 
     stream: str | None = _opt("s2.stream", _str, default=None)
-    """Target stream, or the default/prefix for routed writes (``None``: the writer must route per row with
-    ``stream_column`` or a template)."""
+    """Target stream, or the default/prefix for routed writes (``None``: the writer routes every row)."""
 
     access_token: str = _opt("s2.auth-token", _str, default="", env="S2_ACCESS_TOKEN", secret=True)
-    """Bearer token; ``""`` is only accepted for loopback endpoints (the lite server ignores it). Never shown
-    in repr, logs or errors."""
+    """Bearer token; ``""`` only for loopback endpoints. Never shown in repr, logs or errors."""
 
     account_endpoint: str = _opt(
         "s2.endpoints.account", _str, default=CLOUD_ACCOUNT_ENDPOINT, env="S2_ACCOUNT_ENDPOINT"
     )
-    """Account endpoint origin: where basins are created and listed (streams are on the basin endpoint)."""
+    """Account endpoint origin: where basins are created and listed."""
 
     basin_endpoint: str = _opt(
         "s2.endpoints.basin", _str, default=CLOUD_BASIN_ENDPOINT, env="S2_BASIN_ENDPOINT"
     )
     """Basin endpoint origin; may contain ``{basin}``."""
 
-    append_retry_policy: AppendRetryPolicyName = _opt("s2.append-retry-policy", _upper, default="ALL")
-    """SDK append retry policy: ``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS`` (retries only what
-    cannot have been applied). Exactly-once delivery switches its appends to ``NO_SIDE_EFFECTS``."""
+    append_retry_policy: AppendRetryPolicyName = _opt(
+        "s2.append-retry-policy", _upper, default="ALL", choices=get_args(AppendRetryPolicyName)
+    )
+    """``ALL`` (retries may duplicate) or ``NO_SIDE_EFFECTS``, which exactly-once delivery always uses."""
 
     max_retries: int = _opt("s2.max-retries", _int, 0, 100, default=3)
-    """The SDK's own retries of one request (stream creation, reads, ledger and fence appends) before the
-    sink's retries take over (up to ``delivery_timeout_ms``). Append sessions are not retried by the SDK."""
+    """The SDK's own retries of one request (append sessions excepted) before the sink's retries take over."""
 
     retry_delay_ms: int = _opt("s2.retry-delay-ms", _int, 1, 60_000, default=100)
-    """First wait of the sink's retries: waits double up to ``max(2 s, this)``, with full jitter; also the
-    SDK's base delay."""
+    """First wait of the sink's retries (and the SDK's base delay); waits double up to ``max(2 s, this)``."""
 
     delivery_timeout_ms: int = _opt("s2.delivery-timeout-ms", _duration_ms, 0, 86_400_000, default=120_000)
-    """How long the sink keeps retrying an S2 that fails with errors another attempt may fix (unreachable,
-    503, 409 ``transaction_conflict``, 429, timeouts) before it gives up, counted from the first failure
-    since the last success of the call or append session. It bounds every S2 call of writers (tasks and
-    driver: appends, stream creation, the exactly-once ledger, fences, sign-ins, read-backs) and readers
-    (planning and reading); as Kafka's ``delivery.timeout.ms``, whose default it takes. 0 = give up at the
-    first failure the SDK's own retries (``max_retries``) did not fix."""
+    """How long every S2 call of writers and readers keeps retrying failures another attempt may fix, from
+    the first failure since it last made progress (Kafka's ``delivery.timeout.ms``); 0 = the SDK's only."""
 
     batch_max_records: int = _opt("sink.batch.max-size", _int, 1, MAX_BATCH_RECORDS, default=1000)
     """Records per append."""
@@ -171,13 +153,12 @@ class S2Config:
     """Metered bytes per append."""
 
     flush_timeout_ms: int = _opt("sink.flush-buffer.timeout", _duration_ms, 0, 3_600_000, default=1000)
-    """Accepted for compatibility with the Flink option. A Spark partition is finite and is streamed
-    straight through, so the last partial batch is flushed when the partition ends; chunking is by records
-    and bytes only (deterministic, which exactly-once relies on)."""
+    """Accepted for the Flink option's sake: a partition's last append is sent when it ends, and appends are
+    cut by records and bytes only (deterministic, which exactly-once relies on)."""
 
     max_buffered_requests: int = _opt("sink.requests.max-buffered", _int, 1, 100_000, default=10_000)
-    """Partially filled batches one task may hold at once across routed streams. When exceeded, or when
-    they hold more than ``max_inflight_bytes`` together, the fullest are sent early."""
+    """Partial appends one task holds across routed streams; beyond it (or ``max_inflight_bytes``), the
+    fullest are sent early."""
 
     max_inflight_requests: int = _opt("sink.requests.max-inflight", _int, 1, 10_000, default=16)
     """Unacknowledged appends one task may have in flight across its streams."""
@@ -193,30 +174,27 @@ class S2Config:
     connect_timeout_ms: int = _opt("s2.connect-timeout-ms", _duration_ms, 100, 600_000, default=3000)
     """TCP/TLS connect timeout."""
 
-    compression: CompressionName = _opt("s2.compression", _lower, default="none")
+    compression: CompressionName = _opt(
+        "s2.compression", _lower, default="none", choices=get_args(CompressionName)
+    )
     """Append frame compression."""
 
     allow_insecure_http: bool = _opt("s2.allow-insecure-http", parse_bool, default=False)
-    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text); loopback
-    hosts are always allowed."""
+    """Allow plain ``http://`` to a non-loopback host (the token then travels in clear text)."""
 
     create_streams: bool = _opt("s2.create-streams", parse_bool, default=False)
-    """Create missing target streams before writing to them (a stream that exists keeps its config);
-    ``False``: a missing stream fails the batch."""
+    """Create missing target streams before writing to them; ``False``: a missing stream fails the batch."""
 
     write_parallelism: WriteParallelism = _opt(
         "sink.write-parallelism", parse_write_parallelism, default="auto"
     )
-    """How many tasks write a ``foreachBatch`` micro-batch: ``"auto"`` sizes it to the batch and the cores
-    (narrowing Spark's partitions without a shuffle), a positive number sets it. ``format("s2")`` writes
-    keep Spark's partitioning (see docs/format-s2.md)."""
+    """Tasks writing a ``foreachBatch`` micro-batch: ``"auto"`` (sized to the batch and cores) or a number."""
 
     driver_write_max_rows: int = _opt("sink.driver-write.max-rows", _int, 0, default=10_000)
-    """A ``foreachBatch`` micro-batch of at most this many rows (and ``driver_write_max_bytes``) is written
-    from the driver process, skipping the per-task cost; 0 = never."""
+    """A ``foreachBatch`` micro-batch of at most this many rows (and bytes) is written from the driver."""
 
     driver_write_max_bytes: int = _opt("sink.driver-write.max-bytes", _size_bytes, 0, default=8 * ONE_MIB)
-    """...and of at most this many bytes of record frame (Arrow); 0 = never."""
+    """...and of at most this many bytes of record frame (Arrow); 0 = never, for either."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -276,24 +254,10 @@ WRITE_ONLY_OPTION_KEYS: Final = frozenset(
 )
 """Option keys that shape appends only: a ``format("s2")`` read refuses them rather than ignore them."""
 
-_FIELD_TO_KEY: Final[dict[str, str]] = {name: key for key, name in OPTION_KEYS.items()}
-
-
-# ----------------------------------------------------------------------------------------------------
-# Validation
-
 
 def _bad(name: str, value: object, why: str) -> ConfigError:
-    return ConfigError(f"{name} ({_FIELD_TO_KEY.get(name, name)}) {why}, got {value!r}")
-
-
-def _check_range(cfg: S2Config, name: str, lo: int, hi: int | None) -> None:
-    value = getattr(cfg, name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad(name, value, "must be an integer")
-    if value < lo or (hi is not None and value > hi):
-        bound = f">= {lo}" if hi is None else f"between {lo} and {hi}"
-        raise _bad(name, value, f"must be {bound}")
+    key = S2Config.__dataclass_fields__[name].metadata["option"]
+    return ConfigError(f"{name} ({key}) {why}, got {value!r}")
 
 
 def _is_loopback(host: str) -> bool:
@@ -325,14 +289,8 @@ def _check_endpoints(cfg: S2Config) -> None:
     origins = {name: _origin(cfg, name) for name in ("account_endpoint", "basin_endpoint")}
     remote = [name for name, parts in origins.items() if not _is_loopback(parts.hostname or "")]
     if remote and not cfg.access_token:  # first: a bigger problem than an http:// warning
-        raise ConfigError(
-            missing_token(
-                cfg.account_endpoint,
-                cfg.basin_endpoint,
-                cloud_account=CLOUD_ACCOUNT_ENDPOINT,
-                cloud_basin=CLOUD_BASIN_ENDPOINT,
-            )
-        )
+        endpoints = (cfg.account_endpoint, cfg.basin_endpoint, CLOUD_ACCOUNT_ENDPOINT, CLOUD_BASIN_ENDPOINT)
+        raise ConfigError(missing_token(*endpoints))
     for name in remote:
         if origins[name].scheme == "http" and not cfg.allow_insecure_http:
             raise _bad(
@@ -363,16 +321,15 @@ def _validate(cfg: S2Config) -> None:
         # Never echo the value: it is a secret.
         raise ConfigError("access_token (s2.auth-token) must be a string")
     _check_endpoints(cfg)
-    for name, choices in (
-        ("append_retry_policy", get_args(AppendRetryPolicyName)),
-        ("compression", get_args(CompressionName)),
-    ):
-        if getattr(cfg, name) not in choices:
-            raise _bad(name, getattr(cfg, name), "must be " + " or ".join(map(repr, choices)))
-    for name in ("allow_insecure_http", "create_streams"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise _bad(name, getattr(cfg, name), "must be a bool")
     for f in _OPTIONS.values():
-        if f.metadata["lo"] is not None:
-            _check_range(cfg, f.name, f.metadata["lo"], f.metadata["hi"])
+        value, spec = getattr(cfg, f.name), f.metadata
+        choices, lo, hi = spec["choices"], spec["lo"], spec["hi"]
+        if choices and value not in choices:
+            raise _bad(f.name, value, "must be " + " or ".join(map(repr, choices)))
+        if spec["parse"] is parse_bool and not isinstance(value, bool):
+            raise _bad(f.name, value, "must be a bool")
+        if lo is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _bad(f.name, value, "must be an integer")
+        if lo is not None and (value < lo or (hi is not None and value > hi)):
+            raise _bad(f.name, value, f"must be >= {lo}" if hi is None else f"must be between {lo} and {hi}")
     parse_write_parallelism("write_parallelism (sink.write-parallelism)", cfg.write_parallelism)

@@ -42,9 +42,7 @@ class ConfigError(S2SinkError, ValueError):
 
 
 class PreflightError(S2SinkError):
-    """The driver's check before the first batch's tasks launch failed: the endpoint does not answer or is
-    not S2, the token is refused, or the basin or a stream is missing. The message names the endpoint, basin
-    and stream and the fix; the SDK error, if any, is chained."""
+    """The driver's check before the first batch's tasks launch failed (the message says why, and the fix)."""
 
 
 class EncodeError(S2SinkError, ValueError):
@@ -52,8 +50,7 @@ class EncodeError(S2SinkError, ValueError):
 
 
 class ReadError(S2SinkError):
-    """Reading S2 for ``format("s2")`` failed after the configured retries (listing streams, looking up
-    positions, reading a range), or a record read does not fit the requested format."""
+    """Reading S2 for ``format("s2")`` failed after retries, or a record does not fit the requested format."""
 
 
 class WriteError(S2SinkError):
@@ -65,15 +62,12 @@ class FencedError(WriteError):
 
 
 class ReplayMismatchError(WriteError):
-    """A replayed micro-batch is partitioned differently from the run that partly wrote it, so a
-    ``format("s2")`` task cannot tell which copies are its own; it stops before writing a duplicate."""
+    """A replayed ``format("s2")`` micro-batch is partitioned unlike the run that partly wrote it."""
 
 
 class StreamResetError(WriteError):
-    """An exactly-once writer found a target stream whose tail is below the end its ledger committed for it:
-    the stream was deleted and recreated (S2's ``delete_on_empty``, or an operator). Nothing can say where
-    the micro-batch's records start in the new stream, so the writer stops before writing to it (fails
-    closed). The message names the stream, the ledger's end, the tail and the fix."""
+    """A target stream's tail is below the end the ledger committed for it (deleted and recreated): the
+    writer cannot say where its records start there, so it stops before writing (fails closed)."""
 
 
 class CommitError(S2SinkError):

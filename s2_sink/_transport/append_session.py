@@ -1,13 +1,10 @@
 """An S2S append session fed with already serialized ``AppendInput`` messages (see `s2_sink._wire`), over the
 SDK's own HTTP/2 transport (``HttpClient.streaming_request``: pooling, flow control, TLS and auth stay the
 SDK's) with the S2S framing of ``s2_sdk._s2s._protocol``. Messages submitted while the sender was busy go out
-as one write: the SDK's sender costs about as much per write as per byte.
-
-Acks are matched to in-flight messages oldest first and checked against each message's record count. A
-terminal frame or a non-200 answer fails every pending ticket with the SDK's own error types, so
-`_transport.retry` judges them as the SDK's; the session has no retries of its own. On the server's reconnect
-advice the session stops taking messages (`accepting`), half-closes once what it carries is sent, and its
-connection is retired.
+as one write. Acks are matched to in-flight messages oldest first and checked against their record counts. A
+terminal frame or a non-200 answer fails every pending ticket with the SDK's own error types; the session has
+no retries of its own. On the server's reconnect advice it takes no more messages (`accepting`), half-closes
+once what it carries is sent, and its connection is retired.
 """
 
 from __future__ import annotations
@@ -16,11 +13,10 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
-from s2_sdk import S2, AppendAck, Compression, S2ClientError
+from s2_sdk import AppendAck, Compression, S2ClientError
 
 from s2_sink._transport import sdk
 from s2_sink._transport.sdk import (
@@ -28,6 +24,7 @@ from s2_sink._transport.sdk import (
     Message,
     TransportError,
     append_ack_from_proto,
+    basin_transport,
     frame_message,
     maybe_compress,
     parse_error_info,
@@ -47,12 +44,6 @@ class SessionClosedError(S2ClientError):
     Nothing submitted after this point was sent, so re-sending elsewhere has no side effects."""
 
 
-@dataclass(slots=True, eq=False)
-class _Pending:
-    records: int
-    ticket: asyncio.Future[AppendAck]
-
-
 class BulkAppendSession:
     """One S2S append session on the runtime loop: `submit` pre-encoded messages, await their tickets."""
 
@@ -65,8 +56,9 @@ class BulkAppendSession:
         self._wakeup: asyncio.Future[None] | None = None
         """The idle sender's, resolved by the next message or the half-close."""
         self._half_closed = False
-        self._pending: deque[_Pending] = deque()
-        self._error: BaseException | None = None
+        self._pending: deque[tuple[int, asyncio.Future[AppendAck]]] = deque()  # records, ticket
+        self.error: BaseException | None = None
+        """What failed the session, if it failed."""
         self._closing = False
         self.reconnect_advised = False
         self._runner = asyncio.get_running_loop().create_task(self._run())
@@ -74,12 +66,7 @@ class BulkAppendSession:
     @property
     def accepting(self) -> bool:
         """Whether `submit` still sends (not closed, not failed, no reconnect advised)."""
-        return not (self._closing or self.reconnect_advised or self._error is not None or self._runner.done())
-
-    @property
-    def error(self) -> BaseException | None:
-        """What failed the session, if it failed."""
-        return self._error
+        return not (self._closing or self.reconnect_advised or self.error is not None or self._runner.done())
 
     def abort(self) -> None:
         """End the session now (its HTTP/2 stream is reset): pending tickets fail, nothing more is sent."""
@@ -94,10 +81,11 @@ class BulkAppendSession:
         if not self.accepting:
             raise SessionClosedError(
                 f"append session to {self.stream!r} takes no more appends"
-            ) from self._error
+            ) from self.error
         ticket: asyncio.Future[AppendAck] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(records, ticket))
-        self._outbox.append(self._frame(message))
+        self._pending.append((records, ticket))
+        body, compression = maybe_compress(message, self._compression)
+        self._outbox.append(frame_message(Message(body, terminal=False, compression=compression)))
         self._wake()
         return ticket
 
@@ -106,23 +94,16 @@ class BulkAppendSession:
         session's error, if it failed."""
         if not self._closing:
             self._closing = True
-            self._half_close()
+            self._wake(half_close=True)
         await asyncio.shield(self._runner)
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
 
-    def _frame(self, message: bytes) -> bytes:
-        body, compression = maybe_compress(message, self._compression)
-        return frame_message(Message(body, terminal=False, compression=compression))
-
-    def _wake(self) -> None:
+    def _wake(self, *, half_close: bool = False) -> None:
+        """Wake the idle sender; with `half_close`, it ends the request body once the outbox is sent."""
+        self._half_closed |= half_close
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
-
-    def _half_close(self) -> None:
-        """Send what was submitted, then end the request body (nothing submitted later is sent)."""
-        self._half_closed = True
-        self._wake()
 
     async def _outgoing(self) -> AsyncGenerator[bytes]:
         while True:
@@ -148,43 +129,34 @@ class BulkAppendSession:
                     if message.reconnect_advised and not self.reconnect_advised:
                         self.reconnect_advised = True
                         response.retire_connection()
-                        self._half_close()  # send nothing more on this session
+                        self._wake(half_close=True)  # send nothing more on this session
                 if self._pending:
                     raise S2ClientError(
                         f"append session ended with {len(self._pending)} unacknowledged appends"
                     )
-        except TransportError as exc:
-            # As the SDK's own session reports them: an S2ClientError, the transport's error its cause
-            # (so `_transport.retry` sees a retryable failure, and a refused connection as side-effect free).
-            self._fail(_client_error(exc))
+        except Exception as exc:  # noqa: BLE001 - every failure fails the pending tickets
+            self._fail(_as_session_error(exc))
         except BaseException as exc:
             self._fail(exc)
-            if not isinstance(exc, Exception):
-                raise
+            raise
         finally:
             self._closing = True
 
     def _acked(self, message: Message) -> None:
-        ack = pb.AppendAck()
-        ack.ParseFromString(message.body)
         if not self._pending:
             raise S2ClientError("invalid ack: no append in flight")
-        pending = self._pending[0]  # stays pending (and is failed with the session) if the ack is wrong
-        count = ack.end.seq_num - ack.start.seq_num
-        if count != pending.records:
-            raise S2ClientError(
-                f"invalid ack: {count} records acknowledged for an append of {pending.records}"
-            )
+        records, ticket = self._pending[0]  # stays pending (failed with the session) if the ack is wrong
+        ack = _ack(records, message.body)
         self._pending.popleft()
-        if not pending.ticket.done():
-            pending.ticket.set_result(append_ack_from_proto(ack))
+        if not ticket.done():
+            ticket.set_result(ack)
 
     def _fail(self, exc: BaseException) -> None:
         if not isinstance(exc, Exception):  # cancelled (aborted): tickets fail with an ordinary error
             exc = SessionClosedError(f"append session to {self.stream!r} was aborted")
-        self._error = exc
+        self.error = exc
         while self._pending:
-            ticket = self._pending.popleft().ticket
+            _, ticket = self._pending.popleft()
             if not ticket.done():
                 ticket.set_exception(exc)
                 ticket.add_done_callback(_retrieve)
@@ -192,12 +164,9 @@ class BulkAppendSession:
 
 def append_once(client: HttpClient, stream: str, message: bytes, records: int) -> asyncio.Future[AppendAck]:
     """One serialized ``AppendInput`` of `records` records as a unary append (``POST`` of the message, the
-    ack in the answer), started now; its ticket resolves with the ack or fails as a session's would.
-
-    For a stream's only append of a task: its HTTP/2 stream carries the request and ends with the answer,
-    where a session takes a headers write, a data write and a half-close, and a runner task to read acks
-    (about a fifth of a small stream's client CPU, `benchmarks.writer_path --streams`). The unary appends
-    started in one turn of the loop leave in one socket write (`sdk.post_unary`)."""
+    ack in the answer), started now; its ticket resolves with the ack or fails as a session's would. For a
+    stream's only append of a task: no session's headers, half-close and runner task to pay for; the unary
+    appends started in one turn of the loop leave in one socket write (`sdk.post_unary`)."""
     path = stream_records_path(stream)
     return sdk.post_unary(
         client, path, _UNARY_HEADERS, message, decode=partial(_ack, records), failure=_as_session_error
@@ -214,11 +183,10 @@ def _ack(records: int, content: bytes) -> AppendAck:
 
 
 def _as_session_error(exc: Exception) -> Exception:
-    """A transport failure judged as a session's (`_transport.retry`); others as they are."""
-    return _client_error(exc) if isinstance(exc, TransportError) else exc
-
-
-def _client_error(exc: TransportError) -> S2ClientError:
+    """A transport failure as the SDK's own session reports it, an S2ClientError caused by it (retryable,
+    and a refused connection side-effect free); others as they are."""
+    if not isinstance(exc, TransportError):
+        return exc
     err = S2ClientError(f"{type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
@@ -227,8 +195,3 @@ def _client_error(exc: TransportError) -> S2ClientError:
 def _retrieve(fut: asyncio.Future[AppendAck]) -> None:  # a failure is reported by whoever awaits it
     with contextlib.suppress(BaseException):
         fut.exception()
-
-
-def basin_transport(client: S2, basin: str) -> HttpClient:
-    """The SDK client's own HTTP/2 transport for `basin` (shared with its unary calls and sessions)."""
-    return sdk.basin_transport(client, basin)

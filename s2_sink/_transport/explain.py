@@ -1,10 +1,6 @@
 """SDK and transport failures put into words: what failed, at which endpoint, basin and stream, and the fix,
-the same whichever path met it (writer, ledger, reader, preflight, CLI). Told apart: 401 (`TOKEN_HINT`) and
-403; 404 ``basin_not_found`` (``create_streams`` cannot help) and ``stream_not_found`` (it can), any other 404
-being something that is not S2; 409 ``stream_deletion_pending`` / ``basin_deletion_pending``; a host that does
-not resolve, a refused connection, a connection closed before HTTP/2 started (an HTTP/1 server, ``http://``
-to a TLS port), no answer within the request timeout. A failure given up on at the delivery deadline ends
-with `deadline_note`: how long it was retried and the option that allows longer.
+the same whichever path met it (writer, ledger, reader, preflight, CLI). A failure given up on at the delivery
+deadline ends with `deadline_note`: how long it was retried and the option that allows longer.
 """
 
 from __future__ import annotations
@@ -47,7 +43,7 @@ TOKEN_HINT: Final = (
 _DEADLINE: Final = "still failing after"
 _SCOPES_HINT: Final = "the permissions each mode needs are listed in docs/operations.md (Token scopes)"
 _S2_NOT_FOUND: Final = frozenset({"basin_not_found", "stream_not_found", "access_token_not_found"})
-_DELETING: Final = frozenset({"basin_deletion_pending", "stream_deletion_pending"})
+_CHECK_ENDPOINT: Final = "check the endpoint (s2.endpoints.basin / S2_BASIN_ENDPOINT)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +85,8 @@ def is_s2_not_found(exc: BaseException) -> bool:
 
 
 def is_stream_deleting(exc: BaseException) -> bool:
-    """S2's 409 ``stream_deletion_pending``: the stream was deleted and is still being removed. Nothing of
-    the request was applied; once the deletion completes the same request gets 404 ``stream_not_found``."""
+    """S2's 409 ``stream_deletion_pending``: the stream was deleted and is still being removed (nothing of
+    the request was applied)."""
     return isinstance(exc, S2ServerError) and exc.status_code == 409 and exc.code == "stream_deletion_pending"
 
 
@@ -105,33 +101,35 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def _transport(exc: BaseException, cfg: S2Config, endpoint: str) -> Explained:
     chain = _chain(exc)
-    fix = "check the endpoint (s2.endpoints.basin / S2_BASIN_ENDPOINT) and that the server is running"
-    if any(isinstance(c, socket.gaierror) for c in chain):
+
+    def has(*types: type[BaseException]) -> bool:
+        return any(isinstance(c, types) for c in chain)
+
+    head, fix = f"cannot reach S2 at {endpoint}", f"{_CHECK_ENDPOINT} and that the server is running"
+    if has(socket.gaierror):
         host = urlsplit(endpoint).hostname or endpoint
         return Explained(
             "unreachable",
-            f"cannot reach S2 at {endpoint}: host {host!r} does not resolve ({exc}); check the endpoint "
-            "(s2.endpoints.basin / S2_BASIN_ENDPOINT) and the network's DNS",
+            f"{head}: host {host!r} does not resolve ({exc}); {_CHECK_ENDPOINT} and the network's DNS",
         )
-    if any(isinstance(c, ConnectionRefusedError) for c in chain):
-        return Explained("unreachable", f"cannot reach S2 at {endpoint}: connection refused ({exc}); {fix}")
-    if any(isinstance(c, ReadTimeoutError | TimeoutError) for c in chain):
+    if has(ConnectionRefusedError):
+        return Explained("unreachable", f"{head}: connection refused ({exc}); {fix}")
+    if has(ReadTimeoutError, TimeoutError):
         # Each attempt waits for the HTTP/2 handshake, then for the answer (docs/operations.md, "Timeouts").
         return Explained(
             "unreachable",
-            f"cannot reach S2 at {endpoint}: no answer within s2.connect-timeout-ms={cfg.connect_timeout_ms} "
-            f"+ s2.request-timeout-ms={cfg.request_timeout_ms} per attempt ({type(exc).__name__}: {exc}); "
+            f"{head}: no answer within s2.connect-timeout-ms={cfg.connect_timeout_ms} + "
+            f"s2.request-timeout-ms={cfg.request_timeout_ms} per attempt ({type(exc).__name__}: {exc}); "
             f"{fix}",
         )
-    if any(isinstance(c, ConnectError) for c in chain) and not any(isinstance(c, OSError) for c in chain):
+    if has(ConnectError) and not has(OSError):
         # Connected, then closed without a socket error: the peer did not take the HTTP/2 preface.
         return Explained(
             "not_s2",
-            f"cannot reach S2 at {endpoint}: the connection closed before HTTP/2 started ({exc}): this "
-            "does not look like an S2 server (a plain HTTP/1 server, or http:// to a TLS port?); check the "
-            "endpoint (s2.endpoints.basin / S2_BASIN_ENDPOINT)",
+            f"{head}: the connection closed before HTTP/2 started ({exc}): this does not look like an S2 "
+            f"server (a plain HTTP/1 server, or http:// to a TLS port?); {_CHECK_ENDPOINT}",
         )
-    return Explained("unreachable", f"cannot reach S2 at {endpoint} ({type(exc).__name__}: {exc}); {fix}")
+    return Explained("unreachable", f"{head} ({type(exc).__name__}: {exc}); {fix}")
 
 
 def explain(
@@ -157,26 +155,15 @@ def explain(
     return Explained(said.kind, "; ".join([said.message, *notes[:1]]))
 
 
-def _deleting(code: str, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
-    """A basin or stream deleted while in use: S2 answers 409 ``*_deletion_pending`` until it is gone."""
-    where = f"basin {cfg.basin!r} at {basin_endpoint(cfg)}"
-    kind: FailureKind = "basin" if code == "basin_deletion_pending" else "stream"
-    if kind == "basin":
-        what, fix = where, "create it again once it is gone"
-    else:
-        what = f"{f'stream {stream!r}' if stream is not None else 'the stream'} in {where}"
-        fix = stream_fix
-    return Explained(
-        kind,
-        f"{what} is being deleted (409 {code}): it was deleted while in use, and S2 answers so until the "
-        f"deletion completes; {fix}",
-    )
-
-
-def _refusal(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
+def _refusal(  # noqa: PLR0911 - one return per kind of refusal, each with its own words
+    exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: str
+) -> Explained:
     endpoint = basin_endpoint(cfg)
     where = f"basin {cfg.basin!r} at {endpoint}"
     status, code = exc.status_code, exc.code
+    named = f"stream {stream!r}" if stream is not None else "the stream"
+    # A basin or stream deleted while in use: S2 answers 409 ``*_deletion_pending`` until it is gone.
+    deleting = f"is being deleted (409 {code}): it was deleted while in use, and S2 answers so until the "
     if status == 401:
         return Explained("token", f"{where} refused the access token (401 {code}): {TOKEN_HINT}")
     if status == 403:
@@ -184,30 +171,23 @@ def _refusal(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: 
             "permission",
             f"{where}: the access token may not do this (403 {code}: {exc.message}); {_SCOPES_HINT}",
         )
-    if status == 409 and code in _DELETING:
-        return _deleting(code, cfg, stream, stream_fix)
+    if status == 409 and code == "basin_deletion_pending":
+        return Explained("basin", f"{where} {deleting}deletion completes; create it again once it is gone")
+    if status == 409 and code == "stream_deletion_pending":
+        return Explained("stream", f"{named} in {where} {deleting}deletion completes; {stream_fix}")
     if status != 404 or code == "access_token_not_found":
         target = f" on stream {stream!r}" if stream is not None else ""
         return Explained(
             "refused", f"{where} refused the request{target}: {exc.message} (HTTP {status}, {code})"
         )
-    return _not_found(exc, cfg, stream, stream_fix)
-
-
-def _not_found(exc: S2ServerError, cfg: S2Config, stream: str | None, stream_fix: str) -> Explained:
-    endpoint = basin_endpoint(cfg)
-    where = f"basin {cfg.basin!r} at {endpoint}"
-    code = exc.code
     if code == "basin_not_found":
         return Explained(
             "basin",
-            f"basin {cfg.basin!r} does not exist at {cfg.account_endpoint}: create it first "
-            "(create_streams creates streams, not basins; for a local one: "
-            f"s2-sink-lite --basin {cfg.basin})",
+            f"basin {cfg.basin!r} does not exist at {cfg.account_endpoint}: create it first (create_streams "
+            f"creates streams, not basins; for a local one: s2-sink-lite --basin {cfg.basin})",
         )
     if code == "stream_not_found":
-        name = f"stream {stream!r}" if stream is not None else "the stream"
-        return Explained("stream", f"{name} does not exist in {where}: {stream_fix}")
+        return Explained("stream", f"{named} does not exist in {where}: {stream_fix}")
     body = (exc.message or "").strip().replace("\n", " ")[:120]
     return Explained(
         "not_s2",

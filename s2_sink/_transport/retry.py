@@ -1,12 +1,10 @@
 """The retry policy: which failures another attempt may fix, which of them cannot have been applied, how long
 to wait between attempts, and until when (docs/architecture.md, "Retries").
 
-A failure another attempt may fix (S2 unreachable, a 503, a 409 ``transaction_conflict``, a 429, a timeout) is
-retried with exponential backoff until ``S2Config.delivery_timeout_ms`` passes after the call last made
-progress. Whether a retry may *re-send* is another question: an append of unknown outcome is never sent again
-by an exactly-once writer (`no_side_effects`). A 429 ``rate_limited`` is waited out, not raced
-(`Backoff.wait`). The pure parts decide on a clock tests replace; `Retrying.after` and `patiently` sleep and
-log each outage when it starts and ends.
+A failure another attempt may fix is retried with exponential backoff until ``S2Config.delivery_timeout_ms``
+passes after the call last made progress. Whether a retry may *re-send* is another question: an append of
+unknown outcome is never sent again by an exactly-once writer (`no_side_effects`). The pure parts decide on a
+clock tests replace; `Retrying.after` and `patiently` sleep and log each outage when it starts and ends.
 """
 
 from __future__ import annotations
@@ -51,47 +49,32 @@ MAX_WAIT_S: Final = 2.0
 """The longest wait between two attempts (unless ``retry_delay_ms`` is longer): once S2 answers again,
 the sink notices within this."""
 
-# S2's error codes that promise the request had no side effects, with the status each comes with (the
-# official server's api/src/v1/error.rs, ``ErrorCode::has_no_side_effects`` and ``ErrorCode::status``; its
-# Rust SDK trusts a code only with its own status). ``unavailable`` (503) is not one of them.
+# S2's error codes that promise the request had no side effects, each with its status (the official server's
+# api/src/v1/error.rs, ``ErrorCode::has_no_side_effects`` and ``::status``; its Rust SDK trusts a code only
+# with its own status). ``unavailable`` (503) is not one of them.
 _NO_SIDE_EFFECTS: Final = frozenset(
-    {
-        ("access_token_not_found", 404),
-        ("authn", 401),
-        ("bad_frame", 400),
-        ("bad_header", 400),
-        ("bad_json", 400),
-        ("bad_path", 400),
-        ("bad_proto", 400),
-        ("bad_query", 400),
-        ("basin_deletion_pending", 409),
-        ("basin_not_found", 404),
-        ("decryption_failed", 400),
-        ("hot_server", 502),
-        ("invalid", 422),
-        ("not_implemented", 501),
-        ("permission_denied", 403),
-        ("quota_exhausted", 403),
-        ("rate_limited", 429),
-        ("resource_already_exists", 409),
-        ("server_draining", 503),
-        ("stream_deletion_pending", 409),
-        ("stream_not_found", 404),
-        ("transaction_conflict", 409),
-    }
+    (code, status)
+    for status, codes in {
+        400: "bad_frame bad_header bad_json bad_path bad_proto bad_query decryption_failed",
+        401: "authn",
+        403: "permission_denied quota_exhausted",
+        404: "access_token_not_found basin_not_found stream_not_found",
+        409: "basin_deletion_pending resource_already_exists stream_deletion_pending transaction_conflict",
+        422: "invalid",
+        429: "rate_limited",
+        501: "not_implemented",
+        502: "hot_server",
+        503: "server_draining",
+    }.items()
+    for code in codes.split()
 )
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether another attempt may succeed: 408, 429, 499 and 5xx responses, a 409
-    ``transaction_conflict``, and transport failures (the SDK wraps them in `S2ClientError`; its raw
-    ``TransportError`` reaches our own sessions; `OSError` and `TimeoutError` come from below it or from
-    our own ack watchdog).
-
-    Authorization, missing resources, append conditions (412) and any other 4xx are final, and so is
-    anything that is not an S2 or transport error. The SDK's ``AppendIndefiniteFailureError`` (its last
-    attempt failed, an earlier one may have applied) is judged by that last attempt's error.
-    """
+    """Whether another attempt may succeed: 408, 429, 499 and 5xx responses, a 409 ``transaction_conflict``,
+    and transport failures (`S2ClientError` from the SDK, its raw ``TransportError`` from our own sessions,
+    `OSError` and `TimeoutError` from below it or our ack watchdog). Any other 4xx is final, and so is what
+    is not an S2 or transport error; an ``AppendIndefiniteFailureError`` is judged by its last attempt."""
     if isinstance(exc, AppendIndefiniteFailureError):
         return retryable(exc.final_attempt_error)
     if isinstance(exc, S2ServerError):
@@ -102,17 +85,13 @@ def retryable(exc: BaseException) -> bool:
 
 def no_side_effects(exc: BaseException) -> bool:
     """Whether nothing of the failed attempt can have been applied, as S2 defines it: a refusal whose code
-    promises so (429 ``rate_limited``, 502 ``hot_server``, 503 ``server_draining``, 409
-    ``transaction_conflict``, and the final 4xx), or a request that never left: the connection could not be
-    made (the SDK's ``ConnectError``, raised before a request stream is reserved; a refused connection) or
-    was retired first (the official Rust SDK's ``has_no_side_effects``). Never an
-    ``AppendIndefiniteFailureError``: an earlier attempt of the SDK's may have applied."""
+    promises so, or a request that never left (the connection could not be made, or was retired first: the
+    Rust SDK's ``has_no_side_effects``). Never an ``AppendIndefiniteFailureError``: an earlier attempt of the
+    SDK's may have applied."""
     if isinstance(exc, S2ServerError):
         return (exc.code, exc.status_code) in _NO_SIDE_EFFECTS
     cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, AppendIndefiniteFailureError):
-            return False
+    while cause is not None and not isinstance(cause, AppendIndefiniteFailureError):
         if isinstance(cause, ConnectError | ConnectionRefusedError) or (
             isinstance(cause, Exception) and requires_reconnect(cause)
         ):
@@ -135,32 +114,23 @@ def retry_after_s(exc: BaseException) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential waits between attempts: ``first``, ``2 * first``, ``4 * first`` … each capped at
-    ``cap``; with ``jitter``, each wait is drawn uniformly from ``[0, step]`` (full jitter, so that tasks
-    failing together do not come back together)."""
+    """Exponential waits between attempts, in seconds: ``first``, ``2 * first`` … each capped at ``cap``;
+    with ``jitter``, each drawn uniformly from ``[0, step]`` (so tasks failing together come back apart)."""
 
     first: float
-    """The first wait, in seconds."""
-
     cap: float
-    """No step is longer than this, in seconds."""
-
     jitter: bool = True
-    """Full jitter (``True``) or the plain exponential sequence."""
 
     def step(self, retry: int) -> float:
         """The exponential step of retry number `retry` (0 = the first): ``first * 2**retry``, capped."""
         return min(self.first * 2.0 ** min(retry, 64), self.cap)
 
     def wait(self, retry: int, exc: BaseException, rng: random.Random | None = None) -> float:
-        """The wait before retry number `retry` (0 = the first since the last progress) after `exc`, in
-        seconds.
+        """The wait before retry number `retry` (0 = the first since the last progress) after `exc`.
 
-        Any failure but a rate limit: full jitter over the step. A ``429 rate_limited`` refusal: drawn from
-        ``[step, 2 * step]`` (the SDK's own backoff shape, never near zero) and at least the server's
-        ``retry-after-ms`` hint. S2's append limits are one-second windows, so a run of refusals is waited
-        out once its waits add up to a second: with the defaults (100 ms first) by the fourth retry,
-        whatever the draws.
+        A ``429 rate_limited`` refusal waits ``[step, 2 * step]`` (the SDK's own shape, never near zero) and
+        at least the server's ``retry-after-ms`` hint: S2's append limits are one-second windows, waited out
+        whatever the draws once the waits add up to a second (with the defaults, by the fourth retry).
         """
         step = self.step(retry)
         uniform = (rng or random).uniform
@@ -173,19 +143,14 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True)
 class Patience:
-    """How long and how often the sink retries S2: `backoff` waits until `timeout_s` after the first
-    failure since the last progress. `cfg`, when known, words the failures (endpoint, basin, the fix)."""
+    """How long and how often the sink retries S2: `backoff` waits until `timeout_s` (the delivery deadline)
+    after the first failure since the last progress. `cfg`, when known, words the failures; `fix` is what a
+    user can do about an outage where ``s2.delivery-timeout-ms`` cannot be set (the ``s2-sink`` command)."""
 
     timeout_s: float = 120.0
-    """The delivery deadline, in seconds (``S2Config.delivery_timeout_ms``)."""
-
     backoff: Backoff = Backoff(first=0.1, cap=MAX_WAIT_S)
-
     cfg: S2Config | None = field(default=None, compare=False)
-
     fix: str | None = None
-    """What a user can do about an outage where ``s2.delivery-timeout-ms`` cannot be set (the ``s2-sink``
-    command), for the words of a wait and of giving up; None: raise that option."""
 
     def deadline_words(self) -> str:
         """How the deadline is set, or `fix`: the end of the first wait's log line."""
@@ -201,7 +166,6 @@ class Patience:
         return cls(cfg.delivery_timeout_ms / 1000, Backoff(first=first, cap=max(MAX_WAIT_S, first)), cfg)
 
     def words(self, exc: BaseException) -> str:
-        """`exc` in words: `explain`'s, when the config is known."""
         if self.cfg is not None:
             return explain(exc, self.cfg).message
         if isinstance(exc, S2ServerError):
@@ -209,19 +173,18 @@ class Patience:
         return f"{type(exc).__name__}: {exc}"
 
 
-_clock: Callable[[], float] = time.monotonic
-"""Seconds, for deadlines (a test's fake clock replaces it)."""
+_clock: Callable[[], float] = time.monotonic  # for deadlines; a test's fake clock replaces it
 
 DEFAULT_PATIENCE: Final = Patience()
-"""The policy of the default configuration (120 s, waits from 100 ms doubling to 2 s)."""
+"""The policy of the default configuration."""
 
 
 class Retrying:
     """One retry loop under a `Patience`: the single place a loop decides whether, and how long, to wait.
 
-    The deadline counts from the first failure since the loop last made progress (`progress`). The first
-    wait of an outage is logged (WARNING: what is retried, the error, how long until the deadline), and so
-    is its end, once each; the waits between are DEBUG.
+    The deadline counts from the first failure since the loop last made progress (`progress`). An outage's
+    first wait is logged (WARNING: what is retried, the error, the time left) and so is its end; the waits
+    between are DEBUG. `what` names what is retried and `fields` are the lines' fields for JSON logs.
     """
 
     __slots__ = ("_retry_on", "_rng", "failures", "fields", "patience", "since", "what")
@@ -235,17 +198,10 @@ class Retrying:
         rng: random.Random | None = None,
         fields: Mapping[str, object] | None = None,
     ) -> None:
-        self.patience = patience
-        self.what = what
-        """What is retried, for the log lines (``"appending to stream 'events'"``)."""
-        self.fields = dict(fields or {})
-        """The log lines' fields for JSON logs (``stream``, ``batch``, ``partition``)."""
-        self.failures = 0
-        """Failures since the last progress (the retry number of the next wait)."""
-        self.since: float | None = None
-        """When the first of them happened (`_clock`), None while there is none."""
-        self._retry_on = retry_on
-        self._rng = rng
+        self.patience, self.what, self.fields = patience, what, dict(fields or {})
+        self.failures = 0  # since the last progress: the retry number of the next wait
+        self.since: float | None = None  # when the first of them happened (`_clock`)
+        self._retry_on, self._rng = retry_on, rng
 
     def left(self) -> float:
         """Seconds until the deadline (the whole timeout while nothing failed)."""
@@ -254,8 +210,7 @@ class Retrying:
 
     def wait(self, exc: BaseException) -> float | None:
         """The wait before the next attempt after `exc`, counted as a failure; None when `exc` is final or
-        the deadline has passed (`give_up` then words it), also an inner loop's. Logs the first wait of an
-        outage."""
+        the deadline (also an inner loop's) has passed: `give_up` then words it."""
         if not self._retry_on(exc) or past_deadline(exc):
             return None
         if self.since is None:
@@ -282,15 +237,13 @@ class Retrying:
         return delay
 
     def give_up(self, exc: BaseException) -> BaseException:
-        """`exc`, with a note naming the deadline and its option if it was the deadline that ran out (the
-        note is part of `explain`'s words and of the traceback)."""
+        """`exc`, with `deadline_note` added if it was the deadline that ran out."""
         if self.since is not None and self._retry_on(exc) and self.left() <= 0 and not past_deadline(exc):
             exc.add_note(deadline_note(_clock() - self.since, self.patience.timeout_s, self.patience.fix))
         return exc
 
     async def after(self, exc: BaseException) -> None:
-        """Inside an attempt's ``except``: wait before the next attempt, or raise `exc` when it is final
-        or the deadline has passed."""
+        """Inside an attempt's ``except``: wait before the next attempt, or raise `exc` if it is final."""
         delay = self.wait(exc)
         if delay is None:
             raise self.give_up(exc)
