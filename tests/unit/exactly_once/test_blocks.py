@@ -245,7 +245,7 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(lite: LiteS
     assert p2 is not None
     assert p2.recovery  # the old run announced batch 2: it may have written part of it
     assert Token.parse(p2.token) == Token(epoch=2, gen=0, writer=writer_hash("wid"))
-    assert p2.dedupe.starts.inline == {"events": 9}
+    assert p2.starts.inline == {"events": 9}
 
     c3 = Coordinator(cfg, "wid", query_id="q-new", static_streams=["events"])  # checkpoint deleted
     with pytest.raises(WriterConflictError, match="new writer_id"):
@@ -289,7 +289,7 @@ def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(lite: Lit
     p2 = c.begin_batch(2, None)
     assert p2 is not None
     assert (Token.parse(p2.token).epoch, p2.recovery) == (3, False)
-    assert p2.dedupe.starts.inline == {"events": 8}
+    assert p2.starts.inline == {"events": 8}
     c.commit_batch(2, {"events": 9})
     with pytest.raises(ConfigError, match="called again for micro-batch 2"):
         c.begin_batch(2, None)
