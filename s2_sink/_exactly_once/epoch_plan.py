@@ -17,10 +17,9 @@ from s2_sdk import Record
 from s2_sink import _crashpoints
 from s2_sink._exactly_once.ends_cache import EndsRef, lookup
 from s2_sink._exactly_once.fencing import Attendance, TaskAttempt, Token, fence_if_older, judge_current_token
-from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
 from s2_sink._exactly_once.ledger import LedgerState
 from s2_sink._exactly_once.ledger_records import stream_reset
-from s2_sink._exactly_once.readback import read_back
+from s2_sink._exactly_once.readback import Fingerprints, fingerprint, read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES, ChunkTag

@@ -11,10 +11,9 @@ from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, Record
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
-from s2_sink._exactly_once.fingerprint import fingerprint
 from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
-from s2_sink._exactly_once.readback import read_back
+from s2_sink._exactly_once.readback import fingerprint, read_back
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool

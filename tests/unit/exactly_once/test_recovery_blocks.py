@@ -15,8 +15,7 @@ import pytest
 
 from s2_sink._exactly_once.epoch_plan import epoch_plan, plan_with_layout
 from s2_sink._exactly_once.fencing import writer_hash
-from s2_sink._exactly_once.fingerprint import fingerprint
-from s2_sink._exactly_once.readback import ReadBack, read_back
+from s2_sink._exactly_once.readback import ReadBack, fingerprint, read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
 from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._transport import runtime as _runtime
