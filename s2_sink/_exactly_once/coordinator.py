@@ -27,7 +27,7 @@ from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
 
-__all__ = ["Coordinator", "check_identity"]
+__all__ = ["Coordinator", "check_identity", "commit_ledger"]
 
 log = logging.getLogger(__name__)
 
@@ -73,32 +73,10 @@ class Coordinator:
         """The plan for `batch_id` in Spark run `spark_run`, or None when the ledger already has it."""
         return _runtime.run(self._begin(batch_id, spark_run))
 
-    def commit_batch(
-        self,
-        batch_id: int,
-        ends: Mapping[str, int],
-        *,
-        resume: Callable[[Ledger], Awaitable[int | None]] | None = None,
-    ) -> None:
-        """Record `batch_id` with the acks' `ends`; `resume` (``format("s2")``) places a new ledger where the
-        execution left it and names the batch to commit."""
-
-        async def commit() -> None:
-            ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
-            committed = batch_id if resume is None else await resume(ledger)
-            if committed is not None:  # conditional on our own record: WriterConflictError if one came since
-                await ledger.append(ledger.committed(committed, dict(ends), self.query_id, self.shape))
-                log.info(
-                    "exactly-once: writer %s committed batch %s (%s)",
-                    self.writer_id,
-                    committed,
-                    ledger.state.run,
-                )
-
-        _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-        _runtime.run(commit())
+    def commit_batch(self, batch_id: int, ends: Mapping[str, int]) -> None:
+        """Record `batch_id` with the acks' `ends`."""
+        commit_ledger(self._ledger_or_fail(), batch_id, ends, self.query_id, self.shape)
         self._pending, self._last = None, batch_id
-        _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
     def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
         self._tokens = newest_tokens(self._tokens, reported)
@@ -311,6 +289,35 @@ class Coordinator:
                 if exc.status_code == 404 or is_stream_deleting(exc):
                     continue  # the tasks report the missing (or deleting) stream with the writer's own hint
                 raise
+
+
+def commit_ledger(
+    ledger: Ledger,
+    batch_id: int,
+    ends: Mapping[str, int],
+    query_id: str | None,
+    shape: WriteShape | None,
+    *,
+    place: Callable[[Ledger], Awaitable[int | None]] | None = None,
+) -> None:
+    """Record `batch_id` with the acks' `ends` on top of the ledger's last record (WriterConflictError if
+    another came since); `place` (``format("s2")``) places a new ledger where the execution left it and
+    names the batch to commit."""
+
+    async def commit() -> None:
+        committed = batch_id if place is None else await place(ledger)
+        if committed is not None:
+            await ledger.append(ledger.committed(committed, dict(ends), query_id, shape))
+            log.info(
+                "exactly-once: writer %s committed batch %s (%s)",
+                ledger.writer_id,
+                committed,
+                ledger.state.run,
+            )
+
+    _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
+    _runtime.run(commit())
+    _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
 
 def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:
