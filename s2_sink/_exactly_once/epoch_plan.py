@@ -21,7 +21,7 @@ from s2_sink._exactly_once.ledger import LedgerState
 from s2_sink._exactly_once.ledger_records import stream_reset
 from s2_sink._exactly_once.readback import Fingerprints, fingerprint, read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
+from s2_sink._exactly_once.sign_in_registers import SignIn, sign_in, still_last
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES, ChunkTag
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.retry import Patience
@@ -124,7 +124,7 @@ class EpochPlan:
         me = TaskAttempt(ctx.partition_id, ctx.task_attempt_id)
         # A stage retry restarts attempt numbers at 0: the roll call, not the number, says whether an
         # earlier attempt of this partition may have written (and stops a late zombie before it writes).
-        cfg, roll, patience = self.cfg, RollCall(self.starts.writer_id), Patience.of(self.cfg)
+        cfg, roll, patience = self.cfg, self.starts.writer_id, Patience.of(self.cfg)
         signed = SignIn(self.writer, self.epoch, ctx.batch_id, me)
         earlier = _runtime.run(
             sign_in(get_pool().client(cfg).basin(cfg.basin), roll, signed, patience=patience)

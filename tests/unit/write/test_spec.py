@@ -9,7 +9,6 @@ import pytest
 
 from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import Token, writer_hash
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import KEYWORDS, OPTIONS, WriteSpec
@@ -19,7 +18,6 @@ from s2_sink.encoders._frame import PAYLOAD
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 
-ROLL = RollCall("w")
 """Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 _CONN = {
