@@ -168,10 +168,8 @@ class Coordinator:
                 # epoch is a task of an execution that committed (its zombies meet the task retry's
                 # generation barrier, as S2Writer's across the batches of a run). Announce the next batch
                 # under a fresh execution id, so the ledger shows whether *this* one committed.
-                check_identity(before, self.writer_id, self.query_id, before.committed + 1)
                 # A take-over keeps the last commit's run and epoch: "nothing appended since" is not enough.
-                check_not_moved(before, self.writer_id)
-                self._check_shape(before, before.committed + 1)
+                self._check(before, before.committed + 1)
                 ends = self.ends_ref()
                 self.run_id = uuid.uuid4().hex
                 await ledger.append(ledger.intended(before.committed + 1, self.run_id, self.shape))
@@ -191,13 +189,14 @@ class Coordinator:
         at = state.committed + 1 if at is None else at
         if state.kind == "none":  # a new identity: another one may have written this query's batches
             state = await self._new_identity(state, at, takes_over=takes_over)
-        check_identity(state, self.writer_id, self.query_id, at)
-        check_not_moved(state, self.writer_id)
+        self._check(state, at)
         self.writer = state.writer or writer_hash(self.writer_id)
-        self._check_shape(state, at)
         return state
 
-    def _check_shape(self, state: LedgerState, at: int) -> None:
+    def _check(self, state: LedgerState, at: int) -> None:
+        """Whether this writer may go on from `state` at batch `at`: its query's, not moved, its shape."""
+        check_identity(state, self.writer_id, self.query_id, at)
+        check_not_moved(state, self.writer_id)
         if self.shape is not None:
             in_flight = at if state.may_have_written_next and at == state.committed + 1 else None
             said = check_restart(
