@@ -62,7 +62,7 @@ from s2_sdk._client import Connection
 
 from benchmarks._lite import LiteProcess, _cpu, lite_process
 from benchmarks.append_proto import _frame
-from s2_sink._exactly_once.task_hooks import Tagger
+from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport import sdk
 from s2_sink._transport.runtime import get_pool
@@ -280,7 +280,9 @@ def _measure(
         batch_id=0,
         stream=None if routed else "w",
         stream_column=STREAM_COLUMN if routed else None,
-        chunk_tagger=Tagger("bench", 1) if tags else None,
+        chunk_tagger=epoch_plan(_config(lite), "bench", 1, {}, recovery=False, writer_id="w").tagger
+        if tags
+        else None,
         chunk_tag_reserve=256 if tags else 0,
         rows_by_stream=by_stream,
     )

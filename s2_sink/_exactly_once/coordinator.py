@@ -27,7 +27,7 @@ from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import ConfigError, WriterConflictError
 
-__all__ = ["Coordinator", "check_identity"]
+__all__ = ["Coordinator", "check_identity", "commit_ledger"]
 
 log = logging.getLogger(__name__)
 
@@ -73,32 +73,10 @@ class Coordinator:
         """The plan for `batch_id` in Spark run `spark_run`, or None when the ledger already has it."""
         return _runtime.run(self._begin(batch_id, spark_run))
 
-    def commit_batch(
-        self,
-        batch_id: int,
-        ends: Mapping[str, int],
-        *,
-        resume: Callable[[Ledger], Awaitable[int | None]] | None = None,
-    ) -> None:
-        """Record `batch_id` with the acks' `ends`; `resume` (``format("s2")``) places a new ledger where the
-        execution left it and names the batch to commit."""
-
-        async def commit() -> None:
-            ledger = self._ledger_or_fail() if resume is None else self._new_ledger()
-            committed = batch_id if resume is None else await resume(ledger)
-            if committed is not None:  # conditional on our own record: WriterConflictError if one came since
-                await ledger.append(ledger.committed(committed, dict(ends), self.query_id, self.shape))
-                log.info(
-                    "exactly-once: writer %s committed batch %s (%s)",
-                    self.writer_id,
-                    committed,
-                    ledger.state.run,
-                )
-
-        _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
-        _runtime.run(commit())
+    def commit_batch(self, batch_id: int, ends: Mapping[str, int]) -> None:
+        """Record `batch_id` with the acks' `ends`."""
+        commit_ledger(self._ledger_or_fail(), batch_id, ends, self.query_id, self.shape)
         self._pending, self._last = None, batch_id
-        _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
     def remember_tokens(self, reported: Mapping[str, Iterable[str]]) -> None:
         self._tokens = newest_tokens(self._tokens, reported)
@@ -190,10 +168,8 @@ class Coordinator:
                 # epoch is a task of an execution that committed (its zombies meet the task retry's
                 # generation barrier, as S2Writer's across the batches of a run). Announce the next batch
                 # under a fresh execution id, so the ledger shows whether *this* one committed.
-                check_identity(before, self.writer_id, self.query_id, before.committed + 1)
                 # A take-over keeps the last commit's run and epoch: "nothing appended since" is not enough.
-                check_not_moved(before, self.writer_id)
-                self._check_shape(before, before.committed + 1)
+                self._check(before, before.committed + 1)
                 ends = self.ends_ref()
                 self.run_id = uuid.uuid4().hex
                 await ledger.append(ledger.intended(before.committed + 1, self.run_id, self.shape))
@@ -213,13 +189,14 @@ class Coordinator:
         at = state.committed + 1 if at is None else at
         if state.kind == "none":  # a new identity: another one may have written this query's batches
             state = await self._new_identity(state, at, takes_over=takes_over)
-        check_identity(state, self.writer_id, self.query_id, at)
-        check_not_moved(state, self.writer_id)
+        self._check(state, at)
         self.writer = state.writer or writer_hash(self.writer_id)
-        self._check_shape(state, at)
         return state
 
-    def _check_shape(self, state: LedgerState, at: int) -> None:
+    def _check(self, state: LedgerState, at: int) -> None:
+        """Whether this writer may go on from `state` at batch `at`: its query's, not moved, its shape."""
+        check_identity(state, self.writer_id, self.query_id, at)
+        check_not_moved(state, self.writer_id)
         if self.shape is not None:
             in_flight = at if state.may_have_written_next and at == state.committed + 1 else None
             said = check_restart(
@@ -311,6 +288,35 @@ class Coordinator:
                 if exc.status_code == 404 or is_stream_deleting(exc):
                     continue  # the tasks report the missing (or deleting) stream with the writer's own hint
                 raise
+
+
+def commit_ledger(
+    ledger: Ledger,
+    batch_id: int,
+    ends: Mapping[str, int],
+    query_id: str | None,
+    shape: WriteShape | None,
+    *,
+    place: Callable[[Ledger], Awaitable[int | None]] | None = None,
+) -> None:
+    """Record `batch_id` with the acks' `ends` on top of the ledger's last record (WriterConflictError if
+    another came since); `place` (``format("s2")``) places a new ledger where the execution left it and
+    names the batch to commit."""
+
+    async def commit() -> None:
+        committed = batch_id if place is None else await place(ledger)
+        if committed is not None:
+            await ledger.append(ledger.committed(committed, dict(ends), query_id, shape))
+            log.info(
+                "exactly-once: writer %s committed batch %s (%s)",
+                ledger.writer_id,
+                committed,
+                ledger.state.run,
+            )
+
+    _crashpoints.hit("after_tasks_before_commit", batch=batch_id)
+    _runtime.run(commit())
+    _crashpoints.hit("after_commit_before_spark_commit", batch=batch_id)
 
 
 def check_identity(state: LedgerState, writer_id: str, query_id: str | None, batch_id: int) -> None:

@@ -1,11 +1,17 @@
 """Read-back: the fingerprints of what an exactly-once writer already put into a stream range, found by the
 chunks' ``@s2sink`` tags and record counts (S2 appends batches contiguously); and `read_span`, the retried
-paging loop under it that the zombie check and the CLI read through too."""
+paging loop under it that the zombie check and the CLI read through too.
+
+Retries and replays subtract the multiset of fingerprints already in the stream: a canonical hash of what a
+reader sees of a record. Left out: the timestamp (S2 may raise or cap it) and the headers saying where a
+record was written from, which differ between a run and its replay (the ``@s2sink`` tag, a dead letter's
+``s2sink-partition``)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -19,13 +25,38 @@ from s2_sdk import (
     SequencedRecord,
 )
 
-from s2_sink._exactly_once.fingerprint import Fingerprints, fingerprint
-from s2_sink._exactly_once.tags import ChunkTag, find_tag
+from s2_sink._exactly_once.tags import TAG_HEADER, ChunkTag, find_tag
 from s2_sink._transport.retry import DEFAULT_PATIENCE, Patience, Retrying, patiently
+from s2_sink.encoders._frame import DLQ_ERROR, DLQ_PARTITION
 
-__all__ = ["ReadBack", "read_back", "read_span"]
+__all__ = ["Fingerprints", "ReadBack", "fingerprint", "read_back", "read_span"]
 
 _PAGE: Final = 1000
+Fingerprints = Counter[bytes]  # a multiset
+_TAG_ONLY: Final = frozenset((TAG_HEADER,))
+_DEAD_LETTER_PLACEMENT: Final = frozenset((TAG_HEADER, DLQ_PARTITION))
+
+
+def fingerprint(stream: str, headers: Iterable[tuple[bytes, bytes]] | None, body: bytes) -> bytes:
+    """16-byte BLAKE2b of (stream, headers without the placement headers, body), each length-prefixed so
+    field boundaries cannot be forged by content."""
+    given = list(headers or ())
+    # s2sink-partition is placement only on a dead letter (it has s2sink-error); elsewhere it is user content.
+    placement = _DEAD_LETTER_PLACEMENT if any(n == DLQ_ERROR for n, _ in given) else _TAG_ONLY
+    kept = [(n, v) for n, v in given if n not in placement]
+    h = hashlib.blake2b(digest_size=16)
+
+    def frame(data: bytes) -> None:
+        h.update(len(data).to_bytes(4, "big"))
+        h.update(data)
+
+    frame(stream.encode())
+    h.update(len(kept).to_bytes(4, "big"))
+    for name, value in kept:
+        frame(name)
+        frame(value)
+    frame(body)
+    return h.digest()
 
 
 @dataclass(slots=True)

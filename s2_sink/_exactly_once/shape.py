@@ -53,10 +53,7 @@ class WriteShape:
     )
 
     def as_doc(self) -> dict[str, Any]:
-        return dict(zip(("encoder", "routing", "on_error", "dlq"), self.values(), strict=True))
-
-    def values(self) -> tuple[str, str, str, str | None]:
-        return (self.encoder, self.routing, self.on_error, self.dlq)
+        return {"encoder": self.encoder, "routing": self.routing, "on_error": self.on_error, "dlq": self.dlq}
 
     @classmethod
     def of_doc(cls, doc: Any) -> WriteShape:
@@ -68,7 +65,8 @@ class WriteShape:
         )
 
     def differences(self, new: WriteShape) -> list[tuple[str, str | None, str | None]]:
-        pairs = zip(new.names, self.values(), new.values(), strict=True)
+        """``(name, self's, new's)`` per setting that differs, named as `new`'s front door spells it."""
+        pairs = zip(new.names, self.as_doc().values(), new.as_doc().values(), strict=True)
         return [(name, old, now) for name, old, now in pairs if old != now]
 
 
@@ -98,9 +96,10 @@ def check_restart(
         return []  # a ledger of a version that recorded no configuration: nothing to compare
     changes = [f"{name} {old!r} -> {now!r}" for name, old, now in shapes[-1].differences(new)]
     for old in shapes if in_flight is not None else ():
-        refused = _refused(old, new)
-        if refused is not None:
-            name, before, now = refused
+        # A replay cannot recover another encoder, routing or dead-letter stream (another on_error is fine).
+        for name, before, now in old.differences(new):
+            if name == new.names[2] or (name == new.names[3] and None in (before, now)):
+                continue
             raise ConfigError(
                 f"exactly-once: writer_id {writer_id!r} has micro-batch {in_flight} in flight (announced in "
                 f"its ledger and not committed, so part of it may be written) under {name} {before!r}, and "
@@ -119,15 +118,3 @@ def check_restart(
             f"; micro-batch {in_flight} in flight is recovered" if in_flight is not None else "",
         )
     return changes
-
-
-def _refused(old: WriteShape, new: WriteShape) -> tuple[str, str | None, str | None] | None:
-    """The first change a replay cannot recover: encoder, routing, or another dead-letter stream."""
-    enc, route, _, dlq = new.names
-    if old.encoder != new.encoder:
-        return enc, old.encoder, new.encoder
-    if old.routing != new.routing:
-        return route, old.routing, new.routing
-    if old.dlq is not None and new.dlq is not None and old.dlq != new.dlq:
-        return dlq, old.dlq, new.dlq
-    return None

@@ -32,10 +32,10 @@ from s2_sink.errors import FencedError
 
 __all__ = [
     "REGISTER_PREFIX",
-    "RollCall",
     "SignIn",
     "judge",
     "last_sign_in",
+    "register_name",
     "sign_in",
     "still_last",
 ]
@@ -48,14 +48,9 @@ _TRIM_EVERY: Final = 256  # a sign-in at a multiple of this position trims the r
 _CONFIG: Final = StreamConfig(retention_policy="infinite")
 
 
-@dataclass(frozen=True, slots=True)
-class RollCall:
-    """Where a writer's attempts sign in: a register per partition (last, as a writer_id may hold ``/``)."""
-
-    writer_id: str
-
-    def register(self, partition: int) -> str:
-        return f"{REGISTER_PREFIX}{self.writer_id}/{partition}"
+def register_name(writer_id: str, partition: int) -> str:
+    """A writer's register per partition (the partition last, as a writer_id may hold ``/``)."""
+    return f"{REGISTER_PREFIX}{writer_id}/{partition}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +123,12 @@ async def last_sign_in(
 
 
 async def still_last(
-    basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
+    basin: S2Basin, writer_id: str, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
 ) -> bool:
     """Whether `me` is still its partition's last sign-in (one record read): then no later attempt has
     fenced anything, as attempts sign in before fencing. FencedError if a later one signed in; False when
     the register cannot tell (the caller then scans the stream's fence records)."""
-    name = roll.register(me.attempt.partition)
+    name = register_name(writer_id, me.attempt.partition)
     found = await last_sign_in(basin.stream(name), patience=patience)
     if found is None or found[0] is None:
         return False
@@ -145,11 +140,11 @@ async def still_last(
 
 
 async def sign_in(
-    basin: S2Basin, roll: RollCall, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
+    basin: S2Basin, writer_id: str, me: SignIn, *, patience: Patience = DEFAULT_PATIENCE
 ) -> bool:
     """Sign `me` in; True if an earlier attempt of its partition signed in for the same batch, FencedError
     if a later attempt, batch or epoch did. Conditional, so retried (the next read tells what landed)."""
-    name = roll.register(me.attempt.partition)
+    name = register_name(writer_id, me.attempt.partition)
     stream = basin.stream(name)
     retrying = Retrying(patience, f"signing in to {name!r}")
     created = False

@@ -9,12 +9,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from s2_sink._exactly_once.coordinator import Coordinator, check_identity
+from s2_sink._exactly_once.coordinator import Coordinator, check_identity, commit_ledger
 from s2_sink._exactly_once.ends_cache import EndsRef
 from s2_sink._exactly_once.epoch_plan import EpochPlan, already_committed, epoch_plan
 from s2_sink._exactly_once.ledger import Ledger, LedgerState
 from s2_sink._exactly_once.shape import WriteShape
 from s2_sink._transport import runtime as _runtime
+from s2_sink._transport.runtime import get_pool
 from s2_sink.config import S2Config
 from s2_sink.errors import CommitError
 
@@ -139,7 +140,7 @@ def commit_sink_run(
 ) -> None:
     """Record `batch_id` on top of execution `run`'s ``open`` or ``intent`` (None: no task reported)."""
 
-    async def resume(ledger: Ledger) -> int | None:
+    async def place(ledger: Ledger) -> int | None:
         if run is None:
             state = await ledger.load()  # no task reported: commit on top of whatever opened this batch
             done = state.kind == "commit" and state.committed >= batch_id
@@ -156,5 +157,5 @@ def commit_sink_run(
         # A batch the ledger had (every task skipped it) is committed again: it closes this execution's epoch.
         return max(batch_id, run.before.committed)
 
-    coord = Coordinator(cfg, writer_id, query_id=query_id, shape=shape)
-    coord.commit_batch(batch_id, ends, resume=resume)
+    ledger = Ledger(get_pool().client(cfg).basin(cfg.basin), writer_id, cfg=cfg)
+    commit_ledger(ledger, batch_id, ends, query_id, shape, place=place)

@@ -145,11 +145,7 @@ class S2BatchWriter(DataSourceArrowWriter):
         log.info("%s", _metrics(0, messages, "at-least-once").log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        done = sum(1 for m in messages if m is not None)
-        log.warning(
-            "s2 write aborted: records appended by the %d tasks that finished stay in S2 (appends are final)",
-            done,
-        )
+        _log_abort("s2 write", messages, "appends are final")
 
 
 class S2StreamWriter(StreamArrowWriterBase):
@@ -241,15 +237,11 @@ class S2StreamWriter(StreamArrowWriterBase):
         log.info("%s", metrics.log_line())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        done = sum(1 for m in messages if m is not None)
-        then = (
-            "the replay subtracts them (exactly-once)"
-            if self._identity is not None
-            else "the batch is retried by Spark (at-least-once)"
-        )
-        log.warning(
-            "s2 batch=%s aborted: records appended by the %d tasks that finished stay in S2; %s",
-            batchId,
-            done,
-            then,
-        )
+        eo = self._identity is not None
+        then = "the replay subtracts them (exactly-once)" if eo else "Spark retries the batch (at-least-once)"
+        _log_abort(f"s2 batch={batchId}", messages, then)
+
+
+def _log_abort(what: str, messages: list[WriterCommitMessage | None], then: str) -> None:
+    done = sum(1 for m in messages if m is not None)
+    log.warning("%s aborted: records appended by the %d tasks that finished stay in S2; %s", what, done, then)

@@ -13,25 +13,8 @@ from s2_sink._option_map import OptionMap, parse_bool
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import OPTIONS, WriteSpec
 from s2_sink.config import S2Config
-from s2_sink.datasource._write_keys import (
-    OPT_COMPACT,
-    OPT_DELIVERY,
-    OPT_DLQ_STREAM,
-    OPT_EXCLUDE_COLUMNS,
-    OPT_FORMAT,
-    OPT_HEADERS_COLUMN,
-    OPT_KEY_COLUMN,
-    OPT_KEY_COLUMNS,
-    OPT_ON_ERROR,
-    OPT_OP_COLUMN,
-    OPT_ORDER_BY,
-    OPT_REPLAY_PARTITIONING,
-    OPT_STREAM_COLUMN,
-    OPT_TIMESTAMP_COLUMN,
-    OPT_VALUE_COLUMN,
-    OPT_WRITER_ID,
-    WRITE_KEYS,
-)
+from s2_sink.datasource import _write_keys as K
+from s2_sink.datasource._write_keys import WRITE_KEYS
 from s2_sink.encoders import Encoder, InsertEncoder, KafkaEncoder, UpsertEncoder
 from s2_sink.errors import ConfigError
 
@@ -42,19 +25,19 @@ if TYPE_CHECKING:
 
 __all__ = ["WRITE_KEYS", "WriteOptions", "parse_write_options"]
 
-_UPSERT_ONLY = (OPT_KEY_COLUMNS, OPT_OP_COLUMN, OPT_COMPACT)
-_NOT_UPSERT = f"applies to {OPT_FORMAT}=upsert, not {{fmt!r}}"
+_UPSERT_ONLY = (K.OPT_KEY_COLUMNS, K.OPT_OP_COLUMN, K.OPT_COMPACT)
+_NOT_UPSERT = f"applies to {K.OPT_FORMAT}=upsert, not {{fmt!r}}"
 # Per s2.format: the options that do not apply to it, and why (``{fmt}`` is the format given).
 _REFUSED: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "json": (_UPSERT_ONLY, _NOT_UPSERT),
     "raw": (_UPSERT_ONLY, _NOT_UPSERT),
     "kafka": (
-        (*_UPSERT_ONLY, OPT_EXCLUDE_COLUMNS),
-        f"does not apply to {OPT_FORMAT}=kafka (only value is written)",
+        (*_UPSERT_ONLY, K.OPT_EXCLUDE_COLUMNS),
+        f"does not apply to {K.OPT_FORMAT}=kafka (only value is written)",
     ),
     "upsert": (
-        (OPT_KEY_COLUMN, OPT_VALUE_COLUMN),
-        f"applies to {OPT_FORMAT}=json|raw|kafka; upsert keys are {OPT_KEY_COLUMNS}",
+        (K.OPT_KEY_COLUMN, K.OPT_VALUE_COLUMN),
+        f"applies to {K.OPT_FORMAT}=json|raw|kafka; upsert keys are {K.OPT_KEY_COLUMNS}",
     ),
 }
 
@@ -72,9 +55,8 @@ class WriteOptions:
         return FrameEncoding(self.encoder, schema, self.spec.routing, payload=self.spec.dlq_payload)
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Option names are case-insensitive: one lookup rule for every option (s2_sink._option_map).
-    value = (options if isinstance(options, OptionMap) else OptionMap(options)).text(name)
+def _get(options: OptionMap, name: str) -> str | None:
+    value = options.text(name)  # case-insensitive, as Spark's option names (s2_sink._option_map)
     return None if value is None else value.strip()
 
 
@@ -85,25 +67,25 @@ def _names(option: str, raw: str) -> list[str]:
     return names
 
 
-def _encoder(options: Mapping[str, str]) -> Encoder:
-    fmt_raw = _get(options, OPT_FORMAT)
+def _encoder(options: OptionMap) -> Encoder:
+    fmt_raw = _get(options, K.OPT_FORMAT)
     fmt = (fmt_raw or "json").lower()
-    headers = _get(options, OPT_HEADERS_COLUMN) or None
-    timestamp = _get(options, OPT_TIMESTAMP_COLUMN) or None
-    exclude_raw = _get(options, OPT_EXCLUDE_COLUMNS)
-    exclude = _names(OPT_EXCLUDE_COLUMNS, exclude_raw) if exclude_raw is not None else []
+    headers = _get(options, K.OPT_HEADERS_COLUMN) or None
+    timestamp = _get(options, K.OPT_TIMESTAMP_COLUMN) or None
+    exclude_raw = _get(options, K.OPT_EXCLUDE_COLUMNS)
+    exclude = _names(K.OPT_EXCLUDE_COLUMNS, exclude_raw) if exclude_raw is not None else []
     if fmt not in _REFUSED:
-        raise ConfigError(f"option {OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert | kafka")
+        raise ConfigError(f"option {K.OPT_FORMAT}={fmt_raw!r} must be one of json | raw | upsert | kafka")
     refused, why = _REFUSED[fmt]
     for name in refused:
         if _get(options, name) is not None:
             raise ConfigError(f"option {name} {why.format(fmt=fmt)}")
     if fmt in ("json", "raw"):
-        key_raw = _get(options, OPT_KEY_COLUMN)
+        key_raw = _get(options, K.OPT_KEY_COLUMN)
         if key_raw is not None:
             # A record key only routes S2Writer's shards and partition_by_key: here it would do nothing.
             raise ConfigError(
-                f"option {OPT_KEY_COLUMN}={key_raw!r} has no effect on format('s2') writes (a record key "
+                f"option {K.OPT_KEY_COLUMN}={key_raw!r} has no effect on format('s2') writes (a record key "
                 "only picks S2Writer's shard and partition_by_key order): drop it, keep the key in the "
                 "body, or write with S2Writer(cfg, InsertEncoder(key_column=...), shards=N)"
             )
@@ -111,63 +93,46 @@ def _encoder(options: Mapping[str, str]) -> Encoder:
             fmt,  # type: ignore[arg-type]  # narrowed by the membership test above
             headers_column=headers,
             timestamp_column=timestamp,
-            value_column=_get(options, OPT_VALUE_COLUMN) or "value",
+            value_column=_get(options, K.OPT_VALUE_COLUMN) or "value",
             exclude_columns=exclude,
         )
     if fmt == "kafka":
         return KafkaEncoder(
-            value_column=_get(options, OPT_VALUE_COLUMN) or "value",
-            key_column=_get(options, OPT_KEY_COLUMN) or None,
+            value_column=_get(options, K.OPT_VALUE_COLUMN) or "value",
+            key_column=_get(options, K.OPT_KEY_COLUMN) or None,
             headers_column=headers,
             timestamp_column=timestamp,
         )
-    keys_raw = _get(options, OPT_KEY_COLUMNS)
+    keys_raw = _get(options, K.OPT_KEY_COLUMNS)
     if keys_raw is None:
-        raise ConfigError(f"{OPT_FORMAT}=upsert needs {OPT_KEY_COLUMNS}, e.g. 'id' or 'tenant,id'")
+        raise ConfigError(f"{K.OPT_FORMAT}=upsert needs {K.OPT_KEY_COLUMNS}, e.g. 'id' or 'tenant,id'")
     return UpsertEncoder(
-        _names(OPT_KEY_COLUMNS, keys_raw),
-        op_column=_get(options, OPT_OP_COLUMN) or None,
-        compact=parse_bool(OPT_COMPACT, _get(options, OPT_COMPACT) or "false"),
+        _names(K.OPT_KEY_COLUMNS, keys_raw),
+        op_column=_get(options, K.OPT_OP_COLUMN) or None,
+        compact=parse_bool(K.OPT_COMPACT, _get(options, K.OPT_COMPACT) or "false"),
         headers_column=headers,
         timestamp_column=timestamp,
         exclude_columns=exclude,
     )
 
 
-def _delivery(options: Mapping[str, str], *, streaming: bool) -> str:
-    raw = _get(options, OPT_DELIVERY)
-    delivery = (raw or ("exactly-once" if streaming else "at-least-once")).lower()
-    if delivery == "exactly-once" and not streaming:
-        raise ConfigError(
-            f"option {OPT_DELIVERY}=exactly-once applies to df.writeStream.format('s2'): a one-off "
-            "df.write has no micro-batch id to record, so its writes are at-least-once (drop the option)"
-        )
-    return delivery
-
-
-def _only_with_exactly_once(name: str, raw: str | None, delivery: str) -> None:
-    # A delivery that is neither is reported as such by WriteSpec.build.
-    if raw is not None and delivery == "at-least-once":
-        raise ConfigError(f"option {name}={raw!r} is used only with {OPT_DELIVERY}=exactly-once")
-
-
-def _refuse_change_order(options: Mapping[str, str], encoder: Encoder, delivery: str) -> None:
+def _refuse_change_order(options: OptionMap, encoder: Encoder, delivery: str) -> None:
     """A data source write cannot repartition its input, so it can promise neither a change order across
     tasks nor a split-independent compaction."""
-    order_by = _get(options, OPT_ORDER_BY)
+    order_by = _get(options, K.OPT_ORDER_BY)
     if order_by is not None:
         raise ConfigError(
-            f"option {OPT_ORDER_BY}={order_by!r} is not supported by format('s2'): a data source write "
+            f"option {K.OPT_ORDER_BY}={order_by!r} is not supported by format('s2'): a data source write "
             "cannot repartition the DataFrame, so changes of one key in several partitions would be "
             "written by several tasks at once. Write with foreachBatch(S2Writer(cfg, "
             f"UpsertEncoder(keys, order_by={order_by!r}))), which lays each key out in one task in that order"
         )
     if delivery == "exactly-once" and getattr(encoder, "compact", False):
         raise ConfigError(
-            f"option {OPT_COMPACT}=true keeps the last change per key within each Arrow batch of a task, so "
-            "the survivor depends on how Spark split the micro-batch and a replay could keep another one: "
-            f"it is refused under {OPT_DELIVERY}=exactly-once. Set {OPT_DELIVERY}=at-least-once, or write "
-            "with foreachBatch(S2Writer(cfg, UpsertEncoder(keys, compact=True, order_by=...)))"
+            f"option {K.OPT_COMPACT}=true keeps the last change per key within each Arrow batch of a task, "
+            "so the survivor depends on how Spark split the micro-batch and a replay could keep another one: "
+            f"it is refused under {K.OPT_DELIVERY}=exactly-once. Set {K.OPT_DELIVERY}=at-least-once, or "
+            "write with foreachBatch(S2Writer(cfg, UpsertEncoder(keys, compact=True, order_by=...)))"
         )
 
 
@@ -189,28 +154,35 @@ def parse_write_options(options: Mapping[str, str], *, cfg: S2Config, streaming:
                 "option, and narrow the frame with df.coalesce(n) before writeStream instead"
             )
     encoder = _encoder(options)
-    stream_column = _get(options, OPT_STREAM_COLUMN) or None
+    stream_column = _get(options, K.OPT_STREAM_COLUMN) or None
     # S2Writer lets stream_column override the config's stream; options name one or the other.
     if stream_column is not None and cfg.stream is not None:
         raise ConfigError(
-            f"options s2.stream={cfg.stream!r} and {OPT_STREAM_COLUMN}={stream_column!r} "
+            f"options s2.stream={cfg.stream!r} and {K.OPT_STREAM_COLUMN}={stream_column!r} "
             "are mutually exclusive"
         )
     routing = Routing.build(stream=cfg.stream, stream_column=stream_column, shards=None)
-    delivery = _delivery(options, streaming=streaming)
+    delivery_raw = _get(options, K.OPT_DELIVERY)
+    delivery = (delivery_raw or ("exactly-once" if streaming else "at-least-once")).lower()
+    if delivery == "exactly-once" and not streaming:
+        raise ConfigError(
+            f"option {K.OPT_DELIVERY}=exactly-once applies to df.writeStream.format('s2'): a one-off "
+            "df.write has no micro-batch id to record, so its writes are at-least-once (drop the option)"
+        )
     _refuse_change_order(options, encoder, delivery)
-    writer_id = _get(options, OPT_WRITER_ID) or None
-    _only_with_exactly_once(OPT_WRITER_ID, writer_id, delivery)
-    replay_raw = _get(options, OPT_REPLAY_PARTITIONING)
+    writer_id = _get(options, K.OPT_WRITER_ID) or None
+    replay_raw = _get(options, K.OPT_REPLAY_PARTITIONING)
     replay = (replay_raw or "check").lower()
     if replay not in ("check", "same"):
-        raise ConfigError(f"option {OPT_REPLAY_PARTITIONING}={replay_raw!r} must be check | same")
-    _only_with_exactly_once(OPT_REPLAY_PARTITIONING, replay_raw, delivery)
+        raise ConfigError(f"option {K.OPT_REPLAY_PARTITIONING}={replay_raw!r} must be check | same")
+    for name, raw in ((K.OPT_WRITER_ID, writer_id), (K.OPT_REPLAY_PARTITIONING, replay_raw)):
+        if raw is not None and delivery == "at-least-once":  # neither is reported by WriteSpec.build
+            raise ConfigError(f"option {name}={raw!r} is used only with {K.OPT_DELIVERY}=exactly-once")
     spec = WriteSpec.build(
         cfg,
         routing,
-        on_error=(_get(options, OPT_ON_ERROR) or "fail").lower(),
-        dlq_stream=_get(options, OPT_DLQ_STREAM) or None,
+        on_error=(_get(options, K.OPT_ON_ERROR) or "fail").lower(),
+        dlq_stream=_get(options, K.OPT_DLQ_STREAM) or None,
         delivery=delivery,
         writer_id=writer_id,
         trust_partitioning=replay == "same",

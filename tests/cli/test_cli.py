@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import io
 import json
 import logging
@@ -108,7 +107,7 @@ def write_exactly_once(
     for batch_id, bodies in enumerate(batches):
         bp = coord.begin_batch(batch_id)
         assert bp is not None
-        eo = cfg.replace(append_retry_policy="NO_SIDE_EFFECTS")
+        eo = bp.cfg  # with the NO_SIDE_EFFECTS append retry policy
         plan = WritePlan(
             cfg=eo,
             batch_id=batch_id,
@@ -116,9 +115,9 @@ def write_exactly_once(
             fencing_token=bp.token,
             chunk_tagger=bp.tagger,
             chunk_tag_reserve=TAG_RESERVE_BYTES,
-            recovery=dataclasses.replace(bp.dedupe, cfg=eo),
+            recovery=bp.dedupe,
             resend_ambiguous=False,
-            fence_keeper=dataclasses.replace(bp.keeper, cfg=eo),
+            fence_keeper=bp.keeper,
         )
         result = write_partition(plan, [frame(bodies)], PartitionContext(batch_id, 0, 0, 0, 0))
         ends = {r["stream"]: r["end_seq"] for r in result.to_pylist() if r["stream"] is not None}
@@ -233,7 +232,7 @@ def test_ledger_reset_needs_yes_then_lets_a_new_query_start_at_batch_zero(
     fresh = Coordinator(cfg, "job", query_id="query-2", static_streams=["events"])
     plan = fresh.begin_batch(0)
     assert plan is not None
-    assert plan.tagger.epoch == 2
+    assert plan.epoch == 2
     assert not plan.recovery
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from s2_sink._exactly_once import coordinator, fencing, sign_in_registers, takeover, task_hooks
+from s2_sink._exactly_once import coordinator, epoch_plan, fencing, sign_in_registers, takeover
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._read.planning.committed import CommittedEnds
@@ -103,7 +103,7 @@ def mutated(name: str) -> Iterator[None]:
     if name == "zombie-check-off":
         patches = [(fencing, "check_not_superseded", _no_zombie_check)]
     elif name == "roll-call-ignored":
-        patches = [(task_hooks, "sign_in", _ignore_roll_call(sign_in_registers.sign_in))]
+        patches = [(epoch_plan, "sign_in", _ignore_roll_call(sign_in_registers.sign_in))]
     elif name == "read-back-end-uncovered":
         patches = [(StreamTotals, "covers", _no_cover)]
     elif name == "change-unchecked":

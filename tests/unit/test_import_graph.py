@@ -190,7 +190,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 ALLOWED_UPWARD = {
     # The exactly-once hooks implement the write plan's seams (`ChunkTagger`, `RecordFilter`, ...) and lay a
     # replay out on the plan: the plan is the contract between the write path and exactly-once.
-    ("s2_sink._exactly_once.task_hooks", "s2_sink._write.write_plan"),
+    ("s2_sink._exactly_once.epoch_plan", "s2_sink._write.write_plan"),
 }
 
 

@@ -29,8 +29,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.epoch_plan import plan_with_layout
 from s2_sink._exactly_once.identity import SessionFacts, speculation_refused, writer_identity
-from s2_sink._exactly_once.task_hooks import plan_with_layout
 from s2_sink.errors import ConfigError
 
 if TYPE_CHECKING:

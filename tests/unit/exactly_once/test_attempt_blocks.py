@@ -14,7 +14,6 @@ import pytest
 
 from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition
@@ -24,7 +23,6 @@ from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, client, make_basin, read_all, run
 
-ROLL = RollCall("w")
 """Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 P0 = [b"p0-%d" % i for i in range(10)]

@@ -11,10 +11,9 @@ from s2_sdk import AppendInput, CommandRecord, FencingTokenMismatchError, Record
 
 from s2_sink._exactly_once.coordinator import Coordinator
 from s2_sink._exactly_once.fencing import Token, fence_if_older, writer_hash
-from s2_sink._exactly_once.fingerprint import fingerprint
 from s2_sink._exactly_once.ledger import Ledger, ledger_stream_name
 from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
-from s2_sink._exactly_once.readback import read_back
+from s2_sink._exactly_once.readback import fingerprint, read_back
 from s2_sink._exactly_once.tags import ChunkTag
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
@@ -245,7 +244,7 @@ def test_coordinator_skips_committed_and_detects_backwards_batch_ids(lite: LiteS
     assert p2 is not None
     assert p2.recovery  # the old run announced batch 2: it may have written part of it
     assert Token.parse(p2.token) == Token(epoch=2, gen=0, writer=writer_hash("wid"))
-    assert p2.dedupe.starts.inline == {"events": 9}
+    assert p2.starts.inline == {"events": 9}
 
     c3 = Coordinator(cfg, "wid", query_id="q-new", static_streams=["events"])  # checkpoint deleted
     with pytest.raises(WriterConflictError, match="new writer_id"):
@@ -289,7 +288,7 @@ def test_coordinator_sees_a_new_start_of_the_query_in_the_same_process(lite: Lit
     p2 = c.begin_batch(2, None)
     assert p2 is not None
     assert (Token.parse(p2.token).epoch, p2.recovery) == (3, False)
-    assert p2.dedupe.starts.inline == {"events": 8}
+    assert p2.starts.inline == {"events": 8}
     c.commit_batch(2, {"events": 9})
     with pytest.raises(ConfigError, match="called again for micro-batch 2"):
         c.begin_batch(2, None)

@@ -16,9 +16,9 @@ from s2_sdk import S2ServerError
 
 from s2_sink._exactly_once import ends_cache
 from s2_sink._exactly_once.coordinator import Coordinator
+from s2_sink._exactly_once.epoch_plan import EpochPlan
 from s2_sink._exactly_once.ledger import Ledger, forget_created
 from s2_sink._exactly_once.ledger_records import SNAPSHOT_EVERY
-from s2_sink._exactly_once.task_hooks import TokenKeeper
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.metrics import aggregate
@@ -150,9 +150,9 @@ def test_a_ledger_written_anew_is_not_read_from_an_earlier_ledgers_fold(counting
 
 
 def _ends(plan: WritePlan) -> ends_cache.EndsRef:
-    keeper = plan.fence_keeper
-    assert isinstance(keeper, TokenKeeper)
-    return keeper.written
+    epoch = getattr(plan.fence_keeper, "__self__", None)
+    assert isinstance(epoch, EpochPlan)
+    return epoch.starts
 
 
 def test_a_late_task_whose_planned_state_record_was_trimmed_stops(lite: LiteServer) -> None:

@@ -13,13 +13,10 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from s2_sink._exactly_once.epoch_plan import epoch_plan
+from s2_sink._exactly_once.epoch_plan import epoch_plan, plan_with_layout
 from s2_sink._exactly_once.fencing import writer_hash
-from s2_sink._exactly_once.fingerprint import fingerprint
-from s2_sink._exactly_once.readback import ReadBack, read_back
+from s2_sink._exactly_once.readback import ReadBack, fingerprint, read_back
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.sign_in_registers import RollCall
-from s2_sink._exactly_once.task_hooks import plan_with_layout
 from s2_sink._transport import runtime as _runtime
 from s2_sink._transport.runtime import get_pool
 from s2_sink._write.driver.routing import Routing
@@ -31,7 +28,6 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-ROLL = RollCall("w")
 """Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 Row = tuple[bytes, bytes]  # (key, value)

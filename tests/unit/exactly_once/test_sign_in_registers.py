@@ -9,12 +9,12 @@ import pytest
 from s2_sdk import AppendInput, Record
 
 from s2_sink._exactly_once.fencing import TaskAttempt
-from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in, still_last
+from s2_sink._exactly_once.sign_in_registers import SignIn, register_name, sign_in, still_last
 from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import client, list_streams, make_basin, read_all, run
 
-ROLL = RollCall("w/x")
+ROLL = "w/x"
 
 
 def _go(lite: LiteServer, basin: str, me: SignIn) -> bool:
@@ -68,7 +68,9 @@ def test_racing_attempts_of_one_partition_are_ordered_by_the_register(lite: Lite
             basin = s2.basin(name)
             out = []
             for p in range(20):
-                await basin.create_stream(ROLL.register(p))  # both race for the append, not the creation
+                await basin.create_stream(
+                    register_name(ROLL, p)
+                )  # both race for the append, not the creation
                 early = sign_in(basin, ROLL, SignIn("abcdef01", 1, 0, TaskAttempt(p, 10)))
                 late = sign_in(basin, ROLL, SignIn("abcdef01", 1, 0, TaskAttempt(p, 20)))
                 out.append(list(await asyncio.gather(early, late, return_exceptions=True)))
@@ -82,7 +84,7 @@ def test_register_trims_itself_and_keeps_its_last_sign_in(lite: LiteServer) -> N
     """Every 256 records a sign-in trims the register behind it, so a register holds a bounded number of
     records however many micro-batches ran, and its last record is always the last sign-in."""
     name = make_basin(lite.endpoint)
-    register = ROLL.register(0)
+    register = register_name(ROLL, 0)
 
     async def go() -> None:
         async with client(lite.endpoint) as s2:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from s2_sink._exactly_once.fencing import MAX_TOKEN_BYTES, Token, judge_current_token, writer_hash
-from s2_sink._exactly_once.fingerprint import fingerprint
+from s2_sink._exactly_once.readback import fingerprint
 from s2_sink._exactly_once.tags import TAG_HEADER, TAG_RESERVE_BYTES, ChunkTag, find_tag, strip_tag
 from s2_sink.errors import FencedError
 

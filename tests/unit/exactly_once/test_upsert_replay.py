@@ -11,11 +11,9 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from s2_sink._exactly_once.epoch_plan import epoch_plan
+from s2_sink._exactly_once.epoch_plan import epoch_plan, plan_with_layout
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout, content_hash
-from s2_sink._exactly_once.sign_in_registers import RollCall
-from s2_sink._exactly_once.task_hooks import plan_with_layout
 from s2_sink._write.driver.routing import Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.dead_letters import row_hash
@@ -26,7 +24,6 @@ from s2_sink.encoders import BODY, HEADERS, KEY, UpsertEncoder
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-ROLL = RollCall("w")
 """Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 SCHEMA = StructType(

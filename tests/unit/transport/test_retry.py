@@ -25,7 +25,7 @@ from s2_sdk import (
 from s2_sink._exactly_once.fencing import TaskAttempt, Token, fence_if_older
 from s2_sink._exactly_once.ledger import Ledger
 from s2_sink._exactly_once.readback import read_back
-from s2_sink._exactly_once.sign_in_registers import RollCall, SignIn, sign_in
+from s2_sink._exactly_once.sign_in_registers import SignIn, sign_in
 from s2_sink._transport import retry as _retry
 from s2_sink._transport.explain import explain, past_deadline
 from s2_sink._transport.retry import (
@@ -472,7 +472,7 @@ def test_sign_in_waits_for_s2(fake_time: FakeTime) -> None:
     """A sign-in whose register cannot be read, then appended to, waits until both answer."""
     stream = _FlakyStream([server_error(503), S2ClientError("reset"), server_error(503)], tail=0)
     me = SignIn("abcdef12", 1, 0, TaskAttempt(0, 7))
-    earlier = asyncio.run(sign_in(_Basin(stream), RollCall("w"), me, patience=PLAIN))  # type: ignore[arg-type]
+    earlier = asyncio.run(sign_in(_Basin(stream), "w", me, patience=PLAIN))  # type: ignore[arg-type]
     assert earlier is False
     assert len(fake_time.slept) == 3
 

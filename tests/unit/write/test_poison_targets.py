@@ -9,10 +9,9 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from s2_sink._exactly_once.epoch_plan import epoch_plan
+from s2_sink._exactly_once.epoch_plan import epoch_plan, plan_with_layout
 from s2_sink._exactly_once.fencing import writer_hash
 from s2_sink._exactly_once.recovery_layout import RecoveryLayout
-from s2_sink._exactly_once.task_hooks import plan_with_layout
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task.partition_writer import write_partition

@@ -9,7 +9,6 @@ import pytest
 
 from s2_sink._exactly_once.epoch_plan import epoch_plan
 from s2_sink._exactly_once.fencing import Token, writer_hash
-from s2_sink._exactly_once.sign_in_registers import RollCall
 from s2_sink._exactly_once.tags import TAG_RESERVE_BYTES
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import KEYWORDS, OPTIONS, WriteSpec
@@ -19,7 +18,6 @@ from s2_sink.encoders._frame import PAYLOAD
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 
-ROLL = RollCall("w")
 """Where the tasks of these plans sign in (fresh registers in each test's basin)."""
 
 _CONN = {
@@ -118,15 +116,9 @@ def test_exactly_once_plan_is_bound_to_one_epoch_and_one_config() -> None:
     plan = WriteSpec.build(CFG, SINGLE, delivery="exactly-once").plan(3, epoch)
     assert Token.parse(plan.fencing_token or "") == Token(epoch=4, gen=0, writer=writer_hash("w"))
     assert plan.cfg == CFG.replace(append_retry_policy="NO_SIDE_EFFECTS")
-    assert plan.fence_keeper is epoch.keeper
-    assert plan.chunk_tagger is epoch.tagger
-    assert plan.recovery is epoch.dedupe
-    assert epoch.keeper.cfg == epoch.dedupe.cfg == plan.cfg
-    assert str(epoch.keeper.mine) == epoch.dedupe.token == plan.fencing_token
-    assert (epoch.dedupe.starts.inline, epoch.dedupe.recovery, epoch.dedupe.replay) == (
-        {"events": 12},
-        True,
-        "content",
-    )
-    assert epoch.keeper.written.inline == {"events": 12}
+    hooks = (plan.fence_keeper, plan.chunk_tagger, plan.recovery)
+    assert hooks == (epoch.keeper, epoch.tagger, epoch.dedupe)
+    assert all(getattr(hook, "__self__", None) is epoch for hook in hooks)
+    assert (epoch.cfg, epoch.token) == (plan.cfg, plan.fencing_token)
+    assert (epoch.starts.inline, epoch.recovery, epoch.replay) == ({"events": 12}, True, "content")
     assert (plan.chunk_tag_reserve, plan.resend_ambiguous) == (TAG_RESERVE_BYTES, False)

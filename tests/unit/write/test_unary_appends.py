@@ -14,7 +14,7 @@ import pytest
 from s2_sdk import S2, Endpoints
 
 from s2_sink._exactly_once.coordinator import Coordinator
-from s2_sink._exactly_once.task_hooks import TokenKeeper
+from s2_sink._exactly_once.epoch_plan import EpochPlan
 from s2_sink._write.driver.routing import STREAM_COLUMN, Routing
 from s2_sink._write.spec import WriteSpec
 from s2_sink._write.task import appender
@@ -106,9 +106,9 @@ def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_to
     epoch = coord.begin_batch(0, "run-1")
     assert epoch is not None
     now, most, asked = [0], [0], []
-    keep = TokenKeeper.__call__
+    keep = EpochPlan.keeper
 
-    async def counted(self: TokenKeeper, stream: str, current: str) -> str:
+    async def counted(self: EpochPlan, stream: str, current: str) -> str:
         asked.append(stream)
         now[0] += 1
         most[0] = max(most[0], now[0])
@@ -118,7 +118,7 @@ def test_the_first_exactly_once_batch_asks_the_fence_keeper_about_its_streams_to
         finally:
             now[0] -= 1
 
-    monkeypatch.setattr(TokenKeeper, "__call__", counted)
+    monkeypatch.setattr(EpochPlan, "keeper", counted)
     streams = [f"r/{i}" for i in range(100)]
     bodies = [b"row-%d" % i for i in range(300)]
     batch = pa.record_batch(
