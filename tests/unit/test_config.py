@@ -197,6 +197,8 @@ def test_from_options_requires_basin(monkeypatch: pytest.MonkeyPatch) -> None:
         ("sink.flush-buffer.timeout", "soon", r"sink\.flush-buffer\.timeout.*'soon'"),
         ("s2.append-retry-policy", "SOME", r"s2\.append-retry-policy.*'SOME'"),
         ("s2.max-retries", "-1", r"s2\.max-retries.*-1"),
+        ("s2.max-retries", "--5", r"s2\.max-retries.*'--5'"),
+        ("sink.batch.max-size", "\u00b2", r"sink\.batch\.max-size.*'\u00b2'"),
         ("s2.delivery-timeout-ms", "-5", r"s2\.delivery-timeout-ms.*'-5'"),
         ("s2.delivery-timeout-ms", "2 days", r"s2\.delivery-timeout-ms.*'2 days'"),
         (

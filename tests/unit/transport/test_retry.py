@@ -139,6 +139,55 @@ def test_no_side_effects_follows_s2s_own_definition() -> None:
     assert not no_side_effects(TimeoutError("no acknowledgement"))
 
 
+# Every error code of the official server (api/src/v1/error.rs): its status, and whether S2 promises that a
+# request refused with it had no side effects (``ErrorCode::has_no_side_effects``).
+S2_ERROR_CODES = [
+    ("access_token_not_found", 404, True),
+    ("authn", 401, True),
+    ("bad_frame", 400, True),
+    ("bad_header", 400, True),
+    ("bad_json", 400, True),
+    ("bad_path", 400, True),
+    ("bad_proto", 400, True),
+    ("bad_query", 400, True),
+    ("basin_deletion_pending", 409, True),
+    ("basin_not_found", 404, True),
+    ("client_hangup", 499, False),
+    ("decryption_failed", 400, True),
+    ("hot_server", 502, True),
+    ("invalid", 422, True),
+    ("not_implemented", 501, True),
+    ("other", 500, False),
+    ("permission_denied", 403, True),
+    ("quota_exhausted", 403, True),
+    ("rate_limited", 429, True),
+    ("request_timeout", 408, False),
+    ("resource_already_exists", 409, True),
+    ("server_draining", 503, True),
+    ("storage", 500, False),
+    ("stream_deletion_pending", 409, True),
+    ("stream_not_found", 404, True),
+    ("transaction_conflict", 409, True),
+    ("unavailable", 503, False),
+    ("upstream_timeout", 504, False),
+]
+
+
+@pytest.mark.parametrize(("code", "status", "promised"), S2_ERROR_CODES)
+def test_every_s2_error_code_is_side_effect_free_as_s2_defines_it(
+    code: str, status: int, promised: bool
+) -> None:
+    """Each official code with its own status is judged as the server defines it; with any other status the
+    promise does not hold (the Rust SDK trusts a code only with its own status). Retryable by status alone,
+    plus 409 ``transaction_conflict``."""
+    assert no_side_effects(server_error(status, code)) is promised
+    for other in (400, 409, 500, 503):
+        if other != status:
+            assert not no_side_effects(server_error(other, code)), other
+    transient = status in (408, 429, 499) or status >= 500 or code == "transaction_conflict"
+    assert retryable(server_error(status, code)) is transient
+
+
 def test_an_indefinite_append_is_judged_by_its_last_attempt_but_may_have_applied() -> None:
     """The SDK's AppendIndefiniteFailureError (its last attempt was refused a connection, an earlier one
     may have landed: a unary ledger append caught by an outage) is retried as its last attempt's error is,
