@@ -230,3 +230,24 @@ def test_sharded_streams_hold_each_keys_changes_in_order(
     assert {k: v for per in last for k, v in per.items()} == {
         k: v[-1:] for k, v in _expected(CHANGES).items()
     }
+
+
+# Keys equal under the column's collation but two keys to a reader (@key holds their bytes); Spark's sort
+# ties them, so their changes interleave unless the bytes sort them apart. "a" at pos 2 is a bad row.
+COLLATED = [("A", 1, "u", 1), ("a", 2, "zz", 2), ("A", 3, "u", 3), ("B", 4, "u", 1), ("b", 5, "u", 2)]
+COLLATED += [("B", 6, "u", 3)]
+
+
+@pytest.mark.parametrize("driver_rows", [0, 10_000], ids=["tasks", "driver"])
+def test_compaction_keeps_one_change_per_key_of_a_collated_key_column(
+    spark: SparkSession, lite: LiteServer, basin: str, driver_rows: int
+) -> None:
+    """A UTF8_LCASE key column: "A" and "a" are one value to Spark's sort but two keys, whose changes
+    Spark leaves interleaved by pos; compact=True still keeps one change per key, its last, whether the
+    change between is of a good or a bad row."""
+    df = spark.createDataFrame(spark.sparkContext.parallelize(COLLATED, 2), SCHEMA)
+    df = df.withColumn("k", F.collate("k", "UTF8_LCASE"))
+    cfg = _cfg(lite, basin, f"collated-{driver_rows}").replace(driver_write_max_rows=driver_rows)
+    S2Writer(cfg, _encoder(compact=True), delivery="at-least-once", on_error="skip")(df, 0)
+    expected = {"A": [{"v": 3}], "b": [{"v": 5}], "B": [{"v": 6}]}
+    assert _per_key(lite, basin, f"collated-{driver_rows}") == expected

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, FloatType, StructType
+from pyspark.sql.types import DataType, DoubleType, FloatType, StructType
 
 from s2_sink._write.driver.routing import STREAM_COLUMN
 from s2_sink._write.driver.sizing import narrow
@@ -114,13 +114,20 @@ def laid_out(
 def ordered_rows(rows_df: DataFrame, encoding: FrameEncoding, tasks: int) -> DataFrame:
     """An ordered changelog's input rows placed by (stream, key) and sorted by it and change order
     (`sort_changes`), by their own columns: the stream where Spark computes it (shards are a function of
-    the key), the key columns, a float key's text (-0.0 and 0.0 are one value to Spark but two keys), the
-    ``order_by`` columns. No hash leads the sort: a key column's own prefix tells rows apart, and rows
-    that come in key order (per input partition) are sorted in near-linear time."""
+    the key), the key columns, a float key's text and a collated string's bytes (-0.0 and 0.0, or "A" and
+    "a" under UTF8_LCASE, are one value to Spark but two keys), the ``order_by`` columns. No
+    hash leads the sort: a key column's own prefix tells rows apart, and rows that come in key order (per
+    input partition) are sorted in near-linear time."""
     encoder = encoding.encoder
     assert encoder is not None
     keys: tuple[str, ...] = getattr(encoder, "key_columns")  # noqa: B009 - an ordered encoder has keys
     schema = encoding.schema
     group = [col(c) for c in ([STREAM_COLUMN] if STREAM_COLUMN in schema.fieldNames() else []) + list(keys)]
     group += [col(k).cast("string") for k in keys if isinstance(schema[k].dataType, FloatType | DoubleType)]
+    group += [col(k).cast("binary") for k in keys if _collated(schema[k].dataType)]
     return sort_changes(rows_df.repartition(tasks, *group), group, encoder.change_order)
+
+
+def _collated(dtype: DataType) -> bool:
+    """A string type whose collation is not byte order (pyspark before 4 has no collations)."""
+    return getattr(dtype, "collation", "UTF8_BINARY") != "UTF8_BINARY"
