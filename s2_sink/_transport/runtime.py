@@ -194,14 +194,16 @@ async def gather_bounded(aws: Iterable[Awaitable[T]], limit: int) -> list[T]:
     gate = asyncio.Semaphore(limit)
 
     async def one(aw: Awaitable[T]) -> T:
-        try:
-            async with gate:
-                return await aw
-        finally:
-            if asyncio.iscoroutine(aw):
-                aw.close()  # one cancelled before its turn never ran: closed, not left unawaited
+        async with gate:
+            return await aw
 
-    tasks = [asyncio.ensure_future(one(aw)) for aw in aws]
+    def start(aw: Awaitable[T]) -> asyncio.Future[T]:
+        task = asyncio.ensure_future(one(aw))
+        if asyncio.iscoroutine(aw):  # one cancelled before its turn, or before its task's first step, never
+            task.add_done_callback(lambda _: aw.close())  # ran: closed, not left unawaited
+        return task
+
+    tasks = [start(aw) for aw in aws]
     try:
         return await asyncio.gather(*tasks)
     except BaseException:

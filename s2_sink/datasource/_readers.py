@@ -177,7 +177,7 @@ def read_partition(
     handled by ``on_loss``. Small ranges' rows go to Spark together, about `RUN_RECORDS` at a time."""
     from s2_sink._read.planning.data_loss import gap_handler  # noqa: PLC0415 - the task's
     from s2_sink._read.rows.upsert_rows import materialized_batches  # noqa: PLC0415
-    from s2_sink._read.session import RUN_BYTES, RUN_RECORDS, read_range_columns, read_ranges_columns  # noqa: PLC0415  # noqa: PLC0415
+    from s2_sink._read.session import RUN_BYTES, RUN_RECORDS, read_range_columns, read_ranges_columns  # noqa: PLC0415
     from s2_sink.encoders._arrow_types import to_arrow_schema  # noqa: PLC0415
 
     if partition is None:  # Spark plans one partition of None when there are no ranges to read

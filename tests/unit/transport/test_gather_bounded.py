@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 
 import pytest
 
@@ -43,3 +45,25 @@ def test_the_first_failure_cancels_the_rest() -> None:
 
     asyncio.run(main())
     assert finished == []
+
+
+def test_cancelled_before_its_tasks_start_it_leaves_no_awaitable_unawaited() -> None:
+    """A caller interrupted (``run`` timed out or interrupted) just as the gather made its tasks: those
+    cancelled before their first step close their awaitables too, so none is left never awaited (the
+    planning's lookups pass their coroutines in)."""
+
+    async def lookup() -> None:
+        await asyncio.sleep(1)
+
+    async def main() -> None:
+        lookups = asyncio.create_task(gather_bounded([lookup(), lookup(), lookup()], 2))
+        await asyncio.sleep(0)  # the gather makes its tasks; none has taken its first step yet
+        lookups.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await lookups
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
