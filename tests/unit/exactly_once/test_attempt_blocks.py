@@ -23,8 +23,6 @@ from s2_sink.errors import FencedError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, client, make_basin, read_all, run
 
-"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
-
 P0 = [b"p0-%d" % i for i in range(10)]
 P1 = [b"p1-%d" % i for i in range(10)]
 

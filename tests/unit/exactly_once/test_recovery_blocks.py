@@ -28,8 +28,6 @@ from s2_sink.errors import ReplayMismatchError
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
-
 Row = tuple[bytes, bytes]  # (key, value)
 _ROWS: list[Row] = [(key, b"value-%d" % (i % 5)) for i in range(30) for key in (b"a", b"b")]
 """60 rows: each value 12 times, under both keys."""

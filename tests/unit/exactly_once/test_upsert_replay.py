@@ -24,8 +24,6 @@ from s2_sink.encoders import BODY, HEADERS, KEY, UpsertEncoder
 from s2_sink.lite import LiteServer
 from tests.faults._support import cfg_for, make_basin, read_all, run
 
-"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
-
 SCHEMA = StructType(
     [StructField("k", StringType()), StructField("v", IntegerType()), StructField("pos", IntegerType())]
 )

@@ -131,7 +131,7 @@ def test_a_chunk_of_good_batches_and_a_batch_with_bad_rows(lite: LiteServer, bas
 
 @dataclass
 class AdoptToken:
-    """A fence keeper that adopts the stream's current token (what `TokenKeeper` does for a newer
+    """A fence keeper that adopts the stream's current token (what `EpochPlan.keeper` does for a newer
     generation of its own run), remembering each call."""
 
     calls: list[tuple[str, str]] = field(default_factory=list)

@@ -18,8 +18,6 @@ from s2_sink.encoders._frame import PAYLOAD
 from s2_sink.errors import ConfigError
 from s2_sink.writer import S2Writer
 
-"""Where the tasks of these plans sign in (fresh registers in each test's basin)."""
-
 _CONN = {
     "s2.basin": "unused-basin",
     "s2.endpoints.account": "http://127.0.0.1:9",
